@@ -1,0 +1,45 @@
+# acpgate — developer entry points. `make install` once, then `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PROTOS := protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
+PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
+
+.PHONY: install proto proto-check run test lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+install: $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory proto-check
+
+# Regenerate the committed gRPC code from protos/.
+proto: $(PY)
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m grpc_tools.protoc $(call PROTO_FLAGS,.) $(PROTOS)
+
+# Fail when the committed generated code is missing or differs from protos/.
+proto-check: $(PY)
+	@tmp=$$(mktemp -d) && \
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m grpc_tools.protoc $(call PROTO_FLAGS,$$tmp) $(PROTOS) >/dev/null 2>&1 && \
+	for f in $$(cd $$tmp && find acpgate -type f); do \
+	  cmp -s $$tmp/$$f $$f || { echo "generated code is stale or missing: $$f (run 'make proto')"; rm -rf $$tmp; exit 1; }; \
+	done; rm -rf $$tmp; echo "generated gRPC code is up to date"
+
+run: $(PY)
+	$(BIN)/acpgate acp
+
+test: $(PY)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(PY)
+	$(BIN)/ruff check acpgate services tests bench
+	$(BIN)/mypy acpgate services
+
+bench: $(PY)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

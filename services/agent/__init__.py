@@ -1,0 +1,1 @@
+"""The built-in ACP agent: model providers, tools, approval gate, policy enforcement."""

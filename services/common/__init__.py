@@ -1,0 +1,1 @@
+"""Code shared by every service: config, logging, gRPC plumbing, protocol constants."""

@@ -1,0 +1,114 @@
+"""ACP protocol constants: error codes and messages, option ids, names (SPEC §1–§7).
+
+One place for every constant that crosses the wire, so the edge and the
+built-in agent cannot drift apart. Message templates are ``str.format`` strings
+whose placeholders are named after the SPEC's ``<…>`` slots.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PROTOCOL_VERSION: Final = 1
+JSONRPC_VERSION: Final = "2.0"
+
+# ------------------------------------------------------------------ error codes (SPEC §1)
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+SESSION_NOT_FOUND: Final = -32000
+SESSION_LIMIT: Final = -32001
+SESSION_BUSY: Final = -32002
+
+# ------------------------------------------------------------------ error messages
+MSG_PARSE_ERROR: Final = "Parse error: {detail}"
+MSG_INVALID_VERSION: Final = "Invalid JSON-RPC version"
+MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
+MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
+MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
+MSG_MISSING_SESSION_ID: Final = "Missing required parameter: sessionId"
+MSG_ALIAS_REQUIRED: Final = (
+    "session/new requires `agentAlias` (alias of a configured [agents.<alias>] entry)"
+)
+MSG_UNKNOWN_AGENT: Final = "Unknown agent `{alias}` — no [agents.{alias}] entry configured"
+MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
+MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
+MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"
+MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
+MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"
+MSG_PROMPT_MISSING: Final = "Missing required parameter: prompt (must be string or array of parts)"
+MSG_SESSION_ALREADY_ACTIVE: Final = "Session already active: {session_id}. Call session/close first."
+
+# ------------------------------------------------------------------ limits (SPEC §4, §9, §10)
+MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
+DEFAULT_MAX_SESSIONS: Final = 10
+DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
+
+# ------------------------------------------------------------------ back-channel (SPEC §6)
+OUTBOUND_ID_PREFIX: Final = "zc-out-"
+OPTION_ALLOW_ONCE: Final = "allow-once"
+OPTION_ALLOW_ALWAYS: Final = "allow-always"
+OPTION_REJECT_ONCE: Final = "reject-once"
+CHOICE_OPTION_PREFIX: Final = "choice-"
+APPROVAL_TOOL_CALL_PREFIX: Final = "approval-"
+PERMISSION_OPTIONS: Final = (
+    {"optionId": OPTION_ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
+    {"optionId": OPTION_ALLOW_ALWAYS, "name": "Always allow", "kind": "allow_always"},
+    {"optionId": OPTION_REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
+)
+OUTCOME_SELECTED: Final = "selected"
+OUTCOME_CANCELLED: Final = "cancelled"
+
+# ------------------------------------------------------------------ cancel (SPEC §7)
+CANCEL_MARKER: Final = "[turn cancelled via client]"
+CANCEL_TOOL_CALL_PREFIX: Final = "turn-cancelled-"
+CANCEL_TOOL_NAME: Final = "turn-cancelled"
+
+# ------------------------------------------------------------------ stop reasons
+STOP_END_TURN: Final = "end_turn"
+STOP_CANCELLED: Final = "cancelled"
+STOP_MAX_TURN_REQUESTS: Final = "max_turn_requests"
+STOP_MAX_TOKENS: Final = "max_tokens"
+STOP_REFUSAL: Final = "refusal"
+
+# ------------------------------------------------------------------ methods
+M_INITIALIZE: Final = "initialize"
+M_AUTHENTICATE: Final = "authenticate"
+M_SESSION_NEW: Final = "session/new"
+M_SESSION_PROMPT: Final = "session/prompt"
+M_SESSION_CANCEL: Final = "session/cancel"
+M_SESSION_STOP: Final = "session/stop"
+M_SESSION_CLOSE: Final = "session/close"
+M_SESSION_LOAD: Final = "session/load"
+M_SESSION_RESUME: Final = "session/resume"
+M_SESSION_LIST: Final = "session/list"
+M_SESSION_UPDATE: Final = "session/update"
+M_SESSION_EVENT: Final = "session/event"
+M_SESSION_SET_MODE: Final = "session/set_mode"
+M_REQUEST_PERMISSION: Final = "session/request_permission"
+M_ELICITATION_CREATE: Final = "elicitation/create"
+
+# ------------------------------------------------------------------ session/update kinds (SPEC §5)
+U_AGENT_MESSAGE: Final = "agent_message_chunk"
+U_AGENT_THOUGHT: Final = "agent_thought_chunk"
+U_USER_MESSAGE: Final = "user_message_chunk"
+U_TOOL_CALL: Final = "tool_call"
+U_TOOL_CALL_UPDATE: Final = "tool_call_update"
+U_PLAN: Final = "plan"
+
+#: ACP ToolKind values.
+TOOL_KINDS: Final = (
+    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other",
+)
+
+# ------------------------------------------------------------------ _meta namespaces
+META_ZEROCLAW: Final = "zeroclaw"
+META_ACPGATE: Final = "acpgate"
+#: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
+META_POLICY: Final = "policy"
+#: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding).
+META_HISTORY: Final = "history"
+WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"

@@ -1,0 +1,1 @@
+"""The lifecycle service: instance id, leases, wrapper, verification, reaping — the only code that touches processes."""

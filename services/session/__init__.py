@@ -1,0 +1,1 @@
+"""The session service: store, aliases, policy, visibility — the one place that decides."""

@@ -1,0 +1,137 @@
+"""Config: precedence (SPEC §0), `config set` round trip, clean errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.common import config as cm
+
+
+def write(dir_: Path, text: str) -> None:
+    dir_.mkdir(parents=True, exist_ok=True)
+    (dir_ / "config.toml").write_text(text, encoding="utf-8")
+
+
+def test_defaults_without_file(tmp_path: Path) -> None:
+    cfg = cm.load_config(tmp_path, environ={})
+    assert cfg.acp.max_sessions == 10
+    assert cfg.acp.session_timeout_secs == 3600
+    assert cfg.gateway.port == 42617
+    assert cfg.gateway.host == "127.0.0.1"
+    assert cfg.gateway.require_auth is True
+    assert cfg.data_dir == tmp_path / "data"
+    assert cfg.session_db_path == tmp_path / "data" / "sessions" / "acp-sessions.db"
+    assert cfg.agent_workspace("x") == tmp_path / "agents" / "x" / "workspace"
+
+
+def test_precedence_flag_beats_env_beats_file(tmp_path: Path) -> None:
+    write(tmp_path, "[acp]\nmax_sessions = 3\nsession_timeout_secs = 50\ndefault_agent = 'a'\n")
+    env = {"ACPGATE_acp__max_sessions": "5", "ACPGATE_acp__default_agent": "b"}
+    cfg = cm.load_config(tmp_path, environ=env)
+    assert cfg.acp.max_sessions == 5  # env beats file
+    assert cfg.acp.session_timeout_secs == 50  # file beats default
+    assert cfg.acp.default_agent == "b"
+    cfg = cm.load_config(tmp_path, environ=env, overrides={"acp.max_sessions": 7})
+    assert cfg.acp.max_sessions == 7  # flag beats env
+
+
+def test_env_agent_override_and_dispatchability(tmp_path: Path) -> None:
+    write(tmp_path, "[agents.a]\nkind = 'builtin'\nprovider = 'demo'\n")
+    cfg = cm.load_config(tmp_path, environ={})
+    assert not cfg.agents["a"].dispatchable  # no model
+    cfg = cm.load_config(tmp_path, environ={"ACPGATE_agents__a__model": "demo"})
+    assert cfg.agents["a"].dispatchable
+    assert cfg.agents["a"].default_model == "demo/demo"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[acp]\nmax_sessions = 'lots'\n", "[acp] max_sessions: expected integer"),
+        ("[acp]\nmax_session = 3\n", "unknown key 'max_session'"),
+        ("[nope]\nx = 1\n", "unknown section [nope]"),
+        ("[acp\n", "invalid TOML"),
+        ("[autonomy]\nlevel = 'yolo'\n", "[autonomy] level: expected one of"),
+        ("[agents.a]\nkind = 'builtin'\nargs = 'x'\n", "[agents.a] args: expected array of strings"),
+        ("[gateway]\nport = 70000\n", "[gateway] port"),
+    ],
+)
+def test_broken_config_names_file_key_and_type(tmp_path: Path, text: str, needle: str) -> None:
+    write(tmp_path, text)
+    with pytest.raises(cm.ConfigError) as err:
+        cm.load_config(tmp_path, environ={})
+    assert needle in str(err.value)
+    if "TOML" not in needle:
+        assert str(tmp_path / "config.toml") in str(err.value)
+
+
+def test_env_value_type_checked(tmp_path: Path) -> None:
+    with pytest.raises(cm.ConfigError, match=r"environment: \[acp\] max_sessions: expected integer"):
+        cm.load_config(tmp_path, environ={"ACPGATE_acp__max_sessions": "many"})
+
+
+def test_set_round_trip_preserves_rest_of_file(tmp_path: Path) -> None:
+    write(tmp_path, "# my comment\n[acp]\nmax_sessions = 3 # keep\n\n[agents.a]\nkind = 'acp'\ncommand = 'x'\n")
+    assert cm.set_value(tmp_path, "acp.default_agent", "a") == "a"
+    assert cm.set_value(tmp_path, "gateway.port", "4000") == 4000
+    assert cm.set_value(tmp_path, "agents.a.args", "--x, --y") == ("--x", "--y")
+    assert cm.set_value(tmp_path, "gateway.tls.cert_file", "/c.pem") == "/c.pem"
+    text = (tmp_path / "config.toml").read_text()
+    assert "# my comment" in text and "# keep" in text
+    cfg = cm.load_config(tmp_path, environ={})
+    assert cfg.acp.default_agent == "a"
+    assert cfg.acp.max_sessions == 3
+    assert cfg.gateway.port == 4000
+    assert cfg.gateway.tls.cert_file == "/c.pem"
+    assert cfg.agents["a"].args == ("--x", "--y")
+    assert cm.get_value(cfg, "agents.a.command") == "x"
+
+
+def test_set_refuses_bad_type_and_keeps_file(tmp_path: Path) -> None:
+    write(tmp_path, "[acp]\nmax_sessions = 3\n")
+    before = (tmp_path / "config.toml").read_text()
+    with pytest.raises(cm.ConfigError, match="expected integer"):
+        cm.set_value(tmp_path, "acp.max_sessions", "three")
+    with pytest.raises(cm.ConfigError, match="expected an integer ≥ 1"):
+        cm.set_value(tmp_path, "acp.max_sessions", "0")
+    with pytest.raises(cm.ConfigError, match="unknown key"):
+        cm.set_value(tmp_path, "acp.bogus", "1")
+    assert (tmp_path / "config.toml").read_text() == before
+
+
+def test_default_config_is_dispatchable(tmp_path: Path) -> None:
+    assert cm.ensure_default_config(tmp_path) is True
+    assert cm.ensure_default_config(tmp_path) is False
+    cfg = cm.load_config(tmp_path, environ={})
+    assert cfg.acp.default_agent == "assistant"
+    assert cfg.agents["assistant"].dispatchable
+    assert cfg.agents["assistant"].provider == "demo"
+
+
+def run_cli(*args: str, config_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "acpgate", *args, "--config-dir", str(config_dir)]
+        if args[0] not in ("config",)
+        else [sys.executable, "-m", "acpgate", args[0], f"--config-dir={config_dir}", *args[1:]],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_cli_config_set_get_show_and_clean_error(tmp_path: Path) -> None:
+    r = run_cli("config", "set", "acp.max_sessions", "4", config_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("config", "get", "acp.max_sessions", config_dir=tmp_path)
+    assert r.stdout.strip() == "4"
+    r = run_cli("config", "show", config_dir=tmp_path)
+    assert "max_sessions = 4" in r.stdout
+    r = run_cli("config", "set", "acp.max_sessions", "x", config_dir=tmp_path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "[acp] max_sessions: expected integer" in r.stderr
+    (tmp_path / "config.toml").write_text("[acp]\nmax_sessions = [\n")
+    r = run_cli("config", "get", "acp.max_sessions", config_dir=tmp_path)
+    assert r.returncode == 2 and "invalid TOML" in r.stderr and "Traceback" not in r.stderr

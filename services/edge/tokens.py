@@ -1,0 +1,147 @@
+"""Gateway bearer tokens: minted once, stored hashed, revocable (SPEC §11).
+
+A token is ``acpg_<43 url-safe characters>`` (256 random bits). Only its
+SHA-256 digest is stored, in a small SQLite file under the data dir; the secret
+itself is returned once by :meth:`TokenStore.create` and never again. The
+alphabet (``A-Z a-z 0-9 _ -``) is valid in an HTTP header, in a
+``Sec-WebSocket-Protocol`` entry (``bearer.<t>``) and in a URL query unescaped.
+
+The store is synchronous sqlite3: the CLI calls it directly, async code calls
+it through :func:`asyncio.to_thread`. Every call opens its own connection, so a
+revoke by ``acpgate token revoke`` in another process takes effect on the next
+check without any cache to invalidate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import Config
+
+TOKEN_PREFIX = "acpg_"
+#: Random bytes per secret (256 bits).
+SECRET_BYTES = 32
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    token_id   TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    digest     TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+)
+"""
+
+
+def token_db_path(cfg: Config) -> Path:
+    """``<data dir>/gateway/tokens.db``: where the hashed tokens live."""
+    return cfg.data_dir / "gateway" / "tokens.db"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What ``acpgate token list`` shows: never the secret, never its digest."""
+
+    token_id: str
+    name: str
+    #: ISO-8601 UTC creation time.
+    created_at: str
+    revoked: bool
+
+
+class TokenStore:
+    """The token table in one SQLite file (created with owner-only permissions)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextmanager
+    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
+        """A connection with the schema in place; ``None`` when reading a missing store."""
+        if not create and not self.path.exists():
+            yield None
+            return
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self.path.exists():
+                # Create the file owner-only before sqlite writes anything into it.
+                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+        with closing(sqlite3.connect(self.path, timeout=10.0)) as conn:
+            conn.execute(_SCHEMA)
+            yield conn
+            conn.commit()
+
+    def create(self, name: str = "") -> tuple[str, str]:
+        """Mint a token labelled ``name``; returns ``(token_id, secret)``. Show the secret once."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+        token_id = secrets.token_hex(6)
+        with self._connect(create=True) as conn:
+            assert conn is not None
+            conn.execute(
+                "INSERT INTO tokens (token_id, name, digest, created_at) VALUES (?, ?, ?, ?)",
+                (token_id, name, _digest(secret), int(time.time())),
+            )
+        return token_id, secret
+
+    def list(self) -> list[TokenInfo]:
+        """Every token, oldest first, revoked ones included (marked)."""
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return []
+            rows = conn.execute(
+                "SELECT token_id, name, created_at, revoked_at FROM tokens "
+                "ORDER BY created_at, token_id"
+            ).fetchall()
+        return [
+            TokenInfo(
+                token_id=row[0],
+                name=row[1],
+                created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row[2])),
+                revoked=row[3] is not None,
+            )
+            for row in rows
+        ]
+
+    def revoke(self, token_id: str) -> bool:
+        """Revoke by id. False when no such token exists; revoking twice is True."""
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return False
+            cur = conn.execute(
+                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE token_id = ?",
+                (int(time.time()), token_id),
+            )
+            return cur.rowcount > 0
+
+    def verify(self, secret: str) -> bool:
+        """True when ``secret`` is an active (not revoked) token.
+
+        The presented digest is compared with every active digest using
+        :func:`hmac.compare_digest` and without an early exit, so the time taken
+        does not depend on which (if any) token matched.
+        """
+        if not secret:
+            return False
+        presented = _digest(secret)
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return False
+            rows = conn.execute("SELECT digest FROM tokens WHERE revoked_at IS NULL").fetchall()
+        matched = False
+        for (digest,) in rows:
+            matched |= hmac.compare_digest(presented, digest)
+        return matched

@@ -1,0 +1,91 @@
+"""Token store (SPEC §11): minted once, stored hashed, listed, revoked, verified."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+from services.common.config import load_config
+from services.edge.auth import TokenSource, extract_token
+from services.edge.tokens import TokenStore, token_db_path
+
+
+def test_db_path_under_data_dir(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path, environ={})
+    assert token_db_path(cfg) == tmp_path / "data" / "gateway" / "tokens.db"
+
+
+def test_create_verify_list_revoke(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path / "t" / "tokens.db")
+    assert store.list() == []
+    assert store.verify("anything") is False
+    assert store.revoke("nope") is False
+    tid, secret = store.create("laptop")
+    tid2, secret2 = store.create("ci")
+    assert secret != secret2 and tid != tid2
+    assert store.verify(secret) and store.verify(secret2)
+    assert not store.verify(secret + "x")
+    assert not store.verify("")
+    names = [(i.token_id, i.name, i.revoked) for i in store.list()]
+    assert (tid, "laptop", False) in names and (tid2, "ci", False) in names
+    assert store.revoke(tid) is True
+    assert store.verify(secret) is False
+    assert store.verify(secret2) is True
+    assert {i.token_id: i.revoked for i in store.list()} == {tid: True, tid2: False}
+    assert store.revoke(tid) is True  # idempotent
+
+
+def test_secret_stored_only_hashed_and_file_private(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.db"
+    store = TokenStore(path)
+    _, secret = store.create("x")
+    raw = path.read_bytes()
+    assert secret.encode() not in raw
+    with sqlite3.connect(path) as conn:
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(tokens)")]
+    assert "secret" not in cols
+    assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
+
+
+def test_secret_alphabet_fits_subprotocol_and_query(tmp_path: Path) -> None:
+    _, secret = TokenStore(tmp_path / "t.db").create("x")
+    assert all(c.isalnum() or c in "_-" for c in secret)
+    assert len(secret) >= 40
+
+
+def test_extract_order() -> None:
+    tok = extract_token("Bearer aaa", ["bearer.bbb"], "/acp?token=ccc")
+    assert tok is not None and tok.secret == "aaa" and tok.source is TokenSource.HEADER
+    tok = extract_token(None, ["zeroclaw.acp.v1", "bearer.bbb"], "/acp?token=ccc")
+    assert tok is not None and tok.secret == "bbb" and tok.source is TokenSource.SUBPROTOCOL
+    tok = extract_token(None, ["zeroclaw.acp.v1"], "/acp?agent=x&token=ccc")
+    assert tok is not None and tok.secret == "ccc" and tok.source is TokenSource.QUERY
+    assert extract_token("Basic zzz", [], "/acp") is None
+    assert extract_token(None, ["bearer."], "/acp?token=") is None
+    assert "ccc" not in repr(extract_token(None, [], "/acp?token=ccc"))
+
+
+def test_cli_create_list_revoke(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "acpgate", "token", "--config-dir", str(tmp_path), *args],
+            capture_output=True, text=True, check=False, timeout=60,
+        )
+
+    created = run("create", "--name", "ide")
+    assert created.returncode == 0, created.stderr
+    secret = created.stdout.strip()
+    assert secret.startswith("acpg_")
+    assert secret not in created.stderr
+    listed = run("list")
+    assert "ide" in listed.stdout and secret not in listed.stdout
+    token_id = listed.stdout.split("\t")[0]
+    cfg = load_config(tmp_path, environ={})
+    assert TokenStore(token_db_path(cfg)).verify(secret)
+    assert run("revoke", token_id).returncode == 0
+    assert not TokenStore(token_db_path(cfg)).verify(secret)
+    assert run("revoke", "unknown").returncode == 2

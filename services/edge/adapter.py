@@ -1,0 +1,191 @@
+"""The edge as the standard ACP v1 client of one adapter (docs/contracts.md).
+
+One adapter process serves one edge session. :class:`AdapterClient` performs
+the handshake (passing the client's elicitation capability on), opens or
+restores the adapter's session, sends prompts as ContentBlock arrays and
+``session/cancel`` as a notification, and rewrites session ids both ways: the
+client only ever sees the edge's id, the adapter only ever its own.
+
+Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
+``session/request_permission`` and ``elicitation/create`` are relayed to the
+client; every other method is answered -32601.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from acpgate import __version__
+from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from services.common.protocol import (
+    M_ELICITATION_CREATE,
+    M_INITIALIZE,
+    M_REQUEST_PERMISSION,
+    M_SESSION_CANCEL,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_PROMPT,
+    M_SESSION_RESUME,
+    M_SESSION_UPDATE,
+    META_ACPGATE,
+    META_HISTORY,
+    META_POLICY,
+    PROTOCOL_VERSION,
+)
+from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
+
+#: How long the handshake and session setup may take (adapters can be slow to boot).
+SETUP_TIMEOUT_SECS = 60.0
+
+
+class AdapterHost(Protocol):
+    """The edge session an adapter reports to."""
+
+    async def on_adapter_update(self, params: dict[str, Any]) -> None:
+        """A ``session/update`` from the adapter, ``sessionId`` already rewritten."""
+
+    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Re-issue an adapter request to the client; return the answer for the adapter."""
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        """The adapter's stream ended."""
+
+
+@dataclass
+class AdapterCaps:
+    """What the adapter advertised in its initialize result."""
+
+    load_session: bool = False
+    resume: bool = False
+
+    @classmethod
+    def from_initialize(cls, result: Any) -> AdapterCaps:
+        """Read the restore-related capabilities of an initialize result."""
+        caps = result.get("agentCapabilities") if isinstance(result, dict) else None
+        if not isinstance(caps, dict):
+            return cls()
+        session_caps = caps.get("sessionCapabilities")
+        resume = isinstance(session_caps, dict) and isinstance(session_caps.get("resume"), dict)
+        return cls(load_session=caps.get("loadSession") is True, resume=resume)
+
+
+class AdapterClient:
+    """ACP client of one adapter, speaking through an :class:`AdapterLink`."""
+
+    def __init__(
+        self,
+        stub: lifecycle_pb2_grpc.LifecycleServiceStub,
+        lease_id: str,
+        edge_session_id: str,
+        host: AdapterHost,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.edge_session_id = edge_session_id
+        self.adapter_session_id = ""
+        self.caps = AdapterCaps()
+        self._host = host
+        #: While True, the adapter's own history replay (session/load) is dropped.
+        self._suppress_updates = False
+        self.link = AdapterLink(stub, lease_id, self, metadata)
+
+    # ------------------------------------------------------------------ AdapterPeer
+
+    async def on_adapter_notification(self, method: str, params: dict[str, Any]) -> None:
+        """Rewrite and hand ``session/update`` to the host; other notifications are ignored."""
+        if method != M_SESSION_UPDATE or self._suppress_updates:
+            return
+        params["sessionId"] = self.edge_session_id
+        await self._host.on_adapter_update(params)
+
+    async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        """Relay permission/elicitation requests; -32601 for anything else."""
+        if method in (M_REQUEST_PERMISSION, M_ELICITATION_CREATE):
+            if "sessionId" in params:
+                params["sessionId"] = self.edge_session_id
+            return await self._host.relay_to_client(method, params)
+        raise method_not_found(method)
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        """Forward the exit to the host."""
+        self._host.on_adapter_exit(exit_info)
+
+    # ------------------------------------------------------------------ setup
+
+    async def start(self, client_capabilities: dict[str, Any]) -> None:
+        """Attach and run ``initialize``."""
+        await self.link.open(SETUP_TIMEOUT_SECS)
+        caps: dict[str, Any] = {"fs": {"readTextFile": False, "writeTextFile": False},
+                                "terminal": False}
+        elicitation = client_capabilities.get("elicitation")
+        if isinstance(elicitation, dict):
+            caps["elicitation"] = elicitation
+        result = await self.link.request(M_INITIALIZE, {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": caps,
+            "clientInfo": {"name": "acpgate", "title": "acpgate ACP Gateway",
+                           "version": __version__},
+        }, SETUP_TIMEOUT_SECS)
+        self.caps = AdapterCaps.from_initialize(result)
+
+    async def new_session(self, cwd: str, mcp_servers: list[Any],
+                          policy: dict[str, Any]) -> str:
+        """``session/new`` with the workspace as cwd; returns the adapter's session id."""
+        result = await self.link.request(M_SESSION_NEW, {
+            "cwd": cwd, "mcpServers": mcp_servers,
+            "_meta": {META_ACPGATE: {META_POLICY: policy}},
+        }, SETUP_TIMEOUT_SECS)
+        sid = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(sid, str) or not sid:
+            raise ValueError("adapter's session/new result has no sessionId")
+        self.adapter_session_id = sid
+        return sid
+
+    async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
+                             policy: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
+        await self.link.request(M_SESSION_RESUME, {
+            "sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers,
+            "_meta": {META_ACPGATE: {META_POLICY: policy, META_HISTORY: history}},
+        }, SETUP_TIMEOUT_SECS)
+        self.adapter_session_id = adapter_session_id
+
+    async def restore_external(self, adapter_session_id: str, cwd: str,
+                               mcp_servers: list[Any]) -> bool:
+        """Restore an external adapter's own session when it advertises how.
+
+        ``session/resume`` is preferred (no replay); ``session/load`` replays,
+        and that replay is suppressed because the edge replays from the store.
+        Returns False when the adapter cannot restore (the caller starts fresh).
+        """
+        if not adapter_session_id:
+            return False
+        params = {"sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers}
+        if self.caps.resume:
+            await self.link.request(M_SESSION_RESUME, params, SETUP_TIMEOUT_SECS)
+        elif self.caps.load_session:
+            self._suppress_updates = True
+            try:
+                await self.link.request(M_SESSION_LOAD, params, SETUP_TIMEOUT_SECS)
+            finally:
+                self._suppress_updates = False
+        else:
+            return False
+        self.adapter_session_id = adapter_session_id
+        return True
+
+    # ------------------------------------------------------------------ turns
+
+    async def prompt(self, blocks: list[dict[str, Any]]) -> Any:
+        """``session/prompt`` with a ContentBlock array; returns the adapter's result."""
+        return await self.link.request(M_SESSION_PROMPT, {
+            "sessionId": self.adapter_session_id, "prompt": blocks})
+
+    def cancel(self) -> None:
+        """``session/cancel`` as a notification (never reaps anything)."""
+        self.link.notify(M_SESSION_CANCEL, {"sessionId": self.adapter_session_id})
+
+    async def close(self) -> None:
+        """Detach (stdin EOF); the lifecycle service reaps the process."""
+        await self.link.close()

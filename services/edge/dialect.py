@@ -1,0 +1,548 @@
+"""The client-facing ACP dialect of one connection (SPEC §1–§9).
+
+:class:`DialectConnection` receives raw lines/frames, classifies them (SPEC §1),
+routes responses to the back-channel, and runs every request and notification
+in its own task so a ``session/cancel`` is answered while a prompt streams.
+Each handler validates in the order the SPEC gives and answers exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from acpgate import __version__
+from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate.session.v1 import session_pb2
+from services.common.logs import get_logger
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    M_AUTHENTICATE,
+    M_INITIALIZE,
+    M_SESSION_CANCEL,
+    M_SESSION_CLOSE,
+    M_SESSION_EVENT,
+    M_SESSION_LIST,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_PROMPT,
+    M_SESSION_RESUME,
+    M_SESSION_STOP,
+    M_SESSION_UPDATE,
+    META_ZEROCLAW,
+    METHOD_NOT_FOUND,
+    MSG_METHOD_NOT_FOUND,
+    MSG_MISSING_SESSION_ID,
+    MSG_SESSION_ALREADY_ACTIVE,
+    MSG_SESSION_BUSY,
+    MSG_SESSION_LIMIT,
+    MSG_SESSION_NOT_FOUND,
+    PROTOCOL_VERSION,
+    SESSION_BUSY,
+    SESSION_LIMIT,
+    SESSION_NOT_FOUND,
+    U_PLAN,
+)
+from services.edge import blobs
+from services.edge.adapter import AdapterClient
+from services.edge.backchannel import BackChannel
+from services.edge.framing import (
+    Frame,
+    FrameKind,
+    JsonRpcError,
+    classify,
+    error_line,
+    notification_line,
+    result_line,
+)
+from services.edge.runtime import EdgeRuntime
+from services.edge.session import EdgeSession
+from services.edge.turn import history_meta, replay_updates, transcript
+
+log = get_logger("edge.dialect")
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+def _first_str(params: dict[str, Any], *keys: str) -> str | None:
+    """The first present key's value (SPEC §1 aliases); non-strings count as absent."""
+    for key in keys:
+        value = params.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _session_id(params: dict[str, Any]) -> str:
+    sid = _first_str(params, "sessionId", "session_id")
+    if not sid:
+        raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
+    return sid
+
+
+def _not_found(sid: str) -> JsonRpcError:
+    return JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+
+
+def _grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
+    """Map a session-service refusal onto the dialect (messages forwarded verbatim)."""
+    code = exc.code()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
+        return _not_found(sid)
+    log.error("service_call_failed", code=code.name, detail=exc.details())
+    return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+class DialectConnection:
+    """One client connection speaking the dialect (stdio or one WebSocket)."""
+
+    def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
+                 *, default_agent: str = "") -> None:
+        self.runtime = runtime
+        self._raw_send = send
+        self._send_lock = asyncio.Lock()
+        self.default_agent = default_agent.strip()
+        self.backchannel = BackChannel(self.send)
+        self.client_capabilities: dict[str, Any] = {}
+        self.sessions: dict[str, EdgeSession] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._handlers: dict[str, Handler] = {
+            M_INITIALIZE: self.initialize,
+            M_AUTHENTICATE: self.authenticate,
+            M_SESSION_NEW: self.session_new,
+            M_SESSION_PROMPT: self.session_prompt,
+            M_SESSION_CANCEL: self.session_cancel,
+            M_SESSION_STOP: self.session_stop,
+            M_SESSION_CLOSE: self.session_close,
+            M_SESSION_LOAD: self.session_load,
+            M_SESSION_RESUME: self.session_resume,
+            M_SESSION_LIST: self.session_list,
+            M_SESSION_UPDATE: self.session_event,
+            M_SESSION_EVENT: self.session_event,
+        }
+
+    # ------------------------------------------------------------------ I/O
+
+    async def send(self, line: str) -> None:
+        """Write one message; a gone client raises ConnectionError."""
+        if self._closed:
+            raise ConnectionError("client connection closed")
+        async with self._send_lock:
+            await self._raw_send(line)
+
+    async def _answer(self, line: str, code: int | None = None) -> None:
+        if code is not None:
+            self.runtime.metrics.count_error(code)
+        try:
+            await self.send(line)
+        except (ConnectionError, OSError):
+            log.debug("answer_dropped_client_gone")
+
+    def feed(self, line: str) -> None:
+        """Handle one inbound line (never raises, never blocks)."""
+        frame = classify(line)
+        if frame.kind is FrameKind.SKIP:
+            return
+        if frame.kind is FrameKind.RESPONSE:
+            self.backchannel.on_response(frame.message)
+            return
+        if frame.kind is FrameKind.ERROR:
+            self._start(self._answer(error_line(frame.id, frame.error_code, frame.error_message),
+                                     frame.error_code))
+            return
+        self._start(self._dispatch(frame))
+
+    def _start(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self, frame: Frame) -> None:
+        is_request = frame.kind is FrameKind.REQUEST
+        handler = self._handlers.get(frame.method)
+        try:
+            if handler is None:
+                raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=frame.method))
+            result = await handler(frame.params)
+        except JsonRpcError as exc:
+            if is_request:
+                await self._answer(error_line(frame.id, exc.code, exc.message), exc.code)
+            return
+        except asyncio.CancelledError:
+            if is_request and not self._closed:
+                await self._answer(error_line(frame.id, INTERNAL_ERROR, "Request cancelled"),
+                                   INTERNAL_ERROR)
+            raise
+        except Exception:
+            log.exception("handler_failed", method=frame.method)
+            if is_request:
+                await self._answer(error_line(frame.id, INTERNAL_ERROR, "Internal error"),
+                                   INTERNAL_ERROR)
+            return
+        if is_request:
+            await self._answer(result_line(frame.id, result))
+
+    async def close(self) -> None:
+        """The client went away: fail back-channel requests, release this connection's sessions."""
+        self.backchannel.close()
+        sessions = list(self.sessions.values())
+        self.sessions.clear()
+        await asyncio.gather(*(self.runtime.deactivate(s, "disconnect") for s in sessions),
+                             return_exceptions=True)
+        self._closed = True
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=15)
+            for task in pending:
+                task.cancel()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _active(self, sid: str) -> EdgeSession:
+        session = self.sessions.get(sid)
+        if session is None or session.released or \
+                self.runtime.registry.active.get(sid) is not session:
+            self.sessions.pop(sid, None)
+            raise _not_found(sid)
+        return session
+
+    def _mcp_servers(self, params: dict[str, Any]) -> list[Any]:
+        servers = params.get("mcpServers")
+        return servers if isinstance(servers, list) else []
+
+    async def _policy(self, alias: str, workspace_dir: str) -> dict[str, Any]:
+        from services.session.policy import SecurityPolicy
+
+        p = await self.runtime.session_stub.GetPolicy(
+            session_pb2.GetPolicyRequest(alias=alias, workspace_dir=workspace_dir))
+        return SecurityPolicy(
+            workspace_dir=p.workspace_dir, allowed_roots=tuple(p.allowed_roots),
+            forbidden_paths=tuple(p.forbidden_paths), autonomy=p.autonomy,
+            auto_approve=tuple(p.auto_approve), always_ask=tuple(p.always_ask),
+            workspace_only=p.workspace_only).to_json()
+
+    async def _spawn_adapter(self, session: EdgeSession,
+                             agent: session_pb2.ResolvedAgent) -> AdapterClient:
+        """Ensure a lease, attach, initialize. On failure the lease is closed again."""
+        rt = self.runtime
+        try:
+            resp = await rt.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
+                session_key=session.session_key, command=agent.command, args=list(agent.args),
+                env=dict(agent.env), cwd=session.workspace_dir))
+        except grpc.aio.AioRpcError as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{agent.alias}`: "
+                               f"{exc.details() or exc.code().name}") from None
+        session.lease_id = resp.lease.lease_id
+        client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session)
+        session.adapter = client
+        try:
+            await client.start(self.client_capabilities)
+        except Exception as exc:
+            await self._abandon(session)
+            raise JsonRpcError(INTERNAL_ERROR,
+                               f"Failed to start agent `{agent.alias}`: {_cause(exc)}") from None
+        return client
+
+    async def _abandon(self, session: EdgeSession) -> None:
+        await self.runtime.release(session, "failed")
+
+    # ------------------------------------------------------------------ §2
+
+    async def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §2: always protocol 1; remembers the client's capabilities."""
+        caps = params.get("clientCapabilities")
+        self.client_capabilities = caps if isinstance(caps, dict) else {}
+        rt = self.runtime
+        zeroclaw: dict[str, Any] = {}
+        try:
+            agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
+                connection_default=self.default_agent))
+            if agent.default_model:
+                zeroclaw["defaultModel"] = agent.default_model
+        except grpc.aio.AioRpcError:
+            pass  # no resolvable default agent: defaultModel omitted
+        zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
+        zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
+        persistent = rt.persistent
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": persistent,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "mcpCapabilities": {"http": False, "sse": False},
+                "sessionCapabilities": ({"resume": {}, "close": {}, "list": {}}
+                                        if persistent else {}),
+            },
+            "agentInfo": {"name": "acpgate", "title": "acpgate ACP Gateway",
+                          "version": __version__},
+            "authMethods": [],
+            "_meta": {META_ZEROCLAW: zeroclaw},
+        }
+
+    async def authenticate(self, params: dict[str, Any]) -> dict[str, Any]:
+        """No auth methods are advertised; authenticate is a no-op."""
+        return {}
+
+    # ------------------------------------------------------------------ §3
+
+    async def session_new(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §3: alias chain, cwd rules, limit, row, adapter."""
+        rt = self.runtime
+        alias = ""
+        for key in ("agentAlias", "agent_alias", "agent"):
+            value = params.get(key)
+            if isinstance(value, str) and value.strip():
+                alias = value.strip()
+                break
+        cwd = _first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
+        try:
+            agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
+                explicit_alias=alias, connection_default=self.default_agent))
+            ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
+                alias=agent.alias, cwd=cwd, base_dir=os.getcwd()))
+        except grpc.aio.AioRpcError as exc:
+            raise _grpc_error(exc) from None
+        if not rt.registry.try_reserve():
+            raise JsonRpcError(SESSION_LIMIT, MSG_SESSION_LIMIT.format(max=rt.cfg.acp.max_sessions))
+        try:
+            sid = str(uuid.uuid4())
+            try:
+                row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
+                    session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
+                    gateway_instance_id=rt.gateway_instance_id))
+                policy = await self._policy(agent.alias, ws.workspace_dir)
+            except grpc.aio.AioRpcError as exc:
+                raise _grpc_error(exc) from None
+            session = EdgeSession(rt, self, row, agent.kind, rt.clock)
+            client = await self._spawn_adapter(session, agent)
+            try:
+                adapter_sid = await client.new_session(ws.workspace_dir, self._mcp_servers(params),
+                                                       policy)
+            except Exception as exc:
+                await self._abandon(session)
+                raise JsonRpcError(INTERNAL_ERROR,
+                                   f"Failed to start agent `{agent.alias}`: {_cause(exc)}") from None
+            await self._mark_active(session, adapter_sid)
+        finally:
+            rt.registry.unreserve()
+        return {"sessionId": sid, "workspaceDir": ws.workspace_dir}
+
+    async def _mark_active(self, session: EdgeSession, adapter_sid: str,
+                           alias: str | None = None) -> None:
+        request = session_pb2.UpdateSessionRequest(
+            session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
+            lease_id=session.lease_id, adapter_session_id=adapter_sid)
+        if alias is not None:
+            request.agent_alias = alias
+        try:
+            await self.runtime.session_stub.UpdateSession(request)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
+        if session.released:  # the adapter died during setup
+            raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")
+        self.runtime.activate(session)
+        self.sessions[session.session_id] = session
+        session.touch()
+
+    # ------------------------------------------------------------------ §4
+
+    async def session_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §4: id, active, busy (slot before blobs), prompt, then the turn."""
+        sid = _session_id(params)
+        session = self._active(sid)
+        turn = session.reserve_turn()
+        if turn is None:
+            raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+        try:
+            plan = blobs.parse_prompt(params.get("prompt"))
+            if plan.blobs:
+                text = await asyncio.to_thread(blobs.materialize, plan, session.workspace_dir)
+            else:
+                text = blobs.materialize(plan, session.workspace_dir)
+            return await session.run_turn(turn, text)
+        finally:
+            session.release_turn(turn)
+
+    # ------------------------------------------------------------------ §7
+
+    async def session_cancel(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §7: interrupt the running turn; idle or unknown → {}."""
+        sid = _first_str(params, "sessionId", "session_id")
+        session = self.sessions.get(sid or "")
+        if session is not None:
+            session.touch()
+            session.cancel()
+        return {}
+
+    async def session_stop(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §7: leave the active set now, let the turn finish, release."""
+        sid = _session_id(params)
+        session = self._active(sid)
+        self.runtime.remove(session)
+        self.sessions.pop(sid, None)
+        await session.wait_turn()
+        await self.runtime.release(session, "stop")
+        return {"sessionId": sid, "stopped": True}
+
+    async def session_close(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §7: cancel the turn, leave the active set, wait, release."""
+        sid = _session_id(params)
+        session = self._active(sid)
+        self.runtime.remove(session)
+        self.sessions.pop(sid, None)
+        session.cancel()
+        await session.wait_turn()
+        await self.runtime.release(session, "close")
+        return {}
+
+    # ------------------------------------------------------------------ §8
+
+    async def session_load(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §8: restore and replay the stored history."""
+        return await self._restore(params, replay=True)
+
+    async def session_resume(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §8: restore; replay only the stored plan."""
+        return await self._restore(params, replay=False)
+
+    async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
+        rt = self.runtime
+        sid = _session_id(params)
+        if not rt.persistent:
+            raise _not_found(sid)
+        if not rt.registry.try_reserve():
+            raise JsonRpcError(SESSION_LIMIT, MSG_SESSION_LIMIT.format(max=rt.cfg.acp.max_sessions))
+        try:
+            if sid in rt.registry.active:
+                raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+            try:
+                row = await rt.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+            except grpc.aio.AioRpcError as exc:
+                raise (_not_found(sid) if exc.code() == grpc.StatusCode.NOT_FOUND
+                       else _grpc_error(exc, sid)) from None
+            try:
+                agent = await rt.session_stub.ResolveRestoreAgent(
+                    session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+                policy = await self._policy(agent.alias, row.workspace_dir)
+                items = [item async for item in rt.session_stub.StreamHistory(
+                    session_pb2.StreamHistoryRequest(session_id=sid))]
+            except grpc.aio.AioRpcError as exc:
+                raise _grpc_error(exc, sid) from None
+            if sid in rt.registry.active:  # a concurrent restore won the race
+                raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+            session = EdgeSession(rt, self, row, agent.kind, rt.clock)
+            session.alias = agent.alias
+            session.session_key = f"agent:{agent.alias}:acp:{sid}" if agent.alias != \
+                row.agent_alias else session.session_key
+            client = await self._spawn_adapter(session, agent)
+            mcp = self._mcp_servers(params)
+            try:
+                if agent.kind == "builtin":
+                    adapter_sid = row.adapter_session_id or sid
+                    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy,
+                                                history_meta(items))
+                else:
+                    native = agent.alias == row.agent_alias and await client.restore_external(
+                        row.adapter_session_id, row.workspace_dir, mcp)
+                    if native:
+                        adapter_sid = row.adapter_session_id
+                    else:
+                        adapter_sid = await client.new_session(row.workspace_dir, mcp, policy)
+                        session.pending_history = transcript(items) or None
+            except Exception as exc:
+                await self._abandon(session)
+                raise JsonRpcError(INTERNAL_ERROR,
+                                   f"Failed to restore session: {_cause(exc)}") from None
+            if replay:
+                for update in replay_updates(items):
+                    await self._notify_update(sid, update)
+            elif row.plan_json:
+                entries = _loads_list(row.plan_json)
+                if entries is not None:
+                    await self._notify_update(sid, {"sessionUpdate": U_PLAN, "entries": entries})
+            await self._mark_active(session, adapter_sid,
+                                    agent.alias if agent.alias != row.agent_alias else None)
+        finally:
+            rt.registry.unreserve()
+        return {}
+
+    async def _notify_update(self, sid: str, update: dict[str, Any]) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.send(notification_line(M_SESSION_UPDATE, {"sessionId": sid,
+                                                                 "update": update}))
+
+    async def session_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §8: every session the local client may see (empty requester), ACP shape."""
+        cwd = _first_str(params, "cwd") or ""
+        cursor = _first_str(params, "cursor") or ""
+        try:
+            resp = await self.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(
+                requester_session_key="", cwd=cwd, cursor=cursor))
+        except grpc.aio.AioRpcError as exc:
+            raise _grpc_error(exc) from None
+        sessions = []
+        for row in resp.sessions:
+            info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
+            if row.title:
+                info["title"] = row.title
+            info["updatedAt"] = _iso(row.last_activity or row.created_at)
+            sessions.append(info)
+        out: dict[str, Any] = {"sessions": sessions}
+        if resp.next_cursor:
+            out["nextCursor"] = resp.next_cursor
+        return out
+
+    async def session_event(self, params: dict[str, Any]) -> dict[str, Any]:
+        """SPEC §8: inbound session/update or session/event touches the session."""
+        sid = _session_id(params)
+        event_type = params.get("type")
+        if not isinstance(event_type, str):
+            update = params.get("update")
+            event_type = update.get("sessionUpdate") if isinstance(update, dict) else None
+            if not isinstance(event_type, str):
+                event_type = "unknown"
+        session = self.sessions.get(sid)
+        if session is not None:
+            session.touch()
+        try:
+            await self.runtime.session_stub.TouchSession(
+                session_pb2.TouchSessionRequest(session_id=sid))
+        except grpc.aio.AioRpcError as exc:
+            if session is None:
+                raise (_not_found(sid) if exc.code() in (
+                    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+                    else _grpc_error(exc, sid)) from None
+        return {"sessionId": sid, "type": event_type, "status": "processed"}
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, JsonRpcError):
+        return exc.message
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.details() or exc.code().name
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _loads_list(text: str) -> list[Any] | None:
+    import orjson
+
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) else None

@@ -1,0 +1,233 @@
+"""The edge runtime shared by every client connection of one process.
+
+It holds the gRPC stubs of the session and lifecycle services (starting both
+embedded on private unix sockets when ``[services]`` is empty), the registry of
+active sessions with the ``max_sessions`` slots (SPEC §9), the idle reaper,
+and the one way a session is released: adapter detached, lease closed through
+lifecycle ``CloseSession``, row marked inactive (never deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.config import Config
+from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_channel import wait_healthy
+from services.common.grpc_server import RunningServer
+from services.common.logs import get_logger
+from services.edge.metrics import Metrics
+from services.edge.session import EdgeSession
+
+log = get_logger("edge.runtime")
+
+#: Longest pause between idle-reaper sweeps.
+REAPER_MAX_INTERVAL_SECS = 30.0
+
+
+@dataclass
+class SessionRegistry:
+    """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
+
+    max_sessions: int
+    active: dict[str, EdgeSession] = field(default_factory=dict)
+    reserved: int = 0
+
+    def try_reserve(self) -> bool:
+        """Take a slot for a session being created or restored; False at the limit."""
+        if len(self.active) + self.reserved >= self.max_sessions:
+            return False
+        self.reserved += 1
+        return True
+
+    def unreserve(self) -> None:
+        """Give back a reserved slot."""
+        self.reserved = max(0, self.reserved - 1)
+
+
+class EdgeRuntime:
+    """Everything one edge process shares across connections (see docs/contracts.md)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        session_channel: grpc.aio.Channel,
+        lifecycle_channel: grpc.aio.Channel,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
+        self.lifecycle_stub = lifecycle_pb2_grpc.LifecycleServiceStub(lifecycle_channel)
+        self._channels = [session_channel, lifecycle_channel]
+        self.registry = SessionRegistry(cfg.acp.max_sessions)
+        self.persistent = True
+        self.gateway_instance_id = ""
+        self._embedded: list[RunningServer] = []
+        self._tempdir: str | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ startup
+
+    async def _start(self) -> None:
+        status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
+        self.persistent = status.persistent
+        if not status.persistent:
+            log.warning("store_in_memory", reason=status.fallback_reason)
+        instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
+        self.gateway_instance_id = instance.gateway_instance_id
+        self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a background task owned by the runtime (kept referenced, awaited on close)."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ sessions
+
+    def activate(self, session: EdgeSession) -> None:
+        """Enter a started session into the active set (its slot was reserved)."""
+        self.registry.active[session.session_id] = session
+        self.metrics.active_sessions = len(self.registry.active)
+
+    def remove(self, session: EdgeSession) -> bool:
+        """Take a session out of the active set at once; False if it was not there."""
+        if self.registry.active.get(session.session_id) is not session:
+            return False
+        del self.registry.active[session.session_id]
+        self.metrics.active_sessions = len(self.registry.active)
+        return True
+
+    async def deactivate(self, session: EdgeSession, reason: str) -> None:
+        """Remove a session and release its adapter (the stored record stays)."""
+        self.remove(session)
+        await self.release(session, reason)
+
+    async def release(self, session: EdgeSession, reason: str) -> None:
+        """Detach the adapter, close the lease, mark the row inactive. Idempotent."""
+        if session.released:
+            return
+        session.released = True
+        if session.turn is not None:
+            session.cancel()
+        if session.adapter is not None:
+            with contextlib.suppress(Exception):
+                await session.adapter.close()
+        await self.close_lease(session.lease_id, session.session_key, reason)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await self.session_stub.UpdateSession(session_pb2.UpdateSessionRequest(
+                session_id=session.session_id, state=session_pb2.SESSION_STATE_INACTIVE))
+        log.info("session_released", session_id=session.session_id, reason=reason)
+
+    async def close_lease(self, lease_id: str, session_key: str, reason: str) -> None:
+        """lifecycle ``CloseSession`` (verify, then reap); failures are logged, not raised."""
+        if not lease_id and not session_key:
+            return
+        try:
+            resp = await self.lifecycle_stub.CloseSession(lifecycle_pb2.CloseSessionRequest(
+                lease_id=lease_id, session_key=session_key if not lease_id else "",
+                reason=reason))
+            if resp.unverified_reason:
+                log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
+                        detail=exc.details())
+
+    async def _reap_idle(self) -> None:
+        timeout = float(self.cfg.acp.session_timeout_secs)
+        interval = max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS))
+        while True:
+            await asyncio.sleep(interval)
+            for session in list(self.registry.active.values()):
+                if session.turn is None and session.idle_for() >= timeout:
+                    log.info("session_idle", session_id=session.session_id)
+                    self.spawn(self.deactivate(session, "idle"))
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def close(self) -> None:
+        """Close every session, stop the embedded services, close channels."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        sessions = list(self.registry.active.values())
+        await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
+                             return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
+        for channel in self._channels:
+            with contextlib.suppress(Exception):
+                await channel.close(None)
+        for server in reversed(self._embedded):
+            with contextlib.suppress(Exception):
+                await server.stop()
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+
+
+async def open_runtime(cfg: Config) -> EdgeRuntime:
+    """Connect to the configured services, or start them embedded (SPEC §0).
+
+    Embedded mode (an empty ``[services]`` address) runs that service inside
+    this process over real gRPC on a unix socket in a private, short temp dir.
+    """
+    embedded: list[RunningServer] = []
+    tempdir: str | None = None
+    session_addr = cfg.services.session_addr
+    lifecycle_addr = cfg.services.lifecycle_addr
+    try:
+        if not session_addr or not lifecycle_addr:
+            tempdir = tempfile.mkdtemp(prefix="acpg-", dir="/tmp")
+        if not session_addr:
+            from services.session.server import start_session_server
+
+            server = await start_session_server(cfg, f"unix:{tempdir}/s.sock")
+            embedded.append(server)
+            session_addr = server.address
+        if not lifecycle_addr:
+            from services.lifecycle.server import start_lifecycle_server
+
+            server = await start_lifecycle_server(cfg, f"unix:{tempdir}/l.sock")
+            embedded.append(server)
+            lifecycle_addr = server.address
+        sec = grpc_security(cfg)
+        session_channel = open_service_channel(sec, session_addr)
+        lifecycle_channel = open_service_channel(sec, lifecycle_addr)
+        await wait_healthy(session_channel)
+        await wait_healthy(lifecycle_channel)
+    except BaseException:
+        for server in reversed(embedded):
+            with contextlib.suppress(Exception):
+                await server.stop()
+        if tempdir is not None:
+            shutil.rmtree(tempdir, ignore_errors=True)
+        raise
+    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel)
+    runtime._embedded = embedded
+    runtime._tempdir = tempdir
+    try:
+        await runtime._start()
+    except BaseException:
+        await runtime.close()
+        raise
+    return runtime

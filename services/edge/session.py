@@ -1,0 +1,281 @@
+"""One active edge session: its adapter, its running turn, its relays (SPEC §4–§7).
+
+The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
+it: streams the adapter's updates to the owning client in order, accumulates
+the turn, relays permission requests with ``zc-out-N`` ids, applies cancel,
+and writes each completed turn in one ``AppendTurn``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.logs import get_logger
+from services.common.protocol import (
+    CANCEL_MARKER,
+    CANCEL_TOOL_CALL_PREFIX,
+    CANCEL_TOOL_NAME,
+    INTERNAL_ERROR,
+    M_ELICITATION_CREATE,
+    M_SESSION_UPDATE,
+    OUTCOME_CANCELLED,
+    STOP_CANCELLED,
+    STOP_END_TURN,
+    U_TOOL_CALL,
+)
+from services.edge.adapter import AdapterClient
+from services.edge.adapter_link import AdapterExit, AdapterGone, AdapterRpcError
+from services.edge.backchannel import BackChannel, BackChannelError
+from services.edge.framing import JsonRpcError, notification_line
+from services.edge.turn import TurnAccumulator
+
+if TYPE_CHECKING:
+    from services.edge.runtime import EdgeRuntime
+
+log = get_logger("edge.session")
+
+#: After a cancel, how long the adapter gets to answer the prompt before the edge ends it.
+CANCEL_GRACE_SECS = 10.0
+#: Longest stored title (first user message, trimmed).
+TITLE_MAX_CHARS = 80
+
+
+class ClientPort(Protocol):
+    """The owning client connection, as a session sees it."""
+
+    backchannel: BackChannel
+
+    async def send(self, line: str) -> None:
+        """Write one line/frame to the client."""
+
+
+@dataclass
+class TurnState:
+    """The reserved turn slot of a session and, once started, its accumulation."""
+
+    acc: TurnAccumulator | None = None
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def cancelled_update(session_id: str) -> dict[str, Any]:
+    """The ``turn-cancelled`` tool_call update of SPEC §7."""
+    return {
+        "sessionUpdate": U_TOOL_CALL,
+        "toolCallId": f"{CANCEL_TOOL_CALL_PREFIX}{session_id}",
+        "name": CANCEL_TOOL_NAME,
+        "title": CANCEL_TOOL_NAME,
+        "kind": "think",
+        "status": "completed",
+        "content": [{"type": "content", "content": {"type": "text", "text": CANCEL_MARKER}}],
+    }
+
+
+class EdgeSession:
+    """An active session bound to one client connection and one adapter lease."""
+
+    def __init__(
+        self,
+        runtime: EdgeRuntime,
+        port: ClientPort,
+        row: session_pb2.SessionRow,
+        kind: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.runtime = runtime
+        self.port = port
+        self.session_id = row.session_id
+        self.alias = row.agent_alias
+        self.kind = kind
+        self.workspace_dir = row.workspace_dir
+        self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
+        self.lease_id = ""
+        self.title = row.title
+        self.adapter: AdapterClient | None = None
+        self.turn: TurnState | None = None
+        self._clock = clock
+        self.last_activity = clock()
+        #: Prior conversation for an external adapter that could not restore itself.
+        self.pending_history: str | None = None
+        self.released = False
+        self._relays: set[asyncio.Future[Any]] = set()
+
+    # ------------------------------------------------------------------ activity
+
+    def touch(self) -> None:
+        """Mark activity now (idle reaper)."""
+        self.last_activity = self._clock()
+
+    def idle_for(self) -> float:
+        """Seconds since the last activity."""
+        return self._clock() - self.last_activity
+
+    # ------------------------------------------------------------------ AdapterHost
+
+    async def on_adapter_update(self, params: dict[str, Any]) -> None:
+        """Forward one adapter update to the client at once and accumulate it."""
+        self.touch()
+        update = params.get("update")
+        turn = self.turn
+        if turn is not None and turn.acc is not None and isinstance(update, dict):
+            turn.acc.add(update)
+        self.runtime.metrics.relayed_updates_total += 1
+        try:
+            await self.port.send(notification_line(M_SESSION_UPDATE, params))
+        except (ConnectionError, OSError):
+            log.info("client_gone_during_update", session_id=self.session_id)
+
+    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Re-issue an adapter request to the client; fall back to a denial on any failure."""
+        self.touch()
+        self.runtime.metrics.permission_requests_total += 1
+        fallback: dict[str, Any] = (
+            {"action": "cancel"} if method == M_ELICITATION_CREATE
+            else {"outcome": {"outcome": OUTCOME_CANCELLED}}
+        )
+        waiter = asyncio.ensure_future(self.port.backchannel.request(
+            method, params, float(self.runtime.cfg.acp.session_timeout_secs)))
+        self._relays.add(waiter)
+        try:
+            result = await waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return fallback  # the turn was cancelled while the question was open
+        except BackChannelError as exc:
+            log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
+            return fallback
+        finally:
+            self._relays.discard(waiter)
+            self.touch()
+        if method == M_ELICITATION_CREATE:
+            return result if isinstance(result, dict) else fallback
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if not isinstance(outcome, dict) or not isinstance(outcome.get("outcome"), str):
+            return fallback
+        return {"outcome": outcome}
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        """An adapter that dies leaves the session inactive but loadable."""
+        if not self.released:
+            log.info("adapter_exited", session_id=self.session_id, cause=exit_info.describe())
+            self.runtime.spawn(self.runtime.deactivate(self, "exit"))
+
+    # ------------------------------------------------------------------ turns
+
+    def reserve_turn(self) -> TurnState | None:
+        """Take the turn slot; None when a turn already runs (SPEC §4 -32002)."""
+        if self.turn is not None:
+            return None
+        self.turn = TurnState()
+        self.touch()
+        return self.turn
+
+    def release_turn(self, turn: TurnState) -> None:
+        """Free the turn slot."""
+        if self.turn is turn:
+            self.turn = None
+        turn.done.set()
+        self.touch()
+
+    async def run_turn(self, turn: TurnState, text: str) -> dict[str, Any]:
+        """Send the prompt, stream, persist a completed turn; return the prompt result."""
+        adapter = self.adapter
+        if adapter is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
+        turn.acc = TurnAccumulator(user_text=text)
+        blocks: list[dict[str, Any]] = []
+        if self.pending_history:
+            blocks.append({"type": "resource", "resource": {
+                "uri": f"acpgate://session/{self.session_id}/history.txt",
+                "mimeType": "text/plain",
+                "text": "Prior conversation of this session:\n\n" + self.pending_history,
+            }})
+        blocks.append({"type": "text", "text": text})
+        if turn.cancelled:  # cancelled before the adapter saw it
+            result: Any = {"stopReason": STOP_CANCELLED}
+        else:
+            result = await self._await_prompt(adapter, blocks, turn)
+            self.pending_history = None
+        stop = result.get("stopReason") if isinstance(result, dict) else None
+        acc = turn.acc
+        if turn.cancelled or stop == STOP_CANCELLED:
+            await self.on_adapter_update({"sessionId": self.session_id,
+                                          "update": cancelled_update(self.session_id)})
+            content = f"{acc.text}\n\n{CANCEL_MARKER}" if acc.text else CANCEL_MARKER
+            self.runtime.metrics.turns_total += 1
+            return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
+        await self._persist(acc, result)
+        self.runtime.metrics.turns_total += 1
+        return {"sessionId": self.session_id,
+                "stopReason": stop if isinstance(stop, str) else STOP_END_TURN,
+                "content": acc.text}
+
+    async def _await_prompt(self, adapter: AdapterClient, blocks: list[dict[str, Any]],
+                            turn: TurnState) -> Any:
+        task = asyncio.ensure_future(adapter.prompt(blocks))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_SECS)
+                if done:
+                    return task.result()
+                if turn.cancelled:  # the adapter ignored session/cancel: end the turn here
+                    task.cancel()
+                    return {"stopReason": STOP_CANCELLED}
+        except AdapterGone as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.exit_info.describe()}") from None
+        except AdapterRpcError as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.message}") from None
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _persist(self, acc: TurnAccumulator, result: Any) -> None:
+        tokens = 0
+        meta = result.get("_meta") if isinstance(result, dict) else None
+        usage = meta.get("acpgate", {}).get("usage") if isinstance(meta, dict) and isinstance(
+            meta.get("acpgate"), dict) else None
+        if isinstance(usage, dict):
+            for key in ("inputTokens", "outputTokens"):
+                if isinstance(usage.get(key), int):
+                    tokens += usage[key]
+        request = session_pb2.AppendTurnRequest(
+            session_id=self.session_id, items=acc.items, token_delta=tokens)
+        if acc.plan_json is not None:
+            request.plan_json = acc.plan_json
+        stub = self.runtime.session_stub
+        try:
+            await stub.AppendTurn(request)
+            if not self.title and acc.user_text.strip():
+                self.title = " ".join(acc.user_text.split())[:TITLE_MAX_CHARS]
+                await stub.UpdateSession(session_pb2.UpdateSessionRequest(
+                    session_id=self.session_id, title=self.title))
+        except grpc.aio.AioRpcError as exc:
+            log.error("append_turn_failed", session_id=self.session_id, code=exc.code().name)
+            raise JsonRpcError(INTERNAL_ERROR,
+                               f"Turn completed but could not be stored: {exc.code().name}") from None
+
+    def cancel(self) -> bool:
+        """Interrupt the running turn (SPEC §7). False when no turn runs."""
+        turn = self.turn
+        if turn is None or turn.cancelled:
+            return False
+        turn.cancelled = True
+        if turn.acc is not None and self.adapter is not None:
+            self.adapter.cancel()
+        for waiter in list(self._relays):
+            waiter.cancel()
+        return True
+
+    async def wait_turn(self) -> None:
+        """Wait until no turn runs."""
+        while self.turn is not None:
+            await self.turn.done.wait()
+

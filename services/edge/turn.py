@@ -1,0 +1,245 @@
+"""One prompt turn as it streams, and its conversion to/from stored history (SPEC §5, §8).
+
+:class:`TurnAccumulator` watches the adapter's ``session/update`` payloads of a
+turn and builds the session service's ``HistoryItem`` list for one
+``AppendTurn``. The module also turns stored items back into replay updates
+(``session/load``), into the built-in agent's ``_meta.acpgate.history`` items,
+and into a plain transcript for adapters that cannot restore themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from acpgate.session.v1 import session_pb2
+from services.common.protocol import (
+    U_AGENT_MESSAGE,
+    U_AGENT_THOUGHT,
+    U_PLAN,
+    U_TOOL_CALL,
+    U_TOOL_CALL_UPDATE,
+    U_USER_MESSAGE,
+)
+
+Role = session_pb2.HistoryItem.Role
+_FINAL_STATUSES = ("completed", "failed")
+
+
+def _text_of(content: Any) -> str:
+    """Text of an ACP ContentBlock (or of a list of tool-call content entries)."""
+    if isinstance(content, dict):
+        if content.get("type") == "text" and isinstance(content.get("text"), str):
+            return str(content["text"])
+        if content.get("type") == "content":
+            return _text_of(content.get("content"))
+        return ""
+    if isinstance(content, list):
+        return "".join(_text_of(c) for c in content)
+    return ""
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode() if value is not None else ""
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+@dataclass
+class TurnAccumulator:
+    """Accumulates one turn's updates into history items (user text first)."""
+
+    user_text: str
+    items: list[session_pb2.HistoryItem] = field(default_factory=list)
+    #: The streamed assistant text (the prompt result's ``content``).
+    text: str = ""
+    #: The last ``plan`` entries seen in this turn (JSON), or None.
+    plan_json: str | None = None
+    _calls: dict[str, session_pb2.HistoryItem] = field(default_factory=dict)
+    _results: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.items.append(session_pb2.HistoryItem(role=Role.ROLE_USER, text=self.user_text))
+
+    def _append_text(self, role: int, text: str) -> None:
+        last = self.items[-1] if self.items else None
+        if last is not None and last.role == role and role != Role.ROLE_USER:
+            last.text += text
+        else:
+            self.items.append(session_pb2.HistoryItem(role=role, text=text))  # type: ignore[arg-type]
+
+    def add(self, update: dict[str, Any]) -> None:
+        """Record one ``update`` object (the ``params.update`` of a session/update)."""
+        kind = update.get("sessionUpdate")
+        if kind == U_AGENT_MESSAGE:
+            text = _text_of(update.get("content"))
+            self.text += text
+            if text:
+                self._append_text(Role.ROLE_ASSISTANT, text)
+        elif kind == U_AGENT_THOUGHT:
+            text = _text_of(update.get("content"))
+            if text:
+                self._append_text(Role.ROLE_THOUGHT, text)
+        elif kind == U_TOOL_CALL:
+            self._tool_call(update)
+        elif kind == U_TOOL_CALL_UPDATE:
+            self._tool_update(update)
+        elif kind == U_PLAN:
+            entries = update.get("entries")
+            self.plan_json = _json(entries if isinstance(entries, list) else [])
+
+    def _tool_call(self, update: dict[str, Any]) -> None:
+        call_id = str(update.get("toolCallId") or "")
+        title = update.get("title")
+        name = update.get("name") or title
+        item = session_pb2.HistoryItem(
+            role=Role.ROLE_TOOL_CALL,
+            tool_call_id=call_id,
+            tool_name=str(name or ""),
+            tool_kind=str(update.get("kind") or "other"),
+            title=str(title or name or ""),
+            arguments_json=_json(update.get("rawInput")),
+            content_json=_json(update.get("content")) if update.get("content") else "",
+        )
+        self.items.append(item)
+        self._calls[call_id] = item
+        if update.get("status") in _FINAL_STATUSES:
+            self._tool_update(update)
+
+    def _tool_update(self, update: dict[str, Any]) -> None:
+        call_id = str(update.get("toolCallId") or "")
+        call = self._calls.get(call_id)
+        if call is not None:  # later fields refine the call (title, input, ...)
+            if isinstance(update.get("title"), str):
+                call.title = update["title"]
+            if update.get("rawInput") is not None and not call.arguments_json:
+                call.arguments_json = _json(update["rawInput"])
+        status = update.get("status")
+        if status not in _FINAL_STATUSES or call_id in self._results:
+            return
+        self._results.add(call_id)
+        output = update.get("rawOutput")
+        text = _as_text(output) if output is not None else _text_of(update.get("content"))
+        self.items.append(session_pb2.HistoryItem(
+            role=Role.ROLE_TOOL_RESULT,
+            tool_call_id=call_id,
+            tool_name=call.tool_name if call else str(update.get("name") or ""),
+            tool_kind=call.tool_kind if call else str(update.get("kind") or ""),
+            title=call.title if call else str(update.get("title") or ""),
+            output=text,
+            status=str(status),
+            content_json=_json(update.get("content")) if update.get("content") else "",
+        ))
+
+
+# ----------------------------------------------------------------- stored → wire
+
+
+def _loads(text: str) -> Any:
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
+    """``update`` objects that replay stored history to a client (SPEC §8 session/load)."""
+    out: list[dict[str, Any]] = []
+    calls: dict[str, session_pb2.HistoryItem] = {}
+    for item in items:
+        if item.role == Role.ROLE_USER:
+            out.append({"sessionUpdate": U_USER_MESSAGE,
+                        "content": {"type": "text", "text": item.text}})
+        elif item.role == Role.ROLE_ASSISTANT:
+            out.append({"sessionUpdate": U_AGENT_MESSAGE,
+                        "content": {"type": "text", "text": item.text}})
+        elif item.role == Role.ROLE_THOUGHT:
+            out.append({"sessionUpdate": U_AGENT_THOUGHT,
+                        "content": {"type": "text", "text": item.text}})
+        elif item.role == Role.ROLE_TOOL_CALL:
+            calls[item.tool_call_id] = item
+            upd: dict[str, Any] = {
+                "sessionUpdate": U_TOOL_CALL, "toolCallId": item.tool_call_id,
+                "name": item.tool_name, "title": item.title or item.tool_name,
+                "kind": item.tool_kind or "other", "status": "completed",
+                "rawInput": _loads(item.arguments_json) or {},
+            }
+            content = _loads(item.content_json)
+            if content:
+                upd["content"] = content
+            out.append(upd)
+        elif item.role == Role.ROLE_TOOL_RESULT:
+            call = calls.get(item.tool_call_id)
+            name = item.tool_name or (call.tool_name if call else "")
+            content = _loads(item.content_json) or [
+                {"type": "content", "content": {"type": "text", "text": item.output}}]
+            out.append({
+                "sessionUpdate": U_TOOL_CALL_UPDATE, "toolCallId": item.tool_call_id,
+                "status": item.status or "completed", "name": name,
+                "title": item.title or (call.title if call else name),
+                "kind": item.tool_kind or (call.tool_kind if call else "other") or "other",
+                "rawOutput": item.output, "body": item.output, "content": content,
+            })
+    return out
+
+
+_ROLE_NAMES = {
+    Role.ROLE_USER: "user",
+    Role.ROLE_ASSISTANT: "assistant",
+    Role.ROLE_THOUGHT: "thought",
+    Role.ROLE_TOOL_CALL: "tool_call",
+    Role.ROLE_TOOL_RESULT: "tool_result",
+}
+
+
+def history_meta(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
+    """The built-in agent's ``_meta.acpgate.history`` items (docs/contracts.md)."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        role = _ROLE_NAMES.get(item.role)
+        if role is None:
+            continue
+        entry: dict[str, Any] = {"role": role}
+        if item.text:
+            entry["text"] = item.text
+        if item.tool_call_id:
+            entry["toolCallId"] = item.tool_call_id
+        if item.tool_name:
+            entry["toolName"] = item.tool_name
+        if item.tool_kind:
+            entry["toolKind"] = item.tool_kind
+        if item.title:
+            entry["title"] = item.title
+        if item.role == Role.ROLE_TOOL_CALL:
+            args = _loads(item.arguments_json)
+            entry["arguments"] = args if isinstance(args, dict) else {}
+        if item.role == Role.ROLE_TOOL_RESULT:
+            entry["output"] = item.output
+            entry["status"] = item.status or "completed"
+        out.append(entry)
+    return out
+
+
+def transcript(items: list[session_pb2.HistoryItem]) -> str:
+    """A plain-text rendering of the prior conversation (for adapters that cannot restore)."""
+    lines: list[str] = []
+    for item in items:
+        if item.role == Role.ROLE_USER:
+            lines.append(f"User: {item.text}")
+        elif item.role == Role.ROLE_ASSISTANT:
+            lines.append(f"Assistant: {item.text}")
+        elif item.role == Role.ROLE_TOOL_CALL:
+            lines.append(f"Tool call {item.tool_name or item.title}: {item.arguments_json}")
+        elif item.role == Role.ROLE_TOOL_RESULT:
+            lines.append(f"Tool result ({item.status or 'completed'}): {item.output}")
+    return "\n\n".join(lines)

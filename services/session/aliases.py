@@ -1,0 +1,127 @@
+"""Which agent an alias means: the SPEC §3 alias chain, the §8 restore chain, launch specs.
+
+Errors carry the exact client-facing messages of ``services.common.protocol``
+(the edge forwards them verbatim as -32602).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.config import AgentSection, Config
+from services.common.protocol import MSG_AGENT_DISABLED, MSG_ALIAS_REQUIRED, MSG_UNKNOWN_AGENT
+
+__all__ = [
+    "AgentLaunch",
+    "AliasError",
+    "ensure_agent_workspace",
+    "launch_spec",
+    "resolve_alias",
+    "resolve_restore_alias",
+]
+
+
+class AliasError(Exception):
+    """An alias could not be resolved; ``str(exc)`` is the exact SPEC message."""
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    """How to launch the adapter of one alias, and what it is."""
+
+    alias: str
+    kind: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    agent_workspace: str = ""
+    autonomy: str = "supervised"
+    default_model: str = ""
+
+
+def _check_dispatchable(cfg: Config, alias: str) -> AgentSection:
+    agent = cfg.agents.get(alias)
+    if agent is None:
+        raise AliasError(MSG_UNKNOWN_AGENT.format(alias=alias))
+    if not agent.dispatchable:
+        raise AliasError(MSG_AGENT_DISABLED.format(alias=alias))
+    return agent
+
+
+def _sole_alias(cfg: Config) -> str:
+    """The only configured ``[agents.*]`` entry, or "" when there are zero or several."""
+    return next(iter(cfg.agents)) if len(cfg.agents) == 1 else ""
+
+
+def resolve_alias(cfg: Config, explicit_alias: str = "", connection_default: str = "") -> str:
+    """SPEC §3: explicit → connection default → ``[acp] default_agent`` → the sole agent.
+
+    Whichever step chose it, the alias must be configured and dispatchable.
+    Raises :class:`AliasError` with the SPEC's message otherwise.
+    """
+    alias = (
+        explicit_alias.strip()
+        or connection_default.strip()
+        or cfg.acp.default_agent.strip()
+        or _sole_alias(cfg)
+    )
+    if not alias:
+        raise AliasError(MSG_ALIAS_REQUIRED)
+    _check_dispatchable(cfg, alias)
+    return alias
+
+
+def resolve_restore_alias(cfg: Config, stored_alias: str) -> str:
+    """SPEC §8: the stored alias if still dispatchable, else ``[acp] default_agent``, else
+    the sole agent — disabled candidates skipped. A connection default never rebinds.
+
+    When nothing qualifies the error names why the stored alias was refused
+    (unknown or not enabled), or asks for an alias when none was stored.
+    """
+    for candidate in (stored_alias.strip(), cfg.acp.default_agent.strip(), _sole_alias(cfg)):
+        agent = cfg.agents.get(candidate) if candidate else None
+        if agent is not None and agent.dispatchable:
+            return candidate
+    stored = stored_alias.strip()
+    if stored:
+        _check_dispatchable(cfg, stored)  # raises the precise message
+    raise AliasError(MSG_ALIAS_REQUIRED)
+
+
+def _mkdir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+async def ensure_agent_workspace(cfg: Config, alias: str) -> Path:
+    """The agent workspace (SPEC §0), created on demand; returns its real path."""
+    path = cfg.agent_workspace(alias)
+    await asyncio.to_thread(_mkdir, path)
+    return Path(await asyncio.to_thread(path.resolve))
+
+
+async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:
+    """How to launch ``alias`` (which must be dispatchable): builtin agents run this
+    Python's ``-m services.agent``; acp agents run their configured command."""
+    agent = _check_dispatchable(cfg, alias)
+    workspace = await ensure_agent_workspace(cfg, alias)
+    if agent.kind == "builtin":
+        command = sys.executable
+        args: tuple[str, ...] = (
+            "-m", "services.agent", "--config-dir", str(cfg.config_dir), "--alias", alias,
+        )
+    else:
+        command, args = agent.command, tuple(agent.args)
+    return AgentLaunch(
+        alias=alias,
+        kind=agent.kind,
+        command=command,
+        args=args,
+        env=dict(agent.env),
+        agent_workspace=str(workspace),
+        autonomy=cfg.agent_autonomy(alias),
+        default_model=agent.default_model,
+    )

@@ -1,0 +1,82 @@
+"""Serving the session service: in-process starter and the ``acpgate session-service`` entry.
+
+``start_session_server(cfg, address)`` opens the store (falling back to memory
+with a reason, never crashing) and serves ``SessionService`` with health
+checking and reflection; ``run_session_service(cfg)`` does that on the
+configured address until SIGINT/SIGTERM, then stops cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import grpc
+
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.config import Config
+from services.common.grpc_server import RunningServer, start_server
+from services.common.logs import get_logger
+from services.session.servicer import SessionServicer
+from services.session.store import Clock, open_store, wall_clock_ms
+
+__all__ = ["SERVICE_NAME", "default_session_address", "run_session_service",
+           "start_session_server"]
+
+log = get_logger("session.server")
+
+#: Full name of the service, for health checks and reflection.
+SERVICE_NAME = session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+
+
+def default_session_address(cfg: Config) -> str:
+    """``[services] session_addr``, else ``unix:<data dir>/run/session.sock``."""
+    return cfg.services.session_addr or f"unix:{cfg.data_dir}/run/session.sock"
+
+
+async def start_session_server(
+    cfg: Config, address: str, *, clock: Clock = wall_clock_ms
+) -> RunningServer:
+    """Open the store at ``cfg.session_db_path`` and serve on ``address`` (``unix:/p`` or
+    ``host:port``). ``await running.stop()`` stops serving and closes the store."""
+    store = await open_store(cfg.session_db_path, clock=clock)
+    servicer = SessionServicer(cfg, store)
+
+    def register(server: grpc.aio.Server) -> None:
+        session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
+
+    try:
+        running = await start_server(address, register, [SERVICE_NAME])
+    except BaseException:
+        await store.close()
+        raise
+    running.on_stop = store.close
+    log.info(
+        "session_service_started",
+        address=running.address,
+        persistent=store.status.persistent,
+        fallback_reason=store.status.fallback_reason,
+    )
+    return running
+
+
+async def run_session_service(cfg: Config) -> int:
+    """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
+    address = default_session_address(cfg)
+    running = await start_session_server(cfg, address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await running.stop()
+        log.info("session_service_stopped", address=address)
+    return 0

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,9 +53,9 @@ async def _history(store: SessionStore, sid: str, **kw: int) -> list[HistoryEntr
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> SessionStore:
+async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
     s = await open_store(tmp_path / "sessions" / "acp-sessions.db", clock=FakeClock())
-    yield s  # type: ignore[misc]
+    yield s
     await s.close()
 
 

@@ -1,0 +1,98 @@
+"""The approval gate: autonomy, auto_approve/always_ask, and the client's answer (SPEC §6, §12).
+
+Every denial comes back as a plain sentence that says who denied the call, so
+the model can tell the user (or try something else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from services.agent.tools.base import ClientRequest
+from services.common.logs import get_logger
+from services.common.protocol import (
+    APPROVAL_TOOL_CALL_PREFIX,
+    M_REQUEST_PERMISSION,
+    OPTION_ALLOW_ALWAYS,
+    OPTION_ALLOW_ONCE,
+    OUTCOME_SELECTED,
+    PERMISSION_OPTIONS,
+)
+from services.session.policy import SecurityPolicy, needs_approval
+
+log = get_logger("agent.approval")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a tool call may run; ``reason`` is the sentence for the model when not."""
+
+    allowed: bool
+    reason: str = ""
+
+
+def permission_params(session_id: str, tool: str, kind: str, summary: str) -> dict[str, Any]:
+    """The exact ``session/request_permission`` params of SPEC §6."""
+    return {
+        "sessionId": session_id,
+        "options": [dict(o) for o in PERMISSION_OPTIONS],
+        "toolCall": {
+            "toolCallId": f"{APPROVAL_TOOL_CALL_PREFIX}{uuid.uuid4()}",
+            "title": f"Approve {tool}?",
+            "kind": kind,
+            "status": "pending",
+            "rawInput": {"tool": tool, "summary": summary},
+            "content": [{"type": "content", "content": {"type": "text", "text": summary}}],
+        },
+    }
+
+
+class ApprovalGate:
+    """Decides per tool call; remembers ``allow-always`` for the rest of the session."""
+
+    def __init__(self, session_id: str, client_request: ClientRequest,
+                 timeout_secs: float) -> None:
+        self._session_id = session_id
+        self._request = client_request
+        self._timeout = timeout_secs
+        self.always_allowed: set[str] = set()
+
+    async def decide(self, policy: SecurityPolicy, tool: str, kind: str, mutating: bool,
+                     summary: str) -> Decision:
+        """Allow or deny one call of ``tool``."""
+        if policy.autonomy == "readonly" and mutating:
+            return Decision(False, f"The `{tool}` call was denied by the session policy: "
+                                   "autonomy is readonly (no writes, no shell).")
+        if not needs_approval(policy, tool):
+            return Decision(True)
+        # always_ask beats a remembered allow-always: those tools ask every time.
+        if tool in self.always_allowed and tool not in policy.always_ask:
+            return Decision(True)
+        params = permission_params(self._session_id, tool, kind, summary)
+        try:
+            result = await self._request(M_REQUEST_PERMISSION, params, self._timeout)
+        except TimeoutError:
+            log.info("approval_timeout", session_id=self._session_id, tool=tool)
+            return Decision(False, f"The `{tool}` call was denied automatically: the user gave "
+                                   f"no answer within {int(self._timeout)} seconds.")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("approval_failed", session_id=self._session_id, tool=tool,
+                     error=type(exc).__name__)
+            return Decision(False, f"The `{tool}` call was denied automatically: the approval "
+                                   "request could not be answered (the client failed or left).")
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if isinstance(outcome, dict) and outcome.get("outcome") == OUTCOME_SELECTED:
+            option = outcome.get("optionId")
+            if option == OPTION_ALLOW_ONCE:
+                return Decision(True)
+            if option == OPTION_ALLOW_ALWAYS:
+                self.always_allowed.add(tool)
+                return Decision(True)
+            return Decision(False, f"The user denied the `{tool}` call.")
+        return Decision(False, f"The `{tool}` call was denied: the user dismissed the "
+                               "approval request.")

@@ -1,0 +1,67 @@
+"""Entry point: the built-in agent as a plain ACP agent on stdio (``acpgate agent``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+from services.agent.providers import ProviderError, make_provider
+from services.agent.rpc import JsonRpcPeer
+from services.agent.server import AgentServer
+from services.agent.stdio import StdioLines
+from services.common.config import AgentSection, Config
+from services.common.logs import get_logger
+
+log = get_logger("agent.main")
+
+
+class AliasError(Exception):
+    """The alias does not name a runnable built-in agent."""
+
+
+def resolve_agent(cfg: Config, alias: str) -> AgentSection:
+    """``alias``, else ``[acp] default_agent``, else the only configured agent."""
+    chosen = alias.strip() or cfg.acp.default_agent.strip()
+    if not chosen:
+        if len(cfg.agents) != 1:
+            raise AliasError("no agent alias given and no single [agents.*] entry to default to "
+                             "(pass --alias or set [acp] default_agent)")
+        chosen = next(iter(cfg.agents))
+    agent = cfg.agents.get(chosen)
+    if agent is None:
+        raise AliasError(f"Unknown agent `{chosen}` — no [agents.{chosen}] entry configured")
+    if agent.kind != "builtin":
+        raise AliasError(f"Agent `{chosen}` is kind = \"{agent.kind}\", not a built-in agent")
+    if not agent.dispatchable:
+        raise AliasError(f"Agent `{chosen}` is not enabled for dispatch")
+    return agent
+
+
+async def run_agent_stdio(cfg: Config, alias: str) -> int:
+    """Serve ACP on stdin/stdout until EOF or SIGINT/SIGTERM; returns the exit code."""
+    try:
+        agent = resolve_agent(cfg, alias)
+        provider = make_provider(agent)
+    except (AliasError, ProviderError) as exc:
+        print(f"acpgate agent: {exc}", file=sys.stderr)
+        return 2
+    log.info("agent_start", alias=agent.alias, provider=agent.provider, model=agent.model)
+    stdio = StdioLines()
+    server = AgentServer(cfg, agent.alias, agent, provider)
+    peer = JsonRpcPeer(stdio.reader, stdio.write_line, server)
+    server.attach(peer)
+    loop = asyncio.get_running_loop()
+    reading = asyncio.create_task(peer.run())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, reading.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await reading
+    # Input ended: finish nothing new, stop running turns (kills their tools).
+    await server.shutdown()
+    await peer.close()
+    stdio.close()
+    log.info("agent_stop", alias=agent.alias)
+    return 0

@@ -1,0 +1,77 @@
+"""The typed streaming interface every model provider implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.agent.conversation import Message, ToolCall
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the model sees it: name, description, JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of the assistant's visible reply."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ThoughtDelta:
+    """A piece of the model's reasoning (→ ``agent_thought_chunk``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallReady:
+    """A complete tool call (all argument fragments received and parsed)."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """Token usage of one model call (cumulative for that call)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class StreamDone:
+    """The model stopped: ``end_turn``, ``tool_use`` or ``max_tokens``."""
+
+    stop_reason: str = "end_turn"
+
+
+ProviderEvent = TextDelta | ThoughtDelta | ToolCallReady | UsageReport | StreamDone
+
+
+class ProviderError(Exception):
+    """A provider failure, with a message safe to show (secrets already scrubbed)."""
+
+
+class Provider(Protocol):
+    """A model behind a streaming API."""
+
+    name: str
+
+    def stream(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
+    ) -> AsyncIterator[ProviderEvent]:
+        """Stream one model call's events; raises :class:`ProviderError`."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,311 @@
+"""The ACP methods of the built-in agent (agent side of ACP v1).
+
+``initialize``, ``authenticate``, ``session/new``, ``session/load``,
+``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``.
+Session state lives only in this process: the edge restores a session by
+``session/resume`` with the stored history in ``_meta.acpgate.history``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from services.agent.approval import ApprovalGate
+from services.agent.history import replay_updates, seed_messages
+from services.agent.prompt import build_system_prompt
+from services.agent.prompt_input import prompt_text
+from services.agent.providers.base import Provider, ProviderError
+from services.agent.rpc import JsonRpcPeer, RpcError
+from services.agent.session import AgentSession
+from services.agent.tools import all_tools
+from services.agent.tools.base import ToolContext
+from services.agent.turn import TurnRunner, TurnUsage
+from services.common.config import AgentSection, Config
+from services.common.logs import get_logger
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    M_AUTHENTICATE,
+    M_INITIALIZE,
+    M_SESSION_CANCEL,
+    M_SESSION_CLOSE,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_PROMPT,
+    M_SESSION_RESUME,
+    M_SESSION_UPDATE,
+    META_ACPGATE,
+    META_HISTORY,
+    META_POLICY,
+    METHOD_NOT_FOUND,
+    MSG_BAD_CWD,
+    MSG_METHOD_NOT_FOUND,
+    MSG_MISSING_SESSION_ID,
+    MSG_SESSION_BUSY,
+    MSG_SESSION_NOT_FOUND,
+    PROTOCOL_VERSION,
+    SESSION_BUSY,
+    SESSION_NOT_FOUND,
+    STOP_CANCELLED,
+)
+from services.session.policy import SecurityPolicy, policy_for
+
+log = get_logger("agent.server")
+
+AGENT_NAME = "acpgate-agent"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("acpgate")
+    except Exception:
+        return "0.0.0"
+
+
+def _first(params: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if params.get(key) is not None:
+            return params[key]
+    return None
+
+
+def _acpgate_meta(params: Mapping[str, Any]) -> dict[str, Any]:
+    meta = params.get("_meta")
+    inner = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
+    return inner if isinstance(inner, dict) else {}
+
+
+def shell_environment(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """The shell's environment: ours minus every provider API key variable."""
+    secret_names = {a.api_key_env for a in cfg.agents.values() if a.api_key_env}
+    return {k: v for k, v in environ.items() if k not in secret_names}
+
+
+class AgentServer:
+    """Serves one ACP connection for one configured agent alias."""
+
+    def __init__(self, cfg: Config, alias: str, agent: AgentSection, provider: Provider,
+                 *, environ: Mapping[str, str] | None = None) -> None:
+        self._cfg = cfg
+        self._alias = alias
+        self._agent = agent
+        self._provider = provider
+        self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
+        self._sessions: dict[str, AgentSession] = {}
+        self._elicitation = False
+        self._peer: JsonRpcPeer | None = None
+        self._runner = TurnRunner(
+            provider=provider,
+            tools=all_tools(),
+            max_tool_iterations=agent.max_tool_iterations,
+            context_budget_chars=agent.context_budget_chars,
+            system_prompt=self._system_prompt,
+        )
+
+    def attach(self, peer: JsonRpcPeer) -> None:
+        """Bind the connection this server answers on."""
+        self._peer = peer
+
+    @property
+    def peer(self) -> JsonRpcPeer:
+        """The attached connection."""
+        if self._peer is None:
+            raise RuntimeError("AgentServer used before attach()")
+        return self._peer
+
+    async def shutdown(self) -> None:
+        """Cancel every running turn (killing its tools) and release the provider."""
+        turns = [s.turn for s in self._sessions.values() if s.turn is not None and s.busy]
+        for turn in turns:
+            turn.cancel()
+        if turns:
+            await asyncio.wait(turns, timeout=5)
+        await self._provider.aclose()
+
+    async def _system_prompt(self, policy: SecurityPolicy) -> str:
+        return await asyncio.to_thread(build_system_prompt, self._alias,
+                                       self._cfg.agent_workspace(self._alias), policy)
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def __call__(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        """Route one inbound call."""
+        if method == M_SESSION_CANCEL:
+            return self._cancel(params)
+        if method == M_INITIALIZE:
+            return self._initialize(params)
+        if method == M_AUTHENTICATE:
+            return {}
+        if method == M_SESSION_NEW:
+            return await self._new(params)
+        if method == M_SESSION_RESUME:
+            return await self._restore(params, replay=False)
+        if method == M_SESSION_LOAD:
+            return await self._restore(params, replay=True)
+        if method == M_SESSION_PROMPT:
+            return await self._prompt(params)
+        if method == M_SESSION_CLOSE:
+            return await self._close(params)
+        if notification:
+            return None
+        raise RpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        caps = params.get("clientCapabilities")
+        elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+        # Form mode unless the client advertised URL mode only.
+        self._elicitation = isinstance(elicitation, dict) and (
+            elicitation.get("form") is not None or elicitation.get("url") is None
+        )
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "mcpCapabilities": {"http": False, "sse": False},
+                "sessionCapabilities": {"resume": {}, "close": {}},
+            },
+            "agentInfo": {"name": AGENT_NAME, "title": f"acpgate built-in agent ({self._alias})",
+                          "version": _version()},
+            "authMethods": [],
+        }
+
+    # ------------------------------------------------------------------ sessions
+
+    @staticmethod
+    def _session_id(params: Mapping[str, Any]) -> str:
+        sid = _first(params, "sessionId", "session_id")
+        if not isinstance(sid, str) or not sid.strip():
+            raise RpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
+        return sid.strip()
+
+    def _get(self, sid: str) -> AgentSession:
+        session = self._sessions.get(sid)
+        if session is None:
+            raise RpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+        return session
+
+    async def _policy(self, params: Mapping[str, Any]) -> SecurityPolicy:
+        """The session's policy: from ``_meta.acpgate.policy``, else decided locally."""
+        raw = _acpgate_meta(params).get(META_POLICY)
+        if raw is not None:
+            try:
+                policy = SecurityPolicy.from_json(raw)
+            except ValueError as exc:
+                raise RpcError(INVALID_PARAMS, f"Invalid _meta.acpgate.policy: {exc}") from None
+            if not await asyncio.to_thread(os.path.isdir, policy.workspace_dir):
+                raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
+                    cwd=policy.workspace_dir, reason="not an existing directory"))
+            return policy
+        workspace = await asyncio.to_thread(self._workspace, _first(params, "cwd", "workspaceDir",
+                                                                    "workspace_dir"))
+        return policy_for(self._cfg, self._alias, workspace)
+
+    def _workspace(self, cwd: Any) -> str:
+        """The real path of ``cwd`` (must be a directory), else the agent workspace."""
+        if isinstance(cwd, str) and cwd.strip():
+            real = os.path.realpath(os.path.expanduser(cwd.strip()))
+            if not os.path.isdir(real):
+                raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
+                    cwd=cwd, reason="not an existing directory"))
+            return real
+        home = self._cfg.agent_workspace(self._alias)
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(cwd=str(home), reason=exc)) from None
+        return str(Path(os.path.realpath(home)))
+
+    def _create(self, sid: str, policy: SecurityPolicy) -> AgentSession:
+        peer = self.peer
+
+        async def send_update(update: dict[str, Any]) -> None:
+            await peer.notify(M_SESSION_UPDATE, {"sessionId": sid, "update": update})
+
+        timeout = float(self._cfg.acp.session_timeout_secs)
+        context = ToolContext(
+            session_id=sid, policy=policy, send_update=send_update,
+            client_request=peer.request, elicitation=self._elicitation,
+            request_timeout=timeout, shell_env=dict(self._shell_env),
+        )
+        session = AgentSession(id=sid, policy=policy, context=context,
+                               gate=ApprovalGate(sid, peer.request, timeout))
+        self._sessions[sid] = session
+        log.info("session_created", session_id=sid, autonomy=policy.autonomy)
+        return session
+
+    async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
+        policy = await self._policy(params)
+        session = self._create(str(uuid.uuid4()), policy)
+        return {"sessionId": session.id}
+
+    async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
+        """``session/resume`` / ``session/load``: an unknown id is created, seeded with history."""
+        sid = self._session_id(params)
+        session = self._sessions.get(sid)
+        meta = _acpgate_meta(params)
+        if session is None:
+            session = self._create(sid, await self._policy(params))
+            session.messages = seed_messages(meta.get(META_HISTORY))
+            session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
+        elif meta.get(META_POLICY) is not None and not session.busy:
+            policy = await self._policy(params)
+            session.policy = policy
+            session.context.policy = policy
+        if replay:
+            for update in replay_updates(session.messages):
+                await session.context.send_update(update)
+        return {}
+
+    async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
+        sid = self._session_id(params)
+        session = self._get(sid)
+        del self._sessions[sid]
+        if session.turn is not None and session.busy:
+            session.turn.cancel()
+            await asyncio.wait({session.turn})
+        return {}
+
+    def _cancel(self, params: dict[str, Any]) -> dict[str, Any]:
+        sid = _first(params, "sessionId", "session_id")
+        session = self._sessions.get(sid) if isinstance(sid, str) else None
+        if session is not None and session.turn is not None and session.busy:
+            log.info("turn_cancel", session_id=session.id)
+            session.turn.cancel()
+        return {}
+
+    # ------------------------------------------------------------------ prompt
+
+    async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        sid = self._session_id(params)
+        session = self._get(sid)
+        if session.busy:
+            raise RpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+        text = prompt_text(params.get("prompt"))
+        usage = TurnUsage()
+        # No await between the busy check and claiming the slot.
+        turn = asyncio.create_task(self._runner.run(session, text, usage))
+        session.turn = turn
+        try:
+            await asyncio.wait({turn})
+        except asyncio.CancelledError:
+            turn.cancel()
+            raise
+        meta = {META_ACPGATE: {"usage": usage.to_json()}}
+        if turn.cancelled():
+            return {"stopReason": STOP_CANCELLED, "_meta": meta}
+        exc = turn.exception()
+        if isinstance(exc, ProviderError):
+            log.warning("turn_failed", session_id=sid, error=str(exc))
+            raise RpcError(INTERNAL_ERROR, str(exc))
+        if exc is not None:
+            log.error("turn_crashed", session_id=sid, error=type(exc).__name__)
+            raise RpcError(INTERNAL_ERROR, f"Internal error in the agent: {type(exc).__name__}")
+        return {"stopReason": turn.result(), "_meta": meta}

@@ -1,0 +1,36 @@
+"""Per-session state of the built-in agent."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.agent.approval import ApprovalGate
+from services.agent.conversation import Message
+from services.agent.tools.base import ToolContext
+from services.session.policy import SecurityPolicy
+
+
+@dataclass
+class AgentSession:
+    """One ACP session: its policy, conversation, approvals, plan and running turn."""
+
+    id: str
+    policy: SecurityPolicy
+    gate: ApprovalGate
+    context: ToolContext
+    messages: list[Message] = field(default_factory=list)
+    #: Tool call ids used so far (provider ids are made unique per session).
+    call_ids: set[str] = field(default_factory=set)
+    turn: asyncio.Task[Any] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """True while a prompt turn runs."""
+        return self.turn is not None and not self.turn.done()
+
+    @property
+    def plan(self) -> list[dict[str, Any]]:
+        """The current plan (shared with the todo tool)."""
+        return self.context.plan

@@ -1,0 +1,183 @@
+"""The turn loop: stream the model, run its tool calls, repeat until it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.agent import updates
+from services.agent.conversation import Message, ToolCall, trim_to_budget
+from services.agent.providers.base import (
+    Provider,
+    StreamDone,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallReady,
+    UsageReport,
+)
+from services.agent.session import AgentSession
+from services.agent.tools import tool_specs
+from services.agent.tools.args import RAW_ARGS_KEY, one_line
+from services.agent.tools.base import Tool, ToolError, ToolResult
+from services.common.logs import get_logger
+from services.common.protocol import (
+    STOP_END_TURN,
+    STOP_MAX_TOKENS,
+    STOP_MAX_TURN_REQUESTS,
+    STOP_REFUSAL,
+)
+from services.session.policy import PolicyViolation, SecurityPolicy
+
+log = get_logger("agent.turn")
+
+SystemPrompt = Callable[[SecurityPolicy], Awaitable[str]]
+CANCELLED_TOOL_OUTPUT = "Cancelled by the client before the tool finished."
+
+
+@dataclass
+class TurnUsage:
+    """Tokens used by one turn, summed over its model calls (kept on cancel too)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """The ``_meta.acpgate.usage`` form."""
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+
+
+class TurnRunner:
+    """Runs prompt turns for the sessions of one agent."""
+
+    def __init__(self, *, provider: Provider, tools: dict[str, Tool], max_tool_iterations: int,
+                 context_budget_chars: int, system_prompt: SystemPrompt) -> None:
+        self._provider = provider
+        self._tools = tools
+        self._max_iterations = max(1, max_tool_iterations)
+        self._budget = context_budget_chars
+        self._system_prompt = system_prompt
+
+    async def run(self, session: AgentSession, text: str, usage: TurnUsage) -> str:
+        """One turn; returns the ACP stop reason.
+
+        On any failure or cancel the turn's messages are dropped from the
+        session again, matching the edge, which persists only completed turns.
+        """
+        snapshot = len(session.messages)
+        try:
+            return await self._run(session, text, usage)
+        except BaseException:
+            del session.messages[snapshot:]
+            raise
+
+    async def _run(self, session: AgentSession, text: str, usage: TurnUsage) -> str:
+        send = session.context.send_update
+        session.messages.append(Message(role="user", text=text))
+        system = await self._system_prompt(session.policy)
+        specs = tool_specs(self._tools, readonly=session.policy.autonomy == "readonly")
+        for _ in range(self._max_iterations):
+            context = trim_to_budget(session.messages, self._budget)
+            parts: list[str] = []
+            calls: list[ToolCall] = []
+            stop = STOP_END_TURN
+            call_usage = UsageReport()
+            async for event in self._provider.stream(system, context, specs):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                    await send(updates.message_chunk(event.text))
+                elif isinstance(event, ThoughtDelta):
+                    await send(updates.thought_chunk(event.text))
+                elif isinstance(event, ToolCallReady):
+                    calls.append(self._unique(session, event.call))
+                elif isinstance(event, UsageReport):
+                    call_usage = event  # cumulative per model call
+                elif isinstance(event, StreamDone):
+                    stop = event.stop_reason
+            usage.input_tokens += call_usage.input_tokens
+            usage.output_tokens += call_usage.output_tokens
+            session.messages.append(Message(role="assistant", text="".join(parts),
+                                            tool_calls=calls))
+            if not calls:
+                if stop in (STOP_MAX_TOKENS, STOP_REFUSAL):
+                    return stop
+                return STOP_END_TURN
+            for call in calls:
+                session.messages.append(await self._run_tool(session, call))
+        return STOP_MAX_TURN_REQUESTS
+
+    @staticmethod
+    def _unique(session: AgentSession, call: ToolCall) -> ToolCall:
+        """Tool call ids must be unique in a session; some servers repeat or omit them."""
+        call_id = call.id
+        if not call_id or call_id in session.call_ids:
+            call_id = f"{call.id or 'call'}-{uuid.uuid4().hex[:8]}"
+        session.call_ids.add(call_id)
+        return ToolCall(id=call_id, name=call.name, arguments=call.arguments)
+
+    async def _run_tool(self, session: AgentSession, call: ToolCall) -> Message:
+        """Announce, approve, run and report one tool call; the result goes to the model."""
+        ctx = session.context
+        send = ctx.send_update
+        tool = self._tools.get(call.name)
+        kind = tool.kind if tool is not None else "other"
+        args = call.arguments
+
+        async def finish(result: ToolResult) -> Message:
+            await send(updates.tool_call_update(call.id, call.name, kind, result.output,
+                                                ok=result.ok, title=result.title,
+                                                content=result.content))
+            return Message(role="tool", text=result.output, tool_call_id=call.id,
+                           tool_name=call.name, failed=not result.ok)
+
+        if tool is None:
+            await send(updates.tool_call(call.id, call.name, kind, args))
+            known = ", ".join(sorted(self._tools))
+            return await finish(ToolResult(f"Unknown tool `{call.name}`. Available: {known}.",
+                                           ok=False))
+        if RAW_ARGS_KEY in args:
+            await send(updates.tool_call(call.id, call.name, kind, args))
+            return await finish(ToolResult(
+                f"The arguments of `{call.name}` were not valid JSON; call it again with a "
+                "JSON object.", ok=False))
+        try:
+            preview: dict[str, Any] = await tool.preview(args, ctx)
+        except (ToolError, PolicyViolation, OSError):
+            preview = {"rawInput": args}
+        await send(updates.tool_call(call.id, call.name, kind, preview.get("rawInput", args),
+                                     preview.get("content")))
+        try:
+            if not tool.interactive:
+                decision = await session.gate.decide(session.policy, tool.name, kind,
+                                                     tool.mutating, one_line(args))
+                if not decision.allowed:
+                    return await finish(ToolResult(decision.reason, ok=False))
+            result = await self._execute(tool, args, session)
+            if result.finalize is not None:
+                result = await result.finalize()
+        except asyncio.CancelledError:
+            # The client sees the call closed before the turn's "cancelled" result.
+            await send(updates.tool_call_update(call.id, call.name, kind, CANCELLED_TOOL_OUTPUT,
+                                                ok=False))
+            raise
+        return await finish(result)
+
+    @staticmethod
+    async def _execute(tool: Tool, args: dict[str, Any], session: AgentSession) -> ToolResult:
+        """Run a tool, turning every failure into a result the model can read."""
+        try:
+            return await tool.run(args, session.context)
+        except PolicyViolation as exc:
+            return ToolResult(f"Refused by the session policy: {exc}", ok=False)
+        except ToolError as exc:
+            return ToolResult(str(exc), ok=False)
+        except OSError as exc:
+            return ToolResult(f"`{tool.name}` failed: {exc.strerror or exc}", ok=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("tool_crashed", tool=tool.name, session_id=session.id)
+            return ToolResult(f"`{tool.name}` failed unexpectedly ({type(exc).__name__}).",
+                              ok=False)

@@ -1,0 +1,73 @@
+"""Builders for the exact ``session/update`` shapes of SPEC §5."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common.protocol import (
+    U_AGENT_MESSAGE,
+    U_AGENT_THOUGHT,
+    U_TOOL_CALL,
+    U_TOOL_CALL_UPDATE,
+    U_USER_MESSAGE,
+)
+
+
+def text_chunk(kind: str, text: str) -> dict[str, Any]:
+    """``agent_message_chunk`` / ``agent_thought_chunk`` / ``user_message_chunk``."""
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def message_chunk(text: str) -> dict[str, Any]:
+    """A piece of the assistant's reply."""
+    return text_chunk(U_AGENT_MESSAGE, text)
+
+
+def thought_chunk(text: str) -> dict[str, Any]:
+    """A piece of the model's reasoning."""
+    return text_chunk(U_AGENT_THOUGHT, text)
+
+
+def user_chunk(text: str) -> dict[str, Any]:
+    """A user message, replayed by ``session/load``."""
+    return text_chunk(U_USER_MESSAGE, text)
+
+
+def tool_call(call_id: str, name: str, kind: str, raw_input: dict[str, Any],
+              content: list[dict[str, Any]] | None = None,
+              status: str = "pending") -> dict[str, Any]:
+    """The ``tool_call`` that opens a call (diff ``content`` for edits/writes)."""
+    update: dict[str, Any] = {
+        "sessionUpdate": U_TOOL_CALL,
+        "toolCallId": call_id,
+        "name": name,
+        "title": name,
+        "kind": kind,
+        "status": status,
+        "rawInput": raw_input,
+    }
+    if content:
+        update["content"] = content
+    return update
+
+
+def text_content(text: str) -> list[dict[str, Any]]:
+    """The default ``content`` of a ``tool_call_update``: the output as text."""
+    return [{"type": "content", "content": {"type": "text", "text": text}}]
+
+
+def tool_call_update(call_id: str, name: str, kind: str, output: str, *, ok: bool,
+                     title: str | None = None,
+                     content: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``tool_call_update`` that closes a call: rawOutput = body = the output."""
+    return {
+        "sessionUpdate": U_TOOL_CALL_UPDATE,
+        "toolCallId": call_id,
+        "status": "completed" if ok else "failed",
+        "name": name,
+        "title": title or name,
+        "kind": kind,
+        "rawOutput": output,
+        "body": output,
+        "content": content if content is not None else text_content(output),
+    }

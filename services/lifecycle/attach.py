@@ -1,0 +1,298 @@
+"""The service's side of one wrapper: its ACP pipes, its reports, and who is attached.
+
+:class:`AdapterChannel` reads the adapter's stdout into a bounded buffer while
+no one (or someone slow) is attached. When the buffer is full it stops reading
+the pipe, so the adapter blocks on its own writes instead of this process
+growing without bound. An attacher takes whatever lines are ready as one batch
+(:meth:`AdapterChannel.next_batch` never waits to fill a batch). When the
+adapter exits, the remaining lines are delivered, then :attr:`exit_info`.
+One attacher at a time (:meth:`AdapterChannel.attach`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.common.logs import get_logger
+
+log = get_logger("lifecycle.attach")
+
+#: Bytes of stdout buffered while no attacher drains it (then the pipe is left unread).
+DEFAULT_MAX_BUFFER_BYTES = 4 * 1024 * 1024
+#: Upper bound of one batch (one gRPC message); at least one line is always sent.
+DEFAULT_MAX_BATCH_BYTES = 1 * 1024 * 1024
+#: Longest accepted stdout line (a 10 MiB blob in base64 plus framing fits).
+MAX_LINE_BYTES = 32 * 1024 * 1024
+#: After the adapter exits, how long to wait for stdout EOF (a grandchild may hold it).
+EXIT_DRAIN_SECS = 1.0
+#: How long the wrapper has to report the adapter's start.
+START_TIMEOUT_SECS = 10.0
+STDERR_TAIL_BYTES = 4096
+
+
+class AttachBusy(Exception):
+    """Another attacher is connected."""
+
+
+class SpawnFailed(Exception):
+    """The wrapper could not start the adapter."""
+
+
+@dataclass(frozen=True)
+class StartReport:
+    """What the wrapper reports once the adapter runs."""
+
+    adapter_pid: int
+    pgid: int
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How the adapter ended."""
+
+    exit_code: int
+    signal: int
+    stderr_tail: str
+
+
+def read_stderr_tail(log_path: Path, limit: int = STDERR_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of the per-lease stderr log (and its rotated part)."""
+    data = b""
+    for path in (log_path, log_path.with_name(log_path.name + ".1")):
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                need = limit - len(data)
+                fh.seek(max(0, size - need))
+                data = fh.read() + data
+        except OSError:
+            continue
+        if len(data) >= limit:
+            break
+    data = data[-limit:]
+    text = data.decode("utf-8", "replace")
+    if len(data) == limit and "\n" in text:
+        text = text.split("\n", 1)[1]  # start on a line boundary
+    return text.rstrip("\n")
+
+
+class AdapterChannel:
+    """One running wrapper+adapter: stdout buffer, stdin, reports, exit, attacher slot."""
+
+    def __init__(
+        self,
+        lease_id: str,
+        process: asyncio.subprocess.Process,
+        report: asyncio.StreamReader,
+        stderr_log: Path,
+        *,
+        max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ) -> None:
+        self.lease_id = lease_id
+        self.process = process
+        self.stderr_log = stderr_log
+        self._report = report
+        self._max_buffer = max_buffer_bytes
+        self._max_batch = max_batch_bytes
+        self._lines: collections.deque[str] = collections.deque()
+        self._buffered = 0
+        self._data = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._stdout_done = asyncio.Event()
+        self.started: asyncio.Future[StartReport] = asyncio.get_running_loop().create_future()
+        self._exit_status: tuple[int, int] | None = None
+        self._exit_known = asyncio.Event()
+        self.exit_info: ExitInfo | None = None
+        self.finished = asyncio.Event()
+        self._attached = False
+        self._stdin_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[Any]] = [
+            asyncio.create_task(self._read_stdout(), name=f"stdout-{lease_id}"),
+            asyncio.create_task(self._read_reports(), name=f"report-{lease_id}"),
+            asyncio.create_task(self._watch_exit(), name=f"exit-{lease_id}"),
+        ]
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def pid(self) -> int:
+        """The wrapper's PID."""
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        """True until the adapter's exit is known."""
+        return not self._exit_known.is_set()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of stdout waiting for an attacher."""
+        return self._buffered
+
+    # ------------------------------------------------------------------ readers
+
+    async def _read_stdout(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                await self._space.wait()  # backpressure: leave the pipe unread when full
+                try:
+                    raw = await stdout.readline()
+                except ValueError:
+                    log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
+                    continue
+                if not raw:
+                    break
+                line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace")
+                if not line:
+                    continue
+                self._lines.append(line)
+                self._buffered += len(line)
+                if self._buffered >= self._max_buffer:
+                    self._space.clear()
+                self._data.set()
+        finally:
+            self._stdout_done.set()
+            self._data.set()
+
+    async def _read_reports(self) -> None:
+        try:
+            while True:
+                raw = await self._report.readline()
+                if not raw:
+                    break
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                kind = event.get("event")
+                if kind == "started" and not self.started.done():
+                    self.started.set_result(
+                        StartReport(int(event["adapter_pid"]), int(event["pgid"]))
+                    )
+                elif kind == "spawn_failed" and not self.started.done():
+                    self.started.set_exception(SpawnFailed(str(event.get("error", "spawn failed"))))
+                elif kind == "exit" and self._exit_status is None:
+                    self._exit_status = (int(event.get("code", -1)), int(event.get("signal", 0)))
+                    self._exit_known.set()
+        finally:
+            if not self.started.done():
+                self.started.set_exception(SpawnFailed("wrapper ended before starting the adapter"))
+
+    async def _watch_exit(self) -> None:
+        wait_proc = asyncio.create_task(self.process.wait())
+        wait_exit = asyncio.create_task(self._exit_known.wait())
+        try:
+            await asyncio.wait({wait_proc, wait_exit}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wait_exit.cancel()
+        if self._exit_status is None:
+            rc = await wait_proc
+            self._exit_status = (-1, -rc) if rc < 0 else (rc, 0)
+            self._exit_known.set()
+        else:
+            # The wrapper outlives the report while it cleans up: reap it in the background.
+            self._tasks.append(wait_proc)
+        try:
+            await asyncio.wait_for(self._stdout_done.wait(), EXIT_DRAIN_SECS)
+        except TimeoutError:
+            self._tasks[0].cancel()  # a descendant still holds stdout open
+        tail = await asyncio.to_thread(read_stderr_tail, self.stderr_log)
+        code, sig = self._exit_status
+        self.exit_info = ExitInfo(code, sig, tail)
+        self.finished.set()
+        self._data.set()
+        log.info("adapter_exit", lease_id=self.lease_id, exit_code=code, signal=sig)
+
+    # ------------------------------------------------------------------ attach
+
+    @contextlib.contextmanager
+    def attach(self) -> Iterator[AdapterChannel]:
+        """Hold the single attacher slot for the ``with`` body; AttachBusy if taken."""
+        if self._attached:
+            raise AttachBusy(self.lease_id)
+        self._attached = True
+        try:
+            yield self
+        finally:
+            self._attached = False
+
+    @property
+    def attached(self) -> bool:
+        """True while an attacher holds the slot."""
+        return self._attached
+
+    async def next_batch(self) -> list[str] | None:
+        """The lines ready now (waiting for at least one); None once finished and drained."""
+        while True:
+            if self._lines:
+                batch: list[str] = []
+                size = 0
+                while self._lines and (not batch or size + len(self._lines[0]) <= self._max_batch):
+                    line = self._lines.popleft()
+                    batch.append(line)
+                    size += len(line)
+                self._buffered -= size
+                if self._buffered < self._max_buffer:
+                    self._space.set()
+                if not self._lines and not self.finished.is_set():
+                    self._data.clear()
+                return batch
+            if self.finished.is_set():
+                return None
+            self._data.clear()
+            await self._data.wait()
+
+    async def write_lines(self, lines: list[str]) -> bool:
+        """Write lines to the adapter's stdin; False if it is closed or gone."""
+        if not lines:
+            return True
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            return False
+        data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
+        async with self._stdin_lock:
+            try:
+                stdin.write(data)
+                await stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                return False
+        return True
+
+    async def close_stdin(self) -> None:
+        """EOF on the adapter's stdin (the process is not signalled)."""
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        async with self._stdin_lock:
+            stdin.close()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                await stdin.wait_closed()
+
+    async def aclose(self) -> None:
+        """Stop the reader tasks (the processes are the reaper's business).
+
+        An attacher still connected drains what is buffered and then gets an
+        exit (code -1 when the real one never arrived).
+        """
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self.finished.is_set():
+            code, sig = self._exit_status or (-1, 0)
+            self.exit_info = ExitInfo(code, sig, "")
+            self.finished.set()
+            self._data.set()
+        if self.process.stdin is not None and not self.process.stdin.is_closing():
+            self.process.stdin.close()

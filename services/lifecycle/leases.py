@@ -1,0 +1,242 @@
+"""The lease store: one durable record per wrapper spawn (SPEC §13).
+
+``<data dir>/lifecycle/leases.db`` (aiosqlite, WAL, ``synchronous=FULL``). A
+lease is inserted *before* the spawn with ``root_pid = 0`` (pending), completed
+once the wrapper runs, and moved open → closing → closed | lost. State changes
+are compare-and-set updates, and :meth:`LeaseStore.lock` serializes whole
+transitions of one lease (close, reap) inside this process. Closed and lost
+leases expire after the retention period, so the file stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+
+class LeaseState(enum.StrEnum):
+    """Where a lease is in its life."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    LOST = "lost"
+
+
+ENDED_STATES = (LeaseState.CLOSED, LeaseState.LOST)
+LIVE_STATES = (LeaseState.OPEN, LeaseState.CLOSING)
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """One lease (the seed's ``AcpxProcessLease`` plus birth identity and exit)."""
+
+    lease_id: str
+    gateway_instance_id: str
+    session_key: str
+    wrapper_root: str
+    wrapper_path: str
+    command_hash: str
+    started_at: int
+    state: LeaseState = LeaseState.OPEN
+    #: The wrapper's PID; 0 = pending (written before the spawn).
+    root_pid: int = 0
+    #: Birth identity of the root (start time in clock ticks); 0 while pending.
+    root_start_time: int = 0
+    process_group_id: int | None = None
+    adapter_pid: int = 0
+    ended_at: int = 0
+    exit_code: int | None = None
+    exit_signal: int | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True while the spawn has not been recorded (root PID unknown)."""
+        return self.root_pid == 0
+
+
+_COLUMNS = [f.name for f in fields(LeaseRecord)]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    lease_id TEXT PRIMARY KEY,
+    gateway_instance_id TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    wrapper_root TEXT NOT NULL,
+    wrapper_path TEXT NOT NULL,
+    command_hash TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    root_pid INTEGER NOT NULL DEFAULT 0,
+    root_start_time INTEGER NOT NULL DEFAULT 0,
+    process_group_id INTEGER,
+    adapter_pid INTEGER NOT NULL DEFAULT 0,
+    ended_at INTEGER NOT NULL DEFAULT 0,
+    exit_code INTEGER,
+    exit_signal INTEGER
+);
+CREATE INDEX IF NOT EXISTS leases_state ON leases (gateway_instance_id, state);
+CREATE INDEX IF NOT EXISTS leases_session ON leases (session_key, state);
+"""
+
+
+def _row_to_record(row: Sequence[Any]) -> LeaseRecord:
+    values = dict(zip(_COLUMNS, row, strict=True))
+    values["state"] = LeaseState(values["state"])
+    return LeaseRecord(**values)
+
+
+class LeaseStore:
+    """Async access to ``leases.db``; open with :meth:`open`, end with :meth:`close`."""
+
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self._db = db
+        self.path = path
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @classmethod
+    async def open(cls, path: Path) -> LeaseStore:
+        """Open (creating if needed) the store at ``path``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(str(path))
+        # FULL: a lease must be on disk before the spawn it describes.
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=FULL")
+        await db.executescript(_SCHEMA)
+        await db.commit()
+        return cls(db, path)
+
+    async def close(self) -> None:
+        """Close the database connection."""
+        await self._db.close()
+
+    def lock(self, lease_id: str) -> asyncio.Lock:
+        """The lock serializing transitions of one lease."""
+        lock = self._locks.get(lease_id)
+        if lock is None:
+            lock = self._locks[lease_id] = asyncio.Lock()
+        return lock
+
+    async def insert(self, lease: LeaseRecord) -> LeaseRecord:
+        """Write a new lease durably (committed before returning)."""
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        values = [getattr(lease, c) for c in _COLUMNS]
+        values[_COLUMNS.index("state")] = str(lease.state)
+        await self._db.execute(
+            f"INSERT INTO leases ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+        )
+        await self._db.commit()
+        return lease
+
+    async def get(self, lease_id: str) -> LeaseRecord | None:
+        """One lease by id."""
+        async with self._db.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM leases WHERE lease_id = ?", (lease_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        return _row_to_record(row) if row is not None else None
+
+    async def list(
+        self,
+        *,
+        states: Iterable[LeaseState] = (),
+        session_key: str = "",
+        instance_id: str = "",
+    ) -> builtins.list[LeaseRecord]:
+        """Leases filtered by state, session key and instance id, oldest first."""
+        where: list[str] = []
+        args: list[Any] = []
+        state_list = [str(s) for s in states]
+        if state_list:
+            where.append(f"state IN ({', '.join('?' for _ in state_list)})")
+            args.extend(state_list)
+        if session_key:
+            where.append("session_key = ?")
+            args.append(session_key)
+        if instance_id:
+            where.append("gateway_instance_id = ?")
+            args.append(instance_id)
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM leases"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at, lease_id"
+        async with self._db.execute(sql, args) as cur:
+            rows = await cur.fetchall()
+        return [_row_to_record(r) for r in rows]
+
+    async def update(
+        self,
+        lease_id: str,
+        *,
+        expect: Iterable[LeaseState] | None = None,
+        **changes: Any,
+    ) -> LeaseRecord | None:
+        """Apply ``changes`` if the lease is in one of ``expect`` (all states if None).
+
+        Returns the updated lease, or None when it does not exist or was in
+        another state (the compare-and-set failed).
+        """
+        unknown = set(changes) - set(_COLUMNS)
+        if unknown or "lease_id" in changes:
+            raise ValueError(f"cannot update lease fields {sorted(unknown | {'lease_id'})}")
+        if not changes:
+            return await self.get(lease_id)
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        args: list[Any] = [str(v) if isinstance(v, LeaseState) else v for v in changes.values()]
+        sql = f"UPDATE leases SET {sets} WHERE lease_id = ?"
+        args.append(lease_id)
+        if expect is not None:
+            expected = [str(s) for s in expect]
+            sql += f" AND state IN ({', '.join('?' for _ in expected)})"
+            args.extend(expected)
+        cur = await self._db.execute(sql, args)
+        await self._db.commit()
+        if cur.rowcount == 0:
+            return None
+        return await self.get(lease_id)
+
+    async def transition(
+        self,
+        lease: LeaseRecord,
+        to: LeaseState,
+        *,
+        now_ms: int = 0,
+        **changes: Any,
+    ) -> LeaseRecord | None:
+        """Move ``lease`` from its current state to ``to`` (compare-and-set).
+
+        Reaching closed or lost stamps ``ended_at`` with ``now_ms``.
+        """
+        if to in ENDED_STATES:
+            changes.setdefault("ended_at", now_ms)
+        return await self.update(lease.lease_id, expect=[lease.state], state=to, **changes)
+
+    async def expire(self, now_ms: int, retention_secs: int) -> builtins.list[str]:
+        """Delete closed/lost leases that ended more than the retention ago; their ids."""
+        cutoff = now_ms - retention_secs * 1000
+        async with self._db.execute(
+            "SELECT lease_id FROM leases WHERE state IN (?, ?) AND ended_at < ?",
+            (str(LeaseState.CLOSED), str(LeaseState.LOST), cutoff),
+        ) as cur:
+            ids = [str(r[0]) for r in await cur.fetchall()]
+        if ids:
+            await self._db.execute(
+                "DELETE FROM leases WHERE state IN (?, ?) AND ended_at < ?",
+                (str(LeaseState.CLOSED), str(LeaseState.LOST), cutoff),
+            )
+            await self._db.commit()
+            for lease_id in ids:
+                self._locks.pop(lease_id, None)
+        return ids
+
+
+def with_state(lease: LeaseRecord, state: LeaseState) -> LeaseRecord:
+    """A copy of ``lease`` in another state (for in-memory results)."""
+    return replace(lease, state=state)

@@ -1,0 +1,335 @@
+"""The process table the lifecycle service reads and signals through.
+
+Everything that looks at or signals a live process goes through
+:class:`ProcessTable`, so verification and reaping can run against the real
+host (:class:`PsutilProcessTable`) or an in-memory simulation
+(:class:`FakeProcessTable`) in the table-driven lifecycle tests.
+
+A process is identified by ``(pid, start_time)``: the start time is the
+kernel's birth identity (clock ticks since boot on Linux), so a reused PID never
+matches an old record. Signals are sent only to that identity: the real table
+opens a pidfd, re-reads the start time through it and signals the pidfd, so a
+PID recycled between the check and the signal cannot be hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal as signal_mod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import psutil
+
+
+class ProcessTableError(Exception):
+    """The table could not be read (listing failed, permission denied): fail closed."""
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One live process as the table reports it."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    #: Birth identity: start time in clock ticks since boot (Linux), never reused with the PID.
+    start_time: int
+    cmdline: tuple[str, ...] = ()
+    exe: str = ""
+    #: A zombie has exited and only waits to be reaped: it counts as gone.
+    zombie: bool = False
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """``(pid, start_time)``: what a signal is addressed to."""
+        return (self.pid, self.start_time)
+
+
+class ProcessTable(Protocol):
+    """Read-only views of the host's processes plus identity-checked signalling."""
+
+    async def get(self, pid: int) -> ProcInfo | None:
+        """The process with ``pid``, or None when there is none (zombies included).
+
+        Raises :class:`ProcessTableError` when the answer is unknowable.
+        """
+        ...
+
+    async def list_all(self) -> list[ProcInfo]:
+        """Every process on the host. Raises :class:`ProcessTableError` when unavailable."""
+        ...
+
+    async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
+        """The environment of that process, or None when it cannot be read."""
+        ...
+
+    async def signal(self, pid: int, start_time: int, sig: int) -> bool:
+        """Send ``sig`` to exactly the process ``(pid, start_time)``. False if it is gone."""
+        ...
+
+
+# ---------------------------------------------------------------------- real table
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read_stat(pid: int) -> tuple[int, int, int, str] | None:
+    """``(ppid, pgid, start_ticks, state)`` from ``/proc/<pid>/stat``, None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    rest = data[data.rfind(b")") + 2 :].split()
+    state = rest[0].decode()
+    return int(rest[1]), int(rest[2]), int(rest[19]), state
+
+
+def _has_proc() -> bool:
+    return os.path.isdir("/proc/self")
+
+
+def _info_sync(pid: int) -> ProcInfo | None:
+    """One process, read directly; raises ProcessTableError when unreadable."""
+    if _has_proc():
+        try:
+            stat = _read_stat(pid)
+        except PermissionError as exc:
+            raise ProcessTableError(f"cannot read /proc/{pid}/stat: {exc}") from None
+        except (OSError, ValueError, IndexError) as exc:
+            raise ProcessTableError(f"cannot parse /proc/{pid}/stat: {exc}") from None
+        if stat is None:
+            return None
+        ppid, pgid, start, state = stat
+        zombie = state in ("Z", "X")
+        cmdline: tuple[str, ...] = ()
+        exe = ""
+        if not zombie:
+            try:
+                proc = psutil.Process(pid)
+                cmdline = tuple(proc.cmdline())
+                with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess):
+                    exe = proc.exe()
+            except psutil.NoSuchProcess:
+                return None
+            except psutil.ZombieProcess:
+                zombie = True
+            except psutil.AccessDenied as exc:
+                raise ProcessTableError(f"permission denied reading process {pid}: {exc}") from None
+        return ProcInfo(pid, ppid, pgid, start, cmdline, exe, zombie)
+    # Non-Linux fallback: psutil only; birth identity from create_time in ticks.
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            status = proc.status()
+            return ProcInfo(
+                pid=pid,
+                ppid=proc.ppid(),
+                pgid=os.getpgid(pid),
+                start_time=round(proc.create_time() * _CLOCK_TICKS),
+                cmdline=tuple(proc.cmdline()),
+                exe=proc.exe(),
+                zombie=status == psutil.STATUS_ZOMBIE,
+            )
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return None
+    except psutil.AccessDenied as exc:
+        raise ProcessTableError(f"permission denied reading process {pid}: {exc}") from None
+
+
+def _list_sync() -> list[ProcInfo]:
+    try:
+        pids = psutil.pids()
+    except (OSError, psutil.Error) as exc:
+        raise ProcessTableError(f"process listing unavailable: {exc}") from None
+    out: list[ProcInfo] = []
+    for pid in pids:
+        try:
+            info = _info_sync(pid)
+        except ProcessTableError:
+            # Another user's process we cannot read is not ours; our own are readable.
+            continue
+        if info is not None:
+            out.append(info)
+    return out
+
+
+def _environ_sync(pid: int, start_time: int) -> dict[str, str] | None:
+    try:
+        info = _info_sync(pid)
+        if info is None or info.start_time != start_time or info.zombie:
+            return None
+        env = psutil.Process(pid).environ()
+    except (ProcessTableError, psutil.Error, OSError):
+        return None
+    # Re-check: the environment must belong to the same birth.
+    try:
+        again = _info_sync(pid)
+    except ProcessTableError:
+        return None
+    if again is None or again.start_time != start_time:
+        return None
+    return dict(env)
+
+
+def _signal_sync(pid: int, start_time: int, sig: int) -> bool:
+    if pid <= 1:
+        return False  # never PID 0 (own group) or 1 (init), whatever a record says
+    if hasattr(os, "pidfd_open") and hasattr(signal_mod, "pidfd_send_signal"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        try:
+            # The pidfd pins this exact process; checking its start time now
+            # proves the pidfd is the birth we verified.
+            info = _info_sync(pid)
+            if info is None or info.start_time != start_time:
+                return False
+            try:
+                signal_mod.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
+                return False
+            return True
+        finally:
+            os.close(fd)
+    info = _info_sync(pid)
+    if info is None or info.start_time != start_time:
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class PsutilProcessTable:
+    """The host's process table (psutil + ``/proc``), read off the event loop."""
+
+    async def get(self, pid: int) -> ProcInfo | None:
+        """See :meth:`ProcessTable.get`."""
+        if pid <= 0:
+            return None
+        return await asyncio.to_thread(_info_sync, pid)
+
+    async def list_all(self) -> list[ProcInfo]:
+        """See :meth:`ProcessTable.list_all`."""
+        return await asyncio.to_thread(_list_sync)
+
+    async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
+        """See :meth:`ProcessTable.environ`."""
+        return await asyncio.to_thread(_environ_sync, pid, start_time)
+
+    async def signal(self, pid: int, start_time: int, sig: int) -> bool:
+        """See :meth:`ProcessTable.signal`."""
+        return await asyncio.to_thread(_signal_sync, pid, start_time, sig)
+
+
+# ---------------------------------------------------------------------- fake table
+
+
+@dataclass
+class FakeProc:
+    """A simulated process."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    start_time: int
+    cmdline: tuple[str, ...] = ()
+    exe: str = ""
+    #: None = unreadable (permission denied).
+    environ: dict[str, str] | None = field(default_factory=dict)
+    #: Survives SIGTERM/SIGINT/SIGHUP (only SIGKILL ends it).
+    ignores_term: bool = False
+
+    def info(self) -> ProcInfo:
+        """Its :class:`ProcInfo`."""
+        return ProcInfo(self.pid, self.ppid, self.pgid, self.start_time, self.cmdline, self.exe)
+
+
+class FakeProcessTable:
+    """An in-memory process table for the lifecycle simulator.
+
+    Signals are recorded in :attr:`signals` as ``(pid, start_time, sig)``. A
+    terminating signal removes the process unless it ignores SIGTERM; its
+    children are re-parented to ``reparent_to``. Setting
+    :attr:`listing_available` False makes every read fail closed.
+    """
+
+    def __init__(self, procs: list[FakeProc] | None = None, *, reparent_to: int = 1) -> None:
+        self.procs: dict[int, FakeProc] = {p.pid: p for p in procs or []}
+        self.signals: list[tuple[int, int, int]] = []
+        self.listing_available = True
+        self.reparent_to = reparent_to
+        #: Called after every signal (tests use it to swap processes mid-reap).
+        self.after_signal: Callable[[FakeProcessTable, int, int], None] | None = None
+
+    def add(self, proc: FakeProc) -> FakeProc:
+        """Add (or replace) a process."""
+        self.procs[proc.pid] = proc
+        return proc
+
+    def remove(self, pid: int) -> None:
+        """A process exits: children are re-parented, as the kernel does."""
+        self.procs.pop(pid, None)
+        for child in self.procs.values():
+            if child.ppid == pid:
+                child.ppid = self.reparent_to
+
+    def alive(self, pid: int, start_time: int | None = None) -> bool:
+        """True if ``pid`` (with that birth, when given) is in the table."""
+        proc = self.procs.get(pid)
+        return proc is not None and (start_time is None or proc.start_time == start_time)
+
+    def _check(self) -> None:
+        if not self.listing_available:
+            raise ProcessTableError("process listing unavailable (simulated)")
+
+    async def get(self, pid: int) -> ProcInfo | None:
+        """See :meth:`ProcessTable.get`."""
+        self._check()
+        proc = self.procs.get(pid)
+        return proc.info() if proc is not None else None
+
+    async def list_all(self) -> list[ProcInfo]:
+        """See :meth:`ProcessTable.list_all`."""
+        self._check()
+        return [p.info() for p in self.procs.values()]
+
+    async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
+        """See :meth:`ProcessTable.environ`."""
+        proc = self.procs.get(pid)
+        if proc is None or proc.start_time != start_time or proc.environ is None:
+            return None
+        return dict(proc.environ)
+
+    async def signal(self, pid: int, start_time: int, sig: int) -> bool:
+        """See :meth:`ProcessTable.signal`."""
+        proc = self.procs.get(pid)
+        if proc is None or proc.start_time != start_time or pid <= 1:
+            return False
+        self.signals.append((pid, start_time, sig))
+        if sig == signal_mod.SIGKILL or (
+            sig in (signal_mod.SIGTERM, signal_mod.SIGINT, signal_mod.SIGHUP)
+            and not proc.ignores_term
+        ):
+            self.remove(pid)
+        if self.after_signal is not None:
+            self.after_signal(self, pid, sig)
+        return True
+
+    def signalled_pids(self) -> set[int]:
+        """Every PID that received any signal."""
+        return {pid for pid, _, _ in self.signals}
+
+    def snapshot(self, pid: int) -> FakeProc | None:
+        """A copy of one simulated process (for assertions)."""
+        proc = self.procs.get(pid)
+        return replace(proc) if proc is not None else None

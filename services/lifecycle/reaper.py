@@ -1,0 +1,234 @@
+"""Reaping a lease's process tree: closeSession and startup reaping (SPEC §13).
+
+closing → verify → SIGTERM children first → grace → re-verify → SIGKILL the
+survivors → closed (lost if the root was already gone). When the evidence is
+unavailable the lease goes back to open and nothing is signalled; when the live
+tree does not belong to the lease nothing is signalled either.
+
+A signal always names a ``(pid, start_time)`` identity taken from a
+verification, so a PID recycled meanwhile is never hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from services.common.logs import get_logger
+from services.lifecycle.leases import ENDED_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
+from services.lifecycle.verify import (
+    REASON_BIRTH,
+    REASON_OTHER_INSTANCE,
+    LegacyRecord,
+    Owner,
+    TreeProc,
+    Verification,
+    children_first,
+    verify_legacy,
+    verify_owned_tree,
+)
+
+log = get_logger("lifecycle.reaper")
+
+POLL_SECS = 0.05
+#: How long to wait for SIGKILLed processes to disappear before reporting survivors.
+KILL_WAIT_SECS = 2.0
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    """What a close or reap did."""
+
+    lease: LeaseRecord | None
+    terminated_pids: tuple[int, ...] = ()
+    surviving_pids: tuple[int, ...] = ()
+    #: Empty on success; why nothing (more) was signalled otherwise.
+    unverified_reason: str = ""
+
+
+def now_ms() -> int:
+    """Wall clock in milliseconds since the epoch."""
+    return int(time.time() * 1000)
+
+
+class Reaper:
+    """Verifies and reaps lease trees for one gateway instance."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        table: ProcessTable,
+        owner: Owner,
+        *,
+        term_grace_ms: int,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.table = table
+        self.owner = owner
+        self.term_grace_ms = term_grace_ms
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_ms = wall_ms
+
+    async def verify(self, lease: LeaseRecord) -> Verification:
+        """Verify ``lease`` against the live table (read-only)."""
+        return await verify_owned_tree(lease, self.table, self.owner)
+
+    # ------------------------------------------------------------------ close
+
+    async def close(self, lease_id: str, reason: str = "close") -> CloseResult:
+        """Close one lease (serialized with every other transition of it)."""
+        async with self.store.lock(lease_id):
+            lease = await self.store.get(lease_id)
+            if lease is None:
+                return CloseResult(None, unverified_reason="unknown lease")
+            return await self._close_locked(lease, reason)
+
+    async def _close_locked(self, lease: LeaseRecord, reason: str) -> CloseResult:
+        if lease.state in ENDED_STATES:
+            return CloseResult(lease)
+        if lease.gateway_instance_id != self.owner.instance_id:
+            # Never touch another gateway's lease, not even its state.
+            return CloseResult(lease, unverified_reason=REASON_OTHER_INSTANCE)
+        if lease.state == LeaseState.OPEN:
+            moved = await self.store.transition(lease, LeaseState.CLOSING)
+            if moved is None:
+                fresh = await self.store.get(lease.lease_id)
+                return CloseResult(fresh, unverified_reason="lease changed state concurrently")
+            lease = moved
+        verification = await self.verify(lease)
+        if verification.recovered_root is not None:
+            root = verification.recovered_root
+            updated = await self.store.update(
+                lease.lease_id, root_pid=root.pid, root_start_time=root.start_time
+            )
+            lease = updated or lease
+        log.info(
+            "lease_close",
+            lease_id=lease.lease_id,
+            reason=reason,
+            verified=verification.verified,
+            root_gone=verification.root_gone,
+            why=verification.reason,
+            pids=[p.info.pid for p in verification.processes],
+        )
+        if not verification.verified:
+            if verification.root_gone:
+                ended = await self._end(lease, LeaseState.LOST)
+                why = verification.reason if verification.reason == REASON_BIRTH else ""
+                return CloseResult(ended, unverified_reason=why)
+            reopened = await self._reopen(lease)
+            return CloseResult(reopened, unverified_reason=verification.reason)
+
+        snapshot = list(verification.processes)
+        for proc in snapshot:
+            await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+        survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
+        killed: list[TreeProc] = []
+        if survivors:
+            again = await self.verify(lease)
+            if again.evidence_unavailable or not (again.verified or again.root_gone):
+                # Cannot prove the survivors are still ours: no SIGKILL.
+                reopened = await self._reopen(lease)
+                return CloseResult(
+                    reopened,
+                    terminated_pids=_pids(p for p in snapshot if p not in survivors),
+                    surviving_pids=_pids(survivors),
+                    unverified_reason=f"re-verification failed: {again.reason}",
+                )
+            allowed = {p.info.identity: p for p in survivors}
+            for proc in again.processes:
+                allowed.setdefault(proc.info.identity, proc)
+            killed = list(children_first(list(allowed.values())))
+            for proc in killed:
+                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+        everything = {p.info.identity: p for p in [*snapshot, *killed]}
+        left = await self._wait_gone(list(everything.values()), KILL_WAIT_SECS if killed else 0.0)
+        state = LeaseState.LOST if verification.root_gone else LeaseState.CLOSED
+        ended = await self._end(lease, state)
+        return CloseResult(
+            ended,
+            terminated_pids=_pids(p for p in everything.values() if p not in left),
+            surviving_pids=_pids(left),
+        )
+
+    async def _end(self, lease: LeaseRecord, state: LeaseState) -> LeaseRecord | None:
+        ended = await self.store.transition(lease, state, now_ms=self._wall_ms())
+        return ended or await self.store.get(lease.lease_id)
+
+    async def _reopen(self, lease: LeaseRecord) -> LeaseRecord | None:
+        reopened = await self.store.transition(lease, LeaseState.OPEN)
+        return reopened or await self.store.get(lease.lease_id)
+
+    async def _alive(self, info: ProcInfo) -> bool:
+        try:
+            live = await self.table.get(info.pid)
+        except ProcessTableError:
+            return True  # unknown counts as alive: never report a kill we cannot see
+        return live is not None and live.start_time == info.start_time and not live.zombie
+
+    async def _wait_gone(self, procs: Sequence[TreeProc], within: float) -> list[TreeProc]:
+        """Poll until every process is gone or ``within`` passed; the survivors."""
+        deadline = self._clock() + within
+        while True:
+            left = [p for p in procs if await self._alive(p.info)]
+            if not left or self._clock() >= deadline:
+                return left
+            await self._sleep(POLL_SECS)
+
+    # ------------------------------------------------------------------ startup
+
+    async def reap_all(
+        self, *, skip: Iterable[str] = (), reason: str = "startup"
+    ) -> list[CloseResult]:
+        """Close every open/closing lease of this instance except ``skip``."""
+        skipped = set(skip)
+        leases = await self.store.list(
+            states=(LeaseState.OPEN, LeaseState.CLOSING), instance_id=self.owner.instance_id
+        )
+        results: list[CloseResult] = []
+        for lease in leases:
+            if lease.lease_id in skipped:
+                continue
+            results.append(await self.close(lease.lease_id, reason))
+        return results
+
+    # ------------------------------------------------------------------ legacy
+
+    async def close_legacy(self, record: LegacyRecord) -> CloseResult:
+        """Reap a lease-less legacy record, only if it verifies; else leave it alone."""
+        verification = await verify_legacy(record, self.table)
+        if not verification.verified:
+            return CloseResult(None, unverified_reason=verification.reason)
+        snapshot = list(verification.processes)
+        for proc in snapshot:
+            await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+        survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
+        if survivors:
+            again = await verify_legacy(record, self.table)
+            if again.evidence_unavailable or not (again.verified or again.root_gone):
+                return CloseResult(
+                    None,
+                    terminated_pids=_pids(p for p in snapshot if p not in survivors),
+                    surviving_pids=_pids(survivors),
+                    unverified_reason=f"re-verification failed: {again.reason}",
+                )
+            for proc in survivors:
+                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+        left = await self._wait_gone(snapshot, KILL_WAIT_SECS if survivors else 0.0)
+        return CloseResult(
+            None,
+            terminated_pids=_pids(p for p in snapshot if p not in left),
+            surviving_pids=_pids(left),
+        )
+
+
+def _pids(procs: Iterable[TreeProc]) -> tuple[int, ...]:
+    return tuple(sorted(p.info.pid for p in procs))

@@ -1,0 +1,137 @@
+"""Serving the lifecycle service: in-process starter and ``acpgate lifecycle-service``.
+
+``start_lifecycle_server(cfg, address)`` loads the instance id, opens the lease
+store, installs the wrapper, expires old leases and reaps this gateway's
+open/closing leases of earlier runs *before* it serves. Stopping the returned
+server closes (verifies and reaps) every lease it still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.config import Config
+from services.common.grpc_auth import grpc_security, server_credentials, server_interceptors
+from services.common.grpc_server import RunningServer, start_server
+from services.common.logs import get_logger
+from services.lifecycle.controller import LifecycleController
+from services.lifecycle.instance import load_or_create_instance_id
+from services.lifecycle.leases import LeaseStore
+from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
+from services.lifecycle.servicer import LifecycleServicer
+from services.lifecycle.spawn import install_wrapper
+
+__all__ = [
+    "SERVICE_NAME",
+    "default_lifecycle_address",
+    "open_controller",
+    "run_lifecycle_service",
+    "start_lifecycle_server",
+]
+
+log = get_logger("lifecycle.server")
+
+#: Full name of the service, for health checks and reflection.
+SERVICE_NAME = lifecycle_pb2.DESCRIPTOR.services_by_name["LifecycleService"].full_name
+LEASES_DB_NAME = "leases.db"
+
+
+def default_lifecycle_address(cfg: Config) -> str:
+    """``[services] lifecycle_addr``, else ``unix:<data dir>/run/lifecycle.sock``."""
+    return cfg.services.lifecycle_addr or f"unix:{cfg.data_dir}/run/lifecycle.sock"
+
+
+async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None) -> LifecycleController:
+    """Instance id, lease store and wrapper of ``cfg``'s lifecycle state dir, ready to use."""
+    state_dir = cfg.lifecycle_state_dir
+    instance_id = await load_or_create_instance_id(state_dir)
+    wrapper = await install_wrapper(state_dir)
+    store = await LeaseStore.open(state_dir / LEASES_DB_NAME)
+    return LifecycleController(
+        store=store,
+        table=proctable if proctable is not None else PsutilProcessTable(),
+        instance_id=instance_id,
+        state_dir=state_dir,
+        wrapper=wrapper,
+        term_grace_ms=cfg.lifecycle.term_grace_ms,
+        retention_secs=cfg.lifecycle.lease_retention_secs,
+    )
+
+
+async def start_lifecycle_server(
+    cfg: Config, address: str, *, proctable: ProcessTable | None = None
+) -> RunningServer:
+    """Reap startup orphans, then serve ``LifecycleService`` on ``address``.
+
+    ``await running.stop()`` stops serving, closes every lease this run holds
+    and closes the store.
+    """
+    controller = await open_controller(cfg, proctable=proctable)
+    try:
+        await controller.expire()
+        results = await controller.reap_orphans(reason="startup")
+        log.info(
+            "startup_reap",
+            instance_id=controller.instance_id,
+            leases=len(results),
+            terminated=sum(len(r.terminated_pids) for r in results),
+            unverified=[r.unverified_reason for r in results if r.unverified_reason],
+        )
+        servicer = LifecycleServicer(controller)
+
+        def register(server: grpc.aio.Server) -> None:
+            lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(servicer, server)
+
+        sec = grpc_security(cfg)
+        running = await start_server(
+            address,
+            register,
+            [SERVICE_NAME],
+            interceptors=server_interceptors(sec),
+            credentials=server_credentials(sec, address),
+        )
+    except BaseException:
+        await controller.close_all()
+        await controller.store.close()
+        raise
+
+    async def on_stop() -> None:
+        try:
+            await controller.close_all(reason="stop")
+        finally:
+            await controller.store.close()
+
+    running.on_stop = on_stop
+    log.info(
+        "lifecycle_service_started",
+        address=running.address,
+        instance_id=controller.instance_id,
+        wrapper_root=str(controller.wrapper.root),
+    )
+    return running
+
+
+async def run_lifecycle_service(cfg: Config) -> int:
+    """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
+    address = default_lifecycle_address(cfg)
+    running = await start_lifecycle_server(cfg, address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await running.stop()
+        log.info("lifecycle_service_stopped", address=address)
+    return 0

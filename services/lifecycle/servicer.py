@@ -1,0 +1,259 @@
+"""The gRPC face of the lifecycle service: every RPC of ``acpgate.lifecycle.v1``.
+
+Error mapping (see the proto): INVALID_ARGUMENT malformed request, NOT_FOUND
+unknown lease, FAILED_PRECONDITION a second attacher or a lease that is not
+open (or not served by this run), UNAVAILABLE spawn failure.
+
+Attach: the first response is ``attached`` (the lease); then ``stdout``
+batches, each holding every line that was ready; last an ``exit``. A client
+that goes away frees the slot, and buffered output waits for the next attacher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, NoReturn
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from services.common.logs import get_logger
+from services.lifecycle.attach import AdapterChannel, AttachBusy
+from services.lifecycle.controller import (
+    EnsureRequest,
+    InvalidRequest,
+    LeaseNotFound,
+    LifecycleController,
+    Unavailable,
+)
+from services.lifecycle.leases import LeaseRecord, LeaseState
+from services.lifecycle.reaper import CloseResult
+from services.lifecycle.verify import Verification
+
+__all__ = ["LifecycleServicer", "lease_to_pb"]
+
+log = get_logger("lifecycle.servicer")
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+_STATE_TO_PB = {
+    LeaseState.OPEN: pb.LEASE_STATE_OPEN,
+    LeaseState.CLOSING: pb.LEASE_STATE_CLOSING,
+    LeaseState.CLOSED: pb.LEASE_STATE_CLOSED,
+    LeaseState.LOST: pb.LEASE_STATE_LOST,
+}
+_PB_TO_STATE = {v: k for k, v in _STATE_TO_PB.items()}
+
+
+def lease_to_pb(lease: LeaseRecord) -> pb.Lease:
+    """A lease record as the proto ``Lease``."""
+    msg = pb.Lease(
+        lease_id=lease.lease_id,
+        gateway_instance_id=lease.gateway_instance_id,
+        session_key=lease.session_key,
+        wrapper_root=lease.wrapper_root,
+        wrapper_path=lease.wrapper_path,
+        root_pid=lease.root_pid,
+        command_hash=lease.command_hash,
+        started_at=lease.started_at,
+        state=_STATE_TO_PB[lease.state],
+        root_start_time=lease.root_start_time,
+        adapter_pid=lease.adapter_pid,
+        ended_at=lease.ended_at,
+    )
+    if lease.process_group_id is not None:
+        msg.process_group_id = lease.process_group_id
+    if lease.exit_code is not None:
+        msg.exit_code = lease.exit_code
+    if lease.exit_signal is not None:
+        msg.exit_signal = lease.exit_signal
+    return msg
+
+
+def verification_to_pb(v: Verification) -> pb.VerifyOwnedTreeResponse:
+    """A verification as the proto response."""
+    return pb.VerifyOwnedTreeResponse(
+        verified=v.verified,
+        reason=v.reason,
+        root_gone=v.root_gone,
+        processes=[
+            pb.OwnedProcess(
+                pid=p.info.pid,
+                ppid=p.info.ppid,
+                pgid=p.info.pgid,
+                start_time=p.info.start_time,
+                cmdline=list(p.info.cmdline),
+                depth=p.depth,
+            )
+            for p in v.processes
+        ],
+    )
+
+
+def _reap_result(r: CloseResult) -> pb.ReapResult:
+    return pb.ReapResult(
+        lease_id=r.lease.lease_id if r.lease else "",
+        state=_STATE_TO_PB[r.lease.state] if r.lease else pb.LEASE_STATE_UNSPECIFIED,
+        terminated_pids=list(r.terminated_pids),
+        surviving_pids=list(r.surviving_pids),
+        unverified_reason=r.unverified_reason,
+    )
+
+
+class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
+    """Translates the lifecycle RPCs to :class:`LifecycleController` calls."""
+
+    def __init__(self, controller: LifecycleController) -> None:
+        self.controller = controller
+
+    async def _abort(self, context: Ctx, code: grpc.StatusCode, message: str) -> NoReturn:
+        await context.abort(code, message)
+        raise AssertionError("unreachable")  # context.abort always raises
+
+    async def GetInstance(self, request: pb.GetInstanceRequest, context: Ctx) -> pb.Instance:
+        """The stable gateway instance id of this install."""
+        info = self.controller.instance()
+        return pb.Instance(
+            gateway_instance_id=info.gateway_instance_id,
+            state_dir=info.state_dir,
+            wrapper_root=info.wrapper_root,
+            started_at=info.started_at,
+        )
+
+    async def EnsureSession(
+        self, request: pb.EnsureSessionRequest, context: Ctx
+    ) -> pb.EnsureSessionResponse:
+        """Spawn or return the live lease of a session key."""
+        req = EnsureRequest(
+            session_key=request.session_key,
+            command=request.command,
+            args=tuple(request.args),
+            env=dict(request.env),
+            cwd=request.cwd,
+        )
+        try:
+            lease, spawned = await self.controller.ensure_session(req)
+        except InvalidRequest as exc:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Unavailable as exc:
+            await self._abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+        return pb.EnsureSessionResponse(lease=lease_to_pb(lease), spawned=spawned)
+
+    async def Attach(
+        self, request_iterator: AsyncIterator[pb.AttachRequest], context: Ctx
+    ) -> AsyncIterator[pb.AttachResponse]:
+        """Bidirectional adapter stdio for one attacher at a time."""
+        iterator = request_iterator.__aiter__()
+        try:
+            first = await iterator.__anext__()
+        except StopAsyncIteration:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "Attach needs an open request")
+        if first.WhichOneof("msg") != "open" or not first.open.lease_id:
+            await self._abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "the first Attach request must be open{lease_id}"
+            )
+        lease_id = first.open.lease_id
+        try:
+            lease = await self.controller.get_lease(lease_id)
+        except LeaseNotFound as exc:
+            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        channel = self.controller.channel(lease_id)
+        if lease.state != LeaseState.OPEN or channel is None:
+            await self._abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
+            )
+        try:
+            with channel.attach():
+                yield pb.AttachResponse(attached=lease_to_pb(lease))
+                stdin_task = asyncio.create_task(self._pump_stdin(iterator, channel))
+                try:
+                    while True:
+                        batch = await channel.next_batch()
+                        if batch is None:
+                            break
+                        yield pb.AttachResponse(stdout=pb.Lines(lines=batch))
+                    info = channel.exit_info
+                    yield pb.AttachResponse(
+                        exit=pb.AdapterExit(
+                            exit_code=info.exit_code if info else -1,
+                            signal=info.signal if info else 0,
+                            stderr_tail=info.stderr_tail if info else "",
+                        )
+                    )
+                finally:
+                    stdin_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await stdin_task
+        except AttachBusy:
+            await self._abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"lease {lease_id} already has an attacher",
+            )
+
+    async def _pump_stdin(
+        self, iterator: AsyncIterator[pb.AttachRequest], channel: AdapterChannel
+    ) -> None:
+        """Feed stdin lines (and close_stdin) from the client to the adapter."""
+        async for req in iterator:
+            kind = req.WhichOneof("msg")
+            if kind == "stdin":
+                lines: Sequence[str] = req.stdin.lines
+                if not await channel.write_lines(list(lines)):
+                    log.info("stdin_dropped", lease_id=channel.lease_id, lines=len(lines))
+            elif kind == "close_stdin" and req.close_stdin:
+                await channel.close_stdin()
+            # A repeated open is ignored: the stream is already attached.
+
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: Ctx
+    ) -> pb.CloseSessionResponse:
+        """Verify and reap one lease's tree."""
+        try:
+            result = await self.controller.close_session(
+                lease_id=request.lease_id,
+                session_key=request.session_key,
+                reason=request.reason or "close",
+            )
+        except InvalidRequest as exc:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except LeaseNotFound as exc:
+            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        resp = pb.CloseSessionResponse(
+            terminated_pids=list(result.terminated_pids),
+            surviving_pids=list(result.surviving_pids),
+            unverified_reason=result.unverified_reason,
+        )
+        if result.lease is not None:
+            resp.lease.CopyFrom(lease_to_pb(result.lease))
+        return resp
+
+    async def ReapOrphans(
+        self, request: pb.ReapOrphansRequest, context: Ctx
+    ) -> pb.ReapOrphansResponse:
+        """Reap this gateway's open/closing leases not served by this run."""
+        results = await self.controller.reap_orphans()
+        return pb.ReapOrphansResponse(results=[_reap_result(r) for r in results])
+
+    async def ListLeases(self, request: pb.ListLeasesRequest, context: Ctx) -> pb.ListLeasesResponse:
+        """Leases filtered by state and session key."""
+        if request.state != pb.LEASE_STATE_UNSPECIFIED and request.state not in _PB_TO_STATE:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"unknown state {request.state}")
+        state = _PB_TO_STATE.get(request.state)
+        leases = await self.controller.list_leases(state, request.session_key)
+        return pb.ListLeasesResponse(leases=[lease_to_pb(x) for x in leases])
+
+    async def VerifyOwnedTree(
+        self, request: pb.VerifyOwnedTreeRequest, context: Ctx
+    ) -> pb.VerifyOwnedTreeResponse:
+        """Read-only verification of one lease."""
+        try:
+            verification = await self.controller.verify(request.lease_id)
+        except LeaseNotFound as exc:
+            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        return verification_to_pb(verification)

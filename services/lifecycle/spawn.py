@@ -1,0 +1,146 @@
+"""Installing the wrapper under this gateway's wrapper root and spawning it.
+
+The wrapper root is ``<lifecycle state dir>/wrapper``: each install (state
+dir) has its own, so the live command of a wrapper names the gateway that
+spawned it. :func:`install_wrapper` copies ``wrapper.py`` there (atomically,
+only when it changed); the service runs it as
+``<python> -I -S <wrapper path> --lease-id … -- <command> <args…>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.lifecycle import wrapper as wrapper_module
+from services.lifecycle.attach import MAX_LINE_BYTES
+from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
+
+WRAPPER_DIR_NAME = "wrapper"
+WRAPPER_FILE_NAME = "acpgate_wrapper.py"
+LOG_DIR_NAME = "logs"
+
+
+@dataclass(frozen=True)
+class WrapperPaths:
+    """Where this gateway's wrapper lives."""
+
+    root: Path
+    path: Path
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    """Everything one wrapper spawn needs."""
+
+    lease_id: str
+    instance_id: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    term_grace_ms: int = 3000
+    stderr_log: Path = Path()
+    stderr_max_bytes: int = wrapper_module.DEFAULT_STDERR_MAX_BYTES
+
+
+def _install_sync(state_dir: Path) -> WrapperPaths:
+    root = state_dir / WRAPPER_DIR_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / WRAPPER_FILE_NAME
+    source = Path(wrapper_module.__file__).read_bytes()
+    try:
+        current = target.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != source:
+        tmp = root / f".{WRAPPER_FILE_NAME}.{os.getpid()}.tmp"
+        tmp.write_bytes(source)
+        os.replace(tmp, target)
+    (state_dir / LOG_DIR_NAME).mkdir(parents=True, exist_ok=True)
+    return WrapperPaths(root=root.absolute(), path=target.absolute())
+
+
+async def install_wrapper(state_dir: Path) -> WrapperPaths:
+    """Put the wrapper under ``<state_dir>/wrapper`` (idempotent)."""
+    return await asyncio.to_thread(_install_sync, state_dir)
+
+
+def stderr_log_path(state_dir: Path, lease_id: str) -> Path:
+    """The bounded per-lease stderr log of the adapter."""
+    return state_dir / LOG_DIR_NAME / f"{lease_id}.log"
+
+
+def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, report_fd: int) -> list[str]:
+    """The exact argv of the wrapper (its sha256 is the lease's command hash)."""
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(paths.path),
+        "--lease-id",
+        spec.lease_id,
+        "--instance-id",
+        spec.instance_id,
+        "--parent-pid",
+        str(parent_pid),
+        "--term-grace-ms",
+        str(spec.term_grace_ms),
+        "--report-fd",
+        str(report_fd),
+        "--stderr-log",
+        str(spec.stderr_log),
+        "--stderr-max-bytes",
+        str(spec.stderr_max_bytes),
+        "--",
+        spec.command,
+        *spec.args,
+    ]
+
+
+def wrapper_env(spec: SpawnSpec, base: Mapping[str, str]) -> dict[str, str]:
+    """The service's environment, the request's over it, the lease markers last."""
+    env = dict(base)
+    env.update(spec.env)
+    env[LEASE_ENV] = spec.lease_id
+    env[INSTANCE_ENV] = spec.instance_id
+    return env
+
+
+@dataclass
+class SpawnedWrapper:
+    """A started wrapper process and the read end of its report pipe."""
+
+    process: asyncio.subprocess.Process
+    report: asyncio.StreamReader
+
+
+async def spawn_wrapper(
+    argv: Sequence[str], spec: SpawnSpec, report_r: int, report_w: int
+) -> SpawnedWrapper:
+    """Start the wrapper with ``argv``; the report pipe ends are consumed either way."""
+    loop = asyncio.get_running_loop()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=spec.cwd or None,
+            env=wrapper_env(spec, os.environ),
+            pass_fds=(report_w,),
+            limit=MAX_LINE_BYTES,
+        )
+    except BaseException:
+        os.close(report_r)
+        os.close(report_w)
+        raise
+    os.close(report_w)
+    reader = asyncio.StreamReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    await loop.connect_read_pipe(lambda: protocol, os.fdopen(report_r, "rb", buffering=0))
+    return SpawnedWrapper(process=process, report=reader)

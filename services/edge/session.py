@@ -42,8 +42,6 @@ log = get_logger("edge.session")
 
 #: After a cancel, how long the adapter gets to answer the prompt before the edge ends it.
 CANCEL_GRACE_SECS = 10.0
-#: Longest stored title (first user message, trimmed).
-TITLE_MAX_CHARS = 80
 
 
 class ClientPort(Protocol):
@@ -96,7 +94,6 @@ class EdgeSession:
         self.workspace_dir = row.workspace_dir
         self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
         self.lease_id = ""
-        self.title = row.title
         self.adapter: AdapterClient | None = None
         self.turn: TurnState | None = None
         self._clock = clock
@@ -252,11 +249,7 @@ class EdgeSession:
             request.plan_json = acc.plan_json
         stub = self.runtime.session_stub
         try:
-            await stub.AppendTurn(request)
-            if not self.title and acc.user_text.strip():
-                self.title = " ".join(acc.user_text.split())[:TITLE_MAX_CHARS]
-                await stub.UpdateSession(session_pb2.UpdateSessionRequest(
-                    session_id=self.session_id, title=self.title))
+            await stub.AppendTurn(request)  # the store derives the title from the first turn
         except grpc.aio.AioRpcError as exc:
             log.error("append_turn_failed", session_id=self.session_id, code=exc.code().name)
             raise JsonRpcError(INTERNAL_ERROR,

@@ -1,0 +1,271 @@
+"""Test harness: temporary acpgate configs and a raw JSON-lines client of `acpgate acp`.
+
+The client is synchronous (a reader thread feeds a queue) so one subprocess can
+be shared by many test rows without event-loop scoping concerns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+SDK_AGENT = Path(__file__).resolve().parent / "sdk_agent.py"
+ACPGATE = [sys.executable, "-m", "acpgate"]
+
+#: Generous ceiling for one wait; tests never assert on timing.
+WAIT = 60.0
+
+
+def write_config(config_dir: Path, *, default_agent: str = "demo", max_sessions: int = 3,
+                 session_timeout: int = 3600, autonomy: str = "supervised",
+                 sdk_restore: str = "resume", extra: str = "") -> Path:
+    """A config with a demo built-in agent, a disabled one, and the SDK adapter."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    state = config_dir / "sdk-state.json"
+    default_line = f'default_agent = "{default_agent}"\n' if default_agent else ""
+    text = f"""
+[acp]
+{default_line}max_sessions = {max_sessions}
+session_timeout_secs = {session_timeout}
+
+[autonomy]
+level = "{autonomy}"
+
+[agents.demo]
+kind = "builtin"
+provider = "demo"
+model = "demo"
+
+[agents.off]
+kind = "builtin"
+provider = "demo"
+model = "demo"
+enabled = false
+
+[agents.sdk]
+kind = "acp"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SDK_AGENT))}]
+env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{sdk_restore}" }}
+{extra}
+"""
+    (config_dir / "config.toml").write_text(text)
+    return config_dir
+
+
+def child_env() -> dict[str, str]:
+    """The environment for acpgate subprocesses (repo importable, quiet logs)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("ACPGATE_LOG_LEVEL", "warning")
+    for key in list(env):
+        if key.startswith("ACPGATE_") and "__" in key:
+            del env[key]
+    return env
+
+
+class AcpProcess:
+    """`acpgate acp` as a subprocess, spoken to in raw JSON lines."""
+
+    def __init__(self, config_dir: Path, *args: str, cwd: Path | None = None) -> None:
+        self.config_dir = config_dir
+        self.proc = subprocess.Popen(
+            [*ACPGATE, "acp", "--config-dir", str(config_dir), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=child_env(), cwd=str(cwd or REPO),
+        )
+        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.raw_lines: list[str] = []
+        self.stderr: list[str] = []
+        self._next_id = 1000
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+        #: Answers to outbound requests: method -> fn(params) -> result (or None: no answer).
+        self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        #: Outbound (server → client) requests seen.
+        self.outbound: list[dict[str, Any]] = []
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            self.raw_lines.append(line)
+            try:
+                self.messages.put(json.loads(line))
+            except ValueError:
+                self.messages.put({"__unparseable__": line})
+        self.messages.put(None)
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self.stderr.append(raw.decode("utf-8", errors="replace"))
+
+    # ------------------------------------------------------------------ sending
+
+    def send_raw(self, line: str | bytes) -> None:
+        """Write one raw line (a newline is appended)."""
+        assert self.proc.stdin is not None
+        data = line.encode() if isinstance(line, str) else line
+        with self._lock:
+            self.proc.stdin.write(data + b"\n")
+            self.proc.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one JSON message."""
+        self.send_raw(json.dumps(message))
+
+    def new_id(self) -> int:
+        """A fresh request id."""
+        self._next_id += 1
+        return self._next_id
+
+    def request_async(self, method: str, params: dict[str, Any] | None = None,
+                      req_id: Any = None) -> Any:
+        """Send a request without waiting; returns its id."""
+        rid = self.new_id() if req_id is None else req_id
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return rid
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a notification."""
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+
+    # ------------------------------------------------------------------ receiving
+
+    def next_message(self, wait: float = WAIT) -> dict[str, Any]:
+        """The next message from the server (outbound requests are answered by handlers)."""
+        msg = self.messages.get(timeout=wait)
+        if msg is None:
+            raise EOFError("acpgate acp closed stdout; stderr:\n" + "".join(self.stderr[-30:]))
+        if "method" in msg and "id" in msg:
+            self.outbound.append(msg)
+            handler = self.handlers.get(msg["method"])
+            if handler is not None:
+                result = handler(msg["params"])
+                if result is not None:
+                    self.send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+        return msg
+
+    def read_until(self, pred: Callable[[dict[str, Any]], bool],
+                   wait: float = WAIT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Messages up to (excluding) the first matching one, and that one."""
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + wait
+        while True:
+            msg = self.next_message(max(0.1, deadline - time.monotonic()))
+            if pred(msg):
+                return seen, msg
+            seen.append(msg)
+
+    def response(self, rid: Any, wait: float = WAIT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Everything before the response to ``rid``, and that response."""
+        return self.read_until(lambda m: m.get("id") == rid and "method" not in m, wait)
+
+    def call(self, method: str, params: dict[str, Any] | None = None,
+             wait: float = WAIT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Request and wait for its response; returns (messages before, response)."""
+        return self.response(self.request_async(method, params), wait)
+
+    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Request and return its result (asserting success)."""
+        _, resp = self.call(method, params)
+        assert "result" in resp, resp
+        return resp["result"]
+
+    def error(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Request and return its error (asserting failure)."""
+        _, resp = self.call(method, params)
+        assert "error" in resp, resp
+        return resp["error"]
+
+    def quiet(self, wait: float = 0.3) -> list[dict[str, Any]]:
+        """Messages arriving within ``wait`` seconds (to check that nothing was answered)."""
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + wait
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            try:
+                msg = self.messages.get(timeout=remaining)
+            except queue.Empty:
+                return out
+            if msg is None:
+                return out
+            out.append(msg)
+
+    def new_session(self, **params: Any) -> str:
+        """session/new; returns the session id."""
+        return str(self.result("session/new", params)["sessionId"])
+
+    # ------------------------------------------------------------------ shutdown
+
+    def descendants(self) -> list[psutil.Process]:
+        """Live descendants of the acpgate process."""
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def close(self, wait: float = WAIT) -> int:
+        """EOF on stdin and wait for the exit code."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            return self.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def kill(self) -> None:
+        """Hard stop (test cleanup only)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict[str, Any]]:
+    """The ``update`` objects of session/update notifications (optionally of one session)."""
+    return [m["params"]["update"] for m in messages
+            if m.get("method") == "session/update" and "id" not in m
+            and (sid is None or m["params"]["sessionId"] == sid)]
+
+
+def gone(pids: list[int], wait: float = 15.0) -> bool:
+    """True when none of ``pids`` is alive (zombies count as gone)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,160 @@
+"""An external ACP agent built only on the official ACP Python SDK (package ``acp``).
+
+Used as a ``kind = "acp"`` backend in the end-to-end tests; it imports no
+acpgate code. Behaviour, chosen by the prompt text:
+
+- ``perm``: asks the client ``session/request_permission`` and answers with the outcome;
+- ``slow``: streams chunks until cancelled (then ``stopReason: cancelled``);
+- ``recall``: answers with what it remembers of the session (its own stored
+  prompts, and whether the prompt carried an embedded prior conversation);
+- ``die``: exits with code 3 in the middle of the turn;
+- anything else: ``echo: <text>`` in two chunks.
+
+``SDK_AGENT_RESTORE`` = ``resume`` | ``load`` | ``none`` chooses what it
+advertises; ``SDK_AGENT_STATE`` is a JSON file where it keeps its sessions so a
+new process can restore them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from acp import (
+    Agent,
+    Client,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PromptResponse,
+    ResumeSessionResponse,
+    run_agent,
+    start_tool_call,
+    text_block,
+    update_agent_message_text,
+    update_user_message_text,
+)
+from acp.schema import (
+    AgentCapabilities,
+    PermissionOption,
+    SessionCapabilities,
+    SessionResumeCapabilities,
+    ToolCallUpdate,
+)
+
+RESTORE = os.environ.get("SDK_AGENT_RESTORE", "resume")
+STATE = Path(os.environ.get("SDK_AGENT_STATE", "/tmp/sdk-agent-state.json"))
+
+
+def _load_state() -> dict[str, list[str]]:
+    try:
+        return json.loads(STATE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_state(state: dict[str, list[str]]) -> None:
+    STATE.write_text(json.dumps(state))
+
+
+class SdkAgent(Agent):
+    """A tiny deterministic agent."""
+
+    def __init__(self) -> None:
+        self._conn: Client | None = None
+        self._cancel: dict[str, asyncio.Event] = {}
+        self._state = _load_state()
+
+    def on_connect(self, conn: Client) -> None:
+        self._conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
+                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        caps = AgentCapabilities(
+            load_session=RESTORE == "load",
+            session_capabilities=SessionCapabilities(
+                resume=SessionResumeCapabilities() if RESTORE == "resume" else None),
+        )
+        return InitializeResponse(protocol_version=1, agent_capabilities=caps)
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
+        sid = f"sdk-{uuid.uuid4().hex[:12]}"
+        self._state[sid] = []
+        _save_state(self._state)
+        return NewSessionResponse(session_id=sid)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> LoadSessionResponse:
+        assert self._conn is not None
+        for text in self._state.get(session_id, []):  # the replay the edge must suppress
+            await self._conn.session_update(session_id, update_user_message_text(text))
+            await self._conn.session_update(session_id, update_agent_message_text(f"echo: {text}"))
+        self._state.setdefault(session_id, [])
+        return LoadSessionResponse()
+
+    async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                             **kwargs: Any) -> ResumeSessionResponse:
+        self._state.setdefault(session_id, [])
+        return ResumeSessionResponse()
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self._cancel.setdefault(session_id, asyncio.Event()).set()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        assert self._conn is not None
+        conn = self._conn
+        text = " ".join(getattr(b, "text", "") for b in prompt if getattr(b, "type", "") == "text")
+        embedded = [b for b in prompt if getattr(b, "type", "") == "resource"]
+        cancel = self._cancel[session_id] = asyncio.Event()
+        if text == "die":
+            await conn.session_update(session_id, update_agent_message_text("dying"))
+            await asyncio.sleep(0.05)
+            os._exit(3)
+        if text == "slow":
+            for i in range(400):
+                if cancel.is_set():
+                    return PromptResponse(stop_reason="cancelled")
+                await conn.session_update(session_id, update_agent_message_text(f"s{i} "))
+                await asyncio.sleep(0.05)
+            return PromptResponse(stop_reason="end_turn")
+        if text == "perm":
+            await conn.session_update(session_id, start_tool_call(
+                "sdk-call-1", "sdk tool", kind="execute", status="pending", raw_input={"x": 1}))
+            resp = await conn.request_permission(
+                session_id=session_id,
+                tool_call=ToolCallUpdate(tool_call_id="sdk-call-1", title="sdk tool"),
+                options=[PermissionOption(option_id="yes", name="Yes", kind="allow_once"),
+                         PermissionOption(option_id="no", name="No", kind="reject_once")],
+            )
+            outcome = resp.outcome
+            chosen = getattr(outcome, "option_id", None) or outcome.outcome
+            await conn.session_update(session_id, update_agent_message_text(f"permission: {chosen}"))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "recall":
+            known = self._state.get(session_id, [])
+            note = "embedded" if embedded else "no-embedded"
+            if embedded:
+                res = embedded[0].resource
+                note += ":" + ("prior-ok" if "first message" in getattr(res, "text", "") else "prior-missing")
+            await conn.session_update(session_id, update_agent_message_text(
+                f"remembered {len(known)} [{'|'.join(known)}] {note}"))
+            return PromptResponse(stop_reason="end_turn")
+        self._state.setdefault(session_id, []).append(text)
+        _save_state(self._state)
+        await conn.session_update(session_id, update_agent_message_text("echo: "))
+        await conn.session_update(session_id, update_agent_message_text(text))
+        return PromptResponse(stop_reason="end_turn")
+
+
+async def main() -> None:
+    await run_agent(SdkAgent())
+
+
+if __name__ == "__main__":
+    _ = text_block  # re-exported helper kept for readers of this example
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,120 @@
+"""The walking skeleton, end to end: `acpgate acp` with embedded services (foundation issue).
+
+initialize → session/new → row in SQLite → lease, wrapper, built-in agent →
+session/prompt streams chunks → end_turn → turn stored → EOF leaves no child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acpgate import __version__
+from tests.e2e.harness import ACPGATE, AcpProcess, child_env, gone, updates, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def expected_initialize(max_sessions: int = 3, timeout: int = 3600) -> dict[str, Any]:
+    """The exact SPEC §2 result for the harness config (default agent demo/demo)."""
+    return {
+        "protocolVersion": 1,
+        "agentCapabilities": {
+            "loadSession": True,
+            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"resume": {}, "close": {}, "list": {}},
+        },
+        "agentInfo": {"name": "acpgate", "title": "acpgate ACP Gateway", "version": __version__},
+        "authMethods": [],
+        "_meta": {"zeroclaw": {"defaultModel": "demo/demo", "maxSessions": max_sessions,
+                               "sessionTimeoutSecs": timeout}},
+    }
+
+
+def test_raw_json_lines_walking_skeleton(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "cfg")
+    acp = AcpProcess(cfg)
+    try:
+        assert acp.result("initialize", {"protocolVersion": 1}) == expected_initialize()
+        result = acp.result("session/new", {})
+        sid = result["sessionId"]
+        assert uuid.UUID(sid).version == 4 and str(uuid.UUID(sid)) == sid
+        workspace = cfg / "agents" / "demo" / "workspace"
+        assert result["workspaceDir"] == os.path.realpath(workspace)
+
+        db = cfg / "data" / "sessions" / "acp-sessions.db"
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT agent_alias FROM sessions WHERE id = ?",
+                                (sid,)).fetchone() == ("demo",)
+
+        children = [p.pid for p in acp.descendants()]
+        assert children, "the lifecycle service should have spawned a wrapper and the agent"
+
+        before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "hello skeleton"})
+        chunks = [u for u in updates(before, sid) if u["sessionUpdate"] == "agent_message_chunk"]
+        assert chunks, "chunks must stream before the result"
+        res = resp["result"]
+        assert res["sessionId"] == sid and res["stopReason"] == "end_turn"
+        assert res["content"] == "".join(c["content"]["text"] for c in chunks)
+        assert "hello skeleton" in res["content"]
+
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT role, text FROM history WHERE session_id = ? ORDER BY seq",
+                                (sid,)).fetchall()
+        assert rows[0] == ("user", "hello skeleton")
+        assert ("assistant", res["content"]) in rows
+
+        children = [p.pid for p in acp.descendants()]
+        assert acp.close() == 0
+        assert gone(children), "a child process survived EOF"
+    finally:
+        acp.kill()
+
+
+async def test_official_sdk_client_walking_skeleton(tmp_path: Path) -> None:
+    from acp import spawn_agent_process, text_block
+    from acp.schema import ClientCapabilities
+
+    cfg = write_config(tmp_path / "cfg")
+    seen: list[Any] = []
+
+    class Recorder:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            seen.append((session_id, update))
+
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("no permission expected")
+
+        def on_connect(self, conn: Any) -> None:
+            pass
+
+    env = child_env()
+    env.update(dict(os.environ, PYTHONPATH=env["PYTHONPATH"]))
+    async with spawn_agent_process(Recorder(), ACPGATE[0], *ACPGATE[1:], "acp", "--config-dir",
+                                   str(cfg), env=env) as (conn, proc):
+        init = await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
+        assert init.protocol_version == 1
+        assert init.agent_capabilities is not None and init.agent_capabilities.load_session
+        new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        assert uuid.UUID(new.session_id).version == 4
+        resp = await conn.prompt(session_id=new.session_id, prompt=[text_block("hi from sdk")])
+        assert resp.stop_reason == "end_turn"
+        chunks = [u for s, u in seen if s == new.session_id
+                  and getattr(u, "session_update", "") == "agent_message_chunk"]
+        assert chunks and "hi from sdk" in "".join(c.content.text for c in chunks)
+        import psutil
+
+        pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert pids
+    # spawn_agent_process closed stdin: acpgate must exit 0 and leave nothing behind
+    assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert await asyncio.to_thread(gone, pids)
+    assert sys.executable  # the same interpreter ran everything

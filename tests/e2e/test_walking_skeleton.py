@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from acpgate import __version__
-from tests.e2e.harness import ACPGATE, AcpProcess, child_env, gone, updates, write_config
+from tests.e2e.harness import ACPGATE, AcpProcess, gone, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -96,9 +96,9 @@ async def test_official_sdk_client_walking_skeleton(tmp_path: Path) -> None:
         def on_connect(self, conn: Any) -> None:
             pass
 
-    env = child_env()
-    env.update(dict(os.environ, PYTHONPATH=env["PYTHONPATH"]))
-    async with spawn_agent_process(Recorder(), ACPGATE[0], *ACPGATE[1:], "acp", "--config-dir",
+    env = dict(os.environ)  # the SDK otherwise passes a minimal environment
+    async with spawn_agent_process(Recorder(),  # type: ignore[arg-type]
+                                   ACPGATE[0], *ACPGATE[1:], "acp", "--config-dir",
                                    str(cfg), env=env) as (conn, proc):
         init = await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
         assert init.protocol_version == 1

@@ -1,0 +1,417 @@
+"""The session service behind gRPC: a real server on a real unix socket (SPEC §2, §3, §8,
+§12, §13, §14)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from acpgate.session.v1 import session_pb2 as pb
+from acpgate.session.v1 import session_pb2_grpc
+from services.common.config import A2aSection
+from services.common.grpc_channel import open_channel, wait_healthy
+from services.session.server import SERVICE_NAME
+from services.session.store import HistoryEntry, open_store
+from tests.session.conftest import make_cfg
+from tests.session.test_visibility import EXPECTED, ROW_ORDER
+
+if TYPE_CHECKING:
+    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from tests.session.conftest import ServerFactory
+
+
+async def _code(call: object) -> tuple[grpc.StatusCode, str]:
+    try:
+        await call  # type: ignore[misc]
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    raise AssertionError("call succeeded")
+
+
+async def _items(stream: object) -> list[pb.HistoryItem]:
+    return [i async for i in stream]  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ operability
+
+
+async def test_health_serving_and_reflection(serve: ServerFactory, short_dir: Path) -> None:
+    """Both services serve: health SERVING; reflection lists SessionService and Health methods."""
+    running, _ = await serve(make_cfg(short_dir))
+    assert running.address.startswith("unix:")
+    async with open_channel(running.address) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        for name in ("", SERVICE_NAME):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+        reqs = [
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health"),
+        ]
+        replies = [r async for r in refl.ServerReflectionInfo(iter(reqs))]
+        names = {s.name for s in replies[0].list_services_response.service}
+        assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
+
+        def methods(reply: reflection_pb2.ServerReflectionResponse, service: str) -> set[str]:
+            out: set[str] = set()
+            for raw in reply.file_descriptor_response.file_descriptor_proto:
+                fd = descriptor_pb2.FileDescriptorProto.FromString(raw)
+                for svc in fd.service:
+                    if f"{fd.package}.{svc.name}" == service:
+                        out |= {m.name for m in svc.method}
+            return out
+
+        expected = {m.name for m in pb.DESCRIPTOR.services_by_name["SessionService"].methods}
+        assert methods(replies[1], SERVICE_NAME) == expected
+        assert "CheckAccess" in expected and "AppendTurn" in expected
+        assert {"Check", "Watch"} <= methods(replies[2], "grpc.health.v1.Health")
+
+
+async def test_spec2_store_status_persistent(stub: Stub, short_dir: Path) -> None:
+    """SPEC §2: the store opened at <data dir>/sessions/acp-sessions.db."""
+    s = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
+    assert s.persistent and s.fallback_reason == "" and s.schema_version == 2
+    assert s.db_path == str(short_dir / "data" / "sessions" / "acp-sessions.db")
+
+
+async def test_spec2_memory_fallback_reported(serve: ServerFactory, short_dir: Path) -> None:
+    """SPEC §2: `sessions` is a file → memory store, reported; restore refused; rest works."""
+    cfg = make_cfg(short_dir)
+    (cfg.data_dir).mkdir(parents=True)
+    (cfg.data_dir / "sessions").write_text("oops")
+    _, stub = await serve(cfg)
+    s = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
+    assert not s.persistent and "not a directory" in s.fallback_reason and s.db_path == ""
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="m", agent_alias="alpha",
+                                                     workspace_dir="/w"))
+    code, _ = await _code(stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="m")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert (cfg.data_dir / "sessions").read_text() == "oops"
+
+
+# ------------------------------------------------------------------ agents, cwd, policy
+
+
+async def test_spec3_resolve_agent(stub: Stub, short_dir: Path) -> None:
+    """SPEC §3 over gRPC: launch specs, and INVALID_ARGUMENT with the exact SPEC message."""
+    a = await stub.ResolveAgent(pb.ResolveAgentRequest())
+    assert a.alias == "alpha" and a.kind == "builtin" and a.command == sys.executable
+    assert list(a.args) == ["-m", "services.agent", "--config-dir", str(short_dir / "cfg"),
+                            "--alias", "alpha"]
+    assert a.default_model == "demo/demo" and a.autonomy == "supervised"
+    assert await asyncio.to_thread(Path(a.agent_workspace).is_dir)
+    e = await stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias=" ", connection_default="ext"))
+    assert (e.alias, e.command, list(e.args)) == ("ext", "some-acp", ["--x"])
+    assert await _code(stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias="nope"))) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Unknown agent `nope` — no [agents.nope] entry configured",
+    )
+    assert await _code(stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias="off"))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "Agent `off` is not enabled for dispatch",
+    )
+
+
+async def test_spec3_alias_required_over_grpc(serve: ServerFactory, short_dir: Path) -> None:
+    """SPEC §3: no default and several agents → the exact alias-required message."""
+    _, stub = await serve(make_cfg(short_dir, default_agent=""))
+    assert await _code(stub.ResolveAgent(pb.ResolveAgentRequest())) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "session/new requires `agentAlias` (alias of a configured [agents.<alias>] entry)",
+    )
+
+
+async def test_spec3_resolve_workspace(stub: Stub, short_dir: Path) -> None:
+    """SPEC §3: `.` placeholder, explicit dirs, a file and a missing dir over gRPC."""
+    agent_ws = (short_dir / "cfg" / "agents" / "alpha" / "workspace").resolve()
+    w = await stub.ResolveWorkspace(pb.ResolveWorkspaceRequest(
+        alias="alpha", cwd=".", base_dir=str(short_dir / "cfg")))
+    assert w.workspace_dir == str(agent_ws) and w.is_agent_workspace
+    w = await stub.ResolveWorkspace(pb.ResolveWorkspaceRequest(alias="alpha"))
+    assert w.workspace_dir == str(agent_ws) and w.is_agent_workspace
+    proj = short_dir / "proj"
+    proj.mkdir()
+    w = await stub.ResolveWorkspace(pb.ResolveWorkspaceRequest(
+        alias="alpha", cwd="proj", base_dir=str(short_dir)))
+    assert w.workspace_dir == str(proj.resolve()) and not w.is_agent_workspace
+    f = proj / "f.txt"
+    f.write_text("x")
+    assert await _code(stub.ResolveWorkspace(pb.ResolveWorkspaceRequest(alias="alpha",
+                                                                        cwd=str(f)))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, f"cwd is not a usable directory ({f}): Not a directory")
+    code, details = await _code(stub.ResolveWorkspace(pb.ResolveWorkspaceRequest(
+        alias="alpha", cwd="/no/such/dir")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "cwd is not a usable directory (/no/such/dir): No such file or directory"
+
+
+async def test_spec12_get_policy(stub: Stub, short_dir: Path) -> None:
+    """SPEC §12: the policy message: agent workspace as allowed root, [autonomy] defaults."""
+    p = await stub.GetPolicy(pb.GetPolicyRequest(alias="alpha", workspace_dir="/proj"))
+    assert p.workspace_dir == "/proj"
+    assert list(p.allowed_roots) == [str(short_dir / "cfg" / "agents" / "alpha" / "workspace")]
+    assert "/etc" in p.forbidden_paths and "~/.ssh" in p.forbidden_paths
+    assert p.autonomy == "supervised" and p.workspace_only and "file_read" in p.auto_approve
+    code, _ = await _code(stub.GetPolicy(pb.GetPolicyRequest(alias="zzz", workspace_dir="/p")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ------------------------------------------------------------------ rows and history
+
+
+def _turn_items(text: str) -> list[pb.HistoryItem]:
+    R = pb.HistoryItem
+    return [
+        R(role=R.ROLE_USER, text=text),
+        R(role=R.ROLE_TOOL_CALL, tool_call_id="t1", tool_name="shell", tool_kind="execute",
+          title="shell", arguments_json='{"cmd": "ls"}'),
+        R(role=R.ROLE_TOOL_RESULT, tool_call_id="t1", output="a b", status="completed"),
+        R(role=R.ROLE_ASSISTANT, text="two files"),
+    ]
+
+
+async def test_spec8_spec13_rows_and_turns(stub: Stub) -> None:
+    """SPEC §8/§13 over gRPC: create with ownership, update, touch, append, stream, errors."""
+    row = await stub.CreateSession(pb.CreateSessionRequest(
+        session_id="s1", agent_alias="alpha", workspace_dir="/w", gateway_instance_id="gw"))
+    o = row.ownership
+    assert (o.session_key, o.owner_session_key, o.agent_id, o.backend, o.gateway_instance_id) == (
+        "agent:alpha:acp:s1", "agent:alpha:acp:s1", "alpha", "acpx", "gw")
+    assert row.state == pb.SESSION_STATE_ACTIVE and o.created_at > 0
+    child = await stub.CreateSession(pb.CreateSessionRequest(
+        session_id="s2", agent_alias="beta", workspace_dir="/w", spawned_by=o.session_key))
+    assert child.ownership.owner_session_key == o.session_key
+    code, _ = await _code(stub.CreateSession(pb.CreateSessionRequest(
+        session_id="s1", agent_alias="alpha", workspace_dir="/w")))
+    assert code == grpc.StatusCode.ALREADY_EXISTS
+    code, _ = await _code(stub.CreateSession(pb.CreateSessionRequest(session_id="x")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+    upd = await stub.UpdateSession(pb.UpdateSessionRequest(
+        session_id="s1", state=pb.SESSION_STATE_INACTIVE, lease_id="L", adapter_session_id="ad"))
+    assert (upd.state, upd.lease_id, upd.adapter_session_id) == (
+        pb.SESSION_STATE_INACTIVE, "L", "ad")
+    upd = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1", lease_id=""))
+    assert upd.lease_id == "" and upd.adapter_session_id == "ad"
+    code, _ = await _code(stub.UpdateSession(pb.UpdateSessionRequest(
+        session_id="s1", state=pb.SESSION_STATE_UNSPECIFIED)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+    r = await stub.AppendTurn(pb.AppendTurnRequest(
+        session_id="s1", items=_turn_items("list files please"), token_delta=7,
+        plan_json='[{"content": "step", "priority": "high", "status": "pending"}]'))
+    assert (r.turn, r.first_seq, r.last_seq) == (1, 1, 4)
+    items = await _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))
+    assert [i.seq for i in items] == [1, 2, 3, 4]
+    assert items[1].arguments_json == '{"cmd": "ls"}' and items[2].output == "a b"
+    assert [i.seq for i in await _items(stub.StreamHistory(
+        pb.StreamHistoryRequest(session_id="s1", after_seq=2)))] == [3, 4]
+    got = await stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+    assert got.title == "list files please" and got.token_count == 7
+    assert got.plan_json.startswith("[")
+    touched = await stub.TouchSession(pb.TouchSessionRequest(session_id="s1"))
+    assert touched.last_activity >= got.last_activity
+
+    # Atomic: a bad last item rolls the whole turn back.
+    bad = [*_turn_items("again"), pb.HistoryItem(role=pb.HistoryItem.ROLE_TOOL_RESULT)]
+    code, details = await _code(stub.AppendTurn(pb.AppendTurnRequest(session_id="s1", items=bad)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "item 4" in details
+    assert len(await _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))) == 4
+
+    for call in (
+        stub.GetSession(pb.GetSessionRequest(session_id="zz")),
+        stub.TouchSession(pb.TouchSessionRequest(session_id="zz")),
+        stub.UpdateSession(pb.UpdateSessionRequest(session_id="zz", lease_id="x")),
+        stub.AppendTurn(pb.AppendTurnRequest(session_id="zz", items=_turn_items("x"))),
+        _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="zz"))),
+        stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="zz")),
+    ):
+        code, details = await _code(call)
+        assert code == grpc.StatusCode.NOT_FOUND, details
+
+
+async def test_spec8_restore_agent_over_grpc(stub: Stub) -> None:
+    """SPEC §8: the stored alias is reused when dispatchable, else the default agent."""
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="r1", agent_alias="beta",
+                                                     workspace_dir="/w"))
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="r2", agent_alias="off",
+                                                     workspace_dir="/w"))
+    a = await stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r1"))
+    assert a.alias == "beta"
+    b = await stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r2"))
+    assert b.alias == "alpha"
+
+
+async def test_spec8_survives_restart(serve: ServerFactory, short_dir: Path) -> None:
+    """SPEC §8: rows and history written by one server are read by the next one."""
+    cfg = make_cfg(short_dir)
+    running, stub = await serve(cfg)
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="p", agent_alias="alpha",
+                                                     workspace_dir="/w"))
+    await stub.AppendTurn(pb.AppendTurnRequest(session_id="p", items=_turn_items("keep me")))
+    await running.stop()
+    _, stub2 = await serve(cfg)
+    items = await _items(stub2.StreamHistory(pb.StreamHistoryRequest(session_id="p")))
+    assert items[0].text == "keep me" and len(items) == 4
+
+
+# ------------------------------------------------------------------ list / visibility
+
+
+async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, short_dir: Path) -> None:
+    """session/list: newest updated first, cursor pagination, exact cwd filter."""
+    cfg = make_cfg(short_dir)
+    # Seed with distinct timestamps through the store, then serve the same file.
+    clock_now = [1000]
+    store = await open_store(cfg.session_db_path, clock=lambda: clock_now[0])
+    for i in range(7):
+        clock_now[0] = 1000 + i
+        await store.create_session(f"s{i}", "alpha", "/a" if i % 2 == 0 else "/b")
+    clock_now[0] = 2000
+    await store.append_turn("s1", [HistoryEntry(role="user", text="bump")])
+    await store.close()
+    _, stub = await serve(cfg)
+
+    seen: list[str] = []
+    cursor = ""
+    pages = 0
+    while True:
+        page = await stub.ListSessions(pb.ListSessionsRequest(limit=3, cursor=cursor))
+        seen += [r.session_id for r in page.sessions]
+        pages += 1
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert seen == ["s1", "s6", "s5", "s4", "s3", "s2", "s0"]
+    assert pages == 3
+    only_a = await stub.ListSessions(pb.ListSessionsRequest(cwd="/a"))
+    assert [r.session_id for r in only_a.sessions] == ["s6", "s4", "s2", "s0"]
+    assert only_a.next_cursor == ""
+    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(cursor="garbage!")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(visibility="world")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def _seed_matrix_rows(stub: Stub) -> dict[str, str]:
+    """The six row kinds of the visibility matrix, created over gRPC; name → session id."""
+    req_key = "agent:alpha:acp:req"
+    specs = {
+        "own": ("req", "alpha", ""),
+        "same-agent": ("s2", "alpha", ""),
+        "owned-same-agent": ("kid", "alpha", req_key),
+        "owned-cross-agent-acp-child": ("bkid", "beta", req_key),
+        "unowned-cross-agent": ("other", "beta", ""),
+        "main-session": ("main", "main", ""),
+    }
+    for sid, alias, spawned in specs.values():
+        await stub.CreateSession(pb.CreateSessionRequest(
+            session_id=sid, agent_alias=alias, workspace_dir="/w", spawned_by=spawned,
+            parent_session_key=spawned))
+        await stub.AppendTurn(pb.AppendTurnRequest(session_id=sid, items=_turn_items("hi")))
+    return {name: spec[0] for name, spec in specs.items()}
+
+
+@pytest.mark.parametrize(
+    ("a2a_name", "a2a"),
+    [
+        ("a2a-off", A2aSection(enabled=False)),
+        ("a2a-on", A2aSection(enabled=True)),
+        ("a2a-allow-list", A2aSection(enabled=True, allow=("alpha", "ma*"))),
+    ],
+)
+async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2a_name: str,
+                                       a2a: A2aSection) -> None:
+    """SPEC §14 through the RPCs: list (ListSessions), history (GetHistory), send
+    (CheckAccess SEND), status (SessionStatus) agree with the pure matrix."""
+    _, stub = await serve(make_cfg(short_dir, a2a=a2a))
+    ids = await _seed_matrix_rows(stub)
+    req = "agent:alpha:acp:req"
+    for vis in ("self", "tree", "agent", "all"):
+        listed = {r.session_id for r in (await stub.ListSessions(
+            pb.ListSessionsRequest(requester_session_key=req, visibility=vis))).sessions}
+        for name in ROW_ORDER:
+            sid = ids[name]
+            allowed = EXPECTED[(vis, a2a_name)][ROW_ORDER.index(name)] == "Y"
+            where = f"{vis}/{a2a_name}/{name}"
+            assert (sid in listed) is allowed, where
+            send = await stub.CheckAccess(pb.CheckAccessRequest(
+                requester_session_key=req, session_id=sid, action=pb.ACTION_SEND, visibility=vis))
+            assert send.allowed is allowed, where
+            assert (send.reason == "") is allowed, where
+            hist = stub.GetHistory(pb.GetHistoryRequest(
+                requester_session_key=req, session_id=sid, visibility=vis))
+            status = stub.SessionStatus(pb.SessionStatusRequest(
+                requester_session_key=req, session_id=sid, visibility=vis))
+            if allowed:
+                assert len(await _items(hist)) == 4, where
+                st = await status
+                assert st.session.session_id == sid and st.message_count == 4, where
+            else:
+                assert (await _code(_items(hist)))[0] == grpc.StatusCode.PERMISSION_DENIED, where
+                assert (await _code(status))[0] == grpc.StatusCode.PERMISSION_DENIED, where
+
+
+async def test_spec14_operator_and_configured_visibility(stub: Stub) -> None:
+    """Empty requester = local operator (sees all); otherwise [sessions] visibility (tree)."""
+    ids = await _seed_matrix_rows(stub)
+    everything = await stub.ListSessions(pb.ListSessionsRequest())
+    assert {r.session_id for r in everything.sessions} == set(ids.values())
+    tree = await stub.ListSessions(pb.ListSessionsRequest(requester_session_key="agent:alpha:acp:req"))
+    assert {r.session_id for r in tree.sessions} == {"req", "kid", "bkid"}
+    st = await stub.SessionStatus(pb.SessionStatusRequest(session_id="other"))
+    assert st.message_count == 4
+    for action in (pb.ACTION_LIST, pb.ACTION_HISTORY, pb.ACTION_SEND, pb.ACTION_STATUS):
+        ok = await stub.CheckAccess(pb.CheckAccessRequest(session_id="other", action=action))
+        assert ok.allowed
+    code, _ = await _code(stub.CheckAccess(pb.CheckAccessRequest(session_id="other")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    code, _ = await _code(stub.CheckAccess(pb.CheckAccessRequest(
+        session_id="nope", action=pb.ACTION_SEND)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = await _code(_items(stub.GetHistory(pb.GetHistoryRequest(session_id="nope"))))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+# ------------------------------------------------------------------ the entry point
+
+
+async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
+    """`acpgate session-service` serves on <data dir>/run/session.sock and exits 0 on SIGTERM."""
+    cfg_dir = short_dir / "c"
+    cfg_dir.mkdir()
+    (cfg_dir / "config.toml").write_text('[agents.alpha]\nprovider = "demo"\nmodel = "demo"\n')
+    env = {**os.environ, "ACPGATE_CONFIG_DIR": str(cfg_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "acpgate", "session-service", "--config-dir", str(cfg_dir),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    sock = cfg_dir / "data" / "run" / "session.sock"
+    try:
+        async with open_channel(f"unix:{sock}") as ch:
+            await wait_healthy(ch, SERVICE_NAME, within=30)
+            stub = session_pb2_grpc.SessionServiceStub(ch)
+            status = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
+            assert status.persistent
+            assert status.db_path == str(cfg_dir / "data" / "sessions" / "acp-sessions.db")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0
+        assert out == b""  # stdout stays clean; logs go to stderr
+        assert not sock.exists()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

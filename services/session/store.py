@@ -562,6 +562,7 @@ class SessionStore:
         self._db = db
         self._clock = clock
         self._lock = asyncio.Lock()
+        self._closed = False
         self.status = status
 
     @property
@@ -570,8 +571,11 @@ class SessionStore:
         return self.status.persistent
 
     async def close(self) -> None:
-        """Close the connection (checkpointing WAL)."""
+        """Close the connection (checkpointing WAL); a second call does nothing."""
         async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             await self._db.close()
 
     # -- helpers

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from services.common.config import DEFAULT_AUTO_APPROVE, AgentSection, AutonomySection, Config
 from services.session.policy import (
@@ -270,3 +272,34 @@ def test_default_forbidden_etc_refused_in_full_mode(ws: Path) -> None:
     p = policy_for(cfg, "x", str(ws))
     assert not may_read(p, "/etc/passwd")
     assert may_read(p, os.path.join(str(ws), "a.txt"))
+
+
+# ------------------------------------------------------------------ property: no escape
+
+_segments = st.sampled_from(
+    ["a", "sub", "link", "..", ".", "%2e%2e", "%2f", "~", "~root", "a\x00b", "", "x%2E%2e",
+     "%252e%252e", "out"]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_segments, min_size=1, max_size=5), absolute=st.booleans())
+def test_spec12_property_never_outside_roots(
+    tmp_path: Path, parts: list[str], absolute: bool
+) -> None:
+    """SPEC §12 property: whatever the path, an allowed one resolves inside the roots."""
+    ws = tmp_path / "pws"
+    if not ws.exists():
+        (ws / "sub").mkdir(parents=True)
+        (tmp_path / "pout").mkdir()
+        (ws / "link").symlink_to(tmp_path / "pout")
+    p = SecurityPolicy(workspace_dir=str(ws))
+    raw = "/".join(parts)
+    if absolute:
+        raw = str(ws) + "/" + raw
+    for check in (check_read, check_write):
+        try:
+            real = check(p, raw)
+        except PolicyViolation:
+            continue
+        assert real == ws or ws in real.parents, raw

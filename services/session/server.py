@@ -16,6 +16,12 @@ import grpc
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.config import Config
+from services.common.grpc_auth import (
+    GrpcSecurity,
+    grpc_security,
+    server_credentials,
+    server_interceptors,
+)
 from services.common.grpc_server import RunningServer, start_server
 from services.common.logs import get_logger
 from services.session.servicer import SessionServicer
@@ -36,10 +42,19 @@ def default_session_address(cfg: Config) -> str:
 
 
 async def start_session_server(
-    cfg: Config, address: str, *, clock: Clock = wall_clock_ms
+    cfg: Config,
+    address: str,
+    *,
+    clock: Clock = wall_clock_ms,
+    security: GrpcSecurity | None = None,
 ) -> RunningServer:
     """Open the store at ``cfg.session_db_path`` and serve on ``address`` (``unix:/p`` or
-    ``host:port``). ``await running.stop()`` stops serving and closes the store."""
+    ``host:port``). ``await running.stop()`` stops serving and closes the store.
+
+    ``security`` (default: from ``[services] token_env`` and the TLS environment,
+    see ``services.common.grpc_auth``) adds the shared-token check and TLS.
+    """
+    sec = grpc_security(cfg) if security is None else security
     store = await open_store(cfg.session_db_path, clock=clock)
     servicer = SessionServicer(cfg, store)
 
@@ -47,7 +62,13 @@ async def start_session_server(
         session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
 
     try:
-        running = await start_server(address, register, [SERVICE_NAME])
+        running = await start_server(
+            address,
+            register,
+            [SERVICE_NAME],
+            interceptors=server_interceptors(sec),
+            credentials=server_credentials(sec, address),
+        )
     except BaseException:
         await store.close()
         raise

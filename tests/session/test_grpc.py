@@ -415,3 +415,25 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_shared_token_required_when_configured(short_dir: Path) -> None:
+    """[services] token_env: calls without the token are UNAUTHENTICATED; health stays open."""
+    from services.common.grpc_auth import GrpcSecurity, open_service_channel
+    from services.session.server import start_session_server
+
+    cfg = make_cfg(short_dir)
+    sec = GrpcSecurity(token="s3cret")
+    running = await start_session_server(cfg, f"unix:{short_dir}/tok.sock", security=sec)
+    try:
+        async with open_channel(running.address) as bare:
+            await wait_healthy(bare, SERVICE_NAME, within=5)
+            code, _ = await _code(session_pb2_grpc.SessionServiceStub(bare).GetStoreStatus(
+                pb.GetStoreStatusRequest()))
+            assert code == grpc.StatusCode.UNAUTHENTICATED
+        async with open_service_channel(sec, running.address) as ch:
+            status = await session_pb2_grpc.SessionServiceStub(ch).GetStoreStatus(
+                pb.GetStoreStatusRequest())
+            assert status.persistent
+    finally:
+        await running.stop(grace=0.2)

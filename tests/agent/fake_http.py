@@ -1,0 +1,115 @@
+"""A real local HTTP/1.1 server standing in for a model provider, scripted per test.
+
+Each request pops the next :class:`Reply`; the server records every request
+(path, headers, JSON body) so tests can check what the provider sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+@dataclass
+class Reply:
+    """One scripted response: status, headers and body chunks (sent one by one)."""
+
+    status: int = 200
+    chunks: list[bytes] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Close the connection without any response (a connection error for the client).
+    drop: bool = False
+
+
+def sse(*events: Any, event_names: list[str] | None = None, done: bool = False) -> Reply:
+    """An SSE reply: one ``data:`` frame per event (dicts are JSON-encoded)."""
+    chunks: list[bytes] = []
+    for i, ev in enumerate(events):
+        data = ev if isinstance(ev, str) else orjson.dumps(ev).decode()
+        name = event_names[i] if event_names else None
+        prefix = f"event: {name}\n" if name else ""
+        chunks.append(f"{prefix}data: {data}\n\n".encode())
+    if done:
+        chunks.append(b"data: [DONE]\n\n")
+    return Reply(200, chunks, {"Content-Type": "text/event-stream"})
+
+
+def anthropic_sse(*events: dict[str, Any]) -> Reply:
+    """An Anthropic-style SSE reply: ``event: <type>`` + ``data:`` per event."""
+    return sse(*events, event_names=[str(e["type"]) for e in events])
+
+
+def json_reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Reply:
+    """A plain JSON reply (errors)."""
+    return Reply(status, [orjson.dumps(body)], {"Content-Type": "application/json",
+                                                 **(headers or {})})
+
+
+@dataclass
+class Recorded:
+    """One request as received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeProviderServer:
+    """``async with FakeProviderServer([...]) as srv: srv.url``."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.requests: list[Recorded] = []
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> FakeProviderServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = (await reader.readline()).decode().strip()
+            if not request_line:
+                return
+            method, path, _ = request_line.split(" ", 2)
+            headers: dict[str, str] = {}
+            while (line := (await reader.readline()).decode().strip()):
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = b""
+            if "content-length" in headers:
+                body = await reader.readexactly(int(headers["content-length"]))
+            self.requests.append(Recorded(method, path, headers,
+                                          orjson.loads(body) if body else None))
+            reply = self.replies.pop(0) if self.replies else json_reply(500, {"error": "unscripted"})
+            if reply.drop:
+                return
+            head = [f"HTTP/1.1 {reply.status} X", "Transfer-Encoding: chunked",
+                    "Connection: close"]
+            head += [f"{k}: {v}" for k, v in reply.headers.items()]
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+            for chunk in reply.chunks:
+                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

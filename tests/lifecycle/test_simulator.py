@@ -1,0 +1,627 @@
+"""The seed's table-driven process-lifecycle simulator (SPEC §13).
+
+Every case builds a simulated process table (FakeProcessTable) and a lease in
+a real SQLite lease store, runs closeSession or startup reaping through the
+real Reaper on a virtual clock, and checks exactly which processes were
+signalled, in which order, and where the lease ended up.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.proctable import FakeProc, FakeProcessTable
+from services.lifecycle.reaper import Reaper
+from services.lifecycle.verify import (
+    INSTANCE_ENV,
+    LEASE_ENV,
+    REASON_AMBIGUOUS,
+    REASON_BIRTH,
+    REASON_COMMAND,
+    REASON_ENV,
+    REASON_LISTING,
+    REASON_OTHER_INSTANCE,
+    REASON_PGID,
+    REASON_WRAPPER_ROOT,
+    Owner,
+    command_hash,
+)
+from services.lifecycle.wrapper import Terminator
+
+INSTANCE = "gw-aaaa"
+OTHER_INSTANCE = "gw-bbbb"
+ROOT = "/srv/gw-a/lifecycle/wrapper"
+WRAPPER = f"{ROOT}/acpgate_wrapper.py"
+OTHER_ROOT = "/srv/gw-b/lifecycle/wrapper"
+LEASE = "lease-1"
+PY = "/usr/bin/python3"
+GRACE_MS = 3000
+
+WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID = 4100, 4101, 4102
+T_WRAPPER, T_ADAPTER, T_GRANDCHILD = 10_000, 10_005, 10_009
+
+
+def wrapper_argv(
+    lease_id: str = LEASE,
+    instance: str = INSTANCE,
+    wrapper: str = WRAPPER,
+    adapter: tuple[str, ...] = ("/opt/agents/bin/agent", "--acp"),
+) -> tuple[str, ...]:
+    return (
+        PY, "-I", "-S", wrapper, "--lease-id", lease_id, "--instance-id", instance,
+        "--parent-pid", "77", "--", *adapter,
+    )
+
+
+def marks(lease_id: str = LEASE, instance: str = INSTANCE) -> dict[str, str]:
+    return {LEASE_ENV: lease_id, INSTANCE_ENV: instance, "PATH": "/usr/bin"}
+
+
+def make_lease(argv: tuple[str, ...] | None = None, **changes: object) -> LeaseRecord:
+    argv = argv if argv is not None else wrapper_argv()
+    base = LeaseRecord(
+        lease_id=LEASE,
+        gateway_instance_id=INSTANCE,
+        session_key="agent:a:acp:s1",
+        wrapper_root=ROOT,
+        wrapper_path=WRAPPER,
+        command_hash=command_hash(argv),
+        started_at=1,
+        root_pid=WRAPPER_PID,
+        root_start_time=T_WRAPPER,
+        process_group_id=ADAPTER_PID,
+        adapter_pid=ADAPTER_PID,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def wrapper_proc(**changes: object) -> FakeProc:
+    base = FakeProc(WRAPPER_PID, 77, 77, T_WRAPPER, wrapper_argv(), PY, marks())
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def adapter_proc(**changes: object) -> FakeProc:
+    base = FakeProc(
+        ADAPTER_PID, WRAPPER_PID, ADAPTER_PID, T_ADAPTER, ("/opt/agents/bin/agent", "--acp"),
+        "/opt/agents/bin/agent", marks(),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def grandchild_proc(**changes: object) -> FakeProc:
+    base = FakeProc(
+        GRANDCHILD_PID, ADAPTER_PID, ADAPTER_PID, T_GRANDCHILD, ("node", "tool-server.js"),
+        "/usr/bin/node", marks(),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def full_tree() -> list[FakeProc]:
+    return [wrapper_proc(), adapter_proc(), grandchild_proc()]
+
+
+class VirtualClock:
+    """Time moves only when the reaper sleeps."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.on_sleep: Callable[[float], None] | None = None
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, secs: float) -> None:
+        self.t += max(secs, 0.001)
+        if self.on_sleep is not None:
+            self.on_sleep(self.t)
+
+
+@dataclass
+class Case:
+    name: str
+    procs: list[FakeProc]
+    lease: LeaseRecord
+    #: Signals expected, in order: (pid, signal).
+    signals: list[tuple[int, int]]
+    state: LeaseState
+    reason: str = ""
+    alive_after: set[int] = field(default_factory=set)
+    gone_after: set[int] = field(default_factory=set)
+    listing_available: bool = True
+    startup: bool = False
+    setup: Callable[[FakeProcessTable, VirtualClock], None] | None = None
+    terminated: set[int] | None = None
+
+
+TERM, KILL = int(signal.SIGTERM), int(signal.SIGKILL)
+
+
+def _swap_root_after_term(table: FakeProcessTable, clock: VirtualClock) -> None:
+    """The wrapper exits on SIGTERM and its PID is reused by an unrelated process."""
+
+    def hook(tbl: FakeProcessTable, pid: int, sig: int) -> None:
+        if pid == WRAPPER_PID and sig == TERM:
+            tbl.remove(WRAPPER_PID)
+            tbl.add(FakeProc(WRAPPER_PID, 1, WRAPPER_PID, T_WRAPPER + 500, ("sshd",), "/usr/sbin/sshd"))
+
+    table.after_signal = hook
+
+
+def _adapter_pid_reused_during_grace(table: FakeProcessTable, clock: VirtualClock) -> None:
+    """The stubborn adapter dies on its own during the grace and an unrelated process takes its PID."""
+
+    def on_sleep(t: float) -> None:
+        if t > 1.0 and table.alive(ADAPTER_PID, T_ADAPTER):
+            table.remove(ADAPTER_PID)
+            table.add(FakeProc(ADAPTER_PID, 1, ADAPTER_PID, T_ADAPTER + 900, ("postgres",), "/usr/bin/postgres"))
+
+    clock.on_sleep = on_sleep
+
+
+CASES: list[Case] = [
+    Case(
+        "pid reused by an unrelated process",
+        procs=[FakeProc(WRAPPER_PID, 1, WRAPPER_PID, T_WRAPPER + 777, ("/usr/sbin/cron", "-f"), "/usr/sbin/cron")],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        reason=REASON_BIRTH,
+        alive_after={WRAPPER_PID},
+    ),
+    Case(
+        "pid reused under another gateway's wrapper root (new birth)",
+        procs=[
+            wrapper_proc(
+                start_time=T_WRAPPER + 3,
+                cmdline=wrapper_argv("lease-9", OTHER_INSTANCE, f"{OTHER_ROOT}/acpgate_wrapper.py"),
+                environ=marks("lease-9", OTHER_INSTANCE),
+            ),
+            adapter_proc(start_time=T_ADAPTER + 3, environ=marks("lease-9", OTHER_INSTANCE)),
+        ],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        reason=REASON_BIRTH,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "pid reused under another gateway's wrapper root (same start tick)",
+        procs=[
+            wrapper_proc(
+                cmdline=wrapper_argv("lease-9", OTHER_INSTANCE, f"{OTHER_ROOT}/acpgate_wrapper.py"),
+                environ=marks("lease-9", OTHER_INSTANCE),
+            ),
+            adapter_proc(environ=marks("lease-9", OTHER_INSTANCE)),
+        ],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_WRAPPER_ROOT,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "stored command shell-quoted, live argv not: exact argv hash still matches",
+        procs=[
+            wrapper_proc(cmdline=wrapper_argv(adapter=("/opt/my agents/bin/agent", "--name", "it's me"))),
+            adapter_proc(cmdline=("/opt/my agents/bin/agent", "--name", "it's me")),
+        ],
+        lease=make_lease(wrapper_argv(adapter=("/opt/my agents/bin/agent", "--name", "it's me"))),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "adapter child exited, grandchild left in the group",
+        procs=[wrapper_proc(), grandchild_proc(ppid=WRAPPER_PID)],
+        lease=make_lease(),
+        signals=[(GRANDCHILD_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, GRANDCHILD_PID},
+    ),
+    Case(
+        "adapter exited, grandchild re-parented to init, found by group + lease env",
+        procs=[wrapper_proc(), grandchild_proc(ppid=1)],
+        lease=make_lease(),
+        signals=[(GRANDCHILD_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, GRANDCHILD_PID},
+    ),
+    Case(
+        "group id reused by a stranger after the adapter group emptied: stranger untouched",
+        procs=[
+            wrapper_proc(),
+            FakeProc(5000, 1, ADAPTER_PID, T_WRAPPER + 50, ("vim",), "/usr/bin/vim", {"PATH": "/bin"}),
+        ],
+        lease=make_lease(),
+        signals=[(WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        alive_after={5000},
+    ),
+    Case(
+        "adapter ignores SIGTERM: grace, re-verify, SIGKILL",
+        procs=[wrapper_proc(ignores_term=True), adapter_proc(ignores_term=True), grandchild_proc()],
+        lease=make_lease(),
+        signals=[
+            (GRANDCHILD_PID, TERM), (ADAPTER_PID, TERM), (WRAPPER_PID, TERM),
+            (ADAPTER_PID, KILL), (WRAPPER_PID, KILL),
+        ],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID},
+        terminated={WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID},
+    ),
+    Case(
+        "root PID reused during the grace: survivor killed, the new process never",
+        procs=[wrapper_proc(), adapter_proc(ignores_term=True)],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM), (ADAPTER_PID, KILL)],
+        state=LeaseState.CLOSED,
+        alive_after={WRAPPER_PID},
+        gone_after={ADAPTER_PID},
+        setup=_swap_root_after_term,
+    ),
+    Case(
+        "survivor's PID reused during the grace: no SIGKILL to the newcomer",
+        procs=[wrapper_proc(ignores_term=True), adapter_proc(ignores_term=True)],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM), (WRAPPER_PID, KILL)],
+        state=LeaseState.CLOSED,
+        alive_after={ADAPTER_PID},
+        setup=_adapter_pid_reused_during_grace,
+    ),
+    Case(
+        "process listing unavailable: fail closed, lease back to open",
+        procs=full_tree(),
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_LISTING,
+        alive_after={WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID},
+        listing_available=False,
+    ),
+    Case(
+        "stale lease with no process",
+        procs=[],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+    ),
+    Case(
+        "startup orphans: wrapper, adapter child and grandchild, children first",
+        procs=[wrapper_proc(ppid=1), adapter_proc(), grandchild_proc()],
+        lease=make_lease(),
+        signals=[(GRANDCHILD_PID, TERM), (ADAPTER_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID},
+        startup=True,
+    ),
+    Case(
+        "birth identity mismatch with the very same wrapper argv",
+        procs=[wrapper_proc(start_time=T_WRAPPER + 1)],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        reason=REASON_BIRTH,
+        alive_after={WRAPPER_PID},
+    ),
+    Case(
+        "same lease id under another instance id: not ours, untouched",
+        procs=[
+            wrapper_proc(cmdline=wrapper_argv(instance=OTHER_INSTANCE), environ=marks(instance=OTHER_INSTANCE)),
+            adapter_proc(environ=marks(instance=OTHER_INSTANCE)),
+        ],
+        lease=make_lease(wrapper_argv(instance=OTHER_INSTANCE), gateway_instance_id=OTHER_INSTANCE),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_OTHER_INSTANCE,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "pending lease whose only match carries another instance id: nothing recovered",
+        procs=[wrapper_proc(cmdline=wrapper_argv(instance=OTHER_INSTANCE), environ=marks(instance=OTHER_INSTANCE))],
+        lease=make_lease(root_pid=0, root_start_time=0, process_group_id=None, adapter_pid=0),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={WRAPPER_PID},
+    ),
+    Case(
+        "ambiguous pending lease: two live wrappers match",
+        procs=[wrapper_proc(), wrapper_proc(pid=4200, start_time=T_WRAPPER + 40)],
+        lease=make_lease(root_pid=0, root_start_time=0, process_group_id=None, adapter_pid=0),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_AMBIGUOUS,
+        alive_after={WRAPPER_PID, 4200},
+    ),
+    Case(
+        "pending lease recovered by exact wrapper path + lease id + instance id",
+        procs=[wrapper_proc(ppid=1), adapter_proc()],
+        lease=make_lease(root_pid=0, root_start_time=0, process_group_id=None, adapter_pid=0),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, ADAPTER_PID},
+        startup=True,
+    ),
+    Case(
+        "live command differs from the lease's hash (same birth): fail closed",
+        procs=[wrapper_proc(cmdline=wrapper_argv(adapter=("other-agent",))), adapter_proc()],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_COMMAND,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "readable environment without the lease id: fail closed",
+        procs=[wrapper_proc(environ={"PATH": "/bin"}), adapter_proc()],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_ENV,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "unreadable environment is not required (where readable)",
+        procs=[wrapper_proc(environ=None), adapter_proc(environ=None)],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        gone_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "adapter under the root but in another process group: fail closed",
+        procs=[wrapper_proc(), adapter_proc(pgid=9999)],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_PGID,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "wrapper gone, adapter orphan proven by group + lease env: reaped, lease lost",
+        procs=[adapter_proc(ppid=1), grandchild_proc()],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (GRANDCHILD_PID, TERM)],
+        state=LeaseState.LOST,
+        gone_after={ADAPTER_PID, GRANDCHILD_PID},
+    ),
+    Case(
+        "wrapper gone, group member without lease env: never signalled",
+        procs=[adapter_proc(ppid=1, environ={"PATH": "/bin"})],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={ADAPTER_PID},
+    ),
+]
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = await LeaseStore.open(tmp_path / "leases.db")
+    yield s
+    await s.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_lifecycle_simulator(case: Case, store: LeaseStore) -> None:
+    table = FakeProcessTable([replace(p) for p in case.procs])
+    table.listing_available = case.listing_available
+    clock = VirtualClock()
+    if case.setup is not None:
+        case.setup(table, clock)
+    await store.insert(case.lease)
+    reaper = Reaper(
+        store, table, Owner(INSTANCE, ROOT), term_grace_ms=GRACE_MS, sleep=clock.sleep, clock=clock.now,
+        wall_ms=lambda: 123_456,
+    )
+    if case.startup:
+        results = await reaper.reap_all()
+        assert len(results) == 1
+        result = results[0]
+    else:
+        result = await reaper.close(case.lease.lease_id, "test")
+
+    assert [(pid, sig) for pid, _, sig in table.signals] == case.signals
+    stored = await store.get(case.lease.lease_id)
+    assert stored is not None and stored.state == case.state
+    assert result.lease is not None and result.lease.state == case.state
+    if case.reason:
+        assert case.reason in result.unverified_reason
+    if case.state in (LeaseState.CLOSED, LeaseState.LOST):
+        assert stored.ended_at == 123_456
+    else:
+        assert stored.ended_at == 0
+    for pid in case.alive_after:
+        assert pid in table.procs, f"{pid} should still be alive"
+    for pid in case.gone_after:
+        assert pid not in table.procs, f"{pid} should be gone"
+    if case.terminated is not None:
+        assert set(result.terminated_pids) == case.terminated
+        assert result.surviving_pids == ()
+    # Never a signal to PID 0/1 or to a birth the lease did not verify.
+    assert all(pid > 1 for pid, _, _ in table.signals)
+
+
+async def test_pending_recovery_records_the_root(store: LeaseStore) -> None:
+    table = FakeProcessTable([wrapper_proc(ppid=1), adapter_proc()])
+    lease = make_lease(root_pid=0, root_start_time=0, process_group_id=None, adapter_pid=0)
+    await store.insert(lease)
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=10, sleep=clock.sleep, clock=clock.now)
+    await reaper.close(LEASE)
+    stored = await store.get(LEASE)
+    assert stored is not None
+    assert (stored.root_pid, stored.root_start_time) == (WRAPPER_PID, T_WRAPPER)
+
+
+async def test_startup_reap_walks_only_this_gateway(store: LeaseStore) -> None:
+    mine = make_lease()
+    theirs = make_lease(
+        wrapper_argv("lease-2", OTHER_INSTANCE, f"{OTHER_ROOT}/acpgate_wrapper.py"),
+        lease_id="lease-2",
+        gateway_instance_id=OTHER_INSTANCE,
+        wrapper_root=OTHER_ROOT,
+        wrapper_path=f"{OTHER_ROOT}/acpgate_wrapper.py",
+        root_pid=5100,
+        root_start_time=20_000,
+        process_group_id=5101,
+        adapter_pid=5101,
+    )
+    await store.insert(mine)
+    await store.insert(theirs)
+    table = FakeProcessTable([
+        wrapper_proc(), adapter_proc(),
+        FakeProc(5100, 1, 5100, 20_000, theirs_argv := wrapper_argv("lease-2", OTHER_INSTANCE, f"{OTHER_ROOT}/acpgate_wrapper.py"), PY, marks("lease-2", OTHER_INSTANCE)),
+        FakeProc(5101, 5100, 5101, 20_001, ("agent",), "agent", marks("lease-2", OTHER_INSTANCE)),
+    ])
+    assert theirs_argv
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=10, sleep=clock.sleep, clock=clock.now)
+    results = await reaper.reap_all()
+    assert [r.lease.lease_id for r in results if r.lease] == [LEASE]
+    assert table.signalled_pids() == {WRAPPER_PID, ADAPTER_PID}
+    other = await store.get("lease-2")
+    assert other is not None and other.state == LeaseState.OPEN
+
+
+# ---------------------------------------------------------------------- parent death
+
+
+class FakeGroup:
+    """The wrapper's view of its adapter group over the simulated table."""
+
+    def __init__(self, table: FakeProcessTable, pgid: int, clock: VirtualClock) -> None:
+        self.table = table
+        self.pgid = pgid
+        self.clock = clock
+        self.sent: list[int] = []
+
+    def members(self) -> list[FakeProc]:
+        return [p for p in self.table.procs.values() if p.pgid == self.pgid]
+
+    def signal_all(self, sig: int) -> None:
+        self.sent.append(sig)
+        for p in self.members():
+            self.table.signals.append((p.pid, p.start_time, sig))
+            if sig == KILL or not p.ignores_term:
+                self.table.remove(p.pid)
+
+    def remaining(self) -> bool:
+        return bool(self.members())
+
+    def wait(self, secs: float) -> None:
+        self.clock.t += max(secs, 0.001)
+
+
+@pytest.mark.parametrize(
+    ("name", "procs", "expected_signals", "max_elapsed"),
+    [
+        (
+            "parent death: SIGTERM fallback reaches SIGKILL",
+            [adapter_proc(ignores_term=True), grandchild_proc(ignores_term=True)],
+            [TERM, KILL],
+            3.5,
+        ),
+        (
+            "parent death: group obeys SIGTERM, no SIGKILL needed",
+            [adapter_proc(), grandchild_proc()],
+            [TERM],
+            0.0,
+        ),
+        (
+            "parent death: grandchild alone ignores SIGTERM",
+            [adapter_proc(), grandchild_proc(ignores_term=True)],
+            [TERM, KILL],
+            3.5,
+        ),
+    ],
+)
+def test_parent_death_terminator(name: str, procs: list[FakeProc], expected_signals: list[int], max_elapsed: float) -> None:
+    table = FakeProcessTable([replace(p) for p in procs])
+    clock = VirtualClock()
+    group = FakeGroup(table, ADAPTER_PID, clock)
+    sent = Terminator(group.signal_all, group.remaining, group.wait, now=clock.now).run(GRACE_MS / 1000)
+    assert sent == expected_signals == group.sent
+    assert not group.members(), "nothing of the group may survive"
+    assert clock.t <= max_elapsed
+    if KILL in expected_signals:
+        # The wrapper stayed alive for the whole grace before the fallback fired.
+        assert clock.t >= GRACE_MS / 1000
+
+
+# ---------------------------------------------------------------------- legacy records
+
+
+@pytest.mark.parametrize(
+    ("name", "record_kwargs", "procs", "signalled"),
+    [
+        (
+            "legacy: shell-quoted stored command equals the live argv",
+            {"command": shlex.join(["/opt/my agent/run", "--flag", "it's"])},
+            [FakeProc(300, 1, 300, 5, ("/opt/my agent/run", "--flag", "it's")), FakeProc(301, 300, 300, 6, ("child",))],
+            [301, 300],
+        ),
+        (
+            "legacy: different live command is left alone",
+            {"command": "/opt/agent/run --flag"},
+            [FakeProc(300, 1, 300, 5, ("/usr/bin/postgres",))],
+            [],
+        ),
+        (
+            "legacy: wrapper root owned",
+            {"command": "ignored", "wrapper_root": ROOT, "expects_wrapper": True},
+            [FakeProc(300, 1, 300, 5, (PY, f"{ROOT}/old_wrapper.py", "--", "agent"))],
+            [300],
+        ),
+        (
+            "legacy: wrapper under another gateway's root is left alone",
+            {"command": "ignored", "wrapper_root": ROOT, "expects_wrapper": True},
+            [FakeProc(300, 1, 300, 5, (PY, f"{OTHER_ROOT}/old_wrapper.py", "--", "agent"))],
+            [],
+        ),
+        (
+            "legacy: stored PID alone (process gone) signals nothing",
+            {"command": "agent"},
+            [FakeProc(999, 1, 999, 5, ("agent",))],
+            [],
+        ),
+        (
+            "legacy: recorded birth identity mismatch",
+            {"command": "agent", "start_time": 4},
+            [FakeProc(300, 1, 300, 5, ("agent",))],
+            [],
+        ),
+    ],
+)
+async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs: list[FakeProc], signalled: list[int], store: LeaseStore) -> None:
+    from services.lifecycle.verify import LegacyRecord
+
+    table = FakeProcessTable([replace(p) for p in procs])
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=100, sleep=clock.sleep, clock=clock.now)
+    record = LegacyRecord(pid=300, **record_kwargs)  # type: ignore[arg-type]
+    result = await reaper.close_legacy(record)
+    assert [pid for pid, _, _ in table.signals] == signalled
+    if signalled:
+        assert result.unverified_reason == ""
+        assert set(result.terminated_pids) == set(signalled)
+    else:
+        assert result.terminated_pids == ()
+        assert {p.pid for p in procs} <= set(table.procs)
+
+
+async def test_legacy_listing_unavailable_signals_nothing(store: LeaseStore) -> None:
+    from services.lifecycle.verify import LegacyRecord
+
+    table = FakeProcessTable([FakeProc(300, 1, 300, 5, ("agent",))])
+    table.listing_available = False
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=100)
+    result = await reaper.close_legacy(LegacyRecord(pid=300, command="agent"))
+    assert table.signals == [] and REASON_LISTING in result.unverified_reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,13 +247,14 @@ async def test_request_errors(tmp_path: Path, ws: Path) -> None:
     provider = ScriptedProvider([[ThoughtDelta("...")]], hang=True)
     async with running_agent(make_config(tmp_path), provider) as c:
         sid = await c.new_session(ws)
-        for params, code in [
+        cases: list[tuple[dict[str, Any], int]] = [
             ({"prompt": "x"}, -32602),
             ({"sessionId": "nope", "prompt": "x"}, -32000),
             ({"sessionId": sid}, -32602),
             ({"sessionId": sid, "prompt": []}, -32602),
             ({"sessionId": sid, "prompt": [{"type": "image", "data": "AA=="}]}, -32602),
-        ]:
+        ]
+        for params, code in cases:
             with pytest.raises(RpcError) as info:
                 await c.call("session/prompt", params)
             assert info.value.code == code
@@ -289,7 +291,7 @@ async def test_prompt_parts_are_joined(tmp_path: Path, ws: Path) -> None:
 
 
 class FailingProvider(ScriptedProvider):
-    async def stream(self, system, messages, tools):  # type: ignore[override]
+    async def stream(self, system, messages, tools):
         self.calls.append((system, list(messages), list(tools)))
         yield ThoughtDelta("trying")
         raise ProviderError("openai API error 401: bad key <redacted>")

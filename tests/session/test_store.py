@@ -412,3 +412,22 @@ async def test_spec8_concurrent_appends_from_several_connections(tmp_path: Path)
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
+    """Several connections opening a fresh file at once all end up persistent on one schema."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    stores = await asyncio.gather(*(open_store(db) for _ in range(5)))
+    try:
+        assert all(s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
+                   for s in stores)
+        await stores[0].create_session("s1", "a", "/w")
+        assert (await stores[4].get_session("s1")).workspace_dir == "/w"
+    finally:
+        for s in stores:
+            await s.close()
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+    finally:
+        con.close()

@@ -1,0 +1,130 @@
+"""Helpers for gateway tests: configs, real gRPC health/lifecycle stand-ins, a running EdgeServer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.config import Config, load_config
+from services.common.grpc_server import RunningServer, start_server
+from services.edge.metrics import Metrics
+from services.edge.tokens import TokenStore, token_db_path
+from services.edge.ws_server import (
+    LIFECYCLE_SERVICE,
+    SESSION_SERVICE,
+    EdgeServer,
+    ServiceProbe,
+)
+
+DEMO_CONFIG = """\
+[acp]
+default_agent = "assistant"
+
+[gateway]
+host = "127.0.0.1"
+port = {port}
+path_prefix = "{prefix}"
+max_connections = {max_connections}
+
+[agents.assistant]
+kind = "builtin"
+provider = "demo"
+model = "demo"
+
+[agents.helper]
+kind = "builtin"
+provider = "demo"
+model = "demo"
+"""
+
+
+def write_config(config_dir: Path, *, port: int = 42617, prefix: str = "",
+                 max_connections: int = 64, extra: str = "") -> Config:
+    """Write a demo config.toml (two built-in demo agents) and load it."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "config.toml").write_text(
+        DEMO_CONFIG.format(port=port, prefix=prefix, max_connections=max_connections) + extra,
+        encoding="utf-8",
+    )
+    return load_config(config_dir, environ={})
+
+
+class FakeLeases(lifecycle_pb2_grpc.LifecycleServiceServicer):
+    """ListLeases over a fixed list (a stand-in for the lifecycle service in unit tests)."""
+
+    def __init__(self, states: list[Any]) -> None:
+        self.states = states
+
+    async def ListLeases(self, request: Any, context: Any) -> lifecycle_pb2.ListLeasesResponse:
+        return lifecycle_pb2.ListLeasesResponse(
+            leases=[lifecycle_pb2.Lease(lease_id=str(i), state=s) for i, s in enumerate(self.states)]
+        )
+
+
+@asynccontextmanager
+async def stand_in_services(tmp: Path, lease_states: list[Any]) -> AsyncIterator[tuple[str, str]]:
+    """Two real gRPC servers (health + a ListLeases stand-in) on unix sockets."""
+    session: RunningServer = await start_server(
+        f"unix:{tmp}/s.sock", lambda s: None, [SESSION_SERVICE])
+    lifecycle: RunningServer = await start_server(
+        f"unix:{tmp}/l.sock",
+        lambda s: lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(
+            FakeLeases(lease_states), s),  # type: ignore[abstract]
+        [LIFECYCLE_SERVICE])
+    try:
+        yield session.address, lifecycle.address
+    finally:
+        await session.stop(0)
+        await lifecycle.stop(0)
+
+
+class FakeRuntime:
+    """Only what the gateway reads of an EdgeRuntime: the metrics."""
+
+    def __init__(self) -> None:
+        self.metrics = Metrics()
+
+
+ServeFn = Callable[..., Awaitable[None]]
+
+
+@asynccontextmanager
+async def running_edge(cfg: Config, runtime: Any, addresses: tuple[str, str],
+                       serve_connection: ServeFn | None = None, **kw: Any) -> AsyncIterator[EdgeServer]:
+    """An EdgeServer on a free port, stopped afterwards."""
+    cfg = replace(cfg, gateway=replace(cfg.gateway, port=0)) if cfg.gateway.port == 42617 else cfg
+    probe = ServiceProbe(cfg, *addresses)
+    server = EdgeServer(cfg, runtime, probe=probe, serve_connection=serve_connection, **kw)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+        await probe.close()
+
+
+def mint(cfg: Config, name: str = "test") -> tuple[str, str]:
+    """A fresh (token_id, secret) in the config's token store."""
+    return TokenStore(token_db_path(cfg)).create(name)
+
+
+def _http_get(url: str) -> tuple[int, str, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+async def http_get(url: str) -> tuple[int, str, str]:
+    """(status, content type, body) of a plain GET, off the event loop."""
+    import asyncio
+
+    return await asyncio.to_thread(_http_get, url)

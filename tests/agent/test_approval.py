@@ -1,0 +1,153 @@
+"""The approval gate through session/request_permission: every outcome (SPEC §6, §12)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.agent.rpc import RpcError
+from services.common.config import AutonomySection
+from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
+
+
+def shell_then_done() -> ScriptedProvider:
+    return ScriptedProvider([call("shell", {"command": "echo approved"}), say("done")])
+
+
+def answer(option: str | None):
+    async def responder(method: str, params: dict[str, Any]) -> Any:
+        if option is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        return {"outcome": {"outcome": "selected", "optionId": option}}
+    return responder
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    d = tmp_path / "ws"
+    d.mkdir()
+    return d
+
+
+async def test_allow_once_runs_tool_and_request_shape_is_exact(tmp_path: Path, ws: Path) -> None:
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path), provider, answer("allow-once")) as c:
+        sid = await c.new_session(ws)
+        result = await c.prompt(sid, "run it")
+    assert result["stopReason"] == "end_turn"
+    ((method, params),) = c.requests
+    assert method == "session/request_permission"
+    tc = params["toolCall"]
+    assert tc["toolCallId"].startswith("approval-") and len(tc["toolCallId"]) == 9 + 36
+    assert params == {
+        "sessionId": sid,
+        "options": [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+                    {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"}],
+        "toolCall": {"toolCallId": tc["toolCallId"], "title": "Approve shell?", "kind": "execute",
+                     "status": "pending",
+                     "rawInput": {"tool": "shell", "summary": "echo approved"},
+                     "content": [{"type": "content",
+                                  "content": {"type": "text", "text": "echo approved"}}]},
+    }
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "completed" and "approved" in update["rawOutput"]
+    # The tool_call was announced before approval was asked.
+    assert c.kinds().index("tool_call") < c.kinds().index("tool_call_update")
+
+
+async def test_allow_always_is_remembered_for_the_session(tmp_path: Path, ws: Path) -> None:
+    provider = ScriptedProvider([call("shell", {"command": "echo 1"}), say("a"),
+                                 call("shell", {"command": "echo 2"}, call_id="c2"), say("b")])
+    async with running_agent(make_config(tmp_path), provider, answer("allow-always")) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "one")
+        await c.prompt(sid, "two")
+        assert len(c.requests) == 1
+        sid2 = await c.new_session(ws)  # another session asks again
+        provider.script = [call("shell", {"command": "echo 3"}, call_id="c3"), say("c")]
+        await c.prompt(sid2, "three")
+        assert len(c.requests) == 2
+    assert [u["status"] for u in c.of("tool_call_update")] == ["completed"] * 3
+
+
+async def test_reject_is_fed_back_to_model(tmp_path: Path, ws: Path) -> None:
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path), provider, answer("reject-once")) as c:
+        sid = await c.new_session(ws)
+        result = await c.prompt(sid, "run it")
+    assert result["stopReason"] == "end_turn"
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "failed"
+    assert update["rawOutput"] == "The user denied the `shell` call."
+    assert provider.calls[1][1][-1].text == "The user denied the `shell` call."
+    assert not (ws / "approved").exists()  # nothing ran
+
+
+async def test_cancelled_outcome_denies(tmp_path: Path, ws: Path) -> None:
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path), provider, answer(None)) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "run it")
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "failed" and "dismissed" in update["rawOutput"]
+
+
+async def test_timeout_denies(tmp_path: Path, ws: Path) -> None:
+    never = asyncio.Event()
+
+    async def silent(method: str, params: dict[str, Any]) -> Any:
+        await never.wait()
+
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path, timeout=1), provider, silent) as c:
+        sid = await c.new_session(ws)
+        result = await c.prompt(sid, "run it")
+    assert result["stopReason"] == "end_turn"
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "failed"
+    assert "no answer within 1 seconds" in update["rawOutput"]
+
+
+async def test_client_error_denies(tmp_path: Path, ws: Path) -> None:
+    async def broken(method: str, params: dict[str, Any]) -> Any:
+        raise RpcError(-32603, "client blew up")
+
+    async with running_agent(make_config(tmp_path), shell_then_done(), broken) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "run it")
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "failed" and "denied automatically" in update["rawOutput"]
+
+
+async def test_full_and_auto_approve_do_not_ask(tmp_path: Path, ws: Path) -> None:
+    (ws / "a.txt").write_text("A")
+    async with running_agent(make_config(tmp_path, autonomy="full"), shell_then_done()) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "x")
+        assert c.requests == []
+    provider = ScriptedProvider([call("file_read", {"path": "a.txt"}), say("ok")])
+    async with running_agent(make_config(tmp_path), provider) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "x")
+        assert c.requests == []  # file_read is in the default auto_approve
+        assert c.of("tool_call_update")[0]["rawOutput"] == "A"
+
+
+async def test_always_ask_beats_auto_approve_and_allow_always(tmp_path: Path, ws: Path) -> None:
+    (ws / "a.txt").write_text("A")
+    cfg = make_config(tmp_path)
+    cfg = type(cfg)(config_dir=cfg.config_dir, acp=cfg.acp, agents=cfg.agents,
+                    autonomy=AutonomySection(level="supervised", always_ask=("file_read",)))
+    provider = ScriptedProvider([call("file_read", {"path": "a.txt"}), say("ok"),
+                                 call("file_read", {"path": "a.txt"}, call_id="c2"), say("ok")])
+    async with running_agent(cfg, provider, answer("allow-always")) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "x")
+        await c.prompt(sid, "y")
+    assert len(c.requests) == 2
+    assert c.requests[0][1]["toolCall"]["kind"] == "read"
+    assert c.requests[0][1]["toolCall"]["rawInput"] == {"tool": "file_read", "summary": "a.txt"}

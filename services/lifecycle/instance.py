@@ -24,7 +24,7 @@ def _load_or_create_sync(state_dir: Path) -> str:
         return text
     state_dir.mkdir(parents=True, exist_ok=True)
     new_id = f"gw-{uuid.uuid4()}"
-    tmp = path.with_name(f".{INSTANCE_FILE_NAME}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{INSTANCE_FILE_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(new_id + "\n")
         fh.flush()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ def _install_sync(state_dir: Path) -> WrapperPaths:
     except FileNotFoundError:
         current = None
     if current != source:
-        tmp = root / f".{WRAPPER_FILE_NAME}.{os.getpid()}.tmp"
+        tmp = root / f".{WRAPPER_FILE_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
         tmp.write_bytes(source)
         os.replace(tmp, target)
     (state_dir / LOG_DIR_NAME).mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,11 @@ WAIT = 60.0
 def write_config(config_dir: Path, *, default_agent: str = "demo", max_sessions: int = 3,
                  session_timeout: int = 3600, autonomy: str = "supervised",
                  sdk_restore: str = "resume", extra: str = "") -> Path:
-    """A config with a demo built-in agent, a disabled one, and the SDK adapter."""
+    """A config with a demo built-in agent, a disabled one, and three SDK adapters.
+
+    ``sdk`` advertises ``session/resume`` (or what ``sdk_restore`` says),
+    ``sdkload`` only ``session/load``, ``sdknone`` neither.
+    """
     config_dir.mkdir(parents=True, exist_ok=True)
     state = config_dir / "sdk-state.json"
     default_line = f'default_agent = "{default_agent}"\n' if default_agent else ""
@@ -53,15 +57,23 @@ provider = "demo"
 model = "demo"
 enabled = false
 
-[agents.sdk]
-kind = "acp"
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(str(SDK_AGENT))}]
-env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{sdk_restore}" }}
+{_sdk_entry("sdk", state, sdk_restore)}
+{_sdk_entry("sdkload", state, "load")}
+{_sdk_entry("sdknone", state, "none")}
 {extra}
 """
     (config_dir / "config.toml").write_text(text)
     return config_dir
+
+
+def _sdk_entry(alias: str, state: Path, restore: str) -> str:
+    return f"""
+[agents.{alias}]
+kind = "acp"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SDK_AGENT))}]
+env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{restore}" }}
+"""
 
 
 def child_env() -> dict[str, str]:

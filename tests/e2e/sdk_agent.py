@@ -5,6 +5,7 @@ acpgate code. Behaviour, chosen by the prompt text:
 
 - ``perm``: asks the client ``session/request_permission`` and answers with the outcome;
 - ``slow``: streams chunks until cancelled (then ``stopReason: cancelled``);
+- ``brief``: five chunks 0.1 s apart, then ``end_turn``;
 - ``recall``: answers with what it remembers of the session (its own stored
   prompts, and whether the prompt carried an embedded prior conversation);
 - ``die``: exits with code 3 in the middle of the turn;
@@ -31,7 +32,6 @@ from acp import (
     LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
-    ResumeSessionResponse,
     run_agent,
     start_tool_call,
     text_block,
@@ -41,6 +41,7 @@ from acp import (
 from acp.schema import (
     AgentCapabilities,
     PermissionOption,
+    ResumeSessionResponse,
     SessionCapabilities,
     SessionResumeCapabilities,
     ToolCallUpdate,
@@ -121,6 +122,11 @@ class SdkAgent:
                 await conn.session_update(session_id, update_agent_message_text(f"s{i} "))
                 await asyncio.sleep(0.05)
             return PromptResponse(stop_reason="end_turn")
+        if text == "brief":
+            for i in range(5):
+                await conn.session_update(session_id, update_agent_message_text(f"b{i} "))
+                await asyncio.sleep(0.1)
+            return PromptResponse(stop_reason="end_turn")
         if text == "perm":
             await conn.session_update(session_id, start_tool_call(
                 "sdk-call-1", "sdk tool", kind="execute", status="pending", raw_input={"x": 1}))
@@ -151,7 +157,8 @@ class SdkAgent:
 
 
 async def main() -> None:
-    await run_agent(SdkAgent())  # type: ignore[arg-type]  # structural, partial Agent
+    # session/resume is routed only with the unstable protocol surface of SDK 0.12.
+    await run_agent(SdkAgent(), use_unstable_protocol=True)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

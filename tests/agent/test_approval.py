@@ -14,7 +14,8 @@ from tests.agent.harness import ScriptedProvider, call, make_config, running_age
 
 
 def shell_then_done() -> ScriptedProvider:
-    return ScriptedProvider([call("shell", {"command": "echo approved"}), say("done")])
+    return ScriptedProvider([call("shell", {"command": "touch approved && echo approved"}),
+                             say("done")])
 
 
 def answer(option: str | None):
@@ -49,9 +50,11 @@ async def test_allow_once_runs_tool_and_request_shape_is_exact(tmp_path: Path, w
                     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"}],
         "toolCall": {"toolCallId": tc["toolCallId"], "title": "Approve shell?", "kind": "execute",
                      "status": "pending",
-                     "rawInput": {"tool": "shell", "summary": "echo approved"},
+                     "rawInput": {"tool": "shell",
+                                  "summary": "touch approved && echo approved"},
                      "content": [{"type": "content",
-                                  "content": {"type": "text", "text": "echo approved"}}]},
+                                  "content": {"type": "text",
+                                              "text": "touch approved && echo approved"}}]},
     }
     (update,) = c.of("tool_call_update")
     assert update["status"] == "completed" and "approved" in update["rawOutput"]

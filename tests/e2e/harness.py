@@ -197,6 +197,11 @@ class AcpProcess:
         """Request and wait for its response; returns (messages before, response)."""
         return self.response(self.request_async(method, params), wait)
 
+    def call_with_id(self, method: str, params: dict[str, Any] | None,
+                     req_id: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Request with a chosen id and wait for its response."""
+        return self.response(self.request_async(method, params, req_id))
+
     def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Request and return its result (asserting success)."""
         _, resp = self.call(method, params)

@@ -77,11 +77,10 @@ log = get_logger("edge.ws")
 
 def service_addresses(cfg: Config) -> tuple[str, str]:
     """(session, lifecycle) addresses: ``[services]``, else the unix sockets under ``<data>/run``."""
-    run_dir = cfg.data_dir / "run"
-    return (
-        cfg.services.session_addr or f"unix:{run_dir / 'session.sock'}",
-        cfg.services.lifecycle_addr or f"unix:{run_dir / 'lifecycle.sock'}",
-    )
+    from services.lifecycle.server import default_lifecycle_address
+    from services.session.server import default_session_address
+
+    return default_session_address(cfg), default_lifecycle_address(cfg)
 
 
 def with_service_addresses(cfg: Config) -> Config:

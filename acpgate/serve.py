@@ -1,0 +1,275 @@
+"""``acpgate serve``: the session service, the lifecycle service and the edge as
+three supervised child processes on one host (SPEC §0, §11).
+
+Start order: session service and lifecycle service (unix sockets under
+``<data dir>/run`` unless ``[services]`` names addresses), wait for both to
+report SERVING over gRPC health, then the edge opens the WebSocket port.
+
+A child that exits while serve is running is restarted with exponential
+backoff (reset after it has stayed up for a while) and the event is logged.
+
+SIGINT/SIGTERM: graceful shutdown in dependency order — edge first (stops
+accepting, closes its connections and their sessions), then the lifecycle
+service (reaps every lease it still holds), then the session service. Each
+gets a grace period before SIGKILL, so no process is left behind. Children run
+in their own process groups (a terminal's Ctrl-C reaches only serve, which then
+applies the order) with a parent-death signal, so they stop if serve is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from services.common.config import Config
+from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_channel import wait_healthy
+from services.common.logs import get_logger
+from services.edge.ws_server import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
+
+log = get_logger("serve")
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One supervised child: its CLI sub-command and, for services, what to health-check."""
+
+    name: str
+    command: str
+    health_address: str = ""
+    health_service: str = ""
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """Timing knobs (tests shorten them)."""
+
+    #: First restart delay; doubles per consecutive crash up to ``backoff_max``.
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    #: A child that stayed up this long is considered stable: the backoff resets.
+    stable_after: float = 30.0
+    #: How long each child gets after SIGTERM before SIGKILL.
+    stop_grace: float = 20.0
+    #: How long to wait for a service's gRPC health at start.
+    health_timeout: float = 60.0
+
+
+@dataclass
+class _Child:
+    spec: ChildSpec
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    failures: int = 0
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` setting PR_SET_PDEATHSIG=SIGTERM, resolved before any fork.
+
+    Resolving libc here (not in the forked child) keeps the child's work to a
+    single syscall, which is safe even though gRPC threads exist in serve.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:  # pragma: no cover - runs in the forked child
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    return preexec
+
+
+def child_environment(cfg: Config, base: Mapping[str, str]) -> dict[str, str]:
+    """The children's environment: ``base`` plus both service addresses pinned.
+
+    Pinning the addresses (``ACPGATE_services__*``) makes the edge dial exactly
+    the sockets the services listen on, whatever defaults would say.
+    """
+    session_addr, lifecycle_addr = service_addresses(cfg)
+    env = dict(base)
+    env["ACPGATE_services__session_addr"] = session_addr
+    env["ACPGATE_services__lifecycle_addr"] = lifecycle_addr
+    return env
+
+
+def child_specs(cfg: Config) -> list[ChildSpec]:
+    """session-service, lifecycle-service, edge — in start order."""
+    session_addr, lifecycle_addr = service_addresses(cfg)
+    return [
+        ChildSpec("session", "session-service", session_addr, SESSION_SERVICE),
+        ChildSpec("lifecycle", "lifecycle-service", lifecycle_addr, LIFECYCLE_SERVICE),
+        ChildSpec("edge", "edge"),
+    ]
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the three children."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        python: str = sys.executable,
+        environ: Mapping[str, str] | None = None,
+        options: SupervisorOptions | None = None,
+        specs: Sequence[ChildSpec] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.python = python
+        self.env = child_environment(cfg, os.environ if environ is None else environ)
+        self.options = options or SupervisorOptions()
+        self.children = [_Child(spec) for spec in (specs or child_specs(cfg))]
+        self.stopping = False
+        self._preexec = _parent_death_signal()
+
+    def argv(self, spec: ChildSpec) -> list[str]:
+        """``python -m acpgate <command> --config-dir <dir>``."""
+        return [self.python, "-m", "acpgate", spec.command, "--config-dir", str(self.cfg.config_dir)]
+
+    async def _spawn(self, child: _Child) -> None:
+        child.process = await asyncio.create_subprocess_exec(
+            *self.argv(child.spec),
+            env=self.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
+            process_group=0,
+            preexec_fn=self._preexec,
+        )
+        child.started_at = time.monotonic()
+        log.info("child_started", child=child.spec.name, pid=child.process.pid,
+                 restarts=child.restarts)
+
+    async def _wait_healthy(self, child: _Child) -> bool:
+        """Wait for a service child's gRPC health; False if it died first or timed out."""
+        spec = child.spec
+        if not spec.health_address:
+            return True
+        channel = open_service_channel(grpc_security(self.cfg), spec.health_address)
+        try:
+            assert child.process is not None
+            health = asyncio.create_task(
+                wait_healthy(channel, spec.health_service, within=self.options.health_timeout)
+            )
+            died = asyncio.create_task(child.process.wait())
+            done, _ = await asyncio.wait({health, died}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (health, died):
+                if task not in done:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            if health in done and health.exception() is None:
+                log.info("child_healthy", child=spec.name, address=spec.health_address)
+                return True
+            log.error("child_unhealthy", child=spec.name,
+                      reason="exited" if died in done else "health timeout")
+            return False
+        finally:
+            await channel.close(None)
+
+    async def start(self) -> bool:
+        """Start every child in order, each service healthy before the next; False on failure."""
+        for child in self.children:
+            await self._spawn(child)
+            if not await self._wait_healthy(child):
+                return False
+        for child in self.children:
+            child.task = asyncio.create_task(self._watch(child), name=f"watch-{child.spec.name}")
+        return True
+
+    async def _watch(self, child: _Child) -> None:
+        """Restart ``child`` with backoff whenever it exits while serve is running."""
+        while not self.stopping:
+            assert child.process is not None
+            code = await child.process.wait()
+            if self.stopping:
+                return
+            uptime = time.monotonic() - child.started_at
+            if uptime >= self.options.stable_after:
+                child.failures = 0
+            delay = min(self.options.backoff_initial * (2 ** child.failures),
+                        self.options.backoff_max)
+            child.failures += 1
+            child.restarts += 1
+            log.warning("child_exited", child=child.spec.name, pid=child.process.pid,
+                        exit_code=code, uptime_secs=round(uptime, 1), restart_in_secs=delay)
+            await asyncio.sleep(delay)
+            if self.stopping:
+                return
+            await self._spawn(child)
+
+    async def _stop_child(self, child: _Child) -> None:
+        proc = child.process
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.options.stop_grace)
+        except TimeoutError:
+            log.error("child_kill", child=child.spec.name, pid=proc.pid,
+                      reason=f"no exit {self.options.stop_grace}s after SIGTERM")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        log.info("child_stopped", child=child.spec.name, pid=proc.pid, exit_code=proc.returncode)
+
+    async def stop(self) -> None:
+        """Stop in dependency order: edge, lifecycle, session."""
+        self.stopping = True
+        for child in self.children:
+            if child.task is not None:
+                child.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await child.task
+        for child in reversed(self.children):
+            await self._stop_child(child)
+
+
+async def run_serve(
+    cfg: Config,
+    *,
+    options: SupervisorOptions | None = None,
+    on_ready: Callable[[Supervisor], None] | None = None,
+) -> int:
+    """``acpgate serve``: run the three children until SIGINT/SIGTERM; 0 on a clean stop."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    supervisor = Supervisor(cfg, options=options)
+    code = 0
+    try:
+        starting = asyncio.create_task(supervisor.start())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done() and not starting.result():
+            code = 1
+        elif starting.done():
+            log.info("serve_ready", config_dir=str(cfg.config_dir), port=cfg.gateway.port)
+            if on_ready is not None:
+                on_ready(supervisor)
+            await stopper
+        else:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+        stopper.cancel()
+        log.info("serve_stopping")
+    finally:
+        await supervisor.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    log.info("serve_stopped", exit_code=code)
+    return code

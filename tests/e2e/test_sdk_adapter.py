@@ -1,0 +1,100 @@
+"""An external adapter written with the official ACP SDK as a `kind = "acp"` backend.
+
+Prompt, permission relay, cancel and all three restore paths (the adapter's own
+session/resume, its session/load with its replay suppressed, and a fresh
+session seeded with the prior conversation as an embedded resource).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from services.common.protocol import CANCEL_MARKER
+from tests.e2e.harness import AcpProcess, updates, write_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def acp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcpProcess]:
+    proc = AcpProcess(write_config(tmp_path_factory.mktemp("sdk") / "cfg", max_sessions=10))
+    yield proc
+    assert proc.close() == 0
+    proc.kill()
+
+
+def test_prompt_streams_with_rewritten_ids(acp: AcpProcess) -> None:
+    sid = acp.new_session(agentAlias="sdk")
+    before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "hello sdk"})
+    ups = updates(before)
+    assert [u["content"]["text"] for u in ups] == ["echo: ", "hello sdk"]
+    assert all(m["params"]["sessionId"] == sid for m in before), "adapter ids never leak"
+    assert resp["result"] == {"sessionId": sid, "stopReason": "end_turn", "content": "echo: hello sdk"}
+    acp.result("session/close", {"sessionId": sid})
+
+
+def test_permission_relay(acp: AcpProcess) -> None:
+    sid = acp.new_session(agentAlias="sdk")
+    acp.handlers["session/request_permission"] = \
+        lambda p: {"outcome": {"outcome": "selected", "optionId": "yes"}}
+    try:
+        before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "perm"})
+    finally:
+        acp.handlers.clear()
+    req = next(m for m in before if m.get("method") == "session/request_permission")
+    assert re.match(r"^zc-out-\d+$", req["id"])
+    assert req["params"]["sessionId"] == sid
+    assert [o["optionId"] for o in req["params"]["options"]] == ["yes", "no"]
+    assert resp["result"]["content"] == "permission: yes"
+    # no answer at all but a cancel: the adapter gets "cancelled" and the turn ends cancelled
+    acp.handlers["session/request_permission"] = lambda p: None
+    try:
+        rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "perm"})
+        acp.read_until(lambda m: m.get("method") == "session/request_permission")
+        acp.notify("session/cancel", {"sessionId": sid})
+        _, resp = acp.response(rid)
+    finally:
+        acp.handlers.clear()
+    assert resp["result"]["stopReason"] == "cancelled"
+    assert resp["result"]["content"] == f"permission: cancelled\n\n{CANCEL_MARKER}"
+    acp.result("session/close", {"sessionId": sid})
+
+
+def test_cancel(acp: AcpProcess) -> None:
+    sid = acp.new_session(agentAlias="sdk")
+    rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "slow"})
+    acp.read_until(lambda m: m.get("method") == "session/update")
+    acp.notify("session/cancel", {"session_id": sid})
+    before, resp = acp.response(rid)
+    streamed = "".join(u["content"]["text"] for u in updates(before)
+                       if u["sessionUpdate"] == "agent_message_chunk")
+    assert resp["result"]["stopReason"] == "cancelled"
+    assert resp["result"]["content"] == "s0 " + streamed + "\n\n" + CANCEL_MARKER
+    acp.result("session/close", {"sessionId": sid})
+
+
+@pytest.mark.parametrize(
+    ("alias", "expect"),
+    [("sdk", "remembered 1 [first message] no-embedded"),
+     ("sdkload", "remembered 1 [first message] no-embedded"),
+     ("sdknone", "remembered 0 [] embedded:prior-ok")],
+    ids=["own-resume", "own-load", "embedded-history"],
+)
+def test_restore(acp: AcpProcess, alias: str, expect: str) -> None:
+    sid = acp.new_session(agentAlias=alias)
+    acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    acp.result("session/close", {"sessionId": sid})
+    replay, resp = acp.call("session/load", {"sessionId": sid})
+    assert resp["result"] == {}
+    # only the edge's replay from the store: the adapter's own replay is suppressed
+    assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(replay)] == [
+        ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]
+    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == expect
+    # the embedded prior conversation is sent once, not with every prompt
+    if alias == "sdknone":
+        assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
+            "remembered 0 [] no-embedded"
+    acp.result("session/close", {"sessionId": sid})

@@ -16,6 +16,9 @@ from services.common.logs import get_logger
 
 log = get_logger("agent.main")
 
+#: How long answers to requests read before EOF may still take.
+EOF_DRAIN_SECS = 5.0
+
 
 class AliasError(Exception):
     """The alias does not name a runnable built-in agent."""
@@ -59,8 +62,12 @@ async def run_agent_stdio(cfg: Config, alias: str) -> int:
             loop.add_signal_handler(sig, reading.cancel)
     with contextlib.suppress(asyncio.CancelledError):
         await reading
-    # Input ended: finish nothing new, stop running turns (kills their tools).
+    # Input ended: running turns are cancelled (their tools killed) and answer
+    # "cancelled"; requests already read still get their answers.
+    await server.cancel_turns()
+    await peer.drain(EOF_DRAIN_SECS)
     await server.shutdown()
+    await peer.drain(1.0)
     await peer.close()
     stdio.close()
     log.info("agent_stop", alias=agent.alias)

@@ -68,12 +68,17 @@ class JsonRpcPeer:
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._write_failed = False
 
     # ------------------------------------------------------------------ output
 
     async def send(self, message: dict[str, Any]) -> None:
-        """Write one message as one line (orjson never emits raw newlines)."""
-        if self._closed:
+        """Write one message as one line (orjson never emits raw newlines).
+
+        Writing continues after input EOF: a client that closed its side may
+        still read the answers to what it sent.
+        """
+        if self._write_failed:
             return
         data = orjson.dumps(message) + b"\n"
         async with self._write_lock:
@@ -81,7 +86,7 @@ class JsonRpcPeer:
                 await self._write_line(data)
             except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
                 log.warning("rpc_write_failed", error=type(exc).__name__)
-                self._closed = True
+                self._write_failed = True
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         """Send a notification."""
@@ -126,6 +131,12 @@ class JsonRpcPeer:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(PeerClosed("the client closed the connection"))
+
+    async def drain(self, wait_secs: float) -> None:
+        """Wait (bounded) for the running handlers to answer, e.g. after input EOF."""
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait_secs)
 
     async def close(self) -> None:
         """Cancel every running handler and wait for them."""

@@ -99,7 +99,11 @@ class AgentServer:
         self._provider = provider
         self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
         self._sessions: dict[str, AgentSession] = {}
+        #: Restores in progress: requests for that id wait for them (pipelined clients).
+        self._restoring: dict[str, asyncio.Future[None]] = {}
         self._elicitation = False
+        #: Input ended: prompts that were read but not yet started are answered ``cancelled``.
+        self._closing = False
         self._peer: JsonRpcPeer | None = None
         self._runner = TurnRunner(
             provider=provider,
@@ -120,13 +124,21 @@ class AgentServer:
             raise RuntimeError("AgentServer used before attach()")
         return self._peer
 
-    async def shutdown(self) -> None:
-        """Cancel every running turn (killing its tools) and release the provider."""
+    async def cancel_turns(self) -> None:
+        """Cancel every running turn (killing its tools); their prompts answer ``cancelled``.
+
+        From now on no new turn starts: a prompt still in flight answers ``cancelled``.
+        """
+        self._closing = True
         turns = [s.turn for s in self._sessions.values() if s.turn is not None and s.busy]
         for turn in turns:
             turn.cancel()
         if turns:
             await asyncio.wait(turns, timeout=5)
+
+    async def shutdown(self) -> None:
+        """Cancel running turns and release the provider."""
+        await self.cancel_turns()
         await self._provider.aclose()
 
     async def _system_prompt(self, policy: SecurityPolicy) -> str:
@@ -186,7 +198,10 @@ class AgentServer:
             raise RpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
         return sid.strip()
 
-    def _get(self, sid: str) -> AgentSession:
+    async def _get(self, sid: str) -> AgentSession:
+        restoring = self._restoring.get(sid)
+        if restoring is not None:
+            await asyncio.wait({restoring})
         session = self._sessions.get(sid)
         if session is None:
             raise RpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
@@ -247,8 +262,25 @@ class AgentServer:
         return {"sessionId": session.id}
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
-        """``session/resume`` / ``session/load``: an unknown id is created, seeded with history."""
+        """``session/resume`` / ``session/load``: an unknown id is created, seeded with history.
+
+        Requests for the same id that arrive meanwhile wait until it is done.
+        """
         sid = self._session_id(params)
+        earlier = self._restoring.get(sid)
+        if earlier is not None:
+            await asyncio.wait({earlier})
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._restoring[sid] = done
+        try:
+            return await self._restore_now(sid, params, replay=replay)
+        finally:
+            done.set_result(None)
+            if self._restoring.get(sid) is done:
+                del self._restoring[sid]
+
+    async def _restore_now(self, sid: str, params: dict[str, Any], *,
+                           replay: bool) -> dict[str, Any]:
         session = self._sessions.get(sid)
         meta = _acpgate_meta(params)
         if session is None:
@@ -266,8 +298,8 @@ class AgentServer:
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)
-        session = self._get(sid)
-        del self._sessions[sid]
+        session = await self._get(sid)
+        self._sessions.pop(sid, None)
         if session.turn is not None and session.busy:
             session.turn.cancel()
             await asyncio.wait({session.turn})
@@ -285,7 +317,7 @@ class AgentServer:
 
     async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)
-        session = self._get(sid)
+        session = await self._get(sid)
         if session.busy:
             raise RpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         text = prompt_text(params.get("prompt"))
@@ -293,6 +325,8 @@ class AgentServer:
         # No await between the busy check and claiming the slot.
         turn = asyncio.create_task(self._runner.run(session, text, usage))
         session.turn = turn
+        if self._closing:
+            turn.cancel()
         try:
             await asyncio.wait({turn})
         except asyncio.CancelledError:

@@ -190,3 +190,28 @@ async def test_official_acp_sdk_client(tmp_path: Path) -> None:
     assert finished[0].raw_output == "sdk says hi"
     assert len(client.permissions) == 1  # the shell, not the auto-approved read
     assert client.permissions[0][0].title == "Approve shell?"
+
+
+async def test_eof_answers_requests_already_read_and_cancels_turns(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text(CONFIG.replace('"supervised"', '"full"'))
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/resume",
+         "params": {"sessionId": "s-eof", "cwd": str(ws)}},
+        {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+         "params": {"sessionId": "s-eof", "prompt": [{"type": "text", "text": "!sleep 30"}]}},
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *agent_command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        env=dict(os.environ))
+    out, _ = await asyncio.wait_for(
+        proc.communicate(b"".join(orjson.dumps(m) + b"\n" for m in lines)), 20)
+    answers = {m["id"]: m for m in map(orjson.loads, out.splitlines()) if "id" in m}
+    assert answers[1]["result"]["protocolVersion"] == 1
+    assert answers[2]["result"] == {}
+    assert answers[3]["result"]["stopReason"] == "cancelled"
+    assert proc.returncode == 0

@@ -1,0 +1,180 @@
+"""`acpgate serve` as a real process tree (SPEC §0, §11).
+
+Health-gated start, a session through the WebSocket port, a crashed child
+restarted with backoff, and SIGTERM/SIGINT shutdown in order with no process
+left behind (psutil).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from .stack import RawClient, select
+from .wsfixtures import http_get, mint, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_healthy(port: int, proc: asyncio.subprocess.Process, tries: int = 600) -> None:
+    for _ in range(tries):
+        assert proc.returncode is None, "serve exited early"
+        try:
+            status, _, _ = await http_get(f"http://127.0.0.1:{port}/healthz")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError("serve never became healthy")
+
+
+def children_by_command(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for child in psutil.Process(pid).children():
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:  # exited meanwhile
+            continue
+        for name in ("session-service", "lifecycle-service", "edge"):
+            if name in cmd:
+                out[name] = child.pid
+    return out
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The pids that still run (zombies and vanished ones excluded)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+async def start_serve(config_dir: Path, log: Path) -> asyncio.subprocess.Process:
+    env = {**os.environ, "ACPGATE_LOG_LEVEL": "info"}
+    with log.open("wb") as err:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "acpgate", "serve", "--config-dir", str(config_dir),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err,
+            env=env)
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+async def eventually(check: Any, what: str, tries: int = 600) -> None:
+    for _ in range(tries):
+        if await asyncio.to_thread(check):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_serve_session_crash_restart_and_sigterm_leaves_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg", port=port)
+    _, secret = mint(cfg)
+    log = tmp_path / "serve.log"
+    proc = await start_serve(cfg.config_dir, log)
+    try:
+        await wait_healthy(port, proc)
+        kids = children_by_command(proc.pid)
+        assert set(kids) == {"session-service", "lifecycle-service", "edge"}
+        started = [e for e in events(log) if e.get("event") == "child_started"]
+        assert [e["child"] for e in started] == ["session", "lifecycle", "edge"]
+        assert "run" in os.listdir(cfg.data_dir)  # unix sockets under <data dir>/run
+
+        ws = await connect(f"ws://127.0.0.1:{port}/acp", proxy=None,
+                           additional_headers={"Authorization": f"Bearer {secret}"})
+        client = RawClient(ws, select("allow-once"))
+        sid = (await client.result("session/new", {}))["sessionId"]
+        res = await client.result("session/prompt", {"sessionId": sid, "prompt": "!echo served"})
+        assert res["stopReason"] == "end_turn" and "served" in res["content"]
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) >= 5  # three services + wrapper + adapter
+
+        # A crashed child is restarted (with backoff) and the event is logged.
+        os.kill(kids["session-service"], signal.SIGKILL)
+        await eventually(
+            lambda: children_by_command(proc.pid).get("session-service") not in (None, kids["session-service"]),
+            "session service restarted")
+        await wait_healthy(port, proc)
+        exited = [e for e in events(log) if e.get("event") == "child_exited"]
+        assert exited and exited[0]["child"] == "session" and exited[0]["exit_code"] == -9
+        res = await client.result("session/prompt", {"sessionId": sid, "prompt": "still here"})
+        assert res["stopReason"] == "end_turn"
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+
+        proc.send_signal(signal.SIGTERM)
+        # The edge goes first and closes the connection as "going away".
+        with pytest.raises(ConnectionClosed) as info:
+            while True:
+                await asyncio.wait_for(ws.recv(), 60)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1001
+        assert await asyncio.wait_for(proc.wait(), 90) == 0
+        left = alive(tree)
+        assert left == [], f"processes left after SIGTERM: {left}"
+        stopped = [e["child"] for e in events(log) if e.get("event") == "child_stopped"]
+        assert stopped == ["edge", "lifecycle", "session"]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_serve_sigint_right_after_start(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg", port=port)
+    log = tmp_path / "serve.log"
+    proc = await start_serve(cfg.config_dir, log)
+    try:
+        await wait_healthy(port, proc)
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) == 3
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert alive(tree) == []
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_serve_fails_cleanly_when_a_service_cannot_start(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg", port=port)
+    # A file where the run/ directory must be: the session socket cannot be created.
+    cfg.data_dir.mkdir(parents=True)
+    (cfg.data_dir / "run").write_text("not a directory")
+    log = tmp_path / "serve.log"
+    proc = await start_serve(cfg.config_dir, log)
+    assert await asyncio.wait_for(proc.wait(), 90) == 1
+    assert any(e.get("event") == "child_unhealthy" for e in events(log))

@@ -42,7 +42,10 @@ async def test_demo_rules() -> None:
     plan = [e for e in await demo("plan") if isinstance(e, ToolCallReady)]
     assert plan[0].call.name == "todo" and len(plan[0].call.arguments["entries"]) == 3
     # a tool not offered (readonly) → the demo just talks
-    assert not [e for e in await demo("!ls", []) if isinstance(e, ToolCallReady)]
+    refused = await demo("!ls", [])
+    assert not [e for e in refused if isinstance(e, ToolCallReady)]
+    assert "not available" in "".join(e.text for e in refused if isinstance(e, TextDelta))
+    assert refused[-1] == StreamDone("end_turn")
     after = [e async for e in DemoProvider(chunk_delay=0).stream(
         "", [Message("user", "x"), Message("tool", "RESULT", tool_call_id="t",
                                            tool_name="shell")], ALL)]

@@ -105,13 +105,15 @@ class DemoProvider:
         else:
             text, call = _plan_for(last.text)
             thought = f"The user wrote {len(last.text)} characters."
+            if call is not None and call.name not in {t.name for t in tools}:
+                text = (f"{INTRO}The `{call.name}` tool is not available in this session "
+                        "(read-only autonomy), so I cannot do that.")
+                call = None
         yield ThoughtDelta(thought)
         for piece in _chunks(text):
             if self._delay:
                 await asyncio.sleep(self._delay)
             yield TextDelta(piece)
-        if call is not None and call.name not in {t.name for t in tools}:
-            call = None  # the tool is not offered (e.g. readonly): just talk
         if call is not None:
             yield ToolCallReady(call)
         in_chars = len(system) + sum(m.size() for m in messages)

@@ -1,0 +1,1 @@
+"""acpgate benchmarks: `python -m bench` (see bench/__main__.py)."""

@@ -1,0 +1,89 @@
+"""``python -m bench`` (``make bench``): run every benchmark and write ``bench/results.md``.
+
+``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
+``reap``, ``append``, ``load``, ``relay``, ``cold``, ``concurrency``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.concurrency import run_concurrency
+from bench.reap_bench import run_reap
+from bench.relay import run_cold, run_relay
+from bench.report import machine, now_utc, render
+from bench.sizes import FULL, QUICK, Sizes
+from bench.stage import REPO, serve, stage
+from bench.stats import Row
+from bench.store_bench import run_append, run_load
+
+GROUPS = ("relay", "cold", "concurrency", "load", "append", "reap")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
+
+
+def _say(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+async def run_all(sizes: Sizes, groups: Sequence[str]) -> list[Row]:
+    """Run the chosen groups; rows in the issue's order."""
+    rows: dict[str, list[Row]] = {}
+    wanted = set(groups)
+    if wanted & {"relay", "cold", "concurrency"}:
+        async with stage(max_sessions=sizes.concurrent_sessions + 8) as st, serve(st) as sv:
+            token = st.mint_token()
+            if "relay" in wanted:
+                _say("relay throughput and latency (direct / acpgate acp / gateway)")
+                rows["relay"] = await run_relay(st, token, sizes)
+            if "cold" in wanted:
+                _say("cold session/new")
+                rows["cold"] = await run_cold(st, token, sizes)
+            if "concurrency" in wanted:
+                _say(f"{sizes.concurrent_sessions} concurrent sessions")
+                rows["concurrency"] = await run_concurrency(st, sv, token, sizes)
+    if "load" in wanted:
+        _say(f"session/load of {sizes.history_items} messages")
+        async with stage() as st:
+            rows["load"] = await run_load(st, sizes)
+    if "append" in wanted:
+        _say("AppendTurn")
+        async with stage() as st:
+            rows["append"] = await run_append(st, sizes)
+    if "reap" in wanted:
+        _say(f"startup reap of {sizes.reap_leases} leases")
+        rows["reap"] = await run_reap(sizes)
+    return [row for g in GROUPS for row in rows.get(g, [])]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, run, write the results page."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file to write")
+    parser.add_argument("--only", default=",".join(GROUPS),
+                        help=f"comma-separated groups (default: all of {', '.join(GROUPS)})")
+    args = parser.parse_args(argv)
+    groups = [g.strip() for g in args.only.split(",") if g.strip()]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
+    sizes = QUICK if args.quick else FULL
+    info = machine(REPO)
+    started = now_utc()
+    t0 = time.monotonic()
+    rows = asyncio.run(run_all(sizes, groups))
+    text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+    _say(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

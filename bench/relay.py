@@ -1,0 +1,170 @@
+"""Items 1–3 of the issue: relay throughput, relay latency, cold ``session/new``.
+
+Three paths to the same firehose adapter script, measured in interleaved
+rounds so that background load on the (shared) machine hits all of them alike:
+
+- ``direct``: the bench client reads the adapter over its stdio;
+- ``acp``: through ``acpgate acp`` (stdio front door, embedded services);
+- ``ws``: through the gateway (``acpgate serve``, WebSocket, minted token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench.peer import Peer
+from bench.sizes import Sizes
+from bench.stage import Stage
+from bench.stats import Dist, Row
+from bench.transports import Endpoint
+from services.common.protocol import M_INITIALIZE, M_SESSION_CLOSE, M_SESSION_NEW
+
+DIRECT, ACP, WS = "direct", "acp", "ws"
+LABELS = {DIRECT: "direct stdio (baseline)", ACP: "`acpgate acp` (stdio)",
+          WS: "gateway (WebSocket)"}
+WAIT_SECS = 300.0
+
+
+async def initialize(peer: Peer) -> None:
+    """``initialize`` as an editor would send it."""
+    await peer.request(M_INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
+
+
+async def new_session(peer: Peer, cwd: Path) -> str:
+    """``session/new``; returns the session id."""
+    result = await peer.request(M_SESSION_NEW, {"cwd": str(cwd), "mcpServers": []})
+    return str(result["sessionId"])
+
+
+async def open_session(ep: Endpoint, cwd: Path) -> str:
+    """``initialize`` + ``session/new``."""
+    await initialize(ep.peer)
+    return await new_session(ep.peer, cwd)
+
+
+async def throughput_round(peer: Peer, sid: str, n: int) -> float:
+    """One ``firehose n`` prompt; updates/s from the prompt to the last update."""
+    sink = peer.sink(sid)
+    sink.reset(n)
+    t0 = time.monotonic_ns()
+    await peer.prompt(sid, f"firehose {n}", WAIT_SECS)
+    await asyncio.wait_for(sink.done.wait(), WAIT_SECS)
+    return n / ((max(sink.last_ns, time.monotonic_ns()) - t0) / 1e9)
+
+
+async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[float]:
+    """One paced prompt; the adapter-write → client-read latency of each update (ms)."""
+    sink = peer.sink(sid)
+    sink.reset(n, keep_latency=True)
+    await peer.prompt(sid, f"pace {n} {pace_ms}", WAIT_SECS)
+    await asyncio.wait_for(sink.done.wait(), WAIT_SECS)
+    return [ns / 1e6 for ns in sink.latencies_ns]
+
+
+async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
+    """Items 1 and 2, all three paths open at once, rounds interleaved."""
+    cwd = st.root
+    endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), WS: await st.ws(token)}
+    try:
+        sids = {k: await open_session(ep, cwd) for k, ep in endpoints.items()}
+        for k, ep in endpoints.items():  # warm-up: imports, JIT-less caches, pipe buffers
+            await throughput_round(ep.peer, sids[k], min(sizes.throughput_n, 1000))
+        rates: dict[str, list[float]] = {k: [] for k in endpoints}
+        for _ in range(sizes.throughput_rounds):
+            for k, ep in endpoints.items():
+                rates[k].append(await throughput_round(ep.peer, sids[k], sizes.throughput_n))
+        lat: dict[str, list[float]] = {k: [] for k in endpoints}
+        for _ in range(sizes.latency_rounds):
+            for k, ep in endpoints.items():
+                lat[k] += await latency_round(ep.peer, sids[k], sizes.latency_n,
+                                              sizes.latency_pace_ms)
+    finally:
+        for ep in endpoints.values():
+            await ep.close()
+    rows: list[Row] = []
+    base_rate = Dist.of(rates[DIRECT], higher_is_better=True)
+    for k in (ACP, WS):
+        d = Dist.of(rates[k], higher_is_better=True)
+        rows.append(Row("1", f"relay throughput, {LABELS[k]}", "updates/s", d,
+                        LABELS[DIRECT], base_rate, "≥ 50 % of direct",
+                        d.median >= 0.5 * base_rate.median,
+                        f"{sizes.throughput_n} updates per prompt; p99 = slowest 1 %"))
+    base_lat = Dist.of(lat[DIRECT])
+    for k in (ACP, WS):
+        d = Dist.of(lat[k])
+        added = d.median - base_lat.median
+        rows.append(Row("2", f"relay latency, {LABELS[k]}", "ms", d, LABELS[DIRECT], base_lat,
+                        "added p50 ≤ 2 ms", added <= 2.0,
+                        f"added p50 {added:.2f} ms, added p99 {d.p99 - base_lat.p99:.2f} ms; "
+                        f"{sizes.latency_n} updates/prompt, one per {sizes.latency_pace_ms} ms"))
+    return rows
+
+
+async def _first_chunk(peer: Peer, sid: str) -> int:
+    sink = peer.sink(sid)
+    sink.reset(1)
+    await peer.prompt(sid, "firehose 1", WAIT_SECS)
+    await asyncio.wait_for(sink.done.wait(), WAIT_SECS)
+    return sink.first_ns
+
+
+async def _cold_direct(st: Stage) -> tuple[float, float]:
+    t0 = time.monotonic_ns()
+    ep = await st.adapter()
+    try:
+        sid = await open_session(ep, st.root)
+        t1 = time.monotonic_ns()
+        t2 = await _first_chunk(ep.peer, sid)
+    finally:
+        await ep.close()
+    return (t1 - t0) / 1e6, (t2 - t0) / 1e6
+
+
+async def _cold_edge(ep: Endpoint, cwd: Path) -> tuple[float, float]:
+    t0 = time.monotonic_ns()
+    sid = await new_session(ep.peer, cwd)
+    t1 = time.monotonic_ns()
+    t2 = await _first_chunk(ep.peer, sid)
+    await ep.peer.request(M_SESSION_CLOSE, {"sessionId": sid}, WAIT_SECS)
+    return (t1 - t0) / 1e6, (t2 - t0) / 1e6
+
+
+async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
+    """Item 3: cold ``session/new`` and ``session/new`` → first chunk, vs a bare spawn."""
+    edges = {ACP: await st.acp(), WS: await st.ws(token)}
+    new: dict[str, list[float]] = {k: [] for k in (DIRECT, ACP, WS)}
+    first: dict[str, list[float]] = {k: [] for k in (DIRECT, ACP, WS)}
+    try:
+        for ep in edges.values():
+            await initialize(ep.peer)
+        runs: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
+            DIRECT: lambda: _cold_direct(st),
+            ACP: lambda: _cold_edge(edges[ACP], st.root),
+            WS: lambda: _cold_edge(edges[WS], st.root),
+        }
+        for fn in runs.values():  # warm-up (first imports, first lease db pages)
+            await fn()
+        for _ in range(sizes.cold_samples):
+            for k, fn in runs.items():
+                a, b = await fn()
+                new[k].append(a)
+                first[k].append(b)
+    finally:
+        for ep in edges.values():
+            await ep.close()
+    rows: list[Row] = []
+    base_new, base_first = Dist.of(new[DIRECT]), Dist.of(first[DIRECT])
+    for k in (ACP, WS):
+        d = Dist.of(new[k])
+        rows.append(Row("3", f"cold session/new, {LABELS[k]}", "ms", d,
+                        "spawn adapter + initialize + session/new, direct", base_new,
+                        "p50 ≤ 300 ms", d.median <= 300.0,
+                        "lease + wrapper + adapter spawn + initialize + session/new"))
+    for k in (ACP, WS):
+        d = Dist.of(first[k])
+        rows.append(Row("3", f"session/new → first chunk, {LABELS[k]}", "ms", d,
+                        "spawn → first chunk, direct", base_first))
+    return rows

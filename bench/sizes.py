@@ -1,0 +1,39 @@
+"""How much each benchmark does: the full run (``make bench``) and a tiny one (smoke test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Workload sizes of one benchmark run."""
+
+    #: Relay throughput: updates per prompt and rounds per path.
+    throughput_n: int = 20_000
+    throughput_rounds: int = 5
+    #: Relay latency: paced updates per prompt, their spacing and rounds per path.
+    latency_n: int = 400
+    latency_pace_ms: float = 2.0
+    latency_rounds: int = 3
+    #: Cold session/new samples per path.
+    cold_samples: int = 10
+    #: Concurrency: sessions, updates per session per round, rounds.
+    concurrent_sessions: int = 50
+    concurrent_n: int = 1_000
+    concurrent_rounds: int = 3
+    #: session/load: stored history items and samples.
+    history_items: int = 10_000
+    load_samples: int = 5
+    #: AppendTurn calls per side.
+    append_turns: int = 500
+    #: Startup reap: open leases and samples.
+    reap_leases: int = 500
+    reap_samples: int = 3
+
+
+FULL = Sizes()
+QUICK = Sizes(throughput_n=200, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
+              latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
+              concurrent_rounds=1, history_items=40, load_samples=1, append_turns=10,
+              reap_leases=10, reap_samples=1)

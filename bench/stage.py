@@ -1,0 +1,181 @@
+"""The stage the benchmarks run on: a throw-away config, ``acpgate acp`` and ``acpgate serve``.
+
+The config has one agent, ``firehose`` (``kind = "acp"``, the script in this
+package), as the default alias, and enough session slots for the concurrency
+run. Everything lives in a short temp dir (unix socket paths stay short) that
+is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.transports import Endpoint, adapter_argv, stdio_peer, ws_peer
+from services.common.config import Config, load_config
+from services.edge.tokens import TokenStore, token_db_path
+
+REPO = Path(__file__).resolve().parents[1]
+FIREHOSE = Path(__file__).resolve().parent / "firehose_agent.py"
+ALIAS = "firehose"
+ACPGATE = [sys.executable, "-m", "acpgate"]
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    """Environment of acpgate children: repo importable, quiet logs, no stray overrides."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("ACPGATE_") and "__" in k)}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["ACPGATE_LOG_LEVEL"] = "warning"
+    return env
+
+
+@dataclass
+class Stage:
+    """One benchmark config directory."""
+
+    root: Path
+    port: int
+    max_sessions: int
+
+    @property
+    def config_dir(self) -> Path:
+        """The ``--config-dir`` of every acpgate command here."""
+        return self.root / "cfg"
+
+    def write(self) -> Config:
+        """Write config.toml and return the loaded config."""
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        argv = adapter_argv(FIREHOSE)
+        (self.config_dir / "config.toml").write_text(f"""
+[acp]
+default_agent = "{ALIAS}"
+max_sessions = {self.max_sessions}
+session_timeout_secs = 3600
+
+[gateway]
+host = "127.0.0.1"
+port = {self.port}
+max_connections = {self.max_sessions + 8}
+
+[agents.{ALIAS}]
+kind = "acp"
+command = {json.dumps(argv[0])}
+args = {json.dumps(argv[1:])}
+""", encoding="utf-8")
+        return self.config()
+
+    def config(self) -> Config:
+        """The effective config (no environment overrides)."""
+        return load_config(self.config_dir, environ={})
+
+    @property
+    def ws_url(self) -> str:
+        """The gateway's ``/acp`` URL."""
+        return f"ws://127.0.0.1:{self.port}/acp"
+
+    def mint_token(self) -> str:
+        """A fresh gateway token (``acpgate token create`` does the same)."""
+        return TokenStore(token_db_path(self.config())).create("bench")[1]
+
+    async def acp(self) -> Endpoint:
+        """``acpgate acp`` (embedded services) as a stdio peer."""
+        return await stdio_peer([*ACPGATE, "acp", "--config-dir", str(self.config_dir)],
+                                env=child_env(), cwd=REPO)
+
+    async def adapter(self) -> Endpoint:
+        """The firehose adapter itself, read directly (the baseline)."""
+        return await stdio_peer(adapter_argv(FIREHOSE), cwd=self.root)
+
+    async def ws(self, token: str) -> Endpoint:
+        """A WebSocket connection to the running gateway."""
+        return await ws_peer(self.ws_url, token)
+
+
+@asynccontextmanager
+async def stage(max_sessions: int = 64) -> AsyncIterator[Stage]:
+    """A fresh stage in a short temp dir, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="acpb-", dir="/tmp"))
+    st = Stage(root, free_port(), max_sessions)
+    st.write()
+    try:
+        yield st
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Serve:
+    """A running ``acpgate serve`` and its three children."""
+
+    proc: asyncio.subprocess.Process
+
+    def children(self) -> dict[str, psutil.Process]:
+        """``session`` / ``lifecycle`` / ``edge`` → the child process."""
+        out: dict[str, psutil.Process] = {}
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process(self.proc.pid).children():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    cmd = child.cmdline()
+                    for name, sub in (("session", "session-service"),
+                                      ("lifecycle", "lifecycle-service"), ("edge", "edge")):
+                        if sub in cmd:
+                            out[name] = child
+        return out
+
+
+async def _port_open(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True
+
+
+@asynccontextmanager
+async def serve(st: Stage, within: float = 60.0) -> AsyncIterator[Serve]:
+    """``acpgate serve`` until the gateway port accepts; SIGTERM and wait afterwards."""
+    proc = await asyncio.create_subprocess_exec(
+        *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(), cwd=str(REPO),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while not await _port_open(st.port):
+            if proc.returncode is not None or loop.time() > deadline:
+                raise RuntimeError(f"acpgate serve did not open port {st.port} "
+                                   f"(exit code {proc.returncode})")
+            await asyncio.sleep(0.1)
+        yield Serve(proc)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()

@@ -1,0 +1,176 @@
+"""Items 5 and 6a of the issue: ``session/load`` of a long history, AppendTurn throughput.
+
+``session/load``: the SQLite store is seeded directly through the session store
+API (alternating user / assistant items, 20 per turn), then ``session/load``
+is timed through ``acpgate acp`` until its result — which arrives after the
+whole history has been replayed as ``session/update`` notifications. Baseline:
+reading the same items straight from the store in this process.
+
+AppendTurn: a two-item turn (user + assistant), one call at a time, through
+the real gRPC session service (``acpgate session-service`` on a unix socket)
+and directly against :class:`~services.session.store.SessionStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from pathlib import Path
+
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from bench.relay import WAIT_SECS, initialize
+from bench.sizes import Sizes
+from bench.stage import ACPGATE, ALIAS, REPO, Stage, child_env
+from bench.stats import Dist, Row
+from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_channel import wait_healthy
+from services.common.protocol import M_SESSION_CLOSE, M_SESSION_LOAD
+from services.session.store import HistoryEntry, SessionStore, open_store
+
+ITEMS_PER_TURN = 20
+USER_TEXT = "please summarise the build log and list the failing tests " * 2
+ASSISTANT_TEXT = "The build failed in three places; the failing tests are listed below. " * 4
+
+
+def _turn_items(n: int) -> list[HistoryEntry]:
+    return [HistoryEntry(role="user" if i % 2 == 0 else "assistant",
+                         text=USER_TEXT if i % 2 == 0 else ASSISTANT_TEXT) for i in range(n)]
+
+
+async def seed_history(store: SessionStore, session_id: str, workspace: Path, items: int) -> None:
+    """A stored session of ``items`` alternating user / assistant messages."""
+    await store.create_session(session_id, ALIAS, str(workspace), state="inactive")
+    left = items
+    while left > 0:
+        n = min(ITEMS_PER_TURN, left)
+        await store.append_turn(session_id, _turn_items(n))
+        left -= n
+
+
+async def _read_all(store: SessionStore, session_id: str) -> int:
+    return sum([1 async for _ in store.iter_history(session_id)])
+
+
+async def run_load(st: Stage, sizes: Sizes) -> list[Row]:
+    """Item 5."""
+    cfg = st.config()
+    sid = str(uuid.uuid4())
+    store = await open_store(cfg.session_db_path)
+    reads: list[float] = []
+    try:
+        await seed_history(store, sid, st.root, sizes.history_items)
+        for _ in range(max(3, sizes.load_samples)):
+            t0 = time.monotonic()
+            count = await _read_all(store, sid)
+            reads.append((time.monotonic() - t0) * 1000)
+            assert count == sizes.history_items, count
+    finally:
+        await store.close()
+    ep = await st.acp()
+    loads: list[float] = []
+    replayed: list[int] = []
+    try:
+        await initialize(ep.peer)
+        sink = ep.peer.sink(sid)
+        for _ in range(sizes.load_samples):
+            sink.reset(0)
+            t0 = time.monotonic()
+            await ep.peer.request(M_SESSION_LOAD, {"sessionId": sid, "cwd": str(st.root),
+                                                   "mcpServers": []}, WAIT_SECS)
+            loads.append((time.monotonic() - t0) * 1000)
+            replayed.append(sink.chunks)
+            await ep.peer.request(M_SESSION_CLOSE, {"sessionId": sid}, WAIT_SECS)
+    finally:
+        await ep.close()
+    expected = sizes.history_items // 2
+    ok = all(r == expected for r in replayed)
+    d = Dist.of(loads)
+    return [Row("5", f"session/load of {sizes.history_items:,} messages, `acpgate acp`", "ms", d,
+                "read the same items from the store directly", Dist.of(reads),
+                "≤ 1 s", d.median <= 1000.0,
+                f"time to the result, after the replay; includes the adapter spawn; "
+                f"assistant chunks replayed before the result: {replayed[-1]:,} "
+                f"(expected {expected:,}{'' if ok else ', MISMATCH'})")]
+
+
+def _proto_turn() -> list[session_pb2.HistoryItem]:
+    return [session_pb2.HistoryItem(role=session_pb2.HistoryItem.ROLE_USER, text=USER_TEXT),
+            session_pb2.HistoryItem(role=session_pb2.HistoryItem.ROLE_ASSISTANT,
+                                    text=ASSISTANT_TEXT)]
+
+
+async def _grpc_appends(st: Stage, turns: int) -> list[float]:
+    address = f"unix:{st.root}/ss.sock"
+    env = child_env()
+    env["ACPGATE_services__session_addr"] = address
+    proc = await asyncio.create_subprocess_exec(
+        *ACPGATE, "session-service", "--config-dir", str(st.config_dir), env=env, cwd=str(REPO),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    channel = open_service_channel(grpc_security(st.config()), address)
+    try:
+        await wait_healthy(channel, within=60.0)
+        stub = session_pb2_grpc.SessionServiceStub(channel)
+        sid = str(uuid.uuid4())
+        await stub.CreateSession(session_pb2.CreateSessionRequest(
+            session_id=sid, agent_alias=ALIAS, workspace_dir=str(st.root)))
+        items = _proto_turn()
+        for _ in range(min(20, turns)):  # warm-up
+            await stub.AppendTurn(session_pb2.AppendTurnRequest(session_id=sid, items=items))
+        out: list[float] = []
+        for _ in range(turns):
+            t0 = time.monotonic_ns()
+            await stub.AppendTurn(session_pb2.AppendTurnRequest(session_id=sid, items=items))
+            out.append((time.monotonic_ns() - t0) / 1e6)
+        return out
+    finally:
+        await channel.close(None)
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def _direct_appends(st: Stage, turns: int) -> list[float]:
+    store = await open_store(st.root / "direct" / "sessions.db")
+    try:
+        sid = str(uuid.uuid4())
+        await store.create_session(sid, ALIAS, str(st.root))
+        items = _turn_items(2)
+        for _ in range(min(20, turns)):
+            await store.append_turn(sid, items)
+        out: list[float] = []
+        for _ in range(turns):
+            t0 = time.monotonic_ns()
+            await store.append_turn(sid, items)
+            out.append((time.monotonic_ns() - t0) / 1e6)
+        return out
+    finally:
+        await store.close()
+
+
+def _rate(latencies_ms: list[float]) -> Dist:
+    """Calls per second over the whole run, with the slow tail as a rate."""
+    total = sum(latencies_ms) / 1000.0
+    tail = Dist.of([1000.0 / ms for ms in latencies_ms], higher_is_better=True).p99
+    return Dist(len(latencies_ms) / total if total else 0.0, tail, len(latencies_ms))
+
+
+async def run_append(st: Stage, sizes: Sizes) -> list[Row]:
+    """Item 6a: per-call latency and sequential throughput, gRPC vs store."""
+    direct = await _direct_appends(st, sizes.append_turns)
+    grpc_ms = await _grpc_appends(st, sizes.append_turns)
+    return [
+        Row("6", "AppendTurn latency (2 items), gRPC session service", "ms",
+            Dist.of(grpc_ms), "SessionStore.append_turn directly", Dist.of(direct),
+            note=f"{sizes.append_turns} sequential calls each side"),
+        Row("6", "AppendTurn throughput, one caller, gRPC session service", "turns/s",
+            _rate(grpc_ms), "SessionStore.append_turn directly", _rate(direct),
+            note="median column = calls / total time; p99 column = the slowest 1 % of calls "
+                 "as a rate"),
+    ]

@@ -1,0 +1,81 @@
+"""Smoke test of the benchmark harness on tiny sizes (no timing assertions).
+
+``make bench`` is not part of ``make test``; this keeps the harness from rotting:
+the firehose adapter speaks ACP, the statistics are right, and a whole
+``python -m bench --quick`` run produces every row of the results page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.stage import FIREHOSE
+from bench.stats import Dist, Row, percentile
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_percentile_and_dist() -> None:
+    samples = [float(x) for x in range(1, 101)]
+    assert percentile(samples, 50) == pytest.approx(50.5)
+    assert percentile(samples, 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+    rate = Dist.of([10.0, 20.0, 30.0], higher_is_better=True)
+    assert rate.median == 20.0 and rate.p99 < 11.0 and rate.n == 3
+    row = Row("1", "m", "u", Dist(30.0, 30.0, 1), "b", Dist(60.0, 60.0, 1))
+    assert row.ratio == pytest.approx(0.5)
+
+
+def test_firehose_agent_speaks_acp() -> None:
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+         "params": {"sessionId": "S", "prompt": [{"type": "text", "text": "firehose 5"}]}},
+        {"jsonrpc": "2.0", "id": 4, "method": "session/load", "params": {}},
+        "not json",
+    ]
+    stdin = "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n"
+    out = subprocess.run([sys.executable, str(FIREHOSE)], input=stdin, capture_output=True,
+                         text=True, timeout=30, check=True).stdout.splitlines()
+    msgs = [json.loads(line) for line in out]
+    assert msgs[0]["result"]["protocolVersion"] == 1
+    assert msgs[1]["result"]["sessionId"].startswith("fh-")
+    chunks = [m["params"]["update"] for m in msgs if m.get("method") == "session/update"]
+    assert len(chunks) == 5
+    assert all(c["sessionUpdate"] == "agent_message_chunk" for c in chunks)
+    seqs = [int(c["content"]["text"].split(":")[0]) for c in chunks]
+    stamps = [int(c["content"]["text"].split(":")[1]) for c in chunks]
+    assert seqs == list(range(5)) and stamps == sorted(stamps)
+    assert msgs[-2] == {"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}}
+    assert msgs[-1]["id"] == 4 and msgs[-1]["error"]["code"] == -32601
+
+
+@pytest.mark.slow
+def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "QUICK sizes" in text and "cores" in text and "python 3." in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    rows = table[1:]  # minus the header
+    items = [r.split("|")[1].strip() for r in rows]
+    assert items.count("1") == 2 and items.count("2") == 2 and items.count("3") == 4
+    assert items.count("4") == 3 and items.count("5") == 1 and items.count("6") == 3
+    for r in rows:
+        median = r.split("|")[4].strip()
+        assert median not in ("n/a", "0", "0.000"), r
+    assert "(expected 20)" in text and "MISMATCH" not in text
+    assert "10/10 leases closed" in text

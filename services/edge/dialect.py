@@ -120,6 +120,7 @@ class DialectConnection:
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, EdgeSession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
         self._closed = False
         self._handlers: dict[str, Handler] = {
             M_INITIALIZE: self.initialize,
@@ -198,17 +199,28 @@ class DialectConnection:
             await self._answer(result_line(frame.id, result))
 
     async def close(self) -> None:
-        """The client went away: fail back-channel requests, release this connection's sessions."""
+        """The client went away: fail back-channel requests, release this connection's sessions.
+
+        Requests still in flight are answered if they finish soon (a stdio client
+        may close stdin and keep reading); sessions they open are released too.
+        """
+        self._closing = True
         self.backchannel.close()
-        sessions = list(self.sessions.values())
-        self.sessions.clear()
-        await asyncio.gather(*(self.runtime.deactivate(s, "disconnect") for s in sessions),
-                             return_exceptions=True)
-        self._closed = True
+        await self._release_all()
         if self._tasks:
             _, pending = await asyncio.wait(list(self._tasks), timeout=15)
             for task in pending:
                 task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+        await self._release_all()
+        self._closed = True
+
+    async def _release_all(self) -> None:
+        sessions = list(self.sessions.values())
+        self.sessions.clear()
+        await asyncio.gather(*(self.runtime.deactivate(s, "disconnect") for s in sessions),
+                             return_exceptions=True)
 
     # ------------------------------------------------------------------ helpers
 
@@ -354,6 +366,9 @@ class DialectConnection:
             log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
         if session.released:  # the adapter died during setup
             raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")
+        if self._closing:  # the client left while the session was being set up
+            await self.runtime.release(session, "disconnect")
+            raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")
         self.runtime.activate(session)
         self.sessions[session.session_id] = session
         session.touch()

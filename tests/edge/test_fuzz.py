@@ -1,0 +1,175 @@
+"""Hypothesis fuzz of the dialect: arbitrary lines never kill the edge (SPEC §1).
+
+Runs in-process against :func:`serve_connection` with a real runtime (embedded
+session and lifecycle services over gRPC) for speed. Every request with an id
+gets exactly one valid JSON-RPC response; notifications get none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.common.config import load_config
+from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
+from tests.e2e.harness import write_config
+
+METHODS = ["initialize", "authenticate", "session/prompt", "session/cancel", "session/stop",
+           "session/close", "session/list", "session/update", "session/event", "session/set_mode",
+           "foo", ""]
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | \
+    st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) |
+                           st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+ids = st.integers(-1000, 10**6) | st.text(max_size=12) | st.none() | st.booleans() | \
+    st.floats(allow_nan=False, allow_infinity=False) | st.lists(st.integers(), max_size=2)
+params = st.dictionaries(
+    st.sampled_from(["sessionId", "session_id", "prompt", "type", "update", "cwd", "cursor", "x"]),
+    json_values, max_size=4) | json_values
+
+
+@st.composite
+def rpc_objects(draw: st.DrawFn) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    if draw(st.booleans()):
+        obj["jsonrpc"] = draw(st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2, None]))
+    if draw(st.integers(0, 9)) > 0:
+        obj["method"] = draw(st.sampled_from(METHODS) | st.text(max_size=10) | json_scalars)
+    if draw(st.booleans()):
+        obj["id"] = draw(ids)
+    if draw(st.booleans()):
+        obj["params"] = draw(params)
+    if draw(st.integers(0, 5)) == 0:
+        obj[draw(st.sampled_from(["result", "error"]))] = draw(json_values)
+    return obj
+
+
+lines = st.one_of(
+    rpc_objects().map(json.dumps),
+    json_values.map(json.dumps),
+    st.text(max_size=40),
+    st.just(""),
+).filter(lambda s: "\n" not in s and "\r" not in s)
+
+
+def expected_responses(line: str) -> tuple[int, Any]:
+    """(how many answers, the id they carry) by JSON-RPC rules, independently of the edge."""
+    if not line.strip():
+        return 0, None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return 1, None
+    if not isinstance(obj, dict):
+        return 1, None
+    has_id = obj.get("id") is not None
+    if "method" not in obj:
+        if has_id and ("result" in obj or "error" in obj):
+            return 0, None
+        return 1, None
+    if not has_id:
+        return 0, None
+    rid = obj["id"]
+    if isinstance(rid, bool) or not isinstance(rid, str | int | float):
+        return 1, None
+    return 1, rid
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+@pytest.fixture(scope="module")
+def runtime(loop: asyncio.AbstractEventLoop,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRuntime]:
+    cfg_dir = write_config(tmp_path_factory.mktemp("fuzz") / "cfg")
+    cfg = load_config(Path(cfg_dir), environ={})
+    rt = loop.run_until_complete(open_runtime(cfg))
+    yield rt
+    loop.run_until_complete(rt.close())
+
+
+async def _serve(rt: EdgeRuntime, batch: list[str]) -> list[str]:
+    out: list[str] = []
+
+    async def incoming() -> AsyncIterator[str]:
+        for item in batch:
+            yield item
+
+    async def send(line: str) -> None:
+        out.append(line)
+
+    await asyncio.wait_for(serve_connection(rt, incoming(), send), 60)
+    return out
+
+
+def _check(batch: list[str], out: list[str]) -> None:
+    responses = []
+    for raw in out:
+        assert "\n" not in raw
+        msg = json.loads(raw)
+        assert msg["jsonrpc"] == "2.0"
+        assert "method" not in msg, "no sessions exist, so no outbound requests or updates"
+        assert ("result" in msg) != ("error" in msg)
+        if "error" in msg:
+            assert set(msg["error"]) == {"code", "message"}
+            assert isinstance(msg["error"]["code"], int) and isinstance(msg["error"]["message"], str)
+        responses.append(msg)
+    expected_total = 0
+    expected_ids: list[Any] = []
+    for line in batch:
+        n, rid = expected_responses(line)
+        expected_total += n
+        if rid is not None:
+            expected_ids.append(rid)
+    assert len(responses) == expected_total
+    got_ids = [m["id"] for m in responses if m["id"] is not None]
+    assert sorted(map(json.dumps, got_ids)) == sorted(map(json.dumps, expected_ids))
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(lines, min_size=1, max_size=8))
+def test_arbitrary_lines(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime,
+                         batch: list[str]) -> None:
+    _check(batch, loop.run_until_complete(_serve(runtime, batch)))
+
+
+def test_edge_still_serves_after_fuzz(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) -> None:
+    async def scenario() -> list[str]:
+        out: list[str] = []
+        got = asyncio.Event()
+
+        async def incoming() -> AsyncIterator[str]:
+            yield '{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"agentAlias":"sdk"}}'
+            await got.wait()  # keep the connection open until the answer arrived
+
+        async def send(line: str) -> None:
+            out.append(line)
+            got.set()
+
+        await asyncio.wait_for(serve_connection(runtime, incoming(), send), 60)
+        return out
+
+    out = loop.run_until_complete(scenario())
+    assert json.loads(out[0])["result"]["sessionId"]
+    assert runtime.registry.active == {}, "the connection's sessions are released when it ends"
+
+
+def test_session_new_in_flight_at_disconnect_is_released(
+        loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) -> None:
+    batch = ['{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"agentAlias":"sdk"}}']
+    out = loop.run_until_complete(_serve(runtime, batch))
+    assert len(out) == 1 and json.loads(out[0])["error"]["code"] == -32603
+    assert runtime.registry.active == {} and runtime.registry.reserved == 0

@@ -23,6 +23,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     #: Close the connection without any response (a connection error for the client).
     drop: bool = False
+    #: After the chunks, keep the stream open until the client hangs up.
+    stall: bool = False
 
 
 def sse(*events: Any, event_names: list[str] | None = None, done: bool = False) -> Reply:
@@ -67,6 +69,8 @@ class FakeProviderServer:
         self.requests: list[Recorded] = []
         self._server: asyncio.Server | None = None
         self.url = ""
+        #: Set when a client hung up on a stalled stream.
+        self.client_hung_up = asyncio.Event()
 
     async def __aenter__(self) -> FakeProviderServer:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -105,6 +109,10 @@ class FakeProviderServer:
             for chunk in reply.chunks:
                 writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 await writer.drain()
+            if reply.stall:
+                await reader.read()  # returns b"" once the client closes the connection
+                self.client_hung_up.set()
+                return
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from services.agent.conversation import Message
@@ -105,3 +106,22 @@ async def test_openai_tool_round_trip_through_agent(tmp_path: Path) -> None:
     assert sent[0]["role"] == "system" and str(ws) in sent[0]["content"]
     assert sent[-1] == {"role": "tool", "tool_call_id": "call_1", "content": "file body"}
     assert c.text() == "It says file body."
+
+
+async def test_cancel_stops_a_streaming_provider(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    stalled = sse({"choices": [{"index": 0, "delta": {"content": "Thinking about it"},
+                                "finish_reason": None}]})
+    stalled.stall = True
+    async with FakeProviderServer([stalled]) as srv:
+        provider = OpenAIProvider("m", base_url=srv.url)
+        async with running_agent(make_config(tmp_path), provider) as c:
+            sid = await c.new_session(ws)
+            running = asyncio.create_task(c.prompt(sid, "long answer please"))
+            await c.wait_until(lambda: bool(c.of("agent_message_chunk")))
+            await c.peer.notify("session/cancel", {"sessionId": sid})
+            result = await asyncio.wait_for(running, 10)
+            await asyncio.wait_for(srv.client_hung_up.wait(), 10)
+    assert result["stopReason"] == "cancelled"
+    assert c.text() == "Thinking about it"

@@ -87,6 +87,7 @@ class JsonRpcPeer:
             except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
                 log.warning("rpc_write_failed", error=type(exc).__name__)
                 self._write_failed = True
+                self._fail_pending("the client stopped reading")
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         """Send a notification."""
@@ -98,7 +99,7 @@ class JsonRpcPeer:
         Raises :class:`RpcError` for an error answer, ``TimeoutError`` when no
         answer came in ``wait_secs`` seconds, :class:`PeerClosed` when the peer left.
         """
-        if self._closed:
+        if self._closed or self._write_failed:
             raise PeerClosed("the client is gone")
         request_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -128,9 +129,13 @@ class JsonRpcPeer:
                     await self._dispatch(line)
         finally:
             self._closed = True
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(PeerClosed("the client closed the connection"))
+            self._fail_pending("the client closed the connection")
+
+    def _fail_pending(self, reason: str) -> None:
+        """Outbound requests can no longer be answered: fail them now, not at their timeout."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(PeerClosed(reason))
 
     async def drain(self, wait_secs: float) -> None:
         """Wait (bounded) for the running handlers to answer, e.g. after input EOF."""

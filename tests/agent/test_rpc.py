@@ -112,3 +112,18 @@ async def test_concurrent_requests_and_outbound_correlation() -> None:
     await w.close()
     with pytest.raises(PeerClosed):
         await pending
+
+
+async def test_write_failure_fails_outbound_requests_at_once() -> None:
+    async def handler(method: str, params: dict[str, Any], notification: bool) -> Any:
+        return {}
+
+    async def broken(data: bytes) -> None:
+        raise BrokenPipeError("stdout closed")
+
+    inbox = asyncio.StreamReader()
+    peer = JsonRpcPeer(inbox, broken, handler)
+    with pytest.raises(PeerClosed):
+        await peer.request("session/request_permission", {}, 3600)
+    with pytest.raises(PeerClosed):
+        await peer.request("again", {}, 3600)

@@ -14,6 +14,8 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import grpc
+
 from services.common.config import Config
 from services.common.logs import get_logger
 from services.edge.connection import open_runtime, serve_connection
@@ -101,8 +103,14 @@ async def _stdout_writer() -> Callable[[str], Awaitable[None]]:
 
 
 async def run_stdio(cfg: Config) -> int:
-    """Serve the dialect on stdio until EOF; returns the exit code (0)."""
-    runtime = await open_runtime(cfg)
+    """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when services are down)."""
+    try:
+        runtime = await open_runtime(cfg)
+    except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        log.error("services_unavailable", detail=detail)
+        print(f"acpgate: cannot reach the session/lifecycle services: {detail}", file=sys.stderr)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

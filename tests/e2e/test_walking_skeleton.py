@@ -118,3 +118,34 @@ async def test_official_sdk_client_walking_skeleton(tmp_path: Path) -> None:
     assert await asyncio.wait_for(proc.wait(), 60) == 0
     assert await asyncio.to_thread(gone, pids)
     assert sys.executable  # the same interpreter ran everything
+
+
+def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
+    """SIGTERM ends `acpgate acp` like EOF: sessions closed, exit 0, no child left."""
+    import signal
+
+    acp = AcpProcess(write_config(tmp_path / "cfg"))
+    try:
+        acp.new_session(agentAlias="demo")
+        children = [p.pid for p in acp.descendants()]
+        assert children
+        acp.proc.send_signal(signal.SIGTERM)
+        assert acp.proc.wait(60) == 0
+        assert gone(children)
+    finally:
+        acp.kill()
+
+
+def test_unreachable_services_fail_clearly(tmp_path: Path) -> None:
+    """Configured service addresses that do not answer: a clear error and a non-zero exit."""
+    cfg = write_config(tmp_path / "cfg", extra=(
+        "\n[services]\n"
+        f'session_addr = "unix:{tmp_path}/none-s.sock"\n'
+        f'lifecycle_addr = "unix:{tmp_path}/none-l.sock"\n'))
+    acp = AcpProcess(cfg)
+    try:
+        assert acp.proc.wait(60) != 0
+        err = "".join(acp.stderr)
+        assert "session" in err and "Traceback" not in err
+    finally:
+        acp.kill()

@@ -171,3 +171,28 @@ def test_client_gone_while_asked(tmp_path: Path) -> None:
         assert gone(children)
     finally:
         acp.kill()
+
+
+def test_elicitation_relay_when_client_advertises_it(tmp_path: Path) -> None:
+    """§2/§6: the client's elicitation capability reaches the agent; elicitation/create is relayed."""
+    acp = AcpProcess(write_config(tmp_path / "cfg"))
+    try:
+        acp.result("initialize", {"protocolVersion": 1,
+                                  "clientCapabilities": {"elicitation": {"form": {}}}})
+        sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
+
+        def allow(params: dict[str, Any]) -> Any:
+            return {"outcome": {"outcome": "selected", "optionId": "allow-once"}}
+
+        acp.handlers["session/request_permission"] = allow
+        acp.handlers["elicitation/create"] = \
+            lambda params: {"action": "accept", "content": {"answer": "green"}}
+        _, resp = acp.call("session/prompt",
+                                {"sessionId": sid, "prompt": "ask Favourite? | red | green"})
+        asks = [m for m in acp.outbound if m["method"] == "elicitation/create"]
+        assert len(asks) == 1 and ZC_OUT.match(asks[0]["id"])
+        assert asks[0]["params"]["sessionId"] == sid and asks[0]["params"]["mode"] == "form"
+        assert "green" in resp["result"]["content"]
+        assert acp.close() == 0
+    finally:
+        acp.kill()

@@ -25,6 +25,21 @@ def _text(item: dict[str, Any], *keys: str) -> str:
     return ""
 
 
+def model_arguments(tool: str, raw_input: dict[str, Any]) -> dict[str, Any]:
+    """The tool's own arguments from a stored ``rawInput``.
+
+    Writes and edits are stored as their diff (``{path, oldText, newText}``, SPEC §5);
+    the model gets them back in the shape of its tools' parameters.
+    """
+    if "newText" in raw_input and "path" in raw_input:
+        if tool == "file_write":
+            return {"path": raw_input["path"], "content": raw_input["newText"]}
+        if tool == "file_edit":
+            return {"path": raw_input["path"], "old_string": raw_input.get("oldText") or "",
+                    "new_string": raw_input["newText"]}
+    return raw_input
+
+
 def seed_messages(items: Any) -> list[Message]:
     """The conversation described by history items; malformed items are skipped."""
     out: list[Message] = []
@@ -47,10 +62,11 @@ def seed_messages(items: Any) -> list[Message]:
                 out.append(Message(role="assistant", text=text))
         elif role == "tool_call":
             args = item.get("arguments")
+            name = _text(item, "toolName", "title") or "unknown"
             call = ToolCall(
                 id=_text(item, "toolCallId") or f"restored-{uuid.uuid4().hex[:12]}",
-                name=_text(item, "toolName", "title") or "unknown",
-                arguments=args if isinstance(args, dict) else {},
+                name=name,
+                arguments=model_arguments(name, args if isinstance(args, dict) else {}),
             )
             if last is not None and last.role == "assistant":
                 last.tool_calls.append(call)

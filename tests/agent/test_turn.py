@@ -307,3 +307,24 @@ async def test_provider_error_is_32603_and_turn_rolled_back(tmp_path: Path, ws: 
         with pytest.raises(RpcError):
             await c.prompt(sid, "two")
     assert [m.text for m in provider.calls[1][1]] == ["two"]  # the failed turn left nothing
+
+
+def test_seeded_write_and_edit_calls_get_tool_arguments_back() -> None:
+    from services.agent.history import seed_messages
+
+    diff = {"path": "/w/f.txt", "oldText": "a", "newText": "b"}
+    msgs = seed_messages([
+        {"role": "user", "text": "x"},
+        {"role": "tool_call", "toolCallId": "1", "toolName": "file_write", "arguments": diff},
+        {"role": "tool_result", "toolCallId": "1", "output": "ok"},
+        {"role": "tool_call", "toolCallId": "2", "toolName": "file_edit", "arguments": diff},
+        {"role": "tool_result", "toolCallId": "2", "output": "ok", "status": "failed"},
+        {"role": "tool_call", "toolCallId": "3", "toolName": "shell",
+         "arguments": {"command": "ls"}},
+        {"role": "tool_result", "toolCallId": "3", "output": "a"},
+    ])
+    calls = [c for m in msgs for c in m.tool_calls]
+    assert calls[0].arguments == {"path": "/w/f.txt", "content": "b"}
+    assert calls[1].arguments == {"path": "/w/f.txt", "old_string": "a", "new_string": "b"}
+    assert calls[2].arguments == {"command": "ls"}
+    assert [m.failed for m in msgs if m.role == "tool"] == [False, True, False]

@@ -9,6 +9,8 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``recall``: answers with what it remembers of the session (its own stored
   prompts, and whether the prompt carried an embedded prior conversation);
 - ``die``: exits with code 3 in the middle of the turn;
+- ``fail``: answers the prompt with a JSON-RPC error;
+- ``fsread``: calls ``fs/read_text_file`` on the client and reports the error code;
 - anything else: ``echo: <text>`` in two chunks.
 
 ``SDK_AGENT_RESTORE`` = ``resume`` | ``load`` | ``none`` chooses what it
@@ -32,6 +34,7 @@ from acp import (
     LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
+    RequestError,
     run_agent,
     start_tool_call,
     text_block,
@@ -122,6 +125,16 @@ class SdkAgent:
                 await conn.session_update(session_id, update_agent_message_text(f"s{i} "))
                 await asyncio.sleep(0.05)
             return PromptResponse(stop_reason="end_turn")
+        if text == "fsread":  # a client method the edge does not serve
+            try:
+                await conn.read_text_file(session_id=session_id, path="/etc/hostname")
+                note = "fs served"
+            except RequestError as exc:
+                note = f"fs error {exc.code}"
+            await conn.session_update(session_id, update_agent_message_text(note))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "fail":
+            raise RequestError(-32603, "sdk agent failed on purpose")
         if text == "brief":
             for i in range(5):
                 await conn.session_update(session_id, update_agent_message_text(f"b{i} "))

@@ -98,3 +98,20 @@ def test_restore(acp: AcpProcess, alias: str, expect: str) -> None:
         assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
             "remembered 0 [] no-embedded"
     acp.result("session/close", {"sessionId": sid})
+
+
+def test_unknown_client_method_and_failed_turn(acp: AcpProcess) -> None:
+    """Adapter→client methods the edge does not serve get -32601; an adapter error fails the turn."""
+    sid = acp.new_session(agentAlias="sdk")
+    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "fsread"})["content"] == \
+        "fs error -32601"
+    err = acp.error("session/prompt", {"sessionId": sid, "prompt": "fail"})
+    assert err == {"code": -32603, "message": "Prompt failed: sdk agent failed on purpose"}
+    # a failed turn is not persisted and the session keeps working
+    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "still here"})["content"] == \
+        "echo: still here"
+    acp.result("session/close", {"sessionId": sid})
+    replay, _ = acp.call("session/load", {"sessionId": sid})
+    assert [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"] \
+        == ["fsread", "still here"]
+    acp.result("session/close", {"sessionId": sid})

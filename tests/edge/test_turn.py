@@ -1,0 +1,70 @@
+"""Turn accumulation → HistoryItems, and stored items → replay / agent history (SPEC §5, §8)."""
+
+from __future__ import annotations
+
+import json
+
+from acpgate.session.v1 import session_pb2
+from services.edge.turn import TurnAccumulator, history_meta, replay_updates, transcript
+
+Role = session_pb2.HistoryItem.Role
+
+
+def _chunk(kind: str, text: str) -> dict:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def _turn() -> TurnAccumulator:
+    acc = TurnAccumulator(user_text="do it")
+    acc.add(_chunk("agent_thought_chunk", "thinking "))
+    acc.add(_chunk("agent_thought_chunk", "hard"))
+    acc.add(_chunk("agent_message_chunk", "Running "))
+    acc.add(_chunk("agent_message_chunk", "it."))
+    acc.add({"sessionUpdate": "tool_call", "toolCallId": "t1", "name": "shell", "title": "shell",
+             "kind": "execute", "status": "pending", "rawInput": {"command": "ls"}})
+    acc.add({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "in_progress"})
+    acc.add({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed",
+             "rawOutput": "a\nb", "name": "shell"})
+    acc.add({"sessionUpdate": "plan", "entries": [{"content": "x", "priority": "low",
+                                                   "status": "pending"}]})
+    acc.add(_chunk("agent_message_chunk", "Done."))
+    return acc
+
+
+def test_accumulator_items_in_order() -> None:
+    acc = _turn()
+    roles = [i.role for i in acc.items]
+    assert roles == [Role.ROLE_USER, Role.ROLE_THOUGHT, Role.ROLE_ASSISTANT, Role.ROLE_TOOL_CALL,
+                     Role.ROLE_TOOL_RESULT, Role.ROLE_ASSISTANT]
+    assert acc.items[1].text == "thinking hard" and acc.items[2].text == "Running it."
+    call, result = acc.items[3], acc.items[4]
+    assert (call.tool_call_id, call.tool_name, call.tool_kind) == ("t1", "shell", "execute")
+    assert json.loads(call.arguments_json) == {"command": "ls"}
+    assert (result.output, result.status, result.tool_call_id) == ("a\nb", "completed", "t1")
+    assert acc.text == "Running it.Done."
+    assert acc.plan_json is not None and json.loads(acc.plan_json)[0]["content"] == "x"
+
+
+def test_replay_updates_shapes() -> None:
+    ups = replay_updates(_turn().items)
+    assert [u["sessionUpdate"] for u in ups] == [
+        "user_message_chunk", "agent_thought_chunk", "agent_message_chunk", "tool_call",
+        "tool_call_update", "agent_message_chunk"]
+    assert ups[3] == {"sessionUpdate": "tool_call", "toolCallId": "t1", "name": "shell",
+                      "title": "shell", "kind": "execute", "status": "completed",
+                      "rawInput": {"command": "ls"}}
+    assert ups[4] == {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+                      "status": "completed", "name": "shell", "title": "shell", "kind": "execute",
+                      "rawOutput": "a\nb", "body": "a\nb",
+                      "content": [{"type": "content", "content": {"type": "text", "text": "a\nb"}}]}
+
+
+def test_history_meta_and_transcript() -> None:
+    items = _turn().items
+    meta = history_meta(items)
+    assert meta[0] == {"role": "user", "text": "do it"}
+    assert meta[3] == {"role": "tool_call", "toolCallId": "t1", "toolName": "shell",
+                       "toolKind": "execute", "title": "shell", "arguments": {"command": "ls"}}
+    assert meta[4]["role"] == "tool_result" and meta[4]["output"] == "a\nb"
+    text = transcript(items)
+    assert text.startswith("User: do it") and "Assistant: Done." in text

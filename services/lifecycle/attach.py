@@ -30,6 +30,8 @@ DEFAULT_MAX_BUFFER_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1 * 1024 * 1024
 #: Longest accepted stdout line (a 10 MiB blob in base64 plus framing fits).
 MAX_LINE_BYTES = 32 * 1024 * 1024
+#: The pipe reader's own buffer bound: small, so a full channel stops reading the pipe.
+PIPE_READ_LIMIT = 64 * 1024
 #: After the adapter exits, how long to wait for stdout EOF (a grandchild may hold it).
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
@@ -141,20 +143,51 @@ class AdapterChannel:
 
     # ------------------------------------------------------------------ readers
 
+    async def _read_line(self, stdout: asyncio.StreamReader) -> bytes | None:
+        """One line (without its newline), None at EOF; over-long lines are dropped.
+
+        The pipe's StreamReader has a small limit so that it stops reading the
+        pipe when the buffer is full; long lines are assembled here instead.
+        """
+        parts: list[bytes] = []
+        size = 0
+        dropping = False
+        while True:
+            try:
+                chunk = await stdout.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:  # EOF
+                if exc.partial and not dropping:
+                    parts.append(exc.partial)
+                return b"".join(parts) if parts else None
+            except asyncio.LimitOverrunError as exc:
+                chunk = await stdout.readexactly(exc.consumed)
+                size += len(chunk)
+                if size > MAX_LINE_BYTES:
+                    if not dropping:
+                        log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
+                    dropping = True
+                    parts.clear()
+                if not dropping:
+                    parts.append(chunk)
+                continue
+            if dropping:
+                parts.clear()
+                size = 0
+                dropping = False
+                continue
+            parts.append(chunk[:-1])
+            return b"".join(parts)
+
     async def _read_stdout(self) -> None:
         stdout = self.process.stdout
         assert stdout is not None
         try:
             while True:
                 await self._space.wait()  # backpressure: leave the pipe unread when full
-                try:
-                    raw = await stdout.readline()
-                except ValueError:
-                    log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
-                    continue
-                if not raw:
+                raw = await self._read_line(stdout)
+                if raw is None:
                     break
-                line = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace")
+                line = raw.rstrip(b"\r").decode("utf-8", "replace")
                 if not line:
                     continue
                 self._lines.append(line)

@@ -7,6 +7,7 @@ embedded mode can use it directly. One controller per lifecycle state dir.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -264,8 +265,13 @@ class LifecycleController:
             return results[-1]
         if await self.store.get(lease_id) is None:
             raise LeaseNotFound(f"unknown lease {lease_id!r}")
-        result = await self.reaper.close(lease_id, reason)
         channel = self.channels.get(lease_id)
+        if channel is not None and not channel.running:
+            # The adapter exited and its wrapper is finishing on its own: let it,
+            # so the lease ends as what it is (lost: nothing left to signal).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(channel.process.wait(), self.term_grace_ms / 1000 + 1.0)
+        result = await self.reaper.close(lease_id, reason)
         if channel is not None and result.lease is not None and result.lease.state != LeaseState.OPEN:
             self.channels.pop(lease_id, None)
             # The adapter is gone: let the exit reach any attacher, then stop reading.
@@ -299,6 +305,9 @@ class LifecycleController:
                 results.append(await self.close_session(lease_id=lease_id, reason=reason))
             except LeaseNotFound:
                 continue
+        if self._exit_tasks:
+            # Let the exits already known reach the store before it closes.
+            await asyncio.wait(list(self._exit_tasks), timeout=1.0)
         for task in list(self._exit_tasks):
             task.cancel()
         for channel in list(self.channels.values()):

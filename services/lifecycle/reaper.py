@@ -35,6 +35,8 @@ from services.lifecycle.verify import (
 log = get_logger("lifecycle.reaper")
 
 POLL_SECS = 0.05
+#: Transient "cannot tell right now" answers are retried this often before failing closed.
+VERIFY_ATTEMPTS = 5
 #: How long to wait for SIGKILLed processes to disappear before reporting survivors.
 KILL_WAIT_SECS = 2.0
 
@@ -81,6 +83,16 @@ class Reaper:
         """Verify ``lease`` against the live table (read-only)."""
         return await verify_owned_tree(lease, self.table, self.owner)
 
+    async def _verify_retrying(self, lease: LeaseRecord) -> Verification:
+        """Verify, retrying briefly while the evidence is unavailable (e.g. a root mid-exit)."""
+        result = await self.verify(lease)
+        for _ in range(VERIFY_ATTEMPTS - 1):
+            if not result.evidence_unavailable:
+                break
+            await self._sleep(POLL_SECS)
+            result = await self.verify(lease)
+        return result
+
     # ------------------------------------------------------------------ close
 
     async def close(self, lease_id: str, reason: str = "close") -> CloseResult:
@@ -103,7 +115,7 @@ class Reaper:
                 fresh = await self.store.get(lease.lease_id)
                 return CloseResult(fresh, unverified_reason="lease changed state concurrently")
             lease = moved
-        verification = await self.verify(lease)
+        verification = await self._verify_retrying(lease)
         if verification.recovered_root is not None:
             root = verification.recovered_root
             updated = await self.store.update(
@@ -133,7 +145,7 @@ class Reaper:
         survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
         killed: list[TreeProc] = []
         if survivors:
-            again = await self.verify(lease)
+            again = await self._verify_retrying(lease)
             if again.evidence_unavailable or not (again.verified or again.root_gone):
                 # Cannot prove the survivors are still ours: no SIGKILL.
                 reopened = await self._reopen(lease)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.lifecycle import wrapper as wrapper_module
-from services.lifecycle.attach import MAX_LINE_BYTES
+from services.lifecycle.attach import PIPE_READ_LIMIT
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
 
 WRAPPER_DIR_NAME = "wrapper"
@@ -134,7 +134,7 @@ async def spawn_wrapper(
             cwd=spec.cwd or None,
             env=wrapper_env(spec, os.environ),
             pass_fds=(report_w,),
-            limit=MAX_LINE_BYTES,
+            limit=PIPE_READ_LIMIT,
         )
     except BaseException:
         os.close(report_r)

@@ -40,6 +40,7 @@ REASON_ENV = "live environment does not carry the lease id"
 REASON_PGID = "process group does not match the lease"
 REASON_AMBIGUOUS = "pending lease is ambiguous: more than one live wrapper matches"
 REASON_PENDING_GONE = "pending lease has no live wrapper"
+REASON_EXITING = "root process is exiting (no command line yet no zombie)"
 
 
 def command_hash(argv: Sequence[str]) -> str:
@@ -207,6 +208,10 @@ async def verify_owned_tree(lease: LeaseRecord, table: ProcessTable, owner: Owne
         )
 
     argv = list(root.cmdline)
+    if not argv:
+        # An exiting process has released its memory but is not yet a zombie:
+        # nothing can be proven this instant; a retry will see it gone.
+        return Verification(False, REASON_EXITING, evidence_unavailable=True, recovered_root=recovered)
     if lease.wrapper_path not in argv:
         return Verification(False, REASON_WRAPPER_ROOT, recovered_root=recovered)
     if command_hash(argv) != lease.command_hash:

@@ -100,7 +100,8 @@ class DemoProvider:
             output = last.text
             if len(output) > _RESULT_PREVIEW:
                 output = output[:_RESULT_PREVIEW] + "\n… (truncated)"
-            text = f"{INTRO}The `{last.tool_name or 'tool'}` tool returned:\n\n{output}"
+            # Same turn as the introduction: continue it as a new paragraph.
+            text = f"\n\nThe `{last.tool_name or 'tool'}` tool returned:\n\n{output}"
             thought = "A tool finished; I will report its result."
         else:
             text, call = _plan_for(last.text)

@@ -83,3 +83,33 @@ async def test_shell_timeout_kills_group_and_reports(tmp_path: Path) -> None:
     assert closed["status"] == "failed"
     assert "timed out after 1 s" in closed["rawOutput"] and "start" in closed["rawOutput"]
     assert await asyncio.to_thread(find_shell) is None
+
+
+async def test_cancel_while_waiting_for_approval_and_close_during_turn(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    asked = asyncio.Event()
+    never = asyncio.Event()
+
+    async def hold(method: str, params: dict) -> object:
+        asked.set()
+        await never.wait()
+        return None
+
+    provider = ScriptedProvider([call("shell", {"command": "touch ran"}), say("x")])
+    async with running_agent(make_config(tmp_path), provider, hold) as c:
+        sid = await c.new_session(ws)
+        running = asyncio.create_task(c.prompt(sid, "go"))
+        await asyncio.wait_for(asked.wait(), 10)
+        await c.peer.notify("session/cancel", {"sessionId": sid})
+        assert (await asyncio.wait_for(running, 10))["stopReason"] == "cancelled"
+        assert not (ws / "ran").exists()
+        assert c.of("tool_call_update")[-1]["status"] == "failed"
+
+        asked.clear()
+        provider.script = [call("shell", {"command": "touch ran"}, call_id="c2"), say("x")]
+        running = asyncio.create_task(c.prompt(sid, "again"))
+        await asyncio.wait_for(asked.wait(), 10)
+        assert await c.call("session/close", {"sessionId": sid}) == {}
+        assert (await asyncio.wait_for(running, 10))["stopReason"] == "cancelled"
+        assert not (ws / "ran").exists()

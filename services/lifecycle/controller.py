@@ -285,8 +285,14 @@ class LifecycleController:
 
     async def reap_orphans(self, reason: str = "reap") -> list[CloseResult]:
         """Close this gateway's open/closing leases not served by this run."""
-        live = {lid for lid, ch in self.channels.items() if ch.running}
-        return await self.reaper.reap_all(skip=live | self._spawning, reason=reason)
+        live = {lid for lid, ch in self.channels.items() if ch.running} | self._spawning
+        leases = await self.store.list(states=LIVE_STATES, instance_id=self.instance_id)
+        results: list[CloseResult] = []
+        for lease in leases:
+            if lease.lease_id in live:
+                continue
+            results.append(await self.close_session(lease_id=lease.lease_id, reason=reason))
+        return results
 
     async def expire(self) -> list[str]:
         """Drop closed/lost leases past retention, and their stderr logs."""

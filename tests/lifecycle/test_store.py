@@ -94,3 +94,23 @@ async def test_reopen_keeps_everything(tmp_path: Path) -> None:
         assert got == lease("a", root_pid=10, root_start_time=99, process_group_id=11, adapter_pid=11)
     finally:
         await store.close()
+
+
+async def test_controller_expiry_drops_old_leases_and_their_logs(tmp_path: Path) -> None:
+    from services.lifecycle.server import open_controller
+    from services.lifecycle.spawn import stderr_log_path
+    from tests.lifecycle.conftest import make_config
+
+    cfg = make_config(tmp_path / "gw")
+    controller = await open_controller(cfg)
+    try:
+        await controller.store.insert(lease("gone", state=LeaseState.CLOSED, ended_at=1))
+        log_path = stderr_log_path(controller.state_dir, "gone")
+        log_path.write_text("old stderr\n")
+        log_path.with_name(log_path.name + ".1").write_text("older stderr\n")
+        assert await controller.expire() == ["gone"]
+        assert await controller.store.get("gone") is None
+        assert not log_path.exists() and not log_path.with_name(log_path.name + ".1").exists()
+    finally:
+        await controller.close_all()
+        await controller.store.close()

@@ -441,9 +441,12 @@ class DialectConnection:
             raise _not_found(sid)
         if not rt.registry.try_reserve():
             raise JsonRpcError(SESSION_LIMIT, MSG_SESSION_LIMIT.format(max=rt.cfg.acp.max_sessions))
+        claimed = False
         try:
-            if sid in rt.registry.active:
+            if sid in rt.registry.active or sid in rt.registry.restoring:
                 raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+            rt.registry.restoring.add(sid)
+            claimed = True
             try:
                 row = await rt.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
             except grpc.aio.AioRpcError as exc:
@@ -457,8 +460,6 @@ class DialectConnection:
                     session_pb2.StreamHistoryRequest(session_id=sid))]
             except grpc.aio.AioRpcError as exc:
                 raise _grpc_error(exc, sid) from None
-            if sid in rt.registry.active:  # a concurrent restore won the race
-                raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
             session = EdgeSession(rt, self, row, agent.kind, rt.clock)
             session.alias = agent.alias
             session.session_key = f"agent:{agent.alias}:acp:{sid}" if agent.alias != \
@@ -492,6 +493,8 @@ class DialectConnection:
             await self._mark_active(session, adapter_sid,
                                     agent.alias if agent.alias != row.agent_alias else None)
         finally:
+            if claimed:
+                rt.registry.restoring.discard(sid)
             rt.registry.unreserve()
         return {}
 

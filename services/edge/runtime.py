@@ -43,6 +43,8 @@ class SessionRegistry:
     max_sessions: int
     active: dict[str, EdgeSession] = field(default_factory=dict)
     reserved: int = 0
+    #: Session ids being restored right now (a second load/resume must not race them).
+    restoring: set[str] = field(default_factory=set)
 
     def try_reserve(self) -> bool:
         """Take a slot for a session being created or restored; False at the limit."""

@@ -551,3 +551,26 @@ def test_no_default_agent(tmp_path: Path) -> None:
         assert acp.close() == 0
     finally:
         acp.kill()
+
+
+def test_concurrent_restores_of_one_session(acp: AcpProcess) -> None:
+    """§8: two loads of one session at once — one restores, the other is 'already active'."""
+    sid = acp.new_session(agentAlias="sdk")
+    acp.result("session/prompt", {"sessionId": sid, "prompt": "twice"})
+    acp.result("session/close", {"sessionId": sid})
+    a = acp.request_async("session/load", {"sessionId": sid})
+    b = acp.request_async("session/resume", {"sessionId": sid})
+    got: dict[Any, dict[str, Any]] = {}
+    while len(got) < 2:
+        msg = acp.next_message()
+        if msg.get("id") in (a, b) and "method" not in msg:
+            got[msg["id"]] = msg
+    first, second = got[a], got[b]
+    outcomes = sorted(["result" in first, "result" in second])
+    assert outcomes == [False, True]
+    loser = first if "error" in first else second
+    assert loser["error"] == {"code": -32602,
+                              "message": f"Session already active: {sid}. Call session/close first."}
+    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "still one"})["content"] == \
+        "echo: still one"
+    acp.result("session/close", {"sessionId": sid})

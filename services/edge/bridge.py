@@ -31,7 +31,7 @@ from websockets.typing import Subprotocol
 
 from services.common.config import CONFIG_FILE_NAME, Config, ConfigError, load_config
 from services.common.logs import get_logger
-from services.common.protocol import WS_SUBPROTOCOL
+from services.common.protocol import INTERNAL_ERROR, WS_SUBPROTOCOL
 
 ENV_BRIDGE_TOKEN = "ACPGATE_ACP_BRIDGE_TOKEN"
 TOKEN_FILE_NAME = "acp-bridge-token"
@@ -40,6 +40,8 @@ EXIT_CONNECTION = 1
 EXIT_CONFIG = 2
 #: Lines read ahead of the WebSocket at most (stdin is not read faster than we send).
 STDIN_QUEUE_LINES = 64
+#: After stdin EOF, how long answers to requests already sent are awaited (as `acpgate acp`).
+EOF_GRACE_SECS = 20.0
 
 log = get_logger("edge.bridge")
 
@@ -101,21 +103,28 @@ class _PendingRequests:
         self._ids: set[str] = set()
         self.empty = asyncio.Event()
         self.empty.set()
+        #: Set once stdin hit EOF: nobody is left to answer the gateway's requests.
+        self.eof = False
 
     def sent(self, line: str) -> None:
+        """Note a line going to the gateway."""
         msg = _parse(line)
         if msg is not None and "method" in msg and msg.get("id") is not None:
             self._ids.add(str(msg["id"]))
             self.empty.clear()
 
-    def received(self, frame: str) -> None:
-        if not self._ids:
-            return
+    def received(self, frame: str) -> dict[str, Any] | None:
+        """Note a frame from the gateway; returns it when it is a request to the client."""
         msg = _parse(frame)
-        if msg is not None and "method" not in msg and msg.get("id") is not None:
+        if msg is None or msg.get("id") is None:
+            return None
+        if "method" in msg:
+            return msg
+        if self._ids:
             self._ids.discard(str(msg["id"]))
             if not self._ids:
                 self.empty.set()
+        return None
 
 
 def _parse(text: str) -> dict[str, Any] | None:
@@ -156,16 +165,25 @@ def _start_stdin_reader(
 
 
 async def _pump_stdin(
-    ws: ClientConnection, queue: asyncio.Queue[str | None], pending: _PendingRequests
+    ws: ClientConnection, queue: asyncio.Queue[str | None], pending: _PendingRequests,
+    eof_grace: float,
 ) -> None:
-    """stdin lines → text frames; on EOF wait for outstanding answers, then close."""
+    """stdin lines → text frames; on EOF wait (bounded) for outstanding answers, then close.
+
+    Like ``acpgate acp`` at EOF: requests already sent may still be answered
+    within the grace; the gateway's own requests are refused from then on.
+    """
     while True:
         line = await queue.get()
         if line is None:
             break
         pending.sent(line)
         await ws.send(line)
-    await pending.empty.wait()
+    pending.eof = True
+    try:
+        await asyncio.wait_for(pending.empty.wait(), eof_grace)
+    except TimeoutError:
+        log.warning("bridge_eof_unanswered", grace_secs=eof_grace)
     await ws.close()
 
 
@@ -175,7 +193,14 @@ async def _pump_frames(
     """Frames → stdout lines (written off the event loop: stdout may be a slow pipe)."""
     async for frame in ws:
         text = frame if isinstance(frame, str) else frame.decode("utf-8", errors="replace")
-        pending.received(text)
+        request = pending.received(text)
+        if request is not None and pending.eof:
+            # stdin is closed: the client cannot answer, so the tool is denied at once.
+            await ws.send(orjson.dumps({
+                "jsonrpc": "2.0", "id": request["id"],
+                "error": {"code": INTERNAL_ERROR, "message": "client closed its input"},
+            }).decode())
+            continue
         await asyncio.to_thread(write, text.replace("\n", " ").encode("utf-8") + b"\n")
 
 
@@ -193,6 +218,7 @@ async def run_bridge(
     stdin: IO[bytes] | None = None,
     stdout: IO[bytes] | None = None,
     environ: dict[str, str] | None = None,
+    eof_grace: float = EOF_GRACE_SECS,
 ) -> int:
     """Bridge stdio to the gateway configured in ``config_dir``; returns the exit code."""
     config_file = config_dir / CONFIG_FILE_NAME
@@ -203,10 +229,13 @@ async def run_bridge(
             EXIT_CONFIG,
         )
     env = dict(os.environ) if environ is None else environ
-    try:
+    def prepare() -> tuple[Config, str, BridgeTarget]:
         cfg = load_config(config_dir, environ=env)
-        token = bridge_token(config_dir, env)
-        target = gateway_url(cfg)
+        return cfg, bridge_token(config_dir, env), gateway_url(cfg)
+
+    try:
+        # File reads and CA loading happen off the event loop.
+        cfg, token, target = await asyncio.to_thread(prepare)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_CONFIG)
     except (OSError, ssl.SSLError) as exc:
@@ -247,7 +276,7 @@ async def run_bridge(
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=STDIN_QUEUE_LINES)
     pending = _PendingRequests()
     _start_stdin_reader(loop, in_stream, queue)
-    to_ws = asyncio.create_task(_pump_stdin(ws, queue, pending))
+    to_ws = asyncio.create_task(_pump_stdin(ws, queue, pending, eof_grace))
     code = EXIT_OK
     try:
         await _pump_frames(ws, _stdout_writer(out_stream), pending)

@@ -312,7 +312,7 @@ class EdgeServer:
             gw.port,
             process_request=self._process_request,
             select_subprotocol=self._select_subprotocol,
-            ssl=tls_context(self.cfg),
+            ssl=await asyncio.to_thread(tls_context, self.cfg),
             max_size=gw.max_frame_bytes,
             ping_interval=ping,
             ping_timeout=ping,
@@ -521,6 +521,12 @@ async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = 
     try:
         if not await _wait_for_services(probe, stop):
             return 1 if not stop.is_set() else 0
+        if cfg.gateway.require_auth:
+            store = TokenStore(token_db_path(cfg))
+            tokens = await asyncio.to_thread(store.list)
+            if not any(not t.revoked for t in tokens):
+                log.warning("edge_no_tokens", hint="every connection will get 401 until "
+                            "`acpgate token create` mints one")
         runtime = await open_runtime(cfg)
         try:
             server = EdgeServer(cfg, runtime, probe=probe)

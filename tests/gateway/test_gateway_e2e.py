@@ -299,3 +299,62 @@ async def test_bridge_errors(tmp_path: Path) -> None:
         (cfg_dir / "config.toml").write_text(f'[gateway]\nport = {stack.edge.port}\n')
         code, err = await run(cfg_dir, {"ACPGATE_ACP_BRIDGE_TOKEN": "acpg_wrong"})
         assert code == 1 and "401" in err and "acpg_wrong" not in err
+
+
+async def _bridge(bridge_dir: Path, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    import os
+    import sys
+
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "acpgate", "bridge", "--config-dir", str(bridge_dir),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+
+
+async def test_bridge_over_tls_with_env_token(tmp_path: Path, tls_files: tuple[Path, Path]) -> None:
+    cert, key = tls_files
+    cfg = write_config(tmp_path / "cfg",
+                       extra=f'\n[gateway.tls]\ncert_file = "{cert}"\nkey_file = "{key}"\n')
+    _, secret = mint(cfg)
+    async with full_stack(cfg) as stack:
+        assert stack.edge.url.startswith("wss://")
+        bridge_dir = tmp_path / "bridge"
+        bridge_dir.mkdir()
+        (bridge_dir / "config.toml").write_text(
+            f'[gateway]\nhost = "127.0.0.1"\nport = {stack.edge.port}\n\n'
+            f'[gateway.tls]\nca_file = "{cert}"\n')
+        (bridge_dir / "acp-bridge-token").write_text("acpg_stale_file_token\n")  # env wins
+        proc = await _bridge(bridge_dir, {"ACPGATE_ACP_BRIDGE_TOKEN": secret})
+        out, err = await asyncio.wait_for(proc.communicate(
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'), 60)
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out.decode().splitlines()[0])["result"]["protocolVersion"] == 1
+
+
+async def test_bridge_eof_refuses_late_permission_requests(tmp_path: Path) -> None:
+    """After stdin EOF nobody can answer zc-out-N: the bridge refuses, the turn still ends."""
+    cfg = write_config(tmp_path / "cfg")
+    _, secret = mint(cfg)
+    async with full_stack(cfg) as stack:
+        bridge_dir = tmp_path / "bridge"
+        bridge_dir.mkdir()
+        (bridge_dir / "config.toml").write_text(f'[gateway]\nport = {stack.edge.port}\n')
+        (bridge_dir / "acp-bridge-token").write_text(secret)
+        proc = await _bridge(bridge_dir)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}\n')
+        await proc.stdin.drain()
+        sid = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))["result"]["sessionId"]
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                                     "params": {"sessionId": sid, "prompt": "!echo nope"}}).encode()
+                         + b"\n")
+        await proc.stdin.drain()
+        proc.stdin.close()  # EOF before the permission request arrives
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        msgs = [json.loads(line) for line in out.decode().splitlines()]
+        assert proc.returncode == 0, err.decode()
+        assert not any(m.get("id") == "zc-out-0" for m in msgs), "refused by the bridge itself"
+        final = msgs[-1]
+        assert final["id"] == 2 and final["result"]["stopReason"] == "end_turn"
+        updates = [m["params"]["update"] for m in msgs if m.get("method") == "session/update"]
+        assert "denied" in final["result"]["content"], updates

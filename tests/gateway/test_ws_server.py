@@ -312,3 +312,26 @@ async def test_tls(tmp_path: Path, services: tuple[str, str], tls_files: tuple[P
         async with connect(edge.url, proxy=None, ssl=context,
                            additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
             assert await whoami(ws) == ""
+
+
+async def test_keepalive_drops_a_silent_client(tmp_path: Path, services: tuple[str, str]) -> None:
+    cfg = write_config(tmp_path / "cfg", extra="")
+    text = (tmp_path / "cfg" / "config.toml").read_text().replace(
+        "[gateway]\n", "[gateway]\nping_interval_secs = 1\n")
+    (tmp_path / "cfg" / "config.toml").write_text(text)
+    from services.common.config import load_config
+    cfg = load_config(tmp_path / "cfg", environ={})
+    _, secret = mint(cfg)
+    dialect = EchoDialect()
+    async with running_edge(cfg, FakeRuntime(), services, dialect, close_timeout=0.5) as edge:
+        ws = await connect(edge.url, proxy=None, ping_interval=None,
+                           additional_headers={"Authorization": f"Bearer {secret}"})
+        assert await whoami(ws) == ""
+        ws.transport.pause_reading()  # the peer stops answering pings (a dead network path)
+        for _ in range(200):
+            if dialect.finished:
+                break
+            await asyncio.sleep(0.05)
+        assert dialect.finished == 1, "the gateway dropped the connection after a missed pong"
+        assert edge.connection_count == 0
+        ws.transport.abort()

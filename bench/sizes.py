@@ -11,6 +11,8 @@ class Sizes:
 
     #: Relay throughput: updates per prompt and rounds per path.
     throughput_n: int = 20_000
+    #: A shorter stream too: throughput that falls with the stream length is a red flag.
+    throughput_small_n: int = 2_000
     throughput_rounds: int = 5
     #: Relay latency: paced updates per prompt, their spacing and rounds per path.
     latency_n: int = 400
@@ -33,7 +35,7 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = Sizes(throughput_n=200, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
+QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
               concurrent_rounds=1, history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1)

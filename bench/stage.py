@@ -157,17 +157,19 @@ async def _port_open(port: int) -> bool:
 @asynccontextmanager
 async def serve(st: Stage, within: float = 60.0) -> AsyncIterator[Serve]:
     """``acpgate serve`` until the gateway port accepts; SIGTERM and wait afterwards."""
-    proc = await asyncio.create_subprocess_exec(
-        *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(), cwd=str(REPO),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL)
+    log_path = st.root / "serve.log"
+    with log_path.open("wb") as log_file:  # the children inherit it; read on failure
+        proc = await asyncio.create_subprocess_exec(
+            *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(),
+            cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file)
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while not await _port_open(st.port):
             if proc.returncode is not None or loop.time() > deadline:
+                tail = log_path.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"acpgate serve did not open port {st.port} "
-                                   f"(exit code {proc.returncode})")
+                                   f"(exit code {proc.returncode}); its log:\n{tail}")
             await asyncio.sleep(0.1)
         yield Serve(proc)
     finally:

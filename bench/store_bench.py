@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
@@ -68,6 +70,7 @@ async def run_load(st: Stage, sizes: Sizes) -> list[Row]:
             assert count == sizes.history_items, count
     finally:
         await store.close()
+    streams = await _stream_history(st, sid, max(3, sizes.load_samples), sizes.history_items)
     ep = await st.acp()
     loads: list[float] = []
     replayed: list[int] = []
@@ -92,7 +95,11 @@ async def run_load(st: Stage, sizes: Sizes) -> list[Row]:
                 "≤ 1 s", d.median <= 1000.0,
                 f"time to the result, after the replay; includes the adapter spawn; "
                 f"assistant chunks replayed before the result: {replayed[-1]:,} "
-                f"(expected {expected:,}{'' if ok else ', MISMATCH'})")]
+                f"(expected {expected:,}{'' if ok else ', MISMATCH'})"),
+            Row("5", f"StreamHistory of {sizes.history_items:,} items, gRPC session service "
+                     "(one load's history fetch)", "ms", Dist.of(streams),
+                "read the same items from the store directly", Dist.of(reads),
+                note="one HistoryItem per gRPC message")]
 
 
 def _proto_turn() -> list[session_pb2.HistoryItem]:
@@ -101,7 +108,9 @@ def _proto_turn() -> list[session_pb2.HistoryItem]:
                                     text=ASSISTANT_TEXT)]
 
 
-async def _grpc_appends(st: Stage, turns: int) -> list[float]:
+@asynccontextmanager
+async def session_service(st: Stage) -> AsyncIterator[session_pb2_grpc.SessionServiceAsyncStub]:
+    """``acpgate session-service`` on a unix socket of the stage, as a stub."""
     address = f"unix:{st.root}/ss.sock"
     env = child_env()
     env["ACPGATE_services__session_addr"] = address
@@ -112,7 +121,20 @@ async def _grpc_appends(st: Stage, turns: int) -> list[float]:
     channel = open_service_channel(grpc_security(st.config()), address)
     try:
         await wait_healthy(channel, within=60.0)
-        stub = session_pb2_grpc.SessionServiceStub(channel)
+        yield session_pb2_grpc.SessionServiceStub(channel)
+    finally:
+        await channel.close(None)
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def _grpc_appends(st: Stage, turns: int) -> list[float]:
+    async with session_service(st) as stub:
         sid = str(uuid.uuid4())
         await stub.CreateSession(session_pb2.CreateSessionRequest(
             session_id=sid, agent_alias=ALIAS, workspace_dir=str(st.root)))
@@ -125,15 +147,20 @@ async def _grpc_appends(st: Stage, turns: int) -> list[float]:
             await stub.AppendTurn(session_pb2.AppendTurnRequest(session_id=sid, items=items))
             out.append((time.monotonic_ns() - t0) / 1e6)
         return out
-    finally:
-        await channel.close(None)
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+
+
+async def _stream_history(st: Stage, sid: str, samples: int, expected: int) -> list[float]:
+    """StreamHistory of the seeded session through the gRPC session service (ms each)."""
+    out: list[float] = []
+    async with session_service(st) as stub:
+        for _ in range(samples):
+            t0 = time.monotonic()
+            n = 0
+            async for _item in stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid)):
+                n += 1
+            out.append((time.monotonic() - t0) * 1000)
+            assert n == expected, n
+    return out
 
 
 async def _direct_appends(st: Stage, turns: int) -> list[float]:

@@ -9,6 +9,7 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``recall``: answers with what it remembers of the session (its own stored
   prompts, and whether the prompt carried an embedded prior conversation);
 - ``die``: exits with code 3 in the middle of the turn;
+- ``setup``: reports the cwd, MCP server names and policy of its session/new;
 - ``fail``: answers the prompt with a JSON-RPC error;
 - ``fsread``: calls ``fs/read_text_file`` on the client and reports the error code;
 - anything else: ``echo: <text>`` in two chunks.
@@ -72,6 +73,8 @@ class SdkAgent:
         self._conn: Client | None = None
         self._cancel: dict[str, asyncio.Event] = {}
         self._state = _load_state()
+        #: What session/new carried, per session (for the ``setup`` prompt).
+        self._setup: dict[str, str] = {}
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -87,6 +90,10 @@ class SdkAgent:
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         sid = f"sdk-{uuid.uuid4().hex[:12]}"
+        policy = (kwargs.get("acpgate") or {}).get("policy") or {}
+        names = [getattr(m, "name", "?") for m in mcp_servers or []]
+        self._setup[sid] = (f"cwd={cwd} mcp={','.join(names)} "
+                            f"policy-workspace={policy.get('workspaceDir') == cwd}")
         self._state[sid] = []
         _save_state(self._state)
         return NewSessionResponse(session_id=sid)
@@ -132,6 +139,10 @@ class SdkAgent:
             except RequestError as exc:
                 note = f"fs error {exc.code}"
             await conn.session_update(session_id, update_agent_message_text(note))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "setup":
+            await conn.session_update(session_id, update_agent_message_text(
+                self._setup.get(session_id, "unknown")))
             return PromptResponse(stop_reason="end_turn")
         if text == "fail":
             raise RequestError(-32603, "sdk agent failed on purpose")

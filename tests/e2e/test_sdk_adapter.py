@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -114,4 +115,15 @@ def test_unknown_client_method_and_failed_turn(acp: AcpProcess) -> None:
     replay, _ = acp.call("session/load", {"sessionId": sid})
     assert [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"] \
         == ["fsread", "still here"]
+    acp.result("session/close", {"sessionId": sid})
+
+
+def test_session_new_toward_the_adapter(acp: AcpProcess, tmp_path: Path) -> None:
+    """The adapter's session/new carries the session workspace, the client's mcpServers, the policy."""
+    import os
+
+    mcp = [{"name": "tools-a", "command": "/bin/true", "args": [], "env": []}]
+    sid = acp.new_session(agentAlias="sdk", cwd=str(tmp_path), mcpServers=mcp)
+    content = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
+    assert content == f"cwd={os.path.realpath(tmp_path)} mcp=tools-a policy-workspace=True"
     acp.result("session/close", {"sessionId": sid})

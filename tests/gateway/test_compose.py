@@ -217,6 +217,9 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path) -> None:
                     proc.kill()
                     await proc.wait()
     assert all(proc.returncode == 0 for proc in procs.values())
+    for name in procs:
+        text = (tmp_path / f"{name}.log").read_text()
+        assert GRPC_TOKEN not in text and secret not in text, f"a token leaked into {name}'s log"
     left = []
     for pid in tree:
         try:

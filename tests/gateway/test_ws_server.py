@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Subprotocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.edge.tokens import TokenStore, token_db_path
@@ -96,6 +97,9 @@ async def test_auth_matrix(tmp_path: Path, services: tuple[str, str]) -> None:
             assert await whoami(ws) == ""
         async with connect(f"{url}?token={secret}", proxy=None) as ws:
             assert await whoami(ws) == ""
+        # Only the bearer entry offered (a browser): it is echoed, as browsers require.
+        async with connect(url, proxy=None, subprotocols=[Subprotocol(f"bearer.{secret}")]) as ws:
+            assert ws.subprotocol == f"bearer.{secret}"
         # Missing and wrong tokens: 401, never upgraded (the dialect never ran for them).
         before = dialect.finished
         await expect_status(url, 401)

@@ -64,8 +64,9 @@ SLOW_CLIENT_CLOSE_CODE = 1008
 SLOW_CLIENT_REASON = "slow client: outgoing queue full"
 #: Close code when the connection limit was hit by a racing handshake.
 BUSY_CLOSE_CODE = 1013
-#: Per-connection outgoing budget (a single larger message is still accepted alone).
-DEFAULT_QUEUE_BYTES = 8 * 1024 * 1024
+#: Per-connection outgoing budget in characters and messages (a single larger message is
+#: still accepted alone, so one 10 MiB blob frame passes).
+DEFAULT_QUEUE_CHARS = 8 * 1024 * 1024
 DEFAULT_QUEUE_MESSAGES = 1024
 DEFAULT_SLOW_CLIENT_TIMEOUT = 30.0
 
@@ -105,7 +106,7 @@ class PutResult(Enum):
 class OutgoingQueue:
     """A FIFO bounded in characters and messages; ``put`` waits for room."""
 
-    def __init__(self, max_chars: int = DEFAULT_QUEUE_BYTES,
+    def __init__(self, max_chars: int = DEFAULT_QUEUE_CHARS,
                  max_messages: int = DEFAULT_QUEUE_MESSAGES) -> None:
         self.max_chars = max_chars
         self.max_messages = max_messages
@@ -267,7 +268,7 @@ class EdgeServer:
         probe: ServiceProbe,
         serve_connection: ServeConnection | None = None,
         token_store: TokenStore | None = None,
-        queue_chars: int = DEFAULT_QUEUE_BYTES,
+        queue_chars: int = DEFAULT_QUEUE_CHARS,
         queue_messages: int = DEFAULT_QUEUE_MESSAGES,
         slow_client_timeout: float = DEFAULT_SLOW_CLIENT_TIMEOUT,
         close_timeout: float = 5.0,

@@ -107,6 +107,7 @@ class AdapterChannel:
         self._max_batch = max_batch_bytes
         self._lines: collections.deque[str] = collections.deque()
         self._buffered = 0
+        self._lines_read = 0
         self._data = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -191,6 +192,7 @@ class AdapterChannel:
                 if not line:
                     continue
                 self._lines.append(line)
+                self._lines_read += 1
                 self._buffered += len(line)
                 if self._buffered >= self._max_buffer:
                     self._space.clear()
@@ -237,10 +239,16 @@ class AdapterChannel:
         else:
             # The wrapper outlives the report while it cleans up: reap it in the background.
             self._tasks.append(wait_proc)
-        try:
-            await asyncio.wait_for(self._stdout_done.wait(), EXIT_DRAIN_SECS)
-        except TimeoutError:
-            self._tasks[0].cancel()  # a descendant still holds stdout open
+        while not self._stdout_done.is_set():
+            seen = self._lines_read
+            try:
+                await asyncio.wait_for(self._stdout_done.wait(), EXIT_DRAIN_SECS)
+            except TimeoutError:
+                # Output waiting for an attacher (buffer full) is kept; a pipe that
+                # stays silent is held open by a descendant: stop reading it.
+                if self._space.is_set() and self._lines_read == seen:
+                    self._tasks[0].cancel()
+                    break
         tail = await asyncio.to_thread(read_stderr_tail, self.stderr_log)
         code, sig = self._exit_status
         self.exit_info = ExitInfo(code, sig, tail)

@@ -113,15 +113,15 @@ def _info_sync(pid: int) -> ProcInfo | None:
         if not zombie:
             try:
                 proc = psutil.Process(pid)
-                cmdline = tuple(proc.cmdline())
-                with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess):
+                with contextlib.suppress(psutil.AccessDenied):
+                    # Unreadable stays empty: verification treats it as "cannot tell".
+                    cmdline = tuple(proc.cmdline())
+                with contextlib.suppress(psutil.AccessDenied):
                     exe = proc.exe()
-            except psutil.NoSuchProcess:
-                return None
             except psutil.ZombieProcess:
                 zombie = True
-            except psutil.AccessDenied as exc:
-                raise ProcessTableError(f"permission denied reading process {pid}: {exc}") from None
+            except psutil.NoSuchProcess:
+                return None
         return ProcInfo(pid, ppid, pgid, start, cmdline, exe, zombie)
     # Non-Linux fallback: psutil only; birth identity from create_time in ticks.
     try:

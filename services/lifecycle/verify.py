@@ -40,7 +40,7 @@ REASON_ENV = "live environment does not carry the lease id"
 REASON_PGID = "process group does not match the lease"
 REASON_AMBIGUOUS = "pending lease is ambiguous: more than one live wrapper matches"
 REASON_PENDING_GONE = "pending lease has no live wrapper"
-REASON_EXITING = "root process is exiting (no command line yet no zombie)"
+REASON_EXITING = "root command line unreadable (process exiting or permission denied)"
 
 
 def command_hash(argv: Sequence[str]) -> str:

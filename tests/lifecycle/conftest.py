@@ -68,7 +68,7 @@ while True:
     time.sleep(1)
 """
 
-# argv: count donefile — floods stdout, then marks completion.
+# argv: count donefile [exit] — floods stdout, marks completion, optionally exits.
 FLOOD = r"""
 import sys
 count, done = int(sys.argv[1]), sys.argv[2]
@@ -77,6 +77,8 @@ for i in range(count):
     sys.stdout.write(f"{i:08d} {payload}\n")
 sys.stdout.flush()
 open(done, "w").close()
+if len(sys.argv) > 3 and sys.argv[3] == "exit":
+    sys.exit(0)
 for line in sys.stdin:
     pass
 """

@@ -20,7 +20,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
-from services.lifecycle.attach import DEFAULT_MAX_BUFFER_BYTES
+from services.lifecycle.attach import DEFAULT_MAX_BUFFER_BYTES, EXIT_DRAIN_SECS
 from services.lifecycle.controller import EnsureRequest
 from services.lifecycle.server import SERVICE_NAME, open_controller, start_lifecycle_server
 from tests.lifecycle.conftest import ProcessGuard, Scripts, gone, make_config, wait_until
@@ -319,6 +319,34 @@ async def test_stdout_backpressure_without_attacher(tmp_path: Path, scripts: Scr
                 received += len(batch)
         await wait_until(done.exists, 10.0, "flood finished once drained")
         assert received == count
+    finally:
+        await controller.close_all()
+        await controller.store.close()
+
+
+async def test_output_waiting_for_an_attacher_survives_the_adapters_exit(tmp_path: Path, scripts: Scripts, guard: ProcessGuard) -> None:
+    cfg = make_config(tmp_path / "gw", term_grace_ms=300)
+    controller = await open_controller(cfg)
+    done = tmp_path / "flood.done"
+    # Fills the channel buffer and leaves some lines in the pipe, then exits.
+    count = DEFAULT_MAX_BUFFER_BYTES // 1009 + 60
+    try:
+        lease, _ = await controller.ensure_session(
+            EnsureRequest("agent:f:acp:2", sys.executable, (str(scripts.flood), str(count), str(done), "exit"))
+        )
+        guard.track(lease.root_pid)
+        channel = controller.channel(lease.lease_id)
+        assert channel is not None
+        await wait_until(lambda: not channel.running, 20.0, "adapter exit known")
+        # Longer than the exit drain window: the unread pipe must still not be dropped.
+        await asyncio.sleep(EXIT_DRAIN_SECS + 0.3)
+        assert not channel.finished.is_set()
+        received: list[str] = []
+        with channel.attach():
+            while (batch := await asyncio.wait_for(channel.next_batch(), 10.0)) is not None:
+                received.extend(batch)
+        assert len(received) == count and received[-1].startswith(f"{count - 1:08d} ")
+        assert channel.exit_info is not None and channel.exit_info.exit_code == 0
     finally:
         await controller.close_all()
         await controller.store.close()

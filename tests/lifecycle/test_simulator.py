@@ -26,6 +26,7 @@ from services.lifecycle.verify import (
     REASON_BIRTH,
     REASON_COMMAND,
     REASON_ENV,
+    REASON_EXITING,
     REASON_LISTING,
     REASON_OTHER_INSTANCE,
     REASON_PGID,
@@ -355,6 +356,15 @@ CASES: list[Case] = [
         signals=[],
         state=LeaseState.OPEN,
         reason=REASON_COMMAND,
+        alive_after={WRAPPER_PID, ADAPTER_PID},
+    ),
+    Case(
+        "root command line unreadable (mid-exit or permission): retried, then fail closed",
+        procs=[wrapper_proc(cmdline=()), adapter_proc()],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.OPEN,
+        reason=REASON_EXITING,
         alive_after={WRAPPER_PID, ADAPTER_PID},
     ),
     Case(

@@ -144,7 +144,7 @@ async def run_concurrency(st: Stage, serve: Serve, token: str, sizes: Sizes) -> 
             note=f"{sizes.concurrent_n} updates per session per round; "
                  f"{s} concurrent session/new took {setup_secs:.1f} s"),
         Row("4", f"edge RSS with {s} sessions (samples every 0.25 s)", "MB", edge,
-            "edge RSS idle, before the sessions", Dist(edge_idle, edge_idle, 1),
+            "edge RSS of the fresh gateway, no session yet", Dist(edge_idle, edge_idle, 1),
             "≤ 150 MB", edge_peak <= 150.0, f"peak {edge_peak:.1f} MB; p99 column = p99 of samples"),
         Row("4", f"per-adapter RSS under acpgate ({len(sampler.adapters)} adapters)", "MB",
             adapters, "per-adapter RSS, spawned directly", base_adapter,

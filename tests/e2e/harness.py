@@ -18,6 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from acp import schema as acp_schema
+from pydantic import TypeAdapter
+
+#: Official ACP SDK models every server message of these methods must satisfy.
+RESULT_MODELS: dict[str, Any] = {
+    "initialize": acp_schema.InitializeResponse,
+    "session/new": acp_schema.NewSessionResponse,
+    "session/prompt": acp_schema.PromptResponse,
+    "session/list": acp_schema.ListSessionsResponse,
+    "session/load": acp_schema.LoadSessionResponse,
+    "session/resume": acp_schema.ResumeSessionResponse,
+}
+OUTBOUND_MODELS: dict[str, Any] = {
+    "session/update": acp_schema.SessionNotification,
+    "session/request_permission": acp_schema.RequestPermissionRequest,
+    "elicitation/create": acp_schema.CreateElicitationRequest,
+}
 
 REPO = Path(__file__).resolve().parents[2]
 SDK_AGENT = Path(__file__).resolve().parent / "sdk_agent.py"
@@ -168,6 +185,9 @@ class AcpProcess:
         msg = self.messages.get(timeout=wait)
         if msg is None:
             raise EOFError("acpgate acp closed stdout; stderr:\n" + "".join(self.stderr[-30:]))
+        model = OUTBOUND_MODELS.get(msg.get("method", ""))
+        if model is not None:
+            TypeAdapter(model).validate_python(msg["params"])  # official ACP v1 shape (extensions allowed)
         if "method" in msg and "id" in msg:
             self.outbound.append(msg)
             handler = self.handlers.get(msg["method"])
@@ -195,7 +215,11 @@ class AcpProcess:
     def call(self, method: str, params: dict[str, Any] | None = None,
              wait: float = WAIT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Request and wait for its response; returns (messages before, response)."""
-        return self.response(self.request_async(method, params), wait)
+        before, resp = self.response(self.request_async(method, params), wait)
+        model = RESULT_MODELS.get(method)
+        if model is not None and "result" in resp:
+            TypeAdapter(model).validate_python(resp["result"])
+        return before, resp
 
     def call_with_id(self, method: str, params: dict[str, Any] | None,
                      req_id: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:

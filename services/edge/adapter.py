@@ -34,7 +34,7 @@ from services.common.protocol import (
     META_POLICY,
     PROTOCOL_VERSION,
 )
-from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
+from services.edge.adapter_link import AdapterExit, AdapterLink, AdapterRpcError, method_not_found
 
 #: How long the handshake and session setup may take (adapters can be slow to boot).
 SETUP_TIMEOUT_SECS = 60.0
@@ -145,11 +145,19 @@ class AdapterClient:
     async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
                              policy: dict[str, Any], history: list[dict[str, Any]]) -> None:
         """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
-        await self.link.request(M_SESSION_RESUME, {
+        await self._quietly(M_SESSION_RESUME, {
             "sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers,
             "_meta": {META_ACPGATE: {META_POLICY: policy, META_HISTORY: history}},
-        }, SETUP_TIMEOUT_SECS)
+        })
         self.adapter_session_id = adapter_session_id
+
+    async def _quietly(self, method: str, params: dict[str, Any]) -> Any:
+        """A restore request whose own updates are dropped (the edge replays from the store)."""
+        self._suppress_updates = True
+        try:
+            return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
+        finally:
+            self._suppress_updates = False
 
     async def restore_external(self, adapter_session_id: str, cwd: str,
                                mcp_servers: list[Any]) -> bool:
@@ -157,21 +165,21 @@ class AdapterClient:
 
         ``session/resume`` is preferred (no replay); ``session/load`` replays,
         and that replay is suppressed because the edge replays from the store.
-        Returns False when the adapter cannot restore (the caller starts fresh).
+        Returns False when the adapter cannot restore, or refuses to (the caller
+        then starts a fresh adapter session seeded with the transcript).
         """
         if not adapter_session_id:
             return False
         params = {"sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers}
-        if self.caps.resume:
-            await self.link.request(M_SESSION_RESUME, params, SETUP_TIMEOUT_SECS)
-        elif self.caps.load_session:
-            self._suppress_updates = True
-            try:
-                await self.link.request(M_SESSION_LOAD, params, SETUP_TIMEOUT_SECS)
-            finally:
-                self._suppress_updates = False
-        else:
-            return False
+        try:
+            if self.caps.resume:
+                await self._quietly(M_SESSION_RESUME, params)
+            elif self.caps.load_session:
+                await self._quietly(M_SESSION_LOAD, params)
+            else:
+                return False
+        except AdapterRpcError:
+            return False  # it no longer knows that session: start fresh, seeded by the edge
         self.adapter_session_id = adapter_session_id
         return True
 

@@ -101,15 +101,17 @@ class SdkAgent:
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> LoadSessionResponse:
         assert self._conn is not None
+        if session_id not in self._state:
+            raise RequestError(-32002, f"unknown session {session_id}")
         for text in self._state.get(session_id, []):  # the replay the edge must suppress
             await self._conn.session_update(session_id, update_user_message_text(text))
             await self._conn.session_update(session_id, update_agent_message_text(f"echo: {text}"))
-        self._state.setdefault(session_id, [])
         return LoadSessionResponse()
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                              **kwargs: Any) -> ResumeSessionResponse:
-        self._state.setdefault(session_id, [])
+        if session_id not in self._state:
+            raise RequestError(-32002, f"unknown session {session_id}")
         return ResumeSessionResponse()
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

@@ -127,3 +127,16 @@ def test_session_new_toward_the_adapter(acp: AcpProcess, tmp_path: Path) -> None
     content = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
     assert content == f"cwd={os.path.realpath(tmp_path)} mcp=tools-a policy-workspace=True"
     acp.result("session/close", {"sessionId": sid})
+
+
+def test_restore_falls_back_when_the_adapter_forgot(acp: AcpProcess) -> None:
+    """An adapter that refuses its own resume gets a fresh session seeded with the transcript."""
+    sid = acp.new_session(agentAlias="sdk")
+    acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    acp.result("session/close", {"sessionId": sid})
+    state = acp.config_dir / "sdk-state.json"
+    state.write_text("{}")  # the adapter lost every session it had
+    assert acp.result("session/resume", {"sessionId": sid}) == {}
+    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
+        "remembered 0 [] embedded:prior-ok"
+    acp.result("session/close", {"sessionId": sid})

@@ -5,6 +5,7 @@ acpgate code. Behaviour, chosen by the prompt text:
 
 - ``perm``: asks the client ``session/request_permission`` and answers with the outcome;
 - ``slow``: streams chunks until cancelled (then ``stopReason: cancelled``);
+- ``hang``: one tool_call update, then silence until cancelled;
 - ``brief``: five chunks 0.1 s apart, then ``end_turn``;
 - ``recall``: answers with what it remembers of the session (its own stored
   prompts, and whether the prompt carried an embedded prior conversation);
@@ -148,6 +149,11 @@ class SdkAgent:
             return PromptResponse(stop_reason="end_turn")
         if text == "fail":
             raise RequestError(-32603, "sdk agent failed on purpose")
+        if text == "hang":  # silent until cancelled
+            await conn.session_update(session_id, start_tool_call(
+                "sdk-hang", "waiting", kind="other", status="in_progress"))
+            await cancel.wait()
+            return PromptResponse(stop_reason="cancelled")
         if text == "brief":
             for i in range(5):
                 await conn.session_update(session_id, update_agent_message_text(f"b{i} "))

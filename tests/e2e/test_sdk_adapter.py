@@ -140,3 +140,14 @@ def test_restore_falls_back_when_the_adapter_forgot(acp: AcpProcess) -> None:
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
         "remembered 0 [] embedded:prior-ok"
     acp.result("session/close", {"sessionId": sid})
+
+
+def test_cancel_with_nothing_streamed_is_just_the_marker(acp: AcpProcess) -> None:
+    sid = acp.new_session(agentAlias="sdk")
+    rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "hang"})
+    acp.read_until(lambda m: m.get("method") == "session/update")
+    assert acp.result("session/cancel", {"sessionId": sid}) == {}
+    before, resp = acp.response(rid)
+    assert resp["result"] == {"sessionId": sid, "stopReason": "cancelled", "content": CANCEL_MARKER}
+    assert [u["toolCallId"] for u in updates(before)] == [f"turn-cancelled-{sid}"]
+    acp.result("session/close", {"sessionId": sid})

@@ -22,9 +22,10 @@ from bench.stats import Dist, Row
 from bench.transports import Endpoint
 from services.common.protocol import M_INITIALIZE, M_SESSION_CLOSE, M_SESSION_NEW
 
-DIRECT, ACP, WS = "direct", "acp", "ws"
+DIRECT, ACP, WS, BARE_WS = "direct", "acp", "ws", "bare_ws"
 LABELS = {DIRECT: "direct stdio (baseline)", ACP: "`acpgate acp` (stdio)",
-          WS: "gateway (WebSocket)"}
+          WS: "gateway (WebSocket)",
+          BARE_WS: "firehose served over bare WebSocket, no edge (transport ceiling)"}
 WAIT_SECS = 300.0
 
 
@@ -67,7 +68,8 @@ async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[fl
 async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
     """Items 1 and 2, all three paths open at once, rounds interleaved."""
     cwd = st.root
-    endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), WS: await st.ws(token)}
+    endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), WS: await st.ws(token),
+                 BARE_WS: await st.ws_firehose()}
     try:
         sids = {k: await open_session(ep, cwd) for k, ep in endpoints.items()}
         for k, ep in endpoints.items():  # warm-up: imports, JIT-less caches, pipe buffers
@@ -95,10 +97,18 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
                             "updates/s", d, LABELS[DIRECT], base_rate, "≥ 50 % of direct",
                             d.median >= 0.5 * base_rate.median,
                             f"{n:,} updates per prompt, {sizes.throughput_rounds} prompts"))
+        ceiling = Dist.of(rates[BARE_WS, n], higher_is_better=True)
+        rows.append(Row("1", f"reference: {LABELS[BARE_WS]}, {n:,} updates/prompt", "updates/s",
+                        ceiling, LABELS[DIRECT], base_rate,
+                        note="same client, one text frame per update, websockets defaults"))
     base_lat = Dist.of(lat[DIRECT])
-    for k in (ACP, WS):
+    for k in (ACP, WS, BARE_WS):
         d = Dist.of(lat[k])
         added = d.median - base_lat.median
+        if k == BARE_WS:
+            rows.append(Row("2", f"reference: latency, {LABELS[k]}", "ms", d, LABELS[DIRECT],
+                            base_lat, note=f"added p50 {added:.2f} ms"))
+            continue
         rows.append(Row("2", f"relay latency, {LABELS[k]}", "ms", d, LABELS[DIRECT], base_lat,
                         "added p50 ≤ 2 ms", added <= 2.0,
                         f"added p50 {added:.2f} ms, added p99 {d.p99 - base_lat.p99:.2f} ms; "

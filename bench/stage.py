@@ -106,6 +106,27 @@ args = {json.dumps(argv[1:])}
         """The firehose adapter itself, read directly (the baseline)."""
         return await stdio_peer(adapter_argv(FIREHOSE), cwd=self.root)
 
+    async def ws_firehose(self, within: float = 30.0) -> Endpoint:
+        """The firehose served straight over WebSocket (no edge): the transport ceiling."""
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.ws_firehose", str(port), env=child_env(), cwd=str(REPO),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while not await _port_open(port):
+            if proc.returncode is not None or loop.time() > deadline:
+                if proc.returncode is None:
+                    proc.kill()
+                await proc.wait()
+                raise RuntimeError(f"bench.ws_firehose did not open port {port}")
+            await asyncio.sleep(0.05)
+        endpoint = await ws_peer(f"ws://127.0.0.1:{port}/", "unused")
+        endpoint.proc = proc
+        endpoint.terminate = True
+        return endpoint
+
     async def ws(self, token: str) -> Endpoint:
         """A WebSocket connection to the running gateway."""
         return await ws_peer(self.ws_url, token)

@@ -35,6 +35,8 @@ class Endpoint:
     #: Stderr of a child, drained so it can never block on a full pipe.
     stderr_tail: list[bytes] = field(default_factory=list)
     _drain: asyncio.Task[None] | None = None
+    #: Stop the child with SIGTERM instead of stdin EOF (a server, not a stdio peer).
+    terminate: bool = False
 
     async def close(self, wait: float = 30.0) -> int | None:
         """EOF / close frame, then wait for the child (killed if it does not exit)."""
@@ -43,6 +45,9 @@ class Endpoint:
                 await self.ws.close()
         code: int | None = None
         if self.proc is not None:
+            if self.terminate and self.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.terminate()
             if self.proc.stdin is not None:
                 with contextlib.suppress(Exception):
                     self.proc.stdin.close()

@@ -72,7 +72,7 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     rows = table[1:]  # minus the header
     items = [r.split("|")[1].strip() for r in rows]
-    assert items.count("1") == 4 and items.count("2") == 2 and items.count("3") == 4
+    assert items.count("1") == 6 and items.count("2") == 3 and items.count("3") == 4
     assert items.count("4") == 3 and items.count("5") == 2 and items.count("6") == 3
     for r in rows:
         median = r.split("|")[4].strip()

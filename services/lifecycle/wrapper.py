@@ -366,12 +366,13 @@ class Wrapper:
             return 127
         status: int | None = None
         while True:
-            for sig in self.pending_signals:
+            # Swap first: a handler may append while we forward.
+            pending, self.pending_signals = self.pending_signals, []
+            for sig in pending:
                 try:
                     os.killpg(self.adapter_pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
-            self.pending_signals.clear()
             self.check_parent()
             if self.parent_dead:
                 self.note("parent died; terminating the adapter group")

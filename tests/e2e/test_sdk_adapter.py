@@ -7,6 +7,7 @@ session seeded with the prior conversation as an embedded resource).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,11 +85,11 @@ def test_cancel(acp: AcpProcess) -> None:
      ("sdknone", "remembered 0 [] embedded:prior-ok")],
     ids=["own-resume", "own-load", "embedded-history"],
 )
-def test_restore(acp: AcpProcess, alias: str, expect: str) -> None:
-    sid = acp.new_session(agentAlias=alias)
+def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> None:
+    sid = acp.new_session(agentAlias=alias, cwd=str(tmp_path))
     acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
     acp.result("session/close", {"sessionId": sid})
-    replay, resp = acp.call("session/load", {"sessionId": sid})
+    replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/"})
     assert resp["result"] == {}
     # only the edge's replay from the store: the adapter's own replay is suppressed
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(replay)] == [
@@ -98,6 +99,9 @@ def test_restore(acp: AcpProcess, alias: str, expect: str) -> None:
     if alias == "sdknone":
         assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
             "remembered 0 [] no-embedded"
+        # the restored adapter session got the stored workspace, not the client's cwd (§8)
+        setup = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
+        assert setup.startswith(f"cwd={os.path.realpath(tmp_path)} ")
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -120,8 +124,6 @@ def test_unknown_client_method_and_failed_turn(acp: AcpProcess) -> None:
 
 def test_session_new_toward_the_adapter(acp: AcpProcess, tmp_path: Path) -> None:
     """The adapter's session/new carries the session workspace, the client's mcpServers, the policy."""
-    import os
-
     mcp = [{"name": "tools-a", "command": "/bin/true", "args": [], "env": []}]
     sid = acp.new_session(agentAlias="sdk", cwd=str(tmp_path), mcpServers=mcp)
     content = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]

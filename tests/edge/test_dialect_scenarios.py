@@ -322,6 +322,7 @@ def test_busy_cancel_and_slot(acp: AcpProcess, cfg_dir: Path, opened: list[str])
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": [
         {"type": "resource", "resource": {"uri": "x", "blob": "!!"}}]})
     assert err == {"code": -32002, "message": f"Session already has an active prompt turn: {sid}"}
+    adapters = {p.pid for p in acp.descendants()}
     # a cancel request is answered while the prompt streams (§1 concurrency)
     _, cancel_resp = acp.call("session/cancel", {"sessionId": sid})
     assert cancel_resp["result"] == {}
@@ -340,6 +341,7 @@ def test_busy_cancel_and_slot(acp: AcpProcess, cfg_dir: Path, opened: list[str])
     assert _history(cfg_dir, sid) == [], "nothing of a cancelled turn is persisted"
     # the adapter was kept: the next turn runs on it
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "again"})["content"] == "echo: again"
+    assert adapters <= {p.pid for p in acp.descendants()}, "cancel never reaps"
     assert [r for r, _ in _history(cfg_dir, sid)] == ["user", "assistant"]
 
 

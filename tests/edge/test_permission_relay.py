@@ -150,7 +150,8 @@ def test_timeout_denies_and_turn_goes_on(tmp_path: Path) -> None:
     try:
         sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
         before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "!echo too-late"})
-        assert any(m.get("method") == "session/request_permission" for m in before)
+        asked = [m for m in before if m.get("method") == "session/request_permission"]
+        assert [m["id"] for m in asked] == ["zc-out-0"], "ids count from 0 per connection"
         assert resp["result"]["stopReason"] == "end_turn"
         assert "denied" in resp["result"]["content"]
         assert acp.close() == 0

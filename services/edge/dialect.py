@@ -99,6 +99,8 @@ def _grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
         return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
     if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
         return _not_found(sid)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the agent workspace cannot be created
+        return JsonRpcError(INTERNAL_ERROR, exc.details() or "Internal error")
     log.error("service_call_failed", code=code.name, detail=exc.details())
     return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
 

@@ -576,3 +576,20 @@ def test_concurrent_restores_of_one_session(acp: AcpProcess) -> None:
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "still one"})["content"] == \
         "echo: still one"
     acp.result("session/close", {"sessionId": sid})
+
+
+def test_unusable_agent_workspace(tmp_path: Path) -> None:
+    """§3: an agent workspace that cannot be created fails session/new with a clear -32603."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a directory")
+    cfg = write_config(tmp_path / "cfg", extra=(
+        "\n[agents.broken]\nkind = \"builtin\"\nprovider = \"demo\"\nmodel = \"demo\"\n"
+        f"workspace = \"{blocker}/ws\"\n"))
+    acp = AcpProcess(cfg)
+    try:
+        err = acp.error("session/new", {"agentAlias": "broken"})
+        assert err["code"] == -32603 and "workspace" in err["message"]
+        assert acp.new_session(agentAlias="sdk")  # the edge carries on
+        assert acp.close() == 0
+    finally:
+        acp.kill()

@@ -54,35 +54,63 @@ def _as_text(value: Any) -> str:
 
 
 @dataclass
+class _TextRun:
+    """Consecutive chunks of one role, joined only when the turn is stored."""
+
+    role: int
+    parts: list[str]
+
+
+@dataclass
 class TurnAccumulator:
-    """Accumulates one turn's updates into history items (user text first)."""
+    """Accumulates one turn's updates into history items (user text first).
+
+    Text chunks are kept as lists and joined once at the end, so a turn of many
+    thousands of chunks costs linear time.
+    """
 
     user_text: str
-    items: list[session_pb2.HistoryItem] = field(default_factory=list)
-    #: The streamed assistant text (the prompt result's ``content``).
-    text: str = ""
     #: The last ``plan`` entries seen in this turn (JSON), or None.
     plan_json: str | None = None
+    _entries: list[_TextRun | session_pb2.HistoryItem] = field(default_factory=list)
+    _text_parts: list[str] = field(default_factory=list)
     _calls: dict[str, session_pb2.HistoryItem] = field(default_factory=dict)
     _results: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.items.append(session_pb2.HistoryItem(role=Role.ROLE_USER, text=self.user_text))
+        self._entries.append(session_pb2.HistoryItem(role=Role.ROLE_USER, text=self.user_text))
+
+    @property
+    def text(self) -> str:
+        """The streamed assistant text (the prompt result's ``content``)."""
+        return "".join(self._text_parts)
+
+    @property
+    def items(self) -> list[session_pb2.HistoryItem]:
+        """The turn as history items, in order."""
+        out: list[session_pb2.HistoryItem] = []
+        for entry in self._entries:
+            if isinstance(entry, _TextRun):
+                out.append(session_pb2.HistoryItem(
+                    role=entry.role, text="".join(entry.parts)))  # type: ignore[arg-type]
+            else:
+                out.append(entry)
+        return out
 
     def _append_text(self, role: int, text: str) -> None:
-        last = self.items[-1] if self.items else None
-        if last is not None and last.role == role and role != Role.ROLE_USER:
-            last.text += text
+        last = self._entries[-1]
+        if isinstance(last, _TextRun) and last.role == role:
+            last.parts.append(text)
         else:
-            self.items.append(session_pb2.HistoryItem(role=role, text=text))  # type: ignore[arg-type]
+            self._entries.append(_TextRun(role, [text]))
 
     def add(self, update: dict[str, Any]) -> None:
         """Record one ``update`` object (the ``params.update`` of a session/update)."""
         kind = update.get("sessionUpdate")
         if kind == U_AGENT_MESSAGE:
             text = _text_of(update.get("content"))
-            self.text += text
             if text:
+                self._text_parts.append(text)
                 self._append_text(Role.ROLE_ASSISTANT, text)
         elif kind == U_AGENT_THOUGHT:
             text = _text_of(update.get("content"))
@@ -109,7 +137,7 @@ class TurnAccumulator:
             arguments_json=_json(update.get("rawInput")),
             content_json=_json(update.get("content")) if update.get("content") else "",
         )
-        self.items.append(item)
+        self._entries.append(item)
         self._calls[call_id] = item
         if update.get("status") in _FINAL_STATUSES:
             self._tool_update(update)
@@ -128,7 +156,7 @@ class TurnAccumulator:
         self._results.add(call_id)
         output = update.get("rawOutput")
         text = _as_text(output) if output is not None else _text_of(update.get("content"))
-        self.items.append(session_pb2.HistoryItem(
+        self._entries.append(session_pb2.HistoryItem(
             role=Role.ROLE_TOOL_RESULT,
             tool_call_id=call_id,
             tool_name=call.tool_name if call else str(update.get("name") or ""),

@@ -68,3 +68,12 @@ def test_history_meta_and_transcript() -> None:
     assert meta[4]["role"] == "tool_result" and meta[4]["output"] == "a\nb"
     text = transcript(items)
     assert text.startswith("User: do it") and "Assistant: Done." in text
+
+
+def test_many_chunks_join_in_order() -> None:
+    acc = TurnAccumulator(user_text="u")
+    for i in range(20_000):
+        acc.add(_chunk("agent_message_chunk", f"{i} "))
+    expected = "".join(f"{i} " for i in range(20_000))
+    assert acc.text == expected
+    assert [i.text for i in acc.items] == ["u", expected]

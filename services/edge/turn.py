@@ -25,6 +25,12 @@ from services.common.protocol import (
 )
 
 Role = session_pb2.HistoryItem.Role
+# Plain ints: protobuf enum attribute lookups are slow on the per-update path.
+ROLE_USER = Role.ROLE_USER
+ROLE_ASSISTANT = Role.ROLE_ASSISTANT
+ROLE_THOUGHT = Role.ROLE_THOUGHT
+ROLE_TOOL_CALL = Role.ROLE_TOOL_CALL
+ROLE_TOOL_RESULT = Role.ROLE_TOOL_RESULT
 _FINAL_STATUSES = ("completed", "failed")
 
 
@@ -78,7 +84,7 @@ class TurnAccumulator:
     _results: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self._entries.append(session_pb2.HistoryItem(role=Role.ROLE_USER, text=self.user_text))
+        self._entries.append(session_pb2.HistoryItem(role=ROLE_USER, text=self.user_text))
 
     @property
     def text(self) -> str:
@@ -111,11 +117,11 @@ class TurnAccumulator:
             text = _text_of(update.get("content"))
             if text:
                 self._text_parts.append(text)
-                self._append_text(Role.ROLE_ASSISTANT, text)
+                self._append_text(ROLE_ASSISTANT, text)
         elif kind == U_AGENT_THOUGHT:
             text = _text_of(update.get("content"))
             if text:
-                self._append_text(Role.ROLE_THOUGHT, text)
+                self._append_text(ROLE_THOUGHT, text)
         elif kind == U_TOOL_CALL:
             self._tool_call(update)
         elif kind == U_TOOL_CALL_UPDATE:
@@ -129,7 +135,7 @@ class TurnAccumulator:
         title = update.get("title")
         name = update.get("name") or title
         item = session_pb2.HistoryItem(
-            role=Role.ROLE_TOOL_CALL,
+            role=ROLE_TOOL_CALL,
             tool_call_id=call_id,
             tool_name=str(name or ""),
             tool_kind=str(update.get("kind") or "other"),
@@ -157,7 +163,7 @@ class TurnAccumulator:
         output = update.get("rawOutput")
         text = _as_text(output) if output is not None else _text_of(update.get("content"))
         self._entries.append(session_pb2.HistoryItem(
-            role=Role.ROLE_TOOL_RESULT,
+            role=ROLE_TOOL_RESULT,
             tool_call_id=call_id,
             tool_name=call.tool_name if call else str(update.get("name") or ""),
             tool_kind=call.tool_kind if call else str(update.get("kind") or ""),
@@ -185,16 +191,16 @@ def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]
     out: list[dict[str, Any]] = []
     calls: dict[str, session_pb2.HistoryItem] = {}
     for item in items:
-        if item.role == Role.ROLE_USER:
+        if item.role == ROLE_USER:
             out.append({"sessionUpdate": U_USER_MESSAGE,
                         "content": {"type": "text", "text": item.text}})
-        elif item.role == Role.ROLE_ASSISTANT:
+        elif item.role == ROLE_ASSISTANT:
             out.append({"sessionUpdate": U_AGENT_MESSAGE,
                         "content": {"type": "text", "text": item.text}})
-        elif item.role == Role.ROLE_THOUGHT:
+        elif item.role == ROLE_THOUGHT:
             out.append({"sessionUpdate": U_AGENT_THOUGHT,
                         "content": {"type": "text", "text": item.text}})
-        elif item.role == Role.ROLE_TOOL_CALL:
+        elif item.role == ROLE_TOOL_CALL:
             calls[item.tool_call_id] = item
             upd: dict[str, Any] = {
                 "sessionUpdate": U_TOOL_CALL, "toolCallId": item.tool_call_id,
@@ -206,7 +212,7 @@ def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]
             if content:
                 upd["content"] = content
             out.append(upd)
-        elif item.role == Role.ROLE_TOOL_RESULT:
+        elif item.role == ROLE_TOOL_RESULT:
             call = calls.get(item.tool_call_id)
             name = item.tool_name or (call.tool_name if call else "")
             content = _loads(item.content_json) or [
@@ -222,11 +228,11 @@ def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]
 
 
 _ROLE_NAMES = {
-    Role.ROLE_USER: "user",
-    Role.ROLE_ASSISTANT: "assistant",
-    Role.ROLE_THOUGHT: "thought",
-    Role.ROLE_TOOL_CALL: "tool_call",
-    Role.ROLE_TOOL_RESULT: "tool_result",
+    ROLE_USER: "user",
+    ROLE_ASSISTANT: "assistant",
+    ROLE_THOUGHT: "thought",
+    ROLE_TOOL_CALL: "tool_call",
+    ROLE_TOOL_RESULT: "tool_result",
 }
 
 
@@ -248,10 +254,10 @@ def history_meta(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
             entry["toolKind"] = item.tool_kind
         if item.title:
             entry["title"] = item.title
-        if item.role == Role.ROLE_TOOL_CALL:
+        if item.role == ROLE_TOOL_CALL:
             args = _loads(item.arguments_json)
             entry["arguments"] = args if isinstance(args, dict) else {}
-        if item.role == Role.ROLE_TOOL_RESULT:
+        if item.role == ROLE_TOOL_RESULT:
             entry["output"] = item.output
             entry["status"] = item.status or "completed"
         out.append(entry)
@@ -262,12 +268,12 @@ def transcript(items: list[session_pb2.HistoryItem]) -> str:
     """A plain-text rendering of the prior conversation (for adapters that cannot restore)."""
     lines: list[str] = []
     for item in items:
-        if item.role == Role.ROLE_USER:
+        if item.role == ROLE_USER:
             lines.append(f"User: {item.text}")
-        elif item.role == Role.ROLE_ASSISTANT:
+        elif item.role == ROLE_ASSISTANT:
             lines.append(f"Assistant: {item.text}")
-        elif item.role == Role.ROLE_TOOL_CALL:
+        elif item.role == ROLE_TOOL_CALL:
             lines.append(f"Tool call {item.tool_name or item.title}: {item.arguments_json}")
-        elif item.role == Role.ROLE_TOOL_RESULT:
+        elif item.role == ROLE_TOOL_RESULT:
             lines.append(f"Tool result ({item.status or 'completed'}): {item.output}")
     return "\n\n".join(lines)

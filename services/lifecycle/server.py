@@ -85,6 +85,7 @@ async def start_lifecycle_server(
         servicer = LifecycleServicer(controller)
 
         def register(server: grpc.aio.Server) -> None:
+            """Add the lifecycle servicer to ``server``."""
             lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(servicer, server)
 
         sec = grpc_security(cfg)
@@ -101,6 +102,7 @@ async def start_lifecycle_server(
         raise
 
     async def on_stop() -> None:
+        """Close every lease this run holds, then the store."""
         try:
             await controller.close_all(reason="stop")
         finally:

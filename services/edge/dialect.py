@@ -508,6 +508,8 @@ class DialectConnection:
     async def session_list(self, params: dict[str, Any]) -> dict[str, Any]:
         """SPEC §8: every session the local client may see (empty requester), ACP shape."""
         cwd = _first_str(params, "cwd") or ""
+        if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
+            cwd = await asyncio.to_thread(os.path.realpath, cwd)
         cursor = _first_str(params, "cursor") or ""
         try:
             resp = await self.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(

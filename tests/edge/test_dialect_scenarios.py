@@ -446,6 +446,10 @@ def test_list_and_inbound_events(acp: AcpProcess, tmp_path: Path, opened: list[s
     info = listed["sessions"][0]
     assert info["cwd"] == os.path.realpath(tmp_path) and info["title"] == "title me"
     dt.datetime.fromisoformat(info["updatedAt"].replace("Z", "+00:00"))
+    link = tmp_path.parent / f"{tmp_path.name}-link"
+    link.symlink_to(tmp_path)
+    assert [s["sessionId"] for s in acp.result("session/list", {"cwd": str(link)})["sessions"]] \
+        == [sid], "the cwd filter is compared as a real path"
     everything = acp.result("session/list", {})
     assert sid in {s["sessionId"] for s in everything["sessions"]}
 

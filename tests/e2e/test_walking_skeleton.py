@@ -57,6 +57,10 @@ def test_raw_json_lines_walking_skeleton(tmp_path: Path) -> None:
 
         children = [p.pid for p in acp.descendants()]
         assert children, "the lifecycle service should have spawned a wrapper and the agent"
+        with sqlite3.connect(cfg / "data" / "lifecycle" / "leases.db") as conn:
+            lease = conn.execute("SELECT state, root_pid FROM leases WHERE session_key = ?",
+                                 (f"agent:demo:acp:{sid}",)).fetchone()
+        assert lease is not None and lease[0] == "open" and lease[1] in children
 
         before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "hello skeleton"})
         chunks = [u for u in updates(before, sid) if u["sessionUpdate"] == "agent_message_chunk"]

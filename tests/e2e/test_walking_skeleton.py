@@ -79,6 +79,12 @@ def test_raw_json_lines_walking_skeleton(tmp_path: Path) -> None:
         children = [p.pid for p in acp.descendants()]
         assert acp.close() == 0
         assert gone(children), "a child process survived EOF"
+        with sqlite3.connect(cfg / "data" / "lifecycle" / "leases.db") as conn:
+            states = {r[0] for r in conn.execute("SELECT state FROM leases")}
+        assert states <= {"closed", "lost"}, states
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT state FROM sessions WHERE id = ?", (sid,)).fetchone() == \
+                ("inactive",), "EOF releases the session but keeps its record"
     finally:
         acp.kill()
 

@@ -23,7 +23,7 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
         sid = first.new_session(agentAlias="demo", cwd=str(tmp_path))
         (tmp_path / "note.txt").write_text("restart contents")
         streamed: list[dict[str, Any]] = []
-        prompts = ["hello before restart", "plan", "read note.txt"]
+        prompts = ["hello before restart", "plan", "read note.txt", "write out.txt written"]
         for prompt in prompts:
             before, resp = first.call("session/prompt", {"sessionId": sid, "prompt": prompt})
             assert resp["result"]["stopReason"] == "end_turn"
@@ -58,6 +58,13 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
         assert [(d["toolCallId"], d["status"], d["rawOutput"]) for d in done] == \
             [(d["toolCallId"], d["status"], d["rawOutput"]) for d in live_done]
         assert any("restart contents" in str(d["rawOutput"]) for d in done)
+        # §5: a file write carries diff content, live and replayed alike
+        diffs = [c for c in calls if c["name"] == "file_write"]
+        live_diffs = [c for c in live_calls if c["name"] == "file_write"]
+        assert diffs and diffs[0]["content"] == live_diffs[0]["content"]
+        diff = diffs[0]["content"][0]
+        assert diff["type"] == "diff" and diff["newText"] == "written"
+        assert diff["path"].endswith("out.txt")
         # the restored agent has the history as context and keeps working
         res = second.result("session/prompt", {"sessionId": sid, "prompt": "after restart"})
         assert res["stopReason"] == "end_turn"

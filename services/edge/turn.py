@@ -51,6 +51,18 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode() if value is not None else ""
 
 
+def _args_json(value: Any) -> str:
+    """Tool arguments as a JSON object (the store's shape); other values are wrapped."""
+    if value is None:
+        return ""
+    return _json(value if isinstance(value, dict) else {"value": value})
+
+
+def _content_json(value: Any) -> str:
+    """Tool-call content as a JSON array, or "" when absent or not a list."""
+    return _json(value) if isinstance(value, list) and value else ""
+
+
 def _as_text(value: Any) -> str:
     if value is None:
         return ""
@@ -131,17 +143,19 @@ class TurnAccumulator:
             self.plan_json = _json(entries if isinstance(entries, list) else [])
 
     def _tool_call(self, update: dict[str, Any]) -> None:
-        call_id = str(update.get("toolCallId") or "")
+        # External adapters may omit ids and names or send odd shapes; the store
+        # refuses such items, so they are normalised rather than losing the turn.
+        call_id = str(update.get("toolCallId") or f"call-{len(self._calls) + 1}")
         title = update.get("title")
-        name = update.get("name") or title
+        name = update.get("name") or title or "tool"
         item = session_pb2.HistoryItem(
             role=ROLE_TOOL_CALL,
             tool_call_id=call_id,
-            tool_name=str(name or ""),
+            tool_name=str(name),
             tool_kind=str(update.get("kind") or "other"),
-            title=str(title or name or ""),
-            arguments_json=_json(update.get("rawInput")),
-            content_json=_json(update.get("content")) if update.get("content") else "",
+            title=str(title or name),
+            arguments_json=_args_json(update.get("rawInput")),
+            content_json=_content_json(update.get("content")),
         )
         self._entries.append(item)
         self._calls[call_id] = item
@@ -155,9 +169,9 @@ class TurnAccumulator:
             if isinstance(update.get("title"), str):
                 call.title = update["title"]
             if update.get("rawInput") is not None and not call.arguments_json:
-                call.arguments_json = _json(update["rawInput"])
+                call.arguments_json = _args_json(update["rawInput"])
         status = update.get("status")
-        if status not in _FINAL_STATUSES or call_id in self._results:
+        if status not in _FINAL_STATUSES or call_id in self._results or not call_id:
             return
         self._results.add(call_id)
         output = update.get("rawOutput")
@@ -170,7 +184,7 @@ class TurnAccumulator:
             title=call.title if call else str(update.get("title") or ""),
             output=text,
             status=str(status),
-            content_json=_json(update.get("content")) if update.get("content") else "",
+            content_json=_content_json(update.get("content")),
         ))
 
 

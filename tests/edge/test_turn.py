@@ -77,3 +77,17 @@ def test_many_chunks_join_in_order() -> None:
     expected = "".join(f"{i} " for i in range(20_000))
     assert acc.text == expected
     assert [i.text for i in acc.items] == ["u", expected]
+
+
+def test_odd_external_tool_shapes_are_normalised() -> None:
+    acc = TurnAccumulator(user_text="u")
+    acc.add({"sessionUpdate": "tool_call", "rawInput": "just a string", "content": {"not": "list"}})
+    acc.add({"sessionUpdate": "tool_call", "toolCallId": "x", "title": "T", "rawInput": [1, 2]})
+    acc.add({"sessionUpdate": "tool_call_update", "toolCallId": "x", "status": "completed",
+             "rawOutput": {"ok": True}})
+    acc.add({"sessionUpdate": "tool_call_update", "status": "completed"})  # no id: ignored
+    call1, call2, result = acc.items[1:]
+    assert call1.tool_call_id == "call-1" and call1.tool_name == "tool" and call1.content_json == ""
+    assert json.loads(call1.arguments_json) == {"value": "just a string"}
+    assert call2.tool_name == "T" and json.loads(call2.arguments_json) == {"value": [1, 2]}
+    assert result.tool_call_id == "x" and json.loads(result.output) == {"ok": True}

@@ -241,8 +241,9 @@ class EdgeSession:
             meta.get("acpgate"), dict) else None
         if isinstance(usage, dict):
             for key in ("inputTokens", "outputTokens"):
-                if isinstance(usage.get(key), int):
-                    tokens += usage[key]
+                value = usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    tokens += value
         request = session_pb2.AppendTurnRequest(
             session_id=self.session_id, items=acc.items, token_delta=tokens)
         if acc.plan_json is not None:

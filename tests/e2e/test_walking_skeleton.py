@@ -74,6 +74,9 @@ def test_raw_json_lines_walking_skeleton(tmp_path: Path) -> None:
             rows = conn.execute("SELECT role, text FROM history WHERE session_id = ? ORDER BY seq",
                                 (sid,)).fetchall()
         assert rows[0] == ("user", "hello skeleton")
+        with sqlite3.connect(db) as conn:
+            (tokens,) = conn.execute("SELECT token_count FROM sessions WHERE id = ?", (sid,)).fetchone()
+        assert tokens > 0, "the agent's reported usage is added to the session"
         assert ("assistant", res["content"]) in rows
 
         children = [p.pid for p in acp.descendants()]

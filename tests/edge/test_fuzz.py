@@ -173,3 +173,130 @@ def test_session_new_in_flight_at_disconnect_is_released(
     out = loop.run_until_complete(_serve(runtime, batch))
     assert len(out) == 1 and json.loads(out[0])["error"]["code"] == -32603
     assert runtime.registry.active == {} and runtime.registry.reserved == 0
+
+
+# ----------------------------------------------------------------- with a live session
+
+SID = "<<live-session>>"
+SESSION_METHODS = ["session/prompt", "session/prompt", "session/cancel", "session/update",
+                   "session/event", "session/set_mode", "session/list", "initialize"]
+prompt_parts = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=30)}),
+    st.fixed_dictionaries({"text": st.text(max_size=30)}),
+    st.fixed_dictionaries({"type": st.just("resource"), "resource": st.fixed_dictionaries(
+        {"uri": st.text(max_size=20), "text": st.text(max_size=20)})}),
+    st.fixed_dictionaries({"type": st.just("resource"), "resource": st.fixed_dictionaries(
+        {"uri": st.text(max_size=20), "mimeType": st.sampled_from(["image/png", "text/plain"]),
+         "blob": st.text(alphabet="QUJDRA==+/ x!", max_size=24)})}),
+    json_values,
+)
+
+
+@st.composite
+def session_frames(draw: st.DrawFn) -> tuple[bool, dict[str, Any]]:
+    """(is a request, frame without id) aimed at the live session most of the time."""
+    p: dict[str, Any] = {}
+    if draw(st.integers(0, 5)) > 0:
+        p[draw(st.sampled_from(["sessionId", "session_id"]))] = draw(
+            st.just(SID) | st.just(SID) | st.text(max_size=8) | json_scalars)
+    if draw(st.booleans()):
+        p["prompt"] = draw(st.text(max_size=30) | st.lists(prompt_parts, max_size=4) | json_values)
+    if draw(st.booleans()):
+        p[draw(st.sampled_from(["type", "update", "cwd", "cursor"]))] = draw(json_values)
+    frame = {"jsonrpc": "2.0", "method": draw(st.sampled_from(SESSION_METHODS)), "params": p}
+    return draw(st.integers(0, 4)) > 0, frame
+
+
+class LiveConnection:
+    """A long-lived in-process connection that refuses every permission it is asked."""
+
+    def __init__(self, rt: EdgeRuntime) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.answers: dict[int, list[dict[str, Any]]] = {}
+        self.arrived = asyncio.Event()
+        self.task = asyncio.create_task(serve_connection(rt, self._incoming(), self._send))
+        self.sid = ""
+        self._next = 0
+
+    async def _incoming(self) -> AsyncIterator[str]:
+        while (item := await self.queue.get()) is not None:
+            yield item
+
+    async def _send(self, line: str) -> None:
+        msg = json.loads(line)
+        assert msg["jsonrpc"] == "2.0"
+        if "method" in msg:
+            if "id" in msg:  # back-channel: deny / decline at once
+                result: dict[str, Any] = ({"action": "decline"}
+                                          if msg["method"] == "elicitation/create" else
+                                          {"outcome": {"outcome": "selected",
+                                                       "optionId": "reject-once"}})
+                self.queue.put_nowait(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
+                                                  "result": result}))
+            return
+        assert ("result" in msg) != ("error" in msg)
+        if "error" in msg:
+            assert set(msg["error"]) == {"code", "message"}
+        self.answers.setdefault(msg["id"], []).append(msg)
+        self.arrived.set()
+
+    def next_id(self) -> int:
+        self._next += 1
+        return self._next
+
+    async def request(self, frame: dict[str, Any]) -> int:
+        rid = self.next_id()
+        self.queue.put_nowait(json.dumps({**frame, "id": rid}))
+        return rid
+
+    async def wait_for(self, ids: list[int]) -> None:
+        async def all_in() -> None:
+            while not all(i in self.answers for i in ids):
+                self.arrived.clear()
+                await self.arrived.wait()
+
+        await asyncio.wait_for(all_in(), 60)
+
+
+@pytest.fixture(scope="module")
+def live(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveConnection]:
+    ws = tmp_path_factory.mktemp("live-ws")
+
+    async def start() -> LiveConnection:
+        conn = LiveConnection(runtime)
+        rid = await conn.request({"jsonrpc": "2.0", "method": "session/new",
+                                  "params": {"agentAlias": "demo", "cwd": str(ws)}})
+        await conn.wait_for([rid])
+        conn.sid = conn.answers[rid][0]["result"]["sessionId"]
+        return conn
+
+    conn = loop.run_until_complete(start())
+    yield conn
+    conn.queue.put_nowait(None)
+    loop.run_until_complete(asyncio.wait_for(conn.task, 60))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(frames=st.lists(session_frames(), min_size=1, max_size=6))
+def test_fuzz_with_live_session(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime,
+                                live: LiveConnection,
+                                frames: list[tuple[bool, dict[str, Any]]]) -> None:
+    async def scenario() -> None:
+        ids = []
+        for is_request, frame in frames:
+            text = json.dumps(frame).replace(json.dumps(SID), json.dumps(live.sid))
+            if is_request:
+                ids.append(await live.request(json.loads(text)))
+            else:
+                live.queue.put_nowait(text)
+        await live.wait_for(ids)
+        # settle: a prompt sent as a notification may still run; wait until the slot is free
+        session = runtime.registry.active[live.sid]
+        await asyncio.wait_for(session.wait_turn(), 60)
+        for rid in ids:
+            assert len(live.answers[rid]) == 1, live.answers[rid]
+        assert live.sid in runtime.registry.active, "the live session survived"
+
+    loop.run_until_complete(scenario())

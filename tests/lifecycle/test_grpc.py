@@ -350,3 +350,15 @@ async def test_output_waiting_for_an_attacher_survives_the_adapters_exit(tmp_pat
     finally:
         await controller.close_all()
         await controller.store.close()
+
+
+async def test_concurrent_ensure_for_one_key_spawns_once(scripts: Scripts, guard: ProcessGuard, served: tuple[RunningServer, lifecycle_pb2_grpc.LifecycleServiceAsyncStub]) -> None:
+    _, stub = served
+    req = pb.EnsureSessionRequest(session_key="agent:c:acp:1", command=sys.executable, args=[str(scripts.echo)])
+    replies = await asyncio.gather(*(stub.EnsureSession(req) for _ in range(4)))
+    for r in replies:
+        guard.track(r.lease.root_pid)
+    assert sum(r.spawned for r in replies) == 1
+    assert len({r.lease.lease_id for r in replies}) == 1
+    listed = await stub.ListLeases(pb.ListLeasesRequest(session_key="agent:c:acp:1"))
+    assert len(listed.leases) == 1

@@ -30,8 +30,8 @@ def _say(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
-async def run_all(sizes: Sizes, groups: Sequence[str]) -> list[Row]:
-    """Run the chosen groups; rows in the issue's order."""
+async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str]) -> list[Row]:
+    """Run the chosen groups; rows in the issue's order; failed serve starts go to ``incidents``."""
     rows: dict[str, list[Row]] = {}
     wanted = set(groups)
     if wanted & {"relay", "cold"}:
@@ -43,11 +43,13 @@ async def run_all(sizes: Sizes, groups: Sequence[str]) -> list[Row]:
             if "cold" in wanted:
                 _say("cold session/new")
                 rows["cold"] = await run_cold(st, token, sizes)
+        incidents += st.failed_starts
     if "concurrency" in wanted:
         # A fresh gateway, so "idle" RSS is the edge before any session ever ran.
         async with stage(max_sessions=sizes.concurrent_sessions + 8) as st, serve(st) as sv:
             _say(f"{sizes.concurrent_sessions} concurrent sessions")
             rows["concurrency"] = await run_concurrency(st, sv, st.mint_token(), sizes)
+        incidents += st.failed_starts
     if "load" in wanted:
         _say(f"session/load of {sizes.history_items} messages")
         async with stage() as st:
@@ -78,8 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = machine(REPO)
     started = now_utc()
     t0 = time.monotonic()
-    rows = asyncio.run(run_all(sizes, groups))
-    text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick)
+    incidents: list[str] = []
+    rows = asyncio.run(run_all(sizes, groups, incidents))
+    text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick,
+                  incidents=incidents)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

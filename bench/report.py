@@ -67,7 +67,7 @@ def _cell(row: Row, value: float | None) -> str:
 
 
 def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float,
-           quick: bool) -> str:
+           quick: bool, incidents: Sequence[str] = ()) -> str:
     """The whole results page."""
     load_after = os.getloadavg()
     lines = [
@@ -104,6 +104,13 @@ def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float
     for i, row in enumerate(rows, 1):
         if row.note:
             lines.append(f"{i}. ({row.item}) {row.measure}: {row.note}")
+    if incidents:
+        lines += ["", f"Incidents: {len(incidents)} `acpgate serve` start(s) failed and were "
+                  "retried (see bench/PROFILE.md, 'serve start'):", ""]
+        for text in incidents:
+            first = next((ln for ln in text.splitlines() if "fork_posix" in ln or "exit" in ln),
+                         text.splitlines()[0] if text else "")
+            lines.append(f"- {first.strip()[:300]}")
     lines += ["", "Where the time goes on the missed targets, and what would fix it: "
               "see `bench/PROFILE.md`.", ""]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -56,6 +56,8 @@ class Stage:
     root: Path
     port: int
     max_sessions: int
+    #: Logs of ``acpgate serve`` starts that failed (and were retried).
+    failed_starts: list[str] = field(default_factory=list)
 
     @property
     def config_dir(self) -> Path:
@@ -175,30 +177,56 @@ async def _port_open(port: int) -> bool:
     return True
 
 
-@asynccontextmanager
-async def serve(st: Stage, within: float = 60.0) -> AsyncIterator[Serve]:
-    """``acpgate serve`` until the gateway port accepts; SIGTERM and wait afterwards."""
-    log_path = st.root / "serve.log"
+class ServeStartFailed(RuntimeError):
+    """``acpgate serve`` exited (or hung) before its gateway port accepted connections."""
+
+
+async def _start_serve(st: Stage, log_path: Path, within: float) -> asyncio.subprocess.Process:
     with log_path.open("wb") as log_file:  # the children inherit it; read on failure
         proc = await asyncio.create_subprocess_exec(
             *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(),
             cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while not await _port_open(st.port):
-            if proc.returncode is not None or loop.time() > deadline:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"acpgate serve did not open port {st.port} "
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not await _port_open(st.port):
+        if proc.returncode is not None or loop.time() > deadline:
+            await _stop(proc)
+            tail = (await asyncio.to_thread(log_path.read_text, errors="replace"))[-3000:]
+            raise ServeStartFailed(f"acpgate serve did not open port {st.port} "
                                    f"(exit code {proc.returncode}); its log:\n{tail}")
-            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)
+    return proc
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 60)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+@asynccontextmanager
+async def serve(st: Stage, within: float = 60.0, attempts: int = 3) -> AsyncIterator[Serve]:
+    """``acpgate serve`` until the gateway port accepts; SIGTERM and wait afterwards.
+
+    A start that fails is logged in :attr:`Stage.failed_starts` and retried
+    (up to ``attempts`` starts) so one flaky start does not void the whole run.
+    """
+    proc: asyncio.subprocess.Process | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            proc = await _start_serve(st, st.root / f"serve-{attempt}.log", within)
+            break
+        except ServeStartFailed as exc:
+            st.failed_starts.append(str(exc))
+            if attempt == attempts:
+                raise
+    assert proc is not None
+    try:
         yield Serve(proc)
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await _stop(proc)

@@ -32,6 +32,7 @@ from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
+from services.common.signals import install_stop_signals
 from services.edge.ws_server import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
 
 log = get_logger("serve")
@@ -244,10 +245,8 @@ async def run_serve(
     on_ready: Callable[[Supervisor], None] | None = None,
 ) -> int:
     """``acpgate serve``: run the three children until SIGINT/SIGTERM; 0 on a clean stop."""
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    remove_signals = install_stop_signals(stop)
     supervisor = Supervisor(cfg, options=options)
     code = 0
     try:
@@ -269,7 +268,6 @@ async def run_serve(
         log.info("serve_stopping")
     finally:
         await supervisor.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        remove_signals()
     log.info("serve_stopped", exit_code=code)
     return code

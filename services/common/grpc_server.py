@@ -6,6 +6,7 @@ reflection, on a unix socket (``unix:/path``) or TCP (``host:port``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from services.common.signals import install_stop_signals
 
 #: Large enough for a 10 MiB blob plus framing; Attach batches stay far below.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -90,3 +93,15 @@ async def start_server(
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server=server, address=address, health=health_servicer)
+
+
+async def serve_until_signalled(running: RunningServer) -> int:
+    """Serve ``running`` until SIGINT or SIGTERM, then stop it gracefully; returns 0."""
+    stop = asyncio.Event()
+    remove = install_stop_signals(stop)
+    try:
+        await stop.wait()
+    finally:
+        remove()
+        await running.stop()
+    return 0

@@ -8,7 +8,6 @@ services and returns 0 with no child process left behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -18,6 +17,7 @@ import grpc
 
 from services.common.config import Config
 from services.common.logs import get_logger
+from services.common.signals import install_stop_signals
 from services.edge.connection import open_runtime, serve_connection
 
 log = get_logger("edge.stdio")
@@ -112,10 +112,7 @@ async def run_stdio(cfg: Config) -> int:
         print(f"acpgate: cannot reach the session/lifecycle services: {detail}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     try:
         reader = await _stdin_reader()
         send = await _stdout_writer()
@@ -138,8 +135,6 @@ async def run_stdio(cfg: Config) -> int:
         await serve_connection(runtime, incoming(), send)
     finally:
         await runtime.close()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
+        remove_signals()
     log.info("stdio_edge_exit")
     return 0

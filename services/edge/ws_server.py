@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import http
-import signal
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +40,7 @@ from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
+from services.common.signals import install_stop_signals
 from services.edge.auth import (
     BEARER_SUBPROTOCOL_PREFIX,
     Authenticator,
@@ -514,10 +514,8 @@ async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = 
     from services.edge.connection import open_runtime
 
     cfg = with_service_addresses(cfg)
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    remove_signals = install_stop_signals(stop)
     probe = ServiceProbe(cfg, cfg.services.session_addr, cfg.services.lifecycle_addr)
     try:
         if not await _wait_for_services(probe, stop):
@@ -546,8 +544,7 @@ async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = 
             await runtime.close()
     finally:
         await probe.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        remove_signals()
     return 0
 
 

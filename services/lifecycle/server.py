@@ -8,16 +8,12 @@ server closes (verifies and reaps) every lease it still holds.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, server_credentials, server_interceptors
-from services.common.grpc_server import RunningServer, start_server
+from services.common.grpc_server import RunningServer, serve_until_signalled, start_server
 from services.common.logs import get_logger
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.instance import load_or_create_instance_id
@@ -122,18 +118,7 @@ async def run_lifecycle_service(cfg: Config) -> int:
     """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
     address = default_lifecycle_address(cfg)
     running = await start_lifecycle_server(cfg, address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
     try:
-        await stop.wait()
+        return await serve_until_signalled(running)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        await running.stop()
         log.info("lifecycle_service_stopped", address=address)
-    return 0

@@ -8,10 +8,6 @@ configured address until SIGINT/SIGTERM, then stops cleanly (exit 0).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-
 import grpc
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
@@ -22,7 +18,7 @@ from services.common.grpc_auth import (
     server_credentials,
     server_interceptors,
 )
-from services.common.grpc_server import RunningServer, start_server
+from services.common.grpc_server import RunningServer, serve_until_signalled, start_server
 from services.common.logs import get_logger
 from services.session.servicer import SessionServicer
 from services.session.store import Clock, open_store, wall_clock_ms
@@ -86,18 +82,7 @@ async def run_session_service(cfg: Config) -> int:
     """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
     address = default_session_address(cfg)
     running = await start_session_server(cfg, address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
     try:
-        await stop.wait()
+        return await serve_until_signalled(running)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        await running.stop()
         log.info("session_service_stopped", address=address)
-    return 0

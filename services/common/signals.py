@@ -1,0 +1,33 @@
+"""Turning SIGINT/SIGTERM (and friends) into an asyncio event, for every long-running command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterable
+
+DEFAULT_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_stop_signals(
+    stop: asyncio.Event, signals: Iterable[signal.Signals] = DEFAULT_STOP_SIGNALS
+) -> Callable[[], None]:
+    """Set ``stop`` when one of ``signals`` arrives; returns a function removing the handlers.
+
+    Where the loop cannot install handlers (not the main thread, no Unix
+    signals) the signal is skipped: the caller still stops on its other paths.
+    """
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    def remove() -> None:
+        for sig in installed:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+
+    return remove

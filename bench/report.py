@@ -106,7 +106,7 @@ def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float
             lines.append(f"{i}. ({row.item}) {row.measure}: {row.note}")
     if incidents:
         lines += ["", f"Incidents: {len(incidents)} `acpgate serve` start(s) failed and were "
-                  "retried (see bench/PROFILE.md, 'serve start'):", ""]
+                  "retried (see bench/PROFILE.md, section 7):", ""]
         for text in incidents:
             first = next((ln for ln in text.splitlines() if "fork_posix" in ln or "exit" in ln),
                          text.splitlines()[0] if text else "")

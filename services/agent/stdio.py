@@ -23,7 +23,10 @@ class StdioLines:
     def __init__(self, stdin: BinaryIO | None = None, stdout_fd: int | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self.reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-        self._stdin = stdin if stdin is not None else sys.stdin.buffer
+        # Raw fd reads, not the BufferedReader: a daemon thread blocked inside
+        # the buffered reader holds its lock, and interpreter shutdown then
+        # aborts the process (SIGABRT) instead of exiting cleanly.
+        self._in_fd = (stdin if stdin is not None else sys.stdin).fileno()
         self._out_fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="acp-stdout")
         # A daemon thread: a blocked read must never keep the process alive at exit.
@@ -33,7 +36,7 @@ class StdioLines:
     def _pump(self) -> None:
         try:
             while True:
-                chunk = self._stdin.readline()
+                chunk = os.read(self._in_fd, 65536)
                 if not chunk:
                     break
                 self._loop.call_soon_threadsafe(self.reader.feed_data, chunk)

@@ -215,3 +215,24 @@ async def test_eof_answers_requests_already_read_and_cancels_turns(tmp_path: Pat
     assert answers[2]["result"] == {}
     assert answers[3]["result"]["stopReason"] == "cancelled"
     assert proc.returncode == 0
+
+
+async def test_sigterm_while_stdin_open_exits_cleanly(tmp_path: Path) -> None:
+    """The lifecycle wrapper SIGTERMs an idle agent whose stdin is still open.
+
+    Regression: the stdin reader thread used to sit inside the buffered reader,
+    and interpreter shutdown then aborted the process (SIGABRT, "Fatal Python
+    error: _enter_buffered_busy") instead of exiting 0.
+    """
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text(CONFIG)
+    proc = await asyncio.create_subprocess_exec(
+        *agent_command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=dict(os.environ))
+    p = Proc(proc)
+    await p.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+    assert (await p.read())["id"] == 1
+    proc.send_signal(15)
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert b"Fatal Python error" not in err
+    assert proc.returncode == 0

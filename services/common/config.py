@@ -109,6 +109,9 @@ class GatewaySection:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_connections: int = 64
     ping_interval_secs: int = 20
+    #: permessage-deflate on /acp. Small JSON-RPC frames gain little from it and
+    #: both ends pay CPU per frame (see bench/PROFILE.md).
+    compression: bool = True
     tls: TlsSection = field(default_factory=TlsSection)
 
 

@@ -105,6 +105,10 @@ def _grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
     return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
 
 
+#: Replayed updates written per hold of the send lock (session/load).
+_REPLAY_CHUNK = 500
+
+
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
 
@@ -147,6 +151,16 @@ class DialectConnection:
             raise ConnectionError("client connection closed")
         async with self._send_lock:
             await self._raw_send(line)
+
+    async def send_many(self, lines: list[str]) -> None:
+        """Write several messages in order under one hold of the send lock (a replay
+        of thousands of updates pays the lock once, not per line); a gone client raises
+        ConnectionError."""
+        if self._closed:
+            raise ConnectionError("client connection closed")
+        async with self._send_lock:
+            for line in lines:
+                await self._raw_send(line)
 
     async def _answer(self, line: str, code: int | None = None) -> None:
         if code is not None:
@@ -458,8 +472,8 @@ class DialectConnection:
                 agent = await rt.session_stub.ResolveRestoreAgent(
                     session_pb2.ResolveRestoreAgentRequest(session_id=sid))
                 policy = await self._policy(agent.alias, row.workspace_dir)
-                items = [item async for item in rt.session_stub.StreamHistory(
-                    session_pb2.StreamHistoryRequest(session_id=sid))]
+                items = [item async for page in rt.session_stub.StreamHistory(
+                    session_pb2.StreamHistoryRequest(session_id=sid)) for item in page.items]
             except grpc.aio.AioRpcError as exc:
                 raise _grpc_error(exc, sid) from None
             session = EdgeSession(rt, self, row, agent.kind, rt.clock)
@@ -486,8 +500,12 @@ class DialectConnection:
                 raise JsonRpcError(INTERNAL_ERROR,
                                    f"Failed to restore session: {_cause(exc)}") from None
             if replay:
-                for update in replay_updates(items):
-                    await self._notify_update(sid, update)
+                lines = [notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": u})
+                         for u in replay_updates(items)]
+                with contextlib.suppress(ConnectionError, OSError):
+                    # Chunks, so other sessions on this connection still get a turn.
+                    for start in range(0, len(lines), _REPLAY_CHUNK):
+                        await self.send_many(lines[start:start + _REPLAY_CHUNK])
             elif row.plan_json:
                 entries = _loads_list(row.plan_json)
                 if entries is not None:

@@ -29,6 +29,7 @@ from services.session.aliases import (
     resolve_alias,
     resolve_restore_alias,
 )
+from services.session.history_pages import cut_pages
 from services.session.policy import SecurityPolicy, policy_for
 from services.session.store import (
     HistoryEntry,
@@ -449,20 +450,22 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
 
     async def _stream(
         self, session_id: str, after_seq: int, context: Ctx
-    ) -> AsyncIterator[pb.HistoryItem]:
+    ) -> AsyncIterator[pb.HistoryPage]:
+        # Each store read goes out at once as one or more pages (never one item per message).
         try:
-            async for entry in self._store.iter_history(session_id, after_seq=after_seq):
-                yield entry_to_pb(entry)
+            async for rows in self._store.iter_history_pages(session_id, after_seq=after_seq):
+                for page in cut_pages(entry_to_pb(entry) for entry in rows):
+                    yield page
         except SessionNotFound as exc:
             await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def StreamHistory(
         self, request: pb.StreamHistoryRequest, context: Ctx
-    ) -> AsyncIterator[pb.HistoryItem]:
-        """The stored conversation, oldest first (trusted callers)."""
+    ) -> AsyncIterator[pb.HistoryPage]:
+        """The stored conversation, oldest first, in pages (trusted callers)."""
         await self._get(request.session_id, context)
-        async for item in self._stream(request.session_id, request.after_seq, context):
-            yield item
+        async for page in self._stream(request.session_id, request.after_seq, context):
+            yield page
 
     # -- visibility-filtered reads (SPEC §14)
 
@@ -500,14 +503,14 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
 
     async def GetHistory(
         self, request: pb.GetHistoryRequest, context: Ctx
-    ) -> AsyncIterator[pb.HistoryItem]:
-        """The history of a session the requester may see."""
+    ) -> AsyncIterator[pb.HistoryPage]:
+        """The history of a session the requester may see, in pages."""
         await self._visible(
             request.requester_session_key, request.visibility, request.session_id, "history",
             context,
         )
-        async for item in self._stream(request.session_id, 0, context):
-            yield item
+        async for page in self._stream(request.session_id, 0, context):
+            yield page
 
     async def SessionStatus(
         self, request: pb.SessionStatusRequest, context: Ctx

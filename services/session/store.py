@@ -802,6 +802,15 @@ class SessionStore:
         self, session_id: str, *, after_seq: int = 0, page: int = _PAGE
     ) -> AsyncIterator[HistoryEntry]:
         """The stored items oldest first, read in pages (SessionNotFound if no such row)."""
+        async for rows in self.iter_history_pages(session_id, after_seq=after_seq, page=page):
+            for entry in rows:
+                yield entry
+
+    async def iter_history_pages(
+        self, session_id: str, *, after_seq: int = 0, page: int = _PAGE
+    ) -> AsyncIterator[list[HistoryEntry]]:
+        """The stored items oldest first as the store reads them: one non-empty list of at
+        most ``page`` items per query (SessionNotFound if no such row)."""
         await self.get_session(session_id)
         last = after_seq
         while True:
@@ -811,8 +820,8 @@ class SessionStore:
                 (session_id, last, page),
             ) as cur:
                 rows = [_entry(r) async for r in cur]
-            for entry in rows:
-                yield entry
+            if rows:
+                yield rows
             if len(rows) < page:
                 return
             last = rows[-1].seq

@@ -38,8 +38,12 @@ async def _code(call: object) -> tuple[grpc.StatusCode, str]:
     raise AssertionError("call succeeded")
 
 
+async def _pages(stream: object) -> list[pb.HistoryPage]:
+    return [p async for p in stream]  # type: ignore[attr-defined]
+
+
 async def _items(stream: object) -> list[pb.HistoryItem]:
-    return [i async for i in stream]  # type: ignore[attr-defined]
+    return [i for p in await _pages(stream) for i in p.items]
 
 
 # ------------------------------------------------------------------ operability
@@ -240,6 +244,42 @@ async def test_spec8_spec13_rows_and_turns(stub: Stub) -> None:
     ):
         code, details = await _code(call)
         assert code == grpc.StatusCode.NOT_FOUND, details
+
+
+async def test_history_streams_in_pages(stub: Stub) -> None:
+    """StreamHistory and GetHistory batch items (ARCHITECTURE "gRPC streams must batch"):
+    pages of at most 500 items / ~1 MiB, oldest first, never empty, nothing lost."""
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="big", agent_alias="alpha",
+                                                     workspace_dir="/w"))
+    R = pb.HistoryItem
+    many = [R(role=R.ROLE_USER if i % 2 == 0 else R.ROLE_ASSISTANT, text=f"m{i}")
+            for i in range(1203)]
+    await stub.AppendTurn(pb.AppendTurnRequest(session_id="big", items=many))
+    for stream in (stub.StreamHistory(pb.StreamHistoryRequest(session_id="big")),
+                   stub.GetHistory(pb.GetHistoryRequest(session_id="big"))):
+        pages = await _pages(stream)
+        assert [len(p.items) for p in pages] == [500, 500, 203]
+        assert [i.seq for p in pages for i in p.items] == list(range(1, 1204))
+        assert [i.text for p in pages for i in p.items] == [f"m{i}" for i in range(1203)]
+    tail = await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="big",
+                                                                   after_seq=1200)))
+    assert [[i.seq for i in p.items] for p in tail] == [[1201, 1202, 1203]]
+
+    # Large items: the byte bound cuts pages long before 500 items.
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="fat", agent_alias="alpha",
+                                                     workspace_dir="/w"))
+    blob = "x" * 300_000
+    await stub.AppendTurn(pb.AppendTurnRequest(
+        session_id="fat", items=[R(role=R.ROLE_USER, text=blob + str(i)) for i in range(8)]))
+    pages = await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="fat")))
+    assert [len(p.items) for p in pages] == [3, 3, 2]
+    assert all(p.ByteSize() <= 1 << 20 for p in pages)
+    assert [i.text for p in pages for i in p.items] == [blob + str(i) for i in range(8)]
+
+    # A session without items streams no page at all.
+    await stub.CreateSession(pb.CreateSessionRequest(session_id="nil", agent_alias="alpha",
+                                                     workspace_dir="/w"))
+    assert await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="nil"))) == []
 
 
 async def test_spec8_restore_agent_over_grpc(stub: Stub) -> None:

@@ -765,6 +765,37 @@ class AppendTurnResponse(_message.Message):
 Global___AppendTurnResponse: _TypeAlias = AppendTurnResponse  # noqa: Y015
 
 @_typing.final
+class HistoryPage(_message.Message):
+    """A run of consecutive history items, one gRPC message of StreamHistory and
+    GetHistory. The service sends each page as soon as its items are read from
+    the store and never waits to fill one; a page holds at most 500 items and
+    about 1 MiB of encoded items (a single larger item travels alone). Pages
+    arrive oldest first and their items are in increasing seq order, so the
+    concatenation of all pages is the whole history. A page is never empty; a
+    session without items yields no page at all.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryItem]:
+        """The items of this page, oldest first (increasing seq)."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___HistoryItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HistoryPage: _TypeAlias = HistoryPage  # noqa: Y015
+
+@_typing.final
 class StreamHistoryRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -854,8 +885,11 @@ class GetHistoryRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
+    """Requesting session key; empty = local operator (sees everything)."""
     session_id: _builtins.str
+    """The session whose history is read."""
     visibility: _builtins.str
+    """Override the configured [sessions] visibility (empty = configured)."""
     def __init__(
         self,
         *,

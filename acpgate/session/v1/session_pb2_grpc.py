@@ -88,7 +88,7 @@ class SessionServiceStub:
         self.StreamHistory = channel.unary_stream(
                 '/acpgate.session.v1.SessionService/StreamHistory',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.SerializeToString,
-                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.FromString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
                 _registered_method=True)
         self.ListSessions = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/ListSessions',
@@ -98,7 +98,7 @@ class SessionServiceStub:
         self.GetHistory = channel.unary_stream(
                 '/acpgate.session.v1.SessionService/GetHistory',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetHistoryRequest.SerializeToString,
-                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.FromString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
                 _registered_method=True)
         self.SessionStatus = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/SessionStatus',
@@ -187,7 +187,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamHistory(self, request, context):
-        """The whole stored conversation of one session, oldest first (trusted callers).
+        """The whole stored conversation of one session, oldest first (trusted callers),
+        in pages: one gRPC message per HistoryPage, never one per item
+        (ARCHITECTURE.md, "gRPC streams must batch").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,7 +204,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetHistory(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The history of a session the requester may see, oldest first, in pages
+        like StreamHistory.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -276,7 +280,7 @@ def add_SessionServiceServicer_to_server(servicer, server):
             'StreamHistory': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamHistory,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.FromString,
-                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.SerializeToString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.SerializeToString,
             ),
             'ListSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessions,
@@ -286,7 +290,7 @@ def add_SessionServiceServicer_to_server(servicer, server):
             'GetHistory': grpc.unary_stream_rpc_method_handler(
                     servicer.GetHistory,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetHistoryRequest.FromString,
-                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.SerializeToString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.SerializeToString,
             ),
             'SessionStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.SessionStatus,
@@ -596,7 +600,7 @@ class SessionService:
             target,
             '/acpgate.session.v1.SessionService/StreamHistory',
             acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.SerializeToString,
-            acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.FromString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
             options,
             channel_credentials,
             insecure,
@@ -650,7 +654,7 @@ class SessionService:
             target,
             '/acpgate.session.v1.SessionService/GetHistory',
             acpgate_dot_session_dot_v1_dot_session__pb2.GetHistoryRequest.SerializeToString,
-            acpgate_dot_session_dot_v1_dot_session__pb2.HistoryItem.FromString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,13 +66,19 @@ class SessionServiceStub:
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
     AppendTurn: _grpc.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]
     """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
-    StreamHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryItem]
-    """The whole stored conversation of one session, oldest first (trusted callers)."""
+    StreamHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]
+    """The whole stored conversation of one session, oldest first (trusted callers),
+    in pages: one gRPC message per HistoryPage, never one per item
+    (ARCHITECTURE.md, "gRPC streams must batch").
+    """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
     """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
     the local operator (the edge acting for its own client) and sees every row.
     """
-    GetHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryItem]
+    GetHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]
+    """The history of a session the requester may see, oldest first, in pages
+    like StreamHistory.
+    """
     SessionStatus: _grpc.UnaryUnaryMultiCallable[_session_pb2.SessionStatusRequest, _session_pb2.SessionStatusResponse]
     CheckAccess: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]
     """The same check for an action without a payload (e.g. "send")."""
@@ -102,13 +108,19 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
     AppendTurn: _aio.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]  # type: ignore[assignment]
     """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
-    StreamHistory: _aio.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryItem]  # type: ignore[assignment]
-    """The whole stored conversation of one session, oldest first (trusted callers)."""
+    StreamHistory: _aio.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
+    """The whole stored conversation of one session, oldest first (trusted callers),
+    in pages: one gRPC message per HistoryPage, never one per item
+    (ARCHITECTURE.md, "gRPC streams must batch").
+    """
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
     the local operator (the edge acting for its own client) and sees every row.
     """
-    GetHistory: _aio.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryItem]  # type: ignore[assignment]
+    GetHistory: _aio.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
+    """The history of a session the requester may see, oldest first, in pages
+    like StreamHistory.
+    """
     SessionStatus: _aio.UnaryUnaryMultiCallable[_session_pb2.SessionStatusRequest, _session_pb2.SessionStatusResponse]  # type: ignore[assignment]
     CheckAccess: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]  # type: ignore[assignment]
     """The same check for an action without a payload (e.g. "send")."""
@@ -201,8 +213,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _session_pb2.StreamHistoryRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_session_pb2.HistoryItem], _abc.AsyncIterator[_session_pb2.HistoryItem]]:
-        """The whole stored conversation of one session, oldest first (trusted callers)."""
+    ) -> _typing.Union[_abc.Iterator[_session_pb2.HistoryPage], _abc.AsyncIterator[_session_pb2.HistoryPage]]:
+        """The whole stored conversation of one session, oldest first (trusted callers),
+        in pages: one gRPC message per HistoryPage, never one per item
+        (ARCHITECTURE.md, "gRPC streams must batch").
+        """
 
     @_abc_1.abstractmethod
     def ListSessions(
@@ -219,7 +234,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _session_pb2.GetHistoryRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_session_pb2.HistoryItem], _abc.AsyncIterator[_session_pb2.HistoryItem]]: ...
+    ) -> _typing.Union[_abc.Iterator[_session_pb2.HistoryPage], _abc.AsyncIterator[_session_pb2.HistoryPage]]:
+        """The history of a session the requester may see, oldest first, in pages
+        like StreamHistory.
+        """
 
     @_abc_1.abstractmethod
     def SessionStatus(

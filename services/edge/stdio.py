@@ -69,21 +69,94 @@ async def _stdin_reader() -> asyncio.StreamReader:
     return reader
 
 
-async def _stdout_writer() -> Callable[[str], Awaitable[None]]:
-    """A ``send`` that writes one line to stdout (pipe transport, else a thread)."""
+#: Bytes (pending lines plus the pipe transport's buffer) above which ``send`` waits for the
+#: reader: big enough that a fast reader never makes a sender wait, small enough to bound memory.
+WRITE_HIGH_WATER = 1 << 20
+#: How long the final flush at exit waits for a reader that stopped reading.
+FINAL_FLUSH_SECS = 5.0
+
+
+class LineWriter:
+    """Writes lines to a pipe transport, coalescing every line of one loop iteration.
+
+    ``send`` appends to a pending list and schedules one flush for the end of the
+    current loop iteration, so a burst of updates becomes one ``write`` syscall
+    instead of one per line (order is kept: this is the only writer). ``send``
+    waits only when pending plus unsent bytes exceed ``high_water``: then it
+    writes at once and waits until the reader has taken the transport's buffer
+    below its low mark, which is the backpressure a non-reading client feels.
+    """
+
+    def __init__(self, transport: asyncio.WriteTransport, writer: asyncio.StreamWriter,
+                 high_water: int = WRITE_HIGH_WATER) -> None:
+        self._transport = transport
+        self._writer = writer
+        self._loop = asyncio.get_running_loop()
+        self._high_water = high_water
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._scheduled = False
+        # The transport pauses (drain waits) at the same mark ``send`` checks against.
+        transport.set_write_buffer_limits(high=high_water)
+
+    @property
+    def pending_chars(self) -> int:
+        """Characters queued for the next flush (not yet handed to the transport)."""
+        return self._pending_chars
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes the transport holds that the reader has not taken yet."""
+        return self._transport.get_write_buffer_size()
+
+    async def send(self, line: str) -> None:
+        """Queue one line; waits only above the high-water mark. ConnectionError once closed."""
+        if self._transport.is_closing():
+            raise ConnectionError("stdout closed")
+        self._pending.append(line)
+        self._pending_chars += len(line) + 1
+        if self._pending_chars + self._transport.get_write_buffer_size() > self._high_water:
+            self.flush()
+            await self._writer.drain()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand every pending line to the transport in one write."""
+        self._scheduled = False
+        if not self._pending:
+            return
+        lines = self._pending
+        self._pending = []
+        self._pending_chars = 0
+        if self._transport.is_closing():
+            return  # the reader is gone: nothing can be delivered
+        lines.append("")
+        self._transport.write("\n".join(lines).encode("utf-8", errors="surrogateescape"))
+
+    async def aclose(self, wait_secs: float = FINAL_FLUSH_SECS) -> None:
+        """Flush and wait (bounded) until the reader has taken everything written."""
+        self.flush()
+        if self._transport.is_closing():
+            return
+        # A zero high mark makes drain() wait until the transport buffer is empty.
+        self._transport.set_write_buffer_limits(high=0)
+        try:
+            await asyncio.wait_for(self._writer.drain(), wait_secs)
+        except (TimeoutError, ConnectionError, OSError):
+            pass
+
+
+async def _stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """``(send, close)`` for stdout: a coalescing pipe writer, else a thread per line."""
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, sys.stdout.buffer)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-
-        async def send_pipe(line: str) -> None:
-            if transport.is_closing():
-                raise ConnectionError("stdout closed")
-            writer.write(line.encode("utf-8", errors="surrogateescape") + b"\n")
-            await writer.drain()
-
-        return send_pipe
+        line_writer = LineWriter(transport, writer)
+        return line_writer.send, line_writer.aclose
     except (ValueError, OSError):
         fd = sys.stdout.fileno()
         lock = asyncio.Lock()
@@ -99,7 +172,10 @@ async def _stdout_writer() -> Callable[[str], Awaitable[None]]:
                 await asyncio.to_thread(write_all, line.encode("utf-8", errors="surrogateescape")
                                         + b"\n")
 
-        return send_file
+        async def close_file() -> None:
+            return None
+
+        return send_file, close_file
 
 
 async def run_stdio(cfg: Config) -> int:
@@ -115,7 +191,7 @@ async def run_stdio(cfg: Config) -> int:
     remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     try:
         reader = await _stdin_reader()
-        send = await _stdout_writer()
+        send, close_stdout = await _stdout_writer()
 
         async def incoming() -> AsyncIterator[str]:
             lines = read_lines(reader)
@@ -132,7 +208,10 @@ async def run_stdio(cfg: Config) -> int:
                 except StopAsyncIteration:
                     return
 
-        await serve_connection(runtime, incoming(), send)
+        try:
+            await serve_connection(runtime, incoming(), send)
+        finally:
+            await close_stdout()
     finally:
         await runtime.close()
         remove_signals()

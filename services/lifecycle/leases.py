@@ -63,6 +63,8 @@ class LeaseRecord:
 
 
 _COLUMNS = [f.name for f in fields(LeaseRecord)]
+#: Ids per ``IN (...)`` query, well under SQLite's bound-parameter limit.
+_IN_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -217,6 +219,53 @@ class LeaseStore:
         if to in ENDED_STATES:
             changes.setdefault("ended_at", now_ms)
         return await self.update(lease.lease_id, expect=[lease.state], state=to, **changes)
+
+    async def transition_many(
+        self,
+        moves: Sequence[tuple[LeaseRecord, LeaseState]],
+        *,
+        now_ms: int = 0,
+    ) -> builtins.list[LeaseRecord | None]:
+        """:meth:`transition` for many leases in ONE transaction (one commit, one fsync).
+
+        Each move is its own compare-and-set against the lease's current state; the
+        result is in ``moves`` order, None where that lease was gone or in another
+        state. Either every successful move is durable or none is. Callers hold the
+        leases' locks, like for :meth:`transition`.
+        """
+        if not moves:
+            return []
+        moved: builtins.list[bool] = []
+        try:
+            for lease, to in moves:
+                ended_at = now_ms if to in ENDED_STATES else None
+                cur = await self._db.execute(
+                    "UPDATE leases SET state = ?, ended_at = COALESCE(?, ended_at)"
+                    " WHERE lease_id = ? AND state = ?",
+                    (str(to), ended_at, lease.lease_id, str(lease.state)),
+                )
+                moved.append(cur.rowcount > 0)
+            await self._db.commit()
+        except BaseException:
+            await self._db.rollback()
+            raise
+        fresh = await self._get_many([lease.lease_id for (lease, _), ok in zip(moves, moved, strict=True) if ok])
+        return [fresh.get(lease.lease_id) if ok else None
+                for (lease, _), ok in zip(moves, moved, strict=True)]
+
+    async def _get_many(self, lease_ids: Sequence[str]) -> dict[str, LeaseRecord]:
+        out: dict[str, LeaseRecord] = {}
+        for start in range(0, len(lease_ids), _IN_CHUNK):
+            chunk = lease_ids[start:start + _IN_CHUNK]
+            async with self._db.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM leases"
+                f" WHERE lease_id IN ({', '.join('?' for _ in chunk)})",
+                chunk,
+            ) as cur:
+                for row in await cur.fetchall():
+                    rec = _row_to_record(row)
+                    out[rec.lease_id] = rec
+        return out
 
     async def expire(self, now_ms: int, retention_secs: int) -> builtins.list[str]:
         """Delete closed/lost leases that ended more than the retention ago; their ids."""

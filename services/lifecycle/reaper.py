@@ -12,10 +12,11 @@ verification, so a PID recycled meanwhile is never hit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.common.logs import get_logger
 from services.lifecycle.leases import ENDED_STATES, LeaseRecord, LeaseState, LeaseStore
@@ -25,6 +26,7 @@ from services.lifecycle.verify import (
     REASON_OTHER_INSTANCE,
     LegacyRecord,
     Owner,
+    ProcSnapshot,
     TreeProc,
     Verification,
     children_first,
@@ -200,17 +202,142 @@ class Reaper:
     async def reap_all(
         self, *, skip: Iterable[str] = (), reason: str = "startup"
     ) -> list[CloseResult]:
-        """Close every open/closing lease of this instance except ``skip``."""
+        """Close every open/closing lease of this instance except ``skip``, in one pass.
+
+        The same steps as :meth:`close` for each lease, batched where that keeps the
+        SPEC §13 ordering: every open lease is marked closing in one durable
+        transaction before any signal; one process listing taken after that commit
+        verifies every lease; every verified tree gets SIGTERM, then one grace period
+        runs for all; a lease with survivors is re-verified against a fresh listing of
+        its own right before its SIGKILL; the final states are written in one
+        transaction.
+        """
         skipped = set(skip)
-        leases = await self.store.list(
+        listed = await self.store.list(
             states=(LeaseState.OPEN, LeaseState.CLOSING), instance_id=self.owner.instance_id
         )
-        results: list[CloseResult] = []
-        for lease in leases:
-            if lease.lease_id in skipped:
+        ids = sorted({lease.lease_id for lease in listed} - skipped)
+        if not ids:
+            return []
+        async with contextlib.AsyncExitStack() as stack:
+            for lease_id in ids:  # sorted: two passes never wait on each other crosswise
+                await stack.enter_async_context(self.store.lock(lease_id))
+            # Re-read under the locks: a concurrent close may have moved some meanwhile.
+            wanted = set(ids)
+            leases = [
+                lease
+                for lease in await self.store.list(
+                    states=(LeaseState.OPEN, LeaseState.CLOSING),
+                    instance_id=self.owner.instance_id,
+                )
+                if lease.lease_id in wanted
+            ]
+            return await self._reap_locked(leases, reason)
+
+    async def _reap_locked(self, leases: list[LeaseRecord], reason: str) -> list[CloseResult]:
+        results: dict[str, CloseResult] = {}
+        # 1. closing, durable, before any signal (SPEC §13).
+        opens = [lease for lease in leases if lease.state == LeaseState.OPEN]
+        moved = await self.store.transition_many([(lease, LeaseState.CLOSING) for lease in opens])
+        current: dict[str, LeaseRecord] = {lease.lease_id: lease for lease in leases}
+        for lease, now in zip(opens, moved, strict=True):
+            if now is None:
+                fresh = await self.store.get(lease.lease_id)
+                results[lease.lease_id] = CloseResult(
+                    fresh, unverified_reason="lease changed state concurrently"
+                )
+                del current[lease.lease_id]
+            else:
+                current[lease.lease_id] = now
+        # 2. one listing, taken after the commit, verifies every lease.
+        try:
+            snapshot: ProcSnapshot | None = ProcSnapshot(await self.table.list_all())
+        except ProcessTableError:
+            snapshot = None  # each lease lists (and retries) on its own below
+        endings: list[tuple[LeaseRecord, LeaseState]] = []
+        reaping: list[tuple[LeaseRecord, Verification]] = []
+        for lease in current.values():
+            verification = await verify_owned_tree(lease, self.table, self.owner, snapshot)
+            if verification.evidence_unavailable:
+                verification = await self._verify_retrying(lease)
+            if verification.recovered_root is not None:
+                root = verification.recovered_root
+                updated = await self.store.update(
+                    lease.lease_id, root_pid=root.pid, root_start_time=root.start_time
+                )
+                lease = updated or lease
+            log.info(
+                "lease_close",
+                lease_id=lease.lease_id,
+                reason=reason,
+                verified=verification.verified,
+                root_gone=verification.root_gone,
+                why=verification.reason,
+                pids=[p.info.pid for p in verification.processes],
+            )
+            if verification.verified:
+                reaping.append((lease, verification))
                 continue
-            results.append(await self.close(lease.lease_id, reason))
-        return results
+            if verification.root_gone:
+                why = verification.reason if verification.reason == REASON_BIRTH else ""
+                results[lease.lease_id] = CloseResult(lease, unverified_reason=why)
+                endings.append((lease, LeaseState.LOST))
+            else:
+                results[lease.lease_id] = CloseResult(
+                    lease, unverified_reason=verification.reason
+                )
+                endings.append((lease, LeaseState.OPEN))
+        # 3. SIGTERM every verified tree at once, then one grace period for all.
+        for _, verification in reaping:
+            for proc in verification.processes:
+                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+        everyone = [p for _, v in reaping for p in v.processes]
+        survivors = {p.info.identity for p in await self._wait_gone(
+            everyone, self.term_grace_ms / 1000.0)}
+        # 4. per lease: re-verify right before its SIGKILL, exactly as in close().
+        finals: list[tuple[LeaseRecord, Verification, list[TreeProc], list[TreeProc]]] = []
+        for lease, verification in reaping:
+            snap = list(verification.processes)
+            left = [p for p in snap if p.info.identity in survivors]
+            killed: list[TreeProc] = []
+            if left:
+                again = await self._verify_retrying(lease)
+                if again.evidence_unavailable or not (again.verified or again.root_gone):
+                    results[lease.lease_id] = CloseResult(
+                        lease,
+                        terminated_pids=_pids(p for p in snap if p not in left),
+                        surviving_pids=_pids(left),
+                        unverified_reason=f"re-verification failed: {again.reason}",
+                    )
+                    endings.append((lease, LeaseState.OPEN))
+                    continue
+                allowed = {p.info.identity: p for p in left}
+                for proc in again.processes:
+                    allowed.setdefault(proc.info.identity, proc)
+                killed = list(children_first(list(allowed.values())))
+                for proc in killed:
+                    await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+            finals.append((lease, verification, snap, killed))
+        # 5. wait for the killed ones (all together), then the final states in one commit.
+        tracked = {p.info.identity: p for _, _, snap, killed in finals for p in [*snap, *killed]}
+        any_killed = any(killed for *_, killed in finals)
+        gone_left = {p.info.identity for p in await self._wait_gone(
+            list(tracked.values()), KILL_WAIT_SECS if any_killed else 0.0)}
+        for lease, verification, snap, killed in finals:
+            everything = {p.info.identity: p for p in [*snap, *killed]}
+            results[lease.lease_id] = CloseResult(
+                lease,
+                terminated_pids=_pids(
+                    p for i, p in everything.items() if i not in gone_left),
+                surviving_pids=_pids(p for i, p in everything.items() if i in gone_left),
+            )
+            endings.append(
+                (lease, LeaseState.LOST if verification.root_gone else LeaseState.CLOSED))
+        written = await self.store.transition_many(endings, now_ms=self._wall_ms())
+        for (lease, _), rec in zip(endings, written, strict=True):
+            rec = rec or await self.store.get(lease.lease_id)
+            results[lease.lease_id] = replace(results[lease.lease_id], lease=rec)
+        return [results[lease.lease_id] for lease in leases if lease.lease_id in results]
 
     # ------------------------------------------------------------------ legacy
 

@@ -104,10 +104,27 @@ def children_first(procs: Sequence[TreeProc]) -> tuple[TreeProc, ...]:
     return tuple(sorted(procs, key=lambda p: (-p.depth, p.info.pid)))
 
 
-def _descendants(root: ProcInfo, procs: Sequence[ProcInfo]) -> dict[int, TreeProc]:
-    children: dict[int, list[ProcInfo]] = {}
-    for p in procs:
-        children.setdefault(p.ppid, []).append(p)
+class ProcSnapshot:
+    """One process listing, indexed by PID, parent and group, so that verifying many
+    leases against it costs one pass over the table, not one per lease."""
+
+    def __init__(self, procs: Sequence[ProcInfo]) -> None:
+        self.procs: tuple[ProcInfo, ...] = tuple(procs)
+        self.by_pid: dict[int, ProcInfo] = {}
+        self.children: dict[int, list[ProcInfo]] = {}
+        self.by_pgid: dict[int, list[ProcInfo]] = {}
+        for p in self.procs:
+            self.by_pid[p.pid] = p
+            self.children.setdefault(p.ppid, []).append(p)
+            self.by_pgid.setdefault(p.pgid, []).append(p)
+
+    def group(self, pgid: int) -> list[ProcInfo]:
+        """Members of process group ``pgid``, in listing order."""
+        return self.by_pgid.get(pgid, [])
+
+
+def _descendants(root: ProcInfo, snap: ProcSnapshot) -> dict[int, TreeProc]:
+    children = snap.children
     tree: dict[int, TreeProc] = {root.pid: TreeProc(root, 0)}
     frontier = [root]
     while frontier:
@@ -129,13 +146,13 @@ def _env_marks(env: Mapping[str, str] | None, lease_id: str, instance_id: str) -
 
 
 async def _marked_group_members(
-    lease: LeaseRecord, procs: Sequence[ProcInfo], table: ProcessTable, instance_id: str
+    lease: LeaseRecord, snap: ProcSnapshot, table: ProcessTable, instance_id: str
 ) -> list[TreeProc]:
     """Members of the lease's group whose environment proves they are the lease's."""
     if lease.process_group_id is None or lease.process_group_id <= 1:
         return []
     found: list[TreeProc] = []
-    for p in procs:
+    for p in snap.group(lease.process_group_id):
         if p.pgid != lease.process_group_id or p.zombie or p.pid == lease.root_pid:
             continue
         if p.start_time < lease.root_start_time:
@@ -169,19 +186,31 @@ def _has_option(argv: list[str], name: str, value: str) -> bool:
     return any(argv[i] == name and argv[i + 1] == value for i in range(len(argv) - 1))
 
 
-async def verify_owned_tree(lease: LeaseRecord, table: ProcessTable, owner: Owner) -> Verification:
-    """Verify that the live tree belongs to ``lease``; fail closed on any doubt."""
+async def verify_owned_tree(
+    lease: LeaseRecord,
+    table: ProcessTable,
+    owner: Owner,
+    snapshot: ProcSnapshot | None = None,
+) -> Verification:
+    """Verify that the live tree belongs to ``lease``; fail closed on any doubt.
+
+    ``snapshot`` is a listing the caller just took from ``table`` (one snapshot
+    shared by many leases in a reap pass); None lists the table here. Every other
+    check (birth identity, argv, environment, group) is the same either way.
+    """
     if lease.gateway_instance_id != owner.instance_id:
         return Verification(False, REASON_OTHER_INSTANCE)
     if not same_path(lease.wrapper_root, owner.wrapper_root) or not path_under(
         lease.wrapper_path, lease.wrapper_root
     ):
         return Verification(False, REASON_WRAPPER_ROOT)
-    try:
-        procs = await table.list_all()
-    except ProcessTableError as exc:
-        return Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
-    by_pid = {p.pid: p for p in procs}
+    if snapshot is None:
+        try:
+            snapshot = ProcSnapshot(await table.list_all())
+        except ProcessTableError as exc:
+            return Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
+    procs = snapshot.procs
+    by_pid = snapshot.by_pid
 
     recovered: ProcInfo | None = None
     if lease.pending:
@@ -199,7 +228,7 @@ async def verify_owned_tree(lease: LeaseRecord, table: ProcessTable, owner: Owne
 
     if root is None or root.zombie or root.start_time != expected_start:
         reason = REASON_ROOT_GONE if root is None or root.zombie else REASON_BIRTH
-        stragglers = await _marked_group_members(lease, procs, table, owner.instance_id)
+        stragglers = await _marked_group_members(lease, snapshot, table, owner.instance_id)
         return Verification(
             bool(stragglers),
             reason,
@@ -230,10 +259,10 @@ async def verify_owned_tree(lease: LeaseRecord, table: ProcessTable, owner: Owne
     ):
         return Verification(False, REASON_PGID, recovered_root=recovered)
 
-    tree = _descendants(root, procs)
+    tree = _descendants(root, snapshot)
     notes: list[str] = []
     if lease.process_group_id is not None and lease.process_group_id > 1:
-        for p in procs:
+        for p in snapshot.group(lease.process_group_id):
             if p.pgid != lease.process_group_id or p.pid in tree or p.zombie:
                 continue
             if p.start_time < root.start_time:
@@ -304,6 +333,6 @@ async def verify_legacy(record: LegacyRecord, table: ProcessTable) -> Verificati
             return Verification(False, REASON_WRAPPER_ROOT)
     elif not legacy_command_matches(record.command, root.cmdline):
         return Verification(False, REASON_COMMAND)
-    tree = _descendants(root, procs)
+    tree = _descendants(root, ProcSnapshot(procs))
     live = [t for t in tree.values() if not t.info.zombie]
     return Verification(True, "", processes=children_first(live))

@@ -32,6 +32,8 @@ DEFAULT_MAX_BATCH_BYTES = 1 * 1024 * 1024
 MAX_LINE_BYTES = 32 * 1024 * 1024
 #: The pipe reader's own buffer bound: small, so a full channel stops reading the pipe.
 PIPE_READ_LIMIT = 64 * 1024
+#: One read of the adapter's stdout (then split into lines).
+READ_CHUNK_BYTES = 64 * 1024
 #: After the adapter exits, how long to wait for stdout EOF (a grandchild may hold it).
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
@@ -144,59 +146,78 @@ class AdapterChannel:
 
     # ------------------------------------------------------------------ readers
 
-    async def _read_line(self, stdout: asyncio.StreamReader) -> bytes | None:
-        """One line (without its newline), None at EOF; over-long lines are dropped.
+    def _line_too_long(self) -> None:
+        log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
 
-        The pipe's StreamReader has a small limit so that it stops reading the
-        pipe when the buffer is full; long lines are assembled here instead.
+    async def _take(self, text: str) -> None:
+        """Buffer the complete lines of ``text`` (newline-separated), waiting for room per line.
+
+        Waiting *between* lines keeps the bound exact: at most one line over
+        ``max_buffer_bytes`` is ever buffered, and the rest of the chunk (at most
+        ``READ_CHUNK_BYTES``) waits here while the pipe stays unread.
         """
-        parts: list[bytes] = []
-        size = 0
-        dropping = False
-        while True:
-            try:
-                chunk = await stdout.readuntil(b"\n")
-            except asyncio.IncompleteReadError as exc:  # EOF
-                if exc.partial and not dropping:
-                    parts.append(exc.partial)
-                return b"".join(parts) if parts else None
-            except asyncio.LimitOverrunError as exc:
-                chunk = await stdout.readexactly(exc.consumed)
-                size += len(chunk)
-                if size > MAX_LINE_BYTES:
-                    if not dropping:
-                        log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
-                    dropping = True
-                    parts.clear()
-                if not dropping:
-                    parts.append(chunk)
+        for line in text.split("\n"):
+            if line.endswith("\r"):
+                line = line.rstrip("\r")
+            if not line:
                 continue
-            if dropping:
-                parts.clear()
-                size = 0
-                dropping = False
-                continue
-            parts.append(chunk[:-1])
-            return b"".join(parts)
+            if not self._space.is_set():
+                await self._space.wait()  # backpressure: leave the pipe unread when full
+            self._lines.append(line)
+            self._lines_read += 1
+            self._buffered += len(line)
+            if self._buffered >= self._max_buffer:
+                self._space.clear()
+            self._data.set()
 
     async def _read_stdout(self) -> None:
+        """Read stdout in chunks and split lines (one read per chunk, not one per line).
+
+        A line longer than :data:`MAX_LINE_BYTES` is dropped (logged); the pipe's
+        StreamReader has a small limit, so a full channel stops reading the pipe.
+        """
         stdout = self.process.stdout
         assert stdout is not None
+        partial = bytearray()  # the unterminated start of the next line
+        dropping = False  # inside an over-long line: discard up to its newline
         try:
             while True:
                 await self._space.wait()  # backpressure: leave the pipe unread when full
-                raw = await self._read_line(stdout)
-                if raw is None:
+                chunk = await stdout.read(READ_CHUNK_BYTES)
+                if not chunk:
+                    if partial and not dropping:
+                        await self._take(partial.decode("utf-8", "replace"))
                     break
-                line = raw.rstrip(b"\r").decode("utf-8", "replace")
-                if not line:
+                last = chunk.rfind(b"\n")
+                if last < 0:
+                    if not dropping:
+                        partial += chunk
+                        if len(partial) > MAX_LINE_BYTES:
+                            self._line_too_long()
+                            partial.clear()
+                            dropping = True
                     continue
-                self._lines.append(line)
-                self._lines_read += 1
-                self._buffered += len(line)
-                if self._buffered >= self._max_buffer:
-                    self._space.clear()
-                self._data.set()
+                begin = 0
+                if dropping:
+                    begin = chunk.find(b"\n") + 1  # the rest of the dropped line
+                    dropping = False
+                elif partial:
+                    first = chunk.find(b"\n")
+                    begin = first + 1
+                    if len(partial) + first > MAX_LINE_BYTES:
+                        self._line_too_long()
+                        partial.clear()
+                    else:
+                        # Decode the joined line on its own: ``partial`` may be megabytes.
+                        partial += chunk[:first]
+                        head = partial.decode("utf-8", "replace")
+                        partial.clear()
+                        await self._take(head)
+                if begin <= last:
+                    # "replace" decoding never swallows a newline, so one decode of every
+                    # complete line in the chunk equals a decode per line.
+                    await self._take(chunk[begin:last].decode("utf-8", "replace"))
+                partial += chunk[last + 1:]
         finally:
             self._stdout_done.set()
             self._data.set()

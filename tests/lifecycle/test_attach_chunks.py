@@ -1,0 +1,120 @@
+"""AdapterChannel reads adapter stdout in chunks and splits lines (services/lifecycle/attach.py).
+
+A real child process writes bytes to a real pipe, cut at awkward places (inside
+a UTF-8 character, between ``\\r`` and ``\\n``, across the 64 KiB read size);
+the channel must deliver exactly the lines a per-line reader would, drop an
+over-long line without losing its neighbours, and keep its buffer bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.lifecycle import attach
+from services.lifecycle.attach import PIPE_READ_LIMIT, READ_CHUNK_BYTES, AdapterChannel
+
+#: Writes each argv file's bytes as a separate, flushed write, with a pause between them.
+WRITER = """
+import sys, time
+out = sys.stdout.buffer
+for path in sys.argv[1:]:
+    out.write(open(path, "rb").read())
+    out.flush()
+    time.sleep(0.01)
+"""
+
+
+def expected_lines(data: bytes) -> list[str]:
+    """What a per-line reader delivers: split on newlines, strip CR, skip blanks."""
+    out = []
+    for raw in data.split(b"\n"):
+        line = raw.rstrip(b"\r").decode("utf-8", "replace")
+        if line:
+            out.append(line)
+    return out
+
+
+async def open_channel(tmp_path: Path, pieces: list[bytes], **kwargs: int) -> AdapterChannel:
+    paths = []
+    for i, piece in enumerate(pieces):
+        path = tmp_path / f"piece{i}"
+        path.write_bytes(piece)
+        paths.append(str(path))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WRITER, *paths,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=PIPE_READ_LIMIT)
+    report = asyncio.StreamReader()
+    report.feed_data(b'{"event":"started","adapter_pid":%d,"pgid":%d}\n' % (process.pid, process.pid))
+    report.feed_eof()
+    return AdapterChannel("lease-chunks", process, report, tmp_path / "stderr.log", **kwargs)
+
+
+async def drain(channel: AdapterChannel) -> list[str]:
+    got: list[str] = []
+    with channel.attach():
+        while (batch := await asyncio.wait_for(channel.next_batch(), 10.0)) is not None:
+            got.extend(batch)
+    await channel.aclose()
+    return got
+
+
+async def test_awkward_cuts_give_the_same_lines_as_a_line_reader(tmp_path: Path) -> None:
+    euro = "€".encode()  # three bytes
+    big = b"{" + b"z" * (3 * READ_CHUNK_BYTES) + b"}"
+    pieces = [
+        b'{"a":1}\n{"b":"' + euro[:1],  # cut inside a UTF-8 character
+        euro[1:] + b'"}\r',  # cut between CR and LF
+        b"\n\n\n",  # blank lines are skipped
+        b"bad \xff\xfe utf-8\n",  # replaced, not fatal
+        b"x" * (READ_CHUNK_BYTES - 3) + b"\nnext",  # a line ending right at the read size
+        b" line\n" + big[:1000],
+        big[1000:] + b"\n",  # a line far longer than one read
+        "ünïcödé\n".encode() * 5000,  # many lines in few reads
+        b"no newline at the end",
+    ]
+    channel = await open_channel(tmp_path, pieces)
+    got = await drain(channel)
+    assert got == expected_lines(b"".join(pieces))
+    assert got[-1] == "no newline at the end"
+    assert channel.exit_info is not None and channel.exit_info.exit_code == 0
+
+
+async def test_over_long_line_is_dropped_and_its_neighbours_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(attach, "MAX_LINE_BYTES", 2 * READ_CHUNK_BYTES)
+    long_line = b"L" * (5 * READ_CHUNK_BYTES)
+    just_fits = b"F" * (2 * READ_CHUNK_BYTES)
+    pieces = [
+        b"before\n" + long_line[:100],
+        long_line[100:] + b"\nafter\n",
+        b"partial start " + just_fits[:10],
+        just_fits[10:] + b"\n",  # 2 chunks + 14 bytes: also over the limit, dropped
+        just_fits[:-20] + b"\nlast\n",  # under the limit: kept
+        b"P" * (2 * READ_CHUNK_BYTES - 10),  # held whole, still under the limit ...
+        b"Q" * 100 + b"\nok\n",  # ... until the chunk with its newline takes it over
+    ]
+    got = await drain(await open_channel(tmp_path, pieces))
+    assert got == ["before", "after", just_fits[:-20].decode(), "last", "ok"]
+
+
+async def test_buffer_stays_bounded_while_nobody_reads(tmp_path: Path) -> None:
+    max_buffer = 20_000
+    lines = [f"{i:06d} " + "p" * 93 for i in range(20_000)]  # ~2 MB
+    data = "".join(line + "\n" for line in lines).encode()
+    channel = await open_channel(tmp_path, [data], max_buffer_bytes=max_buffer)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while channel.buffered_bytes < max_buffer:
+        assert loop.time() < deadline, "the buffer never filled"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    # Reading stopped at the bound: at most one line over it, and the writer is stuck.
+    assert channel.buffered_bytes < max_buffer + 101
+    assert channel.process.returncode is None
+    got = await drain(channel)
+    assert got == lines

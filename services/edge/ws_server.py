@@ -104,7 +104,14 @@ class PutResult(Enum):
 
 
 class OutgoingQueue:
-    """A FIFO bounded in characters and messages; ``put`` waits for room."""
+    """A FIFO bounded in characters and messages; ``put`` waits for room.
+
+    The common case costs no lock, timer or task: a message that fits is
+    appended at once and the pump is woken through an Event. Only a put that
+    does not fit waits, in FIFO order among waiting puts (a large message is not
+    overtaken forever by small ones), and the getter hands room to the oldest
+    waiter directly.
+    """
 
     def __init__(self, max_chars: int = DEFAULT_QUEUE_CHARS,
                  max_messages: int = DEFAULT_QUEUE_MESSAGES) -> None:
@@ -112,10 +119,21 @@ class OutgoingQueue:
         self.max_messages = max_messages
         self._items: deque[str] = deque()
         self._chars = 0
-        self._cond = asyncio.Condition()
+        #: Set while something is queued (or the queue closed): what ``get`` waits on.
+        self._data = asyncio.Event()
+        #: Puts that did not fit, oldest first: (their future, message, size).
+        self._waiters: deque[tuple[asyncio.Future[PutResult], str, int]] = deque()
         self.closed = False
         #: The most characters ever queued at once (for tests and diagnostics).
         self.peak_chars = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def chars(self) -> int:
+        """Characters queued now."""
+        return self._chars
 
     def _fits(self, size: int) -> bool:
         # An empty queue accepts any single message, so one large frame still passes.
@@ -123,42 +141,72 @@ class OutgoingQueue:
             return True
         return self._chars + size <= self.max_chars and len(self._items) < self.max_messages
 
+    def _append(self, message: str, size: int) -> None:
+        self._items.append(message)
+        self._chars += size
+        if self._chars > self.peak_chars:
+            self.peak_chars = self._chars
+        self._data.set()
+
+    def _admit_waiters(self) -> None:
+        """Move waiting puts into the queue, oldest first, while they fit."""
+        waiters = self._waiters
+        while waiters:
+            fut, message, size = waiters[0]
+            if fut.done():  # timed out or cancelled meanwhile
+                waiters.popleft()
+                continue
+            if not self._fits(size):
+                return
+            waiters.popleft()
+            self._append(message, size)
+            fut.set_result(PutResult.QUEUED)
+
     async def put(self, message: str, wait_secs: float) -> PutResult:
         """Queue ``message``, waiting up to ``wait_secs`` seconds for room."""
+        if self.closed:
+            return PutResult.CLOSED
         size = len(message)
-        async with self._cond:
-            try:
-                await asyncio.wait_for(
-                    self._cond.wait_for(lambda: self.closed or self._fits(size)), wait_secs
-                )
-            except TimeoutError:
-                return PutResult.TIMED_OUT
-            if self.closed:
-                return PutResult.CLOSED
-            self._items.append(message)
-            self._chars += size
-            self.peak_chars = max(self.peak_chars, self._chars)
-            self._cond.notify_all()
+        if not self._waiters and self._fits(size):
+            self._append(message, size)
             return PutResult.QUEUED
+        fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+        self._waiters.append((fut, message, size))
+        try:
+            return await asyncio.wait_for(fut, wait_secs)
+        except TimeoutError:
+            return PutResult.TIMED_OUT
+
+    def get_nowait(self) -> str | None:
+        """The next message if one is queued (and the queue is open), else ``None``."""
+        if self.closed or not self._items:
+            return None
+        message = self._items.popleft()
+        self._chars -= len(message)
+        if self._waiters:
+            self._admit_waiters()
+        return message
 
     async def get(self) -> str | None:
         """The next message, or ``None`` once closed (queued messages are dropped then)."""
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._items) or self.closed)
+        while True:
             if self.closed:
                 return None
-            message = self._items.popleft()
-            self._chars -= len(message)
-            self._cond.notify_all()
-            return message
+            if self._items:
+                return self.get_nowait()
+            self._data.clear()
+            await self._data.wait()
 
     async def close(self) -> None:
         """Wake every waiter; later puts answer CLOSED, gets answer None."""
-        async with self._cond:
-            self.closed = True
-            self._items.clear()
-            self._chars = 0
-            self._cond.notify_all()
+        self.closed = True
+        self._items.clear()
+        self._chars = 0
+        self._data.set()
+        while self._waiters:
+            fut, _, _ = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(PutResult.CLOSED)
 
 
 # --------------------------------------------------------------------- dependencies
@@ -318,6 +366,8 @@ class EdgeServer:
             ping_interval=ping,
             ping_timeout=ping,
             close_timeout=self._close_timeout,
+            # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
+            compression="deflate" if gw.compression else None,
         )
         sockets = list(self._server.sockets)
         self.port = sockets[0].getsockname()[1] if sockets else gw.port
@@ -443,6 +493,9 @@ class EdgeServer:
             try:
                 while (message := await queue.get()) is not None:
                     await ws.send(message)
+                    # Everything already queued goes out before waiting again.
+                    while (message := queue.get_nowait()) is not None:
+                        await ws.send(message)
             except ConnectionClosed:
                 pass
             finally:

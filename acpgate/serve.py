@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -75,21 +74,46 @@ class _Child:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` setting PR_SET_PDEATHSIG=SIGTERM, resolved before any fork.
+#: Runs in the child before the real command: arm the parent-death signal, give up if
+#: serve already died (the signal would never come), then exec the command in place
+#: (same PID, same process group). ``sys.argv[1]`` is serve's PID, the rest the argv.
+_PDEATHSIG_EXEC = (
+    "import os,signal,sys\n"
+    "try:\n"
+    " import ctypes\n"
+    f" ctypes.CDLL(None,use_errno=True).prctl({_PR_SET_PDEATHSIG},int(signal.SIGTERM),0,0,0)\n"
+    "except (OSError,AttributeError):\n"
+    " pass\n"
+    "if os.getppid()!=int(sys.argv[1]):\n"
+    " os._exit(1)\n"
+    "os.execv(sys.argv[2],sys.argv[2:])\n"
+)
 
-    Resolving libc here (not in the forked child) keeps the child's work to a
-    single syscall, which is safe even though gRPC threads exist in serve.
+
+def with_parent_death_signal(python: str, argv: Sequence[str], parent_pid: int) -> list[str]:
+    """``argv`` run through a tiny exec trampoline that sets PR_SET_PDEATHSIG=SIGTERM.
+
+    Why not a ``preexec_fn``: that forces a real fork() of serve, which runs gRPC's
+    fork handlers in the child of a process whose gRPC threads are busy (the health
+    checks); the child then dies before exec now and then (SIGSEGV/SIGABRT, logged
+    as "skipping fork() handlers" and "epoll_wait error: Bad file descriptor"). Without
+    it, subprocess uses vfork+exec, which runs no fork handlers at all.
     """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
+    return [python, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(parent_pid), *argv]
 
-    def preexec() -> None:  # pragma: no cover - runs in the forked child
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
-    return preexec
+async def spawn_child(
+    python: str, argv: Sequence[str], env: Mapping[str, str]
+) -> asyncio.subprocess.Process:
+    """Start ``argv`` in its own process group with the parent-death signal, never
+    forking serve (no ``preexec_fn``: see :func:`with_parent_death_signal`)."""
+    return await asyncio.create_subprocess_exec(
+        *with_parent_death_signal(python, argv, os.getpid()),
+        env=dict(env),
+        stdin=asyncio.subprocess.DEVNULL,
+        # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
+        process_group=0,
+    )
 
 
 def child_environment(cfg: Config, base: Mapping[str, str]) -> dict[str, str]:
@@ -133,21 +157,13 @@ class Supervisor:
         self.options = options or SupervisorOptions()
         self.children = [_Child(spec) for spec in (specs or child_specs(cfg))]
         self.stopping = False
-        self._preexec = _parent_death_signal()
 
     def argv(self, spec: ChildSpec) -> list[str]:
         """``python -m acpgate <command> --config-dir <dir>``."""
         return [self.python, "-m", "acpgate", spec.command, "--config-dir", str(self.cfg.config_dir)]
 
     async def _spawn(self, child: _Child) -> None:
-        child.process = await asyncio.create_subprocess_exec(
-            *self.argv(child.spec),
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
-            process_group=0,
-            preexec_fn=self._preexec,
-        )
+        child.process = await spawn_child(self.python, self.argv(child.spec), self.env)
         child.started_at = time.monotonic()
         log.info("child_started", child=child.spec.name, pid=child.process.pid,
                  restarts=child.restarts)

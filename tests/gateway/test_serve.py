@@ -8,6 +8,7 @@ left behind (psutil).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 import pytest
 from websockets.asyncio.client import connect
@@ -178,3 +180,76 @@ async def test_serve_fails_cleanly_when_a_service_cannot_start(tmp_path: Path) -
     proc = await start_serve(cfg.config_dir, log)
     assert await asyncio.wait_for(proc.wait(), 90) == 1
     assert any(e.get("event") == "child_unhealthy" for e in events(log))
+
+
+# ------------------------------------------------------------------ spawning children
+
+
+async def test_children_spawn_while_grpc_is_busy() -> None:
+    """serve starts children while its gRPC health-check threads run. A fork() there
+    (a ``preexec_fn``) ran gRPC's fork handlers in the child, which died before exec
+    about once in eight spawns (SIGSEGV/SIGABRT, "epoll_wait error: Bad file
+    descriptor"): serve lost its lifecycle child at start. Forty spawns under a busy
+    in-process gRPC server must all reach their exec; with the old fork path this
+    failed with probability > 99 %."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from acpgate.serve import spawn_child
+
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(
+        health.aio.HealthServicer(), server)  # type: ignore[attr-defined]
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stub = health_pb2_grpc.HealthStub(channel)
+
+    async def hammer() -> None:
+        while True:
+            await stub.Check(health_pb2.HealthCheckRequest())
+
+    busy = asyncio.create_task(hammer())
+    try:
+        await asyncio.sleep(0.05)
+        codes = []
+        for _ in range(40):
+            child = await spawn_child(sys.executable, ["/bin/true"], os.environ)
+            codes.append(await child.wait())
+        assert codes == [0] * 40
+    finally:
+        busy.cancel()
+        with contextlib.suppress(BaseException):
+            await busy
+        await channel.close(None)
+        await server.stop(None)
+
+
+async def test_child_gets_sigterm_when_serve_dies() -> None:
+    """The parent-death signal survives the move off ``preexec_fn``: SIGKILL the parent
+    and its child (its own process group, armed by the exec trampoline) gets SIGTERM."""
+    script = (
+        "import asyncio, os, sys, time\n"
+        "from acpgate.serve import spawn_child\n"
+        "async def main():\n"
+        "    p = await spawn_child(sys.executable, [sys.executable, '-c',"
+        " 'import time; time.sleep(60)'], os.environ)\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        child_pid = int(await asyncio.wait_for(parent.stdout.readline(), 30))
+        child = psutil.Process(child_pid)
+        assert child.ppid() == parent.pid
+        assert os.getpgid(child_pid) == child_pid  # its own process group
+        parent.kill()
+        await parent.wait()
+        await eventually(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+                         "child got its parent-death signal")
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+            await parent.wait()

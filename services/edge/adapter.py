@@ -43,8 +43,8 @@ SETUP_TIMEOUT_SECS = 60.0
 class AdapterHost(Protocol):
     """The edge session an adapter reports to."""
 
-    async def on_adapter_update(self, params: dict[str, Any]) -> None:
-        """A ``session/update`` from the adapter, ``sessionId`` already rewritten."""
+    async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
+        """Consecutive ``session/update`` params from the adapter, ``sessionId`` already rewritten."""
 
     async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
         """Re-issue an adapter request to the client; return the answer for the adapter."""
@@ -92,12 +92,18 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ AdapterPeer
 
-    async def on_adapter_notification(self, method: str, params: dict[str, Any]) -> None:
-        """Rewrite and hand ``session/update`` to the host; other notifications are ignored."""
-        if method != M_SESSION_UPDATE or self._suppress_updates:
+    async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""
+        if self._suppress_updates:
             return
-        params["sessionId"] = self.edge_session_id
-        await self._host.on_adapter_update(params)
+        edge_id = self.edge_session_id
+        updates: list[dict[str, Any]] = []
+        for method, params in batch:
+            if method == M_SESSION_UPDATE:
+                params["sessionId"] = edge_id
+                updates.append(params)
+        if updates:
+            await self._host.on_adapter_updates(updates)
 
     async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
         """Relay permission/elicitation requests; -32601 for anything else."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -74,8 +74,12 @@ class AdapterRpcError(Exception):
 class AdapterPeer(Protocol):
     """What the link calls back into (the edge session owning this adapter)."""
 
-    async def on_adapter_notification(self, method: str, params: dict[str, Any]) -> None:
-        """A notification from the adapter, in stream order."""
+    async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        """Consecutive notifications ``(method, params)`` from the adapter, in stream order.
+
+        One call per run of notifications in one ``Lines`` message, so a burst of
+        updates is relayed as a batch; a request or response in between splits it.
+        """
 
     async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter→client request; return the result or raise JsonRpcError."""
@@ -150,8 +154,7 @@ class AdapterLink:
                     if self._attached is not None and not self._attached.done():
                         self._attached.set_result(None)
                 elif which == "stdout":
-                    for line in resp.stdout.lines:
-                        await self._on_line(line)
+                    await self._on_lines(resp.stdout.lines)
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal)
                     break
@@ -229,25 +232,42 @@ class AdapterLink:
 
     # ------------------------------------------------------------------ inbound
 
-    async def _on_line(self, line: str) -> None:
+    async def _on_lines(self, lines: Iterable[str]) -> None:
+        """Handle one ``Lines`` message: notifications in runs, everything else one by one."""
+        notes: list[tuple[str, dict[str, Any]]] = []
+        for line in lines:
+            try:
+                msg = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                log.warning("adapter_wrote_non_json", lease_id=self._lease_id, length=len(line))
+                continue
+            if not isinstance(msg, dict):
+                continue
+            method = msg.get("method")
+            if isinstance(method, str) and msg.get("id") is None:
+                raw = msg.get("params")
+                notes.append((method, raw if isinstance(raw, dict) else {}))
+                continue
+            if notes:  # what came before is delivered before this request/response
+                await self._notify_peer(notes)
+                notes = []
+            self._on_message(msg)
+        if notes:
+            await self._notify_peer(notes)
+
+    async def _notify_peer(self, notes: list[tuple[str, dict[str, Any]]]) -> None:
         try:
-            msg = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            log.warning("adapter_wrote_non_json", lease_id=self._lease_id, length=len(line))
-            return
-        if not isinstance(msg, dict):
-            return
+            await self._peer.on_adapter_notifications(notes)
+        except Exception:
+            log.exception("adapter_notification_failed", method=notes[0][0], count=len(notes))
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        """An adapter request (answered in its own task) or a response to one of ours."""
         method = msg.get("method")
         msg_id = msg.get("id")
         if isinstance(method, str):
             raw = msg.get("params")
             params: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            if msg_id is None:
-                try:
-                    await self._peer.on_adapter_notification(method, params)
-                except Exception:
-                    log.exception("adapter_notification_failed", method=method)
-                return
             task = asyncio.create_task(self._answer(msg_id, method, params))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

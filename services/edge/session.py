@@ -52,6 +52,9 @@ class ClientPort(Protocol):
     async def send(self, line: str) -> None:
         """Write one line/frame to the client."""
 
+    async def send_many(self, lines: list[str]) -> None:
+        """Write several lines/frames to the client, in order, with nothing in between."""
+
 
 @dataclass
 class TurnState:
@@ -116,15 +119,33 @@ class EdgeSession:
     # ------------------------------------------------------------------ AdapterHost
 
     async def on_adapter_update(self, params: dict[str, Any]) -> None:
-        """Forward one adapter update to the client at once and accumulate it."""
+        """Forward one update to the client at once and accumulate it."""
+        await self.on_adapter_updates([params])
+
+    async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
+        """Forward adapter updates to the client at once, in order, and accumulate them.
+
+        A burst that arrived together goes out under one send (one lock hold, one
+        write for the lot) instead of one send per update.
+        """
         self.touch()
-        update = params.get("update")
         turn = self.turn
-        if turn is not None and turn.acc is not None and isinstance(update, dict):
-            turn.acc.add(update)
-        self.runtime.metrics.relayed_updates_total += 1
+        acc = turn.acc if turn is not None else None
+        lines: list[str] = []
+        for params in updates:
+            update = params.get("update")
+            if acc is not None and isinstance(update, dict):
+                try:
+                    acc.add(update)
+                except Exception:  # never lose the relay over an odd update
+                    log.exception("accumulate_failed", session_id=self.session_id)
+            lines.append(notification_line(M_SESSION_UPDATE, params))
+        self.runtime.metrics.relayed_updates_total += len(lines)
         try:
-            await self.port.send(notification_line(M_SESSION_UPDATE, params))
+            if len(lines) == 1:
+                await self.port.send(lines[0])
+            else:
+                await self.port.send_many(lines)
         except (ConnectionError, OSError):
             log.info("client_gone_during_update", session_id=self.session_id)
 

@@ -109,9 +109,11 @@ class GatewaySection:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_connections: int = 64
     ping_interval_secs: int = 20
-    #: permessage-deflate on /acp. Small JSON-RPC frames gain little from it and
-    #: both ends pay CPU per frame (see bench/PROFILE.md).
-    compression: bool = True
+    #: permessage-deflate on /acp. Off by default: measured, deflate costs the edge
+    #: ~5 us of CPU per frame (17 -> 12 us/update relayed) and the client its inflate,
+    #: while small JSON-RPC frames on the default loopback bind gain nothing from it.
+    #: Turn it on for slow links carrying large frames (bench/PROFILE.md, section 8).
+    compression: bool = False
     tls: TlsSection = field(default_factory=TlsSection)
 
 

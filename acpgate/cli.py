@@ -23,10 +23,17 @@ from services.common.logs import setup_logging
 EXIT_USAGE = 2
 
 
-def _add_config_dir(p: argparse.ArgumentParser) -> None:
+def _add_config_dir(p: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """Accept ``--config-dir DIR`` / ``--config-dir=DIR`` on ``p``.
+
+    ``nested`` parsers (``config set``, ``token create``…) use SUPPRESS as the
+    default, so the flag may stand before or after the action without the
+    action's parser resetting a value given before it.
+    """
     p.add_argument(
         "--config-dir",
         metavar="DIR",
+        default=argparse.SUPPRESS if nested else None,
         help="config directory (default: $ACPGATE_CONFIG_DIR, else ~/.acpgate)",
     )
 
@@ -68,16 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     set_p.add_argument("value")
     get_p = cfg_sub.add_parser("get", help="print the effective value of KEY")
     get_p.add_argument("key")
-    cfg_sub.add_parser("show", help="print the effective config")
+    show_p = cfg_sub.add_parser("show", help="print the effective config")
+    for p in (set_p, get_p, show_p):
+        _add_config_dir(p, nested=True)
 
     tok = sub.add_parser("token", help="gateway bearer tokens")
     _add_config_dir(tok)
     tok_sub = tok.add_subparsers(dest="token_command", metavar="ACTION")
     create = tok_sub.add_parser("create", help="mint a token (printed once)")
     create.add_argument("--name", default="", help="a label to recognise it by")
-    tok_sub.add_parser("list", help="list tokens (ids and labels, never the secret)")
+    list_p = tok_sub.add_parser("list", help="list tokens (ids and labels, never the secret)")
     revoke = tok_sub.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("token_id")
+    for p in (create, list_p, revoke):
+        _add_config_dir(p, nested=True)
     return parser
 
 
@@ -101,6 +112,9 @@ def _run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     config_dir = config_mod.resolve_config_dir(args.config_dir)
     if args.config_command == "set":
+        # A first `config set` on a fresh dir starts from the working default
+        # (one demo agent), not from an empty file that dispatches nothing.
+        config_mod.ensure_default_config(config_dir)
         value = config_mod.set_value(config_dir, args.key, args.value)
         print(f"{args.key} = {value!r}")
         return 0

@@ -135,3 +135,26 @@ def test_cli_config_set_get_show_and_clean_error(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text("[acp]\nmax_sessions = [\n")
     r = run_cli("config", "get", "acp.max_sessions", config_dir=tmp_path)
     assert r.returncode == 2 and "invalid TOML" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("flag_first", [True, False])
+def test_cli_config_dir_before_or_after_the_action(tmp_path: Path, flag_first: bool) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "acpgate", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    d = str(tmp_path / "c")
+    if flag_first:
+        r = cli("config", "--config-dir", d, "set", "acp.max_sessions", "3")
+    else:
+        r = cli("config", "set", "acp.max_sessions", "3", "--config-dir", d)
+    assert r.returncode == 0, r.stderr
+    r = cli("config", "get", "acp.max_sessions", f"--config-dir={d}")
+    assert r.returncode == 0 and r.stdout.strip() == "3", r.stderr
+    # The first `config set` on a fresh dir kept the working default agent.
+    r = cli("config", "get", "acp.default_agent", "--config-dir", d)
+    assert r.stdout.strip() == "assistant"
+    r = cli("token", "create", "--name", "x", "--config-dir", d)
+    assert r.returncode == 0, r.stderr
+    r = cli("token", "list", "--config-dir", d)
+    assert r.returncode == 0 and "\tactive\tx\t" in r.stdout

@@ -99,6 +99,10 @@ def _decode_blob(text: Any) -> bytes:
 def parse_prompt(prompt: Any) -> PromptPlan:
     """Validate a ``prompt`` param without writing anything (SPEC §4)."""
     if isinstance(prompt, str):
+        # Used verbatim, but held to the same "some text" rule as an array so a
+        # blank prompt is a -32602 here rather than an adapter failure later.
+        if not prompt.strip():
+            raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
         return PromptPlan([prompt])
     if not isinstance(prompt, list):
         raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_MISSING)

@@ -99,8 +99,11 @@ def test_prompt_missing(prompt: object) -> None:
     assert err.value.message == "Missing required parameter: prompt (must be string or array of parts)"
 
 
-@pytest.mark.parametrize("prompt", [[], [{"type": "image"}], [{"text": ""}]])
-def test_prompt_empty(prompt: list) -> None:
+@pytest.mark.parametrize(
+    "prompt", [[], [{"type": "image"}], [{"text": ""}], [{"text": "  \n"}], "", "   "]
+)
+def test_prompt_empty(prompt: object) -> None:
+    """§4 empty join → -32602, for a string prompt as for an array (audit finding 4)."""
     with pytest.raises(JsonRpcError) as err:
         parse_prompt(prompt)
     assert err.value.message == "Parameter 'prompt' array must contain at least one text part"

@@ -65,6 +65,10 @@ def extract_token(
     return None
 
 
+#: Session-owner key of a gateway client authenticated by a token.
+CLIENT_PRINCIPAL_PREFIX = "client:"
+
+
 class Authenticator:
     """Decides whether a handshake may upgrade; ``require_auth = false`` admits everyone."""
 
@@ -74,8 +78,19 @@ class Authenticator:
 
     async def admit(self, token: PresentedToken | None) -> bool:
         """True when the connection may proceed (the store is read off the event loop)."""
+        return await self.principal(token) is not None
+
+    async def principal(self, token: PresentedToken | None) -> str | None:
+        """Who the connection acts as, or None when it may not proceed.
+
+        With auth on, a connection is the principal ``client:<token id>``: the
+        sessions it creates are owned by that key, and session/list or a load
+        sees only those (SPEC §8 "visible to the caller", §14). With auth off
+        every connection is the local operator (``""``), as on stdio.
+        """
         if not self.require_auth:
-            return True
+            return ""
         if token is None:
-            return False
-        return await asyncio.to_thread(self._store.verify, token.secret)
+            return None
+        token_id = await asyncio.to_thread(self._store.identify, token.secret)
+        return None if token_id is None else f"{CLIENT_PRINCIPAL_PREFIX}{token_id}"

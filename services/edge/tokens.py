@@ -128,20 +128,27 @@ class TokenStore:
             return cur.rowcount > 0
 
     def verify(self, secret: str) -> bool:
-        """True when ``secret`` is an active (not revoked) token.
+        """True when ``secret`` is an active (not revoked) token."""
+        return self.identify(secret) is not None
+
+    def identify(self, secret: str) -> str | None:
+        """The id of the active token ``secret`` is, or None.
 
         The presented digest is compared with every active digest using
         :func:`hmac.compare_digest` and without an early exit, so the time taken
         does not depend on which (if any) token matched.
         """
         if not secret:
-            return False
+            return None
         presented = _digest(secret)
         with self._connect(create=False) as conn:
             if conn is None:
-                return False
-            rows = conn.execute("SELECT digest FROM tokens WHERE revoked_at IS NULL").fetchall()
-        matched = False
-        for (digest,) in rows:
-            matched |= hmac.compare_digest(presented, digest)
+                return None
+            rows = conn.execute(
+                "SELECT token_id, digest FROM tokens WHERE revoked_at IS NULL"
+            ).fetchall()
+        matched: str | None = None
+        for token_id, digest in rows:
+            if hmac.compare_digest(presented, digest):
+                matched = token_id
         return matched

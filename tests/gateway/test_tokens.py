@@ -89,3 +89,22 @@ def test_cli_create_list_revoke(tmp_path: Path) -> None:
     assert run("revoke", token_id).returncode == 0
     assert not TokenStore(token_db_path(cfg)).verify(secret)
     assert run("revoke", "unknown").returncode == 2
+
+
+async def test_identify_and_principal(tmp_path: Path) -> None:
+    """Each token is its own principal (`client:<token id>`); revoked or wrong → None."""
+    from services.edge.auth import Authenticator, PresentedToken
+
+    store = TokenStore(tmp_path / "tokens.db")
+    tid, secret = store.create("a")
+    tid2, secret2 = store.create("b")
+    assert store.identify(secret) == tid and store.identify(secret2) == tid2
+    assert store.identify(secret + "x") is None and store.identify("") is None
+    auth = Authenticator(store)
+    assert await auth.principal(PresentedToken(secret, TokenSource.HEADER)) == f"client:{tid}"
+    assert await auth.principal(None) is None
+    store.revoke(tid)
+    assert await auth.principal(PresentedToken(secret, TokenSource.QUERY)) is None
+    assert await auth.admit(PresentedToken(secret2, TokenSource.QUERY)) is True
+    # Auth off: every connection is the local operator.
+    assert await Authenticator(store, require_auth=False).principal(None) == ""

@@ -3,7 +3,9 @@
 ``initialize``, ``authenticate``, ``session/new``, ``session/load``,
 ``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``.
 Session state lives only in this process: the edge restores a session by
-``session/resume`` with the stored history in ``_meta.acpgate.history``.
+``session/resume`` with the stored history in ``_meta.acpgate.history``. Without
+that history only ids this process already knows can be resumed or loaded; an
+unknown id is "Session not found", never silently an empty session.
 """
 
 from __future__ import annotations
@@ -179,7 +181,11 @@ class AgentServer:
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
-                "loadSession": True,
+                # No store of our own: a session/load after a restart could only fail,
+                # so clients (Zed) must not offer it. resume stays: it is how the edge
+                # seeds a session (with _meta.acpgate.history), and it works for ids
+                # this process knows.
+                "loadSession": False,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": False, "sse": False},
                 "sessionCapabilities": {"resume": {}, "close": {}},
@@ -262,7 +268,11 @@ class AgentServer:
         return {"sessionId": session.id}
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
-        """``session/resume`` / ``session/load``: an unknown id is created, seeded with history.
+        """``session/resume`` / ``session/load`` of a known id, or of an unknown id seeded
+        from ``_meta.acpgate.history`` (the edge's restore path; ``[]`` = no turns yet).
+
+        An unknown id without that history is -32000 ``Session not found``: this
+        process keeps no store, and an empty session would pass for the real one.
 
         Requests for the same id that arrive meanwhile wait until it is done.
         """
@@ -284,8 +294,13 @@ class AgentServer:
         session = self._sessions.get(sid)
         meta = _acpgate_meta(params)
         if session is None:
+            history = meta.get(META_HISTORY)
+            if history is None:
+                raise RpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+            if not isinstance(history, list):
+                raise RpcError(INVALID_PARAMS, "Invalid _meta.acpgate.history: must be an array")
             session = self._create(sid, await self._policy(params))
-            session.messages = seed_messages(meta.get(META_HISTORY))
+            session.messages = seed_messages(history)
             session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
         elif meta.get(META_POLICY) is not None and not session.busy:
             policy = await self._policy(params)

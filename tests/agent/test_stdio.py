@@ -98,7 +98,7 @@ async def test_raw_json_lines_over_real_pipes(tmp_path: Path) -> None:
                       "params": {"protocolVersion": 1}})
         init = await p.read()
         assert init["id"] == 1 and init["result"]["protocolVersion"] == 1
-        assert init["result"]["agentCapabilities"]["loadSession"] is True
+        assert init["result"]["agentCapabilities"]["loadSession"] is False  # no store
         assert init["result"]["agentCapabilities"]["sessionCapabilities"]["resume"] == {}
         assert init["result"]["agentCapabilities"]["promptCapabilities"]["embeddedContext"]
         await p.send({"jsonrpc": "2.0", "id": 2, "method": "session/new",
@@ -173,7 +173,8 @@ async def test_official_acp_sdk_client(tmp_path: Path) -> None:
                                    env=dict(os.environ)) as (conn, _p):
         init = await conn.initialize(protocol_version=1)
         assert init.protocol_version == 1
-        assert init.agent_capabilities is not None and init.agent_capabilities.load_session
+        assert init.agent_capabilities is not None
+        assert init.agent_capabilities.load_session is False  # no store across restarts
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
         result = await conn.prompt(session_id=session.session_id,
                                    prompt=[text_block("read readme.txt")])
@@ -181,6 +182,7 @@ async def test_official_acp_sdk_client(tmp_path: Path) -> None:
         result = await conn.prompt(session_id=session.session_id,
                                    prompt=[text_block("!echo sdk-shell")])
         assert result.stop_reason == "end_turn"
+        # A session this process knows still loads (and replays).
         await conn.load_session(cwd=str(ws), session_id=session.session_id, mcp_servers=[])
     kinds = [getattr(u, "session_update", None) for u in client.updates]
     assert "agent_message_chunk" in kinds and "tool_call" in kinds
@@ -200,7 +202,8 @@ async def test_eof_answers_requests_already_read_and_cancels_turns(tmp_path: Pat
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
         {"jsonrpc": "2.0", "id": 2, "method": "session/resume",
-         "params": {"sessionId": "s-eof", "cwd": str(ws)}},
+         "params": {"sessionId": "s-eof", "cwd": str(ws),
+                    "_meta": {"acpgate": {"history": []}}}},
         {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
          "params": {"sessionId": "s-eof", "prompt": [{"type": "text", "text": "!sleep 30"}]}},
     ]

@@ -201,11 +201,46 @@ async def test_resume_seeds_history_and_load_replays(tmp_path: Path, ws: Path) -
         replayed_call = c.of("tool_call")[0]
         assert replayed_call["status"] == "completed" and replayed_call["kind"] == "search"
         assert all(u["sessionId"] == "fresh" for u in c.updates)
-        c.updates.clear()
-        # A plain client's session/load with no history restores an empty session.
-        assert await c.call("session/load", {"sessionId": "plain", "cwd": str(ws)}) == {}
+
+
+async def test_unknown_id_without_history_is_session_not_found(tmp_path: Path, ws: Path) -> None:
+    """A restarted standalone agent must not pass an empty session off as the real one."""
+    provider = ScriptedProvider([say("ok")])
+    async with running_agent(make_config(tmp_path), provider) as c:
+        for method in ("session/load", "session/resume"):
+            for meta in ({}, {"_meta": {"acpgate": {"policy": None}}}, {"_meta": {}}):
+                with pytest.raises(RpcError) as info:
+                    await c.call(method, {"sessionId": "plain", "cwd": str(ws),
+                                          "mcpServers": [], **meta})
+                assert info.value.code == -32000
+                assert info.value.message == "Session not found: plain"
         assert c.updates == []
-        assert (await c.prompt("plain", "hi"))["stopReason"] == "end_turn"
+        with pytest.raises(RpcError) as info:  # nothing was created under that id
+            await c.prompt("plain", "hi")
+        assert info.value.code == -32000
+        with pytest.raises(RpcError) as info:
+            await c.call("session/resume", {"sessionId": "bad", "cwd": str(ws),
+                                            "_meta": {"acpgate": {"history": {"x": 1}}}})
+        assert info.value.code == -32602 and "history" in info.value.message
+        # The edge seeding a session with no turns yet: an empty history list.
+        assert await c.call("session/resume", {"sessionId": "seeded", "cwd": str(ws),
+                                               "_meta": {"acpgate": {"history": []}}}) == {}
+        assert (await c.prompt("seeded", "hi"))["stopReason"] == "end_turn"
+        # Ids this process knows can be resumed and loaded without history.
+        c.updates.clear()
+        sid = await c.new_session(ws)
+        assert await c.call("session/resume", {"sessionId": sid, "cwd": str(ws)}) == {}
+        assert await c.call("session/load", {"sessionId": sid, "cwd": str(ws)}) == {}
+        assert [u["update"]["sessionUpdate"] for u in c.updates] == []
+    assert [m.text for m in provider.calls[0][1]] == ["hi"]
+
+
+async def test_initialize_does_not_advertise_load_without_a_store(tmp_path: Path) -> None:
+    async with running_agent(make_config(tmp_path)) as c:
+        init = await c.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    caps = init["agentCapabilities"]
+    assert caps["loadSession"] is False
+    assert caps["sessionCapabilities"] == {"resume": {}, "close": {}}
 
 
 async def test_policy_from_meta_is_used(tmp_path: Path, ws: Path) -> None:

@@ -208,7 +208,9 @@ async def test_unknown_id_without_history_is_session_not_found(tmp_path: Path, w
     provider = ScriptedProvider([say("ok")])
     async with running_agent(make_config(tmp_path), provider) as c:
         for method in ("session/load", "session/resume"):
-            for meta in ({}, {"_meta": {"acpgate": {"policy": None}}}, {"_meta": {}}):
+            metas: list[dict[str, Any]] = [{}, {"_meta": {"acpgate": {"policy": None}}},
+                                           {"_meta": {}}]
+            for meta in metas:
                 with pytest.raises(RpcError) as info:
                     await c.call(method, {"sessionId": "plain", "cwd": str(ws),
                                           "mcpServers": [], **meta})

@@ -15,6 +15,7 @@ from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
+    APPROVAL_TOOL_KIND,
     M_REQUEST_PERMISSION,
     OPTION_ALLOW_ALWAYS,
     OPTION_ALLOW_ONCE,
@@ -34,15 +35,19 @@ class Decision:
     reason: str = ""
 
 
-def permission_params(session_id: str, tool: str, kind: str, summary: str) -> dict[str, Any]:
-    """The exact ``session/request_permission`` params of SPEC §6."""
+def permission_params(session_id: str, tool: str, summary: str) -> dict[str, Any]:
+    """The exact ``session/request_permission`` params of SPEC §6.
+
+    ``kind`` is always ``execute`` (SPEC §6 gives it literally); the tool's own
+    kind is on the ``tool_call`` update that precedes the request.
+    """
     return {
         "sessionId": session_id,
         "options": [dict(o) for o in PERMISSION_OPTIONS],
         "toolCall": {
             "toolCallId": f"{APPROVAL_TOOL_CALL_PREFIX}{uuid.uuid4()}",
             "title": f"Approve {tool}?",
-            "kind": kind,
+            "kind": APPROVAL_TOOL_KIND,
             "status": "pending",
             "rawInput": {"tool": tool, "summary": summary},
             "content": [{"type": "content", "content": {"type": "text", "text": summary}}],
@@ -60,7 +65,7 @@ class ApprovalGate:
         self._timeout = timeout_secs
         self.always_allowed: set[str] = set()
 
-    async def decide(self, policy: SecurityPolicy, tool: str, kind: str, mutating: bool,
+    async def decide(self, policy: SecurityPolicy, tool: str, mutating: bool,
                      summary: str) -> Decision:
         """Allow or deny one call of ``tool``."""
         if policy.autonomy == "readonly" and mutating:
@@ -71,7 +76,7 @@ class ApprovalGate:
         # always_ask beats a remembered allow-always: those tools ask every time.
         if tool in self.always_allowed and tool not in policy.always_ask:
             return Decision(True)
-        params = permission_params(self._session_id, tool, kind, summary)
+        params = permission_params(self._session_id, tool, summary)
         try:
             result = await self._request(M_REQUEST_PERMISSION, params, self._timeout)
         except TimeoutError:

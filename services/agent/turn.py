@@ -150,7 +150,7 @@ class TurnRunner:
                                      preview.get("content")))
         try:
             if not tool.interactive:
-                decision = await session.gate.decide(session.policy, tool.name, kind,
+                decision = await session.gate.decide(session.policy, tool.name,
                                                      tool.mutating, one_line(args))
                 if not decision.allowed:
                     return await finish(ToolResult(decision.reason, ok=False))

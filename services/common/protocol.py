@@ -54,6 +54,8 @@ OPTION_ALLOW_ALWAYS: Final = "allow-always"
 OPTION_REJECT_ONCE: Final = "reject-once"
 CHOICE_OPTION_PREFIX: Final = "choice-"
 APPROVAL_TOOL_CALL_PREFIX: Final = "approval-"
+#: `toolCall.kind` of every permission request: SPEC §6 fixes it, whatever the tool's own kind.
+APPROVAL_TOOL_KIND: Final = "execute"
 PERMISSION_OPTIONS: Final = (
     {"optionId": OPTION_ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
     {"optionId": OPTION_ALLOW_ALWAYS, "name": "Always allow", "kind": "allow_always"},

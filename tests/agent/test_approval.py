@@ -152,5 +152,25 @@ async def test_always_ask_beats_auto_approve_and_allow_always(tmp_path: Path, ws
         await c.prompt(sid, "x")
         await c.prompt(sid, "y")
     assert len(c.requests) == 2
-    assert c.requests[0][1]["toolCall"]["kind"] == "read"
+    # SPEC §6 fixes the request's kind; the tool's own kind is on its tool_call update.
+    assert c.requests[0][1]["toolCall"]["kind"] == "execute"
+    assert c.of("tool_call")[0]["kind"] == "read"
     assert c.requests[0][1]["toolCall"]["rawInput"] == {"tool": "file_read", "summary": "a.txt"}
+
+
+@pytest.mark.parametrize(("tool", "args", "own_kind"), [
+    ("file_write", {"path": "n.txt", "content": "x"}, "edit"),
+    ("shell", {"command": "true"}, "execute"),
+])
+async def test_permission_kind_is_execute_whatever_the_tool_kind(
+        tmp_path: Path, ws: Path, tool: str, args: dict[str, Any], own_kind: str) -> None:
+    """SPEC §6 gives the request literally: ``"kind":"execute"``."""
+    (ws / "n.txt").write_text("n")
+    provider = ScriptedProvider([call(tool, args), say("ok")])
+    async with running_agent(make_config(tmp_path), provider, answer("reject-once")) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "go")
+    ((method, params),) = c.requests
+    assert method == "session/request_permission"
+    assert params["toolCall"]["kind"] == "execute"
+    assert c.of("tool_call")[0]["kind"] == own_kind

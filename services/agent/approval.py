@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +36,14 @@ class Decision:
     reason: str = ""
 
 
-def permission_params(session_id: str, tool: str, summary: str) -> dict[str, Any]:
+def permission_params(session_id: str, tool: str, summary: str,
+                      arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The exact ``session/request_permission`` params of SPEC §6.
 
     ``kind`` is always ``execute`` (SPEC §6 gives it literally); the tool's own
     kind is on the ``tool_call`` update that precedes the request.
+    ``rawInput.arguments`` (an extra key next to SPEC's ``tool`` and ``summary``)
+    carries the complete arguments, so a client can show everything that would run.
     """
     return {
         "sessionId": session_id,
@@ -49,7 +53,7 @@ def permission_params(session_id: str, tool: str, summary: str) -> dict[str, Any
             "title": f"Approve {tool}?",
             "kind": APPROVAL_TOOL_KIND,
             "status": "pending",
-            "rawInput": {"tool": tool, "summary": summary},
+            "rawInput": {"tool": tool, "summary": summary, "arguments": dict(arguments)},
             "content": [{"type": "content", "content": {"type": "text", "text": summary}}],
         },
     }
@@ -66,8 +70,8 @@ class ApprovalGate:
         self.always_allowed: set[str] = set()
 
     async def decide(self, policy: SecurityPolicy, tool: str, mutating: bool,
-                     summary: str) -> Decision:
-        """Allow or deny one call of ``tool``."""
+                     summary: str, arguments: Mapping[str, Any]) -> Decision:
+        """Allow or deny one call of ``tool`` (``summary`` shown, ``arguments`` in full)."""
         if policy.autonomy == "readonly" and mutating:
             return Decision(False, f"The `{tool}` call was denied by the session policy: "
                                    "autonomy is readonly (no writes, no shell).")
@@ -76,7 +80,7 @@ class ApprovalGate:
         # always_ask beats a remembered allow-always: those tools ask every time.
         if tool in self.always_allowed and tool not in policy.always_ask:
             return Decision(True)
-        params = permission_params(self._session_id, tool, summary)
+        params = permission_params(self._session_id, tool, summary, arguments)
         try:
             result = await self._request(M_REQUEST_PERMISSION, params, self._timeout)
         except TimeoutError:

@@ -151,7 +151,7 @@ class TurnRunner:
         try:
             if not tool.interactive:
                 decision = await session.gate.decide(session.policy, tool.name,
-                                                     tool.mutating, one_line(args))
+                                                     tool.mutating, one_line(args), args)
                 if not decision.allowed:
                     return await finish(ToolResult(decision.reason, ok=False))
             result = await self._execute(tool, args, session)

@@ -51,7 +51,8 @@ async def test_allow_once_runs_tool_and_request_shape_is_exact(tmp_path: Path, w
         "toolCall": {"toolCallId": tc["toolCallId"], "title": "Approve shell?", "kind": "execute",
                      "status": "pending",
                      "rawInput": {"tool": "shell",
-                                  "summary": "touch approved && echo approved"},
+                                  "summary": "touch approved && echo approved",
+                                  "arguments": {"command": "touch approved && echo approved"}},
                      "content": [{"type": "content",
                                   "content": {"type": "text",
                                               "text": "touch approved && echo approved"}}]},
@@ -155,7 +156,8 @@ async def test_always_ask_beats_auto_approve_and_allow_always(tmp_path: Path, ws
     # SPEC §6 fixes the request's kind; the tool's own kind is on its tool_call update.
     assert c.requests[0][1]["toolCall"]["kind"] == "execute"
     assert c.of("tool_call")[0]["kind"] == "read"
-    assert c.requests[0][1]["toolCall"]["rawInput"] == {"tool": "file_read", "summary": "a.txt"}
+    assert c.requests[0][1]["toolCall"]["rawInput"] == {"tool": "file_read", "summary": "a.txt",
+                                                        "arguments": {"path": "a.txt"}}
 
 
 @pytest.mark.parametrize(("tool", "args", "own_kind"), [
@@ -174,3 +176,21 @@ async def test_permission_kind_is_execute_whatever_the_tool_kind(
     assert method == "session/request_permission"
     assert params["toolCall"]["kind"] == "execute"
     assert c.of("tool_call")[0]["kind"] == own_kind
+
+
+async def test_approval_shows_every_command_line_and_the_full_arguments(tmp_path: Path,
+                                                                        ws: Path) -> None:
+    """A second command after a newline, or past 200 characters, is never out of sight."""
+    command = "echo harmless" + " " * 300 + "\nrm -rf \"$HOME/important\""
+    provider = ScriptedProvider([call("shell", {"command": command, "timeout_secs": 5}),
+                                 say("ok")])
+    async with running_agent(make_config(tmp_path), provider, answer("reject-once")) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "go")
+    ((_, params),) = c.requests
+    raw = params["toolCall"]["rawInput"]
+    assert raw["arguments"] == {"command": command, "timeout_secs": 5}
+    summary = raw["summary"]
+    assert summary == command.replace("\n", "⏎")  # spaces kept, the newline visible
+    assert "⏎rm -rf" in summary and "\n" not in summary
+    assert params["toolCall"]["content"][0]["content"]["text"] == summary

@@ -110,8 +110,9 @@ async def test_raw_json_lines_over_real_pipes(tmp_path: Path) -> None:
                       "params": {"sessionId": sid, "prompt": [{"type": "text",
                                                                "text": "!echo from-shell"}]}})
         ask = await p.until(lambda m: m.get("method") == "session/request_permission")
-        assert ask["params"]["toolCall"]["rawInput"] == {"tool": "shell",
-                                                         "summary": "echo from-shell"}
+        assert ask["params"]["toolCall"]["rawInput"] == {
+            "tool": "shell", "summary": "echo from-shell",
+            "arguments": {"command": "echo from-shell"}}
         await p.send({"jsonrpc": "2.0", "id": ask["id"],
                       "result": {"outcome": {"outcome": "selected", "optionId": "allow-once"}}})
         result = await p.until(lambda m: m.get("id") == 3)

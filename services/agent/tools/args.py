@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 import orjson
@@ -21,8 +22,32 @@ def parse_arguments(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {RAW_ARGS_KEY: text}
 
 
-def one_line(args: dict[str, Any], limit: int = 200) -> str:
-    """A one-line summary of arguments for approvals (command or path when present)."""
+#: Characters of an approval summary shown before it is cut (with a marker saying how many).
+SUMMARY_LIMIT = 4000
+
+#: Visible stand-ins for the line-breaking characters; everything else invisible is ``<U+XXXX>``.
+_VISIBLE = {"\n": "⏎", "\r": "␍", "\t": "⇥"}
+
+
+def _visible(ch: str) -> str:
+    """``ch``, or a visible stand-in when it would break the line or hide itself."""
+    if ch in _VISIBLE:
+        return _VISIBLE[ch]
+    # Cc control, Cf format (bidi overrides, zero-width), Zl/Zp separators, Cs, Co, Cn.
+    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+        return f"<U+{ord(ch):04X}>"
+    return ch
+
+
+def one_line(args: dict[str, Any], limit: int = SUMMARY_LIMIT) -> str:
+    """A faithful one-line summary of arguments for approvals (command or path when present).
+
+    Nothing is hidden from the person approving: newlines and other control or
+    invisible characters are shown as ``⏎``, ``␍``, ``⇥`` or ``<U+XXXX>`` (two
+    commands never look like one), spaces are kept as they are, and a summary
+    longer than ``limit`` ends in a marker that says how many characters were
+    cut. The full arguments go to the client separately (``rawInput.arguments``).
+    """
     for key in ("command", "path", "pattern", "question"):
         value = args.get(key)
         if isinstance(value, str) and value:
@@ -30,5 +55,8 @@ def one_line(args: dict[str, Any], limit: int = 200) -> str:
             break
     else:
         text = orjson.dumps(args, default=str).decode()
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    shown = "".join(_visible(ch) for ch in text)
+    if len(shown) <= limit:
+        return shown
+    cut = len(shown) - limit
+    return f"{shown[:limit]}… [{cut} more characters not shown; see the full arguments]"

@@ -284,15 +284,27 @@ class LifecycleController:
         return result
 
     async def reap_orphans(self, reason: str = "reap") -> list[CloseResult]:
-        """Close this gateway's open/closing leases not served by this run."""
+        """Close this gateway's open/closing leases not served by this run.
+
+        Leases with a channel of this run (its adapter exited) go through
+        :meth:`close_session`, which also retires the channel; every other orphan
+        is reaped in one batched pass (:meth:`Reaper.reap_all`): one process
+        listing, one durable closing transaction, one grace period.
+        """
         live = {lid for lid, ch in self.channels.items() if ch.running} | self._spawning
         leases = await self.store.list(states=LIVE_STATES, instance_id=self.instance_id)
-        results: list[CloseResult] = []
+        results: dict[str, CloseResult] = {}
         for lease in leases:
-            if lease.lease_id in live:
-                continue
-            results.append(await self.close_session(lease_id=lease.lease_id, reason=reason))
-        return results
+            if lease.lease_id in self.channels and lease.lease_id not in live:
+                results[lease.lease_id] = await self.close_session(
+                    lease_id=lease.lease_id, reason=reason)
+        orphans = {lease.lease_id for lease in leases} - live - set(results)
+        for result in await self.reaper.reap_all(only=orphans, reason=reason):
+            if result.lease is not None and result.lease.lease_id in orphans:
+                results[result.lease.lease_id] = result
+        if orphans:
+            await self.expire()
+        return [results[lease.lease_id] for lease in leases if lease.lease_id in results]
 
     async def expire(self) -> list[str]:
         """Drop closed/lost leases past retention, and their stderr logs."""

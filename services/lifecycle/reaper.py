@@ -200,9 +200,14 @@ class Reaper:
     # ------------------------------------------------------------------ startup
 
     async def reap_all(
-        self, *, skip: Iterable[str] = (), reason: str = "startup"
+        self,
+        *,
+        skip: Iterable[str] = (),
+        only: Iterable[str] | None = None,
+        reason: str = "startup",
     ) -> list[CloseResult]:
-        """Close every open/closing lease of this instance except ``skip``, in one pass.
+        """Close every open/closing lease of this instance except ``skip`` (and, when
+        ``only`` is given, none outside it), in one pass.
 
         The same steps as :meth:`close` for each lease, batched where that keeps the
         SPEC §13 ordering: every open lease is marked closing in one durable
@@ -216,7 +221,10 @@ class Reaper:
         listed = await self.store.list(
             states=(LeaseState.OPEN, LeaseState.CLOSING), instance_id=self.owner.instance_id
         )
-        ids = sorted({lease.lease_id for lease in listed} - skipped)
+        ids_set = {lease.lease_id for lease in listed} - skipped
+        if only is not None:
+            ids_set &= set(only)
+        ids = sorted(ids_set)
         if not ids:
             return []
         async with contextlib.AsyncExitStack() as stack:

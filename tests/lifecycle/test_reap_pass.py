@@ -164,3 +164,22 @@ async def test_transition_many_is_compare_and_set(store: LeaseStore) -> None:
     assert [(r.state, r.ended_at) for r in ended if r] == [
         (LeaseState.CLOSED, 42), (LeaseState.LOST, 42)]
     assert await store.transition_many([]) == []
+
+
+async def test_only_and_skip_bound_the_pass(store: LeaseStore) -> None:
+    """``only`` limits a pass to the leases the caller listed (ReapOrphans never reaps
+    a lease spawned after its listing); ``skip`` leaves live ones alone."""
+    trees = [_lease(i) for i in range(3)]
+    table = CountingTable([p for _, w, a in trees for p in (w, a)])
+    for lease, _, _ in trees:
+        await store.insert(lease)
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=100,
+                    sleep=clock.sleep, clock=clock.now)
+    results = await reaper.reap_all(only={"lease-0", "lease-1"}, skip={"lease-1"})
+    assert [r.lease.lease_id for r in results if r.lease] == ["lease-0"]
+    states = [(await store.get(f"lease-{i}")) for i in range(3)]
+    assert [s.state for s in states if s] == [LeaseState.CLOSED, LeaseState.OPEN,
+                                              LeaseState.OPEN]
+    assert table.signalled_pids() == {5000, 5001}
+    assert await reaper.reap_all(only=set()) == []

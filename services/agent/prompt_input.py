@@ -11,8 +11,9 @@ from services.common.protocol import INVALID_PARAMS, MSG_PROMPT_EMPTY, MSG_PROMP
 def prompt_text(prompt: Any) -> str:
     """Text and resource-text parts joined with blank lines; other blocks are ignored.
 
-    A string prompt is used verbatim. Raises -32602 for a missing/invalid or
-    empty prompt.
+    A string prompt is used verbatim. Raises -32602 for a missing/invalid
+    prompt and for one with no text at all (SPEC §4: an exactly empty join);
+    whitespace-only text is a valid prompt and is passed on unchanged.
     """
     if isinstance(prompt, str):
         if not prompt:

@@ -172,3 +172,13 @@ async def test_connection_refused_is_clean_error() -> None:
         await collect(AnthropicProvider("c", api_key=KEY, base_url=url,
                                         retry=RetryPolicy(max_retries=1, backoff_base=0.01)),
                       [Message("user", "q")])
+
+
+async def test_whitespace_only_text_is_never_sent_as_a_text_block() -> None:
+    from services.agent.providers.anthropic import to_anthropic_messages
+
+    out = to_anthropic_messages([Message("user", "\t"), Message("assistant", "  "),
+                                 Message("user", ""), Message("assistant", " ok ")])
+    texts = [b["text"] for m in out for b in m["content"]]
+    assert texts == ['(a message of only whitespace: "\\t")', "(empty)", " ok "]
+    assert [m["role"] for m in out] == ["user", "assistant"]

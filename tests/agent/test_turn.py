@@ -365,3 +365,52 @@ def test_seeded_write_and_edit_calls_get_tool_arguments_back() -> None:
     assert calls[1].arguments == {"path": "/w/f.txt", "old_string": "a", "new_string": "b"}
     assert calls[2].arguments == {"command": "ls"}
     assert [m.failed for m in msgs if m.role == "tool"] == [False, True, False]
+
+
+async def test_whitespace_prompt_is_a_normal_prompt_and_empty_is_32602(tmp_path: Path,
+                                                                      ws: Path) -> None:
+    """SPEC §4: only a prompt with no text at all is invalid; whitespace is used verbatim."""
+    provider = ScriptedProvider([say("ok")])
+    async with running_agent(make_config(tmp_path), provider) as c:
+        sid = await c.new_session(ws)
+        for prompt in ("   ", [{"type": "text", "text": " \n\t "}]):
+            result = await c.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+            assert result["stopReason"] == "end_turn"
+        empties: list[Any] = ["", [], [{"type": "text", "text": ""}], [{"type": "text"}],
+                              [{"type": "image", "data": "AA=="}]]
+        for prompt in empties:
+            with pytest.raises(RpcError) as info:
+                await c.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+            assert (info.value.code, info.value.message) == (
+                -32602, "Parameter 'prompt' array must contain at least one text part")
+        assert (await c.prompt(sid, "after"))["stopReason"] == "end_turn"  # slot was free
+    assert [call[1][-1].text for call in provider.calls] == ["   ", " \n\t ", "after"]
+
+
+async def test_whitespace_prompt_reaches_anthropic_as_accepted_text(tmp_path: Path,
+                                                                    ws: Path) -> None:
+    """The Messages API refuses whitespace-only text blocks (a -32603 for the user)."""
+    from services.agent.providers.anthropic import AnthropicProvider
+    from services.agent.providers.http import RetryPolicy
+    from tests.agent.fake_http import FakeProviderServer, anthropic_sse
+
+    reply = anthropic_sse(
+        {"type": "message_start", "message": {"id": "m", "role": "assistant", "content": [],
+                                              "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "text", "text": "fine"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+         "usage": {"output_tokens": 1}},
+        {"type": "message_stop"})
+    async with FakeProviderServer([reply]) as srv:
+        provider = AnthropicProvider("claude-x", api_key="k", base_url=srv.url,
+                                     retry=RetryPolicy(max_retries=0, backoff_base=0.01))
+        async with running_agent(make_config(tmp_path), provider) as c:
+            sid = await c.new_session(ws)
+            result = await c.call("session/prompt", {"sessionId": sid, "prompt": " \n "})
+        body = srv.requests[0].body
+    assert result["stopReason"] == "end_turn"
+    (block,) = body["messages"][-1]["content"]
+    assert block["text"].strip()
+    assert block["text"] == '(a message of only whitespace: " \\n ")'

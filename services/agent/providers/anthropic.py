@@ -29,6 +29,19 @@ _STOP = {"end_turn": "end_turn", "stop_sequence": "end_turn", "tool_use": "tool_
          "max_tokens": "max_tokens", "refusal": "refusal"}
 
 
+def _user_text(text: str) -> str:
+    """User text the Messages API accepts: it refuses empty and whitespace-only text blocks.
+
+    A whitespace-only prompt is a valid prompt (SPEC §4), so it is sent as a
+    visible description with the exact characters JSON-escaped, never rejected.
+    """
+    if not text:
+        return "(empty)"
+    if not text.strip():
+        return f"(a message of only whitespace: {orjson.dumps(text).decode()})"
+    return text
+
+
 def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """The conversation as Messages-API turns (consecutive same-role turns merged)."""
     out: list[dict[str, Any]] = []
@@ -43,10 +56,10 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
     for msg in messages:
         if msg.role == "user":
-            add("user", [{"type": "text", "text": msg.text or "(empty)"}])
+            add("user", [{"type": "text", "text": _user_text(msg.text)}])
         elif msg.role == "assistant":
             blocks: list[dict[str, Any]] = []
-            if msg.text:
+            if msg.text.strip():  # the API refuses whitespace-only text blocks
                 blocks.append({"type": "text", "text": msg.text})
             blocks.extend(
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}

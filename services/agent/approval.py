@@ -12,14 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.agent.outcome import cancel_reason
 from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
     APPROVAL_TOOL_KIND,
+    CANCEL_REASON_CLIENT_ERROR,
+    CANCEL_REASON_CLIENT_GONE,
+    CANCEL_REASON_TIMEOUT,
     M_REQUEST_PERMISSION,
     OPTION_ALLOW_ALWAYS,
     OPTION_ALLOW_ONCE,
+    OUTCOME_CANCELLED,
     OUTCOME_SELECTED,
     PERMISSION_OPTIONS,
 )
@@ -85,15 +90,13 @@ class ApprovalGate:
             result = await self._request(M_REQUEST_PERMISSION, params, self._timeout)
         except TimeoutError:
             log.info("approval_timeout", session_id=self._session_id, tool=tool)
-            return Decision(False, f"The `{tool}` call was denied automatically: the user gave "
-                                   f"no answer within {int(self._timeout)} seconds.")
+            return self._timed_out(tool)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info("approval_failed", session_id=self._session_id, tool=tool,
                      error=type(exc).__name__)
-            return Decision(False, f"The `{tool}` call was denied automatically: the approval "
-                                   "request could not be answered (the client failed or left).")
+            return _client_failed(tool)
         outcome = result.get("outcome") if isinstance(result, dict) else None
         if isinstance(outcome, dict) and outcome.get("outcome") == OUTCOME_SELECTED:
             option = outcome.get("optionId")
@@ -103,5 +106,24 @@ class ApprovalGate:
                 self.always_allowed.add(tool)
                 return Decision(True)
             return Decision(False, f"The user denied the `{tool}` call.")
+        if isinstance(outcome, dict) and outcome.get("outcome") == OUTCOME_CANCELLED:
+            # The edge answers "cancelled" on the client's behalf and says why (docs/contracts.md).
+            reason = cancel_reason(result)
+            log.info("approval_cancelled", session_id=self._session_id, tool=tool,
+                     reason=reason or "user")
+            if reason == CANCEL_REASON_TIMEOUT:
+                return self._timed_out(tool)
+            if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
+                return _client_failed(tool)
         return Decision(False, f"The `{tool}` call was denied: the user dismissed the "
                                "approval request.")
+
+    def _timed_out(self, tool: str) -> Decision:
+        return Decision(False, f"The `{tool}` call was denied automatically: the user gave "
+                               f"no answer within {int(self._timeout)} seconds.")
+
+
+def _client_failed(tool: str) -> Decision:
+    return Decision(False, f"The `{tool}` call was denied automatically: the approval "
+                           "request could not be answered (the client failed or left).")
+

@@ -113,4 +113,10 @@ META_ACPGATE: Final = "acpgate"
 META_POLICY: Final = "policy"
 #: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding).
 META_HISTORY: Final = "history"
+#: `_meta.acpgate.reason` on a `cancelled` permission outcome the edge relays to an adapter:
+#: why the edge answered for the client (no reason = the user dismissed the request).
+META_REASON: Final = "reason"
+CANCEL_REASON_TIMEOUT: Final = "timeout"
+CANCEL_REASON_CLIENT_ERROR: Final = "client_error"
+CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"

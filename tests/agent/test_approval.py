@@ -194,3 +194,42 @@ async def test_approval_shows_every_command_line_and_the_full_arguments(tmp_path
     assert summary == command.replace("\n", "⏎")  # spaces kept, the newline visible
     assert "⏎rm -rf" in summary and "\n" not in summary
     assert params["toolCall"]["content"][0]["content"]["text"] == summary
+
+
+def cancelled_because(reason: Any):
+    async def responder(method: str, params: dict[str, Any]) -> Any:
+        return {"outcome": {"outcome": "cancelled"}, "_meta": {"acpgate": {"reason": reason}}}
+    return responder
+
+
+@pytest.mark.parametrize(("reason", "sentence"), [
+    ("timeout", "The `shell` call was denied automatically: the user gave no answer within "
+                "30 seconds."),
+    ("client_error", "The `shell` call was denied automatically: the approval request could "
+                     "not be answered (the client failed or left)."),
+    ("client_gone", "The `shell` call was denied automatically: the approval request could "
+                    "not be answered (the client failed or left)."),
+    # Unknown or malformed reasons: only the plain user dismissal is claimed.
+    ("something-new", "The `shell` call was denied: the user dismissed the approval request."),
+    (7, "The `shell` call was denied: the user dismissed the approval request."),
+])
+async def test_edge_cancel_reason_is_attributed(tmp_path: Path, ws: Path, reason: Any,
+                                                sentence: str) -> None:
+    """The edge answers ``cancelled`` for a silent/failed/gone client and says why."""
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path), provider, cancelled_because(reason)) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "run it")
+    (update,) = c.of("tool_call_update")
+    assert update["status"] == "failed" and update["rawOutput"] == sentence
+    assert provider.calls[1][1][-1].text == sentence  # what the model is told
+    assert not (ws / "approved").exists()
+
+
+async def test_plain_cancelled_outcome_is_the_users_dismissal(tmp_path: Path, ws: Path) -> None:
+    async with running_agent(make_config(tmp_path), shell_then_done(), answer(None)) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "run it")
+    (update,) = c.of("tool_call_update")
+    assert update["rawOutput"] == ("The `shell` call was denied: the user dismissed the "
+                                   "approval request.")

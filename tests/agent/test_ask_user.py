@@ -75,3 +75,20 @@ async def test_dismissed_question(tmp_path: Path) -> None:
         await c.prompt(sid, "ask Pick one | a | b")
     (update,) = c.of("tool_call_update")
     assert update["status"] == "failed" and "dismissed" in update["rawOutput"]
+
+
+async def test_question_cancelled_by_the_edge_is_not_a_dismissal(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    reasons = iter(["timeout", "client_gone"])
+
+    async def edge_cancel(method: str, params: dict[str, Any]) -> Any:
+        return {"outcome": {"outcome": "cancelled"},
+                "_meta": {"acpgate": {"reason": next(reasons)}}}
+
+    async with running_agent(make_config(tmp_path), responder=edge_cancel) as c:
+        sid = await c.new_session(tmp_path / "ws")
+        await c.prompt(sid, "ask Pick one | a | b")
+        await c.prompt(sid, "ask Pick again | a | b")
+    outputs = [u["rawOutput"] for u in c.of("tool_call_update")]
+    assert outputs == ["The user did not answer in time.",
+                       "The question could not be asked: the client failed or left"]

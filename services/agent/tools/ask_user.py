@@ -12,9 +12,13 @@ import asyncio
 import uuid
 from typing import Any, ClassVar
 
+from services.agent.outcome import cancel_reason
 from services.agent.tools.base import ToolContext, ToolError, ToolResult, require_str
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
+    CANCEL_REASON_CLIENT_ERROR,
+    CANCEL_REASON_CLIENT_GONE,
+    CANCEL_REASON_TIMEOUT,
     CHOICE_OPTION_PREFIX,
     M_ELICITATION_CREATE,
     M_REQUEST_PERMISSION,
@@ -98,6 +102,12 @@ class AskUserTool:
         result = await ctx.client_request(M_REQUEST_PERMISSION, params, ctx.request_timeout)
         outcome = (result or {}).get("outcome") if isinstance(result, dict) else None
         if not isinstance(outcome, dict) or outcome.get("outcome") != OUTCOME_SELECTED:
+            # A "cancelled" the edge gave on the client's behalf is not the user's dismissal.
+            reason = cancel_reason(result)
+            if reason == CANCEL_REASON_TIMEOUT:
+                raise TimeoutError
+            if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
+                raise ConnectionError("the client failed or left")
             return None
         option = str(outcome.get("optionId") or "")
         if option.startswith(CHOICE_OPTION_PREFIX):

@@ -472,15 +472,26 @@ class DialectConnection:
                 agent = await rt.session_stub.ResolveRestoreAgent(
                     session_pb2.ResolveRestoreAgentRequest(session_id=sid))
                 policy = await self._policy(agent.alias, row.workspace_dir)
-                items = [item async for page in rt.session_stub.StreamHistory(
-                    session_pb2.StreamHistoryRequest(session_id=sid)) for item in page.items]
             except grpc.aio.AioRpcError as exc:
                 raise _grpc_error(exc, sid) from None
+            # The history streams in while the adapter starts (both take tens of ms).
+            history = asyncio.create_task(self._history(sid))
             session = EdgeSession(rt, self, row, agent.kind, rt.clock)
             session.alias = agent.alias
             session.session_key = f"agent:{agent.alias}:acp:{sid}" if agent.alias != \
                 row.agent_alias else session.session_key
-            client = await self._spawn_adapter(session, agent)
+            try:
+                client = await self._spawn_adapter(session, agent)
+            except BaseException:
+                history.cancel()
+                with contextlib.suppress(BaseException):
+                    await history
+                raise
+            try:
+                items = await history
+            except grpc.aio.AioRpcError as exc:
+                await self._abandon(session)
+                raise _grpc_error(exc, sid) from None
             mcp = self._mcp_servers(params)
             try:
                 if agent.kind == "builtin":
@@ -517,6 +528,12 @@ class DialectConnection:
                 rt.registry.restoring.discard(sid)
             rt.registry.unreserve()
         return {}
+
+    async def _history(self, sid: str) -> list[session_pb2.HistoryItem]:
+        """The stored items of ``sid``, oldest first, from the paged StreamHistory."""
+        stream = self.runtime.session_stub.StreamHistory(
+            session_pb2.StreamHistoryRequest(session_id=sid))
+        return [item async for page in stream for item in page.items]
 
     async def _notify_update(self, sid: str, update: dict[str, Any]) -> None:
         with contextlib.suppress(ConnectionError, OSError):

@@ -3,7 +3,10 @@
 The command runs under ``/bin/sh -c`` with the session workspace as cwd. It
 gets its own process group so that a timeout or a cancel kills everything it
 started, not just the shell. Path-looking arguments are checked against the
-policy first; this is a guard against obvious mistakes, not a sandbox.
+policy first; that only sees the literal text. The real boundary is Landlock
+(:mod:`services.agent.sandbox`): when the kernel offers it, the shell and
+everything it starts cannot open forbidden paths, and writes are limited to
+what the policy allows. Without Landlock the text check is all there is.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import contextlib
 import os
 import shlex
 import signal
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+from services.agent.sandbox import landlock_abi, make_plan, sandboxed_argv
 from services.agent.tools.base import ToolContext, ToolError, ToolResult, optional_int, require_str
 from services.common.logs import get_logger
 from services.session.policy import PolicyViolation, check_read, may_run_shell
@@ -79,9 +84,25 @@ class ShellTool:
         "required": ["command"],
     }
 
+    def __init__(self, landlock: Callable[[], int] = landlock_abi) -> None:
+        #: Probes the kernel's Landlock ABI (0 = none); a test can pass ``lambda: 0``.
+        self._landlock = landlock
+
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """rawInput = the arguments."""
         return {"rawInput": args}
+
+    async def argv(self, command: str, ctx: ToolContext) -> list[str]:
+        """``sh -c command``, started through the Landlock trampoline when the kernel has it."""
+        argv = ["/bin/sh", "-c", command]
+        abi = await asyncio.to_thread(self._landlock)
+        if abi < 1:
+            log.info("shell_unconfined", session_id=ctx.session_id, reason="no landlock")
+            return argv
+        policy = ctx.policy
+        plan = await asyncio.to_thread(make_plan, policy.workspace_dir, policy.allowed_roots,
+                                       policy.forbidden_paths, policy.workspace_only)
+        return sandboxed_argv(plan, argv)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run the command and report exit code and output."""
@@ -91,8 +112,9 @@ class ShellTool:
         if not await asyncio.to_thread(os.path.isdir, cwd):
             raise ToolError(f"working directory does not exist: {cwd}")
         timeout = optional_int(args, "timeout_secs", DEFAULT_TIMEOUT_SECS, 1, MAX_TIMEOUT_SECS)
+        argv = await self.argv(command, ctx)
         proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", command,
+            *argv,
             cwd=cwd,
             env=ctx.shell_env or None,
             stdin=asyncio.subprocess.DEVNULL,

@@ -68,7 +68,9 @@ def test_allow_once_relays_exact_request(acp: AcpProcess, sid: str) -> None:
     tc = params["toolCall"]
     assert tc["toolCallId"].startswith("approval-") and tc["title"] == "Approve shell?"
     assert tc["kind"] == "execute" and tc["status"] == "pending"
-    assert tc["rawInput"] == {"tool": "shell", "summary": "echo relay-ok"}
+    # SPEC §6's tool + summary, plus the complete arguments so a client can show them all.
+    assert tc["rawInput"] == {"tool": "shell", "summary": "echo relay-ok",
+                              "arguments": {"command": "echo relay-ok"}}
     assert tc["content"] == [{"type": "content", "content": {"type": "text", "text": "echo relay-ok"}}]
     assert turn["result"]["stopReason"] == "end_turn"
     tools = _tool_updates(turn, sid)

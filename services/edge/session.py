@@ -19,11 +19,16 @@ from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
+    CANCEL_REASON_CLIENT_ERROR,
+    CANCEL_REASON_CLIENT_GONE,
+    CANCEL_REASON_TIMEOUT,
     CANCEL_TOOL_CALL_PREFIX,
     CANCEL_TOOL_NAME,
     INTERNAL_ERROR,
     M_ELICITATION_CREATE,
     M_SESSION_UPDATE,
+    META_ACPGATE,
+    META_REASON,
     OUTCOME_CANCELLED,
     STOP_CANCELLED,
     STOP_END_TURN,
@@ -31,7 +36,12 @@ from services.common.protocol import (
 )
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_link import AdapterExit, AdapterGone, AdapterRpcError
-from services.edge.backchannel import BackChannel, BackChannelError
+from services.edge.backchannel import (
+    BackChannel,
+    BackChannelError,
+    BackChannelTimeout,
+    ClientErrorAnswer,
+)
 from services.edge.framing import JsonRpcError, notification_line
 from services.edge.turn import TurnAccumulator
 
@@ -169,7 +179,10 @@ class EdgeSession:
             return fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
             log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
-            return fallback
+            if method == M_ELICITATION_CREATE:
+                return fallback
+            # Tell the adapter why, so it does not blame the user (docs/contracts.md).
+            return {**fallback, "_meta": {META_ACPGATE: {META_REASON: _denial_reason(exc)}}}
         finally:
             self._relays.discard(waiter)
             self.touch()
@@ -294,3 +307,12 @@ class EdgeSession:
         while self.turn is not None:
             await self.turn.done.wait()
 
+
+
+def _denial_reason(exc: BackChannelError) -> str:
+    """The `_meta.acpgate.reason` for a permission request that got no usable answer."""
+    if isinstance(exc, BackChannelTimeout):
+        return CANCEL_REASON_TIMEOUT
+    if isinstance(exc, ClientErrorAnswer):
+        return CANCEL_REASON_CLIENT_ERROR
+    return CANCEL_REASON_CLIENT_GONE

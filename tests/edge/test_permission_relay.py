@@ -112,9 +112,13 @@ def test_client_error_answer_denies(acp: AcpProcess, sid: str) -> None:
     rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "!echo err-path"})
     _, req = acp.read_until(lambda m: m.get("method") == "session/request_permission")
     acp.send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -1, "message": "nope"}})
-    _, resp = acp.response(rid)
+    before, resp = acp.response(rid)
     assert resp["result"]["stopReason"] == "end_turn"
     assert "denied" in resp["result"]["content"]
+    # The edge tells the agent why (client_error), so the user is not blamed.
+    failed = [u for u in updates(before, sid) if u["sessionUpdate"] == "tool_call_update"]
+    assert failed and "the client failed or left" in str(failed[-1]["rawOutput"])
+    assert "dismissed" not in str(failed[-1]["rawOutput"])
 
 
 def test_per_direction_correlation(acp: AcpProcess, sid: str) -> None:
@@ -156,6 +160,10 @@ def test_timeout_denies_and_turn_goes_on(tmp_path: Path) -> None:
         assert [m["id"] for m in asked] == ["zc-out-0"], "ids count from 0 per connection"
         assert resp["result"]["stopReason"] == "end_turn"
         assert "denied" in resp["result"]["content"]
+        # Either timer may fire first (edge and agent share the timeout); neither blames the user.
+        failed = [u for u in updates(before, sid) if u["sessionUpdate"] == "tool_call_update"]
+        assert failed and "dismissed" not in str(failed[-1]["rawOutput"])
+        assert "no answer within" in str(failed[-1]["rawOutput"])
         assert acp.close() == 0
     finally:
         acp.kill()

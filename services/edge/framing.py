@@ -8,6 +8,7 @@ error, or ignore it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -83,8 +84,13 @@ def classify(line: str | bytes) -> Frame:
         return _parse_error("batch requests are not supported")
     if not isinstance(obj, dict):
         return _parse_error(f"expected a JSON object, got {type(obj).__name__}")
+    if isinstance(obj.get("id"), float) and obj["id"].is_integer() and abs(obj["id"]) >= 2**63:
+        # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
+        # exact, so the id is echoed back as sent and the client can match it.
+        obj["id"] = json.loads(line)["id"]
     has_id = "id" in obj and obj["id"] is not None
-    if "method" not in obj and has_id and ("result" in obj or "error" in obj):
+    # SPEC §1: result or error plus an id is a response, whatever else the line carries.
+    if has_id and ("result" in obj or "error" in obj):
         return Frame(FrameKind.RESPONSE, obj["id"], message=obj)
     if "method" not in obj:
         return _parse_error("missing method")
@@ -110,8 +116,12 @@ def classify(line: str | bytes) -> Frame:
 
 
 def dumps(message: dict[str, Any]) -> str:
-    """One message as a single line of JSON (no newline; orjson never emits one)."""
-    return orjson.dumps(message).decode()
+    """One message as a single line of JSON (no newline; neither encoder emits one)."""
+    try:
+        return orjson.dumps(message).decode()
+    except orjson.JSONEncodeError:
+        # Only integers beyond 64 bits (a client's huge numeric id) get here.
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
 
 
 def result_line(msg_id: JsonRpcId, result: Any) -> str:

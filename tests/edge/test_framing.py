@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
@@ -66,3 +68,20 @@ def test_responses_are_routed() -> None:
 def test_error_line_shape() -> None:
     msg = orjson.loads(error_line(None, PARSE_ERROR, "Parse error: x"))
     assert msg == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error: x"}}
+
+
+def test_result_with_method_is_still_a_response() -> None:
+    """§1: a line with result/error plus an id is a response (routed or dropped), never a request."""
+    frame = classify('{"jsonrpc":"2.0","id":17,"result":{},"method":"foo"}')
+    assert frame.kind is FrameKind.RESPONSE and frame.id == 17
+    frame = classify('{"jsonrpc":"2.0","id":"zc-out-3","error":{"code":1,"message":"x"},"method":"m"}')
+    assert frame.kind is FrameKind.RESPONSE and frame.id == "zc-out-3"
+
+
+def test_huge_integer_id_is_echoed_exactly() -> None:
+    big = 123456789012345678901234567890
+    frame = classify('{"jsonrpc":"2.0","id":' + str(big) + ',"method":"foo"}')
+    assert frame.kind is FrameKind.REQUEST and frame.id == big and isinstance(frame.id, int)
+    line = error_line(frame.id, -32601, "Method not found: foo")
+    assert f'"id":{big}' in line
+    assert json.loads(line)["id"] == big

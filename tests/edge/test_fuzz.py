@@ -71,9 +71,9 @@ def expected_responses(line: str) -> tuple[int, Any]:
     if not isinstance(obj, dict):
         return 1, None
     has_id = obj.get("id") is not None
+    if has_id and ("result" in obj or "error" in obj):
+        return 0, None  # §1: a response (to us, or unknown and dropped), whatever else it has
     if "method" not in obj:
-        if has_id and ("result" in obj or "error" in obj):
-            return 0, None
         return 1, None
     if not has_id:
         return 0, None

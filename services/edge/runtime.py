@@ -187,16 +187,19 @@ class EdgeRuntime:
             shutil.rmtree(self._tempdir, ignore_errors=True)
 
 
-async def open_runtime(cfg: Config) -> EdgeRuntime:
+async def open_runtime(cfg: Config, *, health_timeout: float = 10.0) -> EdgeRuntime:
     """Connect to the configured services, or start them embedded (SPEC §0).
 
     Embedded mode (an empty ``[services]`` address) runs that service inside
     this process over real gRPC on a unix socket in a private, short temp dir.
+    Each service must report SERVING within ``health_timeout`` seconds.
     """
     embedded: list[RunningServer] = []
     tempdir: str | None = None
     session_addr = cfg.services.session_addr
     lifecycle_addr = cfg.services.lifecycle_addr
+    session_channel: grpc.aio.Channel | None = None
+    lifecycle_channel: grpc.aio.Channel | None = None
     try:
         if not session_addr or not lifecycle_addr:
             tempdir = tempfile.mkdtemp(prefix="acpg-", dir="/tmp")
@@ -215,9 +218,13 @@ async def open_runtime(cfg: Config) -> EdgeRuntime:
         sec = grpc_security(cfg)
         session_channel = open_service_channel(sec, session_addr)
         lifecycle_channel = open_service_channel(sec, lifecycle_addr)
-        await wait_healthy(session_channel)
-        await wait_healthy(lifecycle_channel)
+        await wait_healthy(session_channel, within=health_timeout)
+        await wait_healthy(lifecycle_channel, within=health_timeout)
     except BaseException:
+        for channel in (session_channel, lifecycle_channel):
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    await channel.close(None)
         for server in reversed(embedded):
             with contextlib.suppress(Exception):
                 await server.stop()

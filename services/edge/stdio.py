@@ -12,13 +12,14 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 
 import grpc
 
 from services.common.config import Config
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
-from services.edge.connection import open_runtime, serve_connection
+from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
 
 log = get_logger("edge.stdio")
 
@@ -178,14 +179,43 @@ async def _stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[
         return send_file, close_file
 
 
-async def run_stdio(cfg: Config) -> int:
-    """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when services are down)."""
+#: How long `acpgate acp` waits for configured services before running them itself.
+CONFIGURED_SERVICES_WAIT_SECS = 3.0
+
+
+def _describe(exc: BaseException) -> str:
+    return exc.details() or "" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+
+
+async def _open_runtime_for_stdio(cfg: Config) -> EdgeRuntime:
+    """Configured services if they answer, else embedded ones (SPEC §0).
+
+    An IDE launching ``acpgate acp`` must get its handshake answered: when the
+    ``[services]`` addresses do not answer, the services run embedded on the
+    same data dir instead of the process dying before ``initialize``.
+    """
+    if not (cfg.services.session_addr or cfg.services.lifecycle_addr):
+        return await open_runtime(cfg)
     try:
-        runtime = await open_runtime(cfg)
+        return await open_runtime(cfg, health_timeout=CONFIGURED_SERVICES_WAIT_SECS)
     except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
-        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-        log.error("services_unavailable", detail=detail)
-        print(f"acpgate: cannot reach the session/lifecycle services: {detail}", file=sys.stderr)
+        log.warning("configured_services_unreachable_running_embedded", detail=_describe(exc),
+                    session_addr=cfg.services.session_addr,
+                    lifecycle_addr=cfg.services.lifecycle_addr)
+        print("acpgate: the configured session/lifecycle services do not answer "
+              f"({_describe(exc)}); running them embedded on {cfg.data_dir}", file=sys.stderr)
+    embedded = replace(cfg, services=replace(cfg.services, session_addr="", lifecycle_addr=""))
+    return await open_runtime(embedded)
+
+
+async def run_stdio(cfg: Config) -> int:
+    """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when nothing starts)."""
+    try:
+        runtime = await _open_runtime_for_stdio(cfg)
+    except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+        log.error("services_unavailable", detail=_describe(exc))
+        print(f"acpgate: cannot start the session/lifecycle services: {_describe(exc)}",
+              file=sys.stderr)
         return 1
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))

@@ -10,6 +10,7 @@ await runtime.close()                          # closes every session, stops emb
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from services.common.logs import get_logger
@@ -28,6 +29,9 @@ async def serve_connection(
     send: Callable[[str], Awaitable[None]],
     *,
     default_agent: str = "",
+    principal: str = "",
+    drain_secs: float = 15.0,
+    abort: asyncio.Event | None = None,
 ) -> None:
     """Serve one client connection until ``incoming`` ends.
 
@@ -35,13 +39,19 @@ async def serve_connection(
     WebSocket text frame); ``send`` writes one message. ``default_agent`` is the
     connection default alias (the WebSocket URL's ``?agent=``; blank = none).
     When ``incoming`` ends (EOF, disconnect) the connection's pending
-    back-channel requests fail as "client gone" and its sessions are released
-    (adapters closed through the lifecycle service, stored rows kept). Requests
-    still running are given a moment to finish, then cancelled.
+    back-channel requests fail as "client gone"; requests still running get
+    ``drain_secs`` to finish (or until ``abort`` is set), then are cancelled;
+    then its sessions are released (adapters closed through the lifecycle
+    service, stored rows kept).
+
+    ``principal`` is who the connection acts as: ``""`` for the local operator
+    (stdio, a gateway without auth), ``client:<token id>`` for an authenticated
+    gateway client, whose sessions are owned by that key and who sees only
+    those (SPEC §8 session/list "visible to the caller", §14).
     """
-    conn = DialectConnection(runtime, send, default_agent=default_agent)
+    conn = DialectConnection(runtime, send, default_agent=default_agent, principal=principal)
     try:
         async for line in incoming:
             conn.feed(line)
     finally:
-        await conn.close()
+        await conn.close(drain_secs=drain_secs, abort=abort)

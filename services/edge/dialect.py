@@ -81,10 +81,20 @@ def _first_str(params: dict[str, Any], *keys: str) -> str | None:
     return None
 
 
+#: Session ids are UUIDs; anything much longer cannot name a session, and
+#: must not reach the services (a huge id in a gRPC status overflows its header).
+MAX_SESSION_ID_CHARS = 128
+
+#: The visibility an authenticated gateway client gets: its own sessions only.
+PRINCIPAL_VISIBILITY = "tree"
+
+
 def _session_id(params: dict[str, Any]) -> str:
     sid = _first_str(params, "sessionId", "session_id")
     if not sid:
         raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
+    if len(sid) > MAX_SESSION_ID_CHARS:
+        raise _not_found(sid)
     return sid
 
 
@@ -117,8 +127,10 @@ class DialectConnection:
     """One client connection speaking the dialect (stdio or one WebSocket)."""
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
-                 *, default_agent: str = "") -> None:
+                 *, default_agent: str = "", principal: str = "") -> None:
         self.runtime = runtime
+        #: Who this connection acts as ("" = the local operator; see serve_connection).
+        self.principal = principal
         self._raw_send = send
         self._send_lock = asyncio.Lock()
         self.default_agent = default_agent.strip()
@@ -214,17 +226,28 @@ class DialectConnection:
         if is_request:
             await self._answer(result_line(frame.id, result))
 
-    async def close(self) -> None:
-        """The client went away: fail back-channel requests, release this connection's sessions.
+    async def close(self, *, drain_secs: float = 15.0,
+                    abort: asyncio.Event | None = None) -> None:
+        """The client's input ended: finish what it asked, then release its sessions.
 
-        Requests still in flight are answered if they finish soon (a stdio client
-        may close stdin and keep reading); sessions they open are released too.
+        Back-channel requests fail at once (nobody can answer them any more:
+        the tools they guard are denied). Requests already read run on for up
+        to ``drain_secs`` — a stdio client or CI runner may close stdin and
+        keep reading — or until ``abort`` is set; then they are cancelled.
+        Only after that are the connection's sessions released (adapters
+        closed, rows kept), so a request still running never loses its session.
         """
         self._closing = True
         self.backchannel.close()
-        await self._release_all()
         if self._tasks:
-            _, pending = await asyncio.wait(list(self._tasks), timeout=15)
+            waiting = asyncio.ensure_future(asyncio.wait(list(self._tasks), timeout=drain_secs))
+            watchers: set[asyncio.Future[Any]] = {waiting}
+            if abort is not None:
+                watchers.add(asyncio.ensure_future(abort.wait()))
+            await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+            for watcher in watchers:
+                watcher.cancel()
+            pending = [t for t in self._tasks if not t.done()]
             for task in pending:
                 task.cancel()
             if pending:
@@ -247,6 +270,26 @@ class DialectConnection:
             self.sessions.pop(sid, None)
             raise _not_found(sid)
         return session
+
+    async def _visible_row(self, sid: str) -> session_pb2.SessionRow:
+        """The stored row of ``sid`` if this connection may see it, else -32000.
+
+        The local operator reads any row; an authenticated gateway client only
+        its own (§14 "tree" over the row's owner), and another client's session
+        is reported exactly like one that does not exist.
+        """
+        stub = self.runtime.session_stub
+        try:
+            if not self.principal:
+                return await stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+            status = await stub.SessionStatus(session_pb2.SessionStatusRequest(
+                requester_session_key=self.principal, session_id=sid,
+                visibility=PRINCIPAL_VISIBILITY))
+            return status.session
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED):
+                raise _not_found(sid) from None
+            raise _grpc_error(exc, sid) from None
 
     def _mcp_servers(self, params: dict[str, Any]) -> list[Any]:
         servers = params.get("mcpServers")
@@ -351,7 +394,8 @@ class DialectConnection:
             try:
                 row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
                     session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
-                    gateway_instance_id=rt.gateway_instance_id))
+                    gateway_instance_id=rt.gateway_instance_id,
+                    owner_session_key=self.principal))
                 policy = await self._policy(agent.alias, ws.workspace_dir)
             except grpc.aio.AioRpcError as exc:
                 raise _grpc_error(exc) from None
@@ -382,7 +426,7 @@ class DialectConnection:
             log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
         if session.released:  # the adapter died during setup
             raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")
-        if self._closing:  # the client left while the session was being set up
+        if self._closed:  # close() already released this connection's sessions
             await self.runtime.release(session, "disconnect")
             raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")
         self.runtime.activate(session)
@@ -412,8 +456,8 @@ class DialectConnection:
 
     async def session_cancel(self, params: dict[str, Any]) -> dict[str, Any]:
         """SPEC §7: interrupt the running turn; idle or unknown → {}."""
-        sid = _first_str(params, "sessionId", "session_id")
-        session = self.sessions.get(sid or "")
+        sid = _session_id(params)  # a request without one is -32602 (§1); notifications: silence
+        session = self.sessions.get(sid)
         if session is not None:
             session.touch()
             session.cancel()
@@ -463,11 +507,7 @@ class DialectConnection:
                 raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
             rt.registry.restoring.add(sid)
             claimed = True
-            try:
-                row = await rt.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
-            except grpc.aio.AioRpcError as exc:
-                raise (_not_found(sid) if exc.code() == grpc.StatusCode.NOT_FOUND
-                       else _grpc_error(exc, sid)) from None
+            row = await self._visible_row(sid)
             try:
                 agent = await rt.session_stub.ResolveRestoreAgent(
                     session_pb2.ResolveRestoreAgentRequest(session_id=sid))
@@ -544,11 +584,15 @@ class DialectConnection:
         """SPEC §8: every session the local client may see (empty requester), ACP shape."""
         cwd = _first_str(params, "cwd") or ""
         if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
-            cwd = await asyncio.to_thread(os.path.realpath, cwd)
+            try:
+                cwd = await asyncio.to_thread(os.path.realpath, cwd)
+            except ValueError:  # e.g. an embedded NUL: no stored workspace can match
+                return {"sessions": []}
         cursor = _first_str(params, "cursor") or ""
         try:
             resp = await self.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(
-                requester_session_key="", cwd=cwd, cursor=cursor))
+                requester_session_key=self.principal, cwd=cwd, cursor=cursor,
+                visibility=PRINCIPAL_VISIBILITY if self.principal else ""))
         except grpc.aio.AioRpcError as exc:
             raise _grpc_error(exc) from None
         sessions = []
@@ -575,6 +619,8 @@ class DialectConnection:
         session = self.sessions.get(sid)
         if session is not None:
             session.touch()
+        elif self.principal:
+            await self._visible_row(sid)  # another client's session is "not found" here
         try:
             await self.runtime.session_stub.TouchSession(
                 session_pb2.TouchSessionRequest(session_id=sid))

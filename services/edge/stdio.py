@@ -239,7 +239,10 @@ async def run_stdio(cfg: Config) -> int:
                     return
 
         try:
-            await serve_connection(runtime, incoming(), send)
+            # EOF: what was asked still gets answered (a CI runner pipes requests
+            # and closes stdin); a signal cuts that short.
+            await serve_connection(runtime, incoming(), send,
+                                   drain_secs=float(cfg.acp.session_timeout_secs), abort=stop)
         finally:
             await close_stdout()
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import http
 import ssl
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -342,6 +343,9 @@ class EdgeServer:
         self._health_paths = {"/healthz", f"{prefix}/healthz"}
         self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
         self._active: set[ServerConnection] = set()
+        #: Who each admitted handshake acts as, from process_request to _handle.
+        self._principals: weakref.WeakKeyDictionary[ServerConnection, str] = (
+            weakref.WeakKeyDictionary())
         self._ids = count(1)
         self._counters = _Counters()
         self._server: Server | None = None
@@ -428,7 +432,8 @@ class EdgeServer:
             offered_subprotocols(request.headers.get_all("Sec-WebSocket-Protocol")),
             request.path,
         )
-        if not await self._auth.admit(token):
+        principal = await self._auth.principal(token)
+        if principal is None:
             self._counters.rejected_unauthorized_total += 1
             log.warning("ws_unauthorized", remote=_remote(connection),
                         source=token.source.value if token else "none")
@@ -446,6 +451,7 @@ class EdgeServer:
                 http.HTTPStatus.SERVICE_UNAVAILABLE,
                 f"Too many connections (limit {self.cfg.gateway.max_connections})\n",
             )
+        self._principals[connection] = principal
         return None
 
     async def _healthz(self, connection: ServerConnection) -> Response:
@@ -513,7 +519,8 @@ class EdgeServer:
         sender = asyncio.create_task(pump())
         try:
             await self._serve_connection(
-                self.runtime, _incoming(ws), send, default_agent=default_agent
+                self.runtime, _incoming(ws), send, default_agent=default_agent,
+                principal=self._principals.pop(ws, ""),
             )
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)

@@ -7,8 +7,10 @@ session/prompt streams chunks → end_turn → turn stored → EOF leaves no chi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from acpgate import __version__
-from tests.e2e.harness import ACPGATE, AcpProcess, gone, updates, write_config
+from tests.e2e.harness import ACPGATE, AcpProcess, child_env, gone, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -168,3 +170,26 @@ def test_unreachable_configured_services_fall_back_to_embedded(tmp_path: Path) -
         assert any("running them embedded" in line for line in acp.stderr)
     finally:
         acp.kill()
+
+
+def test_piped_requests_are_answered_after_stdin_closes(tmp_path: Path) -> None:
+    """§0 "exits on EOF" — after answering what it was asked (a CI runner pipes and closes)."""
+    cfg = write_config(tmp_path / "cfg")
+    first = AcpProcess(cfg)
+    try:
+        sid = first.new_session()
+        first.result("session/prompt", {"sessionId": sid, "prompt": "remember me"})
+        assert first.close() == 0
+    finally:
+        first.kill()
+    lines = "\n".join(json.dumps(m) for m in [
+        {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": {"sessionId": sid}},
+    ]) + "\n"
+    out = subprocess.run([*ACPGATE, "acp", "--config-dir", str(cfg)], input=lines,
+                         capture_output=True, text=True, timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr
+    answers = {m["id"]: m for m in map(json.loads, out.stdout.splitlines()) if "id" in m}
+    assert "result" in answers[1] and uuid.UUID(answers[1]["result"]["sessionId"]).version == 4
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert "remember me" in out.stdout  # the replay came before the answer

@@ -122,6 +122,12 @@ ERROR_ROWS: list[tuple[str, str, Any, int, str, bool]] = [
     ("§3 disabled alias",
      '{"jsonrpc":"2.0","id":"n2","method":"session/new","params":{"agent":" off "}}', "n2",
      -32602, "Agent `off` is not enabled for dispatch", False),
+    ("§1 cancel request without id",
+     '{"jsonrpc":"2.0","id":"k1","method":"session/cancel","params":{}}', "k1", -32602,
+     "Missing required parameter: sessionId", False),
+    ("§8 load with an id no session can have",
+     '{"jsonrpc":"2.0","id":"l4","method":"session/load","params":{"sessionId":"' + "x" * 100_000
+     + '"}}', "l4", -32000, "Session not found: " + "x" * 100_000, False),
     ("§3 cwd does not exist",
      '{"jsonrpc":"2.0","id":"n3","method":"session/new","params":{"cwd":"/nonexistent/acpgate-x"}}',
      "n3", -32602, "cwd is not a usable directory (/nonexistent/acpgate-x): ", True),
@@ -351,7 +357,10 @@ def test_cancel_idle_and_notification(acp: AcpProcess, opened: list[str]) -> Non
     opened.append(sid)
     assert acp.result("session/cancel", {"sessionId": sid}) == {}
     assert acp.result("session/cancel", {"session_id": "unknown"}) == {}
-    assert acp.result("session/cancel", {}) == {}
+    # §1: a request with no session id at all is -32602 (unknown ids are {} per §7).
+    assert acp.error("session/cancel", {}) == {
+        "code": -32602, "message": "Missing required parameter: sessionId"}
+    acp.notify("session/cancel", {})  # a notification is never answered, not even with an error
     acp.notify("session/cancel", {"sessionId": sid})
     _assert_quiet_then_marker(acp)
 
@@ -452,6 +461,8 @@ def test_list_and_inbound_events(acp: AcpProcess, tmp_path: Path, opened: list[s
         == [sid], "the cwd filter is compared as a real path"
     everything = acp.result("session/list", {})
     assert sid in {s["sessionId"] for s in everything["sessions"]}
+    # A filter no stored workspace can match (an embedded NUL) is an empty list, not -32603.
+    assert acp.result("session/list", {"cwd": "/tmp/\u0000x"}) == {"sessions": []}
 
     assert acp.result("session/update", {"sessionId": sid, "type": "custom"}) == \
         {"sessionId": sid, "type": "custom", "status": "processed"}

@@ -171,7 +171,8 @@ def test_session_new_in_flight_at_disconnect_is_released(
         loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) -> None:
     batch = ['{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"agentAlias":"sdk"}}']
     out = loop.run_until_complete(_serve(runtime, batch))
-    assert len(out) == 1 and json.loads(out[0])["error"]["code"] == -32603
+    # Input ended while it ran: it is still answered, then its session is released.
+    assert len(out) == 1 and json.loads(out[0])["result"]["sessionId"]
     assert runtime.registry.active == {} and runtime.registry.reserved == 0
 
 

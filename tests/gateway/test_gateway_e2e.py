@@ -146,6 +146,36 @@ async def test_two_connections_have_independent_zc_out_counters(tmp_path: Path) 
             assert f"agent:helper:acp:{sid_b}" in keys
 
 
+async def test_each_token_sees_only_its_own_sessions(tmp_path: Path) -> None:
+    """§8 session/list is "visible to the caller" (§14): one client's sessions are not another's.
+
+    Each token is a principal that owns the sessions it creates; another
+    token's session is listed nowhere and loads as "not found".
+    """
+    cfg = write_config(tmp_path / "cfg")
+    _, secret_a = mint(cfg, "alice")
+    _, secret_b = mint(cfg, "bob")
+    async with full_stack(cfg) as stack:
+        async with connect(stack.edge.url, proxy=None, additional_headers=auth(secret_a)) as wa:
+            a = RawClient(wa)
+            sid_a = (await a.result("session/new", {}))["sessionId"]
+            await a.result("session/close", {"sessionId": sid_a})
+            listed = await a.result("session/list", {})
+            assert [x["sessionId"] for x in listed["sessions"]] == [sid_a]
+        async with connect(stack.edge.url, proxy=None, additional_headers=auth(secret_b)) as wb:
+            b = RawClient(wb)
+            assert (await b.result("session/list", {}))["sessions"] == []
+            for method in ("session/load", "session/resume"):
+                _, err = await b.call(method, {"sessionId": sid_a})
+                assert err["error"] == {"code": -32000, "message": f"Session not found: {sid_a}"}
+            _, err = await b.call("session/event", {"sessionId": sid_a, "type": "x"})
+            assert err["error"]["code"] == -32000
+        # Alice, on a new connection, can still load her session.
+        async with connect(stack.edge.url, proxy=None, additional_headers=auth(secret_a)) as wa:
+            a = RawClient(wa)
+            assert await a.result("session/load", {"sessionId": sid_a}) == {}
+
+
 async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg")
     _, secret = mint(cfg)

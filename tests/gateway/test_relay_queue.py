@@ -111,7 +111,7 @@ class Burst:
     """Test dialect: answers `burst` with n numbered frames, then a result."""
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
-                       default_agent: str = "") -> None:
+                       default_agent: str = "", principal: str = "") -> None:
         async for line in incoming:
             msg = json.loads(line)
             for i in range(msg["params"]["n"]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,15 @@ class EchoDialect:
         self.flood_results: list[int] = []
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
-                       send: Callable[[str], Awaitable[None]], *, default_agent: str = "") -> None:
+                       send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
+                       principal: str = "") -> None:
         try:
             async for line in incoming:
                 msg = json.loads(line)
                 if msg["method"] == "whoami":
                     await send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
-                                           "result": {"agent": default_agent}}))
+                                           "result": {"agent": default_agent,
+                                                      "principal": principal}}))
                 elif msg["method"] == "flood":
                     sent = 0
                     chunk = "x" * 65536
@@ -61,9 +64,9 @@ class EchoDialect:
             self.finished += 1
 
 
-async def whoami(ws: Any) -> str:
+async def whoami(ws: Any, field: str = "agent") -> str:
     await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "whoami"}))
-    return str(json.loads(await ws.recv())["result"]["agent"])
+    return str(json.loads(await ws.recv())["result"][field])
 
 
 @pytest.fixture
@@ -160,6 +163,21 @@ async def test_paths_prefix_and_agent_default(tmp_path: Path, services: tuple[st
             assert await whoami(ws) == "helper"
         async with connect(f"{base}/gw/acp?agent=%20%20", proxy=None, additional_headers=auth) as ws:
             assert await whoami(ws) == ""  # blank = absent
+
+
+async def test_connection_acts_as_its_token(tmp_path: Path, services: tuple[str, str]) -> None:
+    """Each token is its own principal (`client:<token id>`); auth off = the local operator."""
+    cfg = write_config(tmp_path / "cfg")
+    tid, secret = mint(cfg)
+    tid2, secret2 = mint(cfg, "other")
+    async with running_edge(cfg, FakeRuntime(), services, EchoDialect()) as edge:
+        for token_id, tok in ((tid, secret), (tid2, secret2)):
+            async with connect(f"{edge.url}?token={tok}", proxy=None) as ws:
+                assert await whoami(ws, "principal") == f"client:{token_id}"
+    open_cfg = replace(cfg, gateway=replace(cfg.gateway, require_auth=False))
+    async with running_edge(open_cfg, FakeRuntime(), services, EchoDialect()) as edge:
+        async with connect(edge.url, proxy=None) as ws:
+            assert await whoami(ws, "principal") == ""
 
 
 async def test_max_connections(tmp_path: Path, services: tuple[str, str]) -> None:

@@ -229,6 +229,7 @@ class ServeConnection(Protocol):
         send: Callable[[str], Awaitable[None]],
         *,
         default_agent: str = "",
+        principal: str = "",
     ) -> Awaitable[None]:
         """Serve one connection until ``incoming`` ends."""
         ...

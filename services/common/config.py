@@ -32,9 +32,17 @@ PROVIDERS = ("demo", "openai", "anthropic")
 
 #: Tools that only read; they never ask in supervised mode unless listed in always_ask.
 DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file")
-#: Paths no agent touches unless they lie inside an allowed root.
+#: Paths no agent touches unless they lie inside an allowed root: credentials
+#: and kernel interfaces (``/proc/<pid>/environ`` holds API keys). Not all of
+#: ``/etc``: a shell needs its resolver, certificates and libraries to work.
+#: acpgate's own data dir and config file are always added (session policy).
 DEFAULT_FORBIDDEN_PATHS = (
-    "/etc",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
     "/root",
     "/proc",
     "/sys",
@@ -43,7 +51,14 @@ DEFAULT_FORBIDDEN_PATHS = (
     "~/.ssh",
     "~/.gnupg",
     "~/.aws",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
     "~/.config/gcloud",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.pypirc",
+    "~/.npmrc",
 )
 
 DEFAULT_CONFIG_TOML = """\

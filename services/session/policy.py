@@ -289,10 +289,15 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
     override or ``[autonomy] level``; ``workspace_only`` is off only in ``full``.
     """
     autonomy = cfg.agent_autonomy(alias)
+    # acpgate's own state is never the agent's business: the session store holds
+    # every other conversation, the data dir tokens and leases. (The agent
+    # workspace, usually under the config dir, is an allowed root and wins.)
+    own_state = (str(cfg.data_dir), str(cfg.config_file))
+    forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state)))
     return SecurityPolicy(
         workspace_dir=workspace_dir,
         allowed_roots=(str(cfg.agent_workspace(alias)),),
-        forbidden_paths=tuple(cfg.autonomy.forbidden_paths),
+        forbidden_paths=forbidden,
         autonomy=autonomy,
         auto_approve=tuple(cfg.autonomy.auto_approve),
         always_ask=tuple(cfg.autonomy.always_ask),

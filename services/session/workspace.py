@@ -39,7 +39,9 @@ def _real_dir(cwd: str, base_dir: str) -> str:
     """Real path of an existing directory, or WorkspaceError (blocking; run off-loop)."""
     if "\x00" in cwd:
         raise WorkspaceError(MSG_BAD_CWD.format(cwd=cwd, reason="path contains a NUL byte"))
-    path = os.path.expanduser(cwd) if cwd == "~" or cwd.startswith("~/") else cwd
+    # No `~` expansion: a cwd is a path, relative to the caller's working
+    # directory (SPEC §3); a client meaning its home sends it absolute.
+    path = cwd
     if not os.path.isabs(path):
         # Relative to the caller's working directory; without one, to this process's.
         path = os.path.join(base_dir or os.getcwd(), path)

@@ -190,3 +190,13 @@ async def test_spec3_missing_cwd(cfg: Config, tmp_path: Path) -> None:
     assert str(exc.value) == "cwd is not a usable directory (nope/deeper): No such file or directory"
     with pytest.raises(WorkspaceError, match="NUL"):
         await resolve_workspace(cfg, "a", "bad\x00dir")
+
+
+async def test_spec3_tilde_is_a_relative_path_not_home(cfg: Config, tmp_path: Path) -> None:
+    """SPEC §3: a cwd is resolved relative to the caller's directory; `~` is not expanded."""
+    with pytest.raises(WorkspaceError) as exc:
+        await resolve_workspace(cfg, "a", "~", base_dir=str(tmp_path))
+    assert str(exc.value) == "cwd is not a usable directory (~): No such file or directory"
+    (tmp_path / "~").mkdir()
+    info = await resolve_workspace(cfg, "a", "~", base_dir=str(tmp_path))
+    assert info.workspace_dir == str((tmp_path / "~").resolve())

@@ -166,7 +166,10 @@ async def test_spec12_get_policy(stub: Stub, short_dir: Path) -> None:
     p = await stub.GetPolicy(pb.GetPolicyRequest(alias="alpha", workspace_dir="/proj"))
     assert p.workspace_dir == "/proj"
     assert list(p.allowed_roots) == [str(short_dir / "cfg" / "agents" / "alpha" / "workspace")]
-    assert "/etc" in p.forbidden_paths and "~/.ssh" in p.forbidden_paths
+    assert "/etc/shadow" in p.forbidden_paths and "~/.ssh" in p.forbidden_paths
+    # acpgate's own state is always off limits (the agent workspace is an allowed root).
+    assert str(short_dir / "data") in p.forbidden_paths
+    assert str(short_dir / "cfg" / "config.toml") in p.forbidden_paths
     assert p.autonomy == "supervised" and p.workspace_only and "file_read" in p.auto_approve
     code, _ = await _code(stub.GetPolicy(pb.GetPolicyRequest(alias="zzz", workspace_dir="/p")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT

@@ -266,12 +266,20 @@ def test_policy_for_builds_from_config(tmp_path: Path) -> None:
     assert f.autonomy == "full" and not f.workspace_only
 
 
-def test_default_forbidden_etc_refused_in_full_mode(ws: Path) -> None:
-    """The default forbidden list keeps /etc out of reach even in full mode."""
-    cfg = Config(config_dir=ws, autonomy=AutonomySection(level="full"))
+def test_default_forbidden_secrets_refused_in_full_mode(ws: Path) -> None:
+    """The default forbidden list keeps secrets out of reach even in full mode (§12)."""
+    cfg = Config(config_dir=ws.parent / "acpgate-cfg", autonomy=AutonomySection(level="full"))
     p = policy_for(cfg, "x", str(ws))
-    assert not may_read(p, "/etc/passwd")
+    assert not may_read(p, "/etc/shadow")
+    assert not may_read(p, "/proc/1/environ")
+    assert not may_read(p, os.path.expanduser("~/.ssh/id_ed25519"))
+    # acpgate's own state: the store with every other conversation, the config file.
+    assert not may_read(p, str(cfg.session_db_path))
+    assert not may_read(p, str(cfg.config_file))
+    assert may_read(p, "/etc/hostname")  # full mode reaches outside the roots
     assert may_read(p, os.path.join(str(ws), "a.txt"))
+    # The agent workspace lies under the config dir and stays reachable (allowed root wins).
+    assert may_read(p, str(cfg.agent_workspace("x") / "IDENTITY.md"))
 
 
 # ------------------------------------------------------------------ property: no escape

@@ -85,6 +85,27 @@ class Reaper:
         """Verify ``lease`` against the live table (read-only)."""
         return await verify_owned_tree(lease, self.table, self.owner)
 
+    async def _record_verification(
+        self, lease: LeaseRecord, verification: Verification, reason: str
+    ) -> LeaseRecord:
+        """Store a root recovered for a pending lease, log the verdict; the lease as now stored."""
+        if verification.recovered_root is not None:
+            root = verification.recovered_root
+            updated = await self.store.update(
+                lease.lease_id, root_pid=root.pid, root_start_time=root.start_time
+            )
+            lease = updated or lease
+        log.info(
+            "lease_close",
+            lease_id=lease.lease_id,
+            reason=reason,
+            verified=verification.verified,
+            root_gone=verification.root_gone,
+            why=verification.reason,
+            pids=[p.info.pid for p in verification.processes],
+        )
+        return lease
+
     async def _verify_retrying(self, lease: LeaseRecord) -> Verification:
         """Verify, retrying briefly while the evidence is unavailable (e.g. a root mid-exit)."""
         result = await self.verify(lease)
@@ -118,21 +139,7 @@ class Reaper:
                 return CloseResult(fresh, unverified_reason="lease changed state concurrently")
             lease = moved
         verification = await self._verify_retrying(lease)
-        if verification.recovered_root is not None:
-            root = verification.recovered_root
-            updated = await self.store.update(
-                lease.lease_id, root_pid=root.pid, root_start_time=root.start_time
-            )
-            lease = updated or lease
-        log.info(
-            "lease_close",
-            lease_id=lease.lease_id,
-            reason=reason,
-            verified=verification.verified,
-            root_gone=verification.root_gone,
-            why=verification.reason,
-            pids=[p.info.pid for p in verification.processes],
-        )
+        lease = await self._record_verification(lease, verification, reason)
         if not verification.verified:
             if verification.root_gone:
                 ended = await self._end(lease, LeaseState.LOST)
@@ -268,21 +275,7 @@ class Reaper:
             verification = await verify_owned_tree(lease, self.table, self.owner, snapshot)
             if verification.evidence_unavailable:
                 verification = await self._verify_retrying(lease)
-            if verification.recovered_root is not None:
-                root = verification.recovered_root
-                updated = await self.store.update(
-                    lease.lease_id, root_pid=root.pid, root_start_time=root.start_time
-                )
-                lease = updated or lease
-            log.info(
-                "lease_close",
-                lease_id=lease.lease_id,
-                reason=reason,
-                verified=verification.verified,
-                root_gone=verification.root_gone,
-                why=verification.reason,
-                pids=[p.info.pid for p in verification.processes],
-            )
+            lease = await self._record_verification(lease, verification, reason)
             if verification.verified:
                 reaping.append((lease, verification))
                 continue

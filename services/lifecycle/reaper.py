@@ -141,35 +141,20 @@ class Reaper:
         verification = await self._verify_retrying(lease)
         lease = await self._record_verification(lease, verification, reason)
         if not verification.verified:
-            if verification.root_gone:
-                ended = await self._end(lease, LeaseState.LOST)
-                why = verification.reason if verification.reason == REASON_BIRTH else ""
-                return CloseResult(ended, unverified_reason=why)
-            reopened = await self._reopen(lease)
-            return CloseResult(reopened, unverified_reason=verification.reason)
+            state, why = _unverified_outcome(verification)
+            if state == LeaseState.LOST:
+                return CloseResult(await self._end(lease, state), unverified_reason=why)
+            return CloseResult(await self._reopen(lease), unverified_reason=why)
 
         snapshot = list(verification.processes)
-        for proc in snapshot:
-            await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+        await self._signal_all(snapshot, signal.SIGTERM)
         survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
         killed: list[TreeProc] = []
         if survivors:
-            again = await self._verify_retrying(lease)
-            if again.evidence_unavailable or not (again.verified or again.root_gone):
-                # Cannot prove the survivors are still ours: no SIGKILL.
-                reopened = await self._reopen(lease)
-                return CloseResult(
-                    reopened,
-                    terminated_pids=_pids(p for p in snapshot if p not in survivors),
-                    surviving_pids=_pids(survivors),
-                    unverified_reason=f"re-verification failed: {again.reason}",
-                )
-            allowed = {p.info.identity: p for p in survivors}
-            for proc in again.processes:
-                allowed.setdefault(proc.info.identity, proc)
-            killed = list(children_first(list(allowed.values())))
-            for proc in killed:
-                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+            escalated, again = await self._kill_survivors(lease, survivors)
+            if escalated is None:
+                return _refused(await self._reopen(lease), snapshot, survivors, again)
+            killed = escalated
         everything = {p.info.identity: p for p in [*snapshot, *killed]}
         left = await self._wait_gone(list(everything.values()), KILL_WAIT_SECS if killed else 0.0)
         state = LeaseState.LOST if verification.root_gone else LeaseState.CLOSED
@@ -179,6 +164,30 @@ class Reaper:
             terminated_pids=_pids(p for p in everything.values() if p not in left),
             surviving_pids=_pids(left),
         )
+
+    async def _signal_all(self, procs: Iterable[TreeProc], sig: int) -> None:
+        """Signal each verified identity, in the given (children-first) order."""
+        for proc in procs:
+            await self.table.signal(proc.info.pid, proc.info.start_time, sig)
+
+    async def _kill_survivors(
+        self, lease: LeaseRecord, survivors: Sequence[TreeProc]
+    ) -> tuple[list[TreeProc] | None, Verification]:
+        """Re-verify right before SIGKILL, then SIGKILL the survivors plus whatever the
+        re-verification found in the tree, children first.
+
+        ``(None, again)`` when the re-verification cannot prove the tree is still
+        the lease's: nothing is signalled. Otherwise ``(killed, again)``.
+        """
+        again = await self._verify_retrying(lease)
+        if not _still_ours(again):
+            return None, again
+        allowed = {p.info.identity: p for p in survivors}
+        for proc in again.processes:
+            allowed.setdefault(proc.info.identity, proc)
+        killed = list(children_first(list(allowed.values())))
+        await self._signal_all(killed, signal.SIGKILL)
+        return killed, again
 
     async def _end(self, lease: LeaseRecord, state: LeaseState) -> LeaseRecord | None:
         ended = await self.store.transition(lease, state, now_ms=self._wall_ms())
@@ -279,19 +288,12 @@ class Reaper:
             if verification.verified:
                 reaping.append((lease, verification))
                 continue
-            if verification.root_gone:
-                why = verification.reason if verification.reason == REASON_BIRTH else ""
-                results[lease.lease_id] = CloseResult(lease, unverified_reason=why)
-                endings.append((lease, LeaseState.LOST))
-            else:
-                results[lease.lease_id] = CloseResult(
-                    lease, unverified_reason=verification.reason
-                )
-                endings.append((lease, LeaseState.OPEN))
+            state, why = _unverified_outcome(verification)
+            results[lease.lease_id] = CloseResult(lease, unverified_reason=why)
+            endings.append((lease, state))
         # 3. SIGTERM every verified tree at once, then one grace period for all.
         for _, verification in reaping:
-            for proc in verification.processes:
-                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+            await self._signal_all(verification.processes, signal.SIGTERM)
         everyone = [p for _, v in reaping for p in v.processes]
         survivors = {p.info.identity for p in await self._wait_gone(
             everyone, self.term_grace_ms / 1000.0)}
@@ -302,22 +304,12 @@ class Reaper:
             left = [p for p in snap if p.info.identity in survivors]
             killed: list[TreeProc] = []
             if left:
-                again = await self._verify_retrying(lease)
-                if again.evidence_unavailable or not (again.verified or again.root_gone):
-                    results[lease.lease_id] = CloseResult(
-                        lease,
-                        terminated_pids=_pids(p for p in snap if p not in left),
-                        surviving_pids=_pids(left),
-                        unverified_reason=f"re-verification failed: {again.reason}",
-                    )
+                escalated, again = await self._kill_survivors(lease, left)
+                if escalated is None:
+                    results[lease.lease_id] = _refused(lease, snap, left, again)
                     endings.append((lease, LeaseState.OPEN))
                     continue
-                allowed = {p.info.identity: p for p in left}
-                for proc in again.processes:
-                    allowed.setdefault(proc.info.identity, proc)
-                killed = list(children_first(list(allowed.values())))
-                for proc in killed:
-                    await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+                killed = escalated
             finals.append((lease, verification, snap, killed))
         # 5. wait for the killed ones (all together), then the final states in one commit.
         tracked = {p.info.identity: p for _, _, snap, killed in finals for p in [*snap, *killed]}
@@ -348,20 +340,13 @@ class Reaper:
         if not verification.verified:
             return CloseResult(None, unverified_reason=verification.reason)
         snapshot = list(verification.processes)
-        for proc in snapshot:
-            await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGTERM)
+        await self._signal_all(snapshot, signal.SIGTERM)
         survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
         if survivors:
             again = await verify_legacy(record, self.table)
-            if again.evidence_unavailable or not (again.verified or again.root_gone):
-                return CloseResult(
-                    None,
-                    terminated_pids=_pids(p for p in snapshot if p not in survivors),
-                    surviving_pids=_pids(survivors),
-                    unverified_reason=f"re-verification failed: {again.reason}",
-                )
-            for proc in survivors:
-                await self.table.signal(proc.info.pid, proc.info.start_time, signal.SIGKILL)
+            if not _still_ours(again):
+                return _refused(None, snapshot, survivors, again)
+            await self._signal_all(survivors, signal.SIGKILL)
         left = await self._wait_gone(snapshot, KILL_WAIT_SECS if survivors else 0.0)
         return CloseResult(
             None,
@@ -372,3 +357,34 @@ class Reaper:
 
 def _pids(procs: Iterable[TreeProc]) -> tuple[int, ...]:
     return tuple(sorted(p.info.pid for p in procs))
+
+
+def _still_ours(again: Verification) -> bool:
+    """A re-verification that allows SIGKILL: the tree verified, or its root is provably gone."""
+    return not again.evidence_unavailable and (again.verified or again.root_gone)
+
+
+def _unverified_outcome(verification: Verification) -> tuple[LeaseState, str]:
+    """Where an unverified lease goes, and the reason to report.
+
+    A provably gone root ends the lease as lost (the reason is reported only for
+    a reused PID); anything else reopens it for a later retry, nothing signalled.
+    """
+    if verification.root_gone:
+        return LeaseState.LOST, verification.reason if verification.reason == REASON_BIRTH else ""
+    return LeaseState.OPEN, verification.reason
+
+
+def _refused(
+    lease: LeaseRecord | None,
+    snapshot: Sequence[TreeProc],
+    survivors: Sequence[TreeProc],
+    again: Verification,
+) -> CloseResult:
+    """The result when the re-verification before SIGKILL failed: survivors left alone."""
+    return CloseResult(
+        lease,
+        terminated_pids=_pids(p for p in snapshot if p not in survivors),
+        surviving_pids=_pids(survivors),
+        unverified_reason=f"re-verification failed: {again.reason}",
+    )

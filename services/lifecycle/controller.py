@@ -309,10 +309,9 @@ class LifecycleController:
     async def expire(self) -> list[str]:
         """Drop closed/lost leases past retention, and their stderr logs."""
         ids = await self.store.expire(now_ms(), self.retention_secs)
-        for lease_id in ids:
-            path = stderr_log_path(self.state_dir, lease_id)
-            for p in (path, path.with_name(path.name + ".1")):
-                p.unlink(missing_ok=True)
+        if ids:
+            # A startup reap can expire many leases at once: unlink off the loop.
+            await asyncio.to_thread(_remove_stderr_logs, self.state_dir, ids)
         return ids
 
     async def close_all(self, reason: str = "stop") -> list[CloseResult]:
@@ -332,3 +331,11 @@ class LifecycleController:
             await channel.aclose()
         self.channels.clear()
         return results
+
+
+def _remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
+    """Delete the stderr logs (and rotated parts) of expired leases (blocking)."""
+    for lease_id in lease_ids:
+        path = stderr_log_path(state_dir, lease_id)
+        for p in (path, path.with_name(path.name + ".1")):
+            p.unlink(missing_ok=True)

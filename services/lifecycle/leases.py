@@ -14,7 +14,7 @@ import asyncio
 import builtins
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -284,8 +284,3 @@ class LeaseStore:
             for lease_id in ids:
                 self._locks.pop(lease_id, None)
         return ids
-
-
-def with_state(lease: LeaseRecord, state: LeaseState) -> LeaseRecord:
-    """A copy of ``lease`` in another state (for in-memory results)."""
-    return replace(lease, state=state)

@@ -94,10 +94,6 @@ class Verification:
     recovered_root: ProcInfo | None = None
     notes: tuple[str, ...] = field(default=())
 
-    def identities(self) -> set[tuple[int, int]]:
-        """``(pid, start_time)`` of every process in the tree."""
-        return {p.info.identity for p in self.processes}
-
 
 def children_first(procs: Sequence[TreeProc]) -> tuple[TreeProc, ...]:
     """Deepest first; ties by PID for a stable order."""

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,6 +26,12 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, details: str) -> NoReturn:
+    """End the RPC with ``code`` and ``details`` (typed NoReturn, so callers need no dead return)."""
+    await context.abort(code, details)
+    raise AssertionError("unreachable")  # pragma: no cover - context.abort always raises
 
 
 @dataclass

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.lifecycle.attach import AdapterChannel, AttachBusy
 from services.lifecycle.controller import (
@@ -109,10 +110,6 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     def __init__(self, controller: LifecycleController) -> None:
         self.controller = controller
 
-    async def _abort(self, context: Ctx, code: grpc.StatusCode, message: str) -> NoReturn:
-        await context.abort(code, message)
-        raise AssertionError("unreachable")  # context.abort always raises
-
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Ctx) -> pb.Instance:
         """The stable gateway instance id of this install."""
         info = self.controller.instance()
@@ -137,9 +134,9 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         try:
             lease, spawned = await self.controller.ensure_session(req)
         except InvalidRequest as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Unavailable as exc:
-            await self._abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.EnsureSessionResponse(lease=lease_to_pb(lease), spawned=spawned)
 
     async def Attach(
@@ -150,19 +147,19 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         try:
             first = await iterator.__anext__()
         except StopAsyncIteration:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "Attach needs an open request")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "Attach needs an open request")
         if first.WhichOneof("msg") != "open" or not first.open.lease_id:
-            await self._abort(
+            await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "the first Attach request must be open{lease_id}"
             )
         lease_id = first.open.lease_id
         try:
             lease = await self.controller.get_lease(lease_id)
         except LeaseNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         channel = self.controller.channel(lease_id)
         if lease.state != LeaseState.OPEN or channel is None:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
@@ -190,7 +187,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await stdin_task
         except AttachBusy:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} already has an attacher",
@@ -221,9 +218,9 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 reason=request.reason or "close",
             )
         except InvalidRequest as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except LeaseNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         resp = pb.CloseSessionResponse(
             terminated_pids=list(result.terminated_pids),
             surviving_pids=list(result.surviving_pids),
@@ -243,7 +240,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     async def ListLeases(self, request: pb.ListLeasesRequest, context: Ctx) -> pb.ListLeasesResponse:
         """Leases filtered by state and session key."""
         if request.state != pb.LEASE_STATE_UNSPECIFIED and request.state not in _PB_TO_STATE:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"unknown state {request.state}")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"unknown state {request.state}")
         state = _PB_TO_STATE.get(request.state)
         leases = await self.controller.list_leases(state, request.session_key)
         return pb.ListLeasesResponse(leases=[lease_to_pb(x) for x in leases])
@@ -255,5 +252,5 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         try:
             verification = await self.controller.verify(request.lease_id)
         except LeaseNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         return verification_to_pb(verification)

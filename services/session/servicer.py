@@ -13,13 +13,14 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import VISIBILITY_LEVELS, Config
+from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.protocol import MSG_UNKNOWN_AGENT
 from services.session.aliases import (
@@ -231,23 +232,18 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
 
     # -- helpers
 
-    @staticmethod
-    async def _abort(context: Ctx, code: grpc.StatusCode, details: str) -> NoReturn:
-        await context.abort(code, details)
-        raise AssertionError("unreachable")  # pragma: no cover - abort raises
-
     async def _get(self, session_id: str, context: Ctx) -> SessionRecord:
         if not session_id:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
         try:
             return await self._store.get_session(session_id)
         except SessionNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def _viewer(self, key: str, visibility: str, context: Ctx) -> _Viewer:
         chosen = visibility or self._cfg.sessions.visibility
         if chosen not in VISIBILITY_LEVELS:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"unknown visibility {chosen!r} (expected one of {', '.join(VISIBILITY_LEVELS)})",
@@ -267,7 +263,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         if not viewer.sees(rec):
             log.info("session_access_denied", session_id=session_id, action=action,
                      visibility=viewer.visibility)
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"session {session_id} is not visible to {key} ({action}, "
@@ -279,9 +275,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         try:
             return launch_to_pb(await launch_spec(self._cfg, alias))
         except AliasError as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"cannot create the workspace of agent {alias}: {exc.strerror or exc}",
@@ -289,7 +285,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
 
     async def _require_alias(self, alias: str, context: Ctx) -> None:
         if alias not in self._cfg.agents:
-            await self._abort(
+            await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, MSG_UNKNOWN_AGENT.format(alias=alias)
             )
 
@@ -314,7 +310,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         try:
             alias = resolve_alias(self._cfg, request.explicit_alias, request.connection_default)
         except AliasError as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return await self._launch(alias, context)
 
     async def ResolveRestoreAgent(
@@ -322,7 +318,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
     ) -> pb.ResolvedAgent:
         """The SPEC §8 restore chain for a stored session."""
         if not self._store.persistent:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"session store is in memory ({self._store.status.fallback_reason}); "
@@ -332,7 +328,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         try:
             alias = resolve_restore_alias(self._cfg, rec.agent_alias)
         except AliasError as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return await self._launch(alias, context)
 
     async def ResolveWorkspace(
@@ -343,9 +339,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         try:
             info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir)
         except WorkspaceError as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
-            await self._abort(
+            await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"cannot create the workspace of agent {request.alias}: {exc.strerror or exc}",
@@ -358,7 +354,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         """The SPEC §12 policy for an alias and a session workspace."""
         await self._require_alias(request.alias, context)
         if not request.workspace_dir:
-            await self._abort(
+            await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "workspace_dir is required"
             )
         return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir))
@@ -380,9 +376,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
                 gateway_instance_id=request.gateway_instance_id,
             )
         except InvalidItem as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:
-            await self._abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
+            await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
         log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
         return row_to_pb(rec)
 
@@ -397,7 +393,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         state: str | None = None
         if request.HasField("state"):
             if request.state not in _STATE_TO_STR:
-                await self._abort(
+                await abort(
                     context, grpc.StatusCode.INVALID_ARGUMENT, "state must be ACTIVE or INACTIVE"
                 )
             state = _STATE_TO_STR[request.state]
@@ -416,9 +412,9 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
                 title=opt("title"),
             )
         except InvalidItem as exc:
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         return row_to_pb(rec)
 
     async def TouchSession(self, request: pb.TouchSessionRequest, context: Ctx) -> pb.SessionRow:
@@ -426,7 +422,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         try:
             return row_to_pb(await self._store.touch(request.session_id))
         except SessionNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def AppendTurn(
         self, request: pb.AppendTurnRequest, context: Ctx
@@ -440,10 +436,10 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
                 plan_json=request.plan_json if request.HasField("plan_json") else None,
             )
         except SessionNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         except InvalidItem as exc:
             log.warning("turn_rejected", session_id=request.session_id, reason=str(exc))
-            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.AppendTurnResponse(
             turn=result.turn, first_seq=result.first_seq, last_seq=result.last_seq
         )
@@ -457,7 +453,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
                 for page in cut_pages(entry_to_pb(entry) for entry in rows):
                     yield page
         except SessionNotFound as exc:
-            await self._abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def StreamHistory(
         self, request: pb.StreamHistoryRequest, context: Ctx
@@ -481,7 +477,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
             try:
                 after = decode_cursor(request.cursor)
             except ValueError as exc:
-                await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         picked: list[SessionRecord] = []
         more = False
         while not more:
@@ -528,7 +524,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         """The SPEC §14 check for one action, as a yes/no with a reason."""
         action = _ACTION_TO_STR.get(request.action)
         if action is None:
-            await self._abort(
+            await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT,
                 "action must be LIST, HISTORY, SEND or STATUS",
             )

@@ -356,10 +356,22 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
 }
 
 
-async def _migrate(db: aiosqlite.Connection, now: int) -> int:
-    """Bring the database to :data:`LATEST_SCHEMA_VERSION` in one transaction; the version."""
+@contextlib.asynccontextmanager
+async def _immediate(db: aiosqlite.Connection) -> AsyncIterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction: COMMIT at the end of the body, ROLLBACK if the
+    body or the COMMIT raises (cancellation included)."""
     await db.execute("BEGIN IMMEDIATE")
     try:
+        yield
+        await db.execute("COMMIT")
+    except BaseException:
+        await db.execute("ROLLBACK")
+        raise
+
+
+async def _migrate(db: aiosqlite.Connection, now: int) -> int:
+    """Bring the database to :data:`LATEST_SCHEMA_VERSION` in one transaction; the version."""
+    async with _immediate(db):
         version = await _read_version(db)
         if version > LATEST_SCHEMA_VERSION:
             raise StoreError(
@@ -373,10 +385,6 @@ async def _migrate(db: aiosqlite.Connection, now: int) -> int:
         if version != start:
             await db.execute("DELETE FROM schema_version")
             await db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-        await db.execute("COMMIT")
-    except BaseException:
-        await db.execute("ROLLBACK")
-        raise
     if start != version:
         log.info("session_store_migrated", from_version=start, to_version=version)
     return version
@@ -589,14 +597,9 @@ class SessionStore:
 
     async def _write(self, sql: str, params: Sequence[Any]) -> int:
         """One statement in its own IMMEDIATE transaction; returns the changed row count."""
-        await self._db.execute("BEGIN IMMEDIATE")
-        try:
+        async with _immediate(self._db):
             cur = await self._db.execute(sql, params)
             count = cur.rowcount
-            await self._db.execute("COMMIT")
-        except BaseException:
-            await self._db.execute("ROLLBACK")
-            raise
         return count
 
     # -- sessions
@@ -763,39 +766,33 @@ class SessionStore:
             raise InvalidItem("token_delta must not be negative")
         _check_plan(plan_json)
         now = self._clock()
-        async with self._lock:
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                async with self._db.execute(
-                    "SELECT last_seq, last_turn, title FROM sessions WHERE id = ?", (session_id,)
-                ) as cur:
-                    row = await cur.fetchone()
-                if row is None:
-                    raise SessionNotFound(session_id)
-                seq, turn, title = int(row[0]), int(row[1]) + 1, str(row[2])
-                first = seq + 1
-                for index, item in enumerate(items):
-                    validate_item(item, index)
-                    seq += 1
-                    await self._db.execute(
-                        f"INSERT INTO history (session_id, {_HISTORY_COLUMNS})"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (session_id, seq, turn, item.role, item.text, item.tool_call_id,
-                         item.tool_name, item.tool_kind, item.title, item.arguments_json,
-                         item.output, item.status, item.content_json, now),
-                    )
-                    if not title and item.role == "user" and item.text.strip():
-                        title = make_title(item.text)
+        async with self._lock, _immediate(self._db):
+            async with self._db.execute(
+                "SELECT last_seq, last_turn, title FROM sessions WHERE id = ?", (session_id,)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            seq, turn, title = int(row[0]), int(row[1]) + 1, str(row[2])
+            first = seq + 1
+            for index, item in enumerate(items):
+                validate_item(item, index)
+                seq += 1
                 await self._db.execute(
-                    "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?,"
-                    " token_count = token_count + ?, last_activity = MAX(last_activity, ?),"
-                    " plan_json = COALESCE(?, plan_json) WHERE id = ?",
-                    (seq, turn, title, token_delta, now, plan_json, session_id),
+                    f"INSERT INTO history (session_id, {_HISTORY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, seq, turn, item.role, item.text, item.tool_call_id,
+                     item.tool_name, item.tool_kind, item.title, item.arguments_json,
+                     item.output, item.status, item.content_json, now),
                 )
-                await self._db.execute("COMMIT")
-            except BaseException:
-                await self._db.execute("ROLLBACK")
-                raise
+                if not title and item.role == "user" and item.text.strip():
+                    title = make_title(item.text)
+            await self._db.execute(
+                "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?,"
+                " token_count = token_count + ?, last_activity = MAX(last_activity, ?),"
+                " plan_json = COALESCE(?, plan_json) WHERE id = ?",
+                (seq, turn, title, token_delta, now, plan_json, session_id),
+            )
         return AppendResult(turn=turn, first_seq=first, last_seq=seq)
 
     async def iter_history(

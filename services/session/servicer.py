@@ -198,6 +198,11 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return value[0], value[1]
 
 
+def _workspace_failed(alias: str, exc: OSError) -> str:
+    """The FAILED_PRECONDITION message when an agent workspace cannot be created."""
+    return f"cannot create the workspace of agent {alias}: {exc.strerror or exc}"
+
+
 # ------------------------------------------------------------------ the servicer
 
 
@@ -211,6 +216,7 @@ class _Viewer:
         self.agent_id = agent_id
 
     def sees(self, rec: SessionRecord) -> bool:
+        """The SPEC §14 check of one row; the local operator (no requester key) sees every row."""
         if not self.key:
             return True
         return can_see_session_row(
@@ -277,11 +283,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
         except AliasError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
-            await abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"cannot create the workspace of agent {alias}: {exc.strerror or exc}",
-            )
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(alias, exc))
 
     async def _require_alias(self, alias: str, context: Ctx) -> None:
         if alias not in self._cfg.agents:
@@ -342,9 +344,7 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
             await abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"cannot create the workspace of agent {request.alias}: {exc.strerror or exc}",
+                context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(request.alias, exc)
             )
         return pb.ResolvedWorkspace(
             workspace_dir=info.workspace_dir, is_agent_workspace=info.is_agent_workspace

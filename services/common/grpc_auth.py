@@ -169,39 +169,42 @@ def _with_token(details: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.Cli
     )
 
 
-class _TokenUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+class _TokenHolder:
+    """The shared token of the four interceptors below.
+
+    Four classes, not one implementing every kind: grpc.aio files an interceptor
+    under the first call kind it implements only (an if/elif chain).
+    """
+
     def __init__(self, token: str) -> None:
         self._token = token
 
+
+class _TokenUnaryUnary(_TokenHolder, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        """Add the bearer token to a unary-unary call."""
         return await continuation(_with_token(client_call_details, self._token), request)
 
 
-class _TokenUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
+class _TokenUnaryStream(_TokenHolder, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        """Add the bearer token to a unary-stream call."""
         return await continuation(_with_token(client_call_details, self._token), request)
 
 
-class _TokenStreamUnary(grpc.aio.StreamUnaryClientInterceptor):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
+class _TokenStreamUnary(_TokenHolder, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(
         self, continuation: Any, client_call_details: Any, request_iterator: Any
     ) -> Any:
+        """Add the bearer token to a stream-unary call."""
         return await continuation(_with_token(client_call_details, self._token), request_iterator)
 
 
-class _TokenStreamStream(grpc.aio.StreamStreamClientInterceptor):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
+class _TokenStreamStream(_TokenHolder, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(
         self, continuation: Any, client_call_details: Any, request_iterator: Any
     ) -> Any:
+        """Add the bearer token to a stream-stream call."""
         return await continuation(_with_token(client_call_details, self._token), request_iterator)
 
 

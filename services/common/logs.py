@@ -2,7 +2,8 @@
 
 stdout is the protocol in stdio mode, so every log line goes to stderr as one
 JSON object: ``{"ts":…, "level":…, "logger":…, "event":…, <fields>}``. Fields
-whose name suggests a secret (token, key, password, authorization) are
+whose name contains a secret marker (token, api_key, apikey, secret, password,
+authorization; not a bare "key", so ``session_key`` stays readable) are
 replaced by ``"<redacted>"`` before they are written; callers must still never
 pass file contents or prompts as fields.
 """

@@ -33,6 +33,15 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     return _KEY_LIKE.sub("<redacted>", text)
 
 
+def new_client(timeout_secs: float) -> httpx.AsyncClient:
+    """The HTTP client a provider owns when none is passed in.
+
+    The connect timeout is capped at 15 s: an unreachable host should fail (and
+    be retried) long before a slow model's read timeout would fire.
+    """
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout_secs, connect=min(timeout_secs, 15.0)))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently to retry a request that failed transiently."""

@@ -10,6 +10,7 @@ import orjson
 
 from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
+    STOP_TOOL_USE,
     ProviderError,
     ProviderEvent,
     StreamDone,
@@ -19,14 +20,22 @@ from services.agent.providers.base import (
     ToolSpec,
     UsageReport,
 )
-from services.agent.providers.http import RetryPolicy, iter_sse, open_stream, scrub
+from services.agent.providers.http import (
+    RetryPolicy,
+    iter_sse,
+    new_client,
+    open_stream,
+    scrub,
+)
 from services.agent.tools.args import parse_arguments
+from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS, STOP_REFUSAL
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 8192
-_STOP = {"end_turn": "end_turn", "stop_sequence": "end_turn", "tool_use": "tool_use",
-         "max_tokens": "max_tokens", "refusal": "refusal"}
+#: Anthropic's stop_reason → the ACP stop reason, or STOP_TOOL_USE.
+_STOP = {"end_turn": STOP_END_TURN, "stop_sequence": STOP_END_TURN, "tool_use": STOP_TOOL_USE,
+         "max_tokens": STOP_MAX_TOKENS, "refusal": STOP_REFUSAL}
 
 
 def _user_text(text: str) -> str:
@@ -94,9 +103,7 @@ class AnthropicProvider:
         self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
         self._retry = retry or RetryPolicy()
         self._max_tokens = max_tokens
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_secs, connect=min(timeout_secs, 15.0))
-        )
+        self._client = client or new_client(timeout_secs)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -126,7 +133,7 @@ class AnthropicProvider:
         secrets = (self._api_key,)
         blocks: dict[int, dict[str, Any]] = {}
         input_tokens = output_tokens = 0
-        stop = "end_turn"
+        stop = STOP_END_TURN
         saw_tool = False
         async with open_stream(self._client, "anthropic", self._url, headers, body,
                                self._retry, secrets) as response:
@@ -178,7 +185,7 @@ class AnthropicProvider:
                     elif kind == "message_delta":
                         delta = payload.get("delta") or {}
                         if delta.get("stop_reason"):
-                            stop = _STOP.get(delta["stop_reason"], "end_turn")
+                            stop = _STOP.get(delta["stop_reason"], STOP_END_TURN)
                         usage = payload.get("usage") or {}
                         if usage.get("output_tokens") is not None:
                             output_tokens = int(usage["output_tokens"])
@@ -191,4 +198,4 @@ class AnthropicProvider:
                     scrub(f"anthropic stream interrupted: {exc}", secrets)
                 ) from None
         yield UsageReport(input_tokens, output_tokens)
-        yield StreamDone("tool_use" if saw_tool else stop)
+        yield StreamDone(STOP_TOOL_USE if saw_tool else stop)

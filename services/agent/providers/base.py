@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.agent.conversation import Message, ToolCall
+from services.common.protocol import STOP_END_TURN
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,17 @@ class UsageReport:
     output_tokens: int = 0
 
 
+#: A provider's stop reason for "the reply asks for tool calls": internal to the agent,
+#: never an ACP stop reason (the turn runs the tools and calls the model again).
+STOP_TOOL_USE = "tool_use"
+
+
 @dataclass(frozen=True)
 class StreamDone:
-    """The model stopped: ``end_turn``, ``tool_use`` or ``max_tokens``."""
+    """The model stopped: an ACP stop reason (``end_turn``, ``max_tokens``, ``refusal``) or
+    :data:`STOP_TOOL_USE`."""
 
-    stop_reason: str = "end_turn"
+    stop_reason: str = STOP_END_TURN
 
 
 ProviderEvent = TextDelta | ThoughtDelta | ToolCallReady | UsageReport | StreamDone

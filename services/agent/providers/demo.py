@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 
 from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
+    STOP_TOOL_USE,
     ProviderEvent,
     StreamDone,
     TextDelta,
@@ -27,6 +28,7 @@ from services.agent.providers.base import (
     ToolSpec,
     UsageReport,
 )
+from services.common.protocol import STOP_END_TURN
 
 INTRO = "[demo model] "
 _RESULT_PREVIEW = 2000
@@ -119,4 +121,4 @@ class DemoProvider:
             yield ToolCallReady(call)
         in_chars = len(system) + sum(m.size() for m in messages)
         yield UsageReport(input_tokens=max(1, in_chars // 4), output_tokens=max(1, len(text) // 4))
-        yield StreamDone("tool_use" if call is not None else "end_turn")
+        yield StreamDone(STOP_TOOL_USE if call is not None else STOP_END_TURN)

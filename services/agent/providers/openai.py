@@ -11,6 +11,7 @@ import orjson
 
 from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
+    STOP_TOOL_USE,
     ProviderError,
     ProviderEvent,
     StreamDone,
@@ -20,12 +21,20 @@ from services.agent.providers.base import (
     ToolSpec,
     UsageReport,
 )
-from services.agent.providers.http import RetryPolicy, iter_sse, open_stream, scrub
+from services.agent.providers.http import (
+    RetryPolicy,
+    iter_sse,
+    new_client,
+    open_stream,
+    scrub,
+)
 from services.agent.tools.args import parse_arguments
+from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
-           "length": "max_tokens"}
+#: finish_reason → the ACP stop reason, or STOP_TOOL_USE.
+_FINISH = {"stop": STOP_END_TURN, "tool_calls": STOP_TOOL_USE, "function_call": STOP_TOOL_USE,
+           "length": STOP_MAX_TOKENS}
 
 
 @dataclass
@@ -77,9 +86,7 @@ class OpenAIProvider:
         self._api_key = api_key
         self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
         self._retry = retry or RetryPolicy()
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_secs, connect=min(timeout_secs, 15.0))
-        )
+        self._client = client or new_client(timeout_secs)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -107,7 +114,7 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         secrets = (self._api_key,)
         calls: dict[int, _PartialCall] = {}
-        stop = "end_turn"
+        stop = STOP_END_TURN
         async with open_stream(self._client, "openai", self._url, headers, body,
                                self._retry, secrets) as response:
             try:
@@ -147,7 +154,7 @@ class OpenAIProvider:
                             if fn.get("arguments"):
                                 part.arguments.append(fn["arguments"])
                         if choice.get("finish_reason"):
-                            stop = _FINISH.get(choice["finish_reason"], "end_turn")
+                            stop = _FINISH.get(choice["finish_reason"], STOP_END_TURN)
             except httpx.HTTPError as exc:
                 raise ProviderError(scrub(f"openai stream interrupted: {exc}", secrets)) from None
         for index in sorted(calls):
@@ -155,5 +162,5 @@ class OpenAIProvider:
             yield ToolCallReady(ToolCall(id=part.id or f"call_{index}", name=part.name,
                                          arguments=parse_arguments("".join(part.arguments))))
         if calls:
-            stop = "tool_use"
+            stop = STOP_TOOL_USE
         yield StreamDone(stop)

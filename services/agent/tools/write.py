@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,21 @@ def apply_edit(text: str, old: str, new: str, replace_all: bool) -> str:
     return text.replace(old, new) if replace_all else text.replace(old, new, 1)
 
 
+async def _diff_preview(
+    plan: Awaitable[tuple[str, str | None, str]], args: dict[str, Any]
+) -> dict[str, Any]:
+    """The diff a planned change would make; the plain arguments when it cannot be planned.
+
+    A preview only decorates the permission request, so a refused path or a
+    non-matching edit must not fail it: ``run`` reports that error instead.
+    """
+    try:
+        path, old, new = await plan
+    except (ToolError, PolicyViolation, OSError):
+        return {"rawInput": args}
+    return diff_fields(path, old, new)
+
+
 class FileWriteTool:
     """Creates or overwrites a text file."""
 
@@ -56,11 +72,7 @@ class FileWriteTool:
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """The diff of the write; plain arguments when the path is refused."""
-        try:
-            path, old, new = await self._plan(args, ctx)
-        except (ToolError, PolicyViolation, OSError):
-            return {"rawInput": args}
-        return diff_fields(path, old, new)
+        return await _diff_preview(self._plan(args, ctx), args)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Write the file."""
@@ -103,11 +115,7 @@ class FileEditTool:
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """The diff of the edit; plain arguments when it cannot apply."""
-        try:
-            path, old, new = await self._plan(args, ctx)
-        except (ToolError, PolicyViolation, OSError):
-            return {"rawInput": args}
-        return diff_fields(path, old, new)
+        return await _diff_preview(self._plan(args, ctx), args)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Apply the edit (re-reading the file, so a change since preview is respected)."""

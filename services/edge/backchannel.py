@@ -44,11 +44,6 @@ class BackChannel:
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._closed = False
 
-    @property
-    def pending_count(self) -> int:
-        """Outbound requests still waiting for an answer."""
-        return len(self._pending)
-
     def next_id(self) -> str:
         """Allocate the next ``zc-out-N`` id (N from 0 per connection)."""
         out = f"{OUTBOUND_ID_PREFIX}{self._next}"

@@ -292,6 +292,15 @@ class _Counters:
     slow_client_closes_total: int = 0
 
 
+def _respond(connection: ServerConnection, status: int, body: str,
+             content_type: str) -> Response:
+    """A plain-HTTP answer with ``content_type`` in place of websockets' text/plain default."""
+    response = connection.respond(status, body)
+    del response.headers["Content-Type"]
+    response.headers["Content-Type"] = content_type
+    return response
+
+
 def _first(headers: Headers, name: str) -> str | None:
     values = headers.get_all(name)
     return values[0] if values else None
@@ -457,10 +466,7 @@ class EdgeServer:
 
     async def _healthz(self, connection: ServerConnection) -> Response:
         report = HealthReport(services=await self.probe.health())
-        response = connection.respond(report.status_code, report.body())
-        del response.headers["Content-Type"]
-        response.headers["Content-Type"] = JSON_CONTENT_TYPE
-        return response
+        return _respond(connection, report.status_code, report.body(), JSON_CONTENT_TYPE)
 
     async def _metrics(self, connection: ServerConnection) -> Response:
         health, leases = await asyncio.gather(self.probe.health(), self.probe.leases_by_state())
@@ -473,10 +479,8 @@ class EdgeServer:
             leases=leases,
             services_up={name: int(state == "SERVING") for name, state in health.items()},
         )
-        response = connection.respond(http.HTTPStatus.OK, render_metrics(self.runtime.metrics, gauges))
-        del response.headers["Content-Type"]
-        response.headers["Content-Type"] = PROMETHEUS_CONTENT_TYPE
-        return response
+        return _respond(connection, http.HTTPStatus.OK,
+                        render_metrics(self.runtime.metrics, gauges), PROMETHEUS_CONTENT_TYPE)
 
     # ------------------------------------------------------------ WebSocket side
 
@@ -581,15 +585,15 @@ async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = 
     try:
         if not await _wait_for_services(probe, stop):
             return 1 if not stop.is_set() else 0
+        store = TokenStore(token_db_path(cfg))
         if cfg.gateway.require_auth:
-            store = TokenStore(token_db_path(cfg))
             tokens = await asyncio.to_thread(store.list)
             if not any(not t.revoked for t in tokens):
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
         runtime = await open_runtime(cfg)
         try:
-            server = EdgeServer(cfg, runtime, probe=probe)
+            server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
             try:
                 await server.start()
             except OSError as exc:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+import orjson
 
 from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2
@@ -159,10 +160,7 @@ class DialectConnection:
 
     async def send(self, line: str) -> None:
         """Write one message; a gone client raises ConnectionError."""
-        if self._closed:
-            raise ConnectionError("client connection closed")
-        async with self._send_lock:
-            await self._raw_send(line)
+        await self.send_many([line])
 
     async def send_many(self, lines: list[str]) -> None:
         """Write several messages in order under one hold of the send lock (a replay
@@ -315,8 +313,7 @@ class DialectConnection:
                 session_key=session.session_key, command=agent.command, args=list(agent.args),
                 env=dict(agent.env), cwd=session.workspace_dir))
         except grpc.aio.AioRpcError as exc:
-            raise JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{agent.alias}`: "
-                               f"{exc.details() or exc.code().name}") from None
+            raise _start_failed(agent.alias, exc) from None
         session.lease_id = resp.lease.lease_id
         client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session)
         session.adapter = client
@@ -324,8 +321,7 @@ class DialectConnection:
             await client.start(self.client_capabilities)
         except Exception as exc:
             await self._abandon(session)
-            raise JsonRpcError(INTERNAL_ERROR,
-                               f"Failed to start agent `{agent.alias}`: {_cause(exc)}") from None
+            raise _start_failed(agent.alias, exc) from None
         return client
 
     async def _abandon(self, session: EdgeSession) -> None:
@@ -406,8 +402,7 @@ class DialectConnection:
                                                        policy)
             except Exception as exc:
                 await self._abandon(session)
-                raise JsonRpcError(INTERNAL_ERROR,
-                                   f"Failed to start agent `{agent.alias}`: {_cause(exc)}") from None
+                raise _start_failed(agent.alias, exc) from None
             await self._mark_active(session, adapter_sid)
         finally:
             rt.registry.unreserve()
@@ -518,8 +513,8 @@ class DialectConnection:
             history = asyncio.create_task(self._history(sid))
             session = EdgeSession(rt, self, row, agent.kind, rt.clock)
             session.alias = agent.alias
-            session.session_key = f"agent:{agent.alias}:acp:{sid}" if agent.alias != \
-                row.agent_alias else session.session_key
+            if agent.alias != row.agent_alias:  # restored onto another agent: a new key
+                session.session_key = f"agent:{agent.alias}:acp:{sid}"
             try:
                 client = await self._spawn_adapter(session, agent)
             except BaseException:
@@ -581,7 +576,7 @@ class DialectConnection:
                                                                  "update": update}))
 
     async def session_list(self, params: dict[str, Any]) -> dict[str, Any]:
-        """SPEC §8: every session the local client may see (empty requester), ACP shape."""
+        """SPEC §8: every session this connection's principal may see, in ACP shape."""
         cwd = _first_str(params, "cwd") or ""
         if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
             try:
@@ -625,10 +620,8 @@ class DialectConnection:
             await self.runtime.session_stub.TouchSession(
                 session_pb2.TouchSessionRequest(session_id=sid))
         except grpc.aio.AioRpcError as exc:
-            if session is None:
-                raise (_not_found(sid) if exc.code() in (
-                    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
-                    else _grpc_error(exc, sid)) from None
+            if session is None:  # _grpc_error maps NOT_FOUND/FAILED_PRECONDITION to -32000
+                raise _grpc_error(exc, sid) from None
         return {"sessionId": sid, "type": event_type, "status": "processed"}
 
 
@@ -641,9 +634,12 @@ def _cause(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
-def _loads_list(text: str) -> list[Any] | None:
-    import orjson
+def _start_failed(alias: str, exc: BaseException) -> JsonRpcError:
+    """The -32603 of a session whose agent could not be started or set up."""
+    return JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{alias}`: {_cause(exc)}")
 
+
+def _loads_list(text: str) -> list[Any] | None:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:

@@ -32,6 +32,7 @@ from websockets.typing import Subprotocol
 from services.common.config import CONFIG_FILE_NAME, Config, ConfigError, load_config
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, WS_SUBPROTOCOL
+from services.edge.framing import error_line
 
 ENV_BRIDGE_TOKEN = "ACPGATE_ACP_BRIDGE_TOKEN"
 TOKEN_FILE_NAME = "acp-bridge-token"
@@ -196,10 +197,7 @@ async def _pump_frames(
         request = pending.received(text)
         if request is not None and pending.eof:
             # stdin is closed: the client cannot answer, so the tool is denied at once.
-            await ws.send(orjson.dumps({
-                "jsonrpc": "2.0", "id": request["id"],
-                "error": {"code": INTERNAL_ERROR, "message": "client closed its input"},
-            }).decode())
+            await ws.send(error_line(request["id"], INTERNAL_ERROR, "client closed its input"))
             continue
         await asyncio.to_thread(write, text.replace("\n", " ").encode("utf-8") + b"\n")
 
@@ -266,9 +264,7 @@ async def run_bridge(
         return _fail(f"the gateway at {target.url} answered HTTP {status}", EXIT_CONNECTION)
     except InvalidURI as exc:
         return _fail(f"bad gateway address: {exc}", EXIT_CONFIG)
-    except (OSError, TimeoutError, ssl.SSLError) as exc:
-        return _fail(f"cannot connect to {target.url}: {exc}", EXIT_CONNECTION)
-    except Exception as exc:  # handshake protocol errors
+    except Exception as exc:  # network, TLS and handshake protocol errors alike
         return _fail(f"cannot connect to {target.url}: {exc}", EXIT_CONNECTION)
 
     log.info("bridge_connected", url=target.url)

@@ -271,8 +271,8 @@ class EdgeSession:
     async def _persist(self, acc: TurnAccumulator, result: Any) -> None:
         tokens = 0
         meta = result.get("_meta") if isinstance(result, dict) else None
-        usage = meta.get("acpgate", {}).get("usage") if isinstance(meta, dict) and isinstance(
-            meta.get("acpgate"), dict) else None
+        ours = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
+        usage = ours.get("usage") if isinstance(ours, dict) else None
         if isinstance(usage, dict):
             for key in ("inputTokens", "outputTokens"):
                 value = usage.get(key)

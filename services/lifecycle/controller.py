@@ -291,8 +291,11 @@ class LifecycleController:
         is reaped in one batched pass (:meth:`Reaper.reap_all`): one process
         listing, one durable closing transaction, one grace period.
         """
-        live = {lid for lid, ch in self.channels.items() if ch.running} | self._spawning
         leases = await self.store.list(states=LIVE_STATES, instance_id=self.instance_id)
+        # Taken after the listing: a spawn that began while it was read is in
+        # _spawning by now (it is added before its lease is inserted), so its
+        # pending lease is never mistaken for an orphan.
+        live = {lid for lid, ch in self.channels.items() if ch.running} | self._spawning
         results: dict[str, CloseResult] = {}
         for lease in leases:
             if lease.lease_id in self.channels and lease.lease_id not in live:

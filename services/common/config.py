@@ -21,6 +21,8 @@ from typing import Any
 
 import tomlkit
 
+from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
+
 CONFIG_FILE_NAME = "config.toml"
 ENV_CONFIG_DIR = "ACPGATE_CONFIG_DIR"
 ENV_PREFIX = "ACPGATE_"
@@ -61,14 +63,14 @@ DEFAULT_FORBIDDEN_PATHS = (
     "~/.npmrc",
 )
 
-DEFAULT_CONFIG_TOML = """\
+DEFAULT_CONFIG_TOML = f"""\
 # acpgate configuration. See the README for every section.
 # `acpgate config set KEY VALUE` edits this file and keeps your comments.
 
 [acp]
 default_agent = "assistant"
-max_sessions = 10
-session_timeout_secs = 3600
+max_sessions = {DEFAULT_MAX_SESSIONS}
+session_timeout_secs = {DEFAULT_SESSION_TIMEOUT_SECS}
 
 # The built-in agent on the offline demo model: works without any API key.
 # Point it at a real provider with, e.g.:
@@ -94,8 +96,8 @@ class AcpSection:
     """``[acp]``: the dialect's limits and the default alias (SPEC §3, §9)."""
 
     default_agent: str = ""
-    max_sessions: int = 10
-    session_timeout_secs: int = 3600
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    session_timeout_secs: int = DEFAULT_SESSION_TIMEOUT_SECS
 
 
 @dataclass(frozen=True)

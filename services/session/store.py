@@ -29,6 +29,7 @@ from typing import Any
 import aiosqlite
 
 from services.common.logs import get_logger
+from services.common.protocol import MSG_SESSION_NOT_FOUND
 
 __all__ = [
     "BACKEND",
@@ -95,7 +96,7 @@ class SessionNotFound(StoreError):
     """No row with that session id."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"Session not found: {session_id}")
+        super().__init__(MSG_SESSION_NOT_FOUND.format(session_id=session_id))
         self.session_id = session_id
 
 

@@ -92,15 +92,16 @@ def resolve_restore_alias(cfg: Config, stored_alias: str) -> str:
     raise AliasError(MSG_ALIAS_REQUIRED)
 
 
-def _mkdir(path: Path) -> None:
+def _make_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) if missing; its real path (blocking; run off-loop)."""
     path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
 
 
 async def ensure_agent_workspace(cfg: Config, alias: str) -> Path:
     """The agent workspace (SPEC §0), created on demand; returns its real path."""
-    path = cfg.agent_workspace(alias)
-    await asyncio.to_thread(_mkdir, path)
-    return Path(await asyncio.to_thread(path.resolve))
+    # One thread hop, not two: this runs on every session/new.
+    return await asyncio.to_thread(_make_dir, cfg.agent_workspace(alias))
 
 
 async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:

@@ -13,7 +13,13 @@ import uuid
 from typing import Any, ClassVar
 
 from services.agent.outcome import cancel_reason
-from services.agent.tools.base import ToolContext, ToolError, ToolResult, require_str
+from services.agent.tools.base import (
+    ArgumentsPreview,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    require_str,
+)
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
     CANCEL_REASON_CLIENT_ERROR,
@@ -38,7 +44,7 @@ def _choices(args: dict[str, Any]) -> list[str]:
     return [str(c).strip() for c in raw if str(c).strip()]
 
 
-class AskUserTool:
+class AskUserTool(ArgumentsPreview):
     """Asks the user to pick one of ``choices``."""
 
     name = "ask_user"
@@ -55,10 +61,6 @@ class AskUserTool:
         },
         "required": ["question", "choices"],
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Ask and return the answer; no answer / dismissal is reported as such."""

@@ -74,6 +74,14 @@ class Tool(Protocol):
         ...
 
 
+class ArgumentsPreview:
+    """Base of the tools whose ``tool_call`` update shows just the call's arguments."""
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """rawInput = the arguments."""
+        return {"rawInput": args}
+
+
 def require_str(args: dict[str, Any], key: str) -> str:
     """A required non-empty string argument, or a clear ToolError."""
     value = args.get(key)

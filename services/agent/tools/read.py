@@ -5,14 +5,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from services.agent.tools.base import ToolContext, ToolResult, optional_int, require_str
+from services.agent.tools.base import (
+    ArgumentsPreview,
+    ToolContext,
+    ToolResult,
+    optional_int,
+    require_str,
+)
 from services.agent.tools.fs import read_text, resolve_read
 
 #: Characters of file content returned to the model at most.
 MAX_OUTPUT_CHARS = 100_000
 
 
-class FileReadTool:
+class FileReadTool(ArgumentsPreview):
     """Reads a UTF-8 file; ``offset``/``limit`` select lines (1-based)."""
 
     name = "file_read"
@@ -30,10 +36,6 @@ class FileReadTool:
         },
         "required": ["path"],
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Return the file's text (or the selected lines)."""

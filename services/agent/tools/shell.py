@@ -20,7 +20,14 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from services.agent.sandbox import landlock_abi, make_plan, sandboxed_argv
-from services.agent.tools.base import ToolContext, ToolError, ToolResult, optional_int, require_str
+from services.agent.tools.base import (
+    ArgumentsPreview,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    optional_int,
+    require_str,
+)
 from services.common.logs import get_logger
 from services.session.policy import PolicyViolation, check_read, may_run_shell
 
@@ -66,7 +73,7 @@ def kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-class ShellTool:
+class ShellTool(ArgumentsPreview):
     """Runs a shell command; output capped, timeout enforced, killed on cancel."""
 
     name = "shell"
@@ -87,10 +94,6 @@ class ShellTool:
     def __init__(self, landlock: Callable[[], int] = landlock_abi) -> None:
         #: Probes the kernel's Landlock ABI (0 = none); a test can pass ``lambda: 0``.
         self._landlock = landlock
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def argv(self, command: str, ctx: ToolContext) -> list[str]:
         """``sh -c command``, started through the Landlock trampoline when the kernel has it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from services.agent.tools.base import ToolContext, ToolError, ToolResult
+from services.agent.tools.base import ArgumentsPreview, ToolContext, ToolError, ToolResult
 from services.common.protocol import U_PLAN
 
 PRIORITIES = ("high", "medium", "low")
@@ -31,7 +31,7 @@ def normalize_entries(raw: Any) -> list[dict[str, str]]:
     return out
 
 
-class TodoTool:
+class TodoTool(ArgumentsPreview):
     """Replaces the session's plan and shows it to the client."""
 
     name = "todo"
@@ -58,10 +58,6 @@ class TodoTool:
         },
         "required": ["entries"],
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Store the plan and emit the ``plan`` update."""

@@ -18,7 +18,13 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from services.agent.tools.base import ToolContext, ToolError, ToolResult, require_str
+from services.agent.tools.base import (
+    ArgumentsPreview,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    require_str,
+)
 from services.agent.tools.fs import resolve_read
 from services.common.protocol import MAX_BLOB_BYTES
 from services.session.policy import PolicyViolation
@@ -63,7 +69,7 @@ def store_upload(workspace: Path, digest: str, ext: str, data: bytes) -> Path:
     return target
 
 
-class DeliverFileTool:
+class DeliverFileTool(ArgumentsPreview):
     """Delivers a file to the client; the model gets a short summary, never the bytes."""
 
     name = "deliver_file"
@@ -81,10 +87,6 @@ class DeliverFileTool:
         },
         "required": ["path"],
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Verify, hash and store the file; embedding happens in ``finalize``."""

@@ -8,7 +8,13 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from services.agent.tools.base import ToolContext, ToolError, ToolResult, optional_int
+from services.agent.tools.base import (
+    ArgumentsPreview,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    optional_int,
+)
 from services.agent.tools.fs import MAX_TEXT_BYTES, resolve_read
 from services.session.policy import SecurityPolicy, may_read
 
@@ -36,7 +42,7 @@ def _glob(policy: SecurityPolicy, base: Path, pattern: str, limit: int) -> list[
     return out
 
 
-class GlobTool:
+class GlobTool(ArgumentsPreview):
     """Lists files matching a glob pattern (``*`` lists a directory)."""
 
     name = "glob"
@@ -53,10 +59,6 @@ class GlobTool:
             "limit": {"type": "integer", "minimum": 1},
         },
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Return matching paths, one per line."""
@@ -103,7 +105,7 @@ def _search(policy: SecurityPolicy, base: Path, regex: re.Pattern[str], file_glo
     return out
 
 
-class ContentSearchTool:
+class ContentSearchTool(ArgumentsPreview):
     """Searches file contents with a regular expression."""
 
     name = "content_search"
@@ -123,10 +125,6 @@ class ContentSearchTool:
         },
         "required": ["pattern"],
     }
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """rawInput = the arguments."""
-        return {"rawInput": args}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Return matching lines."""

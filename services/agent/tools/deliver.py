@@ -54,6 +54,12 @@ def read_limited(path: Path) -> bytes:
     return data
 
 
+def read_hashed(path: Path) -> tuple[bytes, str]:
+    """:func:`read_limited` plus the SHA-256 hex digest (both up to 10 MiB of work: off-loop)."""
+    data = read_limited(path)
+    return data, hashlib.sha256(data).hexdigest()
+
+
 def store_upload(workspace: Path, digest: str, ext: str, data: bytes) -> Path:
     """Write the content-addressed copy ``uploads/<sha256>[.<ext>]`` (temp + rename)."""
     uploads = workspace / "uploads"
@@ -92,8 +98,7 @@ class DeliverFileTool(ArgumentsPreview):
         """Verify, hash and store the file; embedding happens in ``finalize``."""
         raw_path = require_str(args, "path")
         path = await resolve_read(ctx.policy, raw_path)
-        data = await asyncio.to_thread(read_limited, path)
-        digest = hashlib.sha256(data).hexdigest()
+        data, digest = await asyncio.to_thread(read_hashed, path)
         ext = extension(path.name)
         workspace = Path(await asyncio.to_thread(os.path.realpath, ctx.policy.workspace_dir))
         await asyncio.to_thread(store_upload, workspace, digest, ext, data)
@@ -108,11 +113,11 @@ class DeliverFileTool(ArgumentsPreview):
         async def finalize() -> ToolResult:
             try:
                 again = await resolve_read(ctx.policy, raw_path)
-                fresh = await asyncio.to_thread(read_limited, again)
+                fresh, fresh_digest = await asyncio.to_thread(read_hashed, again)
             except (ToolError, PolicyViolation, OSError) as exc:
                 return ToolResult(output=f"Delivery of {path.name} failed: {exc}", ok=False,
                                   title=label)
-            if hashlib.sha256(fresh).hexdigest() != digest:
+            if fresh_digest != digest:
                 return ToolResult(
                     output=(f"Delivery of {path.name} failed: the file changed after it was "
                             "checked; nothing was attached."),

@@ -63,7 +63,7 @@ class GlobTool(ArgumentsPreview):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Return matching paths, one per line."""
         base = await resolve_read(ctx.policy, str(args.get("path") or ctx.policy.workspace_dir))
-        if not base.is_dir():
+        if not await asyncio.to_thread(base.is_dir):
             raise ToolError(f"not a directory: {base}")
         pattern = str(args.get("pattern") or "*")
         limit = optional_int(args, "limit", 500, 1, 5000)

@@ -139,7 +139,6 @@ class DialectConnection:
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, EdgeSession] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closing = False
         self._closed = False
         self._handlers: dict[str, Handler] = {
             M_INITIALIZE: self.initialize,
@@ -235,7 +234,6 @@ class DialectConnection:
         Only after that are the connection's sessions released (adapters
         closed, rows kept), so a request still running never loses its session.
         """
-        self._closing = True
         self.backchannel.close()
         if self._tasks:
             waiting = asyncio.ensure_future(asyncio.wait(list(self._tasks), timeout=drain_secs))
@@ -288,10 +286,6 @@ class DialectConnection:
             if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED):
                 raise _not_found(sid) from None
             raise _grpc_error(exc, sid) from None
-
-    def _mcp_servers(self, params: dict[str, Any]) -> list[Any]:
-        servers = params.get("mcpServers")
-        return servers if isinstance(servers, list) else []
 
     async def _policy(self, alias: str, workspace_dir: str) -> dict[str, Any]:
         from services.session.policy import SecurityPolicy
@@ -395,10 +389,10 @@ class DialectConnection:
                 policy = await self._policy(agent.alias, ws.workspace_dir)
             except grpc.aio.AioRpcError as exc:
                 raise _grpc_error(exc) from None
-            session = EdgeSession(rt, self, row, agent.kind, rt.clock)
+            session = EdgeSession(rt, self, row, rt.clock)
             client = await self._spawn_adapter(session, agent)
             try:
-                adapter_sid = await client.new_session(ws.workspace_dir, self._mcp_servers(params),
+                adapter_sid = await client.new_session(ws.workspace_dir, _mcp_servers(params),
                                                        policy)
             except Exception as exc:
                 await self._abandon(session)
@@ -511,7 +505,7 @@ class DialectConnection:
                 raise _grpc_error(exc, sid) from None
             # The history streams in while the adapter starts (both take tens of ms).
             history = asyncio.create_task(self._history(sid))
-            session = EdgeSession(rt, self, row, agent.kind, rt.clock)
+            session = EdgeSession(rt, self, row, rt.clock)
             session.alias = agent.alias
             if agent.alias != row.agent_alias:  # restored onto another agent: a new key
                 session.session_key = f"agent:{agent.alias}:acp:{sid}"
@@ -527,7 +521,7 @@ class DialectConnection:
             except grpc.aio.AioRpcError as exc:
                 await self._abandon(session)
                 raise _grpc_error(exc, sid) from None
-            mcp = self._mcp_servers(params)
+            mcp = _mcp_servers(params)
             try:
                 if agent.kind == "builtin":
                     adapter_sid = row.adapter_session_id or sid
@@ -637,6 +631,12 @@ def _cause(exc: BaseException) -> str:
 def _start_failed(alias: str, exc: BaseException) -> JsonRpcError:
     """The -32603 of a session whose agent could not be started or set up."""
     return JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{alias}`: {_cause(exc)}")
+
+
+def _mcp_servers(params: dict[str, Any]) -> list[Any]:
+    """The client's ``mcpServers`` list, passed on to the adapter as given ([] if malformed)."""
+    servers = params.get("mcpServers")
+    return servers if isinstance(servers, list) else []
 
 
 def _loads_list(text: str) -> list[Any] | None:

@@ -96,14 +96,12 @@ class EdgeSession:
         runtime: EdgeRuntime,
         port: ClientPort,
         row: session_pb2.SessionRow,
-        kind: str,
         clock: Callable[[], float],
     ) -> None:
         self.runtime = runtime
         self.port = port
         self.session_id = row.session_id
         self.alias = row.agent_alias
-        self.kind = kind
         self.workspace_dir = row.workspace_dir
         self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
         self.lease_id = ""

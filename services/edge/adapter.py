@@ -13,7 +13,6 @@ client; every other method is answered -32601.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,7 +79,6 @@ class AdapterClient:
         lease_id: str,
         edge_session_id: str,
         host: AdapterHost,
-        metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.edge_session_id = edge_session_id
         self.adapter_session_id = ""
@@ -88,7 +86,7 @@ class AdapterClient:
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
-        self.link = AdapterLink(stub, lease_id, self, metadata)
+        self.link = AdapterLink(stub, lease_id, self)
 
     # ------------------------------------------------------------------ AdapterPeer
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ import orjson
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.logs import get_logger
-from services.common.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND
+from services.common.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
 from services.edge.framing import (
     JsonRpcError,
     error_line,
@@ -96,12 +96,10 @@ class AdapterLink:
         stub: lifecycle_pb2_grpc.LifecycleServiceStub,
         lease_id: str,
         peer: AdapterPeer,
-        metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._stub = stub
         self._lease_id = lease_id
         self._peer = peer
-        self._metadata = tuple(metadata)
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 0
@@ -117,7 +115,7 @@ class AdapterLink:
         """Attach to the lease and wait for the ``attached`` confirmation."""
         loop = asyncio.get_running_loop()
         self._attached = loop.create_future()
-        self._call = self._stub.Attach(self._requests(), metadata=self._metadata)  # type: ignore[arg-type]
+        self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._lease_id}")
         try:
             await asyncio.wait_for(asyncio.shield(self._attached), wait_secs)
@@ -182,11 +180,6 @@ class AdapterLink:
         self._pending.clear()
         with contextlib.suppress(Exception):
             self._peer.on_adapter_exit(exit_info)
-
-    @property
-    def alive(self) -> bool:
-        """True until the adapter's stream ended."""
-        return self.exit_info is None
 
     async def close(self) -> None:
         """Close the adapter's stdin and stop reading (the lifecycle service reaps)."""
@@ -303,6 +296,4 @@ class AdapterLink:
 
 def method_not_found(method: str) -> JsonRpcError:
     """The -32601 answer to an adapter→client method we do not serve."""
-    from services.common.protocol import MSG_METHOD_NOT_FOUND
-
     return JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))

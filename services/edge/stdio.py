@@ -184,7 +184,9 @@ CONFIGURED_SERVICES_WAIT_SECS = 3.0
 
 
 def _describe(exc: BaseException) -> str:
-    return exc.details() or "" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.details() or ""
+    return str(exc)
 
 
 async def _open_runtime_for_stdio(cfg: Config) -> EdgeRuntime:

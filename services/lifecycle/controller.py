@@ -11,7 +11,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from services.common.logs import get_logger
@@ -176,14 +176,11 @@ class LifecycleController:
                     root_start = info.start_time
             except ProcessTableError:
                 pass
-            lease = (
-                await self.store.update(
-                    lease_id, root_pid=process.pid, root_start_time=root_start
-                )
-                or lease
-            )
             channel = AdapterChannel(lease_id, process, spawned.report, spec.stderr_log)
             self.channels[lease_id] = channel
+            lease = await self._complete(
+                channel, replace(lease, root_pid=process.pid, root_start_time=root_start)
+            )
             try:
                 started = await asyncio.wait_for(asyncio.shield(channel.started), START_TIMEOUT_SECS)
             except (SpawnFailed, TimeoutError) as exc:
@@ -192,11 +189,9 @@ class LifecycleController:
                 self.channels.pop(lease_id, None)
                 await channel.aclose()
                 raise Unavailable(f"cannot start adapter: {reason}") from None
-            lease = (
-                await self.store.update(
-                    lease_id, process_group_id=started.pgid, adapter_pid=started.adapter_pid
-                )
-                or lease
+            lease = await self._complete(
+                channel,
+                replace(lease, process_group_id=started.pgid, adapter_pid=started.adapter_pid),
             )
         finally:
             self._spawning.discard(lease_id)
@@ -211,6 +206,58 @@ class LifecycleController:
             adapter_pid=lease.adapter_pid,
         )
         return lease
+
+    async def _complete(self, channel: AdapterChannel, lease: LeaseRecord) -> LeaseRecord:
+        """Store what the spawn learnt about its tree, only while the lease is still open.
+
+        A close (by lease id or session key) does not take the key lock, so it can
+        end the lease while the spawn is in flight, e.g. as lost before the wrapper
+        existed. Writing the tree onto such a lease would leave an adapter nobody
+        can close. The write is a compare-and-set under the lease's lock (so no
+        close runs meanwhile); when it fails, the just-spawned tree is stopped
+        through the verified reap path and the spawn fails with Unavailable.
+        """
+        changes = {
+            "root_pid": lease.root_pid,
+            "root_start_time": lease.root_start_time,
+            "process_group_id": lease.process_group_id,
+            "adapter_pid": lease.adapter_pid,
+        }
+        async with self.store.lock(lease.lease_id):
+            completed = await self.store.update(
+                lease.lease_id, expect=[LeaseState.OPEN], **changes
+            )
+            if completed is not None:
+                return completed
+            result = await self.reaper.stop_stray(lease, reason="closed-during-spawn")
+        process = channel.process
+        if result.unverified_reason and process.returncode is None:
+            # Unverifiable now, but the wrapper is our unreaped child (its PID
+            # cannot be reused): SIGTERM makes it stop its adapter group itself.
+            log.warning(
+                "stray_wrapper_terminated_by_handle",
+                lease_id=lease.lease_id,
+                why=result.unverified_reason,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        log.warning(
+            "lease_closed_during_spawn",
+            lease_id=lease.lease_id,
+            terminated=list(result.terminated_pids),
+            surviving=list(result.surviving_pids),
+        )
+        await self._retire_channel(channel)
+        raise Unavailable("cannot start adapter: the session was closed while it was starting")
+
+    async def _retire_channel(self, channel: AdapterChannel) -> None:
+        """Forget a channel whose processes were stopped; let its exit land, stop reading."""
+        self.channels.pop(channel.lease_id, None)
+        try:
+            await asyncio.wait_for(channel.finished.wait(), self.term_grace_ms / 1000 + 3.0)
+        except TimeoutError:
+            log.warning("channel_not_finished_after_close", lease_id=channel.lease_id)
+        await channel.aclose()
 
     async def _record_exit(self, channel: AdapterChannel) -> None:
         """Store the adapter's exit on its lease when it is known."""

@@ -24,6 +24,7 @@ from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcIn
 from services.lifecycle.verify import (
     REASON_BIRTH,
     REASON_OTHER_INSTANCE,
+    REASON_ROOT_GONE,
     LegacyRecord,
     Owner,
     ProcSnapshot,
@@ -146,6 +147,18 @@ class Reaper:
                 return CloseResult(await self._end(lease, state), unverified_reason=why)
             return CloseResult(await self._reopen(lease), unverified_reason=why)
 
+        stopped = await self._terminate(lease, verification)
+        if stopped.unverified_reason:
+            return replace(stopped, lease=await self._reopen(lease))
+        state = LeaseState.LOST if verification.root_gone else LeaseState.CLOSED
+        return replace(stopped, lease=await self._end(lease, state))
+
+    async def _terminate(self, lease: LeaseRecord, verification: Verification) -> CloseResult:
+        """SIGTERM the verified tree, grace, re-verify, SIGKILL survivors (lease state untouched).
+
+        The result carries ``lease`` as given; ``unverified_reason`` is set when the
+        re-verification before SIGKILL refused (the survivors were left alone).
+        """
         snapshot = list(verification.processes)
         await self._signal_all(snapshot, signal.SIGTERM)
         survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
@@ -153,17 +166,37 @@ class Reaper:
         if survivors:
             escalated, again = await self._kill_survivors(lease, survivors)
             if escalated is None:
-                return _refused(await self._reopen(lease), snapshot, survivors, again)
+                return _refused(lease, snapshot, survivors, again)
             killed = escalated
         everything = {p.info.identity: p for p in [*snapshot, *killed]}
         left = await self._wait_gone(list(everything.values()), KILL_WAIT_SECS if killed else 0.0)
-        state = LeaseState.LOST if verification.root_gone else LeaseState.CLOSED
-        ended = await self._end(lease, state)
         return CloseResult(
-            ended,
+            lease,
             terminated_pids=_pids(p for p in everything.values() if p not in left),
             surviving_pids=_pids(left),
         )
+
+    async def stop_stray(self, lease: LeaseRecord, reason: str) -> CloseResult:
+        """Stop the tree of a spawn whose lease ended while the spawn was in flight.
+
+        ``lease`` is the spawn's own view of the lease (root PID, birth identity,
+        group as the spawn observed them), not the stored, already ended record,
+        which is left as it is. The tree is verified against that view and reaped
+        with the same steps as :meth:`close`; anything unverifiable is left alone
+        and reported in ``unverified_reason``. The caller holds the lease's lock.
+        """
+        verification = await self._verify_retrying(lease)
+        log.info(
+            "lease_stray_stop",
+            lease_id=lease.lease_id,
+            reason=reason,
+            verified=verification.verified,
+            why=verification.reason,
+            pids=[p.info.pid for p in verification.processes],
+        )
+        if not verification.verified:
+            return CloseResult(lease, unverified_reason=verification.reason or REASON_ROOT_GONE)
+        return await self._terminate(lease, verification)
 
     async def _signal_all(self, procs: Iterable[TreeProc], sig: int) -> None:
         """Signal each verified identity, in the given (children-first) order."""

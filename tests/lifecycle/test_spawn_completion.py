@@ -1,0 +1,118 @@
+"""A spawn in flight completes its lease only while the lease is still open (SPEC §13).
+
+Real wrapper, real adapter stand-ins, real signals. A close does not take the
+per-key lock of EnsureSession, so it can end a pending lease before its wrapper
+exists (verification finds no wrapper: lost). The spawn must then not write its
+tree onto that ended lease and return it as live: it stops the tree it just
+started (verified, it is ours) and fails.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from services.lifecycle.controller import EnsureRequest, LifecycleController, Unavailable
+from services.lifecycle.instance import load_or_create_instance_id
+from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
+from services.lifecycle.spawn import install_wrapper
+from services.lifecycle.verify import LEASE_ENV
+from tests.lifecycle.conftest import ProcessGuard, Scripts, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+class HookedStore(LeaseStore):
+    """A store that runs ``after_insert`` right after a lease is written durably."""
+
+    after_insert: Callable[[LeaseRecord], Awaitable[None]] | None = None
+
+    async def insert(self, lease: LeaseRecord) -> LeaseRecord:
+        out = await super().insert(lease)
+        hook, self.after_insert = self.after_insert, None
+        if hook is not None:
+            await hook(lease)
+        return out
+
+
+async def make_controller(
+    state_dir: Path, table: ProcessTable | None = None
+) -> tuple[LifecycleController, HookedStore]:
+    """A controller over a real state dir, with a :class:`HookedStore`."""
+    instance_id = await load_or_create_instance_id(state_dir)
+    wrapper = await install_wrapper(state_dir)
+    store = await HookedStore.open(state_dir / "leases.db")
+    controller = LifecycleController(
+        store=store,
+        table=table if table is not None else PsutilProcessTable(),
+        instance_id=instance_id,
+        state_dir=state_dir,
+        wrapper=wrapper,
+        term_grace_ms=300,
+        retention_secs=3600,
+    )
+    return controller, store
+
+
+def processes_of_lease(lease_id: str) -> builtins.list[psutil.Process]:
+    """Live (non-zombie) processes whose environment carries ``lease_id``."""
+    out: builtins.list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(LEASE_ENV) == lease_id:
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
+async def test_close_before_the_wrapper_exists_fails_the_spawn_and_stops_its_tree(
+    tmp_path: Path, scripts: Scripts, guard: ProcessGuard
+) -> None:
+    controller, store = await make_controller(tmp_path / "state")
+    seen: builtins.list[str] = []
+
+    async def close_it(lease: LeaseRecord) -> None:
+        # The close lands between the durable pending lease and the wrapper's start.
+        seen.append(lease.lease_id)
+        result = await controller.close_session(lease_id=lease.lease_id, reason="racing-close")
+        assert result.lease is not None and result.lease.state == LeaseState.LOST
+
+    store.after_insert = close_it
+    pidfile = tmp_path / "tree.json"
+    try:
+        with pytest.raises(Unavailable, match="closed while it was starting"):
+            await controller.ensure_session(
+                EnsureRequest(
+                    session_key="agent:r:acp:1",
+                    command=sys.executable,
+                    args=(str(scripts.tree), str(pidfile), "obey"),
+                )
+            )
+        (lease_id,) = seen
+        for proc in processes_of_lease(lease_id):
+            guard.track(proc.pid)
+        # The ended lease was not revived with the stray tree written onto it.
+        stored = await store.get(lease_id)
+        assert stored is not None and stored.state == LeaseState.LOST
+        assert stored.root_pid == 0 and stored.adapter_pid == 0
+        assert controller.channel(lease_id) is None
+        # Nothing of the spawn is left running: wrapper, adapter and grandchild.
+        await wait_until(lambda: not processes_of_lease(lease_id), 5.0, "the stray tree to be gone")
+        # A new EnsureSession for the key spawns a fresh, working lease.
+        lease, spawned = await controller.ensure_session(
+            EnsureRequest(session_key="agent:r:acp:1", command=sys.executable, args=(str(scripts.echo),))
+        )
+        guard.track(lease.root_pid)
+        assert spawned and lease.state == LeaseState.OPEN and lease.lease_id != lease_id
+    finally:
+        await controller.close_all()
+        await store.close()

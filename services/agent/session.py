@@ -14,7 +14,7 @@ from services.session.policy import SecurityPolicy
 
 @dataclass
 class AgentSession:
-    """One ACP session: its policy, conversation, approvals, plan and running turn."""
+    """One ACP session: its policy, conversation, approvals and running turn."""
 
     id: str
     policy: SecurityPolicy
@@ -29,8 +29,3 @@ class AgentSession:
     def busy(self) -> bool:
         """True while a prompt turn runs."""
         return self.turn is not None and not self.turn.done()
-
-    @property
-    def plan(self) -> list[dict[str, Any]]:
-        """The current plan (shared with the todo tool)."""
-        return self.context.plan

@@ -32,8 +32,6 @@ class ToolContext:
     request_timeout: float = 3600.0
     #: Environment for shell commands (API keys removed).
     shell_env: dict[str, str] = field(default_factory=dict)
-    #: The session's plan, replaced whole by the todo tool.
-    plan: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -60,9 +60,8 @@ class TodoTool(ArgumentsPreview):
     }
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Store the plan and emit the ``plan`` update."""
+        """Emit the ``plan`` update (the edge stores the session's latest plan)."""
         entries = normalize_entries(args.get("entries"))
-        ctx.plan[:] = entries
         await ctx.send_update({"sessionUpdate": U_PLAN, "entries": entries})
         done = sum(1 for e in entries if e["status"] == "completed")
         return ToolResult(output=f"Plan updated: {len(entries)} entries, {done} completed.")

@@ -102,7 +102,7 @@ class AskUserTool(ArgumentsPreview):
             },
         }
         result = await ctx.client_request(M_REQUEST_PERMISSION, params, ctx.request_timeout)
-        outcome = (result or {}).get("outcome") if isinstance(result, dict) else None
+        outcome = result.get("outcome") if isinstance(result, dict) else None
         if not isinstance(outcome, dict) or outcome.get("outcome") != OUTCOME_SELECTED:
             # A "cancelled" the edge gave on the client's behalf is not the user's dismissal.
             reason = cancel_reason(result)

@@ -30,6 +30,10 @@ from services.lifecycle.verify import Owner, Verification, command_hash
 
 log = get_logger("lifecycle.controller")
 
+#: Reads of a just-spawned wrapper's birth identity before the spawn is given up.
+BIRTH_READ_ATTEMPTS = 5
+BIRTH_READ_RETRY_SECS = 0.05
+
 
 class LeaseNotFound(Exception):
     """No such lease (or no open lease for the session key)."""
@@ -169,15 +173,13 @@ class LifecycleController:
                 await self.store.transition(lease, LeaseState.LOST, now_ms=now_ms())
                 raise Unavailable(f"cannot start the wrapper: {exc}") from None
             process = spawned.process
-            root_start = 0
-            try:
-                info = await self.table.get(process.pid)
-                if info is not None:
-                    root_start = info.start_time
-            except ProcessTableError:
-                pass
             channel = AdapterChannel(lease_id, process, spawned.report, spec.stderr_log)
             self.channels[lease_id] = channel
+            try:
+                root_start = await self._read_birth(process.pid)
+            except ProcessTableError as exc:
+                await self._abandon_unidentified(channel, lease, str(exc))
+                raise Unavailable(f"cannot start adapter: {exc}") from None
             lease = await self._complete(
                 channel, replace(lease, root_pid=process.pid, root_start_time=root_start)
             )
@@ -206,6 +208,56 @@ class LifecycleController:
             adapter_pid=lease.adapter_pid,
         )
         return lease
+
+    async def _read_birth(self, pid: int) -> int:
+        """The birth identity (start time) of the just-spawned wrapper ``pid``.
+
+        Retried briefly: a transient read failure must not become a stored 0,
+        which every later verification would take for a reused PID (the lease
+        would end lost with its wrapper never signalled). Raises
+        :class:`ProcessTableError` when it still cannot be read.
+        """
+        why = ""
+        for attempt in range(BIRTH_READ_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(BIRTH_READ_RETRY_SECS)
+            try:
+                info = await self.table.get(pid)
+            except ProcessTableError as exc:
+                why = str(exc)
+                continue
+            if info is not None and info.start_time > 0:
+                return info.start_time
+            why = "not in the process table"
+        raise ProcessTableError(f"cannot read the wrapper's birth identity (pid {pid}): {why}")
+
+    async def _abandon_unidentified(
+        self, channel: AdapterChannel, lease: LeaseRecord, why: str
+    ) -> None:
+        """Stop a wrapper whose birth identity could not be read, and end its lease.
+
+        Without the identity no later verification can prove the tree is ours,
+        so it must not outlive the spawn. We still hold its asyncio handle and
+        have not reaped it, so its PID cannot have been reused: signalling it
+        through the handle is safe. SIGTERM lets the wrapper stop its adapter
+        group itself; SIGKILL only if it does not exit in time.
+        """
+        process = channel.process
+        log.warning("wrapper_birth_unreadable", lease_id=lease.lease_id, why=why)
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), self.term_grace_ms / 1000 + 2.0)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 2.0)
+        async with self.store.lock(lease.lease_id):
+            current = await self.store.get(lease.lease_id)
+            if current is not None and current.state == LeaseState.OPEN:
+                await self.store.transition(current, LeaseState.CLOSED, now_ms=now_ms())
+        await self._retire_channel(channel)
 
     async def _complete(self, channel: AdapterChannel, lease: LeaseRecord) -> LeaseRecord:
         """Store what the spawn learnt about its tree, only while the lease is still open.

@@ -20,10 +20,15 @@ import pytest
 from services.lifecycle.controller import EnsureRequest, LifecycleController, Unavailable
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
+from services.lifecycle.proctable import (
+    ProcessTable,
+    ProcessTableError,
+    ProcInfo,
+    PsutilProcessTable,
+)
 from services.lifecycle.spawn import install_wrapper
 from services.lifecycle.verify import LEASE_ENV
-from tests.lifecycle.conftest import ProcessGuard, Scripts, wait_until
+from tests.lifecycle.conftest import ProcessGuard, Scripts, gone, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -113,6 +118,72 @@ async def test_close_before_the_wrapper_exists_fails_the_spawn_and_stops_its_tre
         )
         guard.track(lease.root_pid)
         assert spawned and lease.state == LeaseState.OPEN and lease.lease_id != lease_id
+    finally:
+        await controller.close_all()
+        await store.close()
+
+
+class UnreadableBirthTable(PsutilProcessTable):
+    """The real table, except that the next ``failures`` reads of one process fail."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.failed_pids: builtins.list[int] = []
+
+    async def get(self, pid: int) -> ProcInfo | None:
+        if self.failures > 0:
+            self.failures -= 1
+            self.failed_pids.append(pid)
+            raise ProcessTableError(f"cannot read /proc/{pid}/stat: simulated")
+        return await super().get(pid)
+
+
+async def test_a_transient_birth_read_failure_is_retried(
+    tmp_path: Path, scripts: Scripts, guard: ProcessGuard
+) -> None:
+    table = UnreadableBirthTable(failures=2)
+    controller, store = await make_controller(tmp_path / "state", table)
+    try:
+        lease, spawned = await controller.ensure_session(
+            EnsureRequest(session_key="agent:b:acp:1", command=sys.executable, args=(str(scripts.echo),))
+        )
+        wrapper = guard.track(lease.root_pid)
+        guard.track(lease.adapter_pid)
+        assert spawned
+        # The stored birth is the real one, not 0: the live wrapper verifies...
+        info = await PsutilProcessTable().get(lease.root_pid)
+        assert info is not None and lease.root_start_time == info.start_time
+        assert (await controller.verify(lease.lease_id)).verified
+        assert table.failed_pids == [lease.root_pid, lease.root_pid]
+        # ...so a close signals it and ends the lease closed, not lost.
+        result = await controller.close_session(lease_id=lease.lease_id)
+        assert result.lease is not None and result.lease.state == LeaseState.CLOSED
+        assert lease.root_pid in result.terminated_pids
+        await wait_until(lambda: gone(wrapper), 5.0, "the wrapper to exit")
+    finally:
+        await controller.close_all()
+        await store.close()
+
+
+async def test_an_unreadable_birth_fails_the_spawn_and_stops_the_wrapper(
+    tmp_path: Path, scripts: Scripts, guard: ProcessGuard
+) -> None:
+    table = UnreadableBirthTable(failures=1000)
+    controller, store = await make_controller(tmp_path / "state", table)
+    try:
+        with pytest.raises(Unavailable, match="birth identity"):
+            await controller.ensure_session(
+                EnsureRequest(
+                    session_key="agent:b:acp:2", command=sys.executable, args=(str(scripts.echo),)
+                )
+            )
+        table.failures = 0
+        (lease,) = await store.list(session_key="agent:b:acp:2")
+        assert lease.state == LeaseState.CLOSED
+        assert lease.root_start_time == 0 and controller.channel(lease.lease_id) is None
+        wrapper_pid = table.failed_pids[0]
+        assert not psutil.pid_exists(wrapper_pid) or gone(psutil.Process(wrapper_pid))
+        await wait_until(lambda: not processes_of_lease(lease.lease_id), 5.0, "the lease's tree to be gone")
     finally:
         await controller.close_all()
         await store.close()

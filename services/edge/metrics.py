@@ -1,4 +1,5 @@
-"""Counters and gauges of one edge, rendered by the gateway at ``/metrics``."""
+"""Counters and gauges of one edge, rendered by the gateway at ``/metrics``
+(``services.edge.http.render_metrics``)."""
 
 from __future__ import annotations
 
@@ -26,20 +27,3 @@ class Metrics:
     def count_error(self, code: int) -> None:
         """Count one error response with ``code``."""
         self.errors_total[code] = self.errors_total.get(code, 0) + 1
-
-    def render(self) -> str:
-        """The counters in the Prometheus text exposition format."""
-        lines = [
-            "# TYPE acpgate_active_sessions gauge",
-            f"acpgate_active_sessions {self.active_sessions}",
-            "# TYPE acpgate_turns_total counter",
-            f"acpgate_turns_total {self.turns_total}",
-            "# TYPE acpgate_relayed_updates_total counter",
-            f"acpgate_relayed_updates_total {self.relayed_updates_total}",
-            "# TYPE acpgate_permission_requests_total counter",
-            f"acpgate_permission_requests_total {self.permission_requests_total}",
-            "# TYPE acpgate_errors_total counter",
-        ]
-        for code in sorted(self.errors_total):
-            lines.append(f'acpgate_errors_total{{code="{code}"}} {self.errors_total[code]}')
-        return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import pytest
 
 from services.common.config import load_config
 from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
+from services.edge.http import GatewayGauges, render_metrics
 from tests.e2e.harness import write_config
 
 
@@ -125,7 +126,7 @@ def test_metrics_count(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) ->
         assert m.turns_total == turns + 1
         assert m.relayed_updates_total == relayed + 2
         assert m.errors_total[-32601] == errors + 1
-        text = m.render()
+        text = render_metrics(m, GatewayGauges())
         assert 'acpgate_errors_total{code="-32601"}' in text and "acpgate_turns_total" in text
         await c.close()
         assert m.active_sessions == 0

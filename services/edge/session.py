@@ -59,9 +59,6 @@ class ClientPort(Protocol):
 
     backchannel: BackChannel
 
-    async def send(self, line: str) -> None:
-        """Write one line/frame to the client."""
-
     async def send_many(self, lines: list[str]) -> None:
         """Write several lines/frames to the client, in order, with nothing in between."""
 
@@ -150,10 +147,7 @@ class EdgeSession:
             lines.append(notification_line(M_SESSION_UPDATE, params))
         self.runtime.metrics.relayed_updates_total += len(lines)
         try:
-            if len(lines) == 1:
-                await self.port.send(lines[0])
-            else:
-                await self.port.send_many(lines)
+            await self.port.send_many(lines)
         except (ConnectionError, OSError):
             log.info("client_gone_during_update", session_id=self.session_id)
 

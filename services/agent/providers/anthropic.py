@@ -11,7 +11,6 @@ import orjson
 from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
     STOP_TOOL_USE,
-    ProviderError,
     ProviderEvent,
     StreamDone,
     TextDelta,
@@ -25,7 +24,8 @@ from services.agent.providers.http import (
     iter_sse,
     new_client,
     open_stream,
-    scrub,
+    stream_error,
+    stream_interrupted,
 )
 from services.agent.tools.args import parse_arguments
 from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS, STOP_REFUSAL
@@ -147,9 +147,7 @@ class AnthropicProvider:
                         continue
                     kind = payload.get("type") or event
                     if kind == "error":
-                        err = payload.get("error") or {}
-                        msg = err.get("message") if isinstance(err, dict) else err
-                        raise ProviderError(scrub(f"anthropic stream error: {msg}", secrets))
+                        raise stream_error("anthropic", payload.get("error") or {}, secrets)
                     if kind == "message_start":
                         usage = (payload.get("message") or {}).get("usage") or {}
                         input_tokens = int(usage.get("input_tokens") or 0)
@@ -194,8 +192,6 @@ class AnthropicProvider:
                     elif kind == "message_stop":
                         break
             except httpx.HTTPError as exc:
-                raise ProviderError(
-                    scrub(f"anthropic stream interrupted: {exc}", secrets)
-                ) from None
+                raise stream_interrupted("anthropic", exc, secrets) from None
         yield UsageReport(input_tokens, output_tokens)
         yield StreamDone(STOP_TOOL_USE if saw_tool else stop)

@@ -130,6 +130,18 @@ async def open_stream(
         )
 
 
+def stream_error(provider: str, error: Any, secrets: tuple[str, ...]) -> ProviderError:
+    """An ``error`` object the provider sent inside a 200 stream, as a scrubbed ProviderError."""
+    message = error.get("message") if isinstance(error, dict) else error
+    return ProviderError(scrub(f"{provider} stream error: {message}", secrets))
+
+
+def stream_interrupted(provider: str, exc: httpx.HTTPError,
+                       secrets: tuple[str, ...]) -> ProviderError:
+    """A stream that broke after it started (never retried: output was already streamed)."""
+    return ProviderError(scrub(f"{provider} stream interrupted: {exc}", secrets))
+
+
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """Yield ``(event, data)`` pairs of a Server-Sent Events stream."""
     event = ""

@@ -12,7 +12,6 @@ import orjson
 from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
     STOP_TOOL_USE,
-    ProviderError,
     ProviderEvent,
     StreamDone,
     TextDelta,
@@ -26,7 +25,8 @@ from services.agent.providers.http import (
     iter_sse,
     new_client,
     open_stream,
-    scrub,
+    stream_error,
+    stream_interrupted,
 )
 from services.agent.tools.args import parse_arguments
 from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS
@@ -128,9 +128,7 @@ class OpenAIProvider:
                     if not isinstance(chunk, dict):
                         continue
                     if "error" in chunk:
-                        err = chunk["error"]
-                        msg = err.get("message") if isinstance(err, dict) else err
-                        raise ProviderError(scrub(f"openai stream error: {msg}", secrets))
+                        raise stream_error("openai", chunk["error"], secrets)
                     usage = chunk.get("usage")
                     if isinstance(usage, dict):
                         yield UsageReport(int(usage.get("prompt_tokens") or 0),
@@ -156,7 +154,7 @@ class OpenAIProvider:
                         if choice.get("finish_reason"):
                             stop = _FINISH.get(choice["finish_reason"], STOP_END_TURN)
             except httpx.HTTPError as exc:
-                raise ProviderError(scrub(f"openai stream interrupted: {exc}", secrets)) from None
+                raise stream_interrupted("openai", exc, secrets) from None
         for index in sorted(calls):
             part = calls[index]
             yield ToolCallReady(ToolCall(id=part.id or f"call_{index}", name=part.name,

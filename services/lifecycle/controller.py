@@ -388,7 +388,9 @@ class LifecycleController:
         Leases with a channel of this run (its adapter exited) go through
         :meth:`close_session`, which also retires the channel; every other orphan
         is reaped in one batched pass (:meth:`Reaper.reap_all`): one process
-        listing, one durable closing transaction, one grace period.
+        listing, one durable closing transaction, one grace period. A lease whose
+        reap fails is logged and left open/closing for a later pass; it never
+        stops the others (nor, at startup, the service).
         """
         leases = await self.store.list(states=LIVE_STATES, instance_id=self.instance_id)
         # Taken after the listing: a spawn that began while it was read is in
@@ -396,12 +398,24 @@ class LifecycleController:
         # pending lease is never mistaken for an orphan.
         live = {lid for lid, ch in self.channels.items() if ch.running} | self._spawning
         results: dict[str, CloseResult] = {}
+        failed: set[str] = set()
         for lease in leases:
             if lease.lease_id in self.channels and lease.lease_id not in live:
-                results[lease.lease_id] = await self.close_session(
-                    lease_id=lease.lease_id, reason=reason)
-        orphans = {lease.lease_id for lease in leases} - live - set(results)
-        for result in await self.reaper.reap_all(only=orphans, reason=reason):
+                try:
+                    results[lease.lease_id] = await self.close_session(
+                        lease_id=lease.lease_id, reason=reason)
+                except Exception as exc:  # one lease never stops the pass
+                    failed.add(lease.lease_id)
+                    log.error("reap_failed", lease_id=lease.lease_id, reason=reason,
+                              why=f"{type(exc).__name__}: {exc}")
+        orphans = {lease.lease_id for lease in leases} - live - set(results) - failed
+        try:
+            batch = await self.reaper.reap_all(only=orphans, reason=reason)
+        except Exception as exc:  # left open/closing: the next pass retries
+            log.error("reap_failed", leases=sorted(orphans), reason=reason,
+                      why=f"{type(exc).__name__}: {exc}")
+            batch = []
+        for result in batch:
             if result.lease is not None and result.lease.lease_id in orphans:
                 results[result.lease.lease_id] = result
         if orphans:

@@ -24,6 +24,9 @@ from typing import Protocol
 
 import psutil
 
+from services.common.logs import get_logger
+
+log = get_logger("lifecycle.proctable")
 
 class ProcessTableError(Exception):
     """The table could not be read (listing failed, permission denied): fail closed."""
@@ -68,7 +71,13 @@ class ProcessTable(Protocol):
         ...
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
-        """Send ``sig`` to exactly the process ``(pid, start_time)``. False if it is gone."""
+        """Send ``sig`` to exactly the process ``(pid, start_time)``.
+
+        False when nothing was delivered: the process is gone, is another birth,
+        or the signal failed (permission denied, unreadable identity). Never
+        raises for a failed signal: the caller's liveness check then sees the
+        process as a survivor.
+        """
         ...
 
 
@@ -228,7 +237,13 @@ class PsutilProcessTable:
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""
-        return await asyncio.to_thread(_signal_sync, pid, start_time, sig)
+        try:
+            return await asyncio.to_thread(_signal_sync, pid, start_time, sig)
+        except (ProcessTableError, OSError, ValueError) as exc:
+            # Permission denied by pidfd_open/pidfd_send_signal/kill, or the identity
+            # could not be re-read: not delivered, the process stays a survivor.
+            log.warning("signal_failed", pid=pid, sig=int(sig), why=f"{type(exc).__name__}: {exc}")
+            return False
 
 
 # ---------------------------------------------------------------------- fake table

@@ -82,9 +82,21 @@ class Reaper:
         self._clock = clock
         self._wall_ms = wall_ms
 
-    async def verify(self, lease: LeaseRecord) -> Verification:
-        """Verify ``lease`` against the live table (read-only)."""
-        return await verify_owned_tree(lease, self.table, self.owner)
+    async def verify(
+        self, lease: LeaseRecord, snapshot: ProcSnapshot | None = None
+    ) -> Verification:
+        """Verify ``lease`` against the live table (read-only).
+
+        A process table that raises unexpectedly proves nothing: the answer is
+        "evidence unavailable" (fail closed, the lease stays open for a retry),
+        never an exception that would leave the lease stuck in closing.
+        """
+        try:
+            return await verify_owned_tree(lease, self.table, self.owner, snapshot)
+        except Exception as exc:  # any table failure = cannot tell
+            why = f"{type(exc).__name__}: {exc}"
+            log.warning("verify_failed", lease_id=lease.lease_id, why=why)
+            return Verification(False, f"verification failed: {why}", evidence_unavailable=True)
 
     async def _record_verification(
         self, lease: LeaseRecord, verification: Verification, reason: str
@@ -199,9 +211,23 @@ class Reaper:
         return await self._terminate(lease, verification)
 
     async def _signal_all(self, procs: Iterable[TreeProc], sig: int) -> None:
-        """Signal each verified identity, in the given (children-first) order."""
+        """Signal each verified identity, in the given (children-first) order.
+
+        A failed signal is an outcome, not an error: it is logged and the process
+        is left to the liveness checks that follow, which report it as a survivor.
+        Nothing a process table raises here may escape, or a close would leave its
+        lease stuck in closing and a startup reap would stop the service starting.
+        """
         for proc in procs:
-            await self.table.signal(proc.info.pid, proc.info.start_time, sig)
+            try:
+                await self.table.signal(proc.info.pid, proc.info.start_time, sig)
+            except Exception as exc:  # any table failure = not delivered
+                log.warning(
+                    "signal_failed",
+                    pid=proc.info.pid,
+                    sig=int(sig),
+                    why=f"{type(exc).__name__}: {exc}",
+                )
 
     async def _kill_survivors(
         self, lease: LeaseRecord, survivors: Sequence[TreeProc]
@@ -311,10 +337,13 @@ class Reaper:
             snapshot: ProcSnapshot | None = ProcSnapshot(await self.table.list_all())
         except ProcessTableError:
             snapshot = None  # each lease lists (and retries) on its own below
+        except Exception as exc:  # unexpected: the same, but worth a log line
+            log.warning("listing_failed", why=f"{type(exc).__name__}: {exc}")
+            snapshot = None
         endings: list[tuple[LeaseRecord, LeaseState]] = []
         reaping: list[tuple[LeaseRecord, Verification]] = []
         for lease in current.values():
-            verification = await verify_owned_tree(lease, self.table, self.owner, snapshot)
+            verification = await self.verify(lease, snapshot)
             if verification.evidence_unavailable:
                 verification = await self._verify_retrying(lease)
             lease = await self._record_verification(lease, verification, reason)

@@ -70,7 +70,13 @@ async def start_lifecycle_server(
     controller = await open_controller(cfg, proctable=proctable)
     try:
         await controller.expire()
-        results = await controller.reap_orphans(reason="startup")
+        try:
+            results = await controller.reap_orphans(reason="startup")
+        except Exception as exc:  # leftovers stay open/closing for a later reap
+            # Startup reaping is cleanup: a failure is reported, it never stops the service.
+            log.error("startup_reap_failed", instance_id=controller.instance_id,
+                      why=f"{type(exc).__name__}: {exc}")
+            results = []
         log.info(
             "startup_reap",
             instance_id=controller.instance_id,

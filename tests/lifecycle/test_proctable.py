@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from services.lifecycle.proctable import PsutilProcessTable
 from tests.lifecycle.conftest import ProcessGuard, Scripts, wait_until
 
@@ -47,3 +49,28 @@ async def test_identity_checked_signals(tmp_path: Path, scripts: Scripts, guard:
     assert await table.get(proc.pid) is None
     assert not await table.signal(proc.pid, info.start_time, signal.SIGKILL)
     assert await table.get(0) is None
+
+
+@pytest.mark.parametrize("refused", ["pidfd_send_signal", "pidfd_open"])
+async def test_a_refused_signal_is_reported_not_raised(
+    refused: str, tmp_path: Path, scripts: Scripts, guard: ProcessGuard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "signals.txt"
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(scripts.unrelated), str(marker))
+    guard.track(proc.pid)
+    await wait_until(lambda: Path(str(marker) + ".ready").exists(), 10.0, "ready")
+    table = PsutilProcessTable()
+    info = await table.get(proc.pid)
+    assert info is not None
+
+    def deny(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    # The kernel refusing the signal (EPERM) is simulated; the process is real.
+    monkeypatch.setattr(signal if refused == "pidfd_send_signal" else os, refused, deny)
+    assert await table.signal(proc.pid, info.start_time, signal.SIGUSR1) is False
+    monkeypatch.undo()
+    still = await table.get(proc.pid)
+    assert still is not None and still.start_time == info.start_time and not marker.exists()
+    proc.kill()
+    await proc.wait()

@@ -45,6 +45,15 @@ class ProcInfo:
     exe: str = ""
     #: A zombie has exited and only waits to be reaped: it counts as gone.
     zombie: bool = False
+    #: The process exists but could not be read (only ``pid`` is known): it is
+    #: neither gone nor anyone's provable member, so a lease rooted here cannot
+    #: be verified now (fail closed), and it never joins a tree.
+    unreadable: bool = False
+
+    @classmethod
+    def unreadable_pid(cls, pid: int) -> ProcInfo:
+        """The listing entry of a process that exists but cannot be read."""
+        return cls(pid=pid, ppid=0, pgid=0, start_time=0, unreadable=True)
 
     @property
     def identity(self) -> tuple[int, int]:
@@ -63,7 +72,11 @@ class ProcessTable(Protocol):
         ...
 
     async def list_all(self) -> list[ProcInfo]:
-        """Every process on the host. Raises :class:`ProcessTableError` when unavailable."""
+        """Every process on the host. Raises :class:`ProcessTableError` when unavailable.
+
+        A process that exists but cannot be read is listed as
+        :meth:`ProcInfo.unreadable_pid`, never left out: absent means gone.
+        """
         ...
 
     async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
@@ -162,7 +175,9 @@ def _list_sync() -> list[ProcInfo]:
         try:
             info = _info_sync(pid)
         except ProcessTableError:
-            # Another user's process we cannot read is not ours; our own are readable.
+            # It exists but cannot be read: say so. Dropping it would let a lease
+            # rooted here be judged "root gone" (lost) when it is only unverifiable.
+            out.append(ProcInfo.unreadable_pid(pid))
             continue
         if info is not None:
             out.append(info)
@@ -263,9 +278,13 @@ class FakeProc:
     environ: dict[str, str] | None = field(default_factory=dict)
     #: Survives SIGTERM/SIGINT/SIGHUP (only SIGKILL ends it).
     ignores_term: bool = False
+    #: Exists but cannot be read (e.g. /proc/<pid>/stat permission denied).
+    unreadable: bool = False
 
     def info(self) -> ProcInfo:
         """Its :class:`ProcInfo`."""
+        if self.unreadable:
+            return ProcInfo.unreadable_pid(self.pid)
         return ProcInfo(self.pid, self.ppid, self.pgid, self.start_time, self.cmdline, self.exe)
 
 
@@ -311,6 +330,8 @@ class FakeProcessTable:
         """See :meth:`ProcessTable.get`."""
         self._check()
         proc = self.procs.get(pid)
+        if proc is not None and proc.unreadable:
+            raise ProcessTableError(f"cannot read process {pid} (simulated)")
         return proc.info() if proc is not None else None
 
     async def list_all(self) -> list[ProcInfo]:
@@ -321,14 +342,14 @@ class FakeProcessTable:
     async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
         """See :meth:`ProcessTable.environ`."""
         proc = self.procs.get(pid)
-        if proc is None or proc.start_time != start_time or proc.environ is None:
+        if proc is None or proc.unreadable or proc.start_time != start_time or proc.environ is None:
             return None
         return dict(proc.environ)
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""
         proc = self.procs.get(pid)
-        if proc is None or proc.start_time != start_time or pid <= 1:
+        if proc is None or proc.unreadable or proc.start_time != start_time or pid <= 1:
             return False
         self.signals.append((pid, start_time, sig))
         if sig == signal_mod.SIGKILL or (

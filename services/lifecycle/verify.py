@@ -41,6 +41,7 @@ REASON_PGID = "process group does not match the lease"
 REASON_AMBIGUOUS = "pending lease is ambiguous: more than one live wrapper matches"
 REASON_PENDING_GONE = "pending lease has no live wrapper"
 REASON_EXITING = "root command line unreadable (process exiting or permission denied)"
+REASON_UNREADABLE = "root process exists but cannot be read"
 
 
 def command_hash(argv: Sequence[str]) -> str:
@@ -105,7 +106,10 @@ class ProcSnapshot:
     leases against it costs one pass over the table, not one per lease."""
 
     def __init__(self, procs: Sequence[ProcInfo]) -> None:
-        self.procs: tuple[ProcInfo, ...] = tuple(procs)
+        #: Processes that exist but could not be read: kept apart, so they never
+        #: join a tree, a group or a candidate list, yet never count as gone.
+        self.unreadable: frozenset[int] = frozenset(p.pid for p in procs if p.unreadable)
+        self.procs: tuple[ProcInfo, ...] = tuple(p for p in procs if not p.unreadable)
         self.by_pid: dict[int, ProcInfo] = {}
         self.children: dict[int, list[ProcInfo]] = {}
         self.by_pgid: dict[int, list[ProcInfo]] = {}
@@ -219,6 +223,9 @@ async def verify_owned_tree(
         root: ProcInfo | None = recovered
         expected_start = recovered.start_time
     else:
+        if lease.root_pid in snapshot.unreadable:
+            # It exists: "gone" would be a guess. Unverifiable → fail closed, retry later.
+            return Verification(False, REASON_UNREADABLE, evidence_unavailable=True)
         root = by_pid.get(lease.root_pid)
         expected_start = lease.root_start_time
 
@@ -316,10 +323,12 @@ async def verify_legacy(record: LegacyRecord, table: ProcessTable) -> Verificati
     if record.pid <= 1:
         return Verification(False, "legacy record has no usable PID")
     try:
-        procs = await table.list_all()
+        snapshot = ProcSnapshot(await table.list_all())
     except ProcessTableError as exc:
         return Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
-    root = next((p for p in procs if p.pid == record.pid), None)
+    if record.pid in snapshot.unreadable:
+        return Verification(False, REASON_UNREADABLE, evidence_unavailable=True)
+    root = snapshot.by_pid.get(record.pid)
     if root is None or root.zombie:
         return Verification(False, REASON_ROOT_GONE, root_gone=True)
     if record.start_time and root.start_time != record.start_time:
@@ -329,6 +338,6 @@ async def verify_legacy(record: LegacyRecord, table: ProcessTable) -> Verificati
             return Verification(False, REASON_WRAPPER_ROOT)
     elif not legacy_command_matches(record.command, root.cmdline):
         return Verification(False, REASON_COMMAND)
-    tree = _descendants(root, ProcSnapshot(procs))
+    tree = _descendants(root, snapshot)
     live = [t for t in tree.values() if not t.info.zombie]
     return Verification(True, "", processes=children_first(live))

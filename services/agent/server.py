@@ -352,7 +352,8 @@ class AgentServer:
             return {"stopReason": STOP_CANCELLED, "_meta": meta}
         exc = turn.exception()
         if isinstance(exc, ProviderError):
-            log.warning("turn_failed", session_id=sid, error=str(exc))
+            # The summary, not the message: a provider's error body may quote the prompt.
+            log.warning("turn_failed", session_id=sid, error=exc.summary)
             raise RpcError(INTERNAL_ERROR, str(exc))
         if exc is not None:
             log.error("turn_crashed", session_id=sid, error=type(exc).__name__)

@@ -139,6 +139,17 @@ async def test_error_message_scrubs_key_and_authorization() -> None:
     assert KEY not in text and "SECRET" not in text
 
 
+async def test_error_summary_for_logs_leaves_out_the_echoed_body() -> None:
+    """A provider's error body may quote the prompt: the client sees it, the log summary not."""
+    body = {"error": {"message": "invalid input: 'my private prompt text'"}}
+    async with FakeProviderServer([json_reply(400, body)]) as srv:
+        with pytest.raises(ProviderError) as info:
+            await collect(OpenAIProvider("m", api_key=KEY, base_url=srv.url, retry=FAST),
+                          [Message("user", "my private prompt text")])
+    assert "my private prompt text" in str(info.value)
+    assert info.value.summary == "openai API error 400"
+
+
 async def test_in_stream_error_event() -> None:
     reply = sse(chunk({"content": "par"}), {"error": {"message": f"boom {KEY}"}})
     async with FakeProviderServer([reply]) as srv:

@@ -65,7 +65,15 @@ ProviderEvent = TextDelta | ThoughtDelta | ToolCallReady | UsageReport | StreamD
 
 
 class ProviderError(Exception):
-    """A provider failure, with a message safe to show (secrets already scrubbed)."""
+    """A provider failure, with a message safe to show (secrets already scrubbed).
+
+    ``summary`` leaves out whatever the provider echoed back (an error body
+    may quote the prompt), so it is what goes to the logs.
+    """
+
+    def __init__(self, message: str, summary: str = "") -> None:
+        super().__init__(message)
+        self.summary = summary or message
 
 
 class Provider(Protocol):

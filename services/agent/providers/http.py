@@ -107,7 +107,8 @@ async def open_stream(
                 continue
             kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
             raise ProviderError(
-                scrub(f"{provider} request {kind} after {attempt + 1} attempt(s): {exc}", secrets)
+                scrub(f"{provider} request {kind} after {attempt + 1} attempt(s): {exc}", secrets),
+                f"{provider} request {kind} ({type(exc).__name__})",
             ) from None
         if response.status_code < 300:
             try:
@@ -126,20 +127,23 @@ async def open_stream(
             continue
         detail = _error_detail(raw)
         raise ProviderError(
-            scrub(f"{provider} API error {response.status_code}: {detail}", secrets)
+            scrub(f"{provider} API error {response.status_code}: {detail}", secrets),
+            f"{provider} API error {response.status_code}",
         )
 
 
 def stream_error(provider: str, error: Any, secrets: tuple[str, ...]) -> ProviderError:
     """An ``error`` object the provider sent inside a 200 stream, as a scrubbed ProviderError."""
     message = error.get("message") if isinstance(error, dict) else error
-    return ProviderError(scrub(f"{provider} stream error: {message}", secrets))
+    return ProviderError(scrub(f"{provider} stream error: {message}", secrets),
+                         f"{provider} stream error")
 
 
 def stream_interrupted(provider: str, exc: httpx.HTTPError,
                        secrets: tuple[str, ...]) -> ProviderError:
     """A stream that broke after it started (never retried: output was already streamed)."""
-    return ProviderError(scrub(f"{provider} stream interrupted: {exc}", secrets))
+    return ProviderError(scrub(f"{provider} stream interrupted: {exc}", secrets),
+                         f"{provider} stream interrupted ({type(exc).__name__})")
 
 
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import builtins
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -184,6 +185,55 @@ async def test_an_unreadable_birth_fails_the_spawn_and_stops_the_wrapper(
         wrapper_pid = table.failed_pids[0]
         assert not psutil.pid_exists(wrapper_pid) or gone(psutil.Process(wrapper_pid))
         await wait_until(lambda: not processes_of_lease(lease.lease_id), 5.0, "the lease's tree to be gone")
+    finally:
+        await controller.close_all()
+        await store.close()
+
+
+class EndsBeforeAdapterCompletion(HookedStore):
+    """A store where the lease ends (a close completed) just before the spawn records
+    the adapter's group and PID, i.e. after the wrapper reported the adapter's start."""
+
+    ended: str = ""
+
+    async def update(
+        self, lease_id: str, *, expect: Iterable[LeaseState] | None = None, **changes: Any
+    ) -> LeaseRecord | None:
+        if "adapter_pid" in changes and changes["adapter_pid"] and not self.ended:
+            self.ended = lease_id
+            await super().update(lease_id, state=LeaseState.CLOSED, ended_at=1)
+        return await super().update(lease_id, expect=expect, **changes)
+
+
+async def test_a_lease_ended_after_the_adapter_started_fails_the_spawn_and_stops_its_tree(
+    tmp_path: Path, scripts: Scripts, guard: ProcessGuard
+) -> None:
+    state_dir = tmp_path / "state"
+    instance_id = await load_or_create_instance_id(state_dir)
+    wrapper = await install_wrapper(state_dir)
+    store = await EndsBeforeAdapterCompletion.open(state_dir / "leases.db")
+    controller = LifecycleController(
+        store=store, table=PsutilProcessTable(), instance_id=instance_id, state_dir=state_dir,
+        wrapper=wrapper, term_grace_ms=300, retention_secs=3600,
+    )
+    pidfile = tmp_path / "tree.json"
+    try:
+        with pytest.raises(Unavailable, match="closed while it was starting"):
+            await controller.ensure_session(
+                EnsureRequest(
+                    session_key="agent:r:acp:2",
+                    command=sys.executable,
+                    args=(str(scripts.tree), str(pidfile), "obey"),
+                )
+            )
+        lease_id = store.ended
+        for proc in processes_of_lease(lease_id):
+            guard.track(proc.pid)
+        stored = await store.get(lease_id)
+        assert stored is not None and stored.state == LeaseState.CLOSED
+        assert stored.adapter_pid == 0  # the ended lease was not completed
+        assert controller.channel(lease_id) is None
+        await wait_until(lambda: not processes_of_lease(lease_id), 5.0, "the stray tree to be gone")
     finally:
         await controller.close_all()
         await store.close()

@@ -37,6 +37,7 @@ async def test_choices_become_permission_options(tmp_path: Path) -> None:
         {"optionId": "choice-1", "name": "blue", "kind": "allow_once"}]
     assert params["toolCall"]["toolCallId"].startswith("approval-")
     assert params["toolCall"]["title"] == "Which?"
+    assert params["toolCall"]["kind"] == "execute"  # §6: the same request as an approval
     assert provider.calls[1][1][-1].text == "The user answered: blue"
 
 

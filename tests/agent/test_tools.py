@@ -99,6 +99,21 @@ async def test_file_write_and_edit(env: Env) -> None:
                                       "new_string": "x"}, env.ctx())
 
 
+async def test_writes_never_follow_a_planted_temp_symlink(env: Env) -> None:
+    """The temp file of an atomic write is fresh (O_EXCL): a symlink planted where a
+    predictable temp name would be cannot redirect the write out of the roots."""
+    import glob as globmod
+
+    victim = env.outside / "victim.txt"
+    victim.write_text("untouched")
+    for pid in (os.getpid(), 0):
+        (env.ws / f".hello.txt.acpgate-tmp-{pid}").symlink_to(victim)
+    await run("file_write", {"path": "hello.txt", "content": "new"}, env.ctx())
+    assert (env.ws / "hello.txt").read_text() == "new"
+    assert victim.read_text() == "untouched"
+    assert not globmod.glob(str(env.ws / ".hello.txt.*.acpgate-tmp"))  # no temp left behind
+
+
 async def test_glob_and_search(env: Env) -> None:
     out = await run("glob", {"pattern": "**/*.py"}, env.ctx())
     assert out == "sub/code.py"

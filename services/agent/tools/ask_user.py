@@ -22,6 +22,7 @@ from services.agent.tools.base import (
 )
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
+    APPROVAL_TOOL_KIND,
     CANCEL_REASON_CLIENT_ERROR,
     CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
@@ -95,7 +96,7 @@ class AskUserTool(ArgumentsPreview):
             "toolCall": {
                 "toolCallId": f"{APPROVAL_TOOL_CALL_PREFIX}{uuid.uuid4()}",
                 "title": question,
-                "kind": "other",
+                "kind": APPROVAL_TOOL_KIND,  # SPEC §6: ask_user uses the same request
                 "status": "pending",
                 "rawInput": {"tool": self.name, "summary": question, "choices": choices},
                 "content": [{"type": "content", "content": {"type": "text", "text": question}}],

@@ -25,7 +25,7 @@ from services.agent.tools.base import (
     ToolResult,
     require_str,
 )
-from services.agent.tools.fs import resolve_read
+from services.agent.tools.fs import resolve_read, write_bytes_atomic
 from services.common.protocol import MAX_BLOB_BYTES
 from services.session.policy import PolicyViolation
 
@@ -69,9 +69,7 @@ def store_upload(workspace: Path, digest: str, ext: str, data: bytes) -> Path:
     target = uploads / (digest + (f".{ext}" if ext else ""))
     if target.is_file() and not target.is_symlink():
         return target  # identical content already stored
-    tmp = uploads / f".{digest}.tmp-{os.getpid()}"
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    write_bytes_atomic(target, data, keep_mode=False)
     return target
 
 

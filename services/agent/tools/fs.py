@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from services.agent.tools.base import ToolError
@@ -46,11 +48,28 @@ def read_text_or_none(path: Path) -> str | None:
     return read_text(path)
 
 
+def write_bytes_atomic(path: Path, data: bytes, *, keep_mode: bool = True) -> None:
+    """Write via a fresh temp file + rename so a reader never sees half a file.
+
+    The temp file is created with O_EXCL under a random name: a predictable
+    name could be planted as a symlink (the shell can write in the workspace)
+    and the write would follow it out of the roots; two writes at once would
+    also collide on it.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".acpgate-tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if keep_mode and path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file + rename so a reader never sees half a file."""
+    """Write UTF-8 text atomically (see :func:`write_bytes_atomic`), creating parent dirs."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.acpgate-tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    if path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, text.encode("utf-8"))

@@ -140,6 +140,24 @@ def notification_line(method: str, params: dict[str, Any]) -> str:
     return dumps({"jsonrpc": JSONRPC_VERSION, "method": method, "params": params})
 
 
+def notification_lines(method: str, params_list: list[dict[str, Any]]) -> list[str]:
+    """One JSON-RPC notification line per ``params`` (the same bytes as :func:`notification_line`).
+
+    A burst of updates is encoded in one loop without a Python call per message;
+    only a message orjson refuses (an integer beyond 64 bits) takes the slow path.
+    """
+    out: list[str] = []
+    append = out.append
+    encode = orjson.dumps
+    for params in params_list:
+        message = {"jsonrpc": JSONRPC_VERSION, "method": method, "params": params}
+        try:
+            append(encode(message).decode())
+        except orjson.JSONEncodeError:
+            append(dumps(message))
+    return out
+
+
 def request_line(msg_id: JsonRpcId, method: str, params: dict[str, Any]) -> str:
     """A JSON-RPC request."""
     return dumps({"jsonrpc": JSONRPC_VERSION, "id": msg_id, "method": method, "params": params})

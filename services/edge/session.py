@@ -42,7 +42,7 @@ from services.edge.backchannel import (
     BackChannelTimeout,
     ClientErrorAnswer,
 )
-from services.edge.framing import JsonRpcError, notification_line
+from services.edge.framing import JsonRpcError, notification_lines
 from services.edge.turn import TurnAccumulator
 
 if TYPE_CHECKING:
@@ -136,15 +136,16 @@ class EdgeSession:
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
-        lines: list[str] = []
-        for params in updates:
-            update = params.get("update")
-            if acc is not None and isinstance(update, dict):
-                try:
-                    acc.add(update)
-                except Exception:  # never lose the relay over an odd update
-                    log.exception("accumulate_failed", session_id=self.session_id)
-            lines.append(notification_line(M_SESSION_UPDATE, params))
+        if acc is not None:
+            add = acc.add
+            for params in updates:
+                update = params.get("update")
+                if isinstance(update, dict):
+                    try:
+                        add(update)
+                    except Exception:  # never lose the relay over an odd update
+                        log.exception("accumulate_failed", session_id=self.session_id)
+        lines = notification_lines(M_SESSION_UPDATE, updates)
         self.runtime.metrics.relayed_updates_total += len(lines)
         try:
             await self.port.send_many(lines)

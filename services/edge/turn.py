@@ -126,10 +126,21 @@ class TurnAccumulator:
         """Record one ``update`` object (the ``params.update`` of a session/update)."""
         kind = update.get("sessionUpdate")
         if kind == U_AGENT_MESSAGE:
-            text = _text_of(update.get("content"))
+            content = update.get("content")
+            # The common chunk (one text block) without the general walk; same result.
+            if type(content) is dict and content.get("type") == "text":
+                text = content.get("text")
+                if type(text) is not str:
+                    text = _text_of(content)
+            else:
+                text = _text_of(content)
             if text:
                 self._text_parts.append(text)
-                self._append_text(ROLE_ASSISTANT, text)
+                last = self._entries[-1]
+                if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
+                    last.parts.append(text)
+                else:
+                    self._entries.append(_TextRun(ROLE_ASSISTANT, [text]))
         elif kind == U_AGENT_THOUGHT:
             text = _text_of(update.get("content"))
             if text:

@@ -156,7 +156,22 @@ class AdapterChannel:
         ``max_buffer_bytes`` is ever buffered, and the rest of the chunk (at most
         ``READ_CHUNK_BYTES``) waits here while the pipe stays unread.
         """
-        for line in text.split("\n"):
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line.rstrip("\r") if line.endswith("\r") else line for line in lines]
+        if "" in lines:
+            lines = [line for line in lines if line]
+        if not lines:
+            return
+        size = sum(map(len, lines))
+        if self._space.is_set() and self._buffered + size < self._max_buffer:
+            # The whole chunk fits under the bound: what the loop below would do, at once.
+            self._lines.extend(lines)
+            self._lines_read += len(lines)
+            self._buffered += size
+            self._data.set()
+            return
+        for line in lines:
             if line.endswith("\r"):
                 line = line.rstrip("\r")
             if not line:

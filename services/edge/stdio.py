@@ -8,8 +8,10 @@ services and returns 0 with no child process left behind.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
+import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -73,6 +75,9 @@ async def _stdin_reader() -> asyncio.StreamReader:
 #: Bytes (pending lines plus the pipe transport's buffer) above which ``send`` waits for the
 #: reader: big enough that a fast reader never makes a sender wait, small enough to bound memory.
 WRITE_HIGH_WATER = 1 << 20
+#: Kernel buffer asked for a stdout pipe (Linux default 64 KiB; 1 MiB is the default
+#: unprivileged maximum, /proc/sys/fs/pipe-max-size).
+STDOUT_PIPE_BYTES = 1 << 20
 #: How long the final flush at exit waits for a reader that stopped reading.
 FINAL_FLUSH_SECS = 5.0
 
@@ -149,10 +154,24 @@ class LineWriter:
             pass
 
 
+def _grow_pipe(fd: int, size: int) -> None:
+    """Ask for a ``size``-byte kernel buffer when ``fd`` is a pipe (best effort).
+
+    A bigger stdout pipe means fewer, larger writes and fewer wake-ups per update;
+    the bytes written are the same. A file, a tty, or a refusal keeps the default.
+    """
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+    except (OSError, ValueError):
+        pass
+
+
 async def _stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[], Awaitable[None]]]:
     """``(send, close)`` for stdout: a coalescing pipe writer, else a thread per line."""
     loop = asyncio.get_running_loop()
     try:
+        _grow_pipe(sys.stdout.fileno(), STDOUT_PIPE_BYTES)
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, sys.stdout.buffer)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import fcntl
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 PIPE_READ_LIMIT = 64 * 1024
 #: One read of the adapter's stdout (then split into lines).
 READ_CHUNK_BYTES = 64 * 1024
+#: Kernel buffer asked for the adapter's stdout pipe (Linux default 64 KiB): fewer, larger
+#: reads and fewer adapter wake-ups per update. Bounded; best effort (the default stays
+#: when the kernel refuses).
+ADAPTER_PIPE_BYTES = 256 * 1024
 #: After the adapter exits, how long to wait for stdout EOF (a grandchild may hold it).
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
@@ -185,6 +190,16 @@ class AdapterChannel:
                 self._space.clear()
             self._data.set()
 
+    def _grow_stdout_pipe(self) -> None:
+        """Ask for a larger kernel buffer on the adapter's stdout pipe (best effort)."""
+        # asyncio.subprocess.Process exposes no pipe fds; its transport does.
+        transport = getattr(self.process, "_transport", None)
+        try:
+            pipe = transport.get_pipe_transport(1).get_extra_info("pipe")  # type: ignore[union-attr]
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, ADAPTER_PIPE_BYTES)
+        except (AttributeError, OSError, ValueError):
+            pass  # not a Linux pipe, or over the user's pipe quota: keep the default
+
     async def _read_stdout(self) -> None:
         """Read stdout in chunks and split lines (one read per chunk, not one per line).
 
@@ -193,6 +208,7 @@ class AdapterChannel:
         """
         stdout = self.process.stdout
         assert stdout is not None
+        self._grow_stdout_pipe()
         partial = bytearray()  # the unterminated start of the next line
         dropping = False  # inside an over-long line: discard up to its newline
         try:

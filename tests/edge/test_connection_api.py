@@ -9,16 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from services.common.config import load_config
-from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
+from services.edge.connection import EdgeRuntime, serve_connection
 from services.edge.http import GatewayGauges, render_metrics
-from tests.e2e.harness import write_config
 
 
 class Client:
@@ -55,22 +50,6 @@ class Client:
     async def close(self) -> None:
         self._in.put_nowait(None)
         await asyncio.wait_for(self.task, 60)
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    yield lp
-    lp.close()
-
-
-@pytest.fixture(scope="module")
-def runtime(loop: asyncio.AbstractEventLoop,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRuntime]:
-    cfg_dir = write_config(tmp_path_factory.mktemp("conn") / "cfg")
-    rt = loop.run_until_complete(open_runtime(load_config(Path(cfg_dir), environ={})))
-    yield rt
-    loop.run_until_complete(rt.close())
 
 
 def test_connection_default_alias(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) -> None:

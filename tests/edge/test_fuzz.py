@@ -10,16 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common.config import load_config
-from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
-from tests.e2e.harness import write_config
+from services.edge.connection import EdgeRuntime, serve_connection
 
 METHODS = ["initialize", "authenticate", "session/prompt", "session/cancel", "session/stop",
            "session/close", "session/list", "session/update", "session/event", "session/set_mode",
@@ -81,23 +78,6 @@ def expected_responses(line: str) -> tuple[int, Any]:
     if isinstance(rid, bool) or not isinstance(rid, str | int | float):
         return 1, None
     return 1, rid
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    yield lp
-    lp.close()
-
-
-@pytest.fixture(scope="module")
-def runtime(loop: asyncio.AbstractEventLoop,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRuntime]:
-    cfg_dir = write_config(tmp_path_factory.mktemp("fuzz") / "cfg")
-    cfg = load_config(Path(cfg_dir), environ={})
-    rt = loop.run_until_complete(open_runtime(cfg))
-    yield rt
-    loop.run_until_complete(rt.close())
 
 
 async def _serve(rt: EdgeRuntime, batch: list[str]) -> list[str]:

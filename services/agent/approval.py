@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.agent.enforce import needs_approval
 from services.agent.outcome import cancel_reason
 from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     APPROVAL_TOOL_CALL_PREFIX,
     APPROVAL_TOOL_KIND,
@@ -28,7 +30,6 @@ from services.common.protocol import (
     OUTCOME_SELECTED,
     PERMISSION_OPTIONS,
 )
-from services.session.policy import SecurityPolicy, needs_approval
 
 log = get_logger("agent.approval")
 

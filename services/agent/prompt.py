@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.session.policy import SecurityPolicy
+from services.common.policy import SecurityPolicy
 
 #: Characters read from each of IDENTITY.md / SOUL.md at most.
 MAX_PERSONA_CHARS = 32_000

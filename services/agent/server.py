@@ -29,6 +29,7 @@ from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
 from services.common.config import AgentSection, Config
 from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -55,7 +56,7 @@ from services.common.protocol import (
     SESSION_NOT_FOUND,
     STOP_CANCELLED,
 )
-from services.session.policy import SecurityPolicy, policy_for
+from services.session.policy import policy_for
 
 log = get_logger("agent.server")
 

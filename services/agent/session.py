@@ -9,7 +9,7 @@ from typing import Any
 from services.agent.approval import ApprovalGate
 from services.agent.conversation import Message
 from services.agent.tools.base import ToolContext
-from services.session.policy import SecurityPolicy
+from services.common.policy import SecurityPolicy
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 
 from services.agent import updates
 from services.agent.conversation import Message, ToolCall, trim_to_budget
+from services.agent.enforce import PolicyViolation
 from services.agent.providers.base import (
     Provider,
     StreamDone,
@@ -23,13 +24,13 @@ from services.agent.tools import tool_specs
 from services.agent.tools.args import RAW_ARGS_KEY, one_line
 from services.agent.tools.base import Tool, ToolError, ToolResult
 from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     STOP_END_TURN,
     STOP_MAX_TOKENS,
     STOP_MAX_TURN_REQUESTS,
     STOP_REFUSAL,
 )
-from services.session.policy import PolicyViolation, SecurityPolicy
 
 log = get_logger("agent.turn")
 

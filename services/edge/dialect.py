@@ -288,15 +288,11 @@ class DialectConnection:
             raise _grpc_error(exc, sid) from None
 
     async def _policy(self, alias: str, workspace_dir: str) -> dict[str, Any]:
-        from services.session.policy import SecurityPolicy
+        from services.common.policy import SecurityPolicy
 
         p = await self.runtime.session_stub.GetPolicy(
             session_pb2.GetPolicyRequest(alias=alias, workspace_dir=workspace_dir))
-        return SecurityPolicy(
-            workspace_dir=p.workspace_dir, allowed_roots=tuple(p.allowed_roots),
-            forbidden_paths=tuple(p.forbidden_paths), autonomy=p.autonomy,
-            auto_approve=tuple(p.auto_approve), always_ask=tuple(p.always_ask),
-            workspace_only=p.workspace_only).to_json()
+        return SecurityPolicy.from_proto(p).to_json()
 
     async def _spawn_adapter(self, session: EdgeSession,
                              agent: session_pb2.ResolvedAgent) -> AdapterClient:

@@ -26,7 +26,7 @@ from services.agent.sandbox import (
 )
 from services.agent.tools.base import ToolContext
 from services.agent.tools.shell import ShellTool
-from services.session.policy import SecurityPolicy
+from services.common.policy import SecurityPolicy
 
 needs_landlock = pytest.mark.skipif(landlock_abi() < 1, reason="kernel without Landlock")
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from services.agent.enforce import PolicyViolation
 from services.agent.tools import all_tools, tool_kind
 from services.agent.tools.base import ToolContext, ToolError
-from services.session.policy import PolicyViolation, SecurityPolicy
+from services.common.policy import SecurityPolicy
 
 
 class Env:

@@ -319,7 +319,7 @@ Global___GetPolicyRequest: _TypeAlias = GetPolicyRequest  # noqa: Y015
 @_typing.final
 class SecurityPolicy(_message.Message):
     """The per-session security policy of SPEC §12. The built-in agent enforces it
-    with services.session.policy (one implementation, imported, never copied).
+    with services.agent.enforce; the data form is services.common.policy.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from services.session.policy import SecurityPolicy
+from services.common.policy import SecurityPolicy
 
 #: Sends one ACP ``session/update`` payload (the ``update`` object) for the session.
 SendUpdate = Callable[[dict[str, Any]], Awaitable[None]]

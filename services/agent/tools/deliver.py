@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+from services.agent.enforce import PolicyViolation
 from services.agent.tools.base import (
     ArgumentsPreview,
     ToolContext,
@@ -27,7 +28,6 @@ from services.agent.tools.base import (
 )
 from services.agent.tools.fs import resolve_read, write_bytes_atomic
 from services.common.protocol import MAX_BLOB_BYTES
-from services.session.policy import PolicyViolation
 
 URI_PREFIX = "attachment://deliver/"
 _EXT = re.compile(r"^[A-Za-z0-9]{1,16}$")

@@ -8,8 +8,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from services.agent.enforce import check_read, check_write
 from services.agent.tools.base import ToolError
-from services.session.policy import SecurityPolicy, check_read, check_write
+from services.common.policy import SecurityPolicy
 
 #: Largest text file the read/edit tools load.
 MAX_TEXT_BYTES = 2 * 1024 * 1024

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+from services.agent.enforce import may_read
 from services.agent.tools.base import (
     ArgumentsPreview,
     ToolContext,
@@ -16,7 +17,7 @@ from services.agent.tools.base import (
     optional_int,
 )
 from services.agent.tools.fs import MAX_TEXT_BYTES, resolve_read
-from services.session.policy import SecurityPolicy, may_read
+from services.common.policy import SecurityPolicy
 
 _SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".mypy_cache"})
 

@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from services.agent.enforce import PolicyViolation, check_read, may_run_shell
 from services.agent.sandbox import landlock_abi, make_plan, sandboxed_argv
 from services.agent.tools.base import (
     ArgumentsPreview,
@@ -29,7 +30,6 @@ from services.agent.tools.base import (
     require_str,
 )
 from services.common.logs import get_logger
-from services.session.policy import PolicyViolation, check_read, may_run_shell
 
 log = get_logger("agent.shell")
 

@@ -7,9 +7,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from services.agent.enforce import PolicyViolation
 from services.agent.tools.base import ToolContext, ToolError, ToolResult, require_str
 from services.agent.tools.fs import read_text_or_none, resolve_write, write_text_atomic
-from services.session.policy import PolicyViolation
 
 
 def diff_fields(path: str, old: str | None, new: str) -> dict[str, Any]:

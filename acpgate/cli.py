@@ -200,8 +200,12 @@ def dispatch(args: argparse.Namespace) -> int:
         return _run_async(lambda: run_edge(cfg))
     if command == "agent":
         from services.agent.main import run_agent_stdio
+        from services.session.policy import policy_for
 
-        return _run_async(lambda: run_agent_stdio(cfg, args.alias))
+        # Standalone (an editor launches it directly): no edge sends each session's
+        # policy, so the agent applies the session service's decision to the cwd.
+        return _run_async(lambda: run_agent_stdio(cfg, args.alias, version=__version__,
+                                                  local_policy=policy_for))
     return _fail(f"unknown command {command!r}")  # pragma: no cover - argparse guards this
 
 

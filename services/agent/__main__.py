@@ -1,13 +1,31 @@
-"""``python -m services.agent --config-dir DIR --alias A``: the built-in agent on stdio."""
+"""``python -m services.agent --config-dir DIR --alias A``: the built-in agent behind the edge.
+
+This is the command the session service launches for a ``kind = "builtin"``
+agent, so no local policy is passed: every session's policy comes from the
+edge in ``_meta.acpgate.policy``. (``acpgate agent`` is the standalone entry.)
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from services.common.config import ConfigError, load_config, resolve_config_dir
 from services.common.logs import setup_logging
+
+
+def installed_version() -> str:
+    """The installed distribution's version, reported as ``agentInfo.version``.
+
+    Services do not import the ``acpgate`` package (the composition root), so
+    this entry point reads the same metadata ``acpgate.__version__`` does.
+    """
+    try:
+        return version("acpgate")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+src"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from services.agent.main import run_agent_stdio
 
-    return asyncio.run(run_agent_stdio(cfg, args.alias))
+    return asyncio.run(run_agent_stdio(cfg, args.alias, version=installed_version()))
 
 
 if __name__ == "__main__":

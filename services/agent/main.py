@@ -1,4 +1,9 @@
-"""Entry point: the built-in agent as a plain ACP agent on stdio (``acpgate agent``)."""
+"""Entry point: the built-in agent as a plain ACP agent on stdio.
+
+Two callers: ``acpgate agent`` (standalone, e.g. launched by Zed; the CLI passes
+a local policy) and ``python -m services.agent`` (the command the session service
+launches behind the edge; no local policy). See :mod:`services.agent.policy_source`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import contextlib
 import signal
 import sys
 
+from services.agent.policy_source import LocalPolicy
 from services.agent.providers import ProviderError, make_provider
 from services.agent.rpc import JsonRpcPeer
 from services.agent.server import AgentServer
@@ -42,17 +48,25 @@ def resolve_agent(cfg: Config, alias: str) -> AgentSection:
     return agent
 
 
-async def run_agent_stdio(cfg: Config, alias: str) -> int:
-    """Serve ACP on stdin/stdout until EOF or SIGINT/SIGTERM; returns the exit code."""
+async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
+                          local_policy: LocalPolicy | None = None) -> int:
+    """Serve ACP on stdin/stdout until EOF or SIGINT/SIGTERM; returns the exit code.
+
+    ``version`` is reported as ``agentInfo.version``; ``local_policy`` decides the
+    policy of sessions that arrive without ``_meta.acpgate.policy`` (standalone
+    only — ``None`` behind the edge, where such a session is refused).
+    """
     try:
         agent = resolve_agent(cfg, alias)
         provider = make_provider(agent)
     except (AliasError, ProviderError) as exc:
         print(f"acpgate agent: {exc}", file=sys.stderr)
         return 2
-    log.info("agent_start", alias=agent.alias, provider=agent.provider, model=agent.model)
+    log.info("agent_start", alias=agent.alias, provider=agent.provider, model=agent.model,
+             standalone=local_policy is not None)
     stdio = StdioLines()
-    server = AgentServer(cfg, agent.alias, agent, provider)
+    server = AgentServer(cfg, agent.alias, agent, provider, version=version,
+                         local_policy=local_policy)
     peer = JsonRpcPeer(stdio.reader, stdio.write_line, server)
     server.attach(peer)
     loop = asyncio.get_running_loop()

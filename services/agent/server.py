@@ -14,11 +14,11 @@ import asyncio
 import os
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.history import replay_updates, seed_messages
+from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
 from services.agent.providers.base import Provider, ProviderError
@@ -46,7 +46,6 @@ from services.common.protocol import (
     META_HISTORY,
     META_POLICY,
     METHOD_NOT_FOUND,
-    MSG_BAD_CWD,
     MSG_METHOD_NOT_FOUND,
     MSG_MISSING_SESSION_ID,
     MSG_SESSION_BUSY,
@@ -56,20 +55,10 @@ from services.common.protocol import (
     SESSION_NOT_FOUND,
     STOP_CANCELLED,
 )
-from services.session.policy import policy_for
 
 log = get_logger("agent.server")
 
 AGENT_NAME = "acpgate-agent"
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("acpgate")
-    except Exception:
-        return "0.0.0"
 
 
 def _first(params: Mapping[str, Any], *keys: str) -> Any:
@@ -92,14 +81,23 @@ def shell_environment(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]
 
 
 class AgentServer:
-    """Serves one ACP connection for one configured agent alias."""
+    """Serves one ACP connection for one configured agent alias.
+
+    ``version`` is the ``agentInfo.version`` it reports, given by the entry point.
+    ``local_policy`` is set only when the agent runs standalone (see
+    :mod:`services.agent.policy_source`); behind the edge it stays ``None`` and a
+    session without ``_meta.acpgate.policy`` is refused.
+    """
 
     def __init__(self, cfg: Config, alias: str, agent: AgentSection, provider: Provider,
-                 *, environ: Mapping[str, str] | None = None) -> None:
+                 *, version: str, local_policy: LocalPolicy | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         self._cfg = cfg
         self._alias = alias
         self._agent = agent
         self._provider = provider
+        self._version = version
+        self._policies = PolicySource(cfg, alias, local_policy)
         self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
         self._sessions: dict[str, AgentSession] = {}
         #: Restores in progress: requests for that id wait for them (pipelined clients).
@@ -192,7 +190,7 @@ class AgentServer:
                 "sessionCapabilities": {"resume": {}, "close": {}},
             },
             "agentInfo": {"name": AGENT_NAME, "title": f"acpgate built-in agent ({self._alias})",
-                          "version": _version()},
+                          "version": self._version},
             "authMethods": [],
         }
 
@@ -215,35 +213,9 @@ class AgentServer:
         return session
 
     async def _policy(self, params: Mapping[str, Any]) -> SecurityPolicy:
-        """The session's policy: from ``_meta.acpgate.policy``, else decided locally."""
-        raw = _acpgate_meta(params).get(META_POLICY)
-        if raw is not None:
-            try:
-                policy = SecurityPolicy.from_json(raw)
-            except ValueError as exc:
-                raise RpcError(INVALID_PARAMS, f"Invalid _meta.acpgate.policy: {exc}") from None
-            if not await asyncio.to_thread(os.path.isdir, policy.workspace_dir):
-                raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
-                    cwd=policy.workspace_dir, reason="not an existing directory"))
-            return policy
-        workspace = await asyncio.to_thread(self._workspace, _first(params, "cwd", "workspaceDir",
-                                                                    "workspace_dir"))
-        return policy_for(self._cfg, self._alias, workspace)
-
-    def _workspace(self, cwd: Any) -> str:
-        """The real path of ``cwd`` (must be a directory), else the agent workspace."""
-        if isinstance(cwd, str) and cwd.strip():
-            real = os.path.realpath(os.path.expanduser(cwd.strip()))
-            if not os.path.isdir(real):
-                raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
-                    cwd=cwd, reason="not an existing directory"))
-            return real
-        home = self._cfg.agent_workspace(self._alias)
-        try:
-            home.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(cwd=str(home), reason=exc)) from None
-        return str(Path(os.path.realpath(home)))
+        """The session's policy: ``_meta.acpgate.policy``, else (standalone only) local config."""
+        return await self._policies.resolve(_acpgate_meta(params).get(META_POLICY),
+                                            _first(params, "cwd", "workspaceDir", "workspace_dir"))
 
     def _create(self, sid: str, policy: SecurityPolicy) -> AgentSession:
         peer = self.peer

@@ -111,6 +111,12 @@ META_ZEROCLAW: Final = "zeroclaw"
 META_ACPGATE: Final = "acpgate"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
+#: The built-in agent behind the edge got a session/new (or restoring resume) without one.
+MSG_MISSING_POLICY: Final = (
+    "Missing _meta.acpgate.policy: behind the acpgate edge every session's policy comes "
+    "from the edge (run `acpgate agent` to use the built-in agent on its own)"
+)
+MSG_BAD_POLICY: Final = "Invalid _meta.acpgate.policy: {reason}"
 #: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding).
 META_HISTORY: Final = "history"
 #: `_meta.acpgate.reason` on a `cancelled` permission outcome the edge relays to an adapter:

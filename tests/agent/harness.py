@@ -28,6 +28,7 @@ from services.agent.providers.demo import DemoProvider
 from services.agent.rpc import JsonRpcPeer
 from services.agent.server import AgentServer
 from services.common.config import AcpSection, AgentSection, AutonomySection, Config
+from services.session.policy import policy_for
 
 Responder = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
@@ -130,10 +131,20 @@ def make_config(tmp: Path, *, autonomy: str = "supervised", timeout: int = 30,
     )
 
 
+#: What the in-process agent reports as ``agentInfo.version``.
+TEST_VERSION = "9.9.9-test"
+
+
 @contextlib.asynccontextmanager
 async def running_agent(cfg: Config, provider: Any = None,
-                        responder: Responder | None = None) -> AsyncIterator[Client]:
-    """The agent and a client connected back to back over real stream readers."""
+                        responder: Responder | None = None, *,
+                        standalone: bool = True) -> AsyncIterator[Client]:
+    """The agent and a client connected back to back over real stream readers.
+
+    ``standalone`` wires it the way ``acpgate agent`` does (the session service's
+    ``policy_for`` decides a session that brings no ``_meta.acpgate.policy``);
+    ``False`` the way the edge launches it (such a session is refused).
+    """
     provider = provider or DemoProvider(chunk_delay=0)
     agent_in = asyncio.StreamReader()
     client_in = asyncio.StreamReader()
@@ -144,7 +155,9 @@ async def running_agent(cfg: Config, provider: Any = None,
     async def to_agent(data: bytes) -> None:
         agent_in.feed_data(data)
 
-    server = AgentServer(cfg, "a", cfg.agents["a"], provider, environ={})
+    # Standalone, the harness plays the composition root as acpgate/cli.py does.
+    server = AgentServer(cfg, "a", cfg.agents["a"], provider, version=TEST_VERSION,
+                         local_policy=policy_for if standalone else None, environ={})
     agent_peer = JsonRpcPeer(agent_in, to_client, server)
     server.attach(agent_peer)
     client: Client | None = None

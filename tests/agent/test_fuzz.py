@@ -28,12 +28,14 @@ json_value = st.recursive(
 params_st = st.dictionaries(st.sampled_from(KEYS), json_value, max_size=4)
 
 
-async def _exercise(tmp: Path, calls: list[tuple[str, dict[str, Any]]]) -> None:
+async def _exercise(tmp: Path, calls: list[tuple[str, dict[str, Any]]],
+                    standalone: bool) -> None:
     async def reject(method: str, params: dict[str, Any]) -> Any:
         return {"outcome": {"outcome": "cancelled"}}
 
     # readonly: a random "!…" prompt to the demo model can never reach the shell
-    async with running_agent(make_config(tmp, autonomy="readonly"), responder=reject) as c:
+    async with running_agent(make_config(tmp, autonomy="readonly"), responder=reject,
+                             standalone=standalone) as c:
         for method, params in calls:
             try:
                 result = await asyncio.wait_for(c.call(method, params), 10)
@@ -46,7 +48,10 @@ async def _exercise(tmp: Path, calls: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(calls=st.lists(st.tuples(st.sampled_from(METHODS), params_st), min_size=1, max_size=6))
+@given(calls=st.lists(st.tuples(st.sampled_from(METHODS), params_st), min_size=1, max_size=6),
+       standalone=st.booleans())
 def test_random_requests_are_always_answered(tmp_path: Path,
-                                             calls: list[tuple[str, dict[str, Any]]]) -> None:
-    asyncio.run(_exercise(tmp_path, calls))
+                                             calls: list[tuple[str, dict[str, Any]]],
+                                             standalone: bool) -> None:
+    """Standalone and behind the edge (where a missing policy is refused, not guessed)."""
+    asyncio.run(_exercise(tmp_path, calls, standalone))

@@ -29,6 +29,13 @@ model = "demo"
 
 
 def agent_command(config_dir: Path) -> list[str]:
+    """``acpgate agent``: the built-in agent on its own, as an editor launches it."""
+    return [sys.executable, "-m", "acpgate", "agent", "--config-dir", str(config_dir),
+            "--alias", "a"]
+
+
+def edge_agent_command(config_dir: Path) -> list[str]:
+    """The command the session service launches behind the edge (``launch_spec``)."""
     return [sys.executable, "-m", "services.agent", "--config-dir", str(config_dir),
             "--alias", "a"]
 
@@ -63,11 +70,11 @@ class Proc:
 
 
 @contextlib.asynccontextmanager
-async def spawn(tmp_path: Path) -> AsyncIterator[Proc]:
+async def spawn(tmp_path: Path, command: Any = agent_command) -> AsyncIterator[Proc]:
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.toml").write_text(CONFIG)
     proc = await asyncio.create_subprocess_exec(
-        *agent_command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
+        *command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         env=dict(os.environ))
     try:
@@ -231,7 +238,7 @@ async def test_sigterm_while_stdin_open_exits_cleanly(tmp_path: Path) -> None:
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.toml").write_text(CONFIG)
     proc = await asyncio.create_subprocess_exec(
-        *agent_command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
+        *edge_agent_command(tmp_path / "cfg"), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=dict(os.environ))
     p = Proc(proc)
     await p.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
@@ -240,3 +247,48 @@ async def test_sigterm_while_stdin_open_exits_cleanly(tmp_path: Path) -> None:
     _, err = await asyncio.wait_for(proc.communicate(), 20)
     assert b"Fatal Python error" not in err
     assert proc.returncode == 0
+
+
+async def test_spec12_behind_the_edge_a_session_without_policy_is_refused(tmp_path: Path) -> None:
+    """SPEC §12: launched as the edge launches it, the agent never decides a policy itself.
+
+    session/new and a restoring session/resume without ``_meta.acpgate.policy``
+    are -32602; with the edge's policy the same requests succeed.
+    """
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = {"workspaceDir": str(ws), "autonomy": "full", "workspaceOnly": False}
+    async with spawn(tmp_path, edge_agent_command) as p:
+        await p.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": 1}})
+        assert (await p.read())["id"] == 1
+        await p.send({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                      "params": {"cwd": str(ws), "mcpServers": []}})
+        refused = await p.read()
+        assert refused["id"] == 2 and refused["error"]["code"] == -32602
+        assert refused["error"]["message"].startswith("Missing _meta.acpgate.policy")
+        await p.send({"jsonrpc": "2.0", "id": 3, "method": "session/resume",
+                      "params": {"sessionId": "s-old", "cwd": str(ws), "mcpServers": [],
+                                 "_meta": {"acpgate": {"history": []}}}})
+        refused = await p.read()
+        assert refused["id"] == 3 and refused["error"]["code"] == -32602
+        await p.send({"jsonrpc": "2.0", "id": 4, "method": "session/new",
+                      "params": {"cwd": str(ws), "mcpServers": [],
+                                 "_meta": {"acpgate": {"policy": policy}}}})
+        assert isinstance((await p.read())["result"]["sessionId"], str)
+        await p.send({"jsonrpc": "2.0", "id": 5, "method": "session/resume",
+                      "params": {"sessionId": "s-old", "cwd": str(ws), "mcpServers": [],
+                                 "_meta": {"acpgate": {"history": [], "policy": policy}}}})
+        assert (await p.read()) == {"jsonrpc": "2.0", "id": 5, "result": {}}
+
+
+@pytest.mark.parametrize("command", [agent_command, edge_agent_command])
+async def test_both_entry_points_report_the_package_version(tmp_path: Path, command: Any) -> None:
+    """``agentInfo.version`` is the one acpgate version, whichever entry point started it."""
+    from acpgate import __version__
+
+    async with spawn(tmp_path, command) as p:
+        await p.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": 1}})
+        info = (await p.read())["result"]["agentInfo"]
+    assert info["name"] == "acpgate-agent" and info["version"] == __version__

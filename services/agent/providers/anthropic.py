@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,14 +19,8 @@ from services.agent.providers.base import (
     ToolSpec,
     UsageReport,
 )
-from services.agent.providers.http import (
-    RetryPolicy,
-    iter_sse,
-    new_client,
-    open_stream,
-    stream_error,
-    stream_interrupted,
-)
+from services.agent.providers.http import RetryPolicy
+from services.agent.providers.stream import SentError, SseProvider, StreamReader
 from services.agent.tools.args import parse_arguments
 from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS, STOP_REFUSAL
 
@@ -81,7 +75,73 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-class AnthropicProvider:
+class _Reader(StreamReader):
+    """One Messages reply: tool input JSON is assembled per content block."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.input_tokens = self.output_tokens = 0
+        self.stop = STOP_END_TURN
+        self.saw_tool = False
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> Iterator[ProviderEvent]:
+        """One Messages stream event (``type`` in the payload, else the SSE event name)."""
+        kind = payload.get("type") or event
+        if kind == "error":
+            raise SentError(payload.get("error") or {})
+        if kind == "message_start":
+            usage = (payload.get("message") or {}).get("usage") or {}
+            self.input_tokens = int(usage.get("input_tokens") or 0)
+            self.output_tokens = int(usage.get("output_tokens") or 0)
+        elif kind == "content_block_start":
+            block = dict(payload.get("content_block") or {})
+            block["_json"] = []
+            self.blocks[int(payload.get("index", 0))] = block
+            if block.get("type") == "text" and block.get("text"):
+                yield TextDelta(block["text"])
+            elif block.get("type") == "thinking" and block.get("thinking"):
+                yield ThoughtDelta(block["thinking"])
+        elif kind == "content_block_delta":
+            yield from self._delta(payload)
+        elif kind == "content_block_stop":
+            blk = self.blocks.pop(int(payload.get("index", 0)), {})
+            if blk and blk.get("type") == "tool_use":
+                self.saw_tool = True
+                raw = "".join(blk["_json"])
+                args = parse_arguments(raw) if raw else dict(blk.get("input") or {})
+                yield ToolCallReady(ToolCall(id=str(blk.get("id") or ""),
+                                             name=str(blk.get("name") or ""), arguments=args))
+        elif kind == "message_delta":
+            delta = payload.get("delta") or {}
+            if delta.get("stop_reason"):
+                self.stop = _STOP.get(delta["stop_reason"], STOP_END_TURN)
+            usage = payload.get("usage") or {}
+            if usage.get("output_tokens") is not None:
+                self.output_tokens = int(usage["output_tokens"])
+            if usage.get("input_tokens"):
+                self.input_tokens = int(usage["input_tokens"])
+        elif kind == "message_stop":
+            self.done = True
+
+    def _delta(self, payload: dict[str, Any]) -> Iterator[ProviderEvent]:
+        delta = payload.get("delta") or {}
+        dtype = delta.get("type")
+        if dtype == "text_delta" and delta.get("text"):
+            yield TextDelta(delta["text"])
+        elif dtype == "thinking_delta" and delta.get("thinking"):
+            yield ThoughtDelta(delta["thinking"])
+        elif dtype == "input_json_delta":
+            blk = self.blocks.setdefault(int(payload.get("index", 0)),
+                                         {"type": "tool_use", "_json": []})
+            blk["_json"].append(delta.get("partial_json") or "")
+
+    def finish(self) -> Iterator[ProviderEvent]:
+        """Usage (known only at the end), then the stop reason."""
+        yield UsageReport(self.input_tokens, self.output_tokens)
+        yield StreamDone(STOP_TOOL_USE if self.saw_tool else self.stop)
+
+
+class AnthropicProvider(SseProvider):
     """Streams ``POST {base_url}/v1/messages``."""
 
     name = "anthropic"
@@ -97,22 +157,14 @@ class AnthropicProvider:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.model = model
-        self._api_key = api_key
         base = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
-        self._retry = retry or RetryPolicy()
+        super().__init__(model, base + ("/messages" if base.endswith("/v1") else "/v1/messages"),
+                         api_key=api_key, timeout_secs=timeout_secs, retry=retry, client=client)
         self._max_tokens = max_tokens
-        self._client = client or new_client(timeout_secs)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.aclose()
-
-    async def stream(
-        self, system: str, messages: list[Message], tools: list[ToolSpec]
-    ) -> AsyncIterator[ProviderEvent]:
-        """Stream one Messages call; tool input JSON is assembled per content block."""
+    def request_body(self, system: str, messages: list[Message],
+                     tools: list[ToolSpec]) -> dict[str, Any]:
+        """A streaming Messages call; the system prompt is a top-level field."""
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self._max_tokens,
@@ -126,72 +178,15 @@ class AnthropicProvider:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in tools
             ]
-        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION,
-                   "Accept": "text/event-stream"}
+        return body
+
+    def request_headers(self) -> dict[str, str]:
+        """The API version, and the key when one is configured."""
+        headers = {"anthropic-version": API_VERSION}
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        secrets = (self._api_key,)
-        blocks: dict[int, dict[str, Any]] = {}
-        input_tokens = output_tokens = 0
-        stop = STOP_END_TURN
-        saw_tool = False
-        async with open_stream(self._client, "anthropic", self._url, headers, body,
-                               self._retry, secrets) as response:
-            try:
-                async for event, data in iter_sse(response):
-                    try:
-                        payload = orjson.loads(data)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if not isinstance(payload, dict):
-                        continue
-                    kind = payload.get("type") or event
-                    if kind == "error":
-                        raise stream_error("anthropic", payload.get("error") or {}, secrets)
-                    if kind == "message_start":
-                        usage = (payload.get("message") or {}).get("usage") or {}
-                        input_tokens = int(usage.get("input_tokens") or 0)
-                        output_tokens = int(usage.get("output_tokens") or 0)
-                    elif kind == "content_block_start":
-                        block = dict(payload.get("content_block") or {})
-                        block["_json"] = []
-                        blocks[int(payload.get("index", 0))] = block
-                        if block.get("type") == "text" and block.get("text"):
-                            yield TextDelta(block["text"])
-                        elif block.get("type") == "thinking" and block.get("thinking"):
-                            yield ThoughtDelta(block["thinking"])
-                    elif kind == "content_block_delta":
-                        delta = payload.get("delta") or {}
-                        dtype = delta.get("type")
-                        if dtype == "text_delta" and delta.get("text"):
-                            yield TextDelta(delta["text"])
-                        elif dtype == "thinking_delta" and delta.get("thinking"):
-                            yield ThoughtDelta(delta["thinking"])
-                        elif dtype == "input_json_delta":
-                            blk = blocks.setdefault(int(payload.get("index", 0)),
-                                                    {"type": "tool_use", "_json": []})
-                            blk["_json"].append(delta.get("partial_json") or "")
-                    elif kind == "content_block_stop":
-                        blk = blocks.pop(int(payload.get("index", 0)), {})
-                        if blk and blk.get("type") == "tool_use":
-                            saw_tool = True
-                            raw = "".join(blk["_json"])
-                            args = parse_arguments(raw) if raw else dict(blk.get("input") or {})
-                            yield ToolCallReady(ToolCall(id=str(blk.get("id") or ""),
-                                                         name=str(blk.get("name") or ""),
-                                                         arguments=args))
-                    elif kind == "message_delta":
-                        delta = payload.get("delta") or {}
-                        if delta.get("stop_reason"):
-                            stop = _STOP.get(delta["stop_reason"], STOP_END_TURN)
-                        usage = payload.get("usage") or {}
-                        if usage.get("output_tokens") is not None:
-                            output_tokens = int(usage["output_tokens"])
-                        if usage.get("input_tokens"):
-                            input_tokens = int(usage["input_tokens"])
-                    elif kind == "message_stop":
-                        break
-            except httpx.HTTPError as exc:
-                raise stream_interrupted("anthropic", exc, secrets) from None
-        yield UsageReport(input_tokens, output_tokens)
-        yield StreamDone(STOP_TOOL_USE if saw_tool else stop)
+        return headers
+
+    def new_reader(self) -> StreamReader:
+        """A reader for one Messages reply."""
+        return _Reader()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +20,8 @@ from services.agent.providers.base import (
     ToolSpec,
     UsageReport,
 )
-from services.agent.providers.http import (
-    RetryPolicy,
-    iter_sse,
-    new_client,
-    open_stream,
-    stream_error,
-    stream_interrupted,
-)
+from services.agent.providers.http import RetryPolicy
+from services.agent.providers.stream import SentError, SseProvider, StreamReader
 from services.agent.tools.args import parse_arguments
 from services.common.protocol import STOP_END_TURN, STOP_MAX_TOKENS
 
@@ -67,7 +61,54 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
     return out
 
 
-class OpenAIProvider:
+class _Reader(StreamReader):
+    """One chat completion: tool-call fragments are joined per index until the end."""
+
+    end_data = "[DONE]"
+
+    def __init__(self) -> None:
+        self.calls: dict[int, _PartialCall] = {}
+        self.stop = STOP_END_TURN
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> Iterator[ProviderEvent]:
+        """Usage, reasoning, text and tool-call fragments of one chunk."""
+        if "error" in payload:
+            raise SentError(payload["error"])
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            yield UsageReport(int(usage.get("prompt_tokens") or 0),
+                              int(usage.get("completion_tokens") or 0))
+        for choice in payload.get("choices") or []:
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                yield ThoughtDelta(reasoning)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                yield TextDelta(content)
+            for frag in delta.get("tool_calls") or []:
+                part = self.calls.setdefault(int(frag.get("index", len(self.calls))),
+                                             _PartialCall())
+                if frag.get("id"):
+                    part.id = frag["id"]
+                fn = frag.get("function") or {}
+                if fn.get("name"):
+                    part.name += fn["name"]
+                if fn.get("arguments"):
+                    part.arguments.append(fn["arguments"])
+            if choice.get("finish_reason"):
+                self.stop = _FINISH.get(choice["finish_reason"], STOP_END_TURN)
+
+    def finish(self) -> Iterator[ProviderEvent]:
+        """The joined tool calls in index order, then the stop reason."""
+        for index in sorted(self.calls):
+            part = self.calls[index]
+            yield ToolCallReady(ToolCall(id=part.id or f"call_{index}", name=part.name,
+                                         arguments=parse_arguments("".join(part.arguments))))
+        yield StreamDone(STOP_TOOL_USE if self.calls else self.stop)
+
+
+class OpenAIProvider(SseProvider):
     """Streams ``POST {base_url}/chat/completions`` with tools."""
 
     name = "openai"
@@ -82,20 +123,12 @@ class OpenAIProvider:
         retry: RetryPolicy | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.model = model
-        self._api_key = api_key
-        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
-        self._retry = retry or RetryPolicy()
-        self._client = client or new_client(timeout_secs)
+        super().__init__(model, (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions",
+                         api_key=api_key, timeout_secs=timeout_secs, retry=retry, client=client)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.aclose()
-
-    async def stream(
-        self, system: str, messages: list[Message], tools: list[ToolSpec]
-    ) -> AsyncIterator[ProviderEvent]:
-        """Stream one chat completion; tool-call fragments are joined per index."""
+    def request_body(self, system: str, messages: list[Message],
+                     tools: list[ToolSpec]) -> dict[str, Any]:
+        """A streaming chat completion that reports usage at the end."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(system, messages),
@@ -109,56 +142,12 @@ class OpenAIProvider:
                               "parameters": t.parameters}}
                 for t in tools
             ]
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        secrets = (self._api_key,)
-        calls: dict[int, _PartialCall] = {}
-        stop = STOP_END_TURN
-        async with open_stream(self._client, "openai", self._url, headers, body,
-                               self._retry, secrets) as response:
-            try:
-                async for _event, data in iter_sse(response):
-                    if data.strip() == "[DONE]":
-                        break
-                    try:
-                        chunk = orjson.loads(data)
-                    except orjson.JSONDecodeError:
-                        continue  # keep-alive noise some servers send
-                    if not isinstance(chunk, dict):
-                        continue
-                    if "error" in chunk:
-                        raise stream_error("openai", chunk["error"], secrets)
-                    usage = chunk.get("usage")
-                    if isinstance(usage, dict):
-                        yield UsageReport(int(usage.get("prompt_tokens") or 0),
-                                          int(usage.get("completion_tokens") or 0))
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                        if isinstance(reasoning, str) and reasoning:
-                            yield ThoughtDelta(reasoning)
-                        content = delta.get("content")
-                        if isinstance(content, str) and content:
-                            yield TextDelta(content)
-                        for frag in delta.get("tool_calls") or []:
-                            part = calls.setdefault(int(frag.get("index", len(calls))),
-                                                    _PartialCall())
-                            if frag.get("id"):
-                                part.id = frag["id"]
-                            fn = frag.get("function") or {}
-                            if fn.get("name"):
-                                part.name += fn["name"]
-                            if fn.get("arguments"):
-                                part.arguments.append(fn["arguments"])
-                        if choice.get("finish_reason"):
-                            stop = _FINISH.get(choice["finish_reason"], STOP_END_TURN)
-            except httpx.HTTPError as exc:
-                raise stream_interrupted("openai", exc, secrets) from None
-        for index in sorted(calls):
-            part = calls[index]
-            yield ToolCallReady(ToolCall(id=part.id or f"call_{index}", name=part.name,
-                                         arguments=parse_arguments("".join(part.arguments))))
-        if calls:
-            stop = STOP_TOOL_USE
-        yield StreamDone(stop)
+        return body
+
+    def request_headers(self) -> dict[str, str]:
+        """Bearer authentication when a key is configured (local servers need none)."""
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def new_reader(self) -> StreamReader:
+        """A reader for one chat completion."""
+        return _Reader()

@@ -26,13 +26,6 @@ def answer(option: str | None):
     return responder
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    d = tmp_path / "ws"
-    d.mkdir()
-    return d
-
-
 async def test_allow_once_runs_tool_and_request_shape_is_exact(tmp_path: Path, ws: Path) -> None:
     provider = shell_then_done()
     async with running_agent(make_config(tmp_path), provider, answer("allow-once")) as c:

@@ -29,13 +29,6 @@ from tests.agent.harness import (
 )
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    d = tmp_path / "ws"
-    d.mkdir()
-    return d
-
-
 async def test_spec12_behind_the_edge_no_policy_no_session(tmp_path: Path, ws: Path) -> None:
     """session/new and a restoring resume without a policy are -32602; nothing is created."""
     async with running_agent(make_config(tmp_path, autonomy="full"), standalone=False) as c:

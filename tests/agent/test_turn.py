@@ -14,13 +14,6 @@ from services.agent.rpc import RpcError
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    d = tmp_path / "ws"
-    d.mkdir()
-    return d
-
-
 async def test_demo_echo_streams_chunks_and_reports_usage(tmp_path: Path, ws: Path) -> None:
     async with running_agent(make_config(tmp_path)) as c:
         sid = await c.new_session(ws)

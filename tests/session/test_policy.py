@@ -5,22 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 # The decision is checked end to end through the agent's enforcement, which is the
 # only place a policy takes effect.
 from services.agent.enforce import may_read
 from services.common.config import DEFAULT_AUTO_APPROVE, AgentSection, AutonomySection, Config
 from services.session.policy import policy_for
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    """A session workspace with one file."""
-    d = tmp_path / "ws"
-    d.mkdir()
-    (d / "a.txt").write_text("a")
-    return d
 
 
 def test_policy_for_builds_from_config(tmp_path: Path) -> None:
@@ -44,8 +33,10 @@ def test_policy_for_builds_from_config(tmp_path: Path) -> None:
     assert f.autonomy == "full" and not f.workspace_only
 
 
-def test_default_forbidden_secrets_refused_in_full_mode(ws: Path) -> None:
+def test_default_forbidden_secrets_refused_in_full_mode(tmp_path: Path) -> None:
     """The default forbidden list keeps secrets out of reach even in full mode (§12)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
     cfg = Config(config_dir=ws.parent / "acpgate-cfg", autonomy=AutonomySection(level="full"))
     p = policy_for(cfg, "x", str(ws))
     assert not may_read(p, "/etc/shadow")

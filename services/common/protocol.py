@@ -106,6 +106,20 @@ TOOL_KINDS: Final = (
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other",
 )
 
+# ------------------------------------------------------------------ history roles (SPEC §8)
+#: The role of one stored conversation item: the session store's ``role`` column, the
+#: session contract's ``HistoryItem.Role`` (mapped in ``services.common.history_roles``)
+#: and ``_meta.acpgate.history[].role`` toward the built-in agent.
+HISTORY_ROLE_USER: Final = "user"
+HISTORY_ROLE_ASSISTANT: Final = "assistant"
+HISTORY_ROLE_THOUGHT: Final = "thought"
+HISTORY_ROLE_TOOL_CALL: Final = "tool_call"
+HISTORY_ROLE_TOOL_RESULT: Final = "tool_result"
+HISTORY_ROLES: Final = (
+    HISTORY_ROLE_USER, HISTORY_ROLE_ASSISTANT, HISTORY_ROLE_THOUGHT,
+    HISTORY_ROLE_TOOL_CALL, HISTORY_ROLE_TOOL_RESULT,
+)
+
 # ------------------------------------------------------------------ _meta namespaces
 META_ZEROCLAW: Final = "zeroclaw"
 META_ACPGATE: Final = "acpgate"

@@ -1,0 +1,48 @@
+"""The session store: session rows and their history, behind one interface.
+
+- :mod:`.interface` — :class:`SessionStore`, the operations the servicer uses;
+- :mod:`.records` — the records, refusals and validation every backend shares;
+- :mod:`.opening` — :func:`open_store`: the SQLite file, or memory with a reason;
+- :mod:`.sqlite_store`, :mod:`.sqlite_schema`, :mod:`.sqlite_db` — the SQLite
+  backend: queries, schema and migrations (down to the zeroclaw v1 file), plumbing.
+
+Import from here; the names below are the store's public surface.
+"""
+
+from services.session.store.interface import Clock, SessionStore, wall_clock_ms
+from services.session.store.opening import open_store
+from services.session.store.records import (
+    BACKEND,
+    AppendResult,
+    HistoryEntry,
+    InvalidItem,
+    Ownership,
+    SessionExists,
+    SessionNotFound,
+    SessionRecord,
+    StoreError,
+    StoreStatusInfo,
+    make_title,
+    session_key_for,
+)
+from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+
+__all__ = [
+    "BACKEND",
+    "LATEST_SCHEMA_VERSION",
+    "AppendResult",
+    "Clock",
+    "HistoryEntry",
+    "InvalidItem",
+    "Ownership",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionStore",
+    "StoreError",
+    "StoreStatusInfo",
+    "make_title",
+    "open_store",
+    "session_key_for",
+    "wall_clock_ms",
+]

@@ -1,0 +1,148 @@
+"""What a session store is: the operations the session service needs from a backend.
+
+:class:`SessionStore` is the one seam between the gRPC servicer and the
+database. The SQLite store (:mod:`.sqlite_store`) implements it, both on the
+file and on the in-memory database used when the file cannot be opened; another
+backend (PostgreSQL, issue 14) implements the same methods with the same
+semantics — the same records, the same refusals, one transaction per turn.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from services.session.store.records import (
+    AppendResult,
+    HistoryEntry,
+    SessionRecord,
+    StoreStatusInfo,
+)
+
+__all__ = ["DEFAULT_HISTORY_PAGE", "Clock", "SessionStore", "wall_clock_ms"]
+
+#: A clock in milliseconds since the epoch (injected so tests control time).
+Clock = Callable[[], int]
+
+#: How many history items a backend reads per query unless told otherwise.
+DEFAULT_HISTORY_PAGE = 500
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the Unix epoch, from the system clock."""
+    return int(time.time() * 1000)
+
+
+class SessionStore(ABC):
+    """Session rows and their history (SPEC §8, §13), whatever holds them.
+
+    Every method may be awaited concurrently with the others; a backend
+    serializes what must be serialized. Refusals are the exceptions of
+    :mod:`.records`: ``SessionNotFound``, ``SessionExists``, ``InvalidItem``.
+    """
+
+    #: Persistent or in memory, and why (SPEC §2); fixed when the store is opened.
+    status: StoreStatusInfo
+
+    @property
+    def persistent(self) -> bool:
+        """True when rows outlive the process."""
+        return self.status.persistent
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the database; a second call does nothing."""
+
+    # -- sessions
+
+    @abstractmethod
+    async def create_session(
+        self,
+        session_id: str,
+        agent_alias: str,
+        workspace_dir: str,
+        *,
+        spawned_by: str = "",
+        parent_session_key: str = "",
+        owner_session_key: str = "",
+        gateway_instance_id: str = "",
+        state: str = "active",
+    ) -> SessionRecord:
+        """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
+
+        InvalidItem when an id, the alias or the workspace is empty or the state is
+        unknown; SessionExists when the id is taken.
+        """
+
+    @abstractmethod
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The row of ``session_id`` or SessionNotFound."""
+
+    @abstractmethod
+    async def find_by_session_key(self, session_key: str) -> SessionRecord | None:
+        """The row whose SPEC §13 session key is ``session_key``, if stored ("" → None)."""
+
+    @abstractmethod
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        state: str | None = None,
+        lease_id: str | None = None,
+        adapter_session_id: str | None = None,
+        plan_json: str | None = None,
+        agent_alias: str | None = None,
+        title: str | None = None,
+    ) -> SessionRecord:
+        """Change the given fields (None = unchanged) and return the row.
+
+        The title goes through ``make_title``. A row without ownership (migrated from
+        v1) gets its session key, agent id and owner on the first alias it is bound to.
+        InvalidItem for an unknown state, an empty alias or a plan that is not JSON.
+        """
+
+    @abstractmethod
+    async def touch(self, session_id: str) -> SessionRecord:
+        """Bump last_activity to now (never backwards) and return the row."""
+
+    @abstractmethod
+    async def list_sessions(
+        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
+    ) -> list[SessionRecord]:
+        """One page of rows in (last_activity DESC, id DESC) order, strictly after the
+        ``(last_activity, session_id)`` position ``after``; only ``cwd``'s when given."""
+
+    # -- history
+
+    @abstractmethod
+    async def append_turn(
+        self,
+        session_id: str,
+        items: Sequence[HistoryEntry],
+        *,
+        token_delta: int = 0,
+        plan_json: str | None = None,
+    ) -> AppendResult:
+        """Append one completed turn in one transaction: every item or none (SPEC §8).
+
+        Each item is checked with ``validate_item``; the first user text titles an
+        untitled row; ``token_delta`` adds to the token count; a plan replaces the
+        stored one. InvalidItem (empty turn, negative delta, bad item or plan) and
+        SessionNotFound leave the store unchanged.
+        """
+
+    @abstractmethod
+    def iter_history_pages(
+        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
+    ) -> AsyncIterator[list[HistoryEntry]]:
+        """The stored items after ``after_seq``, oldest first, as the backend reads them:
+        one non-empty list of at most ``page`` items per read (SessionNotFound if no row)."""
+
+    async def iter_history(
+        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
+    ) -> AsyncIterator[HistoryEntry]:
+        """The stored items one by one (SessionNotFound if no such row)."""
+        async for rows in self.iter_history_pages(session_id, after_seq=after_seq, page=page):
+            for entry in rows:
+                yield entry

@@ -1,0 +1,238 @@
+"""The store's vocabulary: records, refusals, and the rules every backend applies.
+
+A backend (``sqlite_store`` today) reads and writes these frozen dataclasses;
+the rules here — which roles, states and tool statuses exist, what a valid
+turn item is, how titles and SPEC §13 session keys are made — hold whatever
+database is underneath, so a new backend reuses them instead of restating them.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from services.common.protocol import (
+    HISTORY_ROLE_TOOL_CALL,
+    HISTORY_ROLE_TOOL_RESULT,
+    HISTORY_ROLES,
+    MSG_SESSION_NOT_FOUND,
+)
+
+__all__ = [
+    "BACKEND",
+    "ITEM_FIELDS",
+    "STATES",
+    "TITLE_MAX",
+    "TOOL_STATUSES",
+    "AppendResult",
+    "HistoryEntry",
+    "InvalidItem",
+    "Ownership",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionRecord",
+    "StoreError",
+    "StoreStatusInfo",
+    "check_new_session",
+    "check_plan",
+    "check_turn",
+    "check_update",
+    "item_values",
+    "make_title",
+    "session_key_for",
+    "validate_item",
+]
+
+#: ``Ownership.backend`` of every row (SPEC §13).
+BACKEND: Final = "acpx"
+STATES: Final = ("active", "inactive")
+TOOL_STATUSES: Final = ("", "pending", "in_progress", "completed", "failed")
+TITLE_MAX: Final = 80
+
+
+def session_key_for(alias: str, session_id: str) -> str:
+    """The SPEC §13 session key: ``agent:<alias>:acp:<sessionId>``."""
+    return f"agent:{alias}:acp:{session_id}"
+
+
+def make_title(text: str) -> str:
+    """A one-line title of at most 80 characters (whitespace collapsed, ``…`` when cut)."""
+    line = " ".join(text.split())
+    if len(line) <= TITLE_MAX:
+        return line
+    return line[: TITLE_MAX - 1].rstrip() + "…"
+
+
+# ------------------------------------------------------------------ refusals
+
+
+class StoreError(Exception):
+    """Base class of the store's refusals."""
+
+
+class SessionNotFound(StoreError):
+    """No row with that session id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(MSG_SESSION_NOT_FOUND.format(session_id=session_id))
+        self.session_id = session_id
+
+
+class SessionExists(StoreError):
+    """A row with that session id already exists."""
+
+
+class InvalidItem(StoreError):
+    """A turn item (or the turn itself) is malformed; the whole turn was rolled back."""
+
+
+# ------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """The ownership metadata of SPEC §13."""
+
+    session_key: str = ""
+    spawned_by: str = ""
+    parent_session_key: str = ""
+    owner_session_key: str = ""
+    agent_id: str = ""
+    backend: str = BACKEND
+    gateway_instance_id: str = ""
+    created_at: int = 0
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One stored session row (SPEC §8, §13)."""
+
+    session_id: str
+    agent_alias: str
+    workspace_dir: str
+    created_at: int
+    last_activity: int
+    token_count: int = 0
+    plan_json: str = ""
+    state: str = "inactive"
+    lease_id: str = ""
+    adapter_session_id: str = ""
+    title: str = ""
+    ownership: Ownership = field(default_factory=Ownership)
+    #: Number of stored history items.
+    message_count: int = 0
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One stored conversation item; ``seq``/``turn``/``created_at`` are set by the store."""
+
+    role: str
+    text: str = ""
+    tool_call_id: str = ""
+    tool_name: str = ""
+    tool_kind: str = ""
+    title: str = ""
+    arguments_json: str = ""
+    output: str = ""
+    status: str = ""
+    content_json: str = ""
+    seq: int = 0
+    turn: int = 0
+    created_at: int = 0
+
+
+#: What a caller says about an item besides its role, in field order. The same names
+#: are fields of ``session_pb2.HistoryItem`` and columns of the history table.
+ITEM_FIELDS: Final = (
+    "text", "tool_call_id", "tool_name", "tool_kind", "title", "arguments_json", "output",
+    "status", "content_json",
+)
+#: The :data:`ITEM_FIELDS` values of an entry (or of a message with those fields), as a tuple.
+item_values: Final = operator.attrgetter(*ITEM_FIELDS)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where a turn landed: its number and the seq range of its items."""
+
+    turn: int
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class StoreStatusInfo:
+    """Whether the store is persistent, where, and why not (SPEC §2)."""
+
+    persistent: bool
+    db_path: str
+    fallback_reason: str
+    schema_version: int
+
+
+# ------------------------------------------------------------------ validation
+
+
+def _check_json(value: str, kind: type, what: str, index: int) -> None:
+    if not value:
+        return
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise InvalidItem(f"item {index}: {what} is not valid JSON") from None
+    if not isinstance(parsed, kind):
+        raise InvalidItem(f"item {index}: {what} must be a JSON {kind.__name__}")
+
+
+def validate_item(item: HistoryEntry, index: int) -> None:
+    """Refuse a malformed turn item with a message naming it (raises InvalidItem)."""
+    if item.role not in HISTORY_ROLES:
+        raise InvalidItem(f"item {index}: unknown role {item.role!r}")
+    if item.role in (HISTORY_ROLE_TOOL_CALL, HISTORY_ROLE_TOOL_RESULT) and not item.tool_call_id:
+        raise InvalidItem(f"item {index}: {item.role} needs a tool_call_id")
+    if item.role == HISTORY_ROLE_TOOL_CALL and not item.tool_name:
+        raise InvalidItem(f"item {index}: tool_call needs a tool_name")
+    if item.status not in TOOL_STATUSES:
+        raise InvalidItem(f"item {index}: unknown status {item.status!r}")
+    _check_json(item.arguments_json, dict, "arguments_json", index)
+    _check_json(item.content_json, list, "content_json", index)
+
+
+def check_plan(plan_json: str | None) -> None:
+    """Refuse a plan that is not JSON (None and "" mean no plan; raises InvalidItem)."""
+    if plan_json:
+        try:
+            json.loads(plan_json)
+        except ValueError:
+            raise InvalidItem("plan_json is not valid JSON") from None
+
+
+def check_new_session(session_id: str, agent_alias: str, workspace_dir: str, state: str) -> None:
+    """Refuse a new row without an id, alias or workspace, or in an unknown state."""
+    if not session_id or not agent_alias or not workspace_dir:
+        raise InvalidItem("session_id, agent_alias and workspace_dir are required")
+    if state not in STATES:
+        raise InvalidItem(f"unknown state {state!r}")
+
+
+def check_update(state: str | None, agent_alias: str | None, plan_json: str | None) -> None:
+    """Refuse an update to an unknown state, an empty alias or a plan that is not JSON."""
+    if state is not None and state not in STATES:
+        raise InvalidItem(f"unknown state {state!r}")
+    if agent_alias is not None and not agent_alias:
+        raise InvalidItem("agent_alias must not be empty")
+    check_plan(plan_json)
+
+
+def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str | None) -> None:
+    """Refuse an empty turn, a negative token delta or a plan that is not JSON (the items
+    themselves are checked one by one with :func:`validate_item` as they are written)."""
+    if not items:
+        raise InvalidItem("a turn needs at least one item")
+    if token_delta < 0:
+        raise InvalidItem("token_delta must not be negative")
+    check_plan(plan_json)

@@ -1,0 +1,104 @@
+"""Session RPCs about agents and the store: status, alias chains, workspaces, policy."""
+
+from __future__ import annotations
+
+import grpc
+
+from acpgate.session.v1 import session_pb2 as pb
+from services.common.grpc_server import abort
+from services.common.protocol import MSG_UNKNOWN_AGENT
+from services.session.aliases import (
+    AliasError,
+    launch_spec,
+    resolve_alias,
+    resolve_restore_alias,
+)
+from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
+from services.session.policy import policy_for
+from services.session.rpcs.base import Ctx, RpcBase
+from services.session.workspace import WorkspaceError, resolve_workspace
+
+__all__ = ["AgentRpcs"]
+
+
+def _workspace_failed(alias: str, exc: OSError) -> str:
+    """The FAILED_PRECONDITION message when an agent workspace cannot be created."""
+    return f"cannot create the workspace of agent {alias}: {exc.strerror or exc}"
+
+
+class AgentRpcs(RpcBase):
+    """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy."""
+
+    async def _launch(self, alias: str, context: Ctx) -> pb.ResolvedAgent:
+        try:
+            return launch_to_pb(await launch_spec(self._cfg, alias))
+        except AliasError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(alias, exc))
+
+    async def _require_alias(self, alias: str, context: Ctx) -> None:
+        if alias not in self._cfg.agents:
+            await abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, MSG_UNKNOWN_AGENT.format(alias=alias)
+            )
+
+    async def GetStoreStatus(
+        self, request: pb.GetStoreStatusRequest, context: Ctx
+    ) -> pb.StoreStatus:
+        """Persistent or in memory, and why (SPEC §2)."""
+        return status_to_pb(self._store.status)
+
+    async def ResolveAgent(
+        self, request: pb.ResolveAgentRequest, context: Ctx
+    ) -> pb.ResolvedAgent:
+        """The SPEC §3 alias chain and dispatchability check."""
+        try:
+            alias = resolve_alias(self._cfg, request.explicit_alias, request.connection_default)
+        except AliasError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return await self._launch(alias, context)
+
+    async def ResolveRestoreAgent(
+        self, request: pb.ResolveRestoreAgentRequest, context: Ctx
+    ) -> pb.ResolvedAgent:
+        """The SPEC §8 restore chain for a stored session."""
+        if not self._store.persistent:
+            await abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"session store is in memory ({self._store.status.fallback_reason}); "
+                "sessions cannot be restored",
+            )
+        rec = await self._get(request.session_id, context)
+        try:
+            alias = resolve_restore_alias(self._cfg, rec.agent_alias)
+        except AliasError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return await self._launch(alias, context)
+
+    async def ResolveWorkspace(
+        self, request: pb.ResolveWorkspaceRequest, context: Ctx
+    ) -> pb.ResolvedWorkspace:
+        """The SPEC §3 cwd rules."""
+        await self._require_alias(request.alias, context)
+        try:
+            info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir)
+        except WorkspaceError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:
+            await abort(
+                context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(request.alias, exc)
+            )
+        return pb.ResolvedWorkspace(
+            workspace_dir=info.workspace_dir, is_agent_workspace=info.is_agent_workspace
+        )
+
+    async def GetPolicy(self, request: pb.GetPolicyRequest, context: Ctx) -> pb.SecurityPolicy:
+        """The SPEC §12 policy for an alias and a session workspace."""
+        await self._require_alias(request.alias, context)
+        if not request.workspace_dir:
+            await abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "workspace_dir is required"
+            )
+        return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir))

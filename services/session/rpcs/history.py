@@ -1,0 +1,48 @@
+"""Session RPCs on history, for trusted callers (the edge): append a turn, stream it back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from acpgate.session.v1 import session_pb2 as pb
+from services.common.grpc_server import abort
+from services.common.logs import get_logger
+from services.session.convert import append_result_to_pb, pb_to_entry
+from services.session.rpcs.base import Ctx, RpcBase
+from services.session.store import InvalidItem, SessionNotFound
+
+__all__ = ["HistoryRpcs"]
+
+log = get_logger("session.servicer")
+
+
+class HistoryRpcs(RpcBase):
+    """AppendTurn and StreamHistory (no visibility check)."""
+
+    async def AppendTurn(
+        self, request: pb.AppendTurnRequest, context: Ctx
+    ) -> pb.AppendTurnResponse:
+        """One completed turn in one transaction (SPEC §8)."""
+        try:
+            result = await self._store.append_turn(
+                request.session_id,
+                [pb_to_entry(i) for i in request.items],
+                token_delta=request.token_delta,
+                plan_json=request.plan_json if request.HasField("plan_json") else None,
+            )
+        except SessionNotFound as exc:
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except InvalidItem as exc:
+            log.warning("turn_rejected", session_id=request.session_id, reason=str(exc))
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return append_result_to_pb(result)
+
+    async def StreamHistory(
+        self, request: pb.StreamHistoryRequest, context: Ctx
+    ) -> AsyncIterator[pb.HistoryPage]:
+        """The stored conversation, oldest first, in pages (trusted callers)."""
+        await self._get(request.session_id, context)
+        async for page in self._history_pages(request.session_id, request.after_seq, context):
+            yield page

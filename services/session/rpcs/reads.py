@@ -1,0 +1,201 @@
+"""The visibility-filtered session reads of SPEC §14: list, history, status, access checks.
+
+Every RPC here names a requester (its session key) and a visibility level
+(default ``[sessions] visibility``); a row the requester may not see is left
+out of a list and refused (PERMISSION_DENIED) when asked for by id. An empty
+requester key is the local operator, who sees every row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator
+
+import grpc
+
+from acpgate.session.v1 import session_pb2 as pb
+from services.common.config import VISIBILITY_LEVELS, Config
+from services.common.grpc_server import abort
+from services.common.logs import get_logger
+from services.session.convert import action_from_pb, row_to_pb
+from services.session.rpcs.base import Ctx, RpcBase
+from services.session.store import SessionRecord, SessionStore
+from services.session.visibility import A2aPolicy, VisibilityRow, can_see_session_row
+
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor"]
+
+log = get_logger("session.servicer")
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+def visibility_row(rec: SessionRecord) -> VisibilityRow:
+    """The ownership fields visibility looks at."""
+    o = rec.ownership
+    return VisibilityRow(
+        key=o.session_key,
+        agent_id=o.agent_id,
+        owner_session_key=o.owner_session_key,
+        spawned_by=o.spawned_by,
+        parent_session_key=o.parent_session_key,
+    )
+
+
+def encode_cursor(rec: SessionRecord) -> str:
+    """An opaque cursor after ``rec`` in (last_activity DESC, id DESC) order."""
+    raw = json.dumps([rec.last_activity, rec.session_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """The position a cursor names; ValueError when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise ValueError("invalid cursor") from None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[0], int)
+        or not isinstance(value[1], str)
+    ):
+        raise ValueError("invalid cursor")
+    return value[0], value[1]
+
+
+class _Viewer:
+    """Who is asking, under which visibility (None requester = the local operator)."""
+
+    def __init__(self, key: str, visibility: str, a2a: A2aPolicy, agent_id: str | None) -> None:
+        self.key = key
+        self.visibility = visibility
+        self.a2a = a2a
+        self.agent_id = agent_id
+
+    def sees(self, rec: SessionRecord) -> bool:
+        """The SPEC §14 check of one row; the local operator (no requester key) sees every row."""
+        if not self.key:
+            return True
+        return can_see_session_row(
+            visibility_row(rec),
+            self.key,
+            self.visibility,
+            self.a2a,
+            requester_agent_id=self.agent_id,
+        )
+
+
+class ReadRpcs(RpcBase):
+    """ListSessions, GetHistory, SessionStatus, CheckAccess."""
+
+    def __init__(self, cfg: Config, store: SessionStore) -> None:
+        super().__init__(cfg, store)
+        self._a2a = A2aPolicy(enabled=cfg.a2a.enabled, allow=tuple(cfg.a2a.allow))
+
+    async def _viewer(self, key: str, visibility: str, context: Ctx) -> _Viewer:
+        chosen = visibility or self._cfg.sessions.visibility
+        if chosen not in VISIBILITY_LEVELS:
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"unknown visibility {chosen!r} (expected one of {', '.join(VISIBILITY_LEVELS)})",
+            )
+        agent_id: str | None = None
+        if key:
+            own = await self._store.find_by_session_key(key)
+            if own is not None and own.ownership.agent_id:
+                agent_id = own.ownership.agent_id
+        return _Viewer(key, chosen, self._a2a, agent_id)
+
+    async def _visible(
+        self, key: str, visibility: str, session_id: str, action: str, context: Ctx
+    ) -> SessionRecord:
+        viewer = await self._viewer(key, visibility, context)
+        rec = await self._get(session_id, context)
+        if not viewer.sees(rec):
+            log.info("session_access_denied", session_id=session_id, action=action,
+                     visibility=viewer.visibility)
+            await abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"session {session_id} is not visible to {key} ({action}, "
+                f"visibility {viewer.visibility})",
+            )
+        return rec
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Ctx
+    ) -> pb.ListSessionsResponse:
+        """Visible rows, newest activity first, paginated by an opaque cursor."""
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context)
+        limit = request.limit if request.limit > 0 else DEFAULT_PAGE
+        limit = min(limit, MAX_PAGE)
+        after: tuple[int, str] | None = None
+        if request.cursor:
+            try:
+                after = decode_cursor(request.cursor)
+            except ValueError as exc:
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        picked: list[SessionRecord] = []
+        more = False
+        while not more:
+            page = await self._store.list_sessions(cwd=request.cwd, after=after, limit=limit + 1)
+            for rec in page:
+                if not viewer.sees(rec):
+                    continue
+                if len(picked) == limit:
+                    more = True
+                    break
+                picked.append(rec)
+            if len(page) < limit + 1:
+                break
+            after = (page[-1].last_activity, page[-1].session_id)
+        return pb.ListSessionsResponse(
+            sessions=[row_to_pb(r) for r in picked],
+            next_cursor=encode_cursor(picked[-1]) if more and picked else "",
+        )
+
+    async def GetHistory(
+        self, request: pb.GetHistoryRequest, context: Ctx
+    ) -> AsyncIterator[pb.HistoryPage]:
+        """The history of a session the requester may see, in pages."""
+        await self._visible(
+            request.requester_session_key, request.visibility, request.session_id, "history",
+            context,
+        )
+        async for page in self._history_pages(request.session_id, 0, context):
+            yield page
+
+    async def SessionStatus(
+        self, request: pb.SessionStatusRequest, context: Ctx
+    ) -> pb.SessionStatusResponse:
+        """Row and message count of a session the requester may see."""
+        rec = await self._visible(
+            request.requester_session_key, request.visibility, request.session_id, "status",
+            context,
+        )
+        return pb.SessionStatusResponse(session=row_to_pb(rec), message_count=rec.message_count)
+
+    async def CheckAccess(
+        self, request: pb.CheckAccessRequest, context: Ctx
+    ) -> pb.CheckAccessResponse:
+        """The SPEC §14 check for one action, as a yes/no with a reason."""
+        action = action_from_pb(request.action)
+        if action is None:
+            await abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT,
+                "action must be LIST, HISTORY, SEND or STATUS",
+            )
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context)
+        rec = await self._get(request.session_id, context)
+        if viewer.sees(rec):
+            return pb.CheckAccessResponse(allowed=True)
+        return pb.CheckAccessResponse(
+            allowed=False,
+            reason=f"visibility {viewer.visibility} does not let {viewer.key} {action} "
+            f"session {request.session_id}",
+        )

@@ -15,6 +15,12 @@ from typing import Any
 from services.agent import updates
 from services.agent.conversation import Message, ToolCall, sanitize
 from services.agent.tools import tool_kind
+from services.common.protocol import (
+    HISTORY_ROLE_ASSISTANT,
+    HISTORY_ROLE_TOOL_CALL,
+    HISTORY_ROLE_TOOL_RESULT,
+    HISTORY_ROLE_USER,
+)
 
 
 def _text(item: dict[str, Any], *keys: str) -> str:
@@ -50,9 +56,9 @@ def seed_messages(items: Any) -> list[Message]:
             continue
         role = item.get("role")
         last = out[-1] if out else None
-        if role == "user":
+        if role == HISTORY_ROLE_USER:
             out.append(Message(role="user", text=_text(item, "text")))
-        elif role == "assistant":
+        elif role == HISTORY_ROLE_ASSISTANT:
             text = _text(item, "text")
             if not text:
                 continue
@@ -60,7 +66,7 @@ def seed_messages(items: Any) -> list[Message]:
                 last.text += text
             else:
                 out.append(Message(role="assistant", text=text))
-        elif role == "tool_call":
+        elif role == HISTORY_ROLE_TOOL_CALL:
             args = item.get("arguments")
             name = _text(item, "toolName", "title") or "unknown"
             call = ToolCall(
@@ -72,7 +78,7 @@ def seed_messages(items: Any) -> list[Message]:
                 last.tool_calls.append(call)
             else:
                 out.append(Message(role="assistant", tool_calls=[call]))
-        elif role == "tool_result":
+        elif role == HISTORY_ROLE_TOOL_RESULT:
             out.append(Message(
                 role="tool",
                 text=_text(item, "output", "text"),

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from acpgate.session.v1 import session_pb2
+from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.protocol import (
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
@@ -252,20 +253,11 @@ def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]
     return out
 
 
-_ROLE_NAMES = {
-    ROLE_USER: "user",
-    ROLE_ASSISTANT: "assistant",
-    ROLE_THOUGHT: "thought",
-    ROLE_TOOL_CALL: "tool_call",
-    ROLE_TOOL_RESULT: "tool_result",
-}
-
-
 def history_meta(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
     """The built-in agent's ``_meta.acpgate.history`` items (docs/contracts.md)."""
     out: list[dict[str, Any]] = []
     for item in items:
-        role = _ROLE_NAMES.get(item.role)
+        role = ROLE_NAME_BY_PB.get(item.role)
         if role is None:
             continue
         entry: dict[str, Any] = {"role": role}

@@ -8,10 +8,12 @@ import os
 import sqlite3
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from services.common.protocol import HISTORY_ROLES
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
@@ -22,6 +24,7 @@ from services.session.store import (
     make_title,
     open_store,
 )
+from services.session.store.records import ITEM_FIELDS
 
 
 class FakeClock:
@@ -158,6 +161,24 @@ async def test_spec8_turn_is_all_or_nothing(store: SessionStore) -> None:
     # The store is still usable and numbering continues without gaps.
     r = await store.append_turn("s1", [HistoryEntry(role="user", text="ok")])
     assert (r.turn, r.first_seq) == (2, 6)
+
+
+async def test_every_history_role_is_storable(store: SessionStore) -> None:
+    """The schema's frozen role CHECK admits every role of HISTORY_ROLES (a new role
+    needs a migration), and the roles read back as written."""
+    await store.create_session("s1", "a", "/w")
+    items = [HistoryEntry(role=role, text="x", tool_call_id="t", tool_name="shell")
+             for role in HISTORY_ROLES]
+    await store.append_turn("s1", items)
+    assert tuple(e.role for e in await _history(store, "s1")) == HISTORY_ROLES
+
+
+def test_item_fields_are_the_history_entry_fields_after_role() -> None:
+    """``HistoryEntry(role, *item_values(x))`` is only right while this holds."""
+    names = [f.name for f in fields(HistoryEntry)]
+    assert names[0] == "role"
+    assert tuple(names[1 : 1 + len(ITEM_FIELDS)]) == ITEM_FIELDS
+    assert set(names) - set(ITEM_FIELDS) == {"role", "seq", "turn", "created_at"}
 
 
 async def test_spec8_title_is_first_user_message_one_line(store: SessionStore) -> None:

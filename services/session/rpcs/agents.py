@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
@@ -29,8 +31,10 @@ def _workspace_failed(alias: str, exc: OSError) -> str:
 class AgentRpcs(RpcBase):
     """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy."""
 
-    async def _launch(self, alias: str, context: Ctx) -> pb.ResolvedAgent:
+    async def _launch(self, choose: Callable[[], str], context: Ctx) -> pb.ResolvedAgent:
+        """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
         try:
+            alias = choose()
             return launch_to_pb(await launch_spec(self._cfg, alias))
         except AliasError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -53,11 +57,10 @@ class AgentRpcs(RpcBase):
         self, request: pb.ResolveAgentRequest, context: Ctx
     ) -> pb.ResolvedAgent:
         """The SPEC §3 alias chain and dispatchability check."""
-        try:
-            alias = resolve_alias(self._cfg, request.explicit_alias, request.connection_default)
-        except AliasError as exc:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return await self._launch(alias, context)
+        return await self._launch(
+            lambda: resolve_alias(self._cfg, request.explicit_alias, request.connection_default),
+            context,
+        )
 
     async def ResolveRestoreAgent(
         self, request: pb.ResolveRestoreAgentRequest, context: Ctx
@@ -71,11 +74,7 @@ class AgentRpcs(RpcBase):
                 "sessions cannot be restored",
             )
         rec = await self._get(request.session_id, context)
-        try:
-            alias = resolve_restore_alias(self._cfg, rec.agent_alias)
-        except AliasError as exc:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return await self._launch(alias, context)
+        return await self._launch(lambda: resolve_restore_alias(self._cfg, rec.agent_alias), context)
 
     async def ResolveWorkspace(
         self, request: pb.ResolveWorkspaceRequest, context: Ctx

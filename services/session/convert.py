@@ -12,8 +12,8 @@ from typing import Final
 
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
+from services.common.policy import SecurityPolicy
 from services.session.aliases import AgentLaunch
-from services.session.policy import SecurityPolicy
 from services.session.store import (
     AppendResult,
     HistoryEntry,

@@ -7,11 +7,13 @@ from pathlib import Path
 
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
+from services.common.policy import SecurityPolicy
 from services.common.protocol import HISTORY_ROLES
 from services.session.convert import (
     action_from_pb,
     entry_to_pb,
     pb_to_entry,
+    policy_to_pb,
     row_to_pb,
     state_from_pb,
 )
@@ -103,3 +105,12 @@ def test_servicer_sees_the_store_only_through_its_interface() -> None:
         for name in _imports(path):
             backend = name.startswith("services.session.store") and name not in allowed
             assert not backend and name not in ("aiosqlite", "sqlite3"), (path.name, name)
+
+
+def test_policy_to_pb_is_the_inverse_of_from_proto() -> None:
+    """GetPolicy's message reads back (services.common.policy.from_proto) as the same policy."""
+    policy = SecurityPolicy(workspace_dir="/w", allowed_roots=("/a", "/b"),
+                            forbidden_paths=("/etc",), autonomy="readonly",
+                            auto_approve=("file_read",), always_ask=("shell",),
+                            workspace_only=False)
+    assert SecurityPolicy.from_proto(policy_to_pb(policy)) == policy

@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
-from services.edge.ws_server import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
 
 log = get_logger("serve")
 

@@ -22,7 +22,7 @@ import ssl
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from itertools import count
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE, with_service_addresses
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.logs import get_logger
@@ -58,8 +59,6 @@ from services.edge.http import (
 from services.edge.metrics import Metrics
 from services.edge.tokens import TokenStore, token_db_path
 
-SESSION_SERVICE = "acpgate.session.v1.SessionService"
-LIFECYCLE_SERVICE = "acpgate.lifecycle.v1.LifecycleService"
 #: Close code for a client that stopped reading (policy violation) and its reason.
 SLOW_CLIENT_CLOSE_CODE = 1008
 SLOW_CLIENT_REASON = "slow client: outgoing queue full"
@@ -72,25 +71,6 @@ DEFAULT_QUEUE_MESSAGES = 1024
 DEFAULT_SLOW_CLIENT_TIMEOUT = 30.0
 
 log = get_logger("edge.ws")
-
-
-# --------------------------------------------------------------------- addresses
-
-
-def service_addresses(cfg: Config) -> tuple[str, str]:
-    """(session, lifecycle) addresses: ``[services]``, else the unix sockets under ``<data>/run``."""
-    from services.lifecycle.server import default_lifecycle_address
-    from services.session.server import default_session_address
-
-    return default_session_address(cfg), default_lifecycle_address(cfg)
-
-
-def with_service_addresses(cfg: Config) -> Config:
-    """``cfg`` with both service addresses filled in (never embedded)."""
-    session_addr, lifecycle_addr = service_addresses(cfg)
-    return replace(
-        cfg, services=replace(cfg.services, session_addr=session_addr, lifecycle_addr=lifecycle_addr)
-    )
 
 
 # --------------------------------------------------------------------- the outgoing queue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.addresses import default_lifecycle_address
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, server_credentials, server_interceptors
 from services.common.grpc_server import RunningServer, serve_until_signalled, start_server
@@ -35,11 +36,6 @@ log = get_logger("lifecycle.server")
 #: Full name of the service, for health checks and reflection.
 SERVICE_NAME = lifecycle_pb2.DESCRIPTOR.services_by_name["LifecycleService"].full_name
 LEASES_DB_NAME = "leases.db"
-
-
-def default_lifecycle_address(cfg: Config) -> str:
-    """``[services] lifecycle_addr``, else ``unix:<data dir>/run/lifecycle.sock``."""
-    return cfg.services.lifecycle_addr or f"unix:{cfg.data_dir}/run/lifecycle.sock"
 
 
 async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None) -> LifecycleController:

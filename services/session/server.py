@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.addresses import default_session_address
 from services.common.config import Config
 from services.common.grpc_auth import (
     GrpcSecurity,
@@ -30,11 +31,6 @@ log = get_logger("session.server")
 
 #: Full name of the service, for health checks and reflection.
 SERVICE_NAME = session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
-
-
-def default_session_address(cfg: Config) -> str:
-    """``[services] session_addr``, else ``unix:<data dir>/run/session.sock``."""
-    return cfg.services.session_addr or f"unix:{cfg.data_dir}/run/session.sock"
 
 
 async def start_session_server(

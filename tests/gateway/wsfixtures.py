@@ -9,16 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer, start_server
 from services.edge.metrics import Metrics
 from services.edge.tokens import TokenStore, token_db_path
-from services.edge.ws_server import (
-    LIFECYCLE_SERVICE,
-    SESSION_SERVICE,
-    EdgeServer,
-    ServiceProbe,
-)
+from services.edge.ws_server import EdgeServer, ServiceProbe
 
 DEMO_CONFIG = """\
 [acp]

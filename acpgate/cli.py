@@ -178,9 +178,11 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.session_timeout is not None:
             overrides["acp.session_timeout_secs"] = args.session_timeout
         cfg = _load(args, overrides)
+        from acpgate.embedded import start_embedded
         from services.edge.stdio import run_stdio
 
-        return _run_async(lambda: run_stdio(cfg))
+        return _run_async(lambda: run_stdio(cfg, version=__version__,
+                                            start_services=start_embedded))
     cfg = _load(args)
     if command == "serve":
         from acpgate.serve import run_serve
@@ -197,7 +199,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "edge":
         from services.edge.ws_server import run_edge
 
-        return _run_async(lambda: run_edge(cfg))
+        return _run_async(lambda: run_edge(cfg, version=__version__))
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.protocol import (
     M_ELICITATION_CREATE,
@@ -117,8 +116,9 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ setup
 
-    async def start(self, client_capabilities: dict[str, Any]) -> None:
-        """Attach and run ``initialize``."""
+    async def start(self, client_capabilities: dict[str, Any],
+                    client_info: dict[str, str]) -> None:
+        """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``)."""
         await self.link.open(SETUP_TIMEOUT_SECS)
         caps: dict[str, Any] = {"fs": {"readTextFile": False, "writeTextFile": False},
                                 "terminal": False}
@@ -128,8 +128,7 @@ class AdapterClient:
         result = await self.link.request(M_INITIALIZE, {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": caps,
-            "clientInfo": {"name": "acpgate", "title": "acpgate ACP Gateway",
-                           "version": __version__},
+            "clientInfo": client_info,
         }, SETUP_TIMEOUT_SECS)
         self.caps = AdapterCaps.from_initialize(result)
 

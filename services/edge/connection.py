@@ -2,7 +2,8 @@
 the bridge tests and the benchmarks call (docs/contracts.md).
 
 ```python
-runtime = await open_runtime(cfg)              # connects, or starts embedded services
+runtime = await open_runtime(cfg, version=__version__,
+                             start_services=start_embedded)  # empty addresses: embedded
 await serve_connection(runtime, incoming, send, default_agent="")
 await runtime.close()                          # closes every session, stops embedded services
 ```

@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 import orjson
 
-from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
@@ -308,7 +307,7 @@ class DialectConnection:
         client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session)
         session.adapter = client
         try:
-            await client.start(self.client_capabilities)
+            await client.start(self.client_capabilities, rt.implementation)
         except Exception as exc:
             await self._abandon(session)
             raise _start_failed(agent.alias, exc) from None
@@ -344,8 +343,7 @@ class DialectConnection:
                 "sessionCapabilities": ({"resume": {}, "close": {}, "list": {}}
                                         if persistent else {}),
             },
-            "agentInfo": {"name": "acpgate", "title": "acpgate ACP Gateway",
-                          "version": __version__},
+            "agentInfo": rt.implementation,
             "authMethods": [],
             "_meta": {META_ZEROCLAW: zeroclaw},
         }

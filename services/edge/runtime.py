@@ -1,22 +1,25 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services (starting both
-embedded on private unix sockets when ``[services]`` is empty), the registry of
-active sessions with the ``max_sessions`` slots (SPEC §9), the idle reaper,
-and the one way a session is released: adapter detached, lease closed through
-lifecycle ``CloseSession``, row marked inactive (never deleted).
+It holds the gRPC stubs of the session and lifecycle services, who this edge
+is (name and version, for both ACP handshakes), the registry of active sessions
+with the ``max_sessions`` slots (SPEC §9), the idle reaper, and the one way a
+session is released: adapter detached, lease closed through lifecycle
+``CloseSession``, row marked inactive (never deleted).
+
+The edge never starts a service itself. When ``[services]`` leaves an address
+empty (embedded mode), whoever composes the process passes a
+:data:`StartServices` (``acpgate.embedded.start_embedded``) that starts the
+missing ones; the runtime stops them again when it closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -25,7 +28,6 @@ from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
-from services.common.grpc_server import RunningServer
 from services.common.logs import get_logger
 from services.edge.metrics import Metrics
 from services.edge.session import EdgeSession
@@ -34,6 +36,27 @@ log = get_logger("edge.runtime")
 
 #: Longest pause between idle-reaper sweeps.
 REAPER_MAX_INTERVAL_SECS = 30.0
+#: How the edge names itself in ACP ``Implementation`` objects (agentInfo, clientInfo).
+EDGE_NAME = "acpgate"
+EDGE_TITLE = "acpgate ACP Gateway"
+
+
+class ServiceHost(Protocol):
+    """Services started for this process (embedded mode), and where both services are.
+
+    ``session_addr`` and ``lifecycle_addr`` are the addresses to dial: the
+    configured one where ``[services]`` names one, else the one just started.
+    """
+
+    session_addr: str
+    lifecycle_addr: str
+
+    async def stop(self) -> None:
+        """Stop whatever was started here."""
+
+
+#: Starts, inside this process, the services whose ``[services]`` address is empty.
+StartServices = Callable[[Config], Awaitable[ServiceHost]]
 
 
 @dataclass
@@ -67,10 +90,13 @@ class EdgeRuntime:
         session_channel: grpc.aio.Channel,
         lifecycle_channel: grpc.aio.Channel,
         *,
+        version: str,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg = cfg
+        #: acpgate's version, as both handshakes report it.
+        self.version = version
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
@@ -79,11 +105,15 @@ class EdgeRuntime:
         self.registry = SessionRegistry(cfg.acp.max_sessions)
         self.persistent = True
         self.gateway_instance_id = ""
-        self._embedded: list[RunningServer] = []
-        self._tempdir: str | None = None
+        self._hosted: ServiceHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+
+    @property
+    def implementation(self) -> dict[str, str]:
+        """This edge as an ACP ``Implementation``: agentInfo to clients, clientInfo to adapters."""
+        return {"name": EDGE_NAME, "title": EDGE_TITLE, "version": self.version}
 
     # ------------------------------------------------------------------ startup
 
@@ -180,41 +210,38 @@ class EdgeRuntime:
         for channel in self._channels:
             with contextlib.suppress(Exception):
                 await channel.close(None)
-        for server in reversed(self._embedded):
+        if self._hosted is not None:
             with contextlib.suppress(Exception):
-                await server.stop()
-        if self._tempdir is not None:
-            shutil.rmtree(self._tempdir, ignore_errors=True)
+                await self._hosted.stop()
 
 
-async def open_runtime(cfg: Config, *, health_timeout: float = 10.0) -> EdgeRuntime:
-    """Connect to the configured services, or start them embedded (SPEC §0).
+async def open_runtime(
+    cfg: Config,
+    *,
+    version: str,
+    start_services: StartServices | None = None,
+    health_timeout: float = 10.0,
+) -> EdgeRuntime:
+    """Connect to the configured services, or have the missing ones started (SPEC §0).
 
-    Embedded mode (an empty ``[services]`` address) runs that service inside
-    this process over real gRPC on a unix socket in a private, short temp dir.
-    Each service must report SERVING within ``health_timeout`` seconds.
+    An empty ``[services]`` address needs ``start_services``, which runs that
+    service inside this process (embedded mode, see ``acpgate.embedded``); the
+    runtime stops it again on :meth:`EdgeRuntime.close`. Each service must
+    report SERVING within ``health_timeout`` seconds. ``version`` is acpgate's
+    version, passed in by the command line.
     """
-    embedded: list[RunningServer] = []
-    tempdir: str | None = None
+    hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
     lifecycle_addr = cfg.services.lifecycle_addr
     session_channel: grpc.aio.Channel | None = None
     lifecycle_channel: grpc.aio.Channel | None = None
     try:
         if not session_addr or not lifecycle_addr:
-            tempdir = tempfile.mkdtemp(prefix="acpg-", dir="/tmp")
-        if not session_addr:
-            from services.session.server import start_session_server
-
-            server = await start_session_server(cfg, f"unix:{tempdir}/s.sock")
-            embedded.append(server)
-            session_addr = server.address
-        if not lifecycle_addr:
-            from services.lifecycle.server import start_lifecycle_server
-
-            server = await start_lifecycle_server(cfg, f"unix:{tempdir}/l.sock")
-            embedded.append(server)
-            lifecycle_addr = server.address
+            if start_services is None:
+                raise ValueError("[services] leaves an address empty and no embedded "
+                                 "service starter was given")
+            hosted = await start_services(cfg)
+            session_addr, lifecycle_addr = hosted.session_addr, hosted.lifecycle_addr
         sec = grpc_security(cfg)
         session_channel = open_service_channel(sec, session_addr)
         lifecycle_channel = open_service_channel(sec, lifecycle_addr)
@@ -225,15 +252,12 @@ async def open_runtime(cfg: Config, *, health_timeout: float = 10.0) -> EdgeRunt
             if channel is not None:
                 with contextlib.suppress(Exception):
                     await channel.close(None)
-        for server in reversed(embedded):
+        if hosted is not None:
             with contextlib.suppress(Exception):
-                await server.stop()
-        if tempdir is not None:
-            shutil.rmtree(tempdir, ignore_errors=True)
+                await hosted.stop()
         raise
-    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel)
-    runtime._embedded = embedded
-    runtime._tempdir = tempdir
+    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version)
+    runtime._hosted = hosted
     try:
         await runtime._start()
     except BaseException:

@@ -23,6 +23,7 @@ from services.common.config import Config
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
 from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
+from services.edge.runtime import StartServices
 
 log = get_logger("edge.stdio")
 
@@ -228,7 +229,8 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-async def _open_runtime_for_stdio(cfg: Config) -> EdgeRuntime:
+async def _open_runtime_for_stdio(cfg: Config, version: str,
+                                  start_services: StartServices) -> EdgeRuntime:
     """Configured services if they answer, else embedded ones (SPEC §0).
 
     An IDE launching ``acpgate acp`` must get its handshake answered: when the
@@ -236,9 +238,10 @@ async def _open_runtime_for_stdio(cfg: Config) -> EdgeRuntime:
     same data dir instead of the process dying before ``initialize``.
     """
     if not (cfg.services.session_addr or cfg.services.lifecycle_addr):
-        return await open_runtime(cfg)
+        return await open_runtime(cfg, version=version, start_services=start_services)
     try:
-        return await open_runtime(cfg, health_timeout=CONFIGURED_SERVICES_WAIT_SECS)
+        return await open_runtime(cfg, version=version, start_services=start_services,
+                                  health_timeout=CONFIGURED_SERVICES_WAIT_SECS)
     except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
         log.warning("configured_services_unreachable_running_embedded", detail=_describe(exc),
                     session_addr=cfg.services.session_addr,
@@ -246,13 +249,18 @@ async def _open_runtime_for_stdio(cfg: Config) -> EdgeRuntime:
         print("acpgate: the configured session/lifecycle services do not answer "
               f"({_describe(exc)}); running them embedded on {cfg.data_dir}", file=sys.stderr)
     embedded = replace(cfg, services=replace(cfg.services, session_addr="", lifecycle_addr=""))
-    return await open_runtime(embedded)
+    return await open_runtime(embedded, version=version, start_services=start_services)
 
 
-async def run_stdio(cfg: Config) -> int:
-    """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when nothing starts)."""
+async def run_stdio(cfg: Config, *, version: str, start_services: StartServices) -> int:
+    """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when nothing starts).
+
+    ``version`` is acpgate's (both handshakes report it); ``start_services``
+    runs the services ``[services]`` leaves empty, or that do not answer,
+    inside this process (``acpgate.embedded.start_embedded``).
+    """
     try:
-        runtime = await _open_runtime_for_stdio(cfg)
+        runtime = await _open_runtime_for_stdio(cfg, version, start_services)
     except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
         log.error("services_unavailable", detail=_describe(exc))
         print(f"acpgate: cannot start the session/lifecycle services: {_describe(exc)}",

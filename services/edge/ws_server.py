@@ -549,9 +549,11 @@ def _remote(ws: ServerConnection) -> str:
 # --------------------------------------------------------------------- `acpgate edge`
 
 
-async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = None) -> int:
+async def run_edge(cfg: Config, *, version: str,
+                   ready: Callable[[EdgeServer], None] | None = None) -> int:
     """Serve the gateway until SIGINT/SIGTERM; returns the exit code.
 
+    ``version`` is acpgate's, as the ACP handshakes report it.
     Connects to both services (``[services]`` or the default unix sockets),
     waits for their gRPC health, then opens the port. On a signal: stop
     accepting, close every connection (releasing its sessions), close the runtime.
@@ -571,7 +573,7 @@ async def run_edge(cfg: Config, *, ready: Callable[[EdgeServer], None] | None = 
             if not any(not t.revoked for t in tokens):
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
-        runtime = await open_runtime(cfg)
+        runtime = await open_runtime(cfg, version=version)
         try:
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
             try:

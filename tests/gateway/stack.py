@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
 from services.edge.connection import EdgeRuntime, open_runtime
@@ -52,7 +53,7 @@ async def full_stack(cfg: Config, **edge_kw: Any) -> AsyncIterator[Stack]:
         gateway=replace(cfg.gateway, port=0),
     )
     channel = grpc.aio.insecure_channel(lifecycle.address)
-    runtime = await open_runtime(cfg)
+    runtime = await open_runtime(cfg, version=__version__)
     probe = ServiceProbe(cfg, session.address, lifecycle.address)
     edge = EdgeServer(cfg, runtime, probe=probe, **edge_kw)
     try:

@@ -1,0 +1,66 @@
+"""Embedded mode: the session and lifecycle services inside the edge's own process (SPEC §0).
+
+``acpgate acp`` with an empty ``[services]`` address runs that service here,
+over real gRPC on a unix socket in a private, short temp dir (unix socket paths
+are limited to ~100 bytes, so not under the data dir). This is composition, so
+it lives in the ``acpgate`` package: the edge never imports a service, it is
+handed :func:`start_embedded` (see ``services.edge.runtime.StartServices``) and
+gets back the addresses to dial and a way to stop what was started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+from services.common.config import Config
+from services.common.grpc_server import RunningServer
+from services.lifecycle.server import start_lifecycle_server
+from services.session.server import start_session_server
+
+
+@dataclass
+class EmbeddedServices:
+    """The services one process started for itself, and the addresses of both.
+
+    An address that ``[services]`` configured is passed through as given; only
+    the empty ones were started here.
+    """
+
+    session_addr: str
+    lifecycle_addr: str
+    servers: list[RunningServer] = field(default_factory=list)
+    tempdir: str | None = None
+
+    async def stop(self) -> None:
+        """Stop what was started (last first: lifecycle reaps its leases) and remove the sockets."""
+        servers, self.servers = self.servers, []
+        for server in reversed(servers):
+            with contextlib.suppress(Exception):
+                await server.stop()
+        if self.tempdir is not None:
+            shutil.rmtree(self.tempdir, ignore_errors=True)
+            self.tempdir = None
+
+
+async def start_embedded(cfg: Config) -> EmbeddedServices:
+    """Start every service whose ``[services]`` address is empty; stop them all on failure."""
+    services = EmbeddedServices(cfg.services.session_addr, cfg.services.lifecycle_addr)
+    if services.session_addr and services.lifecycle_addr:
+        return services
+    services.tempdir = tempfile.mkdtemp(prefix="acpg-", dir="/tmp")
+    try:
+        if not services.session_addr:
+            server = await start_session_server(cfg, f"unix:{services.tempdir}/s.sock")
+            services.servers.append(server)
+            services.session_addr = server.address
+        if not services.lifecycle_addr:
+            server = await start_lifecycle_server(cfg, f"unix:{services.tempdir}/l.sock")
+            services.servers.append(server)
+            services.lifecycle_addr = server.address
+    except BaseException:
+        await services.stop()
+        raise
+    return services

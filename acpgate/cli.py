@@ -197,7 +197,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
         return _run_async(lambda: run_lifecycle_service(cfg))
     if command == "edge":
-        from services.edge.ws_server import run_edge
+        from services.edge.gateway import run_edge
 
         return _run_async(lambda: run_edge(cfg, version=__version__))
     if command == "agent":

@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.common.config import load_config
-from services.edge.ws_server import OutgoingQueue, PutResult
+from services.edge.outqueue import OutgoingQueue, PutResult
 
 from .wsfixtures import FakeRuntime, mint, running_edge, stand_in_services, write_config
 

@@ -13,8 +13,9 @@ from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer, start_server
 from services.edge.metrics import Metrics
+from services.edge.probe import ServiceProbe
 from services.edge.tokens import TokenStore, token_db_path
-from services.edge.ws_server import EdgeServer, ServiceProbe
+from services.edge.ws_server import EdgeServer
 
 DEMO_CONFIG = """\
 [acp]

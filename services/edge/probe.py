@@ -1,0 +1,87 @@
+"""How the gateway sees the two services: gRPC health and lease counts (SPEC §11).
+
+``/healthz`` and ``/metrics`` ask a :class:`ServiceProbe`; ``acpgate edge`` waits
+with :func:`wait_for_services` until both services answer SERVING before it
+opens its port. The probe has its own channels, so a health check still
+answers while the runtime's channels are busy relaying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
+from services.common.config import Config
+from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.logs import get_logger
+
+log = get_logger("edge.ws")
+
+
+class ServiceProbe:
+    """gRPC health of both services and lease counts, for ``/healthz`` and ``/metrics``."""
+
+    def __init__(self, cfg: Config, session_addr: str, lifecycle_addr: str) -> None:
+        sec = grpc_security(cfg)
+        self._channels = {
+            "session": (open_service_channel(sec, session_addr), SESSION_SERVICE),
+            "lifecycle": (open_service_channel(sec, lifecycle_addr), LIFECYCLE_SERVICE),
+        }
+
+    async def _check(self, channel: grpc.aio.Channel, service: str) -> str:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=2.0
+            )
+        except grpc.aio.AioRpcError:
+            return "UNREACHABLE"
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+    async def health(self) -> dict[str, str]:
+        """service name → serving status."""
+        names = list(self._channels)
+        states = await asyncio.gather(*(self._check(*self._channels[n]) for n in names))
+        return dict(zip(names, states, strict=True))
+
+    async def leases_by_state(self) -> dict[str, int] | None:
+        """Lease counts by lowercase state name, or ``None`` when the service is unreachable."""
+        channel = self._channels["lifecycle"][0]
+        try:
+            reply = await lifecycle_pb2_grpc.LifecycleServiceStub(channel).ListLeases(
+                lifecycle_pb2.ListLeasesRequest(), timeout=3.0
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        out: dict[str, int] = {}
+        for lease in reply.leases:
+            name = lifecycle_pb2.LeaseState.Name(lease.state).removeprefix("LEASE_STATE_").lower()
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    async def close(self) -> None:
+        """Close both channels."""
+        for channel, _ in self._channels.values():
+            await channel.close(grace=None)
+
+
+async def wait_for_services(probe: ServiceProbe, stop: asyncio.Event,
+                            within: float = 60.0) -> bool:
+    """Wait until both services report SERVING (or a signal, or ``within`` seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    states: dict[str, str] = {}
+    while not stop.is_set() and loop.time() < deadline:
+        states = await probe.health()
+        if all(s == "SERVING" for s in states.values()):
+            return True
+        try:
+            await asyncio.wait_for(stop.wait(), 0.2)
+        except TimeoutError:
+            pass
+    if not stop.is_set():
+        log.error("edge_services_unavailable", services=states)
+    return False

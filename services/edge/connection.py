@@ -15,7 +15,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from services.common.logs import get_logger
-from services.edge.dialect import DialectConnection
+from services.edge.dispatch import DialectConnection
+from services.edge.handlers import METHODS
 from services.edge.metrics import Metrics
 from services.edge.runtime import EdgeRuntime, open_runtime
 
@@ -50,7 +51,8 @@ async def serve_connection(
     gateway client, whose sessions are owned by that key and who sees only
     those (SPEC §8 session/list "visible to the caller", §14).
     """
-    conn = DialectConnection(runtime, send, default_agent=default_agent, principal=principal)
+    conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
+                             principal=principal)
     try:
         async for line in incoming:
             conn.feed(line)

@@ -1,0 +1,55 @@
+"""The dialect's error answers for failures behind it (SPEC §1, §3, §8).
+
+A gRPC refusal of the session service becomes a JSON-RPC error with the
+service's message forwarded verbatim; a session id the caller may not see is
+reported exactly like one that does not exist; an agent that cannot be
+started or set up is one -32603 naming the alias and the cause.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from services.common.logs import get_logger
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    MSG_SESSION_NOT_FOUND,
+    SESSION_NOT_FOUND,
+)
+from services.edge.framing import JsonRpcError
+
+log = get_logger("edge.dialect")
+
+
+def not_found(sid: str) -> JsonRpcError:
+    """-32000 ``Session not found: <id>``."""
+    return JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+
+
+def grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
+    """Map a session-service refusal onto the dialect (messages forwarded verbatim)."""
+    code = exc.code()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
+        return not_found(sid)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the agent workspace cannot be created
+        return JsonRpcError(INTERNAL_ERROR, exc.details() or "Internal error")
+    log.error("service_call_failed", code=code.name, detail=exc.details())
+    return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
+
+
+def cause(exc: BaseException) -> str:
+    """One line saying why ``exc`` happened, for an error message to the client."""
+    if isinstance(exc, JsonRpcError):
+        return exc.message
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.details() or exc.code().name
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def start_failed(alias: str, exc: BaseException) -> JsonRpcError:
+    """The -32603 of a session whose agent could not be started or set up."""
+    return JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{alias}`: {cause(exc)}")

@@ -1,0 +1,44 @@
+"""What each dialect method does (SPEC §2–§8), one module per SPEC area.
+
+Every handler takes the :class:`~services.edge.dispatch.DialectConnection` the
+request arrived on and the request's params, validates in the order the SPEC
+gives, and returns the result or raises a :class:`JsonRpcError`; the
+connection answers. :data:`METHODS` is the table a connection is handed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.common.protocol import (
+    M_AUTHENTICATE,
+    M_INITIALIZE,
+    M_SESSION_CANCEL,
+    M_SESSION_CLOSE,
+    M_SESSION_EVENT,
+    M_SESSION_LIST,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_PROMPT,
+    M_SESSION_RESUME,
+    M_SESSION_STOP,
+    M_SESSION_UPDATE,
+)
+from services.edge.dispatch import Handler
+from services.edge.handlers import initialize, new, restore, stored, turns
+
+#: Method name → handler, for every method a client may call.
+METHODS: Mapping[str, Handler] = {
+    M_INITIALIZE: initialize.initialize,
+    M_AUTHENTICATE: initialize.authenticate,
+    M_SESSION_NEW: new.session_new,
+    M_SESSION_PROMPT: turns.session_prompt,
+    M_SESSION_CANCEL: turns.session_cancel,
+    M_SESSION_STOP: turns.session_stop,
+    M_SESSION_CLOSE: turns.session_close,
+    M_SESSION_LOAD: restore.session_load,
+    M_SESSION_RESUME: restore.session_resume,
+    M_SESSION_LIST: stored.session_list,
+    M_SESSION_UPDATE: stored.session_event,
+    M_SESSION_EVENT: stored.session_event,
+}

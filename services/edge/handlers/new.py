@@ -1,0 +1,64 @@
+"""SPEC §3: ``session/new`` — alias chain, cwd rules, limit, row, adapter."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.edge.dispatch import DialectConnection
+from services.edge.errors import grpc_error, start_failed
+from services.edge.params import first_str, mcp_servers
+from services.edge.session import EdgeSession
+from services.edge.session_setup import (
+    abandon,
+    mark_active,
+    reserved_slot,
+    session_policy,
+    spawn_adapter,
+)
+
+
+def _explicit_alias(params: dict[str, Any]) -> str:
+    """The first non-blank of ``agentAlias``, ``agent_alias``, ``agent`` ("" = none)."""
+    for key in ("agentAlias", "agent_alias", "agent"):
+        value = params.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §3: alias chain, cwd rules, limit, row, adapter."""
+    rt = conn.runtime
+    alias = _explicit_alias(params)
+    cwd = first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
+    try:
+        agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
+            explicit_alias=alias, connection_default=conn.default_agent))
+        ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
+            alias=agent.alias, cwd=cwd, base_dir=os.getcwd()))
+    except grpc.aio.AioRpcError as exc:
+        raise grpc_error(exc) from None
+    with reserved_slot(rt):
+        sid = str(uuid.uuid4())
+        try:
+            row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
+                session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
+                gateway_instance_id=rt.gateway_instance_id,
+                owner_session_key=conn.principal))
+            policy = await session_policy(rt, agent.alias, ws.workspace_dir)
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_error(exc) from None
+        session = EdgeSession(rt, conn, row, rt.clock)
+        client = await spawn_adapter(conn, session, agent)
+        try:
+            adapter_sid = await client.new_session(ws.workspace_dir, mcp_servers(params), policy)
+        except Exception as exc:
+            await abandon(rt, session)
+            raise start_failed(agent.alias, exc) from None
+        await mark_active(conn, session, adapter_sid)
+    return {"sessionId": sid, "workspaceDir": ws.workspace_dir}

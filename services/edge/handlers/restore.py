@@ -1,0 +1,225 @@
+"""SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
+
+:func:`restore` runs the steps in order: reserve a slot → claim the id (no
+second restore of it may race this one) → read the row, if this connection may
+see it → resolve the agent and its policy → spawn the adapter while the stored
+history streams in → seed the adapter with the conversation → replay (load) or
+send the stored plan (resume) → mark the session active. A step that fails
+answers the request with its error and gives back what the earlier steps took.
+
+Seeding depends on the agent: the built-in agent is resumed with the history in
+``_meta.acpgate.history``; an external agent restores its own session when it
+can (same agent, advertised resume/load); otherwise a fresh adapter session is
+opened and the transcript is carried over into its first prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import orjson
+
+from acpgate.session.v1 import session_pb2
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    M_SESSION_UPDATE,
+    MSG_SESSION_ALREADY_ACTIVE,
+    U_PLAN,
+)
+from services.edge.adapter import AdapterClient
+from services.edge.dispatch import DialectConnection
+from services.edge.errors import cause, grpc_error, not_found
+from services.edge.framing import JsonRpcError, notification_line
+from services.edge.params import mcp_servers, session_id
+from services.edge.runtime import EdgeRuntime, SessionRegistry
+from services.edge.session import EdgeSession
+from services.edge.session_setup import (
+    abandon,
+    mark_active,
+    reserved_slot,
+    session_policy,
+    spawn_adapter,
+)
+from services.edge.turn import history_meta, replay_updates, transcript
+from services.edge.visibility import visible_row
+
+#: Replayed updates written per hold of the send lock (session/load).
+_REPLAY_CHUNK = 500
+
+
+async def session_load(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: restore and replay the stored history."""
+    return await restore(conn, params, replay=True)
+
+
+async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: restore; replay only the stored plan."""
+    return await restore(conn, params, replay=False)
+
+
+async def restore(conn: DialectConnection, params: dict[str, Any], *,
+                  replay: bool) -> dict[str, Any]:
+    """Bring stored session ``params.sessionId`` back on this connection (steps: module doc)."""
+    rt = conn.runtime
+    sid = session_id(params)
+    if not rt.persistent:
+        raise not_found(sid)
+    with reserved_slot(rt), _claimed(rt.registry, sid):
+        row = await visible_row(rt, conn.principal, sid)
+        agent, policy = await _resolve_agent(rt, row)
+        session = _restored_session(conn, row, agent)
+        client, items = await _spawn_while_history_streams(conn, session, agent)
+        adapter_sid = await _seed(rt, session, client, row, agent, policy, items,
+                                  mcp_servers(params))
+        if replay:
+            await _replay_history(conn, sid, items)
+        else:
+            await _replay_plan(conn, sid, row)
+        await mark_active(conn, session, adapter_sid,
+                          agent.alias if agent.alias != row.agent_alias else None)
+    return {}
+
+
+# ---------------------------------------------------------------------- steps
+
+
+@contextlib.contextmanager
+def _claimed(registry: SessionRegistry, sid: str) -> Iterator[None]:
+    """Mark ``sid`` as being restored; -32602 if it is active or being restored already."""
+    if sid in registry.active or sid in registry.restoring:
+        raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+    registry.restoring.add(sid)
+    try:
+        yield
+    finally:
+        registry.restoring.discard(sid)
+
+
+async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow,
+                         ) -> tuple[session_pb2.ResolvedAgent, dict[str, Any]]:
+    """The agent the session is restored onto (its own, or the fallback) and its policy."""
+    sid = row.session_id
+    try:
+        agent = await rt.session_stub.ResolveRestoreAgent(
+            session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+        policy = await session_policy(rt, agent.alias, row.workspace_dir)
+    except grpc.aio.AioRpcError as exc:
+        raise grpc_error(exc, sid) from None
+    return agent, policy
+
+
+def _restored_session(conn: DialectConnection, row: session_pb2.SessionRow,
+                      agent: session_pb2.ResolvedAgent) -> EdgeSession:
+    """The edge session for ``row``; restored onto another agent, it gets a new key."""
+    session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
+    session.alias = agent.alias
+    if agent.alias != row.agent_alias:
+        session.session_key = f"agent:{agent.alias}:acp:{row.session_id}"
+    return session
+
+
+async def _spawn_while_history_streams(
+    conn: DialectConnection, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+) -> tuple[AdapterClient, list[session_pb2.HistoryItem]]:
+    """Start the adapter while the stored history streams in (both take tens of ms)."""
+    rt = conn.runtime
+    sid = session.session_id
+    history = asyncio.create_task(_history(rt, sid))
+    try:
+        client = await spawn_adapter(conn, session, agent)
+    except BaseException:
+        history.cancel()
+        with contextlib.suppress(BaseException):
+            await history
+        raise
+    try:
+        items = await history
+    except grpc.aio.AioRpcError as exc:
+        await abandon(rt, session)
+        raise grpc_error(exc, sid) from None
+    return client, items
+
+
+async def _history(rt: EdgeRuntime, sid: str) -> list[session_pb2.HistoryItem]:
+    """The stored items of ``sid``, oldest first, from the paged StreamHistory."""
+    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
+    return [item async for page in stream for item in page.items]
+
+
+async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
+                row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
+                policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                mcp: list[Any]) -> str:
+    """Give the adapter the conversation; returns the adapter's session id.
+
+    A failure gives the session up and answers -32603 "Failed to restore session".
+    """
+    try:
+        if agent.kind == "builtin":
+            return await _resume_builtin(client, row, policy, items, mcp)
+        if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
+            return row.adapter_session_id
+        return await _carry_over(session, client, row, policy, items, mcp)
+    except Exception as exc:
+        await abandon(rt, session)
+        raise JsonRpcError(INTERNAL_ERROR, f"Failed to restore session: {cause(exc)}") from None
+
+
+async def _resume_builtin(client: AdapterClient, row: session_pb2.SessionRow,
+                          policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                          mcp: list[Any]) -> str:
+    """The built-in agent: ``session/resume`` under its old id, history in ``_meta``."""
+    adapter_sid = row.adapter_session_id or row.session_id
+    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, history_meta(items))
+    return adapter_sid
+
+
+async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
+                          mcp: list[Any]) -> bool:
+    """An external agent's own restore of its old session; False if it cannot or will not."""
+    return await client.restore_external(row.adapter_session_id, row.workspace_dir, mcp)
+
+
+async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_pb2.SessionRow,
+                      policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                      mcp: list[Any]) -> str:
+    """A fresh adapter session; the transcript goes along with the first prompt."""
+    adapter_sid = await client.new_session(row.workspace_dir, mcp, policy)
+    session.pending_history = transcript(items) or None
+    return adapter_sid
+
+
+async def _replay_history(conn: DialectConnection, sid: str,
+                          items: list[session_pb2.HistoryItem]) -> None:
+    """session/load: every stored update, in order, as ``session/update`` notifications."""
+    lines = [notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": u})
+             for u in replay_updates(items)]
+    with contextlib.suppress(ConnectionError, OSError):
+        # Chunks, so other sessions on this connection still get a turn.
+        for start in range(0, len(lines), _REPLAY_CHUNK):
+            await conn.send_many(lines[start:start + _REPLAY_CHUNK])
+
+
+async def _replay_plan(conn: DialectConnection, sid: str, row: session_pb2.SessionRow) -> None:
+    """session/resume: only the stored plan, if there is a readable one."""
+    if not row.plan_json:
+        return
+    entries = _loads_list(row.plan_json)
+    if entries is None:
+        return
+    update = {"sessionUpdate": U_PLAN, "entries": entries}
+    with contextlib.suppress(ConnectionError, OSError):
+        await conn.send(notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": update}))
+
+
+def _loads_list(text: str) -> list[Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) else None

@@ -1,0 +1,75 @@
+"""SPEC §8: what the dialect answers from the stored rows alone, no adapter involved.
+
+``session/list`` pages through the sessions this connection's principal may
+see; an inbound ``session/update`` or ``session/event`` marks activity on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+from typing import Any
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.edge.dispatch import DialectConnection
+from services.edge.errors import grpc_error
+from services.edge.params import first_str, session_id
+from services.edge.visibility import list_visibility, visible_row
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: every session this connection's principal may see, in ACP shape."""
+    cwd = first_str(params, "cwd") or ""
+    if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
+        try:
+            cwd = await asyncio.to_thread(os.path.realpath, cwd)
+        except ValueError:  # e.g. an embedded NUL: no stored workspace can match
+            return {"sessions": []}
+    cursor = first_str(params, "cursor") or ""
+    try:
+        resp = await conn.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(
+            requester_session_key=conn.principal, cwd=cwd, cursor=cursor,
+            visibility=list_visibility(conn.principal)))
+    except grpc.aio.AioRpcError as exc:
+        raise grpc_error(exc) from None
+    sessions = []
+    for row in resp.sessions:
+        info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
+        if row.title:
+            info["title"] = row.title
+        info["updatedAt"] = _iso(row.last_activity or row.created_at)
+        sessions.append(info)
+    out: dict[str, Any] = {"sessions": sessions}
+    if resp.next_cursor:
+        out["nextCursor"] = resp.next_cursor
+    return out
+
+
+async def session_event(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: inbound session/update or session/event touches the session."""
+    sid = session_id(params)
+    event_type = params.get("type")
+    if not isinstance(event_type, str):
+        update = params.get("update")
+        event_type = update.get("sessionUpdate") if isinstance(update, dict) else None
+        if not isinstance(event_type, str):
+            event_type = "unknown"
+    session = conn.sessions.get(sid)
+    if session is not None:
+        session.touch()
+    elif conn.principal:
+        await visible_row(conn.runtime, conn.principal, sid)  # another client's: "not found"
+    try:
+        await conn.runtime.session_stub.TouchSession(
+            session_pb2.TouchSessionRequest(session_id=sid))
+    except grpc.aio.AioRpcError as exc:
+        if session is None:  # grpc_error maps NOT_FOUND/FAILED_PRECONDITION to -32000
+            raise grpc_error(exc, sid) from None
+    return {"sessionId": sid, "type": event_type, "status": "processed"}

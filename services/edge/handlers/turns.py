@@ -1,0 +1,67 @@
+"""SPEC §4 and §7: ``session/prompt``, ``session/cancel``, ``session/stop``, ``session/close``.
+
+The handlers decide whether a request may run; the :class:`EdgeSession` runs
+the turn, applies the cancel and is released through the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.common.protocol import MSG_SESSION_BUSY, SESSION_BUSY
+from services.edge import blobs
+from services.edge.dispatch import DialectConnection
+from services.edge.framing import JsonRpcError
+from services.edge.params import session_id
+
+
+async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §4: id, active, busy (slot before blobs), prompt, then the turn."""
+    sid = session_id(params)
+    session = conn.active_session(sid)
+    turn = session.reserve_turn()
+    if turn is None:
+        raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+    try:
+        plan = blobs.parse_prompt(params.get("prompt"))
+        if plan.blobs:
+            text = await asyncio.to_thread(blobs.materialize, plan, session.workspace_dir)
+        else:
+            text = blobs.materialize(plan, session.workspace_dir)
+        return await session.run_turn(turn, text)
+    finally:
+        session.release_turn(turn)
+
+
+async def session_cancel(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §7: interrupt the running turn; idle or unknown → {}."""
+    sid = session_id(params)  # a request without one is -32602 (§1); notifications: silence
+    session = conn.sessions.get(sid)
+    if session is not None:
+        session.touch()
+        session.cancel()
+    return {}
+
+
+async def session_stop(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §7: leave the active set now, let the turn finish, release."""
+    sid = session_id(params)
+    session = conn.active_session(sid)
+    conn.runtime.remove(session)
+    conn.sessions.pop(sid, None)
+    await session.wait_turn()
+    await conn.runtime.release(session, "stop")
+    return {"sessionId": sid, "stopped": True}
+
+
+async def session_close(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §7: cancel the turn, leave the active set, wait, release."""
+    sid = session_id(params)
+    session = conn.active_session(sid)
+    conn.runtime.remove(session)
+    conn.sessions.pop(sid, None)
+    session.cancel()
+    await session.wait_turn()
+    await conn.runtime.release(session, "close")
+    return {}

@@ -1,0 +1,42 @@
+"""Reading the client's request params the way SPEC §1 allows (aliases, bounds).
+
+Params are deliberately open-ended JSON on the ACP wire; these helpers pick
+the fields the dialect needs and treat a value of the wrong type as absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common.protocol import INVALID_PARAMS, MSG_MISSING_SESSION_ID
+from services.edge.errors import not_found
+from services.edge.framing import JsonRpcError
+
+#: Session ids are UUIDs; anything much longer cannot name a session, and
+#: must not reach the services (a huge id in a gRPC status overflows its header).
+MAX_SESSION_ID_CHARS = 128
+
+
+def first_str(params: dict[str, Any], *keys: str) -> str | None:
+    """The first present key's value (SPEC §1 aliases); non-strings count as absent."""
+    for key in keys:
+        value = params.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def session_id(params: dict[str, Any]) -> str:
+    """``sessionId`` (or ``session_id``): -32602 when missing, -32000 when it cannot be one."""
+    sid = first_str(params, "sessionId", "session_id")
+    if not sid:
+        raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
+    if len(sid) > MAX_SESSION_ID_CHARS:
+        raise not_found(sid)
+    return sid
+
+
+def mcp_servers(params: dict[str, Any]) -> list[Any]:
+    """The client's ``mcpServers`` list, passed on to the adapter as given ([] if malformed)."""
+    servers = params.get("mcpServers")
+    return servers if isinstance(servers, list) else []

@@ -1,0 +1,102 @@
+"""The steps that bring a session up, shared by session/new and load/resume (SPEC §3, §8, §9).
+
+A slot is reserved against ``max_sessions`` for the whole setup; the session's
+policy comes from the session service; the adapter gets a lease, is attached
+and initialized (its lease is closed again if that fails); and a session that
+came up is marked active in the store and entered into the runtime and the
+connection, unless its adapter or its client went away meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate.session.v1 import session_pb2
+from services.common.logs import get_logger
+from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
+from services.edge.adapter import AdapterClient
+from services.edge.dispatch import DialectConnection
+from services.edge.errors import start_failed
+from services.edge.framing import JsonRpcError
+from services.edge.runtime import EdgeRuntime
+from services.edge.session import EdgeSession
+
+log = get_logger("edge.dialect")
+
+
+@contextmanager
+def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
+    """Hold one of the ``max_sessions`` slots while a session is set up; -32001 when full."""
+    if not runtime.registry.try_reserve():
+        raise JsonRpcError(SESSION_LIMIT,
+                           MSG_SESSION_LIMIT.format(max=runtime.cfg.acp.max_sessions))
+    try:
+        yield
+    finally:
+        runtime.registry.unreserve()
+
+
+async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str) -> dict[str, Any]:
+    """The policy of ``alias`` in ``workspace_dir``, in its ``_meta.acpgate.policy`` JSON form."""
+    from services.common.policy import SecurityPolicy
+
+    p = await runtime.session_stub.GetPolicy(
+        session_pb2.GetPolicyRequest(alias=alias, workspace_dir=workspace_dir))
+    return SecurityPolicy.from_proto(p).to_json()
+
+
+async def spawn_adapter(conn: DialectConnection, session: EdgeSession,
+                        agent: session_pb2.ResolvedAgent) -> AdapterClient:
+    """Ensure a lease, attach, initialize. On failure the lease is closed again."""
+    rt = conn.runtime
+    try:
+        resp = await rt.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
+            session_key=session.session_key, command=agent.command, args=list(agent.args),
+            env=dict(agent.env), cwd=session.workspace_dir))
+    except grpc.aio.AioRpcError as exc:
+        raise start_failed(agent.alias, exc) from None
+    session.lease_id = resp.lease.lease_id
+    client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session)
+    session.adapter = client
+    try:
+        await client.start(conn.client_capabilities, rt.implementation)
+    except Exception as exc:
+        await abandon(rt, session)
+        raise start_failed(agent.alias, exc) from None
+    return client
+
+
+async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
+    """Give up a session whose setup failed: adapter closed, lease closed, row kept inactive."""
+    await runtime.release(session, "failed")
+
+
+async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid: str,
+                      alias: str | None = None) -> None:
+    """Store the session as active (with its new alias, if any) and enter it everywhere.
+
+    -32603 when the adapter died during setup, or when the connection closed
+    meanwhile (the session is released then: nobody is left to use it).
+    """
+    request = session_pb2.UpdateSessionRequest(
+        session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
+        lease_id=session.lease_id, adapter_session_id=adapter_sid)
+    if alias is not None:
+        request.agent_alias = alias
+    try:
+        await conn.runtime.session_stub.UpdateSession(request)
+    except grpc.aio.AioRpcError as exc:
+        log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
+    if session.released:  # the adapter died during setup
+        raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")
+    if conn.closed:  # close() already released this connection's sessions
+        await conn.runtime.release(session, "disconnect")
+        raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")
+    conn.runtime.activate(session)
+    conn.sessions[session.session_id] = session
+    session.touch()

@@ -1,4 +1,4 @@
-"""The stdio front door's coalescing stdout writer (``services.edge.stdio.LineWriter``).
+"""The stdio front door's coalescing stdout writer (``services.edge.lines.LineWriter``).
 
 Real pipes (``os.pipe``) and real asyncio pipe transports: lines written in one
 loop iteration leave in one flush, in order; a reader that stops reading makes
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.edge.stdio import LineWriter, read_lines
+from services.edge.lines import LineWriter, read_lines
 
 
 class Pipe:

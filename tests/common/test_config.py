@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.common import config as cm
+from services.common.config.coerce import coerce_value
 
 
 def write(dir_: Path, text: str) -> None:
@@ -72,6 +73,58 @@ def test_broken_config_names_file_key_and_type(tmp_path: Path, text: str, needle
 def test_env_value_type_checked(tmp_path: Path) -> None:
     with pytest.raises(cm.ConfigError, match=r"environment: \[acp\] max_sessions: expected integer"):
         cm.load_config(tmp_path, environ={"ACPGATE_acp__max_sessions": "many"})
+
+
+@pytest.mark.parametrize(
+    ("text", "type_name", "value"),
+    [
+        (" 42 ", "int", 42),
+        ("Yes", "bool", True),
+        ("off", "bool", False),
+        ("a, b,, c", "tuple[str, ...]", ("a", "b", "c")),
+        ("['a, b', 'c']", "tuple[str, ...]", ("a, b", "c")),
+        ("{ A = 'x' }", "Mapping[str, str]", {"A": "x"}),
+    ],
+)
+def test_env_and_cli_text_is_parsed_to_the_declared_type(
+    text: str, type_name: str, value: object
+) -> None:
+    assert coerce_value(text, type_name, "W", from_text=True) == value
+
+
+@pytest.mark.parametrize(
+    ("raw", "type_name", "message"),
+    [
+        ("3", "int", "W: expected integer, got '3'"),  # file values are never parsed
+        (True, "int", "W: expected integer, got True"),  # a TOML bool is not an int
+        ("maybe", "bool", "W: expected boolean, got 'maybe'"),
+        (["a", 1], "tuple[str, ...]", "W: expected array of strings, got ['a', 1]"),
+        ({"A": 1}, "Mapping[str, str]", "W: expected table of strings, got {'A': 1}"),
+    ],
+)
+def test_file_values_must_already_have_the_declared_type(
+    raw: object, type_name: str, message: str
+) -> None:
+    with pytest.raises(cm.ConfigError) as err:
+        coerce_value(raw, type_name, "W", from_text=False)
+    assert str(err.value) == message
+
+
+def test_parsed_text_of_the_wrong_shape_reports_what_it_parsed_to() -> None:
+    with pytest.raises(cm.ConfigError) as err:
+        coerce_value("[1, 2]", "tuple[str, ...]", "W", from_text=True)
+    assert str(err.value) == "W: expected array of strings, got [1, 2]"
+    with pytest.raises(cm.ConfigError) as err:
+        coerce_value("{ A = ", "Mapping[str, str]", "W", from_text=True)
+    assert str(err.value) == "W: expected table of strings, got '{ A = '"
+
+
+def test_package_reexports_every_public_name() -> None:
+    # Importers keep writing `from services.common.config import X` after the split.
+    for name in cm.__all__:
+        assert getattr(cm, name) is not None, name
+    assert {"Config", "ConfigError", "load_config", "set_value", "get_value", "show",
+            "AgentSection", "DEFAULT_CONFIG_TOML", "resolve_config_dir"} <= set(cm.__all__)
 
 
 def test_set_round_trip_preserves_rest_of_file(tmp_path: Path) -> None:

@@ -1,0 +1,294 @@
+"""The configuration schema: every section as a frozen dataclass, and :class:`Config`.
+
+Each field's annotation is its type and its value its default; ``SECTIONS``
+names the table each section is read from and ``CHOICES`` the keys limited to a
+fixed set. Checking values against this schema is ``coerce``'s job, reading
+them from file and environment ``load``'s, editing the file ``edit``'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
+
+CONFIG_FILE_NAME = "config.toml"
+
+AUTONOMY_LEVELS = ("readonly", "supervised", "full")
+VISIBILITY_LEVELS = ("self", "tree", "agent", "all")
+AGENT_KINDS = ("builtin", "acp")
+PROVIDERS = ("demo", "openai", "anthropic")
+
+#: Tools that only read; they never ask in supervised mode unless listed in always_ask.
+DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file")
+#: Paths no agent touches unless they lie inside an allowed root: credentials
+#: and kernel interfaces (``/proc/<pid>/environ`` holds API keys). Not all of
+#: ``/etc``: a shell needs its resolver, certificates and libraries to work.
+#: acpgate's own data dir and config file are always added (session policy).
+DEFAULT_FORBIDDEN_PATHS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/root",
+    "/proc",
+    "/sys",
+    "/boot",
+    "/dev",
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.config/gcloud",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.pypirc",
+    "~/.npmrc",
+)
+
+
+class ConfigError(Exception):
+    """A configuration problem, with a message fit for a person (no traceback)."""
+
+
+# --------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class AcpSection:
+    """``[acp]``: the dialect's limits and the default alias (SPEC §3, §9)."""
+
+    default_agent: str = ""
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    session_timeout_secs: int = DEFAULT_SESSION_TIMEOUT_SECS
+
+
+@dataclass(frozen=True)
+class TlsSection:
+    """``[gateway.tls]``: serve ``wss://`` when both files are set."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    #: For the bridge: a CA bundle to trust (empty = system default).
+    ca_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        """True when the gateway should terminate TLS."""
+        return bool(self.cert_file and self.key_file)
+
+
+@dataclass(frozen=True)
+class GatewaySection:
+    """``[gateway]``: the WebSocket ``/acp`` endpoint (SPEC §11)."""
+
+    host: str = "127.0.0.1"
+    port: int = 42617
+    path_prefix: str = ""
+    require_auth: bool = True
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_connections: int = 64
+    ping_interval_secs: int = 20
+    #: permessage-deflate on /acp. Off by default: measured, deflate costs the edge
+    #: ~5 us of CPU per frame (17 -> 12 us/update relayed) and the client its inflate,
+    #: while small JSON-RPC frames on the default loopback bind gain nothing from it.
+    #: Turn it on for slow links carrying large frames (bench/PROFILE.md, section 8).
+    compression: bool = False
+    tls: TlsSection = field(default_factory=TlsSection)
+
+
+@dataclass(frozen=True)
+class PathsSection:
+    """``[paths]``: where data lives (default ``<config dir>/data``)."""
+
+    data_dir: str = ""
+
+
+@dataclass(frozen=True)
+class ServicesSection:
+    """``[services]``: addresses of the gRPC services.
+
+    Empty addresses mean "embedded": ``acpgate acp`` then runs both services in
+    its own process on private unix sockets. Addresses are ``unix:/path`` or
+    ``host:port``.
+    """
+
+    session_addr: str = ""
+    lifecycle_addr: str = ""
+    #: Optional shared token every gRPC call must carry (TCP deployments).
+    token_env: str = ""
+
+
+@dataclass(frozen=True)
+class AutonomySection:
+    """``[autonomy]``: the default policy of every agent (SPEC §12)."""
+
+    level: str = "supervised"
+    forbidden_paths: tuple[str, ...] = DEFAULT_FORBIDDEN_PATHS
+    auto_approve: tuple[str, ...] = DEFAULT_AUTO_APPROVE
+    always_ask: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionsSection:
+    """``[sessions]``: visibility of sessions to internal requesters (SPEC §14)."""
+
+    visibility: str = "tree"
+
+
+@dataclass(frozen=True)
+class A2aSection:
+    """``[a2a]``: cross-agent visibility policy (SPEC §14)."""
+
+    enabled: bool = False
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LifecycleSection:
+    """``[lifecycle]``: lease retention and the SIGTERM→SIGKILL grace (SPEC §13)."""
+
+    lease_retention_secs: int = 7 * 24 * 3600
+    term_grace_ms: int = 3000
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    """One ``[agents.<alias>]`` entry.
+
+    ``kind = "builtin"`` runs the built-in agent (``provider`` and ``model``
+    required); ``kind = "acp"`` runs any ACP agent command over stdio
+    (``command`` required).
+    """
+
+    alias: str
+    kind: str = "builtin"
+    enabled: bool = True
+    workspace: str = ""
+    #: Per-agent autonomy override ("" = the [autonomy] level).
+    autonomy: str = ""
+    # builtin
+    provider: str = ""
+    model: str = ""
+    base_url: str = ""
+    api_key_env: str = ""
+    max_tool_iterations: int = 20
+    context_budget_chars: int = 200_000
+    request_timeout_secs: int = 120
+    max_retries: int = 3
+    # acp
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def dispatchable(self) -> bool:
+        """Enabled and complete for its kind (SPEC §3)."""
+        if not self.enabled:
+            return False
+        if self.kind == "builtin":
+            return bool(self.provider and self.model)
+        if self.kind == "acp":
+            return bool(self.command)
+        return False
+
+    @property
+    def default_model(self) -> str:
+        """``provider/model`` for builtin agents, "" otherwise."""
+        if self.kind == "builtin" and self.provider and self.model:
+            return f"{self.provider}/{self.model}"
+        return ""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole effective configuration of one acpgate install."""
+
+    config_dir: Path
+    acp: AcpSection = field(default_factory=AcpSection)
+    gateway: GatewaySection = field(default_factory=GatewaySection)
+    paths: PathsSection = field(default_factory=PathsSection)
+    services: ServicesSection = field(default_factory=ServicesSection)
+    autonomy: AutonomySection = field(default_factory=AutonomySection)
+    sessions: SessionsSection = field(default_factory=SessionsSection)
+    a2a: A2aSection = field(default_factory=A2aSection)
+    lifecycle: LifecycleSection = field(default_factory=LifecycleSection)
+    agents: Mapping[str, AgentSection] = field(default_factory=dict)
+
+    @property
+    def config_file(self) -> Path:
+        """``<config dir>/config.toml``."""
+        return self.config_dir / CONFIG_FILE_NAME
+
+    @property
+    def data_dir(self) -> Path:
+        """``[paths] data_dir``, default ``<config dir>/data``."""
+        if self.paths.data_dir:
+            return Path(os.path.expanduser(self.paths.data_dir))
+        return self.config_dir / "data"
+
+    @property
+    def session_db_path(self) -> Path:
+        """``<data dir>/sessions/acp-sessions.db`` (SPEC §0)."""
+        return self.data_dir / "sessions" / "acp-sessions.db"
+
+    @property
+    def lifecycle_state_dir(self) -> Path:
+        """``<data dir>/lifecycle``: instance id, leases.db, stderr logs."""
+        return self.data_dir / "lifecycle"
+
+    def agent_workspace(self, alias: str) -> Path:
+        """``[agents.<alias>] workspace``, default ``<config dir>/agents/<alias>/workspace``."""
+        agent = self.agents.get(alias)
+        if agent is not None and agent.workspace:
+            return Path(os.path.expanduser(agent.workspace))
+        return self.config_dir / "agents" / alias / "workspace"
+
+    def agent_autonomy(self, alias: str) -> str:
+        """The effective autonomy level of an agent (per-agent override or [autonomy])."""
+        agent = self.agents.get(alias)
+        if agent is not None and agent.autonomy:
+            return agent.autonomy
+        return self.autonomy.level
+
+
+# --------------------------------------------------------------------- the schema
+
+#: The table each section is read from (``gateway.tls`` nests inside ``[gateway]``).
+SECTIONS: dict[str, type] = {
+    "acp": AcpSection,
+    "gateway": GatewaySection,
+    "gateway.tls": TlsSection,
+    "paths": PathsSection,
+    "services": ServicesSection,
+    "autonomy": AutonomySection,
+    "sessions": SessionsSection,
+    "a2a": A2aSection,
+    "lifecycle": LifecycleSection,
+}
+
+#: Keys whose value must be one of a fixed set.
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("autonomy", "level"): AUTONOMY_LEVELS,
+    ("sessions", "visibility"): VISIBILITY_LEVELS,
+    ("agents", "kind"): AGENT_KINDS,
+    ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
+    ("agents", "provider"): ("", *PROVIDERS),
+}
+
+
+def field_types(cls: type) -> dict[str, str]:
+    """The annotation of each settable field of a section, as a string."""
+    out: dict[str, str] = {}
+    for f in fields(cls):
+        if f.name in ("alias", "tls"):
+            continue
+        out[f.name] = str(f.type)
+    return out

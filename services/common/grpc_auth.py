@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 from services.common.config import Config
-from services.common.grpc_server import SERVER_OPTIONS
+from services.common.grpc_limits import SERVER_OPTIONS
 
 ENV_TLS_CERT = "ACPGATE_GRPC_TLS_CERT"
 ENV_TLS_KEY = "ACPGATE_GRPC_TLS_KEY"

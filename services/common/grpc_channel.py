@@ -7,7 +7,7 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.grpc_server import SERVER_OPTIONS
+from services.common.grpc_limits import SERVER_OPTIONS
 
 
 def open_channel(address: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:

@@ -2,13 +2,18 @@
 
 Both services serve ``grpc.health.v1.Health`` (SERVING once started) and server
 reflection, on a unix socket (``unix:/path``) or TCP (``host:port``).
+
+The skeleton every service shares: :func:`start_service` serves one service with
+the configured token check and TLS and releases the service's resources when the
+server stops (or fails to start); :func:`run_until_signalled` is the
+``acpgate <name>-service`` main: start, serve until SIGINT/SIGTERM, stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -17,14 +22,21 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.common.grpc_auth import GrpcSecurity, server_credentials, server_interceptors
+from services.common.grpc_limits import MAX_MESSAGE_BYTES, SERVER_OPTIONS
+from services.common.logs import StructLogger
 from services.common.signals import install_stop_signals
 
-#: Large enough for a 10 MiB blob plus framing; Attach batches stay far below.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-SERVER_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SERVER_OPTIONS",
+    "RunningServer",
+    "abort",
+    "prepare_address",
+    "run_until_signalled",
+    "serve_until_signalled",
+    "start_server",
+    "start_service",
 ]
 
 
@@ -111,3 +123,44 @@ async def serve_until_signalled(running: RunningServer) -> int:
         remove()
         await running.stop()
     return 0
+
+
+async def start_service(
+    address: str,
+    service_name: str,
+    register: Callable[[grpc.aio.Server], None],
+    *,
+    security: GrpcSecurity,
+    close: Callable[[], Awaitable[None]],
+) -> RunningServer:
+    """Serve one acpgate service on ``address`` with ``security``'s token check and TLS.
+
+    ``close`` releases what the service holds (its store, its leases): it runs
+    after ``await running.stop()`` has stopped the server, and also when the
+    server cannot start (e.g. an unreadable TLS key), so nothing is left open.
+    """
+    try:
+        running = await start_server(
+            address,
+            register,
+            [service_name],
+            interceptors=server_interceptors(security),
+            credentials=server_credentials(security, address),
+        )
+    except BaseException:
+        await close()
+        raise
+    running.on_stop = close
+    return running
+
+
+async def run_until_signalled(
+    starting: Awaitable[RunningServer], *, address: str, log: StructLogger, stopped_event: str
+) -> int:
+    """Await ``starting`` (a service's start on ``address``), serve until SIGINT or
+    SIGTERM, stop, log ``stopped_event``; 0 on a clean stop."""
+    running = await starting
+    try:
+        return await serve_until_signalled(running)
+    finally:
+        log.info(stopped_event, address=address)

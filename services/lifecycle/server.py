@@ -13,8 +13,8 @@ import grpc
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import default_lifecycle_address
 from services.common.config import Config
-from services.common.grpc_auth import grpc_security, server_credentials, server_interceptors
-from services.common.grpc_server import RunningServer, serve_until_signalled, start_server
+from services.common.grpc_auth import grpc_security
+from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.instance import load_or_create_instance_id
@@ -64,49 +64,27 @@ async def start_lifecycle_server(
     and closes the store.
     """
     controller = await open_controller(cfg, proctable=proctable)
-    try:
-        await controller.expire()
-        try:
-            results = await controller.reap_orphans(reason="startup")
-        except Exception as exc:  # leftovers stay open/closing for a later reap
-            # Startup reaping is cleanup: a failure is reported, it never stops the service.
-            log.error("startup_reap_failed", instance_id=controller.instance_id,
-                      why=f"{type(exc).__name__}: {exc}")
-            results = []
-        log.info(
-            "startup_reap",
-            instance_id=controller.instance_id,
-            leases=len(results),
-            terminated=sum(len(r.terminated_pids) for r in results),
-            unverified=[r.unverified_reason for r in results if r.unverified_reason],
-        )
-        servicer = LifecycleServicer(controller)
 
-        def register(server: grpc.aio.Server) -> None:
-            """Add the lifecycle servicer to ``server``."""
-            lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(servicer, server)
-
-        sec = grpc_security(cfg)
-        running = await start_server(
-            address,
-            register,
-            [SERVICE_NAME],
-            interceptors=server_interceptors(sec),
-            credentials=server_credentials(sec, address),
-        )
-    except BaseException:
-        await controller.close_all()
-        await controller.store.close()
-        raise
-
-    async def on_stop() -> None:
+    async def close() -> None:
         """Close every lease this run holds, then the store."""
         try:
             await controller.close_all(reason="stop")
         finally:
             await controller.store.close()
 
-    running.on_stop = on_stop
+    try:
+        await _reap_before_serving(controller)
+        servicer = LifecycleServicer(controller)
+        sec = grpc_security(cfg)
+    except BaseException:
+        await close()
+        raise
+
+    def register(server: grpc.aio.Server) -> None:
+        """Add the lifecycle servicer to ``server``."""
+        lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(servicer, server)
+
+    running = await start_service(address, SERVICE_NAME, register, security=sec, close=close)
     log.info(
         "lifecycle_service_started",
         address=running.address,
@@ -116,11 +94,34 @@ async def start_lifecycle_server(
     return running
 
 
+async def _reap_before_serving(controller: LifecycleController) -> None:
+    """Expire old leases and reap this gateway's leases of earlier runs (SPEC §13).
+
+    Startup reaping is cleanup: a failure is reported, it never stops the service;
+    the leftovers stay open/closing for a later reap.
+    """
+    await controller.expire()
+    try:
+        results = await controller.reap_orphans(reason="startup")
+    except Exception as exc:  # leftovers stay open/closing for a later reap
+        log.error("startup_reap_failed", instance_id=controller.instance_id,
+                  why=f"{type(exc).__name__}: {exc}")
+        results = []
+    log.info(
+        "startup_reap",
+        instance_id=controller.instance_id,
+        leases=len(results),
+        terminated=sum(len(r.terminated_pids) for r in results),
+        unverified=[r.unverified_reason for r in results if r.unverified_reason],
+    )
+
+
 async def run_lifecycle_service(cfg: Config) -> int:
     """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
     address = default_lifecycle_address(cfg)
-    running = await start_lifecycle_server(cfg, address)
-    try:
-        return await serve_until_signalled(running)
-    finally:
-        log.info("lifecycle_service_stopped", address=address)
+    return await run_until_signalled(
+        start_lifecycle_server(cfg, address),
+        address=address,
+        log=log,
+        stopped_event="lifecycle_service_stopped",
+    )

@@ -13,13 +13,8 @@ import grpc
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import default_session_address
 from services.common.config import Config
-from services.common.grpc_auth import (
-    GrpcSecurity,
-    grpc_security,
-    server_credentials,
-    server_interceptors,
-)
-from services.common.grpc_server import RunningServer, serve_until_signalled, start_server
+from services.common.grpc_auth import GrpcSecurity, grpc_security
+from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
 from services.session.servicer import SessionServicer
 from services.session.store import Clock, open_store, wall_clock_ms
@@ -53,18 +48,7 @@ async def start_session_server(
     def register(server: grpc.aio.Server) -> None:
         session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
 
-    try:
-        running = await start_server(
-            address,
-            register,
-            [SERVICE_NAME],
-            interceptors=server_interceptors(sec),
-            credentials=server_credentials(sec, address),
-        )
-    except BaseException:
-        await store.close()
-        raise
-    running.on_stop = store.close
+    running = await start_service(address, SERVICE_NAME, register, security=sec, close=store.close)
     log.info(
         "session_service_started",
         address=running.address,
@@ -77,8 +61,9 @@ async def start_session_server(
 async def run_session_service(cfg: Config) -> int:
     """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
     address = default_session_address(cfg)
-    running = await start_session_server(cfg, address)
-    try:
-        return await serve_until_signalled(running)
-    finally:
-        log.info("session_service_stopped", address=address)
+    return await run_until_signalled(
+        start_session_server(cfg, address),
+        address=address,
+        log=log,
+        stopped_event="session_service_stopped",
+    )

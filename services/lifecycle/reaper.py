@@ -20,18 +20,15 @@ from dataclasses import dataclass, replace
 
 from services.common.logs import get_logger
 from services.lifecycle.leases import ENDED_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.legacy import LegacyRecord, verify_legacy
 from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
+from services.lifecycle.snapshot import ProcSnapshot, TreeProc, children_first
 from services.lifecycle.verify import (
     REASON_BIRTH,
     REASON_OTHER_INSTANCE,
     REASON_ROOT_GONE,
-    LegacyRecord,
     Owner,
-    ProcSnapshot,
-    TreeProc,
     Verification,
-    children_first,
-    verify_legacy,
     verify_owned_tree,
 )
 

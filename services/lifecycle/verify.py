@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.lifecycle.leases import LeaseRecord
 from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
+from services.lifecycle.snapshot import ProcSnapshot, TreeProc, children_first, descendants
 
 LEASE_ENV = "ACPGATE_LEASE_ID"
 INSTANCE_ENV = "ACPGATE_GATEWAY_INSTANCE_ID"
@@ -72,14 +72,6 @@ class Owner:
 
 
 @dataclass(frozen=True)
-class TreeProc:
-    """A process of a verified tree, with its depth below the root (0 = root)."""
-
-    info: ProcInfo
-    depth: int
-
-
-@dataclass(frozen=True)
 class Verification:
     """The outcome of a verification."""
 
@@ -96,71 +88,117 @@ class Verification:
     notes: tuple[str, ...] = field(default=())
 
 
-def children_first(procs: Sequence[TreeProc]) -> tuple[TreeProc, ...]:
-    """Deepest first; ties by PID for a stable order."""
-    return tuple(sorted(procs, key=lambda p: (-p.depth, p.info.pid)))
+class Refused(Exception):
+    """A step of :func:`verify_owned_tree` cannot prove the tree is the lease's.
+
+    ``verdict`` is the fail-closed answer the verification ends with.
+    """
+
+    def __init__(self, verdict: Verification) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
 
 
-class ProcSnapshot:
-    """One process listing, indexed by PID, parent and group, so that verifying many
-    leases against it costs one pass over the table, not one per lease."""
+@dataclass(frozen=True)
+class RootLocation:
+    """Where the lease's root stands in one listing."""
 
-    def __init__(self, procs: Sequence[ProcInfo]) -> None:
-        #: Processes that exist but could not be read: kept apart, so they never
-        #: join a tree, a group or a candidate list, yet never count as gone.
-        self.unreadable: frozenset[int] = frozenset(p.pid for p in procs if p.unreadable)
-        self.procs: tuple[ProcInfo, ...] = tuple(p for p in procs if not p.unreadable)
-        self.by_pid: dict[int, ProcInfo] = {}
-        self.children: dict[int, list[ProcInfo]] = {}
-        self.by_pgid: dict[int, list[ProcInfo]] = {}
-        for p in self.procs:
-            self.by_pid[p.pid] = p
-            self.children.setdefault(p.ppid, []).append(p)
-            self.by_pgid.setdefault(p.pgid, []).append(p)
+    #: The process at the root's PID (for a pending lease: the recovered wrapper).
+    info: ProcInfo | None
+    #: The birth identity the root must have.
+    expected_start: int
+    #: For a pending lease: the wrapper found by exact match.
+    recovered: ProcInfo | None = None
 
-    def group(self, pgid: int) -> list[ProcInfo]:
-        """Members of process group ``pgid``, in listing order."""
-        return self.by_pgid.get(pgid, [])
+    def live_root(self) -> ProcInfo | None:
+        """The root, alive with the expected birth; None when it is provably gone."""
+        root = self.info
+        if root is None or root.zombie or root.start_time != self.expected_start:
+            return None
+        return root
 
-
-def _descendants(root: ProcInfo, snap: ProcSnapshot) -> dict[int, TreeProc]:
-    children = snap.children
-    tree: dict[int, TreeProc] = {root.pid: TreeProc(root, 0)}
-    frontier = [root]
-    while frontier:
-        nxt: list[ProcInfo] = []
-        for parent in frontier:
-            depth = tree[parent.pid].depth + 1
-            for child in children.get(parent.pid, []):
-                # A child cannot be older than its parent: that would be a reused PID link.
-                if child.pid in tree or child.start_time < parent.start_time:
-                    continue
-                tree[child.pid] = TreeProc(child, depth)
-                nxt.append(child)
-        frontier = nxt
-    return tree
+    @property
+    def gone_reason(self) -> str:
+        """Why the root counts as gone: absent or exited, or another birth on its PID."""
+        return REASON_ROOT_GONE if self.info is None or self.info.zombie else REASON_BIRTH
 
 
-def _env_marks(env: Mapping[str, str] | None, lease_id: str, instance_id: str) -> bool:
-    return env is not None and env.get(LEASE_ENV) == lease_id and env.get(INSTANCE_ENV) == instance_id
+async def verify_owned_tree(
+    lease: LeaseRecord,
+    table: ProcessTable,
+    owner: Owner,
+    snapshot: ProcSnapshot | None = None,
+) -> Verification:
+    """Verify that the live tree belongs to ``lease``; fail closed on any doubt.
+
+    ``snapshot`` is a listing the caller just took from ``table`` (one snapshot
+    shared by many leases in a reap pass); None lists the table here. Every other
+    check (birth identity, argv, environment, group) is the same either way.
+    Each step either passes or raises :class:`Refused` with the verdict.
+    """
+    try:
+        check_owner(lease, owner)
+        snap = snapshot if snapshot is not None else await list_snapshot(table)
+        located = locate_root(lease, snap, owner.instance_id)
+        root = located.live_root()
+        if root is None:
+            return await verify_gone_root(lease, located, snap, table, owner.instance_id)
+        check_root_command(lease, root, located.recovered)
+        await check_root_environment(lease, root, table, owner.instance_id, located.recovered)
+        anchored = adapter_anchors_group(lease, root, snap, located.recovered)
+        tree = descendants(root, snap)
+        notes = await join_group(tree, lease, root, snap, table, owner.instance_id, anchored)
+    except Refused as refused:
+        return refused.verdict
+    live = [t for t in tree.values() if not t.info.zombie]
+    return Verification(
+        True,
+        "",
+        processes=children_first(live),
+        recovered_root=located.recovered,
+        notes=tuple(notes),
+    )
 
 
-async def _marked_group_members(
-    lease: LeaseRecord, snap: ProcSnapshot, table: ProcessTable, instance_id: str
-) -> list[TreeProc]:
-    """Members of the lease's group whose environment proves they are the lease's."""
-    if lease.process_group_id is None or lease.process_group_id <= 1:
-        return []
-    found: list[TreeProc] = []
-    for p in snap.group(lease.process_group_id):
-        if p.pgid != lease.process_group_id or p.zombie or p.pid == lease.root_pid:
-            continue
-        if p.start_time < lease.root_start_time:
-            continue  # born before our wrapper: cannot be its descendant
-        env = await table.environ(p.pid, p.start_time)
-        if _env_marks(env, lease.lease_id, instance_id):
-            found.append(TreeProc(p, 2))
-    return found
+def check_owner(lease: LeaseRecord, owner: Owner) -> None:
+    """The lease is this gateway's and its wrapper lies under this gateway's wrapper root."""
+    if lease.gateway_instance_id != owner.instance_id:
+        raise Refused(Verification(False, REASON_OTHER_INSTANCE))
+    if not same_path(lease.wrapper_root, owner.wrapper_root) or not path_under(
+        lease.wrapper_path, lease.wrapper_root
+    ):
+        raise Refused(Verification(False, REASON_WRAPPER_ROOT))
+
+
+async def list_snapshot(table: ProcessTable) -> ProcSnapshot:
+    """One listing of ``table``; refused as "evidence unavailable" when it cannot be read."""
+    try:
+        return ProcSnapshot(await table.list_all())
+    except ProcessTableError as exc:
+        raise Refused(
+            Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
+        ) from None
+
+
+def locate_root(lease: LeaseRecord, snap: ProcSnapshot, instance_id: str) -> RootLocation:
+    """The lease's root in ``snap``.
+
+    A pending lease (spawned, root never recorded) is recovered only from exactly
+    one live wrapper naming its wrapper path, lease id and instance id: none is a
+    gone root, more than one is ambiguous. A recorded root that exists but cannot
+    be read is unverifiable now ("gone" would be a guess): refused, retry later.
+    """
+    if lease.pending:
+        candidates = find_pending_candidates(lease, snap.procs, instance_id)
+        if len(candidates) > 1:
+            raise Refused(Verification(False, REASON_AMBIGUOUS))
+        if not candidates:
+            raise Refused(Verification(False, REASON_PENDING_GONE, root_gone=True))
+        recovered = candidates[0]
+        return RootLocation(recovered, recovered.start_time, recovered)
+    if lease.root_pid in snap.unreadable:
+        raise Refused(Verification(False, REASON_UNREADABLE, evidence_unavailable=True))
+    return RootLocation(snap.by_pid.get(lease.root_pid), lease.root_start_time)
 
 
 def find_pending_candidates(
@@ -186,158 +224,122 @@ def _has_option(argv: list[str], name: str, value: str) -> bool:
     return any(argv[i] == name and argv[i + 1] == value for i in range(len(argv) - 1))
 
 
-async def verify_owned_tree(
+async def verify_gone_root(
     lease: LeaseRecord,
+    located: RootLocation,
+    snap: ProcSnapshot,
     table: ProcessTable,
-    owner: Owner,
-    snapshot: ProcSnapshot | None = None,
+    instance_id: str,
 ) -> Verification:
-    """Verify that the live tree belongs to ``lease``; fail closed on any doubt.
+    """The verdict for a provably gone root: only group members marked with the lease.
 
-    ``snapshot`` is a listing the caller just took from ``table`` (one snapshot
-    shared by many leases in a reap pass); None lists the table here. Every other
-    check (birth identity, argv, environment, group) is the same either way.
+    Verified (with those stragglers to reap) when there are any; ``root_gone`` either way.
     """
-    if lease.gateway_instance_id != owner.instance_id:
-        return Verification(False, REASON_OTHER_INSTANCE)
-    if not same_path(lease.wrapper_root, owner.wrapper_root) or not path_under(
-        lease.wrapper_path, lease.wrapper_root
-    ):
-        return Verification(False, REASON_WRAPPER_ROOT)
-    if snapshot is None:
-        try:
-            snapshot = ProcSnapshot(await table.list_all())
-        except ProcessTableError as exc:
-            return Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
-    procs = snapshot.procs
-    by_pid = snapshot.by_pid
+    stragglers = await _marked_group_members(lease, snap, table, instance_id)
+    return Verification(
+        bool(stragglers),
+        located.gone_reason,
+        root_gone=True,
+        processes=children_first(stragglers),
+    )
 
-    recovered: ProcInfo | None = None
-    if lease.pending:
-        candidates = find_pending_candidates(lease, procs, owner.instance_id)
-        if len(candidates) > 1:
-            return Verification(False, REASON_AMBIGUOUS)
-        if not candidates:
-            return Verification(False, REASON_PENDING_GONE, root_gone=True)
-        recovered = candidates[0]
-        root: ProcInfo | None = recovered
-        expected_start = recovered.start_time
-    else:
-        if lease.root_pid in snapshot.unreadable:
-            # It exists: "gone" would be a guess. Unverifiable → fail closed, retry later.
-            return Verification(False, REASON_UNREADABLE, evidence_unavailable=True)
-        root = by_pid.get(lease.root_pid)
-        expected_start = lease.root_start_time
 
-    if root is None or root.zombie or root.start_time != expected_start:
-        reason = REASON_ROOT_GONE if root is None or root.zombie else REASON_BIRTH
-        stragglers = await _marked_group_members(lease, snapshot, table, owner.instance_id)
-        return Verification(
-            bool(stragglers),
-            reason,
-            root_gone=True,
-            processes=children_first(stragglers),
-        )
+async def _marked_group_members(
+    lease: LeaseRecord, snap: ProcSnapshot, table: ProcessTable, instance_id: str
+) -> list[TreeProc]:
+    """Members of the lease's group whose environment proves they are the lease's."""
+    if lease.process_group_id is None or lease.process_group_id <= 1:
+        return []
+    found: list[TreeProc] = []
+    for p in snap.group(lease.process_group_id):
+        if p.pgid != lease.process_group_id or p.zombie or p.pid == lease.root_pid:
+            continue
+        if p.start_time < lease.root_start_time:
+            continue  # born before our wrapper: cannot be its descendant
+        env = await table.environ(p.pid, p.start_time)
+        if _env_marks(env, lease.lease_id, instance_id):
+            found.append(TreeProc(p, 2))
+    return found
 
+
+def check_root_command(lease: LeaseRecord, root: ProcInfo, recovered: ProcInfo | None) -> None:
+    """The root's live argv names the wrapper path and hashes to the lease's command hash."""
     argv = list(root.cmdline)
     if not argv:
         # An exiting process has released its memory but is not yet a zombie:
         # nothing can be proven this instant; a retry will see it gone.
-        return Verification(False, REASON_EXITING, evidence_unavailable=True, recovered_root=recovered)
+        raise Refused(
+            Verification(False, REASON_EXITING, evidence_unavailable=True, recovered_root=recovered)
+        )
     if lease.wrapper_path not in argv:
-        return Verification(False, REASON_WRAPPER_ROOT, recovered_root=recovered)
+        raise Refused(Verification(False, REASON_WRAPPER_ROOT, recovered_root=recovered))
     if command_hash(argv) != lease.command_hash:
-        return Verification(False, REASON_COMMAND, recovered_root=recovered)
+        raise Refused(Verification(False, REASON_COMMAND, recovered_root=recovered))
+
+
+async def check_root_environment(
+    lease: LeaseRecord,
+    root: ProcInfo,
+    table: ProcessTable,
+    instance_id: str,
+    recovered: ProcInfo | None,
+) -> None:
+    """The root's environment, where readable, carries the lease id and instance id."""
     env = await table.environ(root.pid, root.start_time)
-    if env is not None and not _env_marks(env, lease.lease_id, owner.instance_id):
-        return Verification(False, REASON_ENV, recovered_root=recovered)
-
-    adapter = by_pid.get(lease.adapter_pid) if lease.adapter_pid else None
-    anchored = adapter is not None and adapter.ppid == root.pid
-    if (
-        anchored
-        and adapter is not None
-        and lease.process_group_id is not None
-        and adapter.pgid != lease.process_group_id
-    ):
-        return Verification(False, REASON_PGID, recovered_root=recovered)
-
-    tree = _descendants(root, snapshot)
-    notes: list[str] = []
-    if lease.process_group_id is not None and lease.process_group_id > 1:
-        for p in snapshot.group(lease.process_group_id):
-            if p.pgid != lease.process_group_id or p.pid in tree or p.zombie:
-                continue
-            if p.start_time < root.start_time:
-                notes.append(f"pid {p.pid} in the group but older than the wrapper: skipped")
-                continue
-            if anchored:
-                tree[p.pid] = TreeProc(p, 2)
-                continue
-            env_p = await table.environ(p.pid, p.start_time)
-            if _env_marks(env_p, lease.lease_id, owner.instance_id):
-                tree[p.pid] = TreeProc(p, 2)
-            else:
-                notes.append(f"pid {p.pid} in the group without lease evidence: skipped")
-    live = [t for t in tree.values() if not t.info.zombie]
-    return Verification(
-        True,
-        "",
-        processes=children_first(live),
-        recovered_root=recovered,
-        notes=tuple(notes),
-    )
+    if env is not None and not _env_marks(env, lease.lease_id, instance_id):
+        raise Refused(Verification(False, REASON_ENV, recovered_root=recovered))
 
 
-# ---------------------------------------------------------------------- legacy records
+def _env_marks(env: Mapping[str, str] | None, lease_id: str, instance_id: str) -> bool:
+    return env is not None and env.get(LEASE_ENV) == lease_id and env.get(INSTANCE_ENV) == instance_id
 
 
-@dataclass(frozen=True)
-class LegacyRecord:
-    """An old session record without a lease id (the seed's compatibility notes)."""
+def adapter_anchors_group(
+    lease: LeaseRecord, root: ProcInfo, snap: ProcSnapshot, recovered: ProcInfo | None
+) -> bool:
+    """True when the recorded adapter is still the root's child: it then pins the group.
 
-    pid: int
-    #: The stored root command, possibly shell-quoted.
-    command: str
-    #: The wrapper root the record was spawned under ("" when not a wrapper).
-    wrapper_root: str = ""
-    expects_wrapper: bool = False
-    #: Birth identity if the record kept one (0 = unknown).
-    start_time: int = 0
-
-
-def legacy_command_matches(stored: str, live: Sequence[str]) -> bool:
-    """The stored command (shell-quoted or not) equals the live argv exactly."""
-    if not live:
+    An anchored adapter must lead the recorded process group, else refused.
+    """
+    adapter = snap.by_pid.get(lease.adapter_pid) if lease.adapter_pid else None
+    if adapter is None or adapter.ppid != root.pid:
         return False
-    try:
-        if shlex.split(stored) == list(live):
-            return True
-    except ValueError:
-        pass
-    return stored == " ".join(live)
+    if lease.process_group_id is not None and adapter.pgid != lease.process_group_id:
+        raise Refused(Verification(False, REASON_PGID, recovered_root=recovered))
+    return True
 
 
-async def verify_legacy(record: LegacyRecord, table: ProcessTable) -> Verification:
-    """The fail-safe legacy path: live root, wrapper-root ownership or exact command."""
-    if record.pid <= 1:
-        return Verification(False, "legacy record has no usable PID")
-    try:
-        snapshot = ProcSnapshot(await table.list_all())
-    except ProcessTableError as exc:
-        return Verification(False, f"{REASON_LISTING}: {exc}", evidence_unavailable=True)
-    if record.pid in snapshot.unreadable:
-        return Verification(False, REASON_UNREADABLE, evidence_unavailable=True)
-    root = snapshot.by_pid.get(record.pid)
-    if root is None or root.zombie:
-        return Verification(False, REASON_ROOT_GONE, root_gone=True)
-    if record.start_time and root.start_time != record.start_time:
-        return Verification(False, REASON_BIRTH, root_gone=True)
-    if record.expects_wrapper:
-        if not any(path_under(arg, record.wrapper_root) for arg in root.cmdline):
-            return Verification(False, REASON_WRAPPER_ROOT)
-    elif not legacy_command_matches(record.command, root.cmdline):
-        return Verification(False, REASON_COMMAND)
-    tree = _descendants(root, snapshot)
-    live = [t for t in tree.values() if not t.info.zombie]
-    return Verification(True, "", processes=children_first(live))
+async def join_group(
+    tree: dict[int, TreeProc],
+    lease: LeaseRecord,
+    root: ProcInfo,
+    snap: ProcSnapshot,
+    table: ProcessTable,
+    instance_id: str,
+    anchored: bool,
+) -> list[str]:
+    """Add to ``tree`` the lease's group members outside the parent links; notes on the rest.
+
+    A member joins while the group is pinned by our adapter (``anchored``), else
+    only when its environment carries the lease id. Members older than the
+    wrapper cannot be its descendants and never join.
+    """
+    notes: list[str] = []
+    pgid = lease.process_group_id
+    if pgid is None or pgid <= 1:
+        return notes
+    for p in snap.group(pgid):
+        if p.pgid != pgid or p.pid in tree or p.zombie:
+            continue
+        if p.start_time < root.start_time:
+            notes.append(f"pid {p.pid} in the group but older than the wrapper: skipped")
+            continue
+        if anchored:
+            tree[p.pid] = TreeProc(p, 2)
+            continue
+        env_p = await table.environ(p.pid, p.start_time)
+        if _env_marks(env_p, lease.lease_id, instance_id):
+            tree[p.pid] = TreeProc(p, 2)
+        else:
+            notes.append(f"pid {p.pid} in the group without lease evidence: skipped")
+    return notes

@@ -631,7 +631,7 @@ def test_parent_death_terminator(name: str, procs: list[FakeProc], expected_sign
     ],
 )
 async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs: list[FakeProc], signalled: list[int], store: LeaseStore) -> None:
-    from services.lifecycle.verify import LegacyRecord
+    from services.lifecycle.legacy import LegacyRecord
 
     table = FakeProcessTable([replace(p) for p in procs])
     clock = VirtualClock()
@@ -648,7 +648,7 @@ async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs
 
 
 async def test_legacy_listing_unavailable_signals_nothing(store: LeaseStore) -> None:
-    from services.lifecycle.verify import LegacyRecord
+    from services.lifecycle.legacy import LegacyRecord
 
     table = FakeProcessTable([FakeProc(300, 1, 300, 5, ("agent",))])
     table.listing_available = False

@@ -16,15 +16,23 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from services.common.logs import get_logger
 from services.lifecycle.leases import ENDED_STATES, LeaseRecord, LeaseState, LeaseStore
 from services.lifecycle.legacy import LegacyRecord, verify_legacy
 from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
-from services.lifecycle.snapshot import ProcSnapshot, TreeProc, children_first
+from services.lifecycle.reap_pass import ReapPass
+from services.lifecycle.results import (
+    CHANGED_CONCURRENTLY,
+    CloseResult,
+    refused,
+    still_ours,
+    tally,
+    unverified_outcome,
+)
+from services.lifecycle.snapshot import Identity, ProcSnapshot, TreeProc, children_first
 from services.lifecycle.verify import (
-    REASON_BIRTH,
     REASON_OTHER_INSTANCE,
     REASON_ROOT_GONE,
     Owner,
@@ -40,16 +48,7 @@ VERIFY_ATTEMPTS = 5
 #: How long to wait for SIGKILLed processes to disappear before reporting survivors.
 KILL_WAIT_SECS = 2.0
 
-
-@dataclass(frozen=True)
-class CloseResult:
-    """What a close or reap did."""
-
-    lease: LeaseRecord | None
-    terminated_pids: tuple[int, ...] = ()
-    surviving_pids: tuple[int, ...] = ()
-    #: Empty on success; why nothing (more) was signalled otherwise.
-    unverified_reason: str = ""
+__all__ = ["KILL_WAIT_SECS", "POLL_SECS", "VERIFY_ATTEMPTS", "CloseResult", "Reaper", "now_ms"]
 
 
 def now_ms() -> int:
@@ -77,7 +76,8 @@ class Reaper:
         self.term_grace_ms = term_grace_ms
         self._sleep = sleep
         self._clock = clock
-        self._wall_ms = wall_ms
+        #: The wall clock (ms since the epoch) that stamps ended leases.
+        self.wall_ms = wall_ms
 
     async def verify(
         self, lease: LeaseRecord, snapshot: ProcSnapshot | None = None
@@ -95,7 +95,7 @@ class Reaper:
             log.warning("verify_failed", lease_id=lease.lease_id, why=why)
             return Verification(False, f"verification failed: {why}", evidence_unavailable=True)
 
-    async def _record_verification(
+    async def record_verification(
         self, lease: LeaseRecord, verification: Verification, reason: str
     ) -> LeaseRecord:
         """Store a root recovered for a pending lease, log the verdict; the lease as now stored."""
@@ -116,7 +116,7 @@ class Reaper:
         )
         return lease
 
-    async def _verify_retrying(self, lease: LeaseRecord) -> Verification:
+    async def verify_retrying(self, lease: LeaseRecord) -> Verification:
         """Verify, retrying briefly while the evidence is unavailable (e.g. a root mid-exit)."""
         result = await self.verify(lease)
         for _ in range(VERIFY_ATTEMPTS - 1):
@@ -146,12 +146,12 @@ class Reaper:
             moved = await self.store.transition(lease, LeaseState.CLOSING)
             if moved is None:
                 fresh = await self.store.get(lease.lease_id)
-                return CloseResult(fresh, unverified_reason="lease changed state concurrently")
+                return CloseResult(fresh, unverified_reason=CHANGED_CONCURRENTLY)
             lease = moved
-        verification = await self._verify_retrying(lease)
-        lease = await self._record_verification(lease, verification, reason)
+        verification = await self.verify_retrying(lease)
+        lease = await self.record_verification(lease, verification, reason)
         if not verification.verified:
-            state, why = _unverified_outcome(verification)
+            state, why = unverified_outcome(verification)
             if state == LeaseState.LOST:
                 return CloseResult(await self._end(lease, state), unverified_reason=why)
             return CloseResult(await self._reopen(lease), unverified_reason=why)
@@ -169,21 +169,17 @@ class Reaper:
         re-verification before SIGKILL refused (the survivors were left alone).
         """
         snapshot = list(verification.processes)
-        await self._signal_all(snapshot, signal.SIGTERM)
-        survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
+        await self.signal_all(snapshot, signal.SIGTERM)
+        survivors = await self.wait_gone(snapshot, self.term_grace_ms / 1000.0)
         killed: list[TreeProc] = []
         if survivors:
-            escalated, again = await self._kill_survivors(lease, survivors)
+            escalated, again = await self.kill_survivors(lease, survivors)
             if escalated is None:
-                return _refused(lease, snapshot, survivors, again)
+                return refused(lease, snapshot, survivors, again)
             killed = escalated
         everything = {p.info.identity: p for p in [*snapshot, *killed]}
-        left = await self._wait_gone(list(everything.values()), KILL_WAIT_SECS if killed else 0.0)
-        return CloseResult(
-            lease,
-            terminated_pids=_pids(p for p in everything.values() if p not in left),
-            surviving_pids=_pids(left),
-        )
+        left = await self.wait_killed(everything.values(), killed=bool(killed))
+        return tally(lease, everything.values(), left)
 
     async def stop_stray(self, lease: LeaseRecord, reason: str) -> CloseResult:
         """Stop the tree of a spawn whose lease ended while the spawn was in flight.
@@ -194,7 +190,7 @@ class Reaper:
         with the same steps as :meth:`close`; anything unverifiable is left alone
         and reported in ``unverified_reason``. The caller holds the lease's lock.
         """
-        verification = await self._verify_retrying(lease)
+        verification = await self.verify_retrying(lease)
         log.info(
             "lease_stray_stop",
             lease_id=lease.lease_id,
@@ -207,7 +203,7 @@ class Reaper:
             return CloseResult(lease, unverified_reason=verification.reason or REASON_ROOT_GONE)
         return await self._terminate(lease, verification)
 
-    async def _signal_all(self, procs: Iterable[TreeProc], sig: int) -> None:
+    async def signal_all(self, procs: Iterable[TreeProc], sig: int) -> None:
         """Signal each verified identity, in the given (children-first) order.
 
         A failed signal is an outcome, not an error: it is logged and the process
@@ -226,7 +222,7 @@ class Reaper:
                     why=f"{type(exc).__name__}: {exc}",
                 )
 
-    async def _kill_survivors(
+    async def kill_survivors(
         self, lease: LeaseRecord, survivors: Sequence[TreeProc]
     ) -> tuple[list[TreeProc] | None, Verification]:
         """Re-verify right before SIGKILL, then SIGKILL the survivors plus whatever the
@@ -235,18 +231,18 @@ class Reaper:
         ``(None, again)`` when the re-verification cannot prove the tree is still
         the lease's: nothing is signalled. Otherwise ``(killed, again)``.
         """
-        again = await self._verify_retrying(lease)
-        if not _still_ours(again):
+        again = await self.verify_retrying(lease)
+        if not still_ours(again):
             return None, again
         allowed = {p.info.identity: p for p in survivors}
         for proc in again.processes:
             allowed.setdefault(proc.info.identity, proc)
         killed = list(children_first(list(allowed.values())))
-        await self._signal_all(killed, signal.SIGKILL)
+        await self.signal_all(killed, signal.SIGKILL)
         return killed, again
 
     async def _end(self, lease: LeaseRecord, state: LeaseState) -> LeaseRecord | None:
-        ended = await self.store.transition(lease, state, now_ms=self._wall_ms())
+        ended = await self.store.transition(lease, state, now_ms=self.wall_ms())
         return ended or await self.store.get(lease.lease_id)
 
     async def _reopen(self, lease: LeaseRecord) -> LeaseRecord | None:
@@ -260,7 +256,7 @@ class Reaper:
             return True  # unknown counts as alive: never report a kill we cannot see
         return live is not None and live.start_time == info.start_time and not live.zombie
 
-    async def _wait_gone(self, procs: Sequence[TreeProc], within: float) -> list[TreeProc]:
+    async def wait_gone(self, procs: Sequence[TreeProc], within: float) -> list[TreeProc]:
         """Poll until every process is gone or ``within`` passed; the survivors."""
         deadline = self._clock() + within
         while True:
@@ -268,6 +264,12 @@ class Reaper:
             if not left or self._clock() >= deadline:
                 return left
             await self._sleep(POLL_SECS)
+
+    async def wait_killed(self, procs: Iterable[TreeProc], *, killed: bool) -> set[Identity]:
+        """The identities of ``procs`` still alive once the SIGKILLed ones had
+        :data:`KILL_WAIT_SECS` to go (one look, no wait, when nothing was killed)."""
+        left = await self.wait_gone(list(procs), KILL_WAIT_SECS if killed else 0.0)
+        return {p.info.identity for p in left}
 
     # ------------------------------------------------------------------ startup
 
@@ -282,12 +284,8 @@ class Reaper:
         ``only`` is given, none outside it), in one pass.
 
         The same steps as :meth:`close` for each lease, batched where that keeps the
-        SPEC §13 ordering: every open lease is marked closing in one durable
-        transaction before any signal; one process listing taken after that commit
-        verifies every lease; every verified tree gets SIGTERM, then one grace period
-        runs for all; a lease with survivors is re-verified against a fresh listing of
-        its own right before its SIGKILL; the final states are written in one
-        transaction.
+        SPEC §13 ordering (:class:`~services.lifecycle.reap_pass.ReapPass` says how).
+        The leases are locked in sorted order and re-read under the locks first.
         """
         skipped = set(skip)
         listed = await self.store.list(
@@ -312,84 +310,7 @@ class Reaper:
                 )
                 if lease.lease_id in wanted
             ]
-            return await self._reap_locked(leases, reason)
-
-    async def _reap_locked(self, leases: list[LeaseRecord], reason: str) -> list[CloseResult]:
-        results: dict[str, CloseResult] = {}
-        # 1. closing, durable, before any signal (SPEC §13).
-        opens = [lease for lease in leases if lease.state == LeaseState.OPEN]
-        moved = await self.store.transition_many([(lease, LeaseState.CLOSING) for lease in opens])
-        current: dict[str, LeaseRecord] = {lease.lease_id: lease for lease in leases}
-        for lease, now in zip(opens, moved, strict=True):
-            if now is None:
-                fresh = await self.store.get(lease.lease_id)
-                results[lease.lease_id] = CloseResult(
-                    fresh, unverified_reason="lease changed state concurrently"
-                )
-                del current[lease.lease_id]
-            else:
-                current[lease.lease_id] = now
-        # 2. one listing, taken after the commit, verifies every lease.
-        try:
-            snapshot: ProcSnapshot | None = ProcSnapshot(await self.table.list_all())
-        except ProcessTableError:
-            snapshot = None  # each lease lists (and retries) on its own below
-        except Exception as exc:  # unexpected: the same, but worth a log line
-            log.warning("listing_failed", why=f"{type(exc).__name__}: {exc}")
-            snapshot = None
-        endings: list[tuple[LeaseRecord, LeaseState]] = []
-        reaping: list[tuple[LeaseRecord, Verification]] = []
-        for lease in current.values():
-            verification = await self.verify(lease, snapshot)
-            if verification.evidence_unavailable:
-                verification = await self._verify_retrying(lease)
-            lease = await self._record_verification(lease, verification, reason)
-            if verification.verified:
-                reaping.append((lease, verification))
-                continue
-            state, why = _unverified_outcome(verification)
-            results[lease.lease_id] = CloseResult(lease, unverified_reason=why)
-            endings.append((lease, state))
-        # 3. SIGTERM every verified tree at once, then one grace period for all.
-        for _, verification in reaping:
-            await self._signal_all(verification.processes, signal.SIGTERM)
-        everyone = [p for _, v in reaping for p in v.processes]
-        survivors = {p.info.identity for p in await self._wait_gone(
-            everyone, self.term_grace_ms / 1000.0)}
-        # 4. per lease: re-verify right before its SIGKILL, exactly as in close().
-        finals: list[tuple[LeaseRecord, Verification, list[TreeProc], list[TreeProc]]] = []
-        for lease, verification in reaping:
-            snap = list(verification.processes)
-            left = [p for p in snap if p.info.identity in survivors]
-            killed: list[TreeProc] = []
-            if left:
-                escalated, again = await self._kill_survivors(lease, left)
-                if escalated is None:
-                    results[lease.lease_id] = _refused(lease, snap, left, again)
-                    endings.append((lease, LeaseState.OPEN))
-                    continue
-                killed = escalated
-            finals.append((lease, verification, snap, killed))
-        # 5. wait for the killed ones (all together), then the final states in one commit.
-        tracked = {p.info.identity: p for _, _, snap, killed in finals for p in [*snap, *killed]}
-        any_killed = any(killed for *_, killed in finals)
-        gone_left = {p.info.identity for p in await self._wait_gone(
-            list(tracked.values()), KILL_WAIT_SECS if any_killed else 0.0)}
-        for lease, verification, snap, killed in finals:
-            everything = {p.info.identity: p for p in [*snap, *killed]}
-            results[lease.lease_id] = CloseResult(
-                lease,
-                terminated_pids=_pids(
-                    p for i, p in everything.items() if i not in gone_left),
-                surviving_pids=_pids(p for i, p in everything.items() if i in gone_left),
-            )
-            endings.append(
-                (lease, LeaseState.LOST if verification.root_gone else LeaseState.CLOSED))
-        written = await self.store.transition_many(endings, now_ms=self._wall_ms())
-        for (lease, _), rec in zip(endings, written, strict=True):
-            rec = rec or await self.store.get(lease.lease_id)
-            results[lease.lease_id] = replace(results[lease.lease_id], lease=rec)
-        return [results[lease.lease_id] for lease in leases if lease.lease_id in results]
+            return await ReapPass(self, reason).run(leases)
 
     # ------------------------------------------------------------------ legacy
 
@@ -399,51 +320,12 @@ class Reaper:
         if not verification.verified:
             return CloseResult(None, unverified_reason=verification.reason)
         snapshot = list(verification.processes)
-        await self._signal_all(snapshot, signal.SIGTERM)
-        survivors = await self._wait_gone(snapshot, self.term_grace_ms / 1000.0)
+        await self.signal_all(snapshot, signal.SIGTERM)
+        survivors = await self.wait_gone(snapshot, self.term_grace_ms / 1000.0)
         if survivors:
             again = await verify_legacy(record, self.table)
-            if not _still_ours(again):
-                return _refused(None, snapshot, survivors, again)
-            await self._signal_all(survivors, signal.SIGKILL)
-        left = await self._wait_gone(snapshot, KILL_WAIT_SECS if survivors else 0.0)
-        return CloseResult(
-            None,
-            terminated_pids=_pids(p for p in snapshot if p not in left),
-            surviving_pids=_pids(left),
-        )
+            if not still_ours(again):
+                return refused(None, snapshot, survivors, again)
+            await self.signal_all(survivors, signal.SIGKILL)
+        return tally(None, snapshot, await self.wait_killed(snapshot, killed=bool(survivors)))
 
-
-def _pids(procs: Iterable[TreeProc]) -> tuple[int, ...]:
-    return tuple(sorted(p.info.pid for p in procs))
-
-
-def _still_ours(again: Verification) -> bool:
-    """A re-verification that allows SIGKILL: the tree verified, or its root is provably gone."""
-    return not again.evidence_unavailable and (again.verified or again.root_gone)
-
-
-def _unverified_outcome(verification: Verification) -> tuple[LeaseState, str]:
-    """Where an unverified lease goes, and the reason to report.
-
-    A provably gone root ends the lease as lost (the reason is reported only for
-    a reused PID); anything else reopens it for a later retry, nothing signalled.
-    """
-    if verification.root_gone:
-        return LeaseState.LOST, verification.reason if verification.reason == REASON_BIRTH else ""
-    return LeaseState.OPEN, verification.reason
-
-
-def _refused(
-    lease: LeaseRecord | None,
-    snapshot: Sequence[TreeProc],
-    survivors: Sequence[TreeProc],
-    again: Verification,
-) -> CloseResult:
-    """The result when the re-verification before SIGKILL failed: survivors left alone."""
-    return CloseResult(
-        lease,
-        terminated_pids=_pids(p for p in snapshot if p not in survivors),
-        surviving_pids=_pids(survivors),
-        unverified_reason=f"re-verification failed: {again.reason}",
-    )

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from services.lifecycle.proctable import ProcInfo
 
+#: A process's ``(pid, start_time)``: what a signal is addressed to.
+Identity = tuple[int, int]
+
 
 @dataclass(frozen=True)
 class TreeProc:

@@ -22,7 +22,7 @@ from tests.lifecycle.test_simulator import INSTANCE, ROOT, WRAPPER
 class SpawnDuringListStore(LeaseStore):
     """A store whose first live-lease listing lets a spawn begin while it is read.
 
-    The spawn does what ``LifecycleController._spawn`` does before its wrapper
+    The spawn does what ``Launch.run`` does before its wrapper
     exists: mark the lease as spawning, then write it durably (pending).
     """
 
@@ -38,7 +38,7 @@ class SpawnDuringListStore(LeaseStore):
     ) -> builtins.list[LeaseRecord]:
         pending, self.pending = self.pending, None
         if pending is not None and self.controller is not None:
-            self.controller._spawning.add(pending.lease_id)
+            self.controller.spawning.add(pending.lease_id)
             await self.insert(pending)
         return await super().list(states=states, session_key=session_key, instance_id=instance_id)
 

@@ -1,0 +1,43 @@
+"""What the lifecycle controller takes, answers and raises.
+
+Apart from the controller so that its collaborators (the servicer, a spawn in
+flight) can name them without importing the controller itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class LeaseNotFound(Exception):
+    """No such lease (or no open lease for the session key)."""
+
+
+class InvalidRequest(Exception):
+    """The request is malformed; the message says how."""
+
+
+class Unavailable(Exception):
+    """The adapter could not be started."""
+
+
+@dataclass(frozen=True)
+class EnsureRequest:
+    """Spawn request for a session key."""
+
+    session_key: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """This gateway's identity."""
+
+    gateway_instance_id: str
+    state_dir: str
+    wrapper_root: str
+    started_at: int

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.logs import get_logger
+from services.lifecycle.lines import LineSplitter
 
 log = get_logger("lifecycle.attach")
 
@@ -209,46 +210,18 @@ class AdapterChannel:
         stdout = self.process.stdout
         assert stdout is not None
         self._grow_stdout_pipe()
-        partial = bytearray()  # the unterminated start of the next line
-        dropping = False  # inside an over-long line: discard up to its newline
+        splitter = LineSplitter(MAX_LINE_BYTES, self._line_too_long)
         try:
             while True:
                 await self._space.wait()  # backpressure: leave the pipe unread when full
                 chunk = await stdout.read(READ_CHUNK_BYTES)
                 if not chunk:
-                    if partial and not dropping:
-                        await self._take(partial.decode("utf-8", "replace"))
+                    tail = splitter.end()
+                    if tail is not None:
+                        await self._take(tail)
                     break
-                last = chunk.rfind(b"\n")
-                if last < 0:
-                    if not dropping:
-                        partial += chunk
-                        if len(partial) > MAX_LINE_BYTES:
-                            self._line_too_long()
-                            partial.clear()
-                            dropping = True
-                    continue
-                begin = 0
-                if dropping:
-                    begin = chunk.find(b"\n") + 1  # the rest of the dropped line
-                    dropping = False
-                elif partial:
-                    first = chunk.find(b"\n")
-                    begin = first + 1
-                    if len(partial) + first > MAX_LINE_BYTES:
-                        self._line_too_long()
-                        partial.clear()
-                    else:
-                        # Decode the joined line on its own: ``partial`` may be megabytes.
-                        partial += chunk[:first]
-                        head = partial.decode("utf-8", "replace")
-                        partial.clear()
-                        await self._take(head)
-                if begin <= last:
-                    # "replace" decoding never swallows a newline, so one decode of every
-                    # complete line in the chunk equals a decode per line.
-                    await self._take(chunk[begin:last].decode("utf-8", "replace"))
-                partial += chunk[last + 1:]
+                for text in splitter.feed(chunk):
+                    await self._take(text)
         finally:
             self._stdout_done.set()
             self._data.set()

@@ -22,7 +22,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.lifecycle.attach import AdapterChannel, AttachBusy
+from services.lifecycle.attach import AdapterChannel, AttachBusy, ExitInfo
 from services.lifecycle.controller import (
     EnsureRequest,
     InvalidRequest,
@@ -94,6 +94,15 @@ def verification_to_pb(v: Verification) -> pb.VerifyOwnedTreeResponse:
     )
 
 
+def _exit_to_pb(info: ExitInfo | None) -> pb.AdapterExit:
+    """The adapter's exit for the last Attach response (-1: not known)."""
+    return pb.AdapterExit(
+        exit_code=info.exit_code if info else -1,
+        signal=info.signal if info else 0,
+        stderr_tail=info.stderr_tail if info else "",
+    )
+
+
 def _reap_result(r: CloseResult) -> pb.ReapResult:
     return pb.ReapResult(
         lease_id=r.lease.lease_id if r.lease else "",
@@ -144,6 +153,38 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     ) -> AsyncIterator[pb.AttachResponse]:
         """Bidirectional adapter stdio for one attacher at a time."""
         iterator = request_iterator.__aiter__()
+        lease, channel = await self._open_attach(iterator, context)
+        try:
+            with channel.attach():
+                yield pb.AttachResponse(attached=lease_to_pb(lease))
+                stdin_task = asyncio.create_task(self._pump_stdin(iterator, channel))
+                try:
+                    # The relay path: batches go out from here, no generator in between.
+                    while True:
+                        batch = await channel.next_batch()
+                        if batch is None:
+                            break
+                        yield pb.AttachResponse(stdout=pb.Lines(lines=batch))
+                    yield pb.AttachResponse(exit=_exit_to_pb(channel.exit_info))
+                finally:
+                    stdin_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await stdin_task
+        except AttachBusy:
+            await abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"lease {lease.lease_id} already has an attacher",
+            )
+
+    async def _open_attach(
+        self, iterator: AsyncIterator[pb.AttachRequest], context: Ctx
+    ) -> tuple[LeaseRecord, AdapterChannel]:
+        """The lease and live channel the first request (``open{lease_id}``) names.
+
+        Aborts INVALID_ARGUMENT without a proper open, NOT_FOUND for an unknown
+        lease, FAILED_PRECONDITION for a lease not open or not served by this run.
+        """
         try:
             first = await iterator.__anext__()
         except StopAsyncIteration:
@@ -164,34 +205,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
             )
-        try:
-            with channel.attach():
-                yield pb.AttachResponse(attached=lease_to_pb(lease))
-                stdin_task = asyncio.create_task(self._pump_stdin(iterator, channel))
-                try:
-                    while True:
-                        batch = await channel.next_batch()
-                        if batch is None:
-                            break
-                        yield pb.AttachResponse(stdout=pb.Lines(lines=batch))
-                    info = channel.exit_info
-                    yield pb.AttachResponse(
-                        exit=pb.AdapterExit(
-                            exit_code=info.exit_code if info else -1,
-                            signal=info.signal if info else 0,
-                            stderr_tail=info.stderr_tail if info else "",
-                        )
-                    )
-                finally:
-                    stdin_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await stdin_task
-        except AttachBusy:
-            await abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"lease {lease_id} already has an attacher",
-            )
+        return lease, channel
 
     async def _pump_stdin(
         self, iterator: AsyncIterator[pb.AttachRequest], channel: AdapterChannel

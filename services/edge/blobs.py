@@ -3,62 +3,26 @@
 :func:`parse_prompt` validates every part first (nothing is written yet) and
 returns a :class:`PromptPlan`; :func:`materialize` then writes the blobs into
 ``<workspace>/uploads/`` and returns the joined prompt text with markers. Base64
-never reaches the agent.
+never reaches the agent. The blob rule itself (decoding, limit, names, markers)
+is :mod:`services.common.uploads`, shared with the built-in agent's MCP results.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import os
-import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
-from services.common.protocol import (
-    INVALID_PARAMS,
-    MAX_BLOB_BYTES,
-    MSG_BLOB_TOO_LARGE,
-    MSG_INVALID_BASE64,
-    MSG_PROMPT_EMPTY,
-    MSG_PROMPT_MISSING,
+from services.common.protocol import INVALID_PARAMS, MSG_PROMPT_EMPTY, MSG_PROMPT_MISSING
+from services.common.uploads import (
+    Blob,
+    BlobError,
+    decode_blob,
+    marker,
+    uploads_dir,
+    write_upload,
 )
 from services.edge.framing import JsonRpcError
-
-_EXT_RE = re.compile(r"^[A-Za-z0-9]{1,16}$")
-DEFAULT_UPLOAD_NAME = "upload.bin"
-
-
-@dataclass(frozen=True)
-class Blob:
-    """One decoded embedded resource waiting to be written."""
-
-    data: bytes
-    mime_type: str
-    uri: str
-
-    @property
-    def sha256(self) -> str:
-        """Hex digest of the bytes: the stored file name."""
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
-    def extension(self) -> str:
-        """The uri's file extension when it is 1–16 ASCII alphanumerics (lowercased)."""
-        name = _last_segment(self.uri)
-        if "." not in name:
-            return ""
-        ext = name.rsplit(".", 1)[1]
-        return ext.lower() if _EXT_RE.match(ext) else ""
-
-    @property
-    def filename(self) -> str:
-        """Last uri segment, ``upload.bin`` if none."""
-        return _last_segment(self.uri) or DEFAULT_UPLOAD_NAME
 
 
 @dataclass
@@ -72,28 +36,6 @@ class PromptPlan:
     def blobs(self) -> list[Blob]:
         """The embedded blobs, in order."""
         return [p for p in self.parts if isinstance(p, Blob)]
-
-
-def _last_segment(uri: str) -> str:
-    try:
-        path = urlparse(uri).path if "://" in uri or uri.startswith("file:") else uri
-    except ValueError:
-        path = uri
-    return unquote(path.rstrip("/").rsplit("/", 1)[-1]) if path else ""
-
-
-def _decode_blob(text: Any) -> bytes:
-    if not isinstance(text, str):
-        raise JsonRpcError(INVALID_PARAMS, MSG_INVALID_BASE64.format(detail="blob must be a string"))
-    # Upper bound before decoding: never allocate far beyond the limit.
-    compact = "".join(text.split())
-    estimate = len(compact) * 3 // 4 - compact[-2:].count("=")
-    if estimate > MAX_BLOB_BYTES + 3:
-        raise JsonRpcError(INVALID_PARAMS, MSG_BLOB_TOO_LARGE.format(n=estimate))
-    try:
-        return base64.b64decode(compact, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise JsonRpcError(INVALID_PARAMS, MSG_INVALID_BASE64.format(detail=str(exc))) from None
 
 
 def parse_prompt(prompt: Any) -> PromptPlan:
@@ -122,9 +64,10 @@ def parse_prompt(prompt: Any) -> PromptPlan:
         if not isinstance(resource, dict):
             continue
         if "blob" in resource:
-            data = _decode_blob(resource["blob"])
-            if len(data) > MAX_BLOB_BYTES:
-                raise JsonRpcError(INVALID_PARAMS, MSG_BLOB_TOO_LARGE.format(n=len(data)))
+            try:
+                data = decode_blob(resource["blob"])
+            except BlobError as exc:
+                raise JsonRpcError(INVALID_PARAMS, str(exc)) from None
             mime = resource.get("mimeType")
             uri = resource.get("uri")
             plan.parts.append(Blob(data, mime if isinstance(mime, str) else "",
@@ -134,44 +77,6 @@ def parse_prompt(prompt: Any) -> PromptPlan:
     if not plan.blobs and not any(isinstance(p, str) and p.strip() for p in plan.parts):
         raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
     return plan
-
-
-def _uploads_dir(workspace_dir: str) -> Path:
-    root = Path(os.path.realpath(workspace_dir))
-    uploads = root / "uploads"
-    if uploads.is_symlink():
-        raise JsonRpcError(INVALID_PARAMS, f"Refusing to write uploads: {uploads} is a symlink")
-    uploads.mkdir(parents=True, exist_ok=True)
-    if uploads.is_symlink() or not uploads.is_dir():
-        raise JsonRpcError(INVALID_PARAMS, f"Refusing to write uploads: {uploads} is not a directory")
-    return uploads
-
-
-def write_blob(uploads: Path, blob: Blob) -> Path:
-    """Write ``blob`` content-addressed under ``uploads`` (temp file + rename); reuse if present."""
-    name = blob.sha256 + (f".{blob.extension}" if blob.extension else "")
-    target = uploads / name
-    if target.is_file() and not target.is_symlink():
-        return target
-    fd, tmp = tempfile.mkstemp(dir=uploads, prefix=".upload-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob.data)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
-
-
-def marker(blob: Blob, path: Path) -> str:
-    """The text the agent sees instead of the bytes."""
-    if blob.mime_type.startswith("image/"):
-        return f"[IMAGE:{path}]"
-    return f"[Document: {blob.filename}] {path}"
 
 
 def materialize(plan: PromptPlan, workspace_dir: str) -> str:
@@ -184,12 +89,14 @@ def materialize(plan: PromptPlan, workspace_dir: str) -> str:
             continue
         if uploads is None:
             try:
-                uploads = _uploads_dir(workspace_dir)
+                uploads = uploads_dir(workspace_dir)
+            except BlobError as exc:
+                raise JsonRpcError(INVALID_PARAMS, str(exc)) from None
             except OSError as exc:
                 raise JsonRpcError(INVALID_PARAMS,
                                    f"Cannot create uploads directory: {exc.strerror}") from None
         try:
-            path = write_blob(uploads, part)
+            path = write_upload(uploads, part.stored_name, part.data)
         except OSError as exc:
             raise JsonRpcError(INVALID_PARAMS,
                                f"Cannot write embedded resource: {exc.strerror}") from None

@@ -14,7 +14,6 @@ import base64
 import hashlib
 import mimetypes
 import os
-import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,19 +25,17 @@ from services.agent.tools.base import (
     ToolResult,
     require_str,
 )
-from services.agent.tools.fs import resolve_read, write_bytes_atomic
+from services.agent.tools.fs import resolve_read
 from services.common.protocol import MAX_BLOB_BYTES
+from services.common.uploads import (
+    BlobError,
+    file_extension,
+    upload_name,
+    uploads_dir,
+    write_upload,
+)
 
 URI_PREFIX = "attachment://deliver/"
-_EXT = re.compile(r"^[A-Za-z0-9]{1,16}$")
-
-
-def extension(name: str) -> str:
-    """The file extension (1–16 ASCII alphanumerics, lowercased) or ""."""
-    _, dot, ext = name.rpartition(".")
-    if dot and _ and _EXT.match(ext) and ext.isascii():
-        return ext.lower()
-    return ""
 
 
 def read_limited(path: Path) -> bytes:
@@ -61,16 +58,11 @@ def read_hashed(path: Path) -> tuple[bytes, str]:
 
 
 def store_upload(workspace: Path, digest: str, ext: str, data: bytes) -> Path:
-    """Write the content-addressed copy ``uploads/<sha256>[.<ext>]`` (temp + rename)."""
-    uploads = workspace / "uploads"
-    if uploads.is_symlink():
-        raise ToolError("refusing to write into a symlinked uploads/ directory")
-    uploads.mkdir(exist_ok=True)
-    target = uploads / (digest + (f".{ext}" if ext else ""))
-    if target.is_file() and not target.is_symlink():
-        return target  # identical content already stored
-    write_bytes_atomic(target, data, keep_mode=False)
-    return target
+    """Write the content-addressed copy ``uploads/<sha256>[.<ext>]`` (SPEC §4's rule)."""
+    try:
+        return write_upload(uploads_dir(workspace), upload_name(digest, ext), data)
+    except BlobError as exc:
+        raise ToolError(str(exc)) from None
 
 
 class DeliverFileTool(ArgumentsPreview):
@@ -97,7 +89,7 @@ class DeliverFileTool(ArgumentsPreview):
         raw_path = require_str(args, "path")
         path = await resolve_read(ctx.policy, raw_path)
         data, digest = await asyncio.to_thread(read_hashed, path)
-        ext = extension(path.name)
+        ext = file_extension(path.name)
         workspace = Path(await asyncio.to_thread(os.path.realpath, ctx.policy.workspace_dir))
         await asyncio.to_thread(store_upload, workspace, digest, ext, data)
         mime = args.get("mimeType")
@@ -105,7 +97,7 @@ class DeliverFileTool(ArgumentsPreview):
             mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         title = args.get("title")
         label = title if isinstance(title, str) and title.strip() else path.name
-        uri = URI_PREFIX + digest + (f".{ext}" if ext else "")
+        uri = URI_PREFIX + upload_name(digest, ext)
         summary = f"Delivered {path.name} ({len(data)} bytes, {mime}) as {uri}"
 
         async def finalize() -> ToolResult:

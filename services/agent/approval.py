@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.agent.enforce import needs_approval
+from services.agent.enforce import matches_any, needs_approval
 from services.agent.outcome import cancel_reason
 from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
@@ -84,7 +84,7 @@ class ApprovalGate:
         if not needs_approval(policy, tool):
             return Decision(True)
         # always_ask beats a remembered allow-always: those tools ask every time.
-        if tool in self.always_allowed and tool not in policy.always_ask:
+        if tool in self.always_allowed and not matches_any(tool, policy.always_ask):
             return Decision(True)
         params = permission_params(self._session_id, tool, summary, arguments)
         try:

@@ -23,11 +23,17 @@ Path rules, in order:
 5. Otherwise, with ``workspace_only`` (every level but ``full``) the path is
    outside the roots and refused.
 6. ``readonly`` refuses every write and the shell.
+
+Tool names in ``auto_approve``/``always_ask`` are patterns (``fnmatch`` style,
+case-sensitive): ``github__*`` covers every tool of the MCP server ``github``;
+a plain name matches only itself.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -37,6 +43,7 @@ __all__ = [
     "PolicyViolation",
     "check_read",
     "check_write",
+    "matches_any",
     "may_read",
     "may_run_shell",
     "may_write",
@@ -204,8 +211,13 @@ def may_run_shell(policy: SecurityPolicy) -> bool:
     return policy.autonomy != "readonly"
 
 
+def matches_any(tool: str, patterns: Iterable[str]) -> bool:
+    """True when a pattern of ``auto_approve``/``always_ask`` names ``tool`` (``fnmatch``)."""
+    return any(fnmatchcase(tool, pattern) for pattern in patterns)
+
+
 def needs_approval(policy: SecurityPolicy, tool: str) -> bool:
-    """``supervised`` only: the tool is in ``always_ask`` or not in ``auto_approve``."""
+    """``supervised`` only: ``always_ask`` names the tool, or ``auto_approve`` does not."""
     if policy.autonomy != "supervised":
         return False
-    return tool in policy.always_ask or tool not in policy.auto_approve
+    return matches_any(tool, policy.always_ask) or not matches_any(tool, policy.auto_approve)

@@ -206,6 +206,17 @@ def test_spec12_needs_approval() -> None:
     assert not needs_approval(full, "shell")
 
 
+def test_approval_patterns_match_mcp_tool_names() -> None:
+    """Issue 16: auto_approve/always_ask are patterns over ``<server>__<tool>`` names."""
+    p = SecurityPolicy(workspace_dir="/w", auto_approve=("docs__*", "file_read"),
+                       always_ask=("docs__delete*",))
+    assert not needs_approval(p, "docs__search")
+    assert needs_approval(p, "docs__delete_page")
+    assert needs_approval(p, "other__search")
+    assert needs_approval(p, "Docs__search")  # case-sensitive, like tool names
+    assert needs_approval(p, "file_read_extra")  # a plain name matches only itself
+
+
 # ------------------------------------------------------------------ property: no escape
 
 _segments = st.sampled_from(

@@ -211,3 +211,40 @@ def test_cli_config_dir_before_or_after_the_action(tmp_path: Path, flag_first: b
     assert r.returncode == 0, r.stderr
     r = cli("token", "list", "--config-dir", d)
     assert r.returncode == 0 and "\tactive\tx\t" in r.stdout
+
+
+def test_agent_mcp_servers_from_file_env_and_show(tmp_path: Path) -> None:
+    """Issue 16: ``[agents.<alias>] mcp_servers`` in the ACP shapes; values never shown."""
+    write(tmp_path, """
+[agents.a]
+provider = "demo"
+model = "demo"
+mcp_startup_timeout_secs = 5
+mcp_servers = [
+  { name = "fs", command = "/usr/bin/fs-mcp", args = ["--root", "."], env = [{ name = "FS_TOKEN", value = "s3cret" }] },
+  { type = "http", name = "web", url = "http://127.0.0.1:9/mcp", headers = [] },
+]
+""")
+    agent = cm.load_config(tmp_path, environ={}).agents["a"]
+    assert [s.name for s in agent.mcp_servers] == ["fs", "web"]
+    assert agent.mcp_servers[0].env == (("FS_TOKEN", "s3cret"),)
+    assert agent.mcp_startup_timeout_secs == 5 and agent.mcp_call_timeout_secs == 300
+    shown = cm.show(cm.load_config(tmp_path, environ={}))
+    assert "s3cret" not in shown and "fs-mcp" in shown
+    env = {"ACPGATE_agents__a__mcp_servers": '[{name = "x", command = "/bin/x"}]'}
+    assert [s.name for s in cm.load_config(tmp_path, environ=env).agents["a"].mcp_servers] == ["x"]
+
+
+def test_bad_mcp_server_entry_is_a_config_error(tmp_path: Path) -> None:
+    write(tmp_path, '[agents.a]\nprovider = "demo"\nmodel = "demo"\n'
+                    'mcp_servers = [{ name = "fs" }]\n')
+    with pytest.raises(cm.ConfigError, match=r"\[agents.a\] mcp_servers\[0\] `fs`: `command`"):
+        cm.load_config(tmp_path, environ={})
+
+
+def test_set_mcp_servers_round_trips(tmp_path: Path) -> None:
+    write(tmp_path, '[agents.a]\nprovider = "demo"\nmodel = "demo"\n')
+    cm.set_value(tmp_path, "agents.a.mcp_servers",
+                 '[{name = "fs", command = "/bin/fs", env = [{name = "K", value = "v"}]}]')
+    (server,) = cm.load_config(tmp_path, environ={}).agents["a"].mcp_servers
+    assert server.command == "/bin/fs" and server.env == (("K", "v"),)

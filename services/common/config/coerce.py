@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from services.common.config.schema import CHOICES, ConfigError, field_types
+from services.common.mcp_servers import McpServerError, McpServerSpec, parse_server
 
 #: How a field annotation is named in an error message.
 _TYPE_NAMES = {
@@ -21,6 +22,7 @@ _TYPE_NAMES = {
     "str": "string",
     "tuple[str, ...]": "array of strings",
     "Mapping[str, str]": "table of strings",
+    "tuple[McpServerSpec, ...]": "array of MCP server tables",
 }
 
 _TRUE_WORDS = ("true", "1", "yes", "on")
@@ -33,6 +35,10 @@ class _Mismatch(Exception):
     def __init__(self, value: Any) -> None:
         super().__init__(value)
         self.value = value
+
+
+class _Invalid(Exception):
+    """A value of the right type whose content is wrong; ``str(exc)`` follows the key."""
 
 
 def _toml_value(text: str) -> Any:
@@ -95,6 +101,17 @@ def _as_string_table(value: Any, from_text: bool) -> dict[str, str]:
     return dict(value)
 
 
+def _as_mcp_servers(value: Any, from_text: bool) -> tuple[McpServerSpec, ...]:
+    if from_text and isinstance(value, str):
+        value = _toml_value(value)
+    if not isinstance(value, list):
+        raise _Mismatch(value)
+    try:
+        return tuple(parse_server(entry, f"[{i}]") for i, entry in enumerate(value))
+    except McpServerError as exc:
+        raise _Invalid(str(exc)) from None
+
+
 #: The check (and text parser) of each field annotation the schema uses.
 _CHECKS: dict[str, Callable[[Any, bool], Any]] = {
     "int": _as_int,
@@ -102,6 +119,7 @@ _CHECKS: dict[str, Callable[[Any, bool], Any]] = {
     "str": _as_str,
     "tuple[str, ...]": _as_strings,
     "Mapping[str, str]": _as_string_table,
+    "tuple[McpServerSpec, ...]": _as_mcp_servers,
 }
 
 
@@ -115,6 +133,8 @@ def coerce_value(value: Any, type_name: str, where: str, *, from_text: bool) -> 
     except _Mismatch as bad:
         expected = _TYPE_NAMES.get(type_name, type_name)
         raise ConfigError(f"{where}: expected {expected}, got {bad.value!r}") from None
+    except _Invalid as exc:
+        raise ConfigError(f"{where}{exc}") from None
 
 
 def check_choice(section: str, key: str, value: Any, where: str) -> None:

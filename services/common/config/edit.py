@@ -27,6 +27,7 @@ from services.common.config.schema import (
     ConfigError,
     field_types,
 )
+from services.common.mcp_servers import to_json
 
 
 def _schema_type(section: str, key: str) -> str:
@@ -72,6 +73,13 @@ def _typed_value(section: str, key: str, text: str, *, where: str) -> Any:
     return value
 
 
+def _toml_form(value: Any, *, secrets: bool = True) -> Any:
+    """A typed value as TOML: tuples as arrays, MCP servers as their ACP tables."""
+    if isinstance(value, tuple):
+        return [v if isinstance(v, str) else to_json(v, secrets=secrets) for v in value]
+    return value
+
+
 def _edited_text(path: Path, section: str, key: str, value: Any) -> str:
     """The file's text with ``[section] key = value`` set, comments and layout kept."""
     try:
@@ -83,7 +91,7 @@ def _edited_text(path: Path, section: str, key: str, value: Any) -> str:
         if part not in table:
             table[part] = tomlkit.table(is_super_table=(part == "agents"))
         table = table[part]
-    table[key] = list(value) if isinstance(value, tuple) else value
+    table[key] = _toml_form(value)
     new_text = tomlkit.dumps(doc)
     try:
         tomllib.loads(new_text)
@@ -162,7 +170,7 @@ def _agents_table(agents: Mapping[str, AgentSection]) -> Any:
                 continue
             value = getattr(agent, f.name)
             if isinstance(value, tuple):
-                value = list(value)
+                value = _toml_form(value, secrets=False)  # MCP env/header values may be secrets
             elif isinstance(value, Mapping):
                 value = {k: "<set>" for k in value}  # env values may hold secrets
             table[f.name] = value

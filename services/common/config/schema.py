@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
 
 CONFIG_FILE_NAME = "config.toml"
@@ -183,6 +184,10 @@ class AgentSection:
     context_budget_chars: int = 200_000
     request_timeout_secs: int = 120
     max_retries: int = 3
+    #: MCP servers every session of this agent starts, before the client's (ACP shapes).
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    mcp_startup_timeout_secs: int = 30
+    mcp_call_timeout_secs: int = 300
     # acp
     command: str = ""
     args: tuple[str, ...] = ()

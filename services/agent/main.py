@@ -18,12 +18,14 @@ from services.agent.rpc import JsonRpcPeer
 from services.agent.server import AgentServer
 from services.agent.stdio import StdioLines
 from services.common.config import AgentSection, Config
-from services.common.logs import get_logger
+from services.common.logs import get_logger, route_library_logs
 
 log = get_logger("agent.main")
 
 #: How long answers to requests read before EOF may still take.
 EOF_DRAIN_SECS = 5.0
+#: Loggers of the MCP client stack, routed into the agent's JSON log.
+LIBRARY_LOGGERS = ("mcp", "httpx2", "httpcore2")
 
 
 class AliasError(Exception):
@@ -62,6 +64,7 @@ async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
     except (AliasError, ProviderError) as exc:
         print(f"acpgate agent: {exc}", file=sys.stderr)
         return 2
+    route_library_logs(*LIBRARY_LOGGERS)
     log.info("agent_start", alias=agent.alias, provider=agent.provider, model=agent.model,
              standalone=local_policy is not None)
     stdio = StdioLines()

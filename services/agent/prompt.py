@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from services.common.policy import SecurityPolicy
@@ -21,8 +22,13 @@ def _read_persona(agent_workspace: Path, name: str) -> str:
         return ""
 
 
-def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolicy) -> str:
-    """Compose the system prompt (reads files: call it off the event loop)."""
+def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolicy,
+                        mcp_notes: Sequence[str] = ()) -> str:
+    """Compose the system prompt (reads files: call it off the event loop).
+
+    ``mcp_notes`` are the session's MCP problems (servers refused or unavailable),
+    so the model can tell the user instead of guessing why a tool is missing.
+    """
     parts = [
         f"You are `{alias}`, a coding agent reached through the Agent Client Protocol (ACP). "
         "You help the user by reading and changing files and running commands with your tools.",
@@ -45,4 +51,8 @@ def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolic
         "Use `ask_user` only with a list of choices. Use `todo` to share a plan for longer "
         "tasks. Use `deliver_file` to hand a finished file to the user."
     )
+    if mcp_notes:
+        parts.append("## MCP servers\n\nTools named `<server>__<tool>` come from MCP servers "
+                     "configured for this session. Not available now:\n"
+                     + "\n".join(f"- {note}" for note in mcp_notes))
     return "\n\n".join(parts)

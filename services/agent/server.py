@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.history import replay_updates, seed_messages
+from services.agent.mcp import Launch, SessionMcp
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
@@ -29,6 +30,7 @@ from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
 from services.common.config import AgentSection, Config
 from services.common.logs import get_logger
+from services.common.mcp_servers import McpServerSpec, parse_servers
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
@@ -138,13 +140,14 @@ class AgentServer:
             await asyncio.wait(turns, timeout=5)
 
     async def shutdown(self) -> None:
-        """Cancel running turns and release the provider."""
+        """Cancel running turns, stop every session's MCP servers, release the provider."""
         await self.cancel_turns()
+        await asyncio.gather(*(s.mcp.close() for s in self._sessions.values()))
         await self._provider.aclose()
 
-    async def _system_prompt(self, policy: SecurityPolicy) -> str:
+    async def _system_prompt(self, policy: SecurityPolicy, mcp_notes: Sequence[str]) -> str:
         return await asyncio.to_thread(build_system_prompt, self._alias,
-                                       self._cfg.agent_workspace(self._alias), policy)
+                                       self._cfg.agent_workspace(self._alias), policy, mcp_notes)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -186,7 +189,8 @@ class AgentServer:
                 # this process knows.
                 "loadSession": False,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-                "mcpCapabilities": {"http": False, "sse": False},
+                # stdio always; streamable HTTP and SSE through the MCP SDK's clients.
+                "mcpCapabilities": {"http": True, "sse": True},
                 "sessionCapabilities": {"resume": {}, "close": {}},
             },
             "agentInfo": {"name": AGENT_NAME, "title": f"acpgate built-in agent ({self._alias})",
@@ -229,15 +233,27 @@ class AgentServer:
             client_request=peer.request, elicitation=self._elicitation,
             request_timeout=timeout, shell_env=dict(self._shell_env),
         )
-        session = AgentSession(id=sid, policy=policy, context=context,
+        mcp = SessionMcp(Launch(
+            session_id=sid, cwd=policy.workspace_dir, env=self._shell_env,
+            startup_timeout=float(self._agent.mcp_startup_timeout_secs),
+            call_timeout=float(self._agent.mcp_call_timeout_secs),
+            client_version=self._version,
+        ))
+        session = AgentSession(id=sid, policy=policy, context=context, mcp=mcp,
                                gate=ApprovalGate(sid, peer.request, timeout))
         self._sessions[sid] = session
         log.info("session_created", session_id=sid, autonomy=policy.autonomy)
         return session
 
+    def _mcp_specs(self, client_servers: Any) -> tuple[list[McpServerSpec], list[str]]:
+        """The operator's ``mcp_servers``, then the client's ``mcpServers`` (refusals apart)."""
+        specs, refused = parse_servers(client_servers)
+        return [*self._agent.mcp_servers, *specs], refused
+
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
         policy = await self._policy(params)
         session = self._create(str(uuid.uuid4()), policy)
+        await session.mcp.start(*self._mcp_specs(params.get("mcpServers")))
         return {"sessionId": session.id}
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
@@ -275,14 +291,29 @@ class AgentServer:
             session = self._create(sid, await self._policy(params))
             session.messages = seed_messages(history)
             session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
-        elif meta.get(META_POLICY) is not None and not session.busy:
-            policy = await self._policy(params)
-            session.policy = policy
-            session.context.policy = policy
+            await session.mcp.start(*self._mcp_specs(params.get("mcpServers")))
+        elif not session.busy:
+            if meta.get(META_POLICY) is not None:
+                policy = await self._policy(params)
+                session.policy = policy
+                session.context.policy = policy
+            await self._restart_mcp(session, params.get("mcpServers"))
         if replay:
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
         return {}
+
+    async def _restart_mcp(self, session: AgentSession, client_servers: Any) -> None:
+        """A resume/load of a live session: a new ``mcpServers`` list replaces the running
+        servers; the same list, or none, keeps them and starts again those that are down."""
+        if client_servers is None:
+            await session.mcp.restart_unready()
+            return
+        specs, refused = self._mcp_specs(client_servers)
+        if tuple(specs) == session.mcp.specs and not refused:
+            await session.mcp.restart_unready()
+        else:
+            await session.mcp.start(specs, refused)
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)
@@ -291,6 +322,7 @@ class AgentServer:
         if session.turn is not None and session.busy:
             session.turn.cancel()
             await asyncio.wait({session.turn})
+        await session.mcp.close()
         return {}
 
     def _cancel(self, params: dict[str, Any]) -> dict[str, Any]:

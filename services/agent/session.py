@@ -8,18 +8,20 @@ from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.conversation import Message
-from services.agent.tools.base import ToolContext
+from services.agent.mcp import SessionMcp
+from services.agent.tools.base import Tool, ToolContext
 from services.common.policy import SecurityPolicy
 
 
 @dataclass
 class AgentSession:
-    """One ACP session: its policy, conversation, approvals and running turn."""
+    """One ACP session: its policy, conversation, approvals, MCP servers and running turn."""
 
     id: str
     policy: SecurityPolicy
     gate: ApprovalGate
     context: ToolContext
+    mcp: SessionMcp
     messages: list[Message] = field(default_factory=list)
     #: Tool call ids used so far (provider ids are made unique per session).
     call_ids: set[str] = field(default_factory=set)
@@ -29,3 +31,7 @@ class AgentSession:
     def busy(self) -> bool:
         """True while a prompt turn runs."""
         return self.turn is not None and not self.turn.done()
+
+    def tools(self, builtin: dict[str, Tool]) -> dict[str, Tool]:
+        """The tools of this session now: the built-in ones and its MCP servers' tools."""
+        return {**builtin, **self.mcp.tools()}

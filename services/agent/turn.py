@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,8 @@ from services.common.protocol import (
 
 log = get_logger("agent.turn")
 
-SystemPrompt = Callable[[SecurityPolicy], Awaitable[str]]
+#: (policy, the session's MCP notes) → the system prompt.
+SystemPrompt = Callable[[SecurityPolicy, Sequence[str]], Awaitable[str]]
 CANCELLED_TOOL_OUTPUT = "Cancelled by the client before the tool finished."
 
 
@@ -77,9 +78,13 @@ class TurnRunner:
     async def _run(self, session: AgentSession, text: str, usage: TurnUsage) -> str:
         send = session.context.send_update
         session.messages.append(Message(role="user", text=text))
-        system = await self._system_prompt(session.policy)
-        specs = tool_specs(self._tools, readonly=session.policy.autonomy == "readonly")
+        await session.mcp.refresh()
+        system = await self._system_prompt(session.policy, session.mcp.notes())
+        readonly = session.policy.autonomy == "readonly"
         for _ in range(self._max_iterations):
+            # Per model call: a lost MCP server that came back may list other tools.
+            tools = session.tools(self._tools)
+            specs = tool_specs(tools, readonly=readonly)
             context = trim_to_budget(session.messages, self._budget)
             parts: list[str] = []
             calls: list[ToolCall] = []
@@ -106,7 +111,7 @@ class TurnRunner:
                     return stop
                 return STOP_END_TURN
             for call in calls:
-                session.messages.append(await self._run_tool(session, call))
+                session.messages.append(await self._run_tool(session, call, tools))
         return STOP_MAX_TURN_REQUESTS
 
     @staticmethod
@@ -118,11 +123,12 @@ class TurnRunner:
         session.call_ids.add(call_id)
         return ToolCall(id=call_id, name=call.name, arguments=call.arguments)
 
-    async def _run_tool(self, session: AgentSession, call: ToolCall) -> Message:
+    async def _run_tool(self, session: AgentSession, call: ToolCall,
+                        tools: dict[str, Tool]) -> Message:
         """Announce, approve, run and report one tool call; the result goes to the model."""
         ctx = session.context
         send = ctx.send_update
-        tool = self._tools.get(call.name)
+        tool = tools.get(call.name)
         kind = tool.kind if tool is not None else "other"
         args = call.arguments
 
@@ -135,9 +141,10 @@ class TurnRunner:
 
         if tool is None:
             await send(updates.tool_call(call.id, call.name, kind, args))
-            known = ", ".join(sorted(self._tools))
-            return await finish(ToolResult(f"Unknown tool `{call.name}`. Available: {known}.",
-                                           ok=False))
+            why = session.mcp.unavailable(call.name)
+            if why is None:
+                why = f"Unknown tool `{call.name}`. Available: {', '.join(sorted(tools))}."
+            return await finish(ToolResult(why, ok=False))
         if RAW_ARGS_KEY in args:
             await send(updates.tool_call(call.id, call.name, kind, args))
             return await finish(ToolResult(

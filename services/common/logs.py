@@ -84,15 +84,39 @@ def get_logger(name: str) -> StructLogger:
     return StructLogger(logging.getLogger(f"acpgate.{name}"))
 
 
+def _stderr_handler() -> logging.Handler:
+    """The one JSON-to-stderr handler (created on first use, then shared)."""
+    root = logging.getLogger("acpgate")
+    for handler in root.handlers:
+        if getattr(handler, "_acpgate", False):
+            return handler
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._acpgate = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    return handler
+
+
 def setup_logging(level: str | None = None) -> None:
     """Send ``acpgate.*`` logs to stderr as JSON (level from ``ACPGATE_LOG_LEVEL``, default info)."""
     chosen = (level or os.environ.get("ACPGATE_LOG_LEVEL") or "info").upper()
     root = logging.getLogger("acpgate")
     root.setLevel(getattr(logging, chosen, logging.INFO))
-    if not any(getattr(h, "_acpgate", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(JsonFormatter())
-        handler._acpgate = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
+    _stderr_handler()
     root.propagate = False
     logging.Formatter.converter = time.gmtime
+
+
+def route_library_logs(*names: str, level: str = "warning") -> None:
+    """Send third-party loggers (e.g. the MCP SDK's) to stderr as the same JSON lines.
+
+    Without this, their warnings reach stderr through logging's last-resort
+    handler as bare text, tracebacks spread over many lines.
+    """
+    handler = _stderr_handler()
+    for name in names:
+        logger = logging.getLogger(name)
+        logger.setLevel(getattr(logging, level.upper(), logging.WARNING))
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+        logger.propagate = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,12 +138,14 @@ TEST_VERSION = "9.9.9-test"
 @contextlib.asynccontextmanager
 async def running_agent(cfg: Config, provider: Any = None,
                         responder: Responder | None = None, *,
-                        standalone: bool = True) -> AsyncIterator[Client]:
+                        standalone: bool = True,
+                        environ: Mapping[str, str] | None = None) -> AsyncIterator[Client]:
     """The agent and a client connected back to back over real stream readers.
 
     ``standalone`` wires it the way ``acpgate agent`` does (the session service's
     ``policy_for`` decides a session that brings no ``_meta.acpgate.policy``);
     ``False`` the way the edge launches it (such a session is refused).
+    ``environ`` is the agent's environment (shell commands and MCP servers); empty by default.
     """
     provider = provider or DemoProvider(chunk_delay=0)
     agent_in = asyncio.StreamReader()
@@ -157,7 +159,8 @@ async def running_agent(cfg: Config, provider: Any = None,
 
     # Standalone, the harness plays the composition root as acpgate/cli.py does.
     server = AgentServer(cfg, "a", cfg.agents["a"], provider, version=TEST_VERSION,
-                         local_policy=policy_for if standalone else None, environ={})
+                         local_policy=policy_for if standalone else None,
+                         environ={} if environ is None else environ)
     agent_peer = JsonRpcPeer(agent_in, to_client, server)
     server.attach(agent_peer)
     client: Client | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from services.common.policy import SecurityPolicy
 
@@ -57,11 +57,15 @@ class Tool(Protocol):
     name: str
     kind: str
     description: str
-    parameters: ClassVar[dict[str, Any]]
     #: True when the tool changes files or runs commands (refused in readonly).
     mutating: bool
     #: True when the tool talks to the user itself (never goes through approval).
     interactive: bool
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema of the arguments (a class constant for the built-in tools)."""
+        ...
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Extra fields of the ``tool_call`` update (``rawInput``, diff ``content``)."""

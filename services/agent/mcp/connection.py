@@ -1,0 +1,384 @@
+"""One MCP server of one session: start it, list its tools, call them, stop it.
+
+The SDK's :class:`mcp.Client` must be entered and left in one task (its cancel
+scopes are task-bound), while a session starts, calls and closes its servers
+from different request tasks. So each run of a server lives in its own task,
+:meth:`McpConnection._serve`, which enters the client, publishes it, and waits
+until it is told to stop or the server goes away; calls from the turn task use
+the published client.
+
+States: ``starting`` → ``ready``; a server that exits or drops the connection
+while ready is ``lost`` and is started again by the next call of one of its
+tools; a start that fails (the command cannot run, the handshake fails, no
+answer within the startup timeout) leaves it ``failed``, retried on a call
+until :data:`MAX_FAILED_STARTS` starts in a row have failed. Every failure is a
+sentence (:class:`McpUnavailable`, :class:`McpCallFailed`) that the tool returns
+to the model and the client; nothing here ends the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import mcp_types
+from mcp import Client
+from mcp.client._transport import TransportStreams
+from mcp.client.session import IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from services.agent.mcp.stdio import StdioExit, StdioStartError, open_stdio
+from services.common.logs import get_logger
+from services.common.mcp_servers import McpHttpServer, McpServerSpec, McpStdioServer
+
+__all__ = ["MAX_FAILED_STARTS", "Launch", "McpCallFailed", "McpConnection", "McpUnavailable",
+           "State"]
+
+log = get_logger("agent.mcp")
+
+CLIENT_NAME = "acpgate-agent"
+#: Consecutive failed starts after which calls stop trying to start the server again.
+MAX_FAILED_STARTS = 3
+#: How long a graceful stop may take before the server's task is cancelled.
+STOP_SECS = 10.0
+#: Pages of ``tools/list`` read at most (a server that pages forever cannot hang a start).
+MAX_TOOL_PAGES = 100
+#: HTTP timeouts: connect/write, and the idle read of a response or event stream.
+HTTP_TIMEOUT_SECS = 30.0
+HTTP_READ_TIMEOUT_SECS = 300.0
+#: Characters of a server's log message kept in our log.
+MAX_LOG_CHARS = 4000
+
+
+class State(enum.Enum):
+    """Where a connection is in its life."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    READY = "ready"
+    LOST = "lost"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class McpUnavailable(Exception):
+    """The server cannot take calls now; ``str(exc)`` is the sentence for the model."""
+
+
+class McpCallFailed(Exception):
+    """A call failed (error answer, timeout, the server went away); ``str(exc)`` says how."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one session starts its servers (the same for all of them)."""
+
+    session_id: str
+    #: The session workspace: stdio servers run there.
+    cwd: str
+    #: The agent's environment minus provider API keys; a server's ``env`` goes on top.
+    env: Mapping[str, str]
+    startup_timeout: float
+    call_timeout: float
+    client_version: str
+
+
+class _StartFailed(Exception):
+    """Raised inside the serve task before the server became ready."""
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, secret-free sentence for why a start or a call failed."""
+    if isinstance(exc, StdioStartError | _StartFailed | McpUnavailable):
+        return str(exc)
+    if isinstance(exc, MCPError):
+        return f"it answered with error {exc.code}: {exc.message}"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"HTTP {exc.response.status_code} from the server"
+    if isinstance(exc, httpx2.HTTPError | OSError):
+        return f"cannot reach the server ({type(exc).__name__})"
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else None
+        return _describe(inner) if inner is not None else type(exc).__name__
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@asynccontextmanager
+async def _http(spec: McpHttpServer) -> AsyncIterator[TransportStreams]:
+    """The streamable-HTTP transport on a client that carries the server's headers."""
+    timeout = httpx2.Timeout(HTTP_TIMEOUT_SECS, read=HTTP_READ_TIMEOUT_SECS)
+    async with create_mcp_http_client(headers=dict(spec.headers), timeout=timeout) as http, \
+            streamable_http_client(spec.url, http_client=http) as streams:
+        yield streams
+
+
+class McpConnection:
+    """One server of one session (see the module docstring for its states)."""
+
+    def __init__(self, spec: McpServerSpec, launch: Launch) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.state = State.IDLE
+        #: Why the server is not ready (a sentence), "" while it is.
+        self.reason = ""
+        #: The server's tools as last listed (kept while lost, so calls can restart it).
+        self.tools: list[mcp_types.Tool] = []
+        #: The server said its tool list changed: list again before the next turn.
+        self.tools_stale = False
+        self._launch = launch
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._exit: StdioExit | None = None
+        self._lock = asyncio.Lock()
+        self._failed_starts = 0
+
+    @property
+    def transport(self) -> str:
+        """``stdio``, ``http`` or ``sse``."""
+        return self.spec.transport
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start (or restart) the server; never raises: the outcome is :attr:`state`."""
+        async with self._lock:
+            await self._start_locked()
+
+    async def close(self) -> None:
+        """Stop the server for good (a closed connection takes no calls)."""
+        async with self._lock:
+            self.state = State.CLOSED
+            self.reason = "the session closed"
+            await self._shutdown(graceful=True)
+
+    async def ensure_ready(self) -> None:
+        """Start the server again if it was lost or failed; :class:`McpUnavailable` if it cannot."""
+        async with self._lock:
+            if self.state is State.READY:
+                return
+            if self.state is State.CLOSED:
+                raise McpUnavailable(f"The MCP server `{self.name}` was stopped with its session.")
+            if self._failed_starts >= MAX_FAILED_STARTS:
+                raise McpUnavailable(
+                    f"The MCP server `{self.name}` failed to start {self._failed_starts} times "
+                    f"in a row and is not started again in this session: {self.reason}")
+            log.info("mcp_restart", session_id=self._launch.session_id, server=self.name,
+                     previous=self.state.value)
+            await self._start_locked()
+            if self.state is not State.READY:
+                raise McpUnavailable(f"The MCP server `{self.name}` is unavailable: {self.reason}")
+
+    async def _start_locked(self) -> None:
+        await self._shutdown(graceful=True)
+        self.state = State.STARTING
+        self.reason = ""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        self._stop = stop
+        self._exit = StdioExit() if isinstance(self.spec, McpStdioServer) else None
+        self._task = asyncio.create_task(self._serve(ready, stop, self._exit),
+                                         name=f"mcp:{self._launch.session_id}:{self.name}")
+        timeout = self._launch.startup_timeout
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except TimeoutError:
+            ready.cancel()
+            self._failed(f"it did not start within {timeout:g} seconds")
+            await self._shutdown(graceful=False)
+            return
+        except asyncio.CancelledError:
+            ready.cancel()
+            await self._shutdown(graceful=False)
+            raise
+        except Exception as exc:
+            self._failed(_describe(exc))
+            await self._shutdown(graceful=False)
+            return
+        self.state = State.READY
+        self._failed_starts = 0
+        log.info("mcp_ready", session_id=self._launch.session_id, server=self.name,
+                 transport=self.transport, tools=len(self.tools))
+
+    def _failed(self, reason: str) -> None:
+        self.state = State.FAILED
+        self.reason = reason
+        self._failed_starts += 1
+        log.warning("mcp_start_failed", session_id=self._launch.session_id, server=self.name,
+                    transport=self.transport, reason=reason)
+
+    def _lost(self, reason: str) -> None:
+        if self.state is State.READY:
+            self.state = State.LOST
+            self.reason = reason
+            log.warning("mcp_lost", session_id=self._launch.session_id, server=self.name,
+                        reason=reason)
+
+    async def _shutdown(self, *, graceful: bool) -> None:
+        """End the current run's task: let it leave the client cleanly, cancel it if it hangs."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if self._stop is not None:
+            self._stop.set()
+        if graceful:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), STOP_SECS)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_SECS)
+        self._client = None
+
+    # ------------------------------------------------------------------ the run
+
+    def _transport(self, exit_info: StdioExit | None) -> AbstractAsyncContextManager[Any]:
+        spec = self.spec
+        if isinstance(spec, McpStdioServer):
+            assert exit_info is not None
+            return open_stdio(spec, cwd=self._launch.cwd, env={**self._launch.env, **dict(spec.env)},
+                              on_stderr=self._on_stderr, exit_info=exit_info)
+        if spec.transport == "sse":
+            return sse_client(spec.url, headers=dict(spec.headers), timeout=HTTP_TIMEOUT_SECS,
+                              sse_read_timeout=HTTP_READ_TIMEOUT_SECS)
+        return _http(spec)
+
+    async def _serve(self, ready: asyncio.Future[None], stop: asyncio.Event,
+                     exit_info: StdioExit | None) -> None:
+        """Enter the client, list the tools, publish, wait for stop or the server's end."""
+        client: Client | None = None
+        try:
+            client = Client(self._transport(exit_info), client_info=mcp_types.Implementation(
+                                name=CLIENT_NAME, version=self._launch.client_version),
+                            message_handler=self._on_message, logging_callback=self._on_log,
+                            cache=None)
+            async with client:
+                self.tools = await _list_tools(client)
+                self.tools_stale = False
+                self._client = client
+                if ready.done():  # the start gave up meanwhile
+                    return
+                ready.set_result(None)
+                ended = [asyncio.create_task(stop.wait())]
+                if exit_info is not None:
+                    ended.append(asyncio.create_task(exit_info.closed.wait()))
+                try:
+                    await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for t in ended:
+                        t.cancel()
+                if not stop.is_set() and exit_info is not None:
+                    self._lost(f"it stopped ({exit_info.describe()})")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the SDK's task groups raise exception groups
+            if not ready.done():
+                ready.set_exception(_StartFailed(await self._start_error(exc, exit_info)))
+            elif not stop.is_set():
+                self._lost(_describe(exc))
+            else:
+                log.debug("mcp_stop_error", session_id=self._launch.session_id, server=self.name,
+                          error=type(exc).__name__)
+        finally:
+            if client is not None and self._client is client:
+                self._client = None
+
+    @staticmethod
+    async def _start_error(exc: BaseException, exit_info: StdioExit | None) -> str:
+        """Why a start failed; a stdio server that went away says how it ended."""
+        if exit_info is not None and exit_info.pid:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await exit_info.closed.wait()
+            if exit_info.closed.is_set():
+                return f"it stopped before the MCP handshake finished ({exit_info.describe()})"
+        return _describe(exc)
+
+    # ------------------------------------------------------------------ calls
+
+    async def refresh_tools(self) -> None:
+        """List the tools again after the server announced a change (keeps the old list on error)."""
+        client = self._client
+        if client is None or not self.tools_stale:
+            return
+        self.tools_stale = False
+        try:
+            async with asyncio.timeout(self._launch.startup_timeout):
+                self.tools = await _list_tools(client)
+        except Exception as exc:
+            log.warning("mcp_relist_failed", session_id=self._launch.session_id, server=self.name,
+                        error=_describe(exc))
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Call ``tool``; :class:`McpUnavailable` / :class:`McpCallFailed` with the reason."""
+        await self.ensure_ready()
+        client = self._client
+        if client is None:
+            raise McpUnavailable(f"The MCP server `{self.name}` is unavailable: {self.reason}")
+        timeout = self._launch.call_timeout
+        try:
+            return await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
+        except MCPError as exc:
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
+                raise McpCallFailed(f"The MCP server `{self.name}` did not answer `{tool}` "
+                                    f"within {timeout:g} seconds.") from None
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                how = await self._how_it_ended()
+                self._lost(f"it stopped ({how})")
+                raise McpCallFailed(f"The MCP server `{self.name}` stopped while running "
+                                    f"`{tool}` ({how}).") from None
+            raise McpCallFailed(f"The MCP server `{self.name}` refused `{tool}`: "
+                                f"error {exc.code}: {exc.message}") from None
+        except ValidationError:
+            raise McpCallFailed(f"The MCP server `{self.name}` answered `{tool}` with a result "
+                                "that is not valid MCP.") from None
+        except (httpx2.HTTPError, OSError) as exc:
+            self._lost(_describe(exc))
+            raise McpCallFailed(f"The MCP server `{self.name}` could not be reached for "
+                                f"`{tool}`: {_describe(exc)}.") from None
+
+    async def _how_it_ended(self) -> str:
+        exit_info = self._exit
+        if exit_info is None:
+            return "the connection closed"
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await exit_info.closed.wait()
+        return exit_info.describe()
+
+    # ------------------------------------------------------------------ from the server
+
+    def _on_stderr(self, line: str) -> None:
+        log.info("mcp_stderr", session_id=self._launch.session_id, server=self.name, line=line)
+
+    async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        log.info("mcp_server_log", session_id=self._launch.session_id, server=self.name,
+                 level=params.level, message=str(params.data)[:MAX_LOG_CHARS])
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.tools_stale = True
+        elif isinstance(message, Exception):
+            log.info("mcp_bad_message", session_id=self._launch.session_id, server=self.name,
+                     error=type(message).__name__)
+
+
+async def _list_tools(client: Client) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools

@@ -47,6 +47,10 @@ MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_MAX_SESSIONS: Final = 10
 DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
 
+# ------------------------------------------------------------------ agent kinds (ResolveAgent.kind)
+#: ``[agents.<alias>] kind`` of the built-in agent (the other kind is "acp").
+AGENT_KIND_BUILTIN: Final = "builtin"
+
 # ------------------------------------------------------------------ back-channel (SPEC §6)
 OUTBOUND_ID_PREFIX: Final = "zc-out-"
 OPTION_ALLOW_ONCE: Final = "allow-once"

@@ -31,7 +31,8 @@ def expected_initialize(max_sessions: int = 3, timeout: int = 3600) -> dict[str,
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            # The default agent is built-in, which speaks MCP over HTTP and SSE (issue 16).
+            "mcpCapabilities": {"http": True, "sse": True},
             "sessionCapabilities": {"resume": {}, "close": {}, "list": {}},
         },
         "agentInfo": {"name": "acpgate", "title": "acpgate ACP Gateway", "version": __version__},

@@ -25,6 +25,7 @@ import orjson
 
 from acpgate.session.v1 import session_pb2
 from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     M_SESSION_UPDATE,
@@ -160,7 +161,7 @@ async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
     A failure gives the session up and answers -32603 "Failed to restore session".
     """
     try:
-        if agent.kind == "builtin":
+        if agent.kind == AGENT_KIND_BUILTIN:
             return await _resume_builtin(client, row, policy, items, mcp)
         if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
             return row.adapter_session_id

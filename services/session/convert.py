@@ -72,6 +72,7 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         lease_id=rec.lease_id,
         adapter_session_id=rec.adapter_session_id,
         title=rec.title,
+        mcp_servers_json=rec.mcp_servers_json,
         ownership=pb.Ownership(
             session_key=o.session_key,
             spawned_by=o.spawned_by,

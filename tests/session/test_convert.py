@@ -60,12 +60,12 @@ def test_row_to_pb_copies_row_and_ownership() -> None:
     rec = SessionRecord(session_id="s", agent_alias="a", workspace_dir="/w", created_at=5,
                         last_activity=9, token_count=3, plan_json="[]", state="active",
                         lease_id="l", adapter_session_id="as", title="T", ownership=own,
-                        message_count=4)
+                        message_count=4, mcp_servers_json='[{"name": "m"}]')
     row = row_to_pb(rec)
     assert (row.session_id, row.agent_alias, row.workspace_dir, row.created_at,
             row.last_activity, row.token_count, row.plan_json, row.lease_id,
-            row.adapter_session_id, row.title) == (
-        "s", "a", "/w", 5, 9, 3, "[]", "l", "as", "T")
+            row.adapter_session_id, row.title, row.mcp_servers_json) == (
+        "s", "a", "/w", 5, 9, 3, "[]", "l", "as", "T", '[{"name": "m"}]')
     assert row.state == pb.SESSION_STATE_ACTIVE
     o = row.ownership
     assert (o.session_key, o.spawned_by, o.parent_session_key, o.owner_session_key,

@@ -87,7 +87,7 @@ async def test_health_serving_and_reflection(serve: ServerFactory, short_dir: Pa
 async def test_spec2_store_status_persistent(stub: Stub, short_dir: Path) -> None:
     """SPEC §2: the store opened at <data dir>/sessions/acp-sessions.db."""
     s = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
-    assert s.persistent and s.fallback_reason == "" and s.schema_version == 2
+    assert s.persistent and s.fallback_reason == "" and s.schema_version == 3
     assert s.db_path == str(short_dir / "data" / "sessions" / "acp-sessions.db")
 
 
@@ -212,6 +212,15 @@ async def test_spec8_spec13_rows_and_turns(stub: Stub) -> None:
         pb.SESSION_STATE_INACTIVE, "L", "ad")
     upd = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1", lease_id=""))
     assert upd.lease_id == "" and upd.adapter_session_id == "ad"
+    # Issue 16: the client's MCP server list is kept per session, replaced when set.
+    servers = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
+    upd = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1",
+                                                           mcp_servers_json=servers))
+    assert upd.mcp_servers_json == servers
+    assert (await stub.GetSession(pb.GetSessionRequest(session_id="s1"))).mcp_servers_json == servers
+    code, _ = await _code(stub.UpdateSession(pb.UpdateSessionRequest(
+        session_id="s1", mcp_servers_json="{}")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
     code, _ = await _code(stub.UpdateSession(pb.UpdateSessionRequest(
         session_id="s1", state=pb.SESSION_STATE_UNSPECIFIED)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT

@@ -25,6 +25,7 @@ from services.session.store import (
     open_store,
 )
 from services.session.store.records import ITEM_FIELDS
+from services.session.store.sqlite_schema import _V2_TABLES
 
 
 class FakeClock:
@@ -74,7 +75,7 @@ async def test_spec8_open_creates_wal_db_with_schema_version(tmp_path: Path) -> 
     con = sqlite3.connect(db)
     try:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+        assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 3
     finally:
         con.close()
     # Reopening keeps the data and the version.
@@ -314,6 +315,40 @@ async def test_spec8_migrates_v1_zeroclaw_file(tmp_path: Path) -> None:
     s2 = await open_store(db)
     assert len(await _history(s2, "old-1")) == 6
     await s2.close()
+
+
+def _write_v2(path: Path) -> None:
+    """A v2 database with one session row, as the release before issue 16 left it."""
+    con = sqlite3.connect(path)
+    con.executescript("\n".join(f"{stmt};" for stmt in _V2_TABLES) + """
+        INSERT INTO schema_version VALUES (2);
+        INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity)
+            VALUES ('v2-1', 'a', '/w', 1, 2);
+    """)
+    con.commit()
+    con.close()
+
+
+async def test_migrates_v2_to_v3_with_an_mcp_server_list_per_session(tmp_path: Path) -> None:
+    """v3 (issue 16): a row keeps the client's MCP server list; v2 rows have none stored."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    s = await open_store(db)
+    try:
+        assert s.status.schema_version == LATEST_SCHEMA_VERSION == 3
+        assert (await s.get_session("v2-1")).mcp_servers_json == ""
+        listed = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
+        rec = await s.create_session("n1", "a", "/w", mcp_servers_json=listed)
+        assert rec.mcp_servers_json == listed
+        assert (await s.update_session("v2-1", mcp_servers_json="[]")).mcp_servers_json == "[]"
+        assert (await s.update_session("n1", title="x")).mcp_servers_json == listed  # unchanged
+        with pytest.raises(InvalidItem, match="must be a JSON array"):
+            await s.update_session("n1", mcp_servers_json='{"name": "fs"}')
+        with pytest.raises(InvalidItem, match="not valid JSON"):
+            await s.create_session("n2", "a", "/w", mcp_servers_json="[")
+    finally:
+        await s.close()
 
 
 # ------------------------------------------------------------------ memory fallback

@@ -32,6 +32,7 @@ class RowRpcs(RpcBase):
                 parent_session_key=request.parent_session_key,
                 owner_session_key=request.owner_session_key,
                 gateway_instance_id=request.gateway_instance_id,
+                mcp_servers_json=request.mcp_servers_json,
             )
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -68,6 +69,7 @@ class RowRpcs(RpcBase):
                 plan_json=opt("plan_json"),
                 agent_alias=opt("agent_alias"),
                 title=opt("title"),
+                mcp_servers_json=opt("mcp_servers_json"),
             )
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))

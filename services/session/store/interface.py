@@ -68,11 +68,13 @@ class SessionStore(ABC):
         owner_session_key: str = "",
         gateway_instance_id: str = "",
         state: str = "active",
+        mcp_servers_json: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
 
-        InvalidItem when an id, the alias or the workspace is empty or the state is
-        unknown; SessionExists when the id is taken.
+        InvalidItem when an id, the alias or the workspace is empty, the state is
+        unknown or ``mcp_servers_json`` is not a JSON array; SessionExists when the
+        id is taken.
         """
 
     @abstractmethod
@@ -94,12 +96,14 @@ class SessionStore(ABC):
         plan_json: str | None = None,
         agent_alias: str | None = None,
         title: str | None = None,
+        mcp_servers_json: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged) and return the row.
 
         The title goes through ``make_title``. A row without ownership (migrated from
         v1) gets its session key, agent id and owner on the first alias it is bound to.
-        InvalidItem for an unknown state, an empty alias or a plan that is not JSON.
+        InvalidItem for an unknown state, an empty alias, a plan that is not JSON or an
+        MCP server list that is not a JSON array.
         """
 
     @abstractmethod

@@ -124,6 +124,8 @@ class SessionRecord:
     ownership: Ownership = field(default_factory=Ownership)
     #: Number of stored history items.
     message_count: int = 0
+    #: The client's last ``mcpServers`` (a JSON array; "" = none stored).
+    mcp_servers_json: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,21 +213,38 @@ def check_plan(plan_json: str | None) -> None:
             raise InvalidItem("plan_json is not valid JSON") from None
 
 
-def check_new_session(session_id: str, agent_alias: str, workspace_dir: str, state: str) -> None:
-    """Refuse a new row without an id, alias or workspace, or in an unknown state."""
+def check_mcp_servers(mcp_servers_json: str | None) -> None:
+    """Refuse an MCP server list that is not a JSON array (None and "" mean none)."""
+    if mcp_servers_json:
+        try:
+            parsed = json.loads(mcp_servers_json)
+        except ValueError:
+            raise InvalidItem("mcp_servers_json is not valid JSON") from None
+        if not isinstance(parsed, list):
+            raise InvalidItem("mcp_servers_json must be a JSON array")
+
+
+def check_new_session(session_id: str, agent_alias: str, workspace_dir: str, state: str,
+                      mcp_servers_json: str = "") -> None:
+    """Refuse a new row without an id, alias or workspace, in an unknown state, or with an
+    MCP server list that is not a JSON array."""
     if not session_id or not agent_alias or not workspace_dir:
         raise InvalidItem("session_id, agent_alias and workspace_dir are required")
     if state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
+    check_mcp_servers(mcp_servers_json)
 
 
-def check_update(state: str | None, agent_alias: str | None, plan_json: str | None) -> None:
-    """Refuse an update to an unknown state, an empty alias or a plan that is not JSON."""
+def check_update(state: str | None, agent_alias: str | None, plan_json: str | None,
+                 mcp_servers_json: str | None = None) -> None:
+    """Refuse an update to an unknown state, an empty alias, a plan that is not JSON or an
+    MCP server list that is not a JSON array."""
     if state is not None and state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
     if agent_alias is not None and not agent_alias:
         raise InvalidItem("agent_alias must not be empty")
     check_plan(plan_json)
+    check_mcp_servers(mcp_servers_json)
 
 
 def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str | None) -> None:

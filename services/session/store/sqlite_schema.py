@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 2
+LATEST_SCHEMA_VERSION: Final = 3
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -203,9 +203,15 @@ async def _migrate_1_to_2(db: aiosqlite.Connection, now: int) -> None:
     await db.execute("DROP TABLE sessions_v1")
 
 
+async def _migrate_2_to_3(db: aiosqlite.Connection, now: int) -> None:
+    """v2 → v3: the session's MCP server list (issue 16); existing rows have none stored."""
+    await db.execute("ALTER TABLE sessions ADD COLUMN mcp_servers_json TEXT NOT NULL DEFAULT ''")
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
 }
 
 

@@ -44,7 +44,8 @@ __all__ = ["SqliteSessionStore"]
 _SESSION_COLUMNS = (
     "id, agent_alias, workspace_dir, created_at, last_activity, token_count, plan_json, state,"
     " lease_id, adapter_session_id, title, session_key, spawned_by, parent_session_key,"
-    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq"
+    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
+    " mcp_servers_json"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 _HISTORY_COLUMNS = ", ".join(f.name for f in fields(HistoryEntry))
@@ -78,6 +79,7 @@ def _record(r: Sequence[Any]) -> SessionRecord:
             created_at=int(r[18]),
         ),
         message_count=int(r[19]),
+        mcp_servers_json=r[20],
     )
 
 
@@ -133,9 +135,10 @@ class SqliteSessionStore(SessionStore):
         owner_session_key: str = "",
         gateway_instance_id: str = "",
         state: str = "active",
+        mcp_servers_json: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        check_new_session(session_id, agent_alias, workspace_dir, state)
+        check_new_session(session_id, agent_alias, workspace_dir, state, mcp_servers_json)
         now = self._clock()
         key = session_key_for(agent_alias, session_id)
         owner = owner_session_key or spawned_by or key
@@ -144,10 +147,12 @@ class SqliteSessionStore(SessionStore):
                 await self._write(
                     "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at,"
                     " last_activity, state, session_key, spawned_by, parent_session_key,"
-                    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at,"
+                    " mcp_servers_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
-                     parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now),
+                     parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now,
+                     mcp_servers_json),
                 )
             except sqlite3.IntegrityError:
                 raise SessionExists(f"Session already exists: {session_id}") from None
@@ -184,10 +189,11 @@ class SqliteSessionStore(SessionStore):
         plan_json: str | None = None,
         agent_alias: str | None = None,
         title: str | None = None,
+        mcp_servers_json: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged). Legacy rows get their ownership on
         the first alias they are bound to."""
-        check_update(state, agent_alias, plan_json)
+        check_update(state, agent_alias, plan_json, mcp_servers_json)
         sets: list[str] = []
         params: list[Any] = []
         for column, value in (
@@ -197,6 +203,7 @@ class SqliteSessionStore(SessionStore):
             ("plan_json", plan_json),
             ("agent_alias", agent_alias),
             ("title", None if title is None else make_title(title)),
+            ("mcp_servers_json", mcp_servers_json),
         ):
             if value is not None:
                 sets.append(f"{column} = ?")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from services.common.protocol import INVALID_PARAMS, MSG_MISSING_SESSION_ID
 from services.edge.errors import not_found
 from services.edge.framing import JsonRpcError
@@ -40,3 +42,24 @@ def mcp_servers(params: dict[str, Any]) -> list[Any]:
     """The client's ``mcpServers`` list, passed on to the adapter as given ([] if malformed)."""
     servers = params.get("mcpServers")
     return servers if isinstance(servers, list) else []
+
+
+def restore_mcp_servers(params: dict[str, Any], stored_json: str) -> tuple[list[Any], bool]:
+    """The MCP servers a load/resume starts, and whether they replace the stored list.
+
+    A list the client passes (``[]`` too) is used and becomes the stored one; a
+    request without one (absent, null, not a list) gets the session's stored list.
+    """
+    servers = params.get("mcpServers")
+    if isinstance(servers, list):
+        return servers, encode_mcp_servers(servers) != (stored_json or "[]")
+    try:
+        stored = orjson.loads(stored_json) if stored_json else []
+    except orjson.JSONDecodeError:
+        stored = []
+    return (stored if isinstance(stored, list) else []), False
+
+
+def encode_mcp_servers(servers: list[Any]) -> str:
+    """The stored form of an ``mcpServers`` list (a JSON array)."""
+    return orjson.dumps(servers).decode()

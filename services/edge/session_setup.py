@@ -77,8 +77,9 @@ async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
 
 
 async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid: str,
-                      alias: str | None = None) -> None:
-    """Store the session as active (with its new alias, if any) and enter it everywhere.
+                      alias: str | None = None, *, mcp_servers_json: str | None = None) -> None:
+    """Store the session as active (with its new alias and MCP server list, if any) and
+    enter it everywhere.
 
     -32603 when the adapter died during setup, or when the connection closed
     meanwhile (the session is released then: nobody is left to use it).
@@ -88,6 +89,8 @@ async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid
         lease_id=session.lease_id, adapter_session_id=adapter_sid)
     if alias is not None:
         request.agent_alias = alias
+    if mcp_servers_json is not None:
+        request.mcp_servers_json = mcp_servers_json
     try:
         await conn.runtime.session_stub.UpdateSession(request)
     except grpc.aio.AioRpcError as exc:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,6 +151,42 @@ def test_server_stderr_goes_to_the_session_log_never_stdout(tmp_path: Path,
     assert [(e["event"], e["server"], e["line"]) for e in entries] == [
         ("mcp_stderr", "docs", "STDERR-MARK kept-out-of-stdout")]
     assert entries[0]["session_id"]  # attributed to the agent's session
+
+
+def test_load_and_resume_restart_the_stored_or_the_passed_servers(tmp_path: Path,
+                                                                   workspace: Path) -> None:
+    """A load/resume without mcpServers starts the session's stored list; one with a list
+    starts that list and stores it (across an acpgate restart)."""
+    who = ("docs__whoami", {})
+    replies = [tool_reply(who), text_reply("1"), tool_reply(who), text_reply("2"),
+               tool_reply(who), text_reply("3")]
+    with ModelServer(replies) as model:
+        first = start(tmp_path, model)
+        try:
+            sid = first.new_session(cwd=str(workspace), mcpServers=[
+                stdio_entry(env={"MCP_TEST_VAR": "one"})])
+            first.call("session/prompt", {"sessionId": sid, "prompt": "who"})
+        finally:
+            assert first.close() == 0
+        second = AcpProcess(first.config_dir)
+        try:
+            second.result("session/resume", {"sessionId": sid, "cwd": str(workspace)})
+            before, _ = second.call("session/prompt", {"sessionId": sid, "prompt": "who"})
+            (update,) = tool_updates(before, sid)
+            assert json.loads(update["rawOutput"])["value"] == "one"  # the stored list
+            second.result("session/close", {"sessionId": sid})
+            second.result("session/load", {"sessionId": sid, "cwd": str(workspace),
+                                           "mcpServers": [stdio_entry(env={"MCP_TEST_VAR": "two"})]})
+            before, _ = second.call("session/prompt", {"sessionId": sid, "prompt": "who"})
+            (update,) = tool_updates(before, sid)
+            assert json.loads(update["rawOutput"])["value"] == "two"  # the passed list
+        finally:
+            assert second.close() == 0
+    db = first.config_dir / "data" / "sessions" / "acp-sessions.db"
+    with sqlite3.connect(db) as con:
+        (stored,) = con.execute("SELECT mcp_servers_json FROM sessions WHERE id = ?",
+                                (sid,)).fetchone()
+    assert json.loads(stored) == [stdio_entry(env={"MCP_TEST_VAR": "two"})]
 
 
 # ---------------------------------------------------------------------- kill -9

@@ -11,7 +11,7 @@ import grpc
 from acpgate.session.v1 import session_pb2
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, start_failed
-from services.edge.params import first_str, mcp_servers
+from services.edge.params import encode_mcp_servers, first_str, mcp_servers
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     abandon,
@@ -43,20 +43,23 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
             alias=agent.alias, cwd=cwd, base_dir=os.getcwd()))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
+    servers = mcp_servers(params)
     with reserved_slot(rt):
         sid = str(uuid.uuid4())
         try:
+            # The list is stored: a later load/resume without one starts the same servers.
             row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
                 session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
                 gateway_instance_id=rt.gateway_instance_id,
-                owner_session_key=conn.principal))
+                owner_session_key=conn.principal,
+                mcp_servers_json=encode_mcp_servers(servers)))
             policy = await session_policy(rt, agent.alias, ws.workspace_dir)
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
         session = EdgeSession(rt, conn, row, rt.clock)
         client = await spawn_adapter(conn, session, agent)
         try:
-            adapter_sid = await client.new_session(ws.workspace_dir, mcp_servers(params), policy)
+            adapter_sid = await client.new_session(ws.workspace_dir, servers, policy)
         except Exception as exc:
             await abandon(rt, session)
             raise start_failed(agent.alias, exc) from None

@@ -3,8 +3,9 @@
 :func:`restore` runs the steps in order: reserve a slot → claim the id (no
 second restore of it may race this one) → read the row, if this connection may
 see it → resolve the agent and its policy → spawn the adapter while the stored
-history streams in → seed the adapter with the conversation → replay (load) or
-send the stored plan (resume) → mark the session active. A step that fails
+history streams in → seed the adapter with the conversation and its MCP servers (the list
+the request passes, else the stored one) → replay (load) or send the stored
+plan (resume) → mark the session active (storing a newly passed list). A step that fails
 answers the request with its error and gives back what the earlier steps took.
 
 Seeding depends on the agent: the built-in agent is resumed with the history in
@@ -36,7 +37,7 @@ from services.edge.adapter import AdapterClient
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import cause, grpc_error, not_found
 from services.edge.framing import JsonRpcError, notification_line
-from services.edge.params import mcp_servers, session_id
+from services.edge.params import encode_mcp_servers, restore_mcp_servers, session_id
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
@@ -75,14 +76,15 @@ async def restore(conn: DialectConnection, params: dict[str, Any], *,
         agent, policy = await _resolve_agent(rt, row)
         session = _restored_session(conn, row, agent)
         client, items = await _spawn_while_history_streams(conn, session, agent)
-        adapter_sid = await _seed(rt, session, client, row, agent, policy, items,
-                                  mcp_servers(params))
+        mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
+        adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
         if replay:
             await _replay_history(conn, sid, items)
         else:
             await _replay_plan(conn, sid, row)
         await mark_active(conn, session, adapter_sid,
-                          agent.alias if agent.alias != row.agent_alias else None)
+                          agent.alias if agent.alias != row.agent_alias else None,
+                          mcp_servers_json=encode_mcp_servers(mcp) if replaced else None)
     return {}
 
 

@@ -6,6 +6,7 @@ Real SDK servers as child processes (and over HTTP on an OS-chosen port); script
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from services.agent.turn import CANCELLED_TOOL_OUTPUT
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
 from tests.agent.mcp_fixtures import http_entry, http_server, server_processes, stdio_entry
 from tests.agent.test_mcp_tools import new_session, tool_message
@@ -146,3 +148,22 @@ async def test_restore_from_history_starts_the_passed_servers(tmp_path: Path,
         await c.prompt("restored-1", "echo")
     (update,) = c.of("tool_call_update")
     assert update["rawOutput"] == "echo: back"
+
+
+async def test_cancel_during_a_call_ends_the_turn_and_the_server_stays(tmp_path: Path,
+                                                                     ws: Path) -> None:
+    provider = ScriptedProvider([call("docs__slow", {"seconds": 120}, "c1"),
+                                 call("docs__echo", {"text": "after"}, "c2"), say("ok")])
+    async with running_agent(make_config(tmp_path, autonomy="full"), provider) as c:
+        sid = await new_session(c, ws, [stdio_entry()])
+        (server,) = server_processes()
+        prompt = asyncio.create_task(c.prompt(sid, "wait"))
+        await c.wait_until(lambda: bool(c.of("tool_call")))
+        await asyncio.sleep(0.5)  # let the call reach the server (nothing asserts on it)
+        await c.call("session/cancel", {"sessionId": sid})
+        assert (await prompt)["stopReason"] == "cancelled"
+        (cancelled,) = c.of("tool_call_update")
+        assert cancelled["status"] == "failed" and cancelled["rawOutput"] == CANCELLED_TOOL_OUTPUT
+        await c.prompt(sid, "again")
+        assert [p.pid for p in server_processes()] == [server.pid]  # the same server served it
+    assert c.of("tool_call_update")[1]["rawOutput"] == "echo: after"

@@ -29,11 +29,9 @@ from typing import Any
 import httpx2
 import mcp_types
 from mcp import Client
-from mcp.client._transport import TransportStreams
 from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -114,10 +112,14 @@ def _describe(exc: BaseException) -> str:
 
 
 @asynccontextmanager
-async def _http(spec: McpHttpServer) -> AsyncIterator[TransportStreams]:
-    """The streamable-HTTP transport on a client that carries the server's headers."""
+async def _http(spec: McpHttpServer) -> AsyncIterator[tuple[Any, Any]]:
+    """The streamable-HTTP transport (the SDK's read and write streams) on a client that
+    carries the server's headers.
+
+    Redirects stay off (the httpx default): the SDK follows same-origin ones itself.
+    """
     timeout = httpx2.Timeout(HTTP_TIMEOUT_SECS, read=HTTP_READ_TIMEOUT_SECS)
-    async with create_mcp_http_client(headers=dict(spec.headers), timeout=timeout) as http, \
+    async with httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout) as http, \
             streamable_http_client(spec.url, http_client=http) as streams:
         yield streams
 

@@ -31,12 +31,16 @@ import anyio
 import mcp_types
 import psutil
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from services.common.mcp_servers import McpStdioServer
 
-__all__ = ["EXIT_GRACE_SECS", "MAX_MESSAGE_BYTES", "StdioExit", "StdioStartError", "open_stdio"]
+__all__ = ["EXIT_GRACE_SECS", "MAX_MESSAGE_BYTES", "StdioExit", "StdioStartError", "Streams",
+           "open_stdio"]
+
+#: What a transport yields to :class:`mcp.Client`: messages in, messages out.
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+                MemoryObjectSendStream[SessionMessage]]
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 #: Characters of one stderr line kept in the log.
@@ -215,7 +219,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 @asynccontextmanager
 async def open_stdio(spec: McpStdioServer, *, cwd: str, env: Mapping[str, str],
                      on_stderr: Callable[[str], None],
-                     exit_info: StdioExit) -> AsyncIterator[TransportStreams]:
+                     exit_info: StdioExit) -> AsyncIterator[Streams]:
     """Start the server and yield the SDK's (read, write) streams; stop it on exit.
 
     Raises :class:`StdioStartError` when the process cannot be started.

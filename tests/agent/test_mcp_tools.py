@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -219,3 +221,17 @@ async def test_operator_servers_start_first_and_a_clashing_client_name_is_refuse
     assert "ops__echo" in names
     assert "MCP server `ops!` refused: its name clashes with `ops`" in system
     assert "mcpServers[1] `broken`: `command` must be a non-empty string" in system
+
+
+def test_the_sdk_is_not_loaded_by_an_agent_without_mcp_servers() -> None:
+    """The SDK takes seconds to import: a session without servers must not pay for it."""
+    code = ("import asyncio, sys\n"
+            "from services.agent.mcp import Launch, SessionMcp\n"
+            "import services.agent.server\n"
+            "m = SessionMcp(Launch('s', '/', {}, 1, 1, 'v'))\n"
+            "asyncio.run(m.start([], ['refused']))\n"
+            "assert m.tools() == {} and m.notes() == ['refused']\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('mcp', 'mcp_types')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2], check=True)
+    assert out.stdout.strip() == "[]"

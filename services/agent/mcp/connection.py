@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -35,12 +33,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from services.agent.mcp.launch import Launch, McpCallFailed, McpUnavailable, State
 from services.agent.mcp.stdio import StdioExit, StdioStartError, open_stdio
 from services.common.logs import get_logger
 from services.common.mcp_servers import McpHttpServer, McpServerSpec, McpStdioServer
 
-__all__ = ["MAX_FAILED_STARTS", "Launch", "McpCallFailed", "McpConnection", "McpUnavailable",
-           "State"]
+__all__ = ["MAX_FAILED_STARTS", "McpConnection"]
 
 log = get_logger("agent.mcp")
 
@@ -56,39 +54,6 @@ HTTP_TIMEOUT_SECS = 30.0
 HTTP_READ_TIMEOUT_SECS = 300.0
 #: Characters of a server's log message kept in our log.
 MAX_LOG_CHARS = 4000
-
-
-class State(enum.Enum):
-    """Where a connection is in its life."""
-
-    IDLE = "idle"
-    STARTING = "starting"
-    READY = "ready"
-    LOST = "lost"
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-class McpUnavailable(Exception):
-    """The server cannot take calls now; ``str(exc)`` is the sentence for the model."""
-
-
-class McpCallFailed(Exception):
-    """A call failed (error answer, timeout, the server went away); ``str(exc)`` says how."""
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How one session starts its servers (the same for all of them)."""
-
-    session_id: str
-    #: The session workspace: stdio servers run there.
-    cwd: str
-    #: The agent's environment minus provider API keys; a server's ``env`` goes on top.
-    env: Mapping[str, str]
-    startup_timeout: float
-    call_timeout: float
-    client_version: str
 
 
 class _StartFailed(Exception):
@@ -279,7 +244,7 @@ class McpConnection:
                     for t in ended:
                         t.cancel()
                 if not stop.is_set() and exit_info is not None:
-                    self._lost(f"it stopped ({exit_info.describe()})")
+                    self._lost(exit_info.describe())
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # the SDK's task groups raise exception groups
@@ -335,7 +300,7 @@ class McpConnection:
                                     f"within {timeout:g} seconds.") from None
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 how = await self._how_it_ended()
-                self._lost(f"it stopped ({how})")
+                self._lost(how)
                 raise McpCallFailed(f"The MCP server `{self.name}` stopped while running "
                                     f"`{tool}` ({how}).") from None
             raise McpCallFailed(f"The MCP server `{self.name}` refused `{tool}`: "

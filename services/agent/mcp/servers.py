@@ -9,18 +9,26 @@ a call of a tool of such a server (``<server>__…``) gets the same sentence.
 
 All servers start concurrently, each bounded by the startup timeout, so a dead
 one costs a session at most that long and never fails it.
+
+The SDK (connections, tools) is imported on the first session that has a
+server: it takes about two seconds, which an agent without MCP servers (and
+every session of one) should not pay at startup.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from services.agent.mcp.connection import Launch, McpConnection, State
+from services.agent.mcp.launch import Launch, State
 from services.agent.mcp.naming import server_prefix, tool_name
-from services.agent.mcp.tool import McpTool
 from services.common.logs import get_logger
 from services.common.mcp_servers import McpServerSpec, redacted
+
+if TYPE_CHECKING:
+    from services.agent.mcp.connection import McpConnection
+    from services.agent.mcp.tool import McpTool
 
 __all__ = ["SessionMcp"]
 
@@ -48,6 +56,7 @@ class SessionMcp:
         self.specs = tuple(specs)
         self._refused = list(refused)
         self._connections = []
+        accepted: list[McpServerSpec] = []
         prefixes: dict[str, str] = {}
         for spec in specs:
             prefix = server_prefix(spec.name)
@@ -57,9 +66,14 @@ class SessionMcp:
                     "(server names must differ in letters, digits, `_` or `-`)")
                 continue
             prefixes[prefix] = spec.name
-            self._connections.append(McpConnection(spec, self._launch))
+            accepted.append(spec)
         for line in self._refused:
             log.warning("mcp_refused", session_id=self._launch.session_id, reason=line)
+        if not accepted:
+            return
+        from services.agent.mcp.connection import McpConnection  # the SDK: see module doc
+
+        self._connections = [McpConnection(spec, self._launch) for spec in accepted]
         for conn in self._connections:
             shown = redacted(conn.spec)
             log.info("mcp_start", session_id=self._launch.session_id, server=conn.name,
@@ -82,6 +96,10 @@ class SessionMcp:
     def tools(self) -> dict[str, McpTool]:
         """Every known tool by exposed name; a lost server's tools stay (a call restarts it)."""
         out: dict[str, McpTool] = {}
+        if not self._connections:
+            return out
+        from services.agent.mcp.tool import McpTool  # the SDK: see module doc
+
         for conn in self._connections:
             if conn.state is State.CLOSED:
                 continue
@@ -95,8 +113,11 @@ class SessionMcp:
         """Sentences for the system prompt: refused entries and servers that are not ready."""
         lines = list(self._refused)
         for conn in self._connections:
-            if conn.state in (State.FAILED, State.LOST):
+            if conn.state is State.FAILED:
                 lines.append(f"MCP server `{conn.name}` is unavailable: {conn.reason}")
+            elif conn.state is State.LOST:
+                lines.append(f"MCP server `{conn.name}` stopped ({conn.reason}); calling one "
+                             "of its tools starts it again")
         return lines
 
     def unavailable(self, tool: str) -> str | None:

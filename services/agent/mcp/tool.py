@@ -13,7 +13,8 @@ from typing import Any
 
 import mcp_types
 
-from services.agent.mcp.connection import McpCallFailed, McpConnection, McpUnavailable
+from services.agent.mcp.connection import McpConnection
+from services.agent.mcp.launch import McpCallFailed, McpUnavailable
 from services.agent.mcp.results import tool_result
 from services.agent.tools.base import ArgumentsPreview, ToolContext, ToolError, ToolResult
 

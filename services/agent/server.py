@@ -297,23 +297,15 @@ class AgentServer:
                 policy = await self._policy(params)
                 session.policy = policy
                 session.context.policy = policy
-            await self._restart_mcp(session, params.get("mcpServers"))
+            servers = params.get("mcpServers")
+            if servers is None:
+                await session.mcp.restart_unready()
+            else:
+                await session.mcp.resume(*self._mcp_specs(servers))
         if replay:
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
         return {}
-
-    async def _restart_mcp(self, session: AgentSession, client_servers: Any) -> None:
-        """A resume/load of a live session: a new ``mcpServers`` list replaces the running
-        servers; the same list, or none, keeps them and starts again those that are down."""
-        if client_servers is None:
-            await session.mcp.restart_unready()
-            return
-        specs, refused = self._mcp_specs(client_servers)
-        if tuple(specs) == session.mcp.specs and not refused:
-            await session.mcp.restart_unready()
-        else:
-            await session.mcp.start(specs, refused)
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)

@@ -42,6 +42,8 @@ class SessionMcp:
         self._launch = launch
         self._connections: list[McpConnection] = []
         self._refused: list[str] = []
+        #: The refusals of the entries last passed (a part of "the same list").
+        self._refused_passed: list[str] = []
         #: The specs last started (what a resume without a list keeps).
         self.specs: tuple[McpServerSpec, ...] = ()
 
@@ -54,6 +56,7 @@ class SessionMcp:
         """Stop whatever runs, then start ``specs`` (``refused``: entries already rejected)."""
         await self.close()
         self.specs = tuple(specs)
+        self._refused_passed = list(refused)
         self._refused = list(refused)
         self._connections = []
         accepted: list[McpServerSpec] = []
@@ -79,6 +82,14 @@ class SessionMcp:
             log.info("mcp_start", session_id=self._launch.session_id, server=conn.name,
                      transport=conn.transport, command=shown.get("command", ""))
         await asyncio.gather(*(c.start() for c in self._connections))
+
+    async def resume(self, specs: Sequence[McpServerSpec], refused: Sequence[str] = ()) -> None:
+        """A resume/load of a live session with a list: another list replaces the running
+        servers; the same one keeps them and starts again those that are down."""
+        if tuple(specs) == self.specs and list(refused) == self._refused_passed:
+            await self.restart_unready()
+        else:
+            await self.start(specs, refused)
 
     async def restart_unready(self) -> None:
         """Start again every server that is not ready (a resume that keeps the list)."""

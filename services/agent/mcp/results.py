@@ -112,10 +112,18 @@ def _write(parts: list[str | _Media], workspace_dir: str) -> tuple[list[str], li
     return texts, blocks
 
 
+#: The fields of ACP's ResourceLink (MCP's has more, e.g. icons).
+_LINK_FIELDS = ("name", "uri", "title", "description", "mimeType", "size")
+
+
 def _links(result: mcp_types.CallToolResult) -> list[dict[str, Any]]:
-    return [{"type": "content",
-             "content": block.model_dump(mode="json", by_alias=True, exclude_none=True)}
-            for block in result.content if isinstance(block, mcp_types.ResourceLink)]
+    out = []
+    for block in result.content:
+        if isinstance(block, mcp_types.ResourceLink):
+            dumped = block.model_dump(mode="json", by_alias=True, exclude_none=True)
+            link = {k: dumped[k] for k in _LINK_FIELDS if k in dumped}
+            out.append({"type": "content", "content": {"type": "resource_link", **link}})
+    return out
 
 
 async def tool_result(result: mcp_types.CallToolResult, workspace_dir: str) -> ToolResult:

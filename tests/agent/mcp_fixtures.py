@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from tests.agent.harness import Client, ScriptedProvider
 
 SERVER = Path(__file__).resolve().parent / "mcp_server.py"
 
@@ -57,3 +60,25 @@ def server_processes() -> list[psutil.Process]:
             if p.status() != psutil.STATUS_ZOMBIE and str(SERVER) in " ".join(p.cmdline()):
                 out.append(p)
     return out
+
+
+async def new_session(c: Client, ws: Path, servers: list[dict[str, Any]]) -> str:
+    """``session/new`` in ``ws`` with these ``mcpServers``; the session id."""
+    result = await c.call("session/new", {"cwd": str(ws), "mcpServers": servers})
+    return str(result["sessionId"])
+
+
+def real(path: Path) -> Path:
+    """The real path (the agent stores blobs under the real workspace)."""
+    return path.resolve()
+
+
+def uploaded(ws: Path, data: bytes, ext: str) -> Path:
+    """Where SPEC §4 puts ``data``: ``<real ws>/uploads/<sha256>.<ext>``."""
+    return real(ws) / "uploads" / f"{hashlib.sha256(data).hexdigest()}.{ext}"
+
+
+def tool_message(provider: ScriptedProvider, call_no: int = 1) -> str:
+    """The text of the last tool result the model saw in model call ``call_no``."""
+    _, messages, _ = provider.calls[call_no]
+    return next(m.text for m in reversed(messages) if m.role == "tool")

@@ -16,8 +16,14 @@ import pytest
 
 from services.agent.turn import CANCELLED_TOOL_OUTPUT
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
-from tests.agent.mcp_fixtures import http_entry, http_server, server_processes, stdio_entry
-from tests.agent.test_mcp_tools import new_session, tool_message
+from tests.agent.mcp_fixtures import (
+    http_entry,
+    http_server,
+    new_session,
+    server_processes,
+    stdio_entry,
+    tool_message,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from acp import schema
 from pydantic import TypeAdapter
 
 from services.agent.mcp.results import MAX_OUTPUT_CHARS, NO_OUTPUT, tool_result
-from tests.agent.test_mcp_tools import uploaded
+from tests.agent.mcp_fixtures import uploaded
 
 CONTENT = TypeAdapter(schema.ContentToolCallContent)
 

@@ -9,45 +9,29 @@ process group, the operator's config servers, and that servers stop with the ses
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from services.common.config import AutonomySection
 from services.common.mcp_servers import parse_server
-from tests.agent.harness import Client, ScriptedProvider, call, make_config, running_agent, say
-from tests.agent.mcp_fixtures import server_processes, stdio_entry
+from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
+from tests.agent.mcp_fixtures import (
+    new_session,
+    real,
+    server_processes,
+    stdio_entry,
+    tool_message,
+    uploaded,
+)
 from tests.agent.mcp_server import PDF_BYTES, PNG_BYTES
 
 pytestmark = pytest.mark.slow
-
-
-async def new_session(c: Client, ws: Path, servers: list[dict[str, Any]]) -> str:
-    result = await c.call("session/new", {"cwd": str(ws), "mcpServers": servers})
-    return str(result["sessionId"])
-
-
-def real(path: Path) -> Path:
-    """The real path (the agent stores blobs under the real workspace)."""
-    return path.resolve()
-
-
-def uploaded(ws: Path, data: bytes, ext: str) -> Path:
-    """Where SPEC §4 puts ``data``: ``<real ws>/uploads/<sha256>.<ext>``."""
-    return real(ws) / "uploads" / f"{hashlib.sha256(data).hexdigest()}.{ext}"
-
-
-def tool_message(provider: ScriptedProvider, call_no: int = 1) -> str:
-    """The text of the last tool result the model saw in model call ``call_no``."""
-    _, messages, _ = provider.calls[call_no]
-    return next(m.text for m in reversed(messages) if m.role == "tool")
 
 
 async def test_tools_are_offered_as_server__tool_with_their_schemas(tmp_path: Path,

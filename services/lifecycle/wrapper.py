@@ -5,7 +5,9 @@ Run by the lifecycle service as ``python -I -S <wrapper path> OPTIONS -- COMMAND
 
 - starts the adapter in its own process group, with the wrapper's stdin/stdout
   (the ACP channel held by the service) and its stderr piped into a bounded
-  per-lease log (``<log>`` rotated to ``<log>.1``);
+  per-lease log (``<log>`` rotated to ``<log>.1``), and with
+  PR_SET_PDEATHSIG = SIGTERM set before its exec, so that an adapter whose
+  wrapper dies (even by SIGKILL) learns of it at once;
 - reports ``{"event": "started", "adapter_pid", "pgid"}`` and later
   ``{"event": "exit", "code", "signal"}`` as JSON lines on ``--report-fd``;
 - forwards SIGINT/SIGTERM/SIGHUP to the adapter's group;
@@ -22,6 +24,7 @@ The wrapper decides no session policy.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -36,7 +39,12 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: The parent-death signal: only a wake-up, the parent PID check decides.
 PDEATH_SIGNAL = signal.SIGUSR2
+#: What the adapter gets when its wrapper dies: a chance to stop cleanly. One
+#: that ignores it is SIGKILLed by the lifecycle service's reap (SPEC §13).
+ADAPTER_PDEATH_SIGNAL = signal.SIGTERM
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Signal dispositions the adapter starts with at their defaults (Python ignores the last two).
+ADAPTER_DEFAULT_SIGNALS = (*FORWARDED, PDEATH_SIGNAL, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
 PPID_POLL_SECS = 0.25
 DEFAULT_STDERR_MAX_BYTES = 256 * 1024
 
@@ -151,14 +159,73 @@ class Terminator:
         return sent
 
 
+_LIBC: list[object] = []
+
+
 def _prctl(option: int, arg: int) -> bool:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        return int(_LIBC[0].prctl(option, arg, 0, 0, 0)) == 0  # type: ignore[attr-defined]
     except (OSError, AttributeError):
         return False
+
+
+def _exec_adapter(command: list[str], env: dict[str, str], err_w: int, status_w: int, parent: int) -> None:
+    """In the forked child: become the adapter. Never returns.
+
+    Own process group, stderr into the log pipe, default signal dispositions and
+    an empty mask, then PR_SET_PDEATHSIG: it must be set here, between fork and
+    exec, because only the adapter itself can ask for it. A wrapper that died
+    before that call would never send it, hence the parent check right after.
+    An exec failure is written (errno) on ``status_w``, which exec closes on success.
+    """
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in ADAPTER_DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.setpgid(0, 0)
+        os.dup2(err_w, 2)
+        _prctl(PR_SET_PDEATHSIG, int(ADAPTER_PDEATH_SIGNAL))
+        if os.getppid() != parent:
+            os._exit(1)
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.write(status_w, f"{exc.errno or 0}".encode())
+    finally:
+        os._exit(127)
+
+
+def _spawn_adapter(command: list[str], env: dict[str, str], err_w: int) -> int:
+    """Fork and exec the adapter (:func:`_exec_adapter`); its PID, or OSError as exec saw it."""
+    status_r, status_w = os.pipe()  # both close-on-exec: EOF alone means the exec worked
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            _exec_adapter(command, env, err_w, status_w, os.getppid())
+        os.close(status_w)
+        status_w = -1
+        # The child does it too; doing it here as well means the group exists
+        # whichever of the two runs first (EACCES once the child has exec'd).
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        report = b""
+        while chunk := os.read(status_r, 64):
+            report += chunk
+    finally:
+        os.close(status_r)
+        if status_w >= 0:
+            os.close(status_w)
+    if report:
+        os.waitpid(pid, 0)
+        errno_value = int(report or b"0")
+        raise OSError(errno_value, os.strerror(errno_value))
+    return pid
 
 
 def _proc_scan(me: int, pgid: int) -> list[int]:
@@ -240,15 +307,7 @@ class Wrapper:
         """Start the adapter in its own process group; False (reported) on failure."""
         err_r, err_w = os.pipe()
         try:
-            self.adapter_pid = os.posix_spawnp(
-                self.opts.command[0],
-                self.opts.command,
-                dict(os.environ),
-                file_actions=[(os.POSIX_SPAWN_DUP2, err_w, 2)],
-                setpgroup=0,
-                setsigdef=(*FORWARDED, PDEATH_SIGNAL, signal.SIGCHLD, signal.SIGPIPE),
-                setsigmask=(),
-            )
+            self.adapter_pid = _spawn_adapter(self.opts.command, dict(os.environ), err_w)
         except OSError as exc:
             os.close(err_r)
             os.close(err_w)

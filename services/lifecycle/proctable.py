@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import signal as signal_mod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -81,6 +81,18 @@ class ProcessTable(Protocol):
 
     async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
         """The environment of that process, or None when it cannot be read."""
+        ...
+
+    async def environ_keys(
+        self, procs: Sequence[ProcInfo], keys: Sequence[str]
+    ) -> dict[tuple[int, int], dict[str, str]]:
+        """The values of ``keys`` in the environment of each of ``procs``, in one pass.
+
+        Keyed by identity; only processes that carry at least one of ``keys``
+        appear. A process whose environment cannot be read (another user's, one
+        exiting) or whose PID holds another birth by now is left out: it proves
+        nothing. Costs one read per process, so callers ask only when needed.
+        """
         ...
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
@@ -202,6 +214,58 @@ def _environ_sync(pid: int, start_time: int) -> dict[str, str] | None:
     return dict(env)
 
 
+def _environ_bytes(pid: int) -> bytes | None:
+    """The raw ``/proc/<pid>/environ`` (NUL-separated), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _pick_keys(raw: bytes, keys: Sequence[str]) -> dict[str, str]:
+    """The ``keys`` present in a NUL-separated environment block."""
+    wanted = {k.encode() + b"=": k for k in keys}
+    if not any(prefix in raw for prefix in wanted):
+        return {}  # the common case: one substring search, no split
+    out: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        for prefix, key in wanted.items():
+            if entry.startswith(prefix):
+                out[key] = entry[len(prefix) :].decode("utf-8", "surrogateescape")
+    return out
+
+
+def _environ_keys_sync(
+    procs: Sequence[ProcInfo], keys: Sequence[str]
+) -> dict[tuple[int, int], dict[str, str]]:
+    out: dict[tuple[int, int], dict[str, str]] = {}
+    via_proc = _has_proc()
+    for info in procs:
+        if info.pid <= 0 or info.zombie or info.unreadable:
+            continue
+        if via_proc:
+            raw = _environ_bytes(info.pid)
+            found = _pick_keys(raw, keys) if raw else {}
+        else:
+            try:
+                env = psutil.Process(info.pid).environ()
+            except (psutil.Error, OSError):
+                continue
+            found = {k: env[k] for k in keys if k in env}
+        if not found:
+            continue
+        # Read after the environment: the same birth still holds the PID, so
+        # what was read was that process's (a newer birth has another start time).
+        try:
+            again = _info_sync(info.pid)
+        except ProcessTableError:
+            continue
+        if again is not None and again.start_time == info.start_time and not again.zombie:
+            out[info.identity] = found
+    return out
+
+
 def _signal_sync(pid: int, start_time: int, sig: int) -> bool:
     if pid <= 1:
         return False  # never PID 0 (own group) or 1 (init), whatever a record says
@@ -249,6 +313,12 @@ class PsutilProcessTable:
     async def environ(self, pid: int, start_time: int) -> Mapping[str, str] | None:
         """See :meth:`ProcessTable.environ`."""
         return await asyncio.to_thread(_environ_sync, pid, start_time)
+
+    async def environ_keys(
+        self, procs: Sequence[ProcInfo], keys: Sequence[str]
+    ) -> dict[tuple[int, int], dict[str, str]]:
+        """See :meth:`ProcessTable.environ_keys`."""
+        return await asyncio.to_thread(_environ_keys_sync, list(procs), tuple(keys))
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""
@@ -302,6 +372,8 @@ class FakeProcessTable:
         self.signals: list[tuple[int, int, int]] = []
         self.listing_available = True
         self.reparent_to = reparent_to
+        #: How many times :meth:`environ_keys` scanned (the scan is meant to be rare).
+        self.environ_scans = 0
         #: Called after every signal (tests use it to swap processes mid-reap).
         self.after_signal: Callable[[FakeProcessTable, int, int], None] | None = None
 
@@ -345,6 +417,21 @@ class FakeProcessTable:
         if proc is None or proc.unreadable or proc.start_time != start_time or proc.environ is None:
             return None
         return dict(proc.environ)
+
+    async def environ_keys(
+        self, procs: Sequence[ProcInfo], keys: Sequence[str]
+    ) -> dict[tuple[int, int], dict[str, str]]:
+        """See :meth:`ProcessTable.environ_keys`."""
+        self.environ_scans += 1
+        out: dict[tuple[int, int], dict[str, str]] = {}
+        for info in procs:
+            proc = self.procs.get(info.pid)
+            if proc is None or proc.unreadable or proc.start_time != info.start_time:
+                continue
+            found = {k: proc.environ[k] for k in keys if proc.environ and k in proc.environ}
+            if found:
+                out[info.identity] = found
+        return out
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""

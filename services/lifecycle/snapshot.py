@@ -1,7 +1,8 @@
 """One process listing, indexed, and the process trees read from it.
 
 A reap pass verifies many leases against a single listing: :class:`ProcSnapshot`
-indexes it once by PID, parent and group. A tree is a set of :class:`TreeProc`
+indexes it once by PID, parent and group (and reads the environments it is asked
+about once). A tree is a set of :class:`TreeProc`
 (a process and its depth below the root), signalled children first.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.lifecycle.proctable import ProcInfo
+from services.lifecycle.proctable import ProcessTable, ProcInfo
 
 #: A process's ``(pid, start_time)``: what a signal is addressed to.
 Identity = tuple[int, int]
@@ -45,6 +46,22 @@ class ProcSnapshot:
             self.by_pid[p.pid] = p
             self.children.setdefault(p.ppid, []).append(p)
             self.by_pgid.setdefault(p.pgid, []).append(p)
+        self._environ: dict[tuple[str, ...], dict[Identity, dict[str, str]]] = {}
+
+    async def environ_keys(
+        self, table: ProcessTable, keys: Sequence[str]
+    ) -> dict[Identity, dict[str, str]]:
+        """``keys`` from the environment of every live process listed, read once per snapshot.
+
+        A reap pass verifying many leases against one listing scans ``/proc`` once,
+        not once per lease. See :meth:`ProcessTable.environ_keys`.
+        """
+        wanted = tuple(keys)
+        cached = self._environ.get(wanted)
+        if cached is None:
+            live = [p for p in self.procs if not p.zombie and p.pid > 1]
+            cached = self._environ[wanted] = await table.environ_keys(live, wanted)
+        return cached
 
     def group(self, pgid: int) -> list[ProcInfo]:
         """Members of process group ``pgid``, in listing order."""

@@ -13,7 +13,11 @@ Evidence, all from the live process table, never from stored PIDs alone:
 The tree is the root's descendants by parent links plus the members of the
 lease's process group. Group members outside the parent links are taken only
 while the group is pinned by our adapter (alive or unreaped under the root) or
-when their environment carries the lease id. Anything unknowable fails closed.
+when their environment carries the lease id. Once the root is gone (its wrapper
+died or ended), what is left is every process whose environment carries the
+lease id and this gateway's instance id and that was born after the wrapper:
+that finds a ``setsid`` grandchild re-parented to PID 1 too. Anything
+unknowable fails closed.
 """
 
 from __future__ import annotations
@@ -231,11 +235,11 @@ async def verify_gone_root(
     table: ProcessTable,
     instance_id: str,
 ) -> Verification:
-    """The verdict for a provably gone root: only group members marked with the lease.
+    """The verdict for a provably gone root: only the processes marked with the lease.
 
     Verified (with those stragglers to reap) when there are any; ``root_gone`` either way.
     """
-    stragglers = await _marked_group_members(lease, snap, table, instance_id)
+    stragglers = await marked_stragglers(lease, snap, table, instance_id)
     return Verification(
         bool(stragglers),
         located.gone_reason,
@@ -244,22 +248,39 @@ async def verify_gone_root(
     )
 
 
-async def _marked_group_members(
+async def marked_stragglers(
     lease: LeaseRecord, snap: ProcSnapshot, table: ProcessTable, instance_id: str
 ) -> list[TreeProc]:
-    """Members of the lease's group whose environment proves they are the lease's."""
-    if lease.process_group_id is None or lease.process_group_id <= 1:
-        return []
-    found: list[TreeProc] = []
-    for p in snap.group(lease.process_group_id):
-        if p.pgid != lease.process_group_id or p.zombie or p.pid == lease.root_pid:
+    """What is left of a lease whose wrapper is gone: every live process that proves it
+    is the lease's, wherever it now hangs (its group, re-parented to PID 1 or to a
+    subreaper, in a session of its own after ``setsid``).
+
+    Proof is all of: the lease id *and* this gateway's instance id in its
+    environment (another install's process never matches), and a birth no
+    earlier than the wrapper's (an older process cannot descend from it). An
+    environment that cannot be read proves nothing. Depths follow the parent
+    links among the stragglers, so the deepest is signalled first.
+    """
+    marks = await snap.environ_keys(table, (LEASE_ENV, INSTANCE_ENV))
+    found: dict[int, ProcInfo] = {}
+    for p in snap.procs:
+        if p.zombie or p.pid <= 1 or p.pid == lease.root_pid:
             continue
         if p.start_time < lease.root_start_time:
             continue  # born before our wrapper: cannot be its descendant
-        env = await table.environ(p.pid, p.start_time)
-        if _env_marks(env, lease.lease_id, instance_id):
-            found.append(TreeProc(p, 2))
-    return found
+        if _env_marks(marks.get(p.identity), lease.lease_id, instance_id):
+            found[p.pid] = p
+    return [TreeProc(p, _depth_among(p, found)) for p in found.values()]
+
+
+def _depth_among(proc: ProcInfo, procs: Mapping[int, ProcInfo]) -> int:
+    """1 + the number of ``proc``'s ancestors (by parent links) within ``procs``."""
+    depth, seen, cur = 1, {proc.pid}, proc
+    while cur.ppid in procs and cur.ppid not in seen:
+        cur = procs[cur.ppid]
+        seen.add(cur.pid)
+        depth += 1
+    return depth
 
 
 def check_root_command(lease: LeaseRecord, root: ProcInfo, recovered: ProcInfo | None) -> None:

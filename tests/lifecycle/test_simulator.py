@@ -46,8 +46,8 @@ LEASE = "lease-1"
 PY = "/usr/bin/python3"
 GRACE_MS = 3000
 
-WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID = 4100, 4101, 4102
-T_WRAPPER, T_ADAPTER, T_GRANDCHILD = 10_000, 10_005, 10_009
+WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID, DETACHED_PID = 4100, 4101, 4102, 4103
+T_WRAPPER, T_ADAPTER, T_GRANDCHILD, T_DETACHED = 10_000, 10_005, 10_009, 10_020
 
 
 def wrapper_argv(
@@ -101,6 +101,14 @@ def grandchild_proc(**changes: object) -> FakeProc:
     base = FakeProc(
         GRANDCHILD_PID, ADAPTER_PID, ADAPTER_PID, T_GRANDCHILD, ("node", "tool-server.js"),
         "/usr/bin/node", marks(),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def detached_proc(**changes: object) -> FakeProc:
+    """``setsid sleep 4001 &`` from the agent's shell: own session and group, on init."""
+    base = FakeProc(
+        DETACHED_PID, 1, DETACHED_PID, T_DETACHED, ("sleep", "4001"), "/usr/bin/sleep", marks(),
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -414,12 +422,92 @@ CASES: list[Case] = [
         alive_after={WRAPPER_PID, ADAPTER_PID},
     ),
     Case(
-        "wrapper gone, adapter orphan proven by group + lease env: reaped, lease lost",
+        "wrapper gone, adapter orphan proven by group + lease env: reaped children first, lease lost",
         procs=[adapter_proc(ppid=1), grandchild_proc()],
         lease=make_lease(),
-        signals=[(ADAPTER_PID, TERM), (GRANDCHILD_PID, TERM)],
+        signals=[(GRANDCHILD_PID, TERM), (ADAPTER_PID, TERM)],
         state=LeaseState.LOST,
         gone_after={ADAPTER_PID, GRANDCHILD_PID},
+    ),
+    Case(
+        "wrapper SIGKILLed: adapter and its setsid grandchild on init, found by lease env (close)",
+        procs=[adapter_proc(ppid=1), detached_proc()],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (DETACHED_PID, TERM)],
+        state=LeaseState.LOST,
+        gone_after={ADAPTER_PID, DETACHED_PID},
+    ),
+    Case(
+        "wrapper SIGKILLed: setsid grandchild still under the adapter, children first (startup)",
+        procs=[adapter_proc(ppid=1), detached_proc(ppid=ADAPTER_PID)],
+        lease=make_lease(),
+        signals=[(DETACHED_PID, TERM), (ADAPTER_PID, TERM)],
+        state=LeaseState.LOST,
+        gone_after={ADAPTER_PID, DETACHED_PID},
+        startup=True,
+    ),
+    Case(
+        "wrapper SIGKILLed, detached grandchild ignores SIGTERM: grace, re-verify, SIGKILL",
+        procs=[detached_proc(ignores_term=True)],
+        lease=make_lease(),
+        signals=[(DETACHED_PID, TERM), (DETACHED_PID, KILL)],
+        state=LeaseState.LOST,
+        gone_after={DETACHED_PID},
+        terminated={DETACHED_PID},
+    ),
+    Case(
+        "wrapper's PID reused by a stranger, detached grandchild still found by lease env",
+        procs=[
+            FakeProc(WRAPPER_PID, 1, WRAPPER_PID, T_WRAPPER + 900, ("/usr/sbin/cron",), "/usr/sbin/cron"),
+            detached_proc(),
+        ],
+        lease=make_lease(),
+        signals=[(DETACHED_PID, TERM)],
+        state=LeaseState.LOST,
+        alive_after={WRAPPER_PID},
+        gone_after={DETACHED_PID},
+    ),
+    Case(
+        "detached process with the lease id but another install's instance id: never signalled",
+        procs=[detached_proc(environ=marks(instance=OTHER_INSTANCE))],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+    ),
+    Case(
+        "detached process with the lease id and no instance id: never signalled",
+        procs=[detached_proc(environ={LEASE_ENV: LEASE, "PATH": "/bin"})],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+        startup=True,
+    ),
+    Case(
+        "detached process with another lease's id: never signalled",
+        procs=[detached_proc(environ=marks(lease_id="lease-2"))],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+    ),
+    Case(
+        "detached process carrying the lease id but born before the wrapper: never signalled",
+        procs=[detached_proc(start_time=T_WRAPPER - 1)],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+    ),
+    Case(
+        "detached process whose environment cannot be read: never signalled",
+        procs=[detached_proc(environ=None)],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+        startup=True,
     ),
     Case(
         "wrapper gone, group member without lease env: never signalled",
@@ -477,6 +565,33 @@ async def test_lifecycle_simulator(case: Case, store: LeaseStore) -> None:
         assert result.surviving_pids == ()
     # Never a signal to PID 0/1 or to a birth the lease did not verify.
     assert all(pid > 1 for pid, _, _ in table.signals)
+
+
+async def test_environment_scan_only_when_the_root_is_gone(store: LeaseStore) -> None:
+    """A live wrapper's tree is complete by parent links (it is a subreaper): no /proc scan."""
+    table = FakeProcessTable([*full_tree(), detached_proc(ppid=WRAPPER_PID)])
+    await store.insert(make_lease())
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=10, sleep=clock.sleep, clock=clock.now)
+    result = await reaper.close(LEASE)
+    assert table.environ_scans == 0
+    assert set(result.terminated_pids) == {WRAPPER_PID, ADAPTER_PID, GRANDCHILD_PID, DETACHED_PID}
+
+
+async def test_startup_reap_scans_environments_once_for_all_leases(store: LeaseStore) -> None:
+    """Many dead wrappers, one listing, one environment scan (not one per lease)."""
+    procs: list[FakeProc] = []
+    for i in range(5):
+        lease_id = f"lease-{i}"
+        await store.insert(make_lease(lease_id=lease_id, root_pid=6000 + 10 * i))
+        procs.append(detached_proc(pid=6001 + 10 * i, environ=marks(lease_id)))
+    table = FakeProcessTable(procs)
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=10, sleep=clock.sleep, clock=clock.now)
+    results = await reaper.reap_all()
+    assert [r.lease.state for r in results if r.lease] == [LeaseState.LOST] * 5
+    assert table.signalled_pids() == {p.pid for p in procs}
+    assert table.environ_scans == 1
 
 
 async def test_pending_recovery_records_the_root(store: LeaseStore) -> None:

@@ -6,7 +6,10 @@ the pipe, so the adapter blocks on its own writes instead of this process
 growing without bound. An attacher takes whatever lines are ready as one batch
 (:meth:`AdapterChannel.next_batch` never waits to fill a batch). When the
 adapter exits, the remaining lines are delivered, then :attr:`exit_info`.
-One attacher at a time (:meth:`AdapterChannel.attach`).
+One attacher at a time (:meth:`AdapterChannel.attach`). EOF on the wrapper's
+report pipe tells that the wrapper itself is gone, and whether it died
+(:meth:`AdapterChannel.wrapper_died`), even while an orphaned adapter still
+holds the ACP pipes.
 """
 
 from __future__ import annotations
@@ -123,6 +126,12 @@ class AdapterChannel:
         self.started: asyncio.Future[StartReport] = asyncio.get_running_loop().create_future()
         self._exit_status: tuple[int, int] | None = None
         self._exit_known = asyncio.Event()
+        #: EOF on the report pipe: only the wrapper holds its write end, so the
+        #: wrapper has exited (asyncio's wait() would also wait for the ACP pipes,
+        #: which an orphaned adapter keeps open).
+        self.wrapper_gone = asyncio.Event()
+        #: True once the wrapper reported the adapter's exit (its own orderly end).
+        self.exit_reported = False
         self.exit_info: ExitInfo | None = None
         self.finished = asyncio.Event()
         self._attached = False
@@ -231,6 +240,7 @@ class AdapterChannel:
             while True:
                 raw = await self._report.readline()
                 if not raw:
+                    self.wrapper_gone.set()  # EOF, never a cancelled read: the wrapper is gone
                     break
                 try:
                     event = json.loads(raw)
@@ -244,11 +254,22 @@ class AdapterChannel:
                 elif kind == "spawn_failed" and not self.started.done():
                     self.started.set_exception(SpawnFailed(str(event.get("error", "spawn failed"))))
                 elif kind == "exit" and self._exit_status is None:
+                    self.exit_reported = True
                     self._exit_status = (int(event.get("code", -1)), int(event.get("signal", 0)))
                     self._exit_known.set()
         finally:
             if not self.started.done():
                 self.started.set_exception(SpawnFailed("wrapper ended before starting the adapter"))
+
+    async def wrapper_died(self) -> bool:
+        """Wait for the wrapper to go; True if it died rather than ended in order.
+
+        An orderly end always reports the adapter's exit before the report pipe
+        closes; a wrapper that is gone without that report (SIGKILL, a crash)
+        left the adapter's tree to the lifecycle service.
+        """
+        await self.wrapper_gone.wait()
+        return not self.exit_reported
 
     async def _watch_exit(self) -> None:
         wait_proc = asyncio.create_task(self.process.wait())

@@ -2,6 +2,8 @@
 
 The gRPC servicer is a thin translation layer over this class; tests and the
 embedded mode can use it directly. One controller per lifecycle state dir.
+Each spawn is watched: a wrapper that dies (SIGKILL, a crash) has its lease
+closed at once, through the same verified reap as any close.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class LifecycleController:
         self.spawning: set[str] = set()
         self._key_locks: dict[str, asyncio.Lock] = {}
         self._exit_tasks: set[asyncio.Task[None]] = set()
+        #: Watchers of each channel's wrapper, and the reaps they started on a death.
+        self._death_tasks: set[asyncio.Task[None]] = set()
+        self._death_reaps: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ identity
 
@@ -118,6 +123,7 @@ class LifecycleController:
         )
         lease, channel = await Launch(self, plan).run()
         self._watch_exit(channel)
+        self._watch_wrapper(channel)
         log.info(
             "lease_spawned",
             lease_id=lease.lease_id,
@@ -132,6 +138,44 @@ class LifecycleController:
         task = asyncio.create_task(self._record_exit(channel))
         self._exit_tasks.add(task)
         task.add_done_callback(self._exit_tasks.discard)
+
+    def _watch_wrapper(self, channel: AdapterChannel) -> None:
+        """Reap the lease's tree if its wrapper dies (in the background)."""
+        task = asyncio.create_task(self._reap_after_wrapper_death(channel))
+        self._death_tasks.add(task)
+        task.add_done_callback(self._death_tasks.discard)
+
+    async def _reap_after_wrapper_death(self, channel: AdapterChannel) -> None:
+        """A wrapper that died (SIGKILL, a crash) left its tree unsupervised: close the lease.
+
+        The adapter got SIGTERM from its parent-death signal, but it may ignore
+        it, and a detached descendant (its own session, adopted by the wrapper
+        until it died) gets nothing. The close verifies and reaps through the
+        same path as any close: what still carries the lease id in its
+        environment. A wrapper that ended in order (it reported the adapter's
+        exit and cleaned up itself) is left to the client's close.
+        """
+        if not await channel.wrapper_died():
+            return
+        if self.channels.get(channel.lease_id) is not channel:
+            return  # already closed (or replaced) by this run
+        log.warning("wrapper_died", lease_id=channel.lease_id,
+                    returncode=channel.process.returncode)
+        # Its own task: a service stop cancels idle watchers, never a reap under way.
+        reap = asyncio.create_task(self._close_quietly(channel.lease_id, "wrapper-died"))
+        self._death_reaps.add(reap)
+        reap.add_done_callback(self._death_reaps.discard)
+        await asyncio.shield(reap)
+
+    async def _close_quietly(self, lease_id: str, reason: str) -> None:
+        """:meth:`close_session` from a background task: failures are logged, not raised."""
+        try:
+            await self.close_session(lease_id=lease_id, reason=reason)
+        except LeaseNotFound:
+            pass
+        except Exception as exc:  # left open: the client's close or the next startup retries
+            log.error("reap_failed", lease_id=lease_id, reason=reason,
+                      why=f"{type(exc).__name__}: {exc}")
 
     async def _record_exit(self, channel: AdapterChannel) -> None:
         """Store the adapter's exit on its lease when it is known."""
@@ -190,8 +234,10 @@ class LifecycleController:
         if channel is not None and not channel.running:
             # The adapter exited and its wrapper is finishing on its own: let it,
             # so the lease ends as what it is (lost: nothing left to signal).
+            # Its report pipe's EOF says when: wait() would also wait for the
+            # ACP pipes, which a surviving descendant may hold.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(channel.process.wait(), self.term_grace_ms / 1000 + 1.0)
+                await asyncio.wait_for(channel.wrapper_gone.wait(), self.term_grace_ms / 1000 + 1.0)
         result = await self.reaper.close(lease_id, reason)
         if channel is not None and result.lease is not None and result.lease.state != LeaseState.OPEN:
             self.channels.pop(lease_id, None)
@@ -260,10 +306,13 @@ class LifecycleController:
                 results.append(await self.close_session(lease_id=lease_id, reason=reason))
             except LeaseNotFound:
                 continue
+        if self._death_reaps:
+            # A reap after a wrapper's death finishes before the store closes.
+            await asyncio.wait(list(self._death_reaps))
         if self._exit_tasks:
             # Let the exits already known reach the store before it closes.
             await asyncio.wait(list(self._exit_tasks), timeout=1.0)
-        for task in list(self._exit_tasks):
+        for task in [*self._death_tasks, *self._exit_tasks]:
             task.cancel()
         for channel in list(self.channels.values()):
             await channel.aclose()

@@ -91,7 +91,20 @@ class ProcessTable(Protocol):
         Keyed by identity; only processes that carry at least one of ``keys``
         appear. A process whose environment cannot be read (another user's, one
         exiting) or whose PID holds another birth by now is left out: it proves
-        nothing. Costs one read per process, so callers ask only when needed.
+        nothing. So is a process not running entirely as this service's user
+        (real, effective, saved uid): a lease's processes run as the service's
+        user, and another user's process carrying the keys (a set-uid program
+        started with them, say) is never evidence. Costs one read per process,
+        so callers ask only when needed.
+        """
+        ...
+
+    async def runs_argv0(self, info: ProcInfo) -> bool | None:
+        """Whether that process's live executable is the program its ``argv[0]`` names.
+
+        False for an ``exec -a`` alias or a copied binary (and for a relative
+        ``argv[0]``, which the lifecycle service never uses); None when it cannot
+        be told (gone, another birth, unreadable).
         """
         ...
 
@@ -236,6 +249,42 @@ def _pick_keys(raw: bytes, keys: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _runs_as_us(pid: int) -> bool:
+    """True if ``pid``'s real, effective, saved and fs uid are all this process's uid."""
+    me = os.getuid()
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return all(int(u) == me for u in line.split()[1:])
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _runs_argv0_sync(info: ProcInfo) -> bool | None:
+    argv0 = info.cmdline[0] if info.cmdline else ""
+    if not argv0 or not os.path.isabs(argv0):
+        return False
+    try:
+        if _has_proc():
+            exe = os.readlink(f"/proc/{info.pid}/exe")
+        else:
+            exe = psutil.Process(info.pid).exe()
+    except (OSError, psutil.Error):
+        return None
+    # A binary replaced (upgraded) under a running process reads as "<path> (deleted)".
+    exe = exe.removesuffix(" (deleted)")
+    matches = os.path.realpath(argv0) == exe
+    try:
+        again = _info_sync(info.pid)
+    except ProcessTableError:
+        return None
+    if again is None or again.start_time != info.start_time:
+        return None  # the executable read may have been another birth's
+    return matches
+
+
 def _environ_keys_sync(
     procs: Sequence[ProcInfo], keys: Sequence[str]
 ) -> dict[tuple[int, int], dict[str, str]]:
@@ -253,7 +302,7 @@ def _environ_keys_sync(
             except (psutil.Error, OSError):
                 continue
             found = {k: env[k] for k in keys if k in env}
-        if not found:
+        if not found or (via_proc and not _runs_as_us(info.pid)):
             continue
         # Read after the environment: the same birth still holds the PID, so
         # what was read was that process's (a newer birth has another start time).
@@ -320,6 +369,10 @@ class PsutilProcessTable:
         """See :meth:`ProcessTable.environ_keys`."""
         return await asyncio.to_thread(_environ_keys_sync, list(procs), tuple(keys))
 
+    async def runs_argv0(self, info: ProcInfo) -> bool | None:
+        """See :meth:`ProcessTable.runs_argv0`."""
+        return await asyncio.to_thread(_runs_argv0_sync, info)
+
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""
         try:
@@ -350,6 +403,8 @@ class FakeProc:
     ignores_term: bool = False
     #: Exists but cannot be read (e.g. /proc/<pid>/stat permission denied).
     unreadable: bool = False
+    #: Runs (at least partly) as another user than the service (e.g. a set-uid program).
+    other_user: bool = False
 
     def info(self) -> ProcInfo:
         """Its :class:`ProcInfo`."""
@@ -428,10 +483,19 @@ class FakeProcessTable:
             proc = self.procs.get(info.pid)
             if proc is None or proc.unreadable or proc.start_time != info.start_time:
                 continue
+            if proc.other_user:
+                continue
             found = {k: proc.environ[k] for k in keys if proc.environ and k in proc.environ}
             if found:
                 out[info.identity] = found
         return out
+
+    async def runs_argv0(self, info: ProcInfo) -> bool | None:
+        """See :meth:`ProcessTable.runs_argv0` (no symlinks here: the strings must agree)."""
+        proc = self.procs.get(info.pid)
+        if proc is None or proc.unreadable or proc.start_time != info.start_time or not proc.exe:
+            return None
+        return bool(proc.cmdline) and proc.exe == proc.cmdline[0]
 
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""

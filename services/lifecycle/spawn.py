@@ -19,7 +19,7 @@ from pathlib import Path
 
 from services.lifecycle import wrapper as wrapper_module
 from services.lifecycle.attach import PIPE_READ_LIMIT
-from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
+from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, WRAPPER_INTERPRETER_FLAGS
 
 WRAPPER_DIR_NAME = "wrapper"
 WRAPPER_FILE_NAME = "acpgate_wrapper.py"
@@ -80,8 +80,7 @@ def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, repor
     """The exact argv of the wrapper (its sha256 is the lease's command hash)."""
     return [
         sys.executable,
-        "-I",
-        "-S",
+        *WRAPPER_INTERPRETER_FLAGS,
         str(paths.path),
         "--lease-id",
         spec.lease_id,

@@ -6,7 +6,9 @@ Evidence, all from the live process table, never from stored PIDs alone:
   gateway's wrapper root;
 - the root PID is alive with the recorded birth identity (start time);
 - the root's live argv names the wrapper path and hashes to ``command_hash``
-  (exact argv from the kernel, so shell quoting can never confuse it);
+  (exact argv from the kernel, so shell quoting can never confuse it), and the
+  root really runs the wrapper file: ``<python> -I -S <wrapper path>`` under
+  the executable its ``argv[0]`` names (not an ``exec -a`` alias);
 - the adapter, when still a child of the root, leads the recorded process group;
 - the root's environment carries the lease id and instance id, where readable.
 
@@ -46,6 +48,11 @@ REASON_AMBIGUOUS = "pending lease is ambiguous: more than one live wrapper match
 REASON_PENDING_GONE = "pending lease has no live wrapper"
 REASON_EXITING = "root command line unreadable (process exiting or permission denied)"
 REASON_UNREADABLE = "root process exists but cannot be read"
+REASON_NOT_WRAPPER = "root process does not run this gateway's wrapper"
+REASON_EXECUTABLE = "root's executable is not the interpreter its command names"
+
+#: How the lifecycle service runs the wrapper file: ``<python> -I -S <wrapper path> …``.
+WRAPPER_INTERPRETER_FLAGS = ("-I", "-S")
 
 
 def command_hash(argv: Sequence[str]) -> str:
@@ -148,6 +155,7 @@ async def verify_owned_tree(
         if root is None:
             return await verify_gone_root(lease, located, snap, table, owner.instance_id)
         check_root_command(lease, root, located.recovered)
+        await check_root_runs_wrapper(lease, root, table, located.recovered)
         await check_root_environment(lease, root, table, owner.instance_id, located.recovered)
         anchored = adapter_anchors_group(lease, root, snap, located.recovered)
         tree = descendants(root, snap)
@@ -296,6 +304,30 @@ def check_root_command(lease: LeaseRecord, root: ProcInfo, recovered: ProcInfo |
         raise Refused(Verification(False, REASON_WRAPPER_ROOT, recovered_root=recovered))
     if command_hash(argv) != lease.command_hash:
         raise Refused(Verification(False, REASON_COMMAND, recovered_root=recovered))
+
+
+async def check_root_runs_wrapper(
+    lease: LeaseRecord, root: ProcInfo, table: ProcessTable, recovered: ProcInfo | None
+) -> None:
+    """The root really runs the wrapper file: an interpreter started as
+    ``<python> -I -S <wrapper path>``, whose live executable is the program its
+    ``argv[0]`` names.
+
+    A record's hash can be made to match any argv, so this relates two live facts
+    instead: ``exec -a <wrapper path> …`` or an interpreter copied elsewhere shows
+    as an executable that is not what ``argv[0]`` says. Unknowable (the
+    executable unreadable, e.g. mid-exit) fails closed.
+    """
+    argv = tuple(root.cmdline)
+    if argv[1:4] != (*WRAPPER_INTERPRETER_FLAGS, lease.wrapper_path):
+        raise Refused(Verification(False, REASON_NOT_WRAPPER, recovered_root=recovered))
+    matches = await table.runs_argv0(root)
+    if matches is None:
+        raise Refused(
+            Verification(False, REASON_EXITING, evidence_unavailable=True, recovered_root=recovered)
+        )
+    if not matches:
+        raise Refused(Verification(False, REASON_EXECUTABLE, recovered_root=recovered))
 
 
 async def check_root_environment(

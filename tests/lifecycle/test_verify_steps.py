@@ -18,8 +18,10 @@ from services.lifecycle.verify import (
     REASON_BIRTH,
     REASON_COMMAND,
     REASON_ENV,
+    REASON_EXECUTABLE,
     REASON_EXITING,
     REASON_LISTING,
+    REASON_NOT_WRAPPER,
     REASON_OTHER_INSTANCE,
     REASON_PENDING_GONE,
     REASON_PGID,
@@ -32,6 +34,7 @@ from services.lifecycle.verify import (
     check_owner,
     check_root_command,
     check_root_environment,
+    check_root_runs_wrapper,
     join_group,
     list_snapshot,
     locate_root,
@@ -42,8 +45,10 @@ from tests.lifecycle.test_simulator import (
     INSTANCE,
     OTHER_INSTANCE,
     OTHER_ROOT,
+    PY,
     ROOT,
     T_WRAPPER,
+    WRAPPER,
     WRAPPER_PID,
     adapter_proc,
     full_tree,
@@ -179,6 +184,36 @@ def test_check_root_command_refuses_and_keeps_the_recovered_root(
     assert verdict.reason == reason
     assert verdict.evidence_unavailable is unavailable
     assert verdict.recovered_root == root  # a pending lease still learns its root
+
+
+async def test_check_root_runs_wrapper_accepts_the_interpreter_running_the_wrapper_file() -> None:
+    table = FakeProcessTable([wrapper_proc()])
+    await check_root_runs_wrapper(make_lease(), wrapper_proc().info(), table, None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason", "unavailable"),
+    [
+        # `exec -a <wrapper path> sleep 1000`: the wrapper path is argv[0], not the script run.
+        ({"cmdline": (WRAPPER, "1000"), "exe": "/usr/bin/sleep"}, REASON_NOT_WRAPPER, False),
+        # `python -c <code> -I -S <wrapper path>`: the interpreter does not run the file.
+        ({"cmdline": (PY, "-c", "pass", "-I", "-S", WRAPPER)}, REASON_NOT_WRAPPER, False),
+        # The exact argv, but argv[0] names another binary than the one running.
+        ({"exe": "/tmp/python-copy"}, REASON_EXECUTABLE, False),
+        ({"exe": ""}, REASON_EXITING, True),
+    ],
+)
+async def test_check_root_runs_wrapper_refuses_what_only_looks_like_it(
+    changes: dict[str, object], reason: str, unavailable: bool
+) -> None:
+    proc = wrapper_proc(**changes)
+    table = FakeProcessTable([proc])
+    with pytest.raises(Refused) as refused:
+        await check_root_runs_wrapper(make_lease(), proc.info(), table, proc.info())
+    verdict = refused.value.verdict
+    assert verdict.reason == reason
+    assert verdict.evidence_unavailable is unavailable
+    assert verdict.recovered_root == proc.info()
 
 
 async def test_check_root_environment_needs_the_marks_only_where_readable() -> None:

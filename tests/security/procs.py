@@ -9,17 +9,126 @@ test can never hit a process it did not cause to exist.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
+from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
+from tests.lifecycle.conftest import ProcessGuard, read_pidfile
 
 LEASES_DB = Path("data") / "lifecycle" / "leases.db"
+
+# argv: pidfile — a grandchild that survives SIGTERM (and records every catchable
+# signal in <pidfile>.signals); writes its PID, then sleeps.
+STUBBORN = r"""
+import os, signal, sys, time
+record = sys.argv[1] + ".signals"
+def note(signum, frame):
+    with open(record, "a") as fh:
+        fh.write(f"{signum}\n")
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, note)
+with open(sys.argv[1] + ".tmp", "w") as fh:
+    fh.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(1)
+"""
+
+# argv: pidfile stubborn.py — an adapter that survives SIGTERM (its parent-death signal
+# too; it records every catchable signal in <pidfile>.signals) and, like the issue's
+# shell, detaches a grandchild with setsid from a shell that exits at once: the
+# grandchild is adopted by the wrapper (a subreaper) and lands on PID 1 without it.
+DETACHER = r"""
+import json, os, signal, subprocess, sys, time
+pidfile, stubborn = sys.argv[1], sys.argv[2]
+def note(signum, frame):
+    with open(pidfile + ".signals", "a") as fh:
+        fh.write(f"{signum}\n")
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, note)
+grandfile = pidfile + ".grandchild"
+subprocess.run(["/bin/sh", "-c", 'setsid "$0" "$1" "$2" >/dev/null 2>&1 </dev/null &',
+                sys.executable, stubborn, grandfile], check=True)
+while not os.path.exists(grandfile):
+    time.sleep(0.02)
+with open(pidfile + ".tmp", "w") as fh:
+    json.dump({"adapter": os.getpid(), "grandchild": int(open(grandfile).read())}, fh)
+os.replace(pidfile + ".tmp", pidfile)
+for line in sys.stdin:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def guard() -> Iterator[ProcessGuard]:
+    """Kills at teardown whatever the test caused to exist and is still there."""
+    g = ProcessGuard()
+    yield g
+    g.cleanup()
+
+
+def script(directory: Path, name: str, text: str) -> Path:
+    """Write an adapter stand-in into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class DetachedTree:
+    """A lease running :data:`DETACHER`, and where its processes record signals."""
+
+    lease: pb.Lease
+    wrapper: psutil.Process
+    adapter: psutil.Process
+    grandchild: psutil.Process
+    pidfile: Path
+
+    @property
+    def processes(self) -> tuple[psutil.Process, ...]:
+        """Wrapper, adapter, detached grandchild."""
+        return (self.wrapper, self.adapter, self.grandchild)
+
+    def signals(self) -> str:
+        """The catchable signals adapter and grandchild received ("" when none)."""
+        text = ""
+        for path in (Path(f"{self.pidfile}.signals"), Path(f"{self.pidfile}.grandchild.signals")):
+            text += path.read_text() if path.exists() else ""
+        return text
+
+
+async def ensure_detacher(
+    stub: lifecycle_pb2_grpc.LifecycleServiceStub, workdir: Path, guard: ProcessGuard,
+    session_key: str = "agent:d:acp:1",
+) -> DetachedTree:
+    """Spawn :data:`DETACHER` through ``stub``; returns once the wrapper adopted the grandchild."""
+    stubborn = script(workdir, "stubborn", STUBBORN)
+    detacher = script(workdir, "detacher", DETACHER)
+    pidfile = workdir / "pids.json"
+    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        session_key=session_key, command=sys.executable, args=[str(detacher), str(pidfile), str(stubborn)]))
+    wrapper = guard.track(resp.lease.root_pid)
+    pids = await read_pidfile(pidfile)
+    adapter, grandchild = guard.track(pids["adapter"]), guard.track(pids["grandchild"])
+    assert resp.lease.adapter_pid == adapter.pid
+    # Detached: its own session, no longer the adapter's child, adopted by the wrapper.
+    assert os.getsid(grandchild.pid) == grandchild.pid
+    await eventually(lambda: grandchild.ppid() == wrapper.pid, 5.0, "the wrapper to adopt the grandchild")
+    return DetachedTree(resp.lease, wrapper, adapter, grandchild, pidfile)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,59 +31,26 @@ from services.common.grpc_channel import open_channel, wait_healthy
 from services.lifecycle.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse
 from tests.e2e.harness import AcpProcess, write_config
-from tests.lifecycle.conftest import (
-    ProcessGuard,
-    make_config,
-    read_pidfile,
-    start_service_process,
-)
+from tests.lifecycle.conftest import ProcessGuard, make_config, start_service_process
 from tests.security.procs import (
     LEASES_DB,
     alive,
     birth_of,
+    ensure_detacher,
     eventually,
+    guard,
     kill_exact,
     lease_of,
     marked_with,
     read_leases,
+    script,
 )
+
+__all__ = ["guard"]  # the shared fixture: imported so that pytest finds it here
 
 pytestmark = pytest.mark.slow
 
 WRAPPER_FILE = Path(__file__).resolve().parents[2] / "services" / "lifecycle" / "wrapper.py"
-
-# argv: pidfile — a grandchild that ignores SIGTERM; writes its PID, then sleeps.
-STUBBORN = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-with open(sys.argv[1] + ".tmp", "w") as fh:
-    fh.write(str(os.getpid()))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-while True:
-    time.sleep(1)
-"""
-
-# argv: pidfile stubborn.py — an adapter that ignores SIGTERM (so its parent-death
-# signal too) and, like the issue's shell, detaches a grandchild with setsid from a
-# shell that exits at once: the grandchild is adopted by the wrapper (a subreaper).
-DETACHER = r"""
-import json, os, signal, subprocess, sys, time
-pidfile, stubborn = sys.argv[1], sys.argv[2]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-grandfile = pidfile + ".grandchild"
-subprocess.run(["/bin/sh", "-c", 'setsid "$0" "$1" "$2" >/dev/null 2>&1 </dev/null &',
-                sys.executable, stubborn, grandfile], check=True)
-while not os.path.exists(grandfile):
-    time.sleep(0.02)
-with open(pidfile + ".tmp", "w") as fh:
-    json.dump({"adapter": os.getpid(), "grandchild": int(open(grandfile).read())}, fh)
-os.replace(pidfile + ".tmp", pidfile)
-for line in sys.stdin:
-    sys.stdout.write(line)
-    sys.stdout.flush()
-while True:
-    time.sleep(1)
-"""
 
 # argv: marker — an adapter that records the signal it gets, then exits.
 NOTICER = r"""
@@ -100,39 +66,6 @@ while True:
     time.sleep(1)
 """
 
-
-@pytest.fixture
-def guard() -> Iterator[ProcessGuard]:
-    """Kills at teardown whatever the test caused to exist and is still there."""
-    g = ProcessGuard()
-    yield g
-    g.cleanup()
-
-
-def script(tmp_path: Path, name: str, text: str) -> Path:
-    """Write an adapter stand-in into ``tmp_path``."""
-    path = tmp_path / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-async def ensure_detacher(
-    stub: lifecycle_pb2_grpc.LifecycleServiceStub, tmp_path: Path, guard: ProcessGuard
-) -> tuple[pb.Lease, psutil.Process, psutil.Process, psutil.Process]:
-    """A lease running :data:`DETACHER`: (lease, wrapper, adapter, detached grandchild)."""
-    stubborn = script(tmp_path, "stubborn", STUBBORN)
-    detacher = script(tmp_path, "detacher", DETACHER)
-    pidfile = tmp_path / "pids.json"
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
-        session_key="agent:d:acp:1", command=sys.executable, args=[str(detacher), str(pidfile), str(stubborn)]))
-    wrapper = guard.track(resp.lease.root_pid)
-    pids = await read_pidfile(pidfile)
-    adapter, grandchild = guard.track(pids["adapter"]), guard.track(pids["grandchild"])
-    assert resp.lease.adapter_pid == adapter.pid
-    # Detached: its own session, no longer the adapter's child, adopted by the wrapper.
-    assert os.getsid(grandchild.pid) == grandchild.pid
-    await eventually(lambda: grandchild.ppid() == wrapper.pid, 5.0, "the wrapper to adopt the grandchild")
-    return resp.lease, wrapper, adapter, grandchild
 
 #: The issue's reproduction, verbatim.
 DETACH = "setsid sleep 4001 >/dev/null 2>&1 </dev/null & sleep 0.5"
@@ -261,7 +194,7 @@ async def test_a_dead_wrappers_tree_is_reaped_by_the_lifecycle_service(
 ) -> None:
     """No close, no client: the service sees the wrapper die and reaps what carries the lease.
 
-    The adapter ignores SIGTERM (its parent-death signal included) and so does the
+    The adapter survives SIGTERM (its parent-death signal included) and so does the
     detached grandchild, which lands on PID 1 (or a subreaper) once the wrapper is
     gone: only the verified reap's SIGKILL, after the grace, ends them.
     """
@@ -270,10 +203,13 @@ async def test_a_dead_wrappers_tree_is_reaped_by_the_lifecycle_service(
     channel = open_channel(server.address)
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
-        lease, wrapper, adapter, grandchild = await ensure_detacher(stub, tmp_path, guard)
-        assert await kill_exact(wrapper.pid, lease.root_start_time)
+        tree = await ensure_detacher(stub, tmp_path, guard)
+        lease, adapter, grandchild = tree.lease, tree.adapter, tree.grandchild
+        assert await kill_exact(tree.wrapper.pid, lease.root_start_time)
         await eventually(lambda: not alive(adapter) and not alive(grandchild), 10.0,
                          "the dead wrapper's adapter and detached grandchild to be reaped")
+        # SIGTERM came first (the adapter's twice: its parent-death signal, then the reap's).
+        assert tree.signals().split().count(str(int(signal.SIGTERM))) >= 3
         await eventually(lambda: lease_of(cfg.config_dir / LEASES_DB, lease.session_key).state == "lost",
                          5.0, "the lease to end as lost")
         assert await asyncio.to_thread(marked_with, lease.lease_id) == []
@@ -297,7 +233,8 @@ async def test_startup_reap_finds_a_dead_wrappers_detached_grandchild(
     try:
         await wait_healthy(channel, within=20.0)
         stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
-        lease, wrapper, adapter, grandchild = await ensure_detacher(stub, tmp_path, guard)
+        tree = await ensure_detacher(stub, tmp_path, guard)
+        lease, wrapper, adapter, grandchild = tree.lease, tree.wrapper, tree.adapter, tree.grandchild
     finally:
         await channel.close(None)
     first.send_signal(signal.SIGKILL)
@@ -306,7 +243,7 @@ async def test_startup_reap_finds_a_dead_wrappers_detached_grandchild(
     await eventually(lambda: not alive(wrapper), 5.0, "the wrapper to die")
     await eventually(lambda: grandchild.ppid() != wrapper.pid, 5.0, "the grandchild to be orphaned")
     await asyncio.sleep(0.5)
-    assert alive(adapter) and alive(grandchild), "both ignore SIGTERM: nobody ended them"
+    assert alive(adapter) and alive(grandchild), "both survive SIGTERM: nobody ended them"
     birth = await birth_of(grandchild.pid)
 
     second = await start_service_process(

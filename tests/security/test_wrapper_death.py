@@ -31,9 +31,10 @@ from services.common.grpc_channel import open_channel, wait_healthy
 from services.lifecycle.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse
 from tests.e2e.harness import AcpProcess, write_config
-from tests.lifecycle.conftest import ProcessGuard, make_config, start_service_process
+from tests.lifecycle.conftest import ProcessGuard, make_config, read_pidfile, start_service_process
 from tests.security.procs import (
     LEASES_DB,
+    STUBBORN,
     alive,
     birth_of,
     ensure_detacher,
@@ -66,6 +67,35 @@ while True:
     time.sleep(1)
 """
 
+
+# argv: afile bfile stubborn.py — A: survives SIGTERM, starts B (a STUBBORN) as its child.
+PARENT = r"""
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, sys.argv[3], sys.argv[2]])
+with open(sys.argv[1] + ".tmp", "w") as fh:
+    fh.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(1)
+"""
+
+# argv: pidfile parent.py stubborn.py — detaches A (setsid) with its child B, then
+# exits in order when stdin closes. The wrapper terminates A (SIGKILL after the
+# grace) but never sees B, which is A's child in A's own session until A dies.
+LEAVER = r"""
+import json, os, subprocess, sys, time
+pidfile, parent, stubborn = sys.argv[1:4]
+a, b = pidfile + ".a", pidfile + ".b"
+subprocess.run(["/bin/sh", "-c", 'setsid "$0" "$1" "$2" "$3" "$4" >/dev/null 2>&1 </dev/null &',
+                sys.executable, parent, a, b, stubborn], check=True)
+while not (os.path.exists(a) and os.path.exists(b)):
+    time.sleep(0.02)
+with open(pidfile + ".tmp", "w") as fh:
+    json.dump({"a": int(open(a).read()), "b": int(open(b).read())}, fh)
+os.replace(pidfile + ".tmp", pidfile)
+sys.stdin.read()
+"""
 
 #: The issue's reproduction, verbatim.
 DETACH = "setsid sleep 4001 >/dev/null 2>&1 </dev/null & sleep 0.5"
@@ -263,3 +293,43 @@ async def test_startup_reap_finds_a_dead_wrappers_detached_grandchild(
     assert birth > lease.root_start_time
     second.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(second.wait(), 15.0) == 0
+
+
+async def test_close_reaps_what_a_wrapper_that_ended_in_order_left_behind(
+    tmp_path: Path, guard: ProcessGuard
+) -> None:
+    """The wrapper ends in order (the adapter exited) yet B escaped it: CloseSession finds B.
+
+    B is a child of A in A's own session: neither in the adapter's group nor the
+    wrapper's child, so the wrapper's cleanup (group + adopted children) never
+    sees it, and when A dies B outlives the wrapper. The close after the exit
+    (the edge sends it when the adapter ends) finds B by the lease id in its
+    environment.
+    """
+    cfg = make_config(tmp_path / "gw", term_grace_ms=300)
+    server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
+    channel = open_channel(server.address)
+    stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
+    try:
+        leaver = script(tmp_path, "leaver", LEAVER)
+        parent, stubborn = script(tmp_path, "parent", PARENT), script(tmp_path, "stubborn", STUBBORN)
+        pidfile = tmp_path / "pids.json"
+        resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+            session_key="agent:l:acp:1", command=sys.executable,
+            args=[str(leaver), str(pidfile), str(parent), str(stubborn)]))
+        wrapper = guard.track(resp.lease.root_pid)
+        pids = await read_pidfile(pidfile)
+        a, b = guard.track(pids["a"]), guard.track(pids["b"])
+        call = stub.Attach(iter([pb.AttachRequest(open=pb.AttachOpen(lease_id=resp.lease.lease_id)),
+                                 pb.AttachRequest(close_stdin=True)]))
+        assert [m.WhichOneof("msg") async for m in call] == ["attached", "exit"]
+        await eventually(lambda: not alive(wrapper) and not alive(a), 10.0, "the wrapper's own cleanup")
+        assert alive(b), "B escaped the wrapper (the case this test is about)"
+
+        closed = await stub.CloseSession(pb.CloseSessionRequest(lease_id=resp.lease.lease_id))
+        assert b.pid in closed.terminated_pids and list(closed.surviving_pids) == []
+        assert closed.lease.state == pb.LEASE_STATE_LOST  # the root was gone before any signal
+        assert not alive(b)
+    finally:
+        await channel.close(None)
+        await server.stop()

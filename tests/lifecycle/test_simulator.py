@@ -155,6 +155,19 @@ class Case:
 TERM, KILL = int(signal.SIGTERM), int(signal.SIGKILL)
 
 
+def untouched_detached(name: str, *, startup: bool = False, **changes: object) -> Case:
+    """A dead wrapper's lease, and a detached process that does not prove it is the lease's."""
+    return Case(
+        name,
+        procs=[detached_proc(**changes)],
+        lease=make_lease(),
+        signals=[],
+        state=LeaseState.LOST,
+        alive_after={DETACHED_PID},
+        startup=startup,
+    )
+
+
 def _swap_root_after_term(table: FakeProcessTable, clock: VirtualClock) -> None:
     """The wrapper exits on SIGTERM and its PID is reused by an unrelated process."""
 
@@ -469,56 +482,29 @@ CASES: list[Case] = [
         alive_after={WRAPPER_PID},
         gone_after={DETACHED_PID},
     ),
-    Case(
+    untouched_detached(
         "detached process with the lease id but another install's instance id: never signalled",
-        procs=[detached_proc(environ=marks(instance=OTHER_INSTANCE))],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
+        environ=marks(instance=OTHER_INSTANCE),
     ),
-    Case(
+    untouched_detached(
         "detached process with the lease id and no instance id: never signalled",
-        procs=[detached_proc(environ={LEASE_ENV: LEASE, "PATH": "/bin"})],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
-        startup=True,
+        startup=True, environ={LEASE_ENV: LEASE, "PATH": "/bin"},
     ),
-    Case(
+    untouched_detached(
         "detached process with another lease's id: never signalled",
-        procs=[detached_proc(environ=marks(lease_id="lease-2"))],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
+        environ=marks(lease_id="lease-2"),
     ),
-    Case(
+    untouched_detached(
         "detached process carrying the lease id but born before the wrapper: never signalled",
-        procs=[detached_proc(start_time=T_WRAPPER - 1)],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
+        start_time=T_WRAPPER - 1,
     ),
-    Case(
+    untouched_detached(
         "detached process whose environment cannot be read: never signalled",
-        procs=[detached_proc(environ=None)],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
-        startup=True,
+        startup=True, environ=None,
     ),
-    Case(
+    untouched_detached(
         "detached process of another user carrying the marks (a set-uid program): never signalled",
-        procs=[detached_proc(other_user=True)],
-        lease=make_lease(),
-        signals=[],
-        state=LeaseState.LOST,
-        alive_after={DETACHED_PID},
-        startup=True,
+        startup=True, other_user=True,
     ),
     Case(
         "forged: `exec -a <wrapper path>` alias, env set, lease hash of its argv: never signalled",

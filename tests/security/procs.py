@@ -27,16 +27,19 @@ from tests.lifecycle.conftest import ProcessGuard, read_pidfile
 
 LEASES_DB = Path("data") / "lifecycle" / "leases.db"
 
-# argv: pidfile — a grandchild that survives SIGTERM (and records every catchable
-# signal in <pidfile>.signals); writes its PID, then sleeps.
+# argv: pidfile [childpidfile] — a grandchild that survives SIGTERM (and records every
+# catchable signal in <pidfile>.signals); with a second argument it first starts one
+# more of itself as its own child. Writes its PID, then sleeps.
 STUBBORN = r"""
-import os, signal, sys, time
+import os, signal, subprocess, sys, time
 record = sys.argv[1] + ".signals"
 def note(signum, frame):
     with open(record, "a") as fh:
         fh.write(f"{signum}\n")
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, note)
+if len(sys.argv) > 2:
+    subprocess.Popen([sys.executable, sys.argv[0], sys.argv[2]])
 with open(sys.argv[1] + ".tmp", "w") as fh:
     fh.write(str(os.getpid()))
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])

@@ -68,27 +68,15 @@ while True:
 """
 
 
-# argv: afile bfile stubborn.py — A: survives SIGTERM, starts B (a STUBBORN) as its child.
-PARENT = r"""
-import os, signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-subprocess.Popen([sys.executable, sys.argv[3], sys.argv[2]])
-with open(sys.argv[1] + ".tmp", "w") as fh:
-    fh.write(str(os.getpid()))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-while True:
-    time.sleep(1)
-"""
-
-# argv: pidfile parent.py stubborn.py — detaches A (setsid) with its child B, then
-# exits in order when stdin closes. The wrapper terminates A (SIGKILL after the
+# argv: pidfile stubborn.py — detaches A (setsid, a STUBBORN) with its child B (another),
+# then exits in order when stdin closes. The wrapper terminates A (SIGKILL after the
 # grace) but never sees B, which is A's child in A's own session until A dies.
 LEAVER = r"""
 import json, os, subprocess, sys, time
-pidfile, parent, stubborn = sys.argv[1:4]
+pidfile, stubborn = sys.argv[1:3]
 a, b = pidfile + ".a", pidfile + ".b"
-subprocess.run(["/bin/sh", "-c", 'setsid "$0" "$1" "$2" "$3" "$4" >/dev/null 2>&1 </dev/null &',
-                sys.executable, parent, a, b, stubborn], check=True)
+subprocess.run(["/bin/sh", "-c", 'setsid "$0" "$1" "$2" "$3" >/dev/null 2>&1 </dev/null &',
+                sys.executable, stubborn, a, b], check=True)
 while not (os.path.exists(a) and os.path.exists(b)):
     time.sleep(0.02)
 with open(pidfile + ".tmp", "w") as fh:
@@ -311,12 +299,11 @@ async def test_close_reaps_what_a_wrapper_that_ended_in_order_left_behind(
     channel = open_channel(server.address)
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
-        leaver = script(tmp_path, "leaver", LEAVER)
-        parent, stubborn = script(tmp_path, "parent", PARENT), script(tmp_path, "stubborn", STUBBORN)
+        leaver, stubborn = script(tmp_path, "leaver", LEAVER), script(tmp_path, "stubborn", STUBBORN)
         pidfile = tmp_path / "pids.json"
         resp = await stub.EnsureSession(pb.EnsureSessionRequest(
             session_key="agent:l:acp:1", command=sys.executable,
-            args=[str(leaver), str(pidfile), str(parent), str(stubborn)]))
+            args=[str(leaver), str(pidfile), str(stubborn)]))
         wrapper = guard.track(resp.lease.root_pid)
         pids = await read_pidfile(pidfile)
         a, b = guard.track(pids["a"]), guard.track(pids["b"])

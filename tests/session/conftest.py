@@ -1,13 +1,18 @@
-"""Fixtures: a real session service on a real unix socket, and a stub to call it."""
+"""Fixtures: a real session service on a real unix socket, a stub to call it, and the store
+backends (SQLite and PostgreSQL) every store test runs against."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import asyncpg
 import grpc
 import pytest
 
@@ -16,11 +21,96 @@ from services.common.config import A2aSection, AcpSection, AgentSection, Config,
 from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.session.server import start_session_server
+from services.session.store import Clock, SessionStore, open_store
+from services.session.store.opening import StoreTarget
+from services.session.store.pg_db import PostgresTarget
+from tests.conftest import create_database
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
 
     ServerFactory = Callable[[Config], Awaitable[tuple[RunningServer, Stub]]]
+
+
+#: The store backends; a test using ``backend`` (or ``store``) runs once per entry.
+BACKENDS = ("sqlite", "postgresql")
+
+
+class FakeClock:
+    """A millisecond clock the test moves by hand."""
+
+    def __init__(self, now: int = 1_700_000_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Backend:
+    """One store backend on one fresh database; :meth:`open` may be called many times and
+    every store it opens (another connection to the same database) is closed at the end."""
+
+    def __init__(self, name: str, request: pytest.FixtureRequest, root: Path) -> None:
+        self.name = name
+        self._request = request
+        self._root = root
+        self._target: StoreTarget = None
+        self._opened: list[SessionStore] = []
+
+    async def target(self) -> StoreTarget:
+        """The database: a file under the test's temp dir, or a new PostgreSQL database."""
+        if self._target is None:
+            if self.name == "sqlite":
+                self._target = self._root / "sessions" / "acp-sessions.db"
+            else:
+                cluster = self._request.getfixturevalue("pg_cluster")
+                name = await create_database(cluster)
+                self._target = PostgresTarget(cluster.dsn(name), connect_timeout_secs=5)
+        return self._target
+
+    async def open(self, clock: Clock | None = None) -> SessionStore:
+        """A store on this backend's database (persistent; the test fails otherwise)."""
+        store = await open_store(await self.target(), clock=clock or FakeClock())
+        self._opened.append(store)
+        assert store.persistent, store.status.fallback_reason
+        return store
+
+    async def count(self, sql: str) -> int:
+        """One integer from ``sql`` run on the database directly (not through a store)."""
+        target = await self.target()
+        if isinstance(target, PostgresTarget):
+            con = await asyncpg.connect(target.url)
+            try:
+                return int(await con.fetchval(sql))
+            finally:
+                await con.close()
+        assert isinstance(target, Path)
+
+        def read() -> int:
+            with contextlib.closing(sqlite3.connect(target)) as con:
+                return int(con.execute(sql).fetchone()[0])
+
+        return await asyncio.to_thread(read)
+
+    async def close(self) -> None:
+        for store in self._opened:
+            await store.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Each store backend in turn (PostgreSQL: skipped only without its binaries)."""
+    b = Backend(str(request.param), request, tmp_path)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+@pytest.fixture
+async def store(backend: Backend) -> SessionStore:
+    """A store on each backend, on a fake clock."""
+    return await backend.open(FakeClock())
 
 
 @pytest.fixture

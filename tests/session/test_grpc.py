@@ -21,7 +21,7 @@ from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection
 from services.common.grpc_channel import open_channel, wait_healthy
 from services.session.server import SERVICE_NAME
-from services.session.store import HistoryEntry, open_store
+from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, open_store
 from tests.session.conftest import make_cfg
 from tests.session.test_visibility import EXPECTED, ROW_ORDER
 
@@ -87,7 +87,7 @@ async def test_health_serving_and_reflection(serve: ServerFactory, short_dir: Pa
 async def test_spec2_store_status_persistent(stub: Stub, short_dir: Path) -> None:
     """SPEC §2: the store opened at <data dir>/sessions/acp-sessions.db."""
     s = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
-    assert s.persistent and s.fallback_reason == "" and s.schema_version == 3
+    assert s.persistent and s.fallback_reason == "" and s.schema_version == LATEST_SCHEMA_VERSION
     assert s.db_path == str(short_dir / "data" / "sessions" / "acp-sessions.db")
 
 

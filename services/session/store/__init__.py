@@ -4,24 +4,31 @@
 - :mod:`.records` — the records, refusals and validation every backend shares;
 - :mod:`.opening` — :func:`open_store`: the SQLite file, or memory with a reason;
 - :mod:`.sqlite_store`, :mod:`.sqlite_schema`, :mod:`.sqlite_db` — the SQLite
-  backend: queries, schema and migrations (down to the zeroclaw v1 file), plumbing.
+  backend: queries, schema and migrations (down to the zeroclaw v1 file), plumbing;
+- :mod:`.pg_store`, :mod:`.pg_schema`, :mod:`.pg_db` — the PostgreSQL backend, the
+  shared store of several hosts: queries, schema and migrations, pool and URL;
+- :mod:`.sql_rows` — the statements and row decoding both SQL backends share.
 
 Import from here; the names below are the store's public surface.
 """
 
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
-from services.session.store.opening import open_store
+from services.session.store.opening import StoreTarget, open_store
+from services.session.store.pg_db import PostgresTarget, redact_url
 from services.session.store.records import (
     BACKEND,
     AppendResult,
+    Claim,
     HistoryEntry,
     InvalidItem,
     Ownership,
+    SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreError,
     StoreStatusInfo,
+    StoreUnavailable,
     make_title,
     session_key_for,
 )
@@ -31,18 +38,24 @@ __all__ = [
     "BACKEND",
     "LATEST_SCHEMA_VERSION",
     "AppendResult",
+    "Claim",
     "Clock",
     "HistoryEntry",
     "InvalidItem",
     "Ownership",
+    "PostgresTarget",
+    "SessionActiveElsewhere",
     "SessionExists",
     "SessionNotFound",
     "SessionRecord",
     "SessionStore",
     "StoreError",
     "StoreStatusInfo",
+    "StoreTarget",
+    "StoreUnavailable",
     "make_title",
     "open_store",
+    "redact_url",
     "session_key_for",
     "wall_clock_ms",
 ]

@@ -2,9 +2,16 @@
 
 :class:`SessionStore` is the one seam between the gRPC servicer and the
 database. The SQLite store (:mod:`.sqlite_store`) implements it, both on the
-file and on the in-memory database used when the file cannot be opened; another
-backend (PostgreSQL, issue 14) implements the same methods with the same
+file and on the in-memory database used when the file cannot be opened; the
+PostgreSQL store (:mod:`.pg_store`) implements the same methods with the same
 semantics — the same records, the same refusals, one transaction per turn.
+
+Several gateway hosts may share one (PostgreSQL) store. The instance whose
+process serves a session *claims* its row (:meth:`SessionStore.claim`): one
+conditional update, so of two instances racing for one session exactly one
+wins. The holder renews its claims while the sessions are active
+(:meth:`SessionStore.renew_claims`); a claim that was not renewed in time has
+expired — its host is dead or cut off — and any instance may take it over.
 """
 
 from __future__ import annotations
@@ -97,13 +104,16 @@ class SessionStore(ABC):
         agent_alias: str | None = None,
         title: str | None = None,
         mcp_servers_json: str | None = None,
+        holder: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged) and return the row.
 
         The title goes through ``make_title``. A row without ownership (migrated from
         v1) gets its session key, agent id and owner on the first alias it is bound to.
         InvalidItem for an unknown state, an empty alias, a plan that is not JSON or an
-        MCP server list that is not a JSON array.
+        MCP server list that is not a JSON array. With ``holder``, only while that
+        instance holds the claim or nobody does (else SessionActiveElsewhere, nothing
+        changed).
         """
 
     @abstractmethod
@@ -116,6 +126,34 @@ class SessionStore(ABC):
     ) -> list[SessionRecord]:
         """One page of rows in (last_activity DESC, id DESC) order, strictly after the
         ``(last_activity, session_id)`` position ``after``; only ``cwd``'s when given."""
+
+    # -- claims (several hosts, one store)
+
+    @abstractmethod
+    async def claim(
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+    ) -> SessionRecord:
+        """Make ``instance_id`` (on ``host``) the server of the session until now + ``ttl_ms``.
+
+        One conditional update: it succeeds when nobody holds the claim, when
+        ``instance_id`` already does (a renewal), or when the holder's claim has expired;
+        else SessionActiveElsewhere with the live claim. SessionNotFound for an unknown
+        id; InvalidItem for an empty instance id or a lease time that is not positive.
+        """
+
+    @abstractmethod
+    async def renew_claims(
+        self, instance_id: str, session_ids: Sequence[str], *, ttl_ms: int
+    ) -> list[str]:
+        """The heartbeat: extend to now + ``ttl_ms`` every claim of ``session_ids`` that
+        ``instance_id`` still holds, in one transaction; returns those ids (the others
+        were taken over or are gone)."""
+
+    @abstractmethod
+    async def release_claim(self, session_id: str, instance_id: str) -> bool:
+        """The session stopped on ``instance_id``: mark it inactive and drop the claim, when
+        that instance holds it or nobody does. False (nothing changed) when another
+        instance holds it or the row is gone."""
 
     # -- history
 

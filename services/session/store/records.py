@@ -18,24 +18,30 @@ from services.common.protocol import (
     HISTORY_ROLE_TOOL_CALL,
     HISTORY_ROLE_TOOL_RESULT,
     HISTORY_ROLES,
+    MSG_SESSION_ALREADY_ACTIVE,
     MSG_SESSION_NOT_FOUND,
 )
 
 __all__ = [
     "BACKEND",
     "ITEM_FIELDS",
+    "NO_CLAIM",
     "STATES",
     "TITLE_MAX",
     "TOOL_STATUSES",
     "AppendResult",
+    "Claim",
     "HistoryEntry",
     "InvalidItem",
     "Ownership",
+    "SessionActiveElsewhere",
     "SessionExists",
     "SessionNotFound",
     "SessionRecord",
     "StoreError",
     "StoreStatusInfo",
+    "StoreUnavailable",
+    "check_claim",
     "check_new_session",
     "check_plan",
     "check_turn",
@@ -89,6 +95,19 @@ class InvalidItem(StoreError):
     """A turn item (or the turn itself) is malformed; the whole turn was rolled back."""
 
 
+class SessionActiveElsewhere(StoreError):
+    """Another gateway instance holds an unexpired claim on the session (multi-host)."""
+
+    def __init__(self, session_id: str, claim: Claim) -> None:
+        super().__init__(MSG_SESSION_ALREADY_ACTIVE.format(session_id=session_id))
+        self.session_id = session_id
+        self.claim = claim
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached right now (a shared server down or unreachable)."""
+
+
 # ------------------------------------------------------------------ records
 
 
@@ -104,6 +123,29 @@ class Ownership:
     backend: str = BACKEND
     gateway_instance_id: str = ""
     created_at: int = 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Which gateway instance (on which host) runs the session's live process, until when.
+
+    Several hosts may share one store; the instance serving a session holds its claim
+    and renews it (a heartbeat) while the session is active there. A claim whose
+    ``until`` has passed is dead — its host stopped renewing — and any instance may
+    take the session over. An empty ``instance_id`` is no claim.
+    """
+
+    instance_id: str = ""
+    host: str = ""
+    #: Milliseconds since the epoch; the claim is live while ``now <= until``.
+    until: int = 0
+
+    def live(self, now: int) -> bool:
+        """True while an instance holds the claim and has renewed it in time."""
+        return bool(self.instance_id) and now <= self.until
+
+
+NO_CLAIM: Final = Claim()
 
 
 @dataclass(frozen=True)
@@ -126,6 +168,8 @@ class SessionRecord:
     message_count: int = 0
     #: The client's last ``mcpServers`` (a JSON array; "" = none stored).
     mcp_servers_json: str = ""
+    #: The instance serving the session right now, if any (multi-host).
+    claim: Claim = NO_CLAIM
 
 
 @dataclass(frozen=True)
@@ -168,12 +212,17 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class StoreStatusInfo:
-    """Whether the store is persistent, where, and why not (SPEC §2)."""
+    """Whether the store is persistent, where, and why not (SPEC §2).
+
+    ``db_path`` is the SQLite file, or the PostgreSQL URL without its password.
+    """
 
     persistent: bool
     db_path: str
     fallback_reason: str
     schema_version: int
+    #: "sqlite" or "postgresql".
+    backend: str = "sqlite"
 
 
 # ------------------------------------------------------------------ validation
@@ -224,25 +273,49 @@ def check_mcp_servers(mcp_servers_json: str | None) -> None:
             raise InvalidItem("mcp_servers_json must be a JSON array")
 
 
-def check_new_session(session_id: str, agent_alias: str, workspace_dir: str, state: str,
-                      mcp_servers_json: str = "") -> None:
-    """Refuse a new row without an id, alias or workspace, in an unknown state, or with an
-    MCP server list that is not a JSON array."""
+def check_claim(instance_id: str, host: str, ttl_ms: int) -> None:
+    """Refuse a claim without an instance id, with a lease time that is not positive, or
+    with a NUL in the instance id or host name."""
+    if not instance_id:
+        raise InvalidItem("gateway_instance_id is required")
+    if ttl_ms <= 0:
+        raise InvalidItem("the claim's lease time must be positive")
+    _check_no_nul((instance_id, host))
+
+
+def _check_no_nul(values: Sequence[str | None]) -> None:
+    # Identifiers are compared and indexed; a NUL in one is never meaningful, and
+    # PostgreSQL text cannot hold it, so every backend refuses it alike.
+    if any(v and "\x00" in v for v in values):
+        raise InvalidItem("identifiers must not contain NUL characters")
+
+
+def check_new_session(
+    session_id: str, agent_alias: str, workspace_dir: str, state: str, *links: str,
+    mcp_servers_json: str = "",
+) -> None:
+    """Refuse a new row without an id, alias or workspace, in an unknown state, with a NUL
+    in any of those or in its ownership ``links``, or with an MCP server list that is not
+    a JSON array."""
     if not session_id or not agent_alias or not workspace_dir:
         raise InvalidItem("session_id, agent_alias and workspace_dir are required")
     if state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
+    _check_no_nul((session_id, agent_alias, workspace_dir, *links))
     check_mcp_servers(mcp_servers_json)
 
 
-def check_update(state: str | None, agent_alias: str | None, plan_json: str | None,
-                 mcp_servers_json: str | None = None) -> None:
-    """Refuse an update to an unknown state, an empty alias, a plan that is not JSON or an
-    MCP server list that is not a JSON array."""
+def check_update(
+    state: str | None, agent_alias: str | None, plan_json: str | None,
+    mcp_servers_json: str | None = None, lease_id: str | None = None,
+) -> None:
+    """Refuse an update to an unknown state, an empty alias, a plan that is not JSON, an MCP
+    server list that is not a JSON array, or an alias or lease id with a NUL in it."""
     if state is not None and state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
     if agent_alias is not None and not agent_alias:
         raise InvalidItem("agent_alias must not be empty")
+    _check_no_nul((agent_alias, lease_id))
     check_plan(plan_json)
     check_mcp_servers(mcp_servers_json)
 

@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 3
+LATEST_SCHEMA_VERSION: Final = 4
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -97,6 +97,14 @@ _V2_TABLES = (
         role TEXT NOT NULL,
         content TEXT NOT NULL,
         created_at TEXT NOT NULL)""",
+)
+
+#: v4: which gateway instance (host) serves the session now, until when (several hosts).
+_V4_CLAIM = (
+    "ALTER TABLE sessions ADD COLUMN active_instance_id TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN active_host TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN active_until INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX sessions_by_claim ON sessions(active_instance_id)",
 )
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
@@ -208,10 +216,17 @@ async def _migrate_2_to_3(db: aiosqlite.Connection, now: int) -> None:
     await db.execute("ALTER TABLE sessions ADD COLUMN mcp_servers_json TEXT NOT NULL DEFAULT ''")
 
 
+async def _migrate_3_to_4(db: aiosqlite.Connection, now: int) -> None:
+    """v3 → v4: the claim columns; every existing row starts unclaimed."""
+    for stmt in _V4_CLAIM:
+        await db.execute(stmt)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
     2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
 }
 
 

@@ -12,75 +12,42 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import fields
 from typing import Any
 
 import aiosqlite
 
-from services.common.protocol import HISTORY_ROLE_USER
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
 from services.session.store.records import (
     BACKEND,
-    ITEM_FIELDS,
     AppendResult,
     HistoryEntry,
-    Ownership,
+    SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreStatusInfo,
+    check_claim,
     check_new_session,
     check_turn,
     check_update,
-    item_values,
-    make_title,
     session_key_for,
-    validate_item,
+)
+from services.session.store.sql_rows import (
+    CLAIMABLE,
+    HISTORY_COLUMNS,
+    INSERT_ITEM,
+    RELEASABLE,
+    SESSION_COLUMNS,
+    TurnRows,
+    record_from_row,
+    update_assignments,
 )
 from services.session.store.sqlite_db import immediate
 
 __all__ = ["SqliteSessionStore"]
 
-_SESSION_COLUMNS = (
-    "id, agent_alias, workspace_dir, created_at, last_activity, token_count, plan_json, state,"
-    " lease_id, adapter_session_id, title, session_key, spawned_by, parent_session_key,"
-    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
-    " mcp_servers_json"
-)
-#: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
-_HISTORY_COLUMNS = ", ".join(f.name for f in fields(HistoryEntry))
-_INSERT_ITEM = (
-    f"INSERT INTO history (session_id, seq, turn, role, {', '.join(ITEM_FIELDS)}, created_at)"
-    f" VALUES (?, ?, ?, ?, {', '.join(['?'] * len(ITEM_FIELDS))}, ?)"
-)
-
-
-def _record(r: Sequence[Any]) -> SessionRecord:
-    return SessionRecord(
-        session_id=r[0],
-        agent_alias=r[1],
-        workspace_dir=r[2],
-        created_at=int(r[3]),
-        last_activity=int(r[4]),
-        token_count=int(r[5]),
-        plan_json=r[6],
-        state=r[7],
-        lease_id=r[8],
-        adapter_session_id=r[9],
-        title=r[10],
-        ownership=Ownership(
-            session_key=r[11],
-            spawned_by=r[12],
-            parent_session_key=r[13],
-            owner_session_key=r[14],
-            agent_id=r[15],
-            backend=r[16],
-            gateway_instance_id=r[17],
-            created_at=int(r[18]),
-        ),
-        message_count=int(r[19]),
-        mcp_servers_json=r[20],
-    )
+#: Session ids per ``IN (...)`` list (well under SQLite's bound on parameters).
+_ID_CHUNK = 500
 
 
 class SqliteSessionStore(SessionStore):
@@ -110,10 +77,17 @@ class SqliteSessionStore(SessionStore):
 
     async def _fetch_session(self, session_id: str) -> SessionRecord | None:
         async with self._db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
         ) as cur:
             row = await cur.fetchone()
-        return _record(row) if row else None
+        return record_from_row(row) if row else None
+
+    async def _refused(self, session_id: str) -> SessionActiveElsewhere | SessionNotFound:
+        """Why a conditional write changed nothing: another live claim, or no row."""
+        rec = await self._fetch_session(session_id)
+        if rec is None:
+            return SessionNotFound(session_id)
+        return SessionActiveElsewhere(session_id, rec.claim)
 
     async def _write(self, sql: str, params: Sequence[Any]) -> int:
         """One statement in its own IMMEDIATE transaction; returns the changed row count."""
@@ -138,7 +112,9 @@ class SqliteSessionStore(SessionStore):
         mcp_servers_json: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        check_new_session(session_id, agent_alias, workspace_dir, state, mcp_servers_json)
+        check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
+                          parent_session_key, owner_session_key, gateway_instance_id,
+                          mcp_servers_json=mcp_servers_json)
         now = self._clock()
         key = session_key_for(agent_alias, session_id)
         owner = owner_session_key or spawned_by or key
@@ -173,11 +149,11 @@ class SqliteSessionStore(SessionStore):
         if not session_key:
             return None
         async with self._lock, self._db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_key = ? LIMIT 1",
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = ? LIMIT 1",
             (session_key,),
         ) as cur:
             row = await cur.fetchone()
-        return _record(row) if row else None
+        return record_from_row(row) if row else None
 
     async def update_session(
         self,
@@ -190,40 +166,27 @@ class SqliteSessionStore(SessionStore):
         agent_alias: str | None = None,
         title: str | None = None,
         mcp_servers_json: str | None = None,
+        holder: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged). Legacy rows get their ownership on
-        the first alias they are bound to."""
-        check_update(state, agent_alias, plan_json, mcp_servers_json)
-        sets: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("state", state),
-            ("lease_id", lease_id),
-            ("adapter_session_id", adapter_session_id),
-            ("plan_json", plan_json),
-            ("agent_alias", agent_alias),
-            ("title", None if title is None else make_title(title)),
-            ("mcp_servers_json", mcp_servers_json),
-        ):
-            if value is not None:
-                sets.append(f"{column} = ?")
-                params.append(value)
-        if agent_alias:
-            key = session_key_for(agent_alias, session_id)
-            sets.append("session_key = CASE WHEN session_key = '' THEN ? ELSE session_key END")
-            sets.append("agent_id = CASE WHEN agent_id = '' THEN ? ELSE agent_id END")
-            sets.append(
-                "owner_session_key = CASE WHEN owner_session_key = '' THEN ? "
-                "ELSE owner_session_key END"
-            )
-            params += [key, agent_alias, key]
+        the first alias they are bound to; ``holder`` guards against another's claim."""
+        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id)
+        sets, params = update_assignments(
+            session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
+            plan_json=plan_json, agent_alias=agent_alias, title=title,
+            mcp_servers_json=mcp_servers_json,
+        )
+        where, args = "id = ?", [session_id]
+        if holder is not None:
+            where += f" AND {RELEASABLE}"
+            args.append(holder)
         async with self._lock:
             if sets:
                 changed = await self._write(
-                    f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", [*params, session_id]
+                    f"UPDATE sessions SET {', '.join(sets)} WHERE {where}", [*params, *args]
                 )
                 if changed == 0:
-                    raise SessionNotFound(session_id)
+                    raise await self._refused(session_id)
             rec = await self._fetch_session(session_id)
         if rec is None:
             raise SessionNotFound(session_id)
@@ -257,11 +220,63 @@ class SqliteSessionStore(SessionStore):
             params += [after[0], after[0], after[1]]
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         async with self._lock, self._db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions {clause}"
+            f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
             " ORDER BY last_activity DESC, id DESC LIMIT ?",
             [*params, limit],
         ) as cur:
-            return [_record(r) async for r in cur]
+            return [record_from_row(r) async for r in cur]
+
+    # -- claims
+
+    async def claim(
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+    ) -> SessionRecord:
+        """Take or renew the claim unless another instance's claim is live."""
+        check_claim(instance_id, host, ttl_ms)
+        now = self._clock()
+        async with self._lock:
+            changed = await self._write(
+                "UPDATE sessions SET active_instance_id = ?, active_host = ?, active_until = ?"
+                f" WHERE id = ? AND {CLAIMABLE}",
+                (instance_id, host, now + ttl_ms, session_id, instance_id, now),
+            )
+            if changed == 0:
+                raise await self._refused(session_id)
+            rec = await self._fetch_session(session_id)
+        assert rec is not None
+        return rec
+
+    async def renew_claims(
+        self, instance_id: str, session_ids: Sequence[str], *, ttl_ms: int
+    ) -> list[str]:
+        """Extend the claims ``instance_id`` still holds among ``session_ids``."""
+        check_claim(instance_id, "", ttl_ms)
+        wanted = list(dict.fromkeys(session_ids))
+        if not wanted:
+            return []
+        until = self._clock() + ttl_ms
+        held: set[str] = set()
+        async with self._lock, immediate(self._db):
+            for start in range(0, len(wanted), _ID_CHUNK):
+                chunk = wanted[start:start + _ID_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                async with self._db.execute(
+                    f"UPDATE sessions SET active_until = ? WHERE active_instance_id = ?"
+                    f" AND id IN ({marks}) RETURNING id",
+                    (until, instance_id, *chunk),
+                ) as cur:
+                    held.update([str(r[0]) async for r in cur])
+        return [s for s in wanted if s in held]
+
+    async def release_claim(self, session_id: str, instance_id: str) -> bool:
+        """Mark inactive and unclaim, unless another instance holds the claim."""
+        async with self._lock:
+            changed = await self._write(
+                "UPDATE sessions SET state = 'inactive', active_instance_id = '',"
+                f" active_host = '', active_until = 0 WHERE id = ? AND {RELEASABLE}",
+                (session_id, instance_id),
+            )
+        return changed > 0
 
     # -- history
 
@@ -287,23 +302,17 @@ class SqliteSessionStore(SessionStore):
                 row = await cur.fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
-            seq, turn, title = int(row[0]), int(row[1]) + 1, str(row[2])
-            first = seq + 1
-            for index, item in enumerate(items):
-                validate_item(item, index)
-                seq += 1
-                await self._db.execute(
-                    _INSERT_ITEM, (session_id, seq, turn, item.role, *item_values(item), now)
-                )
-                if not title and item.role == HISTORY_ROLE_USER and item.text.strip():
-                    title = make_title(item.text)
+            turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, str(row[2]), now)
+            # executemany draws the rows lazily: a bad item raises after the good ones
+            # before it were written, and the transaction rolls them back.
+            await self._db.executemany(INSERT_ITEM, turn.rows(items))
             await self._db.execute(
                 "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?,"
                 " token_count = token_count + ?, last_activity = MAX(last_activity, ?),"
                 " plan_json = COALESCE(?, plan_json) WHERE id = ?",
-                (seq, turn, title, token_delta, now, plan_json, session_id),
+                (turn.seq, turn.turn, turn.title, token_delta, now, plan_json, session_id),
             )
-        return AppendResult(turn=turn, first_seq=first, last_seq=seq)
+        return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
 
     async def iter_history_pages(
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
@@ -314,7 +323,7 @@ class SqliteSessionStore(SessionStore):
         last = after_seq
         while True:
             async with self._lock, self._db.execute(
-                f"SELECT {_HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
+                f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
                 (session_id, last, page),
             ) as cur:

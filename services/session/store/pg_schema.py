@@ -1,0 +1,133 @@
+"""The PostgreSQL schema of the session store and its forward migrations.
+
+The tables and columns are SQLite's (:mod:`.sqlite_schema`), with the same
+checks, so both backends hold the same rows; the version numbers are shared
+too. PostgreSQL support starts at version 4 (the first with claims, which
+several hosts need), so an empty database is created at 4 in one step; later
+versions add a step here and one in SQLite. Each step's DDL is frozen as that
+version shipped it.
+
+Several session services may open one database at once (several hosts): the
+migration runs in one transaction holding a transaction-scoped advisory lock,
+so exactly one of them migrates and the others then see the new version.
+DDL is transactional in PostgreSQL, so a failed migration leaves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from services.common.logs import get_logger
+from services.session.store.pg_db import Conn
+from services.session.store.records import StoreError
+from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+
+__all__ = ["FIRST_VERSION", "LATEST_SCHEMA_VERSION", "migrate", "read_version"]
+
+log = get_logger("session.store")
+
+#: The version an empty database is created at.
+FIRST_VERSION: Final = 4
+#: pg_advisory_xact_lock key of the migration: "acpgate" in ASCII, as a bigint.
+_MIGRATION_LOCK: Final = 0x61637067617465
+
+_V4_TABLES = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        agent_alias TEXT NOT NULL DEFAULT '',
+        workspace_dir TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        last_activity BIGINT NOT NULL,
+        token_count BIGINT NOT NULL DEFAULT 0,
+        plan_json TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL DEFAULT 'inactive' CHECK (state IN ('active', 'inactive')),
+        lease_id TEXT NOT NULL DEFAULT '',
+        adapter_session_id TEXT NOT NULL DEFAULT '',
+        title TEXT NOT NULL DEFAULT '',
+        session_key TEXT NOT NULL DEFAULT '',
+        spawned_by TEXT NOT NULL DEFAULT '',
+        parent_session_key TEXT NOT NULL DEFAULT '',
+        owner_session_key TEXT NOT NULL DEFAULT '',
+        agent_id TEXT NOT NULL DEFAULT '',
+        backend TEXT NOT NULL DEFAULT 'acpx',
+        gateway_instance_id TEXT NOT NULL DEFAULT '',
+        owner_created_at BIGINT NOT NULL DEFAULT 0,
+        last_seq BIGINT NOT NULL DEFAULT 0,
+        last_turn BIGINT NOT NULL DEFAULT 0,
+        mcp_servers_json TEXT NOT NULL DEFAULT '',
+        active_instance_id TEXT NOT NULL DEFAULT '',
+        active_host TEXT NOT NULL DEFAULT '',
+        active_until BIGINT NOT NULL DEFAULT 0)""",
+    "CREATE INDEX sessions_by_activity ON sessions (last_activity DESC, id DESC)",
+    "CREATE INDEX sessions_by_key ON sessions (session_key)",
+    "CREATE INDEX sessions_by_workspace ON sessions (workspace_dir)",
+    "CREATE INDEX sessions_by_claim ON sessions (active_instance_id)",
+    # The role CHECK is the list as shipped, not HISTORY_ROLES: a new role needs a migration.
+    """CREATE TABLE history (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL,
+        turn BIGINT NOT NULL,
+        role TEXT NOT NULL
+            CHECK (role IN ('user', 'assistant', 'thought', 'tool_call', 'tool_result')),
+        text TEXT NOT NULL DEFAULT '',
+        tool_call_id TEXT NOT NULL DEFAULT '',
+        tool_name TEXT NOT NULL DEFAULT '',
+        tool_kind TEXT NOT NULL DEFAULT '',
+        title TEXT NOT NULL DEFAULT '',
+        arguments_json TEXT NOT NULL DEFAULT '',
+        output TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT '',
+        content_json TEXT NOT NULL DEFAULT '',
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+)
+
+
+async def read_version(con: Conn) -> int:
+    """0 for a database without the store's tables, else the stored version."""
+    exists = await con.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
+    if not exists:
+        if await con.fetchval("SELECT to_regclass('sessions') IS NOT NULL"):
+            raise StoreError("the database has a sessions table but no schema_version: "
+                             "not an acpgate store (left untouched)")
+        return 0
+    version = await con.fetchval("SELECT MAX(version) FROM schema_version")
+    return int(version) if version is not None else 0
+
+
+async def _create_v4(con: Conn) -> None:
+    for stmt in _V4_TABLES:
+        await con.execute(stmt)
+
+
+#: from-version → (to-version, step).
+_STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
+    0: (FIRST_VERSION, _create_v4),
+}
+
+
+async def migrate(con: Conn) -> int:
+    """Bring the database to :data:`LATEST_SCHEMA_VERSION` in one locked transaction;
+    the version. A newer database is refused (StoreError), never downgraded."""
+    async with con.transaction():
+        await con.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        version = start = await read_version(con)
+        if version > LATEST_SCHEMA_VERSION:
+            raise StoreError(
+                f"database schema version {version} is newer than this acpgate supports "
+                f"({LATEST_SCHEMA_VERSION})"
+            )
+        while version < LATEST_SCHEMA_VERSION:
+            if version not in _STEPS:
+                raise StoreError(f"no migration from schema version {version}")
+            version, step = _STEPS[version][0], _STEPS[version][1]
+            await step(con)
+        if version != start:
+            await con.execute("DELETE FROM schema_version")
+            await con.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
+    if version != start:
+        log.info("session_store_migrated", backend="postgresql", from_version=start,
+                 to_version=version)
+    return version

@@ -1,0 +1,370 @@
+"""The session store on PostgreSQL: rows and history shared by several gateway hosts.
+
+Implements :class:`~services.session.store.interface.SessionStore` on an
+asyncpg pool (:mod:`.pg_db`) whose database :mod:`.pg_schema` has brought up
+to date, with the statements SQLite uses (:mod:`.sql_rows`). Several session
+services — one per host, or one for many edges — may share the database:
+
+- a turn is one transaction that locks the session row (``FOR UPDATE``), so
+  turns appended from anywhere get dense, unique seq numbers;
+- a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
+  second update waits for the first and re-checks its ``WHERE`` against the
+  committed row, so of two instances racing for one session exactly one wins;
+- a lost connection is :class:`~.records.StoreUnavailable`; the pool replaces
+  broken connections, so the store works again once the server is back.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+
+from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
+from services.session.store.pg_db import Conn, call, from_db, in_transaction, to_db
+from services.session.store.records import (
+    BACKEND,
+    ITEM_FIELDS,
+    AppendResult,
+    HistoryEntry,
+    SessionActiveElsewhere,
+    SessionExists,
+    SessionNotFound,
+    SessionRecord,
+    StoreStatusInfo,
+    check_claim,
+    check_new_session,
+    check_turn,
+    check_update,
+    session_key_for,
+)
+from services.session.store.sql_rows import (
+    CLAIMABLE,
+    HISTORY_COLUMNS,
+    INSERT_ITEM,
+    RELEASABLE,
+    SESSION_COLUMNS,
+    TurnRows,
+    numbered,
+    record_from_row,
+    update_assignments,
+)
+
+__all__ = ["PostgresSessionStore"]
+
+T = TypeVar("T")
+
+_SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+_INSERT_ITEM = numbered(INSERT_ITEM)
+_ITEM_END = 1 + len(ITEM_FIELDS)
+
+
+def _record(row: asyncpg.Record) -> SessionRecord:
+    return record_from_row(row, from_db)
+
+
+def _entry(row: asyncpg.Record) -> HistoryEntry:
+    # role, the item fields (escaped free text), then seq, turn, created_at.
+    values: tuple[Any, ...] = (row[0], *map(from_db, row[1:_ITEM_END]), *row[_ITEM_END:])
+    return HistoryEntry(*values)
+
+
+async def _read_page(session_id: str, after_seq: int, page: int, con: Conn) -> list[asyncpg.Record]:
+    return await con.fetch(
+        f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = $1"
+        " AND seq > $2 ORDER BY seq LIMIT $3",
+        session_id, after_seq, page,
+    )
+
+
+def _storable(key: str) -> bool:
+    """False for an id no row can have: PostgreSQL text holds no NUL (and creation refuses
+    it), so looking it up would only make the server complain."""
+    return "\x00" not in key
+
+
+class PostgresSessionStore(SessionStore):
+    """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
+
+    def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._closed = False
+        self.status = status
+
+    async def close(self) -> None:
+        """Close the pool (waiting for calls in progress); a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._pool.close()
+
+    # -- helpers
+
+    async def _call(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        """A repeatable operation on a pooled connection (see :func:`.pg_db.call`)."""
+        return await call(self._pool, self.status.db_path, op)
+
+    async def _transaction(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        """An operation in one transaction (see :func:`.pg_db.in_transaction`)."""
+        return await in_transaction(self._pool, self.status.db_path, op)
+
+    async def _fetch_session(self, con: Conn, session_id: str) -> SessionRecord | None:
+        row = await con.fetchrow(_SELECT_SESSION, session_id)
+        return _record(row) if row is not None else None
+
+    async def _refused(
+        self, con: Conn, session_id: str
+    ) -> SessionActiveElsewhere | SessionNotFound:
+        rec = await self._fetch_session(con, session_id)
+        if rec is None:
+            return SessionNotFound(session_id)
+        return SessionActiveElsewhere(session_id, rec.claim)
+
+    # -- sessions
+
+    async def create_session(
+        self,
+        session_id: str,
+        agent_alias: str,
+        workspace_dir: str,
+        *,
+        spawned_by: str = "",
+        parent_session_key: str = "",
+        owner_session_key: str = "",
+        gateway_instance_id: str = "",
+        state: str = "active",
+        mcp_servers_json: str = "",
+    ) -> SessionRecord:
+        """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
+        check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
+                          parent_session_key, owner_session_key, gateway_instance_id,
+                          mcp_servers_json=mcp_servers_json)
+        now = self._clock()
+        key = session_key_for(agent_alias, session_id)
+        owner = owner_session_key or spawned_by or key
+
+        async def insert(con: Conn) -> asyncpg.Record | None:
+            return await con.fetchrow(
+                "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at,"
+                " last_activity, state, session_key, spawned_by, parent_session_key,"
+                " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at,"
+                " mcp_servers_json)"
+                " VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $2, $10, $11, $4, $12)"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLUMNS}",
+                session_id, agent_alias, workspace_dir, now, state, key, spawned_by,
+                parent_session_key, owner, BACKEND, gateway_instance_id, mcp_servers_json,
+            )
+
+        # In a transaction: a retry must not meet the row its own lost first try wrote.
+        row = await self._transaction(insert)
+        if row is None:
+            raise SessionExists(f"Session already exists: {session_id}")
+        return _record(row)
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The row of ``session_id`` or SessionNotFound."""
+        rec = None
+        if _storable(session_id):
+            rec = await self._call(lambda con: self._fetch_session(con, session_id))
+        if rec is None:
+            raise SessionNotFound(session_id)
+        return rec
+
+    async def find_by_session_key(self, session_key: str) -> SessionRecord | None:
+        """The row whose SPEC §13 session key is ``session_key``, if stored."""
+        if not session_key or not _storable(session_key):
+            return None
+        row = await self._call(lambda con: con.fetchrow(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = $1 LIMIT 1", session_key
+        ))
+        return _record(row) if row is not None else None
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        state: str | None = None,
+        lease_id: str | None = None,
+        adapter_session_id: str | None = None,
+        plan_json: str | None = None,
+        agent_alias: str | None = None,
+        title: str | None = None,
+        mcp_servers_json: str | None = None,
+        holder: str | None = None,
+    ) -> SessionRecord:
+        """Change the given fields (None = unchanged); ``holder`` guards against another's
+        claim."""
+        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id)
+        if not _storable(session_id):
+            raise SessionNotFound(session_id)
+        sets, params = update_assignments(
+            session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
+            plan_json=plan_json, agent_alias=agent_alias, title=title,
+            mcp_servers_json=mcp_servers_json, text=to_db,
+        )
+        where, args = "id = ?", [session_id]
+        if holder is not None:
+            where += f" AND {RELEASABLE}"
+            args.append(holder)
+        if not sets:
+            return await self.get_session(session_id)
+
+        async def update(con: Conn) -> SessionRecord:
+            row = await con.fetchrow(
+                numbered(f"UPDATE sessions SET {', '.join(sets)} WHERE {where}"
+                         f" RETURNING {SESSION_COLUMNS}"),
+                *params, *args,
+            )
+            if row is None:
+                raise await self._refused(con, session_id)
+            return _record(row)
+
+        return await self._call(update)
+
+    async def touch(self, session_id: str) -> SessionRecord:
+        """Bump last_activity to now (never backwards)."""
+        row = None
+        if _storable(session_id):
+            now = self._clock()
+            row = await self._call(lambda con: con.fetchrow(
+                "UPDATE sessions SET last_activity = GREATEST(last_activity, $1)"
+                f" WHERE id = $2 RETURNING {SESSION_COLUMNS}",
+                now, session_id,
+            ))
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _record(row)
+
+    async def list_sessions(
+        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
+    ) -> list[SessionRecord]:
+        """One page of rows, newest activity first, strictly after the ``after`` position."""
+        if not _storable(cwd) or (after is not None and not _storable(after[1])):
+            return []
+        where: list[str] = []
+        params: list[Any] = []
+        if cwd:
+            where.append("workspace_dir = ?")
+            params.append(cwd)
+        if after is not None:
+            where.append("(last_activity < ? OR (last_activity = ? AND id < ?))")
+            params += [after[0], after[0], after[1]]
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._call(lambda con: con.fetch(
+            numbered(f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
+                     " ORDER BY last_activity DESC, id DESC LIMIT ?"),
+            *params, limit,
+        ))
+        return [_record(r) for r in rows]
+
+    # -- claims
+
+    async def claim(
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+    ) -> SessionRecord:
+        """Take or renew the claim unless another instance's claim is live."""
+        check_claim(instance_id, host, ttl_ms)
+        if not _storable(session_id):
+            raise SessionNotFound(session_id)
+        now = self._clock()
+
+        async def take(con: Conn) -> SessionRecord:
+            row = await con.fetchrow(
+                numbered("UPDATE sessions SET active_instance_id = ?, active_host = ?,"
+                         f" active_until = ? WHERE id = ? AND {CLAIMABLE}"
+                         f" RETURNING {SESSION_COLUMNS}"),
+                instance_id, host, now + ttl_ms, session_id, instance_id, now,
+            )
+            if row is None:
+                raise await self._refused(con, session_id)
+            return _record(row)
+
+        # Repeatable: a second try by the same instance renews what the first took.
+        return await self._call(take)
+
+    async def renew_claims(
+        self, instance_id: str, session_ids: Sequence[str], *, ttl_ms: int
+    ) -> list[str]:
+        """Extend the claims ``instance_id`` still holds among ``session_ids``."""
+        check_claim(instance_id, "", ttl_ms)
+        wanted = [s for s in dict.fromkeys(session_ids) if _storable(s)]
+        if not wanted:
+            return []
+        until = self._clock() + ttl_ms
+        rows = await self._call(lambda con: con.fetch(
+            "UPDATE sessions SET active_until = $1 WHERE active_instance_id = $2"
+            " AND id = ANY($3::text[]) RETURNING id",
+            until, instance_id, wanted,
+        ))
+        held = {str(r[0]) for r in rows}
+        return [s for s in wanted if s in held]
+
+    async def release_claim(self, session_id: str, instance_id: str) -> bool:
+        """Mark inactive and unclaim, unless another instance holds the claim."""
+        if not _storable(session_id):
+            return False
+        rows = await self._call(lambda con: con.fetch(
+            numbered("UPDATE sessions SET state = 'inactive', active_instance_id = '',"
+                     f" active_host = '', active_until = 0 WHERE id = ? AND {RELEASABLE}"
+                     " RETURNING id"),
+            session_id, instance_id,
+        ))
+        return bool(rows)
+
+    # -- history
+
+    async def append_turn(
+        self,
+        session_id: str,
+        items: Sequence[HistoryEntry],
+        *,
+        token_delta: int = 0,
+        plan_json: str | None = None,
+    ) -> AppendResult:
+        """Append one completed turn in one transaction: every item or none (SPEC §8).
+
+        The row is locked first, so concurrent turns (from any host) queue up on it.
+        """
+        check_turn(items, token_delta, plan_json)
+        if not _storable(session_id):
+            raise SessionNotFound(session_id)
+        now = self._clock()
+
+        async def append(con: Conn) -> AppendResult:
+            row = await con.fetchrow(
+                "SELECT last_seq, last_turn, title FROM sessions WHERE id = $1 FOR UPDATE",
+                session_id,
+            )
+            if row is None:
+                raise SessionNotFound(session_id)
+            turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, from_db(row[2]), now,
+                            text=to_db)
+            await con.executemany(_INSERT_ITEM, list(turn.rows(items)))
+            await con.execute(
+                "UPDATE sessions SET last_seq = $1, last_turn = $2, title = $3,"
+                " token_count = token_count + $4, last_activity = GREATEST(last_activity, $5),"
+                " plan_json = COALESCE($6, plan_json) WHERE id = $7",
+                turn.seq, turn.turn, to_db(turn.title), token_delta, now, plan_json, session_id,
+            )
+            return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
+
+        return await self._transaction(append)
+
+    async def iter_history_pages(
+        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
+    ) -> AsyncIterator[list[HistoryEntry]]:
+        """The stored items oldest first: one non-empty list of at most ``page`` items per
+        query (SessionNotFound if no such row). A connection is held per page only."""
+        await self.get_session(session_id)
+        last = after_seq
+        while True:
+            rows = await self._call(functools.partial(_read_page, session_id, last, page))
+            entries = [_entry(r) for r in rows]
+            if entries:
+                yield entries
+            if len(entries) < page:
+                return
+            last = entries[-1].seq

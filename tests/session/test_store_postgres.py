@@ -1,0 +1,209 @@
+"""What only the PostgreSQL store has: its URL and login, waiting for the server, the
+memory fallback when the database cannot be used (SPEC §2), and a lost connection.
+
+A real throwaway cluster (``pg_cluster``); nothing here is mocked. The store
+contract itself runs on every backend in ``test_store.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from services.session.store import (
+    LATEST_SCHEMA_VERSION,
+    HistoryEntry,
+    PostgresTarget,
+    SessionStore,
+    StoreUnavailable,
+    open_store,
+    redact_url,
+)
+from tests.conftest import create_database
+from tests.pg_cluster import Cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def _opened(target: PostgresTarget) -> AsyncIterator[SessionStore]:
+    store = await open_store(target)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def _assert_memory(store: SessionStore, *parts: str, secret: str = "") -> None:
+    assert not store.persistent and store.status.db_path == ""
+    for part in parts:
+        assert part in store.status.fallback_reason, store.status.fallback_reason
+    if secret:
+        assert secret not in store.status.fallback_reason
+    await store.create_session("m", "a", "/w")  # memory mode still works
+    assert (await store.get_session("m")).workspace_dir == "/w"
+
+
+def test_redact_url_drops_every_secret() -> None:
+    """The only form of the URL that is shown or logged carries no password."""
+    assert redact_url("postgresql://u:s3cret@db:5432/acp") == "postgresql://u@db:5432/acp"
+    assert redact_url("postgres://u@/acp?host=/run/pg&password=s3cret&sslmode=require") == (
+        "postgres://u@/acp?host=%2Frun%2Fpg&sslmode=require")
+    assert "s3cret" not in redact_url("postgresql://u:s3cret@h/d?passfile=/p&sslpassword=s3cret")
+    assert redact_url("postgresql://h/d") == "postgresql://h/d"
+
+
+async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
+    """An empty database gets the tables, the claim columns and the shared version number."""
+    async with _opened(PostgresTarget(pg_url)) as store:
+        assert store.persistent and store.status.backend == "postgresql"
+        assert store.status.schema_version == LATEST_SCHEMA_VERSION
+        assert store.status.db_path == redact_url(pg_url)
+    con = await asyncpg.connect(pg_url)
+    try:
+        assert await con.fetchval("SELECT version FROM schema_version") == LATEST_SCHEMA_VERSION
+        columns = {r[0] for r in await con.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'sessions'")}
+        assert {"active_instance_id", "active_host", "active_until", "last_seq"} <= columns
+        await con.execute("INSERT INTO sessions (id, workspace_dir, created_at, last_activity)"
+                          " VALUES ('x', '/w', 0, 0)")
+        with pytest.raises(asyncpg.CheckViolationError):
+            await con.execute("INSERT INTO history (session_id, seq, turn, role, created_at)"
+                              " VALUES ('x', 1, 1, 'system', 0)")
+    finally:
+        await con.close()
+    # Reopening does not migrate again and keeps the rows.
+    async with _opened(PostgresTarget(pg_url)) as store:
+        assert (await store.get_session("x")).workspace_dir == "/w"
+
+
+async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:
+    """TCP asks for a password: the one given apart from the URL (``[store] password_env``)
+    is used, and neither the status nor a refusal ever shows it."""
+    name = await create_database(pg_cluster)
+    url = pg_cluster.dsn(name, tcp=True)
+    async with _opened(PostgresTarget(url, password=pg_cluster.password)) as store:
+        assert store.persistent and pg_cluster.password not in store.status.db_path
+    started = time.monotonic()
+    async with _opened(PostgresTarget(url, password="wrong", connect_timeout_secs=30)) as store:
+        await _assert_memory(store, "password authentication failed", redact_url(url),
+                             secret="wrong")
+    assert time.monotonic() - started < 10, "a refused login is final: no retrying for 30 s"
+    with_secret = pg_cluster.dsn(name, tcp=True, password=True)
+    async with _opened(PostgresTarget(with_secret)) as store:  # the URL's own password works too
+        assert store.persistent and pg_cluster.password not in store.status.db_path
+
+
+async def test_unreachable_server_falls_back_to_memory(pg_cluster: Cluster) -> None:
+    """SPEC §2: nothing listens → after the connect timeout, memory with a reason."""
+    url = f"postgresql://acpgate:hunter2@127.0.0.1:{_free_port()}/acp"
+    started = time.monotonic()
+    async with _opened(PostgresTarget(url, connect_timeout_secs=1.0)) as store:
+        await _assert_memory(store, "postgresql://acpgate@127.0.0.1", secret="hunter2")
+    assert 0.9 <= time.monotonic() - started < 10
+
+
+async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
+    """A session service started before its database (compose, a reboot) waits for it:
+    the server's port opens a second later, and the store opens persistent."""
+    name = await create_database(pg_cluster)
+    port = _free_port()
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", pg_cluster.port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+    async def open_port_later() -> asyncio.Server:
+        await asyncio.sleep(1.0)
+        return await asyncio.start_server(forward, "127.0.0.1", port)
+
+    later = asyncio.create_task(open_port_later())
+    target = PostgresTarget(f"postgresql://acpgate@127.0.0.1:{port}/{name}",
+                            password=pg_cluster.password, connect_timeout_secs=20)
+    try:
+        async with _opened(target) as store:
+            assert store.persistent, store.status.fallback_reason
+            await store.create_session("s", "a", "/w")
+    finally:
+        server = await later
+        server.close()
+
+
+async def test_newer_or_foreign_database_is_left_alone(pg_cluster: Cluster) -> None:
+    """A database of a newer acpgate, or one whose ``sessions`` table is someone else's,
+    is not touched: memory, with the reason."""
+    newer = pg_cluster.dsn(await create_database(pg_cluster))
+    foreign = pg_cluster.dsn(await create_database(pg_cluster))
+    for url, ddl in ((newer, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                             "INSERT INTO schema_version VALUES (99)"),
+                     (foreign, "CREATE TABLE sessions (id INT)")):
+        con = await asyncpg.connect(url)
+        try:
+            await con.execute(ddl)
+        finally:
+            await con.close()
+    async with _opened(PostgresTarget(newer)) as store:
+        await _assert_memory(store, "newer")
+    async with _opened(PostgresTarget(foreign)) as store:
+        await _assert_memory(store, "not an acpgate store")
+    con = await asyncpg.connect(newer)
+    try:
+        assert await con.fetchval("SELECT version FROM schema_version") == 99
+    finally:
+        await con.close()
+
+
+async def test_lost_connection_is_unavailable_then_recovers(pg_url: str) -> None:
+    """The server drops the store's connections (a restart, a failover). An idle one is
+    replaced unnoticed; a call in flight — a turn waiting for its row lock — is
+    StoreUnavailable, not a crash, and nothing of it is stored; the next call reconnects."""
+    async with _opened(PostgresTarget(pg_url, pool_size=2)) as store:
+        await store.create_session("s", "a", "/w")
+        admin = await asyncpg.connect(pg_url)
+        try:
+            await _terminate_store_connections(admin)
+            assert (await store.get_session("s")).workspace_dir == "/w"  # idle: replaced
+            async with admin.transaction():
+                await admin.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
+                turn = asyncio.create_task(
+                    store.append_turn("s", [HistoryEntry(role="user", text="lost")]))
+                for _ in range(200):  # until the turn waits on the lock
+                    if await admin.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND application_name = 'acpgate-session'"):
+                        break
+                    await asyncio.sleep(0.02)
+                await _terminate_store_connections(admin)
+                with pytest.raises(StoreUnavailable, match="unavailable"):
+                    await turn
+        finally:
+            await admin.close()
+        rec = await store.get_session("s")
+        assert rec.message_count == 0 and rec.title == ""
+        await store.append_turn("s", [HistoryEntry(role="user", text="after")])
+        assert (await store.get_session("s")).message_count == 1
+
+
+async def _terminate_store_connections(admin: asyncpg.Connection) -> None:
+    killed = await admin.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name = 'acpgate-session'")
+    assert killed >= 1

@@ -1,0 +1,240 @@
+"""What only the SQLite store has: the WAL file, the migrations from older files, and the
+memory fallback when the file cannot be used (SPEC §2, §8). The store contract itself
+runs on every backend in ``test_store.py``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.session.store import (
+    LATEST_SCHEMA_VERSION,
+    HistoryEntry,
+    SessionStore,
+    open_store,
+)
+from services.session.store.sqlite_schema import _V2_TABLES
+
+
+async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:
+    return [e async for e in store.iter_history(sid)]
+
+
+async def test_spec8_open_creates_wal_db_with_schema_version(tmp_path: Path) -> None:
+    """SPEC §8: one SQLite database in WAL mode, with a schema version table."""
+    db = tmp_path / "data" / "sessions" / "acp-sessions.db"
+    s = await open_store(db)
+    assert s.status.persistent and s.status.db_path == str(db)
+    assert s.status.fallback_reason == ""
+    assert s.status.schema_version == LATEST_SCHEMA_VERSION
+    await s.create_session("s1", "a", "/w")
+    await s.close()
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert con.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST_SCHEMA_VERSION
+    finally:
+        con.close()
+    # Reopening keeps the data and the version.
+    s2 = await open_store(db)
+    assert (await s2.get_session("s1")).agent_alias == "a"
+    await s2.close()
+
+
+# ------------------------------------------------------------------ migration
+
+
+def _write_v1(path: Path) -> None:
+    """The original minimal zeroclaw layout, as an older release left it."""
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, workspace_dir TEXT NOT NULL,
+                               created_at TEXT NOT NULL, last_activity TEXT NOT NULL);
+        CREATE TABLE messages (session_id TEXT NOT NULL REFERENCES sessions(id),
+                               role TEXT NOT NULL, content TEXT NOT NULL,
+                               created_at TEXT NOT NULL);
+        INSERT INTO sessions VALUES ('old-1', '/proj', '2024-01-02T03:04:05Z',
+                                     '2024-01-02T04:00:00+00:00');
+        INSERT INTO sessions VALUES ('old-2', '/other', '1700000000', '1700000100');
+        INSERT INTO messages VALUES ('old-1', 'system', 'you are helpful', '2024-01-02T03:04:05Z');
+        INSERT INTO messages VALUES ('old-1', 'user', 'What is the last commit?',
+                                     '2024-01-02T03:04:06Z');
+        INSERT INTO messages VALUES ('old-1', 'assistant', 'The last commit...',
+                                     '2024-01-02T03:04:07Z');
+        INSERT INTO messages VALUES ('old-1', 'tool', 'git log output', '2024-01-02T03:04:08Z');
+        INSERT INTO messages VALUES ('old-1', 'user', 'thanks', '2024-01-02T03:05:00Z');
+        INSERT INTO messages VALUES ('old-1', 'assistant', 'welcome', '2024-01-02T03:05:01Z');
+        """
+    )
+    con.commit()
+    con.close()
+
+
+async def test_spec8_migrates_v1_zeroclaw_file(tmp_path: Path) -> None:
+    """A database written by the original zeroclaw layout (v1) opens and migrates forward."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v1(db)
+    s = await open_store(db)
+    try:
+        assert s.status.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
+        rec = await s.get_session("old-1")
+        assert rec.workspace_dir == "/proj"
+        assert rec.created_at == 1704164645000
+        assert rec.last_activity == 1704168000000
+        assert rec.title == "What is the last commit?"
+        assert rec.agent_alias == "" and rec.state == "inactive"
+        items = await _history(s, "old-1")
+        assert [(i.role, i.turn) for i in items] == [
+            ("user", 1), ("assistant", 1), ("tool_result", 1), ("user", 2), ("assistant", 2),
+        ]
+        assert items[2].output == "git log output"
+        assert (await s.get_session("old-2")).created_at == 1_700_000_000_000
+        # New turns continue after the migrated ones.
+        r = await s.append_turn("old-1", [HistoryEntry(role="user", text="more")])
+        assert (r.turn, r.first_seq) == (3, 6)
+        # The first alias bound to a legacy row gives it its ownership.
+        bound = await s.update_session("old-1", agent_alias="alpha")
+        assert bound.ownership.session_key == "agent:alpha:acp:old-1"
+        assert bound.ownership.owner_session_key == bound.ownership.session_key
+        assert bound.ownership.agent_id == "alpha"
+    finally:
+        await s.close()
+    # Nothing is lost: every v1 message (even the system one) is kept verbatim.
+    con = sqlite3.connect(db)
+    try:
+        kept = con.execute("SELECT role, content FROM legacy_messages_v1").fetchall()
+        assert ("system", "you are helpful") in kept and len(kept) == 6
+    finally:
+        con.close()
+    # A second open does not migrate again.
+    s2 = await open_store(db)
+    assert len(await _history(s2, "old-1")) == 6
+    await s2.close()
+
+
+# ------------------------------------------------------------------ memory fallback
+
+
+@contextlib.contextmanager
+def _readonly_dir(path: Path) -> Iterator[Path]:
+    """A directory writes fail in: a read-only tmpfs when root can mount, else chmod 0555."""
+    path.mkdir(parents=True)
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("running as root without a way to make a read-only directory")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+async def _assert_memory_store(s: SessionStore, reason_part: str) -> None:
+    assert not s.persistent
+    assert s.status.db_path == ""
+    assert reason_part in s.status.fallback_reason
+    # Memory mode still works end to end.
+    await s.create_session("m1", "a", "/w")
+    await s.append_turn("m1", [HistoryEntry(role="user", text="hi")])
+    assert len(await _history(s, "m1")) == 1
+    await s.close()
+
+
+async def test_spec2_fallback_readonly_dir(tmp_path: Path) -> None:
+    """SPEC §2: a read-only data dir → memory store, reason reported."""
+    with _readonly_dir(tmp_path / "ro") as ro:
+        s = await open_store(ro / "sessions" / "acp-sessions.db")
+        await _assert_memory_store(s, str(ro / "sessions"))
+
+
+async def test_spec2_fallback_sessions_is_a_file(tmp_path: Path) -> None:
+    """SPEC §2: a file where the sessions/ dir should be → memory store; the file is untouched."""
+    (tmp_path / "sessions").write_text("not a dir")
+    s = await open_store(tmp_path / "sessions" / "acp-sessions.db")
+    await _assert_memory_store(s, "not a directory")
+    assert (tmp_path / "sessions").read_text() == "not a dir"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"this is definitely not sqlite" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
+    ids=["garbage", "bad-pages"],
+)
+async def test_spec2_fallback_corrupt_file_never_overwritten(tmp_path: Path, content: bytes) -> None:
+    """SPEC §2: a corrupt database → memory store; the corrupt file is never overwritten."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    db.write_bytes(content)
+    s = await open_store(db)
+    await _assert_memory_store(s, str(db))
+    assert db.read_bytes() == content
+    assert not (tmp_path / "sessions" / "acp-sessions.db-wal").exists()
+
+
+async def test_spec2_fallback_newer_schema(tmp_path: Path) -> None:
+    """A database from a newer acpgate is left alone (memory), not downgraded."""
+    db = tmp_path / "acp-sessions.db"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                      "INSERT INTO schema_version VALUES (99);")
+    con.commit()
+    con.close()
+    s = await open_store(db)
+    await _assert_memory_store(s, "newer")
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 99
+    con.close()
+
+
+
+
+def _write_v2(path: Path) -> None:
+    """A v2 database with one session row and one turn, as the releases before issue 16
+    and the claims (issue 14) left it."""
+    con = sqlite3.connect(path)
+    con.executescript("\n".join(f"{stmt};" for stmt in _V2_TABLES) + """
+        INSERT INTO schema_version VALUES (2);
+        INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,
+                              session_key, owner_session_key, agent_id, last_seq, last_turn,
+                              title)
+            VALUES ('v2', 'alpha', '/w', 5, 6, 'active', 'agent:alpha:acp:v2',
+                    'agent:alpha:acp:v2', 'alpha', 1, 1, 'hi');
+        INSERT INTO history (session_id, seq, turn, role, text, created_at)
+            VALUES ('v2', 1, 1, 'user', 'hi', 5);
+    """)
+    con.commit()
+    con.close()
+
+
+async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
+    """v2 → v3 → v4: rows and history stay; every row has no MCP server list stored
+    (v3, issue 16) and starts unclaimed (v4, issue 14)."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    s = await open_store(db)
+    try:
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 4
+        rec = await s.get_session("v2")
+        assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
+        assert rec.mcp_servers_json == ""
+        assert rec.claim.instance_id == "" and rec.claim.until == 0
+        assert [e.text for e in await _history(s, "v2")] == ["hi"]
+        assert (await s.claim("v2", "gw", ttl_ms=1000)).claim.instance_id == "gw"
+    finally:
+        await s.close()

@@ -2,7 +2,7 @@
 
 ``pg_cluster`` starts the cluster (:mod:`tests.pg_cluster`) the first time a
 test asks for it and removes it when the session ends; ``pg_url`` is a fresh,
-empty database in it for one test. Without the PostgreSQL server binaries
+empty schema in it for one test (:func:`fresh_url`). Without the PostgreSQL server binaries
 those tests are skipped, saying why — and only then.
 """
 
@@ -15,6 +15,9 @@ import pytest
 
 from tests.pg_cluster import Cluster, missing_reason, start_cluster
 
+#: The database the tests' stores live in, one schema per test.
+TEST_DATABASE = "acpgate_tests"
+
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Cluster]:
@@ -24,23 +27,25 @@ def pg_cluster() -> Iterator[Cluster]:
         pytest.skip(reason)
     cluster = start_cluster()
     try:
+        cluster.create_database(TEST_DATABASE)
         yield cluster
     finally:
         cluster.stop()
 
 
-async def create_database(cluster: Cluster) -> str:
-    """A new empty database in ``cluster``; its name."""
-    name = cluster.new_database_name()
-    con = await asyncpg.connect(cluster.dsn())
+async def fresh_url(cluster: Cluster, *, tcp: bool = False, port: int = 0) -> str:
+    """The URL of a new, empty schema of the test database: as good as a fresh database for
+    a store (its tables go there), a hundred times cheaper to make."""
+    schema = cluster.new_name()
+    con = await asyncpg.connect(cluster.dsn(TEST_DATABASE))
     try:
-        await con.execute(f'CREATE DATABASE "{name}"')
+        await con.execute(f'CREATE SCHEMA "{schema}"')
     finally:
         await con.close()
-    return name
+    return cluster.dsn(TEST_DATABASE, schema=schema, tcp=tcp, port=port)
 
 
 @pytest.fixture
 async def pg_url(pg_cluster: Cluster) -> str:
-    """The URL of a fresh, empty database (over the trusted unix socket)."""
-    return pg_cluster.dsn(await create_database(pg_cluster))
+    """The URL of a fresh, empty store (over the trusted unix socket)."""
+    return await fresh_url(pg_cluster)

@@ -33,7 +33,7 @@ from pathlib import Path
 __all__ = ["SUPERUSER", "Cluster", "find_binaries", "missing_reason", "start_cluster"]
 
 SUPERUSER = "acpgate"
-_BIN_NAMES = ("initdb", "pg_ctl", "postgres")
+_BIN_NAMES = ("initdb", "pg_ctl", "postgres", "createdb")
 #: Settings for a disposable cluster in tests: no durability, few resources.
 FAST_SETTINGS: tuple[str, ...] = (
     "fsync=off", "synchronous_commit=off", "full_page_writes=off",
@@ -42,11 +42,14 @@ FAST_SETTINGS: tuple[str, ...] = (
 
 
 def find_binaries() -> dict[str, str] | None:
-    """Paths of ``initdb``, ``pg_ctl`` and ``postgres`` (PATH, then Debian's versioned
-    dirs), or None when any is missing."""
-    dirs = ["", *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)]
-    for d in dirs:
-        found = {n: (shutil.which(n) if not d else shutil.which(n, path=d)) for n in _BIN_NAMES}
+    """Paths of ``initdb``, ``pg_ctl``, ``postgres`` and ``createdb``, or None when any is
+    missing. All come from the directory ``initdb`` really lives in (on PATH, else Debian's
+    versioned dirs), so they are one version."""
+    candidates = [shutil.which("initdb"), *sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                                                  reverse=True)]
+    for initdb in filter(None, candidates):
+        bindir = os.path.dirname(os.path.realpath(initdb))
+        found = {n: shutil.which(n, path=bindir) for n in _BIN_NAMES}
         if all(found.values()):
             return {n: str(p) for n, p in found.items()}
     return None
@@ -55,8 +58,8 @@ def find_binaries() -> dict[str, str] | None:
 def missing_reason() -> str:
     """Why no cluster can be started here ("" when one can)."""
     if find_binaries() is None:
-        return ("PostgreSQL server binaries (initdb, pg_ctl, postgres) are not installed: "
-                "not on PATH nor in /usr/lib/postgresql/*/bin")
+        return ("PostgreSQL server binaries (initdb, pg_ctl, postgres, createdb) are not "
+                "installed: not on PATH nor in /usr/lib/postgresql/*/bin")
     return ""
 
 
@@ -85,7 +88,7 @@ class Cluster:
     password: str
     bins: dict[str, str]
     user: pwd.struct_passwd | None
-    _databases: int = field(default=0, repr=False)
+    _names: int = field(default=0, repr=False)
 
     @property
     def socket_dir(self) -> Path:
@@ -96,17 +99,23 @@ class Cluster:
     def data_dir(self) -> Path:
         return self.root / "data"
 
-    def dsn(self, database: str = "postgres", *, tcp: bool = False, password: bool = False) -> str:
-        """A ``postgresql://`` URL: over the unix socket (trusted) unless ``tcp``."""
+    def dsn(self, database: str = "postgres", *, tcp: bool = False, password: bool = False,
+            schema: str = "", port: int = 0) -> str:
+        """A ``postgresql://`` URL: over the unix socket (trusted) unless ``tcp`` (to ``port``
+        when given: a stand-in in front of the server); ``schema`` first on the search path."""
         secret = f":{self.password}" if password else ""
+        options = f"search_path={schema}" if schema else ""
         if tcp:
-            return f"postgresql://{SUPERUSER}{secret}@127.0.0.1:{self.port}/{database}"
-        return f"postgresql://{SUPERUSER}{secret}@/{database}?host={self.socket_dir}&port={self.port}"
+            query = f"?{options}" if options else ""
+            return (f"postgresql://{SUPERUSER}{secret}@127.0.0.1:{port or self.port}/{database}"
+                    f"{query}")
+        query = f"?host={self.socket_dir}&port={self.port}" + (f"&{options}" if options else "")
+        return f"postgresql://{SUPERUSER}{secret}@/{database}{query}"
 
-    def new_database_name(self) -> str:
-        """A database name not used before in this cluster."""
-        self._databases += 1
-        return f"t{self._databases}_{secrets.token_hex(3)}"
+    def new_name(self) -> str:
+        """A database or schema name not used before in this cluster."""
+        self._names += 1
+        return f"t{self._names}_{secrets.token_hex(3)}"
 
     def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
         """Run a server command as the server's user (checked, output captured)."""
@@ -115,6 +124,11 @@ class Cluster:
             cmd = ["runuser", "-u", self.user.pw_name, "--", *cmd]
         return subprocess.run(cmd, check=True, capture_output=True, text=True,
                               timeout=120, **kw)  # type: ignore[call-overload,no-any-return]
+
+    def create_database(self, name: str) -> None:
+        """``CREATE DATABASE name`` (through the trusted socket; blocking)."""
+        self.run([self.bins["createdb"], "-h", str(self.socket_dir), "-p", str(self.port),
+                  "-U", SUPERUSER, name])
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of the server log, for a failure message."""

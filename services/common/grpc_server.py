@@ -132,8 +132,10 @@ async def start_service(
     *,
     security: GrpcSecurity,
     close: Callable[[], Awaitable[None]],
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RunningServer:
-    """Serve one acpgate service on ``address`` with ``security``'s token check and TLS.
+    """Serve one acpgate service on ``address`` with ``security``'s token check and TLS
+    (then the service's own ``interceptors``).
 
     ``close`` releases what the service holds (its store, its leases): it runs
     after ``await running.stop()`` has stopped the server, and also when the
@@ -144,7 +146,7 @@ async def start_service(
             address,
             register,
             [service_name],
-            interceptors=server_interceptors(security),
+            interceptors=[*server_interceptors(security), *interceptors],
             credentials=server_credentials(security, address),
         )
     except BaseException:

@@ -83,6 +83,9 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
             gateway_instance_id=o.gateway_instance_id,
             created_at=o.created_at,
         ),
+        claim=pb.Claim(
+            instance_id=rec.claim.instance_id, host=rec.claim.host, until=rec.claim.until
+        ),
     )
 
 
@@ -114,13 +117,15 @@ def pb_to_entry(item: pb.HistoryItem) -> HistoryEntry:
     return HistoryEntry(ROLE_NAME_BY_PB.get(item.role, ""), *item_values(item))
 
 
-def status_to_pb(s: StoreStatusInfo) -> pb.StoreStatus:
-    """The store's status as the proto ``StoreStatus``."""
+def status_to_pb(s: StoreStatusInfo, claim_ttl_ms: int) -> pb.StoreStatus:
+    """The store's status, and how long a claim lasts, as the proto ``StoreStatus``."""
     return pb.StoreStatus(
         persistent=s.persistent,
         db_path=s.db_path,
         fallback_reason=s.fallback_reason,
         schema_version=s.schema_version,
+        backend=s.backend,
+        claim_ttl_ms=claim_ttl_ms,
     )
 
 

@@ -1,12 +1,16 @@
 """Serving the session service: in-process starter and the ``acpgate session-service`` entry.
 
-``start_session_server(cfg, address)`` opens the store (falling back to memory
+``start_session_server(cfg, address)`` opens the store — the SQLite file in the
+data dir, or the PostgreSQL database of ``[store] url`` — (falling back to memory
 with a reason, never crashing) and serves ``SessionService`` with health
 checking and reflection; ``run_session_service(cfg)`` does that on the
 configured address until SIGINT/SIGTERM, then stops cleanly (exit 0).
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 import grpc
 
@@ -16,16 +20,39 @@ from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, grpc_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
+from services.session.rpcs.unavailable import StoreUnavailableInterceptor
 from services.session.servicer import SessionServicer
-from services.session.store import Clock, open_store, wall_clock_ms
+from services.session.store import (
+    Clock,
+    PostgresTarget,
+    StoreTarget,
+    open_store,
+    wall_clock_ms,
+)
 
 __all__ = ["SERVICE_NAME", "default_session_address", "run_session_service",
-           "start_session_server"]
+           "start_session_server", "store_target"]
 
 log = get_logger("session.server")
 
 #: Full name of the service, for health checks and reflection.
 SERVICE_NAME = session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+
+
+def store_target(cfg: Config, environ: Mapping[str, str] | None = None) -> StoreTarget:
+    """``[store] url`` as the PostgreSQL database to open (its password from the variable
+    ``[store] password_env`` names, when set), else the SQLite file in the data dir."""
+    st = cfg.store
+    if not st.url:
+        return cfg.session_db_path
+    env = os.environ if environ is None else environ
+    password = ""
+    if st.password_env:
+        password = env.get(st.password_env, "")
+        if not password:
+            log.warning("store_password_env_unset", variable=st.password_env)
+    return PostgresTarget(st.url, password=password, pool_size=st.pool_size,
+                          connect_timeout_secs=float(st.connect_timeout_secs))
 
 
 async def start_session_server(
@@ -35,23 +62,26 @@ async def start_session_server(
     clock: Clock = wall_clock_ms,
     security: GrpcSecurity | None = None,
 ) -> RunningServer:
-    """Open the store at ``cfg.session_db_path`` and serve on ``address`` (``unix:/p`` or
+    """Open the store :func:`store_target` names and serve on ``address`` (``unix:/p`` or
     ``host:port``). ``await running.stop()`` stops serving and closes the store.
 
     ``security`` (default: from ``[services] token_env`` and the TLS environment,
     see ``services.common.grpc_auth``) adds the shared-token check and TLS.
     """
     sec = grpc_security(cfg) if security is None else security
-    store = await open_store(cfg.session_db_path, clock=clock)
+    store = await open_store(store_target(cfg), clock=clock)
     servicer = SessionServicer(cfg, store)
 
     def register(server: grpc.aio.Server) -> None:
         session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
 
-    running = await start_service(address, SERVICE_NAME, register, security=sec, close=store.close)
+    running = await start_service(address, SERVICE_NAME, register, security=sec,
+                                  close=store.close,
+                                  interceptors=[StoreUnavailableInterceptor()])
     log.info(
         "session_service_started",
         address=running.address,
+        backend=store.status.backend,
         persistent=store.status.persistent,
         fallback_reason=store.status.fallback_reason,
     )

@@ -248,3 +248,32 @@ def test_set_mcp_servers_round_trips(tmp_path: Path) -> None:
                  '[{name = "fs", command = "/bin/fs", env = [{name = "K", value = "v"}]}]')
     (server,) = cm.load_config(tmp_path, environ={}).agents["a"].mcp_servers
     assert server.command == "/bin/fs" and server.env == (("K", "v"),)
+
+
+def test_store_section_url_env_and_checks(tmp_path: Path) -> None:
+    """``[store]``: empty url = SQLite in the data dir; ``ACPGATE_store__url`` works as for every
+    key; anything but a postgresql:// URL is refused without echoing it (it may hold a
+    password); the lease and pool settings must be positive."""
+    cfg = cm.load_config(tmp_path, environ={})
+    assert (cfg.store.url, cfg.store.lease_secs, cfg.store.is_postgres) == ("", 30, False)
+    env = {"ACPGATE_store__url": "postgresql://acp@db:5432/acp",
+           "ACPGATE_store__password_env": "PGPASSWORD", "ACPGATE_store__lease_secs": "5"}
+    cfg = cm.load_config(tmp_path, environ=env)
+    assert cfg.store.is_postgres and cfg.store.url == "postgresql://acp@db:5432/acp"
+    assert (cfg.store.password_env, cfg.store.lease_secs) == ("PGPASSWORD", 5)
+    assert cm.load_config(tmp_path, environ={"ACPGATE_store__url": "postgres://h/d"}).store.is_postgres
+    with pytest.raises(cm.ConfigError, match=r"\[store\] url: expected") as info:
+        cm.load_config(tmp_path, environ={"ACPGATE_store__url": "mysql://u:hunter2@h/d"})
+    assert "hunter2" not in str(info.value)
+    for key in ("lease_secs", "pool_size", "connect_timeout_secs"):
+        with pytest.raises(cm.ConfigError, match=rf"\[store\] {key}: expected an integer ≥ 1"):
+            cm.load_config(tmp_path, environ={f"ACPGATE_store__{key}": "0"})
+
+
+def test_show_never_prints_the_store_password(tmp_path: Path) -> None:
+    """``config show`` prints ``[store] url`` without the password in it."""
+    cfg = cm.load_config(tmp_path, environ={
+        "ACPGATE_store__url": "postgresql://acp:hunter2@db/acp?sslmode=require&password=x2"})
+    shown = cm.show(cfg)
+    assert "hunter2" not in shown and "x2" not in shown
+    assert 'url = "postgresql://acp@db/acp?sslmode=require"' in shown

@@ -17,14 +17,21 @@ import grpc
 import pytest
 
 from acpgate.session.v1 import session_pb2_grpc
-from services.common.config import A2aSection, AcpSection, AgentSection, Config, PathsSection
+from services.common.config import (
+    A2aSection,
+    AcpSection,
+    AgentSection,
+    Config,
+    PathsSection,
+    StoreSection,
+)
 from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.session.server import start_session_server
 from services.session.store import Clock, SessionStore, open_store
 from services.session.store.opening import StoreTarget
 from services.session.store.pg_db import PostgresTarget
-from tests.conftest import create_database
+from tests.conftest import fresh_url
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
@@ -64,9 +71,17 @@ class Backend:
                 self._target = self._root / "sessions" / "acp-sessions.db"
             else:
                 cluster = self._request.getfixturevalue("pg_cluster")
-                name = await create_database(cluster)
-                self._target = PostgresTarget(cluster.dsn(name), connect_timeout_secs=5)
+                self._target = PostgresTarget(await fresh_url(cluster), connect_timeout_secs=5)
         return self._target
+
+    async def store_section(self) -> StoreSection:
+        """``[store]`` for a service on this backend: SQLite in the data dir (default), or
+        this backend's PostgreSQL database."""
+        if self.name == "sqlite":
+            return StoreSection()
+        target = await self.target()
+        assert isinstance(target, PostgresTarget)
+        return StoreSection(url=target.url, connect_timeout_secs=5)
 
     async def open(self, clock: Clock | None = None) -> SessionStore:
         """A store on this backend's database (persistent; the test fails otherwise)."""
@@ -123,12 +138,14 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def make_cfg(root: Path, *, a2a: A2aSection | None = None, default_agent: str = "alpha") -> Config:
+def make_cfg(root: Path, *, a2a: A2aSection | None = None, default_agent: str = "alpha",
+             store: StoreSection | None = None) -> Config:
     """A config with two built-in agents and one acp agent, data under ``root``."""
     return Config(
         config_dir=root / "cfg",
         acp=AcpSection(default_agent=default_agent),
         paths=PathsSection(data_dir=str(root / "data")),
+        store=store or StoreSection(),
         a2a=a2a or A2aSection(),
         agents={
             "alpha": AgentSection(alias="alpha", provider="demo", model="demo"),
@@ -163,8 +180,23 @@ async def serve(short_dir: Path) -> AsyncIterator[ServerFactory]:
 async def stub(
     serve: ServerFactory, short_dir: Path
 ) -> Stub:
-    """A stub to a server with the default test config."""
+    """A stub to a server with the default test config (SQLite)."""
     cfg = make_cfg(short_dir)
+    cfg.config_dir.mkdir(parents=True)
+    _, s = await serve(cfg)
+    return s
+
+
+@pytest.fixture
+async def store_section(backend: Backend) -> StoreSection:
+    """``[store]`` of each backend in turn (for tests that build their own config)."""
+    return await backend.store_section()
+
+
+@pytest.fixture
+async def store_stub(serve: ServerFactory, short_dir: Path, store_section: StoreSection) -> Stub:
+    """A stub to a server with the default test config, on each store backend in turn."""
+    cfg = make_cfg(short_dir, store=store_section)
     cfg.config_dir.mkdir(parents=True)
     _, s = await serve(cfg)
     return s

@@ -18,9 +18,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
-from services.common.config import A2aSection
+from services.common.config import A2aSection, StoreSection
 from services.common.grpc_channel import open_channel, wait_healthy
-from services.session.server import SERVICE_NAME
+from services.common.urls import redact_url
+from services.session.server import SERVICE_NAME, store_target
 from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, open_store
 from tests.session.conftest import make_cfg
 from tests.session.test_visibility import EXPECTED, ROW_ORDER
@@ -84,11 +85,18 @@ async def test_health_serving_and_reflection(serve: ServerFactory, short_dir: Pa
         assert {"Check", "Watch"} <= methods(replies[2], "grpc.health.v1.Health")
 
 
-async def test_spec2_store_status_persistent(stub: Stub, short_dir: Path) -> None:
-    """SPEC §2: the store opened at <data dir>/sessions/acp-sessions.db."""
-    s = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
+async def test_spec2_store_status_persistent(store_stub: Stub, short_dir: Path,
+                                            store_section: StoreSection) -> None:
+    """SPEC §2: the store opened at <data dir>/sessions/acp-sessions.db, or at [store] url
+    (shown without a password); the claim lease time is [store] lease_secs."""
+    s = await store_stub.GetStoreStatus(pb.GetStoreStatusRequest())
     assert s.persistent and s.fallback_reason == "" and s.schema_version == LATEST_SCHEMA_VERSION
-    assert s.db_path == str(short_dir / "data" / "sessions" / "acp-sessions.db")
+    assert s.claim_ttl_ms == 30_000
+    if store_section.url:
+        assert (s.backend, s.db_path) == ("postgresql", redact_url(store_section.url))
+    else:
+        assert s.backend == "sqlite"
+        assert s.db_path == str(short_dir / "data" / "sessions" / "acp-sessions.db")
 
 
 async def test_spec2_memory_fallback_reported(serve: ServerFactory, short_dir: Path) -> None:
@@ -189,126 +197,128 @@ def _turn_items(text: str) -> list[pb.HistoryItem]:
     ]
 
 
-async def test_spec8_spec13_rows_and_turns(stub: Stub) -> None:
+async def test_spec8_spec13_rows_and_turns(store_stub: Stub) -> None:
     """SPEC §8/§13 over gRPC: create with ownership, update, touch, append, stream, errors."""
-    row = await stub.CreateSession(pb.CreateSessionRequest(
+    row = await store_stub.CreateSession(pb.CreateSessionRequest(
         session_id="s1", agent_alias="alpha", workspace_dir="/w", gateway_instance_id="gw"))
     o = row.ownership
     assert (o.session_key, o.owner_session_key, o.agent_id, o.backend, o.gateway_instance_id) == (
         "agent:alpha:acp:s1", "agent:alpha:acp:s1", "alpha", "acpx", "gw")
     assert row.state == pb.SESSION_STATE_ACTIVE and o.created_at > 0
-    child = await stub.CreateSession(pb.CreateSessionRequest(
+    child = await store_stub.CreateSession(pb.CreateSessionRequest(
         session_id="s2", agent_alias="beta", workspace_dir="/w", spawned_by=o.session_key))
     assert child.ownership.owner_session_key == o.session_key
-    code, _ = await _code(stub.CreateSession(pb.CreateSessionRequest(
+    code, _ = await _code(store_stub.CreateSession(pb.CreateSessionRequest(
         session_id="s1", agent_alias="alpha", workspace_dir="/w")))
     assert code == grpc.StatusCode.ALREADY_EXISTS
-    code, _ = await _code(stub.CreateSession(pb.CreateSessionRequest(session_id="x")))
+    code, _ = await _code(store_stub.CreateSession(pb.CreateSessionRequest(session_id="x")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
-    upd = await stub.UpdateSession(pb.UpdateSessionRequest(
+    upd = await store_stub.UpdateSession(pb.UpdateSessionRequest(
         session_id="s1", state=pb.SESSION_STATE_INACTIVE, lease_id="L", adapter_session_id="ad"))
     assert (upd.state, upd.lease_id, upd.adapter_session_id) == (
         pb.SESSION_STATE_INACTIVE, "L", "ad")
-    upd = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1", lease_id=""))
+    upd = await store_stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1", lease_id=""))
     assert upd.lease_id == "" and upd.adapter_session_id == "ad"
     # Issue 16: the client's MCP server list is kept per session, replaced when set.
     servers = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
-    upd = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1",
-                                                           mcp_servers_json=servers))
+    upd = await store_stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1",
+                                                                 mcp_servers_json=servers))
     assert upd.mcp_servers_json == servers
-    assert (await stub.GetSession(pb.GetSessionRequest(session_id="s1"))).mcp_servers_json == servers
-    code, _ = await _code(stub.UpdateSession(pb.UpdateSessionRequest(
+    got = await store_stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+    assert got.mcp_servers_json == servers
+    code, _ = await _code(store_stub.UpdateSession(pb.UpdateSessionRequest(
         session_id="s1", mcp_servers_json="{}")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    code, _ = await _code(stub.UpdateSession(pb.UpdateSessionRequest(
+    code, _ = await _code(store_stub.UpdateSession(pb.UpdateSessionRequest(
         session_id="s1", state=pb.SESSION_STATE_UNSPECIFIED)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
-    r = await stub.AppendTurn(pb.AppendTurnRequest(
+    r = await store_stub.AppendTurn(pb.AppendTurnRequest(
         session_id="s1", items=_turn_items("list files please"), token_delta=7,
         plan_json='[{"content": "step", "priority": "high", "status": "pending"}]'))
     assert (r.turn, r.first_seq, r.last_seq) == (1, 1, 4)
-    items = await _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))
+    items = await _items(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))
     assert [i.seq for i in items] == [1, 2, 3, 4]
     assert items[1].arguments_json == '{"cmd": "ls"}' and items[2].output == "a b"
-    assert [i.seq for i in await _items(stub.StreamHistory(
+    assert [i.seq for i in await _items(store_stub.StreamHistory(
         pb.StreamHistoryRequest(session_id="s1", after_seq=2)))] == [3, 4]
-    got = await stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+    got = await store_stub.GetSession(pb.GetSessionRequest(session_id="s1"))
     assert got.title == "list files please" and got.token_count == 7
     assert got.plan_json.startswith("[")
-    touched = await stub.TouchSession(pb.TouchSessionRequest(session_id="s1"))
+    touched = await store_stub.TouchSession(pb.TouchSessionRequest(session_id="s1"))
     assert touched.last_activity >= got.last_activity
 
     # Atomic: a bad last item rolls the whole turn back.
     bad = [*_turn_items("again"), pb.HistoryItem(role=pb.HistoryItem.ROLE_TOOL_RESULT)]
-    code, details = await _code(stub.AppendTurn(pb.AppendTurnRequest(session_id="s1", items=bad)))
+    code, details = await _code(store_stub.AppendTurn(pb.AppendTurnRequest(session_id="s1", items=bad)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "item 4" in details
-    assert len(await _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))) == 4
+    assert len(await _items(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="s1")))) == 4
 
     for call in (
-        stub.GetSession(pb.GetSessionRequest(session_id="zz")),
-        stub.TouchSession(pb.TouchSessionRequest(session_id="zz")),
-        stub.UpdateSession(pb.UpdateSessionRequest(session_id="zz", lease_id="x")),
-        stub.AppendTurn(pb.AppendTurnRequest(session_id="zz", items=_turn_items("x"))),
-        _items(stub.StreamHistory(pb.StreamHistoryRequest(session_id="zz"))),
-        stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="zz")),
+        store_stub.GetSession(pb.GetSessionRequest(session_id="zz")),
+        store_stub.TouchSession(pb.TouchSessionRequest(session_id="zz")),
+        store_stub.UpdateSession(pb.UpdateSessionRequest(session_id="zz", lease_id="x")),
+        store_stub.AppendTurn(pb.AppendTurnRequest(session_id="zz", items=_turn_items("x"))),
+        _items(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="zz"))),
+        store_stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="zz")),
     ):
         code, details = await _code(call)
         assert code == grpc.StatusCode.NOT_FOUND, details
 
 
-async def test_history_streams_in_pages(stub: Stub) -> None:
+async def test_history_streams_in_pages(store_stub: Stub) -> None:
     """StreamHistory and GetHistory batch items (ARCHITECTURE "gRPC streams must batch"):
     pages of at most 500 items / ~1 MiB, oldest first, never empty, nothing lost."""
-    await stub.CreateSession(pb.CreateSessionRequest(session_id="big", agent_alias="alpha",
+    await store_stub.CreateSession(pb.CreateSessionRequest(session_id="big", agent_alias="alpha",
                                                      workspace_dir="/w"))
     R = pb.HistoryItem
     many = [R(role=R.ROLE_USER if i % 2 == 0 else R.ROLE_ASSISTANT, text=f"m{i}")
             for i in range(1203)]
-    await stub.AppendTurn(pb.AppendTurnRequest(session_id="big", items=many))
-    for stream in (stub.StreamHistory(pb.StreamHistoryRequest(session_id="big")),
-                   stub.GetHistory(pb.GetHistoryRequest(session_id="big"))):
+    await store_stub.AppendTurn(pb.AppendTurnRequest(session_id="big", items=many))
+    for stream in (store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="big")),
+                   store_stub.GetHistory(pb.GetHistoryRequest(session_id="big"))):
         pages = await _pages(stream)
         assert [len(p.items) for p in pages] == [500, 500, 203]
         assert [i.seq for p in pages for i in p.items] == list(range(1, 1204))
         assert [i.text for p in pages for i in p.items] == [f"m{i}" for i in range(1203)]
-    tail = await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="big",
+    tail = await _pages(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="big",
                                                                    after_seq=1200)))
     assert [[i.seq for i in p.items] for p in tail] == [[1201, 1202, 1203]]
 
     # Large items: the byte bound cuts pages long before 500 items.
-    await stub.CreateSession(pb.CreateSessionRequest(session_id="fat", agent_alias="alpha",
+    await store_stub.CreateSession(pb.CreateSessionRequest(session_id="fat", agent_alias="alpha",
                                                      workspace_dir="/w"))
     blob = "x" * 300_000
-    await stub.AppendTurn(pb.AppendTurnRequest(
+    await store_stub.AppendTurn(pb.AppendTurnRequest(
         session_id="fat", items=[R(role=R.ROLE_USER, text=blob + str(i)) for i in range(8)]))
-    pages = await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="fat")))
+    pages = await _pages(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="fat")))
     assert [len(p.items) for p in pages] == [3, 3, 2]
     assert all(p.ByteSize() <= 1 << 20 for p in pages)
     assert [i.text for p in pages for i in p.items] == [blob + str(i) for i in range(8)]
 
     # A session without items streams no page at all.
-    await stub.CreateSession(pb.CreateSessionRequest(session_id="nil", agent_alias="alpha",
+    await store_stub.CreateSession(pb.CreateSessionRequest(session_id="nil", agent_alias="alpha",
                                                      workspace_dir="/w"))
-    assert await _pages(stub.StreamHistory(pb.StreamHistoryRequest(session_id="nil"))) == []
+    assert await _pages(store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="nil"))) == []
 
 
-async def test_spec8_restore_agent_over_grpc(stub: Stub) -> None:
+async def test_spec8_restore_agent_over_grpc(store_stub: Stub) -> None:
     """SPEC §8: the stored alias is reused when dispatchable, else the default agent."""
-    await stub.CreateSession(pb.CreateSessionRequest(session_id="r1", agent_alias="beta",
+    await store_stub.CreateSession(pb.CreateSessionRequest(session_id="r1", agent_alias="beta",
                                                      workspace_dir="/w"))
-    await stub.CreateSession(pb.CreateSessionRequest(session_id="r2", agent_alias="off",
+    await store_stub.CreateSession(pb.CreateSessionRequest(session_id="r2", agent_alias="off",
                                                      workspace_dir="/w"))
-    a = await stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r1"))
+    a = await store_stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r1"))
     assert a.alias == "beta"
-    b = await stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r2"))
+    b = await store_stub.ResolveRestoreAgent(pb.ResolveRestoreAgentRequest(session_id="r2"))
     assert b.alias == "alpha"
 
 
-async def test_spec8_survives_restart(serve: ServerFactory, short_dir: Path) -> None:
+async def test_spec8_survives_restart(serve: ServerFactory, short_dir: Path,
+                                      store_section: StoreSection) -> None:
     """SPEC §8: rows and history written by one server are read by the next one."""
-    cfg = make_cfg(short_dir)
+    cfg = make_cfg(short_dir, store=store_section)
     running, stub = await serve(cfg)
     await stub.CreateSession(pb.CreateSessionRequest(session_id="p", agent_alias="alpha",
                                                      workspace_dir="/w"))
@@ -322,12 +332,13 @@ async def test_spec8_survives_restart(serve: ServerFactory, short_dir: Path) -> 
 # ------------------------------------------------------------------ list / visibility
 
 
-async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, short_dir: Path) -> None:
+async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, short_dir: Path,
+                                                      store_section: StoreSection) -> None:
     """session/list: newest updated first, cursor pagination, exact cwd filter."""
-    cfg = make_cfg(short_dir)
-    # Seed with distinct timestamps through the store, then serve the same file.
+    cfg = make_cfg(short_dir, store=store_section)
+    # Seed with distinct timestamps through the store, then serve the same database.
     clock_now = [1000]
-    store = await open_store(cfg.session_db_path, clock=lambda: clock_now[0])
+    store = await open_store(store_target(cfg), clock=lambda: clock_now[0])
     for i in range(7):
         clock_now[0] = 1000 + i
         await store.create_session(f"s{i}", "alpha", "/a" if i % 2 == 0 else "/b")
@@ -385,10 +396,10 @@ async def _seed_matrix_rows(stub: Stub) -> dict[str, str]:
     ],
 )
 async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2a_name: str,
-                                       a2a: A2aSection) -> None:
+                                       a2a: A2aSection, store_section: StoreSection) -> None:
     """SPEC §14 through the RPCs: list (ListSessions), history (GetHistory), send
     (CheckAccess SEND), status (SessionStatus) agree with the pure matrix."""
-    _, stub = await serve(make_cfg(short_dir, a2a=a2a))
+    _, stub = await serve(make_cfg(short_dir, a2a=a2a, store=store_section))
     ids = await _seed_matrix_rows(stub)
     req = "agent:alpha:acp:req"
     for vis in ("self", "tree", "agent", "all"):
@@ -416,24 +427,24 @@ async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2
                 assert (await _code(status))[0] == grpc.StatusCode.PERMISSION_DENIED, where
 
 
-async def test_spec14_operator_and_configured_visibility(stub: Stub) -> None:
+async def test_spec14_operator_and_configured_visibility(store_stub: Stub) -> None:
     """Empty requester = local operator (sees all); otherwise [sessions] visibility (tree)."""
-    ids = await _seed_matrix_rows(stub)
-    everything = await stub.ListSessions(pb.ListSessionsRequest())
+    ids = await _seed_matrix_rows(store_stub)
+    everything = await store_stub.ListSessions(pb.ListSessionsRequest())
     assert {r.session_id for r in everything.sessions} == set(ids.values())
-    tree = await stub.ListSessions(pb.ListSessionsRequest(requester_session_key="agent:alpha:acp:req"))
+    tree = await store_stub.ListSessions(pb.ListSessionsRequest(requester_session_key="agent:alpha:acp:req"))
     assert {r.session_id for r in tree.sessions} == {"req", "kid", "bkid"}
-    st = await stub.SessionStatus(pb.SessionStatusRequest(session_id="other"))
+    st = await store_stub.SessionStatus(pb.SessionStatusRequest(session_id="other"))
     assert st.message_count == 4
     for action in (pb.ACTION_LIST, pb.ACTION_HISTORY, pb.ACTION_SEND, pb.ACTION_STATUS):
-        ok = await stub.CheckAccess(pb.CheckAccessRequest(session_id="other", action=action))
+        ok = await store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other", action=action))
         assert ok.allowed
-    code, _ = await _code(stub.CheckAccess(pb.CheckAccessRequest(session_id="other")))
+    code, _ = await _code(store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    code, _ = await _code(stub.CheckAccess(pb.CheckAccessRequest(
+    code, _ = await _code(store_stub.CheckAccess(pb.CheckAccessRequest(
         session_id="nope", action=pb.ACTION_SEND)))
     assert code == grpc.StatusCode.NOT_FOUND
-    code, _ = await _code(_items(stub.GetHistory(pb.GetHistoryRequest(session_id="nope"))))
+    code, _ = await _code(_items(store_stub.GetHistory(pb.GetHistoryRequest(session_id="nope"))))
     assert code == grpc.StatusCode.NOT_FOUND
 
 

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from services.common.urls import redact_url
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
@@ -23,9 +24,8 @@ from services.session.store import (
     SessionStore,
     StoreUnavailable,
     open_store,
-    redact_url,
 )
-from tests.conftest import create_database
+from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 
 
@@ -90,8 +90,7 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:
     """TCP asks for a password: the one given apart from the URL (``[store] password_env``)
     is used, and neither the status nor a refusal ever shows it."""
-    name = await create_database(pg_cluster)
-    url = pg_cluster.dsn(name, tcp=True)
+    url = await fresh_url(pg_cluster, tcp=True)
     async with _opened(PostgresTarget(url, password=pg_cluster.password)) as store:
         assert store.persistent and pg_cluster.password not in store.status.db_path
     started = time.monotonic()
@@ -99,7 +98,7 @@ async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None
         await _assert_memory(store, "password authentication failed", redact_url(url),
                              secret="wrong")
     assert time.monotonic() - started < 10, "a refused login is final: no retrying for 30 s"
-    with_secret = pg_cluster.dsn(name, tcp=True, password=True)
+    with_secret = url.replace("acpgate@", f"acpgate:{pg_cluster.password}@")
     async with _opened(PostgresTarget(with_secret)) as store:  # the URL's own password works too
         assert store.persistent and pg_cluster.password not in store.status.db_path
 
@@ -116,8 +115,8 @@ async def test_unreachable_server_falls_back_to_memory(pg_cluster: Cluster) -> N
 async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
     """A session service started before its database (compose, a reboot) waits for it:
     the server's port opens a second later, and the store opens persistent."""
-    name = await create_database(pg_cluster)
     port = _free_port()
+    url = await fresh_url(pg_cluster, tcp=True, port=port)
 
     async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", pg_cluster.port)
@@ -136,8 +135,7 @@ async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
         return await asyncio.start_server(forward, "127.0.0.1", port)
 
     later = asyncio.create_task(open_port_later())
-    target = PostgresTarget(f"postgresql://acpgate@127.0.0.1:{port}/{name}",
-                            password=pg_cluster.password, connect_timeout_secs=20)
+    target = PostgresTarget(url, password=pg_cluster.password, connect_timeout_secs=20)
     try:
         async with _opened(target) as store:
             assert store.persistent, store.status.fallback_reason
@@ -150,8 +148,8 @@ async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
 async def test_newer_or_foreign_database_is_left_alone(pg_cluster: Cluster) -> None:
     """A database of a newer acpgate, or one whose ``sessions`` table is someone else's,
     is not touched: memory, with the reason."""
-    newer = pg_cluster.dsn(await create_database(pg_cluster))
-    foreign = pg_cluster.dsn(await create_database(pg_cluster))
+    newer = await fresh_url(pg_cluster)
+    foreign = await fresh_url(pg_cluster)
     for url, ddl in ((newer, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
                              "INSERT INTO schema_version VALUES (99)"),
                      (foreign, "CREATE TABLE sessions (id INT)")):

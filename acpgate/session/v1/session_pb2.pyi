@@ -13,7 +13,17 @@ Conventions:
 - Errors use gRPC status codes: NOT_FOUND (unknown session), INVALID_ARGUMENT
   (a rule of SPEC §3/§8 refused the input; the status message is the exact
   client-facing message of the SPEC), FAILED_PRECONDITION (the store runs in
-  memory and the call needs persistence), PERMISSION_DENIED (visibility).
+  memory and the call needs persistence), PERMISSION_DENIED (visibility),
+  ABORTED (another gateway instance's live claim holds the session; the status
+  message is SPEC §8's "Session already active: <id>. Call session/close first."),
+  UNAVAILABLE (a shared database cannot be reached right now).
+
+Several hosts: each runs its own lifecycle service (its gateway instance id)
+and edge; they may share one session store (PostgreSQL). The instance that
+runs a session's adapter holds the session's claim: taken by ClaimSession (or
+CreateSession), renewed by RenewClaims while the session is active there,
+dropped by ReleaseSession. A claim not renewed for StoreStatus.claim_ttl_ms
+has expired (its host died) and any instance may take it.
 """
 
 from collections import abc as _abc
@@ -99,6 +109,8 @@ class StoreStatus(_message.Message):
     DB_PATH_FIELD_NUMBER: _builtins.int
     FALLBACK_REASON_FIELD_NUMBER: _builtins.int
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    BACKEND_FIELD_NUMBER: _builtins.int
+    CLAIM_TTL_MS_FIELD_NUMBER: _builtins.int
     persistent: _builtins.bool
     """True when rows live in the SQLite file; false when the service runs in memory."""
     db_path: _builtins.str
@@ -107,6 +119,12 @@ class StoreStatus(_message.Message):
     """Why the store fell back to memory (empty when persistent)."""
     schema_version: _builtins.int
     """Current schema version of the database."""
+    backend: _builtins.str
+    """"sqlite" or "postgresql" (db_path is then the URL without its password)."""
+    claim_ttl_ms: _builtins.int
+    """How long a claim lasts without renewal ([store] lease_secs); renew well
+    within it (the edge renews every third of it).
+    """
     def __init__(
         self,
         *,
@@ -114,10 +132,12 @@ class StoreStatus(_message.Message):
         db_path: _builtins.str = ...,
         fallback_reason: _builtins.str = ...,
         schema_version: _builtins.int = ...,
+        backend: _builtins.str = ...,
+        claim_ttl_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["db_path", b"db_path", "fallback_reason", b"fallback_reason", "persistent", b"persistent", "schema_version", b"schema_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "claim_ttl_ms", b"claim_ttl_ms", "db_path", b"db_path", "fallback_reason", b"fallback_reason", "persistent", b"persistent", "schema_version", b"schema_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -420,6 +440,35 @@ class Ownership(_message.Message):
 Global___Ownership: _TypeAlias = Ownership  # noqa: Y015
 
 @_typing.final
+class Claim(_message.Message):
+    """Which gateway instance (on which host) runs the session's adapter, until when."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    instance_id: _builtins.str
+    """Empty: nobody holds the session."""
+    host: _builtins.str
+    until: _builtins.int
+    """The claim is live while now <= until (ms since the epoch)."""
+    def __init__(
+        self,
+        *,
+        instance_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        until: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "instance_id", b"instance_id", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Claim: _TypeAlias = Claim  # noqa: Y015
+
+@_typing.final
 class SessionRow(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -436,6 +485,7 @@ class SessionRow(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     OWNERSHIP_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
+    CLAIM_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     agent_alias: _builtins.str
     workspace_dir: _builtins.str
@@ -458,6 +508,10 @@ class SessionRow(_message.Message):
     """
     @_builtins.property
     def ownership(self) -> Global___Ownership: ...
+    @_builtins.property
+    def claim(self) -> Global___Claim:
+        """The instance serving the session right now, if any (several hosts)."""
+
     def __init__(
         self,
         *,
@@ -474,10 +528,11 @@ class SessionRow(_message.Message):
         title: _builtins.str = ...,
         ownership: Global___Ownership | None = ...,
         mcp_servers_json: _builtins.str = ...,
+        claim: Global___Claim | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ownership", b"ownership"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "ownership", b"ownership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "created_at", b"created_at", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "claim", b"claim", "created_at", b"created_at", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -495,6 +550,7 @@ class CreateSessionRequest(_message.Message):
     OWNER_SESSION_KEY_FIELD_NUMBER: _builtins.int
     GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Generated by the caller (UUIDv4)."""
     agent_alias: _builtins.str
@@ -506,8 +562,11 @@ class CreateSessionRequest(_message.Message):
     parent_session_key: _builtins.str
     owner_session_key: _builtins.str
     gateway_instance_id: _builtins.str
+    """The creating instance; when set, it also takes the new session's claim."""
     mcp_servers_json: _builtins.str
     """The client's mcpServers as a JSON array ("" = none)."""
+    host: _builtins.str
+    """The creating instance's host name (recorded in the claim)."""
     def __init__(
         self,
         *,
@@ -519,10 +578,11 @@ class CreateSessionRequest(_message.Message):
         owner_session_key: _builtins.str = ...,
         gateway_instance_id: _builtins.str = ...,
         mcp_servers_json: _builtins.str = ...,
+        host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "gateway_instance_id", b"gateway_instance_id", "mcp_servers_json", b"mcp_servers_json", "owner_session_key", b"owner_session_key", "parent_session_key", b"parent_session_key", "session_id", b"session_id", "spawned_by", b"spawned_by", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "mcp_servers_json", b"mcp_servers_json", "owner_session_key", b"owner_session_key", "parent_session_key", b"parent_session_key", "session_id", b"session_id", "spawned_by", b"spawned_by", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -561,6 +621,7 @@ class UpdateSessionRequest(_message.Message):
     AGENT_ALIAS_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
+    HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___SessionState.ValueType
     lease_id: _builtins.str
@@ -569,6 +630,10 @@ class UpdateSessionRequest(_message.Message):
     agent_alias: _builtins.str
     title: _builtins.str
     mcp_servers_json: _builtins.str
+    holder_instance_id: _builtins.str
+    """When set: only while this instance holds the claim or nobody does
+    (ABORTED otherwise, nothing changed).
+    """
     def __init__(
         self,
         *,
@@ -580,10 +645,11 @@ class UpdateSessionRequest(_message.Message):
         agent_alias: _builtins.str | None = ...,
         title: _builtins.str | None = ...,
         mcp_servers_json: _builtins.str | None = ...,
+        holder_instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "plan_json", b"plan_json", "state", b"state", "title", b"title"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__adapter_session_id: _TypeAlias = _typing.Literal["adapter_session_id"]  # noqa: Y015
     _WhichOneofArgType__adapter_session_id: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id"]  # noqa: Y015
@@ -634,6 +700,130 @@ class TouchSessionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TouchSessionRequest: _TypeAlias = TouchSessionRequest  # noqa: Y015
+
+@_typing.final
+class ClaimSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    gateway_instance_id: _builtins.str
+    """The claiming lifecycle service's gateway instance id (SPEC §13)."""
+    host: _builtins.str
+    """Its host name, for operators."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        gateway_instance_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "host", b"host", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClaimSessionRequest: _TypeAlias = ClaimSessionRequest  # noqa: Y015
+
+@_typing.final
+class RenewClaimsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_IDS_FIELD_NUMBER: _builtins.int
+    gateway_instance_id: _builtins.str
+    @_builtins.property
+    def session_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The sessions active (or being set up) on that instance."""
+
+    def __init__(
+        self,
+        *,
+        gateway_instance_id: _builtins.str = ...,
+        session_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "session_ids", b"session_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewClaimsRequest: _TypeAlias = RenewClaimsRequest  # noqa: Y015
+
+@_typing.final
+class RenewClaimsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HELD_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def held(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids whose claims were renewed."""
+
+    @_builtins.property
+    def lost(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids the instance no longer holds (taken over after expiry, or gone):
+        it must stop serving them.
+        """
+
+    def __init__(
+        self,
+        *,
+        held: _abc.Iterable[_builtins.str] | None = ...,
+        lost: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "lost", b"lost"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewClaimsResponse: _TypeAlias = RenewClaimsResponse  # noqa: Y015
+
+@_typing.final
+class ReleaseSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    gateway_instance_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        gateway_instance_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseSessionRequest: _TypeAlias = ReleaseSessionRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASED_FIELD_NUMBER: _builtins.int
+    released: _builtins.bool
+    """False when another instance holds the session (nothing changed) or no row."""
+    def __init__(
+        self,
+        *,
+        released: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["released", b"released"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseSessionResponse: _TypeAlias = ReleaseSessionResponse  # noqa: Y015
 
 @_typing.final
 class HistoryItem(_message.Message):

@@ -80,6 +80,21 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
                 _registered_method=True)
+        self.ClaimSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ClaimSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ClaimSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
+                _registered_method=True)
+        self.RenewClaims = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/RenewClaims',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsResponse.FromString,
+                _registered_method=True)
+        self.ReleaseSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ReleaseSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionResponse.FromString,
+                _registered_method=True)
         self.AppendTurn = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/AppendTurn',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.AppendTurnRequest.SerializeToString,
@@ -179,6 +194,30 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClaimSession(self, request, context):
+        """Makes the calling instance the server of a session: free, its own, or
+        expired claims are taken (one conditional update: of racing instances
+        exactly one wins); another instance's live claim is ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewClaims(self, request, context):
+        """The heartbeat of an instance: renews the claims it still holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseSession(self, request, context):
+        """The session stopped on the calling instance: state inactive, claim dropped
+        (never another instance's: then nothing changes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AppendTurn(self, request, context):
         """Appends one completed turn in one transaction: all items or none (SPEC §8).
         """
@@ -271,6 +310,21 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.TouchSession,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.SerializeToString,
+            ),
+            'ClaimSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ClaimSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.SerializeToString,
+            ),
+            'RenewClaims': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewClaims,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsResponse.SerializeToString,
+            ),
+            'ReleaseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionResponse.SerializeToString,
             ),
             'AppendTurn': grpc.unary_unary_rpc_method_handler(
                     servicer.AppendTurn,
@@ -547,6 +601,87 @@ class SessionService:
             '/acpgate.session.v1.SessionService/TouchSession',
             acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ClaimSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ClaimSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewClaims(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/RenewClaims',
+            acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.RenewClaimsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ReleaseSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReleaseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,7 +13,17 @@ Conventions:
 - Errors use gRPC status codes: NOT_FOUND (unknown session), INVALID_ARGUMENT
   (a rule of SPEC §3/§8 refused the input; the status message is the exact
   client-facing message of the SPEC), FAILED_PRECONDITION (the store runs in
-  memory and the call needs persistence), PERMISSION_DENIED (visibility).
+  memory and the call needs persistence), PERMISSION_DENIED (visibility),
+  ABORTED (another gateway instance's live claim holds the session; the status
+  message is SPEC §8's "Session already active: <id>. Call session/close first."),
+  UNAVAILABLE (a shared database cannot be reached right now).
+
+Several hosts: each runs its own lifecycle service (its gateway instance id)
+and edge; they may share one session store (PostgreSQL). The instance that
+runs a session's adapter holds the session's claim: taken by ClaimSession (or
+CreateSession), renewed by RenewClaims while the session is active there,
+dropped by ReleaseSession. A claim not renewed for StoreStatus.claim_ttl_ms
+has expired (its host died) and any instance may take it.
 """
 
 from acpgate.session.v1 import session_pb2 as _session_pb2
@@ -64,6 +74,17 @@ class SessionServiceStub:
     """Changes the mutable fields of a row (state, lease, adapter session id, plan...)."""
     TouchSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.TouchSessionRequest, _session_pb2.SessionRow]
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
+    ClaimSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ClaimSessionRequest, _session_pb2.SessionRow]
+    """Makes the calling instance the server of a session: free, its own, or
+    expired claims are taken (one conditional update: of racing instances
+    exactly one wins); another instance's live claim is ABORTED.
+    """
+    RenewClaims: _grpc.UnaryUnaryMultiCallable[_session_pb2.RenewClaimsRequest, _session_pb2.RenewClaimsResponse]
+    """The heartbeat of an instance: renews the claims it still holds."""
+    ReleaseSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ReleaseSessionRequest, _session_pb2.ReleaseSessionResponse]
+    """The session stopped on the calling instance: state inactive, claim dropped
+    (never another instance's: then nothing changes).
+    """
     AppendTurn: _grpc.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]
     """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
     StreamHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]
@@ -106,6 +127,17 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Changes the mutable fields of a row (state, lease, adapter session id, plan...)."""
     TouchSession: _aio.UnaryUnaryMultiCallable[_session_pb2.TouchSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
+    ClaimSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ClaimSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
+    """Makes the calling instance the server of a session: free, its own, or
+    expired claims are taken (one conditional update: of racing instances
+    exactly one wins); another instance's live claim is ABORTED.
+    """
+    RenewClaims: _aio.UnaryUnaryMultiCallable[_session_pb2.RenewClaimsRequest, _session_pb2.RenewClaimsResponse]  # type: ignore[assignment]
+    """The heartbeat of an instance: renews the claims it still holds."""
+    ReleaseSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ReleaseSessionRequest, _session_pb2.ReleaseSessionResponse]  # type: ignore[assignment]
+    """The session stopped on the calling instance: state inactive, claim dropped
+    (never another instance's: then nothing changes).
+    """
     AppendTurn: _aio.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]  # type: ignore[assignment]
     """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
     StreamHistory: _aio.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
@@ -199,6 +231,35 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SessionRow, _abc.Awaitable[_session_pb2.SessionRow]]:
         """Bumps last_activity (inbound session/update, session/event, every turn)."""
+
+    @_abc_1.abstractmethod
+    def ClaimSession(
+        self,
+        request: _session_pb2.ClaimSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.SessionRow, _abc.Awaitable[_session_pb2.SessionRow]]:
+        """Makes the calling instance the server of a session: free, its own, or
+        expired claims are taken (one conditional update: of racing instances
+        exactly one wins); another instance's live claim is ABORTED.
+        """
+
+    @_abc_1.abstractmethod
+    def RenewClaims(
+        self,
+        request: _session_pb2.RenewClaimsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.RenewClaimsResponse, _abc.Awaitable[_session_pb2.RenewClaimsResponse]]:
+        """The heartbeat of an instance: renews the claims it still holds."""
+
+    @_abc_1.abstractmethod
+    def ReleaseSession(
+        self,
+        request: _session_pb2.ReleaseSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ReleaseSessionResponse, _abc.Awaitable[_session_pb2.ReleaseSessionResponse]]:
+        """The session stopped on the calling instance: state inactive, claim dropped
+        (never another instance's: then nothing changes).
+        """
 
     @_abc_1.abstractmethod
     def AppendTurn(

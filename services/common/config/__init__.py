@@ -46,6 +46,7 @@ from services.common.config.schema import (
     PathsSection,
     ServicesSection,
     SessionsSection,
+    StoreSection,
     TlsSection,
 )
 
@@ -71,6 +72,7 @@ __all__ = [
     "PathsSection",
     "ServicesSection",
     "SessionsSection",
+    "StoreSection",
     "TlsSection",
     "ensure_default_config",
     "get_value",

@@ -28,6 +28,7 @@ from services.common.config.schema import (
     field_types,
 )
 from services.common.mcp_servers import to_json
+from services.common.urls import redact_url
 
 
 def _schema_type(section: str, key: str) -> str:
@@ -148,6 +149,8 @@ def show(cfg: Config) -> str:
             if f.name == "tls":
                 continue
             value = getattr(section, f.name)
+            if (name, f.name) == ("store", "url") and value:
+                value = redact_url(value)  # a URL may carry a password
             table[f.name] = list(value) if isinstance(value, tuple) else value
         doc[name] = table
     tls = tomlkit.table()

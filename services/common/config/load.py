@@ -229,6 +229,15 @@ def _validate(cfg: Config, origin: str) -> None:
         )
     if cfg.lifecycle.term_grace_ms < 0:
         raise ConfigError(f"{origin}: [lifecycle] term_grace_ms: expected an integer ≥ 0")
+    if cfg.store.url and not cfg.store.is_postgres:
+        # Never echo the value: a URL may carry a password.
+        raise ConfigError(
+            f"{origin}: [store] url: expected '' (SQLite in the data dir) or a "
+            "postgresql://user@host:port/database URL"
+        )
+    for key in ("lease_secs", "pool_size", "connect_timeout_secs"):
+        if getattr(cfg.store, key) < 1:
+            raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 1")
 
 
 def with_overrides(cfg: Config, **sections: Any) -> Config:

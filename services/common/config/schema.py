@@ -127,6 +127,37 @@ class ServicesSection:
     token_env: str = ""
 
 
+#: URL schemes of ``[store] url`` that name a PostgreSQL database.
+STORE_URL_SCHEMES = ("postgresql", "postgres")
+
+
+@dataclass(frozen=True)
+class StoreSection:
+    """``[store]``: where session rows live — SQLite in the data dir, or PostgreSQL.
+
+    An empty ``url`` is the SQLite file ``<data dir>/sessions/acp-sessions.db``;
+    ``postgresql://user@host:port/db`` is a PostgreSQL database that several
+    gateway hosts may share. The password is best kept out of the URL: name an
+    environment variable in ``password_env`` instead.
+    """
+
+    url: str = ""
+    #: Environment variable holding the database password ("" = the URL's, or none).
+    password_env: str = ""
+    #: How long a host's claim on an active session lasts without a heartbeat: after
+    #: that a session whose host died may be loaded on another host.
+    lease_secs: int = 30
+    #: Connections each session service keeps to PostgreSQL at most.
+    pool_size: int = 10
+    #: How long the session service waits at start for PostgreSQL to answer.
+    connect_timeout_secs: int = 10
+
+    @property
+    def is_postgres(self) -> bool:
+        """True when ``url`` names a PostgreSQL database."""
+        return self.url.split("://", 1)[0].lower() in STORE_URL_SCHEMES and "://" in self.url
+
+
 @dataclass(frozen=True)
 class AutonomySection:
     """``[autonomy]``: the default policy of every agent (SPEC §12)."""
@@ -221,6 +252,7 @@ class Config:
     gateway: GatewaySection = field(default_factory=GatewaySection)
     paths: PathsSection = field(default_factory=PathsSection)
     services: ServicesSection = field(default_factory=ServicesSection)
+    store: StoreSection = field(default_factory=StoreSection)
     autonomy: AutonomySection = field(default_factory=AutonomySection)
     sessions: SessionsSection = field(default_factory=SessionsSection)
     a2a: A2aSection = field(default_factory=A2aSection)
@@ -241,7 +273,7 @@ class Config:
 
     @property
     def session_db_path(self) -> Path:
-        """``<data dir>/sessions/acp-sessions.db`` (SPEC §0)."""
+        """``<data dir>/sessions/acp-sessions.db`` (SPEC §0; unused with ``[store] url``)."""
         return self.data_dir / "sessions" / "acp-sessions.db"
 
     @property
@@ -273,6 +305,7 @@ SECTIONS: dict[str, type] = {
     "gateway.tls": TlsSection,
     "paths": PathsSection,
     "services": ServicesSection,
+    "store": StoreSection,
     "autonomy": AutonomySection,
     "sessions": SessionsSection,
     "a2a": A2aSection,

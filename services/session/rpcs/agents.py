@@ -51,7 +51,7 @@ class AgentRpcs(RpcBase):
         self, request: pb.GetStoreStatusRequest, context: Ctx
     ) -> pb.StoreStatus:
         """Persistent or in memory, and why (SPEC §2)."""
-        return status_to_pb(self._store.status)
+        return status_to_pb(self._store.status, self._claim_ttl_ms)
 
     async def ResolveAgent(
         self, request: pb.ResolveAgentRequest, context: Ctx

@@ -31,6 +31,8 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
     def __init__(self, cfg: Config, store: SessionStore) -> None:
         self._cfg = cfg
         self._store = store
+        #: How long a claim lasts without renewal ([store] lease_secs).
+        self._claim_ttl_ms = cfg.store.lease_secs * 1000
 
     async def _get(self, session_id: str, context: Ctx) -> SessionRecord:
         """The row of ``session_id``; INVALID_ARGUMENT when empty, NOT_FOUND when unknown."""

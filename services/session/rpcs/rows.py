@@ -1,4 +1,5 @@
-"""Session RPCs on rows, for trusted callers (the edge): create, get, update, touch."""
+"""Session RPCs on rows, for trusted callers (the edge): create, get, update, touch, and the
+claims of several hosts on them: claim, renew, release."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.session.convert import row_to_pb, state_from_pb
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import InvalidItem, SessionExists, SessionNotFound
+from services.session.store import (
+    InvalidItem,
+    SessionActiveElsewhere,
+    SessionExists,
+    SessionNotFound,
+    SessionRecord,
+)
 
 __all__ = ["RowRpcs"]
 
@@ -17,7 +24,8 @@ log = get_logger("session.servicer")
 
 
 class RowRpcs(RpcBase):
-    """CreateSession, GetSession, UpdateSession, TouchSession (no visibility check)."""
+    """CreateSession, GetSession, UpdateSession, TouchSession, ClaimSession, RenewClaims,
+    ReleaseSession (no visibility check)."""
 
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: Ctx
@@ -38,6 +46,9 @@ class RowRpcs(RpcBase):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:
             await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
+        if request.gateway_instance_id:  # a new id: nobody else can hold it yet
+            rec = await self._claim(rec.session_id, request.gateway_instance_id, request.host,
+                                    context)
         log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
         return row_to_pb(rec)
 
@@ -70,11 +81,14 @@ class RowRpcs(RpcBase):
                 agent_alias=opt("agent_alias"),
                 title=opt("title"),
                 mcp_servers_json=opt("mcp_servers_json"),
+                holder=request.holder_instance_id or None,
             )
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except SessionActiveElsewhere as exc:
+            await abort(context, grpc.StatusCode.ABORTED, str(exc))
         return row_to_pb(rec)
 
     async def TouchSession(self, request: pb.TouchSessionRequest, context: Ctx) -> pb.SessionRow:
@@ -83,3 +97,53 @@ class RowRpcs(RpcBase):
             return row_to_pb(await self._store.touch(request.session_id))
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+
+    # -- claims (several hosts, one store)
+
+    async def _claim(self, session_id: str, instance_id: str, host: str, context: Ctx
+                     ) -> SessionRecord:
+        try:
+            return await self._store.claim(session_id, instance_id, host=host,
+                                           ttl_ms=self._claim_ttl_ms)
+        except InvalidItem as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except SessionNotFound as exc:
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except SessionActiveElsewhere as exc:
+            log.info("session_active_elsewhere", session_id=session_id,
+                     holder=exc.claim.instance_id, holder_host=exc.claim.host)
+            await abort(context, grpc.StatusCode.ABORTED, str(exc))
+
+    async def ClaimSession(self, request: pb.ClaimSessionRequest, context: Ctx) -> pb.SessionRow:
+        """Take (or renew) the claim unless another instance's claim is live (ABORTED)."""
+        if not request.session_id:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
+        rec = await self._claim(request.session_id, request.gateway_instance_id, request.host,
+                                context)
+        return row_to_pb(rec)
+
+    async def RenewClaims(
+        self, request: pb.RenewClaimsRequest, context: Ctx
+    ) -> pb.RenewClaimsResponse:
+        """The heartbeat: renew what the instance still holds, name what it lost."""
+        try:
+            held = await self._store.renew_claims(
+                request.gateway_instance_id, list(request.session_ids),
+                ttl_ms=self._claim_ttl_ms,
+            )
+        except InvalidItem as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        kept = set(held)
+        lost = [s for s in dict.fromkeys(request.session_ids) if s not in kept]
+        if lost:
+            log.warning("session_claims_lost", instance=request.gateway_instance_id,
+                        sessions=lost)
+        return pb.RenewClaimsResponse(held=held, lost=lost)
+
+    async def ReleaseSession(
+        self, request: pb.ReleaseSessionRequest, context: Ctx
+    ) -> pb.ReleaseSessionResponse:
+        """Mark the session inactive and drop the claim, unless another instance holds it."""
+        released = await self._store.release_claim(request.session_id,
+                                                   request.gateway_instance_id)
+        return pb.ReleaseSessionResponse(released=released)

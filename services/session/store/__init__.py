@@ -14,7 +14,7 @@ Import from here; the names below are the store's public surface.
 
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
-from services.session.store.pg_db import PostgresTarget, redact_url
+from services.session.store.pg_db import PostgresTarget
 from services.session.store.records import (
     BACKEND,
     AppendResult,
@@ -55,7 +55,6 @@ __all__ = [
     "StoreUnavailable",
     "make_title",
     "open_store",
-    "redact_url",
     "session_key_for",
     "wall_clock_ms",
 ]

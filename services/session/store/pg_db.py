@@ -6,7 +6,8 @@ rows in compiled code — the history load and AppendTurn are its hot paths.
 
 - :class:`PostgresTarget` — where the database is (a ``postgresql://`` URL) and
   how to reach it; the password may come from the environment, and
-  :func:`redact_url` is the only form of the URL that is ever shown or logged;
+  :func:`~services.common.urls.redact_url` is the only form of the URL that is
+  ever shown or logged;
 - :func:`create_pool` — a pool, retrying while the server is not up yet;
 - :func:`call` and :func:`in_transaction` — one operation on a pooled
   connection, tried once more on a fresh one when the first was found broken
@@ -26,22 +27,20 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
 from services.common.logs import get_logger
+from services.common.urls import redact_url
 from services.session.store.records import StoreUnavailable
 
 __all__ = [
-    "URL_SCHEMES",
     "Conn",
     "PostgresTarget",
     "call",
     "create_pool",
     "from_db",
     "in_transaction",
-    "redact_url",
     "to_db",
 ]
 
@@ -51,10 +50,6 @@ log = get_logger("session.store")
 Conn: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 )
-#: The URL schemes that name a PostgreSQL store (libpq accepts both).
-URL_SCHEMES: Final = ("postgresql", "postgres")
-#: Query parameters of a URL that carry a secret.
-_SECRET_PARAMS: Final = frozenset({"password", "passfile", "sslpassword"})
 #: Errors that mean "the server is not there (yet)": worth retrying at start.
 _TRANSIENT: Final = (
     OSError,
@@ -82,21 +77,6 @@ _UNREACHABLE: Final = (
     asyncpg.exceptions.InterfaceError,
     asyncpg.exceptions.InternalClientError,
 )
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (user, host, port, database and options kept)."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, hostinfo = netloc.rsplit("@", 1)
-            netloc = f"{userinfo.split(':', 1)[0]}@{hostinfo}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                           if k.lower() not in _SECRET_PARAMS])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-    except ValueError:
-        return "postgresql://<unparsable URL>"
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 It holds the gRPC stubs of the session and lifecycle services, who this edge
 is (name and version, for both ACP handshakes), the registry of active sessions
-with the ``max_sessions`` slots (SPEC §9), the idle reaper, and the one way a
-session is released: adapter detached, lease closed through lifecycle
-``CloseSession``, row marked inactive (never deleted).
+with the ``max_sessions`` slots (SPEC §9), the idle reaper, this host's claims
+on the sessions it serves and their heartbeat (:mod:`services.edge.claims`),
+and the one way a session is released: adapter detached, lease closed through
+lifecycle ``CloseSession``, row marked inactive and its claim dropped (never
+deleted).
 
 The edge never starts a service itself. When ``[services]`` leaves an address
 empty (embedded mode), whoever composes the process passes a
@@ -29,6 +31,7 @@ from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
+from services.edge.claims import HostClaims
 from services.edge.metrics import Metrics
 from services.edge.session import EdgeSession
 
@@ -68,6 +71,12 @@ class SessionRegistry:
     reserved: int = 0
     #: Session ids being restored right now (a second load/resume must not race them).
     restoring: set[str] = field(default_factory=set)
+    #: Session ids of new sessions being set up.
+    creating: set[str] = field(default_factory=set)
+
+    def serving(self) -> set[str]:
+        """Every session this edge serves or is setting up: the claims it must renew."""
+        return {*self.active, *self.restoring, *self.creating}
 
     def try_reserve(self) -> bool:
         """Take a slot for a session being created or restored; False at the limit."""
@@ -105,9 +114,12 @@ class EdgeRuntime:
         self.registry = SessionRegistry(cfg.acp.max_sessions)
         self.persistent = True
         self.gateway_instance_id = ""
+        #: This host's claims on the sessions it serves (several hosts, one store).
+        self.claims = HostClaims(self.session_stub)
         self._hosted: ServiceHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -124,7 +136,16 @@ class EdgeRuntime:
             log.warning("store_in_memory", reason=status.fallback_reason)
         instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
         self.gateway_instance_id = instance.gateway_instance_id
+        self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
         self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
+        self._heartbeat = asyncio.create_task(
+            self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
+
+    def _claim_lost(self, session_id: str) -> None:
+        """Another host took this session over: stop serving it here at once."""
+        session = self.registry.active.get(session_id)
+        if session is not None:
+            self.spawn(self.deactivate(session, "claim_lost"))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a background task owned by the runtime (kept referenced, awaited on close)."""
@@ -154,7 +175,8 @@ class EdgeRuntime:
         await self.release(session, reason)
 
     async def release(self, session: EdgeSession, reason: str) -> None:
-        """Detach the adapter, close the lease, mark the row inactive. Idempotent."""
+        """Detach the adapter, close the lease, mark the row inactive and drop this host's
+        claim (never another host's). Idempotent."""
         if session.released:
             return
         session.released = True
@@ -164,9 +186,7 @@ class EdgeRuntime:
             with contextlib.suppress(Exception):
                 await session.adapter.close()
         await self.close_lease(session.lease_id, session.session_key, reason)
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            await self.session_stub.UpdateSession(session_pb2.UpdateSessionRequest(
-                session_id=session.session_id, state=session_pb2.SESSION_STATE_INACTIVE))
+        await self.claims.release(session.session_id)
         log.info("session_released", session_id=session.session_id, reason=reason)
 
     async def close_lease(self, lease_id: str, session_key: str, reason: str) -> None:
@@ -200,8 +220,9 @@ class EdgeRuntime:
         if self._closed:
             return
         self._closed = True
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for task in (self._reaper, self._heartbeat):
+            if task is not None:
+                task.cancel()
         sessions = list(self.registry.active.values())
         await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
                              return_exceptions=True)

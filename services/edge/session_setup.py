@@ -3,8 +3,9 @@
 A slot is reserved against ``max_sessions`` for the whole setup; the session's
 policy comes from the session service; the adapter gets a lease, is attached
 and initialized (its lease is closed again if that fails); and a session that
-came up is marked active in the store and entered into the runtime and the
-connection, unless its adapter or its client went away meanwhile.
+came up is marked active in the store — while this host still holds its claim
+— and entered into the runtime and the connection, unless its adapter or its
+client went away meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
 from services.edge.adapter import AdapterClient
+from services.edge.claims import refusal
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import start_failed
 from services.edge.framing import JsonRpcError
@@ -82,18 +84,25 @@ async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid
     enter it everywhere.
 
     -32603 when the adapter died during setup, or when the connection closed
-    meanwhile (the session is released then: nobody is left to use it).
+    meanwhile (the session is released then: nobody is left to use it); -32602
+    "Session already active" when another host took the session over meanwhile
+    (this host's claim expired: it did not renew in time).
     """
+    rt = conn.runtime
     request = session_pb2.UpdateSessionRequest(
         session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
-        lease_id=session.lease_id, adapter_session_id=adapter_sid)
+        lease_id=session.lease_id, adapter_session_id=adapter_sid,
+        holder_instance_id=rt.claims.instance_id)
     if alias is not None:
         request.agent_alias = alias
     if mcp_servers_json is not None:
         request.mcp_servers_json = mcp_servers_json
     try:
-        await conn.runtime.session_stub.UpdateSession(request)
+        await rt.session_stub.UpdateSession(request)
     except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.ABORTED:
+            await abandon(rt, session)
+            raise refusal(exc, session.session_id) from None
         log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
     if session.released:  # the adapter died during setup
         raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")

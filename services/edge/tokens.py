@@ -1,8 +1,9 @@
 """Gateway bearer tokens: minted once, stored hashed, revocable (SPEC §11).
 
 A token is ``acpg_<43 url-safe characters>`` (256 random bits). Only its
-SHA-256 digest is stored, in a small SQLite file under the data dir; the secret
-itself is returned once by :meth:`TokenStore.create` and never again. The
+SHA-256 digest is stored, in a small SQLite file (in the data dir, or where
+``[gateway] token_db`` says); the secret itself is returned once by
+:meth:`TokenStore.create` and never again. The
 alphabet (``A-Z a-z 0-9 _ -``) is valid in an HTTP header, in a
 ``Sec-WebSocket-Protocol`` entry (``bearer.<t>``) and in a URL query unescaped.
 
@@ -43,7 +44,10 @@ CREATE TABLE IF NOT EXISTS tokens (
 
 
 def token_db_path(cfg: Config) -> Path:
-    """``<data dir>/gateway/tokens.db``: where the hashed tokens live."""
+    """Where the hashed tokens live: ``[gateway] token_db``, default
+    ``<data dir>/gateway/tokens.db``."""
+    if cfg.gateway.token_db:
+        return Path(os.path.expanduser(cfg.gateway.token_db))
     return cfg.data_dir / "gateway" / "tokens.db"
 
 

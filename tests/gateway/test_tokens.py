@@ -16,6 +16,17 @@ def test_db_path_under_data_dir(tmp_path: Path) -> None:
     assert token_db_path(cfg) == tmp_path / "data" / "gateway" / "tokens.db"
 
 
+def test_db_path_shared_by_several_hosts(tmp_path: Path) -> None:
+    """``[gateway] token_db``: two gateway hosts with their own data dirs, one token file —
+    a token minted through one works on the other, with the same token id (principal)."""
+    shared = tmp_path / "shared" / "tokens.db"
+    a = load_config(tmp_path / "a", environ={"ACPGATE_gateway__token_db": str(shared)})
+    b = load_config(tmp_path / "b", environ={"ACPGATE_gateway__token_db": str(shared)})
+    assert token_db_path(a) == token_db_path(b) == shared
+    token_id, secret = TokenStore(token_db_path(a)).create("client")
+    assert TokenStore(token_db_path(b)).identify(secret) == token_id
+
+
 def test_create_verify_list_revoke(tmp_path: Path) -> None:
     store = TokenStore(tmp_path / "t" / "tokens.db")
     assert store.list() == []

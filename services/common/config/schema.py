@@ -102,6 +102,10 @@ class GatewaySection:
     #: while small JSON-RPC frames on the default loopback bind gain nothing from it.
     #: Turn it on for slow links carrying large frames (bench/PROFILE.md, section 8).
     compression: bool = False
+    #: The token database ("" = ``<data dir>/gateway/tokens.db``). Gateway hosts that
+    #: serve the same clients point it at one file, so a token (and the sessions its
+    #: client owns) is the same on every host.
+    token_db: str = ""
     tls: TlsSection = field(default_factory=TlsSection)
 
 

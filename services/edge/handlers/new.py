@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -12,6 +14,7 @@ from acpgate.session.v1 import session_pb2
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, start_failed
 from services.edge.params import encode_mcp_servers, first_str, mcp_servers
+from services.edge.runtime import SessionRegistry
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     abandon,
@@ -31,6 +34,16 @@ def _explicit_alias(params: dict[str, Any]) -> str:
     return ""
 
 
+@contextlib.contextmanager
+def _creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
+    """Count ``sid`` among the sessions being set up while it is."""
+    registry.creating.add(sid)
+    try:
+        yield
+    finally:
+        registry.creating.discard(sid)
+
+
 async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §3: alias chain, cwd rules, limit, row, adapter."""
     rt = conn.runtime
@@ -44,13 +57,14 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
     servers = mcp_servers(params)
-    with reserved_slot(rt):
-        sid = str(uuid.uuid4())
+    sid = str(uuid.uuid4())
+    with reserved_slot(rt), _creating(rt.registry, sid):
         try:
-            # The list is stored: a later load/resume without one starts the same servers.
+            # The row is created claimed by this host (its heartbeat renews it from now on);
+            # the MCP list is stored: a later load/resume without one starts the same servers.
             row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
                 session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
-                gateway_instance_id=rt.gateway_instance_id,
+                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
                 owner_session_key=conn.principal,
                 mcp_servers_json=encode_mcp_servers(servers)))
             policy = await session_policy(rt, agent.alias, ws.workspace_dir)

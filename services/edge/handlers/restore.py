@@ -1,12 +1,15 @@
 """SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
 
-:func:`restore` runs the steps in order: reserve a slot → claim the id (no
-second restore of it may race this one) → read the row, if this connection may
-see it → resolve the agent and its policy → spawn the adapter while the stored
-history streams in → seed the adapter with the conversation and its MCP servers (the list
-the request passes, else the stored one) → replay (load) or send the stored
-plan (resume) → mark the session active (storing a newly passed list). A step that fails
-answers the request with its error and gives back what the earlier steps took.
+:func:`restore` runs the steps in order: reserve a slot → read the row, if this
+connection may see it (a session it may not see is "not found", active or not)
+→ mark the id as being restored here (no second restore of it may race this
+one) → resolve the agent and its policy → take the session's claim for this
+host (another live host serving it: "Session already active") → spawn the
+adapter while the stored history streams in → seed the adapter with the
+conversation and its MCP servers (the list the request passes, else the stored
+one) → replay (load) or send the stored plan (resume) → mark the session
+active (storing a newly passed list). A step that fails answers the request
+with its error and gives back what the earlier steps took.
 
 Seeding depends on the agent: the built-in agent is resumed with the history in
 ``_meta.acpgate.history``; an external agent restores its own session when it
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -71,20 +74,22 @@ async def restore(conn: DialectConnection, params: dict[str, Any], *,
     sid = session_id(params)
     if not rt.persistent:
         raise not_found(sid)
-    with reserved_slot(rt), _claimed(rt.registry, sid):
+    with reserved_slot(rt):
         row = await visible_row(rt, conn.principal, sid)
-        agent, policy = await _resolve_agent(rt, row)
-        session = _restored_session(conn, row, agent)
-        client, items = await _spawn_while_history_streams(conn, session, agent)
-        mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
-        adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
-        if replay:
-            await _replay_history(conn, sid, items)
-        else:
-            await _replay_plan(conn, sid, row)
-        await mark_active(conn, session, adapter_sid,
-                          agent.alias if agent.alias != row.agent_alias else None,
-                          mcp_servers_json=encode_mcp_servers(mcp) if replaced else None)
+        with _restoring(rt.registry, sid):
+            agent, policy = await _resolve_agent(rt, row)
+            async with _host_claim(rt, sid):
+                session = _restored_session(conn, row, agent)
+                client, items = await _spawn_while_history_streams(conn, session, agent)
+                mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
+                adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
+                if replay:
+                    await _replay_history(conn, sid, items)
+                else:
+                    await _replay_plan(conn, sid, row)
+                await mark_active(conn, session, adapter_sid,
+                                  agent.alias if agent.alias != row.agent_alias else None,
+                                  mcp_servers_json=encode_mcp_servers(mcp) if replaced else None)
     return {}
 
 
@@ -92,7 +97,7 @@ async def restore(conn: DialectConnection, params: dict[str, Any], *,
 
 
 @contextlib.contextmanager
-def _claimed(registry: SessionRegistry, sid: str) -> Iterator[None]:
+def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
     """Mark ``sid`` as being restored; -32602 if it is active or being restored already."""
     if sid in registry.active or sid in registry.restoring:
         raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
@@ -101,6 +106,19 @@ def _claimed(registry: SessionRegistry, sid: str) -> Iterator[None]:
         yield
     finally:
         registry.restoring.discard(sid)
+
+
+@contextlib.asynccontextmanager
+async def _host_claim(rt: EdgeRuntime, sid: str) -> AsyncIterator[None]:
+    """Take the session's claim for this host (-32602 while another live host holds it);
+    a restore that fails after that drops the claim again."""
+    await rt.claims.claim(sid)
+    try:
+        yield
+    except BaseException:
+        if sid not in rt.registry.active:
+            await rt.claims.release(sid)
+        raise
 
 
 async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow,

@@ -1,0 +1,117 @@
+"""This host's claims on the sessions it serves, when several hosts share one store.
+
+Each host runs its own lifecycle service (its gateway instance id) and edge;
+the session rows may live in one shared database. The edge whose adapter serves
+a session holds the row's *claim* (session service ``ClaimSession``), and:
+
+- takes it before a stored session is restored here — another live host's claim
+  refuses the restore with SPEC §8's "Session already active" (-32602);
+- renews the claims of every session it serves or is setting up, every third
+  of the claim's lease time (``StoreStatus.claim_ttl_ms``): the heartbeat. A
+  host that dies stops renewing, and after the lease time its sessions may be
+  loaded anywhere;
+- gives a session up at once when the heartbeat says its claim was lost (taken
+  over after this host failed to renew in time): two hosts never serve one
+  session;
+- drops the claim when the session is released (``ReleaseSession``, which never
+  touches a session another host holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Final
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.logs import get_logger
+from services.common.protocol import INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE
+from services.edge.errors import grpc_error
+from services.edge.framing import JsonRpcError
+
+if TYPE_CHECKING:
+    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+
+__all__ = ["DEFAULT_CLAIM_TTL_MS", "HostClaims", "refusal"]
+
+log = get_logger("edge.claims")
+
+#: The claim lease time when the session service does not say (an older service).
+DEFAULT_CLAIM_TTL_MS: Final = 30_000
+#: Shortest pause between heartbeats, whatever the lease time.
+_MIN_INTERVAL_SECS: Final = 0.05
+
+
+class HostClaims:
+    """The claims of one gateway instance, through the session service."""
+
+    def __init__(self, stub: SessionServiceAsyncStub) -> None:
+        self._stub = stub
+        #: This host's lifecycle service's instance id ("" until the runtime starts).
+        self.instance_id = ""
+        #: This machine's name, recorded in the claims for operators.
+        self.host = socket.gethostname()
+        self.ttl_ms = DEFAULT_CLAIM_TTL_MS
+
+    def configure(self, instance_id: str, ttl_ms: int) -> None:
+        """Who this host is and how long its claims last (from the services at start)."""
+        self.instance_id = instance_id
+        self.ttl_ms = ttl_ms if ttl_ms > 0 else DEFAULT_CLAIM_TTL_MS
+
+    @property
+    def interval_secs(self) -> float:
+        """How often the heartbeat renews: a third of the lease time."""
+        return max(_MIN_INTERVAL_SECS, self.ttl_ms / 3000)
+
+    async def claim(self, session_id: str) -> session_pb2.SessionRow:
+        """Take the session for this host; -32602 "Session already active" when another live
+        host holds it, the usual mapping of the service's other refusals."""
+        try:
+            return await self._stub.ClaimSession(session_pb2.ClaimSessionRequest(
+                session_id=session_id, gateway_instance_id=self.instance_id, host=self.host))
+        except grpc.aio.AioRpcError as exc:
+            raise refusal(exc, session_id) from None
+
+    async def release(self, session_id: str) -> None:
+        """Mark the session inactive and drop this host's claim (failures are logged)."""
+        try:
+            await self._stub.ReleaseSession(session_pb2.ReleaseSessionRequest(
+                session_id=session_id, gateway_instance_id=self.instance_id))
+        except grpc.aio.AioRpcError as exc:
+            log.warning("release_failed", session_id=session_id, code=exc.code().name)
+
+    async def renew(self, session_ids: Collection[str]) -> list[str]:
+        """One heartbeat for ``session_ids``; the ids whose claims this host lost."""
+        if not session_ids:
+            return []
+        resp = await self._stub.RenewClaims(session_pb2.RenewClaimsRequest(
+            gateway_instance_id=self.instance_id, session_ids=sorted(session_ids)))
+        return list(resp.lost)
+
+    async def heartbeat(self, serving: Callable[[], Collection[str]],
+                        on_lost: Callable[[str], None]) -> None:
+        """Renew the claims of ``serving()`` forever; ``on_lost`` for each one lost. A failed
+        renewal (the service restarting) is retried at the next beat, well within the lease."""
+        while True:
+            await asyncio.sleep(self.interval_secs)
+            try:
+                lost = await self.renew(serving())
+            except grpc.aio.AioRpcError as exc:
+                log.warning("claims_renewal_failed", code=exc.code().name, detail=exc.details())
+                continue
+            for session_id in lost:
+                log.warning("session_claim_lost", session_id=session_id)
+                with contextlib.suppress(Exception):
+                    on_lost(session_id)
+
+
+def refusal(exc: grpc.aio.AioRpcError, session_id: str) -> JsonRpcError:
+    """A claim refused by the session service, as the dialect answers it: ABORTED (another
+    host's live claim) is SPEC §8's -32602 "Session already active"."""
+    if exc.code() == grpc.StatusCode.ABORTED:
+        return JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=session_id))
+    return grpc_error(exc, session_id)

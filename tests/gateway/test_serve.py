@@ -73,8 +73,9 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
-async def start_serve(config_dir: Path, log: Path) -> asyncio.subprocess.Process:
-    env = {**os.environ, "ACPGATE_LOG_LEVEL": "info"}
+async def start_serve(config_dir: Path, log: Path,
+                      extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    env = {**os.environ, "ACPGATE_LOG_LEVEL": "info", **(extra_env or {})}
     with log.open("wb") as err:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "acpgate", "serve", "--config-dir", str(config_dir),

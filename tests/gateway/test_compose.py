@@ -2,11 +2,18 @@
 
 Reads the compose file, checks the deployment rules (one container per
 service, shared volume, healthchecks, restart policy, non-root image, ports
-only for the edge), then starts each service's entrypoint + command with its
-environment as host processes — container paths mapped to a temp dir, service
-host names and ports mapped to free local ports — waits on each service's own
-healthcheck command in `depends_on` order, and drives a session through the
-edge. The services talk TCP with the shared-token interceptor, as in compose.
+only for the edges, the official postgres image with its own volume), then
+starts each acpgate service's entrypoint + command with its environment as
+host processes — container paths mapped to a temp dir, service host names and
+ports mapped to free local ports — waits on each service's own healthcheck
+command in `depends_on` order, and drives a session through the edge. The
+services talk TCP with the shared-token interceptor, as in compose.
+
+The ``postgres`` service is the session's throwaway cluster: the compose
+user's database is created in it, ``postgres:5432`` maps to its TCP port,
+``ACPGATE_PG_PASSWORD`` is its password, and its healthcheck (``pg_isready``)
+runs against it. The ``second-host`` profile's lifecycle and edge run too: a
+session created through the first edge, closed, is loaded through the second.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from websockets.asyncio.client import connect
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.config import load_config
 from services.edge.tokens import TokenStore, token_db_path
+from tests.pg_cluster import SUPERUSER, Cluster
 
 from .stack import RawClient, select
 
@@ -36,7 +44,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
+#: The acpgate services of the default deployment, and of the second-host profile.
 SERVICES = ("session", "lifecycle", "edge")
+SECOND_HOST = ("lifecycle-b", "edge-b")
+POSTGRES = "postgres"
+EDGES = ("edge", "edge-b")
 GRPC_TOKEN = "compose-smoke-shared-token"
 
 
@@ -68,22 +80,41 @@ def free_port() -> int:
 def test_compose_deployment_rules() -> None:
     doc = load_compose()
     services = doc["services"]
-    assert set(services) == set(SERVICES)
+    assert set(services) == {*SERVICES, *SECOND_HOST, POSTGRES}
+    assert all(services[n].get("profiles") == ["second-host"] for n in SECOND_HOST)
+    assert not any("profiles" in services[n] for n in (*SERVICES, POSTGRES))
     volume_names = set(doc["volumes"])
     mounts = set()
     for name, svc in services.items():
         assert svc["restart"] in ("always", "unless-stopped", "on-failure")
         assert svc["healthcheck"]["test"][0] == "CMD"
+        assert ("ports" in svc) == (name in EDGES), "only the edges publish a port"
+        if name == POSTGRES:
+            continue
         assert svc["entrypoint"] == ["acpgate"]
         for vol in svc["volumes"]:
             source, target = vol.split(":")[:2]
             assert source in volume_names
             mounts.add((source, target))
-        assert ("ports" in svc) == (name == "edge"), "only the edge publishes a port"
     assert len(mounts) == 1, "one shared volume for data and workspaces"
+    pg = services[POSTGRES]
+    assert pg["image"].startswith("postgres:")
+    assert pg["healthcheck"]["test"][1] == "pg_isready"
+    pg_volumes = {v.split(":")[0] for v in pg["volumes"]}
+    assert pg_volumes <= volume_names and not pg_volumes & {m[0] for m in mounts}
+    session_env = services["session"]["environment"]
+    assert session_env["ACPGATE_store__url"].startswith("postgresql://")
+    assert "@postgres:5432/" in session_env["ACPGATE_store__url"]
+    assert ":" not in session_env["ACPGATE_store__url"].split("//", 1)[1].split("@")[0], \
+        "no password in the URL: it comes from [store] password_env"
+    assert services["session"]["depends_on"] == {POSTGRES: {"condition": "service_healthy"}}
     assert services["edge"]["depends_on"] == {
         "session": {"condition": "service_healthy"},
         "lifecycle": {"condition": "service_healthy"},
+    }
+    assert services["edge-b"]["depends_on"] == {
+        "session": {"condition": "service_healthy"},
+        "lifecycle-b": {"condition": "service_healthy"},
     }
     dockerfile = (REPO / "Dockerfile").read_text()
     users = re.findall(r"^USER\s+(\S+)", dockerfile, re.M)
@@ -94,10 +125,12 @@ def test_compose_deployment_rules() -> None:
 class Mapper:
     """Container world → host world: volume path, service host names, ports."""
 
-    def __init__(self, doc: dict[str, Any], data: Path) -> None:
+    def __init__(self, doc: dict[str, Any], data: Path, postgres_port: int = 0) -> None:
         self.volume_target = doc["services"]["edge"]["volumes"][0].split(":")[1]
         self.data = data
         self.ports: dict[str, int] = {}
+        if postgres_port:  # postgres:5432 is the throwaway cluster
+            self.ports["5432"] = postgres_port
 
     def port(self, container_port: str) -> str:
         if container_port not in self.ports:
@@ -106,7 +139,8 @@ class Mapper:
 
     def __call__(self, value: str) -> str:
         value = value.replace(self.volume_target, str(self.data))
-        hosts = "|".join(re.escape(h) for h in (*SERVICES, "0.0.0.0", "127.0.0.1", "localhost"))
+        names = sorted((*SERVICES, *SECOND_HOST, POSTGRES), key=len, reverse=True)
+        hosts = "|".join(re.escape(h) for h in (*names, "0.0.0.0", "127.0.0.1", "localhost"))
         value = re.sub(rf"\b({hosts}):(\d+)\b",
                        lambda m: f"127.0.0.1:{self.port(m.group(2))}", value)
         return value
@@ -150,19 +184,39 @@ def order(services: dict[str, Any]) -> list[str]:
     return done
 
 
-async def test_compose_smoke_as_host_processes(tmp_path: Path) -> None:
+async def start_postgres(svc: dict[str, Any], cluster: Cluster, compose_env: dict[str, str]
+                         ) -> None:
+    """The postgres service, as the throwaway cluster: its user is the cluster's, its
+    database is created there, its healthcheck command answers for it."""
+    env = {k: interpolate(str(v), compose_env) for k, v in svc["environment"].items()}
+    assert env["POSTGRES_USER"] == SUPERUSER
+    assert env["POSTGRES_PASSWORD"] == cluster.password
+    await asyncio.to_thread(cluster.create_database, env["POSTGRES_DB"])
+    check = [str(Path(cluster.bins["initdb"]).parent / svc["healthcheck"]["test"][1]),
+             *svc["healthcheck"]["test"][2:], "-h", "127.0.0.1", "-p", str(cluster.port)]
+    done = await asyncio.create_subprocess_exec(*check, stdout=asyncio.subprocess.DEVNULL)
+    assert await done.wait() == 0, f"{check} failed"
+
+
+async def test_compose_smoke_as_host_processes(tmp_path: Path, pg_cluster: Cluster) -> None:
     doc = load_compose()
     with pytest.raises(AssertionError, match="ACPGATE_GRPC_TOKEN"):
         Mapper(doc, tmp_path).env(doc["services"]["session"]["environment"], {})
+    with pytest.raises(AssertionError, match="ACPGATE_PG_PASSWORD"):
+        Mapper(doc, tmp_path).env(doc["services"]["session"]["environment"],
+                                  {"ACPGATE_GRPC_TOKEN": GRPC_TOKEN})
     data = tmp_path / "volume"
     data.mkdir()
-    mapper = Mapper(doc, data)
-    compose_env = {"ACPGATE_GRPC_TOKEN": GRPC_TOKEN}
+    mapper = Mapper(doc, data, postgres_port=pg_cluster.port)
+    compose_env = {"ACPGATE_GRPC_TOKEN": GRPC_TOKEN, "ACPGATE_PG_PASSWORD": pg_cluster.password}
     procs: dict[str, asyncio.subprocess.Process] = {}
     envs: dict[str, dict[str, str]] = {}
     try:
         for name in order(doc["services"]):
             svc = doc["services"][name]
+            if name == POSTGRES:
+                await start_postgres(svc, pg_cluster, compose_env)
+                continue
             env = mapper.env(svc["environment"], compose_env)
             envs[name] = env
             argv = mapper.argv([*svc["entrypoint"], *svc["command"]])
@@ -174,22 +228,34 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path) -> None:
 
         edge_env = envs["edge"]
         cfg = load_config(Path(edge_env["ACPGATE_CONFIG_DIR"]), environ=edge_env)
-        assert cfg.data_dir.is_relative_to(data)
+        cfg_b = load_config(Path(envs["edge-b"]["ACPGATE_CONFIG_DIR"]), environ=envs["edge-b"])
+        assert cfg.data_dir.is_relative_to(data) and cfg_b.data_dir.is_relative_to(data)
+        assert cfg.data_dir != cfg_b.data_dir, "the second host has its own data dir"
+        assert token_db_path(cfg) == token_db_path(cfg_b), "and reads the same tokens"
         assert cfg.services.session_addr.startswith("127.0.0.1:")  # TCP, as in compose
         # `docker compose exec edge acpgate token create`: the same store the edge reads.
         _, secret = TokenStore(token_db_path(cfg)).create("compose")
+        headers = {"Authorization": f"Bearer {secret}"}
         url = f"ws://127.0.0.1:{cfg.gateway.port}/acp"
-        async with connect(url, proxy=None,
-                           additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
+        async with connect(url, proxy=None, additional_headers=headers) as ws:
             client = RawClient(ws, select("allow-once"))
             init = await client.result("initialize", {"protocolVersion": 1})
             assert init["_meta"]["zeroclaw"]["defaultModel"] == "demo/demo"
+            assert init["agentCapabilities"]["loadSession"] is True  # PostgreSQL, persistent
             new = await client.result("session/new", {})
             assert Path(new["workspaceDir"]).is_relative_to(data.resolve())
             res = await client.result("session/prompt",
                                       {"sessionId": new["sessionId"], "prompt": "!echo compose"})
             assert res["stopReason"] == "end_turn" and "compose" in res["content"]
             assert [r["id"] for r in client.requests] == ["zc-out-0"]
+            await client.result("session/close", {"sessionId": new["sessionId"]})
+        # The second host loads it: the rows are in PostgreSQL, the token file is shared.
+        url_b = f"ws://127.0.0.1:{cfg_b.gateway.port}/acp"
+        async with connect(url_b, proxy=None, additional_headers=headers) as ws:
+            client = RawClient(ws, select("allow-once"))
+            seen, resp = await client.call("session/load", {"sessionId": new["sessionId"]})
+            assert resp["result"] == {}
+            assert any(m.get("method") == "session/update" for m in seen)
 
         # The shared token guards the gRPC services over TCP.
         for token, ok in ((None, False), (GRPC_TOKEN, True)):
@@ -197,16 +263,18 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path) -> None:
                 stub = session_pb2_grpc.SessionServiceStub(channel)
                 md = (("authorization", f"Bearer {token}"),) if token else None
                 try:
-                    await stub.GetStoreStatus(session_pb2.GetStoreStatusRequest(), metadata=md,
-                                              timeout=10)
+                    status = await stub.GetStoreStatus(session_pb2.GetStoreStatusRequest(),
+                                                       metadata=md, timeout=10)
                     assert ok
+                    assert status.backend == "postgresql" and status.persistent
+                    assert pg_cluster.password not in status.db_path
                 except grpc.aio.AioRpcError as exc:
                     assert not ok and exc.code() == grpc.StatusCode.UNAUTHENTICATED
 
         tree = [p.pid for proc in procs.values()
                 for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]]
     finally:
-        # `docker compose down`: SIGTERM each container, edge first.
+        # `docker compose down`: SIGTERM each container, edges first.
         for name in reversed(list(procs)):
             proc = procs[name]
             if proc.returncode is None:
@@ -219,7 +287,8 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path) -> None:
     assert all(proc.returncode == 0 for proc in procs.values())
     for name in procs:
         text = (tmp_path / f"{name}.log").read_text()
-        assert GRPC_TOKEN not in text and secret not in text, f"a token leaked into {name}'s log"
+        for secret_text in (GRPC_TOKEN, secret, pg_cluster.password):
+            assert secret_text not in text, f"a secret leaked into {name}'s log"
     left = []
     for pid in tree:
         try:

@@ -31,8 +31,9 @@ proto-check: $(PY)
 run: $(PY)
 	$(BIN)/acpgate acp
 
+# -rs: every skipped test says why (e.g. no PostgreSQL server binaries).
 test: $(PY)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -rs -p no:cacheprovider
 
 lint: $(PY)
 	$(BIN)/ruff check acpgate services tests bench

@@ -1,7 +1,8 @@
 """``python -m bench`` (``make bench``): run every benchmark and write ``bench/results.md``.
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
-``reap``, ``append``, ``load``, ``relay``, ``cold``, ``concurrency``.
+``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
+``cold``, ``concurrency``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.concurrency import run_concurrency
+from bench.pg_bench import run_postgres
 from bench.reap_bench import run_reap
 from bench.relay import run_cold, run_relay
 from bench.report import machine, now_utc, render
@@ -22,7 +24,7 @@ from bench.stage import REPO, serve, stage
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "load", "append", "reap")
+GROUPS = ("relay", "cold", "concurrency", "load", "append", "postgres", "reap")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -30,8 +32,10 @@ def _say(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
-async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str]) -> list[Row]:
-    """Run the chosen groups; rows in the issue's order; failed serve starts go to ``incidents``."""
+async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
+                  skipped: list[str]) -> list[Row]:
+    """Run the chosen groups; rows in the issue's order; failed serve starts go to
+    ``incidents``, rows that could not run (and why) to ``skipped``."""
     rows: dict[str, list[Row]] = {}
     wanted = set(groups)
     if wanted & {"relay", "cold"}:
@@ -58,6 +62,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str]) -> 
         _say("AppendTurn")
         async with stage() as st:
             rows["append"] = await run_append(st, sizes)
+    if "postgres" in wanted:
+        _say(f"session/load of {sizes.history_items} messages and AppendTurn on PostgreSQL")
+        rows["postgres"] = await run_postgres(sizes, skipped)
     if "reap" in wanted:
         _say(f"startup reap of {sizes.reap_leases} leases")
         rows["reap"] = await run_reap(sizes)
@@ -81,9 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = now_utc()
     t0 = time.monotonic()
     incidents: list[str] = []
-    rows = asyncio.run(run_all(sizes, groups, incidents))
+    skipped: list[str] = []
+    rows = asyncio.run(run_all(sizes, groups, incidents, skipped))
     text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick,
-                  incidents=incidents)
+                  incidents=incidents, skipped=skipped)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

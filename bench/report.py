@@ -67,7 +67,7 @@ def _cell(row: Row, value: float | None) -> str:
 
 
 def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float,
-           quick: bool, incidents: Sequence[str] = ()) -> str:
+           quick: bool, incidents: Sequence[str] = (), skipped: Sequence[str] = ()) -> str:
     """The whole results page."""
     load_after = os.getloadavg()
     lines = [
@@ -104,6 +104,9 @@ def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float
     for i, row in enumerate(rows, 1):
         if row.note:
             lines.append(f"{i}. ({row.item}) {row.measure}: {row.note}")
+    if skipped:
+        lines += ["", "Not run:", ""]
+        lines += [f"- {text}" for text in skipped]
     if incidents:
         lines += ["", f"Incidents: {len(incidents)} `acpgate serve` start(s) failed and were "
                   "retried (see bench/PROFILE.md, section 7):", ""]

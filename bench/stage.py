@@ -56,6 +56,8 @@ class Stage:
     root: Path
     port: int
     max_sessions: int
+    #: ``[store] url`` ("" = the SQLite file in the data dir).
+    store_url: str = ""
     #: Logs of ``acpgate serve`` starts that failed (and were retried).
     failed_starts: list[str] = field(default_factory=list)
 
@@ -68,7 +70,8 @@ class Stage:
         """Write config.toml and return the loaded config."""
         self.config_dir.mkdir(parents=True, exist_ok=True)
         argv = adapter_argv(FIREHOSE)
-        (self.config_dir / "config.toml").write_text(f"""
+        store = f'\n[store]\nurl = {json.dumps(self.store_url)}\n' if self.store_url else ""
+        (self.config_dir / "config.toml").write_text(store + f"""
 [acp]
 default_agent = "{ALIAS}"
 max_sessions = {self.max_sessions}
@@ -135,10 +138,10 @@ args = {json.dumps(argv[1:])}
 
 
 @asynccontextmanager
-async def stage(max_sessions: int = 64) -> AsyncIterator[Stage]:
+async def stage(max_sessions: int = 64, store_url: str = "") -> AsyncIterator[Stage]:
     """A fresh stage in a short temp dir, removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="acpb-", dir="/tmp"))
-    st = Stage(root, free_port(), max_sessions)
+    st = Stage(root, free_port(), max_sessions, store_url)
     st.write()
     try:
         yield st

@@ -9,6 +9,10 @@ reading the same items straight from the store in this process.
 AppendTurn: a two-item turn (user + assistant), one call at a time, through
 the real gRPC session service (``acpgate session-service`` on a unix socket)
 and directly against :class:`~services.session.store.SessionStore`.
+
+Both run on the stage's store: the SQLite file by default, or the PostgreSQL
+database of its ``[store] url`` (:mod:`bench.pg_bench`); ``backend`` names it
+in the rows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from bench.stats import Dist, Row
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import M_SESSION_CLOSE, M_SESSION_LOAD
+from services.session.server import store_target
 from services.session.store import HistoryEntry, SessionStore, open_store
 
 ITEMS_PER_TURN = 20
@@ -55,11 +60,16 @@ async def _read_all(store: SessionStore, session_id: str) -> int:
     return sum([1 async for _ in store.iter_history(session_id)])
 
 
-async def run_load(st: Stage, sizes: Sizes) -> list[Row]:
+def _on(backend: str) -> str:
+    """The measure's suffix naming a store other than the default SQLite file."""
+    return f", {backend} store" if backend else ""
+
+
+async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
     """Item 5."""
     cfg = st.config()
     sid = str(uuid.uuid4())
-    store = await open_store(cfg.session_db_path)
+    store = await open_store(store_target(cfg))
     reads: list[float] = []
     try:
         await seed_history(store, sid, st.root, sizes.history_items)
@@ -90,14 +100,15 @@ async def run_load(st: Stage, sizes: Sizes) -> list[Row]:
     expected = sizes.history_items // 2
     ok = all(r == expected for r in replayed)
     d = Dist.of(loads)
-    return [Row("5", f"session/load of {sizes.history_items:,} messages, `acpgate acp`", "ms", d,
+    return [Row("5", f"session/load of {sizes.history_items:,} messages, `acpgate acp`"
+                     f"{_on(backend)}", "ms", d,
                 "read the same items from the store directly", Dist.of(reads),
                 "≤ 1 s", d.median <= 1000.0,
                 f"time to the result, after the replay; includes the adapter spawn; "
                 f"assistant chunks replayed before the result: {replayed[-1]:,} "
                 f"(expected {expected:,}{'' if ok else ', MISMATCH'})"),
             Row("5", f"StreamHistory of {sizes.history_items:,} items, gRPC session service "
-                     "(one load's history fetch)", "ms", Dist.of(streams),
+                     f"(one load's history fetch){_on(backend)}", "ms", Dist.of(streams),
                 "read the same items from the store directly", Dist.of(reads),
                 note="HistoryPage messages of up to 500 items / ~1 MiB")]
 
@@ -164,7 +175,8 @@ async def _stream_history(st: Stage, sid: str, samples: int, expected: int) -> l
 
 
 async def _direct_appends(st: Stage, turns: int) -> list[float]:
-    store = await open_store(st.root / "direct" / "sessions.db")
+    cfg = st.config()
+    store = await open_store(store_target(cfg) if cfg.store.url else st.root / "direct" / "s.db")
     try:
         sid = str(uuid.uuid4())
         await store.create_session(sid, ALIAS, str(st.root))
@@ -188,15 +200,16 @@ def _rate(latencies_ms: list[float]) -> Dist:
     return Dist(len(latencies_ms) / total if total else 0.0, tail, len(latencies_ms))
 
 
-async def run_append(st: Stage, sizes: Sizes) -> list[Row]:
+async def run_append(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
     """Item 6a: per-call latency and sequential throughput, gRPC vs store."""
     direct = await _direct_appends(st, sizes.append_turns)
     grpc_ms = await _grpc_appends(st, sizes.append_turns)
     return [
-        Row("6", "AppendTurn latency (2 items), gRPC session service", "ms",
+        Row("6", f"AppendTurn latency (2 items), gRPC session service{_on(backend)}", "ms",
             Dist.of(grpc_ms), "SessionStore.append_turn directly", Dist.of(direct),
             note=f"{sizes.append_turns} sequential calls each side"),
-        Row("6", "AppendTurn throughput, one caller, gRPC session service", "turns/s",
+        Row("6", f"AppendTurn throughput, one caller, gRPC session service{_on(backend)}",
+            "turns/s",
             _rate(grpc_ms), "SessionStore.append_turn directly", _rate(direct),
             note="median column = calls / total time; p99 column = the slowest 1 % of calls "
                  "as a rate"),

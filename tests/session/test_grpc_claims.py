@@ -25,18 +25,11 @@ from services.common.logs import JsonFormatter
 from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE
 from tests.pg_cluster import running_cluster
 from tests.session.conftest import make_cfg
+from tests.session.test_grpc import _code
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import ServerFactory
-
-
-async def _code(call: object) -> tuple[grpc.StatusCode, str]:
-    try:
-        await call  # type: ignore[misc]
-    except grpc.aio.AioRpcError as exc:
-        return exc.code(), exc.details() or ""
-    raise AssertionError("call succeeded")
 
 
 async def test_claim_renew_release_over_grpc(store_stub: Stub) -> None:

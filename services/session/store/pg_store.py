@@ -29,15 +29,16 @@ from services.session.store.records import (
     ITEM_FIELDS,
     AppendResult,
     HistoryEntry,
-    SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
     SessionRecord,
+    StoreError,
     StoreStatusInfo,
     check_claim,
     check_new_session,
     check_turn,
     check_update,
+    refusal,
     session_key_for,
 )
 from services.session.store.sql_rows import (
@@ -47,8 +48,10 @@ from services.session.store.sql_rows import (
     RELEASABLE,
     SESSION_COLUMNS,
     TurnRows,
+    list_filter,
     numbered,
     record_from_row,
+    row_filter,
     update_assignments,
 )
 
@@ -115,13 +118,8 @@ class PostgresSessionStore(SessionStore):
         row = await con.fetchrow(_SELECT_SESSION, session_id)
         return _record(row) if row is not None else None
 
-    async def _refused(
-        self, con: Conn, session_id: str
-    ) -> SessionActiveElsewhere | SessionNotFound:
-        rec = await self._fetch_session(con, session_id)
-        if rec is None:
-            return SessionNotFound(session_id)
-        return SessionActiveElsewhere(session_id, rec.claim)
+    async def _refused(self, con: Conn, session_id: str) -> StoreError:
+        return refusal(session_id, await self._fetch_session(con, session_id))
 
     # -- sessions
 
@@ -205,10 +203,7 @@ class PostgresSessionStore(SessionStore):
             plan_json=plan_json, agent_alias=agent_alias, title=title,
             mcp_servers_json=mcp_servers_json, text=to_db,
         )
-        where, args = "id = ?", [session_id]
-        if holder is not None:
-            where += f" AND {RELEASABLE}"
-            args.append(holder)
+        where, args = row_filter(session_id, holder)
         if not sets:
             return await self.get_session(session_id)
 
@@ -244,15 +239,7 @@ class PostgresSessionStore(SessionStore):
         """One page of rows, newest activity first, strictly after the ``after`` position."""
         if not _storable(cwd) or (after is not None and not _storable(after[1])):
             return []
-        where: list[str] = []
-        params: list[Any] = []
-        if cwd:
-            where.append("workspace_dir = ?")
-            params.append(cwd)
-        if after is not None:
-            where.append("(last_activity < ? OR (last_activity = ? AND id < ?))")
-            params += [after[0], after[0], after[1]]
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        clause, params = list_filter(cwd, after)
         rows = await self._call(lambda con: con.fetch(
             numbered(f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
                      " ORDER BY last_activity DESC, id DESC LIMIT ?"),

@@ -48,6 +48,7 @@ __all__ = [
     "check_update",
     "item_values",
     "make_title",
+    "refusal",
     "session_key_for",
     "validate_item",
 ]
@@ -223,6 +224,14 @@ class StoreStatusInfo:
     schema_version: int
     #: "sqlite" or "postgresql".
     backend: str = "sqlite"
+
+
+def refusal(session_id: str, rec: SessionRecord | None) -> StoreError:
+    """Why a conditional write on ``session_id`` changed nothing, given the row as it is
+    now: no row, or another instance's claim."""
+    if rec is None:
+        return SessionNotFound(session_id)
+    return SessionActiveElsewhere(session_id, rec.claim)
 
 
 # ------------------------------------------------------------------ validation

@@ -34,8 +34,10 @@ __all__ = [
     "SESSION_COLUMNS",
     "Row",
     "TurnRows",
+    "list_filter",
     "numbered",
     "record_from_row",
+    "row_filter",
     "update_assignments",
 ]
 
@@ -144,6 +146,27 @@ def update_assignments(
         )
         params += [key, agent_alias, key]
     return sets, params
+
+
+def row_filter(session_id: str, holder: str | None) -> tuple[str, list[Any]]:
+    """The ``WHERE`` of a write to one row, guarded by ``holder``'s claim when given."""
+    if holder is None:
+        return "id = ?", [session_id]
+    return f"id = ? AND {RELEASABLE}", [session_id, holder]
+
+
+def list_filter(cwd: str, after: tuple[int, str] | None) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause ("" for none) of a list page: one workspace, after a position in
+    (last_activity DESC, id DESC) order."""
+    where: list[str] = []
+    params: list[Any] = []
+    if cwd:
+        where.append("workspace_dir = ?")
+        params.append(cwd)
+    if after is not None:
+        where.append("(last_activity < ? OR (last_activity = ? AND id < ?))")
+        params += [after[0], after[0], after[1]]
+    return (f"WHERE {' AND '.join(where)}" if where else ""), params
 
 
 @dataclass

@@ -21,15 +21,16 @@ from services.session.store.records import (
     BACKEND,
     AppendResult,
     HistoryEntry,
-    SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
     SessionRecord,
+    StoreError,
     StoreStatusInfo,
     check_claim,
     check_new_session,
     check_turn,
     check_update,
+    refusal,
     session_key_for,
 )
 from services.session.store.sql_rows import (
@@ -39,7 +40,9 @@ from services.session.store.sql_rows import (
     RELEASABLE,
     SESSION_COLUMNS,
     TurnRows,
+    list_filter,
     record_from_row,
+    row_filter,
     update_assignments,
 )
 from services.session.store.sqlite_db import immediate
@@ -82,12 +85,9 @@ class SqliteSessionStore(SessionStore):
             row = await cur.fetchone()
         return record_from_row(row) if row else None
 
-    async def _refused(self, session_id: str) -> SessionActiveElsewhere | SessionNotFound:
+    async def _refused(self, session_id: str) -> StoreError:
         """Why a conditional write changed nothing: another live claim, or no row."""
-        rec = await self._fetch_session(session_id)
-        if rec is None:
-            return SessionNotFound(session_id)
-        return SessionActiveElsewhere(session_id, rec.claim)
+        return refusal(session_id, await self._fetch_session(session_id))
 
     async def _write(self, sql: str, params: Sequence[Any]) -> int:
         """One statement in its own IMMEDIATE transaction; returns the changed row count."""
@@ -176,10 +176,7 @@ class SqliteSessionStore(SessionStore):
             plan_json=plan_json, agent_alias=agent_alias, title=title,
             mcp_servers_json=mcp_servers_json,
         )
-        where, args = "id = ?", [session_id]
-        if holder is not None:
-            where += f" AND {RELEASABLE}"
-            args.append(holder)
+        where, args = row_filter(session_id, holder)
         async with self._lock:
             if sets:
                 changed = await self._write(
@@ -210,15 +207,7 @@ class SqliteSessionStore(SessionStore):
         self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
     ) -> list[SessionRecord]:
         """One page of rows, newest activity first, strictly after the ``after`` position."""
-        where: list[str] = []
-        params: list[Any] = []
-        if cwd:
-            where.append("workspace_dir = ?")
-            params.append(cwd)
-        if after is not None:
-            where.append("(last_activity < ? OR (last_activity = ? AND id < ?))")
-            params += [after[0], after[0], after[1]]
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        clause, params = list_filter(cwd, after)
         async with self._lock, self._db.execute(
             f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
             " ORDER BY last_activity DESC, id DESC LIMIT ?",

@@ -25,6 +25,14 @@ SESSION_BUSY: Final = -32002
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
 MSG_INVALID_VERSION: Final = "Invalid JSON-RPC version"
+MSG_INVALID_ID: Final = "Invalid Request: id must be a string or a number"
+MSG_INVALID_METHOD: Final = "Invalid Request: method must be a string"
+#: A handler failed unexpectedly (the cause is logged, never sent: it may hold secrets).
+MSG_INTERNAL_ERROR: Final = "Internal error"
+#: A request whose handler was cancelled before it could answer (connection closing).
+MSG_REQUEST_CANCELLED: Final = "Request cancelled"
+#: The message of an error answer that came without a usable one.
+MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"

@@ -1,0 +1,283 @@
+"""One JSON-RPC 2.0 connection, both directions at once (SPEC §1).
+
+:class:`JsonRpcPeer` is the one implementation behind every JSON-RPC
+connection acpgate has: the edge toward each dialect client, the edge toward
+each adapter, and the built-in agent toward its client. What differs between
+them is injected, never re-implemented:
+
+- the transport: ``send(line)``, a coroutine that writes one whole line in
+  call order (raising ``ConnectionError``/``OSError`` once the other side is
+  gone), and the lines read, fed one by one (:meth:`feed`, :meth:`serve`) or a
+  batch at a time (:meth:`feed_batch`);
+- the id scheme of our own requests (``zc-out-N`` strings or integers);
+- the handler serving the other side's requests and notifications, and
+  optionally a sink taking runs of notifications in stream order (the edge's
+  ``session/update`` relay, kept on raw dicts);
+- whether an error that carries no id (a parse error) is answered: the server
+  sides answer it (SPEC §1); the edge's client side toward an adapter only
+  logs it, since answering a server's garbage with garbage could ping-pong.
+
+Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad
+input is treated alike everywhere. Each request and notification runs in its
+own task (a ``session/cancel`` is served while a prompt streams), and every
+request is answered exactly once: its result, its :class:`JsonRpcError`,
+-32603 ``Internal error`` (the cause is logged, never sent), or -32603
+``Request cancelled`` when the connection closes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+import orjson
+
+from services.common.jsonrpc.outbound import IdSource, PeerClosed, PendingRequests
+from services.common.jsonrpc.wire import (
+    Frame,
+    FrameKind,
+    JsonRpcError,
+    JsonRpcId,
+    classify,
+    classify_message,
+    error_line,
+    notification_line,
+    request_line,
+    result_line,
+)
+from services.common.logs import get_logger
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    JSONRPC_VERSION,
+    MSG_INTERNAL_ERROR,
+    MSG_REQUEST_CANCELLED,
+)
+
+log = get_logger("jsonrpc")
+
+#: Writes one line (no newline) to the other side; ConnectionError/OSError once it is gone.
+Send = Callable[[str], Awaitable[None]]
+#: Consecutive notifications ``(method, params)``, in stream order.
+Notes = list[tuple[str, dict[str, Any]]]
+NotificationSink = Callable[[Notes], Awaitable[None]]
+
+
+class Handler(Protocol):
+    """Serves the other side's calls; raise :class:`JsonRpcError` for an error answer."""
+
+    async def __call__(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        """Handle one request (``notification``: no answer is expected, none is sent)."""
+        ...
+
+
+class JsonRpcPeer:
+    """One JSON-RPC connection over an injected transport."""
+
+    def __init__(self, send: Send, handler: Handler, *, next_id: IdSource,
+                 notifications: NotificationSink | None = None,
+                 answer_unidentified: bool = True,
+                 on_error: Callable[[int], None] | None = None,
+                 label: str = "peer") -> None:
+        self._send = send
+        self._handler = handler
+        self._notifications = notifications
+        self._answer_unidentified = answer_unidentified
+        self._on_error = on_error
+        self._label = label
+        self.pending = PendingRequests(next_id)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._output_gone = False
+
+    # ------------------------------------------------------------------ inbound
+
+    def feed(self, line: str | bytes) -> None:
+        """Handle one inbound line or frame (never raises, never blocks)."""
+        self._route(classify(line))
+
+    async def serve(self, lines: AsyncIterator[str]) -> None:
+        """Feed every line until ``lines`` ends; then our open requests fail (:class:`PeerClosed`).
+
+        Answers to what was read still go out afterwards: a client that closed
+        its side may still read them (see :meth:`drain`).
+        """
+        try:
+            async for line in lines:
+                self.feed(line)
+        finally:
+            self.close_outbound(lambda: PeerClosed("the other side closed the connection"))
+
+    async def feed_batch(self, lines: Iterable[str]) -> None:
+        """Handle lines that arrived together: runs of notifications go to the sink as one call.
+
+        Stream order is kept: a run is delivered (awaited) before the request
+        or response that ends it is routed. The common case, a well-formed
+        notification, is recognised inline on the decoded dict — the same
+        answer :func:`classify_message` gives it, without building a Frame.
+        """
+        sink = self._notifications
+        if sink is None:
+            for line in lines:
+                self.feed(line)
+            return
+        notes: Notes = []
+        loads = orjson.loads
+        version = JSONRPC_VERSION
+        for line in lines:
+            try:
+                obj = loads(line)
+            except orjson.JSONDecodeError:
+                frame = classify(line)
+            else:
+                if type(obj) is dict and obj.get("id") is None and obj.get("jsonrpc") == version:
+                    method = obj.get("method")
+                    if type(method) is str:
+                        params = obj.get("params")
+                        notes.append((method, params if type(params) is dict else {}))
+                        continue
+                frame = classify_message(obj, line)
+            if frame.kind is FrameKind.SKIP:
+                continue
+            if frame.kind is FrameKind.NOTIFICATION:
+                notes.append((frame.method, frame.params))
+                continue
+            if notes:  # what came before is delivered before this request/response
+                await self._deliver(notes)
+                notes = []
+            self._route(frame)
+        if notes:
+            await self._deliver(notes)
+
+    def _route(self, frame: Frame) -> None:
+        kind = frame.kind
+        if kind is FrameKind.REQUEST:
+            self._start(self._serve(frame.id, frame.method, frame.params, False))
+        elif kind is FrameKind.NOTIFICATION:
+            if self._notifications is not None:
+                self._start(self._deliver([(frame.method, frame.params)]))
+            else:
+                self._start(self._serve(None, frame.method, frame.params, True))
+        elif kind is FrameKind.RESPONSE:
+            if not self.pending.settle(frame.message):
+                log.debug("response_for_unknown_id_dropped", peer=self._label)
+        elif kind is FrameKind.ERROR:
+            if frame.id is None and not self._answer_unidentified:
+                log.warning("bad_line_dropped", peer=self._label, detail=frame.error_message)
+                return
+            self._start(self._answer(error_line(frame.id, frame.error_code, frame.error_message),
+                                     frame.error_code))
+
+    def _start(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, notes: Notes) -> None:
+        assert self._notifications is not None
+        try:
+            await self._notifications(notes)
+        except Exception:
+            log.exception("notification_sink_failed", peer=self._label, method=notes[0][0],
+                          count=len(notes))
+
+    async def _serve(self, req_id: JsonRpcId, method: str, params: dict[str, Any],
+                     notification: bool) -> None:
+        try:
+            result = await self._handler(method, params, notification)
+        except JsonRpcError as exc:
+            if not notification:
+                await self._answer(error_line(req_id, exc.code, exc.message, exc.data), exc.code)
+            return
+        except asyncio.CancelledError:
+            if not notification:
+                await self._answer(error_line(req_id, INTERNAL_ERROR, MSG_REQUEST_CANCELLED),
+                                   INTERNAL_ERROR)
+            raise
+        except Exception:
+            log.exception("handler_failed", peer=self._label, method=method)
+            if not notification:
+                await self._answer(error_line(req_id, INTERNAL_ERROR, MSG_INTERNAL_ERROR),
+                                   INTERNAL_ERROR)
+            return
+        if not notification:
+            await self._answer(result_line(req_id, result))
+
+    # ------------------------------------------------------------------ outbound
+
+    async def _answer(self, line: str, code: int | None = None) -> None:
+        if code is not None and self._on_error is not None:
+            self._on_error(code)
+        await self._write(line)
+
+    async def _write(self, line: str) -> bool:
+        """Send one line; False (and our open requests fail) once the other side is gone."""
+        if self._output_gone:
+            return False
+        try:
+            await self._send(line)
+        except (ConnectionError, OSError) as exc:
+            log.info("peer_output_gone", peer=self._label, error=type(exc).__name__)
+            self._output_gone = True
+            self.close_outbound(lambda: PeerClosed("the other side stopped reading"))
+            return False
+        return True
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification (dropped once the other side is gone)."""
+        await self._write(notification_line(method, params))
+
+    async def request(self, method: str, params: dict[str, Any],
+                      wait_secs: float | None = None) -> Any:
+        """Send a request with our next id and wait for its result.
+
+        Raises :class:`JsonRpcError` for an error answer, ``TimeoutError`` when
+        none came within ``wait_secs`` (None: wait as long as it takes), and the
+        error :meth:`close_outbound` was given (default :class:`PeerClosed`)
+        once nobody can answer.
+        """
+        req_id, future = self.pending.open()
+        try:
+            await self._write(request_line(req_id, method, params))
+            if wait_secs is None:
+                return await future
+            return await asyncio.wait_for(future, wait_secs)
+        finally:
+            self.pending.discard(req_id)
+
+    def close_outbound(self, error: Callable[[], BaseException]) -> None:
+        """Nobody can answer our requests any more: fail the open ones, refuse new ones."""
+        self.pending.close(error)
+
+    # ------------------------------------------------------------------ end
+
+    @property
+    def running(self) -> int:
+        """Handlers (and error answers) still running."""
+        return len(self._tasks)
+
+    async def drain(self, wait_secs: float, abort: asyncio.Event | None = None) -> None:
+        """Wait until the running handlers have answered, at most ``wait_secs`` or until ``abort``."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        waiting = asyncio.ensure_future(asyncio.wait(tasks, timeout=wait_secs))
+        watchers: set[asyncio.Future[Any]] = {waiting}
+        if abort is not None:
+            watchers.add(asyncio.ensure_future(abort.wait()))
+        await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
+        for watcher in watchers:
+            watcher.cancel()
+
+    def abort(self) -> list[asyncio.Task[None]]:
+        """Cancel the running handlers now (their requests answer ``Request cancelled``);
+        returns the cancelled tasks."""
+        tasks = [task for task in self._tasks if not task.done()]
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    async def cancel(self, wait_secs: float = 5.0) -> None:
+        """:meth:`abort`, then wait (at most ``wait_secs``) for the handlers to finish."""
+        tasks = self.abort()
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait_secs)

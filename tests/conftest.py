@@ -1,18 +1,28 @@
-"""Fixtures every test package may use: one throwaway PostgreSQL cluster per test session.
+"""Fixtures every test package may use.
 
-``pg_cluster`` starts the cluster (:mod:`tests.pg_cluster`) the first time a
-test asks for it and removes it when the session ends; ``pg_url`` is a fresh,
-empty schema in it for one test (:func:`fresh_url`). Without the PostgreSQL server binaries
-those tests are skipped, saying why — and only then.
+- One throwaway PostgreSQL cluster per test session: ``pg_cluster`` starts the
+  cluster (:mod:`tests.pg_cluster`) the first time a test asks for it and removes
+  it when the session ends; ``pg_url`` is a fresh, empty schema in it for one test
+  (:func:`fresh_url`). Without the PostgreSQL server binaries those tests are
+  skipped, saying why — and only then.
+- One real edge runtime per test module (``loop``, ``runtime``), for the in-process
+  edge tests and the shared JSON-RPC table in ``tests/common``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
+from acpgate import __version__
+from acpgate.embedded import start_embedded
+from services.common.config import load_config
+from services.edge.connection import EdgeRuntime, open_runtime
+from tests.e2e.harness import write_config
 from tests.pg_cluster import Cluster, missing_reason, start_cluster
 
 #: The database the tests' stores live in, one schema per test.
@@ -49,3 +59,23 @@ async def fresh_url(cluster: Cluster, *, tcp: bool = False, port: int = 0) -> st
 async def pg_url(pg_cluster: Cluster) -> str:
     """The URL of a fresh, empty store (over the trusted unix socket)."""
     return await fresh_url(pg_cluster)
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop the module's runtime lives on (tests drive it synchronously)."""
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+@pytest.fixture(scope="module")
+def runtime(loop: asyncio.AbstractEventLoop,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRuntime]:
+    """A real edge runtime with embedded services, on the harness config."""
+    cfg_dir = write_config(tmp_path_factory.mktemp("edge") / "cfg")
+    rt = loop.run_until_complete(open_runtime(load_config(Path(cfg_dir), environ={}),
+                                              version=__version__,
+                                              start_services=start_embedded))
+    yield rt
+    loop.run_until_complete(rt.close())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_ELICITATION_CREATE,
     M_INITIALIZE,
@@ -32,7 +33,7 @@ from services.common.protocol import (
     META_POLICY,
     PROTOCOL_VERSION,
 )
-from services.edge.adapter_link import AdapterExit, AdapterLink, AdapterRpcError, method_not_found
+from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
 
 #: How long the handshake and session setup may take (adapters can be slow to boot).
 SETUP_TIMEOUT_SECS = 60.0
@@ -181,7 +182,7 @@ class AdapterClient:
                 await self._quietly(M_SESSION_LOAD, params)
             else:
                 return False
-        except AdapterRpcError:
+        except JsonRpcError:
             return False  # it no longer knows that session: start fresh, seeded by the edge
         self.adapter_session_id = adapter_session_id
         return True

@@ -1,34 +1,29 @@
 """JSON-RPC over one adapter's stdio, reached through the lifecycle ``Attach`` stream.
 
-The edge is the ACP *client* of each adapter. This module only moves lines:
-requests with integer ids and their pending futures, notifications handed to
-the peer in arrival order (so per-session update order is preserved), and
-adapter-originated requests handled concurrently (a permission request waiting
-for the user never blocks the update stream). Outgoing lines are batched: each
-``Lines`` message carries whatever is queued at that moment.
+The edge is the ACP *client* of each adapter. This module is the transport of
+a :class:`~services.common.jsonrpc.JsonRpcPeer` configured for that side:
+requests with integer ids, runs of notifications handed to the adapter's
+owner in arrival order (so per-session update order is preserved, and a burst
+is relayed as one batch), adapter-originated requests handled concurrently (a
+permission request waiting for the user never blocks the update stream), and
+bad lines from the adapter logged, never answered. Outgoing lines are batched:
+each ``Lines`` message carries whatever is queued at that moment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
-import orjson
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
-from services.common.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
-from services.edge.framing import (
-    JsonRpcError,
-    error_line,
-    notification_line,
-    request_line,
-    result_line,
-)
+from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
 
 log = get_logger("edge.adapter")
 
@@ -61,16 +56,6 @@ class AdapterGone(Exception):
         self.exit_info = exit_info
 
 
-class AdapterRpcError(Exception):
-    """The adapter answered a request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-
 class AdapterPeer(Protocol):
     """What the link calls back into (the edge session owning this adapter)."""
 
@@ -101,11 +86,11 @@ class AdapterLink:
         self._lease_id = lease_id
         self._peer = peer
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._next_id = 0
+        self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(),
+                                notifications=peer.on_adapter_notifications,
+                                answer_unidentified=False, label=f"adapter:{lease_id}")
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.exit_info: AdapterExit | None = None
         self._attached: asyncio.Future[None] | None = None
 
@@ -152,7 +137,7 @@ class AdapterLink:
                     if self._attached is not None and not self._attached.done():
                         self._attached.set_result(None)
                 elif which == "stdout":
-                    await self._on_lines(resp.stdout.lines)
+                    await self._rpc.feed_batch(resp.stdout.lines)
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal)
                     break
@@ -174,10 +159,7 @@ class AdapterLink:
         self.exit_info = exit_info
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(AdapterGone(exit_info))
-        self._pending.clear()
+        self._rpc.close_outbound(lambda: AdapterGone(exit_info))
         with contextlib.suppress(Exception):
             self._peer.on_adapter_exit(exit_info)
 
@@ -192,8 +174,7 @@ class AdapterLink:
             self._call.cancel()
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        self._rpc.abort()
         self._finish(AdapterExit(lost=True))
 
     # ------------------------------------------------------------------ outbound
@@ -201,97 +182,26 @@ class AdapterLink:
     def _write(self, line: str) -> None:
         self._queue.put_nowait(line)
 
+    async def _send(self, line: str) -> None:
+        self._write(line)
+
     async def request(self, method: str, params: dict[str, Any],
                       wait_secs: float | None = None) -> Any:
-        """Send a request and wait for the adapter's result."""
-        if self.exit_info is not None:
-            raise AdapterGone(self.exit_info)
-        req_id = self._next_id
-        self._next_id += 1
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[req_id] = fut
-        self._write(request_line(req_id, method, params))
-        try:
-            if wait_secs is None:
-                return await fut
-            return await asyncio.wait_for(fut, wait_secs)
-        finally:
-            self._pending.pop(req_id, None)
+        """Send a request and wait for the adapter's result.
+
+        Raises :class:`JsonRpcError` when the adapter answers with an error
+        (``data`` kept), :class:`AdapterGone` when it exits first.
+        """
+        return await self._rpc.request(method, params, wait_secs)
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         """Send a notification (fire and forget)."""
         if self.exit_info is None:
             self._write(notification_line(method, params))
 
-    # ------------------------------------------------------------------ inbound
-
-    async def _on_lines(self, lines: Iterable[str]) -> None:
-        """Handle one ``Lines`` message: notifications in runs, everything else one by one."""
-        notes: list[tuple[str, dict[str, Any]]] = []
-        for line in lines:
-            try:
-                msg = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("adapter_wrote_non_json", lease_id=self._lease_id, length=len(line))
-                continue
-            if not isinstance(msg, dict):
-                continue
-            method = msg.get("method")
-            if isinstance(method, str) and msg.get("id") is None:
-                raw = msg.get("params")
-                notes.append((method, raw if isinstance(raw, dict) else {}))
-                continue
-            if notes:  # what came before is delivered before this request/response
-                await self._notify_peer(notes)
-                notes = []
-            self._on_message(msg)
-        if notes:
-            await self._notify_peer(notes)
-
-    async def _notify_peer(self, notes: list[tuple[str, dict[str, Any]]]) -> None:
-        try:
-            await self._peer.on_adapter_notifications(notes)
-        except Exception:
-            log.exception("adapter_notification_failed", method=notes[0][0], count=len(notes))
-
-    def _on_message(self, msg: dict[str, Any]) -> None:
-        """An adapter request (answered in its own task) or a response to one of ours."""
-        method = msg.get("method")
-        msg_id = msg.get("id")
-        if isinstance(method, str):
-            raw = msg.get("params")
-            params: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            task = asyncio.create_task(self._answer(msg_id, method, params))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            return
-        if not isinstance(msg_id, int):
-            return
-        fut = self._pending.get(msg_id)
-        if fut is None or fut.done():
-            return
-        if "error" in msg:
-            err = msg["error"] if isinstance(msg["error"], dict) else {}
-            raw_code = err.get("code")
-            code = raw_code if isinstance(raw_code, int) else INTERNAL_ERROR
-            fut.set_exception(AdapterRpcError(code, str(err.get("message") or "adapter error"),
-                                              err.get("data")))
-        else:
-            fut.set_result(msg.get("result"))
-
-    async def _answer(self, msg_id: Any, method: str, params: dict[str, Any]) -> None:
-        try:
-            result = await self._peer.on_adapter_request(method, params)
-        except JsonRpcError as exc:
-            self._write(error_line(msg_id, exc.code, exc.message))
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("adapter_request_failed", method=method)
-            self._write(error_line(msg_id, INTERNAL_ERROR, "Internal error"))
-            return
-        self._write(result_line(msg_id, result))
+    async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        # Notifications go to the peer's notification sink; only requests get here.
+        return await self._peer.on_adapter_request(method, params)
 
 
 def method_not_found(method: str) -> JsonRpcError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_PROMPT_EMPTY, MSG_PROMPT_MISSING
 from services.common.uploads import (
     Blob,
@@ -22,7 +23,6 @@ from services.common.uploads import (
     uploads_dir,
     write_upload,
 )
-from services.edge.framing import JsonRpcError
 
 
 @dataclass

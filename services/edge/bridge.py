@@ -30,9 +30,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.typing import Subprotocol
 
 from services.common.config import CONFIG_FILE_NAME, Config, ConfigError, load_config
+from services.common.jsonrpc import error_line
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, WS_SUBPROTOCOL
-from services.edge.framing import error_line
 
 ENV_BRIDGE_TOKEN = "ACPGATE_ACP_BRIDGE_TOKEN"
 TOKEN_FILE_NAME = "acp-bridge-token"

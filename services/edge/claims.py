@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Final
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE
 from services.edge.errors import grpc_error
-from services.edge.framing import JsonRpcError
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub

@@ -54,7 +54,6 @@ async def serve_connection(
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
                              principal=principal)
     try:
-        async for line in incoming:
-            conn.feed(line)
+        await conn.rpc.serve(incoming)
     finally:
         await conn.close(drain_secs=drain_secs, abort=abort)

@@ -1,11 +1,12 @@
-"""One client connection of the dialect: classify, route, answer (SPEC §1).
+"""One client connection of the dialect: a JSON-RPC peer with the dialect's methods (SPEC §1).
 
-:class:`DialectConnection` receives raw lines/frames, classifies them, routes
-responses to the back-channel, and runs every request and notification in its
-own task so a ``session/cancel`` is answered while a prompt streams. A request
-is answered exactly once: the handler's result, its :class:`JsonRpcError`, or
--32603. What each method does lives in ``services.edge.handlers``; the
-connection is handed that method table.
+:class:`DialectConnection` configures a :class:`~services.common.jsonrpc.JsonRpcPeer`
+for one client: ``zc-out-N`` ids for the back-channel (SPEC §6), every error
+answer counted in the metrics, and the dialect's method table as its handler.
+The peer classifies lines, routes responses, runs every request and
+notification in its own task (a ``session/cancel`` is answered while a prompt
+streams) and answers each request exactly once. What each method does lives in
+``services.edge.handlers``; the connection is handed that method table.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from services.common.logs import get_logger
-from services.common.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, prefixed_ids
+from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND, OUTBOUND_ID_PREFIX
 from services.edge.backchannel import BackChannel
 from services.edge.errors import not_found
-from services.edge.framing import Frame, FrameKind, JsonRpcError, classify, error_line, result_line
 from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
-
-log = get_logger("edge.dialect")
 
 #: One dialect method: the connection it arrived on and its params → the result.
 Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
@@ -40,12 +38,13 @@ class DialectConnection:
         self._raw_send = send
         self._send_lock = asyncio.Lock()
         self.default_agent = default_agent.strip()
-        self.backchannel = BackChannel(self.send)
+        self.rpc = JsonRpcPeer(self.send, self._serve, next_id=prefixed_ids(OUTBOUND_ID_PREFIX),
+                               on_error=runtime.metrics.count_error, label="client")
+        self.backchannel = BackChannel(self.rpc)
         #: What the client said it can do in ``initialize`` (passed on to adapters).
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, EdgeSession] = {}
         self._methods = methods
-        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -69,59 +68,14 @@ class DialectConnection:
             for line in lines:
                 await self._raw_send(line)
 
-    async def _answer(self, line: str, code: int | None = None) -> None:
-        if code is not None:
-            self.runtime.metrics.count_error(code)
-        try:
-            await self.send(line)
-        except (ConnectionError, OSError):
-            log.debug("answer_dropped_client_gone")
-
     # ------------------------------------------------------------------ inbound
 
-    def feed(self, line: str) -> None:
-        """Handle one inbound line (never raises, never blocks)."""
-        frame = classify(line)
-        if frame.kind is FrameKind.SKIP:
-            return
-        if frame.kind is FrameKind.RESPONSE:
-            self.backchannel.on_response(frame.message)
-            return
-        if frame.kind is FrameKind.ERROR:
-            self._start(self._answer(error_line(frame.id, frame.error_code, frame.error_message),
-                                     frame.error_code))
-            return
-        self._start(self._dispatch(frame))
-
-    def _start(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _dispatch(self, frame: Frame) -> None:
-        is_request = frame.kind is FrameKind.REQUEST
-        handler = self._methods.get(frame.method)
-        try:
-            if handler is None:
-                raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=frame.method))
-            result = await handler(self, frame.params)
-        except JsonRpcError as exc:
-            if is_request:
-                await self._answer(error_line(frame.id, exc.code, exc.message), exc.code)
-            return
-        except asyncio.CancelledError:
-            if is_request and not self._closed:
-                await self._answer(error_line(frame.id, INTERNAL_ERROR, "Request cancelled"),
-                                   INTERNAL_ERROR)
-            raise
-        except Exception:
-            log.exception("handler_failed", method=frame.method)
-            if is_request:
-                await self._answer(error_line(frame.id, INTERNAL_ERROR, "Internal error"),
-                                   INTERNAL_ERROR)
-            return
-        if is_request:
-            await self._answer(result_line(frame.id, result))
+    async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        """The peer's handler: the dialect method, else -32601 (a notification gets no answer)."""
+        handler = self._methods.get(method)
+        if handler is None:
+            raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+        return await handler(self, params)
 
     # ------------------------------------------------------------------ sessions
 
@@ -148,19 +102,8 @@ class DialectConnection:
         closed, rows kept), so a request still running never loses its session.
         """
         self.backchannel.close()
-        if self._tasks:
-            waiting = asyncio.ensure_future(asyncio.wait(list(self._tasks), timeout=drain_secs))
-            watchers: set[asyncio.Future[Any]] = {waiting}
-            if abort is not None:
-                watchers.add(asyncio.ensure_future(abort.wait()))
-            await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
-            for watcher in watchers:
-                watcher.cancel()
-            pending = [t for t in self._tasks if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=5)
+        await self.rpc.drain(drain_secs, abort)
+        await self.rpc.cancel()
         await self._release_all()
         self._closed = True
 

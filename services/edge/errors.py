@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grpc
 
+from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
     INTERNAL_ERROR,
@@ -17,7 +18,6 @@ from services.common.protocol import (
     MSG_SESSION_NOT_FOUND,
     SESSION_NOT_FOUND,
 )
-from services.edge.framing import JsonRpcError
 
 log = get_logger("edge.dialect")
 

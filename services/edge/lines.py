@@ -13,49 +13,13 @@ import fcntl
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-#: A line longer than this (a 10 MiB blob is ~14 MiB of base64) is answered with a parse error.
-MAX_LINE_BYTES = 64 * 1024 * 1024
-_CHUNK = 1 << 16
-#: Stands in for an over-long line: not JSON, so it gets the -32700 answer.
-OVERSIZE_LINE = "\x00line too long"
-
-
-async def read_lines(reader: asyncio.StreamReader,
-                     max_line: int = MAX_LINE_BYTES) -> AsyncIterator[str]:
-    """Split a byte stream into lines; an over-long line becomes one parse error."""
-    buf = bytearray()
-    skipping = False
-    while True:
-        chunk = await reader.read(_CHUNK)
-        if not chunk:
-            if buf and not skipping:
-                yield buf.decode("utf-8", errors="surrogateescape")
-            return
-        start = 0
-        while True:
-            nl = chunk.find(b"\n", start)
-            if nl < 0:
-                if not skipping:
-                    buf += chunk[start:]
-                    if len(buf) > max_line:
-                        buf.clear()
-                        skipping = True
-                        yield OVERSIZE_LINE
-                break
-            if skipping:
-                skipping = False
-            else:
-                buf += chunk[start:nl]
-                line = bytes(buf)
-                buf.clear()
-                yield line.decode("utf-8", errors="surrogateescape")
-            start = nl + 1
+from services.common.jsonrpc import MAX_LINE_BYTES
 
 
 async def stdin_reader() -> asyncio.StreamReader:
-    """A stream reader over this process's stdin pipe, for :func:`read_lines`."""
+    """A stream reader over this process's stdin pipe, for ``read_lines``."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     protocol = asyncio.StreamReaderProtocol(reader)

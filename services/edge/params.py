@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_MISSING_SESSION_ID
 from services.edge.errors import not_found
-from services.edge.framing import JsonRpcError
 
 #: Session ids are UUIDs; anything much longer cannot name a session, and
 #: must not reach the services (a huge id in a gRPC status overflows its header).

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
@@ -35,14 +36,13 @@ from services.common.protocol import (
     U_TOOL_CALL,
 )
 from services.edge.adapter import AdapterClient
-from services.edge.adapter_link import AdapterExit, AdapterGone, AdapterRpcError
+from services.edge.adapter_link import AdapterExit, AdapterGone
 from services.edge.backchannel import (
     BackChannel,
     BackChannelError,
     BackChannelTimeout,
     ClientErrorAnswer,
 )
-from services.edge.framing import JsonRpcError, notification_lines
 from services.edge.turn import TurnAccumulator
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ class EdgeSession:
                     return {"stopReason": STOP_CANCELLED}
         except AdapterGone as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.exit_info.describe()}") from None
-        except AdapterRpcError as exc:
+        except JsonRpcError as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.message}") from None
         finally:
             if not task.done():

@@ -18,13 +18,13 @@ import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
 from services.edge.adapter import AdapterClient
 from services.edge.claims import refusal
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import start_failed
-from services.edge.framing import JsonRpcError
 from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
 

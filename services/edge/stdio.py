@@ -18,10 +18,11 @@ from dataclasses import replace
 import grpc
 
 from services.common.config import Config
+from services.common.jsonrpc import read_lines
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
 from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
-from services.edge.lines import read_lines, stdin_reader, stdout_writer
+from services.edge.lines import stdin_reader, stdout_writer
 from services.edge.runtime import StartServices
 
 log = get_logger("edge.stdio")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import MAX_BLOB_BYTES
 from services.edge.blobs import materialize, parse_prompt
-from services.edge.framing import JsonRpcError
 
 
 def _blob(data: bytes, uri: str, mime: str = "application/pdf") -> dict:

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.edge.lines import LineWriter, read_lines
+from services.common.jsonrpc import read_lines
+from services.edge.lines import LineWriter
 
 
 class Pipe:

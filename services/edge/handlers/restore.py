@@ -28,6 +28,7 @@ import grpc
 import orjson
 
 from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INTERNAL_ERROR,
@@ -39,7 +40,6 @@ from services.common.protocol import (
 from services.edge.adapter import AdapterClient
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import cause, grpc_error, not_found
-from services.edge.framing import JsonRpcError, notification_line
 from services.edge.params import encode_mcp_servers, restore_mcp_servers, session_id
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import MSG_SESSION_BUSY, SESSION_BUSY
 from services.edge import blobs
 from services.edge.dispatch import DialectConnection
-from services.edge.framing import JsonRpcError
 from services.edge.params import session_id
 
 

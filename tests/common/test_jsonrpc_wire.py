@@ -1,4 +1,4 @@
-"""SPEC §1 framing: classification of raw lines (unit level)."""
+"""SPEC §1 framing: classification of raw lines and the encoders (services.common.jsonrpc.wire)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import orjson
 import pytest
 
+from services.common.jsonrpc import FrameKind, classify, error_line
 from services.common.protocol import INVALID_REQUEST, PARSE_ERROR
-from services.edge.framing import FrameKind, classify, error_line
 
 
 @pytest.mark.parametrize("line", ["", "   ", "\t"])

@@ -14,10 +14,11 @@ import sys
 
 from services.agent.policy_source import LocalPolicy
 from services.agent.providers import ProviderError, make_provider
-from services.agent.rpc import JsonRpcPeer
+from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.agent.stdio import StdioLines
 from services.common.config import AgentSection, Config
+from services.common.jsonrpc import read_lines
 from services.common.logs import get_logger, route_library_logs
 
 log = get_logger("agent.main")
@@ -70,10 +71,10 @@ async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
     stdio = StdioLines()
     server = AgentServer(cfg, agent.alias, agent, provider, version=version,
                          local_policy=local_policy)
-    peer = JsonRpcPeer(stdio.reader, stdio.write_line, server)
+    peer = agent_peer(stdio.write_line, server)
     server.attach(peer)
     loop = asyncio.get_running_loop()
-    reading = asyncio.create_task(peer.run())
+    reading = asyncio.create_task(peer.serve(read_lines(stdio.reader)))
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, reading.cancel)
@@ -85,7 +86,7 @@ async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
     await peer.drain(EOF_DRAIN_SECS)
     await server.shutdown()
     await peer.drain(1.0)
-    await peer.close()
+    await peer.cancel()
     stdio.close()
     log.info("agent_stop", alias=agent.alias)
     return 0

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.agent.rpc import RpcError
 from services.common.config import Config
+from services.common.jsonrpc import JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INVALID_PARAMS,
@@ -50,7 +50,7 @@ class PolicySource:
         self._local = local
 
     async def resolve(self, raw: Any, cwd: Any) -> SecurityPolicy:
-        """The policy of a new or restored session; -32602 RpcError when there is none.
+        """The policy of a new or restored session; -32602 JsonRpcError when there is none.
 
         ``raw`` is the ``_meta.acpgate.policy`` value (``None`` when absent);
         ``cwd`` the request's working directory, used only in standalone mode.
@@ -58,7 +58,7 @@ class PolicySource:
         if raw is not None:
             return await self._from_meta(raw)
         if self._local is None:
-            raise RpcError(INVALID_PARAMS, MSG_MISSING_POLICY)
+            raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_POLICY)
         workspace = await asyncio.to_thread(self._workspace, cwd)
         return self._local(self._cfg, self._alias, workspace)
 
@@ -67,9 +67,9 @@ class PolicySource:
         try:
             policy = SecurityPolicy.from_json(raw)
         except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, MSG_BAD_POLICY.format(reason=exc)) from None
+            raise JsonRpcError(INVALID_PARAMS, MSG_BAD_POLICY.format(reason=exc)) from None
         if not await asyncio.to_thread(os.path.isdir, policy.workspace_dir):
-            raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
+            raise JsonRpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
                 cwd=policy.workspace_dir, reason="not an existing directory"))
         return policy
 
@@ -78,12 +78,12 @@ class PolicySource:
         if isinstance(cwd, str) and cwd.strip():
             real = os.path.realpath(os.path.expanduser(cwd.strip()))
             if not os.path.isdir(real):
-                raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
+                raise JsonRpcError(INVALID_PARAMS, MSG_BAD_CWD.format(
                     cwd=cwd, reason="not an existing directory"))
             return real
         home = self._cfg.agent_workspace(self._alias)
         try:
             home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RpcError(INVALID_PARAMS, MSG_BAD_CWD.format(cwd=str(home), reason=exc)) from None
+            raise JsonRpcError(INVALID_PARAMS, MSG_BAD_CWD.format(cwd=str(home), reason=exc)) from None
         return str(Path(os.path.realpath(home)))

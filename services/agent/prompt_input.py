@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.agent.rpc import RpcError
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_PROMPT_EMPTY, MSG_PROMPT_MISSING
 
 
@@ -17,10 +17,10 @@ def prompt_text(prompt: Any) -> str:
     """
     if isinstance(prompt, str):
         if not prompt:
-            raise RpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
+            raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
         return prompt
     if not isinstance(prompt, list):
-        raise RpcError(INVALID_PARAMS, MSG_PROMPT_MISSING)
+        raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_MISSING)
     parts: list[str] = []
     for block in prompt:
         if not isinstance(block, dict):
@@ -34,5 +34,5 @@ def prompt_text(prompt: Any) -> str:
                 parts.append(resource["text"])
     text = "\n\n".join(parts)
     if not text:
-        raise RpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
+        raise JsonRpcError(INVALID_PARAMS, MSG_PROMPT_EMPTY)
     return text

@@ -23,12 +23,12 @@ from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
 from services.agent.providers.base import Provider, ProviderError
-from services.agent.rpc import JsonRpcPeer, RpcError
 from services.agent.session import AgentSession
 from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
 from services.common.config import AgentSection, Config
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
 from services.common.mcp_servers import McpServerSpec, parse_servers
 from services.common.policy import SecurityPolicy
@@ -171,7 +171,7 @@ class AgentServer:
             return await self._close(params)
         if notification:
             return None
-        raise RpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+        raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         caps = params.get("clientCapabilities")
@@ -204,7 +204,7 @@ class AgentServer:
     def _session_id(params: Mapping[str, Any]) -> str:
         sid = _first(params, "sessionId", "session_id")
         if not isinstance(sid, str) or not sid.strip():
-            raise RpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
+            raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
         return sid.strip()
 
     async def _get(self, sid: str) -> AgentSession:
@@ -213,7 +213,7 @@ class AgentServer:
             await asyncio.wait({restoring})
         session = self._sessions.get(sid)
         if session is None:
-            raise RpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+            raise JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
         return session
 
     async def _policy(self, params: Mapping[str, Any]) -> SecurityPolicy:
@@ -285,9 +285,9 @@ class AgentServer:
         if session is None:
             history = meta.get(META_HISTORY)
             if history is None:
-                raise RpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
+                raise JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
             if not isinstance(history, list):
-                raise RpcError(INVALID_PARAMS, "Invalid _meta.acpgate.history: must be an array")
+                raise JsonRpcError(INVALID_PARAMS, "Invalid _meta.acpgate.history: must be an array")
             session = self._create(sid, await self._policy(params))
             session.messages = seed_messages(history)
             session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
@@ -331,7 +331,7 @@ class AgentServer:
         sid = self._session_id(params)
         session = await self._get(sid)
         if session.busy:
-            raise RpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+            raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         text = prompt_text(params.get("prompt"))
         usage = TurnUsage()
         # No await between the busy check and claiming the slot.
@@ -351,8 +351,8 @@ class AgentServer:
         if isinstance(exc, ProviderError):
             # The summary, not the message: a provider's error body may quote the prompt.
             log.warning("turn_failed", session_id=sid, error=exc.summary)
-            raise RpcError(INTERNAL_ERROR, str(exc))
+            raise JsonRpcError(INTERNAL_ERROR, str(exc))
         if exc is not None:
             log.error("turn_crashed", session_id=sid, error=type(exc).__name__)
-            raise RpcError(INTERNAL_ERROR, f"Internal error in the agent: {type(exc).__name__}")
+            raise JsonRpcError(INTERNAL_ERROR, f"Internal error in the agent: {type(exc).__name__}")
         return {"stopReason": turn.result(), "_meta": meta}

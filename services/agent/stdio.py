@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from services.agent.rpc import MAX_LINE_BYTES
+from services.common.jsonrpc import MAX_LINE_BYTES
 
 
 class StdioLines:
@@ -55,8 +55,15 @@ class StdioLines:
             view = view[written:]
 
     async def write_line(self, data: bytes) -> None:
-        """Write one already-encoded line to stdout, in order."""
-        await self._loop.run_in_executor(self._writer, self._write_all, data)
+        """Write one already-encoded line to stdout, in order; ConnectionError once closed.
+
+        One worker thread takes the writes in submission order, so concurrent
+        callers never interleave.
+        """
+        try:
+            await self._loop.run_in_executor(self._writer, self._write_all, data)
+        except RuntimeError as exc:  # the writer was shut down (close())
+            raise ConnectionError("stdout writer closed") from exc
 
     def close(self) -> None:
         """Stop the writer thread (pending writes finish first)."""

@@ -1,7 +1,8 @@
 """An in-process agent wired to a real JSON-RPC client peer, plus a scripted model.
 
-The agent side is the production :class:`AgentServer` and :class:`JsonRpcPeer`;
-the client side is another ``JsonRpcPeer`` whose handler records updates and
+The agent side is the production :class:`AgentServer` on the agent's
+:class:`JsonRpcPeer` (``agent_peer``); the client side is another peer
+configured the same way, whose handler records updates and
 answers the agent's requests with a per-test responder. The only fake is the
 model (``ScriptedProvider``) where a test needs exact model behaviour.
 """
@@ -25,9 +26,10 @@ from services.agent.providers.base import (
     UsageReport,
 )
 from services.agent.providers.demo import DemoProvider
-from services.agent.rpc import JsonRpcPeer
+from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.common.config import AcpSection, AgentSection, AutonomySection, Config
+from services.common.jsonrpc import JsonRpcPeer, read_lines
 from services.session.policy import policy_for
 
 Responder = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -89,7 +91,7 @@ class Client:
                 await self.changed.wait()
 
     async def call(self, method: str, params: dict[str, Any], wait: float = 30.0) -> Any:
-        """Send a request to the agent and return its result (RpcError on error)."""
+        """Send a request to the agent and return its result (JsonRpcError on error)."""
         return await self.peer.request(method, params, wait)
 
     async def new_session(self, cwd: Path, **meta: Any) -> str:
@@ -161,8 +163,8 @@ async def running_agent(cfg: Config, provider: Any = None,
     server = AgentServer(cfg, "a", cfg.agents["a"], provider, version=TEST_VERSION,
                          local_policy=policy_for if standalone else None,
                          environ={} if environ is None else environ)
-    agent_peer = JsonRpcPeer(agent_in, to_client, server)
-    server.attach(agent_peer)
+    agent = agent_peer(to_client, server)
+    server.attach(agent)
     client: Client | None = None
 
     async def handle(method: str, params: dict[str, Any], notification: bool) -> Any:
@@ -177,9 +179,10 @@ async def running_agent(cfg: Config, provider: Any = None,
             return {"outcome": {"outcome": "selected", "optionId": "allow-once"}}
         return await client.responder(method, params)
 
-    client_peer = JsonRpcPeer(client_in, to_agent, handle)
+    client_peer = agent_peer(to_agent, handle)
     client = Client(client_peer, server, responder=responder)
-    tasks = [asyncio.create_task(agent_peer.run()), asyncio.create_task(client_peer.run())]
+    tasks = [asyncio.create_task(agent.serve(read_lines(agent_in))),
+             asyncio.create_task(client_peer.serve(read_lines(client_in)))]
     try:
         await client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         yield client
@@ -187,8 +190,8 @@ async def running_agent(cfg: Config, provider: Any = None,
         await server.shutdown()
         agent_in.feed_eof()
         client_in.feed_eof()
-        await agent_peer.close()
-        await client_peer.close()
+        await agent.cancel()
+        await client_peer.cancel()
         for t in tasks:
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):

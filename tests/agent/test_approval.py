@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from services.agent.rpc import RpcError
 from services.common.config import AutonomySection
+from services.common.jsonrpc import JsonRpcError
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
 
 
@@ -111,7 +111,7 @@ async def test_timeout_denies(tmp_path: Path, ws: Path) -> None:
 
 async def test_client_error_denies(tmp_path: Path, ws: Path) -> None:
     async def broken(method: str, params: dict[str, Any]) -> Any:
-        raise RpcError(-32603, "client blew up")
+        raise JsonRpcError(-32603, "client blew up")
 
     async with running_agent(make_config(tmp_path), shell_then_done(), broken) as c:
         sid = await c.new_session(ws)

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.agent.rpc import RpcError
+from services.common.jsonrpc import JsonRpcError
 from tests.agent.harness import make_config, running_agent
 
 METHODS = ["initialize", "session/new", "session/prompt", "session/resume", "session/load",
@@ -39,7 +39,7 @@ async def _exercise(tmp: Path, calls: list[tuple[str, dict[str, Any]]],
         for method, params in calls:
             try:
                 result = await asyncio.wait_for(c.call(method, params), 10)
-            except RpcError as exc:
+            except JsonRpcError as exc:
                 assert -32700 <= exc.code <= -32000
             else:
                 assert result is not None

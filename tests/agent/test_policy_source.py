@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from services.agent.policy_source import PolicySource
-from services.agent.rpc import RpcError
 from services.common.config import Config
+from services.common.jsonrpc import JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.common.protocol import MSG_MISSING_POLICY
 from tests.agent.harness import (
@@ -33,14 +33,14 @@ async def test_spec12_behind_the_edge_no_policy_no_session(tmp_path: Path, ws: P
     """session/new and a restoring resume without a policy are -32602; nothing is created."""
     async with running_agent(make_config(tmp_path, autonomy="full"), standalone=False) as c:
         for meta in ({}, {"_meta": {"acpgate": {"policy": None}}}, {"_meta": {"acpgate": {}}}):
-            with pytest.raises(RpcError) as info:
+            with pytest.raises(JsonRpcError) as info:
                 await c.call("session/new", {"cwd": str(ws), "mcpServers": [], **meta})
             assert (info.value.code, info.value.message) == (-32602, MSG_MISSING_POLICY)
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.call("session/resume", {"sessionId": "old", "cwd": str(ws),
                                             "_meta": {"acpgate": {"history": []}}})
         assert (info.value.code, info.value.message) == (-32602, MSG_MISSING_POLICY)
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.prompt("old", "hi")
         assert info.value.code == -32000  # the refused restore left no session behind
     assert c.updates == []
@@ -86,10 +86,10 @@ async def test_standalone_local_policy_decides_for_the_real_cwd(tmp_path: Path,
     sent: dict[str, Any] = {"workspaceDir": str(ws), "autonomy": "full"}
     assert (await source.resolve(sent, str(link))).autonomy == "full"
     assert len(seen) == 2
-    with pytest.raises(RpcError) as info:
+    with pytest.raises(JsonRpcError) as info:
         await source.resolve({"workspaceDir": str(ws), "autonomy": "yolo"}, str(ws))
     assert info.value.code == -32602
     assert info.value.message.startswith("Invalid _meta.acpgate.policy: policy.autonomy")
-    with pytest.raises(RpcError) as info:
+    with pytest.raises(JsonRpcError) as info:
         await PolicySource(cfg, "a").resolve(None, str(ws))
     assert (info.value.code, info.value.message) == (-32602, MSG_MISSING_POLICY)

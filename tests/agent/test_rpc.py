@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from services.agent.rpc import JsonRpcPeer, PeerClosed, RpcError
+from services.agent.rpc import agent_peer
+from services.common.jsonrpc import JsonRpcError, PeerClosed, read_lines
 
 
 class Wire:
@@ -22,8 +23,8 @@ class Wire:
             assert data.endswith(b"\n") and data.count(b"\n") == 1
             self.out.put_nowait(orjson.loads(data))
 
-        self.peer = JsonRpcPeer(self.inbox, write, handler)
-        self.task = asyncio.create_task(self.peer.run())
+        self.peer = agent_peer(write, handler)
+        self.task = asyncio.create_task(self.peer.serve(read_lines(self.inbox)))
 
     def feed(self, obj: Any) -> None:
         self.inbox.feed_data((obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n")
@@ -34,7 +35,7 @@ class Wire:
     async def close(self) -> None:
         self.inbox.feed_eof()
         await self.task
-        await self.peer.close()
+        await self.peer.cancel()
 
 
 async def test_framing_errors_and_notifications() -> None:
@@ -44,7 +45,7 @@ async def test_framing_errors_and_notifications() -> None:
         seen.append(method)
         if method == "boom":
             raise RuntimeError("secret detail")
-        raise RpcError(-32601, f"Method not found: {method}")
+        raise JsonRpcError(-32601, f"Method not found: {method}")
 
     w = Wire(handler)
     w.feed(b"{broken")
@@ -100,7 +101,7 @@ async def test_concurrent_requests_and_outbound_correlation() -> None:
     req = await w.next()
     assert req["id"] == 1
     w.feed({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "nope"}})
-    with pytest.raises(RpcError, match="nope"):
+    with pytest.raises(JsonRpcError, match="nope"):
         await second_out
 
     with pytest.raises(TimeoutError):
@@ -121,8 +122,7 @@ async def test_write_failure_fails_outbound_requests_at_once() -> None:
     async def broken(data: bytes) -> None:
         raise BrokenPipeError("stdout closed")
 
-    inbox = asyncio.StreamReader()
-    peer = JsonRpcPeer(inbox, broken, handler)
+    peer = agent_peer(broken, handler)
     with pytest.raises(PeerClosed):
         await peer.request("session/request_permission", {}, 3600)
     with pytest.raises(PeerClosed):

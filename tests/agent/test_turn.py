@@ -10,7 +10,7 @@ import pytest
 
 from services.agent.conversation import Message, ToolCall, trim_to_budget
 from services.agent.providers.base import ProviderError, ThoughtDelta
-from services.agent.rpc import RpcError
+from services.common.jsonrpc import JsonRpcError
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
 
 
@@ -204,16 +204,16 @@ async def test_unknown_id_without_history_is_session_not_found(tmp_path: Path, w
             metas: list[dict[str, Any]] = [{}, {"_meta": {"acpgate": {"policy": None}}},
                                            {"_meta": {}}]
             for meta in metas:
-                with pytest.raises(RpcError) as info:
+                with pytest.raises(JsonRpcError) as info:
                     await c.call(method, {"sessionId": "plain", "cwd": str(ws),
                                           "mcpServers": [], **meta})
                 assert info.value.code == -32000
                 assert info.value.message == "Session not found: plain"
         assert c.updates == []
-        with pytest.raises(RpcError) as info:  # nothing was created under that id
+        with pytest.raises(JsonRpcError) as info:  # nothing was created under that id
             await c.prompt("plain", "hi")
         assert info.value.code == -32000
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.call("session/resume", {"sessionId": "bad", "cwd": str(ws),
                                             "_meta": {"acpgate": {"history": {"x": 1}}}})
         assert info.value.code == -32602 and "history" in info.value.message
@@ -244,7 +244,7 @@ async def test_policy_from_meta_is_used(tmp_path: Path, ws: Path) -> None:
     async with running_agent(make_config(tmp_path, autonomy="full"), provider) as c:
         sid = await c.new_session(ws, policy=policy)
         await c.prompt(sid, "run")
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.new_session(ws, policy={"autonomy": "full"})
     assert info.value.code == -32602 and "policy" in info.value.message
     offered = {t.name for t in provider.calls[0][2]}
@@ -285,25 +285,25 @@ async def test_request_errors(tmp_path: Path, ws: Path) -> None:
             ({"sessionId": sid, "prompt": [{"type": "image", "data": "AA=="}]}, -32602),
         ]
         for params, code in cases:
-            with pytest.raises(RpcError) as info:
+            with pytest.raises(JsonRpcError) as info:
                 await c.call("session/prompt", params)
             assert info.value.code == code
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.call("session/new", {"cwd": str(ws / "missing")})
         assert info.value.code == -32602 and "cwd is not a usable directory" in info.value.message
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.call("no/such", {})
         assert info.value.code == -32601
         running = asyncio.create_task(c.prompt(sid, "first"))
         await c.wait_until(lambda: bool(c.updates))
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.prompt(sid, "second")
         assert info.value.code == -32002
         assert await c.call("session/cancel", {"sessionId": sid}) == {}
         assert (await running)["stopReason"] == "cancelled"
         assert await c.call("session/cancel", {"sessionId": "unknown"}) == {}
         assert await c.call("session/close", {"sessionId": sid}) == {}
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.prompt(sid, "after close")
         assert info.value.code == -32000
 
@@ -331,10 +331,10 @@ async def test_provider_error_is_32603_and_turn_rolled_back(tmp_path: Path, ws: 
     provider = FailingProvider([[]])
     async with running_agent(make_config(tmp_path), provider) as c:
         sid = await c.new_session(ws)
-        with pytest.raises(RpcError) as info:
+        with pytest.raises(JsonRpcError) as info:
             await c.prompt(sid, "one")
         assert info.value.code == -32603 and "401" in info.value.message
-        with pytest.raises(RpcError):
+        with pytest.raises(JsonRpcError):
             await c.prompt(sid, "two")
     assert [m.text for m in provider.calls[1][1]] == ["two"]  # the failed turn left nothing
 
@@ -372,7 +372,7 @@ async def test_whitespace_prompt_is_a_normal_prompt_and_empty_is_32602(tmp_path:
         empties: list[Any] = ["", [], [{"type": "text", "text": ""}], [{"type": "text"}],
                               [{"type": "image", "data": "AA=="}]]
         for prompt in empties:
-            with pytest.raises(RpcError) as info:
+            with pytest.raises(JsonRpcError) as info:
                 await c.call("session/prompt", {"sessionId": sid, "prompt": prompt})
             assert (info.value.code, info.value.message) == (
                 -32602, "Parameter 'prompt' array must contain at least one text part")

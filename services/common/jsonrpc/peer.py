@@ -121,6 +121,7 @@ class JsonRpcPeer:
                 self.feed(line)
             return
         notes: Notes = []
+        append = notes.append
         loads = orjson.loads
         version = JSONRPC_VERSION
         for line in lines:
@@ -133,17 +134,18 @@ class JsonRpcPeer:
                     method = obj.get("method")
                     if type(method) is str:
                         params = obj.get("params")
-                        notes.append((method, params if type(params) is dict else {}))
+                        append((method, params if type(params) is dict else {}))
                         continue
                 frame = classify_message(obj, line)
             if frame.kind is FrameKind.SKIP:
                 continue
             if frame.kind is FrameKind.NOTIFICATION:
-                notes.append((frame.method, frame.params))
+                append((frame.method, frame.params))
                 continue
             if notes:  # what came before is delivered before this request/response
                 await self._deliver(notes)
                 notes = []
+                append = notes.append
             self._route(frame)
         if notes:
             await self._deliver(notes)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.agent.enforce import matches_any, needs_approval
-from services.agent.outcome import cancel_reason
+from services.agent.outcome import cancel_reason, cancel_timeout_secs
 from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -113,15 +113,17 @@ class ApprovalGate:
             log.info("approval_cancelled", session_id=self._session_id, tool=tool,
                      reason=reason or "user")
             if reason == CANCEL_REASON_TIMEOUT:
-                return self._timed_out(tool)
+                return self._timed_out(tool, cancel_timeout_secs(result))
             if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
                 return _client_failed(tool)
         return Decision(False, f"The `{tool}` call was denied: the user dismissed the "
                                "approval request.")
 
-    def _timed_out(self, tool: str) -> Decision:
+    def _timed_out(self, tool: str, waited_secs: int | None = None) -> Decision:
+        """The denial after no answer; ``waited_secs`` is the edge's timeout when it timed out."""
+        secs = waited_secs if waited_secs is not None else int(self._timeout)
         return Decision(False, f"The `{tool}` call was denied automatically: the user gave "
-                               f"no answer within {int(self._timeout)} seconds.")
+                               f"no answer within {secs} seconds.")
 
 
 def _client_failed(tool: str) -> Decision:

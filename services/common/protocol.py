@@ -151,4 +151,7 @@ META_REASON: Final = "reason"
 CANCEL_REASON_TIMEOUT: Final = "timeout"
 CANCEL_REASON_CLIENT_ERROR: Final = "client_error"
 CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
+#: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
+#: agent runs with its own config, which need not carry the edge's `--session-timeout`.
+META_TIMEOUT_SECS: Final = "timeoutSecs"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"

@@ -30,6 +30,7 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_REASON,
+    META_TIMEOUT_SECS,
     OUTCOME_CANCELLED,
     STOP_CANCELLED,
     STOP_END_TURN,
@@ -160,8 +161,9 @@ class EdgeSession:
             {"action": "cancel"} if method == M_ELICITATION_CREATE
             else {"outcome": {"outcome": OUTCOME_CANCELLED}}
         )
+        timeout_secs = self.runtime.cfg.acp.session_timeout_secs
         waiter = asyncio.ensure_future(self.port.backchannel.request(
-            method, params, float(self.runtime.cfg.acp.session_timeout_secs)))
+            method, params, float(timeout_secs)))
         self._relays.add(waiter)
         try:
             result = await waiter
@@ -175,7 +177,10 @@ class EdgeSession:
             if method == M_ELICITATION_CREATE:
                 return fallback
             # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            return {**fallback, "_meta": {META_ACPGATE: {META_REASON: _denial_reason(exc)}}}
+            why: dict[str, Any] = {META_REASON: _denial_reason(exc)}
+            if why[META_REASON] == CANCEL_REASON_TIMEOUT:
+                why[META_TIMEOUT_SECS] = timeout_secs
+            return {**fallback, "_meta": {META_ACPGATE: why}}
         finally:
             self._relays.discard(waiter)
             self.touch()

@@ -219,6 +219,21 @@ async def test_edge_cancel_reason_is_attributed(tmp_path: Path, ws: Path, reason
     assert not (ws / "approved").exists()
 
 
+async def test_timeout_names_the_seconds_the_edge_waited(tmp_path: Path, ws: Path) -> None:
+    """The edge's timeout (``_meta.acpgate.timeoutSecs``) is stated, not the agent's own (30)."""
+    async def edge_timed_out(method: str, params: dict[str, Any]) -> Any:
+        return {"outcome": {"outcome": "cancelled"},
+                "_meta": {"acpgate": {"reason": "timeout", "timeoutSecs": 5}}}
+
+    provider = shell_then_done()
+    async with running_agent(make_config(tmp_path), provider, edge_timed_out) as c:
+        sid = await c.new_session(ws)
+        await c.prompt(sid, "run it")
+    (update,) = c.of("tool_call_update")
+    assert update["rawOutput"] == ("The `shell` call was denied automatically: the user gave "
+                                   "no answer within 5 seconds.")
+
+
 async def test_plain_cancelled_outcome_is_the_users_dismissal(tmp_path: Path, ws: Path) -> None:
     async with running_agent(make_config(tmp_path), shell_then_done(), answer(None)) as c:
         sid = await c.new_session(ws)

@@ -1,13 +1,15 @@
 """A real local HTTP/1.1 server standing in for a model provider, scripted per test.
 
-Each request pops the next :class:`Reply`; the server records every request
-(path, headers, JSON body) so tests can check what the provider sent.
+Each request pops the next :class:`Reply` (or, given a ``responder``, gets the
+reply it computes from the request); the server records every request (path,
+headers, JSON body) so tests can check what the provider sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +66,11 @@ class Recorded:
 class FakeProviderServer:
     """``async with FakeProviderServer([...]) as srv: srv.url``."""
 
-    def __init__(self, replies: list[Reply]) -> None:
+    def __init__(self, replies: list[Reply],
+                 responder: Callable[[Recorded], Reply] | None = None) -> None:
         self.replies = list(replies)
+        #: Computes the reply to a request once the scripted replies are used up.
+        self.responder = responder
         self.requests: list[Recorded] = []
         self._server: asyncio.Server | None = None
         self.url = ""
@@ -97,9 +102,14 @@ class FakeProviderServer:
             body = b""
             if "content-length" in headers:
                 body = await reader.readexactly(int(headers["content-length"]))
-            self.requests.append(Recorded(method, path, headers,
-                                          orjson.loads(body) if body else None))
-            reply = self.replies.pop(0) if self.replies else json_reply(500, {"error": "unscripted"})
+            recorded = Recorded(method, path, headers, orjson.loads(body) if body else None)
+            self.requests.append(recorded)
+            if self.replies:
+                reply = self.replies.pop(0)
+            elif self.responder is not None:
+                reply = self.responder(recorded)
+            else:
+                reply = json_reply(500, {"error": "unscripted"})
             if reply.drop:
                 return
             head = [f"HTTP/1.1 {reply.status} X", "Transfer-Encoding: chunked",

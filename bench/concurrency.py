@@ -97,7 +97,7 @@ async def _direct(st: Stage, sizes: Sizes) -> tuple[list[float], list[float]]:
     endpoints = list(await asyncio.gather(
         *(st.adapter() for _ in range(sizes.concurrent_sessions))))
     try:
-        sids = list(await asyncio.gather(*(open_session(ep, st.root) for ep in endpoints)))
+        sids = list(await asyncio.gather(*(open_session(ep, st.workspace) for ep in endpoints)))
         await _round(endpoints, sids, min(100, sizes.concurrent_n))
         rates = [await _round(endpoints, sids, sizes.concurrent_n)
                  for _ in range(sizes.concurrent_rounds)]
@@ -121,7 +121,7 @@ async def run_concurrency(st: Stage, serve: Serve, token: str, sizes: Sizes) -> 
         endpoints = list(await asyncio.gather(
             *(st.ws(token) for _ in range(sizes.concurrent_sessions))))
         t0 = time.monotonic()
-        sids = list(await asyncio.gather(*(open_session(ep, st.root) for ep in endpoints)))
+        sids = list(await asyncio.gather(*(open_session(ep, st.workspace) for ep in endpoints)))
         setup_secs = time.monotonic() - t0
         await _round(endpoints, sids, min(100, sizes.concurrent_n))
         rates = [await _round(endpoints, sids, sizes.concurrent_n)

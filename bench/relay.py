@@ -67,7 +67,7 @@ async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[fl
 
 async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
     """Items 1 and 2, all three paths open at once, rounds interleaved."""
-    cwd = st.root
+    cwd = st.workspace
     endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), WS: await st.ws(token),
                  BARE_WS: await st.ws_firehose()}
     try:
@@ -128,7 +128,7 @@ async def _cold_direct(st: Stage) -> tuple[float, float]:
     t0 = time.monotonic_ns()
     ep = await st.adapter()
     try:
-        sid = await open_session(ep, st.root)
+        sid = await open_session(ep, st.workspace)
         t1 = time.monotonic_ns()
         t2 = await _first_chunk(ep.peer, sid)
     finally:
@@ -155,8 +155,8 @@ async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
             await initialize(ep.peer)
         runs: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
             DIRECT: lambda: _cold_direct(st),
-            ACP: lambda: _cold_edge(edges[ACP], st.root),
-            WS: lambda: _cold_edge(edges[WS], st.root),
+            ACP: lambda: _cold_edge(edges[ACP], st.workspace),
+            WS: lambda: _cold_edge(edges[WS], st.workspace),
         }
         for fn in runs.values():  # warm-up (first imports, first lease db pages)
             await fn()

@@ -66,9 +66,15 @@ class Stage:
         """The ``--config-dir`` of every acpgate command here."""
         return self.root / "cfg"
 
+    @property
+    def workspace(self) -> Path:
+        """The sessions' cwd: beside the config dir (a cwd containing it is refused)."""
+        return self.root / "work"
+
     def write(self) -> Config:
         """Write config.toml and return the loaded config."""
         self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.workspace.mkdir(exist_ok=True)
         argv = adapter_argv(FIREHOSE)
         store = f'\n[store]\nurl = {json.dumps(self.store_url)}\n' if self.store_url else ""
         (self.config_dir / "config.toml").write_text(store + f"""

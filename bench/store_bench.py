@@ -72,7 +72,7 @@ async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
     store = await open_store(store_target(cfg))
     reads: list[float] = []
     try:
-        await seed_history(store, sid, st.root, sizes.history_items)
+        await seed_history(store, sid, st.workspace, sizes.history_items)
         for _ in range(max(3, sizes.load_samples)):
             t0 = time.monotonic()
             count = await _read_all(store, sid)
@@ -90,7 +90,7 @@ async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
         for _ in range(sizes.load_samples):
             sink.reset(0)
             t0 = time.monotonic()
-            await ep.peer.request(M_SESSION_LOAD, {"sessionId": sid, "cwd": str(st.root),
+            await ep.peer.request(M_SESSION_LOAD, {"sessionId": sid, "cwd": str(st.workspace),
                                                    "mcpServers": []}, WAIT_SECS)
             loads.append((time.monotonic() - t0) * 1000)
             replayed.append(sink.chunks)
@@ -148,7 +148,7 @@ async def _grpc_appends(st: Stage, turns: int) -> list[float]:
     async with session_service(st) as stub:
         sid = str(uuid.uuid4())
         await stub.CreateSession(session_pb2.CreateSessionRequest(
-            session_id=sid, agent_alias=ALIAS, workspace_dir=str(st.root)))
+            session_id=sid, agent_alias=ALIAS, workspace_dir=str(st.workspace)))
         items = _proto_turn()
         for _ in range(min(20, turns)):  # warm-up
             await stub.AppendTurn(session_pb2.AppendTurnRequest(session_id=sid, items=items))
@@ -179,7 +179,7 @@ async def _direct_appends(st: Stage, turns: int) -> list[float]:
     store = await open_store(store_target(cfg) if cfg.store.url else st.root / "direct" / "s.db")
     try:
         sid = str(uuid.uuid4())
-        await store.create_session(sid, ALIAS, str(st.root))
+        await store.create_session(sid, ALIAS, str(st.workspace))
         items = _turn_items(2)
         for _ in range(min(20, turns)):
             await store.append_turn(sid, items)

@@ -17,7 +17,9 @@ Path rules, in order:
    followed; for a not-yet-existing write target the nearest existing parent is
    resolved and the rest appended), so a symlink cannot escape.
 3. A real path inside an allowed root (the workspace or ``allowed_roots``) is
-   allowed — roots beat forbidden paths.
+   allowed — roots beat the forbidden paths they lie inside (the agent
+   workspace inside the config dir), never a forbidden path that lies inside
+   them: a root that contains the data dir or ``~/.ssh`` still does not reach it.
 4. Otherwise a path under a forbidden path is refused — forbidden paths beat
    everything else (also in ``full`` autonomy).
 5. Otherwise, with ``workspace_only`` (every level but ``full``) the path is
@@ -123,9 +125,9 @@ def _roots(policy: SecurityPolicy) -> list[str]:
     return out
 
 
-def _forbidden(policy: SecurityPolicy) -> list[str]:
-    """Forbidden paths, both as written (absolute, normalized) and as real paths."""
-    out: list[str] = []
+def _forbidden(policy: SecurityPolicy) -> list[tuple[str, str]]:
+    """Each forbidden path as written (absolute, normalized) and as its real path."""
+    out: list[tuple[str, str]] = []
     for entry in policy.forbidden_paths:
         if not entry.strip():
             continue
@@ -133,11 +135,13 @@ def _forbidden(policy: SecurityPolicy) -> list[str]:
         if not os.path.isabs(expanded):
             expanded = os.path.join(policy.workspace_dir, expanded)
         literal = os.path.normpath(expanded)
-        out.append(literal)
-        real = _real(literal)
-        if real != literal:
-            out.append(real)
+        out.append((literal, _real(literal)))
     return out
+
+
+def _under(path: str, forbidden: tuple[str, str]) -> bool:
+    """True when ``path`` lies in a forbidden path, either as written or as resolved."""
+    return any(_within(path, f) for f in forbidden)
 
 
 def _resolve(policy: SecurityPolicy, path: str) -> tuple[str, str]:
@@ -155,10 +159,11 @@ def _check(policy: SecurityPolicy, path: str, *, write: bool) -> Path:
         raise PolicyViolation("autonomy is readonly: writes are not allowed")
     literal, real = _resolve(policy, path)
     roots = _roots(policy)
-    if any(_within(real, root) for root in roots):
-        return Path(real)  # roots beat forbidden paths
-    forbidden = _forbidden(policy)
-    if any(_within(real, f) or _within(literal, f) for f in forbidden):
+    hits = [f for f in _forbidden(policy) if _under(real, f) or _under(literal, f)]
+    # A root wins only over forbidden paths that hold the whole root.
+    if any(_within(real, root) and all(_under(root, f) for f in hits) for root in roots):
+        return Path(real)
+    if hits:
         raise PolicyViolation(f"path is forbidden by policy: {path}")
     if policy.workspace_only:
         literal_roots = [os.path.normpath(_expand_home(r)) for r in (policy.workspace_dir,

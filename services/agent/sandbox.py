@@ -15,8 +15,10 @@ path, which has its own rule or none. Rights:
 
 - every path outside the forbidden ones: read + execute; in ``full`` autonomy
   (``workspace_only`` off) also every write right;
-- the session workspace and the allowed roots: everything (roots beat forbidden
-  paths, as in the policy);
+- the session workspace and the allowed roots: everything (roots beat the
+  forbidden paths they lie inside, as in the policy); a root that contains a
+  forbidden path is granted the same way as ``/`` — sibling by sibling on the
+  way down — so the data dir or ``~/.ssh`` inside a root stays out of reach;
 - a few harmless device nodes (``/dev/null``, ``/dev/zero``, …): read + write,
   even under a forbidden ``/dev`` — shells cannot work without ``/dev/null``.
 
@@ -132,15 +134,18 @@ def _within(path: str, root: str) -> bool:
 
 def make_plan(workspace_dir: str, allowed_roots: Iterable[str], forbidden_paths: Iterable[str],
               workspace_only: bool) -> SandboxPlan:
-    """Real paths for the trampoline; forbidden paths inside a root are dropped (roots win).
+    """Real paths for the trampoline (relative forbidden paths are the workspace's).
 
+    A forbidden path that is a root is dropped (the root wins); one inside a
+    root is kept: the root is then granted around it (:func:`rules`).
     Touches the file system (``realpath``): call it off the event loop.
     """
     roots = tuple(dict.fromkeys(
         os.path.realpath(os.path.expanduser(r)) for r in (workspace_dir, *allowed_roots) if r))
     forbidden = tuple(dict.fromkeys(
-        real for real in (os.path.realpath(os.path.expanduser(f)) for f in forbidden_paths if f)
-        if not any(_within(real, root) for root in roots)))
+        real for real in (os.path.realpath(os.path.join(workspace_dir, os.path.expanduser(f)))
+                          for f in (e.strip() for e in forbidden_paths) if f)
+        if real not in roots))
     return SandboxPlan(roots=roots, forbidden=forbidden, write_everywhere=not workspace_only)
 
 
@@ -166,7 +171,7 @@ def rules(plan: SandboxPlan, abi: int) -> list[tuple[str, int]]:
             parent = os.path.dirname(parent)
     out: list[tuple[str, int]] = []
 
-    def walk(directory: str) -> None:
+    def walk(directory: str, rights: int) -> None:
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -176,15 +181,19 @@ def rules(plan: SandboxPlan, abi: int) -> list[tuple[str, int]]:
             if path in forbidden:
                 continue
             if path in on_the_way:
-                walk(path)
+                walk(path, rights)
             elif not os.path.islink(path):
-                out.append((path, base))
+                out.append((path, rights))
 
     if not forbidden:
         out.append(("/", base))
     elif "/" not in forbidden:
-        walk("/")
-    out.extend((root, handled) for root in plan.roots)
+        walk("/", base)
+    for root in plan.roots:
+        if root in on_the_way:  # a forbidden path lies inside: grant around it
+            walk(root, handled)
+        else:
+            out.append((root, handled))
     out.extend((dev, (READ_FILE | WRITE_FILE | IOCTL_DEV) & handled) for dev in HARMLESS_DEVICES)
     return out
 

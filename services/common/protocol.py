@@ -44,6 +44,12 @@ MSG_ALIAS_REQUIRED: Final = (
 MSG_UNKNOWN_AGENT: Final = "Unknown agent `{alias}` — no [agents.{alias}] entry configured"
 MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
 MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
+#: A workspace that is, lies inside or contains acpgate's state or a credential store
+#: (session/new, load, resume alike). It names the reason, never the guarded path.
+MSG_CWD_REFUSED: Final = (
+    "cwd refused as a session workspace: it {relation} {what}; an operator may allow "
+    "the directory with [autonomy] allow_cwd"
+)
 MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"
 MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
 MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"

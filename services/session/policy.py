@@ -28,9 +28,10 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
     """
     autonomy = cfg.agent_autonomy(alias)
     # acpgate's own state is never the agent's business: the session store holds
-    # every other conversation, the data dir tokens and leases. (The agent
-    # workspace, usually under the config dir, is an allowed root and wins.)
-    own_state = (str(cfg.data_dir), str(cfg.config_file))
+    # every other conversation, the data dir tokens and leases, the config dir the
+    # config and the bridge's token. (The agent workspace, usually under the config
+    # dir, is an allowed root inside it, and a root beats what it lies inside.)
+    own_state = (str(cfg.data_dir), str(cfg.config_dir))
     forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state)))
     return SecurityPolicy(
         workspace_dir=workspace_dir,

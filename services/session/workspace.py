@@ -5,6 +5,9 @@
   else ``"cwd is not a usable directory (<cwd>): <reason>"``.
 - A real path equal to the install root (the config dir — what a client
   sending the placeholder ``.`` hits) means the agent workspace.
+- A real path that is, lies inside or contains acpgate's own state or a
+  credential store is refused (``services.session.confinement``), unless
+  ``[autonomy] allow_cwd`` lists it.
 - Otherwise the exact real path is the session boundary, never widened.
 - An omitted cwd means the agent workspace — never the daemon's start dir.
 """
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from services.common.config import Config
 from services.common.protocol import MSG_BAD_CWD
 from services.session.aliases import ensure_agent_workspace
+from services.session.confinement import workspace_refusal
 
 __all__ = ["ResolvedWorkspaceInfo", "WorkspaceError", "resolve_workspace"]
 
@@ -67,6 +71,9 @@ async def resolve_workspace(
         real = await asyncio.to_thread(_real_dir, cwd, base_dir)
         install_root = await asyncio.to_thread(os.path.realpath, cfg.config_dir)
         if real != install_root:
+            refusal = await asyncio.to_thread(workspace_refusal, cfg, real)
+            if refusal is not None:
+                raise WorkspaceError(refusal.message())
             return ResolvedWorkspaceInfo(real, False)
     workspace = await ensure_agent_workspace(cfg, alias)
     return ResolvedWorkspaceInfo(str(workspace), True)

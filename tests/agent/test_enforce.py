@@ -160,6 +160,29 @@ def test_spec12_forbidden_beats_everything_but_roots(tmp_path: Path, ws: Path) -
     assert may_read(full, str(tmp_path / "forbidden2"))
 
 
+def test_a_root_never_reaches_a_forbidden_path_inside_it(tmp_path: Path) -> None:
+    """Issue 11: a root containing the data dir (or ~/.ssh) still does not reach it."""
+    root = tmp_path / "project"
+    data = root / "cfg" / "data"
+    agent_ws = root / "cfg" / "agents" / "a" / "workspace"
+    for d in (data, agent_ws, root / "src"):
+        d.mkdir(parents=True)
+    p = _pol(root, allowed_roots=(str(agent_ws),),
+             forbidden_paths=(str(data), str(root / "cfg"), "secrets"),
+             autonomy="full", workspace_only=False)
+    for path in (str(data / "sessions" / "acp-sessions.db"), "cfg/data/gateway/tokens.db",
+                 "cfg/config.toml", "secrets/key", str(root / "cfg")):
+        with pytest.raises(PolicyViolation, match="forbidden"):
+            check_read(p, path)
+        assert not may_write(p, path)
+    assert may_write(p, "src/main.py")
+    # A root inside the forbidden tree (the agent workspace in the config dir) still wins.
+    assert may_write(p, str(agent_ws / "IDENTITY.md"))
+    # A symlink the session makes into the forbidden tree does not help either.
+    (root / "src" / "peek").symlink_to(data)
+    assert not may_read(p, "src/peek/x")
+
+
 def test_spec12_forbidden_tilde_expands_to_home(
     tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from services.agent.sandbox import (
     SANDBOX_FAILED_EXIT,
+    WRITE_FILE,
     SandboxPlan,
     landlock_abi,
     make_plan,
@@ -158,19 +159,38 @@ async def test_trampoline_fails_closed(tmp_path: Path) -> None:
     assert b"cannot confine the shell" in err and not marker.exists()
 
 
-def test_plan_resolves_paths_and_drops_forbidden_inside_roots(tmp_path: Path) -> None:
+def test_plan_resolves_paths_and_keeps_forbidden_inside_roots(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "secret").mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere")
-    plan = make_plan(str(ws), ["~"], [str(ws / "secret"), str(link), "~/.ssh"],
+    plan = make_plan(str(ws), ["~"], [str(ws / "secret"), str(link), "~/.ssh", "private", str(ws)],
                      workspace_only=False)
     home = os.path.realpath(os.path.expanduser("~"))
     assert plan.roots == (str(ws), home)
-    # Inside a root → dropped (roots win); the symlink is resolved to its target.
-    assert plan.forbidden == (str(tmp_path / "elsewhere"),)
+    # Inside a root → kept (a root never reaches a forbidden path inside it); the symlink
+    # is resolved to its target; a relative entry is the workspace's; a root itself wins.
+    assert plan.forbidden == (str(ws / "secret"), str(tmp_path / "elsewhere"),
+                              os.path.join(home, ".ssh"), str(ws / "private"))
     assert plan.write_everywhere is True
     assert SandboxPlan.from_json(plan.to_json()) == plan
+
+
+def test_rules_grant_a_root_around_the_forbidden_path_inside_it(tmp_path: Path) -> None:
+    """A root containing the data dir: its siblings get the root's rights, the data dir none."""
+    root = tmp_path / "root"
+    (root / "cfg" / "data").mkdir(parents=True)
+    (root / "cfg" / "agents").mkdir()
+    (root / "src").mkdir()
+    (root / "notes.txt").write_text("n")
+    data = root / "cfg" / "data"
+    plan = SandboxPlan(roots=(str(root),), forbidden=(str(data),), write_everywhere=False)
+    granted = dict(rules(plan, 5))
+    full = granted[str(root / "src")]
+    assert full == granted[str(root / "notes.txt")] == granted[str(root / "cfg" / "agents")]
+    assert full & WRITE_FILE
+    for path in (data, root, root / "cfg"):
+        assert str(path) not in granted
 
 
 def test_rules_grant_siblings_but_never_the_forbidden_path_or_its_parents(tmp_path: Path) -> None:

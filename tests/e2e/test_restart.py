@@ -19,9 +19,11 @@ def _turn_updates(before: list[dict[str, Any]], sid: str) -> list[dict[str, Any]
 def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg", autonomy="full")
     first = AcpProcess(cfg)
+    project = tmp_path / "project"  # beside the config dir: a cwd containing it is refused
+    project.mkdir()
     try:
-        sid = first.new_session(agentAlias="demo", cwd=str(tmp_path))
-        (tmp_path / "note.txt").write_text("restart contents")
+        sid = first.new_session(agentAlias="demo", cwd=str(project))
+        (project / "note.txt").write_text("restart contents")
         streamed: list[dict[str, Any]] = []
         prompts = ["hello before restart", "plan", "read note.txt", "write out.txt written"]
         for prompt in prompts:

@@ -119,7 +119,9 @@ async def test_official_sdk_client_walking_skeleton(tmp_path: Path) -> None:
         init = await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
         assert init.protocol_version == 1
         assert init.agent_capabilities is not None and init.agent_capabilities.load_session
-        new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        project = tmp_path / "project"  # beside the config dir (a cwd holding it is refused)
+        project.mkdir()
+        new = await conn.new_session(cwd=str(project), mcp_servers=[])
         assert uuid.UUID(new.session_id).version == 4
         resp = await conn.prompt(session_id=new.session_id, prompt=[text_block("hi from sdk")])
         assert resp.stop_reason == "end_turn"

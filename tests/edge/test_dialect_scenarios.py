@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from services.common.protocol import CANCEL_MARKER, MAX_BLOB_BYTES
+from services.common.protocol import CANCEL_MARKER, MAX_BLOB_BYTES, MSG_CWD_REFUSED
 from tests.e2e.harness import AcpProcess, updates, write_config
 
 pytestmark = pytest.mark.slow
@@ -218,13 +218,14 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
     link = tmp_path / "link"
     link.symlink_to(real)
     (cfg_dir / "proj").mkdir(exist_ok=True)
+    (cfg_dir.parent / "beside").mkdir(exist_ok=True)
     agent_ws = os.path.realpath(cfg_dir / "agents" / "sdk" / "workspace")
     cases = [
         ({"cwd": str(link)}, os.path.realpath(real)),
         ({"cwd": f"{real}/sub/.."}, os.path.realpath(real)),
         ({"workspaceDir": str(real / "sub")}, os.path.realpath(real / "sub")),
         ({"workspace_dir": str(real)}, os.path.realpath(real)),
-        ({"cwd": "proj"}, os.path.realpath(cfg_dir / "proj")),
+        ({"cwd": "../beside"}, os.path.realpath(cfg_dir.parent / "beside")),
         ({"cwd": "."}, agent_ws),
         ({}, agent_ws),
     ]
@@ -232,6 +233,10 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
         res = acp.result("session/new", {"agentAlias": "sdk", **params})
         opened.append(res["sessionId"])
         assert res["workspaceDir"] == expected, params
+    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace.
+    error = acp.error("session/new", {"agentAlias": "sdk", "cwd": "proj"})
+    assert error == {"code": -32602, "message": MSG_CWD_REFUSED.format(
+        relation="lies inside", what="acpgate's own state")}
 
 
 # ----------------------------------------------------------------- §4 / §5

@@ -22,6 +22,13 @@ pytestmark = pytest.mark.slow
 ZC_OUT = re.compile(r"^zc-out-\d+$")
 
 
+def project_dir(tmp_path: Path) -> Path:
+    """A session cwd beside the config dir (a cwd containing it would be refused)."""
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    return project
+
+
 @pytest.fixture(scope="module")
 def acp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcpProcess]:
     proc = AcpProcess(write_config(tmp_path_factory.mktemp("perm") / "cfg", max_sessions=10))
@@ -154,7 +161,7 @@ def test_ask_user_choices(acp: AcpProcess, sid: str) -> None:
 def test_timeout_denies_and_turn_goes_on(tmp_path: Path) -> None:
     acp = AcpProcess(write_config(tmp_path / "cfg", session_timeout=1))
     try:
-        sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
+        sid = acp.new_session(agentAlias="demo", cwd=str(project_dir(tmp_path)))
         before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "!echo too-late"})
         asked = [m for m in before if m.get("method") == "session/request_permission"]
         assert [m["id"] for m in asked] == ["zc-out-0"], "ids count from 0 per connection"
@@ -173,7 +180,7 @@ def test_client_gone_while_asked(tmp_path: Path) -> None:
     """EOF while a permission request is open: the edge exits 0 and leaves no child."""
     acp = AcpProcess(write_config(tmp_path / "cfg"))
     try:
-        sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
+        sid = acp.new_session(agentAlias="demo", cwd=str(project_dir(tmp_path)))
         acp.request_async("session/prompt", {"sessionId": sid, "prompt": "!sleep 30"})
         acp.read_until(lambda m: m.get("method") == "session/request_permission")
         children = [p.pid for p in acp.descendants()]
@@ -190,7 +197,7 @@ def test_elicitation_relay_when_client_advertises_it(tmp_path: Path) -> None:
     try:
         acp.result("initialize", {"protocolVersion": 1,
                                   "clientCapabilities": {"elicitation": {"form": {}}}})
-        sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
+        sid = acp.new_session(agentAlias="demo", cwd=str(project_dir(tmp_path)))
 
         def allow(params: dict[str, Any]) -> Any:
             return {"outcome": {"outcome": "selected", "optionId": "allow-once"}}

@@ -69,7 +69,9 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
         init = await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
         assert init.protocol_version == 1
         assert init.agent_capabilities is not None and init.agent_capabilities.load_session
-        new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        project = tmp_path / "project"  # beside the config dir (a cwd holding it is refused)
+        project.mkdir()
+        new = await conn.new_session(cwd=str(project), mcp_servers=[])
         sid = new.session_id
         resp = await conn.prompt(session_id=sid, prompt=[text_block("hello over websocket")])
         assert resp.stop_reason == "end_turn"
@@ -95,7 +97,7 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
         transport = await create_websocket_stream(stack.edge.url, headers=auth(secret))
         conn = connect_to_agent(Client(), transport)  # type: ignore[arg-type]
         await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
-        await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        await conn.load_session(cwd=str(project), session_id=sid, mcp_servers=[])
         replayed = [(getattr(u, "session_update", ""), u) for s, u in updates if s == sid]
         kinds = [k for k, _ in replayed]
         assert "user_message_chunk" in kinds and "agent_message_chunk" in kinds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -168,10 +169,15 @@ async def test_spec3_explicit_cwd_real_path_never_widened(cfg: Config, tmp_path:
     assert not info.is_agent_workspace
     rel = await resolve_workspace(cfg, "a", "sub", base_dir=str(proj))
     assert rel.workspace_dir == str((proj / "sub").resolve())
-    # A subdirectory of the install root is a real boundary, not the placeholder.
+    # A subdirectory of the install root is not the placeholder either: it is acpgate's
+    # own state, refused (issue 11) unless [autonomy] allow_cwd names it, and then exact.
     inner = cfg.config_dir / "inner"
     inner.mkdir()
-    assert (await resolve_workspace(cfg, "a", str(inner))).workspace_dir == str(inner.resolve())
+    with pytest.raises(WorkspaceError, match="lies inside acpgate's own state"):
+        await resolve_workspace(cfg, "a", str(inner))
+    opted_in = replace(cfg, autonomy=replace(cfg.autonomy, allow_cwd=(str(inner),)))
+    assert (await resolve_workspace(opted_in, "a", str(inner))).workspace_dir == \
+        str(inner.resolve())
 
 
 async def test_spec3_cwd_that_is_a_file(cfg: Config, tmp_path: Path) -> None:

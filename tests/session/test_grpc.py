@@ -20,6 +20,7 @@ from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, StoreSection
 from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.protocol import MSG_CWD_REFUSED
 from services.common.urls import redact_url
 from services.session.server import SERVICE_NAME, store_target
 from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, open_store
@@ -169,6 +170,22 @@ async def test_spec3_resolve_workspace(stub: Stub, short_dir: Path) -> None:
     assert details == "cwd is not a usable directory (/no/such/dir): No such file or directory"
 
 
+async def test_get_policy_refuses_a_workspace_of_acpgate_state(stub: Stub,
+                                                                short_dir: Path) -> None:
+    """Issue 11: every session comes up through GetPolicy, so a stored workspace that is
+    acpgate's own state is refused there with session/new's message; the agent workspace
+    (inside the config dir) is not."""
+    for workspace, relation in ((short_dir / "data", "is"), (short_dir, "contains"),
+                                (short_dir / "cfg" / "x", "lies inside")):
+        code, details = await _code(stub.GetPolicy(pb.GetPolicyRequest(
+            alias="alpha", workspace_dir=str(workspace))))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert details == MSG_CWD_REFUSED.format(relation=relation, what="acpgate's own state")
+    agent_ws = short_dir / "cfg" / "agents" / "alpha" / "workspace"
+    p = await stub.GetPolicy(pb.GetPolicyRequest(alias="alpha", workspace_dir=str(agent_ws)))
+    assert p.workspace_dir == str(agent_ws)
+
+
 async def test_spec12_get_policy(stub: Stub, short_dir: Path) -> None:
     """SPEC §12: the policy message: agent workspace as allowed root, [autonomy] defaults."""
     p = await stub.GetPolicy(pb.GetPolicyRequest(alias="alpha", workspace_dir="/proj"))
@@ -177,7 +194,7 @@ async def test_spec12_get_policy(stub: Stub, short_dir: Path) -> None:
     assert "/etc/shadow" in p.forbidden_paths and "~/.ssh" in p.forbidden_paths
     # acpgate's own state is always off limits (the agent workspace is an allowed root).
     assert str(short_dir / "data") in p.forbidden_paths
-    assert str(short_dir / "cfg" / "config.toml") in p.forbidden_paths
+    assert str(short_dir / "cfg") in p.forbidden_paths
     assert p.autonomy == "supervised" and p.workspace_only and "file_read" in p.auto_approve
     code, _ = await _code(stub.GetPolicy(pb.GetPolicyRequest(alias="zzz", workspace_dir="/p")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT

@@ -170,6 +170,9 @@ class AutonomySection:
     forbidden_paths: tuple[str, ...] = DEFAULT_FORBIDDEN_PATHS
     auto_approve: tuple[str, ...] = DEFAULT_AUTO_APPROVE
     always_ask: tuple[str, ...] = ()
+    #: Directories that may be a session workspace although they are, lie inside or
+    #: contain acpgate's own state or a credential store (exact paths; ``~`` expanded).
+    allow_cwd: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

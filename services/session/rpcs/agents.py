@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import grpc
@@ -15,6 +16,7 @@ from services.session.aliases import (
     resolve_alias,
     resolve_restore_alias,
 )
+from services.session.confinement import workspace_refusal
 from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
@@ -94,10 +96,18 @@ class AgentRpcs(RpcBase):
         )
 
     async def GetPolicy(self, request: pb.GetPolicyRequest, context: Ctx) -> pb.SecurityPolicy:
-        """The SPEC §12 policy for an alias and a session workspace."""
+        """The SPEC §12 policy for an alias and a session workspace.
+
+        Every session comes up through here, new or restored, so a workspace that
+        must not be one (a stored row from before the rule, a config changed since)
+        is refused here too, with the message session/new gives.
+        """
         await self._require_alias(request.alias, context)
         if not request.workspace_dir:
             await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "workspace_dir is required"
             )
+        refusal = await asyncio.to_thread(workspace_refusal, self._cfg, request.workspace_dir)
+        if refusal is not None:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal.message())
         return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir))

@@ -1,0 +1,115 @@
+"""Which directories may never be a session workspace: acpgate's own state, credential stores.
+
+Roots beat forbidden paths (SPEC §12): a session whose cwd is, or contains,
+the data dir could read every other principal's conversations and the gateway
+tokens with its shell. So a session workspace is refused when its real path
+equals, lies inside or contains one of these *guarded* paths:
+
+- acpgate's own state: the config dir and the data dir. A workspace inside an
+  agent workspace is fine although that lives in the config dir by default: it
+  holds the agent's own files, nothing of acpgate's.
+- the credential stores: every ``[autonomy] forbidden_paths`` entry (``~/.ssh``,
+  ``/etc/shadow``, cloud CLI configs, ``/proc``…), except an entry that is the
+  home directory or above it (``/root`` when acpgate runs as root: a project
+  inside one's own home is no credential store; the stores in it still count).
+
+``[autonomy] allow_cwd`` opts exact directories in (real paths, ``~`` expanded).
+Even then the agent's tools keep away from the guarded paths inside them
+(``services.agent.enforce``, ``services.agent.sandbox``): opting a directory in
+makes it a session workspace, it does not open what it contains.
+
+Everything here touches the file system (real paths): call it off the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from services.common.config import Config
+from services.common.protocol import MSG_CWD_REFUSED
+
+__all__ = ["CREDENTIAL_STORE", "OWN_STATE", "Refusal", "workspace_refusal"]
+
+#: How the message names each kind of guarded path (never its location).
+OWN_STATE = "acpgate's own state"
+CREDENTIAL_STORE = "a credential store"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a workspace is refused: how it relates to which kind of guarded path."""
+
+    relation: str  # "is", "lies inside" or "contains"
+    what: str  # OWN_STATE or CREDENTIAL_STORE
+
+    def message(self) -> str:
+        """The -32602 message (the same for session/new, load and resume)."""
+        return MSG_CWD_REFUSED.format(relation=self.relation, what=self.what)
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _within(path: str, root: str) -> bool:
+    return root == os.sep or path == root or path.startswith(root + os.sep)
+
+
+def _relation(workspace: str, guarded: str) -> str | None:
+    if workspace == guarded:
+        return "is"
+    if _within(workspace, guarded):
+        return "lies inside"
+    if _within(guarded, workspace):
+        return "contains"
+    return None
+
+
+def _credential_stores(cfg: Config) -> Iterator[str]:
+    """Real paths of the absolute forbidden paths, less those at or above the home dir."""
+    home = _real("~")
+    for entry in cfg.autonomy.forbidden_paths:
+        entry = entry.strip()
+        if not entry or not os.path.isabs(os.path.expanduser(entry)):
+            continue  # a relative entry is relative to each workspace, not a place of its own
+        real = _real(entry)
+        if not _within(home, real):
+            yield real
+
+
+def _agent_workspaces(cfg: Config) -> list[str]:
+    return [_real(str(cfg.agent_workspace(alias))) for alias in cfg.agents]
+
+
+#: The most telling relation is named when a workspace relates to several guarded paths.
+_RELATIONS = ("is", "lies inside", "contains")
+
+
+def _refusals(workspace: str, cfg: Config) -> Iterator[Refusal]:
+    agent_workspaces = _agent_workspaces(cfg)
+    for path in dict.fromkeys((_real(str(cfg.config_dir)), _real(str(cfg.data_dir)))):
+        relation = _relation(workspace, path)
+        if relation == "lies inside" and any(_within(workspace, ws) for ws in agent_workspaces):
+            continue
+        if relation is not None:
+            yield Refusal(relation, OWN_STATE)
+    for path in _credential_stores(cfg):
+        relation = _relation(workspace, path)
+        if relation is not None:
+            yield Refusal(relation, CREDENTIAL_STORE)
+
+
+def workspace_refusal(cfg: Config, workspace_dir: str) -> Refusal | None:
+    """Why ``workspace_dir`` may not be a session workspace, or ``None`` when it may.
+
+    Blocking (real paths): run it through ``asyncio.to_thread``.
+    """
+    workspace = _real(workspace_dir)
+    if workspace in {_real(p) for p in cfg.autonomy.allow_cwd if p.strip()}:
+        return None
+    found = list(_refusals(workspace, cfg))
+    # Stable sort: own state before credential stores within the same relation.
+    found.sort(key=lambda r: _RELATIONS.index(r.relation))
+    return found[0] if found else None

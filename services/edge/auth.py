@@ -47,6 +47,15 @@ def offered_subprotocols(header_values: Iterable[str]) -> list[str]:
     return out
 
 
+def choose_subprotocol(offered: Iterable[str], preferred: str) -> str | None:
+    """``preferred`` when offered, else the first ``bearer.<t>`` entry (a browser that
+    offered only its token must get one of its offers back), else none."""
+    offers = list(offered)
+    if preferred in offers:
+        return preferred
+    return next((p for p in offers if p.startswith(BEARER_SUBPROTOCOL_PREFIX)), None)
+
+
 def extract_token(
     authorization: str | None, subprotocols: Iterable[str], path: str
 ) -> PresentedToken | None:
@@ -67,6 +76,13 @@ def extract_token(
 
 #: Session-owner key of a gateway client authenticated by a token.
 CLIENT_PRINCIPAL_PREFIX = "client:"
+
+
+def token_id_of(principal: str) -> str:
+    """The token id a ``client:<token id>`` principal stands for; "" for the operator."""
+    if principal.startswith(CLIENT_PRINCIPAL_PREFIX):
+        return principal[len(CLIENT_PRINCIPAL_PREFIX):]
+    return ""
 
 
 class Authenticator:

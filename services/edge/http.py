@@ -57,7 +57,8 @@ class GatewayGauges:
     connections: int = 0
     connections_total: int = 0
     rejected_unauthorized_total: int = 0
-    rejected_busy_total: int = 0
+    #: Handshakes refused for a connection limit, by reason (``services.edge.admission``).
+    rejected_busy: Mapping[str, int] = field(default_factory=dict)
     slow_client_closes_total: int = 0
     #: lease state → count; ``None`` when the lifecycle service could not be asked.
     leases: Mapping[str, int] | None = None
@@ -115,7 +116,7 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
              [({}, float(gauges.connections_total))])
     w.metric("acpgate_ws_rejected_total", "counter", "Handshakes refused, by reason.",
              [({"reason": "unauthorized"}, float(gauges.rejected_unauthorized_total)),
-              ({"reason": "too_many_connections"}, float(gauges.rejected_busy_total))])
+              *(({"reason": r}, float(n)) for r, n in sorted(gauges.rejected_busy.items()))])
     w.metric("acpgate_ws_slow_client_closes_total", "counter",
              "Connections closed because the client did not read its frames.",
              [({}, float(gauges.slow_client_closes_total))])

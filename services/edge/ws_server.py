@@ -4,7 +4,8 @@ One connection is one dialect server (``serve_connection``) with its own
 ``zc-out-`` counter and its own sessions; a disconnect releases them. Before
 the upgrade, ``process_request`` routes plain HTTP (``/healthz``, ``/metrics``),
 answers 404 for unknown paths, 401 for a missing or bad token and 503 when
-the connection limit is reached.
+the connection limit or the token's share of it is reached
+(``services.edge.admission``).
 
 Slow clients: everything a connection sends goes through its bounded
 :class:`~services.edge.outqueue.Outbox`, which closes a client that stops
@@ -33,11 +34,13 @@ from websockets.typing import Subprotocol
 from services.common.config import Config
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
+from services.edge.admission import LiveConnections
 from services.edge.auth import (
-    BEARER_SUBPROTOCOL_PREFIX,
     Authenticator,
+    choose_subprotocol,
     extract_token,
     offered_subprotocols,
+    token_id_of,
 )
 from services.edge.http import (
     JSON_CONTENT_TYPE,
@@ -94,7 +97,6 @@ class ServeConnection(Protocol):
 class _Counters:
     connections_total: int = 0
     rejected_unauthorized_total: int = 0
-    rejected_busy_total: int = 0
     slow_client_closes_total: int = 0
 
 
@@ -146,10 +148,8 @@ class EdgeServer:
         self.runtime = runtime
         self.probe = probe
         self._serve_connection = serve_connection
-        self._auth = Authenticator(
-            token_store if token_store is not None else TokenStore(token_db_path(cfg)),
-            require_auth=cfg.gateway.require_auth,
-        )
+        store = token_store if token_store is not None else TokenStore(token_db_path(cfg))
+        self._auth = Authenticator(store, require_auth=cfg.gateway.require_auth)
         self._queue_chars = queue_chars
         self._queue_messages = queue_messages
         self._slow_client_timeout = slow_client_timeout
@@ -158,7 +158,8 @@ class EdgeServer:
         self.acp_path = f"{prefix}/acp"
         self._health_paths = {"/healthz", f"{prefix}/healthz"}
         self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
-        self._active: set[ServerConnection] = set()
+        self._live: LiveConnections[ServerConnection] = LiveConnections(
+            cfg.gateway.max_connections, cfg.gateway.connections_per_token)
         #: Who each admitted handshake acts as, from process_request to _handle.
         self._principals: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary())
@@ -203,7 +204,7 @@ class EdgeServer:
     @property
     def connection_count(self) -> int:
         """Open WebSocket connections."""
-        return len(self._active)
+        return len(self._live)
 
     @property
     def slow_client_closes(self) -> int:
@@ -224,14 +225,8 @@ class EdgeServer:
     def _select_subprotocol(
         self, connection: ServerConnection, subprotocols: Any
     ) -> Subprotocol | None:
-        offered = list(subprotocols)
-        if WS_SUBPROTOCOL in offered:
-            return Subprotocol(WS_SUBPROTOCOL)
-        # A browser that offered only its bearer entry must get one of its offers back.
-        for proto in offered:
-            if proto.startswith(BEARER_SUBPROTOCOL_PREFIX):
-                return Subprotocol(proto)
-        return None
+        chosen = choose_subprotocol(subprotocols, WS_SUBPROTOCOL)
+        return Subprotocol(chosen) if chosen is not None else None
 
     async def _process_request(
         self, connection: ServerConnection, request: Request
@@ -260,13 +255,10 @@ class EdgeServer:
             )
             response.headers["WWW-Authenticate"] = 'Bearer realm="acpgate"'
             return response
-        if len(self._active) >= self.cfg.gateway.max_connections:
-            self._counters.rejected_busy_total += 1
-            log.warning("ws_too_many_connections", limit=self.cfg.gateway.max_connections)
-            return connection.respond(
-                http.HTTPStatus.SERVICE_UNAVAILABLE,
-                f"Too many connections (limit {self.cfg.gateway.max_connections})\n",
-            )
+        refusal = self._live.refusal(token_id_of(principal))
+        if refusal is not None:
+            log.warning("ws_" + refusal.reason, limit=refusal.limit)
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, refusal.body)
         self._principals[connection] = principal
         return None
 
@@ -277,10 +269,10 @@ class EdgeServer:
     async def _metrics(self, connection: ServerConnection) -> Response:
         health, leases = await asyncio.gather(self.probe.health(), self.probe.leases_by_state())
         gauges = GatewayGauges(
-            connections=len(self._active),
+            connections=len(self._live),
             connections_total=self._counters.connections_total,
             rejected_unauthorized_total=self._counters.rejected_unauthorized_total,
-            rejected_busy_total=self._counters.rejected_busy_total,
+            rejected_busy=dict(self._live.rejected),
             slow_client_closes_total=self._counters.slow_client_closes_total,
             leases=leases,
             services_up={name: int(state == "SERVING") for name, state in health.items()},
@@ -292,12 +284,14 @@ class EdgeServer:
 
     async def _handle(self, ws: ServerConnection) -> None:
         conn_id = next(self._ids)
-        if len(self._active) >= self.cfg.gateway.max_connections:
+        principal = self._principals.pop(ws, "")
+        token_id = token_id_of(principal)
+        refusal = self._live.refusal(token_id)
+        if refusal is not None:
             # Two handshakes raced past the check in process_request.
-            self._counters.rejected_busy_total += 1
-            await ws.close(BUSY_CLOSE_CODE, "too many connections")
+            await ws.close(BUSY_CLOSE_CODE, refusal.reason.replace("_", " "))
             return
-        self._active.add(ws)
+        self._live.add(ws, token_id)
         self._counters.connections_total += 1
         query = parse_qs(urlsplit(ws.request.path if ws.request else "").query)
         default_agent = next((a.strip() for a in query.get("agent", []) if a.strip()), "")
@@ -310,7 +304,7 @@ class EdgeServer:
         try:
             await self._serve_connection(
                 self.runtime, _incoming(ws), outbox.send, default_agent=default_agent,
-                principal=self._principals.pop(ws, ""),
+                principal=principal,
             )
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)
@@ -318,7 +312,7 @@ class EdgeServer:
         finally:
             self.peak_queue_chars = max(self.peak_queue_chars, outbox.queue.peak_chars)
             await outbox.aclose()
-            self._active.discard(ws)
+            self._live.discard(ws)
             log.info("ws_closed", conn=conn_id, code=ws.close_code)
 
     def _count_slow_client(self) -> None:

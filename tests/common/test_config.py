@@ -59,6 +59,8 @@ def test_env_agent_override_and_dispatchability(tmp_path: Path) -> None:
         ("[autonomy]\nlevel = 'yolo'\n", "[autonomy] level: expected one of"),
         ("[agents.a]\nkind = 'builtin'\nargs = 'x'\n", "[agents.a] args: expected array of strings"),
         ("[gateway]\nport = 70000\n", "[gateway] port"),
+        ("[gateway]\nmax_connections_per_token = -1\n", "[gateway] max_connections_per_token"),
+        ("[autonomy]\nallow_cwd = '/tmp'\n", "[autonomy] allow_cwd: expected array of strings"),
     ],
 )
 def test_broken_config_names_file_key_and_type(tmp_path: Path, text: str, needle: str) -> None:

@@ -227,6 +227,9 @@ def _validate(cfg: Config, origin: str) -> None:
             f"{origin}: [gateway] path_prefix: expected '' or a path like '/acpgate' "
             "(leading slash, no trailing slash)"
         )
+    if cfg.gateway.max_connections_per_token < 0:
+        raise ConfigError(f"{origin}: [gateway] max_connections_per_token: expected an integer "
+                          "≥ 0 (0 = a quarter of max_connections)")
     if cfg.lifecycle.term_grace_ms < 0:
         raise ConfigError(f"{origin}: [lifecycle] term_grace_ms: expected an integer ≥ 0")
     if cfg.store.url and not cfg.store.is_postgres:

@@ -96,6 +96,8 @@ class GatewaySection:
     require_auth: bool = True
     max_frame_bytes: int = 16 * 1024 * 1024
     max_connections: int = 64
+    #: Connections one token may hold at once; 0 = a quarter of ``max_connections``.
+    max_connections_per_token: int = 0
     ping_interval_secs: int = 20
     #: permessage-deflate on /acp. Off by default: measured, deflate costs the edge
     #: ~5 us of CPU per frame (17 -> 12 us/update relayed) and the client its inflate,
@@ -107,6 +109,13 @@ class GatewaySection:
     #: client owns) is the same on every host.
     token_db: str = ""
     tls: TlsSection = field(default_factory=TlsSection)
+
+    @property
+    def connections_per_token(self) -> int:
+        """The effective share of one token: the setting, else a quarter of the limit (≥ 1)."""
+        if self.max_connections_per_token > 0:
+            return self.max_connections_per_token
+        return max(1, self.max_connections // 4)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class GatewayGauges:
     #: Handshakes refused for a connection limit, by reason (``services.edge.admission``).
     rejected_busy: Mapping[str, int] = field(default_factory=dict)
     slow_client_closes_total: int = 0
+    revoked_closes_total: int = 0
     #: lease state → count; ``None`` when the lifecycle service could not be asked.
     leases: Mapping[str, int] | None = None
     #: service name → 1 serving / 0 not.
@@ -120,6 +121,9 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
     w.metric("acpgate_ws_slow_client_closes_total", "counter",
              "Connections closed because the client did not read its frames.",
              [({}, float(gauges.slow_client_closes_total))])
+    w.metric("acpgate_ws_revoked_closes_total", "counter",
+             "Connections closed because their token was revoked.",
+             [({}, float(gauges.revoked_closes_total))])
     w.metric("acpgate_service_up", "gauge", "gRPC dependency health (1 = SERVING).",
              [({"service": name}, float(up)) for name, up in sorted(gauges.services_up.items())])
     return "\n".join(w.lines) + "\n"

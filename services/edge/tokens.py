@@ -10,7 +10,8 @@ alphabet (``A-Z a-z 0-9 _ -``) is valid in an HTTP header, in a
 The store is synchronous sqlite3: the CLI calls it directly, async code calls
 it through :func:`asyncio.to_thread`. Every call opens its own connection, so a
 revoke by ``acpgate token revoke`` in another process takes effect on the next
-check without any cache to invalidate.
+check without any cache to invalidate. Connections that are already open are
+the :class:`TokenWatch`'s business: it tells cheaply when the table changed.
 """
 
 from __future__ import annotations
@@ -156,3 +157,53 @@ class TokenStore:
             if hmac.compare_digest(presented, digest):
                 matched = token_id
         return matched
+
+
+class TokenWatch:
+    """A read-only look at the token table that is cheap when nothing changed.
+
+    It keeps one read-only connection and asks SQLite's ``PRAGMA data_version``,
+    which moves whenever another connection — any process, e.g. ``acpgate token
+    revoke`` — committed to the file. Only then is the table read again. Like
+    the store it is synchronous: call it through ``asyncio.to_thread``, from one
+    caller at a time.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._version: int | None = None
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self._conn is None and self.path.exists():
+            try:
+                self._conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro",
+                                             uri=True, timeout=10.0, check_same_thread=False)
+            except sqlite3.Error:
+                return None
+        return self._conn
+
+    def active_ids_if_changed(self) -> set[str] | None:
+        """The ids of the active tokens when the table changed since the last call (the
+        first call counts as a change), else ``None``. No store yet: no active token."""
+        conn = self._open()
+        if conn is None:
+            first, self._version = self._version is None, -1
+            return set() if first else None
+        try:
+            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._version:
+                return None
+            rows = conn.execute("SELECT token_id FROM tokens WHERE revoked_at IS NULL").fetchall()
+        except sqlite3.Error:
+            # Created but empty, or mid-write: look again next time.
+            self._version = None
+            return None
+        self._version = version
+        return {row[0] for row in rows}
+
+    def close(self) -> None:
+        """Close the connection (a later call opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

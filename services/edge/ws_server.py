@@ -5,7 +5,8 @@ One connection is one dialect server (``serve_connection``) with its own
 the upgrade, ``process_request`` routes plain HTTP (``/healthz``, ``/metrics``),
 answers 404 for unknown paths, 401 for a missing or bad token and 503 when
 the connection limit or the token's share of it is reached
-(``services.edge.admission``).
+(``services.edge.admission``). A token revoked while its connections are open
+closes them with 1008 (``services.edge.revocation``).
 
 Slow clients: everything a connection sends goes through its bounded
 :class:`~services.edge.outqueue.Outbox`, which closes a client that stops
@@ -57,10 +58,14 @@ from services.edge.outqueue import (
     Outbox,
 )
 from services.edge.probe import ServiceProbe
-from services.edge.tokens import TokenStore, token_db_path
+from services.edge.revocation import RevocationWatch
+from services.edge.tokens import TokenStore, TokenWatch, token_db_path
 
 #: Close code when the connection limit was hit by a racing handshake.
 BUSY_CLOSE_CODE = 1013
+#: Close code and reason for the connections of a token revoked meanwhile.
+REVOKED_CLOSE_CODE = 1008
+REVOKED_REASON = "token revoked"
 
 log = get_logger("edge.ws")
 
@@ -98,6 +103,7 @@ class _Counters:
     connections_total: int = 0
     rejected_unauthorized_total: int = 0
     slow_client_closes_total: int = 0
+    revoked_closes_total: int = 0
 
 
 def _respond(connection: ServerConnection, status: int, body: str,
@@ -160,6 +166,9 @@ class EdgeServer:
         self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
         self._live: LiveConnections[ServerConnection] = LiveConnections(
             cfg.gateway.max_connections, cfg.gateway.connections_per_token)
+        self._revocations = RevocationWatch(TokenWatch(store.path), self._live,
+                                            self._close_revoked)
+        self._watching: asyncio.Task[None] | None = None
         #: Who each admitted handshake acts as, from process_request to _handle.
         self._principals: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary())
@@ -192,6 +201,8 @@ class EdgeServer:
         )
         sockets = list(self._server.sockets)
         self.port = sockets[0].getsockname()[1] if sockets else gw.port
+        if gw.require_auth:
+            self._watching = asyncio.create_task(self._revocations.run())
         log.info("edge_listening", host=gw.host, port=self.port, path=self.acp_path,
                  tls=self.cfg.gateway.tls.enabled, require_auth=gw.require_auth)
 
@@ -216,6 +227,9 @@ class EdgeServer:
         if self._server is None:
             return
         server, self._server = self._server, None
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
         server.close(close_connections=True)
         await server.wait_closed()
         log.info("edge_stopped")
@@ -274,6 +288,7 @@ class EdgeServer:
             rejected_unauthorized_total=self._counters.rejected_unauthorized_total,
             rejected_busy=dict(self._live.rejected),
             slow_client_closes_total=self._counters.slow_client_closes_total,
+            revoked_closes_total=self._counters.revoked_closes_total,
             leases=leases,
             services_up={name: int(state == "SERVING") for name, state in health.items()},
         )
@@ -317,6 +332,15 @@ class EdgeServer:
 
     def _count_slow_client(self) -> None:
         self._counters.slow_client_closes_total += 1
+
+    async def _close_revoked(self, ws: ServerConnection) -> None:
+        """Close a connection whose token was revoked; its sessions are released as on any close."""
+        self._counters.revoked_closes_total += 1
+        log.warning("ws_token_revoked", remote=_remote(ws))
+        try:
+            await ws.close(REVOKED_CLOSE_CODE, REVOKED_REASON)
+        except Exception:  # closing a connection that is going away anyway
+            ws.transport.abort()
 
 
 async def _incoming(ws: ServerConnection) -> AsyncIterator[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from services.common.config import load_config
 from services.edge.auth import TokenSource, extract_token
-from services.edge.tokens import TokenStore, token_db_path
+from services.edge.tokens import TokenStore, TokenWatch, token_db_path
 
 
 def test_db_path_under_data_dir(tmp_path: Path) -> None:
@@ -119,3 +119,25 @@ async def test_identify_and_principal(tmp_path: Path) -> None:
     assert await auth.admit(PresentedToken(secret2, TokenSource.QUERY)) is True
     # Auth off: every connection is the local operator.
     assert await Authenticator(store, require_auth=False).principal(None) == ""
+
+
+def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
+    """Issue 11: the edge's cheap look at the store notices a revoke by `acpgate token revoke`."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "gateway" / "tokens.db"
+    watch = TokenWatch(path)
+    assert watch.active_ids_if_changed() == set()  # no store yet: no active token
+    assert watch.active_ids_if_changed() is None
+    store = TokenStore(path)
+    tid, _ = store.create("a")
+    assert watch.active_ids_if_changed() == {tid}
+    assert watch.active_ids_if_changed() is None  # nothing changed since
+    subprocess.run([sys.executable, "-c",
+                    "import sys; from pathlib import Path; from services.edge.tokens import "
+                    "TokenStore; TokenStore(Path(sys.argv[1])).revoke(sys.argv[2])",
+                    str(path), tid], check=True, timeout=60)
+    assert watch.active_ids_if_changed() == set()
+    watch.close()
+    assert not path.with_name("tokens.db-journal").exists()  # it only ever reads

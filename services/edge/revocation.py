@@ -1,0 +1,71 @@
+"""Revoked tokens lose their open connections, whoever revoked them (SPEC §11).
+
+A token is checked at the handshake; ``acpgate token revoke`` runs in another
+process and only writes the token store. :class:`RevocationWatch` polls the
+store's change marker (:class:`~services.edge.tokens.TokenWatch`, one cheap
+``PRAGMA data_version`` per interval while any token holds a connection) and
+closes every live connection whose token is no longer active, so a revocation
+takes effect within :data:`REVOCATION_POLL_SECS` everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from services.common.logs import get_logger
+from services.edge.admission import LiveConnections
+from services.edge.tokens import TokenWatch
+
+__all__ = ["REVOCATION_POLL_SECS", "RevocationWatch"]
+
+#: How often the token store is looked at while tokens hold connections.
+REVOCATION_POLL_SECS = 0.25
+
+log = get_logger("edge.ws")
+
+
+class RevocationWatch:
+    """Closes the live connections of revoked tokens (``close`` is called once per connection)."""
+
+    def __init__(self, watch: TokenWatch, live: LiveConnections[Any],
+                 close: Callable[[Any], Coroutine[Any, Any, None]],
+                 interval: float = REVOCATION_POLL_SECS) -> None:
+        self._watch = watch
+        self._live = live
+        self._close = close
+        self._interval = interval
+        self._active: set[str] | None = None
+        self._closed: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        """Poll until cancelled; a failing look is logged and tried again next time."""
+        try:
+            while True:
+                await asyncio.sleep(self._interval)
+                if self._live.token_ids():
+                    try:
+                        await self.check()
+                    except Exception:
+                        log.exception("token_watch_failed")
+        finally:
+            await asyncio.to_thread(self._watch.close)
+
+    async def check(self) -> None:
+        """One look: refresh the active tokens if the store changed, close the revoked."""
+        changed = await asyncio.to_thread(self._watch.active_ids_if_changed)
+        if changed is not None:
+            self._active = changed
+        if self._active is None:
+            return
+        revoked = self._live.token_ids() - self._active
+        for conn in self._live.of_tokens(revoked):
+            if conn in self._closed:
+                continue
+            self._closed.add(conn)
+            task = asyncio.create_task(self._close(conn))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)

@@ -1,0 +1,59 @@
+"""Revoking a token closes its open connections, across processes (issue 11, item 4).
+
+``acpgate token revoke`` is another process than the edge: it only writes the
+token store. The edge notices within its poll interval (a quarter second; the
+wait below is only a generous ceiling) and closes every live connection of
+that token with 1008, releasing its sessions; other tokens' connections go on,
+and the revoked token cannot come back (401).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.gateway.stack import RawClient
+from tests.security.fake_model import attacker_model_server
+from tests.security.gateway_stack import WAIT, running_gateway
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+async def model_url() -> AsyncIterator[str]:
+    async with attacker_model_server() as srv:
+        yield srv.url
+
+
+async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path, model_url: str) -> None:
+    async with running_gateway(tmp_path, model_url=model_url) as gw:
+        doomed, kept = await gw.token("doomed"), await gw.token("kept")
+        first, second = RawClient(await gw.connect(doomed)), RawClient(await gw.connect(doomed))
+        other = RawClient(await gw.connect(kept))
+        await first.result("session/new", {"agentAlias": "demo"})
+        assert (await gw.metrics())["acpgate_active_sessions"] == 1
+
+        await gw.revoke(doomed)
+        for client in (first, second):
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(client.ws.recv(), WAIT)
+            assert closed.value.rcvd is not None
+            assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, "token revoked")
+
+        # The other token is untouched; the revoked one is refused at the door.
+        assert (await other.result("initialize", {}))["protocolVersion"] == 1
+        with pytest.raises(InvalidStatus) as refused:
+            await gw.connect(doomed)
+        assert refused.value.response.status_code == 401
+        # The closed connection's session was released (the row stays loadable).
+        for _ in range(int(WAIT * 20)):
+            if (await gw.metrics())["acpgate_active_sessions"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await gw.metrics())["acpgate_active_sessions"] == 0
+        assert any(e.get("event") == "ws_token_revoked" for e in gw.events())
+        await other.ws.close()

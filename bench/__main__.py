@@ -2,7 +2,7 @@
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
-``cold``, ``concurrency``.
+``cold``, ``concurrency``, ``flood``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.concurrency import run_concurrency
+from bench.flood import run_flood
 from bench.pg_bench import run_postgres
 from bench.reap_bench import run_reap
 from bench.relay import run_cold, run_relay
@@ -24,7 +25,7 @@ from bench.stage import REPO, serve, stage
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "load", "append", "postgres", "reap")
+GROUPS = ("relay", "cold", "concurrency", "load", "append", "postgres", "reap", "flood")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -68,6 +69,12 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "reap" in wanted:
         _say(f"startup reap of {sizes.reap_leases} leases")
         rows["reap"] = await run_reap(sizes)
+    if "flood" in wanted:
+        # A fresh gateway: its peak RSS must be the flood's, not an earlier group's.
+        async with stage() as st, serve(st) as sv:
+            _say(f"{sizes.flood_requests} requests from a client that stopped reading")
+            rows["flood"] = await run_flood(st.ws_url, sv, st.mint_token(), sizes)
+        incidents += st.failed_starts
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -34,6 +34,7 @@ async def serve_connection(
     principal: str = "",
     drain_secs: float = 15.0,
     abort: asyncio.Event | None = None,
+    send_many: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> None:
     """Serve one client connection until ``incoming`` ends.
 
@@ -50,10 +51,14 @@ async def serve_connection(
     (stdio, a gateway without auth), ``client:<token id>`` for an authenticated
     gateway client, whose sessions are owned by that key and who sees only
     those (SPEC §8 session/list "visible to the caller", §14).
+
+    ``send_many``, when the transport has one, writes several messages in order
+    and together without a lock here; the transport then sees (and bounds)
+    every answer that waits for the client. Without it, ``send`` is serialized.
     """
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
-                             principal=principal)
+                             principal=principal, send_many=send_many)
     try:
-        await conn.rpc.serve(incoming)
+        await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it
     finally:
         await conn.close(drain_secs=drain_secs, abort=abort)

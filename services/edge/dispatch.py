@@ -5,8 +5,11 @@ for one client: ``zc-out-N`` ids for the back-channel (SPEC §6), every error
 answer counted in the metrics, and the dialect's method table as its handler.
 The peer classifies lines, routes responses, runs every request and
 notification in its own task (a ``session/cancel`` is answered while a prompt
-streams) and answers each request exactly once. What each method does lives in
-``services.edge.handlers``; the connection is handed that method table.
+streams) and answers each request exactly once — at most :data:`MAX_IN_FLIGHT`
+at a time: past that the peer reads no further line until one is answered, so a
+client cannot pile up requests faster than they are answered (issue 11). What
+each method does lives in ``services.edge.handlers``; the connection is handed
+that method table.
 """
 
 from __future__ import annotations
@@ -25,21 +28,32 @@ from services.edge.session import EdgeSession
 #: One dialect method: the connection it arrived on and its params → the result.
 Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
 
+#: Requests (and notifications) of one connection that may run at once; reading waits
+#: past it. Far above what a client needs (max_sessions prompts and a few more).
+MAX_IN_FLIGHT = 1024
+
 
 class DialectConnection:
     """One client connection speaking the dialect (stdio or one WebSocket)."""
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
                  *, methods: Mapping[str, Handler], default_agent: str = "",
-                 principal: str = "") -> None:
+                 principal: str = "",
+                 send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.runtime = runtime
         #: Who this connection acts as ("" = the local operator; see serve_connection).
         self.principal = principal
         self._raw_send = send
+        #: The transport's own batch send, which keeps order and bounds what waits
+        #: (then no lock here: every answer waiting for the client is the transport's
+        #: to see and to bound, not hidden in a queue of lock waiters).
+        self._raw_send_many = send_many
         self._send_lock = asyncio.Lock()
         self.default_agent = default_agent.strip()
         self.rpc = JsonRpcPeer(self.send, self._serve, next_id=prefixed_ids(OUTBOUND_ID_PREFIX),
-                               on_error=runtime.metrics.count_error, label="client")
+                               on_error=runtime.metrics.count_error, label="client",
+                               max_running=max_in_flight)
         self.backchannel = BackChannel(self.rpc)
         #: What the client said it can do in ``initialize`` (passed on to adapters).
         self.client_capabilities: dict[str, Any] = {}
@@ -64,6 +78,9 @@ class DialectConnection:
         ConnectionError."""
         if self._closed:
             raise ConnectionError("client connection closed")
+        if self._raw_send_many is not None:
+            await self._raw_send_many(lines)
+            return
         async with self._send_lock:
             for line in lines:
                 await self._raw_send(line)

@@ -1,9 +1,14 @@
 """Newline-delimited messages over stdin/stdout pipes (SPEC §1), for ``acpgate acp``.
 
-:func:`read_lines` splits stdin into lines without a per-line limit on the
-stream (an over-long line becomes one parse error instead of killing the
-reader); :class:`LineWriter` coalesces every line written in one loop
+``read_lines`` (``services.common.jsonrpc``) splits stdin into lines without a
+per-line limit on the stream (an over-long line becomes one parse error instead
+of killing the reader); :class:`LineWriter` coalesces every line written in one loop
 iteration into one ``write`` and pushes back on a client that stops reading.
+
+A client that stops reading stdout must not grow memory either: the stdin
+reader buffers little ahead (:data:`STDIN_READ_AHEAD`), and the front door
+reads the next line only once :meth:`LineWriter.room` says the output backlog
+is under its bound — so a stuck stdout stops stdin.
 """
 
 from __future__ import annotations
@@ -13,15 +18,20 @@ import fcntl
 import os
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-from services.common.jsonrpc import MAX_LINE_BYTES
+#: What the stdin reader buffers ahead of the dialect before it stops reading the pipe
+#: (asyncio pauses the transport at twice a StreamReader's limit). Lines of any length
+#: still pass (read_lines joins chunks itself); this only bounds the read-ahead, so that
+#: when the dialect stops taking lines — its output is stuck — stdin stops moving too.
+STDIN_READ_AHEAD = 256 * 1024
 
 
 async def stdin_reader() -> asyncio.StreamReader:
     """A stream reader over this process's stdin pipe, for ``read_lines``."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    reader = asyncio.StreamReader(limit=STDIN_READ_AHEAD)
     protocol = asyncio.StreamReaderProtocol(reader)
     await loop.connect_read_pipe(lambda: protocol, sys.stdin.buffer)
     return reader
@@ -70,18 +80,47 @@ class LineWriter:
         """Bytes the transport holds that the reader has not taken yet."""
         return self._transport.get_write_buffer_size()
 
+    @property
+    def backlog(self) -> int:
+        """Bytes (about) written but not yet taken by the reader: pending plus buffered."""
+        return self._pending_chars + self._transport.get_write_buffer_size()
+
     async def send(self, line: str) -> None:
         """Queue one line; waits only above the high-water mark. ConnectionError once closed."""
         if self._transport.is_closing():
             raise ConnectionError("stdout closed")
         self._pending.append(line)
         self._pending_chars += len(line) + 1
-        if self._pending_chars + self._transport.get_write_buffer_size() > self._high_water:
+        await self._pushed()
+
+    async def send_many(self, lines: Sequence[str]) -> None:
+        """Queue ``lines`` in order and together (no other line between them); as ``send``."""
+        if self._transport.is_closing():
+            raise ConnectionError("stdout closed")
+        self._pending.extend(lines)
+        self._pending_chars += sum(len(line) for line in lines) + len(lines)
+        await self._pushed()
+
+    async def _pushed(self) -> None:
+        if self.backlog > self._high_water:
             self.flush()
             await self._writer.drain()
         elif not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self.flush)
+
+    async def room(self) -> None:
+        """Wait while the backlog is over the high-water mark (the reader stopped reading).
+
+        The stdio front door awaits this before it reads the next request, so a
+        client that does not read its answers cannot make the edge hold them.
+        """
+        while self.backlog > self._high_water and not self._transport.is_closing():
+            self.flush()
+            try:
+                await self._writer.drain()
+            except (ConnectionError, OSError):
+                return
 
     def flush(self) -> None:
         """Hand every pending line to the transport in one write."""
@@ -122,8 +161,23 @@ def _grow_pipe(fd: int, size: int) -> None:
         pass
 
 
-async def stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[], Awaitable[None]]]:
-    """``(send, close)`` for stdout: a coalescing pipe writer, else a thread per line."""
+@dataclass(frozen=True)
+class Stdout:
+    """How the stdio front door writes: one line, several together, the backlog gate, close."""
+
+    send: Callable[[str], Awaitable[None]]
+    #: ``None`` when the writer cannot write several lines together (the dialect serializes).
+    send_many: Callable[[list[str]], Awaitable[None]] | None
+    room: Callable[[], Awaitable[None]]
+    close: Callable[[], Awaitable[None]]
+
+
+async def _always_room() -> None:
+    return None
+
+
+async def stdout_writer() -> Stdout:
+    """stdout as a coalescing pipe writer, else (a file, a tty) a thread per line."""
     loop = asyncio.get_running_loop()
     try:
         _grow_pipe(sys.stdout.fileno(), STDOUT_PIPE_BYTES)
@@ -131,7 +185,8 @@ async def stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[]
             asyncio.streams.FlowControlMixin, sys.stdout.buffer)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         line_writer = LineWriter(transport, writer)
-        return line_writer.send, line_writer.aclose
+        return Stdout(line_writer.send, line_writer.send_many, line_writer.room,
+                      line_writer.aclose)
     except (ValueError, OSError):
         fd = sys.stdout.fileno()
         lock = asyncio.Lock()
@@ -147,7 +202,5 @@ async def stdout_writer() -> tuple[Callable[[str], Awaitable[None]], Callable[[]
                 await asyncio.to_thread(write_all, line.encode("utf-8", errors="surrogateescape")
                                         + b"\n")
 
-        async def close_file() -> None:
-            return None
-
-        return send_file, close_file
+        # Each send waits for its write: nothing piles up that a gate would have to stop.
+        return Stdout(send_file, None, _always_room, _always_room)

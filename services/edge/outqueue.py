@@ -2,17 +2,21 @@
 
 Everything a connection sends goes through an :class:`OutgoingQueue` bounded in
 characters and messages; an :class:`Outbox` pumps it onto the socket. When the
-queue is full, ``send`` waits (backpressure on that connection's relay only);
-if the client still does not read within ``slow_client_timeout`` the
-connection is closed with :data:`SLOW_CLIENT_CLOSE_CODE`, so a client that
-stops reading can never grow the edge's memory without bound.
+queue is full, ``send`` waits (backpressure on that connection's relay only).
+What waits is bounded too — in sends and in characters — since every request a
+client sends has an answer that must wait somewhere: past that bound, or when
+the client still does not read within ``slow_client_timeout``, the connection
+is closed with :data:`SLOW_CLIENT_CLOSE_CODE` and everything it held is
+dropped, so a client that stops reading can never grow the edge's memory
+without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from websockets.asyncio.server import ServerConnection
@@ -24,10 +28,17 @@ from services.common.logs import get_logger
 #: still accepted alone, so one 10 MiB blob frame passes).
 DEFAULT_QUEUE_CHARS = 8 * 1024 * 1024
 DEFAULT_QUEUE_MESSAGES = 1024
+#: Sends that may wait for room behind a full queue, and their characters (the oldest
+#: waiting send is not counted: it is being let in; two 10 MiB blobs fit behind it).
+#: Below the dialect's requests in flight (``services.edge.dispatch.MAX_IN_FLIGHT``), so
+#: a client that stops reading meets this bound (and is closed) before that one pauses it.
+DEFAULT_WAITING_SENDS = 256
+DEFAULT_WAITING_CHARS = 32 * 1024 * 1024
 DEFAULT_SLOW_CLIENT_TIMEOUT = 30.0
-#: Close code for a client that stopped reading (policy violation) and its reason.
+#: Close code for a client that stopped reading (policy violation) and its reasons.
 SLOW_CLIENT_CLOSE_CODE = 1008
 SLOW_CLIENT_REASON = "slow client: outgoing queue full"
+BACKLOG_REASON = "slow client: too many answers waiting"
 
 log = get_logger("edge.ws")
 
@@ -38,31 +49,51 @@ class PutResult(Enum):
     QUEUED = "queued"
     CLOSED = "closed"
     TIMED_OUT = "timed_out"
+    #: Not queued: as many sends as allowed already wait for room.
+    OVERFLOW = "overflow"
+
+
+@dataclass
+class _Waiting:
+    """One send that did not fit: the messages still outside the queue, oldest first."""
+
+    future: asyncio.Future[PutResult]
+    messages: deque[str]
+    chars: int
 
 
 class OutgoingQueue:
-    """A FIFO bounded in characters and messages; ``put`` waits for room.
+    """A FIFO bounded in characters and messages; ``put`` waits for room, boundedly.
 
     The common case costs no lock, timer or task: a message that fits is
-    appended at once and the pump is woken through an Event. Only a put that
-    does not fit waits, in FIFO order among waiting puts (a large message is not
-    overtaken forever by small ones), and the getter hands room to the oldest
-    waiter directly.
+    appended at once and the pump is woken through an Event. Only a send that
+    does not fit waits, in FIFO order among waiting sends (a large message is
+    not overtaken forever by small ones; the messages of one ``put_many`` stay
+    together and in order), and the getter hands room to the oldest waiter
+    directly. At most ``max_waiting`` sends (``max_waiting_chars`` characters
+    behind the oldest) wait; one more is refused with ``OVERFLOW``.
     """
 
     def __init__(self, max_chars: int = DEFAULT_QUEUE_CHARS,
-                 max_messages: int = DEFAULT_QUEUE_MESSAGES) -> None:
+                 max_messages: int = DEFAULT_QUEUE_MESSAGES,
+                 max_waiting: int = DEFAULT_WAITING_SENDS,
+                 max_waiting_chars: int = DEFAULT_WAITING_CHARS) -> None:
         self.max_chars = max_chars
         self.max_messages = max_messages
+        self.max_waiting = max_waiting
+        self.max_waiting_chars = max_waiting_chars
         self._items: deque[str] = deque()
         self._chars = 0
         #: Set while something is queued (or the queue closed): what ``get`` waits on.
         self._data = asyncio.Event()
-        #: Puts that did not fit, oldest first: (their future, message, size).
-        self._waiters: deque[tuple[asyncio.Future[PutResult], str, int]] = deque()
+        #: Sends that did not fit, oldest first, and the characters they still hold.
+        self._waiters: deque[_Waiting] = deque()
+        self._waiting_chars = 0
         self.closed = False
         #: The most characters ever queued at once (for tests and diagnostics).
         self.peak_chars = 0
+        #: The most sends that ever waited at once.
+        self.peak_waiting = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -71,6 +102,11 @@ class OutgoingQueue:
     def chars(self) -> int:
         """Characters queued now."""
         return self._chars
+
+    @property
+    def waiting(self) -> int:
+        """Sends waiting for room now."""
+        return len(self._waiters)
 
     def _fits(self, size: int) -> bool:
         # An empty queue accepts any single message, so one large frame still passes.
@@ -86,18 +122,32 @@ class OutgoingQueue:
         self._data.set()
 
     def _admit_waiters(self) -> None:
-        """Move waiting puts into the queue, oldest first, while they fit."""
+        """Move waiting messages into the queue, oldest first, while they fit."""
         waiters = self._waiters
         while waiters:
-            fut, message, size = waiters[0]
-            if fut.done():  # timed out or cancelled meanwhile
+            head = waiters[0]
+            if head.future.done():  # timed out or cancelled meanwhile
                 waiters.popleft()
+                self._waiting_chars -= head.chars
                 continue
-            if not self._fits(size):
+            while head.messages and self._fits(len(head.messages[0])):
+                message = head.messages.popleft()
+                size = len(message)
+                head.chars -= size
+                self._waiting_chars -= size
+                self._append(message, size)
+            if head.messages:
                 return
             waiters.popleft()
-            self._append(message, size)
-            fut.set_result(PutResult.QUEUED)
+            head.future.set_result(PutResult.QUEUED)
+
+    def _overflows(self, chars: int) -> bool:
+        """True when a send of ``chars`` more characters may not wait as well."""
+        if not self._waiters:
+            return False  # the oldest waiting send is always let wait, whatever its size
+        behind_oldest = self._waiting_chars - self._waiters[0].chars
+        return (len(self._waiters) >= self.max_waiting
+                or behind_oldest + chars > self.max_waiting_chars)
 
     async def put(self, message: str, wait_secs: float) -> PutResult:
         """Queue ``message``, waiting up to ``wait_secs`` seconds for room."""
@@ -107,8 +157,29 @@ class OutgoingQueue:
         if not self._waiters and self._fits(size):
             self._append(message, size)
             return PutResult.QUEUED
+        return await self._wait([message], size, wait_secs)
+
+    async def put_many(self, messages: Sequence[str], wait_secs: float) -> PutResult:
+        """Queue ``messages`` in order and together; waits (as ``put``) for what does not fit."""
+        if self.closed:
+            return PutResult.CLOSED
+        start = 0
+        if not self._waiters:
+            while start < len(messages) and self._fits(len(messages[start])):
+                self._append(messages[start], len(messages[start]))
+                start += 1
+        if start == len(messages):
+            return PutResult.QUEUED
+        rest = messages[start:]
+        return await self._wait(rest, sum(len(m) for m in rest), wait_secs)
+
+    async def _wait(self, messages: Sequence[str], chars: int, wait_secs: float) -> PutResult:
+        if self._overflows(chars):
+            return PutResult.OVERFLOW
         fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
-        self._waiters.append((fut, message, size))
+        self._waiters.append(_Waiting(fut, deque(messages), chars))
+        self._waiting_chars += chars
+        self.peak_waiting = max(self.peak_waiting, len(self._waiters))
         try:
             return await asyncio.wait_for(fut, wait_secs)
         except TimeoutError:
@@ -141,17 +212,19 @@ class OutgoingQueue:
         self._chars = 0
         self._data.set()
         while self._waiters:
-            fut, _, _ = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(PutResult.CLOSED)
+            waiting = self._waiters.popleft()
+            if not waiting.future.done():
+                waiting.future.set_result(PutResult.CLOSED)
+        self._waiting_chars = 0
 
 
 class Outbox:
     """Sends of one WebSocket connection: queued in order, pumped onto the socket by one task.
 
-    ``send`` never raises: after the connection went away, or after this outbox
-    closed a slow client, a message is dropped at once. ``on_slow_client`` is
-    called once when a client is closed for not reading (the gateway counts it).
+    ``send`` and ``send_many`` never raise: after the connection went away, or
+    after this outbox closed a slow client, a message is dropped at once.
+    ``on_slow_client`` is called once when a client is closed for not reading
+    (the gateway counts it).
     """
 
     def __init__(
@@ -161,11 +234,13 @@ class Outbox:
         conn_id: int,
         max_chars: int = DEFAULT_QUEUE_CHARS,
         max_messages: int = DEFAULT_QUEUE_MESSAGES,
+        max_waiting: int = DEFAULT_WAITING_SENDS,
+        max_waiting_chars: int = DEFAULT_WAITING_CHARS,
         slow_client_timeout: float = DEFAULT_SLOW_CLIENT_TIMEOUT,
         close_timeout: float = 5.0,
         on_slow_client: Callable[[], None] = lambda: None,
     ) -> None:
-        self.queue = OutgoingQueue(max_chars, max_messages)
+        self.queue = OutgoingQueue(max_chars, max_messages, max_waiting, max_waiting_chars)
         self._ws = ws
         self._conn_id = conn_id
         self._slow_client_timeout = slow_client_timeout
@@ -173,6 +248,15 @@ class Outbox:
         self._on_slow_client = on_slow_client
         self._closing: list[asyncio.Task[None]] = []
         self._pump = asyncio.create_task(self._run())
+
+    @property
+    def closed(self) -> bool:
+        """True once nothing more will be sent: the client went away or is being closed.
+
+        The gateway stops reading a connection's requests then: their answers could
+        only be dropped.
+        """
+        return self.queue.closed
 
     async def _run(self) -> None:
         queue, ws = self.queue, self._ws
@@ -189,21 +273,29 @@ class Outbox:
 
     async def send(self, message: str) -> None:
         """Queue one message; a client that does not make room in time is closed."""
-        queue = self.queue
-        result = await queue.put(message, self._slow_client_timeout)
-        if result is PutResult.TIMED_OUT and not self._closing:
+        await self._settle(await self.queue.put(message, self._slow_client_timeout))
+
+    async def send_many(self, messages: Sequence[str]) -> None:
+        """Queue ``messages`` in order, together; the same rules as :meth:`send`."""
+        await self._settle(await self.queue.put_many(messages, self._slow_client_timeout))
+
+    async def _settle(self, result: PutResult) -> None:
+        if result in (PutResult.TIMED_OUT, PutResult.OVERFLOW) and not self._closing:
             self._on_slow_client()
-            log.warning("ws_slow_client", conn=self._conn_id, queued_chars=queue.peak_chars)
+            queue = self.queue
+            why = "timeout" if result is PutResult.TIMED_OUT else "backlog"
+            log.warning("ws_slow_client", conn=self._conn_id, why=why,
+                        queued=len(queue), queued_chars=queue.chars, waiting=queue.waiting)
             await queue.close()
-            self._closing.append(asyncio.create_task(self._close_slow()))
+            reason = SLOW_CLIENT_REASON if result is PutResult.TIMED_OUT else BACKLOG_REASON
+            self._closing.append(asyncio.create_task(self._close_slow(reason)))
         # CLOSED / after a slow-client close: the connection is going away; drop.
 
-    async def _close_slow(self) -> None:
+    async def _close_slow(self, reason: str) -> None:
         """Close a non-reading client with the slow-client code, abort if it won't take it."""
         ws = self._ws
         try:
-            await asyncio.wait_for(ws.close(SLOW_CLIENT_CLOSE_CODE, SLOW_CLIENT_REASON),
-                                   self._close_timeout)
+            await asyncio.wait_for(ws.close(SLOW_CLIENT_CLOSE_CODE, reason), self._close_timeout)
         except (TimeoutError, ConnectionClosed):
             pass
         finally:

@@ -4,42 +4,46 @@ A token is checked at the handshake; ``acpgate token revoke`` runs in another
 process and only writes the token store. :class:`RevocationWatch` polls the
 store's change marker (:class:`~services.edge.tokens.TokenWatch`, one cheap
 ``PRAGMA data_version`` per interval while any token holds a connection) and
-closes every live connection whose token is no longer active, so a revocation
-takes effect within :data:`REVOCATION_POLL_SECS` everywhere.
+closes every live connection whose token is no longer active (1008 "token
+revoked"), so a revocation takes effect within :data:`REVOCATION_POLL_SECS`
+everywhere; the connection's sessions are released as on any close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Coroutine
-from typing import Any
+
+from websockets.asyncio.server import ServerConnection
 
 from services.common.logs import get_logger
 from services.edge.admission import LiveConnections
 from services.edge.tokens import TokenWatch
 
-__all__ = ["REVOCATION_POLL_SECS", "RevocationWatch"]
+__all__ = ["REVOCATION_POLL_SECS", "REVOKED_CLOSE_CODE", "REVOKED_REASON", "RevocationWatch"]
 
 #: How often the token store is looked at while tokens hold connections.
 REVOCATION_POLL_SECS = 0.25
+#: Close code and reason for the connections of a token revoked meanwhile.
+REVOKED_CLOSE_CODE = 1008
+REVOKED_REASON = "token revoked"
 
 log = get_logger("edge.ws")
 
 
 class RevocationWatch:
-    """Closes the live connections of revoked tokens (``close`` is called once per connection)."""
+    """Closes the live connections of revoked tokens, each once."""
 
-    def __init__(self, watch: TokenWatch, live: LiveConnections[Any],
-                 close: Callable[[Any], Coroutine[Any, Any, None]],
+    def __init__(self, watch: TokenWatch, live: LiveConnections[ServerConnection],
                  interval: float = REVOCATION_POLL_SECS) -> None:
         self._watch = watch
         self._live = live
-        self._close = close
         self._interval = interval
         self._active: set[str] | None = None
-        self._closed: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._closed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
         self._closing: set[asyncio.Task[None]] = set()
+        #: Connections closed so far because their token was revoked (for ``/metrics``).
+        self.closes_total = 0
 
     async def run(self) -> None:
         """Poll until cancelled; a failing look is logged and tried again next time."""
@@ -69,3 +73,11 @@ class RevocationWatch:
             task = asyncio.create_task(self._close(conn))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    async def _close(self, ws: ServerConnection) -> None:
+        self.closes_total += 1
+        log.warning("ws_token_revoked", remote=ws.remote_address)
+        try:
+            await ws.close(REVOKED_CLOSE_CODE, REVOKED_REASON)
+        except Exception:  # closing a connection that is going away anyway
+            ws.transport.abort()

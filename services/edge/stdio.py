@@ -1,7 +1,9 @@
 """``acpgate acp``: the dialect over stdin/stdout (SPEC §0, §1).
 
 stdin lines go to :func:`serve_connection`; every message is written to stdout
-as one line (the pipe plumbing is ``services.edge.lines``). EOF (or
+as one line (the pipe plumbing is ``services.edge.lines``). The next line is
+read only while the output backlog is under its bound: a client that stops
+reading stdout stops stdin too, instead of growing this process. EOF (or
 SIGTERM/SIGINT) closes every session, stops the embedded services and returns
 0 with no child process left behind.
 """
@@ -99,12 +101,16 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices)
     remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     try:
         reader = await stdin_reader()
-        send, close_stdout = await stdout_writer()
+        stdout = await stdout_writer()
+
+        async def next_line(lines: AsyncIterator[str]) -> str:
+            await stdout.room()  # a stuck stdout stops stdin
+            return await anext(lines)
 
         async def incoming() -> AsyncIterator[str]:
             lines = read_lines(reader)
             while True:
-                nxt = asyncio.ensure_future(anext(lines))
+                nxt = asyncio.ensure_future(next_line(lines))
                 stopper = asyncio.ensure_future(stop.wait())
                 done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 stopper.cancel()
@@ -119,10 +125,10 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices)
         try:
             # EOF: what was asked still gets answered (a CI runner pipes requests
             # and closes stdin); a signal cuts that short.
-            await serve_connection(runtime, incoming(), send,
+            await serve_connection(runtime, incoming(), stdout.send, send_many=stdout.send_many,
                                    drain_secs=float(cfg.acp.session_timeout_secs), abort=stop)
         finally:
-            await close_stdout()
+            await stdout.close()
     finally:
         await runtime.close()
         remove_signals()

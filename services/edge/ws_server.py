@@ -28,7 +28,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -60,12 +59,10 @@ from services.edge.outqueue import (
 from services.edge.probe import ServiceProbe
 from services.edge.revocation import RevocationWatch
 from services.edge.tokens import TokenStore, TokenWatch, token_db_path
+from services.edge.ws_incoming import Incoming
 
 #: Close code when the connection limit was hit by a racing handshake.
 BUSY_CLOSE_CODE = 1013
-#: Close code and reason for the connections of a token revoked meanwhile.
-REVOKED_CLOSE_CODE = 1008
-REVOKED_REASON = "token revoked"
 
 log = get_logger("edge.ws")
 
@@ -90,6 +87,7 @@ class ServeConnection(Protocol):
         *,
         default_agent: str = "",
         principal: str = "",
+        send_many: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> Awaitable[None]:
         """Serve one connection until ``incoming`` ends."""
         ...
@@ -103,7 +101,6 @@ class _Counters:
     connections_total: int = 0
     rejected_unauthorized_total: int = 0
     slow_client_closes_total: int = 0
-    revoked_closes_total: int = 0
 
 
 def _respond(connection: ServerConnection, status: int, body: str,
@@ -166,8 +163,7 @@ class EdgeServer:
         self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
         self._live: LiveConnections[ServerConnection] = LiveConnections(
             cfg.gateway.max_connections, cfg.gateway.connections_per_token)
-        self._revocations = RevocationWatch(TokenWatch(store.path), self._live,
-                                            self._close_revoked)
+        self._revocations = RevocationWatch(TokenWatch(store.path), self._live)
         self._watching: asyncio.Task[None] | None = None
         #: Who each admitted handshake acts as, from process_request to _handle.
         self._principals: weakref.WeakKeyDictionary[ServerConnection, str] = (
@@ -178,6 +174,8 @@ class EdgeServer:
         self.port = 0
         #: The most characters any one connection ever had queued (diagnostics, tests).
         self.peak_queue_chars = 0
+        #: The most sends any one connection ever had waiting behind its full queue.
+        self.peak_waiting = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -288,7 +286,7 @@ class EdgeServer:
             rejected_unauthorized_total=self._counters.rejected_unauthorized_total,
             rejected_busy=dict(self._live.rejected),
             slow_client_closes_total=self._counters.slow_client_closes_total,
-            revoked_closes_total=self._counters.revoked_closes_total,
+            revoked_closes_total=self._revocations.closes_total,
             leases=leases,
             services_up={name: int(state == "SERVING") for name, state in health.items()},
         )
@@ -316,40 +314,24 @@ class EdgeServer:
                         max_messages=self._queue_messages,
                         slow_client_timeout=self._slow_client_timeout,
                         close_timeout=self._close_timeout, on_slow_client=self._count_slow_client)
+        incoming = Incoming(ws, outbox)
         try:
             await self._serve_connection(
-                self.runtime, _incoming(ws), outbox.send, default_agent=default_agent,
-                principal=principal,
+                self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
+                principal=principal, send_many=outbox.send_many,
             )
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)
             await ws.close(1011, "internal error")
         finally:
             self.peak_queue_chars = max(self.peak_queue_chars, outbox.queue.peak_chars)
+            self.peak_waiting = max(self.peak_waiting, outbox.queue.peak_waiting)
             await outbox.aclose()
             self._live.discard(ws)
-            log.info("ws_closed", conn=conn_id, code=ws.close_code)
+            log.info("ws_closed", conn=conn_id, code=ws.close_code, received=incoming.count)
 
     def _count_slow_client(self) -> None:
         self._counters.slow_client_closes_total += 1
-
-    async def _close_revoked(self, ws: ServerConnection) -> None:
-        """Close a connection whose token was revoked; its sessions are released as on any close."""
-        self._counters.revoked_closes_total += 1
-        log.warning("ws_token_revoked", remote=_remote(ws))
-        try:
-            await ws.close(REVOKED_CLOSE_CODE, REVOKED_REASON)
-        except Exception:  # closing a connection that is going away anyway
-            ws.transport.abort()
-
-
-async def _incoming(ws: ServerConnection) -> AsyncIterator[str]:
-    """Frames as text until the connection closes (binary frames are decoded as UTF-8)."""
-    try:
-        async for frame in ws:
-            yield frame if isinstance(frame, str) else frame.decode("utf-8", errors="replace")
-    except ConnectionClosed:
-        return
 
 
 def _remote(ws: ServerConnection) -> str:

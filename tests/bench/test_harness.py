@@ -77,6 +77,7 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     pg_rows = 0 if missing_reason() else 2  # the same load and append rows on PostgreSQL
     assert items.count("4") == 3 and items.count("5") == 2 + pg_rows
     assert items.count("6") == 3 + pg_rows
+    assert items.count("7") == 2
     assert ("PostgreSQL store" in text) is bool(pg_rows)
     assert ("Not run:" in text) is not bool(pg_rows)
     for r in rows:

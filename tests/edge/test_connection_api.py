@@ -111,3 +111,45 @@ def test_metrics_count(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) ->
         assert m.active_sessions == 0
 
     loop.run_until_complete(scenario())
+
+
+async def test_requests_in_flight_are_bounded_and_reading_waits() -> None:
+    """Issue 11: at ``max_in_flight`` running requests the connection reads no further line."""
+    from services.edge.dispatch import DialectConnection
+
+    release = asyncio.Event()
+    started = 0
+
+    async def slow(conn: Any, params: dict[str, Any]) -> dict[str, Any]:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return {}
+
+    answers: list[str] = []
+
+    async def send(line: str) -> None:
+        answers.append(line)
+
+    class Runtime:
+        class metrics:  # only count_error is read
+            @staticmethod
+            def count_error(code: int) -> None: ...
+
+    conn = DialectConnection(Runtime(), send, methods={"slow": slow},  # type: ignore[arg-type]
+                             max_in_flight=3)
+    pulled = 0
+
+    async def lines() -> AsyncIterator[str]:
+        nonlocal pulled
+        for i in range(5):
+            pulled += 1
+            yield json.dumps({"jsonrpc": "2.0", "id": i, "method": "slow"})
+
+    serving = asyncio.create_task(conn.rpc.serve(lines()))
+    await asyncio.sleep(0.05)
+    assert started == 3 and pulled == 3 and not serving.done()  # the 4th line is not read
+    release.set()
+    await asyncio.wait_for(serving, 5.0)
+    await asyncio.wait_for(conn.rpc.drain(5.0), 5.0)
+    assert pulled == 5 and started == 5 and len(answers) == 5

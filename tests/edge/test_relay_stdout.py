@@ -151,3 +151,21 @@ async def test_send_after_the_reader_is_gone_raises(pipe: Pipe) -> None:
         for _ in range(10_000):
             await writer.send("y" * 100)
             await asyncio.sleep(0)
+
+
+async def test_room_waits_while_the_backlog_is_over_the_mark(pipe: Pipe) -> None:
+    """Issue 11: the stdio front door reads its next line only once ``room`` returns."""
+    high_water = 64 * 1024
+    writer = await pipe.open(high_water=high_water)
+    assert await asyncio.wait_for(writer.room(), 1.0) is None  # nothing pending: room
+    batch = [f"{i:06d}" + "y" * 1000 for i in range(400)]  # ~400 KB: more than pipe + mark
+    senders = [asyncio.create_task(writer.send_many(batch[i:i + 100]))
+               for i in range(0, 400, 100)]
+    room = asyncio.create_task(writer.room())
+    await asyncio.sleep(0.2)
+    assert not room.done() and writer.backlog > high_water  # stuck: no room for more input
+    lines = await pipe.start_reading()
+    got = [await anext(lines) for _ in range(400)]
+    assert got == batch  # each batch together, all of them in order
+    await asyncio.wait_for(room, 10.0)
+    await asyncio.wait_for(asyncio.gather(*senders), 10.0)

@@ -98,6 +98,60 @@ async def test_close_wakes_waiting_puts_and_getters() -> None:
     assert await q.put("z", 1.0) is PutResult.CLOSED
 
 
+async def test_put_many_stays_together_in_order_and_waits_for_the_rest() -> None:
+    q = OutgoingQueue(max_chars=100, max_messages=3)
+    assert await q.put("a", 1.0) is PutResult.QUEUED
+    batch = asyncio.create_task(q.put_many(["b1", "b2", "b3", "b4"], 5.0))
+    await asyncio.sleep(0)
+    single = asyncio.create_task(q.put("c", 5.0))  # behind the batch, never between its parts
+    await asyncio.sleep(0)
+    assert not batch.done() and len(q) == 3 and q.waiting == 2
+    got = [await q.get() for _ in range(6)]
+    assert got == ["a", "b1", "b2", "b3", "b4", "c"]
+    assert await batch is PutResult.QUEUED and await single is PutResult.QUEUED
+    assert run_without_suspending(q.put_many(["d", "e"], 1.0)) is PutResult.QUEUED
+
+
+async def test_what_waits_behind_a_full_queue_is_bounded_in_sends_and_chars() -> None:
+    """Issue 11: past the bound a send is refused at once (the connection is then closed)."""
+    q = OutgoingQueue(max_chars=10, max_messages=1, max_waiting=3, max_waiting_chars=20)
+    assert await q.put("full", 1.0) is PutResult.QUEUED
+    # The oldest waiting send may be of any size (a 10 MiB blob still passes alone) ...
+    waiting = [asyncio.create_task(q.put("B" * 500, 30.0))]
+    await asyncio.sleep(0)
+    # ... behind it, at most 20 characters and 3 sends in all.
+    waiting.append(asyncio.create_task(q.put("x" * 15, 30.0)))
+    await asyncio.sleep(0)
+    assert await q.put("y" * 6, 30.0) is PutResult.OVERFLOW  # 15 + 6 > 20 behind the oldest
+    waiting.append(asyncio.create_task(q.put("z" * 5, 30.0)))
+    await asyncio.sleep(0)
+    assert q.waiting == 3 and q.peak_waiting == 3
+    assert await q.put("w", 30.0) is PutResult.OVERFLOW  # three sends wait already
+    assert await q.put_many(["u", "v"], 30.0) is PutResult.OVERFLOW
+    # Room hands them in, oldest first; then there is room to wait again.
+    assert [await q.get() for _ in range(4)] == ["full", "B" * 500, "x" * 15, "z" * 5]
+    assert [await t for t in waiting] == [PutResult.QUEUED] * 3
+    assert q.waiting == 0
+
+
+async def test_a_cancelled_waiting_send_gives_its_chars_back() -> None:
+    q = OutgoingQueue(max_chars=10, max_messages=1, max_waiting=10, max_waiting_chars=10)
+    assert await q.put("full", 1.0) is PutResult.QUEUED
+    oldest = asyncio.create_task(q.put("o", 30.0))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(q.put("g" * 10, 30.0))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    assert await q.get() == "full"  # the head moves on and skips the cancelled send
+    assert await oldest is PutResult.QUEUED
+    later = asyncio.create_task(q.put("l" * 10, 30.0))  # 10 chars fit behind the new oldest
+    await asyncio.sleep(0)
+    assert not later.done() or await later is PutResult.QUEUED
+    assert await q.get() == "o"
+    assert await later is PutResult.QUEUED
+
+
 async def test_a_getter_wakes_for_a_fast_path_put() -> None:
     q = OutgoingQueue()
     getter = asyncio.create_task(q.get())
@@ -111,7 +165,8 @@ class Burst:
     """Test dialect: answers `burst` with n numbered frames, then a result."""
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
-                       default_agent: str = "", principal: str = "") -> None:
+                       default_agent: str = "", principal: str = "",
+                       send_many: Any = None) -> None:
         async for line in incoming:
             msg = json.loads(line)
             for i in range(msg["params"]["n"]):

@@ -45,7 +45,7 @@ class EchoDialect:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
                        send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
-                       principal: str = "") -> None:
+                       principal: str = "", send_many: Any = None) -> None:
         try:
             async for line in incoming:
                 msg = json.loads(line)

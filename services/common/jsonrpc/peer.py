@@ -19,8 +19,10 @@ them is injected, never re-implemented:
 
 Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad
 input is treated alike everywhere. Each request and notification runs in its
-own task (a ``session/cancel`` is served while a prompt streams), and every
-request is answered exactly once: its result, its :class:`JsonRpcError`,
+own task (a ``session/cancel`` is served while a prompt streams) — with
+``max_running``, at most that many at once: :meth:`serve` reads no further
+line until one finishes, so the other side cannot pile up calls faster than
+they are served — and every request is answered exactly once: its result, its :class:`JsonRpcError`,
 -32603 ``Internal error`` (the cause is logged, never sent), or -32603
 ``Request cancelled`` when the connection closes first.
 """
@@ -78,7 +80,7 @@ class JsonRpcPeer:
                  notifications: NotificationSink | None = None,
                  answer_unidentified: bool = True,
                  on_error: Callable[[int], None] | None = None,
-                 label: str = "peer") -> None:
+                 label: str = "peer", max_running: int | None = None) -> None:
         self._send = send
         self._handler = handler
         self._notifications = notifications
@@ -87,6 +89,10 @@ class JsonRpcPeer:
         self._label = label
         self.pending = PendingRequests(next_id)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._max_running = max_running
+        #: Set while fewer than ``max_running`` handlers run (what :meth:`serve` waits on).
+        self._room = asyncio.Event()
+        self._room.set()
         self._output_gone = False
 
     # ------------------------------------------------------------------ inbound
@@ -104,6 +110,8 @@ class JsonRpcPeer:
         try:
             async for line in lines:
                 self.feed(line)
+                if not self._room.is_set():
+                    await self._room.wait()
         finally:
             self.close_outbound(lambda: PeerClosed("the other side closed the connection"))
 
@@ -172,7 +180,14 @@ class JsonRpcPeer:
     def _start(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
+        if self._max_running is not None and len(self._tasks) >= self._max_running:
+            self._room.clear()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._max_running is None or len(self._tasks) < self._max_running:
+            self._room.set()
 
     async def _deliver(self, notes: Notes) -> None:
         assert self._notifications is not None

@@ -95,7 +95,7 @@ class Gateway:
         return f"ws://127.0.0.1:{self.port}/acp"
 
     def env(self) -> dict[str, str]:
-        """The environment of every acpgate process of this gateway."""
+        """The environment of every acpgate process of this gateway (the CLI logs at info)."""
         return gateway_env(self.home)
 
     async def cli(self, *args: str) -> tuple[int, str, str]:
@@ -153,11 +153,11 @@ class Gateway:
         raise AssertionError("acpgate serve has no edge child")
 
 
-def gateway_env(home: Path) -> dict[str, str]:
-    """os.environ without ACPGATE_* overrides, with its own HOME, logging at info."""
+def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
+    """os.environ without ACPGATE_* overrides, with its own HOME, logging at ``log_level``."""
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("ACPGATE_") and "__" in k)}
-    env.update(HOME=str(home), ACPGATE_LOG_LEVEL=env.get("ACPGATE_LOG_LEVEL", "info"))
+    env.update(HOME=str(home), ACPGATE_LOG_LEVEL=log_level)
     env.pop("ACPGATE_CONFIG_DIR", None)
     return env
 
@@ -206,7 +206,8 @@ async def _stop(gw: Gateway) -> None:
 
 
 @asynccontextmanager
-async def running_gateway(root: Path, *, model_url: str, **config: Any) -> AsyncIterator[Gateway]:
+async def running_gateway(root: Path, *, model_url: str, log_level: str = "info",
+                          **config: Any) -> AsyncIterator[Gateway]:
     """``acpgate serve`` on a free port under ``root`` (``config``: :func:`write_gateway_config`)."""
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -216,7 +217,7 @@ async def running_gateway(root: Path, *, model_url: str, **config: Any) -> Async
     log = root / "serve.log"
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            *ACPGATE, "serve", "--config-dir", str(config_dir), env=gateway_env(home),
+            *ACPGATE, "serve", "--config-dir", str(config_dir), env=gateway_env(home, log_level),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err)
     gw = Gateway(config_dir, home, port, log, proc)
     try:

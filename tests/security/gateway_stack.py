@@ -1,7 +1,8 @@
 """A real ``acpgate serve`` for the attack tests: its own config dir and HOME, real tokens.
 
-:func:`running_gateway` writes a config (a built-in agent on the local
-attacker model server, a demo agent), starts ``acpgate serve`` — session
+:func:`running_gateway` starts the local attacker model server
+(``tests.security.fake_model``), writes a config (a built-in agent on that
+server, a demo agent), starts ``acpgate serve`` — session
 service, lifecycle service and WebSocket edge as three processes — with
 ``HOME`` pointing at a fresh directory (so ``~/.ssh`` is the test's), waits
 until ``/healthz`` answers, and stops the tree again with SIGTERM, checking
@@ -28,6 +29,7 @@ import psutil
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.gateway.wsfixtures import http_get
+from tests.security.fake_model import attacker_model_server
 
 ACPGATE = [sys.executable, "-m", "acpgate"]
 #: Generous ceiling for one wait; the tests never assert on timing.
@@ -206,22 +208,24 @@ async def _stop(gw: Gateway) -> None:
 
 
 @asynccontextmanager
-async def running_gateway(root: Path, *, model_url: str, log_level: str = "info",
+async def running_gateway(root: Path, *, log_level: str = "info",
                           **config: Any) -> AsyncIterator[Gateway]:
     """``acpgate serve`` on a free port under ``root`` (``config``: :func:`write_gateway_config`)."""
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
     config_dir = root / "cfg"
     port = free_port()
-    write_gateway_config(config_dir, port=port, model_url=model_url, **config)
     log = root / "serve.log"
-    with log.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            *ACPGATE, "serve", "--config-dir", str(config_dir), env=gateway_env(home, log_level),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err)
-    gw = Gateway(config_dir, home, port, log, proc)
-    try:
-        await _wait_healthy(gw)
-        yield gw
-    finally:
-        await _stop(gw)
+    async with attacker_model_server() as model:
+        write_gateway_config(config_dir, port=port, model_url=model.url, **config)
+        with log.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                *ACPGATE, "serve", "--config-dir", str(config_dir),
+                env=gateway_env(home, log_level), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=err)
+        gw = Gateway(config_dir, home, port, log, proc)
+        try:
+            await _wait_healthy(gw)
+            yield gw
+        finally:
+            await _stop(gw)

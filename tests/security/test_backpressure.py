@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,11 @@ import pytest
 from bench.flood import drain, non_reading_client, send_flood
 from services.edge.outqueue import DEFAULT_QUEUE_MESSAGES, DEFAULT_WAITING_SENDS
 from tests.gateway.stack import RawClient
-from tests.security.fake_model import attacker_model_server
 from tests.security.gateway_stack import WAIT, Gateway, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 FLOOD = 60_000
-
-
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
 
 
 async def settled(gw: Gateway, name: str, value: float) -> float:
@@ -47,9 +39,8 @@ async def settled(gw: Gateway, name: str, value: float) -> float:
     return got
 
 
-async def test_a_flood_from_a_client_that_stopped_reading_is_cut_off(tmp_path: Path,
-                                                                      model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url) as gw:
+async def test_a_flood_from_a_client_that_stopped_reading_is_cut_off(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
         token = await gw.token("flood")
         async with non_reading_client(gw.url, token.secret) as ws:
             await ws.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "session/new",

@@ -9,7 +9,6 @@ share gets HTTP 503 before the upgrade, every other token still connects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,9 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import InvalidStatus
 
 from tests.gateway.stack import RawClient
-from tests.security.fake_model import attacker_model_server
 from tests.security.gateway_stack import Gateway, Token, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
 
 
 async def refused_with(gw: Gateway, token: Token) -> int:
@@ -40,9 +32,8 @@ async def works(ws: ClientConnection) -> bool:
     return bool(result["protocolVersion"] == 1)
 
 
-async def test_a_token_over_its_share_gets_503_and_only_that_token(tmp_path: Path,
-                                                                   model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url,
+async def test_a_token_over_its_share_gets_503_and_only_that_token(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path,
                                gateway="max_connections = 8\n") as gw:
         greedy, other = await gw.token("greedy"), await gw.token("other")
         held = [await gw.connect(greedy) for _ in range(2)]  # a quarter of 8
@@ -65,8 +56,8 @@ async def test_a_token_over_its_share_gets_503_and_only_that_token(tmp_path: Pat
             await ws.close()
 
 
-async def test_the_share_is_configurable(tmp_path: Path, model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url,
+async def test_the_share_is_configurable(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path,
                                gateway="max_connections = 8\nmax_connections_per_token = 3\n"
                                ) as gw:
         token = await gw.token("t")

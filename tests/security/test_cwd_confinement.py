@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +25,13 @@ import pytest
 
 from services.agent.sandbox import landlock_abi
 from tests.gateway.stack import RawClient
-from tests.security.fake_model import RESULT_MARKER, attacker_model_server
+from tests.security.fake_model import RESULT_MARKER
 from tests.security.gateway_stack import Gateway, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- attacker-wants-this"
 SQLITE_MAGIC = "SQLite format 3"
-
-
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
 
 
 def plant_secrets(gw: Gateway) -> None:
@@ -82,9 +75,8 @@ def hidden(path: Path) -> str:
     return f"$(echo {encoded} | base64 -d)"
 
 
-async def test_state_and_credential_stores_are_refused_as_cwd(tmp_path: Path,
-                                                              model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url) as gw:
+async def test_state_and_credential_stores_are_refused_as_cwd(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
         plant_secrets(gw)
         token_a, token_b = await gw.token("a"), await gw.token("b")
         b = RawClient(await gw.connect(token_b))
@@ -128,8 +120,8 @@ async def test_state_and_credential_stores_are_refused_as_cwd(tmp_path: Path,
 
 
 async def test_a_stored_workspace_that_is_refused_now_is_refused_on_restore(
-        tmp_path: Path, model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url) as gw:
+        tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
         token = await gw.token("a")
         client = RawClient(await gw.connect(token))
         project = tmp_path / "project"
@@ -150,9 +142,9 @@ async def test_a_stored_workspace_that_is_refused_now_is_refused_on_restore(
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="the shell is confined only where Landlock is")
 async def test_an_opted_in_root_still_does_not_reach_the_state_inside_it(
-        tmp_path: Path, model_url: str) -> None:
+        tmp_path: Path) -> None:
     allow = f'allow_cwd = ["{tmp_path}", "{tmp_path / "home"}"]\n'
-    async with running_gateway(tmp_path, model_url=model_url, autonomy_extra=allow) as gw:
+    async with running_gateway(tmp_path, autonomy_extra=allow) as gw:
         plant_secrets(gw)
         (tmp_path / "notes.txt").write_text("ordinary file")
         client = RawClient(await gw.connect(await gw.token("a")))

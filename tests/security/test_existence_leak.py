@@ -10,23 +10,15 @@ order: its own active session is -32602 "already active".
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.gateway.stack import RawClient
-from tests.security.fake_model import attacker_model_server
 from tests.security.gateway_stack import running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
 
 
 async def error_of(client: RawClient, method: str, sid: str) -> dict[str, Any]:
@@ -35,9 +27,8 @@ async def error_of(client: RawClient, method: str, sid: str) -> dict[str, Any]:
     return dict(resp["error"])
 
 
-async def test_another_tokens_active_session_looks_unknown(tmp_path: Path,
-                                                           model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url) as gw:
+async def test_another_tokens_active_session_looks_unknown(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
         a = RawClient(await gw.connect(await gw.token("a")))
         b = RawClient(await gw.connect(await gw.token("b")))
         active = (await b.result("session/new", {"agentAlias": "demo"}))["sessionId"]

@@ -10,27 +10,19 @@ and the revoked token cannot come back (401).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.gateway.stack import RawClient
-from tests.security.fake_model import attacker_model_server
 from tests.security.gateway_stack import WAIT, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
-
-
-async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path, model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url) as gw:
+async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
         doomed, kept = await gw.token("doomed"), await gw.token("kept")
         first, second = RawClient(await gw.connect(doomed)), RawClient(await gw.connect(doomed))
         other = RawClient(await gw.connect(kept))

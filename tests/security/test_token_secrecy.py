@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,9 @@ from services.edge import tokens as tokens_module
 from services.edge.tokens import TokenStore
 from tests.gateway.stack import RawClient
 from tests.gateway.wsfixtures import http_get
-from tests.security.fake_model import attacker_model_server
 from tests.security.gateway_stack import Gateway, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    async with attacker_model_server() as srv:
-        yield srv.url
 
 
 async def attempts(gw: Gateway, secret: str) -> list[bool]:
@@ -61,8 +53,8 @@ async def attempts(gw: Gateway, secret: str) -> list[bool]:
     return out
 
 
-async def test_no_token_ever_reaches_a_log(tmp_path: Path, model_url: str) -> None:
-    async with running_gateway(tmp_path, model_url=model_url, log_level="debug") as gw:
+async def test_no_token_ever_reaches_a_log(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, log_level="debug") as gw:
         good, doomed = await gw.token("good"), await gw.token("doomed")
         near_miss = good.secret[:-1] + ("A" if good.secret[-1] != "A" else "B")
         forged = "acpg_" + "x" * 43

@@ -47,9 +47,7 @@ CREATE TABLE IF NOT EXISTS tokens (
 def token_db_path(cfg: Config) -> Path:
     """Where the hashed tokens live: ``[gateway] token_db``, default
     ``<data dir>/gateway/tokens.db``."""
-    if cfg.gateway.token_db:
-        return Path(os.path.expanduser(cfg.gateway.token_db))
-    return cfg.data_dir / "gateway" / "tokens.db"
+    return cfg.token_db_path
 
 
 def _digest(secret: str) -> str:

@@ -5,7 +5,8 @@ the data dir could read every other principal's conversations and the gateway
 tokens with its shell. So a session workspace is refused when its real path
 equals, lies inside or contains one of these *guarded* paths:
 
-- acpgate's own state: the config dir and the data dir. A workspace inside an
+- acpgate's own state: the config dir, the data dir and the token store
+  (``[gateway] token_db`` may put it elsewhere). A workspace inside an
   agent workspace is fine although that lives in the config dir by default: it
   holds the agent's own files, nothing of acpgate's.
 - the credential stores: every ``[autonomy] forbidden_paths`` entry (``~/.ssh``,
@@ -89,7 +90,7 @@ _RELATIONS = ("is", "lies inside", "contains")
 
 def _refusals(workspace: str, cfg: Config) -> Iterator[Refusal]:
     agent_workspaces = _agent_workspaces(cfg)
-    for path in dict.fromkeys((_real(str(cfg.config_dir)), _real(str(cfg.data_dir)))):
+    for path in dict.fromkeys(_real(str(p)) for p in cfg.own_state):
         relation = _relation(workspace, path)
         if relation == "lies inside" and any(_within(workspace, ws) for ws in agent_workspaces):
             continue

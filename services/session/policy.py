@@ -31,7 +31,7 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
     # every other conversation, the data dir tokens and leases, the config dir the
     # config and the bridge's token. (The agent workspace, usually under the config
     # dir, is an allowed root inside it, and a root beats what it lies inside.)
-    own_state = (str(cfg.data_dir), str(cfg.config_dir))
+    own_state = tuple(str(p) for p in cfg.own_state)
     forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state)))
     return SecurityPolicy(
         workspace_dir=workspace_dir,

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from services.common.config import AgentSection, AutonomySection, Config, PathsSection
+from services.common.config import (
+    AgentSection,
+    AutonomySection,
+    Config,
+    GatewaySection,
+    PathsSection,
+)
 from services.common.protocol import MSG_CWD_REFUSED
 from services.session.confinement import CREDENTIAL_STORE, OWN_STATE, workspace_refusal
 
@@ -88,3 +94,11 @@ def test_the_message_names_the_reason_not_the_path(tmp_path: Path, home: Path) -
     message = refusal.message()
     assert message == MSG_CWD_REFUSED.format(relation="is", what=OWN_STATE)
     assert str(tmp_path) not in message and "[autonomy] allow_cwd" in message
+
+
+def test_a_token_store_kept_elsewhere_is_own_state_too(tmp_path: Path, home: Path) -> None:
+    tokens = tmp_path / "srv" / "secrets" / "tokens.db"
+    cfg = replace(make(tmp_path), gateway=GatewaySection(token_db=str(tokens)))
+    assert why(cfg, tmp_path / "srv") == ("contains", OWN_STATE)
+    assert why(cfg, tmp_path / "srv" / "secrets") == ("contains", OWN_STATE)
+    assert why(cfg, tmp_path / "srv" / "other") is None

@@ -293,6 +293,21 @@ class Config:
         return self.data_dir / "sessions" / "acp-sessions.db"
 
     @property
+    def token_db_path(self) -> Path:
+        """Where the hashed gateway tokens live: ``[gateway] token_db``, default
+        ``<data dir>/gateway/tokens.db``."""
+        if self.gateway.token_db:
+            return Path(os.path.expanduser(self.gateway.token_db))
+        return self.data_dir / "gateway" / "tokens.db"
+
+    @property
+    def own_state(self) -> tuple[Path, ...]:
+        """What no session may reach: the config dir, the data dir and, when
+        ``[gateway] token_db`` puts it elsewhere, the token store."""
+        extra = (self.token_db_path,) if self.gateway.token_db else ()
+        return tuple(dict.fromkeys((self.config_dir, self.data_dir, *extra)))
+
+    @property
     def lifecycle_state_dir(self) -> Path:
         """``<data dir>/lifecycle``: instance id, leases.db, stderr logs."""
         return self.data_dir / "lifecycle"

@@ -14,7 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal"]
+from services.common.config import GatewaySection
+
+__all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal", "token_share"]
 
 C = TypeVar("C")
 
@@ -22,6 +24,14 @@ C = TypeVar("C")
 #: The ``reason`` labels of ``acpgate_ws_rejected_total`` this table decides.
 TOO_MANY = "too_many_connections"
 TOO_MANY_FOR_TOKEN = "too_many_connections_for_token"
+
+
+def token_share(gw: GatewaySection) -> int:
+    """The connections one token may hold: ``max_connections_per_token``, else (0) a
+    quarter of ``max_connections``, at least one."""
+    if gw.max_connections_per_token > 0:
+        return gw.max_connections_per_token
+    return max(1, gw.max_connections // 4)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from websockets.typing import Subprotocol
 from services.common.config import Config
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
-from services.edge.admission import LiveConnections
+from services.edge.admission import LiveConnections, token_share
 from services.edge.auth import (
     Authenticator,
     choose_subprotocol,
@@ -162,7 +162,7 @@ class EdgeServer:
         self._health_paths = {"/healthz", f"{prefix}/healthz"}
         self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
         self._live: LiveConnections[ServerConnection] = LiveConnections(
-            cfg.gateway.max_connections, cfg.gateway.connections_per_token)
+            cfg.gateway.max_connections, token_share(cfg.gateway))
         self._revocations = RevocationWatch(TokenWatch(store.path), self._live)
         self._watching: asyncio.Task[None] | None = None
         #: Who each admitted handshake acts as, from process_request to _handle.

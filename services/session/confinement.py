@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from services.common.config import Config
 from services.common.protocol import MSG_CWD_REFUSED
 
-__all__ = ["CREDENTIAL_STORE", "OWN_STATE", "Refusal", "workspace_refusal"]
+__all__ = ["CREDENTIAL_STORE", "OWN_STATE", "Refusal", "own_state", "workspace_refusal"]
 
 #: How the message names each kind of guarded path (never its location).
 OWN_STATE = "acpgate's own state"
@@ -48,6 +48,13 @@ class Refusal:
     def message(self) -> str:
         """The -32602 message (the same for session/new, load and resume)."""
         return MSG_CWD_REFUSED.format(relation=self.relation, what=self.what)
+
+
+def own_state(cfg: Config) -> tuple[str, ...]:
+    """What no session may reach: the config dir, the data dir and, when
+    ``[gateway] token_db`` puts it elsewhere, the token store."""
+    extra = (cfg.token_db_path,) if cfg.gateway.token_db else ()
+    return tuple(dict.fromkeys(str(p) for p in (cfg.config_dir, cfg.data_dir, *extra)))
 
 
 def _real(path: str) -> str:
@@ -90,7 +97,7 @@ _RELATIONS = ("is", "lies inside", "contains")
 
 def _refusals(workspace: str, cfg: Config) -> Iterator[Refusal]:
     agent_workspaces = _agent_workspaces(cfg)
-    for path in dict.fromkeys(_real(str(p)) for p in cfg.own_state):
+    for path in dict.fromkeys(_real(p) for p in own_state(cfg)):
         relation = _relation(workspace, path)
         if relation == "lies inside" and any(_within(workspace, ws) for ws in agent_workspaces):
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from services.common.policy import SecurityPolicy
+from services.session.confinement import own_state
 
 if TYPE_CHECKING:
     from services.common.config import Config
@@ -31,8 +32,7 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
     # every other conversation, the data dir tokens and leases, the config dir the
     # config and the bridge's token. (The agent workspace, usually under the config
     # dir, is an allowed root inside it, and a root beats what it lies inside.)
-    own_state = tuple(str(p) for p in cfg.own_state)
-    forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state)))
+    forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state(cfg))))
     return SecurityPolicy(
         workspace_dir=workspace_dir,
         allowed_roots=(str(cfg.agent_workspace(alias)),),

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from services.common.config import GatewaySection
-from services.edge.admission import TOO_MANY, TOO_MANY_FOR_TOKEN, LiveConnections
+from services.edge.admission import TOO_MANY, TOO_MANY_FOR_TOKEN, LiveConnections, token_share
 
 
 def test_default_share_is_a_quarter_of_the_limit() -> None:
-    assert GatewaySection().connections_per_token == 16
-    assert GatewaySection(max_connections=8).connections_per_token == 2
-    assert GatewaySection(max_connections=2).connections_per_token == 1
-    assert GatewaySection(max_connections=8, max_connections_per_token=5).connections_per_token == 5
+    assert token_share(GatewaySection()) == 16
+    assert token_share(GatewaySection(max_connections=8)) == 2
+    assert token_share(GatewaySection(max_connections=2)) == 1
+    assert token_share(GatewaySection(max_connections=8, max_connections_per_token=5)) == 5
 
 
 def test_a_token_over_its_share_is_refused_others_are_not() -> None:

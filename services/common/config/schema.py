@@ -110,13 +110,6 @@ class GatewaySection:
     token_db: str = ""
     tls: TlsSection = field(default_factory=TlsSection)
 
-    @property
-    def connections_per_token(self) -> int:
-        """The effective share of one token: the setting, else a quarter of the limit (≥ 1)."""
-        if self.max_connections_per_token > 0:
-            return self.max_connections_per_token
-        return max(1, self.max_connections // 4)
-
 
 @dataclass(frozen=True)
 class PathsSection:
@@ -299,13 +292,6 @@ class Config:
         if self.gateway.token_db:
             return Path(os.path.expanduser(self.gateway.token_db))
         return self.data_dir / "gateway" / "tokens.db"
-
-    @property
-    def own_state(self) -> tuple[Path, ...]:
-        """What no session may reach: the config dir, the data dir and, when
-        ``[gateway] token_db`` puts it elsewhere, the token store."""
-        extra = (self.token_db_path,) if self.gateway.token_db else ()
-        return tuple(dict.fromkeys((self.config_dir, self.data_dir, *extra)))
 
     @property
     def lifecycle_state_dir(self) -> Path:

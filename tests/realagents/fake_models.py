@@ -1,0 +1,281 @@
+"""A local model provider for real adapters: Anthropic Messages and OpenAI Responses.
+
+Real adapters (claude-agent-acp, codex-acp) run their own model loops; this
+server stands in for the provider at the model boundary, the only fake in the
+real-adapter tier. It decides each reply from the request alone, so whatever
+extra requests an adapter makes (title generation, warm-ups, retries) get a
+sensible answer:
+
+- the last user input is a tool result → a text reply quoting it (``TOOL_DONE``);
+- the last user text contains :data:`TOOL_TRIGGER` → one tool call
+  (claude: ``Bash``; codex: ``exec_command``) writing :data:`TOOL_MARKER`;
+- it contains :data:`SLOW_TRIGGER` → text streamed slowly (for cancel tests);
+- otherwise a short text reply streamed in a few deltas (:data:`HELLO`).
+
+Every request is recorded (path and JSON body; headers without credentials).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+TOOL_TRIGGER = "please run the tool"
+SLOW_TRIGGER = "please stream slowly"
+TOOL_MARKER = "tool-ran.txt"
+TOOL_COMMAND = f"echo acpgate > {TOOL_MARKER}"
+HELLO = ["Hello ", "from the ", "fake model."]
+#: Pause between the slow stream's deltas, and how many it sends.
+SLOW_DELAY_SECS = 0.5
+SLOW_DELTAS = 120
+
+_SECRET_HEADERS = ("authorization", "x-api-key", "api-key")
+
+
+@dataclass
+class Recorded:
+    """One request as received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class _Plan:
+    """What to answer: text deltas, or one tool call."""
+
+    deltas: list[str] = field(default_factory=list)
+    tool: bool = False
+    slow: bool = False
+
+
+def _texts(content: Any) -> list[str]:
+    """Text pieces of an Anthropic or Responses content value."""
+    if isinstance(content, str):
+        return [content]
+    out: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                out.append(block["text"])
+    return out
+
+
+def _plan_anthropic(body: dict[str, Any]) -> _Plan:
+    # Claude Code may append a role "system" message after the user's: look at the last user one.
+    users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                return _Plan([f"TOOL_DONE: {''.join(_texts(block.get('content')))[:200]}"])
+    return _plan_text(" ".join(_texts(content)), bool(body.get("tools")))
+
+
+def _plan_responses(body: dict[str, Any]) -> _Plan:
+    items = body.get("input") or []
+    if isinstance(items, str):
+        return _plan_text(items, bool(body.get("tools")))
+    last = items[-1] if items else {}
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        output = last.get("output")
+        return _Plan([f"TOOL_DONE: {str(output)[:200]}"])
+    users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    text = " ".join(_texts(users[-1].get("content"))) if users else ""
+    return _plan_text(text, bool(body.get("tools")))
+
+
+def _plan_text(text: str, has_tools: bool = False) -> _Plan:
+    # Side requests (title generation, summaries) offer no tools: they get text.
+    if TOOL_TRIGGER in text and has_tools:
+        return _Plan(tool=True)
+    if SLOW_TRIGGER in text:
+        return _Plan([f"tick {i} " for i in range(SLOW_DELTAS)], slow=True)
+    return _Plan(list(HELLO))
+
+
+def _sse(name: str | None, data: dict[str, Any]) -> bytes:
+    prefix = f"event: {name}\n" if name else ""
+    return prefix.encode() + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+# ----------------------------------------------------------------- Anthropic
+
+
+def _anthropic_events(body: dict[str, Any], plan: _Plan) -> list[bytes]:
+    model = body.get("model", "claude-fake")
+    start = {"type": "message_start", "message": {
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 11, "output_tokens": 1}}}
+    out = [_sse("message_start", start)]
+    if plan.tool:
+        out.append(_sse("content_block_start", {
+            "type": "content_block_start", "index": 0, "content_block": {
+                "type": "tool_use", "id": "toolu_fake_1", "name": "Bash", "input": {}}}))
+        args = orjson.dumps({"command": TOOL_COMMAND, "description": "Write the marker"}).decode()
+        out.append(_sse("content_block_delta", {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": args}}))
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        stop = "tool_use"
+    else:
+        out.append(_sse("content_block_start", {
+            "type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}))
+        out.extend(_sse("content_block_delta", {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": d}}) for d in plan.deltas)
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        stop = "end_turn"
+    out.append(_sse("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": stop, "stop_sequence": None},
+                                      "usage": {"output_tokens": 7}}))
+    out.append(_sse("message_stop", {"type": "message_stop"}))
+    return out
+
+
+def _anthropic_json(body: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "msg_fake_sync", "type": "message", "role": "assistant",
+            "model": body.get("model", "claude-fake"),
+            "content": [{"type": "text", "text": "Fake title"}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 2}}
+
+
+# ----------------------------------------------------------------- Responses
+
+
+def _responses_events(body: dict[str, Any], plan: _Plan) -> list[bytes]:
+    model = body.get("model", "gpt-fake")
+    resp = {"id": "resp_fake", "object": "response", "model": model, "status": "in_progress",
+            "output": []}
+    out = [_sse("response.created", {"type": "response.created", "response": resp})]
+    if plan.tool:
+        args = orjson.dumps({"cmd": TOOL_COMMAND, "sandbox_permissions": "require_escalated",
+                             "justification": "Write the marker file?"}).decode()
+        item = {"type": "function_call", "id": "fc_fake_1", "call_id": "call_fake_1",
+                "name": "exec_command", "arguments": args, "status": "completed"}
+        out.append(_sse("response.output_item.added", {
+            "type": "response.output_item.added", "output_index": 0, "item": item}))
+        out.append(_sse("response.output_item.done", {
+            "type": "response.output_item.done", "output_index": 0, "item": item}))
+    else:
+        msg_id = "msg_fake_1"
+        out.append(_sse("response.output_item.added", {
+            "type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "message", "id": msg_id, "role": "assistant", "status": "in_progress",
+                     "content": []}}))
+        out.extend(_sse("response.output_text.delta", {
+            "type": "response.output_text.delta", "item_id": msg_id, "output_index": 0,
+            "content_index": 0, "delta": d}) for d in plan.deltas)
+        out.append(_sse("response.output_item.done", {
+            "type": "response.output_item.done", "output_index": 0,
+            "item": {"type": "message", "id": msg_id, "role": "assistant", "status": "completed",
+                     "content": [{"type": "output_text", "text": "".join(plan.deltas),
+                                  "annotations": []}]}}))
+    done = {**resp, "status": "completed",
+            "usage": {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": 18}}
+    out.append(_sse("response.completed", {"type": "response.completed", "response": done}))
+    return out
+
+
+# ----------------------------------------------------------------- server
+
+
+class FakeModelServer:
+    """``async with FakeModelServer() as srv: srv.url`` (``http://127.0.0.1:<port>``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> FakeModelServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    def model_requests(self) -> list[Recorded]:
+        """The requests that asked for a model reply (POSTs with a JSON body)."""
+        return [r for r in self.requests if r.method == "POST" and isinstance(r.body, dict)]
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; False when the connection should close."""
+        request_line = (await reader.readline()).decode().strip()
+        if not request_line:
+            return False
+        method, path, _ = request_line.split(" ", 2)
+        headers: dict[str, str] = {}
+        while (line := (await reader.readline()).decode().strip()):
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        raw = b""
+        if "content-length" in headers:
+            raw = await reader.readexactly(int(headers["content-length"]))
+        body: Any = None
+        if raw:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                body = orjson.loads(raw)
+        self.requests.append(Recorded(
+            method, path, {k: v for k, v in headers.items() if k not in _SECRET_HEADERS}, body))
+        if not isinstance(body, dict):
+            await self._send(writer, 200, "application/json", [b"{}"])
+            return False
+        route = path.split("?", 1)[0]
+        if route.endswith("/messages"):
+            if body.get("stream"):
+                plan = _plan_anthropic(body)
+                await self._send(writer, 200, "text/event-stream",
+                                 _anthropic_events(body, plan), slow=plan.slow)
+            else:
+                await self._send(writer, 200, "application/json",
+                                 [orjson.dumps(_anthropic_json(body))])
+        elif route.endswith("/responses"):
+            plan = _plan_responses(body)
+            await self._send(writer, 200, "text/event-stream",
+                             _responses_events(body, plan), slow=plan.slow)
+        else:
+            await self._send(writer, 404, "application/json",
+                             [b'{"error":{"type":"not_found","message":"fake: unknown route"}}'])
+        return False
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, status: int, ctype: str, chunks: list[bytes],
+                    *, slow: bool = False) -> None:
+        head = (f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n"
+                "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        writer.write(head.encode())
+        for chunk in chunks:
+            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            await writer.drain()
+            if slow:
+                await asyncio.sleep(SLOW_DELAY_SECS)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()

@@ -21,6 +21,12 @@ INTERNAL_ERROR: Final = -32603
 SESSION_NOT_FOUND: Final = -32000
 SESSION_LIMIT: Final = -32001
 SESSION_BUSY: Final = -32002
+#: ACP's "authentication required" (an adapter's answer to session/new before authenticate).
+AUTH_REQUIRED: Final = -32000
+#: ACP's "resource not found" (a file an fs/read_text_file served by the edge cannot find).
+ACP_RESOURCE_NOT_FOUND: Final = -32002
+#: A client→agent method refused by the session policy (fs/*, terminal/* from an adapter).
+POLICY_REFUSED: Final = -32003
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
@@ -55,6 +61,13 @@ MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
 MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"
 MSG_PROMPT_MISSING: Final = "Missing required parameter: prompt (must be string or array of parts)"
 MSG_SESSION_ALREADY_ACTIVE: Final = "Session already active: {session_id}. Call session/close first."
+MSG_POLICY_REFUSED: Final = "Refused by acpgate policy: {reason}"
+MSG_RESOURCE_NOT_FOUND: Final = "Resource not found: {path}"
+MSG_UNKNOWN_TERMINAL: Final = "Unknown terminal: {terminal_id}"
+MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
+MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
+MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
+MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
 
 # ------------------------------------------------------------------ limits (SPEC §4, §9, §10)
 MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
@@ -110,6 +123,16 @@ M_SESSION_EVENT: Final = "session/event"
 M_SESSION_SET_MODE: Final = "session/set_mode"
 M_REQUEST_PERMISSION: Final = "session/request_permission"
 M_ELICITATION_CREATE: Final = "elicitation/create"
+M_FS_READ: Final = "fs/read_text_file"
+M_FS_WRITE: Final = "fs/write_text_file"
+M_TERMINAL_CREATE: Final = "terminal/create"
+M_TERMINAL_OUTPUT: Final = "terminal/output"
+M_TERMINAL_WAIT: Final = "terminal/wait_for_exit"
+M_TERMINAL_KILL: Final = "terminal/kill"
+M_TERMINAL_RELEASE: Final = "terminal/release"
+#: The terminal methods that name an existing terminal (all but create).
+M_TERMINAL_FOLLOWUPS: Final = (M_TERMINAL_OUTPUT, M_TERMINAL_WAIT, M_TERMINAL_KILL,
+                               M_TERMINAL_RELEASE)
 
 # ------------------------------------------------------------------ session/update kinds (SPEC §5)
 U_AGENT_MESSAGE: Final = "agent_message_chunk"
@@ -160,4 +183,7 @@ CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
 #: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
 #: agent runs with its own config, which need not carry the edge's `--session-timeout`.
 META_TIMEOUT_SECS: Final = "timeoutSecs"
+#: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
+META_EXIT: Final = "exit"
+META_STDERR: Final = "stderrTail"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"

@@ -1,24 +1,36 @@
 """The edge as the standard ACP v1 client of one adapter (docs/contracts.md).
 
 One adapter process serves one edge session. :class:`AdapterClient` performs
-the handshake (passing the client's elicitation capability on), opens or
-restores the adapter's session, sends prompts as ContentBlock arrays and
-``session/cancel`` as a notification, and rewrites session ids both ways: the
-client only ever sees the edge's id, the adapter only ever its own.
+the handshake (advertising what will be honoured: :mod:`services.edge.adapter_caps`),
+opens or restores the adapter's session, sends prompts as ContentBlock arrays
+and ``session/cancel`` as a notification, and rewrites session ids both ways:
+the client only ever sees the edge's id, the adapter only ever its own.
+
+Only the built-in agent gets acpgate's ``_meta.acpgate`` (its policy, its
+history): an external adapter (``kind = "acp"``) gets plain ACP. An external
+adapter that answers ``session/new`` with "authentication required" is
+authenticated once with the first advertised ``env_var`` method whose
+variables are set, then asked again.
 
 Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 ``session/request_permission`` and ``elicitation/create`` are relayed to the
-client; every other method is answered -32601.
+client; ``fs/*`` and ``terminal/*`` are decided by the session service and
+relayed or served (:mod:`services.edge.client_methods`); every other method
+is answered -32601.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
 from services.common.protocol import (
+    AUTH_REQUIRED,
+    M_AUTHENTICATE,
     M_ELICITATION_CREATE,
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
@@ -33,7 +45,11 @@ from services.common.protocol import (
     META_POLICY,
     PROTOCOL_VERSION,
 )
+from services.edge.adapter_caps import AdapterCaps, client_capabilities
 from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
+from services.edge.client_methods import CLIENT_METHODS
+
+log = get_logger("edge.adapter")
 
 #: How long the handshake and session setup may take (adapters can be slow to boot).
 SETUP_TIMEOUT_SECS = 60.0
@@ -48,26 +64,11 @@ class AdapterHost(Protocol):
     async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
         """Re-issue an adapter request to the client; return the answer for the adapter."""
 
+    async def client_method(self, method: str, params: dict[str, Any]) -> Any:
+        """An ``fs/*`` or ``terminal/*`` request: decide, then relay or serve."""
+
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """The adapter's stream ended."""
-
-
-@dataclass
-class AdapterCaps:
-    """What the adapter advertised in its initialize result."""
-
-    load_session: bool = False
-    resume: bool = False
-
-    @classmethod
-    def from_initialize(cls, result: Any) -> AdapterCaps:
-        """Read the restore-related capabilities of an initialize result."""
-        caps = result.get("agentCapabilities") if isinstance(result, dict) else None
-        if not isinstance(caps, dict):
-            return cls()
-        session_caps = caps.get("sessionCapabilities")
-        resume = isinstance(session_caps, dict) and isinstance(session_caps.get("resume"), dict)
-        return cls(load_session=caps.get("loadSession") is True, resume=resume)
 
 
 class AdapterClient:
@@ -79,10 +80,16 @@ class AdapterClient:
         lease_id: str,
         edge_session_id: str,
         host: AdapterHost,
+        agent: session_pb2.ResolvedAgent,
     ) -> None:
         self.edge_session_id = edge_session_id
         self.adapter_session_id = ""
         self.caps = AdapterCaps()
+        #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
+        self.builtin = agent.kind == "builtin"
+        self.alias = agent.alias
+        self._env = dict(agent.env)
+        self._authenticated = False
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
@@ -103,8 +110,17 @@ class AdapterClient:
         if updates:
             await self._host.on_adapter_updates(updates)
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The configured environment values of the agent (scrubbed from its stderr)."""
+        return tuple(self._env.values())
+
     async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
-        """Relay permission/elicitation requests; -32601 for anything else."""
+        """Relay permission/elicitation, decide fs/terminal; -32601 for anything else."""
+        if method in CLIENT_METHODS:
+            if "sessionId" in params:
+                params["sessionId"] = self.edge_session_id
+            return await self._host.client_method(method, params)
         if method in (M_REQUEST_PERMISSION, M_ELICITATION_CREATE):
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
@@ -117,41 +133,58 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ setup
 
-    async def start(self, client_capabilities: dict[str, Any],
-                    client_info: dict[str, str]) -> None:
-        """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``)."""
+    async def start(self, client_caps: dict[str, Any], client_info: dict[str, str],
+                    policy: SecurityPolicy) -> None:
+        """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``),
+        promising what the client and the edge will honour under ``policy``."""
         await self.link.open(SETUP_TIMEOUT_SECS)
-        caps: dict[str, Any] = {"fs": {"readTextFile": False, "writeTextFile": False},
-                                "terminal": False}
-        elicitation = client_capabilities.get("elicitation")
-        if isinstance(elicitation, dict):
-            caps["elicitation"] = elicitation
         result = await self.link.request(M_INITIALIZE, {
             "protocolVersion": PROTOCOL_VERSION,
-            "clientCapabilities": caps,
+            "clientCapabilities": client_capabilities(client_caps, policy),
             "clientInfo": client_info,
         }, SETUP_TIMEOUT_SECS)
         self.caps = AdapterCaps.from_initialize(result)
 
+    def _meta(self, **ours: Any) -> dict[str, Any]:
+        """``{"_meta": {"acpgate": ours}}`` for the built-in agent; nothing for others."""
+        return {"_meta": {META_ACPGATE: ours}} if self.builtin else {}
+
     async def new_session(self, cwd: str, mcp_servers: list[Any],
-                          policy: dict[str, Any]) -> str:
+                          policy: SecurityPolicy) -> str:
         """``session/new`` with the workspace as cwd; returns the adapter's session id."""
-        result = await self.link.request(M_SESSION_NEW, {
-            "cwd": cwd, "mcpServers": mcp_servers,
-            "_meta": {META_ACPGATE: {META_POLICY: policy}},
-        }, SETUP_TIMEOUT_SECS)
+        result = await self._setup_request(M_SESSION_NEW, {
+            "cwd": cwd, "mcpServers": mcp_servers, **self._meta(**{META_POLICY: policy.to_json()})})
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise ValueError("adapter's session/new result has no sessionId")
         self.adapter_session_id = sid
         return sid
 
+    async def _setup_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A setup request; on "authentication required", authenticate once and ask again."""
+        try:
+            return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
+        except JsonRpcError as exc:
+            if exc.code != AUTH_REQUIRED or self._authenticated or not await self._authenticate():
+                raise
+        return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
+
+    async def _authenticate(self) -> bool:
+        """``authenticate`` with an advertised env_var method whose variables are set."""
+        method_id = self.caps.env_auth_method(self._env)
+        if not method_id:
+            return False
+        self._authenticated = True
+        log.info("adapter_authenticate", alias=self.alias, method_id=method_id)
+        await self.link.request(M_AUTHENTICATE, {"methodId": method_id}, SETUP_TIMEOUT_SECS)
+        return True
+
     async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                             policy: dict[str, Any], history: list[dict[str, Any]]) -> None:
+                             policy: SecurityPolicy, history: list[dict[str, Any]]) -> None:
         """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
         await self._quietly(M_SESSION_RESUME, {
             "sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers,
-            "_meta": {META_ACPGATE: {META_POLICY: policy, META_HISTORY: history}},
+            "_meta": {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history}},
         })
         self.adapter_session_id = adapter_session_id
 
@@ -159,7 +192,7 @@ class AdapterClient:
         """A restore request whose own updates are dropped (the edge replays from the store)."""
         self._suppress_updates = True
         try:
-            return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
+            return await self._setup_request(method, params)
         finally:
             self._suppress_updates = False
 

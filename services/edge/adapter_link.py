@@ -38,6 +38,9 @@ class AdapterExit:
     signal: int = 0
     #: True when the lifecycle stream broke without an exit report.
     lost: bool = False
+    #: The last lines of the adapter's stderr as the lifecycle service read them (raw:
+    #: may hold secrets; :mod:`services.edge.adapter_errors` bounds and scrubs them).
+    stderr_tail: str = ""
 
     def describe(self) -> str:
         """A short cause for error messages (never stderr contents: they may hold secrets)."""
@@ -139,7 +142,8 @@ class AdapterLink:
                 elif which == "stdout":
                     await self._rpc.feed_batch(resp.stdout.lines)
                 elif which == "exit":
-                    exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal)
+                    exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
+                                            stderr_tail=resp.exit.stderr_tail)
                     break
         except grpc.aio.AioRpcError as exc:
             if self._attached is not None and not self._attached.done():

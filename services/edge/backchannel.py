@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
+from services.common.protocol import INTERNAL_ERROR
 
 
 class BackChannelError(Exception):
@@ -28,7 +29,12 @@ class BackChannelTimeout(BackChannelError):
 
 
 class ClientErrorAnswer(BackChannelError):
-    """The client answered with a JSON-RPC error."""
+    """The client answered with a JSON-RPC error (its code, message and data are kept)."""
+
+    def __init__(self, message: str, code: int = INTERNAL_ERROR, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
 
 
 class BackChannel:
@@ -48,7 +54,7 @@ class BackChannel:
         except TimeoutError:
             raise BackChannelTimeout(f"no answer to {method} within {wait_secs:g}s") from None
         except JsonRpcError as exc:
-            raise ClientErrorAnswer(exc.message) from None
+            raise ClientErrorAnswer(exc.message, exc.code, exc.data) from None
         except (ConnectionError, OSError) as exc:
             raise ClientGone(f"cannot reach client: {exc}") from None
 

@@ -15,6 +15,7 @@ from services.common.logs import get_logger
 from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    MSG_AGENT_START_FAILED,
     MSG_SESSION_NOT_FOUND,
     SESSION_NOT_FOUND,
 )
@@ -52,4 +53,4 @@ def cause(exc: BaseException) -> str:
 
 def start_failed(alias: str, exc: BaseException) -> JsonRpcError:
     """The -32603 of a session whose agent could not be started or set up."""
-    return JsonRpcError(INTERNAL_ERROR, f"Failed to start agent `{alias}`: {cause(exc)}")
+    return JsonRpcError(INTERNAL_ERROR, MSG_AGENT_START_FAILED.format(alias=alias, cause=cause(exc)))

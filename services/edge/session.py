@@ -37,6 +37,7 @@ from services.common.protocol import (
     U_TOOL_CALL,
 )
 from services.edge.adapter import AdapterClient
+from services.edge.adapter_errors import prompt_error
 from services.edge.adapter_link import AdapterExit, AdapterGone
 from services.edge.backchannel import (
     BackChannel,
@@ -44,6 +45,8 @@ from services.edge.backchannel import (
     BackChannelTimeout,
     ClientErrorAnswer,
 )
+from services.edge.client_methods import ClientMethods
+from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.turn import TurnAccumulator
 
 if TYPE_CHECKING:
@@ -104,6 +107,7 @@ class EdgeSession:
         self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
+        self._client_methods: ClientMethods | None = None
         self.turn: TurnState | None = None
         self._clock = clock
         self.last_activity = clock()
@@ -121,6 +125,13 @@ class EdgeSession:
     def idle_for(self) -> float:
         """Seconds since the last activity."""
         return self._clock() - self.last_activity
+
+    def bind_adapter(self, adapter: AdapterClient, client_caps: dict[str, Any]) -> None:
+        """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
+        self.adapter = adapter
+        self._client_methods = ClientMethods(
+            self.runtime.session_stub, self.session_id, self.port.backchannel, client_caps,
+            float(self.runtime.cfg.acp.session_timeout_secs))
 
     # ------------------------------------------------------------------ AdapterHost
 
@@ -191,6 +202,16 @@ class EdgeSession:
             return fallback
         return {"outcome": outcome}
 
+    async def client_method(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter's fs/terminal request (decided by the session service first)."""
+        self.touch()
+        if self._client_methods is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
+        try:
+            return await self._client_methods.handle(method, params)
+        finally:
+            self.touch()
+
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """An adapter that dies leaves the session inactive but loadable."""
         if not self.released:
@@ -214,20 +235,22 @@ class EdgeSession:
         turn.done.set()
         self.touch()
 
-    async def run_turn(self, turn: TurnState, text: str) -> dict[str, Any]:
+    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt) -> dict[str, Any]:
         """Send the prompt, stream, persist a completed turn; return the prompt result."""
         adapter = self.adapter
         if adapter is None:
             raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
-        turn.acc = TurnAccumulator(user_text=text)
+        turn.acc = TurnAccumulator(user_text=prompt.text)
         blocks: list[dict[str, Any]] = []
         if self.pending_history:
+            prior = "Prior conversation of this session:\n\n" + self.pending_history
+            # An adapter without embeddedContext gets the carry-over as plain text.
             blocks.append({"type": "resource", "resource": {
                 "uri": f"acpgate://session/{self.session_id}/history.txt",
-                "mimeType": "text/plain",
-                "text": "Prior conversation of this session:\n\n" + self.pending_history,
-            }})
-        blocks.append({"type": "text", "text": text})
+                "mimeType": "text/plain", "text": prior,
+            }} if adapter.caps.embedded_context or adapter.builtin else
+                {"type": "text", "text": prior})
+        blocks.extend(prompt.blocks)
         if turn.cancelled:  # cancelled before the adapter saw it
             result: Any = {"stopReason": STOP_CANCELLED}
         else:
@@ -258,10 +281,8 @@ class EdgeSession:
                 if turn.cancelled:  # the adapter ignored session/cancel: end the turn here
                     task.cancel()
                     return {"stopReason": STOP_CANCELLED}
-        except AdapterGone as exc:
-            raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.exit_info.describe()}") from None
-        except JsonRpcError as exc:
-            raise JsonRpcError(INTERNAL_ERROR, f"Prompt failed: {exc.message}") from None
+        except (AdapterGone, JsonRpcError) as exc:
+            raise prompt_error(exc, adapter.secrets) from None
         finally:
             if not task.done():
                 task.cancel()

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import grpc
+import orjson
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
 from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
 from services.edge.adapter import AdapterClient
+from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.claims import refusal
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import start_failed
@@ -43,18 +45,20 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
         runtime.registry.unreserve()
 
 
-async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str) -> dict[str, Any]:
-    """The policy of ``alias`` in ``workspace_dir``, in its ``_meta.acpgate.policy`` JSON form."""
-    from services.common.policy import SecurityPolicy
-
+async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str) -> SecurityPolicy:
+    """The policy the session service decides for ``alias`` in ``workspace_dir``."""
     p = await runtime.session_stub.GetPolicy(
         session_pb2.GetPolicyRequest(alias=alias, workspace_dir=workspace_dir))
-    return SecurityPolicy.from_proto(p).to_json()
+    return SecurityPolicy.from_proto(p)
 
 
 async def spawn_adapter(conn: DialectConnection, session: EdgeSession,
-                        agent: session_pb2.ResolvedAgent) -> AdapterClient:
-    """Ensure a lease, attach, initialize. On failure the lease is closed again."""
+                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy) -> AdapterClient:
+    """Ensure a lease, attach, initialize, record what the adapter can do.
+
+    On failure the lease is closed again and the adapter's error reaches the
+    client whole (:func:`services.edge.adapter_errors.setup_error`).
+    """
     rt = conn.runtime
     try:
         resp = await rt.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
@@ -63,14 +67,28 @@ async def spawn_adapter(conn: DialectConnection, session: EdgeSession,
     except grpc.aio.AioRpcError as exc:
         raise start_failed(agent.alias, exc) from None
     session.lease_id = resp.lease.lease_id
-    client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session)
-    session.adapter = client
+    client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session, agent)
+    session.bind_adapter(client, conn.client_capabilities)
     try:
-        await client.start(conn.client_capabilities, rt.implementation)
+        await client.start(conn.client_capabilities, rt.implementation, policy)
     except Exception as exc:
         await abandon(rt, session)
-        raise start_failed(agent.alias, exc) from None
+        raise setup_error(agent.alias, exc, client.secrets) from None
+    await _record_capabilities(rt, agent, client)
     return client
+
+
+async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                               client: AdapterClient) -> None:
+    """Tell the session service what the alias's adapter advertised, when it changed."""
+    text = orjson.dumps(client.caps.raw, option=orjson.OPT_SORT_KEYS).decode()
+    if text == agent.adapter_capabilities_json:
+        return
+    try:
+        await rt.session_stub.RecordAgentCapabilities(session_pb2.RecordAgentCapabilitiesRequest(
+            alias=agent.alias, capabilities_json=text))
+    except grpc.aio.AioRpcError as exc:  # only initialize's advertising depends on it
+        log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code().name)
 
 
 async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
@@ -105,7 +123,11 @@ async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid
             raise refusal(exc, session.session_id) from None
         log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
     if session.released:  # the adapter died during setup
-        raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup")
+        adapter = session.adapter
+        exit_info = adapter.link.exit_info if adapter is not None else None
+        raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup",
+                           exit_data(exit_info, adapter.secrets)
+                           if exit_info is not None and adapter is not None else None)
     if conn.closed:  # close() already released this connection's sessions
         await conn.runtime.release(session, "disconnect")
         raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from services.session.rpcs.agents import AgentRpcs
 from services.session.rpcs.history import HistoryRpcs
+from services.session.rpcs.operations import OperationRpcs
 from services.session.rpcs.reads import ReadRpcs
 from services.session.rpcs.rows import RowRpcs
 
 __all__ = ["SessionServicer"]
 
 
-class SessionServicer(AgentRpcs, RowRpcs, HistoryRpcs, ReadRpcs):
+class SessionServicer(AgentRpcs, RowRpcs, HistoryRpcs, ReadRpcs, OperationRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store)``."""

@@ -40,6 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 SDK_AGENT = Path(__file__).resolve().parent / "sdk_agent.py"
 ACPGATE = [sys.executable, "-m", "acpgate"]
 
+#: A configured secret of the ``sdkdie`` agent, which prints it to stderr before it dies.
+SDK_SECRET = "sdk-secret-0123456789"
+
 #: Generous ceiling for one wait; tests never assert on timing.
 WAIT = 60.0
 
@@ -77,19 +80,24 @@ enabled = false
 {_sdk_entry("sdk", state, sdk_restore)}
 {_sdk_entry("sdkload", state, "load")}
 {_sdk_entry("sdknone", state, "none")}
+{_sdk_entry("sdkcaps", state, "none", SDK_AGENT_PROMPT="image,embeddedContext")}
+{_sdk_entry("sdkfail", state, "none", SDK_AGENT_NEW="fail")}
+{_sdk_entry("sdkdie", state, "none", SDK_AGENT_NEW="die", SDK_AGENT_SECRET=SDK_SECRET)}
+{_sdk_entry("sdkauth", state, "none", SDK_AGENT_NEW="auth", SDK_AGENT_KEY="sdk-key-value")}
 {extra}
 """
     (config_dir / "config.toml").write_text(text)
     return config_dir
 
 
-def _sdk_entry(alias: str, state: Path, restore: str) -> str:
+def _sdk_entry(alias: str, state: Path, restore: str, **env: str) -> str:
+    extra = "".join(f", {k} = {json.dumps(v)}" for k, v in env.items())
     return f"""
 [agents.{alias}]
 kind = "acp"
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(str(SDK_AGENT))}]
-env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{restore}" }}
+env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{restore}"{extra} }}
 """
 
 

@@ -12,12 +12,26 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``die``: exits with code 3 in the middle of the turn;
 - ``setup``: reports the cwd, MCP server names and policy of its session/new;
 - ``fail``: answers the prompt with a JSON-RPC error;
-- ``fsread``: calls ``fs/read_text_file`` on the client and reports the error code;
+- ``fsread [path]``: calls ``fs/read_text_file`` (default ``/etc/hostname``) and
+  reports the content or the error code;
+- ``fswrite <path> <text>``: calls ``fs/write_text_file`` and reports the outcome;
+- ``term <command>``: ``terminal/create`` + ``wait_for_exit`` + ``output`` + ``release``;
+- ``blocks``: reports the types of the prompt's content blocks (and image mime types);
+- ``faildata``: answers with an error carrying ``data.details``, as claude-agent-acp does;
 - anything else: ``echo: <text>`` in two chunks.
 
+The command is the prompt's last text block; an earlier text block that starts
+with "Prior conversation" is a carried-over history (``recall`` reports it).
+
 ``SDK_AGENT_RESTORE`` = ``resume`` | ``load`` | ``none`` chooses what it
-advertises; ``SDK_AGENT_STATE`` is a JSON file where it keeps its sessions so a
-new process can restore them.
+advertises; ``SDK_AGENT_PROMPT`` lists the prompt capabilities it advertises
+(comma-separated ``image``, ``audio``, ``embeddedContext``; none by default);
+``SDK_AGENT_NEW`` = ``fail`` (session/new answers an error with ``data``),
+``die`` (prints its environment's ``SDK_AGENT_SECRET`` to stderr and exits 4)
+or ``auth`` (session/new needs ``authenticate`` with the env_var method
+``sdk-key`` first, advertised with the variable ``SDK_AGENT_KEY``);
+``SDK_AGENT_STATE`` is a JSON file where it keeps its sessions so a new
+process can restore them.
 """
 
 from __future__ import annotations
@@ -45,7 +59,11 @@ from acp import (
 )
 from acp.schema import (
     AgentCapabilities,
+    AuthenticateResponse,
+    AuthEnvVar,
+    EnvVarAuthMethod,
     PermissionOption,
+    PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
     SessionResumeCapabilities,
@@ -53,6 +71,8 @@ from acp.schema import (
 )
 
 RESTORE = os.environ.get("SDK_AGENT_RESTORE", "resume")
+PROMPT_CAPS = set(filter(None, os.environ.get("SDK_AGENT_PROMPT", "").split(",")))
+NEW_MODE = os.environ.get("SDK_AGENT_NEW", "")
 STATE = Path(os.environ.get("SDK_AGENT_STATE", "/tmp/sdk-agent-state.json"))
 
 
@@ -76,25 +96,53 @@ class SdkAgent:
         self._state = _load_state()
         #: What session/new carried, per session (for the ``setup`` prompt).
         self._setup: dict[str, str] = {}
+        self._authenticated = False
+        #: The clientCapabilities of initialize, as received (for the ``setup`` prompt).
+        self._client_caps: Any = None
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None,
                          client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        self._client_caps = client_capabilities
         caps = AgentCapabilities(
             load_session=RESTORE == "load",
+            prompt_capabilities=PromptCapabilities(
+                image="image" in PROMPT_CAPS, audio="audio" in PROMPT_CAPS,
+                embeddedContext="embeddedContext" in PROMPT_CAPS),
             session_capabilities=SessionCapabilities(
                 resume=SessionResumeCapabilities() if RESTORE == "resume" else None),
         )
-        return InitializeResponse(protocol_version=1, agent_capabilities=caps)
+        methods = [EnvVarAuthMethod(id="sdk-key", name="SDK key", type="env_var",
+                                    vars=[AuthEnvVar(name="SDK_AGENT_KEY")])]
+        return InitializeResponse(protocol_version=1, agent_capabilities=caps,
+                                  auth_methods=methods if NEW_MODE == "auth" else [])
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse:
+        if method_id != "sdk-key" or not os.environ.get("SDK_AGENT_KEY"):
+            raise RequestError(-32602, f"unknown auth method {method_id}")
+        self._authenticated = True
+        return AuthenticateResponse()
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
+        if NEW_MODE == "fail":
+            raise RequestError(-32603, "Internal error",
+                               {"details": "Query closed before response received"})
+        if NEW_MODE == "die":
+            print(f"fatal: cannot start with key {os.environ.get('SDK_AGENT_SECRET', '')}",
+                  file=sys.stderr, flush=True)
+            os._exit(4)
+        if NEW_MODE == "auth" and not self._authenticated:
+            raise RequestError(-32000, "Authentication required")
         sid = f"sdk-{uuid.uuid4().hex[:12]}"
-        policy = (kwargs.get("acpgate") or {}).get("policy") or {}
         names = [getattr(m, "name", "?") for m in mcp_servers or []]
+        fs = getattr(self._client_caps, "fs", None)
+        terminal = getattr(self._client_caps, "terminal", None)
         self._setup[sid] = (f"cwd={cwd} mcp={','.join(names)} "
-                            f"policy-workspace={policy.get('workspaceDir') == cwd}")
+                            f"acpgate-meta={'acpgate' in kwargs} "
+                            f"fs={getattr(fs, 'read_text_file', None)},"
+                            f"{getattr(fs, 'write_text_file', None)} terminal={terminal}")
         self._state[sid] = []
         _save_state(self._state)
         return NewSessionResponse(session_id=sid)
@@ -121,7 +169,9 @@ class SdkAgent:
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         assert self._conn is not None
         conn = self._conn
-        text = " ".join(getattr(b, "text", "") for b in prompt if getattr(b, "type", "") == "text")
+        texts = [getattr(b, "text", "") for b in prompt if getattr(b, "type", "") == "text"]
+        text = texts[-1] if texts else ""
+        carried = [t for t in texts[:-1] if t.startswith("Prior conversation")]
         embedded = [b for b in prompt if getattr(b, "type", "") == "resource"]
         cancel = self._cancel[session_id] = asyncio.Event()
         if text == "die":
@@ -135,14 +185,45 @@ class SdkAgent:
                 await conn.session_update(session_id, update_agent_message_text(f"s{i} "))
                 await asyncio.sleep(0.05)
             return PromptResponse(stop_reason="end_turn")
-        if text == "fsread":  # a client method the edge does not serve
+        if text == "fsread" or text.startswith("fsread "):
+            path = text[len("fsread "):] or "/etc/hostname"
             try:
-                await conn.read_text_file(session_id=session_id, path="/etc/hostname")
-                note = "fs served"
+                got = await conn.read_text_file(session_id=session_id, path=path)
+                note = f"fs served: {got.content}"
             except RequestError as exc:
                 note = f"fs error {exc.code}"
             await conn.session_update(session_id, update_agent_message_text(note))
             return PromptResponse(stop_reason="end_turn")
+        if text.startswith("fswrite "):
+            _, path, body = text.split(" ", 2)
+            try:
+                await conn.write_text_file(session_id=session_id, path=path, content=body)
+                note = "fs written"
+            except RequestError as exc:
+                note = f"fs error {exc.code}: {exc}"
+            await conn.session_update(session_id, update_agent_message_text(note))
+            return PromptResponse(stop_reason="end_turn")
+        if text.startswith("term "):
+            try:
+                term = await conn.create_terminal(session_id=session_id, command=text[5:])
+                done = await conn.wait_for_terminal_exit(session_id=session_id,
+                                                         terminal_id=term.terminal_id)
+                out = await conn.terminal_output(session_id=session_id,
+                                                 terminal_id=term.terminal_id)
+                await conn.release_terminal(session_id=session_id, terminal_id=term.terminal_id)
+                note = f"term exit={done.exit_code} output={out.output}"
+            except RequestError as exc:
+                note = f"term error {exc.code}"
+            await conn.session_update(session_id, update_agent_message_text(note))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "blocks":
+            kinds = [getattr(b, "type", "?") + (f":{b.mime_type}" if getattr(b, "type", "")
+                                                in ("image", "audio") else "") for b in prompt]
+            await conn.session_update(session_id, update_agent_message_text(
+                "blocks: " + ",".join(kinds)))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "faildata":
+            raise RequestError(-32603, "Internal error", {"details": "Query closed early"})
         if text == "setup":
             await conn.session_update(session_id, update_agent_message_text(
                 self._setup.get(session_id, "unknown")))
@@ -174,10 +255,12 @@ class SdkAgent:
             return PromptResponse(stop_reason="end_turn")
         if text == "recall":
             known = self._state.get(session_id, [])
-            note = "embedded" if embedded else "no-embedded"
+            note = "embedded" if embedded else "text" if carried else "no-embedded"
             if embedded:
                 res = embedded[0].resource
                 note += ":" + ("prior-ok" if "first message" in getattr(res, "text", "") else "prior-missing")
+            elif carried:
+                note += ":" + ("prior-ok" if "first message" in carried[0] else "prior-missing")
             await conn.session_update(session_id, update_agent_message_text(
                 f"remembered {len(known)} [{'|'.join(known)}] {note}"))
             return PromptResponse(stop_reason="end_turn")

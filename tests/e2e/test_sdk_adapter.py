@@ -82,8 +82,9 @@ def test_cancel(acp: AcpProcess) -> None:
     ("alias", "expect"),
     [("sdk", "remembered 1 [first message] no-embedded"),
      ("sdkload", "remembered 1 [first message] no-embedded"),
-     ("sdknone", "remembered 0 [] embedded:prior-ok")],
-    ids=["own-resume", "own-load", "embedded-history"],
+     ("sdknone", "remembered 0 [] text:prior-ok"),
+     ("sdkcaps", "remembered 0 [] embedded:prior-ok")],
+    ids=["own-resume", "own-load", "text-history", "embedded-history"],
 )
 def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> None:
     sid = acp.new_session(agentAlias=alias, cwd=str(tmp_path))
@@ -96,7 +97,7 @@ def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> No
         ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == expect
     # the embedded prior conversation is sent once, not with every prompt
-    if alias == "sdknone":
+    if alias in ("sdknone", "sdkcaps"):
         assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
             "remembered 0 [] no-embedded"
         # the restored adapter session got the stored workspace, not the client's cwd (§8)
@@ -105,11 +106,11 @@ def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> No
     acp.result("session/close", {"sessionId": sid})
 
 
-def test_unknown_client_method_and_failed_turn(acp: AcpProcess) -> None:
-    """Adapter→client methods the edge does not serve get -32601; an adapter error fails the turn."""
+def test_policy_refused_read_and_failed_turn(acp: AcpProcess) -> None:
+    """A read outside the session's roots is refused (-32003); an adapter error fails the turn."""
     sid = acp.new_session(agentAlias="sdk")
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "fsread"})["content"] == \
-        "fs error -32601"
+        "fs error -32003"
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": "fail"})
     assert err == {"code": -32603, "message": "Prompt failed: sdk agent failed on purpose"}
     # a failed turn is not persisted and the session keeps working
@@ -123,11 +124,14 @@ def test_unknown_client_method_and_failed_turn(acp: AcpProcess) -> None:
 
 
 def test_session_new_toward_the_adapter(acp: AcpProcess, tmp_path: Path) -> None:
-    """The adapter's session/new carries the session workspace, the client's mcpServers, the policy."""
+    """The adapter's session/new carries the session workspace and the client's mcpServers,
+    but not acpgate's own ``_meta.acpgate`` (that is for the built-in agent only); its
+    initialize promised fs (served by the edge) and no terminal (the client has none)."""
     mcp = [{"name": "tools-a", "command": "/bin/true", "args": [], "env": []}]
     sid = acp.new_session(agentAlias="sdk", cwd=str(tmp_path), mcpServers=mcp)
     content = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
-    assert content == f"cwd={os.path.realpath(tmp_path)} mcp=tools-a policy-workspace=True"
+    assert content == (f"cwd={os.path.realpath(tmp_path)} mcp=tools-a acpgate-meta=False "
+                       "fs=True,True terminal=False")
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -140,7 +144,7 @@ def test_restore_falls_back_when_the_adapter_forgot(acp: AcpProcess) -> None:
     state.write_text("{}")  # the adapter lost every session it had
     assert acp.result("session/resume", {"sessionId": sid}) == {}
     assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
-        "remembered 0 [] embedded:prior-ok"
+        "remembered 0 [] text:prior-ok"
     acp.result("session/close", {"sessionId": sid})
 
 

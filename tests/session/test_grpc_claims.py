@@ -120,7 +120,8 @@ async def test_postgres_gone_is_unavailable_and_no_password_leaks(
 ) -> None:
     """A session service on a PostgreSQL server over TCP, password from ``[store]
     password_env``: it works; the server stops; every RPC that needs the database is
-    UNAVAILABLE with the URL shown without its password, and no log line has it."""
+    UNAVAILABLE with the URL shown without its password, and no log line has it; an
+    agent still resolves (issue 17: without its recorded adapter capabilities)."""
     caplog.set_level(logging.INFO, logger="acpgate")
     with running_cluster() as cluster:
         monkeypatch.setenv("ACPG_TEST_STORE_PASSWORD", cluster.password)
@@ -139,6 +140,12 @@ async def test_postgres_gone_is_unavailable_and_no_password_leaks(
             assert code == grpc.StatusCode.UNAVAILABLE, details
             assert "unavailable" in details and f"127.0.0.1:{cluster.port}" in details
             assert cluster.password not in details
+        # Resolving an agent needs no database: only its recorded capabilities are missing.
+        agent = await stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias="alpha"))
+        assert agent.default_model == "demo/demo" and agent.adapter_capabilities_json == ""
+        code, details = await _code(stub.RecordAgentCapabilities(
+            pb.RecordAgentCapabilitiesRequest(alias="alpha", capabilities_json="{}")))
+        assert code == grpc.StatusCode.UNAVAILABLE and cluster.password not in details
     lines = [JsonFormatter().format(r) for r in caplog.records]
     assert any("session_store_unavailable" in line for line in lines)
     assert any("session_store_opened" in line for line in lines)

@@ -21,10 +21,12 @@ from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
     PostgresTarget,
+    SessionActiveElsewhere,
     SessionStore,
     StoreUnavailable,
     open_store,
 )
+from services.session.store.pg_schema import _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 
@@ -64,7 +66,8 @@ def test_redact_url_drops_every_secret() -> None:
 
 
 async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
-    """An empty database gets the tables, the claim columns and the shared version number."""
+    """An empty database gets the tables, the claim columns, the adapter capabilities table
+    and the shared version number."""
     async with _opened(PostgresTarget(pg_url)) as store:
         assert store.persistent and store.status.backend == "postgresql"
         assert store.status.schema_version == LATEST_SCHEMA_VERSION
@@ -75,6 +78,7 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
         columns = {r[0] for r in await con.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'sessions'")}
         assert {"active_instance_id", "active_host", "active_until", "last_seq"} <= columns
+        assert await con.fetchval("SELECT to_regclass('agent_capabilities') IS NOT NULL")
         await con.execute("INSERT INTO sessions (id, workspace_dir, created_at, last_activity)"
                           " VALUES ('x', '/w', 0, 0)")
         with pytest.raises(asyncpg.CheckViolationError):
@@ -85,6 +89,32 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
     # Reopening does not migrate again and keeps the rows.
     async with _opened(PostgresTarget(pg_url)) as store:
         assert (await store.get_session("x")).workspace_dir == "/w"
+
+
+async def test_v4_database_keeps_its_claims_and_gains_adapter_capabilities(
+        pg_cluster: Cluster) -> None:
+    """v4 → v5 (issue 17): a database issue 14's release created (claims, no capability
+    table) keeps its rows and live claims and gets the agent_capabilities table."""
+    url = await fresh_url(pg_cluster)
+    con = await asyncpg.connect(url)
+    try:
+        for stmt in _V4_TABLES:
+            await con.execute(stmt)
+        await con.execute("INSERT INTO schema_version VALUES (4)")
+        await con.execute(
+            "INSERT INTO sessions (id, workspace_dir, created_at, last_activity,"
+            " active_instance_id, active_host, active_until)"
+            " VALUES ('old', '/w', 0, 0, 'gw-a', 'a', 9000000000000)")
+    finally:
+        await con.close()
+    async with _opened(PostgresTarget(url)) as store:
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION
+        rec = await store.get_session("old")
+        assert (rec.claim.instance_id, rec.claim.host) == ("gw-a", "a")
+        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+            await store.claim("old", "gw-b", ttl_ms=1000)
+        await store.set_agent_capabilities("alpha", '{"loadSession": true}')
+        assert await store.get_agent_capabilities("alpha") == '{"loadSession": true}'
 
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:

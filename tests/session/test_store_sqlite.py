@@ -16,10 +16,11 @@ import pytest
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
+    SessionActiveElsewhere,
     SessionStore,
     open_store,
 )
-from services.session.store.sqlite_schema import _V2_TABLES
+from services.session.store.sqlite_schema import _V2_TABLES, _V4_CLAIM
 
 
 async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:
@@ -222,19 +223,51 @@ def _write_v2(path: Path) -> None:
 
 
 async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
-    """v2 → v3 → v4: rows and history stay; every row has no MCP server list stored
-    (v3, issue 16) and starts unclaimed (v4, issue 14)."""
+    """v2 → v3 → v4 → v5: rows and history stay; every row has no MCP server list stored
+    (v3, issue 16) and starts unclaimed (v4, issue 14); no adapter capabilities are
+    recorded yet (v5, issue 17)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 4
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
         rec = await s.get_session("v2")
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
         assert rec.mcp_servers_json == ""
         assert rec.claim.instance_id == "" and rec.claim.until == 0
         assert [e.text for e in await _history(s, "v2")] == ["hi"]
         assert (await s.claim("v2", "gw", ttl_ms=1000)).claim.instance_id == "gw"
+        assert await s.get_agent_capabilities("alpha") == ""
+    finally:
+        await s.close()
+
+
+async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path: Path) -> None:
+    """v4 → v5 (issue 17): a file with claim columns (as issue 14's release left it) keeps
+    its rows and live claims and gets the agent_capabilities table."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    con = sqlite3.connect(db)
+    con.executescript(
+        "ALTER TABLE sessions ADD COLUMN mcp_servers_json TEXT NOT NULL DEFAULT '';"
+        + "".join(f"{stmt};" for stmt in _V4_CLAIM)
+        + "UPDATE sessions SET active_instance_id = 'gw-a', active_host = 'a',"
+          " active_until = 9000000000000;"
+          "UPDATE schema_version SET version = 4;"
+    )
+    con.commit()
+    con.close()
+    s = await open_store(db)
+    try:
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
+        rec = await s.get_session("v2")
+        assert (rec.claim.instance_id, rec.claim.host) == ("gw-a", "a")
+        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+            await s.claim("v2", "gw-b", ttl_ms=1000)
+        assert [e.text for e in await _history(s, "v2")] == ["hi"]
+        await s.set_agent_capabilities("alpha", '{"loadSession": true}')
+        assert await s.get_agent_capabilities("alpha") == '{"loadSession": true}'
     finally:
         await s.close()

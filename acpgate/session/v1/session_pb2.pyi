@@ -42,6 +42,32 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Operation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Operation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPERATION_UNSPECIFIED: _Operation.ValueType  # 0
+    OPERATION_READ: _Operation.ValueType  # 1
+    """fs/read_text_file: path is the file."""
+    OPERATION_WRITE: _Operation.ValueType  # 2
+    """fs/write_text_file: path is the file (it need not exist)."""
+    OPERATION_EXECUTE: _Operation.ValueType  # 3
+    """terminal/create: path is the command's working directory ("" = the workspace)."""
+
+class Operation(_Operation, metaclass=_OperationEnumTypeWrapper):
+    """What an external adapter's client-method request wants to do."""
+
+OPERATION_UNSPECIFIED: Operation.ValueType  # 0
+OPERATION_READ: Operation.ValueType  # 1
+"""fs/read_text_file: path is the file."""
+OPERATION_WRITE: Operation.ValueType  # 2
+"""fs/write_text_file: path is the file (it need not exist)."""
+OPERATION_EXECUTE: Operation.ValueType  # 3
+"""terminal/create: path is the command's working directory ("" = the workspace)."""
+Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
 class _SessionState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -223,6 +249,7 @@ class ResolvedAgent(_message.Message):
     AGENT_WORKSPACE_FIELD_NUMBER: _builtins.int
     AUTONOMY_FIELD_NUMBER: _builtins.int
     DEFAULT_MODEL_FIELD_NUMBER: _builtins.int
+    ADAPTER_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """The configured alias ([agents.<alias>])."""
     kind: _builtins.str
@@ -237,6 +264,10 @@ class ResolvedAgent(_message.Message):
     """Effective autonomy level: readonly | supervised | full."""
     default_model: _builtins.str
     """"provider/model" for builtin agents, empty otherwise (initialize _meta)."""
+    adapter_capabilities_json: _builtins.str
+    """The agentCapabilities object (JSON) the alias's adapter advertised the last
+    time it was started (RecordAgentCapabilities); "" = never recorded.
+    """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -254,10 +285,11 @@ class ResolvedAgent(_message.Message):
         agent_workspace: _builtins.str = ...,
         autonomy: _builtins.str = ...,
         default_model: _builtins.str = ...,
+        adapter_capabilities_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -391,6 +423,97 @@ class SecurityPolicy(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SecurityPolicy: _TypeAlias = SecurityPolicy  # noqa: Y015
+
+@_typing.final
+class CheckOperationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session whose policy applies (its stored alias and workspace)."""
+    operation: Global___Operation.ValueType
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        operation: Global___Operation.ValueType = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation", "path", b"path", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckOperationRequest: _TypeAlias = CheckOperationRequest  # noqa: Y015
+
+@_typing.final
+class CheckOperationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RESOLVED_PATH_FIELD_NUMBER: _builtins.int
+    allowed: _builtins.bool
+    reason: _builtins.str
+    """Why it was refused, fit for the agent and the user (never file contents)."""
+    resolved_path: _builtins.str
+    """The real path the decision was made on (symlinks resolved); empty when refused."""
+    def __init__(
+        self,
+        *,
+        allowed: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        resolved_path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "reason", b"reason", "resolved_path", b"resolved_path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckOperationResponse: _TypeAlias = CheckOperationResponse  # noqa: Y015
+
+@_typing.final
+class RecordAgentCapabilitiesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALIAS_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
+    alias: _builtins.str
+    capabilities_json: _builtins.str
+    """The adapter's initialize result's agentCapabilities object, JSON-encoded."""
+    def __init__(
+        self,
+        *,
+        alias: _builtins.str = ...,
+        capabilities_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "capabilities_json", b"capabilities_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordAgentCapabilitiesRequest: _TypeAlias = RecordAgentCapabilitiesRequest  # noqa: Y015
+
+@_typing.final
+class RecordAgentCapabilitiesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordAgentCapabilitiesResponse: _TypeAlias = RecordAgentCapabilitiesResponse  # noqa: Y015
 
 @_typing.final
 class Ownership(_message.Message):

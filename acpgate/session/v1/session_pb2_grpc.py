@@ -60,6 +60,16 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.FromString,
                 _registered_method=True)
+        self.CheckOperation = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/CheckOperation',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationResponse.FromString,
+                _registered_method=True)
+        self.RecordAgentCapabilities = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/RecordAgentCapabilities',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.FromString,
+                _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/CreateSession',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CreateSessionRequest.SerializeToString,
@@ -161,6 +171,24 @@ class SessionServiceServicer:
 
     def GetPolicy(self, request, context):
         """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckOperation(self, request, context):
+        """Whether a session's policy (SPEC §12) admits one client-method request of
+        its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
+        the edge asks before it relays or serves the request, this service decides.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordAgentCapabilities(self, request, context):
+        """Remember what an alias's adapter advertised in its initialize result, so
+        the edge's own initialize can advertise it before any session runs
+        (read back as ResolvedAgent.adapter_capabilities_json).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -290,6 +318,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetPolicy,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.SerializeToString,
+            ),
+            'CheckOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckOperation,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationResponse.SerializeToString,
+            ),
+            'RecordAgentCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordAgentCapabilities,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
@@ -493,6 +531,60 @@ class SessionService:
             '/acpgate.session.v1.SessionService/GetPolicy',
             acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/CheckOperation',
+            acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordAgentCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/RecordAgentCapabilities',
+            acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,6 +66,16 @@ class SessionServiceStub:
     """The cwd rules of SPEC §3: real path, install-root placeholder, agent workspace."""
     GetPolicy: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetPolicyRequest, _session_pb2.SecurityPolicy]
     """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+    CheckOperation: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]
+    """Whether a session's policy (SPEC §12) admits one client-method request of
+    its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
+    the edge asks before it relays or serves the request, this service decides.
+    """
+    RecordAgentCapabilities: _grpc.UnaryUnaryMultiCallable[_session_pb2.RecordAgentCapabilitiesRequest, _session_pb2.RecordAgentCapabilitiesResponse]
+    """Remember what an alias's adapter advertised in its initialize result, so
+    the edge's own initialize can advertise it before any session runs
+    (read back as ResolvedAgent.adapter_capabilities_json).
+    """
     CreateSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetSessionRequest, _session_pb2.SessionRow]
@@ -119,6 +129,16 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The cwd rules of SPEC §3: real path, install-root placeholder, agent workspace."""
     GetPolicy: _aio.UnaryUnaryMultiCallable[_session_pb2.GetPolicyRequest, _session_pb2.SecurityPolicy]  # type: ignore[assignment]
     """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+    CheckOperation: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]  # type: ignore[assignment]
+    """Whether a session's policy (SPEC §12) admits one client-method request of
+    its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
+    the edge asks before it relays or serves the request, this service decides.
+    """
+    RecordAgentCapabilities: _aio.UnaryUnaryMultiCallable[_session_pb2.RecordAgentCapabilitiesRequest, _session_pb2.RecordAgentCapabilitiesResponse]  # type: ignore[assignment]
+    """Remember what an alias's adapter advertised in its initialize result, so
+    the edge's own initialize can advertise it before any session runs
+    (read back as ResolvedAgent.adapter_capabilities_json).
+    """
     CreateSession: _aio.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
     GetSession: _aio.UnaryUnaryMultiCallable[_session_pb2.GetSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
@@ -199,6 +219,28 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SecurityPolicy, _abc.Awaitable[_session_pb2.SecurityPolicy]]:
         """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+
+    @_abc_1.abstractmethod
+    def CheckOperation(
+        self,
+        request: _session_pb2.CheckOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.CheckOperationResponse, _abc.Awaitable[_session_pb2.CheckOperationResponse]]:
+        """Whether a session's policy (SPEC §12) admits one client-method request of
+        its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
+        the edge asks before it relays or serves the request, this service decides.
+        """
+
+    @_abc_1.abstractmethod
+    def RecordAgentCapabilities(
+        self,
+        request: _session_pb2.RecordAgentCapabilitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.RecordAgentCapabilitiesResponse, _abc.Awaitable[_session_pb2.RecordAgentCapabilitiesResponse]]:
+        """Remember what an alias's adapter advertised in its initialize result, so
+        the edge's own initialize can advertise it before any session runs
+        (read back as ResolvedAgent.adapter_capabilities_json).
+        """
 
     @_abc_1.abstractmethod
     def CreateSession(

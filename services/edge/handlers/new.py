@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.edge.adapter_errors import setup_error
 from services.edge.dispatch import DialectConnection
-from services.edge.errors import grpc_error, start_failed
+from services.edge.errors import grpc_error
 from services.edge.params import encode_mcp_servers, first_str, mcp_servers
 from services.edge.runtime import SessionRegistry
 from services.edge.session import EdgeSession
@@ -71,11 +72,11 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
         session = EdgeSession(rt, conn, row, rt.clock)
-        client = await spawn_adapter(conn, session, agent)
+        client = await spawn_adapter(conn, session, agent, policy)
         try:
             adapter_sid = await client.new_session(ws.workspace_dir, servers, policy)
         except Exception as exc:
             await abandon(rt, session)
-            raise start_failed(agent.alias, exc) from None
+            raise setup_error(agent.alias, exc, client.secrets) from None
         await mark_active(conn, session, adapter_sid)
     return {"sessionId": sid, "workspaceDir": ws.workspace_dir}

@@ -29,17 +29,18 @@ import orjson
 
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, notification_line
+from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
-    INTERNAL_ERROR,
     INVALID_PARAMS,
     M_SESSION_UPDATE,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
 )
 from services.edge.adapter import AdapterClient
+from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
-from services.edge.errors import cause, grpc_error, not_found
+from services.edge.errors import grpc_error, not_found
 from services.edge.params import encode_mcp_servers, restore_mcp_servers, session_id
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession
@@ -80,7 +81,8 @@ async def restore(conn: DialectConnection, params: dict[str, Any], *,
             agent, policy = await _resolve_agent(rt, row)
             async with _host_claim(rt, sid):
                 session = _restored_session(conn, row, agent)
-                client, items = await _spawn_while_history_streams(conn, session, agent)
+                client, items = await _spawn_while_history_streams(conn, session, agent,
+                                                                   policy)
                 mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
                 adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
                 if replay:
@@ -122,7 +124,7 @@ async def _host_claim(rt: EdgeRuntime, sid: str) -> AsyncIterator[None]:
 
 
 async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow,
-                         ) -> tuple[session_pb2.ResolvedAgent, dict[str, Any]]:
+                         ) -> tuple[session_pb2.ResolvedAgent, SecurityPolicy]:
     """The agent the session is restored onto (its own, or the fallback) and its policy."""
     sid = row.session_id
     try:
@@ -146,13 +148,14 @@ def _restored_session(conn: DialectConnection, row: session_pb2.SessionRow,
 
 async def _spawn_while_history_streams(
     conn: DialectConnection, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+    policy: SecurityPolicy,
 ) -> tuple[AdapterClient, list[session_pb2.HistoryItem]]:
     """Start the adapter while the stored history streams in (both take tens of ms)."""
     rt = conn.runtime
     sid = session.session_id
     history = asyncio.create_task(_history(rt, sid))
     try:
-        client = await spawn_adapter(conn, session, agent)
+        client = await spawn_adapter(conn, session, agent, policy)
     except BaseException:
         history.cancel()
         with contextlib.suppress(BaseException):
@@ -174,11 +177,12 @@ async def _history(rt: EdgeRuntime, sid: str) -> list[session_pb2.HistoryItem]:
 
 async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
-                policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
                 mcp: list[Any]) -> str:
     """Give the adapter the conversation; returns the adapter's session id.
 
-    A failure gives the session up and answers -32603 "Failed to restore session".
+    A failure gives the session up and answers "Failed to restore session: <cause>"
+    (an adapter's error keeps its code and data).
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
@@ -188,11 +192,11 @@ async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
         return await _carry_over(session, client, row, policy, items, mcp)
     except Exception as exc:
         await abandon(rt, session)
-        raise JsonRpcError(INTERNAL_ERROR, f"Failed to restore session: {cause(exc)}") from None
+        raise restore_error(exc, client.secrets) from None
 
 
 async def _resume_builtin(client: AdapterClient, row: session_pb2.SessionRow,
-                          policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                          policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
                           mcp: list[Any]) -> str:
     """The built-in agent: ``session/resume`` under its old id, history in ``_meta``."""
     adapter_sid = row.adapter_session_id or row.session_id
@@ -207,7 +211,7 @@ async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
 
 
 async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_pb2.SessionRow,
-                      policy: dict[str, Any], items: list[session_pb2.HistoryItem],
+                      policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
                       mcp: list[Any]) -> str:
     """A fresh adapter session; the transcript goes along with the first prompt."""
     adapter_sid = await client.new_session(row.workspace_dir, mcp, policy)

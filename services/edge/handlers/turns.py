@@ -1,19 +1,20 @@
 """SPEC §4 and §7: ``session/prompt``, ``session/cancel``, ``session/stop``, ``session/close``.
 
 The handlers decide whether a request may run; the :class:`EdgeSession` runs
-the turn, applies the cancel and is released through the runtime.
+the turn, applies the cancel and is released through the runtime. The prompt
+goes to the built-in agent as SPEC §4 text, to an external adapter as the
+client's ContentBlocks it can take (:mod:`services.edge.prompt_blocks`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import MSG_SESSION_BUSY, SESSION_BUSY
-from services.edge import blobs
 from services.edge.dispatch import DialectConnection
 from services.edge.params import session_id
+from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
 
 
 async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -24,12 +25,13 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
     try:
-        plan = blobs.parse_prompt(params.get("prompt"))
-        if plan.blobs:
-            text = await asyncio.to_thread(blobs.materialize, plan, session.workspace_dir)
+        adapter = session.adapter
+        raw = params.get("prompt")
+        if adapter is None or adapter.builtin:
+            prompt = await spec4_prompt(raw, session.workspace_dir)
         else:
-            text = blobs.materialize(plan, session.workspace_dir)
-        return await session.run_turn(turn, text)
+            prompt = await adapter_prompt(raw, adapter.caps, session.workspace_dir)
+        return await session.run_turn(turn, prompt)
     finally:
         session.release_turn(turn)
 

@@ -1,4 +1,5 @@
-"""Session RPCs about agents and the store: status, alias chains, workspaces, policy."""
+"""Session RPCs about agents and the store: status, alias chains, workspaces, policy,
+and the capabilities each alias's adapter advertised."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
+from services.common.logs import get_logger
 from services.common.protocol import MSG_UNKNOWN_AGENT
 from services.session.aliases import (
     AliasError,
@@ -20,9 +22,12 @@ from services.session.confinement import workspace_refusal
 from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
+from services.session.store import InvalidItem, StoreUnavailable
 from services.session.workspace import WorkspaceError, resolve_workspace
 
 __all__ = ["AgentRpcs"]
+
+log = get_logger("session.servicer")
 
 
 def _workspace_failed(alias: str, exc: OSError) -> str:
@@ -31,13 +36,16 @@ def _workspace_failed(alias: str, exc: OSError) -> str:
 
 
 class AgentRpcs(RpcBase):
-    """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy."""
+    """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy,
+    RecordAgentCapabilities."""
 
     async def _launch(self, choose: Callable[[], str], context: Ctx) -> pb.ResolvedAgent:
         """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
         try:
             alias = choose()
-            return launch_to_pb(await launch_spec(self._cfg, alias))
+            agent = launch_to_pb(await launch_spec(self._cfg, alias))
+            agent.adapter_capabilities_json = await self._recorded_capabilities(alias)
+            return agent
         except AliasError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
@@ -111,3 +119,24 @@ class AgentRpcs(RpcBase):
         if refusal is not None:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal.message())
         return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir))
+
+    async def _recorded_capabilities(self, alias: str) -> str:
+        """What the alias's adapter last advertised; "" while the database is unreachable:
+        the record only refines initialize's advertising, so resolving the agent (which
+        needs no database) must not fail for it."""
+        try:
+            return await self._store.get_agent_capabilities(alias)
+        except StoreUnavailable as exc:
+            log.warning("agent_capabilities_unavailable", alias=alias, reason=str(exc))
+            return ""
+
+    async def RecordAgentCapabilities(
+        self, request: pb.RecordAgentCapabilitiesRequest, context: Ctx
+    ) -> pb.RecordAgentCapabilitiesResponse:
+        """Store what the alias's adapter advertised (read back by ResolveAgent)."""
+        await self._require_alias(request.alias, context)
+        try:
+            await self._store.set_agent_capabilities(request.alias, request.capabilities_json)
+        except InvalidItem as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.RecordAgentCapabilitiesResponse()

@@ -155,6 +155,21 @@ class SessionStore(ABC):
         that instance holds it or nobody does. False (nothing changed) when another
         instance holds it or the row is gone."""
 
+    # -- agents
+
+    @abstractmethod
+    async def set_agent_capabilities(self, alias: str, capabilities_json: str) -> None:
+        """Remember the ``agentCapabilities`` (JSON object text) ``alias``'s adapter
+        advertised when it last started, replacing what was stored.
+
+        InvalidItem when the alias is empty or holds a NUL, or the text is not a JSON
+        object.
+        """
+
+    @abstractmethod
+    async def get_agent_capabilities(self, alias: str) -> str:
+        """The capabilities stored for ``alias`` ("" when none were recorded)."""
+
     # -- history
 
     @abstractmethod

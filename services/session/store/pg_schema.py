@@ -84,6 +84,12 @@ _V4_TABLES = (
         PRIMARY KEY (session_id, seq))""",
 )
 
+#: v5: the agentCapabilities each alias's adapter advertised (issue 17).
+_V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
+    alias TEXT PRIMARY KEY,
+    capabilities_json TEXT NOT NULL,
+    recorded_at BIGINT NOT NULL)"""
+
 
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
@@ -102,9 +108,15 @@ async def _create_v4(con: Conn) -> None:
         await con.execute(stmt)
 
 
+async def _add_v5_capabilities(con: Conn) -> None:
+    """v4 → v5: what each alias's adapter advertised when it last started (issue 17)."""
+    await con.execute(_V5_CAPABILITIES)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
+    4: (5, _add_v5_capabilities),
 }
 
 

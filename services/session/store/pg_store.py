@@ -34,6 +34,7 @@ from services.session.store.records import (
     SessionRecord,
     StoreError,
     StoreStatusInfo,
+    check_capabilities,
     check_claim,
     check_new_session,
     check_turn,
@@ -46,7 +47,9 @@ from services.session.store.sql_rows import (
     HISTORY_COLUMNS,
     INSERT_ITEM,
     RELEASABLE,
+    SELECT_CAPABILITIES,
     SESSION_COLUMNS,
+    UPSERT_CAPABILITIES,
     TurnRows,
     list_filter,
     numbered,
@@ -61,6 +64,8 @@ T = TypeVar("T")
 
 _SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
 _INSERT_ITEM = numbered(INSERT_ITEM)
+_UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
+_SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
 _ITEM_END = 1 + len(ITEM_FIELDS)
 
 
@@ -300,6 +305,23 @@ class PostgresSessionStore(SessionStore):
             session_id, instance_id,
         ))
         return bool(rows)
+
+    # -- agents
+
+    async def set_agent_capabilities(self, alias: str, capabilities_json: str) -> None:
+        """Upsert the alias's capabilities row (JSON text holds no NUL: stored as is)."""
+        check_capabilities(alias, capabilities_json)
+        now = self._clock()
+        # Repeatable: a second run writes the same row again.
+        await self._call(lambda con: con.execute(
+            _UPSERT_CAPABILITIES, alias, capabilities_json, now))
+
+    async def get_agent_capabilities(self, alias: str) -> str:
+        """The stored capabilities text, or ""."""
+        if not _storable(alias):
+            return ""
+        text = await self._call(lambda con: con.fetchval(_SELECT_CAPABILITIES, alias))
+        return str(text) if text is not None else ""
 
     # -- history
 

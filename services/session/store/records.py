@@ -41,6 +41,7 @@ __all__ = [
     "StoreError",
     "StoreStatusInfo",
     "StoreUnavailable",
+    "check_capabilities",
     "check_claim",
     "check_new_session",
     "check_plan",
@@ -327,6 +328,20 @@ def check_update(
     _check_no_nul((agent_alias, lease_id))
     check_plan(plan_json)
     check_mcp_servers(mcp_servers_json)
+
+
+def check_capabilities(alias: str, capabilities_json: str) -> None:
+    """Refuse recorded adapter capabilities without an alias, with a NUL in the alias, or
+    that are not a JSON object."""
+    if not alias:
+        raise InvalidItem("alias must not be empty")
+    _check_no_nul((alias,))
+    try:
+        value = json.loads(capabilities_json)
+    except ValueError:
+        raise InvalidItem("capabilities_json is not JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidItem("capabilities_json must be a JSON object")
 
 
 def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str | None) -> None:

@@ -31,7 +31,9 @@ __all__ = [
     "HISTORY_COLUMNS",
     "INSERT_ITEM",
     "RELEASABLE",
+    "SELECT_CAPABILITIES",
     "SESSION_COLUMNS",
+    "UPSERT_CAPABILITIES",
     "Row",
     "TurnRows",
     "list_filter",
@@ -57,6 +59,13 @@ INSERT_ITEM: Final = (
 CLAIMABLE: Final = "(active_instance_id = '' OR active_instance_id = ? OR active_until < ?)"
 #: A row ``?`` (instance) may mark inactive: its own claim, or nobody's.
 RELEASABLE: Final = "active_instance_id IN ('', ?)"
+#: Record alias ``?``'s adapter capabilities ``?`` at time ``?``, replacing what was there.
+UPSERT_CAPABILITIES: Final = (
+    "INSERT INTO agent_capabilities (alias, capabilities_json, recorded_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (alias) DO UPDATE SET capabilities_json = excluded.capabilities_json,"
+    " recorded_at = excluded.recorded_at"
+)
+SELECT_CAPABILITIES: Final = "SELECT capabilities_json FROM agent_capabilities WHERE alias = ?"
 
 
 class Row(Protocol):

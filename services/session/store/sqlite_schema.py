@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 4
+LATEST_SCHEMA_VERSION: Final = 5
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -106,6 +106,12 @@ _V4_CLAIM = (
     "ALTER TABLE sessions ADD COLUMN active_until INTEGER NOT NULL DEFAULT 0",
     "CREATE INDEX sessions_by_claim ON sessions(active_instance_id)",
 )
+
+#: v5: the agentCapabilities each alias's adapter advertised (issue 17).
+_V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
+    alias TEXT PRIMARY KEY,
+    capabilities_json TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL)"""
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
@@ -222,11 +228,17 @@ async def _migrate_3_to_4(db: aiosqlite.Connection, now: int) -> None:
         await db.execute(stmt)
 
 
+async def _migrate_4_to_5(db: aiosqlite.Connection, now: int) -> None:
+    """v4 → v5: what each alias's adapter advertised when it last started (issue 17)."""
+    await db.execute(_V5_CAPABILITIES)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
     2: _migrate_2_to_3,
     3: _migrate_3_to_4,
+    4: _migrate_4_to_5,
 }
 
 

@@ -26,6 +26,7 @@ from services.session.store.records import (
     SessionRecord,
     StoreError,
     StoreStatusInfo,
+    check_capabilities,
     check_claim,
     check_new_session,
     check_turn,
@@ -38,7 +39,9 @@ from services.session.store.sql_rows import (
     HISTORY_COLUMNS,
     INSERT_ITEM,
     RELEASABLE,
+    SELECT_CAPABILITIES,
     SESSION_COLUMNS,
+    UPSERT_CAPABILITIES,
     TurnRows,
     list_filter,
     record_from_row,
@@ -266,6 +269,21 @@ class SqliteSessionStore(SessionStore):
                 (session_id, instance_id),
             )
         return changed > 0
+
+    # -- agents
+
+    async def set_agent_capabilities(self, alias: str, capabilities_json: str) -> None:
+        """Upsert the alias's capabilities row."""
+        check_capabilities(alias, capabilities_json)
+        now = self._clock()
+        async with self._lock:
+            await self._write(UPSERT_CAPABILITIES, (alias, capabilities_json, now))
+
+    async def get_agent_capabilities(self, alias: str) -> str:
+        """The stored capabilities text, or ""."""
+        async with self._lock, self._db.execute(SELECT_CAPABILITIES, (alias,)) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else ""
 
     # -- history
 

@@ -10,6 +10,9 @@ sensible answer:
 - the last user text contains :data:`TOOL_TRIGGER` → one tool call
   (claude: ``Bash``; codex: ``exec_command``) writing :data:`TOOL_MARKER`;
 - it contains :data:`SLOW_TRIGGER` → text streamed slowly (for cancel tests);
+
+both only in a request that offers tools: side requests (titles, summaries)
+quote the user's text too and always get a short text reply;
 - otherwise a short text reply streamed in a few deltas (:data:`HELLO`).
 
 Every request is recorded (path and JSON body; headers without credentials).
@@ -30,8 +33,8 @@ TOOL_MARKER = "tool-ran.txt"
 TOOL_COMMAND = f"echo acpgate > {TOOL_MARKER}"
 HELLO = ["Hello ", "from the ", "fake model."]
 #: Pause between the slow stream's deltas, and how many it sends.
-SLOW_DELAY_SECS = 0.5
-SLOW_DELTAS = 120
+SLOW_DELAY_SECS = 0.25
+SLOW_DELTAS = 240
 
 _SECRET_HEADERS = ("authorization", "x-api-key", "api-key")
 
@@ -72,9 +75,16 @@ def _plan_anthropic(body: dict[str, Any]) -> _Plan:
     users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
     content = users[-1].get("content") if users else None
     if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                return _Plan([f"TOOL_DONE: {''.join(_texts(block.get('content')))[:200]}"])
+        # Claude Code may put the next prompt into the message holding the last tool result:
+        # only text after the last tool_result is new input.
+        results = [i for i, b in enumerate(content)
+                   if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if results:
+            after = content[results[-1] + 1:]
+            if not any(t.strip() for t in _texts(after)):
+                quoted = "".join(_texts(content[results[-1]].get("content")))[:200]
+                return _Plan([f"TOOL_DONE: {quoted}"])
+            content = after
     return _plan_text(" ".join(_texts(content)), bool(body.get("tools")))
 
 
@@ -95,7 +105,7 @@ def _plan_text(text: str, has_tools: bool = False) -> _Plan:
     # Side requests (title generation, summaries) offer no tools: they get text.
     if TOOL_TRIGGER in text and has_tools:
         return _Plan(tool=True)
-    if SLOW_TRIGGER in text:
+    if SLOW_TRIGGER in text and has_tools:
         return _Plan([f"tick {i} " for i in range(SLOW_DELTAS)], slow=True)
     return _Plan(list(HELLO))
 

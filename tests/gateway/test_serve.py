@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,28 +23,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from .stack import RawClient, select
-from .wsfixtures import http_get, mint, write_config
+from .wsfixtures import free_port, mint, start_serve, wait_healthy, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_healthy(port: int, proc: asyncio.subprocess.Process, tries: int = 600) -> None:
-    for _ in range(tries):
-        assert proc.returncode is None, "serve exited early"
-        try:
-            status, _, _ = await http_get(f"http://127.0.0.1:{port}/healthz")
-            if status == 200:
-                return
-        except OSError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError("serve never became healthy")
 
 
 def children_by_command(pid: int) -> dict[str, int]:
@@ -71,16 +51,6 @@ def alive(pids: list[int]) -> list[int]:
         except psutil.Error:
             continue
     return out
-
-
-async def start_serve(config_dir: Path, log: Path,
-                      extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
-    env = {**os.environ, "ACPGATE_LOG_LEVEL": "info", **(extra_env or {})}
-    with log.open("wb") as err:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "acpgate", "serve", "--config-dir", str(config_dir),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err,
-            env=env)
 
 
 def events(log: Path) -> list[dict[str, Any]]:

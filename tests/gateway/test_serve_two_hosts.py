@@ -33,8 +33,8 @@ from services.edge.tokens import TokenStore
 from tests.pg_cluster import Cluster
 
 from .stack import RawClient, select
-from .test_serve import alive, children_by_command, events, free_port, start_serve, wait_healthy
-from .wsfixtures import write_config
+from .test_serve import alive, children_by_command, events
+from .wsfixtures import free_port, start_serve, wait_healthy, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

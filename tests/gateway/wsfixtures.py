@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -125,3 +129,60 @@ async def http_get(url: str) -> tuple[int, str, str]:
     import asyncio
 
     return await asyncio.to_thread(_http_get, url)
+
+
+def free_port() -> int:
+    """A TCP port the OS just had free on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_healthy(port: int, proc: asyncio.subprocess.Process, tries: int = 600) -> None:
+    """Wait until the gateway on ``port`` answers /healthz with 200 (``proc`` must keep running)."""
+    for _ in range(tries):
+        assert proc.returncode is None, "serve exited early"
+        try:
+            status, _, _ = await http_get(f"http://127.0.0.1:{port}/healthz")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError("serve never became healthy")
+
+
+async def start_serve(config_dir: Path, log: Path,
+                      extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    """``acpgate serve`` as a subprocess (``extra_env`` over this environment), its stderr
+    (JSON logs) in ``log``."""
+    env = {**os.environ, "ACPGATE_LOG_LEVEL": "info", **(extra_env or {})}
+    with log.open("wb") as err:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "acpgate", "serve", "--config-dir", str(config_dir),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err,
+            env=env)
+
+
+@asynccontextmanager
+async def served_for_bridge(config_dir: Path) -> AsyncIterator[str]:
+    """``acpgate serve`` (demo agents) on a free port with a minted token; yields the token.
+
+    ``acpgate bridge --config-dir <config_dir>`` with the token in
+    ``ACPGATE_ACP_BRIDGE_TOKEN`` reaches the gateway.
+    """
+    port = free_port()
+    cfg = write_config(config_dir, port=port)
+    _, secret = mint(cfg)
+    proc = await start_serve(config_dir, config_dir / "serve.log")
+    try:
+        await wait_healthy(port, proc)
+        yield secret
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()

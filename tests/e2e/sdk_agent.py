@@ -16,7 +16,7 @@ acpgate code. Behaviour, chosen by the prompt text:
   reports the content or the error code;
 - ``fswrite <path> <text>``: calls ``fs/write_text_file`` and reports the outcome;
 - ``term <command>``: ``terminal/create`` + ``wait_for_exit`` + ``output`` + ``release``;
-- ``blocks``: reports the types of the prompt's content blocks (and image mime types);
+- ``blocks`` (as the last line): reports the types of the prompt's content blocks;
 - ``faildata``: answers with an error carrying ``data.details``, as claude-agent-acp does;
 - anything else: ``echo: <text>`` in two chunks.
 
@@ -216,7 +216,7 @@ class SdkAgent:
                 note = f"term error {exc.code}"
             await conn.session_update(session_id, update_agent_message_text(note))
             return PromptResponse(stop_reason="end_turn")
-        if text == "blocks":
+        if text.splitlines()[-1:] == ["blocks"]:
             kinds = [getattr(b, "type", "?") + (f":{b.mime_type}" if getattr(b, "type", "")
                                                 in ("image", "audio") else "") for b in prompt]
             await conn.session_update(session_id, update_agent_message_text(

@@ -1,7 +1,7 @@
 """The real adapters of this tier: where they are installed and how acpgate runs them.
 
 The tier installs npm packages into one cache directory (``.ci/run`` does it,
-``ACPGATE_REAL_ADAPTERS`` names it; see :data:`PACKAGES`). Each
+``ACPGATE_REAL_ADAPTERS`` names it; the pinned list is ``packages.txt``). Each
 :class:`RealAdapter` knows its executable under ``node_modules/.bin`` and
 writes its ``[agents.<alias>]`` entry, with its model traffic pointed at the
 local fake provider (:mod:`tests.realagents.fake_models`) and its state
@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The npm packages the tier installs (one ``npm install`` into the cache dir).
-PACKAGES = ("@agentclientprotocol/claude-agent-acp", "@zed-industries/codex-acp",
-            "@agentclientprotocol/sdk")
+#: The pinned npm packages the tier installs (``.ci/run`` reads the same file).
+PACKAGES_FILE = Path(__file__).with_name("packages.txt")
 #: Environment variable naming the cache dir (the one holding ``node_modules``).
 ENV_DIR = "ACPGATE_REAL_ADAPTERS"
 

@@ -4,7 +4,9 @@
 and level, acpgate's own state) into the :class:`SecurityPolicy` data that
 ``GetPolicy`` returns and the edge hands to the agent. The data type is the
 shared contract in :mod:`services.common.policy`; the checks that apply it are
-the agent's (:mod:`services.agent.enforce`).
+the pure path rules of :mod:`services.common.path_policy`, run by the built-in
+agent (:mod:`services.agent.enforce`) and, for an external adapter's file and
+terminal requests, by this service (``CheckOperation``).
 """
 
 from __future__ import annotations

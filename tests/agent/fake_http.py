@@ -91,43 +91,65 @@ class FakeProviderServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = (await reader.readline()).decode().strip()
-            if not request_line:
+            request = await read_request(reader)
+            if request is None:
                 return
-            method, path, _ = request_line.split(" ", 2)
-            headers: dict[str, str] = {}
-            while (line := (await reader.readline()).decode().strip()):
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-            body = b""
-            if "content-length" in headers:
-                body = await reader.readexactly(int(headers["content-length"]))
-            recorded = Recorded(method, path, headers, orjson.loads(body) if body else None)
-            self.requests.append(recorded)
+            self.requests.append(request)
             if self.replies:
                 reply = self.replies.pop(0)
             elif self.responder is not None:
-                reply = self.responder(recorded)
+                reply = self.responder(request)
             else:
                 reply = json_reply(500, {"error": "unscripted"})
             if reply.drop:
                 return
-            head = [f"HTTP/1.1 {reply.status} X", "Transfer-Encoding: chunked",
-                    "Connection: close"]
-            head += [f"{k}: {v}" for k, v in reply.headers.items()]
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+            await write_head(writer, reply.status, reply.headers)
             for chunk in reply.chunks:
-                writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                await writer.drain()
+                await write_chunk(writer, chunk)
             if reply.stall:
                 await reader.read()  # returns b"" once the client closes the connection
                 self.client_hung_up.set()
                 return
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
+            await write_chunk(writer, b"")
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> Recorded | None:
+    """One HTTP/1.1 request (JSON body decoded when it is JSON), or None at EOF."""
+    request_line = (await reader.readline()).decode().strip()
+    if not request_line:
+        return None
+    method, path, _ = request_line.split(" ", 2)
+    headers: dict[str, str] = {}
+    while (line := (await reader.readline()).decode().strip()):
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    raw = b""
+    if "content-length" in headers:
+        raw = await reader.readexactly(int(headers["content-length"]))
+    body: Any = None
+    if raw:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = raw
+    return Recorded(method, path, headers, body)
+
+
+async def write_head(writer: asyncio.StreamWriter, status: int, headers: dict[str, str]) -> None:
+    """A chunked response's status line and headers (the connection closes after it)."""
+    head = [f"HTTP/1.1 {status} X", "Transfer-Encoding: chunked", "Connection: close"]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    await writer.drain()
+
+
+async def write_chunk(writer: asyncio.StreamWriter, chunk: bytes) -> None:
+    """One chunk of a chunked body; ``b""`` ends the body."""
+    writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+    await writer.drain()

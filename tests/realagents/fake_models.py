@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from tests.agent.fake_http import Recorded, read_request, write_chunk, write_head
+
 TOOL_TRIGGER = "please run the tool"
 SLOW_TRIGGER = "please stream slowly"
 TOOL_MARKER = "tool-ran.txt"
@@ -37,16 +39,6 @@ SLOW_DELAY_SECS = 0.25
 SLOW_DELTAS = 240
 
 _SECRET_HEADERS = ("authorization", "x-api-key", "api-key")
-
-
-@dataclass
-class Recorded:
-    """One request as received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
 
 
 @dataclass
@@ -227,8 +219,9 @@ class FakeModelServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while await self._one(reader, writer):
-                pass
+            request = await read_request(reader)
+            if request is not None:
+                await self._answer(request, writer)
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
@@ -236,29 +229,15 @@ class FakeModelServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Serve one request; False when the connection should close."""
-        request_line = (await reader.readline()).decode().strip()
-        if not request_line:
-            return False
-        method, path, _ = request_line.split(" ", 2)
-        headers: dict[str, str] = {}
-        while (line := (await reader.readline()).decode().strip()):
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        raw = b""
-        if "content-length" in headers:
-            raw = await reader.readexactly(int(headers["content-length"]))
-        body: Any = None
-        if raw:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                body = orjson.loads(raw)
+    async def _answer(self, request: Recorded, writer: asyncio.StreamWriter) -> None:
+        body = request.body
         self.requests.append(Recorded(
-            method, path, {k: v for k, v in headers.items() if k not in _SECRET_HEADERS}, body))
+            request.method, request.path,
+            {k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS}, body))
         if not isinstance(body, dict):
             await self._send(writer, 200, "application/json", [b"{}"])
-            return False
-        route = path.split("?", 1)[0]
+            return
+        route = request.path.split("?", 1)[0]
         if route.endswith("/messages"):
             if body.get("stream"):
                 plan = _plan_anthropic(body)
@@ -274,18 +253,13 @@ class FakeModelServer:
         else:
             await self._send(writer, 404, "application/json",
                              [b'{"error":{"type":"not_found","message":"fake: unknown route"}}'])
-        return False
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, status: int, ctype: str, chunks: list[bytes],
                     *, slow: bool = False) -> None:
-        head = (f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n"
-                "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
-        writer.write(head.encode())
+        await write_head(writer, status, {"Content-Type": ctype})
         for chunk in chunks:
-            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-            await writer.drain()
+            await write_chunk(writer, chunk)
             if slow:
                 await asyncio.sleep(SLOW_DELAY_SECS)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        await write_chunk(writer, b"")

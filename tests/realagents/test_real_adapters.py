@@ -108,6 +108,7 @@ def test_initialize_new_and_recorded_capabilities(stack: Stack) -> None:
     _SID[stack.adapter.alias] = res["result"]["sessionId"]
     again = _init(stack.acp)
     assert again["agentCapabilities"]["promptCapabilities"]["image"] is True
+    assert again["agentCapabilities"]["mcpCapabilities"]["http"] is True  # both take HTTP MCP
 
 
 def test_prompt_streams_text(stack: Stack) -> None:
@@ -188,7 +189,13 @@ def test_close_restart_load(stack: Stack) -> None:
     assert resp.get("result") == {}, resp
     users = [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"]
     assert users[0] == "hello"
+    seen = len(stack.models.requests)
     _, again = _prompt(stack.acp, sid, "hello again")
     assert again["result"]["stopReason"] == "end_turn", again
     assert "".join(HELLO) in again["result"]["content"]
+    # The adapter restored its own session (session/resume or load under its stored id):
+    # the model sees the earlier turns as the adapter kept them, not acpgate's carry-over.
+    asked = [str(r.body) for r in stack.models.requests[seen:] if "hello again" in str(r.body)]
+    assert any(TOOL_TRIGGER in body for body in asked)
+    assert not any("Prior conversation of this session" in body for body in asked)
     assert stack.acp.result("session/close", {"sessionId": sid}) == {}

@@ -29,6 +29,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
     AUTH_REQUIRED,
     M_AUTHENTICATE,
     M_ELICITATION_CREATE,
@@ -86,7 +87,7 @@ class AdapterClient:
         self.adapter_session_id = ""
         self.caps = AdapterCaps()
         #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
-        self.builtin = agent.kind == "builtin"
+        self.builtin = agent.kind == AGENT_KIND_BUILTIN
         self.alias = agent.alias
         self._env = dict(agent.env)
         self._authenticated = False

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -63,21 +63,17 @@ class Recorded:
     body: Any
 
 
-class FakeProviderServer:
-    """``async with FakeProviderServer([...]) as srv: srv.url``."""
+class LoopbackServer:
+    """An HTTP server on a free 127.0.0.1 port for the ``async with`` body; ``.url``.
 
-    def __init__(self, replies: list[Reply],
-                 responder: Callable[[Recorded], Reply] | None = None) -> None:
-        self.replies = list(replies)
-        #: Computes the reply to a request once the scripted replies are used up.
-        self.responder = responder
-        self.requests: list[Recorded] = []
+    Subclasses implement ``_handle`` (one connection).
+    """
+
+    def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self.url = ""
-        #: Set when a client hung up on a stalled stream.
-        self.client_hung_up = asyncio.Event()
 
-    async def __aenter__(self) -> FakeProviderServer:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
@@ -88,6 +84,23 @@ class FakeProviderServer:
         self._server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FakeProviderServer(LoopbackServer):
+    """``async with FakeProviderServer([...]) as srv: srv.url``."""
+
+    def __init__(self, replies: list[Reply],
+                 responder: Callable[[Recorded], Reply] | None = None) -> None:
+        super().__init__()
+        self.replies = list(replies)
+        #: Computes the reply to a request once the scripted replies are used up.
+        self.responder = responder
+        self.requests: list[Recorded] = []
+        #: Set when a client hung up on a stalled stream.
+        self.client_hung_up = asyncio.Event()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

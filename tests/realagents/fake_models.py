@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from tests.agent.fake_http import Recorded, read_request, write_chunk, write_head
+from tests.agent.fake_http import LoopbackServer, Recorded, read_request, write_chunk, write_head
 
 TOOL_TRIGGER = "please run the tool"
 SLOW_TRIGGER = "please stream slowly"
@@ -193,29 +193,12 @@ def _responses_events(body: dict[str, Any], plan: _Plan) -> list[bytes]:
 # ----------------------------------------------------------------- server
 
 
-class FakeModelServer:
+class FakeModelServer(LoopbackServer):
     """``async with FakeModelServer() as srv: srv.url`` (``http://127.0.0.1:<port>``)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[Recorded] = []
-        self.url = ""
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> FakeModelServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2)
-
-    def model_requests(self) -> list[Recorded]:
-        """The requests that asked for a model reply (POSTs with a JSON body)."""
-        return [r for r in self.requests if r.method == "POST" and isinstance(r.body, dict)]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -101,6 +101,14 @@ env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{resto
 """
 
 
+def workspace_beside_config(tmp_path: Path) -> Path:
+    """A fresh session workspace next to the test's config dir, not its parent: a ``cwd``
+    containing acpgate's own state is refused (SPEC §12, cwd confinement)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
 def child_env() -> dict[str, str]:
     """The environment for acpgate subprocesses (repo importable, quiet logs)."""
     env = dict(os.environ)

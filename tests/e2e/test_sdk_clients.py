@@ -23,7 +23,7 @@ from acp.schema import (
     RequestPermissionResponse,
 )
 
-from tests.e2e.harness import child_env
+from tests.e2e.harness import child_env, workspace_beside_config
 from tests.gateway.wsfixtures import served_for_bridge, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -82,7 +82,7 @@ async def _session(command: list[str], env: dict[str, str], cwd: Path) -> tuple[
 async def test_python_sdk_client_over_stdio(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg")
     client, result = await _session([*ACPGATE, "acp", "--config-dir", str(cfg.config_dir)],
-                                    child_env(), tmp_path)
+                                    child_env(), workspace_beside_config(tmp_path))
     assert result.stop_reason == "end_turn"
     assert client.permissions, "the demo agent's shell tool asked through the client"
     assert "py-sdk-ok" in client.text()
@@ -92,7 +92,8 @@ async def test_python_sdk_client_through_the_gateway(tmp_path: Path) -> None:
     cfg_dir = tmp_path / "cfg"
     async with served_for_bridge(cfg_dir) as token:
         client, result = await _session([*ACPGATE, "bridge", "--config-dir", str(cfg_dir)],
-                                        {**child_env(), "ACPGATE_ACP_BRIDGE_TOKEN": token}, tmp_path)
+                                        {**child_env(), "ACPGATE_ACP_BRIDGE_TOKEN": token},
+                                        workspace_beside_config(tmp_path))
     assert result.stop_reason == "end_turn"
     assert client.permissions
     assert "py-sdk-ok" in client.text()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import child_env
+from tests.e2e.harness import child_env, workspace_beside_config
 from tests.gateway.wsfixtures import served_for_bridge, write_config
 
 pytestmark = pytest.mark.timeout(240)
@@ -49,12 +49,13 @@ def _check(out: dict[str, Any]) -> None:
 
 async def test_ts_sdk_client_over_stdio(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg")
-    _check(await _run([*ACPGATE, "acp", "--config-dir", str(cfg.config_dir)], tmp_path,
-                      child_env()))
+    _check(await _run([*ACPGATE, "acp", "--config-dir", str(cfg.config_dir)],
+                      workspace_beside_config(tmp_path), child_env()))
 
 
 async def test_ts_sdk_client_through_the_gateway(tmp_path: Path) -> None:
     cfg_dir = tmp_path / "cfg"
     async with served_for_bridge(cfg_dir) as token:
-        _check(await _run([*ACPGATE, "bridge", "--config-dir", str(cfg_dir)], tmp_path,
+        _check(await _run([*ACPGATE, "bridge", "--config-dir", str(cfg_dir)],
+                          workspace_beside_config(tmp_path),
                           {**child_env(), "ACPGATE_ACP_BRIDGE_TOKEN": token}))

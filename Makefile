@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PROTOS := protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
-.PHONY: install proto proto-check run test lint bench clean
+.PHONY: install proto proto-check acp-schema run test lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ proto-check: $(PY)
 	  cmp -s $$tmp/$$f $$f || { echo "generated code is stale or missing: $$f (run 'make proto')"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated gRPC code is up to date"
 
+# Regenerate the committed ACP models (services/common/acp/schema.py) from protos/acp/.
+acp-schema: $(PY)
+	$(PY) tools/gen_acp_schema.py
+
 run: $(PY)
 	$(BIN)/acpgate acp
 
@@ -36,8 +40,8 @@ test: $(PY)
 	$(PY) -m pytest -q -rs -p no:cacheprovider
 
 lint: $(PY)
-	$(BIN)/ruff check acpgate services tests bench
-	$(BIN)/mypy acpgate services
+	$(BIN)/ruff check acpgate services tests bench tools
+	$(BIN)/mypy acpgate services tools
 
 bench: $(PY)
 	$(PY) -m bench

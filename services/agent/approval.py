@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.agent.enforce import matches_any, needs_approval
-from services.agent.outcome import cancel_reason, cancel_timeout_secs
+from services.agent.outcome import cancel_reason, cancel_timeout_secs, read_answer, selected_option
 from services.agent.tools.base import ClientRequest
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -26,8 +26,6 @@ from services.common.protocol import (
     M_REQUEST_PERMISSION,
     OPTION_ALLOW_ALWAYS,
     OPTION_ALLOW_ONCE,
-    OUTCOME_CANCELLED,
-    OUTCOME_SELECTED,
     PERMISSION_OPTIONS,
 )
 
@@ -98,24 +96,23 @@ class ApprovalGate:
             log.info("approval_failed", session_id=self._session_id, tool=tool,
                      error=type(exc).__name__)
             return _client_failed(tool)
-        outcome = result.get("outcome") if isinstance(result, dict) else None
-        if isinstance(outcome, dict) and outcome.get("outcome") == OUTCOME_SELECTED:
-            option = outcome.get("optionId")
+        answer = read_answer(result)
+        option = selected_option(answer)
+        if option is not None:
             if option == OPTION_ALLOW_ONCE:
                 return Decision(True)
             if option == OPTION_ALLOW_ALWAYS:
                 self.always_allowed.add(tool)
                 return Decision(True)
             return Decision(False, f"The user denied the `{tool}` call.")
-        if isinstance(outcome, dict) and outcome.get("outcome") == OUTCOME_CANCELLED:
-            # The edge answers "cancelled" on the client's behalf and says why (docs/contracts.md).
-            reason = cancel_reason(result)
-            log.info("approval_cancelled", session_id=self._session_id, tool=tool,
-                     reason=reason or "user")
-            if reason == CANCEL_REASON_TIMEOUT:
-                return self._timed_out(tool, cancel_timeout_secs(result))
-            if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
-                return _client_failed(tool)
+        # The edge answers "cancelled" on the client's behalf and says why (docs/contracts.md).
+        reason = cancel_reason(answer)
+        log.info("approval_cancelled", session_id=self._session_id, tool=tool,
+                 reason=reason or "user")
+        if reason == CANCEL_REASON_TIMEOUT:
+            return self._timed_out(tool, cancel_timeout_secs(answer))
+        if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
+            return _client_failed(tool)
         return Decision(False, f"The `{tool}` call was denied: the user dismissed the "
                                "approval request.")
 

@@ -27,6 +27,14 @@ from services.agent.session import AgentSession
 from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
+from services.common.acp.capabilities import agent_capabilities
+from services.common.acp.schema import (
+    ClientCapabilities,
+    Implementation,
+    InitializeResponse,
+    PromptResponse,
+)
+from services.common.acp.wire import AcpDecodeError
 from services.common.config import AgentSection, Config
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
@@ -174,29 +182,28 @@ class AgentServer:
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        caps = params.get("clientCapabilities")
-        elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+        try:
+            caps = ClientCapabilities.from_json(params.get("clientCapabilities") or {})
+        except AcpDecodeError:
+            caps = ClientCapabilities()
+        elicitation = caps.elicitation
         # Form mode unless the client advertised URL mode only.
-        self._elicitation = isinstance(elicitation, dict) and (
-            elicitation.get("form") is not None or elicitation.get("url") is None
+        self._elicitation = elicitation is not None and (
+            elicitation.form is not None or elicitation.url is None
         )
-        return {
-            "protocolVersion": PROTOCOL_VERSION,
-            "agentCapabilities": {
-                # No store of our own: a session/load after a restart could only fail,
-                # so clients (Zed) must not offer it. resume stays: it is how the edge
-                # seeds a session (with _meta.acpgate.history), and it works for ids
-                # this process knows.
-                "loadSession": False,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-                # stdio always; streamable HTTP and SSE through the MCP SDK's clients.
-                "mcpCapabilities": {"http": True, "sse": True},
-                "sessionCapabilities": {"resume": {}, "close": {}},
-            },
-            "agentInfo": {"name": AGENT_NAME, "title": f"acpgate built-in agent ({self._alias})",
-                          "version": self._version},
-            "authMethods": [],
-        }
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            # No store of our own: a session/load after a restart could only fail, so
+            # clients (Zed) must not offer it. resume stays: it is how the edge seeds a
+            # session (with _meta.acpgate.history), and it works for ids this process knows.
+            # MCP: stdio always; streamable HTTP and SSE through the MCP SDK's clients.
+            agent_capabilities=agent_capabilities(load_session=False, resume=True, close=True,
+                                                  mcp_http=True, mcp_sse=True),
+            agent_info=Implementation(name=AGENT_NAME,
+                                      title=f"acpgate built-in agent ({self._alias})",
+                                      version=self._version),
+            auth_methods=[],
+        ).to_json()
 
     # ------------------------------------------------------------------ sessions
 
@@ -344,9 +351,8 @@ class AgentServer:
         except asyncio.CancelledError:
             turn.cancel()
             raise
-        meta = {META_ACPGATE: {"usage": usage.to_json()}}
         if turn.cancelled():
-            return {"stopReason": STOP_CANCELLED, "_meta": meta}
+            return PromptResponse(stop_reason=STOP_CANCELLED, usage=usage.to_acp()).to_json()
         exc = turn.exception()
         if isinstance(exc, ProviderError):
             # The summary, not the message: a provider's error body may quote the prompt.
@@ -355,4 +361,4 @@ class AgentServer:
         if exc is not None:
             log.error("turn_crashed", session_id=sid, error=type(exc).__name__)
             raise JsonRpcError(INTERNAL_ERROR, f"Internal error in the agent: {type(exc).__name__}")
-        return {"stopReason": turn.result(), "_meta": meta}
+        return PromptResponse(stop_reason=turn.result(), usage=usage.to_acp()).to_json()

@@ -23,6 +23,7 @@ from services.agent.session import AgentSession
 from services.agent.tools import tool_specs
 from services.agent.tools.args import RAW_ARGS_KEY, one_line
 from services.agent.tools.base import Tool, ToolError, ToolResult
+from services.common.acp.schema import Usage
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
@@ -46,9 +47,10 @@ class TurnUsage:
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def to_json(self) -> dict[str, int]:
-        """The ``_meta.acpgate.usage`` form."""
-        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+    def to_acp(self) -> Usage:
+        """The prompt result's ``usage``."""
+        return Usage(total_tokens=self.input_tokens + self.output_tokens,
+                     input_tokens=self.input_tokens, output_tokens=self.output_tokens)
 
 
 class TurnRunner:

@@ -25,6 +25,14 @@ from typing import Any, Protocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from acpgate.session.v1 import session_pb2
+from services.common.acp.schema import (
+    AgentCapabilities,
+    ClientCapabilities,
+    Implementation,
+    InitializeRequest,
+    PromptResponse,
+)
+from services.common.acp.wire import AcpDecodeError
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -45,8 +53,9 @@ from services.common.protocol import (
     META_HISTORY,
     META_POLICY,
     PROTOCOL_VERSION,
+    STOP_END_TURN,
 )
-from services.edge.adapter_caps import AdapterCaps, client_capabilities
+from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
 from services.edge.client_methods import CLIENT_METHODS
 
@@ -72,6 +81,31 @@ class AdapterHost(Protocol):
         """The adapter's stream ended."""
 
 
+def read_agent_capabilities(result: Any) -> AgentCapabilities:
+    """The ``agentCapabilities`` of an adapter's initialize result (defaults if unreadable)."""
+    return read_initialize_result(result).agent_capabilities
+
+
+def read_prompt_result(result: Any) -> PromptResponse:
+    """An adapter's ``session/prompt`` result; one without a stop reason ended the turn."""
+    try:
+        return PromptResponse.from_json(result)
+    except AcpDecodeError:
+        return PromptResponse(stop_reason=STOP_END_TURN)
+
+
+def initialize_request(client: ClientCapabilities, client_info: Implementation,
+                       policy: SecurityPolicy) -> InitializeRequest:
+    """The edge's ``initialize`` toward an adapter, for a client that can do ``client``,
+    promising what the client and the edge will honour under ``policy``
+    (:func:`services.edge.adapter_caps.client_capabilities`)."""
+    return InitializeRequest(
+        protocol_version=PROTOCOL_VERSION,
+        client_capabilities=client_capabilities(client, policy),
+        client_info=client_info,
+    )
+
+
 class AdapterClient:
     """ACP client of one adapter, speaking through an :class:`AdapterLink`."""
 
@@ -85,7 +119,10 @@ class AdapterClient:
     ) -> None:
         self.edge_session_id = edge_session_id
         self.adapter_session_id = ""
-        self.caps = AdapterCaps()
+        #: What the adapter advertised in its initialize result.
+        self.agent_capabilities = AgentCapabilities()
+        #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
+        self.auth_methods: list[Any] = []
         #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
         self.builtin = agent.kind == AGENT_KIND_BUILTIN
         self.alias = agent.alias
@@ -134,17 +171,16 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ setup
 
-    async def start(self, client_caps: dict[str, Any], client_info: dict[str, str],
+    async def start(self, client: ClientCapabilities, client_info: Implementation,
                     policy: SecurityPolicy) -> None:
         """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``),
         promising what the client and the edge will honour under ``policy``."""
         await self.link.open(SETUP_TIMEOUT_SECS)
-        result = await self.link.request(M_INITIALIZE, {
-            "protocolVersion": PROTOCOL_VERSION,
-            "clientCapabilities": client_capabilities(client_caps, policy),
-            "clientInfo": client_info,
-        }, SETUP_TIMEOUT_SECS)
-        self.caps = AdapterCaps.from_initialize(result)
+        request = initialize_request(client, client_info, policy).to_json()
+        answer = read_initialize_result(
+            await self.link.request(M_INITIALIZE, request, SETUP_TIMEOUT_SECS))
+        self.agent_capabilities = answer.agent_capabilities
+        self.auth_methods = list(answer.auth_methods)
 
     def _meta(self, **ours: Any) -> dict[str, Any]:
         """``{"_meta": {"acpgate": ours}}`` for the built-in agent; nothing for others."""
@@ -172,7 +208,7 @@ class AdapterClient:
 
     async def _authenticate(self) -> bool:
         """``authenticate`` with an advertised env_var method whose variables are set."""
-        method_id = self.caps.env_auth_method(self._env)
+        method_id = env_auth_method(self.auth_methods, self._env)
         if not method_id:
             return False
         self._authenticated = True
@@ -209,10 +245,11 @@ class AdapterClient:
         if not adapter_session_id:
             return False
         params = {"sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers}
+        caps = self.agent_capabilities
         try:
-            if self.caps.resume:
+            if caps.session_capabilities.resume is not None:
                 await self._quietly(M_SESSION_RESUME, params)
-            elif self.caps.load_session:
+            elif caps.load_session:
                 await self._quietly(M_SESSION_LOAD, params)
             else:
                 return False
@@ -223,10 +260,10 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ turns
 
-    async def prompt(self, blocks: list[dict[str, Any]]) -> Any:
+    async def prompt(self, blocks: list[dict[str, Any]]) -> PromptResponse:
         """``session/prompt`` with a ContentBlock array; returns the adapter's result."""
-        return await self.link.request(M_SESSION_PROMPT, {
-            "sessionId": self.adapter_session_id, "prompt": blocks})
+        return read_prompt_result(await self.link.request(M_SESSION_PROMPT, {
+            "sessionId": self.adapter_session_id, "prompt": blocks}))
 
     def cancel(self) -> None:
         """``session/cancel`` as a notification (never reaps anything)."""

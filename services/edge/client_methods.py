@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -49,7 +50,6 @@ from services.common.protocol import (
     MSG_UNKNOWN_TERMINAL,
     POLICY_REFUSED,
 )
-from services.edge.adapter_caps import client_serves
 from services.edge.adapter_link import method_not_found
 from services.edge.backchannel import BackChannel, BackChannelError, ClientErrorAnswer
 
@@ -134,7 +134,7 @@ class ClientMethods:
     """The fs/terminal requests of one session's adapter."""
 
     def __init__(self, session_stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
-                 backchannel: BackChannel, client_caps: Mapping[str, Any],
+                 backchannel: BackChannel, client_caps: ClientCapabilities,
                  wait_secs: float) -> None:
         self._stub = session_stub
         self._session_id = session_id
@@ -185,7 +185,7 @@ class ClientMethods:
         path = _str_param(params, "path")
         line, limit = _positive(params, "line"), _positive(params, "limit")
         real = await self._admit(M_FS_READ, path)
-        if client_serves(self._client_caps, "readTextFile"):
+        if self._client_caps.fs.read_text_file:
             return await self._relay(M_FS_READ, {**params, "path": real})
         return {"content": await asyncio.to_thread(read_text, real, line, limit)}
 
@@ -195,13 +195,13 @@ class ClientMethods:
         if not isinstance(content, str):
             raise JsonRpcError(INVALID_PARAMS, "Missing required parameter: content")
         real = await self._admit(M_FS_WRITE, path)
-        if client_serves(self._client_caps, "writeTextFile"):
+        if self._client_caps.fs.write_text_file:
             return await self._relay(M_FS_WRITE, {**params, "path": real})
         await asyncio.to_thread(write_text, real, content)
         return {}
 
     async def _terminal_create(self, params: dict[str, Any]) -> Any:
-        if self._client_caps.get("terminal") is not True:
+        if not self._client_caps.terminal:
             raise method_not_found(M_TERMINAL_CREATE)
         _str_param(params, "command")
         cwd = _str_param(params, "cwd", required=False)

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, prefixed_ids
 from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND, OUTBOUND_ID_PREFIX
 from services.edge.backchannel import BackChannel
@@ -56,7 +57,7 @@ class DialectConnection:
                                max_running=max_in_flight)
         self.backchannel = BackChannel(self.rpc)
         #: What the client said it can do in ``initialize`` (passed on to adapters).
-        self.client_capabilities: dict[str, Any] = {}
+        self.client_capabilities = ClientCapabilities()
         self.sessions: dict[str, EdgeSession] = {}
         self._methods = methods
         self._closed = False

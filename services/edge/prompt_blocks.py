@@ -23,10 +23,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from services.common.acp.schema import PromptCapabilities
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_PROMPT_EMPTY, MSG_PROMPT_MISSING
 from services.edge import blobs
-from services.edge.adapter_caps import AdapterCaps
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _blob_of(data: Any, mime: Any, uri: Any) -> blobs.PromptPlan:
 _Planned = dict[str, Any] | blobs.PromptPlan
 
 
-def _plan_block(block: dict[str, Any], caps: AdapterCaps) -> _Planned | None:
+def _plan_block(block: dict[str, Any], caps: PromptCapabilities) -> _Planned | None:
     """The planned form of one client block, or None to drop it (unknown kinds)."""
     kind = block.get("type")
     if kind in (None, "text"):
@@ -126,8 +126,10 @@ def history_text(blocks: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-async def adapter_prompt(prompt: Any, caps: AdapterCaps, workspace_dir: str) -> AdapterPrompt:
-    """The client's blocks for an external adapter with ``caps`` (see the module doc)."""
+async def adapter_prompt(prompt: Any, caps: PromptCapabilities,
+                         workspace_dir: str) -> AdapterPrompt:
+    """The client's blocks for an external adapter whose ``promptCapabilities`` are ``caps``
+    (see the module doc)."""
     if isinstance(prompt, str):
         return await spec4_prompt(prompt, workspace_dir)
     if not isinstance(prompt, list):

@@ -27,6 +27,7 @@ import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.acp.schema import Implementation
 from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
@@ -123,9 +124,9 @@ class EdgeRuntime:
         self._closed = False
 
     @property
-    def implementation(self) -> dict[str, str]:
+    def implementation(self) -> Implementation:
         """This edge as an ACP ``Implementation``: agentInfo to clients, clientInfo to adapters."""
-        return {"name": EDGE_NAME, "title": EDGE_TITLE, "version": self.version}
+        return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
 
     # ------------------------------------------------------------------ startup
 

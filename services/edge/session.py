@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.acp.schema import ClientCapabilities, PromptResponse
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -28,12 +29,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_CREATE,
     M_SESSION_UPDATE,
-    META_ACPGATE,
-    META_REASON,
-    META_TIMEOUT_SECS,
-    OUTCOME_CANCELLED,
     STOP_CANCELLED,
-    STOP_END_TURN,
     U_TOOL_CALL,
 )
 from services.edge.adapter import AdapterClient
@@ -46,6 +42,7 @@ from services.edge.backchannel import (
     ClientErrorAnswer,
 )
 from services.edge.client_methods import ClientMethods
+from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.turn import TurnAccumulator
 
@@ -126,7 +123,7 @@ class EdgeSession:
         """Seconds since the last activity."""
         return self._clock() - self.last_activity
 
-    def bind_adapter(self, adapter: AdapterClient, client_caps: dict[str, Any]) -> None:
+    def bind_adapter(self, adapter: AdapterClient, client_caps: ClientCapabilities) -> None:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
         self._client_methods = ClientMethods(
@@ -170,7 +167,7 @@ class EdgeSession:
         self.runtime.metrics.permission_requests_total += 1
         fallback: dict[str, Any] = (
             {"action": "cancel"} if method == M_ELICITATION_CREATE
-            else {"outcome": {"outcome": OUTCOME_CANCELLED}}
+            else cancelled_answer()
         )
         timeout_secs = self.runtime.cfg.acp.session_timeout_secs
         waiter = asyncio.ensure_future(self.port.backchannel.request(
@@ -188,19 +185,15 @@ class EdgeSession:
             if method == M_ELICITATION_CREATE:
                 return fallback
             # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            why: dict[str, Any] = {META_REASON: _denial_reason(exc)}
-            if why[META_REASON] == CANCEL_REASON_TIMEOUT:
-                why[META_TIMEOUT_SECS] = timeout_secs
-            return {**fallback, "_meta": {META_ACPGATE: why}}
+            reason = _denial_reason(exc)
+            waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
+            return cancelled_answer(reason, timeout_secs=waited)
         finally:
             self._relays.discard(waiter)
             self.touch()
         if method == M_ELICITATION_CREATE:
             return result if isinstance(result, dict) else fallback
-        outcome = result.get("outcome") if isinstance(result, dict) else None
-        if not isinstance(outcome, dict) or not isinstance(outcome.get("outcome"), str):
-            return fallback
-        return {"outcome": outcome}
+        return relayed_answer(result)
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter's fs/terminal request (decided by the session service first)."""
@@ -245,18 +238,19 @@ class EdgeSession:
         if self.pending_history:
             prior = "Prior conversation of this session:\n\n" + self.pending_history
             # An adapter without embeddedContext gets the carry-over as plain text.
+            embedded = adapter.builtin or \
+                adapter.agent_capabilities.prompt_capabilities.embedded_context
             blocks.append({"type": "resource", "resource": {
                 "uri": f"acpgate://session/{self.session_id}/history.txt",
                 "mimeType": "text/plain", "text": prior,
-            }} if adapter.caps.embedded_context or adapter.builtin else
-                {"type": "text", "text": prior})
+            }} if embedded else {"type": "text", "text": prior})
         blocks.extend(prompt.blocks)
         if turn.cancelled:  # cancelled before the adapter saw it
-            result: Any = {"stopReason": STOP_CANCELLED}
+            result = PromptResponse(stop_reason=STOP_CANCELLED)
         else:
             result = await self._await_prompt(adapter, blocks, turn)
             self.pending_history = None
-        stop = result.get("stopReason") if isinstance(result, dict) else None
+        stop = result.stop_reason
         acc = turn.acc
         if turn.cancelled or stop == STOP_CANCELLED:
             await self.on_adapter_update({"sessionId": self.session_id,
@@ -266,12 +260,10 @@ class EdgeSession:
             return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
         await self._persist(acc, result)
         self.runtime.metrics.turns_total += 1
-        return {"sessionId": self.session_id,
-                "stopReason": stop if isinstance(stop, str) else STOP_END_TURN,
-                "content": acc.text}
+        return {"sessionId": self.session_id, "stopReason": stop, "content": acc.text}
 
     async def _await_prompt(self, adapter: AdapterClient, blocks: list[dict[str, Any]],
-                            turn: TurnState) -> Any:
+                            turn: TurnState) -> PromptResponse:
         task = asyncio.ensure_future(adapter.prompt(blocks))
         try:
             while True:
@@ -280,23 +272,16 @@ class EdgeSession:
                     return task.result()
                 if turn.cancelled:  # the adapter ignored session/cancel: end the turn here
                     task.cancel()
-                    return {"stopReason": STOP_CANCELLED}
+                    return PromptResponse(stop_reason=STOP_CANCELLED)
         except (AdapterGone, JsonRpcError) as exc:
             raise prompt_error(exc, adapter.secrets) from None
         finally:
             if not task.done():
                 task.cancel()
 
-    async def _persist(self, acc: TurnAccumulator, result: Any) -> None:
-        tokens = 0
-        meta = result.get("_meta") if isinstance(result, dict) else None
-        ours = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
-        usage = ours.get("usage") if isinstance(ours, dict) else None
-        if isinstance(usage, dict):
-            for key in ("inputTokens", "outputTokens"):
-                value = usage.get(key)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                    tokens += value
+    async def _persist(self, acc: TurnAccumulator, result: PromptResponse) -> None:
+        usage = result.usage
+        tokens = max(0, usage.input_tokens) + max(0, usage.output_tokens) if usage else 0
         request = session_pb2.AppendTurnRequest(
             session_id=self.session_id, items=acc.items, token_delta=tokens)
         if acc.plan_json is not None:

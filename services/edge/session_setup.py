@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
-import orjson
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
@@ -23,6 +22,7 @@ from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
 from services.edge.adapter import AdapterClient
+from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.claims import refusal
 from services.edge.dispatch import DialectConnection
@@ -81,7 +81,7 @@ async def spawn_adapter(conn: DialectConnection, session: EdgeSession,
 async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
                                client: AdapterClient) -> None:
     """Tell the session service what the alias's adapter advertised, when it changed."""
-    text = orjson.dumps(client.caps.raw, option=orjson.OPT_SORT_KEYS).decode()
+    text = recorded_json(client.agent_capabilities)
     if text == agent.adapter_capabilities_json:
         return
     try:

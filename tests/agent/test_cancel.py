@@ -58,7 +58,7 @@ async def test_cancel_kills_running_shell_group(tmp_path: Path) -> None:
         await c.peer.notify("session/cancel", {"sessionId": sid})  # a notification, as the edge
         result = await asyncio.wait_for(running, 10)
         assert result["stopReason"] == "cancelled"
-        assert result["_meta"]["acpgate"]["usage"]["inputTokens"] >= 0
+        assert result["usage"]["inputTokens"] >= 0
         assert await asyncio.to_thread(live_group_members, pgid) == []
         (closed,) = c.of("tool_call_update")
         assert closed["status"] == "failed" and "Cancelled" in closed["rawOutput"]

@@ -98,7 +98,7 @@ async def test_openai_tool_round_trip_through_agent(tmp_path: Path) -> None:
             result = await c.prompt(sid, "what is in a.txt?")
         sent = srv.requests[1].body["messages"]
     assert result["stopReason"] == "end_turn"
-    assert result["_meta"]["acpgate"]["usage"] == {"inputTokens": 250, "outputTokens": 12}
+    assert result["usage"] == {"totalTokens": 262, "inputTokens": 250, "outputTokens": 12}
     assert c.kinds() == ["agent_thought_chunk", "tool_call", "tool_call_update",
                          "agent_message_chunk", "agent_message_chunk"]
     assert c.of("tool_call")[0]["toolCallId"] == "call_1"

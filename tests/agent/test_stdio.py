@@ -139,8 +139,8 @@ async def test_raw_json_lines_over_real_pipes(tmp_path: Path) -> None:
         await p.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
         cancelled = await p.until(lambda m: m.get("id") == 4)
         assert cancelled["result"]["stopReason"] == "cancelled"
-        assert set(cancelled["result"]["_meta"]["acpgate"]["usage"]) == {"inputTokens",
-                                                                          "outputTokens"}
+        assert set(cancelled["result"]["usage"]) == {"totalTokens", "inputTokens",
+                                                     "outputTokens"}
 
         assert p.proc.stdin is not None
         p.proc.stdin.close()

@@ -19,8 +19,10 @@ async def test_demo_echo_streams_chunks_and_reports_usage(tmp_path: Path, ws: Pa
         sid = await c.new_session(ws)
         result = await c.prompt(sid, "hello there friend")
     assert result["stopReason"] == "end_turn"
-    usage = result["_meta"]["acpgate"]["usage"]
+    usage = result["usage"]  # ACP's (unstable) PromptResponse.usage
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
+    assert usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"]
+    assert "_meta" not in result
     assert "content" not in result
     assert len(c.of("agent_message_chunk")) >= 3
     assert c.kinds()[0] == "agent_thought_chunk"

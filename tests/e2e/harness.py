@@ -21,6 +21,8 @@ import psutil
 from acp import schema as acp_schema
 from pydantic import TypeAdapter
 
+from tests.golden import validate
+
 #: Official ACP SDK models every server message of these methods must satisfy.
 RESULT_MODELS: dict[str, Any] = {
     "initialize": acp_schema.InitializeResponse,
@@ -34,6 +36,20 @@ OUTBOUND_MODELS: dict[str, Any] = {
     "session/update": acp_schema.SessionNotification,
     "session/request_permission": acp_schema.RequestPermissionRequest,
     "elicitation/create": acp_schema.CreateElicitationRequest,
+}
+#: The same methods' definitions in the official JSON schema (validated with jsonschema too).
+RESULT_DEFINITIONS = {
+    "initialize": "InitializeResponse",
+    "session/new": "NewSessionResponse",
+    "session/prompt": "PromptResponse",
+    "session/list": "ListSessionsResponse",
+    "session/load": "LoadSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+}
+OUTBOUND_DEFINITIONS = {
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+    "elicitation/create": "CreateElicitationRequest",
 }
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,6 +220,7 @@ class AcpProcess:
         model = OUTBOUND_MODELS.get(msg.get("method", ""))
         if model is not None:
             TypeAdapter(model).validate_python(msg["params"])  # official ACP v1 shape (extensions allowed)
+            validate(OUTBOUND_DEFINITIONS[msg["method"]], msg["params"])
         if "method" in msg and "id" in msg:
             self.outbound.append(msg)
             handler = self.handlers.get(msg["method"])
@@ -235,6 +252,7 @@ class AcpProcess:
         model = RESULT_MODELS.get(method)
         if model is not None and "result" in resp:
             TypeAdapter(model).validate_python(resp["result"])
+            validate(RESULT_DEFINITIONS[method], resp["result"])
         return before, resp
 
     def call_with_id(self, method: str, params: dict[str, Any] | None,

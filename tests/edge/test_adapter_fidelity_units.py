@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from services.common.acp.schema import ClientCapabilities, PromptCapabilities
 from services.common.jsonrpc import JsonRpcError, error_line
 from services.common.policy import SecurityPolicy
 from services.common.protocol import MAX_BLOB_BYTES
-from services.edge.adapter_caps import AdapterCaps, client_capabilities
+from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
 from services.edge.adapter_errors import (
     STDERR_MAX_LINE_CHARS,
     STDERR_MAX_LINES,
@@ -25,8 +26,8 @@ from services.edge.adapter_link import AdapterExit, AdapterGone
 from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
 
 PNG = base64.b64encode(b"\x89PNG-bytes").decode()
-ALL = AdapterCaps(image=True, audio=True, embedded_context=True)
-NONE = AdapterCaps()
+ALL = PromptCapabilities(image=True, audio=True, embedded_context=True)
+NONE = PromptCapabilities()
 
 
 def _blocks() -> list[dict[str, Any]]:
@@ -66,7 +67,8 @@ async def test_adapter_without_capabilities_gets_spec4(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("caps", [ALL, NONE], ids=["capable", "spec4"])
-async def test_blobs_are_validated_whichever_way_they_go(caps: AdapterCaps, tmp_path: Path) -> None:
+async def test_blobs_are_validated_whichever_way_they_go(caps: PromptCapabilities,
+                                                        tmp_path: Path) -> None:
     bad = [{"type": "text", "text": "x"},
            {"type": "resource", "resource": {"uri": "file:///b", "blob": "@@"}}]
     with pytest.raises(JsonRpcError) as info:
@@ -104,31 +106,35 @@ async def test_empty_prompts_are_refused(tmp_path: Path) -> None:
 def test_client_capabilities_promise_what_is_honoured() -> None:
     supervised = SecurityPolicy("/w")
     readonly = SecurityPolicy("/w", autonomy="readonly")
-    client = {"terminal": True, "elicitation": {"form": {}}, "fs": {"readTextFile": False}}
-    assert client_capabilities(client, supervised) == {
+    client = ClientCapabilities.from_json(
+        {"terminal": True, "elicitation": {"form": {}}, "fs": {"readTextFile": False}})
+    assert client_capabilities(client, supervised).to_json() == {
         "fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True,
         "elicitation": {"form": {}}}
-    assert client_capabilities(client, readonly) == {
+    assert client_capabilities(client, readonly).to_json() == {
         "fs": {"readTextFile": True, "writeTextFile": False}, "terminal": False,
         "elicitation": {"form": {}}}
-    assert client_capabilities({}, supervised)["terminal"] is False
+    assert client_capabilities(ClientCapabilities(), supervised).terminal is False
 
 
 def test_adapter_caps_from_initialize_and_env_auth(monkeypatch: pytest.MonkeyPatch) -> None:
-    caps = AdapterCaps.from_initialize({
+    answer = read_initialize_result({  # no protocolVersion: what it can do is still read
         "agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}},
                               "promptCapabilities": {"image": True, "audio": "yes"}},
         "authMethods": [{"id": "login", "name": "Login"},
                         {"id": "k2", "type": "env_var", "vars": [{"name": "K2"}, {"name": "K3"}]},
                         {"id": "k1", "type": "env_var", "vars": [{"name": "K1"}]}]})
-    assert (caps.load_session, caps.resume, caps.image, caps.audio, caps.embedded_context) == \
-        (True, True, True, False, False)
+    caps, prompt = answer.agent_capabilities, answer.agent_capabilities.prompt_capabilities
+    assert (caps.load_session, caps.session_capabilities.resume is not None, prompt.image,
+            prompt.audio, prompt.embedded_context) == (True, True, True, False, False)
+    methods = answer.auth_methods
     monkeypatch.delenv("K1", raising=False)
-    assert caps.env_auth_method({"K2": "v"}) == ""  # K3 missing: never a partial method
-    assert caps.env_auth_method({"K2": "v", "K3": "w"}) == "k2"
+    assert env_auth_method(methods, {"K2": "v"}) == ""  # K3 missing: never a partial method
+    assert env_auth_method(methods, {"K2": "v", "K3": "w"}) == "k2"
     monkeypatch.setenv("K1", "from the environment")
-    assert caps.env_auth_method({}) == "k1"
-    assert AdapterCaps.from_initialize("junk") == AdapterCaps()
+    assert env_auth_method(methods, {}) == "k1"
+    junk = read_initialize_result("junk")
+    assert junk.agent_capabilities.load_session is False and junk.auth_methods == []
 
 
 def test_scrub_replaces_configured_values_and_key_shapes() -> None:

@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from typing import Any, ClassVar
 
-from services.agent.outcome import cancel_reason
+from services.agent.outcome import cancel_reason, read_answer, selected_option
 from services.agent.tools.base import (
     ArgumentsPreview,
     ToolContext,
@@ -29,7 +29,6 @@ from services.common.protocol import (
     CHOICE_OPTION_PREFIX,
     M_ELICITATION_CREATE,
     M_REQUEST_PERMISSION,
-    OUTCOME_SELECTED,
 )
 
 NO_CHOICES_ERROR = (
@@ -103,16 +102,16 @@ class AskUserTool(ArgumentsPreview):
             },
         }
         result = await ctx.client_request(M_REQUEST_PERMISSION, params, ctx.request_timeout)
-        outcome = result.get("outcome") if isinstance(result, dict) else None
-        if not isinstance(outcome, dict) or outcome.get("outcome") != OUTCOME_SELECTED:
+        answer = read_answer(result)
+        option = selected_option(answer)
+        if option is None:
             # A "cancelled" the edge gave on the client's behalf is not the user's dismissal.
-            reason = cancel_reason(result)
+            reason = cancel_reason(answer)
             if reason == CANCEL_REASON_TIMEOUT:
                 raise TimeoutError
             if reason in (CANCEL_REASON_CLIENT_ERROR, CANCEL_REASON_CLIENT_GONE):
                 raise ConnectionError("the client failed or left")
             return None
-        option = str(outcome.get("optionId") or "")
         if option.startswith(CHOICE_OPTION_PREFIX):
             index = option[len(CHOICE_OPTION_PREFIX):]
             if index.isdigit() and int(index) < len(choices):

@@ -5,58 +5,45 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-import orjson
 
 from acpgate.session.v1 import session_pb2
+from services.common.acp.capabilities import agent_capabilities
+from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
+from services.common.acp.wire import AcpDecodeError
 from services.common.protocol import AGENT_KIND_BUILTIN, META_ZEROCLAW, PROTOCOL_VERSION
-from services.edge.adapter_caps import AdapterCaps
+from services.edge.adapter_caps import recorded_capabilities
 from services.edge.dispatch import DialectConnection
 
 
-def _recorded(agent: session_pb2.ResolvedAgent | None) -> AdapterCaps:
-    """What the default agent's adapter advertised at its last start (none: nothing)."""
-    if agent is None or not agent.adapter_capabilities_json:
-        return AdapterCaps()
+def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
+    """The client's ``clientCapabilities``; none at all (or not an object) reads as the defaults."""
     try:
-        return AdapterCaps.from_agent_capabilities(orjson.loads(agent.adapter_capabilities_json))
-    except orjson.JSONDecodeError:
-        return AdapterCaps()
+        return ClientCapabilities.from_json(params.get("clientCapabilities") or {})
+    except AcpDecodeError:
+        return ClientCapabilities()
 
 
-def _prompt_capabilities(agent: session_pb2.ResolvedAgent | None,
-                         caps: AdapterCaps) -> dict[str, bool]:
-    """SPEC §2's prompt capabilities, plus image/audio when the default agent takes them.
+def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabilities:
+    """What the connection's default agent takes in prompts and MCP servers.
 
-    An external adapter's recorded capabilities are passed on; the built-in
-    agent keeps SPEC §4, where image and audio blocks are ignored.
-    ``embeddedContext`` is always on: an adapter without it gets embedded
-    resources as SPEC §4 text and uploads.
+    The built-in agent speaks MCP over HTTP and SSE (issue 16) and keeps SPEC §4,
+    where image and audio blocks are ignored. An external adapter gets prompts
+    and ``mcpServers`` as the client sent them, so what its adapter advertised
+    at its last start (recorded by the session service) is passed on — nothing
+    until it first ran. ``embeddedContext`` is always on either way: an adapter
+    without it gets embedded resources as SPEC §4 text and uploads.
     """
-    external = agent is not None and agent.kind != AGENT_KIND_BUILTIN
-    return {"image": external and caps.image, "audio": external and caps.audio,
-            "embeddedContext": True}
-
-
-def _mcp_capabilities(agent: session_pb2.ResolvedAgent | None,
-                      caps: AdapterCaps) -> dict[str, bool]:
-    """MCP transports the clients' ``mcpServers`` may use with the default agent.
-
-    The built-in agent speaks MCP over HTTP and SSE (issue 16); an external
-    adapter gets ``mcpServers`` unchanged, so its recorded transports are
-    passed on (none until it first ran).
-    """
-    if agent is not None and agent.kind == AGENT_KIND_BUILTIN:
-        return {"http": True, "sse": True}
-    mcp = caps.raw.get("mcpCapabilities")
-    mcp = mcp if isinstance(mcp, dict) else {}
-    return {"http": mcp.get("http") is True, "sse": mcp.get("sse") is True}
+    if agent is None:
+        return AgentCapabilities()
+    if agent.kind == AGENT_KIND_BUILTIN:
+        return agent_capabilities(load_session=False, mcp_http=True, mcp_sse=True)
+    return recorded_capabilities(agent.adapter_capabilities_json)
 
 
 async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §2: always protocol 1; remembers the client's capabilities; image/audio and
     MCP transports as the connection's default agent takes them."""
-    caps = params.get("clientCapabilities")
-    conn.client_capabilities = caps if isinstance(caps, dict) else {}
+    conn.client_capabilities = read_client_capabilities(params)
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
     agent: session_pb2.ResolvedAgent | None = None
@@ -67,23 +54,21 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
             zeroclaw["defaultModel"] = agent.default_model
     except grpc.aio.AioRpcError:
         pass  # no resolvable default agent: defaultModel omitted
-    recorded = _recorded(agent)
+    takes = default_agent_takes(agent)
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
     persistent = rt.persistent
-    return {
-        "protocolVersion": PROTOCOL_VERSION,
-        "agentCapabilities": {
-            "loadSession": persistent,
-            "promptCapabilities": _prompt_capabilities(agent, recorded),
-            "mcpCapabilities": _mcp_capabilities(agent, recorded),
-            "sessionCapabilities": ({"resume": {}, "close": {}, "list": {}}
-                                    if persistent else {}),
-        },
-        "agentInfo": rt.implementation,
-        "authMethods": [],
-        "_meta": {META_ZEROCLAW: zeroclaw},
-    }
+    return InitializeResponse(
+        protocol_version=PROTOCOL_VERSION,
+        agent_capabilities=agent_capabilities(
+            load_session=persistent, resume=persistent, close=persistent,
+            list_sessions=persistent,
+            image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
+            mcp_http=takes.mcp_capabilities.http, mcp_sse=takes.mcp_capabilities.sse),
+        agent_info=rt.implementation,
+        auth_methods=[],
+        meta={META_ZEROCLAW: zeroclaw},
+    ).to_json()
 
 
 async def authenticate(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,8 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         if adapter is None or adapter.builtin:
             prompt = await spec4_prompt(raw, session.workspace_dir)
         else:
-            prompt = await adapter_prompt(raw, adapter.caps, session.workspace_dir)
+            prompt = await adapter_prompt(raw, adapter.agent_capabilities.prompt_capabilities,
+                                          session.workspace_dir)
         return await session.run_turn(turn, prompt)
     finally:
         session.release_turn(turn)

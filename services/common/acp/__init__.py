@@ -1,0 +1,10 @@
+"""Typed ACP v1 at acpgate's boundary.
+
+:mod:`.schema` holds the models acpgate builds or reads — initialize, the
+capabilities, session results, the prompt result, the permission outcome —
+generated from the official JSON schema (``tools/gen_acp_schema.py``);
+:mod:`.wire` their reading rules; :mod:`.capabilities` the one builder of what
+an acpgate agent side advertises (the edge toward clients, the built-in agent
+toward the edge). The ``session/update`` relay stays on raw dicts and orjson
+(bench/PROFILE.md): only what acpgate itself builds or reads is typed.
+"""

@@ -56,6 +56,7 @@ MSG_CWD_REFUSED: Final = (
     "cwd refused as a session workspace: it {relation} {what}; an operator may allow "
     "the directory with [autonomy] allow_cwd"
 )
+MSG_BAD_ADDITIONAL_DIR: Final = "additionalDirectories entry is not usable ({path}): {reason}"
 MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"
 MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
 MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"

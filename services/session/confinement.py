@@ -45,6 +45,10 @@ class Refusal:
     relation: str  # "is", "lies inside" or "contains"
     what: str  # OWN_STATE or CREDENTIAL_STORE
 
+    def reason(self) -> str:
+        """Why, in a few words: "it lies inside a credential store" (never the path)."""
+        return f"it {self.relation} {self.what}"
+
     def message(self) -> str:
         """The -32602 message (the same for session/new, load and resume)."""
         return MSG_CWD_REFUSED.format(relation=self.relation, what=self.what)

@@ -19,6 +19,7 @@ from services.session.store import (
     HistoryEntry,
     SessionRecord,
     StoreStatusInfo,
+    TurnUsage,
 )
 from services.session.store.records import item_values
 
@@ -32,6 +33,7 @@ __all__ = [
     "row_to_pb",
     "state_from_pb",
     "status_to_pb",
+    "usage_from_pb",
 ]
 
 _STATE_NAME_BY_PB: Final[dict[pb.SessionState.ValueType, str]] = {
@@ -86,6 +88,22 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         claim=pb.Claim(
             instance_id=rec.claim.instance_id, host=rec.claim.host, until=rec.claim.until
         ),
+        additional_directories=list(rec.additional_directories),
+        mode_id=rec.mode_id,
+        config_json=rec.config_json,
+        input_tokens=rec.input_tokens,
+        output_tokens=rec.output_tokens,
+    )
+
+
+def usage_from_pb(u: pb.TurnUsage) -> TurnUsage:
+    """A turn's ``TurnUsage`` message as the store's record."""
+    return TurnUsage(
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        thought_tokens=u.thought_tokens,
+        cached_read_tokens=u.cached_read_tokens,
+        cached_write_tokens=u.cached_write_tokens,
     )
 
 

@@ -11,6 +11,7 @@ terminal requests, by this service (``CheckOperation``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from services.common.policy import SecurityPolicy
@@ -22,12 +23,16 @@ if TYPE_CHECKING:
 __all__ = ["SecurityPolicy", "policy_for"]
 
 
-def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
+def policy_for(cfg: Config, alias: str, workspace_dir: str,
+               additional_directories: Sequence[str] = ()) -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` (SPEC §12).
 
     ``allowed_roots`` holds the agent workspace, so the agent's own files stay
-    reachable; the lists come from ``[autonomy]``; the level is the per-agent
-    override or ``[autonomy] level``; ``workspace_only`` is off only in ``full``.
+    reachable, then the session's additional directories (ACP
+    ``additionalDirectories``, already resolved and confined like the workspace by
+    :func:`services.session.workspace.resolve_additional_directories`);
+    the lists come from ``[autonomy]``; the level is the per-agent override or
+    ``[autonomy] level``; ``workspace_only`` is off only in ``full``.
     """
     autonomy = cfg.agent_autonomy(alias)
     # acpgate's own state is never the agent's business: the session store holds
@@ -35,9 +40,10 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str) -> SecurityPolicy:
     # config and the bridge's token. (The agent workspace, usually under the config
     # dir, is an allowed root inside it, and a root beats what it lies inside.)
     forbidden = tuple(dict.fromkeys((*cfg.autonomy.forbidden_paths, *own_state(cfg))))
+    roots = (str(cfg.agent_workspace(alias)), *additional_directories)
     return SecurityPolicy(
         workspace_dir=workspace_dir,
-        allowed_roots=(str(cfg.agent_workspace(alias)),),
+        allowed_roots=tuple(dict.fromkeys(roots)),
         forbidden_paths=forbidden,
         autonomy=autonomy,
         auto_approve=tuple(cfg.autonomy.auto_approve),

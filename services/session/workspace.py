@@ -10,6 +10,12 @@
   ``[autonomy] allow_cwd`` lists it.
 - Otherwise the exact real path is the session boundary, never widened.
 - An omitted cwd means the agent workspace — never the daemon's start dir.
+
+ACP ``additionalDirectories`` (extra roots of a session) follow the same rules:
+real paths of existing directories, refused when one is, lies inside or contains
+acpgate's own state or a credential store (a root beats the forbidden paths it
+lies inside, so an extra root in ``/etc/ssh`` would open what the operator
+closed), unless ``[autonomy] allow_cwd`` lists it.
 """
 
 from __future__ import annotations
@@ -17,14 +23,21 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.common.config import Config
-from services.common.protocol import MSG_BAD_CWD
+from services.common.protocol import MSG_BAD_ADDITIONAL_DIR, MSG_BAD_CWD
 from services.session.aliases import ensure_agent_workspace
 from services.session.confinement import workspace_refusal
 
-__all__ = ["ResolvedWorkspaceInfo", "WorkspaceError", "resolve_workspace"]
+__all__ = [
+    "ResolvedWorkspaceInfo",
+    "WorkspaceError",
+    "extra_root_refusal",
+    "resolve_additional_directories",
+    "resolve_workspace",
+]
 
 
 class WorkspaceError(Exception):
@@ -39,10 +52,14 @@ class ResolvedWorkspaceInfo:
     is_agent_workspace: bool
 
 
-def _real_dir(cwd: str, base_dir: str) -> str:
+def _refusal(cwd: str, reason: str, template: str) -> WorkspaceError:
+    return WorkspaceError(template.format(cwd=cwd, path=cwd, reason=reason))
+
+
+def _real_dir(cwd: str, base_dir: str, template: str = MSG_BAD_CWD) -> str:
     """Real path of an existing directory, or WorkspaceError (blocking; run off-loop)."""
     if "\x00" in cwd:
-        raise WorkspaceError(MSG_BAD_CWD.format(cwd=cwd, reason="path contains a NUL byte"))
+        raise _refusal(cwd, "path contains a NUL byte", template)
     # No `~` expansion: a cwd is a path, relative to the caller's working
     # directory (SPEC §3); a client meaning its home sends it absolute.
     path = cwd
@@ -53,14 +70,47 @@ def _real_dir(cwd: str, base_dir: str) -> str:
         real = os.path.realpath(path, strict=True)
         st = os.stat(real)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise WorkspaceError(MSG_BAD_CWD.format(cwd=cwd, reason=reason)) from None
+        raise _refusal(cwd, exc.strerror or str(exc), template) from None
 
     if not stat.S_ISDIR(st.st_mode):
-        raise WorkspaceError(MSG_BAD_CWD.format(cwd=cwd, reason="Not a directory"))
+        raise _refusal(cwd, "Not a directory", template)
     if not os.access(real, os.R_OK | os.X_OK):
-        raise WorkspaceError(MSG_BAD_CWD.format(cwd=cwd, reason="Permission denied"))
+        raise _refusal(cwd, "Permission denied", template)
     return real
+
+
+def extra_root_refusal(cfg: Config, path: str, real: str) -> WorkspaceError | None:
+    """Why the additional directory ``path`` (real path ``real``) may not be a root of a
+    session, or ``None``: the cwd's confinement (``services.session.confinement``)
+    applies to every root alike (blocking; run off-loop)."""
+    refusal = workspace_refusal(cfg, real)
+    if refusal is None:
+        return None
+    return _refusal(path, f"{refusal.reason()}; an operator may allow the directory with "
+                          "[autonomy] allow_cwd", MSG_BAD_ADDITIONAL_DIR)
+
+
+def _extra_roots(cfg: Config, paths: Sequence[str], base_dir: str,
+                 workspace_dir: str) -> list[str]:
+    """Real paths of ``paths``, refused like a cwd would be (blocking)."""
+    out: list[str] = []
+    for path in paths:
+        real = _real_dir(path, base_dir, MSG_BAD_ADDITIONAL_DIR)
+        refused = extra_root_refusal(cfg, path, real)
+        if refused is not None:
+            raise refused
+        if real != workspace_dir and real not in out:
+            out.append(real)
+    return out
+
+
+async def resolve_additional_directories(cfg: Config, paths: Sequence[str], base_dir: str,
+                                         workspace_dir: str) -> list[str]:
+    """ACP ``additionalDirectories`` as real paths (order kept; duplicates and the
+    workspace itself dropped), or WorkspaceError naming the first unusable entry."""
+    if not paths:
+        return []
+    return await asyncio.to_thread(_extra_roots, cfg, list(paths), base_dir, workspace_dir)
 
 
 async def resolve_workspace(

@@ -145,13 +145,16 @@ def test_item_fields_are_the_history_entry_fields_after_role() -> None:
 
 
 async def test_spec8_title_is_first_user_message_one_line(store: SessionStore) -> None:
-    """session/list title: first user message of the first turn, one line, ≤ 80 chars."""
+    """session/list title (issue 17): the first prompt's first line, ≤ 80 chars."""
     await store.create_session("s1", "a", "/w")
-    long = "line one\n\n  line   two " + "x" * 200
+    long = "\n  line   one \n\n  line   two " + "x" * 200
     await store.append_turn("s1", [HistoryEntry(role="user", text=long)])
     await store.append_turn("s1", [HistoryEntry(role="user", text="later")])
-    title = (await store.get_session("s1")).title
-    assert "\n" not in title and len(title) <= 80 and title.startswith("line one line two x")
+    assert (await store.get_session("s1")).title == "line one"
+    await store.create_session("s2", "a", "/w")
+    await store.append_turn("s2", [HistoryEntry(role="user", text="y" * 200 + "\nz")])
+    title = (await store.get_session("s2")).title
+    assert len(title) == 80 and title.endswith("…")
     assert make_title("short") == "short"
 
 

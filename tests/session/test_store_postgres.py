@@ -24,6 +24,7 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionStore,
     StoreUnavailable,
+    TurnUsage,
     open_store,
 )
 from services.session.store.pg_schema import _V4_TABLES
@@ -91,10 +92,11 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
         assert (await store.get_session("x")).workspace_dir == "/w"
 
 
-async def test_v4_database_keeps_its_claims_and_gains_adapter_capabilities(
+async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
         pg_cluster: Cluster) -> None:
-    """v4 → v5 (issue 17): a database issue 14's release created (claims, no capability
-    table) keeps its rows and live claims and gets the agent_capabilities table."""
+    """v4 → v5 → v6 (issue 17): a database issue 14's release created (claims, no capability
+    table) keeps its rows, history and live claims, gets the agent_capabilities table (v5),
+    and every row no extra roots, mode, config or token totals, its old turns no usage (v6)."""
     url = await fresh_url(pg_cluster)
     con = await asyncpg.connect(url)
     try:
@@ -102,19 +104,29 @@ async def test_v4_database_keeps_its_claims_and_gains_adapter_capabilities(
             await con.execute(stmt)
         await con.execute("INSERT INTO schema_version VALUES (4)")
         await con.execute(
-            "INSERT INTO sessions (id, workspace_dir, created_at, last_activity,"
-            " active_instance_id, active_host, active_until)"
-            " VALUES ('old', '/w', 0, 0, 'gw-a', 'a', 9000000000000)")
+            "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity,"
+            " token_count, title, last_seq, last_turn, active_instance_id, active_host,"
+            " active_until) VALUES ('old', 'a', '/w', 0, 0, 9, 't', 1, 1, 'gw-a', 'a',"
+            " 9000000000000)")
+        await con.execute("INSERT INTO history (session_id, seq, turn, role, text, created_at)"
+                          " VALUES ('old', 1, 1, 'user', 'hi', 1)")
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 6
         rec = await store.get_session("old")
         assert (rec.claim.instance_id, rec.claim.host) == ("gw-a", "a")
         with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
             await store.claim("old", "gw-b", ttl_ms=1000)
         await store.set_agent_capabilities("alpha", '{"loadSession": true}')
         assert await store.get_agent_capabilities("alpha") == '{"loadSession": true}'
+        assert (rec.token_count, rec.title, rec.message_count) == (9, "t", 1)
+        assert (rec.additional_directories, rec.mode_id, rec.config_json) == ((), "", "")
+        assert (rec.input_tokens, rec.output_tokens) == (0, 0)
+        await store.append_turn("old", [HistoryEntry(role="user", text="more")],
+                                usage=TurnUsage(input_tokens=2, output_tokens=3))
+        rec = await store.get_session("old")
+        assert (rec.input_tokens, rec.output_tokens, rec.message_count) == (2, 3, 2)
 
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:

@@ -19,6 +19,7 @@ from services.session.store import (
     HistoryEntry,
     SessionActiveElsewhere,
     SessionStore,
+    TurnUsage,
     open_store,
 )
 from services.session.store.sqlite_db import connect
@@ -238,22 +239,29 @@ def _write_v2(path: Path) -> None:
 
 
 async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
-    """v2 → v3 → v4 → v5: rows and history stay; every row has no MCP server list stored
-    (v3, issue 16) and starts unclaimed (v4, issue 14); no adapter capabilities are
-    recorded yet (v5, issue 17)."""
+    """v2 → v3 → v4 → v5 → v6: rows and history stay; every row has no MCP server list stored
+    (v3, issue 16), starts unclaimed (v4, issue 14), has no adapter capabilities recorded
+    (v5, issue 17) and no extra roots, mode, config or token totals, its old turns no usage
+    (v6, issue 17)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 6
         rec = await s.get_session("v2")
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
         assert rec.mcp_servers_json == ""
         assert rec.claim.instance_id == "" and rec.claim.until == 0
+        assert (rec.additional_directories, rec.mode_id, rec.config_json) == ((), "", "")
+        assert (rec.input_tokens, rec.output_tokens) == (0, 0)
         assert [e.text for e in await _history(s, "v2")] == ["hi"]
         assert (await s.claim("v2", "gw", ttl_ms=1000)).claim.instance_id == "gw"
         assert await s.get_agent_capabilities("alpha") == ""
+        await s.append_turn("v2", [HistoryEntry(role="user", text="more")],
+                            usage=TurnUsage(input_tokens=2, output_tokens=3))
+        rec = await s.get_session("v2")
+        assert (rec.input_tokens, rec.output_tokens, rec.message_count) == (2, 3, 2)
     finally:
         await s.close()
 

@@ -302,21 +302,29 @@ class ResolveWorkspaceRequest(_message.Message):
     ALIAS_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
     BASE_DIR_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     cwd: _builtins.str
     """The cwd param as sent (cwd, workspaceDir, workspace_dir); empty = omitted."""
     base_dir: _builtins.str
     """Directory relative paths resolve against (the edge server's cwd)."""
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ACP additionalDirectories as sent: extra roots, each resolved like cwd and
+        refused (INVALID_ARGUMENT) when it is inside, or contains, a forbidden path.
+        """
+
     def __init__(
         self,
         *,
         alias: _builtins.str = ...,
         cwd: _builtins.str = ...,
         base_dir: _builtins.str = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "base_dir", b"base_dir", "cwd", b"cwd"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "base_dir", b"base_dir", "cwd", b"cwd"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -328,19 +336,25 @@ class ResolvedWorkspace(_message.Message):
 
     WORKSPACE_DIR_FIELD_NUMBER: _builtins.int
     IS_AGENT_WORKSPACE_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     workspace_dir: _builtins.str
     """The real path that becomes the session boundary."""
     is_agent_workspace: _builtins.bool
     """True when the agent workspace was chosen (omitted cwd or install-root placeholder)."""
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The real paths of the additional directories, in request order, duplicates removed."""
+
     def __init__(
         self,
         *,
         workspace_dir: _builtins.str = ...,
         is_agent_workspace: _builtins.bool = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_agent_workspace", b"is_agent_workspace", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "is_agent_workspace", b"is_agent_workspace", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -352,17 +366,23 @@ class GetPolicyRequest(_message.Message):
 
     ALIAS_FIELD_NUMBER: _builtins.int
     WORKSPACE_DIR_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     workspace_dir: _builtins.str
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The session's resolved additional directories (extra allowed roots)."""
+
     def __init__(
         self,
         *,
         alias: _builtins.str = ...,
         workspace_dir: _builtins.str = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -609,6 +629,11 @@ class SessionRow(_message.Message):
     OWNERSHIP_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
     CLAIM_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    MODE_ID_FIELD_NUMBER: _builtins.int
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     agent_alias: _builtins.str
     workspace_dir: _builtins.str
@@ -623,17 +648,32 @@ class SessionRow(_message.Message):
     adapter_session_id: _builtins.str
     """The adapter's own session id (the edge rewrites ids both ways)."""
     title: _builtins.str
-    """A short title (first user message, trimmed), for session/list."""
+    """A short title for session/list: the agent's session_info_update title, else
+    the first line of the first prompt.
+    """
     mcp_servers_json: _builtins.str
     """The MCP servers the client last passed (ACP McpServer objects as a JSON
     array; "" = none stored): what a load/resume without mcpServers starts.
     Env and header values are kept: they may be credentials, never log them.
     """
+    mode_id: _builtins.str
+    """The session mode the adapter last reported or accepted ("" = its default)."""
+    config_json: _builtins.str
+    """The config option values the adapter last reported or accepted, as a JSON
+    object {configId: value} ("" = none); re-applied when the session is restored.
+    """
+    input_tokens: _builtins.int
+    """Token totals over the stored turns (token_count = input + output)."""
+    output_tokens: _builtins.int
     @_builtins.property
     def ownership(self) -> Global___Ownership: ...
     @_builtins.property
     def claim(self) -> Global___Claim:
         """The instance serving the session right now, if any (several hosts)."""
+
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ACP additionalDirectories: extra roots of the session (real paths)."""
 
     def __init__(
         self,
@@ -652,14 +692,41 @@ class SessionRow(_message.Message):
         ownership: Global___Ownership | None = ...,
         mcp_servers_json: _builtins.str = ...,
         claim: Global___Claim | None = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
+        mode_id: _builtins.str = ...,
+        config_json: _builtins.str = ...,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "ownership", b"ownership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "claim", b"claim", "created_at", b"created_at", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SessionRow: _TypeAlias = SessionRow  # noqa: Y015
+
+@_typing.final
+class StringList(_message.Message):
+    """A list of strings whose presence can be told from its absence (updates)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StringList: _TypeAlias = StringList  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
@@ -674,6 +741,7 @@ class CreateSessionRequest(_message.Message):
     GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Generated by the caller (UUIDv4)."""
     agent_alias: _builtins.str
@@ -690,6 +758,10 @@ class CreateSessionRequest(_message.Message):
     """The client's mcpServers as a JSON array ("" = none)."""
     host: _builtins.str
     """The creating instance's host name (recorded in the claim)."""
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The resolved additional directories (ResolvedWorkspace.additional_directories)."""
+
     def __init__(
         self,
         *,
@@ -702,10 +774,11 @@ class CreateSessionRequest(_message.Message):
         gateway_instance_id: _builtins.str = ...,
         mcp_servers_json: _builtins.str = ...,
         host: _builtins.str = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "mcp_servers_json", b"mcp_servers_json", "owner_session_key", b"owner_session_key", "parent_session_key", b"parent_session_key", "session_id", b"session_id", "spawned_by", b"spawned_by", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "mcp_servers_json", b"mcp_servers_json", "owner_session_key", b"owner_session_key", "parent_session_key", b"parent_session_key", "session_id", b"session_id", "spawned_by", b"spawned_by", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -745,6 +818,9 @@ class UpdateSessionRequest(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
     HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    MODE_ID_FIELD_NUMBER: _builtins.int
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___SessionState.ValueType
     lease_id: _builtins.str
@@ -757,6 +833,11 @@ class UpdateSessionRequest(_message.Message):
     """When set: only while this instance holds the claim or nobody does
     (ABORTED otherwise, nothing changed).
     """
+    mode_id: _builtins.str
+    config_json: _builtins.str
+    """A JSON object {configId: value}; "" clears it."""
+    @_builtins.property
+    def additional_directories(self) -> Global___StringList: ...
     def __init__(
         self,
         *,
@@ -769,19 +850,26 @@ class UpdateSessionRequest(_message.Message):
         title: _builtins.str | None = ...,
         mcp_servers_json: _builtins.str | None = ...,
         holder_instance_id: _builtins.str = ...,
+        mode_id: _builtins.str | None = ...,
+        config_json: _builtins.str | None = ...,
+        additional_directories: Global___StringList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "plan_json", b"plan_json", "state", b"state", "title", b"title"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "state", b"state", "title", b"title"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "agent_alias", b"agent_alias", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__adapter_session_id: _TypeAlias = _typing.Literal["adapter_session_id"]  # noqa: Y015
     _WhichOneofArgType__adapter_session_id: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id"]  # noqa: Y015
     _WhichOneofReturnType__agent_alias: _TypeAlias = _typing.Literal["agent_alias"]  # noqa: Y015
     _WhichOneofArgType__agent_alias: _TypeAlias = _typing.Literal["_agent_alias", b"_agent_alias"]  # noqa: Y015
+    _WhichOneofReturnType__config_json: _TypeAlias = _typing.Literal["config_json"]  # noqa: Y015
+    _WhichOneofArgType__config_json: _TypeAlias = _typing.Literal["_config_json", b"_config_json"]  # noqa: Y015
     _WhichOneofReturnType__lease_id: _TypeAlias = _typing.Literal["lease_id"]  # noqa: Y015
     _WhichOneofArgType__lease_id: _TypeAlias = _typing.Literal["_lease_id", b"_lease_id"]  # noqa: Y015
     _WhichOneofReturnType__mcp_servers_json: _TypeAlias = _typing.Literal["mcp_servers_json"]  # noqa: Y015
     _WhichOneofArgType__mcp_servers_json: _TypeAlias = _typing.Literal["_mcp_servers_json", b"_mcp_servers_json"]  # noqa: Y015
+    _WhichOneofReturnType__mode_id: _TypeAlias = _typing.Literal["mode_id"]  # noqa: Y015
+    _WhichOneofArgType__mode_id: _TypeAlias = _typing.Literal["_mode_id", b"_mode_id"]  # noqa: Y015
     _WhichOneofReturnType__plan_json: _TypeAlias = _typing.Literal["plan_json"]  # noqa: Y015
     _WhichOneofArgType__plan_json: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json"]  # noqa: Y015
     _WhichOneofReturnType__state: _TypeAlias = _typing.Literal["state"]  # noqa: Y015
@@ -793,9 +881,13 @@ class UpdateSessionRequest(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__agent_alias) -> _WhichOneofReturnType__agent_alias | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__config_json) -> _WhichOneofReturnType__config_json | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_id) -> _WhichOneofReturnType__lease_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__mcp_servers_json) -> _WhichOneofReturnType__mcp_servers_json | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mode_id) -> _WhichOneofReturnType__mode_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__plan_json) -> _WhichOneofReturnType__plan_json | None: ...
     @_typing.overload
@@ -949,6 +1041,51 @@ class ReleaseSessionResponse(_message.Message):
 Global___ReleaseSessionResponse: _TypeAlias = ReleaseSessionResponse  # noqa: Y015
 
 @_typing.final
+class DeleteSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    holder_instance_id: _builtins.str
+    """When set: refused (ABORTED, nothing removed) while another instance holds a
+    live claim on the session.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        holder_instance_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder_instance_id", b"holder_instance_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSessionRequest: _TypeAlias = DeleteSessionRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    """False when no such row existed."""
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSessionResponse: _TypeAlias = DeleteSessionResponse  # noqa: Y015
+
+@_typing.final
 class HistoryItem(_message.Message):
     """One stored conversation item. A tool call's arguments and a tool result's
     output are each stored once, on their own item.
@@ -1044,6 +1181,7 @@ class AppendTurnRequest(_message.Message):
     ITEMS_FIELD_NUMBER: _builtins.int
     TOKEN_DELTA_FIELD_NUMBER: _builtins.int
     PLAN_JSON_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     token_delta: _builtins.int
     """Tokens the turn used (added to the row's token_count)."""
@@ -1051,6 +1189,12 @@ class AppendTurnRequest(_message.Message):
     """The plan after the turn, if it changed."""
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryItem]: ...
+    @_builtins.property
+    def usage(self) -> Global___TurnUsage:
+        """The turn's token usage as the agent reported it (ACP PromptResponse.usage);
+        stored per turn, added to the row's totals.
+        """
+
     def __init__(
         self,
         *,
@@ -1058,16 +1202,50 @@ class AppendTurnRequest(_message.Message):
         items: _abc.Iterable[Global___HistoryItem] | None = ...,
         token_delta: _builtins.int = ...,
         plan_json: _builtins.str | None = ...,
+        usage: Global___TurnUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "plan_json", b"plan_json"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "plan_json", b"plan_json", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "items", b"items", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "items", b"items", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__plan_json: _TypeAlias = _typing.Literal["plan_json"]  # noqa: Y015
     _WhichOneofArgType__plan_json: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__plan_json) -> _WhichOneofReturnType__plan_json | None: ...
 
 Global___AppendTurnRequest: _TypeAlias = AppendTurnRequest  # noqa: Y015
+
+@_typing.final
+class TurnUsage(_message.Message):
+    """Token counts of one turn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    THOUGHT_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHED_READ_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHED_WRITE_TOKENS_FIELD_NUMBER: _builtins.int
+    input_tokens: _builtins.int
+    output_tokens: _builtins.int
+    thought_tokens: _builtins.int
+    cached_read_tokens: _builtins.int
+    cached_write_tokens: _builtins.int
+    def __init__(
+        self,
+        *,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        thought_tokens: _builtins.int = ...,
+        cached_read_tokens: _builtins.int = ...,
+        cached_write_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_read_tokens", b"cached_read_tokens", "cached_write_tokens", b"cached_write_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "thought_tokens", b"thought_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnUsage: _TypeAlias = TurnUsage  # noqa: Y015
 
 @_typing.final
 class AppendTurnResponse(_message.Message):

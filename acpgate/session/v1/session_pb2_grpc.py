@@ -90,6 +90,11 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
                 _registered_method=True)
+        self.DeleteSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/DeleteSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
+                _registered_method=True)
         self.ClaimSession = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/ClaimSession',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ClaimSessionRequest.SerializeToString,
@@ -222,6 +227,15 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSession(self, request, context):
+        """Removes a row and its whole history in one transaction (ACP session/delete).
+        Trusted callers: the edge checks visibility (like session/load) and closes an
+        active session first; holder_instance_id keeps another host's session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ClaimSession(self, request, context):
         """Makes the calling instance the server of a session: free, its own, or
         expired claims are taken (one conditional update: of racing instances
@@ -348,6 +362,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.TouchSession,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.SerializeToString,
+            ),
+            'DeleteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionResponse.SerializeToString,
             ),
             'ClaimSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ClaimSession,
@@ -693,6 +712,33 @@ class SessionService:
             '/acpgate.session.v1.SessionService/TouchSession',
             acpgate_dot_session_dot_v1_dot_session__pb2.TouchSessionRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.SessionRow.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/DeleteSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

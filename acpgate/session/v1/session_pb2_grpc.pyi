@@ -84,6 +84,11 @@ class SessionServiceStub:
     """Changes the mutable fields of a row (state, lease, adapter session id, plan...)."""
     TouchSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.TouchSessionRequest, _session_pb2.SessionRow]
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
+    DeleteSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]
+    """Removes a row and its whole history in one transaction (ACP session/delete).
+    Trusted callers: the edge checks visibility (like session/load) and closes an
+    active session first; holder_instance_id keeps another host's session.
+    """
     ClaimSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ClaimSessionRequest, _session_pb2.SessionRow]
     """Makes the calling instance the server of a session: free, its own, or
     expired claims are taken (one conditional update: of racing instances
@@ -147,6 +152,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Changes the mutable fields of a row (state, lease, adapter session id, plan...)."""
     TouchSession: _aio.UnaryUnaryMultiCallable[_session_pb2.TouchSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Bumps last_activity (inbound session/update, session/event, every turn)."""
+    DeleteSession: _aio.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]  # type: ignore[assignment]
+    """Removes a row and its whole history in one transaction (ACP session/delete).
+    Trusted callers: the edge checks visibility (like session/load) and closes an
+    active session first; holder_instance_id keeps another host's session.
+    """
     ClaimSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ClaimSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Makes the calling instance the server of a session: free, its own, or
     expired claims are taken (one conditional update: of racing instances
@@ -273,6 +283,17 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SessionRow, _abc.Awaitable[_session_pb2.SessionRow]]:
         """Bumps last_activity (inbound session/update, session/event, every turn)."""
+
+    @_abc_1.abstractmethod
+    def DeleteSession(
+        self,
+        request: _session_pb2.DeleteSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.DeleteSessionResponse, _abc.Awaitable[_session_pb2.DeleteSessionResponse]]:
+        """Removes a row and its whole history in one transaction (ACP session/delete).
+        Trusted callers: the edge checks visibility (like session/load) and closes an
+        active session first; holder_instance_id keeps another host's session.
+        """
 
     @_abc_1.abstractmethod
     def ClaimSession(

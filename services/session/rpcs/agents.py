@@ -23,7 +23,12 @@ from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import InvalidItem, StoreUnavailable
-from services.session.workspace import WorkspaceError, resolve_workspace
+from services.session.workspace import (
+    WorkspaceError,
+    extra_root_refusal,
+    resolve_additional_directories,
+    resolve_workspace,
+)
 
 __all__ = ["AgentRpcs"]
 
@@ -93,6 +98,8 @@ class AgentRpcs(RpcBase):
         await self._require_alias(request.alias, context)
         try:
             info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir)
+            extra = await resolve_additional_directories(
+                self._cfg, request.additional_directories, request.base_dir, info.workspace_dir)
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
@@ -100,15 +107,16 @@ class AgentRpcs(RpcBase):
                 context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(request.alias, exc)
             )
         return pb.ResolvedWorkspace(
-            workspace_dir=info.workspace_dir, is_agent_workspace=info.is_agent_workspace
+            workspace_dir=info.workspace_dir, is_agent_workspace=info.is_agent_workspace,
+            additional_directories=extra,
         )
 
     async def GetPolicy(self, request: pb.GetPolicyRequest, context: Ctx) -> pb.SecurityPolicy:
         """The SPEC §12 policy for an alias and a session workspace.
 
-        Every session comes up through here, new or restored, so a workspace that
-        must not be one (a stored row from before the rule, a config changed since)
-        is refused here too, with the message session/new gives.
+        Every session comes up through here, new or restored, so a workspace or an
+        additional directory that must not be one (a stored row from before the rule,
+        a config changed since) is refused here too, with the message session/new gives.
         """
         await self._require_alias(request.alias, context)
         if not request.workspace_dir:
@@ -118,7 +126,12 @@ class AgentRpcs(RpcBase):
         refusal = await asyncio.to_thread(workspace_refusal, self._cfg, request.workspace_dir)
         if refusal is not None:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal.message())
-        return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir))
+        extra = tuple(request.additional_directories)
+        for path in extra:  # stored roots (real paths) are confined as on the way in
+            refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path)
+            if refused is not None:
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(refused))
+        return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir, extra))
 
     async def _recorded_capabilities(self, alias: str) -> str:
         """What the alias's adapter last advertised; "" while the database is unreachable:

@@ -9,7 +9,7 @@ import grpc
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.session.convert import append_result_to_pb, pb_to_entry
+from services.session.convert import append_result_to_pb, pb_to_entry, usage_from_pb
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import InvalidItem, SessionNotFound
 
@@ -31,6 +31,7 @@ class HistoryRpcs(RpcBase):
                 [pb_to_entry(i) for i in request.items],
                 token_delta=request.token_delta,
                 plan_json=request.plan_json if request.HasField("plan_json") else None,
+                usage=usage_from_pb(request.usage) if request.HasField("usage") else None,
             )
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))

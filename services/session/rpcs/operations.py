@@ -3,7 +3,7 @@
 An adapter behind the edge may ask its client to read or write a file
 (``fs/*``) or to run a command (``terminal/create``). Whether the session's
 policy admits that is decided here, like every other policy decision
-(ARCHITECTURE rule 3): the policy of the row's alias and workspace
+(ARCHITECTURE rule 3): the policy of the row's alias, workspace and extra roots
 (:func:`services.session.policy.policy_for`) and the shared path rules of
 :mod:`services.common.path_policy`. The edge relays or serves the request
 only after an ``allowed`` answer.
@@ -54,5 +54,6 @@ class OperationRpcs(RpcBase):
         if rec.agent_alias not in self._cfg.agents:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                         f"agent {rec.agent_alias} is no longer configured")
-        policy = policy_for(self._cfg, rec.agent_alias, rec.workspace_dir)
+        policy = policy_for(self._cfg, rec.agent_alias, rec.workspace_dir,
+                            rec.additional_directories)
         return await asyncio.to_thread(decide, policy, request.operation, request.path)

@@ -1,5 +1,5 @@
-"""Session RPCs on rows, for trusted callers (the edge): create, get, update, touch, and the
-claims of several hosts on them: claim, renew, release."""
+"""Session RPCs on rows, for trusted callers (the edge): create, get, update, touch, delete,
+and the claims of several hosts on them: claim, renew, release."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ log = get_logger("session.servicer")
 
 
 class RowRpcs(RpcBase):
-    """CreateSession, GetSession, UpdateSession, TouchSession, ClaimSession, RenewClaims,
-    ReleaseSession (no visibility check)."""
+    """CreateSession, GetSession, UpdateSession, TouchSession, DeleteSession, ClaimSession,
+    RenewClaims, ReleaseSession (no visibility check: the edge checks it, as for a restore)."""
 
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: Ctx
@@ -41,6 +41,7 @@ class RowRpcs(RpcBase):
                 owner_session_key=request.owner_session_key,
                 gateway_instance_id=request.gateway_instance_id,
                 mcp_servers_json=request.mcp_servers_json,
+                additional_directories=tuple(request.additional_directories),
             )
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -81,6 +82,10 @@ class RowRpcs(RpcBase):
                 agent_alias=opt("agent_alias"),
                 title=opt("title"),
                 mcp_servers_json=opt("mcp_servers_json"),
+                mode_id=opt("mode_id"),
+                config_json=opt("config_json"),
+                additional_directories=(tuple(request.additional_directories.values)
+                                        if request.HasField("additional_directories") else None),
                 holder=request.holder_instance_id or None,
             )
         except InvalidItem as exc:
@@ -90,6 +95,22 @@ class RowRpcs(RpcBase):
         except SessionActiveElsewhere as exc:
             await abort(context, grpc.StatusCode.ABORTED, str(exc))
         return row_to_pb(rec)
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: Ctx
+    ) -> pb.DeleteSessionResponse:
+        """Remove the row and its history in one transaction; ABORTED (nothing removed) while
+        another instance than ``holder_instance_id`` serves it."""
+        try:
+            deleted = await self._store.delete_session(
+                request.session_id, holder=request.holder_instance_id or None)
+        except SessionActiveElsewhere as exc:
+            log.info("session_active_elsewhere", session_id=request.session_id,
+                     holder=exc.claim.instance_id, holder_host=exc.claim.host)
+            await abort(context, grpc.StatusCode.ABORTED, str(exc))
+        if deleted:
+            log.info("session_deleted", session_id=request.session_id)
+        return pb.DeleteSessionResponse(deleted=deleted)
 
     async def TouchSession(self, request: pb.TouchSessionRequest, context: Ctx) -> pb.SessionRow:
         """Bump last_activity."""

@@ -29,6 +29,7 @@ from services.session.store.records import (
     StoreError,
     StoreStatusInfo,
     StoreUnavailable,
+    TurnUsage,
     make_title,
     session_key_for,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "StoreStatusInfo",
     "StoreTarget",
     "StoreUnavailable",
+    "TurnUsage",
     "make_title",
     "open_store",
     "session_key_for",

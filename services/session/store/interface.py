@@ -25,6 +25,7 @@ from services.session.store.records import (
     HistoryEntry,
     SessionRecord,
     StoreStatusInfo,
+    TurnUsage,
 )
 
 __all__ = ["DEFAULT_HISTORY_PAGE", "Clock", "SessionStore", "wall_clock_ms"]
@@ -76,8 +77,11 @@ class SessionStore(ABC):
         gateway_instance_id: str = "",
         state: str = "active",
         mcp_servers_json: str = "",
+        additional_directories: Sequence[str] = (),
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
+
+        ``additional_directories`` are the session's extra roots (already resolved).
 
         InvalidItem when an id, the alias or the workspace is empty, the state is
         unknown or ``mcp_servers_json`` is not a JSON array; SessionExists when the
@@ -104,21 +108,36 @@ class SessionStore(ABC):
         agent_alias: str | None = None,
         title: str | None = None,
         mcp_servers_json: str | None = None,
+        mode_id: str | None = None,
+        config_json: str | None = None,
+        additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged) and return the row.
 
-        The title goes through ``make_title``. A row without ownership (migrated from
+        The title goes through ``make_title``; ``config_json`` must be a JSON object
+        ({configId: value}, "" = none). A row without ownership (migrated from
         v1) gets its session key, agent id and owner on the first alias it is bound to.
         InvalidItem for an unknown state, an empty alias, a plan that is not JSON or an
-        MCP server list that is not a JSON array. With ``holder``, only while that
-        instance holds the claim or nobody does (else SessionActiveElsewhere, nothing
-        changed).
+        MCP server list that is not a JSON array, config values that are not a JSON
+        object, or a NUL in an identifier. With ``holder``, only while that instance holds
+        the claim or nobody does (else SessionActiveElsewhere, nothing changed).
         """
 
     @abstractmethod
     async def touch(self, session_id: str) -> SessionRecord:
         """Bump last_activity to now (never backwards) and return the row."""
+
+    @abstractmethod
+    async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
+        """Remove the row with its history and turn usage in one transaction; False if
+        there was no such row.
+
+        With ``holder`` (an instance id), only while no other instance holds a live
+        claim on the row — free, ``holder``'s own or expired (else
+        SessionActiveElsewhere, nothing removed): a session served by another host is
+        not deleted from under it.
+        """
 
     @abstractmethod
     async def list_sessions(
@@ -180,12 +199,14 @@ class SessionStore(ABC):
         *,
         token_delta: int = 0,
         plan_json: str | None = None,
+        usage: TurnUsage | None = None,
     ) -> AppendResult:
         """Append one completed turn in one transaction: every item or none (SPEC §8).
 
-        Each item is checked with ``validate_item``; the first user text titles an
-        untitled row; ``token_delta`` adds to the token count; a plan replaces the
-        stored one. InvalidItem (empty turn, negative delta, bad item or plan) and
+        Each item is checked with ``validate_item``; the first line of the first user
+        text titles an untitled row (``prompt_title``); ``token_delta`` adds to the token
+        count; ``usage`` is stored for the turn and added to the input/output totals; a
+        plan replaces the stored one. InvalidItem (empty turn, negative delta, bad item or plan) and
         SessionNotFound leave the store unchanged.
         """
 

@@ -90,6 +90,26 @@ _V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
     capabilities_json TEXT NOT NULL,
     recorded_at BIGINT NOT NULL)"""
 
+#: v6 (issue 17): a session's extra roots, mode and config values, token totals, and the
+#: usage of each turn.
+_V6_SESSION_STATE = (
+    "ALTER TABLE sessions ADD COLUMN additional_dirs_json TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE sessions ADD COLUMN mode_id TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN config_json TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN input_tokens BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN output_tokens BIGINT NOT NULL DEFAULT 0",
+    """CREATE TABLE turn_usage (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        turn BIGINT NOT NULL,
+        input_tokens BIGINT NOT NULL DEFAULT 0,
+        output_tokens BIGINT NOT NULL DEFAULT 0,
+        thought_tokens BIGINT NOT NULL DEFAULT 0,
+        cached_read_tokens BIGINT NOT NULL DEFAULT 0,
+        cached_write_tokens BIGINT NOT NULL DEFAULT 0,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (session_id, turn))""",
+)
+
 
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
@@ -113,10 +133,18 @@ async def _add_v5_capabilities(con: Conn) -> None:
     await con.execute(_V5_CAPABILITIES)
 
 
+async def _add_v6_session_state(con: Conn) -> None:
+    """v5 → v6: a session's extra roots, mode, config values and token totals, with neutral
+    defaults; the turns stored before have no usage rows (issue 17)."""
+    for stmt in _V6_SESSION_STATE:
+        await con.execute(stmt)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
     4: (5, _add_v5_capabilities),
+    5: (6, _add_v6_session_state),
 }
 
 

@@ -25,7 +25,6 @@ import asyncpg
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
 from services.session.store.pg_db import Conn, call, from_db, in_transaction, to_db
 from services.session.store.records import (
-    BACKEND,
     ITEM_FIELDS,
     AppendResult,
     HistoryEntry,
@@ -34,28 +33,34 @@ from services.session.store.records import (
     SessionRecord,
     StoreError,
     StoreStatusInfo,
+    TurnUsage,
     check_capabilities,
     check_claim,
-    check_new_session,
     check_turn,
     check_update,
     refusal,
-    session_key_for,
 )
 from services.session.store.sql_rows import (
     CLAIMABLE,
+    DELETE_SESSION_DATA,
     HISTORY_COLUMNS,
     INSERT_ITEM,
+    INSERT_SESSION,
+    INSERT_USAGE,
     RELEASABLE,
     SELECT_CAPABILITIES,
     SESSION_COLUMNS,
+    UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
     TurnRows,
+    delete_filter,
     list_filter,
+    new_row_values,
     numbered,
     record_from_row,
     row_filter,
     update_assignments,
+    usage_values,
 )
 
 __all__ = ["PostgresSessionStore"]
@@ -66,6 +71,11 @@ _SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
 _INSERT_ITEM = numbered(INSERT_ITEM)
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
+_INSERT_USAGE = numbered(INSERT_USAGE)
+_INSERT_SESSION = numbered(INSERT_SESSION) + (
+    f" ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLUMNS}")
+_UPDATE_AFTER_TURN = numbered(UPDATE_AFTER_TURN.format(greatest="GREATEST"))
+_DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 _ITEM_END = 1 + len(ITEM_FIELDS)
 
 
@@ -140,26 +150,17 @@ class PostgresSessionStore(SessionStore):
         gateway_instance_id: str = "",
         state: str = "active",
         mcp_servers_json: str = "",
+        additional_directories: Sequence[str] = (),
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
-                          parent_session_key, owner_session_key, gateway_instance_id,
-                          mcp_servers_json=mcp_servers_json)
-        now = self._clock()
-        key = session_key_for(agent_alias, session_id)
-        owner = owner_session_key or spawned_by or key
+        values = new_row_values(
+            session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
+            parent_session_key=parent_session_key, owner_session_key=owner_session_key,
+            gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
+            additional_directories=additional_directories)
 
         async def insert(con: Conn) -> asyncpg.Record | None:
-            return await con.fetchrow(
-                "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at,"
-                " last_activity, state, session_key, spawned_by, parent_session_key,"
-                " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at,"
-                " mcp_servers_json)"
-                " VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $2, $10, $11, $4, $12)"
-                f" ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLUMNS}",
-                session_id, agent_alias, workspace_dir, now, state, key, spawned_by,
-                parent_session_key, owner, BACKEND, gateway_instance_id, mcp_servers_json,
-            )
+            return await con.fetchrow(_INSERT_SESSION, *values)
 
         # In a transaction: a retry must not meet the row its own lost first try wrote.
         row = await self._transaction(insert)
@@ -196,17 +197,22 @@ class PostgresSessionStore(SessionStore):
         agent_alias: str | None = None,
         title: str | None = None,
         mcp_servers_json: str | None = None,
+        mode_id: str | None = None,
+        config_json: str | None = None,
+        additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged); ``holder`` guards against another's
         claim."""
-        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id)
+        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
+                     config_json=config_json, additional_directories=additional_directories)
         if not _storable(session_id):
             raise SessionNotFound(session_id)
         sets, params = update_assignments(
             session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
             plan_json=plan_json, agent_alias=agent_alias, title=title,
-            mcp_servers_json=mcp_servers_json, text=to_db,
+            mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
+            additional_directories=additional_directories, text=to_db,
         )
         where, args = row_filter(session_id, holder)
         if not sets:
@@ -237,6 +243,29 @@ class PostgresSessionStore(SessionStore):
         if row is None:
             raise SessionNotFound(session_id)
         return _record(row)
+
+    async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
+        """Remove the row, its history and its turn usage in one transaction, unless another
+        instance than ``holder`` holds a live claim on it."""
+        if not _storable(session_id):
+            return False
+        where, args = delete_filter(session_id, holder, self._clock())
+
+        async def delete(con: Conn) -> bool:
+            # The row first: its condition decides (and locks it), the rest goes only with it.
+            gone = await con.fetchval(
+                numbered(f"DELETE FROM sessions WHERE {where} RETURNING id"), *args)
+            if gone is None:
+                if holder is not None and await self._fetch_session(con, session_id):
+                    raise await self._refused(con, session_id)
+                return False
+            for stmt in _DELETE_SESSION_DATA:
+                await con.execute(stmt, session_id)
+            return True
+
+        # In a transaction: all of it goes, or none. A retry after a lost first try finds
+        # no row and answers False, as a second delete would.
+        return await self._transaction(delete)
 
     async def list_sessions(
         self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
@@ -332,12 +361,13 @@ class PostgresSessionStore(SessionStore):
         *,
         token_delta: int = 0,
         plan_json: str | None = None,
+        usage: TurnUsage | None = None,
     ) -> AppendResult:
         """Append one completed turn in one transaction: every item or none (SPEC §8).
 
         The row is locked first, so concurrent turns (from any host) queue up on it.
         """
-        check_turn(items, token_delta, plan_json)
+        check_turn(items, token_delta, plan_json, usage)
         if not _storable(session_id):
             raise SessionNotFound(session_id)
         now = self._clock()
@@ -352,12 +382,12 @@ class PostgresSessionStore(SessionStore):
             turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, from_db(row[2]), now,
                             text=to_db)
             await con.executemany(_INSERT_ITEM, list(turn.rows(items)))
-            await con.execute(
-                "UPDATE sessions SET last_seq = $1, last_turn = $2, title = $3,"
-                " token_count = token_count + $4, last_activity = GREATEST(last_activity, $5),"
-                " plan_json = COALESCE($6, plan_json) WHERE id = $7",
-                turn.seq, turn.turn, to_db(turn.title), token_delta, now, plan_json, session_id,
-            )
+            if usage is not None:
+                await con.execute(_INSERT_USAGE, *usage_values(session_id, turn.turn, usage, now))
+            used = usage or TurnUsage()
+            await con.execute(_UPDATE_AFTER_TURN, turn.seq, turn.turn, to_db(turn.title),
+                              token_delta, used.input_tokens, used.output_tokens, now, plan_json,
+                              session_id)
             return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
 
         return await self._transaction(append)

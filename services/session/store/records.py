@@ -41,14 +41,17 @@ __all__ = [
     "StoreError",
     "StoreStatusInfo",
     "StoreUnavailable",
+    "TurnUsage",
     "check_capabilities",
     "check_claim",
+    "check_config",
     "check_new_session",
     "check_plan",
     "check_turn",
     "check_update",
     "item_values",
     "make_title",
+    "prompt_title",
     "refusal",
     "session_key_for",
     "validate_item",
@@ -72,6 +75,14 @@ def make_title(text: str) -> str:
     if len(line) <= TITLE_MAX:
         return line
     return line[: TITLE_MAX - 1].rstrip() + "…"
+
+
+def prompt_title(text: str) -> str:
+    """The title a session gets from its first prompt: the first non-blank line."""
+    for line in text.splitlines():
+        if line.strip():
+            return make_title(line)
+    return ""
 
 
 # ------------------------------------------------------------------ refusals
@@ -172,6 +183,31 @@ class SessionRecord:
     mcp_servers_json: str = ""
     #: The instance serving the session right now, if any (multi-host).
     claim: Claim = NO_CLAIM
+    #: ACP additionalDirectories: extra roots (real paths), in the order given.
+    additional_directories: tuple[str, ...] = ()
+    #: The adapter's last reported or accepted session mode ("" = its default).
+    mode_id: str = ""
+    #: The adapter's last reported or accepted config values, JSON {configId: value}.
+    config_json: str = ""
+    #: Token totals over the stored turns.
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TurnUsage:
+    """Token counts of one turn, as the agent reported them (all ≥ 0)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    thought_tokens: int = 0
+    cached_read_tokens: int = 0
+    cached_write_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens (what ``token_count`` adds up)."""
+        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True)
@@ -302,32 +338,47 @@ def _check_no_nul(values: Sequence[str | None]) -> None:
 
 def check_new_session(
     session_id: str, agent_alias: str, workspace_dir: str, state: str, *links: str,
-    mcp_servers_json: str = "",
+    mcp_servers_json: str = "", additional_directories: Sequence[str] = (),
 ) -> None:
     """Refuse a new row without an id, alias or workspace, in an unknown state, with a NUL
-    in any of those or in its ownership ``links``, or with an MCP server list that is not
-    a JSON array."""
+    in any of those, in its ownership ``links`` or in an additional directory, or with an
+    MCP server list that is not a JSON array."""
     if not session_id or not agent_alias or not workspace_dir:
         raise InvalidItem("session_id, agent_alias and workspace_dir are required")
     if state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
-    _check_no_nul((session_id, agent_alias, workspace_dir, *links))
+    _check_no_nul((session_id, agent_alias, workspace_dir, *links, *additional_directories))
     check_mcp_servers(mcp_servers_json)
+
+
+def check_config(config_json: str | None) -> None:
+    """Refuse config values that are not a JSON object (None and "" mean none)."""
+    if config_json:
+        try:
+            value = json.loads(config_json)
+        except ValueError:
+            raise InvalidItem("config_json is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise InvalidItem("config_json must be a JSON object")
 
 
 def check_update(
     state: str | None, agent_alias: str | None, plan_json: str | None,
-    mcp_servers_json: str | None = None, lease_id: str | None = None,
+    mcp_servers_json: str | None = None, lease_id: str | None = None, *,
+    mode_id: str | None = None, config_json: str | None = None,
+    additional_directories: Sequence[str] | None = None,
 ) -> None:
     """Refuse an update to an unknown state, an empty alias, a plan that is not JSON, an MCP
-    server list that is not a JSON array, or an alias or lease id with a NUL in it."""
+    server list that is not a JSON array, config values that are not a JSON object, or an
+    alias, lease id, mode id or directory with a NUL in it."""
     if state is not None and state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
     if agent_alias is not None and not agent_alias:
         raise InvalidItem("agent_alias must not be empty")
-    _check_no_nul((agent_alias, lease_id))
+    _check_no_nul((agent_alias, lease_id, mode_id, *(additional_directories or ())))
     check_plan(plan_json)
     check_mcp_servers(mcp_servers_json)
+    check_config(config_json)
 
 
 def check_capabilities(alias: str, capabilities_json: str) -> None:
@@ -344,11 +395,15 @@ def check_capabilities(alias: str, capabilities_json: str) -> None:
         raise InvalidItem("capabilities_json must be a JSON object")
 
 
-def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str | None) -> None:
-    """Refuse an empty turn, a negative token delta or a plan that is not JSON (the items
-    themselves are checked one by one with :func:`validate_item` as they are written)."""
+def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str | None,
+               usage: TurnUsage | None = None) -> None:
+    """Refuse an empty turn, a negative token delta or usage, or a plan that is not JSON (the
+    items themselves are checked one by one with :func:`validate_item` as they are written)."""
     if not items:
         raise InvalidItem("a turn needs at least one item")
     if token_delta < 0:
         raise InvalidItem("token_delta must not be negative")
+    if usage is not None and min(usage.input_tokens, usage.output_tokens, usage.thought_tokens,
+                                 usage.cached_read_tokens, usage.cached_write_tokens) < 0:
+        raise InvalidItem("usage counts must not be negative")
     check_plan(plan_json)

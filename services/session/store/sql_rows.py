@@ -9,51 +9,92 @@ each backend.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Protocol
 
 from services.common.protocol import HISTORY_ROLE_USER
 from services.session.store.records import (
+    BACKEND,
     ITEM_FIELDS,
     Claim,
     HistoryEntry,
     Ownership,
     SessionRecord,
+    TurnUsage,
+    check_new_session,
     item_values,
     make_title,
+    prompt_title,
     session_key_for,
     validate_item,
 )
 
 __all__ = [
     "CLAIMABLE",
+    "DELETE_SESSION_DATA",
     "HISTORY_COLUMNS",
     "INSERT_ITEM",
+    "INSERT_SESSION",
+    "INSERT_USAGE",
     "RELEASABLE",
     "SELECT_CAPABILITIES",
     "SESSION_COLUMNS",
+    "UPDATE_AFTER_TURN",
     "UPSERT_CAPABILITIES",
     "Row",
     "TurnRows",
+    "delete_filter",
+    "dirs_from_json",
+    "dirs_json",
     "list_filter",
+    "new_row_values",
     "numbered",
     "record_from_row",
     "row_filter",
     "update_assignments",
+    "usage_values",
 ]
 
 SESSION_COLUMNS: Final = (
     "id, agent_alias, workspace_dir, created_at, last_activity, token_count, plan_json, state,"
     " lease_id, adapter_session_id, title, session_key, spawned_by, parent_session_key,"
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
-    " mcp_servers_json, active_instance_id, active_host, active_until"
+    " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
+    " mode_id, config_json, input_tokens, output_tokens"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
 INSERT_ITEM: Final = (
     f"INSERT INTO history (session_id, seq, turn, role, {', '.join(ITEM_FIELDS)}, created_at)"
     f" VALUES (?, ?, ?, ?, {', '.join(['?'] * len(ITEM_FIELDS))}, ?)"
+)
+#: A new row (:func:`new_row_values` gives the parameters).
+INSERT_SESSION: Final = (
+    "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,"
+    " session_key, spawned_by, parent_session_key, owner_session_key, agent_id, backend,"
+    " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: The row's counters, title, totals and plan after a turn; ``{greatest}`` is the backend's
+#: two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
+UPDATE_AFTER_TURN: Final = (
+    "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?, token_count = token_count + ?,"
+    " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+    " last_activity = {greatest}(last_activity, ?), plan_json = COALESCE(?, plan_json)"
+    " WHERE id = ?"
+)
+#: The usage of one turn (:func:`usage_values` gives the parameters).
+INSERT_USAGE: Final = (
+    "INSERT INTO turn_usage (session_id, turn, input_tokens, output_tokens, thought_tokens,"
+    " cached_read_tokens, cached_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: What goes with a deleted row (parameter: the session id). Explicit rather than left
+#: to the cascades, so it holds whether or not a connection enforces foreign keys.
+DELETE_SESSION_DATA: Final = (
+    "DELETE FROM history WHERE session_id = ?",
+    "DELETE FROM turn_usage WHERE session_id = ?",
 )
 #: A claim may be taken by ``?`` (instance) at time ``?`` (now): free, its own, or expired.
 CLAIMABLE: Final = "(active_instance_id = '' OR active_instance_id = ? OR active_until < ?)"
@@ -110,7 +151,51 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         message_count=int(r[19]),
         mcp_servers_json=r[20],
         claim=Claim(instance_id=r[21], host=r[22], until=int(r[23])),
+        additional_directories=dirs_from_json(r[24]),
+        mode_id=r[25],
+        config_json=r[26],
+        input_tokens=int(r[27]),
+        output_tokens=int(r[28]),
     )
+
+
+def new_row_values(
+    session_id: str, agent_alias: str, workspace_dir: str, state: str, now: int, *,
+    spawned_by: str, parent_session_key: str, owner_session_key: str, gateway_instance_id: str,
+    mcp_servers_json: str, additional_directories: Sequence[str],
+) -> tuple[Any, ...]:
+    """The :data:`INSERT_SESSION` parameters of a new row with SPEC §13 ownership: the owner
+    defaults to ``spawned_by``, else the session itself (InvalidItem for a row
+    :func:`~.records.check_new_session` refuses)."""
+    check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
+                      parent_session_key, owner_session_key, gateway_instance_id,
+                      mcp_servers_json=mcp_servers_json,
+                      additional_directories=additional_directories)
+    key = session_key_for(agent_alias, session_id)
+    owner = owner_session_key or spawned_by or key
+    return (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
+            parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now,
+            mcp_servers_json, dirs_json(additional_directories))
+
+
+def dirs_json(directories: Sequence[str]) -> str:
+    """A session's additional directories as stored: a JSON array of strings."""
+    return json.dumps(list(directories))
+
+
+def dirs_from_json(text: str) -> tuple[str, ...]:
+    """The stored additional directories (a JSON array of strings; anything else: none)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def usage_values(session_id: str, turn: int, usage: TurnUsage, now: int) -> tuple[Any, ...]:
+    """The :data:`INSERT_USAGE` parameters of one turn's usage."""
+    return (session_id, turn, usage.input_tokens, usage.output_tokens, usage.thought_tokens,
+            usage.cached_read_tokens, usage.cached_write_tokens, now)
 
 
 def update_assignments(
@@ -123,6 +208,9 @@ def update_assignments(
     agent_alias: str | None,
     title: str | None,
     mcp_servers_json: str | None = None,
+    mode_id: str | None = None,
+    config_json: str | None = None,
+    additional_directories: Sequence[str] | None = None,
     text: Callable[[str], str] = str,
 ) -> tuple[list[str], list[Any]]:
     """The ``SET`` assignments and their parameters of an update (None = unchanged).
@@ -141,6 +229,10 @@ def update_assignments(
         ("agent_alias", agent_alias),
         ("title", None if title is None else text(make_title(title))),
         ("mcp_servers_json", mcp_servers_json),
+        ("mode_id", mode_id),
+        ("config_json", config_json),
+        ("additional_dirs_json",
+         None if additional_directories is None else dirs_json(additional_directories)),
     ):
         if value is not None:
             sets.append(f"{column} = ?")
@@ -162,6 +254,14 @@ def row_filter(session_id: str, holder: str | None) -> tuple[str, list[Any]]:
     if holder is None:
         return "id = ?", [session_id]
     return f"id = ? AND {RELEASABLE}", [session_id, holder]
+
+
+def delete_filter(session_id: str, holder: str | None, now: int) -> tuple[str, list[Any]]:
+    """The ``WHERE`` of a delete of one row: with ``holder``, only while no other instance's
+    claim is live (free, ``holder``'s own, or expired)."""
+    if holder is None:
+        return "id = ?", [session_id]
+    return f"id = ? AND {CLAIMABLE}", [session_id, holder, now]
 
 
 def list_filter(cwd: str, after: tuple[int, str] | None) -> tuple[str, list[Any]]:
@@ -205,6 +305,6 @@ class TurnRows:
             validate_item(item, index)
             self.seq += 1
             if not self.title and item.role == HISTORY_ROLE_USER and item.text.strip():
-                self.title = make_title(item.text)
+                self.title = prompt_title(item.text)
             values = item_values(item) if text is str else tuple(map(text, item_values(item)))
             yield (self.session_id, self.seq, self.turn, item.role, *values, self.now)

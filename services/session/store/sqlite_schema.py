@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 5
+LATEST_SCHEMA_VERSION: Final = 6
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -112,6 +112,26 @@ _V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
     alias TEXT PRIMARY KEY,
     capabilities_json TEXT NOT NULL,
     recorded_at INTEGER NOT NULL)"""
+
+#: v6 (issue 17): a session's extra roots, mode and config values, token totals, and the
+#: usage of each turn.
+_V6_SESSION_STATE = (
+    "ALTER TABLE sessions ADD COLUMN additional_dirs_json TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE sessions ADD COLUMN mode_id TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN config_json TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE sessions ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE turn_usage (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        thought_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_read_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_write_tokens INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, turn)) WITHOUT ROWID""",
+)
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
@@ -233,12 +253,20 @@ async def _migrate_4_to_5(db: aiosqlite.Connection, now: int) -> None:
     await db.execute(_V5_CAPABILITIES)
 
 
+async def _migrate_5_to_6(db: aiosqlite.Connection, now: int) -> None:
+    """v5 → v6: a session's extra roots, mode, config values and token totals, with neutral
+    defaults; the turns stored before have no usage rows."""
+    for stmt in _V6_SESSION_STATE:
+        await db.execute(stmt)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
     2: _migrate_2_to_3,
     3: _migrate_3_to_4,
     4: _migrate_4_to_5,
+    5: _migrate_5_to_6,
 }
 
 

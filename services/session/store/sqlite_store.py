@@ -18,7 +18,6 @@ import aiosqlite
 
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
 from services.session.store.records import (
-    BACKEND,
     AppendResult,
     HistoryEntry,
     SessionExists,
@@ -26,27 +25,33 @@ from services.session.store.records import (
     SessionRecord,
     StoreError,
     StoreStatusInfo,
+    TurnUsage,
     check_capabilities,
     check_claim,
-    check_new_session,
     check_turn,
     check_update,
     refusal,
-    session_key_for,
 )
 from services.session.store.sql_rows import (
     CLAIMABLE,
+    DELETE_SESSION_DATA,
     HISTORY_COLUMNS,
     INSERT_ITEM,
+    INSERT_SESSION,
+    INSERT_USAGE,
     RELEASABLE,
     SELECT_CAPABILITIES,
     SESSION_COLUMNS,
+    UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
     TurnRows,
+    delete_filter,
     list_filter,
+    new_row_values,
     record_from_row,
     row_filter,
     update_assignments,
+    usage_values,
 )
 from services.session.store.sqlite_db import immediate
 
@@ -54,6 +59,7 @@ __all__ = ["SqliteSessionStore"]
 
 #: Session ids per ``IN (...)`` list (well under SQLite's bound on parameters).
 _ID_CHUNK = 500
+_UPDATE_AFTER_TURN = UPDATE_AFTER_TURN.format(greatest="MAX")
 
 
 class SqliteSessionStore(SessionStore):
@@ -113,26 +119,17 @@ class SqliteSessionStore(SessionStore):
         gateway_instance_id: str = "",
         state: str = "active",
         mcp_servers_json: str = "",
+        additional_directories: Sequence[str] = (),
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
-                          parent_session_key, owner_session_key, gateway_instance_id,
-                          mcp_servers_json=mcp_servers_json)
-        now = self._clock()
-        key = session_key_for(agent_alias, session_id)
-        owner = owner_session_key or spawned_by or key
+        values = new_row_values(
+            session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
+            parent_session_key=parent_session_key, owner_session_key=owner_session_key,
+            gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
+            additional_directories=additional_directories)
         async with self._lock:
             try:
-                await self._write(
-                    "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at,"
-                    " last_activity, state, session_key, spawned_by, parent_session_key,"
-                    " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at,"
-                    " mcp_servers_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
-                     parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now,
-                     mcp_servers_json),
-                )
+                await self._write(INSERT_SESSION, values)
             except sqlite3.IntegrityError:
                 raise SessionExists(f"Session already exists: {session_id}") from None
             rec = await self._fetch_session(session_id)
@@ -169,15 +166,20 @@ class SqliteSessionStore(SessionStore):
         agent_alias: str | None = None,
         title: str | None = None,
         mcp_servers_json: str | None = None,
+        mode_id: str | None = None,
+        config_json: str | None = None,
+        additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged). Legacy rows get their ownership on
         the first alias they are bound to; ``holder`` guards against another's claim."""
-        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id)
+        check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
+                     config_json=config_json, additional_directories=additional_directories)
         sets, params = update_assignments(
             session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
             plan_json=plan_json, agent_alias=agent_alias, title=title,
-            mcp_servers_json=mcp_servers_json,
+            mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
+            additional_directories=additional_directories,
         )
         where, args = row_filter(session_id, holder)
         async with self._lock:
@@ -205,6 +207,24 @@ class SqliteSessionStore(SessionStore):
             rec = await self._fetch_session(session_id)
         assert rec is not None
         return rec
+
+    async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
+        """Remove the row, its history and its turn usage in one transaction, unless another
+        instance than ``holder`` holds a live claim on it."""
+        where, args = delete_filter(session_id, holder, self._clock())
+        async with self._lock:
+            async with immediate(self._db):
+                # The row first: its condition decides, and the rest goes only with it.
+                cur = await self._db.execute(f"DELETE FROM sessions WHERE {where}", args)
+                deleted = cur.rowcount > 0
+                if deleted:
+                    for stmt in DELETE_SESSION_DATA:
+                        await self._db.execute(stmt, (session_id,))
+            if not deleted and holder is not None:
+                rec = await self._fetch_session(session_id)
+                if rec is not None:
+                    raise refusal(session_id, rec)
+        return deleted
 
     async def list_sessions(
         self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
@@ -294,13 +314,14 @@ class SqliteSessionStore(SessionStore):
         *,
         token_delta: int = 0,
         plan_json: str | None = None,
+        usage: TurnUsage | None = None,
     ) -> AppendResult:
         """Append one completed turn in one transaction: every item or none (SPEC §8).
 
         Items are validated as they are written, so a bad item after good ones
         proves the rollback; an unknown session rolls back too.
         """
-        check_turn(items, token_delta, plan_json)
+        check_turn(items, token_delta, plan_json, usage)
         now = self._clock()
         async with self._lock, immediate(self._db):
             async with self._db.execute(
@@ -313,12 +334,12 @@ class SqliteSessionStore(SessionStore):
             # executemany draws the rows lazily: a bad item raises after the good ones
             # before it were written, and the transaction rolls them back.
             await self._db.executemany(INSERT_ITEM, turn.rows(items))
-            await self._db.execute(
-                "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?,"
-                " token_count = token_count + ?, last_activity = MAX(last_activity, ?),"
-                " plan_json = COALESCE(?, plan_json) WHERE id = ?",
-                (turn.seq, turn.turn, turn.title, token_delta, now, plan_json, session_id),
-            )
+            if usage is not None:
+                await self._db.execute(INSERT_USAGE, usage_values(session_id, turn.turn, usage, now))
+            used = usage or TurnUsage()
+            await self._db.execute(_UPDATE_AFTER_TURN, (
+                turn.seq, turn.turn, turn.title, token_delta, used.input_tokens,
+                used.output_tokens, now, plan_json, session_id))
         return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
 
     async def iter_history_pages(

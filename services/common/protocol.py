@@ -27,6 +27,8 @@ AUTH_REQUIRED: Final = -32000
 ACP_RESOURCE_NOT_FOUND: Final = -32002
 #: A client→agent method refused by the session policy (fs/*, terminal/* from an adapter).
 POLICY_REFUSED: Final = -32003
+#: ACP: the request was cancelled by ``$/cancel_request``.
+REQUEST_CANCELLED: Final = -32800
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
@@ -69,6 +71,9 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
+MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
+MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 
 # ------------------------------------------------------------------ limits (SPEC §4, §9, §10)
 MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
@@ -122,6 +127,10 @@ M_SESSION_LIST: Final = "session/list"
 M_SESSION_UPDATE: Final = "session/update"
 M_SESSION_EVENT: Final = "session/event"
 M_SESSION_SET_MODE: Final = "session/set_mode"
+M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
+M_SESSION_DELETE: Final = "session/delete"
+M_CANCEL_REQUEST: Final = "$/cancel_request"
+M_ELICITATION_COMPLETE: Final = "elicitation/complete"
 M_REQUEST_PERMISSION: Final = "session/request_permission"
 M_ELICITATION_CREATE: Final = "elicitation/create"
 M_FS_READ: Final = "fs/read_text_file"
@@ -142,6 +151,11 @@ U_USER_MESSAGE: Final = "user_message_chunk"
 U_TOOL_CALL: Final = "tool_call"
 U_TOOL_CALL_UPDATE: Final = "tool_call_update"
 U_PLAN: Final = "plan"
+U_AVAILABLE_COMMANDS: Final = "available_commands_update"
+U_CURRENT_MODE: Final = "current_mode_update"
+U_CONFIG_OPTION: Final = "config_option_update"
+U_SESSION_INFO: Final = "session_info_update"
+U_USAGE: Final = "usage_update"
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (

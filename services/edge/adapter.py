@@ -16,7 +16,9 @@ Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 ``session/request_permission`` and ``elicitation/create`` are relayed to the
 client; ``fs/*`` and ``terminal/*`` are decided by the session service and
 relayed or served (:mod:`services.edge.client_methods`); every other method
-is answered -32601.
+is answered -32601. Of the adapter's notifications, ``session/update`` and
+``elicitation/complete`` reach the client, and ``$/cancel_request`` withdraws
+one of the adapter's own pending requests.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     AUTH_REQUIRED,
     M_AUTHENTICATE,
+    M_CANCEL_REQUEST,
+    M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
@@ -48,6 +52,8 @@ from services.common.protocol import (
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     M_SESSION_RESUME,
+    M_SESSION_SET_CONFIG_OPTION,
+    M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_HISTORY,
@@ -76,6 +82,9 @@ class AdapterHost(Protocol):
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An ``fs/*`` or ``terminal/*`` request: decide, then relay or serve."""
+
+    async def notify_client(self, method: str, params: dict[str, Any]) -> None:
+        """Pass an adapter notification on to the client (``elicitation/complete``)."""
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """The adapter's stream ended."""
@@ -128,6 +137,8 @@ class AdapterClient:
         self.alias = agent.alias
         self._env = dict(agent.env)
         self._authenticated = False
+        #: The adapter's result of the session/new, load or resume that set its session up.
+        self.setup_result: Any = None
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
@@ -145,6 +156,14 @@ class AdapterClient:
             if method == M_SESSION_UPDATE:
                 params["sessionId"] = edge_id
                 updates.append(params)
+                continue
+            if updates:  # keep the stream's order around the other notifications
+                await self._host.on_adapter_updates(updates)
+                updates = []
+            if method == M_ELICITATION_COMPLETE:
+                await self._host.notify_client(method, params)
+            elif method == M_CANCEL_REQUEST:
+                self.link.cancel_inbound(params.get("requestId"))
         if updates:
             await self._host.on_adapter_updates(updates)
 
@@ -186,15 +205,19 @@ class AdapterClient:
         """``{"_meta": {"acpgate": ours}}`` for the built-in agent; nothing for others."""
         return {"_meta": {META_ACPGATE: ours}} if self.builtin else {}
 
-    async def new_session(self, cwd: str, mcp_servers: list[Any],
-                          policy: SecurityPolicy) -> str:
+    async def new_session(self, cwd: str, mcp_servers: list[Any], policy: SecurityPolicy,
+                          additional_directories: list[str] | None = None) -> str:
         """``session/new`` with the workspace as cwd; returns the adapter's session id."""
-        result = await self._setup_request(M_SESSION_NEW, {
-            "cwd": cwd, "mcpServers": mcp_servers, **self._meta(**{META_POLICY: policy.to_json()})})
+        params: dict[str, Any] = {"cwd": cwd, "mcpServers": mcp_servers}
+        if additional_directories:
+            params["additionalDirectories"] = additional_directories
+        params.update(self._meta(**{META_POLICY: policy.to_json()}))
+        result = await self._setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise ValueError("adapter's session/new result has no sessionId")
         self.adapter_session_id = sid
+        self.setup_result = result
         return sid
 
     async def _setup_request(self, method: str, params: dict[str, Any]) -> Any:
@@ -217,12 +240,15 @@ class AdapterClient:
         return True
 
     async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                             policy: SecurityPolicy, history: list[dict[str, Any]]) -> None:
+                             policy: SecurityPolicy, history: list[dict[str, Any]],
+                             additional_directories: list[str] | None = None) -> None:
         """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
-        await self._quietly(M_SESSION_RESUME, {
-            "sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers,
-            "_meta": {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history}},
-        })
+        params: dict[str, Any] = {"sessionId": adapter_session_id, "cwd": cwd,
+                                  "mcpServers": mcp_servers}
+        if additional_directories:
+            params["additionalDirectories"] = additional_directories
+        params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history}}
+        self.setup_result = await self._quietly(M_SESSION_RESUME, params)
         self.adapter_session_id = adapter_session_id
 
     async def _quietly(self, method: str, params: dict[str, Any]) -> Any:
@@ -233,8 +259,8 @@ class AdapterClient:
         finally:
             self._suppress_updates = False
 
-    async def restore_external(self, adapter_session_id: str, cwd: str,
-                               mcp_servers: list[Any]) -> bool:
+    async def restore_external(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
+                               additional_directories: list[str] | None = None) -> bool:
         """Restore an external adapter's own session when it advertises how.
 
         ``session/resume`` is preferred (no replay); ``session/load`` replays,
@@ -244,13 +270,16 @@ class AdapterClient:
         """
         if not adapter_session_id:
             return False
-        params = {"sessionId": adapter_session_id, "cwd": cwd, "mcpServers": mcp_servers}
+        params: dict[str, Any] = {"sessionId": adapter_session_id, "cwd": cwd,
+                                  "mcpServers": mcp_servers}
+        if additional_directories:
+            params["additionalDirectories"] = additional_directories
         caps = self.agent_capabilities
         try:
             if caps.session_capabilities.resume is not None:
-                await self._quietly(M_SESSION_RESUME, params)
+                self.setup_result = await self._quietly(M_SESSION_RESUME, params)
             elif caps.load_session:
-                await self._quietly(M_SESSION_LOAD, params)
+                self.setup_result = await self._quietly(M_SESSION_LOAD, params)
             else:
                 return False
         except JsonRpcError:
@@ -264,6 +293,19 @@ class AdapterClient:
         """``session/prompt`` with a ContentBlock array; returns the adapter's result."""
         return read_prompt_result(await self.link.request(M_SESSION_PROMPT, {
             "sessionId": self.adapter_session_id, "prompt": blocks}))
+
+    async def set_mode(self, mode_id: str) -> Any:
+        """``session/set_mode`` on the adapter's session; its result."""
+        return await self.link.request(M_SESSION_SET_MODE, {
+            "sessionId": self.adapter_session_id, "modeId": mode_id}, SETUP_TIMEOUT_SECS)
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> Any:
+        """``session/set_config_option`` (a boolean is sent with ``type: "boolean"``)."""
+        params: dict[str, Any] = {"sessionId": self.adapter_session_id, "configId": config_id}
+        if isinstance(value, bool):
+            params["type"] = "boolean"
+        params["value"] = value
+        return await self.link.request(M_SESSION_SET_CONFIG_OPTION, params, SETUP_TIMEOUT_SECS)
 
     def cancel(self) -> None:
         """``session/cancel`` as a notification (never reaps anything)."""

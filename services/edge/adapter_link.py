@@ -207,6 +207,12 @@ class AdapterLink:
         # Notifications go to the peer's notification sink; only requests get here.
         return await self._peer.on_adapter_request(method, params)
 
+    def cancel_inbound(self, request_id: Any) -> None:
+        """The adapter withdrew its request ``request_id`` (``$/cancel_request``): stop
+        answering it (a relayed question is withdrawn from the client too); the adapter
+        gets -32800. An unknown or finished id is ignored."""
+        self._rpc.withdraw(request_id)
+
 
 def method_not_found(method: str) -> JsonRpcError:
     """The -32601 answer to an adapter→client method we do not serve."""

@@ -5,7 +5,10 @@ JSON-RPC peer's (``services.common.jsonrpc``, configured with ``zc-out-N`` ids
 in ``services.edge.dispatch``), so a client request that happens to use
 ``"zc-out-0"`` as its own id is still served as a request. This module says
 how an outbound request ends, in the terms the relay decides on: a result, an
-error answer, a timeout, or the client going away.
+error answer, a timeout, or the client going away. A request the edge stops
+waiting for (a timeout, or the turn or the adapter withdrew it) is withdrawn
+from the client with ``$/cancel_request`` (the peer is configured so), so the
+client can close the question it still shows.
 """
 
 from __future__ import annotations

@@ -20,7 +20,12 @@ from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, prefixed_ids
-from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND, OUTBOUND_ID_PREFIX
+from services.common.protocol import (
+    M_CANCEL_REQUEST,
+    METHOD_NOT_FOUND,
+    MSG_METHOD_NOT_FOUND,
+    OUTBOUND_ID_PREFIX,
+)
 from services.edge.backchannel import BackChannel
 from services.edge.errors import not_found
 from services.edge.runtime import EdgeRuntime
@@ -52,7 +57,9 @@ class DialectConnection:
         self._raw_send_many = send_many
         self._send_lock = asyncio.Lock()
         self.default_agent = default_agent.strip()
+        # A back-channel request the edge gives up on is withdrawn ($/cancel_request).
         self.rpc = JsonRpcPeer(self.send, self._serve, next_id=prefixed_ids(OUTBOUND_ID_PREFIX),
+                               withdraw_method=M_CANCEL_REQUEST,
                                on_error=runtime.metrics.count_error, label="client",
                                max_running=max_in_flight)
         self.backchannel = BackChannel(self.rpc)

@@ -104,6 +104,10 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
     w.metric("acpgate_permission_requests_total", "counter",
              "Permission requests re-issued to clients.",
              [({}, float(metrics.permission_requests_total))])
+    w.metric("acpgate_tokens_total", "counter",
+             "Tokens of stored turns as the agents reported them, by kind.",
+             [({"kind": "input"}, float(metrics.input_tokens_total)),
+              ({"kind": "output"}, float(metrics.output_tokens_total))])
     w.metric("acpgate_errors_total", "counter", "JSON-RPC errors answered, by code.",
              [({"code": str(code)}, float(n)) for code, n in sorted(metrics.errors_total.items())])
     if gauges.leases is not None:

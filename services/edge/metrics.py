@@ -23,6 +23,14 @@ class Metrics:
     permission_requests_total: int = 0
     #: JSON-RPC error responses sent to clients, by error code.
     errors_total: dict[int, int] = field(default_factory=dict)
+    #: Tokens of the stored turns, as the adapters reported them (prompt result ``usage``).
+    input_tokens_total: int = 0
+    output_tokens_total: int = 0
+
+    def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
+        """Add one stored turn's token usage."""
+        self.input_tokens_total += input_tokens
+        self.output_tokens_total += output_tokens
 
     def count_error(self, code: int) -> None:
         """Count one error response with ``code``."""

@@ -11,7 +11,11 @@ from typing import Any
 import orjson
 
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import INVALID_PARAMS, MSG_MISSING_SESSION_ID
+from services.common.protocol import (
+    INVALID_PARAMS,
+    MSG_BAD_ADDITIONAL_DIRS,
+    MSG_MISSING_SESSION_ID,
+)
 from services.edge.errors import not_found
 
 #: Session ids are UUIDs; anything much longer cannot name a session, and
@@ -36,6 +40,17 @@ def session_id(params: dict[str, Any]) -> str:
     if len(sid) > MAX_SESSION_ID_CHARS:
         raise not_found(sid)
     return sid
+
+
+def additional_directories(params: dict[str, Any]) -> list[str] | None:
+    """ACP ``additionalDirectories`` as sent (None when absent); -32602 when it is not an
+    array of non-empty strings."""
+    value = params.get("additionalDirectories")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise JsonRpcError(INVALID_PARAMS, MSG_BAD_ADDITIONAL_DIRS)
+    return list(value)
 
 
 def mcp_servers(params: dict[str, Any]) -> list[Any]:

@@ -17,7 +17,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities, PromptResponse
-from services.common.jsonrpc import JsonRpcError, notification_lines
+from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
@@ -44,6 +44,7 @@ from services.edge.backchannel import (
 from services.edge.client_methods import ClientMethods
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
+from services.edge.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.turn import TurnAccumulator
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class EdgeSession:
         self.session_id = row.session_id
         self.alias = row.agent_alias
         self.workspace_dir = row.workspace_dir
+        #: ACP additionalDirectories: the session's extra roots (real paths).
+        self.additional_directories = list(row.additional_directories)
         self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
@@ -112,6 +115,9 @@ class EdgeSession:
         self.pending_history: str | None = None
         self.released = False
         self._relays: set[asyncio.Future[Any]] = set()
+        #: Modes, config options and title as the adapter reported them (relayed, stored).
+        self.state = AdapterSessionState(runtime.session_stub, row.session_id, runtime.spawn,
+                                         holder=runtime.claims.instance_id)
 
     # ------------------------------------------------------------------ activity
 
@@ -145,15 +151,18 @@ class EdgeSession:
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
-        if acc is not None:
-            add = acc.add
-            for params in updates:
-                update = params.get("update")
-                if isinstance(update, dict):
-                    try:
-                        add(update)
-                    except Exception:  # never lose the relay over an odd update
-                        log.exception("accumulate_failed", session_id=self.session_id)
+        add = acc.add if acc is not None else None
+        for params in updates:
+            update = params.get("update")
+            if type(update) is not dict:
+                continue
+            try:
+                if add is not None:
+                    add(update)
+                if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
+                    self.state.on_update(update)
+            except Exception:  # never lose the relay over an odd update
+                log.exception("accumulate_failed", session_id=self.session_id)
         lines = notification_lines(M_SESSION_UPDATE, updates)
         self.runtime.metrics.relayed_updates_total += len(lines)
         try:
@@ -204,6 +213,14 @@ class EdgeSession:
             return await self._client_methods.handle(method, params)
         finally:
             self.touch()
+
+    async def notify_client(self, method: str, params: dict[str, Any]) -> None:
+        """Pass an adapter notification on to the client (``elicitation/complete``)."""
+        self.touch()
+        try:
+            await self.port.send_many([notification_line(method, params)])
+        except (ConnectionError, OSError):
+            log.info("client_gone_during_notification", session_id=self.session_id)
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """An adapter that dies leaves the session inactive but loadable."""
@@ -260,7 +277,11 @@ class EdgeSession:
             return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
         await self._persist(acc, result)
         self.runtime.metrics.turns_total += 1
-        return {"sessionId": self.session_id, "stopReason": stop, "content": acc.text}
+        out: dict[str, Any] = {"sessionId": self.session_id, "stopReason": stop,
+                               "content": acc.text}
+        if result.usage is not None:
+            out["usage"] = result.usage.to_json()
+        return out
 
     async def _await_prompt(self, adapter: AdapterClient, blocks: list[dict[str, Any]],
                             turn: TurnState) -> PromptResponse:
@@ -280,10 +301,13 @@ class EdgeSession:
                 task.cancel()
 
     async def _persist(self, acc: TurnAccumulator, result: PromptResponse) -> None:
-        usage = result.usage
-        tokens = max(0, usage.input_tokens) + max(0, usage.output_tokens) if usage else 0
+        usage = turn_usage(result)
         request = session_pb2.AppendTurnRequest(
-            session_id=self.session_id, items=acc.items, token_delta=tokens)
+            session_id=self.session_id, items=acc.items,
+            token_delta=usage.input_tokens + usage.output_tokens if usage else 0)
+        if usage is not None:
+            request.usage.CopyFrom(usage)
+            self.runtime.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
         if acc.plan_json is not None:
             request.plan_json = acc.plan_json
         stub = self.runtime.session_stub
@@ -311,6 +335,18 @@ class EdgeSession:
         while self.turn is not None:
             await self.turn.done.wait()
 
+
+
+def turn_usage(result: PromptResponse) -> session_pb2.TurnUsage | None:
+    """The prompt result's ``usage`` as the store records it (negative counts as 0)."""
+    usage = result.usage
+    if usage is None:
+        return None
+    return session_pb2.TurnUsage(
+        input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
+        thought_tokens=max(0, usage.thought_tokens or 0),
+        cached_read_tokens=max(0, usage.cached_read_tokens or 0),
+        cached_write_tokens=max(0, usage.cached_write_tokens or 0))
 
 
 def _denial_reason(exc: BackChannelError) -> str:

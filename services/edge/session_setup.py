@@ -10,7 +10,7 @@ client went away meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import grpc
@@ -45,10 +45,13 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
         runtime.registry.unreserve()
 
 
-async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str) -> SecurityPolicy:
-    """The policy the session service decides for ``alias`` in ``workspace_dir``."""
-    p = await runtime.session_stub.GetPolicy(
-        session_pb2.GetPolicyRequest(alias=alias, workspace_dir=workspace_dir))
+async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
+                         additional_directories: Sequence[str] = ()) -> SecurityPolicy:
+    """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
+    extra roots."""
+    p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
+        alias=alias, workspace_dir=workspace_dir,
+        additional_directories=list(additional_directories)))
     return SecurityPolicy.from_proto(p)
 
 
@@ -97,9 +100,10 @@ async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
 
 
 async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid: str,
-                      alias: str | None = None, *, mcp_servers_json: str | None = None) -> None:
-    """Store the session as active (with its new alias and MCP server list, if any) and
-    enter it everywhere.
+                      alias: str | None = None, *, mcp_servers_json: str | None = None,
+                      additional_directories: Sequence[str] | None = None) -> None:
+    """Store the session as active (with its new alias, MCP server list and extra roots, if
+    any) and enter it everywhere.
 
     -32603 when the adapter died during setup, or when the connection closed
     meanwhile (the session is released then: nobody is left to use it); -32602
@@ -115,6 +119,9 @@ async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid
         request.agent_alias = alias
     if mcp_servers_json is not None:
         request.mcp_servers_json = mcp_servers_json
+    if additional_directories is not None:
+        request.additional_directories.SetInParent()  # an empty list is a change too
+        request.additional_directories.values.extend(additional_directories)
     try:
         await rt.session_stub.UpdateSession(request)
     except grpc.aio.AioRpcError as exc:

@@ -3,7 +3,9 @@
 What every side shares is pinned by ``test_jsonrpc_table.py``; this module pins
 the peer's knobs and its edges: the adapter-side setting that never answers an
 error without an id, ``data`` on error answers, answers matched by the id's
-string form, cancellation, write failures, and lines from a byte stream.
+string form, cancellation, ``$/cancel_request`` in both directions (our requests
+withdrawn, the other side's looked up and withdrawn), write failures, and lines
+from a byte stream.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Wire:
     """A peer under test: what it sends, what its handler and sink saw."""
 
     def __init__(self, *, sink: bool = False, answer_unidentified: bool = True,
-                 next_id: Any = None) -> None:
+                 next_id: Any = None, withdraw_method: str | None = None) -> None:
         self.out: list[dict[str, Any]] = []
         self.seen: list[tuple[str, dict[str, Any], bool]] = []
         self.runs: list[Notes] = []
@@ -57,6 +59,7 @@ class Wire:
         self.peer = JsonRpcPeer(send, handler, next_id=next_id or integer_ids(),
                                 notifications=notes if sink else None,
                                 answer_unidentified=answer_unidentified,
+                                withdraw_method=withdraw_method,
                                 on_error=self.errors.append)
 
     def feed(self, *messages: Any) -> None:
@@ -162,6 +165,60 @@ async def test_cancelled_requests_are_answered_and_notifications_are_not() -> No
     assert w.out == [{"jsonrpc": "2.0", "id": "r", "error": {"code": -32603,
                                                             "message": "Request cancelled"}}]
     assert w.peer.running == 0
+
+
+async def test_the_other_sides_requests_are_known_while_served_and_can_be_withdrawn() -> None:
+    """ACP ``$/cancel_request`` toward us: the handler can see what a pending request is
+    (by the id's string form) and withdraw it; a withdrawn request is answered -32800
+    ``Request cancelled`` once; an answered or unknown one cannot be withdrawn."""
+    w = Wire()
+    w.feed({"jsonrpc": "2.0", "id": 7, "method": "hang", "params": {"p": 1}},
+           {"jsonrpc": "2.0", "id": "x", "method": "hang"},
+           {"jsonrpc": "2.0", "id": 8, "method": "quick"})
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert w.peer.serving(7) == ("hang", {"p": 1}) == w.peer.serving("7")
+    assert w.peer.serving(8) is None, "answered already"
+    assert w.peer.serving(None) is None and w.peer.serving(True) is None
+    assert w.peer.withdraw(7) is True
+    assert w.peer.withdraw("nope") is False and w.peer.withdraw(8) is False
+    await asyncio.sleep(0)
+    assert w.peer.serving(7) is None
+    assert w.peer.withdraw(7) is False, "withdrawn and answered: nothing left to withdraw"
+    w.release.set()
+    await w.settle()
+    assert w.out == [
+        {"jsonrpc": "2.0", "id": 8, "result": {"ok": "quick"}},
+        {"jsonrpc": "2.0", "id": 7, "error": {"code": -32800, "message": "Request cancelled"}},
+        {"jsonrpc": "2.0", "id": "x", "result": {"ok": "hang"}},
+    ]
+    assert w.errors == [-32800]
+
+
+async def test_our_requests_given_up_on_are_withdrawn_when_configured() -> None:
+    """ACP ``$/cancel_request`` from us: a request that timed out or whose caller was
+    cancelled is withdrawn with the configured notification; an answered one, or any on
+    a peer without one, is not."""
+    w = Wire(next_id=prefixed_ids("zc-out-"), withdraw_method="$/cancel_request")
+    with pytest.raises(TimeoutError):
+        await w.peer.request("ask", {}, 0.01)
+    caller = asyncio.create_task(w.peer.request("ask", {}, 3600))
+    await asyncio.sleep(0)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    answered = asyncio.create_task(w.peer.request("ask", {}, 3600))
+    await asyncio.sleep(0)
+    w.feed({"jsonrpc": "2.0", "id": "zc-out-2", "result": {}})
+    assert await answered == {}
+    await w.settle()
+    withdrawn = [m["params"] for m in w.out if m.get("method") == "$/cancel_request"]
+    assert withdrawn == [{"requestId": "zc-out-0"}, {"requestId": "zc-out-1"}]
+    plain = Wire()
+    with pytest.raises(TimeoutError):
+        await plain.peer.request("ask", {}, 0.01)
+    await plain.settle()
+    assert [m.get("method") for m in plain.out] == ["ask"]
 
 
 async def test_drain_stops_at_abort() -> None:

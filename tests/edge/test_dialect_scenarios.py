@@ -189,7 +189,9 @@ def test_initialize_always_protocol_1(acp: AcpProcess, version: int | None) -> N
     params = {} if version is None else {"protocolVersion": version}
     res = acp.result("initialize", params)
     assert res["protocolVersion"] == 1
-    assert res["agentCapabilities"]["sessionCapabilities"] == {"resume": {}, "close": {}, "list": {}}
+    # SPEC §2's three, plus delete and additionalDirectories (issue 17)
+    assert res["agentCapabilities"]["sessionCapabilities"] == {
+        "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {}}
     assert res["_meta"]["zeroclaw"] == {"defaultModel": "demo/demo", "maxSessions": 10,
                                         "sessionTimeoutSecs": 3600}
 

@@ -15,7 +15,15 @@ them is injected, never re-implemented:
   ``session/update`` relay, kept on raw dicts);
 - whether an error that carries no id (a parse error) is answered: the server
   sides answer it (SPEC §1); the edge's client side toward an adapter only
-  logs it, since answering a server's garbage with garbage could ping-pong.
+  logs it, since answering a server's garbage with garbage could ping-pong;
+- whether a request of ours that we stop waiting for (it timed out, or its
+  caller was cancelled) is withdrawn with a notification (ACP
+  ``$/cancel_request``), so the other side can drop the question it still shows.
+
+The other side's requests being served are known by id: its handler may look
+one up (:meth:`JsonRpcPeer.serving`) or withdraw it (:meth:`JsonRpcPeer.withdraw`:
+the handler is cancelled and the request answered -32800 ``Request cancelled``)
+— what a ``$/cancel_request`` means is the handler's to decide.
 
 Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad
 input is treated alike everywhere. Each request and notification runs in its
@@ -23,14 +31,16 @@ own task (a ``session/cancel`` is served while a prompt streams) — with
 ``max_running``, at most that many at once: :meth:`serve` reads no further
 line until one finishes, so the other side cannot pile up calls faster than
 they are served — and every request is answered exactly once: its result, its :class:`JsonRpcError`,
--32603 ``Internal error`` (the cause is logged, never sent), or -32603
-``Request cancelled`` when the connection closes first.
+-32603 ``Internal error`` (the cause is logged, never sent), -32603
+``Request cancelled`` when the connection closes first, or -32800 ``Request
+cancelled`` when the other side withdrew it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -54,6 +64,7 @@ from services.common.protocol import (
     JSONRPC_VERSION,
     MSG_INTERNAL_ERROR,
     MSG_REQUEST_CANCELLED,
+    REQUEST_CANCELLED,
 )
 
 log = get_logger("jsonrpc")
@@ -73,18 +84,37 @@ class Handler(Protocol):
         ...
 
 
+@dataclass
+class _Served:
+    """One of the other side's requests while its handler runs."""
+
+    method: str
+    params: dict[str, Any]
+    task: asyncio.Task[None]
+    withdrawn: bool = False
+
+
+def _served_key(req_id: Any) -> str | None:
+    """The key of an inbound request: its id's string form, as answers are matched (SPEC §1)."""
+    if isinstance(req_id, bool) or not isinstance(req_id, str | int | float):
+        return None
+    return str(req_id)
+
+
 class JsonRpcPeer:
     """One JSON-RPC connection over an injected transport."""
 
     def __init__(self, send: Send, handler: Handler, *, next_id: IdSource,
                  notifications: NotificationSink | None = None,
                  answer_unidentified: bool = True,
+                 withdraw_method: str | None = None,
                  on_error: Callable[[int], None] | None = None,
                  label: str = "peer", max_running: int | None = None) -> None:
         self._send = send
         self._handler = handler
         self._notifications = notifications
         self._answer_unidentified = answer_unidentified
+        self._withdraw_method = withdraw_method
         self._on_error = on_error
         self._label = label
         self.pending = PendingRequests(next_id)
@@ -93,6 +123,7 @@ class JsonRpcPeer:
         #: Set while fewer than ``max_running`` handlers run (what :meth:`serve` waits on).
         self._room = asyncio.Event()
         self._room.set()
+        self._served: dict[str, _Served] = {}
         self._output_gone = False
 
     # ------------------------------------------------------------------ inbound
@@ -161,7 +192,10 @@ class JsonRpcPeer:
     def _route(self, frame: Frame) -> None:
         kind = frame.kind
         if kind is FrameKind.REQUEST:
-            self._start(self._serve(frame.id, frame.method, frame.params, False))
+            task = self._start(self._serve(frame.id, frame.method, frame.params, False))
+            key = _served_key(frame.id)
+            if key is not None:
+                self._served[key] = _Served(frame.method, frame.params, task)
         elif kind is FrameKind.NOTIFICATION:
             if self._notifications is not None:
                 self._start(self._deliver([(frame.method, frame.params)]))
@@ -177,12 +211,13 @@ class JsonRpcPeer:
             self._start(self._answer(error_line(frame.id, frame.error_code, frame.error_message),
                                      frame.error_code))
 
-    def _start(self, coro: Awaitable[None]) -> None:
+    def _start(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         if self._max_running is not None and len(self._tasks) >= self._max_running:
             self._room.clear()
+        return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -207,6 +242,10 @@ class JsonRpcPeer:
             return
         except asyncio.CancelledError:
             if not notification:
+                if self._withdrawn(req_id):  # the other side asked for it: answered, done
+                    await self._answer(error_line(req_id, REQUEST_CANCELLED,
+                                                  MSG_REQUEST_CANCELLED), REQUEST_CANCELLED)
+                    return
                 await self._answer(error_line(req_id, INTERNAL_ERROR, MSG_REQUEST_CANCELLED),
                                    INTERNAL_ERROR)
             raise
@@ -216,8 +255,43 @@ class JsonRpcPeer:
                 await self._answer(error_line(req_id, INTERNAL_ERROR, MSG_INTERNAL_ERROR),
                                    INTERNAL_ERROR)
             return
+        finally:
+            if not notification:
+                self._forget_served(req_id)
         if not notification:
             await self._answer(result_line(req_id, result))
+
+    def serving(self, req_id: Any) -> tuple[str, dict[str, Any]] | None:
+        """The method and params of the other side's request ``req_id`` while its handler
+        runs (None: unknown, or answered already)."""
+        served = self._find_served(req_id)
+        return (served.method, served.params) if served is not None else None
+
+    def withdraw(self, req_id: Any) -> bool:
+        """The other side withdrew its request ``req_id`` (ACP ``$/cancel_request``): cancel
+        its handler; the request is answered -32800 ``Request cancelled``. False for an id
+        that is not being served (unknown, or answered already)."""
+        served = self._find_served(req_id)
+        if served is None:
+            return False
+        served.withdrawn = True
+        served.task.cancel()
+        return True
+
+    def _find_served(self, req_id: Any) -> _Served | None:
+        key = _served_key(req_id)
+        served = self._served.get(key) if key is not None else None
+        return served if served is not None and not served.task.done() else None
+
+    def _withdrawn(self, req_id: JsonRpcId) -> bool:
+        served = self._find_served(req_id)
+        return served is not None and served.withdrawn and served.task is asyncio.current_task()
+
+    def _forget_served(self, req_id: JsonRpcId) -> None:
+        key = _served_key(req_id)
+        if key is not None and (served := self._served.get(key)) is not None \
+                and served.task is asyncio.current_task():
+            del self._served[key]
 
     # ------------------------------------------------------------------ outbound
 
@@ -250,14 +324,21 @@ class JsonRpcPeer:
         Raises :class:`JsonRpcError` for an error answer, ``TimeoutError`` when
         none came within ``wait_secs`` (None: wait as long as it takes), and the
         error :meth:`close_outbound` was given (default :class:`PeerClosed`)
-        once nobody can answer.
+        once nobody can answer. A request given up on (timeout, or the caller
+        cancelled) is withdrawn with the ``withdraw_method`` notification, if any.
         """
         req_id, future = self.pending.open()
+        sent = False
         try:
-            await self._write(request_line(req_id, method, params))
+            sent = await self._write(request_line(req_id, method, params))
             if wait_secs is None:
                 return await future
             return await asyncio.wait_for(future, wait_secs)
+        except (TimeoutError, asyncio.CancelledError):
+            if sent and self._withdraw_method is not None and not self.pending.closed:
+                # Its own task: never blocks the caller (who may be being cancelled).
+                self._start(self.notify(self._withdraw_method, {"requestId": req_id}))
+            raise
         finally:
             self.pending.discard(req_id)
 

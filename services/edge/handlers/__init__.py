@@ -12,20 +12,24 @@ from collections.abc import Mapping
 
 from services.common.protocol import (
     M_AUTHENTICATE,
+    M_CANCEL_REQUEST,
     M_INITIALIZE,
     M_SESSION_CANCEL,
     M_SESSION_CLOSE,
+    M_SESSION_DELETE,
     M_SESSION_EVENT,
     M_SESSION_LIST,
     M_SESSION_LOAD,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     M_SESSION_RESUME,
+    M_SESSION_SET_CONFIG_OPTION,
+    M_SESSION_SET_MODE,
     M_SESSION_STOP,
     M_SESSION_UPDATE,
 )
 from services.edge.dispatch import Handler
-from services.edge.handlers import initialize, new, restore, stored, turns
+from services.edge.handlers import delete, initialize, modes, new, restore, stored, turns
 
 #: Method name → handler, for every method a client may call.
 METHODS: Mapping[str, Handler] = {
@@ -39,6 +43,10 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_LOAD: restore.session_load,
     M_SESSION_RESUME: restore.session_resume,
     M_SESSION_LIST: stored.session_list,
+    M_SESSION_DELETE: delete.session_delete,
+    M_SESSION_SET_MODE: modes.session_set_mode,
+    M_SESSION_SET_CONFIG_OPTION: modes.session_set_config_option,
+    M_CANCEL_REQUEST: turns.cancel_request,
     M_SESSION_UPDATE: stored.session_event,
     M_SESSION_EVENT: stored.session_event,
 }

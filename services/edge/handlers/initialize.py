@@ -62,7 +62,7 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=agent_capabilities(
             load_session=persistent, resume=persistent, close=persistent,
-            list_sessions=persistent,
+            list_sessions=persistent, delete=persistent, additional_directories=persistent,
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http, mcp_sse=takes.mcp_capabilities.sse),
         agent_info=rt.implementation,

@@ -3,13 +3,19 @@
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
 connection may see it (a session it may not see is "not found", active or not)
 → mark the id as being restored here (no second restore of it may race this
-one) → resolve the agent and its policy → take the session's claim for this
-host (another live host serving it: "Session already active") → spawn the
-adapter while the stored history streams in → seed the adapter with the
-conversation and its MCP servers (the list the request passes, else the stored
-one) → replay (load) or send the stored plan (resume) → mark the session
-active (storing a newly passed list). A step that fails answers the request
-with its error and gives back what the earlier steps took.
+one) → resolve the agent, the session's extra roots and its policy → take the
+session's claim for this host (another live host serving it: "Session already
+active") → spawn the adapter while the stored history streams in → seed the
+adapter with the conversation and its MCP servers (the list the request passes,
+else the stored one) → set the stored mode and config values again → replay
+(load) or send the stored plan (resume) → mark the session active (storing a
+newly passed MCP list and extra roots). A step that fails answers the request
+with its error and gives back what the earlier steps took. The result carries
+the adapter's ``modes`` and ``configOptions`` as they are after the re-apply.
+
+``additionalDirectories`` in the request replace the stored ones (resolved by
+the same rules as on session/new); without them the stored ones apply. Nothing
+is written to the row before this host holds its claim.
 
 Seeding depends on the agent: the built-in agent is resumed with the history in
 ``_meta.acpgate.history``; an external agent restores its own session when it
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -41,7 +47,12 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found
-from services.edge.params import encode_mcp_servers, restore_mcp_servers, session_id
+from services.edge.params import (
+    additional_directories,
+    encode_mcp_servers,
+    restore_mcp_servers,
+    session_id,
+)
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
@@ -51,6 +62,7 @@ from services.edge.session_setup import (
     session_policy,
     spawn_adapter,
 )
+from services.edge.session_state import reapply
 from services.edge.turn import history_meta, replay_updates, transcript
 from services.edge.visibility import visible_row
 
@@ -75,24 +87,31 @@ async def restore(conn: DialectConnection, params: dict[str, Any], *,
     sid = session_id(params)
     if not rt.persistent:
         raise not_found(sid)
+    extra = additional_directories(params)
     with reserved_slot(rt):
         row = await visible_row(rt, conn.principal, sid)
         with _restoring(rt.registry, sid):
-            agent, policy = await _resolve_agent(rt, row)
+            agent, row = await _resolve_agent(rt, row, extra)
+            policy = await _policy(rt, agent, row)
             async with _host_claim(rt, sid):
                 session = _restored_session(conn, row, agent)
                 client, items = await _spawn_while_history_streams(conn, session, agent,
                                                                    policy)
                 mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
                 adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
+                session.state.on_setup(client.setup_result)
+                await reapply(session.state, client, row)
                 if replay:
                     await _replay_history(conn, sid, items)
                 else:
                     await _replay_plan(conn, sid, row)
-                await mark_active(conn, session, adapter_sid,
-                                  agent.alias if agent.alias != row.agent_alias else None,
-                                  mcp_servers_json=encode_mcp_servers(mcp) if replaced else None)
-    return {}
+                await mark_active(
+                    conn, session, adapter_sid,
+                    agent.alias if agent.alias != row.agent_alias else None,
+                    mcp_servers_json=encode_mcp_servers(mcp) if replaced else None,
+                    additional_directories=row.additional_directories if extra is not None
+                    else None)
+    return session.state.result_fields()
 
 
 # ---------------------------------------------------------------------- steps
@@ -123,17 +142,43 @@ async def _host_claim(rt: EdgeRuntime, sid: str) -> AsyncIterator[None]:
         raise
 
 
-async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow,
-                         ) -> tuple[session_pb2.ResolvedAgent, SecurityPolicy]:
-    """The agent the session is restored onto (its own, or the fallback) and its policy."""
+async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+                         ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
+    """The agent the session is restored onto (its own, or the fallback), and the row as the
+    restore uses it: with the request's additional directories, if it gave any (resolved
+    here, stored only once the session is active on this host)."""
     sid = row.session_id
     try:
         agent = await rt.session_stub.ResolveRestoreAgent(
             session_pb2.ResolveRestoreAgentRequest(session_id=sid))
-        policy = await session_policy(rt, agent.alias, row.workspace_dir)
+        if extra is not None:
+            ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
+                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra))
+            row = _with_roots(row, ws.additional_directories)
     except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise grpc_error(exc) from None  # an unusable directory: say which
         raise grpc_error(exc, sid) from None
-    return agent, policy
+    return agent, row
+
+
+def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb2.SessionRow:
+    """A copy of ``row`` whose additional directories are ``roots``."""
+    out = session_pb2.SessionRow()
+    out.CopyFrom(row)
+    del out.additional_directories[:]
+    out.additional_directories.extend(roots)
+    return out
+
+
+async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                  row: session_pb2.SessionRow) -> SecurityPolicy:
+    """The restored session's policy: its workspace and its extra roots."""
+    try:
+        return await session_policy(rt, agent.alias, row.workspace_dir,
+                                    row.additional_directories)
+    except grpc.aio.AioRpcError as exc:
+        raise grpc_error(exc, row.session_id) from None
 
 
 def _restored_session(conn: DialectConnection, row: session_pb2.SessionRow,
@@ -200,21 +245,24 @@ async def _resume_builtin(client: AdapterClient, row: session_pb2.SessionRow,
                           mcp: list[Any]) -> str:
     """The built-in agent: ``session/resume`` under its old id, history in ``_meta``."""
     adapter_sid = row.adapter_session_id or row.session_id
-    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, history_meta(items))
+    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, history_meta(items),
+                                list(row.additional_directories))
     return adapter_sid
 
 
 async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
                           mcp: list[Any]) -> bool:
     """An external agent's own restore of its old session; False if it cannot or will not."""
-    return await client.restore_external(row.adapter_session_id, row.workspace_dir, mcp)
+    return await client.restore_external(row.adapter_session_id, row.workspace_dir, mcp,
+                                         list(row.additional_directories))
 
 
 async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_pb2.SessionRow,
                       policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
                       mcp: list[Any]) -> str:
     """A fresh adapter session; the transcript goes along with the first prompt."""
-    adapter_sid = await client.new_session(row.workspace_dir, mcp, policy)
+    adapter_sid = await client.new_session(row.workspace_dir, mcp, policy,
+                                           list(row.additional_directories))
     session.pending_history = transcript(items) or None
     return adapter_sid
 

@@ -1,7 +1,9 @@
 """SPEC §8: what the dialect answers from the stored rows alone, no adapter involved.
 
 ``session/list`` pages through the sessions this connection's principal may
-see; an inbound ``session/update`` or ``session/event`` marks activity on one.
+see (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and the
+stored token totals in ``_meta.acpgate.usage``); an inbound ``session/update``
+or ``session/event`` marks activity on one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.protocol import META_ACPGATE
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 from services.edge.params import first_str, session_id
@@ -39,17 +42,25 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
             visibility=list_visibility(conn.principal)))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
-    sessions = []
-    for row in resp.sessions:
-        info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
-        if row.title:
-            info["title"] = row.title
-        info["updatedAt"] = _iso(row.last_activity or row.created_at)
-        sessions.append(info)
+    sessions = [session_info(row) for row in resp.sessions]
     out: dict[str, Any] = {"sessions": sessions}
     if resp.next_cursor:
         out["nextCursor"] = resp.next_cursor
     return out
+
+
+def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
+    """One stored row as an ACP ``SessionInfo``."""
+    info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
+    if row.additional_directories:
+        info["additionalDirectories"] = list(row.additional_directories)
+    if row.title:
+        info["title"] = row.title
+    info["updatedAt"] = _iso(row.last_activity or row.created_at)
+    info["_meta"] = {META_ACPGATE: {"usage": {
+        "inputTokens": row.input_tokens, "outputTokens": row.output_tokens,
+        "totalTokens": row.token_count}}}
+    return info
 
 
 async def session_event(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""SPEC §4 and §7: ``session/prompt``, ``session/cancel``, ``session/stop``, ``session/close``.
+"""SPEC §4 and §7: ``session/prompt``, ``session/cancel``, ``session/stop``, ``session/close``,
+and ACP ``$/cancel_request`` of a pending ``session/prompt`` (a turn cancel).
 
 The handlers decide whether a request may run; the :class:`EdgeSession` runs
 the turn, applies the cancel and is released through the runtime. The prompt
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import MSG_SESSION_BUSY, SESSION_BUSY
+from services.common.protocol import M_SESSION_PROMPT, MSG_SESSION_BUSY, SESSION_BUSY
 from services.edge.dispatch import DialectConnection
 from services.edge.params import session_id
 from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
@@ -45,6 +46,19 @@ async def session_cancel(conn: DialectConnection, params: dict[str, Any]) -> dic
         session.touch()
         session.cancel()
     return {}
+
+
+async def cancel_request(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """ACP ``$/cancel_request``: a pending ``session/prompt`` is cancelled like
+    ``session/cancel`` (it then answers ``stopReason: cancelled``); other requests run on
+    (the protocol lets a receiver finish them) and unknown ids are ignored."""
+    request_id = params.get("requestId")
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        return {}
+    pending = conn.rpc.serving(request_id)
+    if pending is None or pending[0] != M_SESSION_PROMPT:
+        return {}
+    return await session_cancel(conn, pending[1])
 
 
 async def session_stop(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:

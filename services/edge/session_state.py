@@ -1,0 +1,183 @@
+"""The state of an adapter's session that the edge relays and keeps: modes, config, title.
+
+An adapter reports its session's modes and config options in the
+``session/new``/``load``/``resume`` result, changes them when the client asks
+(``session/set_mode``, ``session/set_config_option``) and announces changes of
+its own (``current_mode_update``, ``config_option_update``,
+``session_info_update``). :class:`AdapterSessionState` keeps the adapter's
+latest word as it said it (raw JSON, relayed unchanged), and writes what
+matters for a restore to the session row: the current mode, the current config
+values ``{configId: value}`` and the title. One writer per session, always the
+latest state, so quick changes cannot land out of order.
+
+On restore, :func:`reapply` sets the stored mode and config values again on a
+fresh adapter session wherever the adapter's own defaults differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+import grpc
+import orjson
+
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.logs import get_logger
+from services.common.protocol import U_CONFIG_OPTION, U_CURRENT_MODE, U_SESSION_INFO
+
+log = get_logger("edge.session")
+
+#: The update kinds that change stored state (checked per relayed update: keep it a set).
+STATE_UPDATES = frozenset({U_CURRENT_MODE, U_CONFIG_OPTION, U_SESSION_INFO})
+
+__all__ = ["STATE_UPDATES", "AdapterSessionState", "ConfigSetter", "reapply"]
+
+
+class ConfigSetter(Protocol):
+    """The adapter calls :func:`reapply` makes (``AdapterClient``)."""
+
+    async def set_mode(self, mode_id: str) -> Any:
+        """``session/set_mode``; the adapter's result."""
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> Any:
+        """``session/set_config_option``; the adapter's result."""
+
+
+def config_values(options: Any) -> dict[str, Any]:
+    """``{configId: currentValue}`` of a ``configOptions`` array (malformed entries skipped)."""
+    out: dict[str, Any] = {}
+    if isinstance(options, list):
+        for option in options:
+            if isinstance(option, dict) and isinstance(option.get("id"), str) \
+                    and isinstance(option.get("currentValue"), str | bool):
+                out[option["id"]] = option["currentValue"]
+    return out
+
+
+class AdapterSessionState:
+    """Modes, config options and title of one session, as its adapter last reported them."""
+
+    def __init__(self, stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
+                 spawn: Callable[[Coroutine[Any, Any, None]], object], *,
+                 holder: str = "") -> None:
+        self._stub = stub
+        self._session_id = session_id
+        self._spawn = spawn
+        #: This host's instance id: the row is written only while no other host holds it.
+        self._holder = holder
+        #: The adapter's ``SessionModeState`` (``currentModeId``, ``availableModes``), raw.
+        self.modes: dict[str, Any] | None = None
+        #: The adapter's ``configOptions`` array, raw.
+        self.config_options: list[Any] | None = None
+        self._title: str | None = None
+        self._dirty = False
+        self._writing = False
+
+    # ------------------------------------------------------------------ what the adapter said
+
+    def on_setup(self, result: Any) -> None:
+        """A ``session/new``/``load``/``resume`` result: its modes and config options."""
+        if not isinstance(result, dict):
+            return
+        if isinstance(result.get("modes"), dict):
+            self.modes = dict(result["modes"])
+        if isinstance(result.get("configOptions"), list):
+            self.config_options = list(result["configOptions"])
+
+    def result_fields(self) -> dict[str, Any]:
+        """``modes`` and ``configOptions`` for the client's new/load/resume result."""
+        out: dict[str, Any] = {}
+        if self.modes is not None:
+            out["modes"] = self.modes
+        if self.config_options is not None:
+            out["configOptions"] = self.config_options
+        return out
+
+    @property
+    def mode_id(self) -> str:
+        """The current mode ("" when the adapter has no modes)."""
+        current = self.modes.get("currentModeId") if self.modes else None
+        return current if isinstance(current, str) else ""
+
+    def mode_accepted(self, mode_id: str) -> None:
+        """The adapter accepted ``session/set_mode``."""
+        self.modes = {**(self.modes or {}), "currentModeId": mode_id}
+        self._save()
+
+    def config_accepted(self, result: Any) -> None:
+        """The adapter's ``session/set_config_option`` result (the whole new configOptions)."""
+        options = result.get("configOptions") if isinstance(result, dict) else None
+        if isinstance(options, list):
+            self.config_options = list(options)
+            self._save()
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        """A relayed update whose kind is in :data:`STATE_UPDATES`."""
+        kind = update.get("sessionUpdate")
+        if kind == U_CURRENT_MODE and isinstance(update.get("currentModeId"), str):
+            self.mode_accepted(update["currentModeId"])
+        elif kind == U_CONFIG_OPTION:
+            self.config_accepted(update)
+        elif kind == U_SESSION_INFO and isinstance(update.get("title"), str) \
+                and update["title"].strip():
+            self._title = update["title"]
+            self._save()
+
+    # ------------------------------------------------------------------ the row
+
+    def _save(self) -> None:
+        self._dirty = True
+        if not self._writing:
+            self._writing = True
+            self._spawn(self._write())
+
+    async def _write(self) -> None:
+        """Write the latest state until nothing changed meanwhile (one writer)."""
+        try:
+            while self._dirty:
+                self._dirty = False
+                request = session_pb2.UpdateSessionRequest(
+                    session_id=self._session_id, holder_instance_id=self._holder,
+                    mode_id=self.mode_id,
+                    config_json=orjson.dumps(config_values(self.config_options)).decode()
+                    if self.config_options is not None else "")
+                if self._title is not None:
+                    request.title = self._title
+                try:
+                    await self._stub.UpdateSession(request)
+                except grpc.aio.AioRpcError as exc:
+                    log.warning("state_store_failed", session_id=self._session_id,
+                                code=exc.code().name)
+        finally:
+            self._writing = False
+
+
+async def reapply(state: AdapterSessionState, adapter: ConfigSetter,
+                  row: session_pb2.SessionRow) -> None:
+    """Set the row's stored mode and config values again where the fresh adapter session
+    differs. A value the adapter no longer offers, or refuses, is left at its default."""
+    stored_mode = row.mode_id
+    offered = state.modes.get("availableModes") if state.modes else None
+    mode_ids = {m.get("id") for m in offered if isinstance(m, dict)} \
+        if isinstance(offered, list) else set()
+    if stored_mode and stored_mode != state.mode_id and stored_mode in mode_ids:
+        try:
+            await adapter.set_mode(stored_mode)
+            state.mode_accepted(stored_mode)
+        except Exception as exc:
+            log.info("mode_not_reapplied", session_id=row.session_id, error=str(exc))
+    try:
+        wanted = orjson.loads(row.config_json) if row.config_json else {}
+    except orjson.JSONDecodeError:
+        wanted = {}
+    current = config_values(state.config_options)
+    for config_id, value in (wanted.items() if isinstance(wanted, dict) else ()):
+        if config_id not in current or current[config_id] == value \
+                or not isinstance(value, str | bool):
+            continue
+        try:
+            state.config_accepted(await adapter.set_config_option(config_id, value))
+        except Exception as exc:
+            log.info("config_not_reapplied", session_id=row.session_id, config_id=config_id,
+                     error=str(exc))

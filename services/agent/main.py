@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from dataclasses import replace
 
 from services.agent.policy_source import LocalPolicy
 from services.agent.providers import ProviderError, make_provider
@@ -70,6 +71,7 @@ async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
              standalone=local_policy is not None)
     stdio = StdioLines()
     server = AgentServer(cfg, agent.alias, agent, provider, version=version,
+                         provider_for=lambda model: make_provider(replace(agent, model=model)),
                          local_policy=local_policy)
     peer = agent_peer(stdio.write_line, server)
     server.attach(peer)

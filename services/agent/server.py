@@ -1,7 +1,9 @@
 """The ACP methods of the built-in agent (agent side of ACP v1).
 
 ``initialize``, ``authenticate``, ``session/new``, ``session/load``,
-``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``.
+``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``,
+``session/set_mode`` (autonomy levels) and ``session/set_config_option`` (model),
+see :mod:`services.agent.modes`.
 Session state lives only in this process: the edge restores a session by
 ``session/resume`` with the stored history in ``_meta.acpgate.history``. Without
 that history only ids this process already knows can be resumed or loaded; an
@@ -13,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
+from services.agent.modes import MODEL_OPTION, mode_state, model_option, models_of, policy_in_mode
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
@@ -51,12 +54,15 @@ from services.common.protocol import (
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     M_SESSION_RESUME,
+    M_SESSION_SET_CONFIG_OPTION,
+    M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_HISTORY,
     META_POLICY,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
+    MSG_MISSING_PARAM,
     MSG_MISSING_SESSION_ID,
     MSG_SESSION_BUSY,
     MSG_SESSION_NOT_FOUND,
@@ -64,6 +70,7 @@ from services.common.protocol import (
     SESSION_BUSY,
     SESSION_NOT_FOUND,
     STOP_CANCELLED,
+    U_CURRENT_MODE,
 )
 
 log = get_logger("agent.server")
@@ -101,11 +108,16 @@ class AgentServer:
 
     def __init__(self, cfg: Config, alias: str, agent: AgentSection, provider: Provider,
                  *, version: str, local_policy: LocalPolicy | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None,
+                 provider_for: Callable[[str], Provider] | None = None) -> None:
         self._cfg = cfg
         self._alias = alias
         self._agent = agent
         self._provider = provider
+        #: The models a session may switch to, and a provider for each one in use.
+        self._models = models_of(agent) or [agent.model]
+        self._providers: dict[str, Provider] = {self._models[0]: provider}
+        self._provider_for = provider_for
         self._version = version
         self._policies = PolicySource(cfg, alias, local_policy)
         self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
@@ -117,7 +129,7 @@ class AgentServer:
         self._closing = False
         self._peer: JsonRpcPeer | None = None
         self._runner = TurnRunner(
-            provider=provider,
+            provider=self._session_provider,
             tools=all_tools(),
             max_tool_iterations=agent.max_tool_iterations,
             context_budget_chars=agent.context_budget_chars,
@@ -148,10 +160,20 @@ class AgentServer:
             await asyncio.wait(turns, timeout=5)
 
     async def shutdown(self) -> None:
-        """Cancel running turns, stop every session's MCP servers, release the provider."""
+        """Cancel running turns, stop every session's MCP servers, release the providers."""
         await self.cancel_turns()
         await asyncio.gather(*(s.mcp.close() for s in self._sessions.values()))
-        await self._provider.aclose()
+        for provider in self._providers.values():
+            await provider.aclose()
+
+    def _session_provider(self, session: AgentSession) -> Provider:
+        """The provider of the session's model (made on first use; the default without
+        a factory, as in tests)."""
+        provider = self._providers.get(session.model)
+        if provider is None:
+            provider = self._provider_for(session.model) if self._provider_for else self._provider
+            self._providers[session.model] = provider
+        return provider
 
     async def _system_prompt(self, policy: SecurityPolicy, mcp_notes: Sequence[str]) -> str:
         return await asyncio.to_thread(build_system_prompt, self._alias,
@@ -177,6 +199,10 @@ class AgentServer:
             return await self._prompt(params)
         if method == M_SESSION_CLOSE:
             return await self._close(params)
+        if method == M_SESSION_SET_MODE:
+            return await self._set_mode(params)
+        if method == M_SESSION_SET_CONFIG_OPTION:
+            return await self._set_config_option(params)
         if notification:
             return None
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
@@ -247,7 +273,8 @@ class AgentServer:
             client_version=self._version,
         ))
         session = AgentSession(id=sid, policy=policy, context=context, mcp=mcp,
-                               gate=ApprovalGate(sid, peer.request, timeout))
+                               gate=ApprovalGate(sid, peer.request, timeout),
+                               ceiling=policy, model=self._models[0])
         self._sessions[sid] = session
         log.info("session_created", session_id=sid, autonomy=policy.autonomy)
         return session
@@ -261,7 +288,39 @@ class AgentServer:
         policy = await self._policy(params)
         session = self._create(str(uuid.uuid4()), policy)
         await session.mcp.start(*self._mcp_specs(params.get("mcpServers")))
-        return {"sessionId": session.id}
+        return {"sessionId": session.id, **self._state(session)}
+
+    def _state(self, session: AgentSession) -> dict[str, Any]:
+        """``modes`` and ``configOptions`` of a session (new, load and resume results)."""
+        return {"modes": mode_state(session.ceiling, session.policy).to_json(),
+                "configOptions": [model_option(self._models, session.model).to_json()]}
+
+    async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        """An autonomy level up to the ceiling; the client is told by current_mode_update."""
+        session = await self._get(self._session_id(params))
+        mode = params.get("modeId")
+        if not isinstance(mode, str) or not mode:
+            raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_PARAM.format(name="modeId"))
+        policy = policy_in_mode(session.ceiling, mode)
+        if policy is None:
+            raise JsonRpcError(INVALID_PARAMS, f"Mode not available in this session: {mode}")
+        session.apply_policy(policy)
+        log.info("session_mode", session_id=session.id, autonomy=mode)
+        await session.context.send_update({"sessionUpdate": U_CURRENT_MODE,
+                                           "currentModeId": mode})
+        return {}
+
+    async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The ``model`` option: one of the configured models, from the next model call on."""
+        session = await self._get(self._session_id(params))
+        config_id, value = params.get("configId"), params.get("value")
+        if config_id != MODEL_OPTION:
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown config option: {config_id}")
+        if not isinstance(value, str) or value not in self._models:
+            raise JsonRpcError(INVALID_PARAMS, f"Model not available for this agent: {value}")
+        session.model = value
+        log.info("session_model", session_id=session.id, model=value)
+        return {"configOptions": self._state(session)["configOptions"]}
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
         """``session/resume`` / ``session/load`` of a known id, or of an unknown id seeded
@@ -302,8 +361,8 @@ class AgentServer:
         elif not session.busy:
             if meta.get(META_POLICY) is not None:
                 policy = await self._policy(params)
-                session.policy = policy
-                session.context.policy = policy
+                session.ceiling = policy
+                session.apply_policy(policy)
             servers = params.get("mcpServers")
             if servers is None:
                 await session.mcp.restart_unready()
@@ -312,7 +371,7 @@ class AgentServer:
         if replay:
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
-        return {}
+        return self._state(session)
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)

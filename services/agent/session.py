@@ -15,17 +15,29 @@ from services.common.policy import SecurityPolicy
 
 @dataclass
 class AgentSession:
-    """One ACP session: its policy, conversation, approvals, MCP servers and running turn."""
+    """One ACP session: its policy, conversation, approvals, MCP servers and running turn.
+
+    ``ceiling`` is the policy the edge sent; ``policy`` the one in force, which a
+    ``session/set_mode`` may make more careful (services.agent.modes). ``model``
+    is the session's model (config option ``model``).
+    """
 
     id: str
     policy: SecurityPolicy
     gate: ApprovalGate
     context: ToolContext
     mcp: SessionMcp
+    ceiling: SecurityPolicy
+    model: str
     messages: list[Message] = field(default_factory=list)
     #: Tool call ids used so far (provider ids are made unique per session).
     call_ids: set[str] = field(default_factory=set)
     turn: asyncio.Task[Any] | None = None
+
+    def apply_policy(self, policy: SecurityPolicy) -> None:
+        """Put ``policy`` in force for the next tool call."""
+        self.policy = policy
+        self.context.policy = policy
 
     @property
     def busy(self) -> bool:

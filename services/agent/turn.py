@@ -46,6 +46,8 @@ class TurnUsage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Tokens of the last model call (what the conversation now fills of the context).
+    context_tokens: int = 0
 
     def to_acp(self) -> Usage:
         """The prompt result's ``usage``."""
@@ -56,8 +58,10 @@ class TurnUsage:
 class TurnRunner:
     """Runs prompt turns for the sessions of one agent."""
 
-    def __init__(self, *, provider: Provider, tools: dict[str, Tool], max_tool_iterations: int,
-                 context_budget_chars: int, system_prompt: SystemPrompt) -> None:
+    def __init__(self, *, provider: Callable[[AgentSession], Provider], tools: dict[str, Tool],
+                 max_tool_iterations: int, context_budget_chars: int,
+                 system_prompt: SystemPrompt) -> None:
+        #: The provider of a session's model.
         self._provider = provider
         self._tools = tools
         self._max_iterations = max(1, max_tool_iterations)
@@ -92,7 +96,7 @@ class TurnRunner:
             calls: list[ToolCall] = []
             stop = STOP_END_TURN
             call_usage = UsageReport()
-            async for event in self._provider.stream(system, context, specs):
+            async for event in self._provider(session).stream(system, context, specs):
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
                     await send(updates.message_chunk(event.text))
@@ -106,9 +110,11 @@ class TurnRunner:
                     stop = event.stop_reason
             usage.input_tokens += call_usage.input_tokens
             usage.output_tokens += call_usage.output_tokens
+            usage.context_tokens = call_usage.input_tokens + call_usage.output_tokens
             session.messages.append(Message(role="assistant", text="".join(parts),
                                             tool_calls=calls))
             if not calls:
+                await send(updates.usage_update(usage.context_tokens, self._budget // 4))
                 if stop in (STOP_MAX_TOKENS, STOP_REFUSAL):
                     return stop
                 return STOP_END_TURN

@@ -9,8 +9,14 @@ from services.common.protocol import (
     U_AGENT_THOUGHT,
     U_TOOL_CALL,
     U_TOOL_CALL_UPDATE,
+    U_USAGE,
     U_USER_MESSAGE,
 )
+
+
+def usage_update(used: int, size: int) -> dict[str, Any]:
+    """ACP ``usage_update``: tokens the context holds now, of ``size`` (the agent's budget)."""
+    return {"sessionUpdate": U_USAGE, "used": max(0, used), "size": max(0, size)}
 
 
 def text_chunk(kind: str, text: str) -> dict[str, Any]:

@@ -141,7 +141,8 @@ TEST_VERSION = "9.9.9-test"
 async def running_agent(cfg: Config, provider: Any = None,
                         responder: Responder | None = None, *,
                         standalone: bool = True,
-                        environ: Mapping[str, str] | None = None) -> AsyncIterator[Client]:
+                        environ: Mapping[str, str] | None = None,
+                        provider_for: Callable[[str], Any] | None = None) -> AsyncIterator[Client]:
     """The agent and a client connected back to back over real stream readers.
 
     ``standalone`` wires it the way ``acpgate agent`` does (the session service's
@@ -162,7 +163,7 @@ async def running_agent(cfg: Config, provider: Any = None,
     # Standalone, the harness plays the composition root as acpgate/cli.py does.
     server = AgentServer(cfg, "a", cfg.agents["a"], provider, version=TEST_VERSION,
                          local_policy=policy_for if standalone else None,
-                         environ={} if environ is None else environ)
+                         environ={} if environ is None else environ, provider_for=provider_for)
     agent = agent_peer(to_client, server)
     server.attach(agent)
     client: Client | None = None

@@ -100,7 +100,7 @@ async def test_openai_tool_round_trip_through_agent(tmp_path: Path) -> None:
     assert result["stopReason"] == "end_turn"
     assert result["usage"] == {"totalTokens": 262, "inputTokens": 250, "outputTokens": 12}
     assert c.kinds() == ["agent_thought_chunk", "tool_call", "tool_call_update",
-                         "agent_message_chunk", "agent_message_chunk"]
+                         "agent_message_chunk", "agent_message_chunk", "usage_update"]
     assert c.of("tool_call")[0]["toolCallId"] == "call_1"
     assert c.of("tool_call_update")[0]["rawOutput"] == "file body"
     assert sent[0]["role"] == "system" and str(ws) in sent[0]["content"]

@@ -178,7 +178,8 @@ async def test_resume_seeds_history_and_load_replays(tmp_path: Path, ws: Path) -
     provider = ScriptedProvider([say("ok")])
     async with running_agent(make_config(tmp_path), provider) as c:
         meta = {"_meta": {"acpgate": {"history": history}}}
-        assert await c.call("session/resume", {"sessionId": "abc", "cwd": str(ws), **meta}) == {}
+        assert set(await c.call("session/resume", {"sessionId": "abc", "cwd": str(ws),
+                                                 **meta})) == {"modes", "configOptions"}
         assert c.updates == []  # resume does not replay
         await c.prompt("abc", "and now?")
         sent = provider.calls[0][1]
@@ -188,8 +189,9 @@ async def test_resume_seeds_history_and_load_replays(tmp_path: Path, ws: Path) -
         assert sent[3].text == "One file." and sent[3].tool_calls[0].id == "tc-orphan"
         assert sent[4].tool_call_id == "tc-orphan"  # placeholder result, never a dangling call
         c.updates.clear()
-        assert await c.call("session/load", {"sessionId": "fresh", "cwd": str(ws),
-                                             "mcpServers": [], **meta}) == {}
+        assert set(await c.call("session/load", {"sessionId": "fresh", "cwd": str(ws),
+                                                 "mcpServers": [], **meta})) \
+            == {"modes", "configOptions"}
         kinds = c.kinds()
         assert kinds[:5] == ["user_message_chunk", "agent_message_chunk", "tool_call",
                              "tool_call_update", "agent_message_chunk"]
@@ -220,14 +222,16 @@ async def test_unknown_id_without_history_is_session_not_found(tmp_path: Path, w
                                             "_meta": {"acpgate": {"history": {"x": 1}}}})
         assert info.value.code == -32602 and "history" in info.value.message
         # The edge seeding a session with no turns yet: an empty history list.
-        assert await c.call("session/resume", {"sessionId": "seeded", "cwd": str(ws),
-                                               "_meta": {"acpgate": {"history": []}}}) == {}
+        assert set(await c.call("session/resume", {"sessionId": "seeded", "cwd": str(ws),
+                                                   "_meta": {"acpgate": {"history": []}}})) \
+            == {"modes", "configOptions"}
         assert (await c.prompt("seeded", "hi"))["stopReason"] == "end_turn"
         # Ids this process knows can be resumed and loaded without history.
         c.updates.clear()
         sid = await c.new_session(ws)
-        assert await c.call("session/resume", {"sessionId": sid, "cwd": str(ws)}) == {}
-        assert await c.call("session/load", {"sessionId": sid, "cwd": str(ws)}) == {}
+        for method in ("session/resume", "session/load"):
+            assert set(await c.call(method, {"sessionId": sid, "cwd": str(ws)})) \
+                == {"modes", "configOptions"}
         assert [u["update"]["sessionUpdate"] for u in c.updates] == []
     assert [m.text for m in provider.calls[0][1]] == ["hi"]
 

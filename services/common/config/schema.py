@@ -228,6 +228,8 @@ class AgentSection:
     mcp_servers: tuple[McpServerSpec, ...] = ()
     mcp_startup_timeout_secs: int = 30
     mcp_call_timeout_secs: int = 300
+    #: More models the client may switch to (ACP config option ``model``); ``model`` first.
+    models: tuple[str, ...] = ()
     # acp
     command: str = ""
     args: tuple[str, ...] = ()

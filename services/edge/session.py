@@ -276,6 +276,7 @@ class EdgeSession:
             self.runtime.metrics.turns_total += 1
             return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
         await self._persist(acc, result)
+        await self.state.flush()  # the turn's mode/config/title changes are stored too
         self.runtime.metrics.turns_total += 1
         out: dict[str, Any] = {"sessionId": self.session_id, "stopReason": stop,
                                "content": acc.text}

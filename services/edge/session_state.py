@@ -8,7 +8,8 @@ its own (``current_mode_update``, ``config_option_update``,
 latest word as it said it (raw JSON, relayed unchanged), and writes what
 matters for a restore to the session row: the current mode, the current config
 values ``{configId: value}`` and the title. One writer per session, always the
-latest state, so quick changes cannot land out of order.
+latest state, so quick changes cannot land out of order; :meth:`~AdapterSessionState.flush`
+waits for it (a prompt or set request answers only once its changes are stored).
 
 On restore, :func:`reapply` sets the stored mode and config values again on a
 fresh adapter session wherever the adapter's own defaults differ.
@@ -16,6 +17,7 @@ fresh adapter session wherever the adapter's own defaults differ.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -72,7 +74,7 @@ class AdapterSessionState:
         self.config_options: list[Any] | None = None
         self._title: str | None = None
         self._dirty = False
-        self._writing = False
+        self._writer: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ what the adapter said
 
@@ -128,11 +130,16 @@ class AdapterSessionState:
 
     def _save(self) -> None:
         self._dirty = True
-        if not self._writing:
-            self._writing = True
-            self._spawn(self._write())
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_future()
+            self._spawn(self._write(self._writer))
 
-    async def _write(self) -> None:
+    async def flush(self) -> None:
+        """Wait until the latest state is written (at once when nothing is pending)."""
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    async def _write(self, done: asyncio.Future[None]) -> None:
         """Write the latest state until nothing changed meanwhile (one writer)."""
         try:
             while self._dirty:
@@ -150,7 +157,8 @@ class AdapterSessionState:
                     log.warning("state_store_failed", session_id=self._session_id,
                                 code=exc.code().name)
         finally:
-            self._writing = False
+            if not done.done():
+                done.set_result(None)
 
 
 async def reapply(state: AdapterSessionState, adapter: ConfigSetter,

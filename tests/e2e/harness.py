@@ -37,6 +37,13 @@ OUTBOUND_MODELS: dict[str, Any] = {
     "session/request_permission": acp_schema.RequestPermissionRequest,
     "elicitation/create": acp_schema.CreateElicitationRequest,
 }
+#: session/update kinds the schema knows; others (future kinds, relayed unchanged) are not
+#: validated.
+KNOWN_UPDATES = {
+    "user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
+    "tool_call_update", "plan", "available_commands_update", "current_mode_update",
+    "config_option_update", "session_info_update", "usage_update",
+}
 #: The same methods' definitions in the official JSON schema (validated with jsonschema too).
 RESULT_DEFINITIONS = {
     "initialize": "InitializeResponse",
@@ -218,6 +225,9 @@ class AcpProcess:
         if msg is None:
             raise EOFError("acpgate acp closed stdout; stderr:\n" + "".join(self.stderr[-30:]))
         model = OUTBOUND_MODELS.get(msg.get("method", ""))
+        if msg.get("method") == "session/update" and \
+                msg["params"].get("update", {}).get("sessionUpdate") not in KNOWN_UPDATES:
+            model = None
         if model is not None:
             TypeAdapter(model).validate_python(msg["params"])  # official ACP v1 shape (extensions allowed)
             validate(OUTBOUND_DEFINITIONS[msg["method"]], msg["params"])

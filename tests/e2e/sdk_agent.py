@@ -18,10 +18,20 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``term <command>``: ``terminal/create`` + ``wait_for_exit`` + ``output`` + ``release``;
 - ``blocks`` (as the last line): reports the types of the prompt's content blocks;
 - ``faildata``: answers with an error carrying ``data.details``, as claude-agent-acp does;
+- ``title``: a ``session_info_update`` titling the session "SDK title";
+- ``usage``: a ``usage_update`` (used 42 of 1000) and ``usage`` on the prompt result;
+- ``kinds``: ``available_commands_update``, its own ``current_mode_update`` (mode
+  ``code``) and ``config_option_update`` (thinking on), and an update of a kind no
+  schema knows yet (``future_kind_update``);
+- ``state``: reports its mode, config values and additional directories;
+- ``elicit-url``: a URL-mode ``elicitation/create``, then ``elicitation/complete``;
+- ``withdraw``: asks for a permission, then withdraws it with ``$/cancel_request``;
 - anything else: ``echo: <text>`` in two chunks.
 
 The command is the prompt's last text block; an earlier text block that starts
 with "Prior conversation" is a carried-over history (``recall`` reports it).
+Modes ``ask`` (default) and ``code``; config options ``model`` (select, ``fast`` or
+``smart``) and ``thinking`` (boolean), kept per session in this process only.
 
 ``SDK_AGENT_RESTORE`` = ``resume`` | ``load`` | ``none`` chooses what it
 advertises; ``SDK_AGENT_PROMPT`` lists the prompt capabilities it advertises
@@ -66,8 +76,16 @@ from acp.schema import (
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionMode,
+    SessionModeState,
     SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
     ToolCallUpdate,
+    Usage,
 )
 
 RESTORE = os.environ.get("SDK_AGENT_RESTORE", "resume")
@@ -99,6 +117,17 @@ class SdkAgent:
         self._authenticated = False
         #: The clientCapabilities of initialize, as received (for the ``setup`` prompt).
         self._client_caps: Any = None
+        #: Per session: mode, config values, additional directories.
+        self._modes: dict[str, str] = {}
+        self._config: dict[str, dict[str, Any]] = {}
+        self._dirs: dict[str, list[str]] = {}
+
+    def _session_state(self, sid: str, dirs: list[str] | None) -> dict[str, Any]:
+        """Defaults for a session this process has not seen; the modes/configOptions fields."""
+        self._modes.setdefault(sid, "ask")
+        self._config.setdefault(sid, {"model": "fast", "thinking": False})
+        self._dirs[sid] = list(dirs or [])
+        return {"modes": _modes(self._modes[sid]), "config_options": _options(self._config[sid])}
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -125,7 +154,9 @@ class SdkAgent:
         self._authenticated = True
         return AuthenticateResponse()
 
-    async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
+    async def new_session(self, cwd: str, mcp_servers: Any = None,
+                          additional_directories: list[str] | None = None,
+                          **kwargs: Any) -> NewSessionResponse:
         if NEW_MODE == "fail":
             raise RequestError(-32603, "Internal error",
                                {"details": "Query closed before response received"})
@@ -145,9 +176,11 @@ class SdkAgent:
                             f"{getattr(fs, 'write_text_file', None)} terminal={terminal}")
         self._state[sid] = []
         _save_state(self._state)
-        return NewSessionResponse(session_id=sid)
+        return NewSessionResponse(session_id=sid,
+                                  **self._session_state(sid, additional_directories))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           additional_directories: list[str] | None = None,
                            **kwargs: Any) -> LoadSessionResponse:
         assert self._conn is not None
         if session_id not in self._state:
@@ -155,13 +188,90 @@ class SdkAgent:
         for text in self._state.get(session_id, []):  # the replay the edge must suppress
             await self._conn.session_update(session_id, update_user_message_text(text))
             await self._conn.session_update(session_id, update_agent_message_text(f"echo: {text}"))
-        return LoadSessionResponse()
+        return LoadSessionResponse(**self._session_state(session_id, additional_directories))
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                             additional_directories: list[str] | None = None,
                              **kwargs: Any) -> ResumeSessionResponse:
         if session_id not in self._state:
             raise RequestError(-32002, f"unknown session {session_id}")
-        return ResumeSessionResponse()
+        return ResumeSessionResponse(**self._session_state(session_id, additional_directories))
+
+    async def set_session_mode(self, session_id: str, mode_id: str,
+                               **kwargs: Any) -> SetSessionModeResponse:
+        if mode_id not in ("ask", "code"):
+            raise RequestError(-32602, f"no mode {mode_id}")
+        self._modes[session_id] = mode_id
+        return SetSessionModeResponse()
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **kwargs: Any) -> SetSessionConfigOptionResponse:
+        config = self._config[session_id]
+        if config_id not in config or type(value) is not type(config[config_id]):
+            raise RequestError(-32602, f"bad option {config_id}={value!r}")
+        config[config_id] = value
+        return SetSessionConfigOptionResponse(config_options=_options(config))
+
+    async def _raw_update(self, session_id: str, update: dict[str, Any]) -> None:
+        """A session/update as raw JSON (kinds the SDK's models may not know)."""
+        assert self._conn is not None
+        await self._conn._conn.send_notification(  # type: ignore[attr-defined]
+            "session/update", {"sessionId": session_id, "update": update})
+
+    async def _extra(self, session_id: str, text: str) -> PromptResponse | None:
+        """The prompts of the ACP v1 surface tests; None when ``text`` is none of them."""
+        assert self._conn is not None
+        conn = self._conn
+        raw = conn._conn  # type: ignore[attr-defined]
+        if text == "title":
+            await self._raw_update(session_id, {"sessionUpdate": "session_info_update",
+                                                "title": "SDK title"})
+            return PromptResponse(stop_reason="end_turn")
+        if text == "usage":
+            await self._raw_update(session_id, {"sessionUpdate": "usage_update",
+                                                "used": 42, "size": 1000})
+            return PromptResponse(stop_reason="end_turn", usage=Usage(
+                total_tokens=30, input_tokens=20, output_tokens=10, thought_tokens=4))
+        if text == "kinds":
+            self._modes[session_id] = "code"
+            self._config[session_id]["thinking"] = True
+            for update in ({"sessionUpdate": "available_commands_update", "availableCommands": [
+                                {"name": "plan", "description": "Make a plan"}]},
+                           {"sessionUpdate": "current_mode_update", "currentModeId": "code"},
+                           {"sessionUpdate": "config_option_update",
+                            "configOptions": [o.model_dump(by_alias=True, exclude_none=True)
+                                              for o in _options(self._config[session_id])]},
+                           {"sessionUpdate": "future_kind_update", "anything": [1, {"x": 2}]}):
+                await self._raw_update(session_id, update)
+            return PromptResponse(stop_reason="end_turn")
+        if text == "state":
+            await conn.session_update(session_id, update_agent_message_text(
+                f"mode={self._modes.get(session_id)} config={json.dumps(self._config.get(session_id), sort_keys=True)} "
+                f"dirs={','.join(self._dirs.get(session_id, []))}"))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "elicit-url":
+            answer = await raw.send_request("elicitation/create", {
+                "sessionId": session_id, "mode": "url", "message": "Sign in",
+                "elicitationId": "el-1", "url": "https://example.invalid/login"})
+            await raw.send_notification("elicitation/complete", {"elicitationId": "el-1"})
+            await conn.session_update(session_id, update_agent_message_text(
+                f"elicitation: {answer.get('action')}"))
+            return PromptResponse(stop_reason="end_turn")
+        if text == "withdraw":
+            request_id = raw._next_request_id
+            asking = asyncio.ensure_future(raw.send_request("session/request_permission", {
+                "sessionId": session_id, "toolCall": {"toolCallId": "w-1", "title": "withdrawn"},
+                "options": [{"optionId": "yes", "name": "Yes", "kind": "allow_once"}]}))
+            await asyncio.sleep(0.3)
+            await raw.send_notification("$/cancel_request", {"requestId": request_id})
+            try:
+                await asyncio.wait_for(asking, 10)
+                note = "answered"
+            except RequestError as exc:
+                note = f"withdrawn {exc.code}"
+            await conn.session_update(session_id, update_agent_message_text(note))
+            return PromptResponse(stop_reason="end_turn")
+        return None
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self._cancel.setdefault(session_id, asyncio.Event()).set()
@@ -253,6 +363,9 @@ class SdkAgent:
             chosen = getattr(outcome, "option_id", None) or outcome.outcome
             await conn.session_update(session_id, update_agent_message_text(f"permission: {chosen}"))
             return PromptResponse(stop_reason="end_turn")
+        extra = await self._extra(session_id, text)
+        if extra is not None:
+            return extra
         if text == "recall":
             known = self._state.get(session_id, [])
             note = "embedded" if embedded else "text" if carried else "no-embedded"
@@ -269,6 +382,22 @@ class SdkAgent:
         await conn.session_update(session_id, update_agent_message_text("echo: "))
         await conn.session_update(session_id, update_agent_message_text(text))
         return PromptResponse(stop_reason="end_turn")
+
+
+def _modes(current: str) -> SessionModeState:
+    return SessionModeState(current_mode_id=current, available_modes=[
+        SessionMode(id="ask", name="Ask"), SessionMode(id="code", name="Code")])
+
+
+def _options(config: dict[str, Any]) -> list[Any]:
+    return [
+        SessionConfigOptionSelect(type="select", id="model", name="Model", category="model",
+                                  current_value=config["model"],
+                                  options=[SessionConfigSelectOption(value="fast", name="Fast"),
+                                           SessionConfigSelectOption(value="smart", name="Smart")]),
+        SessionConfigOptionBoolean(type="boolean", id="thinking", name="Thinking",
+                                   current_value=config["thinking"]),
+    ]
 
 
 async def main() -> None:

@@ -101,7 +101,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
 
         async with client(b, secret) as on_b:
             seen, resp = await on_b.call("session/load", {"sessionId": sid})
-            assert resp["result"] == {}
+            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
             assert updates(seen, "user_message_chunk") == ["hello from host A"]
             assert "hello from host A" in "".join(updates(seen, "agent_message_chunk"))
             assert (await row(a, sid)).claim.instance_id == b.runtime.gateway_instance_id
@@ -141,7 +141,7 @@ async def test_racing_loads_on_two_hosts_one_wins(tmp_path: Path, pg_url: str) -
                     on_a.call("session/load", {"sessionId": sid}),
                     on_b.call("session/load", {"sessionId": sid}))
                 answers = [resp for _, resp in outcomes]
-                won = [i for i, r in enumerate(answers) if r.get("result") == {}]
+                won = [i for i, r in enumerate(answers) if "result" in r]
                 assert len(won) == 1, answers
                 lost = answers[1 - won[0]]
                 assert lost["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid)
@@ -182,3 +182,34 @@ async def test_a_host_that_lost_its_claim_stops_serving(tmp_path: Path, pg_url: 
         assert stolen.state == session_pb2.SESSION_STATE_ACTIVE  # the holder's, untouched
         _, resp = await on_a.call("session/prompt", {"sessionId": sid, "prompt": "still?"})
         assert resp["error"]["code"] == -32000
+
+
+async def test_delete_spares_a_session_another_host_serves(tmp_path: Path, pg_url: str) -> None:
+    """Issue 17 ``session/delete`` with several hosts: a client that may not see the session
+    gets "not found" (visibility first); while host A serves it, host B answers "Session
+    already active" and removes nothing; once A closed it, B deletes row and history."""
+    token_db = tmp_path / "shared" / "tokens.db"
+    cfg_a = host_config(tmp_path, "a", pg_url, token_db)
+    cfg_b = host_config(tmp_path, "b", pg_url, token_db)
+    _, secret = mint(cfg_a, "alice")
+    _, stranger = mint(cfg_a, "mallory")
+    async with full_stack(cfg_a) as a, full_stack(cfg_b) as b:
+        async with client(a, secret) as on_a:
+            sid = (await on_a.result("session/new", {}))["sessionId"]
+            await on_a.result("session/prompt", {"sessionId": sid, "prompt": "keep me"})
+            async with client(b, stranger) as other:
+                _, resp = await other.call("session/delete", {"sessionId": sid})
+                assert resp["error"] == {"code": -32000, "message":
+                                         MSG_SESSION_NOT_FOUND.format(session_id=sid)}
+            async with client(b, secret) as on_b:
+                _, resp = await on_b.call("session/delete", {"sessionId": sid})
+                assert resp["error"] == {"code": -32602, "message":
+                                         MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid)}
+            kept = await row(b, sid)
+            assert kept.claim.instance_id == a.runtime.gateway_instance_id
+            assert sid in a.runtime.registry.active
+            await on_a.result("session/close", {"sessionId": sid})
+        async with client(b, secret) as on_b:
+            assert await on_b.result("session/delete", {"sessionId": sid}) == {}
+            _, resp = await on_b.call("session/load", {"sessionId": sid})
+            assert resp["error"]["code"] == -32000

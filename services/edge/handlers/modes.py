@@ -51,6 +51,7 @@ async def session_set_mode(conn: DialectConnection, params: dict[str, Any]) -> d
         raise _missing("modeId")
     result = await _relay(session, lambda adapter: adapter.set_mode(mode_id))
     session.state.mode_accepted(mode_id)
+    await session.state.flush()
     return result
 
 
@@ -66,4 +67,5 @@ async def session_set_config_option(conn: DialectConnection,
         raise _missing("value")
     result = await _relay(session, lambda adapter: adapter.set_config_option(config_id, value))
     session.state.config_accepted(result)
+    await session.state.flush()
     return result

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+from services.agent.session import AgentSession
 from services.common.acp.schema import (
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
@@ -19,16 +21,31 @@ from services.common.acp.schema import (
     SessionModeState,
 )
 from services.common.config import AgentSection
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
+from services.common.protocol import INVALID_PARAMS, MSG_MISSING_PARAM, U_CURRENT_MODE
+
+log = get_logger("agent.modes")
 
 __all__ = [
     "AUTONOMY_LEVELS",
     "MODEL_OPTION",
+    "Refused",
     "mode_state",
     "model_option",
     "models_of",
     "policy_in_mode",
+    "session_state",
+    "set_config_option",
+    "set_mode",
+    "switch_mode",
+    "switch_model",
 ]
+
+
+class Refused(ValueError):
+    """A mode or option value this session may not take; ``str(exc)`` says which."""
 
 #: Autonomy levels, least powerful first.
 AUTONOMY_LEVELS = ("readonly", "supervised", "full")
@@ -77,3 +94,53 @@ def model_option(models: list[str], current: str) -> SessionConfigOptionSelect:
     return SessionConfigOptionSelect(
         id=MODEL_OPTION, name="Model", category=MODEL_OPTION, current_value=current,
         options=[SessionConfigSelectOption(value=m, name=m) for m in models])
+
+
+def session_state(session: AgentSession, models: list[str]) -> dict[str, Any]:
+    """``modes`` and ``configOptions`` of a session (new, load and resume results)."""
+    return {"modes": mode_state(session.ceiling, session.policy).to_json(),
+            "configOptions": [model_option(models, session.model).to_json()]}
+
+
+def switch_mode(session: AgentSession, mode: Any) -> None:
+    """Put the session in autonomy level ``mode``; :class:`Refused` above its ceiling."""
+    policy = policy_in_mode(session.ceiling, mode) if isinstance(mode, str) else None
+    if policy is None:
+        raise Refused(f"Mode not available in this session: {mode}")
+    session.apply_policy(policy)
+
+
+def switch_model(session: AgentSession, models: list[str], config_id: Any, value: Any) -> None:
+    """Set the ``model`` option to one of ``models``; :class:`Refused` for anything else."""
+    if config_id != MODEL_OPTION:
+        raise Refused(f"Unknown config option: {config_id}")
+    if not isinstance(value, str) or value not in models:
+        raise Refused(f"Model not available for this agent: {value}")
+    session.model = value
+
+
+async def set_mode(session: AgentSession, params: dict[str, Any]) -> dict[str, Any]:
+    """``session/set_mode``: an autonomy level up to the ceiling, announced to the client
+    with ``current_mode_update``; -32602 otherwise."""
+    mode = params.get("modeId")
+    if not isinstance(mode, str) or not mode:
+        raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_PARAM.format(name="modeId"))
+    try:
+        switch_mode(session, mode)
+    except Refused as exc:
+        raise JsonRpcError(INVALID_PARAMS, str(exc)) from None
+    log.info("session_mode", session_id=session.id, autonomy=mode)
+    await session.context.send_update({"sessionUpdate": U_CURRENT_MODE, "currentModeId": mode})
+    return {}
+
+
+def set_config_option(session: AgentSession, models: list[str],
+                      params: dict[str, Any]) -> dict[str, Any]:
+    """``session/set_config_option`` ``model``: one of ``models``, from the next model call
+    on; -32602 for another option or model."""
+    try:
+        switch_model(session, models, params.get("configId"), params.get("value"))
+    except Refused as exc:
+        raise JsonRpcError(INVALID_PARAMS, str(exc)) from None
+    log.info("session_model", session_id=session.id, model=session.model)
+    return {"configOptions": session_state(session, models)["configOptions"]}

@@ -21,7 +21,7 @@ from typing import Any
 from services.agent.approval import ApprovalGate
 from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
-from services.agent.modes import MODEL_OPTION, mode_state, model_option, models_of, policy_in_mode
+from services.agent.modes import models_of, session_state, set_config_option, set_mode
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
@@ -62,7 +62,6 @@ from services.common.protocol import (
     META_POLICY,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
-    MSG_MISSING_PARAM,
     MSG_MISSING_SESSION_ID,
     MSG_SESSION_BUSY,
     MSG_SESSION_NOT_FOUND,
@@ -70,7 +69,6 @@ from services.common.protocol import (
     SESSION_BUSY,
     SESSION_NOT_FOUND,
     STOP_CANCELLED,
-    U_CURRENT_MODE,
 )
 
 log = get_logger("agent.server")
@@ -291,36 +289,13 @@ class AgentServer:
         return {"sessionId": session.id, **self._state(session)}
 
     def _state(self, session: AgentSession) -> dict[str, Any]:
-        """``modes`` and ``configOptions`` of a session (new, load and resume results)."""
-        return {"modes": mode_state(session.ceiling, session.policy).to_json(),
-                "configOptions": [model_option(self._models, session.model).to_json()]}
+        return session_state(session, self._models)
 
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
-        """An autonomy level up to the ceiling; the client is told by current_mode_update."""
-        session = await self._get(self._session_id(params))
-        mode = params.get("modeId")
-        if not isinstance(mode, str) or not mode:
-            raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_PARAM.format(name="modeId"))
-        policy = policy_in_mode(session.ceiling, mode)
-        if policy is None:
-            raise JsonRpcError(INVALID_PARAMS, f"Mode not available in this session: {mode}")
-        session.apply_policy(policy)
-        log.info("session_mode", session_id=session.id, autonomy=mode)
-        await session.context.send_update({"sessionUpdate": U_CURRENT_MODE,
-                                           "currentModeId": mode})
-        return {}
+        return await set_mode(await self._get(self._session_id(params)), params)
 
     async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The ``model`` option: one of the configured models, from the next model call on."""
-        session = await self._get(self._session_id(params))
-        config_id, value = params.get("configId"), params.get("value")
-        if config_id != MODEL_OPTION:
-            raise JsonRpcError(INVALID_PARAMS, f"Unknown config option: {config_id}")
-        if not isinstance(value, str) or value not in self._models:
-            raise JsonRpcError(INVALID_PARAMS, f"Model not available for this agent: {value}")
-        session.model = value
-        log.info("session_model", session_id=session.id, model=value)
-        return {"configOptions": self._state(session)["configOptions"]}
+        return set_config_option(await self._get(self._session_id(params)), self._models, params)
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
         """``session/resume`` / ``session/load`` of a known id, or of an unknown id seeded

@@ -308,15 +308,20 @@ def check_plan(plan_json: str | None) -> None:
             raise InvalidItem("plan_json is not valid JSON") from None
 
 
+def _check_json_field(value: str | None, kind: type, name: str, kind_name: str) -> None:
+    """Refuse a row field that is not JSON of ``kind`` (None and "" mean none)."""
+    if value:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise InvalidItem(f"{name} is not valid JSON") from None
+        if not isinstance(parsed, kind):
+            raise InvalidItem(f"{name} must be a JSON {kind_name}")
+
+
 def check_mcp_servers(mcp_servers_json: str | None) -> None:
     """Refuse an MCP server list that is not a JSON array (None and "" mean none)."""
-    if mcp_servers_json:
-        try:
-            parsed = json.loads(mcp_servers_json)
-        except ValueError:
-            raise InvalidItem("mcp_servers_json is not valid JSON") from None
-        if not isinstance(parsed, list):
-            raise InvalidItem("mcp_servers_json must be a JSON array")
+    _check_json_field(mcp_servers_json, list, "mcp_servers_json", "array")
 
 
 def check_claim(instance_id: str, host: str, ttl_ms: int) -> None:
@@ -353,13 +358,7 @@ def check_new_session(
 
 def check_config(config_json: str | None) -> None:
     """Refuse config values that are not a JSON object (None and "" mean none)."""
-    if config_json:
-        try:
-            value = json.loads(config_json)
-        except ValueError:
-            raise InvalidItem("config_json is not valid JSON") from None
-        if not isinstance(value, dict):
-            raise InvalidItem("config_json must be a JSON object")
+    _check_json_field(config_json, dict, "config_json", "object")
 
 
 def check_update(

@@ -3,8 +3,9 @@
 One acpgate (a real subprocess, stdio) per adapter module run, driven in raw
 JSON lines like an editor would: initialize, session/new, a streamed text
 prompt, a tool call whose permission request is relayed to the client, an
-image passed through as an ACP image block, set_mode when the edge relays it,
-cancel, close, and a restart of acpgate followed by session/load.
+image passed through as an ACP image block, set_mode and a config option
+relayed to the adapter (and set again after the restore), cancel, close, and a
+restart of acpgate followed by session/load.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _text(messages: list[dict[str, Any]]) -> str:
 
 
 _SID: dict[str, str] = {}
+#: The adapter's session/new result, per alias (its ``modes`` and ``configOptions``).
+_NEW: dict[str, dict[str, Any]] = {}
 
 
 def test_initialize_new_and_recorded_capabilities(stack: Stack) -> None:
@@ -106,6 +109,10 @@ def test_initialize_new_and_recorded_capabilities(stack: Stack) -> None:
                          SLOW_WAIT)[1]
     assert "result" in res, res
     _SID[stack.adapter.alias] = res["result"]["sessionId"]
+    _NEW[stack.adapter.alias] = res["result"]
+    # The adapter's modes come back unchanged (issue 17: modes/configOptions in results).
+    modes = res["result"].get("modes") or {}
+    assert stack.adapter.other_mode in [m["id"] for m in modes.get("availableModes", [])], res
     again = _init(stack.acp)
     assert again["agentCapabilities"]["promptCapabilities"]["image"] is True
     assert again["agentCapabilities"]["mcpCapabilities"]["http"] is True  # both take HTTP MCP
@@ -161,12 +168,39 @@ def test_image_block_reaches_the_model(stack: Stack) -> None:
 
 
 def test_set_mode(stack: Stack) -> None:
-    sid = _SID[stack.adapter.alias]
-    _, resp = stack.acp.call("session/set_mode", {"sessionId": sid,
-                                                  "modeId": stack.adapter.other_mode}, SLOW_WAIT)
-    if resp.get("error", {}).get("code") == -32601:
-        pytest.skip("session/set_mode is not relayed by the edge yet (issue 17, client half)")
+    """session/set_mode is relayed to the adapter (the restore below checks that it held)."""
+    _, resp = stack.acp.call("session/set_mode", {
+        "sessionId": _SID[stack.adapter.alias], "modeId": stack.adapter.other_mode}, SLOW_WAIT)
     assert "result" in resp, resp
+
+
+def _select_option(result: dict[str, Any]) -> tuple[str, str] | None:
+    """A select config option the adapter offered and a value other than its current one.
+
+    Not one of category ``mode``: claude-agent-acp mirrors its modes as a config option,
+    and switching that would undo the set_mode the restore test checks.
+    """
+    for option in result.get("configOptions") or []:
+        if option.get("type") != "select" or option.get("category") == "mode":
+            continue
+        values = [o["value"] for o in option.get("options", []) if "value" in o]
+        others = [v for v in values if v != option.get("currentValue")]
+        if others:
+            return option["id"], others[0]
+    return None
+
+
+def test_set_config_option(stack: Stack) -> None:
+    """session/set_config_option is relayed; the adapter's answer carries the new value."""
+    choice = _select_option(_NEW[stack.adapter.alias])
+    if choice is None:
+        pytest.skip(f"{stack.adapter.bin_name} offered no select config option in session/new")
+    config_id, value = choice
+    _, resp = stack.acp.call("session/set_config_option", {
+        "sessionId": _SID[stack.adapter.alias], "configId": config_id, "value": value}, SLOW_WAIT)
+    assert "result" in resp, resp
+    current = {o["id"]: o.get("currentValue") for o in resp["result"].get("configOptions", [])}
+    assert current.get(config_id) == value, resp
 
 
 def test_cancel(stack: Stack) -> None:
@@ -186,7 +220,10 @@ def test_close_restart_load(stack: Stack) -> None:
     stack.restart()
     replay, resp = stack.acp.call("session/load", {"sessionId": sid, "cwd": str(stack.workspace),
                                                    "mcpServers": []}, SLOW_WAIT)
-    assert resp.get("result") == {}, resp
+    assert "result" in resp, resp
+    # The mode chosen before the restart holds again (the adapter's own restore, or the edge
+    # setting the stored mode again on a fresh adapter session).
+    assert resp["result"]["modes"]["currentModeId"] == stack.adapter.other_mode, resp
     users = [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"]
     assert users[0] == "hello"
     seen = len(stack.models.requests)

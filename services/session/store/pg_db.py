@@ -15,7 +15,9 @@ rows in compiled code — the history load and AppendTurn are its hot paths.
   connection failures become :class:`~.records.StoreUnavailable`;
 - :func:`to_db` / :func:`from_db` — PostgreSQL ``text`` cannot hold NUL, which
   SQLite stores (a tool's binary output, say); free text is escaped reversibly
-  so both backends give back exactly what was written.
+  so both backends give back exactly what was written (:func:`record_of` and
+  :func:`entry_of` read rows back that way, :func:`read_history_page` a page of
+  history); :func:`storable` tells an id no row can have.
 """
 
 from __future__ import annotations
@@ -26,21 +28,31 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import asyncpg
 
 from services.common.logs import get_logger
 from services.common.urls import redact_url
-from services.session.store.records import StoreUnavailable
+from services.session.store.records import (
+    ITEM_FIELDS,
+    HistoryEntry,
+    SessionRecord,
+    StoreUnavailable,
+)
+from services.session.store.sql_rows import HISTORY_COLUMNS, record_from_row
 
 __all__ = [
     "Conn",
     "PostgresTarget",
     "call",
     "create_pool",
+    "entry_of",
     "from_db",
     "in_transaction",
+    "read_history_page",
+    "record_of",
+    "storable",
     "to_db",
 ]
 
@@ -220,3 +232,35 @@ def from_db(text: str) -> str:
     if _ESC not in text:
         return text
     return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), text)
+
+
+def storable(key: str) -> bool:
+    """False for an id no row can have: PostgreSQL text holds no NUL (and creation refuses
+    it), so looking it up would only make the server complain."""
+    return "\x00" not in key
+
+
+def record_of(row: asyncpg.Record) -> SessionRecord:
+    """A ``sessions`` row (:data:`~.sql_rows.SESSION_COLUMNS`) as a record, text unescaped."""
+    return record_from_row(row, from_db)
+
+
+#: Where the item fields of a history row (:data:`~.sql_rows.HISTORY_COLUMNS`) end.
+_ITEM_END: Final = 1 + len(ITEM_FIELDS)
+
+
+def entry_of(row: asyncpg.Record) -> HistoryEntry:
+    """A ``history`` row as an entry: role, the item fields (escaped free text), then seq,
+    turn, created_at."""
+    values: tuple[Any, ...] = (row[0], *map(from_db, row[1:_ITEM_END]), *row[_ITEM_END:])
+    return HistoryEntry(*values)
+
+
+async def read_history_page(session_id: str, after_seq: int, page: int,
+                            con: Conn) -> list[asyncpg.Record]:
+    """At most ``page`` history rows of ``session_id`` after ``after_seq``, oldest first."""
+    return await con.fetch(
+        f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = $1"
+        " AND seq > $2 ORDER BY seq LIMIT $3",
+        session_id, after_seq, page,
+    )

@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
+from services.session.store.checks import check_capabilities, check_claim, check_turn, check_update
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
-from services.session.store.pg_db import Conn, call, from_db, in_transaction, to_db
+from services.session.store.pg_db import (
+    Conn,
+    call,
+    entry_of,
+    from_db,
+    in_transaction,
+    read_history_page,
+    record_of,
+    storable,
+    to_db,
+)
 from services.session.store.records import (
-    ITEM_FIELDS,
     AppendResult,
     HistoryEntry,
     SessionExists,
@@ -34,16 +44,11 @@ from services.session.store.records import (
     StoreError,
     StoreStatusInfo,
     TurnUsage,
-    check_capabilities,
-    check_claim,
-    check_turn,
-    check_update,
     refusal,
 )
 from services.session.store.sql_rows import (
     CLAIMABLE,
     DELETE_SESSION_DATA,
-    HISTORY_COLUMNS,
     INSERT_ITEM,
     INSERT_SESSION,
     INSERT_USAGE,
@@ -57,7 +62,6 @@ from services.session.store.sql_rows import (
     list_filter,
     new_row_values,
     numbered,
-    record_from_row,
     row_filter,
     update_assignments,
     usage_values,
@@ -76,31 +80,6 @@ _INSERT_SESSION = numbered(INSERT_SESSION) + (
     f" ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLUMNS}")
 _UPDATE_AFTER_TURN = numbered(UPDATE_AFTER_TURN.format(greatest="GREATEST"))
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
-_ITEM_END = 1 + len(ITEM_FIELDS)
-
-
-def _record(row: asyncpg.Record) -> SessionRecord:
-    return record_from_row(row, from_db)
-
-
-def _entry(row: asyncpg.Record) -> HistoryEntry:
-    # role, the item fields (escaped free text), then seq, turn, created_at.
-    values: tuple[Any, ...] = (row[0], *map(from_db, row[1:_ITEM_END]), *row[_ITEM_END:])
-    return HistoryEntry(*values)
-
-
-async def _read_page(session_id: str, after_seq: int, page: int, con: Conn) -> list[asyncpg.Record]:
-    return await con.fetch(
-        f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = $1"
-        " AND seq > $2 ORDER BY seq LIMIT $3",
-        session_id, after_seq, page,
-    )
-
-
-def _storable(key: str) -> bool:
-    """False for an id no row can have: PostgreSQL text holds no NUL (and creation refuses
-    it), so looking it up would only make the server complain."""
-    return "\x00" not in key
 
 
 class PostgresSessionStore(SessionStore):
@@ -131,7 +110,7 @@ class PostgresSessionStore(SessionStore):
 
     async def _fetch_session(self, con: Conn, session_id: str) -> SessionRecord | None:
         row = await con.fetchrow(_SELECT_SESSION, session_id)
-        return _record(row) if row is not None else None
+        return record_of(row) if row is not None else None
 
     async def _refused(self, con: Conn, session_id: str) -> StoreError:
         return refusal(session_id, await self._fetch_session(con, session_id))
@@ -166,12 +145,12 @@ class PostgresSessionStore(SessionStore):
         row = await self._transaction(insert)
         if row is None:
             raise SessionExists(f"Session already exists: {session_id}")
-        return _record(row)
+        return record_of(row)
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The row of ``session_id`` or SessionNotFound."""
         rec = None
-        if _storable(session_id):
+        if storable(session_id):
             rec = await self._call(lambda con: self._fetch_session(con, session_id))
         if rec is None:
             raise SessionNotFound(session_id)
@@ -179,12 +158,12 @@ class PostgresSessionStore(SessionStore):
 
     async def find_by_session_key(self, session_key: str) -> SessionRecord | None:
         """The row whose SPEC §13 session key is ``session_key``, if stored."""
-        if not session_key or not _storable(session_key):
+        if not session_key or not storable(session_key):
             return None
         row = await self._call(lambda con: con.fetchrow(
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = $1 LIMIT 1", session_key
         ))
-        return _record(row) if row is not None else None
+        return record_of(row) if row is not None else None
 
     async def update_session(
         self,
@@ -206,7 +185,7 @@ class PostgresSessionStore(SessionStore):
         claim."""
         check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
                      config_json=config_json, additional_directories=additional_directories)
-        if not _storable(session_id):
+        if not storable(session_id):
             raise SessionNotFound(session_id)
         sets, params = update_assignments(
             session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
@@ -226,14 +205,14 @@ class PostgresSessionStore(SessionStore):
             )
             if row is None:
                 raise await self._refused(con, session_id)
-            return _record(row)
+            return record_of(row)
 
         return await self._call(update)
 
     async def touch(self, session_id: str) -> SessionRecord:
         """Bump last_activity to now (never backwards)."""
         row = None
-        if _storable(session_id):
+        if storable(session_id):
             now = self._clock()
             row = await self._call(lambda con: con.fetchrow(
                 "UPDATE sessions SET last_activity = GREATEST(last_activity, $1)"
@@ -242,12 +221,12 @@ class PostgresSessionStore(SessionStore):
             ))
         if row is None:
             raise SessionNotFound(session_id)
-        return _record(row)
+        return record_of(row)
 
     async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
         """Remove the row, its history and its turn usage in one transaction, unless another
         instance than ``holder`` holds a live claim on it."""
-        if not _storable(session_id):
+        if not storable(session_id):
             return False
         where, args = delete_filter(session_id, holder, self._clock())
 
@@ -271,7 +250,7 @@ class PostgresSessionStore(SessionStore):
         self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
     ) -> list[SessionRecord]:
         """One page of rows, newest activity first, strictly after the ``after`` position."""
-        if not _storable(cwd) or (after is not None and not _storable(after[1])):
+        if not storable(cwd) or (after is not None and not storable(after[1])):
             return []
         clause, params = list_filter(cwd, after)
         rows = await self._call(lambda con: con.fetch(
@@ -279,7 +258,7 @@ class PostgresSessionStore(SessionStore):
                      " ORDER BY last_activity DESC, id DESC LIMIT ?"),
             *params, limit,
         ))
-        return [_record(r) for r in rows]
+        return [record_of(r) for r in rows]
 
     # -- claims
 
@@ -288,7 +267,7 @@ class PostgresSessionStore(SessionStore):
     ) -> SessionRecord:
         """Take or renew the claim unless another instance's claim is live."""
         check_claim(instance_id, host, ttl_ms)
-        if not _storable(session_id):
+        if not storable(session_id):
             raise SessionNotFound(session_id)
         now = self._clock()
 
@@ -301,7 +280,7 @@ class PostgresSessionStore(SessionStore):
             )
             if row is None:
                 raise await self._refused(con, session_id)
-            return _record(row)
+            return record_of(row)
 
         # Repeatable: a second try by the same instance renews what the first took.
         return await self._call(take)
@@ -311,7 +290,7 @@ class PostgresSessionStore(SessionStore):
     ) -> list[str]:
         """Extend the claims ``instance_id`` still holds among ``session_ids``."""
         check_claim(instance_id, "", ttl_ms)
-        wanted = [s for s in dict.fromkeys(session_ids) if _storable(s)]
+        wanted = [s for s in dict.fromkeys(session_ids) if storable(s)]
         if not wanted:
             return []
         until = self._clock() + ttl_ms
@@ -325,7 +304,7 @@ class PostgresSessionStore(SessionStore):
 
     async def release_claim(self, session_id: str, instance_id: str) -> bool:
         """Mark inactive and unclaim, unless another instance holds the claim."""
-        if not _storable(session_id):
+        if not storable(session_id):
             return False
         rows = await self._call(lambda con: con.fetch(
             numbered("UPDATE sessions SET state = 'inactive', active_instance_id = '',"
@@ -347,7 +326,7 @@ class PostgresSessionStore(SessionStore):
 
     async def get_agent_capabilities(self, alias: str) -> str:
         """The stored capabilities text, or ""."""
-        if not _storable(alias):
+        if not storable(alias):
             return ""
         text = await self._call(lambda con: con.fetchval(_SELECT_CAPABILITIES, alias))
         return str(text) if text is not None else ""
@@ -368,7 +347,7 @@ class PostgresSessionStore(SessionStore):
         The row is locked first, so concurrent turns (from any host) queue up on it.
         """
         check_turn(items, token_delta, plan_json, usage)
-        if not _storable(session_id):
+        if not storable(session_id):
             raise SessionNotFound(session_id)
         now = self._clock()
 
@@ -400,8 +379,8 @@ class PostgresSessionStore(SessionStore):
         await self.get_session(session_id)
         last = after_seq
         while True:
-            rows = await self._call(functools.partial(_read_page, session_id, last, page))
-            entries = [_entry(r) for r in rows]
+            rows = await self._call(functools.partial(read_history_page, session_id, last, page))
+            entries = [entry_of(r) for r in rows]
             if entries:
                 yield entries
             if len(entries) < page:

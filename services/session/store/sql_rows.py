@@ -15,6 +15,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Protocol
 
 from services.common.protocol import HISTORY_ROLE_USER
+from services.session.store.checks import (
+    check_new_session,
+    validate_item,
+)
 from services.session.store.records import (
     BACKEND,
     ITEM_FIELDS,
@@ -23,12 +27,10 @@ from services.session.store.records import (
     Ownership,
     SessionRecord,
     TurnUsage,
-    check_new_session,
     item_values,
     make_title,
     prompt_title,
     session_key_for,
-    validate_item,
 )
 
 __all__ = [
@@ -166,7 +168,7 @@ def new_row_values(
 ) -> tuple[Any, ...]:
     """The :data:`INSERT_SESSION` parameters of a new row with SPEC §13 ownership: the owner
     defaults to ``spawned_by``, else the session itself (InvalidItem for a row
-    :func:`~.records.check_new_session` refuses)."""
+    :func:`~.checks.check_new_session` refuses)."""
     check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
                       parent_session_key, owner_session_key, gateway_instance_id,
                       mcp_servers_json=mcp_servers_json,

@@ -16,6 +16,12 @@ from typing import Any
 
 import aiosqlite
 
+from services.session.store.checks import (
+    check_capabilities,
+    check_claim,
+    check_turn,
+    check_update,
+)
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
 from services.session.store.records import (
     AppendResult,
@@ -26,10 +32,6 @@ from services.session.store.records import (
     StoreError,
     StoreStatusInfo,
     TurnUsage,
-    check_capabilities,
-    check_claim,
-    check_turn,
-    check_update,
     refusal,
 )
 from services.session.store.sql_rows import (

@@ -31,7 +31,8 @@ acpgate code. Behaviour, chosen by the prompt text:
 The command is the prompt's last text block; an earlier text block that starts
 with "Prior conversation" is a carried-over history (``recall`` reports it).
 Modes ``ask`` (default) and ``code``; config options ``model`` (select, ``fast`` or
-``smart``) and ``thinking`` (boolean), kept per session in this process only.
+``smart``) and ``thinking`` (boolean), kept per session in this process only
+(``sdk_agent_surface.py``, with the prompts from ``title`` on).
 
 ``SDK_AGENT_RESTORE`` = ``resume`` | ``load`` | ``none`` chooses what it
 advertises; ``SDK_AGENT_PROMPT`` lists the prompt capabilities it advertises
@@ -76,17 +77,10 @@ from acp.schema import (
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
-    SessionConfigOptionBoolean,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
-    SessionMode,
-    SessionModeState,
     SessionResumeCapabilities,
-    SetSessionConfigOptionResponse,
-    SetSessionModeResponse,
     ToolCallUpdate,
-    Usage,
 )
+from sdk_agent_surface import SurfaceAgent  # beside this file (run as a script)
 
 RESTORE = os.environ.get("SDK_AGENT_RESTORE", "resume")
 PROMPT_CAPS = set(filter(None, os.environ.get("SDK_AGENT_PROMPT", "").split(",")))
@@ -105,11 +99,11 @@ def _save_state(state: dict[str, list[str]]) -> None:
     STATE.write_text(json.dumps(state))
 
 
-class SdkAgent:
+class SdkAgent(SurfaceAgent):
     """A tiny deterministic agent."""
 
     def __init__(self) -> None:
-        self._conn: Client | None = None
+        super().__init__()
         self._cancel: dict[str, asyncio.Event] = {}
         self._state = _load_state()
         #: What session/new carried, per session (for the ``setup`` prompt).
@@ -117,17 +111,6 @@ class SdkAgent:
         self._authenticated = False
         #: The clientCapabilities of initialize, as received (for the ``setup`` prompt).
         self._client_caps: Any = None
-        #: Per session: mode, config values, additional directories.
-        self._modes: dict[str, str] = {}
-        self._config: dict[str, dict[str, Any]] = {}
-        self._dirs: dict[str, list[str]] = {}
-
-    def _session_state(self, sid: str, dirs: list[str] | None) -> dict[str, Any]:
-        """Defaults for a session this process has not seen; the modes/configOptions fields."""
-        self._modes.setdefault(sid, "ask")
-        self._config.setdefault(sid, {"model": "fast", "thinking": False})
-        self._dirs[sid] = list(dirs or [])
-        return {"modes": _modes(self._modes[sid]), "config_options": _options(self._config[sid])}
 
     def on_connect(self, conn: Client) -> None:
         self._conn = conn
@@ -196,82 +179,6 @@ class SdkAgent:
         if session_id not in self._state:
             raise RequestError(-32002, f"unknown session {session_id}")
         return ResumeSessionResponse(**self._session_state(session_id, additional_directories))
-
-    async def set_session_mode(self, session_id: str, mode_id: str,
-                               **kwargs: Any) -> SetSessionModeResponse:
-        if mode_id not in ("ask", "code"):
-            raise RequestError(-32602, f"no mode {mode_id}")
-        self._modes[session_id] = mode_id
-        return SetSessionModeResponse()
-
-    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
-                                **kwargs: Any) -> SetSessionConfigOptionResponse:
-        config = self._config[session_id]
-        if config_id not in config or type(value) is not type(config[config_id]):
-            raise RequestError(-32602, f"bad option {config_id}={value!r}")
-        config[config_id] = value
-        return SetSessionConfigOptionResponse(config_options=_options(config))
-
-    async def _raw_update(self, session_id: str, update: dict[str, Any]) -> None:
-        """A session/update as raw JSON (kinds the SDK's models may not know)."""
-        assert self._conn is not None
-        await self._conn._conn.send_notification(  # type: ignore[attr-defined]
-            "session/update", {"sessionId": session_id, "update": update})
-
-    async def _extra(self, session_id: str, text: str) -> PromptResponse | None:
-        """The prompts of the ACP v1 surface tests; None when ``text`` is none of them."""
-        assert self._conn is not None
-        conn = self._conn
-        raw = conn._conn  # type: ignore[attr-defined]
-        if text == "title":
-            await self._raw_update(session_id, {"sessionUpdate": "session_info_update",
-                                                "title": "SDK title"})
-            return PromptResponse(stop_reason="end_turn")
-        if text == "usage":
-            await self._raw_update(session_id, {"sessionUpdate": "usage_update",
-                                                "used": 42, "size": 1000})
-            return PromptResponse(stop_reason="end_turn", usage=Usage(
-                total_tokens=30, input_tokens=20, output_tokens=10, thought_tokens=4))
-        if text == "kinds":
-            self._modes[session_id] = "code"
-            self._config[session_id]["thinking"] = True
-            for update in ({"sessionUpdate": "available_commands_update", "availableCommands": [
-                                {"name": "plan", "description": "Make a plan"}]},
-                           {"sessionUpdate": "current_mode_update", "currentModeId": "code"},
-                           {"sessionUpdate": "config_option_update",
-                            "configOptions": [o.model_dump(by_alias=True, exclude_none=True)
-                                              for o in _options(self._config[session_id])]},
-                           {"sessionUpdate": "future_kind_update", "anything": [1, {"x": 2}]}):
-                await self._raw_update(session_id, update)
-            return PromptResponse(stop_reason="end_turn")
-        if text == "state":
-            await conn.session_update(session_id, update_agent_message_text(
-                f"mode={self._modes.get(session_id)} config={json.dumps(self._config.get(session_id), sort_keys=True)} "
-                f"dirs={','.join(self._dirs.get(session_id, []))}"))
-            return PromptResponse(stop_reason="end_turn")
-        if text == "elicit-url":
-            answer = await raw.send_request("elicitation/create", {
-                "sessionId": session_id, "mode": "url", "message": "Sign in",
-                "elicitationId": "el-1", "url": "https://example.invalid/login"})
-            await raw.send_notification("elicitation/complete", {"elicitationId": "el-1"})
-            await conn.session_update(session_id, update_agent_message_text(
-                f"elicitation: {answer.get('action')}"))
-            return PromptResponse(stop_reason="end_turn")
-        if text == "withdraw":
-            request_id = raw._next_request_id
-            asking = asyncio.ensure_future(raw.send_request("session/request_permission", {
-                "sessionId": session_id, "toolCall": {"toolCallId": "w-1", "title": "withdrawn"},
-                "options": [{"optionId": "yes", "name": "Yes", "kind": "allow_once"}]}))
-            await asyncio.sleep(0.3)
-            await raw.send_notification("$/cancel_request", {"requestId": request_id})
-            try:
-                await asyncio.wait_for(asking, 10)
-                note = "answered"
-            except RequestError as exc:
-                note = f"withdrawn {exc.code}"
-            await conn.session_update(session_id, update_agent_message_text(note))
-            return PromptResponse(stop_reason="end_turn")
-        return None
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self._cancel.setdefault(session_id, asyncio.Event()).set()
@@ -382,22 +289,6 @@ class SdkAgent:
         await conn.session_update(session_id, update_agent_message_text("echo: "))
         await conn.session_update(session_id, update_agent_message_text(text))
         return PromptResponse(stop_reason="end_turn")
-
-
-def _modes(current: str) -> SessionModeState:
-    return SessionModeState(current_mode_id=current, available_modes=[
-        SessionMode(id="ask", name="Ask"), SessionMode(id="code", name="Code")])
-
-
-def _options(config: dict[str, Any]) -> list[Any]:
-    return [
-        SessionConfigOptionSelect(type="select", id="model", name="Model", category="model",
-                                  current_value=config["model"],
-                                  options=[SessionConfigSelectOption(value="fast", name="Fast"),
-                                           SessionConfigSelectOption(value="smart", name="Smart")]),
-        SessionConfigOptionBoolean(type="boolean", id="thinking", name="Thinking",
-                                   current_value=config["thinking"]),
-    ]
 
 
 async def main() -> None:

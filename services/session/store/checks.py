@@ -33,15 +33,16 @@ __all__ = [
 ]
 
 
-def _check_json(value: str, kind: type, what: str, index: int) -> None:
-    if not value:
-        return
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        raise InvalidItem(f"item {index}: {what} is not valid JSON") from None
-    if not isinstance(parsed, kind):
-        raise InvalidItem(f"item {index}: {what} must be a JSON {kind.__name__}")
+def _check_json_field(value: str | None, kind: type, name: str, kind_name: str) -> None:
+    """Refuse a field (of a row, or ``item N: ...`` of a turn item) that is not JSON of
+    ``kind`` (None and "" mean none)."""
+    if value:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise InvalidItem(f"{name} is not valid JSON") from None
+        if not isinstance(parsed, kind):
+            raise InvalidItem(f"{name} must be a JSON {kind_name}")
 
 
 def validate_item(item: HistoryEntry, index: int) -> None:
@@ -54,28 +55,13 @@ def validate_item(item: HistoryEntry, index: int) -> None:
         raise InvalidItem(f"item {index}: tool_call needs a tool_name")
     if item.status not in TOOL_STATUSES:
         raise InvalidItem(f"item {index}: unknown status {item.status!r}")
-    _check_json(item.arguments_json, dict, "arguments_json", index)
-    _check_json(item.content_json, list, "content_json", index)
+    _check_json_field(item.arguments_json, dict, f"item {index}: arguments_json", "dict")
+    _check_json_field(item.content_json, list, f"item {index}: content_json", "list")
 
 
 def check_plan(plan_json: str | None) -> None:
     """Refuse a plan that is not JSON (None and "" mean no plan; raises InvalidItem)."""
-    if plan_json:
-        try:
-            json.loads(plan_json)
-        except ValueError:
-            raise InvalidItem("plan_json is not valid JSON") from None
-
-
-def _check_json_field(value: str | None, kind: type, name: str, kind_name: str) -> None:
-    """Refuse a row field that is not JSON of ``kind`` (None and "" mean none)."""
-    if value:
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            raise InvalidItem(f"{name} is not valid JSON") from None
-        if not isinstance(parsed, kind):
-            raise InvalidItem(f"{name} must be a JSON {kind_name}")
+    _check_json_field(plan_json, object, "plan_json", "value")
 
 
 def check_mcp_servers(mcp_servers_json: str | None) -> None:

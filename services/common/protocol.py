@@ -74,6 +74,13 @@ MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
 MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
 MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
+#: sessions_spawn refusals (issue 13): a cwd that leaves the spawning session's
+#: workspace, no agent named, a requester that is no stored session.
+MSG_SPAWN_CWD_OUTSIDE: Final = "cwd must lie inside the spawning session's workspace: {cwd}"
+MSG_SPAWN_AGENT_REQUIRED: Final = (
+    "sessions_spawn requires `agent` (alias of a configured [agents.<alias>] entry)"
+)
+MSG_SPAWN_UNKNOWN_REQUESTER: Final = "the spawning session is not a stored session"
 
 # ------------------------------------------------------------------ limits (SPEC §4, §9, §10)
 MAX_BLOB_BYTES: Final = 10 * 1024 * 1024

@@ -7,13 +7,14 @@ to messages only through :mod:`services.session.convert`.
 
 Error mapping (see the proto): INVALID_ARGUMENT carries the exact client-facing
 SPEC message as its details (the edge forwards it verbatim as -32602),
-NOT_FOUND an unknown session, PERMISSION_DENIED a visibility refusal,
+NOT_FOUND an unknown session — and a session the requester may not see,
 ALREADY_EXISTS a duplicate session id, FAILED_PRECONDITION a restore while the
 store runs in memory.
 """
 
 from __future__ import annotations
 
+from services.session.rpcs.a2a import A2aRpcs
 from services.session.rpcs.agents import AgentRpcs
 from services.session.rpcs.history import HistoryRpcs
 from services.session.rpcs.operations import OperationRpcs
@@ -23,6 +24,6 @@ from services.session.rpcs.rows import RowRpcs
 __all__ = ["SessionServicer"]
 
 
-class SessionServicer(AgentRpcs, RowRpcs, HistoryRpcs, ReadRpcs, OperationRpcs):
+class SessionServicer(AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs, OperationRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store)``."""

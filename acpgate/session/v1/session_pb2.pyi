@@ -13,7 +13,8 @@ Conventions:
 - Errors use gRPC status codes: NOT_FOUND (unknown session), INVALID_ARGUMENT
   (a rule of SPEC §3/§8 refused the input; the status message is the exact
   client-facing message of the SPEC), FAILED_PRECONDITION (the store runs in
-  memory and the call needs persistence), PERMISSION_DENIED (visibility),
+  memory and the call needs persistence), NOT_FOUND also for a row the
+  requester may not see (visibility never tells a hidden row from a missing one),
   ABORTED (another gateway instance's live claim holds the session; the status
   message is SPEC §8's "Session already active: <id>. Call session/close first."),
   UNAVAILABLE (a shared database cannot be reached right now).
@@ -367,8 +368,13 @@ class GetPolicyRequest(_message.Message):
     ALIAS_FIELD_NUMBER: _builtins.int
     WORKSPACE_DIR_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     workspace_dir: _builtins.str
+    session_id: _builtins.str
+    """The session the policy is for, when it is stored: a spawned session's
+    autonomy is capped by its ancestors' (a child never has more than its parent).
+    """
     @_builtins.property
     def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The session's resolved additional directories (extra allowed roots)."""
@@ -379,10 +385,11 @@ class GetPolicyRequest(_message.Message):
         alias: _builtins.str = ...,
         workspace_dir: _builtins.str = ...,
         additional_directories: _abc.Iterable[_builtins.str] | None = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "session_id", b"session_id", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1336,6 +1343,7 @@ class ListSessionsRequest(_message.Message):
     CURSOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
     """Requesting session key; empty = local operator (sees everything)."""
     cwd: _builtins.str
@@ -1346,6 +1354,10 @@ class ListSessionsRequest(_message.Message):
     """Page size (default 100, max 1000)."""
     visibility: _builtins.str
     """Override the configured [sessions] visibility (empty = configured)."""
+    query: _builtins.str
+    """Only rows whose agent alias, title or session id contains this text
+    (case-insensitive; empty = every visible row).
+    """
     def __init__(
         self,
         *,
@@ -1354,10 +1366,11 @@ class ListSessionsRequest(_message.Message):
         cursor: _builtins.str = ...,
         limit: _builtins.int = ...,
         visibility: _builtins.str = ...,
+        query: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "cwd", b"cwd", "limit", b"limit", "requester_session_key", b"requester_session_key", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "cwd", b"cwd", "limit", b"limit", "query", b"query", "requester_session_key", b"requester_session_key", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1393,22 +1406,26 @@ class GetHistoryRequest(_message.Message):
     REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
     """Requesting session key; empty = local operator (sees everything)."""
     session_id: _builtins.str
     """The session whose history is read."""
     visibility: _builtins.str
     """Override the configured [sessions] visibility (empty = configured)."""
+    limit: _builtins.int
+    """Only the newest `limit` items (0 = the whole history), still oldest first."""
     def __init__(
         self,
         *,
         requester_session_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         visibility: _builtins.str = ...,
+        limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1512,3 +1529,135 @@ class CheckAccessResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckAccessResponse: _TypeAlias = CheckAccessResponse  # noqa: Y015
+
+@_typing.final
+class SpawnSessionRequest(_message.Message):
+    """------------------------------------------------------------------------ a2a"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ALIAS_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    LABEL_FIELD_NUMBER: _builtins.int
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    requester_session_key: _builtins.str
+    """The spawning session's key: the child's spawnedBy and parentSessionKey.
+    It must be a stored session (its owner becomes the child's owner).
+    """
+    session_id: _builtins.str
+    """Generated by the caller (UUIDv4)."""
+    agent_alias: _builtins.str
+    """The child's agent: any configured, dispatchable alias."""
+    cwd: _builtins.str
+    """The child's workspace, relative to the requester's; it must lie inside the
+    requester's workspace. Empty = the requester's workspace.
+    """
+    label: _builtins.str
+    """A short label, the child's title in session/list ("" = its first prompt)."""
+    gateway_instance_id: _builtins.str
+    """The spawning instance and its host, as in CreateSession (the child's claim)."""
+    host: _builtins.str
+    def __init__(
+        self,
+        *,
+        requester_session_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        agent_alias: _builtins.str = ...,
+        cwd: _builtins.str = ...,
+        label: _builtins.str = ...,
+        gateway_instance_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "label", b"label", "requester_session_key", b"requester_session_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpawnSessionRequest: _TypeAlias = SpawnSessionRequest  # noqa: Y015
+
+@_typing.final
+class SpawnSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___SessionRow:
+        """The new row, ownership recorded."""
+
+    @_builtins.property
+    def agent(self) -> Global___ResolvedAgent:
+        """How to launch the child's adapter (autonomy = the capped level)."""
+
+    @_builtins.property
+    def policy(self) -> Global___SecurityPolicy:
+        """The child's policy: its alias's, with autonomy at most the requester's."""
+
+    def __init__(
+        self,
+        *,
+        session: Global___SessionRow | None = ...,
+        agent: Global___ResolvedAgent | None = ...,
+        policy: Global___SecurityPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpawnSessionResponse: _TypeAlias = SpawnSessionResponse  # noqa: Y015
+
+@_typing.final
+class SendToSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    VISIBILITY_FIELD_NUMBER: _builtins.int
+    requester_session_key: _builtins.str
+    session_id: _builtins.str
+    """The session the message is for."""
+    visibility: _builtins.str
+    """Override the configured [sessions] visibility (empty = configured)."""
+    def __init__(
+        self,
+        *,
+        requester_session_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        visibility: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SendToSessionRequest: _TypeAlias = SendToSessionRequest  # noqa: Y015
+
+@_typing.final
+class SendToSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___SessionRow:
+        """The target's row after the send was recorded (its last activity is now)."""
+
+    def __init__(
+        self,
+        *,
+        session: Global___SessionRow | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SendToSessionResponse: _TypeAlias = SendToSessionResponse  # noqa: Y015

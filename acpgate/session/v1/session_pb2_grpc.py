@@ -140,6 +140,16 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessResponse.FromString,
                 _registered_method=True)
+        self.SpawnSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/SpawnSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionResponse.FromString,
+                _registered_method=True)
+        self.SendToSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/SendToSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -279,6 +289,8 @@ class SessionServiceServicer:
     def ListSessions(self, request, context):
         """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
         the local operator (the edge acting for its own client) and sees every row.
+        For any other requester a row it may not see answers exactly like a
+        missing one (NOT_FOUND, "Session not found: <id>").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -300,6 +312,26 @@ class SessionServiceServicer:
 
     def CheckAccess(self, request, context):
         """The same check for an action without a payload (e.g. "send").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SpawnSession(self, request, context):
+        """Agent-to-agent sessions (issue 13). A session creates a child session of
+        any configured agent, owned by it: spawnedBy and parentSessionKey are the
+        requester's key, ownerSessionKey the requester's owner (SPEC §13). The
+        service decides the child's agent, workspace (inside the requester's) and
+        policy (never more autonomy than the requester's own chain); the edge runs
+        the child's adapter and its turns (the service never speaks ACP).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendToSession(self, request, context):
+        """The SPEC §14 "send" check for a message from one session to another, and
+        its record (the target's activity); the edge then runs the turn.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -412,6 +444,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.CheckAccess,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessResponse.SerializeToString,
+            ),
+            'SpawnSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.SpawnSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionResponse.SerializeToString,
+            ),
+            'SendToSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendToSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -982,6 +1024,60 @@ class SessionService:
             '/acpgate.session.v1.SessionService/CheckAccess',
             acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.CheckAccessResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SpawnSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/SpawnSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.SpawnSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendToSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/SendToSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,7 +13,8 @@ Conventions:
 - Errors use gRPC status codes: NOT_FOUND (unknown session), INVALID_ARGUMENT
   (a rule of SPEC §3/§8 refused the input; the status message is the exact
   client-facing message of the SPEC), FAILED_PRECONDITION (the store runs in
-  memory and the call needs persistence), PERMISSION_DENIED (visibility),
+  memory and the call needs persistence), NOT_FOUND also for a row the
+  requester may not see (visibility never tells a hidden row from a missing one),
   ABORTED (another gateway instance's live claim holds the session; the status
   message is SPEC §8's "Session already active: <id>. Call session/close first."),
   UNAVAILABLE (a shared database cannot be reached right now).
@@ -110,6 +111,8 @@ class SessionServiceStub:
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
     """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
     the local operator (the edge acting for its own client) and sees every row.
+    For any other requester a row it may not see answers exactly like a
+    missing one (NOT_FOUND, "Session not found: <id>").
     """
     GetHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]
     """The history of a session the requester may see, oldest first, in pages
@@ -118,6 +121,18 @@ class SessionServiceStub:
     SessionStatus: _grpc.UnaryUnaryMultiCallable[_session_pb2.SessionStatusRequest, _session_pb2.SessionStatusResponse]
     CheckAccess: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]
     """The same check for an action without a payload (e.g. "send")."""
+    SpawnSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.SpawnSessionRequest, _session_pb2.SpawnSessionResponse]
+    """Agent-to-agent sessions (issue 13). A session creates a child session of
+    any configured agent, owned by it: spawnedBy and parentSessionKey are the
+    requester's key, ownerSessionKey the requester's owner (SPEC §13). The
+    service decides the child's agent, workspace (inside the requester's) and
+    policy (never more autonomy than the requester's own chain); the edge runs
+    the child's adapter and its turns (the service never speaks ACP).
+    """
+    SendToSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.SendToSessionRequest, _session_pb2.SendToSessionResponse]
+    """The SPEC §14 "send" check for a message from one session to another, and
+    its record (the target's activity); the edge then runs the turn.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -178,6 +193,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
     the local operator (the edge acting for its own client) and sees every row.
+    For any other requester a row it may not see answers exactly like a
+    missing one (NOT_FOUND, "Session not found: <id>").
     """
     GetHistory: _aio.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
     """The history of a session the requester may see, oldest first, in pages
@@ -186,6 +203,18 @@ class SessionServiceAsyncStub(SessionServiceStub):
     SessionStatus: _aio.UnaryUnaryMultiCallable[_session_pb2.SessionStatusRequest, _session_pb2.SessionStatusResponse]  # type: ignore[assignment]
     CheckAccess: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]  # type: ignore[assignment]
     """The same check for an action without a payload (e.g. "send")."""
+    SpawnSession: _aio.UnaryUnaryMultiCallable[_session_pb2.SpawnSessionRequest, _session_pb2.SpawnSessionResponse]  # type: ignore[assignment]
+    """Agent-to-agent sessions (issue 13). A session creates a child session of
+    any configured agent, owned by it: spawnedBy and parentSessionKey are the
+    requester's key, ownerSessionKey the requester's owner (SPEC §13). The
+    service decides the child's agent, workspace (inside the requester's) and
+    policy (never more autonomy than the requester's own chain); the edge runs
+    the child's adapter and its turns (the service never speaks ACP).
+    """
+    SendToSession: _aio.UnaryUnaryMultiCallable[_session_pb2.SendToSessionRequest, _session_pb2.SendToSessionResponse]  # type: ignore[assignment]
+    """The SPEC §14 "send" check for a message from one session to another, and
+    its record (the target's activity); the edge then runs the turn.
+    """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """SessionService is served on a unix socket (embedded / one host) or TCP (compose)."""
@@ -351,6 +380,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.ListSessionsResponse, _abc.Awaitable[_session_pb2.ListSessionsResponse]]:
         """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
         the local operator (the edge acting for its own client) and sees every row.
+        For any other requester a row it may not see answers exactly like a
+        missing one (NOT_FOUND, "Session not found: <id>").
         """
 
     @_abc_1.abstractmethod
@@ -377,5 +408,29 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.CheckAccessResponse, _abc.Awaitable[_session_pb2.CheckAccessResponse]]:
         """The same check for an action without a payload (e.g. "send")."""
+
+    @_abc_1.abstractmethod
+    def SpawnSession(
+        self,
+        request: _session_pb2.SpawnSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.SpawnSessionResponse, _abc.Awaitable[_session_pb2.SpawnSessionResponse]]:
+        """Agent-to-agent sessions (issue 13). A session creates a child session of
+        any configured agent, owned by it: spawnedBy and parentSessionKey are the
+        requester's key, ownerSessionKey the requester's owner (SPEC §13). The
+        service decides the child's agent, workspace (inside the requester's) and
+        policy (never more autonomy than the requester's own chain); the edge runs
+        the child's adapter and its turns (the service never speaks ACP).
+        """
+
+    @_abc_1.abstractmethod
+    def SendToSession(
+        self,
+        request: _session_pb2.SendToSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.SendToSessionResponse, _abc.Awaitable[_session_pb2.SendToSessionResponse]]:
+        """The SPEC §14 "send" check for a message from one session to another, and
+        its record (the target's activity); the edge then runs the turn.
+        """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -20,6 +20,7 @@ from services.session.aliases import (
 )
 from services.session.confinement import workspace_refusal
 from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
+from services.session.lineage import cap_policy, effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import InvalidItem, StoreUnavailable
@@ -117,6 +118,8 @@ class AgentRpcs(RpcBase):
         Every session comes up through here, new or restored, so a workspace or an
         additional directory that must not be one (a stored row from before the rule,
         a config changed since) is refused here too, with the message session/new gives.
+        With ``session_id`` the autonomy is capped by the session's stored ancestors
+        (issue 13).
         """
         await self._require_alias(request.alias, context)
         if not request.workspace_dir:
@@ -131,7 +134,12 @@ class AgentRpcs(RpcBase):
             refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path)
             if refused is not None:
                 await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(refused))
-        return policy_to_pb(policy_for(self._cfg, request.alias, request.workspace_dir, extra))
+        policy = policy_for(self._cfg, request.alias, request.workspace_dir, extra)
+        if request.session_id:  # a spawned session: never more autonomy than its ancestors
+            rec = await self._get(request.session_id, context)
+            policy = cap_policy(policy, await effective_autonomy(self._cfg, self._store, rec,
+                                                                 request.alias))
+        return policy_to_pb(policy)
 
     async def _recorded_capabilities(self, alias: str) -> str:
         """What the alias's adapter last advertised; "" while the database is unreachable:

@@ -2,7 +2,9 @@
 
 Every RPC here names a requester (its session key) and a visibility level
 (default ``[sessions] visibility``); a row the requester may not see is left
-out of a list and refused (PERMISSION_DENIED) when asked for by id. An empty
+out of a list and, asked for by id, answers exactly like a missing one
+(NOT_FOUND ``Session not found: <id>``; CheckAccess: not allowed, the same
+reason), so a requester cannot even learn that the row exists. An empty
 requester key is the local operator, who sees every row.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import json
 from collections.abc import AsyncIterator
 
@@ -20,11 +23,13 @@ from services.common.config import VISIBILITY_LEVELS, Config
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.session.convert import action_from_pb, row_to_pb
+from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import SessionRecord, SessionStore
+from services.session.store import SessionNotFound, SessionRecord, SessionStore
 from services.session.visibility import A2aPolicy, VisibilityRow, can_see_session_row
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor"]
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor",
+           "matches_query"]
 
 log = get_logger("session.servicer")
 
@@ -42,6 +47,15 @@ def visibility_row(rec: SessionRecord) -> VisibilityRow:
         spawned_by=o.spawned_by,
         parent_session_key=o.parent_session_key,
     )
+
+
+def matches_query(rec: SessionRecord, query: str) -> bool:
+    """ListSessions' ``query``: the alias, title or id contains it (case-insensitive)."""
+    needle = query.strip().casefold()
+    if not needle:
+        return True
+    return any(needle in field.casefold() for field in (rec.agent_alias, rec.title,
+                                                        rec.session_id))
 
 
 def encode_cursor(rec: SessionRecord) -> str:
@@ -114,17 +128,14 @@ class ReadRpcs(RpcBase):
     async def _visible(
         self, key: str, visibility: str, session_id: str, action: str, context: Ctx
     ) -> SessionRecord:
+        """The row of ``session_id`` if the requester may ``action`` it; else NOT_FOUND,
+        the very answer a missing row gets."""
         viewer = await self._viewer(key, visibility, context)
         rec = await self._get(session_id, context)
         if not viewer.sees(rec):
             log.info("session_access_denied", session_id=session_id, action=action,
                      visibility=viewer.visibility)
-            await abort(
-                context,
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"session {session_id} is not visible to {key} ({action}, "
-                f"visibility {viewer.visibility})",
-            )
+            await abort(context, grpc.StatusCode.NOT_FOUND, str(SessionNotFound(session_id)))
         return rec
 
     async def ListSessions(
@@ -145,7 +156,7 @@ class ReadRpcs(RpcBase):
         while not more:
             page = await self._store.list_sessions(cwd=request.cwd, after=after, limit=limit + 1)
             for rec in page:
-                if not viewer.sees(rec):
+                if not viewer.sees(rec) or not matches_query(rec, request.query):
                     continue
                 if len(picked) == limit:
                     more = True
@@ -162,12 +173,20 @@ class ReadRpcs(RpcBase):
     async def GetHistory(
         self, request: pb.GetHistoryRequest, context: Ctx
     ) -> AsyncIterator[pb.HistoryPage]:
-        """The history of a session the requester may see, in pages."""
+        """The history of a session the requester may see, in pages (with ``limit``:
+        only the newest items, sent once the whole history has been read)."""
         await self._visible(
             request.requester_session_key, request.visibility, request.session_id, "history",
             context,
         )
+        if request.limit <= 0:
+            async for page in self._history_pages(request.session_id, 0, context):
+                yield page
+            return
+        newest: collections.deque[pb.HistoryItem] = collections.deque(maxlen=request.limit)
         async for page in self._history_pages(request.session_id, 0, context):
+            newest.extend(page.items)
+        for page in cut_pages(newest):
             yield page
 
     async def SessionStatus(
@@ -191,11 +210,17 @@ class ReadRpcs(RpcBase):
                 "action must be LIST, HISTORY, SEND or STATUS",
             )
         viewer = await self._viewer(request.requester_session_key, request.visibility, context)
-        rec = await self._get(request.session_id, context)
-        if viewer.sees(rec):
+        if not viewer.key:  # the local operator: a missing row is NOT_FOUND
+            await self._get(request.session_id, context)
             return pb.CheckAccessResponse(allowed=True)
+        try:
+            rec = await self._store.get_session(request.session_id)
+        except SessionNotFound:
+            rec = None
+        if rec is not None and viewer.sees(rec):
+            return pb.CheckAccessResponse(allowed=True)
+        # Hidden or missing: the same answer, so a requester cannot probe for rows.
+        log.info("session_access_denied", session_id=request.session_id, action=action,
+                 visibility=viewer.visibility)
         return pb.CheckAccessResponse(
-            allowed=False,
-            reason=f"visibility {viewer.visibility} does not let {viewer.key} {action} "
-            f"session {request.session_id}",
-        )
+            allowed=False, reason=str(SessionNotFound(request.session_id)))

@@ -1,0 +1,95 @@
+"""What the session service decides for a spawned (child) session (issue 13, SPEC §12–§14).
+
+A session may spawn child sessions of any configured agent. Three decisions
+are made here, from the config and the stored rows alone:
+
+- **Ownership** (SPEC §13): the child's ``spawnedBy`` and ``parentSessionKey``
+  are the spawning session's key, its ``ownerSessionKey`` the spawning
+  session's owner — so a gateway client that owns a session owns the whole
+  tree under it, and sees it under ``tree`` and ``all``.
+- **Autonomy**: a child never has more autonomy than its parent's session.
+  A session's effective level is the lowest of its own agent's configured
+  level and that of every ancestor (``readonly`` < ``supervised`` < ``full``),
+  walked through the stored ``parentSessionKey`` links — the same answer for
+  the spawn and for every later restore of the child.
+- **Workspace**: the child works inside the parent's workspace (its cwd is
+  resolved against it and must not leave it), so spawning never widens the
+  directory boundary either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+
+from services.common.config import AUTONOMY_LEVELS, Config
+from services.common.policy import SecurityPolicy
+from services.common.protocol import MSG_SPAWN_CWD_OUTSIDE
+from services.session.confinement import workspace_refusal
+from services.session.store import SessionRecord, SessionStore
+from services.session.workspace import WorkspaceError, resolve_workspace
+
+__all__ = [
+    "MAX_ANCESTRY",
+    "cap_policy",
+    "child_workspace",
+    "effective_autonomy",
+    "lower_autonomy",
+]
+
+#: How many ancestors are walked at most (a cycle in stored rows must not hang a call).
+MAX_ANCESTRY = 64
+
+
+def lower_autonomy(a: str, b: str) -> str:
+    """The lower of two autonomy levels; an unknown level counts as ``readonly``."""
+    rank = {level: i for i, level in enumerate(AUTONOMY_LEVELS)}
+    return AUTONOMY_LEVELS[min(rank.get(a, 0), rank.get(b, 0))]
+
+
+async def effective_autonomy(cfg: Config, store: SessionStore, rec: SessionRecord,
+                             alias: str | None = None) -> str:
+    """``rec``'s autonomy: its agent's level (``alias`` when it is about to run as another),
+    lowered by every stored ancestor's agent level."""
+    level = cfg.agent_autonomy(alias or rec.agent_alias)
+    seen = {rec.ownership.session_key}
+    key = rec.ownership.parent_session_key
+    while key and key not in seen and len(seen) <= MAX_ANCESTRY:
+        seen.add(key)
+        parent = await store.find_by_session_key(key)
+        if parent is None:  # an ancestor removed since: what is left still caps
+            break
+        level = lower_autonomy(level, cfg.agent_autonomy(parent.agent_alias))
+        key = parent.ownership.parent_session_key
+    return level
+
+
+def cap_policy(policy: SecurityPolicy, level: str) -> SecurityPolicy:
+    """``policy`` with its autonomy lowered to at most ``level`` (workspace_only follows)."""
+    autonomy = lower_autonomy(policy.autonomy, level)
+    if autonomy == policy.autonomy:
+        return policy
+    return dataclasses.replace(policy, autonomy=autonomy, workspace_only=autonomy != "full")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+async def child_workspace(cfg: Config, alias: str, parent_workspace: str, cwd: str) -> str:
+    """The child's workspace: the parent's, or ``cwd`` resolved against it and inside it.
+
+    WorkspaceError (the message for the caller) when ``cwd`` is no usable
+    directory, lies outside the parent's workspace, or is refused as a workspace.
+    """
+    if not cwd.strip():
+        real = parent_workspace
+    else:
+        real = (await resolve_workspace(cfg, alias, cwd, parent_workspace)).workspace_dir
+        if not _inside(real, parent_workspace):
+            raise WorkspaceError(MSG_SPAWN_CWD_OUTSIDE.format(cwd=cwd))
+    refusal = await asyncio.to_thread(workspace_refusal, cfg, real)
+    if refusal is not None:
+        raise WorkspaceError(refusal.message())
+    return real

@@ -23,11 +23,13 @@ def _read_persona(agent_workspace: Path, name: str) -> str:
 
 
 def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolicy,
-                        mcp_notes: Sequence[str] = ()) -> str:
+                        mcp_notes: Sequence[str] = (), agents: Sequence[str] = ()) -> str:
     """Compose the system prompt (reads files: call it off the event loop).
 
     ``mcp_notes`` are the session's MCP problems (servers refused or unavailable),
     so the model can tell the user instead of guessing why a tool is missing.
+    ``agents`` are the configured agents ``sessions_spawn`` can start (given only
+    when the session tools are offered).
     """
     parts = [
         f"You are `{alias}`, a coding agent reached through the Agent Client Protocol (ACP). "
@@ -51,6 +53,12 @@ def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolic
         "Use `ask_user` only with a list of choices. Use `todo` to share a plan for longer "
         "tasks. Use `deliver_file` to hand a finished file to the user."
     )
+    if agents:
+        parts.append("## Other sessions\n\nWith `sessions_spawn` you can start a session of "
+                     "one of these agents to work for you: " + ", ".join(agents) + ". Sessions "
+                     "you start belong to this one; `sessions_list`, `sessions_history`, "
+                     "`sessions_send` and `session_status` reach them and the other sessions "
+                     "you may see.")
     if mcp_notes:
         parts.append("## MCP servers\n\nTools named `<server>__<tool>` come from MCP servers "
                      "configured for this session. Not available now:\n"

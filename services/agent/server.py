@@ -60,6 +60,7 @@ from services.common.protocol import (
     META_ACPGATE,
     META_HISTORY,
     META_POLICY,
+    META_SESSION_TOOLS,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
     MSG_MISSING_SESSION_ID,
@@ -123,6 +124,8 @@ class AgentServer:
         #: Restores in progress: requests for that id wait for them (pipelined clients).
         self._restoring: dict[str, asyncio.Future[None]] = {}
         self._elicitation = False
+        #: The client (the acpgate edge) serves the session tools' extension methods.
+        self._session_tools = False
         #: Input ended: prompts that were read but not yet started are answered ``cancelled``.
         self._closing = False
         self._peer: JsonRpcPeer | None = None
@@ -174,8 +177,12 @@ class AgentServer:
         return provider
 
     async def _system_prompt(self, policy: SecurityPolicy, mcp_notes: Sequence[str]) -> str:
+        # The agents sessions_spawn can start, when the client serves the session tools.
+        agents = [f"{a.alias} ({a.kind})" for a in self._cfg.agents.values()
+                  if a.dispatchable] if self._session_tools else []
         return await asyncio.to_thread(build_system_prompt, self._alias,
-                                       self._cfg.agent_workspace(self._alias), policy, mcp_notes)
+                                       self._cfg.agent_workspace(self._alias), policy, mcp_notes,
+                                       agents)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -215,6 +222,7 @@ class AgentServer:
         self._elicitation = elicitation is not None and (
             elicitation.form is not None or elicitation.url is None
         )
+        self._session_tools = _acpgate_meta({"_meta": caps.meta}).get(META_SESSION_TOOLS) is True
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             # No store of our own: a session/load after a restart could only fail, so
@@ -262,6 +270,7 @@ class AgentServer:
         context = ToolContext(
             session_id=sid, policy=policy, send_update=send_update,
             client_request=peer.request, elicitation=self._elicitation,
+            session_tools=self._session_tools,
             request_timeout=timeout, shell_env=dict(self._shell_env),
         )
         mcp = SessionMcp(Launch(

@@ -9,6 +9,7 @@ from typing import Any
 from services.agent.approval import ApprovalGate
 from services.agent.conversation import Message
 from services.agent.mcp import SessionMcp
+from services.agent.tools import SESSION_TOOLS
 from services.agent.tools.base import Tool, ToolContext
 from services.common.policy import SecurityPolicy
 
@@ -45,5 +46,8 @@ class AgentSession:
         return self.turn is not None and not self.turn.done()
 
     def tools(self, builtin: dict[str, Tool]) -> dict[str, Tool]:
-        """The tools of this session now: the built-in ones and its MCP servers' tools."""
+        """The tools of this session now: the built-in ones (the session tools only when
+        the client serves them) and its MCP servers' tools."""
+        if not self.context.session_tools:
+            builtin = {n: t for n, t in builtin.items() if n not in SESSION_TOOLS}
         return {**builtin, **self.mcp.tools()}

@@ -151,6 +151,26 @@ M_TERMINAL_RELEASE: Final = "terminal/release"
 M_TERMINAL_FOLLOWUPS: Final = (M_TERMINAL_OUTPUT, M_TERMINAL_WAIT, M_TERMINAL_KILL,
                                M_TERMINAL_RELEASE)
 
+# ------------------------------------------------------------------ agent-to-agent (issue 13)
+#: ACP extension methods (underscore-prefixed, ACP "Extensibility") an adapter sends to the
+#: edge for the built-in agent's session tools; each names the calling session.
+M_A2A_SPAWN: Final = "_acpgate/sessions_spawn"
+M_A2A_LIST: Final = "_acpgate/sessions_list"
+M_A2A_HISTORY: Final = "_acpgate/sessions_history"
+M_A2A_SEND: Final = "_acpgate/sessions_send"
+M_A2A_STATUS: Final = "_acpgate/session_status"
+A2A_METHODS: Final = (M_A2A_SPAWN, M_A2A_LIST, M_A2A_HISTORY, M_A2A_SEND, M_A2A_STATUS)
+#: `clientCapabilities._meta.acpgate.sessionTools`: the edge serves the methods above.
+META_SESSION_TOOLS: Final = "sessionTools"
+#: `_meta.acpgate` keys of a permission request relayed for a spawned session, and of
+#: session/list rows (the child's id and agent; its parent and spawner).
+META_CHILD_SESSION_ID: Final = "childSessionId"
+META_AGENT: Final = "agent"
+META_PARENT_SESSION_ID: Final = "parentSessionId"
+META_SPAWNED_BY: Final = "spawnedBy"
+#: The prefix of a relayed permission request's title: "[<agent> · session <id>] ".
+A2A_LABEL: Final = "[{agent} · session {session_id}] "
+
 # ------------------------------------------------------------------ session/update kinds (SPEC §5)
 U_AGENT_MESSAGE: Final = "agent_message_chunk"
 U_AGENT_THOUGHT: Final = "agent_thought_chunk"

@@ -15,14 +15,18 @@ variables are set, then asked again.
 Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 ``session/request_permission`` and ``elicitation/create`` are relayed to the
 client; ``fs/*`` and ``terminal/*`` are decided by the session service and
-relayed or served (:mod:`services.edge.client_methods`); every other method
-is answered -32601. Of the adapter's notifications, ``session/update`` and
-``elicitation/complete`` reach the client, and ``$/cancel_request`` withdraws
-one of the adapter's own pending requests.
+relayed or served (:mod:`services.edge.client_methods`); any other method is
+the host's to serve (the session tools' extension methods, issue 13) or to
+answer -32601. The handshake advertises those methods as
+``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
+notifications, ``session/update`` and ``elicitation/complete`` reach the
+client, and ``$/cancel_request`` withdraws one of the adapter's own pending
+requests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
@@ -58,11 +62,12 @@ from services.common.protocol import (
     META_ACPGATE,
     META_HISTORY,
     META_POLICY,
+    META_SESSION_TOOLS,
     PROTOCOL_VERSION,
     STOP_END_TURN,
 )
 from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
-from services.edge.adapter_link import AdapterExit, AdapterLink, method_not_found
+from services.edge.adapter_link import AdapterExit, AdapterLink
 from services.edge.client_methods import CLIENT_METHODS
 
 log = get_logger("edge.adapter")
@@ -86,6 +91,9 @@ class AdapterHost(Protocol):
     async def notify_client(self, method: str, params: dict[str, Any]) -> None:
         """Pass an adapter notification on to the client (``elicitation/complete``)."""
 
+    async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter request the edge answers itself; raise JsonRpcError (-32601) if none."""
+
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """The adapter's stream ended."""
 
@@ -107,10 +115,13 @@ def initialize_request(client: ClientCapabilities, client_info: Implementation,
                        policy: SecurityPolicy) -> InitializeRequest:
     """The edge's ``initialize`` toward an adapter, for a client that can do ``client``,
     promising what the client and the edge will honour under ``policy``
-    (:func:`services.edge.adapter_caps.client_capabilities`)."""
+    (:func:`services.edge.adapter_caps.client_capabilities`), and that the edge serves the
+    session tools' extension methods (issue 13)."""
+    caps = dataclasses.replace(client_capabilities(client, policy),
+                               meta={META_ACPGATE: {META_SESSION_TOOLS: True}})
     return InitializeRequest(
         protocol_version=PROTOCOL_VERSION,
-        client_capabilities=client_capabilities(client, policy),
+        client_capabilities=caps,
         client_info=client_info,
     )
 
@@ -173,7 +184,8 @@ class AdapterClient:
         return tuple(self._env.values())
 
     async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
-        """Relay permission/elicitation, decide fs/terminal; -32601 for anything else."""
+        """Relay permission/elicitation, decide fs/terminal; the host serves (or refuses)
+        the rest."""
         if method in CLIENT_METHODS:
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
@@ -182,7 +194,7 @@ class AdapterClient:
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
             return await self._host.relay_to_client(method, params)
-        raise method_not_found(method)
+        return await self._host.serve_adapter_request(method, params)
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """Forward the exit to the host."""

@@ -13,7 +13,7 @@ client can close the question it still shows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.protocol import INTERNAL_ERROR
@@ -38,6 +38,15 @@ class ClientErrorAnswer(BackChannelError):
         super().__init__(message)
         self.code = code
         self.data = data
+
+
+class Asking(Protocol):
+    """What a relay needs of a back-channel: a request that is answered, or fails with a
+    :class:`BackChannelError` (a client connection's :class:`BackChannel`, or the relay of
+    a session run for another one, ``services.edge.hosted``)."""
+
+    async def request(self, method: str, params: dict[str, Any], wait_secs: float) -> Any:
+        """Ask and wait for the answer."""
 
 
 class BackChannel:

@@ -51,7 +51,7 @@ from services.common.protocol import (
     POLICY_REFUSED,
 )
 from services.edge.adapter_link import method_not_found
-from services.edge.backchannel import BackChannel, BackChannelError, ClientErrorAnswer
+from services.edge.backchannel import Asking, BackChannelError, ClientErrorAnswer
 
 log = get_logger("edge.client_methods")
 
@@ -134,7 +134,7 @@ class ClientMethods:
     """The fs/terminal requests of one session's adapter."""
 
     def __init__(self, session_stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
-                 backchannel: BackChannel, client_caps: ClientCapabilities,
+                 backchannel: Asking, client_caps: ClientCapabilities,
                  wait_secs: float) -> None:
         self._stub = session_stub
         self._session_id = session_id

@@ -14,15 +14,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from services.common.config import Config
 from services.common.logs import get_logger
+from services.edge import runtime as _runtime
+from services.edge.a2a.methods import A2A_ADAPTER_METHODS
 from services.edge.dispatch import DialectConnection
 from services.edge.handlers import METHODS
 from services.edge.metrics import Metrics
-from services.edge.runtime import EdgeRuntime, open_runtime
+from services.edge.runtime import EdgeRuntime, StartServices
 
 __all__ = ["EdgeRuntime", "Metrics", "open_runtime", "serve_connection"]
 
 log = get_logger("edge.connection")
+
+
+async def open_runtime(cfg: Config, *, version: str, start_services: StartServices | None = None,
+                       health_timeout: float = 10.0) -> EdgeRuntime:
+    """The edge runtime (``services.edge.runtime.open_runtime``) serving the session tools'
+    extension methods to its adapters (issue 13)."""
+    return await _runtime.open_runtime(cfg, version=version, start_services=start_services,
+                                       health_timeout=health_timeout,
+                                       adapter_methods=A2A_ADAPTER_METHODS)
 
 
 async def serve_connection(

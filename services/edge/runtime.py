@@ -4,9 +4,11 @@ It holds the gRPC stubs of the session and lifecycle services, who this edge
 is (name and version, for both ACP handshakes), the registry of active sessions
 with the ``max_sessions`` slots (SPEC §9), the idle reaper, this host's claims
 on the sessions it serves and their heartbeat (:mod:`services.edge.claims`),
-and the one way a session is released: adapter detached, lease closed through
-lifecycle ``CloseSession``, row marked inactive and its claim dropped (never
-deleted).
+and the one way a session is released: its dependents first (the sessions it
+spawned and those the edge runs for it, issue 13), then adapter detached, lease
+closed through lifecycle ``CloseSession``, row marked inactive and its claim
+dropped (never deleted). The adapter methods the edge serves itself (the
+session tools) are handed in by whoever composes the runtime.
 
 The edge never starts a service itself. When ``[services]`` leaves an address
 empty (embedded mode), whoever composes the process passes a
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,8 +35,9 @@ from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.edge.claims import HostClaims
+from services.edge.hosted import HostedPort
 from services.edge.metrics import Metrics
-from services.edge.session import EdgeSession
+from services.edge.session import AdapterMethod, EdgeSession
 
 log = get_logger("edge.runtime")
 
@@ -103,8 +106,11 @@ class EdgeRuntime:
         version: str,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        adapter_methods: Mapping[str, AdapterMethod] | None = None,
     ) -> None:
         self.cfg = cfg
+        #: Adapter→client requests the edge serves itself (method → handler).
+        self.adapter_methods: Mapping[str, AdapterMethod] = adapter_methods or {}
         #: acpgate's version, as both handshakes report it.
         self.version = version
         self.metrics = metrics or Metrics()
@@ -176,19 +182,33 @@ class EdgeRuntime:
         await self.release(session, reason)
 
     async def release(self, session: EdgeSession, reason: str) -> None:
-        """Detach the adapter, close the lease, mark the row inactive and drop this host's
-        claim (never another host's). Idempotent."""
+        """Release the session's dependents, then detach the adapter, close the lease, mark
+        the row inactive and drop this host's claim (never another host's). Idempotent."""
         if session.released:
             return
         session.released = True
+        dependents = self.dependents(session)
+        if dependents:
+            await asyncio.gather(*(self.deactivate(d, f"parent_{reason}") for d in dependents),
+                                 return_exceptions=True)
         if session.turn is not None:
             session.cancel()
+        if isinstance(session.port, HostedPort):
+            session.port.sessions.pop(session.session_id, None)
         if session.adapter is not None:
             with contextlib.suppress(Exception):
                 await session.adapter.close()
         await self.close_lease(session.lease_id, session.session_key, reason)
         await self.claims.release(session.session_id)
         log.info("session_released", session_id=session.session_id, reason=reason)
+
+    def dependents(self, session: EdgeSession) -> list[EdgeSession]:
+        """The live sessions that close with ``session`` (issue 13): those it spawned (by
+        their stored parent key) and those the edge runs for it."""
+        return [other for other in self.registry.active.values()
+                if other is not session and (
+                    (session.store_key and other.parent_key == session.store_key)
+                    or (isinstance(other.port, HostedPort) and other.port.host is session))]
 
     async def close_lease(self, lease_id: str, session_key: str, reason: str) -> None:
         """lifecycle ``CloseSession`` (verify, then reap); failures are logged, not raised."""
@@ -243,6 +263,7 @@ async def open_runtime(
     version: str,
     start_services: StartServices | None = None,
     health_timeout: float = 10.0,
+    adapter_methods: Mapping[str, AdapterMethod] | None = None,
 ) -> EdgeRuntime:
     """Connect to the configured services, or have the missing ones started (SPEC §0).
 
@@ -250,7 +271,9 @@ async def open_runtime(
     service inside this process (embedded mode, see ``acpgate.embedded``); the
     runtime stops it again on :meth:`EdgeRuntime.close`. Each service must
     report SERVING within ``health_timeout`` seconds. ``version`` is acpgate's
-    version, passed in by the command line.
+    version, passed in by the command line; ``adapter_methods`` the adapter
+    requests the edge serves itself (``services.edge.connection`` passes the
+    session tools').
     """
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
@@ -278,7 +301,8 @@ async def open_runtime(
             with contextlib.suppress(Exception):
                 await hosted.stop()
         raise
-    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version)
+    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
+                          adapter_methods=adapter_methods)
     runtime._hosted = hosted
     try:
         await runtime._start()

@@ -4,12 +4,17 @@ The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
 it: streams the adapter's updates to the owning client in order, accumulates
 the turn, relays permission requests with ``zc-out-N`` ids, applies cancel,
 and writes each completed turn in one ``AppendTurn``.
+
+Agent-to-agent sessions (issue 13): a session knows its stored key and its
+parent's; the adapter's extension requests (the session tools) go to the
+runtime's table of adapter methods; cancelling a session also cancels the
+running turns of its children and the turns it asked other sessions for.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,9 +39,9 @@ from services.common.protocol import (
 )
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
-from services.edge.adapter_link import AdapterExit, AdapterGone
+from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
 from services.edge.backchannel import (
-    BackChannel,
+    Asking,
     BackChannelError,
     BackChannelTimeout,
     ClientErrorAnswer,
@@ -56,10 +61,21 @@ log = get_logger("edge.session")
 CANCEL_GRACE_SECS = 10.0
 
 
-class ClientPort(Protocol):
-    """The owning client connection, as a session sees it."""
+#: An adapter→client request the edge serves itself (the session tools' extension
+#: methods): the session it came from and its params → the result.
+AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
 
-    backchannel: BackChannel
+
+class ClientPort(Protocol):
+    """The owning client connection, as a session sees it (or the session it runs for)."""
+
+    @property
+    def client_capabilities(self) -> ClientCapabilities:
+        """What the client said it can do in ``initialize`` (passed on to adapters)."""
+
+    @property
+    def backchannel(self) -> Asking:
+        """Requests to the human behind the port (permission, elicitation)."""
 
     async def send_many(self, lines: list[str]) -> None:
         """Write several lines/frames to the client, in order, with nothing in between."""
@@ -72,6 +88,9 @@ class TurnState:
     acc: TurnAccumulator | None = None
     cancelled: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The session whose session tool started this turn (sessions_spawn/sessions_send):
+    #: cancelling that session cancels this turn too.
+    requested_by: EdgeSession | None = None
 
 
 def cancelled_update(session_id: str) -> dict[str, Any]:
@@ -105,6 +124,12 @@ class EdgeSession:
         #: ACP additionalDirectories: the session's extra roots (real paths).
         self.additional_directories = list(row.additional_directories)
         self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
+        #: The key the store knows this session by: the requester of its session tools.
+        self.store_key = self.session_key
+        #: The session that spawned this one ("" for a top-level session).
+        self.parent_key = row.ownership.parent_session_key
+        #: Where the sessions the edge runs for this one live (``services.edge.hosted``).
+        self.hosted: Any = None
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
         self._client_methods: ClientMethods | None = None
@@ -169,6 +194,19 @@ class EdgeSession:
             await self.port.send_many(lines)
         except (ConnectionError, OSError):
             log.info("client_gone_during_update", session_id=self.session_id)
+
+    async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter request the edge answers itself (the session tools), else -32601."""
+        handler = self.adapter_methods.get(method)
+        if handler is None:
+            raise method_not_found(method)
+        self.touch()
+        return await handler(self, params)
+
+    @property
+    def adapter_methods(self) -> Mapping[str, AdapterMethod]:
+        """The runtime's table of adapter methods."""
+        return self.runtime.adapter_methods
 
     async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
         """Re-issue an adapter request to the client; fall back to a denial on any failure."""
@@ -320,16 +358,29 @@ class EdgeSession:
                                f"Turn completed but could not be stored: {exc.code().name}") from None
 
     def cancel(self) -> bool:
-        """Interrupt the running turn (SPEC §7). False when no turn runs."""
+        """Interrupt the running turn (SPEC §7), and the running turns of this session's
+        children and of the turns it asked other sessions for (issue 13; they stay
+        open). False when this session itself runs no turn."""
+        return self._cancel_tree({self})
+
+    def _cancel_tree(self, seen: set[EdgeSession]) -> bool:
         turn = self.turn
-        if turn is None or turn.cancelled:
-            return False
-        turn.cancelled = True
-        if turn.acc is not None and self.adapter is not None:
-            self.adapter.cancel()
-        for waiter in list(self._relays):
-            waiter.cancel()
-        return True
+        mine = turn is not None and not turn.cancelled
+        if turn is not None and mine:
+            turn.cancelled = True
+            if turn.acc is not None and self.adapter is not None:
+                self.adapter.cancel()
+            for waiter in list(self._relays):
+                waiter.cancel()
+        for other in list(self.runtime.registry.active.values()):
+            if other in seen:
+                continue
+            theirs = other.turn
+            if (self.store_key and other.parent_key == self.store_key) or (
+                    theirs is not None and theirs.requested_by is self):
+                seen.add(other)
+                other._cancel_tree(seen)
+        return mine
 
     async def wait_turn(self) -> None:
         """Wait until no turn runs."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Protocol
 
 import grpc
 
@@ -25,12 +26,30 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.claims import refusal
-from services.edge.dispatch import DialectConnection
 from services.edge.errors import start_failed
 from services.edge.runtime import EdgeRuntime
-from services.edge.session import EdgeSession
+from services.edge.session import ClientPort, EdgeSession
 
 log = get_logger("edge.dialect")
+
+
+class SessionHome(ClientPort, Protocol):
+    """What a session is set up for and lives in: a client connection
+    (``DialectConnection``), or the stand-in of a session the edge runs for another
+    one (``services.edge.hosted.HostedPort``)."""
+
+    runtime: EdgeRuntime
+    #: Who the home acts as ("" = the local operator; see ``serve_connection``).
+    principal: str
+    #: Its active sessions, by id.
+    sessions: dict[str, EdgeSession]
+
+    @property
+    def closed(self) -> bool:
+        """True once the home has gone (its sessions are being released)."""
+
+    async def send(self, line: str) -> None:
+        """Write one line to the client."""
 
 
 @contextmanager
@@ -55,7 +74,7 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
     return SecurityPolicy.from_proto(p)
 
 
-async def spawn_adapter(conn: DialectConnection, session: EdgeSession,
+async def spawn_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy) -> AdapterClient:
     """Ensure a lease, attach, initialize, record what the adapter can do.
 
@@ -99,7 +118,7 @@ async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
     await runtime.release(session, "failed")
 
 
-async def mark_active(conn: DialectConnection, session: EdgeSession, adapter_sid: str,
+async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
                       alias: str | None = None, *, mcp_servers_json: str | None = None,
                       additional_directories: Sequence[str] | None = None) -> None:
     """Store the session as active (with its new alias, MCP server list and extra roots, if

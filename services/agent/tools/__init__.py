@@ -8,11 +8,21 @@ from services.agent.tools.base import Tool
 from services.agent.tools.deliver import DeliverFileTool
 from services.agent.tools.read import FileReadTool
 from services.agent.tools.search import ContentSearchTool, GlobTool
+from services.agent.tools.session_status import SessionStatusTool
+from services.agent.tools.sessions_history import SessionsHistoryTool
+from services.agent.tools.sessions_list import SessionsListTool
+from services.agent.tools.sessions_send import SessionsSendTool
+from services.agent.tools.sessions_spawn import SessionsSpawnTool
 from services.agent.tools.shell import ShellTool
 from services.agent.tools.todo import TodoTool
 from services.agent.tools.write import FileEditTool, FileWriteTool
 
-__all__ = ["Tool", "all_tools", "tool_specs"]
+__all__ = ["SESSION_TOOLS", "Tool", "all_tools", "tool_specs"]
+
+#: The tools that reach other sessions through the edge (``sessions_call``): offered
+#: only when the client serves them (``clientCapabilities._meta.acpgate.sessionTools``).
+SESSION_TOOLS = frozenset({"sessions_spawn", "sessions_list", "sessions_history",
+                           "sessions_send", "session_status"})
 
 
 def all_tools() -> dict[str, Tool]:
@@ -20,6 +30,8 @@ def all_tools() -> dict[str, Tool]:
     tools: list[Tool] = [
         ShellTool(), FileReadTool(), FileWriteTool(), FileEditTool(), GlobTool(),
         ContentSearchTool(), DeliverFileTool(), AskUserTool(), TodoTool(),
+        SessionsSpawnTool(), SessionsListTool(), SessionsHistoryTool(), SessionsSendTool(),
+        SessionStatusTool(),
     ]
     return {t.name: t for t in tools}
 

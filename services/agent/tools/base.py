@@ -32,6 +32,8 @@ class ToolContext:
     request_timeout: float = 3600.0
     #: Environment for shell commands (API keys removed).
     shell_env: dict[str, str] = field(default_factory=dict)
+    #: The client serves the session tools' extension methods (the acpgate edge does).
+    session_tools: bool = False
 
 
 @dataclass

@@ -24,7 +24,9 @@ AGENT_KINDS = ("builtin", "acp")
 PROVIDERS = ("demo", "openai", "anthropic")
 
 #: Tools that only read; they never ask in supervised mode unless listed in always_ask.
-DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file")
+DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file",
+                        # what SPEC §14 visibility already lets a session see (issue 13)
+                        "sessions_list", "sessions_history", "session_status")
 #: Paths no agent touches unless they lie inside an allowed root: credentials
 #: and kernel interfaces (``/proc/<pid>/environ`` holds API keys). Not all of
 #: ``/etc``: a shell needs its resolver, certificates and libraries to work.

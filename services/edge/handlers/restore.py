@@ -56,6 +56,7 @@ from services.edge.params import (
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
+    SessionHome,
     abandon,
     mark_active,
     reserved_slot,
@@ -80,7 +81,7 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     return await restore(conn, params, replay=False)
 
 
-async def restore(conn: DialectConnection, params: dict[str, Any], *,
+async def restore(conn: SessionHome, params: dict[str, Any], *,
                   replay: bool) -> dict[str, Any]:
     """Bring stored session ``params.sessionId`` back on this connection (steps: module doc)."""
     rt = conn.runtime
@@ -181,7 +182,7 @@ async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
         raise grpc_error(exc, row.session_id) from None
 
 
-def _restored_session(conn: DialectConnection, row: session_pb2.SessionRow,
+def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
                       agent: session_pb2.ResolvedAgent) -> EdgeSession:
     """The edge session for ``row``; restored onto another agent, it gets a new key."""
     session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
@@ -192,7 +193,7 @@ def _restored_session(conn: DialectConnection, row: session_pb2.SessionRow,
 
 
 async def _spawn_while_history_streams(
-    conn: DialectConnection, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+    conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
     policy: SecurityPolicy,
 ) -> tuple[AdapterClient, list[session_pb2.HistoryItem]]:
     """Start the adapter while the stored history streams in (both take tens of ms)."""
@@ -267,7 +268,7 @@ async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_
     return adapter_sid
 
 
-async def _replay_history(conn: DialectConnection, sid: str,
+async def _replay_history(conn: SessionHome, sid: str,
                           items: list[session_pb2.HistoryItem]) -> None:
     """session/load: every stored update, in order, as ``session/update`` notifications."""
     lines = [notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": u})
@@ -278,7 +279,7 @@ async def _replay_history(conn: DialectConnection, sid: str,
             await conn.send_many(lines[start:start + _REPLAY_CHUNK])
 
 
-async def _replay_plan(conn: DialectConnection, sid: str, row: session_pb2.SessionRow) -> None:
+async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:
     """session/resume: only the stored plan, if there is a readable one."""
     if not row.plan_json:
         return

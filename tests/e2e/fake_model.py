@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tests.agent.fake_http import FakeProviderServer, Recorded, Reply, sse
@@ -39,10 +40,12 @@ def tool_reply(*calls: tuple[str, dict[str, Any]]) -> Reply:
 
 
 class ModelServer:
-    """``with ModelServer([...]) as model: model.url`` — the scripted model on a local port."""
+    """``with ModelServer([...]) as model: model.url`` — the scripted model on a local port;
+    a ``responder`` computes the replies after the scripted ones (in the server's thread)."""
 
-    def __init__(self, replies: list[Reply]) -> None:
-        self._server = FakeProviderServer(replies)
+    def __init__(self, replies: list[Reply],
+                 responder: Callable[[Recorded], Reply] | None = None) -> None:
+        self._server = FakeProviderServer(replies, responder)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 

@@ -33,6 +33,7 @@ from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
+    MSG_REQUESTER_CANCELLED,
     MSG_SESSION_BUSY,
     SESSION_BUSY,
     STOP_CANCELLED,
@@ -113,6 +114,9 @@ async def send(requester: EdgeSession, target_id: str, message: str,
 async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bool,
                 about: dict[str, Any]) -> dict[str, Any]:
     """Run ``text`` as a turn of ``target`` for ``requester``; busy → -32002."""
+    asking = requester.turn
+    if asking is not None and asking.cancelled:  # cancelled while this was being set up
+        raise JsonRpcError(INTERNAL_ERROR, MSG_REQUESTER_CANCELLED)
     turn = target.reserve_turn()
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=target.session_id))

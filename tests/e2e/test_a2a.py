@@ -230,3 +230,87 @@ def test_cancel_of_the_parent_cancels_the_child_turn_and_keeps_the_child(
         finally:
             assert acp.close() == 0
             acp.kill()
+
+
+def test_a_child_asks_the_parents_human_under_the_parents_autonomy(tmp_path: Path,
+                                                                   workspace: Path) -> None:
+    """A child of a supervised parent on an agent configured `full` runs supervised: its
+    shell command asks — through the parent's connection, labelled — instead of running."""
+    script = Script(
+        lambda o: tool_reply(("sessions_spawn", {"agent": "worker", "prompt": "!echo hi"})),
+        lambda o: text_reply("asked"),
+    )
+    asked: list[dict[str, Any]] = []
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        choice = "reject-once" if child_of(params) else "allow-once"
+        return {"outcome": {"outcome": "selected", "optionId": choice}}
+
+    with ModelServer([], script) as model:
+        worker = '\n[agents.worker]\nkind = "builtin"\nprovider = "demo"\nmodel = "demo"\n' \
+                 'autonomy = "full"\n'
+        cfg = write_config(tmp_path / "cfg", default_agent="boss", autonomy="supervised",
+                           extra=agent_entry("boss", model) + worker)
+        acp = AcpProcess(cfg)
+        try:
+            acp.handlers["session/request_permission"] = answer
+            psid = acp.new_session(cwd=str(workspace))
+            before, resp = acp.call("session/prompt", {"sessionId": psid, "prompt": "go"})
+            assert resp["result"]["content"] == "asked"
+            spawn = json.loads(tool_outputs(before, psid)["sessions_spawn"])
+            cid = spawn["sessionId"]
+            relayed = [p for p in asked if child_of(p)]
+            assert len(relayed) == 1, asked
+            assert relayed[0]["sessionId"] == psid
+            assert relayed[0]["_meta"]["acpgate"] == {"childSessionId": cid, "agent": "worker"}
+            assert relayed[0]["toolCall"]["title"] == f"[worker · session {cid}] Approve shell?"
+            assert relayed[0]["toolCall"]["rawInput"]["tool"] == "shell"
+            assert "denied" in spawn["reply"].lower() or "reject" in spawn["reply"].lower(), spawn
+        finally:
+            assert acp.close() == 0
+            acp.kill()
+
+
+def test_startup_reap_covers_a_childs_lease_and_the_child_outlives_a_restart(
+        tmp_path: Path, workspace: Path) -> None:
+    """acpgate dies (SIGKILL): the child's lease is left open like any other; the next start
+    reaps it; the stored child is brought up again by the parent's next send."""
+    script = Script(
+        lambda o: tool_reply(("sessions_spawn", {"agent": "sdk", "prompt": "first"})),
+        lambda o: text_reply("spawned"),
+        lambda o: tool_reply(("sessions_send", {"sessionId": spawned(o), "message": "again"})),
+        lambda o: text_reply("sent"),
+    )
+    with ModelServer([], script) as model:
+        first = start(tmp_path, model)
+        first.handlers["session/request_permission"] = lambda p: {
+            "outcome": {"outcome": "selected", "optionId": "allow-once"}}
+        try:
+            psid = first.new_session(cwd=str(workspace))
+            before, resp = first.call("session/prompt", {"sessionId": psid, "prompt": "go"})
+            assert resp["result"]["content"] == "spawned"
+            cid = json.loads(tool_outputs(before, psid)["sessions_spawn"])["sessionId"]
+            child_key = f"agent:sdk:acp:{cid}"
+            state, pids = lease_pids(first.config_dir, child_key)
+            assert state == "open" and pids
+        finally:
+            first.kill()
+        assert gone(pids), "the wrapper kills its adapter when the lifecycle service dies"
+        assert lease_pids(first.config_dir, child_key)[0] == "open", "nobody closed it"
+
+        second = AcpProcess(first.config_dir)
+        second.handlers = first.handlers
+        try:
+            second.result("initialize", {"protocolVersion": 1})  # serving: the reap ran
+            assert lease_pids(second.config_dir, child_key)[0] in ("closed", "lost")
+            assert second.result("session/resume", {"sessionId": psid}) == {}
+            before, resp = second.call("session/prompt", {"sessionId": psid, "prompt": "more"})
+            assert resp["result"]["content"] == "sent", resp
+            assert json.loads(tool_outputs(before, psid)["sessions_send"])["reply"] == \
+                "echo: again"
+            state, pids = lease_pids(second.config_dir, child_key)
+            assert state == "open" and pids, "a new lease serves the restored child"
+        finally:
+            assert second.close() == 0
+            second.kill()

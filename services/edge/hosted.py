@@ -24,13 +24,13 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from services.common.acp.schema import ClientCapabilities
 from services.common.protocol import (
     A2A_LABEL,
     META_ACPGATE,
     META_AGENT,
     META_CHILD_SESSION_ID,
 )
-from services.common.acp.schema import ClientCapabilities
 from services.edge.backchannel import ClientGone
 
 if TYPE_CHECKING:
@@ -114,5 +114,4 @@ def hosted_port(host: EdgeSession) -> HostedPort:
     """The :class:`HostedPort` of ``host``, made on first use."""
     if host.hosted is None:
         host.hosted = HostedPort(host)
-    port: HostedPort = host.hosted
-    return port
+    return host.hosted

@@ -53,6 +53,7 @@ from services.edge.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.turn import TurnAccumulator
 
 if TYPE_CHECKING:
+    from services.edge.hosted import HostedPort
     from services.edge.runtime import EdgeRuntime
 
 log = get_logger("edge.session")
@@ -128,8 +129,8 @@ class EdgeSession:
         self.store_key = self.session_key
         #: The session that spawned this one ("" for a top-level session).
         self.parent_key = row.ownership.parent_session_key
-        #: Where the sessions the edge runs for this one live (``services.edge.hosted``).
-        self.hosted: Any = None
+        #: Where the sessions the edge runs for this one live (made on first use).
+        self.hosted: HostedPort | None = None
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
         self._client_methods: ClientMethods | None = None

@@ -25,20 +25,13 @@ from services.common.protocol import (
     MSG_UNKNOWN_AGENT,
 )
 from tests.session.conftest import make_cfg
+from tests.session.test_grpc import _code
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import ServerFactory
 
 OWNER = "client:tok1"
-
-
-async def _code(call: object) -> tuple[grpc.StatusCode, str]:
-    try:
-        await call  # type: ignore[misc]
-    except grpc.aio.AioRpcError as exc:
-        return exc.code(), exc.details() or ""
-    raise AssertionError("call succeeded")
 
 
 def _cfg(root: Path, store: StoreSection, **levels: str) -> Config:

@@ -31,7 +31,7 @@ from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx
 from services.session.rpcs.reads import ReadRpcs
 from services.session.rpcs.rows import RowRpcs
-from services.session.store import InvalidItem, SessionExists, SessionNotFound
+from services.session.store import SessionNotFound
 from services.session.workspace import WorkspaceError
 
 __all__ = ["A2aRpcs"]
@@ -69,19 +69,11 @@ class A2aRpcs(RowRpcs, ReadRpcs):
                                await effective_autonomy(self._cfg, self._store, parent))
         policy = cap_policy(policy_for(self._cfg, alias, workspace), level)
         owner = parent.ownership.owner_session_key or parent.ownership.session_key
-        try:
-            rec = await self._store.create_session(
-                request.session_id, alias, workspace, spawned_by=key, parent_session_key=key,
-                owner_session_key=owner, gateway_instance_id=request.gateway_instance_id)
-            if request.label.strip():
-                rec = await self._store.update_session(rec.session_id, title=request.label)
-        except InvalidItem as exc:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except SessionExists as exc:
-            await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
-        if request.gateway_instance_id:  # a new id: nobody else can hold it yet
-            rec = await self._claim(rec.session_id, request.gateway_instance_id, request.host,
-                                    context)
+        rec = await self._create(
+            context, request.session_id, alias, workspace,
+            gateway_instance_id=request.gateway_instance_id, host=request.host,
+            title=request.label, spawned_by=key, parent_session_key=key,
+            owner_session_key=owner)
         log.info("session_spawned", session_id=rec.session_id, agent=alias,
                  parent_session_id=parent.session_id, autonomy=policy.autonomy)
         return pb.SpawnSessionResponse(

@@ -3,6 +3,8 @@ and the claims of several hosts on them: claim, renew, release."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
@@ -31,27 +33,40 @@ class RowRpcs(RpcBase):
         self, request: pb.CreateSessionRequest, context: Ctx
     ) -> pb.SessionRow:
         """Write a new row with SPEC §13 ownership."""
+        rec = await self._create(
+            context, request.session_id, request.agent_alias, request.workspace_dir,
+            spawned_by=request.spawned_by,
+            parent_session_key=request.parent_session_key,
+            owner_session_key=request.owner_session_key,
+            gateway_instance_id=request.gateway_instance_id,
+            host=request.host,
+            mcp_servers_json=request.mcp_servers_json,
+            additional_directories=request.additional_directories,
+        )
+        log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
+        return row_to_pb(rec)
+
+    async def _create(self, context: Ctx, session_id: str, alias: str, workspace_dir: str, *,
+                      gateway_instance_id: str, host: str, title: str = "",
+                      additional_directories: Sequence[str] = (),
+                      **fields: str) -> SessionRecord:
+        """A new row (INVALID_ARGUMENT / ALREADY_EXISTS when refused), titled if ``title``,
+        claimed by ``gateway_instance_id`` when one is given; ``fields`` are the store's
+        other text columns (ownership, MCP servers). CreateSession and SpawnSession
+        both write rows through here."""
         try:
             rec = await self._store.create_session(
-                request.session_id,
-                request.agent_alias,
-                request.workspace_dir,
-                spawned_by=request.spawned_by,
-                parent_session_key=request.parent_session_key,
-                owner_session_key=request.owner_session_key,
-                gateway_instance_id=request.gateway_instance_id,
-                mcp_servers_json=request.mcp_servers_json,
-                additional_directories=tuple(request.additional_directories),
-            )
+                session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
+                additional_directories=tuple(additional_directories), **fields)
+            if title.strip():
+                rec = await self._store.update_session(rec.session_id, title=title)
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:
             await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
-        if request.gateway_instance_id:  # a new id: nobody else can hold it yet
-            rec = await self._claim(rec.session_id, request.gateway_instance_id, request.host,
-                                    context)
-        log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
-        return row_to_pb(rec)
+        if gateway_instance_id:  # a new id: nobody else can hold it yet
+            rec = await self._claim(rec.session_id, gateway_instance_id, host, context)
+        return rec
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Ctx) -> pb.SessionRow:
         """One row (trusted callers; no visibility check)."""

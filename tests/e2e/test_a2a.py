@@ -171,6 +171,16 @@ def test_spawn_send_history_status_list_and_close_reaps_the_child(tmp_path: Path
                     stored["owner_session_key"], stored["workspace_dir"], stored["title"]) == (
                 "sdk", parent_key, parent_key, parent_key, str(workspace), "helper")
 
+            # What the user sees in session/list after the spawn (the operator: all rows).
+            acp_rows = {r["sessionId"]: r for r in acp.result("session/list", {})["sessions"]}
+            # One _meta.acpgate: the lineage beside the stored token totals (issue 17).
+            metas = {s: dict(r["_meta"]["acpgate"]) for s, r in acp_rows.items()}
+            assert all("totalTokens" in m.pop("usage") for m in metas.values())
+            assert metas[psid] == {"agent": "boss"}
+            assert metas[cid] == {
+                "agent": "sdk", "parentSessionId": psid, "spawnedBy": parent_key}
+            assert acp_rows[cid]["title"] == "helper"
+
             child_key = f"agent:sdk:acp:{cid}"
             state, pids = lease_pids(acp.config_dir, child_key)
             assert state == "open" and len(pids) >= 2, "wrapper and SDK agent are running"

@@ -1,15 +1,15 @@
 """SPEC §8: what the dialect answers from the stored rows alone, no adapter involved.
 
 ``session/list`` pages through the sessions this connection's principal may
-see (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and the
-stored token totals in ``_meta.acpgate.usage``); an inbound ``session/update``
+see (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and in
+``_meta.acpgate`` the agent, a spawned session's lineage and the stored token
+totals, ``usage``); an inbound ``session/update``
 or ``session/event`` marks activity on one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 from typing import Any
 
@@ -17,18 +17,17 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.protocol import META_ACPGATE
+from services.edge.a2a.views import iso, lineage
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 from services.edge.params import first_str, session_id
 from services.edge.visibility import list_visibility, visible_row
 
 
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
-
-
 async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """SPEC §8: every session this connection's principal may see, in ACP shape."""
+    """SPEC §8: every session this connection's principal may see, in ACP shape; each row's
+    ``_meta.acpgate`` names its agent and, for a spawned session, ``parentSessionId`` and
+    ``spawnedBy``."""
     cwd = first_str(params, "cwd") or ""
     if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
         try:
@@ -50,14 +49,17 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
 
 
 def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
-    """One stored row as an ACP ``SessionInfo``."""
+    """One stored row as an ACP ``SessionInfo``; its ``_meta.acpgate`` names its agent,
+    for a spawned session ``parentSessionId`` and ``spawnedBy``, and the token ``usage``."""
     info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
     if row.additional_directories:
         info["additionalDirectories"] = list(row.additional_directories)
     if row.title:
         info["title"] = row.title
-    info["updatedAt"] = _iso(row.last_activity or row.created_at)
-    info["_meta"] = {META_ACPGATE: {"usage": {
+    info["updatedAt"] = iso(row.last_activity or row.created_at)
+    # One _meta.acpgate: who the session runs as and, for a spawned one, its lineage
+    # (issue 13), and its stored token totals.
+    info["_meta"] = {META_ACPGATE: {**lineage(row), "usage": {
         "inputTokens": row.input_tokens, "outputTokens": row.output_tokens,
         "totalTokens": row.token_count}}}
     return info

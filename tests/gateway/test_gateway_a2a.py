@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
@@ -35,6 +36,18 @@ CLOSED = (lifecycle_pb2.LEASE_STATE_CLOSED, lifecycle_pb2.LEASE_STATE_LOST)
 
 def auth(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
+
+
+async def spawning_turn(client: RawClient, ws: Path, reply: str) -> tuple[str, dict[str, Any]]:
+    """A new ``boss`` session and its turn (the model spawns, then says ``reply``): the
+    session id and the sessions_spawn tool call's final update."""
+    psid = (await client.result("session/new", {"agentAlias": "boss",
+                                                "cwd": str(ws)}))["sessionId"]
+    seen, resp = await client.call("session/prompt", {"sessionId": psid, "prompt": "go"})
+    assert resp["result"]["content"] == reply, resp
+    done = [u for u in updates(seen, psid) if u["sessionUpdate"] == "tool_call_update"]
+    assert len(done) == 1, done
+    return psid, done[0]
 
 
 async def eventually(check: Callable[[], bool], what: str, secs: float = 15.0) -> None:
@@ -58,15 +71,9 @@ async def test_a_child_is_in_its_owners_list_with_its_lineage_and_hidden_from_ot
         async with full_stack(cfg) as stack:
             async with connect(stack.edge.url, proxy=None, additional_headers=auth(alice)) as wa:
                 a = RawClient(wa, select("allow-once"))
-                psid = (await a.result("session/new", {"agentAlias": "boss",
-                                                       "cwd": str(ws)}))["sessionId"]
-                seen, resp = await a.call("session/prompt", {"sessionId": psid,
-                                                             "prompt": "delegate"})
-                assert resp["result"]["content"] == "spawned", resp
-                done = [u for u in updates(seen, psid)
-                        if u["sessionUpdate"] == "tool_call_update"]
-                assert done and done[0]["status"] == "completed", done
-                cid = json.loads(done[0]["rawOutput"])["sessionId"]
+                psid, done = await spawning_turn(a, ws, "spawned")
+                assert done["status"] == "completed", done
+                cid = json.loads(done["rawOutput"])["sessionId"]
                 parent_key = f"agent:boss:acp:{psid}"
 
                 listed = {r["sessionId"]: r for r in
@@ -126,12 +133,8 @@ async def test_cancel_of_an_idle_parent_cancels_a_background_child_turn_and_keep
         async with full_stack(cfg) as stack:
             async with connect(stack.edge.url, proxy=None, additional_headers=auth(alice)) as wa:
                 a = RawClient(wa, select("allow-once"))
-                psid = (await a.result("session/new", {"agentAlias": "boss",
-                                                       "cwd": str(ws)}))["sessionId"]
-                seen, resp = await a.call("session/prompt", {"sessionId": psid, "prompt": "go"})
-                assert resp["result"]["content"] == "started", resp
-                out = json.loads(next(u["rawOutput"] for u in updates(seen, psid)
-                                      if u["sessionUpdate"] == "tool_call_update"))
+                psid, done = await spawning_turn(a, ws, "started")
+                out = json.loads(done["rawOutput"])
                 assert out["status"] == "running", out
                 child = stack.runtime.registry.active[out["sessionId"]]
 

@@ -65,12 +65,14 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
 
 
 async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
-                         additional_directories: Sequence[str] = ()) -> SecurityPolicy:
+                         additional_directories: Sequence[str] = (),
+                         session_id: str = "") -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
-    extra roots."""
+    extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy,
+    issue 13)."""
     p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
         alias=alias, workspace_dir=workspace_dir,
-        additional_directories=list(additional_directories)))
+        additional_directories=list(additional_directories), session_id=session_id))
     return SecurityPolicy.from_proto(p)
 
 

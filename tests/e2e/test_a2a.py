@@ -245,7 +245,8 @@ def test_cancel_of_the_parent_cancels_the_child_turn_and_keeps_the_child(
 def test_a_child_asks_the_parents_human_under_the_parents_autonomy(tmp_path: Path,
                                                                    workspace: Path) -> None:
     """A child of a supervised parent on an agent configured `full` runs supervised: its
-    shell command asks — through the parent's connection, labelled — instead of running."""
+    shell command asks — through the parent's connection, labelled — instead of running;
+    and still asks when the child is resumed on its own after the parent closed."""
     script = Script(
         lambda o: tool_reply(("sessions_spawn", {"agent": "worker", "prompt": "!echo hi"})),
         lambda o: text_reply("asked"),
@@ -277,6 +278,14 @@ def test_a_child_asks_the_parents_human_under_the_parents_autonomy(tmp_path: Pat
             assert relayed[0]["toolCall"]["title"] == f"[worker · session {cid}] Approve shell?"
             assert relayed[0]["toolCall"]["rawInput"]["tool"] == "shell"
             assert "denied" in spawn["reply"].lower() or "reject" in spawn["reply"].lower(), spawn
+
+            # Restored on its own later (the parent closed), the child is still capped.
+            asked.clear()
+            assert acp.result("session/close", {"sessionId": psid}) == {}
+            assert acp.result("session/resume", {"sessionId": cid}) == {}
+            acp.result("session/prompt", {"sessionId": cid, "prompt": "!echo hi"})
+            assert [(p["sessionId"], p["toolCall"]["rawInput"]["tool"]) for p in asked] == [
+                (cid, "shell")], "a restored child ran with its alias's own autonomy"
         finally:
             assert acp.close() == 0
             acp.kill()

@@ -181,6 +181,29 @@ async def test_a_child_never_has_more_autonomy_than_its_parent(
     assert top.autonomy == parent_level
 
 
+async def test_a_childs_client_methods_are_decided_under_the_capped_autonomy(
+        serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
+    """CheckOperation (an external child's fs/terminal requests) applies the same cap: a
+    child on a `full` alias under a `readonly` parent may read, never write or execute."""
+    _, stub = await serve(_cfg(short_dir, StoreSection(), alpha="readonly", beta="full"))
+    parent = await _parent(stub, workspace)
+    await _spawn(stub, parent, "c1")
+    await stub.CreateSession(pb.CreateSessionRequest(  # beta on its own: full
+        session_id="solo", agent_alias="beta", workspace_dir=str(workspace)))
+    target = str(workspace / "new.txt")
+
+    async def check(sid: str, op: int, path: str = target) -> bool:
+        got = await stub.CheckOperation(pb.CheckOperationRequest(
+            session_id=sid, operation=op, path=path))
+        return got.allowed
+
+    assert await check("c1", pb.OPERATION_READ, str(workspace))
+    assert not await check("c1", pb.OPERATION_WRITE)
+    assert not await check("c1", pb.OPERATION_EXECUTE, "")
+    assert await check("solo", pb.OPERATION_WRITE)
+    assert await check("solo", pb.OPERATION_EXECUTE, "")
+
+
 async def test_send_to_session_checks_like_a_missing_row(serve: ServerFactory, short_dir: Path,
                                                          workspace: Path) -> None:
     """The send check: a hidden row and a missing one answer alike; a visible one is touched."""

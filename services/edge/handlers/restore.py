@@ -174,10 +174,11 @@ def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb
 
 async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
                   row: session_pb2.SessionRow) -> SecurityPolicy:
-    """The restored session's policy: its workspace and its extra roots."""
+    """The restored session's policy: its workspace and its extra roots; with its id, so a
+    spawned session comes back no freer than its parent (issue 13)."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
-                                    row.additional_directories)
+                                    row.additional_directories, row.session_id)
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, row.session_id) from None
 

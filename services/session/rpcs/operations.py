@@ -4,7 +4,8 @@ An adapter behind the edge may ask its client to read or write a file
 (``fs/*``) or to run a command (``terminal/create``). Whether the session's
 policy admits that is decided here, like every other policy decision
 (ARCHITECTURE rule 3): the policy of the row's alias, workspace and extra roots
-(:func:`services.session.policy.policy_for`) and the shared path rules of
+(:func:`services.session.policy.policy_for`; a spawned session's autonomy capped
+by its ancestors', :mod:`services.session.lineage`) and the shared path rules of
 :mod:`services.common.path_policy`. The edge relays or serves the request
 only after an ``allowed`` answer.
 """
@@ -19,6 +20,7 @@ from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.path_policy import PolicyViolation, check_read, check_write, may_run_shell
 from services.common.policy import SecurityPolicy
+from services.session.lineage import cap_policy, effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
 
@@ -56,4 +58,6 @@ class OperationRpcs(RpcBase):
                         f"agent {rec.agent_alias} is no longer configured")
         policy = policy_for(self._cfg, rec.agent_alias, rec.workspace_dir,
                             rec.additional_directories)
+        # A spawned session never has more autonomy than its ancestors (issue 13).
+        policy = cap_policy(policy, await effective_autonomy(self._cfg, self._store, rec))
         return await asyncio.to_thread(decide, policy, request.operation, request.path)

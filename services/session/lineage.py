@@ -11,7 +11,10 @@ are made here, from the config and the stored rows alone:
   A session's effective level is the lowest of its own agent's configured
   level and that of every ancestor (``readonly`` < ``supervised`` < ``full``),
   walked through the stored ``parentSessionKey`` links — the same answer for
-  the spawn and for every later restore of the child.
+  the spawn and for every later restore of the child. An ancestor running the
+  built-in agent counts at its stored mode when that is lower (its modes are
+  the autonomy levels: a client that made a session more careful made its
+  children so too, so a ``session/set_mode`` never opens a way around it).
 - **Workspace**: the child works inside the parent's workspace (its cwd is
   resolved against it and must not leave it), so spawning never widens the
   directory boundary either.
@@ -25,7 +28,7 @@ import os
 
 from services.common.config import AUTONOMY_LEVELS, Config
 from services.common.policy import SecurityPolicy
-from services.common.protocol import MSG_SPAWN_CWD_OUTSIDE
+from services.common.protocol import AGENT_KIND_BUILTIN, MSG_SPAWN_CWD_OUTSIDE
 from services.session.confinement import workspace_refusal
 from services.session.store import SessionRecord, SessionStore
 from services.session.workspace import WorkspaceError, resolve_workspace
@@ -34,6 +37,7 @@ __all__ = [
     "MAX_ANCESTRY",
     "cap_policy",
     "child_workspace",
+    "current_autonomy",
     "effective_autonomy",
     "lower_autonomy",
 ]
@@ -48,10 +52,20 @@ def lower_autonomy(a: str, b: str) -> str:
     return AUTONOMY_LEVELS[min(rank.get(a, 0), rank.get(b, 0))]
 
 
+def current_autonomy(cfg: Config, rec: SessionRecord) -> str:
+    """The level ``rec`` runs at now: its agent's configured level, lowered by its stored
+    mode when it runs the built-in agent (whose mode ids are the autonomy levels)."""
+    level = cfg.agent_autonomy(rec.agent_alias)
+    agent = cfg.agents.get(rec.agent_alias)
+    if agent is not None and agent.kind == AGENT_KIND_BUILTIN and rec.mode_id in AUTONOMY_LEVELS:
+        level = lower_autonomy(level, rec.mode_id)
+    return level
+
+
 async def effective_autonomy(cfg: Config, store: SessionStore, rec: SessionRecord,
                              alias: str | None = None) -> str:
-    """``rec``'s autonomy: its agent's level (``alias`` when it is about to run as another),
-    lowered by every stored ancestor's agent level."""
+    """``rec``'s autonomy ceiling: its agent's level (``alias`` when it is about to run as
+    another), lowered by every stored ancestor's :func:`current_autonomy`."""
     level = cfg.agent_autonomy(alias or rec.agent_alias)
     seen = {rec.ownership.session_key}
     key = rec.ownership.parent_session_key
@@ -60,7 +74,7 @@ async def effective_autonomy(cfg: Config, store: SessionStore, rec: SessionRecor
         parent = await store.find_by_session_key(key)
         if parent is None:  # an ancestor removed since: what is left still caps
             break
-        level = lower_autonomy(level, cfg.agent_autonomy(parent.agent_alias))
+        level = lower_autonomy(level, current_autonomy(cfg, parent))
         key = parent.ownership.parent_session_key
     return level
 

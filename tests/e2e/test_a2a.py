@@ -246,7 +246,8 @@ def test_a_child_asks_the_parents_human_under_the_parents_autonomy(tmp_path: Pat
                                                                    workspace: Path) -> None:
     """A child of a supervised parent on an agent configured `full` runs supervised: its
     shell command asks — through the parent's connection, labelled — instead of running;
-    and still asks when the child is resumed on its own after the parent closed."""
+    and still asks when the child is resumed on its own after the parent closed, where
+    session/set_mode cannot lift it to `full` either."""
     script = Script(
         lambda o: tool_reply(("sessions_spawn", {"agent": "worker", "prompt": "!echo hi"})),
         lambda o: text_reply("asked"),
@@ -282,7 +283,12 @@ def test_a_child_asks_the_parents_human_under_the_parents_autonomy(tmp_path: Pat
             # Restored on its own later (the parent closed), the child is still capped.
             asked.clear()
             assert acp.result("session/close", {"sessionId": psid}) == {}
-            assert acp.result("session/resume", {"sessionId": cid}) == {}
+            modes = acp.result("session/resume", {"sessionId": cid})["modes"]
+            # Its modes stop at the parent's level; a client cannot set it higher either.
+            assert modes["currentModeId"] == "supervised"
+            assert [m["id"] for m in modes["availableModes"]] == ["readonly", "supervised"]
+            refused = acp.error("session/set_mode", {"sessionId": cid, "modeId": "full"})
+            assert refused["code"] == -32602, refused
             acp.result("session/prompt", {"sessionId": cid, "prompt": "!echo hi"})
             assert [(p["sessionId"], p["toolCall"]["rawInput"]["tool"]) for p in asked] == [
                 (cid, "shell")], "a restored child ran with its alias's own autonomy"
@@ -323,7 +329,8 @@ def test_startup_reap_covers_a_childs_lease_and_the_child_outlives_a_restart(
         try:
             second.result("initialize", {"protocolVersion": 1})  # serving: the reap ran
             assert lease_pids(second.config_dir, child_key)[0] in ("closed", "lost")
-            assert second.result("session/resume", {"sessionId": psid}) == {}
+            assert set(second.result("session/resume", {"sessionId": psid})) == {
+                "modes", "configOptions"}
             before, resp = second.call("session/prompt", {"sessionId": psid, "prompt": "more"})
             assert resp["result"]["content"] == "sent", resp
             assert json.loads(tool_outputs(before, psid)["sessions_send"])["reply"] == \

@@ -181,6 +181,32 @@ async def test_a_child_never_has_more_autonomy_than_its_parent(
     assert top.autonomy == parent_level
 
 
+async def test_a_parent_made_more_careful_by_set_mode_caps_its_children(
+        serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
+    """A built-in parent configured `full` that a client put in mode `supervised` (issue
+    17's session/set_mode, stored as the row's mode) spawns `full` agents as supervised,
+    and its stored children are capped by that mode on restore; an external agent's mode
+    ids are its own, not autonomy levels, so they cap nothing."""
+    _, stub = await serve(_cfg(short_dir, StoreSection(), alpha="full", beta="full",
+                               ext="full"))
+    parent = await _parent(stub, workspace)
+    assert (await _spawn(stub, parent, "c0")).policy.autonomy == "full"
+    await stub.UpdateSession(pb.UpdateSessionRequest(session_id="p1", mode_id="supervised"))
+    child = await _spawn(stub, parent, "c1")
+    assert child.policy.autonomy == child.agent.autonomy == "supervised"
+    for sid in ("c0", "c1"):  # the earlier child too, when it is brought up again
+        restored = await stub.GetPolicy(pb.GetPolicyRequest(
+            alias="beta", workspace_dir=str(workspace), session_id=sid))
+        assert restored.autonomy == "supervised", sid
+    # The parent's own ceiling is its configuration: its mode may go up again.
+    own = await stub.GetPolicy(pb.GetPolicyRequest(
+        alias="alpha", workspace_dir=str(workspace), session_id="p1"))
+    assert own.autonomy == "full"
+    external = await _parent(stub, workspace, sid="x1", alias="ext")
+    await stub.UpdateSession(pb.UpdateSessionRequest(session_id="x1", mode_id="readonly"))
+    assert (await _spawn(stub, external, "c2")).policy.autonomy == "full"
+
+
 async def test_a_childs_client_methods_are_decided_under_the_capped_autonomy(
         serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
     """CheckOperation (an external child's fs/terminal requests) applies the same cap: a

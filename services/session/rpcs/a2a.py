@@ -24,6 +24,7 @@ from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb
 from services.session.lineage import (
     cap_policy,
     child_workspace,
+    current_autonomy,
     effective_autonomy,
     lower_autonomy,
 )
@@ -65,8 +66,10 @@ class A2aRpcs(RowRpcs, ReadRpcs):
         except OSError as exc:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                         f"cannot prepare agent {alias}: {exc.strerror or exc}")
-        level = lower_autonomy(self._cfg.agent_autonomy(alias),
-                               await effective_autonomy(self._cfg, self._store, parent))
+        # Never above the requester's ceiling, nor above the mode it runs in now.
+        level = lower_autonomy(
+            lower_autonomy(self._cfg.agent_autonomy(alias), current_autonomy(self._cfg, parent)),
+            await effective_autonomy(self._cfg, self._store, parent))
         policy = cap_policy(policy_for(self._cfg, alias, workspace), level)
         owner = parent.ownership.owner_session_key or parent.ownership.session_key
         rec = await self._create(

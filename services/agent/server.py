@@ -1,6 +1,6 @@
 """The ACP methods of the built-in agent (agent side of ACP v1).
 
-``initialize``, ``authenticate``, ``session/new``, ``session/load``,
+``initialize`` (:mod:`services.agent.handshake`), ``authenticate``, ``session/new``, ``session/load``,
 ``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``,
 ``session/set_mode`` (autonomy levels) and ``session/set_config_option`` (model),
 see :mod:`services.agent.modes`.
@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from services.agent.approval import ApprovalGate
+from services.agent.handshake import initialize_result, read_client_offer
 from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.modes import models_of, session_state, set_config_option, set_mode
@@ -30,14 +31,7 @@ from services.agent.session import AgentSession
 from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
-from services.common.acp.capabilities import agent_capabilities
-from services.common.acp.schema import (
-    ClientCapabilities,
-    Implementation,
-    InitializeResponse,
-    PromptResponse,
-)
-from services.common.acp.wire import AcpDecodeError
+from services.common.acp.schema import PromptResponse
 from services.common.config import AgentSection, Config
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
@@ -60,22 +54,17 @@ from services.common.protocol import (
     META_ACPGATE,
     META_HISTORY,
     META_POLICY,
-    META_SESSION_TOOLS,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
     MSG_MISSING_SESSION_ID,
     MSG_SESSION_BUSY,
     MSG_SESSION_NOT_FOUND,
-    PROTOCOL_VERSION,
     SESSION_BUSY,
     SESSION_NOT_FOUND,
     STOP_CANCELLED,
 )
 
 log = get_logger("agent.server")
-
-AGENT_NAME = "acpgate-agent"
-
 
 def _first(params: Mapping[str, Any], *keys: str) -> Any:
     for key in keys:
@@ -213,29 +202,9 @@ class AgentServer:
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        try:
-            caps = ClientCapabilities.from_json(params.get("clientCapabilities") or {})
-        except AcpDecodeError:
-            caps = ClientCapabilities()
-        elicitation = caps.elicitation
-        # Form mode unless the client advertised URL mode only.
-        self._elicitation = elicitation is not None and (
-            elicitation.form is not None or elicitation.url is None
-        )
-        self._session_tools = _acpgate_meta({"_meta": caps.meta}).get(META_SESSION_TOOLS) is True
-        return InitializeResponse(
-            protocol_version=PROTOCOL_VERSION,
-            # No store of our own: a session/load after a restart could only fail, so
-            # clients (Zed) must not offer it. resume stays: it is how the edge seeds a
-            # session (with _meta.acpgate.history), and it works for ids this process knows.
-            # MCP: stdio always; streamable HTTP and SSE through the MCP SDK's clients.
-            agent_capabilities=agent_capabilities(load_session=False, resume=True, close=True,
-                                                  mcp_http=True, mcp_sse=True),
-            agent_info=Implementation(name=AGENT_NAME,
-                                      title=f"acpgate built-in agent ({self._alias})",
-                                      version=self._version),
-            auth_methods=[],
-        ).to_json()
+        offer = read_client_offer(params)
+        self._elicitation, self._session_tools = offer.elicitation, offer.session_tools
+        return initialize_result(self._alias, self._version)
 
     # ------------------------------------------------------------------ sessions
 

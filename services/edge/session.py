@@ -29,13 +29,10 @@ from services.common.protocol import (
     CANCEL_REASON_CLIENT_ERROR,
     CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
-    CANCEL_TOOL_CALL_PREFIX,
-    CANCEL_TOOL_NAME,
     INTERNAL_ERROR,
     M_ELICITATION_CREATE,
     M_SESSION_UPDATE,
     STOP_CANCELLED,
-    U_TOOL_CALL,
 )
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
@@ -50,7 +47,7 @@ from services.edge.client_methods import ClientMethods
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.turn import TurnAccumulator
+from services.edge.turn import TurnAccumulator, cancelled_update, turn_usage
 
 if TYPE_CHECKING:
     from services.edge.hosted import HostedPort
@@ -92,19 +89,6 @@ class TurnState:
     #: The session whose session tool started this turn (sessions_spawn/sessions_send):
     #: cancelling that session cancels this turn too.
     requested_by: EdgeSession | None = None
-
-
-def cancelled_update(session_id: str) -> dict[str, Any]:
-    """The ``turn-cancelled`` tool_call update of SPEC §7."""
-    return {
-        "sessionUpdate": U_TOOL_CALL,
-        "toolCallId": f"{CANCEL_TOOL_CALL_PREFIX}{session_id}",
-        "name": CANCEL_TOOL_NAME,
-        "title": CANCEL_TOOL_NAME,
-        "kind": "think",
-        "status": "completed",
-        "content": [{"type": "content", "content": {"type": "text", "text": CANCEL_MARKER}}],
-    }
 
 
 class EdgeSession:
@@ -387,19 +371,6 @@ class EdgeSession:
         """Wait until no turn runs."""
         while self.turn is not None:
             await self.turn.done.wait()
-
-
-
-def turn_usage(result: PromptResponse) -> session_pb2.TurnUsage | None:
-    """The prompt result's ``usage`` as the store records it (negative counts as 0)."""
-    usage = result.usage
-    if usage is None:
-        return None
-    return session_pb2.TurnUsage(
-        input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
-        thought_tokens=max(0, usage.thought_tokens or 0),
-        cached_read_tokens=max(0, usage.cached_read_tokens or 0),
-        cached_write_tokens=max(0, usage.cached_write_tokens or 0))
 
 
 def _denial_reason(exc: BackChannelError) -> str:

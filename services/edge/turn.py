@@ -2,9 +2,11 @@
 
 :class:`TurnAccumulator` watches the adapter's ``session/update`` payloads of a
 turn and builds the session service's ``HistoryItem`` list for one
-``AppendTurn``. The module also turns stored items back into replay updates
-(``session/load``), into the built-in agent's ``_meta.acpgate.history`` items,
-and into a plain transcript for adapters that cannot restore themselves.
+``AppendTurn`` (:func:`turn_usage`: the prompt result's usage as stored with it;
+:func:`cancelled_update`: the update that marks a cancelled turn). The module
+also turns stored items back into replay updates (``session/load``), into the
+built-in agent's ``_meta.acpgate.history`` items, and into a plain transcript
+for adapters that cannot restore themselves.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from typing import Any
 import orjson
 
 from acpgate.session.v1 import session_pb2
+from services.common.acp.schema import PromptResponse
 from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.protocol import (
+    CANCEL_MARKER,
+    CANCEL_TOOL_CALL_PREFIX,
+    CANCEL_TOOL_NAME,
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
     U_PLAN,
@@ -294,3 +300,28 @@ def transcript(items: list[session_pb2.HistoryItem]) -> str:
         elif item.role == ROLE_TOOL_RESULT:
             lines.append(f"Tool result ({item.status or 'completed'}): {item.output}")
     return "\n\n".join(lines)
+
+
+def cancelled_update(session_id: str) -> dict[str, Any]:
+    """The ``turn-cancelled`` tool_call update of SPEC §7."""
+    return {
+        "sessionUpdate": U_TOOL_CALL,
+        "toolCallId": f"{CANCEL_TOOL_CALL_PREFIX}{session_id}",
+        "name": CANCEL_TOOL_NAME,
+        "title": CANCEL_TOOL_NAME,
+        "kind": "think",
+        "status": "completed",
+        "content": [{"type": "content", "content": {"type": "text", "text": CANCEL_MARKER}}],
+    }
+
+
+def turn_usage(result: PromptResponse) -> session_pb2.TurnUsage | None:
+    """The prompt result's ``usage`` as the store records it (negative counts as 0)."""
+    usage = result.usage
+    if usage is None:
+        return None
+    return session_pb2.TurnUsage(
+        input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
+        thought_tokens=max(0, usage.thought_tokens or 0),
+        cached_read_tokens=max(0, usage.cached_read_tokens or 0),
+        cached_write_tokens=max(0, usage.cached_write_tokens or 0))

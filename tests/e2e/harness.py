@@ -339,6 +339,14 @@ def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict
             and (sid is None or m["params"]["sessionId"] == sid)]
 
 
+def listed_lineage(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """session/list rows' ``_meta.acpgate`` by session id, less the token ``usage`` that
+    shares the object (asserted present): what is left is the agent and the lineage."""
+    metas = {r["sessionId"]: dict(r["_meta"]["acpgate"]) for r in rows}
+    assert all("totalTokens" in m.pop("usage") for m in metas.values()), rows
+    return metas
+
+
 def gone(pids: list[int], wait: float = 15.0) -> bool:
     """True when none of ``pids`` is alive (zombies count as gone)."""
     deadline = time.monotonic() + wait

@@ -22,7 +22,7 @@ import pytest
 
 from tests.agent.fake_http import Recorded, Reply
 from tests.e2e.fake_model import API_KEY_ENV, ModelServer, agent_entry, text_reply, tool_reply
-from tests.e2e.harness import AcpProcess, gone, updates, write_config
+from tests.e2e.harness import AcpProcess, gone, listed_lineage, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -173,9 +173,7 @@ def test_spawn_send_history_status_list_and_close_reaps_the_child(tmp_path: Path
 
             # What the user sees in session/list after the spawn (the operator: all rows).
             acp_rows = {r["sessionId"]: r for r in acp.result("session/list", {})["sessions"]}
-            # One _meta.acpgate: the lineage beside the stored token totals (issue 17).
-            metas = {s: dict(r["_meta"]["acpgate"]) for s, r in acp_rows.items()}
-            assert all("totalTokens" in m.pop("usage") for m in metas.values())
+            metas = listed_lineage(list(acp_rows.values()))
             assert metas[psid] == {"agent": "boss"}
             assert metas[cid] == {
                 "agent": "sdk", "parentSessionId": psid, "spawnedBy": parent_key}

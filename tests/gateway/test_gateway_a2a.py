@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from tests.e2e.fake_model import API_KEY_ENV, ModelServer, agent_entry, text_reply, tool_reply
-from tests.e2e.harness import SDK_AGENT, updates
+from tests.e2e.harness import SDK_AGENT, listed_lineage, updates
 
 from .stack import RawClient, full_stack, select
 from .wsfixtures import mint, write_config
@@ -79,9 +79,7 @@ async def test_a_child_is_in_its_owners_list_with_its_lineage_and_hidden_from_ot
                 listed = {r["sessionId"]: r for r in
                           (await a.result("session/list", {}))["sessions"]}
                 assert set(listed) == {psid, cid}
-                # One _meta.acpgate: the lineage beside the stored token totals (issue 17).
-                metas = {s: dict(r["_meta"]["acpgate"]) for s, r in listed.items()}
-                assert all("totalTokens" in m.pop("usage") for m in metas.values())
+                metas = listed_lineage(list(listed.values()))
                 assert metas[psid] == {"agent": "boss"}
                 assert metas[cid] == {
                     "agent": "helper", "parentSessionId": psid, "spawnedBy": parent_key}

@@ -86,6 +86,8 @@ MSG_SPAWN_UNKNOWN_REQUESTER: Final = "the spawning session is not a stored sessi
 MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_MAX_SESSIONS: Final = 10
 DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
+#: The most warm adapters one alias may keep ([agents.<alias>] warm, lifecycle KeepWarm).
+MAX_WARM_ADAPTERS: Final = 256
 
 # ------------------------------------------------------------------ agent kinds (ResolveAgent.kind)
 #: ``[agents.<alias>] kind`` of the built-in agent (the other kind is "acp").

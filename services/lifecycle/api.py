@@ -31,6 +31,8 @@ class EnsureRequest:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str = ""
+    #: Take a warm adapter of this pool when one matches (see ``services.lifecycle.warm``).
+    warm_pool: str = ""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 The gRPC servicer is a thin translation layer over this class; tests and the
 embedded mode can use it directly. One controller per lifecycle state dir.
 Each spawn is watched: a wrapper that dies (SIGKILL, a crash) has its lease
-closed at once, through the same verified reap as any close.
+closed at once, through the same verified reap as any close. The warm pools
+(:mod:`services.lifecycle.warm`) spawn through it and hand their leases to
+``ensure_session``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from services.common.logs import get_logger
 from services.lifecycle.api import (
@@ -28,9 +31,11 @@ from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
 from services.lifecycle.spawn import WrapperPaths, stderr_log_path
 from services.lifecycle.verify import Owner, Verification
+from services.lifecycle.warm import WarmPools
 
 __all__ = [
     "EnsureRequest",
+    "Ensured",
     "InstanceInfo",
     "InvalidRequest",
     "LeaseNotFound",
@@ -39,6 +44,15 @@ __all__ = [
 ]
 
 log = get_logger("lifecycle.controller")
+
+
+class Ensured(NamedTuple):
+    """What EnsureSession did: the lease, whether it is new, whether a pool gave it."""
+
+    lease: LeaseRecord
+    spawned: bool
+    warm: bool = False
+
 
 class LifecycleController:
     """Owns the lease store, the live channels and the reaper of one gateway."""
@@ -72,6 +86,7 @@ class LifecycleController:
         #: Watchers of each channel's wrapper, and the reaps they started on a death.
         self._death_tasks: set[asyncio.Task[None]] = set()
         self._death_reaps: set[asyncio.Task[None]] = set()
+        self.pools = WarmPools(self)
 
     # ------------------------------------------------------------------ identity
 
@@ -89,8 +104,9 @@ class LifecycleController:
             lock = self._key_locks[key] = asyncio.Lock()
         return lock
 
-    async def ensure_session(self, req: EnsureRequest) -> tuple[LeaseRecord, bool]:
-        """The live open lease of ``req.session_key``, or a new spawn: ``(lease, spawned)``."""
+    async def ensure_session(self, req: EnsureRequest) -> Ensured:
+        """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
+        else a new spawn."""
         if not req.session_key:
             raise InvalidRequest("session_key is required")
         if not req.command:
@@ -106,13 +122,21 @@ class LifecycleController:
             for lease in existing:
                 channel = self.channels.get(lease.lease_id)
                 if channel is not None and channel.running and lease.state == LeaseState.OPEN:
-                    return lease, False
+                    return Ensured(lease, False)
             for lease in existing:
                 # Its adapter died or it belongs to an earlier run: settle it first.
                 await self.close_session(lease_id=lease.lease_id, reason="replaced")
-            return await self._spawn(req), True
+            if req.warm_pool:
+                taken = await self.pools.take(req)
+                if taken is not None:
+                    return Ensured(taken, True, warm=True)
+            return Ensured(await self._spawn(req), True)
 
-    async def _spawn(self, req: EnsureRequest) -> LeaseRecord:
+    async def spawn_warm(self, req: EnsureRequest) -> LeaseRecord:
+        """A warm pool's spawn: like any, but its lease starts warm."""
+        return await self._spawn(req, LeaseState.WARM)
+
+    async def _spawn(self, req: EnsureRequest, state: LeaseState = LeaseState.OPEN) -> LeaseRecord:
         """A new lease and its tree for ``req`` (:class:`~services.lifecycle.launch.Launch`)."""
         plan = plan_launch(
             req,
@@ -120,6 +144,7 @@ class LifecycleController:
             wrapper=self.wrapper,
             state_dir=self.state_dir,
             term_grace_ms=self.term_grace_ms,
+            state=state,
         )
         lease, channel = await Launch(self, plan).run()
         self._watch_exit(channel)
@@ -128,6 +153,7 @@ class LifecycleController:
             "lease_spawned",
             lease_id=lease.lease_id,
             session_key=req.session_key,
+            state=lease.state.value,
             root_pid=lease.root_pid,
             adapter_pid=lease.adapter_pid,
         )
@@ -299,7 +325,8 @@ class LifecycleController:
         return ids
 
     async def close_all(self, reason: str = "stop") -> list[CloseResult]:
-        """Close every lease this run holds (service stop)."""
+        """Close every lease this run holds, warm ones included (service stop)."""
+        await self.pools.stop()  # no spawn may start while the leases are closed
         results: list[CloseResult] = []
         for lease_id in list(self.channels):
             try:

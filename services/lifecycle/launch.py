@@ -17,12 +17,12 @@ import os
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from services.common.logs import get_logger
 from services.lifecycle.api import EnsureRequest, Unavailable
 from services.lifecycle.attach import START_TIMEOUT_SECS, AdapterChannel, SpawnFailed
-from services.lifecycle.leases import LeaseRecord, LeaseState
+from services.lifecycle.leases import HELD_STATES, LeaseRecord, LeaseState
 from services.lifecycle.proctable import ProcessTableError
 from services.lifecycle.reaper import now_ms
 from services.lifecycle.spawn import (
@@ -66,11 +66,14 @@ def plan_launch(
     wrapper: WrapperPaths,
     state_dir: Path,
     term_grace_ms: int,
+    state: LeaseState = LeaseState.OPEN,
 ) -> LaunchPlan:
     """A new lease id, the wrapper's spec and argv, its report pipe and the pending lease.
 
-    The pipe is opened here because its write end is named in the argv, whose
-    hash the lease records; :meth:`Launch.run` closes both ends on every path.
+    ``state`` is the lease's state from the start: open for a session, warm for
+    a warm pool. The pipe is opened here because its write end is named in the
+    argv, whose hash the lease records; :meth:`Launch.run` closes both ends on
+    every path.
     """
     lease_id = str(uuid.uuid4())
     spec = SpawnSpec(
@@ -93,6 +96,7 @@ def plan_launch(
         wrapper_path=str(wrapper.path),
         command_hash=command_hash(argv),
         started_at=now_ms(),
+        state=state,
     )
     return LaunchPlan(spec, argv, lease, report_r, report_w)
 
@@ -232,12 +236,13 @@ class Launch:
                 await asyncio.wait_for(process.wait(), 2.0)
         async with store.lock(lease.lease_id):
             current = await store.get(lease.lease_id)
-            if current is not None and current.state == LeaseState.OPEN:
+            if current is not None and current.state in HELD_STATES:
                 await store.transition(current, LeaseState.CLOSED, now_ms=now_ms())
         await self.retire_channel(channel)
 
     async def complete(self, channel: AdapterChannel, lease: LeaseRecord) -> LeaseRecord:
-        """Store what the spawn learnt about its tree, only while the lease is still open.
+        """Store what the spawn learnt about its tree, only while the lease is still open
+        (or, for a warm pool's spawn, warm).
 
         A close (by lease id or session key) does not take the key lock, so it can
         end the lease while the spawn is in flight, e.g. as lost before the wrapper
@@ -247,14 +252,15 @@ class Launch:
         through the verified reap path and the spawn fails with Unavailable.
         """
         store = self.controller.store
-        changes = {
+        changes: dict[str, Any] = {
             "root_pid": lease.root_pid,
             "root_start_time": lease.root_start_time,
             "process_group_id": lease.process_group_id,
             "adapter_pid": lease.adapter_pid,
         }
         async with store.lock(lease.lease_id):
-            completed = await store.update(lease.lease_id, expect=[LeaseState.OPEN], **changes)
+            completed = await store.update(
+                lease.lease_id, expect=[self.plan.lease.state], **changes)
             if completed is not None:
                 return completed
             result = await self.controller.reaper.stop_stray(lease, reason="closed-during-spawn")

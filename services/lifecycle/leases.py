@@ -2,10 +2,17 @@
 
 ``<data dir>/lifecycle/leases.db`` (aiosqlite, WAL, ``synchronous=FULL``). A
 lease is inserted *before* the spawn with ``root_pid = 0`` (pending), completed
-once the wrapper runs, and moved open → closing → closed | lost. State changes
-are compare-and-set updates, and :meth:`LeaseStore.lock` serializes whole
+once the wrapper runs, and moved open → closing → closed | lost. A warm
+pool's lease starts as warm instead of open and becomes open when a session
+takes it (warm → closing when the pool retires it). State changes are
+compare-and-set updates, and :meth:`LeaseStore.lock` serializes whole
 transitions of one lease (close, reap) inside this process. Closed and lost
 leases expire after the retention period, so the file stays bounded.
+
+Every write is durable (``synchronous=FULL``: one fsync per commit) unless the
+caller says ``durable=False``: only for a change a power cut may lose because
+the processes it describes die with the machine and the startup reap treats
+both versions alike (a warm lease taken by a session).
 """
 
 from __future__ import annotations
@@ -28,10 +35,14 @@ class LeaseState(enum.StrEnum):
     CLOSING = "closing"
     CLOSED = "closed"
     LOST = "lost"
+    #: Spawned by a warm pool, waiting for a session (never attachable).
+    WARM = "warm"
 
 
 ENDED_STATES = (LeaseState.CLOSED, LeaseState.LOST)
-LIVE_STATES = (LeaseState.OPEN, LeaseState.CLOSING)
+#: The states a close starts from (they move to closing first).
+HELD_STATES = (LeaseState.OPEN, LeaseState.WARM)
+LIVE_STATES = (LeaseState.OPEN, LeaseState.CLOSING, LeaseState.WARM)
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class LeaseStore:
         self._db = db
         self.path = path
         self._locks: dict[str, asyncio.Lock] = {}
+        #: Serializes writes, so a relaxed commit never lends its sync level to another.
+        self._write = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path) -> LeaseStore:
@@ -131,10 +144,11 @@ class LeaseStore:
         placeholders = ", ".join("?" for _ in _COLUMNS)
         values = [getattr(lease, c) for c in _COLUMNS]
         values[_COLUMNS.index("state")] = str(lease.state)
-        await self._db.execute(
-            f"INSERT INTO leases ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
-        )
-        await self._db.commit()
+        async with self._write:
+            await self._db.execute(
+                f"INSERT INTO leases ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+            )
+            await self._db.commit()
         return lease
 
     async def get(self, lease_id: str) -> LeaseRecord | None:
@@ -178,12 +192,14 @@ class LeaseStore:
         lease_id: str,
         *,
         expect: Iterable[LeaseState] | None = None,
+        durable: bool = True,
         **changes: Any,
     ) -> LeaseRecord | None:
         """Apply ``changes`` if the lease is in one of ``expect`` (all states if None).
 
         Returns the updated lease, or None when it does not exist or was in
-        another state (the compare-and-set failed).
+        another state (the compare-and-set failed). ``durable=False`` commits
+        without an fsync (see the module docstring for when that is allowed).
         """
         unknown = set(changes) - set(_COLUMNS)
         if unknown or "lease_id" in changes:
@@ -198,8 +214,15 @@ class LeaseStore:
             expected = [str(s) for s in expect]
             sql += f" AND state IN ({', '.join('?' for _ in expected)})"
             args.extend(expected)
-        cur = await self._db.execute(sql, args)
-        await self._db.commit()
+        async with self._write:
+            if not durable:
+                await self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                cur = await self._db.execute(sql, args)
+                await self._db.commit()
+            finally:
+                if not durable:
+                    await self._db.execute("PRAGMA synchronous=FULL")
         if cur.rowcount == 0:
             return None
         return await self.get(lease_id)
@@ -236,19 +259,20 @@ class LeaseStore:
         if not moves:
             return []
         moved: builtins.list[bool] = []
-        try:
-            for lease, to in moves:
-                ended_at = now_ms if to in ENDED_STATES else None
-                cur = await self._db.execute(
-                    "UPDATE leases SET state = ?, ended_at = COALESCE(?, ended_at)"
-                    " WHERE lease_id = ? AND state = ?",
-                    (str(to), ended_at, lease.lease_id, str(lease.state)),
-                )
-                moved.append(cur.rowcount > 0)
-            await self._db.commit()
-        except BaseException:
-            await self._db.rollback()
-            raise
+        async with self._write:
+            try:
+                for lease, to in moves:
+                    ended_at = now_ms if to in ENDED_STATES else None
+                    cur = await self._db.execute(
+                        "UPDATE leases SET state = ?, ended_at = COALESCE(?, ended_at)"
+                        " WHERE lease_id = ? AND state = ?",
+                        (str(to), ended_at, lease.lease_id, str(lease.state)),
+                    )
+                    moved.append(cur.rowcount > 0)
+                await self._db.commit()
+            except BaseException:
+                await self._db.rollback()
+                raise
         fresh = await self._get_many([lease.lease_id for (lease, _), ok in zip(moves, moved, strict=True) if ok])
         return [fresh.get(lease.lease_id) if ok else None
                 for (lease, _), ok in zip(moves, moved, strict=True)]
@@ -276,11 +300,12 @@ class LeaseStore:
         ) as cur:
             ids = [str(r[0]) for r in await cur.fetchall()]
         if ids:
-            await self._db.execute(
-                "DELETE FROM leases WHERE state IN (?, ?) AND ended_at < ?",
-                (str(LeaseState.CLOSED), str(LeaseState.LOST), cutoff),
-            )
-            await self._db.commit()
+            async with self._write:
+                await self._db.execute(
+                    "DELETE FROM leases WHERE state IN (?, ?) AND ended_at < ?",
+                    (str(LeaseState.CLOSED), str(LeaseState.LOST), cutoff),
+                )
+                await self._db.commit()
             for lease_id in ids:
                 self._locks.pop(lease_id, None)
         return ids

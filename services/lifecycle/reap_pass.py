@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from services.common.logs import get_logger
-from services.lifecycle.leases import LeaseRecord, LeaseState
+from services.lifecycle.leases import HELD_STATES, LeaseRecord, LeaseState
 from services.lifecycle.proctable import ProcessTableError
 from services.lifecycle.results import (
     CHANGED_CONCURRENTLY,
@@ -89,13 +89,13 @@ class ReapPass:
         return [results[lease.lease_id] for lease in leases if lease.lease_id in results]
 
     async def mark_closing(self, leases: list[LeaseRecord]) -> list[LeaseRecord]:
-        """Step 1: every open lease to closing in one durable commit, before any signal.
+        """Step 1: every open (or warm) lease to closing in one durable commit, before any signal.
 
         A lease whose compare-and-set lost (another close moved it) drops out of
         the pass with that reason; the rest come back as now stored.
         """
         store = self.reaper.store
-        opens = [lease for lease in leases if lease.state == LeaseState.OPEN]
+        opens = [lease for lease in leases if lease.state in HELD_STATES]
         moved = await store.transition_many([(lease, LeaseState.CLOSING) for lease in opens])
         current: dict[str, LeaseRecord] = {lease.lease_id: lease for lease in leases}
         for lease, now in zip(opens, moved, strict=True):

@@ -19,7 +19,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 
 from services.common.logs import get_logger
-from services.lifecycle.leases import ENDED_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.leases import (
+    ENDED_STATES,
+    HELD_STATES,
+    LIVE_STATES,
+    LeaseRecord,
+    LeaseState,
+    LeaseStore,
+)
 from services.lifecycle.legacy import LegacyRecord, verify_legacy
 from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
 from services.lifecycle.reap_pass import ReapPass
@@ -142,7 +149,7 @@ class Reaper:
         if lease.gateway_instance_id != self.owner.instance_id:
             # Never touch another gateway's lease, not even its state.
             return CloseResult(lease, unverified_reason=REASON_OTHER_INSTANCE)
-        if lease.state == LeaseState.OPEN:
+        if lease.state in HELD_STATES:
             moved = await self.store.transition(lease, LeaseState.CLOSING)
             if moved is None:
                 fresh = await self.store.get(lease.lease_id)
@@ -280,7 +287,7 @@ class Reaper:
         only: Iterable[str] | None = None,
         reason: str = "startup",
     ) -> list[CloseResult]:
-        """Close every open/closing lease of this instance except ``skip`` (and, when
+        """Close every live (open, warm, closing) lease of this instance except ``skip`` (and, when
         ``only`` is given, none outside it), in one pass.
 
         The same steps as :meth:`close` for each lease, batched where that keeps the
@@ -289,7 +296,7 @@ class Reaper:
         """
         skipped = set(skip)
         listed = await self.store.list(
-            states=(LeaseState.OPEN, LeaseState.CLOSING), instance_id=self.owner.instance_id
+            states=LIVE_STATES, instance_id=self.owner.instance_id
         )
         ids_set = {lease.lease_id for lease in listed} - skipped
         if only is not None:
@@ -305,7 +312,7 @@ class Reaper:
             leases = [
                 lease
                 for lease in await self.store.list(
-                    states=(LeaseState.OPEN, LeaseState.CLOSING),
+                    states=LIVE_STATES,
                     instance_id=self.owner.instance_id,
                 )
                 if lease.lease_id in wanted

@@ -4,6 +4,9 @@ Error mapping (see the proto): INVALID_ARGUMENT malformed request, NOT_FOUND
 unknown lease, FAILED_PRECONDITION a second attacher or a lease that is not
 open (or not served by this run), UNAVAILABLE spawn failure.
 
+A warm lease (KeepWarm) is not attachable: FAILED_PRECONDITION until a
+session takes it through EnsureSession.
+
 Attach: the first response is ``attached`` (the lease); then ``stdout``
 batches, each holding every line that was ready; last an ``exit``. A client
 that goes away frees the slot, and buffered output waits for the next attacher.
@@ -33,6 +36,7 @@ from services.lifecycle.controller import (
 from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.reaper import CloseResult
 from services.lifecycle.verify import Verification
+from services.lifecycle.warm import PoolSpec
 
 __all__ = ["LifecycleServicer", "lease_to_pb"]
 
@@ -45,6 +49,7 @@ _STATE_TO_PB = {
     LeaseState.CLOSING: pb.LEASE_STATE_CLOSING,
     LeaseState.CLOSED: pb.LEASE_STATE_CLOSED,
     LeaseState.LOST: pb.LEASE_STATE_LOST,
+    LeaseState.WARM: pb.LEASE_STATE_WARM,
 }
 _PB_TO_STATE = {v: k for k, v in _STATE_TO_PB.items()}
 
@@ -139,14 +144,33 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             args=tuple(request.args),
             env=dict(request.env),
             cwd=request.cwd,
+            warm_pool=request.warm_pool,
         )
         try:
-            lease, spawned = await self.controller.ensure_session(req)
+            ensured = await self.controller.ensure_session(req)
         except InvalidRequest as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Unavailable as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
-        return pb.EnsureSessionResponse(lease=lease_to_pb(lease), spawned=spawned)
+        return pb.EnsureSessionResponse(
+            lease=lease_to_pb(ensured.lease), spawned=ensured.spawned, warm=ensured.warm)
+
+    async def KeepWarm(self, request: pb.KeepWarmRequest, context: Ctx) -> pb.KeepWarmResponse:
+        """Create, resize or replace a warm pool; it fills in the background."""
+        spec = PoolSpec(
+            name=request.pool,
+            command=request.command,
+            args=tuple(request.args),
+            env=dict(request.env),
+            cwd=request.cwd,
+            watch_paths=tuple(request.watch_paths),
+            count=request.count,
+        )
+        try:
+            ready = await self.controller.pools.keep(spec)
+        except InvalidRequest as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.KeepWarmResponse(ready=ready)
 
     async def Attach(
         self, request_iterator: AsyncIterator[pb.AttachRequest], context: Ctx
@@ -199,6 +223,9 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         except LeaseNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
         channel = self.controller.channel(lease_id)
+        if lease.state == LeaseState.WARM:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                        f"lease {lease_id} is warm: a session takes it through EnsureSession")
         if lease.state != LeaseState.OPEN or channel is None:
             await abort(
                 context,

@@ -41,6 +41,10 @@ class AgentLaunch:
     agent_workspace: str = ""
     autonomy: str = "supervised"
     default_model: str = ""
+    #: Adapters to keep warm ([agents.<alias>] warm).
+    warm: int = 0
+    #: Files the adapter reads at start: changing one retires its warm adapters.
+    watch_paths: tuple[str, ...] = ()
 
 
 def _check_dispatchable(cfg: Config, alias: str) -> AgentSection:
@@ -114,8 +118,10 @@ async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:
         args: tuple[str, ...] = (
             "-m", "services.agent", "--config-dir", str(cfg.config_dir), "--alias", alias,
         )
+        # The built-in agent reads its config file when it starts.
+        watch: tuple[str, ...] = (str(cfg.config_file),)
     else:
-        command, args = agent.command, tuple(agent.args)
+        command, args, watch = agent.command, tuple(agent.args), ()
     return AgentLaunch(
         alias=alias,
         kind=agent.kind,
@@ -125,4 +131,12 @@ async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:
         agent_workspace=str(workspace),
         autonomy=cfg.agent_autonomy(alias),
         default_model=agent.default_model,
+        warm=agent.warm,
+        watch_paths=watch,
     )
+
+
+async def warm_launches(cfg: Config) -> list[AgentLaunch]:
+    """The launch specs of the dispatchable agents that keep adapters warm."""
+    return [await launch_spec(cfg, alias) for alias, agent in cfg.agents.items()
+            if agent.dispatchable and agent.warm > 0]

@@ -163,6 +163,8 @@ def launch_to_pb(launch: AgentLaunch) -> pb.ResolvedAgent:
         agent_workspace=launch.agent_workspace,
         autonomy=launch.autonomy,
         default_model=launch.default_model,
+        warm=launch.warm,
+        watch_paths=list(launch.watch_paths),
     )
 
 

@@ -49,6 +49,20 @@ def test_env_agent_override_and_dispatchability(tmp_path: Path) -> None:
     assert cfg.agents["a"].default_model == "demo/demo"
 
 
+def test_warm_defaults_by_kind_and_bounds(tmp_path: Path) -> None:
+    """[agents.<alias>] warm: 1 for a built-in agent, 0 for an acp agent unless set."""
+    write(tmp_path, "[agents.b]\nkind = 'builtin'\n[agents.e]\nkind = 'acp'\ncommand = 'x'\n"
+                    "[agents.f]\nkind = 'acp'\ncommand = 'x'\nwarm = 3\n"
+                    "[agents.g]\nkind = 'builtin'\nwarm = 0\n")
+    cfg = cm.load_config(tmp_path, environ={})
+    assert {a: cfg.agents[a].warm for a in "befg"} == {"b": 1, "e": 0, "f": 3, "g": 0}
+    assert cm.AgentSection(alias="x").warm == 1 and cm.AgentSection(alias="y", kind="acp").warm == 0
+    assert cm.load_config(tmp_path, environ={"ACPGATE_agents__e__warm": "2"}).agents["e"].warm == 2
+    for bad in ("-2", "257"):
+        with pytest.raises(cm.ConfigError, match=r"\[agents.e\] warm: expected an integer in 0..256"):
+            cm.load_config(tmp_path, environ={"ACPGATE_agents__e__warm": bad})
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -14,16 +14,20 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import psutil
 import pytest
 
+from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
+STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
 
 ECHO = r"""
 import sys
@@ -212,3 +216,40 @@ async def start_service_process(config_dir: Path, log_path: Path, env: dict[str,
             cwd=str(REPO),
             env=full_env,
         )
+
+
+class Attacher:
+    """One Attach stream driven by a queue of requests."""
+
+    def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str) -> None:
+        self.queue: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
+        self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id)))
+        self.call = stub.Attach(self._requests())
+
+    async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                return
+            yield item
+
+    def send(self, *lines: str) -> None:
+        self.queue.put_nowait(pb.AttachRequest(stdin=pb.Lines(lines=list(lines))))
+
+    def close_stdin(self) -> None:
+        self.queue.put_nowait(pb.AttachRequest(close_stdin=True))
+
+    async def read(self) -> pb.AttachResponse:
+        msg = await asyncio.wait_for(self.call.read(), 10.0)
+        assert msg is not STREAM_EOF, "stream ended"
+        return msg  # type: ignore[return-value]
+
+    async def read_lines(self, n: int) -> list[str]:
+        """Read stdout messages until ``n`` lines arrived."""
+        lines: list[str] = []
+        while len(lines) < n:
+            msg = await self.read()
+            assert msg.WhichOneof("msg") == "stdout", msg
+            assert len(msg.stdout.lines) >= 1
+            lines.extend(msg.stdout.lines)
+        return lines

@@ -23,46 +23,15 @@ from services.common.grpc_server import RunningServer
 from services.lifecycle.attach import DEFAULT_MAX_BUFFER_BYTES, EXIT_DRAIN_SECS
 from services.lifecycle.controller import EnsureRequest
 from services.lifecycle.server import SERVICE_NAME, open_controller, start_lifecycle_server
-from tests.lifecycle.conftest import ProcessGuard, Scripts, gone, make_config, wait_until
-
-STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
-
-
-class Attacher:
-    """One Attach stream driven by a queue of requests."""
-
-    def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str) -> None:
-        self.queue: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
-        self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id)))
-        self.call = stub.Attach(self._requests())
-
-    async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
-        while True:
-            item = await self.queue.get()
-            if item is None:
-                return
-            yield item
-
-    def send(self, *lines: str) -> None:
-        self.queue.put_nowait(pb.AttachRequest(stdin=pb.Lines(lines=list(lines))))
-
-    def close_stdin(self) -> None:
-        self.queue.put_nowait(pb.AttachRequest(close_stdin=True))
-
-    async def read(self) -> pb.AttachResponse:
-        msg = await asyncio.wait_for(self.call.read(), 10.0)
-        assert msg is not STREAM_EOF, "stream ended"
-        return msg  # type: ignore[return-value]
-
-    async def read_lines(self, n: int) -> list[str]:
-        """Read stdout messages until ``n`` lines arrived."""
-        lines: list[str] = []
-        while len(lines) < n:
-            msg = await self.read()
-            assert msg.WhichOneof("msg") == "stdout", msg
-            assert len(msg.stdout.lines) >= 1
-            lines.extend(msg.stdout.lines)
-        return lines
+from tests.lifecycle.conftest import (
+    STREAM_EOF,
+    Attacher,
+    ProcessGuard,
+    Scripts,
+    gone,
+    make_config,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -298,7 +267,7 @@ async def test_stdout_backpressure_without_attacher(tmp_path: Path, scripts: Scr
     done = tmp_path / "flood.done"
     count = (3 * DEFAULT_MAX_BUFFER_BYTES) // 1000  # three buffers' worth of 1 kB lines
     try:
-        lease, spawned = await controller.ensure_session(
+        lease, spawned, _ = await controller.ensure_session(
             EnsureRequest("agent:f:acp:1", sys.executable, (str(scripts.flood), str(count), str(done)))
         )
         assert spawned
@@ -331,7 +300,7 @@ async def test_output_waiting_for_an_attacher_survives_the_adapters_exit(tmp_pat
     # Fills the channel buffer and leaves some lines in the pipe, then exits.
     count = DEFAULT_MAX_BUFFER_BYTES // 1009 + 60
     try:
-        lease, _ = await controller.ensure_session(
+        lease, *_ = await controller.ensure_session(
             EnsureRequest("agent:f:acp:2", sys.executable, (str(scripts.flood), str(count), str(done), "exit"))
         )
         guard.track(lease.root_pid)

@@ -8,6 +8,7 @@ before its SIGKILL, and the final states land in one transaction.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,34 @@ async def test_one_listing_closing_first_states_batched(store: LeaseStore) -> No
         (5041, signal.SIGTERM), (5041, signal.SIGKILL)]
     assert set(table.procs) == {5030, 5031}
     assert results[4].terminated_pids == (5040, 5041) and results[4].surviving_pids == ()
+
+
+async def test_warm_leases_are_reaped_like_open_ones(store: LeaseStore) -> None:
+    """A warm pool's leases of an earlier run (one waiting, one taken) are closing on
+    disk before the first signal and end closed, their trees signalled like any."""
+    waiting, ww, wa = _lease(0)
+    taken, tw, ta = _lease(1)
+    await store.insert(replace(waiting, state=LeaseState.WARM, session_key="agent:a:warm"))
+    await store.insert(taken)
+    table = CountingTable([ww, wa, tw, ta])
+    seen: list[LeaseState] = []
+    real_signal = table.signal
+
+    async def signal_checking(pid: int, start_time: int, sig: int) -> bool:
+        if not seen:
+            for lease in (waiting, taken):
+                rec = await store.get(lease.lease_id)
+                assert rec is not None
+                seen.append(rec.state)
+        return await real_signal(pid, start_time, sig)
+    table.signal = signal_checking  # type: ignore[method-assign]
+    clock = VirtualClock()
+    reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=3000,
+                    sleep=clock.sleep, clock=clock.now, wall_ms=lambda: 5)
+    results = await reaper.reap_all()
+    assert seen == [LeaseState.CLOSING, LeaseState.CLOSING]
+    assert [r.lease.state for r in results if r.lease] == [LeaseState.CLOSED, LeaseState.CLOSED]
+    assert table.signalled_pids() == {5000, 5001, 5010, 5011} and not table.procs
 
 
 async def test_survivor_not_reverified_is_not_killed(store: LeaseStore) -> None:

@@ -114,7 +114,7 @@ async def test_close_before_the_wrapper_exists_fails_the_spawn_and_stops_its_tre
         # Nothing of the spawn is left running: wrapper, adapter and grandchild.
         await wait_until(lambda: not processes_of_lease(lease_id), 5.0, "the stray tree to be gone")
         # A new EnsureSession for the key spawns a fresh, working lease.
-        lease, spawned = await controller.ensure_session(
+        lease, spawned, _ = await controller.ensure_session(
             EnsureRequest(session_key="agent:r:acp:1", command=sys.executable, args=(str(scripts.echo),))
         )
         guard.track(lease.root_pid)
@@ -145,7 +145,7 @@ async def test_a_transient_birth_read_failure_is_retried(
     table = UnreadableBirthTable(failures=2)
     controller, store = await make_controller(tmp_path / "state", table)
     try:
-        lease, spawned = await controller.ensure_session(
+        lease, spawned, _ = await controller.ensure_session(
             EnsureRequest(session_key="agent:b:acp:1", command=sys.executable, args=(str(scripts.echo),))
         )
         wrapper = guard.track(lease.root_pid)

@@ -137,6 +137,19 @@ async def test_spec3_resolve_agent(stub: Stub, short_dir: Path) -> None:
     )
 
 
+async def test_warm_agents_resolved_for_the_edge(stub: Stub, short_dir: Path) -> None:
+    """ListWarmAgents: the dispatchable agents with warm > 0 (built-in agents default to 1,
+    acp agents to 0, disabled ones never), with the files a warm built-in agent read."""
+    resp = await stub.ListWarmAgents(pb.ListWarmAgentsRequest())
+    assert [(a.alias, a.warm) for a in resp.agents] == [("alpha", 1), ("beta", 1)]
+    alpha = resp.agents[0]
+    assert list(alpha.watch_paths) == [str(short_dir / "cfg" / "config.toml")]
+    assert alpha.command == sys.executable and await asyncio.to_thread(Path(alpha.agent_workspace).is_dir)
+    resolved = await stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias="ext"))
+    assert resolved.warm == 0 and list(resolved.watch_paths) == []
+    assert (await stub.ResolveAgent(pb.ResolveAgentRequest())).warm == 1
+
+
 async def test_spec3_alias_required_over_grpc(serve: ServerFactory, short_dir: Path) -> None:
     """SPEC §3: no default and several agents → the exact alias-required message."""
     _, stub = await serve(make_cfg(short_dir, default_agent=""))

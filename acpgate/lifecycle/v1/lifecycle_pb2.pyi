@@ -11,6 +11,13 @@ The edge never sees a PID: it reaches an adapter's stdio only through Attach.
 There is deliberately no cancel RPC: cancelling a turn is ACP protocol work
 done by the edge over Attach, so a cancel can never reap anything.
 
+Warm pools: KeepWarm keeps N adapters of one launch spec spawned ahead of
+any session, each under its own lease in state WARM (verified, reaped and
+covered by the startup reap like any lease; never attachable). EnsureSession
+naming the pool takes one (WARM -> OPEN, re-keyed to the session) and the
+pool refills in the background. The lifecycle service never speaks ACP to
+a warm adapter: the edge initializes it after the take, like a cold one.
+
 Conventions: timestamps are milliseconds since the Unix epoch; errors use gRPC
 status codes (NOT_FOUND unknown lease, FAILED_PRECONDITION a second attacher
 or a lease that is not open, UNAVAILABLE spawn failure).
@@ -43,6 +50,8 @@ class _LeaseStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LeaseState
     LEASE_STATE_CLOSING: _LeaseState.ValueType  # 2
     LEASE_STATE_CLOSED: _LeaseState.ValueType  # 3
     LEASE_STATE_LOST: _LeaseState.ValueType  # 4
+    LEASE_STATE_WARM: _LeaseState.ValueType  # 5
+    """Spawned ahead of any session by a warm pool; not attachable until taken."""
 
 class LeaseState(_LeaseState, metaclass=_LeaseStateEnumTypeWrapper): ...
 
@@ -51,6 +60,8 @@ LEASE_STATE_OPEN: LeaseState.ValueType  # 1
 LEASE_STATE_CLOSING: LeaseState.ValueType  # 2
 LEASE_STATE_CLOSED: LeaseState.ValueType  # 3
 LEASE_STATE_LOST: LeaseState.ValueType  # 4
+LEASE_STATE_WARM: LeaseState.ValueType  # 5
+"""Spawned ahead of any session by a warm pool; not attachable until taken."""
 Global___LeaseState: _TypeAlias = LeaseState  # noqa: Y015
 
 @_typing.final
@@ -210,12 +221,18 @@ class EnsureSessionRequest(_message.Message):
     ARGS_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
+    WARM_POOL_FIELD_NUMBER: _builtins.int
     session_key: _builtins.str
     """agent:<alias>:acp:<sessionId>"""
     command: _builtins.str
     """The adapter command and arguments (run by the wrapper)."""
     cwd: _builtins.str
     """Working directory of the adapter (the session workspace)."""
+    warm_pool: _builtins.str
+    """Take a warm adapter of this pool (KeepWarm) when one is ready and it was
+    spawned from the same command, args and env; otherwise spawn as usual.
+    A taken adapter runs in the pool's cwd, not in cwd.
+    """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -230,10 +247,11 @@ class EnsureSessionRequest(_message.Message):
         args: _abc.Iterable[_builtins.str] | None = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         cwd: _builtins.str = ...,
+        warm_pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "cwd", b"cwd", "env", b"env", "session_key", b"session_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "cwd", b"cwd", "env", b"env", "session_key", b"session_key", "warm_pool", b"warm_pool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -245,8 +263,11 @@ class EnsureSessionResponse(_message.Message):
 
     LEASE_FIELD_NUMBER: _builtins.int
     SPAWNED_FIELD_NUMBER: _builtins.int
+    WARM_FIELD_NUMBER: _builtins.int
     spawned: _builtins.bool
     """False when an existing live lease was returned."""
+    warm: _builtins.bool
+    """True when the lease is a warm adapter of the named pool, just taken."""
     @_builtins.property
     def lease(self) -> Global___Lease: ...
     def __init__(
@@ -254,14 +275,104 @@ class EnsureSessionResponse(_message.Message):
         *,
         lease: Global___Lease | None = ...,
         spawned: _builtins.bool = ...,
+        warm: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "spawned", b"spawned"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "spawned", b"spawned", "warm", b"warm"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EnsureSessionResponse: _TypeAlias = EnsureSessionResponse  # noqa: Y015
+
+@_typing.final
+class KeepWarmRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    POOL_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    WATCH_PATHS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    """Names the pool (the edge uses "agent:<alias>")."""
+    command: _builtins.str
+    """The launch spec of every warm adapter, as in EnsureSessionRequest."""
+    cwd: _builtins.str
+    """Working directory of the warm adapters (they have no session yet)."""
+    count: _builtins.int
+    """How many to keep ready; 0 empties the pool."""
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def watch_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files the adapter reads at start (e.g. its config file): a change to any of
+        them, to the command's executable or to a file named in args retires the
+        pool's warm adapters (a fresh one reads the new files).
+        """
+
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+        command: _builtins.str = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        cwd: _builtins.str = ...,
+        watch_paths: _abc.Iterable[_builtins.str] | None = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "count", b"count", "cwd", b"cwd", "env", b"env", "pool", b"pool", "watch_paths", b"watch_paths"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepWarmRequest: _TypeAlias = KeepWarmRequest  # noqa: Y015
+
+@_typing.final
+class KeepWarmResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    READY_FIELD_NUMBER: _builtins.int
+    ready: _builtins.int
+    """Warm adapters ready right now (the pool fills in the background)."""
+    def __init__(
+        self,
+        *,
+        ready: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ready", b"ready"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepWarmResponse: _TypeAlias = KeepWarmResponse  # noqa: Y015
 
 @_typing.final
 class AttachOpen(_message.Message):

@@ -49,6 +49,11 @@ class LifecycleServiceStub:
                 request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
                 response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
                 _registered_method=True)
+        self.KeepWarm = channel.unary_unary(
+                '/acpgate.lifecycle.v1.LifecycleService/KeepWarm',
+                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
+                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/CloseSession',
                 request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.SerializeToString,
@@ -93,6 +98,14 @@ class LifecycleServiceServicer:
         """Bidirectional adapter stdio: the first request names the lease, later
         requests carry stdin lines; responses carry stdout lines and, last, the
         adapter's exit. One attacher per lease at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KeepWarm(self, request, context):
+        """Keep a pool of warm adapters (idempotent; a new spec under the same pool
+        name replaces the old one, whose warm adapters are reaped).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +156,11 @@ def add_LifecycleServiceServicer_to_server(servicer, server):
                     servicer.Attach,
                     request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.FromString,
                     response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.SerializeToString,
+            ),
+            'KeepWarm': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepWarm,
+                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.FromString,
+                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -246,6 +264,33 @@ class LifecycleService:
             '/acpgate.lifecycle.v1.LifecycleService/Attach',
             acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
             acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepWarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.lifecycle.v1.LifecycleService/KeepWarm',
+            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
+            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
             options,
             channel_credentials,
             insecure,

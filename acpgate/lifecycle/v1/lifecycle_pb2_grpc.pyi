@@ -11,6 +11,13 @@ The edge never sees a PID: it reaches an adapter's stdio only through Attach.
 There is deliberately no cancel RPC: cancelling a turn is ACP protocol work
 done by the edge over Attach, so a cancel can never reap anything.
 
+Warm pools: KeepWarm keeps N adapters of one launch spec spawned ahead of
+any session, each under its own lease in state WARM (verified, reaped and
+covered by the startup reap like any lease; never attachable). EnsureSession
+naming the pool takes one (WARM -> OPEN, re-keyed to the session) and the
+pool refills in the background. The lifecycle service never speaks ACP to
+a warm adapter: the edge initializes it after the take, like a cold one.
+
 Conventions: timestamps are milliseconds since the Unix epoch; errors use gRPC
 status codes (NOT_FOUND unknown lease, FAILED_PRECONDITION a second attacher
 or a lease that is not open, UNAVAILABLE spawn failure).
@@ -55,6 +62,10 @@ class LifecycleServiceStub:
     requests carry stdin lines; responses carry stdout lines and, last, the
     adapter's exit. One attacher per lease at a time.
     """
+    KeepWarm: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.KeepWarmRequest, _lifecycle_pb2.KeepWarmResponse]
+    """Keep a pool of warm adapters (idempotent; a new spec under the same pool
+    name replaces the old one, whose warm adapters are reaped).
+    """
     CloseSession: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.CloseSessionRequest, _lifecycle_pb2.CloseSessionResponse]
     """Verify and reap one lease's process tree (SPEC §13 closeSession)."""
     ReapOrphans: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.ReapOrphansRequest, _lifecycle_pb2.ReapOrphansResponse]
@@ -78,6 +89,10 @@ class LifecycleServiceAsyncStub(LifecycleServiceStub):
     """Bidirectional adapter stdio: the first request names the lease, later
     requests carry stdin lines; responses carry stdout lines and, last, the
     adapter's exit. One attacher per lease at a time.
+    """
+    KeepWarm: _aio.UnaryUnaryMultiCallable[_lifecycle_pb2.KeepWarmRequest, _lifecycle_pb2.KeepWarmResponse]  # type: ignore[assignment]
+    """Keep a pool of warm adapters (idempotent; a new spec under the same pool
+    name replaces the old one, whose warm adapters are reaped).
     """
     CloseSession: _aio.UnaryUnaryMultiCallable[_lifecycle_pb2.CloseSessionRequest, _lifecycle_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """Verify and reap one lease's process tree (SPEC §13 closeSession)."""
@@ -117,6 +132,16 @@ class LifecycleServiceServicer(metaclass=_abc_1.ABCMeta):
         """Bidirectional adapter stdio: the first request names the lease, later
         requests carry stdin lines; responses carry stdout lines and, last, the
         adapter's exit. One attacher per lease at a time.
+        """
+
+    @_abc_1.abstractmethod
+    def KeepWarm(
+        self,
+        request: _lifecycle_pb2.KeepWarmRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_lifecycle_pb2.KeepWarmResponse, _abc.Awaitable[_lifecycle_pb2.KeepWarmResponse]]:
+        """Keep a pool of warm adapters (idempotent; a new spec under the same pool
+        name replaces the old one, whose warm adapters are reaped).
         """
 
     @_abc_1.abstractmethod

@@ -251,6 +251,8 @@ class ResolvedAgent(_message.Message):
     AUTONOMY_FIELD_NUMBER: _builtins.int
     DEFAULT_MODEL_FIELD_NUMBER: _builtins.int
     ADAPTER_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
+    WARM_FIELD_NUMBER: _builtins.int
+    WATCH_PATHS_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """The configured alias ([agents.<alias>])."""
     kind: _builtins.str
@@ -269,11 +271,21 @@ class ResolvedAgent(_message.Message):
     """The agentCapabilities object (JSON) the alias's adapter advertised the last
     time it was started (RecordAgentCapabilities); "" = never recorded.
     """
+    warm: _builtins.int
+    """How many adapters of this alias to keep spawned ahead of sessions
+    ([agents.<alias>] warm; default 1 for builtin, 0 for acp agents).
+    """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Extra environment for the adapter (merged over the lifecycle service's own)."""
+
+    @_builtins.property
+    def watch_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files the adapter reads at start (the built-in agent: its config file):
+        a change retires warm adapters started before it.
+        """
 
     def __init__(
         self,
@@ -287,14 +299,51 @@ class ResolvedAgent(_message.Message):
         autonomy: _builtins.str = ...,
         default_model: _builtins.str = ...,
         adapter_capabilities_json: _builtins.str = ...,
+        warm: _builtins.int = ...,
+        watch_paths: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind", "warm", b"warm", "watch_paths", b"watch_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolvedAgent: _TypeAlias = ResolvedAgent  # noqa: Y015
+
+@_typing.final
+class ListWarmAgentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWarmAgentsRequest: _TypeAlias = ListWarmAgentsRequest  # noqa: Y015
+
+@_typing.final
+class ListWarmAgentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedAgent]: ...
+    def __init__(
+        self,
+        *,
+        agents: _abc.Iterable[Global___ResolvedAgent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWarmAgentsResponse: _TypeAlias = ListWarmAgentsResponse  # noqa: Y015
 
 @_typing.final
 class ResolveWorkspaceRequest(_message.Message):

@@ -70,6 +70,11 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.FromString,
                 _registered_method=True)
+        self.ListWarmAgents = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ListWarmAgents',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.FromString,
+                _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/CreateSession',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CreateSessionRequest.SerializeToString,
@@ -204,6 +209,14 @@ class SessionServiceServicer:
         """Remember what an alias's adapter advertised in its initialize result, so
         the edge's own initialize can advertise it before any session runs
         (read back as ResolvedAgent.adapter_capabilities_json).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWarmAgents(self, request, context):
+        """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
+        like ResolveAgent: what the edge asks the lifecycle service to keep warm.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -374,6 +387,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.RecordAgentCapabilities,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.SerializeToString,
+            ),
+            'ListWarmAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWarmAgents,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
@@ -646,6 +664,33 @@ class SessionService:
             '/acpgate.session.v1.SessionService/RecordAgentCapabilities',
             acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.RecordAgentCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWarmAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ListWarmAgents',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

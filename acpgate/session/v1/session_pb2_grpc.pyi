@@ -77,6 +77,10 @@ class SessionServiceStub:
     the edge's own initialize can advertise it before any session runs
     (read back as ResolvedAgent.adapter_capabilities_json).
     """
+    ListWarmAgents: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListWarmAgentsRequest, _session_pb2.ListWarmAgentsResponse]
+    """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
+    like ResolveAgent: what the edge asks the lifecycle service to keep warm.
+    """
     CreateSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetSessionRequest, _session_pb2.SessionRow]
@@ -158,6 +162,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Remember what an alias's adapter advertised in its initialize result, so
     the edge's own initialize can advertise it before any session runs
     (read back as ResolvedAgent.adapter_capabilities_json).
+    """
+    ListWarmAgents: _aio.UnaryUnaryMultiCallable[_session_pb2.ListWarmAgentsRequest, _session_pb2.ListWarmAgentsResponse]  # type: ignore[assignment]
+    """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
+    like ResolveAgent: what the edge asks the lifecycle service to keep warm.
     """
     CreateSession: _aio.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
@@ -279,6 +287,16 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Remember what an alias's adapter advertised in its initialize result, so
         the edge's own initialize can advertise it before any session runs
         (read back as ResolvedAgent.adapter_capabilities_json).
+        """
+
+    @_abc_1.abstractmethod
+    def ListWarmAgents(
+        self,
+        request: _session_pb2.ListWarmAgentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListWarmAgentsResponse, _abc.Awaitable[_session_pb2.ListWarmAgentsResponse]]:
+        """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
+        like ResolveAgent: what the edge asks the lifecycle service to keep warm.
         """
 
     @_abc_1.abstractmethod

@@ -25,7 +25,11 @@ from services.common.config.schema import (
     ConfigError,
     TlsSection,
 )
-from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
+from services.common.protocol import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_TIMEOUT_SECS,
+    MAX_WARM_ADAPTERS,
+)
 
 ENV_CONFIG_DIR = "ACPGATE_CONFIG_DIR"
 ENV_PREFIX = "ACPGATE_"
@@ -241,6 +245,10 @@ def _validate(cfg: Config, origin: str) -> None:
     for key in ("lease_secs", "pool_size", "connect_timeout_secs"):
         if getattr(cfg.store, key) < 1:
             raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 1")
+    for alias, agent in cfg.agents.items():
+        if not 0 <= agent.warm <= MAX_WARM_ADAPTERS:
+            raise ConfigError(
+                f"{origin}: [agents.{alias}] warm: expected an integer in 0..{MAX_WARM_ADAPTERS}")
 
 
 def with_overrides(cfg: Config, **sections: Any) -> Config:

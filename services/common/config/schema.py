@@ -57,6 +57,10 @@ DEFAULT_FORBIDDEN_PATHS = (
 )
 
 
+#: ``[agents.<alias>] warm`` left unset: the agent kind's default.
+WARM_BY_KIND = -1
+
+
 class ConfigError(Exception):
     """A configuration problem, with a message fit for a person (no traceback)."""
 
@@ -217,6 +221,10 @@ class AgentSection:
     workspace: str = ""
     #: Per-agent autonomy override ("" = the [autonomy] level).
     autonomy: str = ""
+    #: Adapters kept spawned ahead of any session (the lifecycle service's warm pool);
+    #: they count against ``max_sessions`` only once a session takes one.
+    #: Unset (-1): 1 for the built-in agent, 0 for an external one.
+    warm: int = WARM_BY_KIND
     # builtin
     provider: str = ""
     model: str = ""
@@ -236,6 +244,10 @@ class AgentSection:
     command: str = ""
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.warm == WARM_BY_KIND:  # the kind's default, also for sections built in code
+            object.__setattr__(self, "warm", 1 if self.kind == "builtin" else 0)
 
     @property
     def dispatchable(self) -> bool:

@@ -17,6 +17,7 @@ from services.session.aliases import (
     launch_spec,
     resolve_alias,
     resolve_restore_alias,
+    warm_launches,
 )
 from services.session.confinement import workspace_refusal
 from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
@@ -43,7 +44,7 @@ def _workspace_failed(alias: str, exc: OSError) -> str:
 
 class AgentRpcs(RpcBase):
     """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy,
-    RecordAgentCapabilities."""
+    RecordAgentCapabilities, ListWarmAgents."""
 
     async def _launch(self, choose: Callable[[], str], context: Ctx) -> pb.ResolvedAgent:
         """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
@@ -161,3 +162,13 @@ class AgentRpcs(RpcBase):
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.RecordAgentCapabilitiesResponse()
+    async def ListWarmAgents(
+        self, request: pb.ListWarmAgentsRequest, context: Ctx
+    ) -> pb.ListWarmAgentsResponse:
+        """The dispatchable agents with ``warm`` above 0, resolved like ResolveAgent."""
+        try:
+            launches = await warm_launches(self._cfg)
+        except OSError as exc:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                        f"cannot create an agent workspace: {exc.strerror or exc}")
+        return pb.ListWarmAgentsResponse(agents=[launch_to_pb(x) for x in launches])

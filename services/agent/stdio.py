@@ -3,6 +3,11 @@
 stdin is read and stdout written by worker threads with plain blocking I/O.
 Switching the fds to non-blocking mode (``connect_read_pipe``) would leak into
 stderr and the terminal when they share a file description.
+
+stdout writes are coalesced like the edge's ``LineWriter``: the lines written
+while the writer thread is busy go out together in its next ``write``, so a
+burst of updates costs one executor hop and one syscall, not one per line.
+A writer waits only when more than :data:`WRITE_HIGH_WATER` bytes are queued.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 from services.common.jsonrpc import MAX_LINE_BYTES
+
+#: Queued stdout bytes above which ``write_line`` waits for the writer thread.
+WRITE_HIGH_WATER = 1 << 20
 
 
 class StdioLines:
@@ -29,6 +37,12 @@ class StdioLines:
         self._in_fd = (stdin if stdin is not None else sys.stdin).fileno()
         self._out_fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="acp-stdout")
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flusher: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._room.set()
+        self._failed: BaseException | None = None
         # A daemon thread: a blocked read must never keep the process alive at exit.
         self._thread = threading.Thread(target=self._pump, name="acp-stdin", daemon=True)
         self._thread.start()
@@ -55,16 +69,43 @@ class StdioLines:
             view = view[written:]
 
     async def write_line(self, data: bytes) -> None:
-        """Write one already-encoded line to stdout, in order; ConnectionError once closed.
+        """Queue one already-encoded line for stdout, in order (concurrent callers never
+        interleave: each line is queued whole); waits only above the high-water mark.
+        ConnectionError once a write failed or the writer closed."""
+        if self._failed is not None:
+            raise ConnectionError("stdout closed") from self._failed
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._flusher is None:
+            self._flusher = self._loop.create_task(self._flush())
+        while self._pending_bytes > WRITE_HIGH_WATER and self._failed is None:
+            self._room.clear()
+            await self._room.wait()
 
-        One worker thread takes the writes in submission order, so concurrent
-        callers never interleave.
-        """
+    async def _flush(self) -> None:
+        """Hand everything queued to the writer thread, one join per write, until empty."""
         try:
-            await self._loop.run_in_executor(self._writer, self._write_all, data)
-        except RuntimeError as exc:  # the writer was shut down (close())
-            raise ConnectionError("stdout writer closed") from exc
+            while self._pending:
+                batch = b"".join(self._pending)
+                self._pending.clear()
+                self._pending_bytes = 0
+                self._room.set()
+                await self._loop.run_in_executor(self._writer, self._write_all, batch)
+        except (OSError, RuntimeError) as exc:  # a closed pipe, or the writer shut down
+            self._failed = exc
+            self._pending.clear()
+            self._room.set()
+        finally:
+            self._flusher = None
 
     def close(self) -> None:
-        """Stop the writer thread (pending writes finish first)."""
+        """Stop the writer thread; what is still queued is written first (blocking)."""
         self._writer.shutdown(wait=True)
+        if self._pending and self._failed is None:
+            batch = b"".join(self._pending)
+            self._pending.clear()
+            try:
+                self._write_all(batch)
+            except OSError as exc:
+                self._failed = exc
+        self._failed = self._failed or ConnectionError("stdout writer closed")

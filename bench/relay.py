@@ -17,12 +17,14 @@ from pathlib import Path
 
 from bench.peer import Peer
 from bench.sizes import Sizes
-from bench.stage import Stage
+from bench.stage import WARM_ALIAS, Stage
 from bench.stats import Dist, Row
 from bench.transports import Endpoint
+from bench.warm import wait_warm
 from services.common.protocol import M_INITIALIZE, M_SESSION_CLOSE, M_SESSION_NEW
 
 DIRECT, ACP, WS, BARE_WS = "direct", "acp", "ws", "bare_ws"
+ACP_WARM, WS_WARM = "acp_warm", "ws_warm"
 LABELS = {DIRECT: "direct stdio (baseline)", ACP: "`acpgate acp` (stdio)",
           WS: "gateway (WebSocket)",
           BARE_WS: "firehose served over bare WebSocket, no edge (transport ceiling)"}
@@ -34,9 +36,12 @@ async def initialize(peer: Peer) -> None:
     await peer.request(M_INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
 
 
-async def new_session(peer: Peer, cwd: Path) -> str:
-    """``session/new``; returns the session id."""
-    result = await peer.request(M_SESSION_NEW, {"cwd": str(cwd), "mcpServers": []})
+async def new_session(peer: Peer, cwd: Path, alias: str = "") -> str:
+    """``session/new`` (of ``alias``, else the default agent); returns the session id."""
+    params: dict[str, object] = {"cwd": str(cwd), "mcpServers": []}
+    if alias:
+        params["agentAlias"] = alias
+    result = await peer.request(M_SESSION_NEW, params)
     return str(result["sessionId"])
 
 
@@ -136,9 +141,12 @@ async def _cold_direct(st: Stage) -> tuple[float, float]:
     return (t1 - t0) / 1e6, (t2 - t0) / 1e6
 
 
-async def _cold_edge(ep: Endpoint, cwd: Path) -> tuple[float, float]:
+async def _cold_edge(ep: Endpoint, cwd: Path, alias: str = "",
+                     ready: Callable[[], Awaitable[None]] | None = None) -> tuple[float, float]:
+    if ready is not None:
+        await ready()  # the pool has one (not timed)
     t0 = time.monotonic_ns()
-    sid = await new_session(ep.peer, cwd)
+    sid = await new_session(ep.peer, cwd, alias)
     t1 = time.monotonic_ns()
     t2 = await _first_chunk(ep.peer, sid)
     await ep.peer.request(M_SESSION_CLOSE, {"sessionId": sid}, WAIT_SECS)
@@ -146,10 +154,12 @@ async def _cold_edge(ep: Endpoint, cwd: Path) -> tuple[float, float]:
 
 
 async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
-    """Item 3: cold ``session/new`` and ``session/new`` → first chunk, vs a bare spawn."""
+    """Item 3: cold and warm ``session/new`` and ``session/new`` → first chunk, vs a bare
+    spawn. A warm sample waits (untimed) until its pool holds an adapter."""
     edges = {ACP: await st.acp(), WS: await st.ws(token)}
-    new: dict[str, list[float]] = {k: [] for k in (DIRECT, ACP, WS)}
-    first: dict[str, list[float]] = {k: [] for k in (DIRECT, ACP, WS)}
+    kinds = (DIRECT, ACP, WS, ACP_WARM, WS_WARM)
+    new: dict[str, list[float]] = {k: [] for k in kinds}
+    first: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         for ep in edges.values():
             await initialize(ep.peer)
@@ -157,6 +167,10 @@ async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
             DIRECT: lambda: _cold_direct(st),
             ACP: lambda: _cold_edge(edges[ACP], st.workspace),
             WS: lambda: _cold_edge(edges[WS], st.workspace),
+            ACP_WARM: lambda: _cold_edge(edges[ACP], st.workspace, WARM_ALIAS,
+                                         lambda: wait_warm(st.data_dir("acp"), 1)),
+            WS_WARM: lambda: _cold_edge(edges[WS], st.workspace, WARM_ALIAS,
+                                        lambda: wait_warm(st.data_dir("serve"), 1)),
         }
         for fn in runs.values():  # warm-up (first imports, first lease db pages)
             await fn()
@@ -176,6 +190,12 @@ async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
                         "spawn adapter + initialize + session/new, direct", base_new,
                         "p50 ≤ 300 ms", d.median <= 300.0,
                         "lease + wrapper + adapter spawn + initialize + session/new"))
+    for k, cold in ((ACP_WARM, ACP), (WS_WARM, WS)):
+        d = Dist.of(new[k])
+        rows.append(Row("3", f"warm session/new, {LABELS[cold]}", "ms", d,
+                        f"cold session/new, {LABELS[cold]}", Dist.of(new[cold]),
+                        "p50 ≤ 10 ms", d.median <= 10.0,
+                        "the pool has one: lease take + attach + initialize + session/new"))
     for k in (ACP, WS):
         d = Dist.of(first[k])
         rows.append(Row("3", f"session/new → first chunk, {LABELS[k]}", "ms", d,

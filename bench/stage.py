@@ -1,9 +1,12 @@
 """The stage the benchmarks run on: a throw-away config, ``acpgate acp`` and ``acpgate serve``.
 
-The config has one agent, ``firehose`` (``kind = "acp"``, the script in this
-package), as the default alias, and enough session slots for the concurrency
-run. Everything lives in a short temp dir (unix socket paths stay short) that
-is removed afterwards.
+The config has the agent ``firehose`` (``kind = "acp"``, the script in this
+package) as the default alias, the same adapter again as ``firehose_warm``
+with a warm pool, and enough session slots for the concurrency run.
+``acpgate acp`` and ``acpgate serve`` keep their data (leases, warm pools) in
+separate dirs, so neither's startup reap touches the other's adapters.
+Everything lives in a short temp dir (unix socket paths stay short) that is
+removed afterwards.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from services.edge.tokens import TokenStore, token_db_path
 REPO = Path(__file__).resolve().parents[1]
 FIREHOSE = Path(__file__).resolve().parent / "firehose_agent.py"
 ALIAS = "firehose"
+#: The same adapter with a warm pool of :attr:`Stage.warm` adapters.
+WARM_ALIAS = "firehose_warm"
 ACPGATE = [sys.executable, "-m", "acpgate"]
 
 
@@ -56,6 +61,8 @@ class Stage:
     root: Path
     port: int
     max_sessions: int
+    #: Adapters the warm alias keeps ready.
+    warm: int = 1
     #: ``[store] url`` ("" = the SQLite file in the data dir).
     store_url: str = ""
     #: Logs of ``acpgate serve`` starts that failed (and were retried).
@@ -92,6 +99,12 @@ max_connections = {self.max_sessions + 8}
 kind = "acp"
 command = {json.dumps(argv[0])}
 args = {json.dumps(argv[1:])}
+
+[agents.{WARM_ALIAS}]
+kind = "acp"
+command = {json.dumps(argv[0])}
+args = {json.dumps(argv[1:])}
+warm = {self.warm}
 """, encoding="utf-8")
         return self.config()
 
@@ -108,10 +121,21 @@ args = {json.dumps(argv[1:])}
         """A fresh gateway token (``acpgate token create`` does the same)."""
         return TokenStore(token_db_path(self.config())).create("bench")[1]
 
+    @property
+    def acp_data_dir(self) -> Path:
+        """The data dir of ``acpgate acp`` (serve's is the config's default)."""
+        return self.root / "acp-data"
+
+    def data_dir(self, kind: str) -> Path:
+        """The data dir of ``"acp"`` or ``"serve"``."""
+        return self.acp_data_dir if kind == "acp" else self.config().data_dir
+
     async def acp(self) -> Endpoint:
         """``acpgate acp`` (embedded services) as a stdio peer."""
+        env = child_env()
+        env["ACPGATE_paths__data_dir"] = str(self.acp_data_dir)
         return await stdio_peer([*ACPGATE, "acp", "--config-dir", str(self.config_dir)],
-                                env=child_env(), cwd=REPO)
+                                env=env, cwd=REPO)
 
     async def adapter(self) -> Endpoint:
         """The firehose adapter itself, read directly (the baseline)."""
@@ -144,10 +168,10 @@ args = {json.dumps(argv[1:])}
 
 
 @asynccontextmanager
-async def stage(max_sessions: int = 64, store_url: str = "") -> AsyncIterator[Stage]:
+async def stage(max_sessions: int = 64, store_url: str = "", warm: int = 1) -> AsyncIterator[Stage]:
     """A fresh stage in a short temp dir, removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="acpb-", dir="/tmp"))
-    st = Stage(root, free_port(), max_sessions, store_url)
+    st = Stage(root, free_port(), max_sessions, warm=warm, store_url=store_url)
     st.write()
     try:
         yield st

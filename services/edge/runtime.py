@@ -38,6 +38,7 @@ from services.edge.claims import HostClaims
 from services.edge.hosted import HostedPort
 from services.edge.metrics import Metrics
 from services.edge.session import AdapterMethod, EdgeSession
+from services.edge.warm import WarmPools
 
 log = get_logger("edge.runtime")
 
@@ -119,6 +120,8 @@ class EdgeRuntime:
         self.lifecycle_stub = lifecycle_pb2_grpc.LifecycleServiceStub(lifecycle_channel)
         self._channels = [session_channel, lifecycle_channel]
         self.registry = SessionRegistry(cfg.acp.max_sessions)
+        #: The warm adapter pools this edge declared (services.edge.warm).
+        self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
         self.persistent = True
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
@@ -145,6 +148,8 @@ class EdgeRuntime:
         self.gateway_instance_id = instance.gateway_instance_id
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
         self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
+        # In the background: the pools fill while the first client connects.
+        self.spawn(self.warm.declare_all())
         self._heartbeat = asyncio.create_task(
             self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
 

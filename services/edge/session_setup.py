@@ -78,7 +78,8 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
 
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy) -> AdapterClient:
-    """Ensure a lease, attach, initialize, record what the adapter can do.
+    """Ensure a lease (a warm adapter when the alias keeps some), attach, initialize,
+    record what the adapter can do.
 
     On failure the lease is closed again and the adapter's error reaches the
     client whole (:func:`services.edge.adapter_errors.setup_error`).
@@ -87,9 +88,11 @@ async def spawn_adapter(conn: SessionHome, session: EdgeSession,
     try:
         resp = await rt.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
             session_key=session.session_key, command=agent.command, args=list(agent.args),
-            env=dict(agent.env), cwd=session.workspace_dir))
+            env=dict(agent.env), cwd=session.workspace_dir, warm_pool=rt.warm.pool_for(agent)))
     except grpc.aio.AioRpcError as exc:
         raise start_failed(agent.alias, exc) from None
+    if not resp.warm and rt.warm.took_cold(agent):
+        rt.spawn(rt.warm.declare(agent))  # the lifecycle service may have forgotten the pool
     session.lease_id = resp.lease.lease_id
     client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session, agent)
     session.bind_adapter(client, conn.client_capabilities)

@@ -43,6 +43,9 @@ log = get_logger("lifecycle.warm")
 CHECK_SECS = 2.0
 #: Warm spawns in flight at once, over all pools (the machine has other work).
 SPAWN_CONCURRENCY = 2
+#: How long after a take the refill waits: the spawn (an fsync'd lease insert, a fork
+#: of this process) would otherwise compete with the session being set up on it.
+REFILL_DELAY_SECS = 0.25
 #: First pause after a warm adapter died or failed to start; doubles per failure.
 BACKOFF_SECS = 0.5
 BACKOFF_MAX_SECS = 60.0
@@ -148,14 +151,16 @@ class WarmPool:
 
     # ------------------------------------------------------------------ fill
 
-    def fill(self) -> None:
-        """Start the refill task unless one runs already."""
+    def fill(self, delay: float = 0.0) -> None:
+        """Start the refill task (after ``delay`` seconds) unless one runs already."""
         if self._filler is None or self._filler.done():
-            self._filler = self._pools.track(self._fill())
+            self._filler = self._pools.track(self._fill(delay))
 
-    async def _fill(self) -> None:
+    async def _fill(self, delay: float) -> None:
         """Spawn until ``count`` are ready or spawning, backing off after failures."""
         pools = self._pools
+        if delay:
+            await asyncio.sleep(delay)
         while not pools.stopped and len(self.ready) + self.spawning < self.spec.count:
             if self.failures:
                 await asyncio.sleep(min(BACKOFF_MAX_SECS, BACKOFF_SECS * 2 ** (self.failures - 1)))
@@ -227,7 +232,7 @@ class WarmPool:
                     return taken
             return None
         finally:
-            self.fill()
+            self.fill(REFILL_DELAY_SECS)
 
     def retire_stale(self, current: str) -> None:
         """Retire every ready adapter started before the watched files last changed."""

@@ -7,6 +7,7 @@ the adapter's ``modes`` and ``configOptions`` are passed back to the client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import uuid
@@ -70,12 +71,14 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
         try:
             # The row is created claimed by this host (its heartbeat renews it from now on);
             # the MCP list is stored: a later load/resume without one starts the same servers.
-            row = await rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
-                session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
-                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-                owner_session_key=conn.principal,
-                mcp_servers_json=encode_mcp_servers(servers), additional_directories=roots))
-            policy = await session_policy(rt, agent.alias, ws.workspace_dir, roots)
+            # Row and policy are independent: both requests go out at once.
+            row, policy = await asyncio.gather(
+                rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
+                    session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
+                    gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+                    owner_session_key=conn.principal,
+                    mcp_servers_json=encode_mcp_servers(servers), additional_directories=roots)),
+                session_policy(rt, agent.alias, ws.workspace_dir, roots))
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
         session = EdgeSession(rt, conn, row, rt.clock)

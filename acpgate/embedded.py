@@ -1,11 +1,20 @@
 """Embedded mode: the session and lifecycle services inside the edge's own process (SPEC §0).
 
 ``acpgate acp`` with an empty ``[services]`` address runs that service here,
-over real gRPC on a unix socket in a private, short temp dir (unix socket paths
-are limited to ~100 bytes, so not under the data dir). This is composition, so
-it lives in the ``acpgate`` package: the edge never imports a service, it is
-handed :func:`start_embedded` (see ``services.edge.runtime.StartServices``) and
-gets back the addresses to dial and a way to stop what was started.
+serving real gRPC on a unix socket in a private, short temp dir (unix socket
+paths are limited to ~100 bytes, so not under the data dir) for other clients,
+while the edge of this process reaches it through an in-process channel
+(``services.common.inproc``): the same generated stub and servicer, the
+same contract, without serializing every message and carrying it over the
+socket to itself (bench/PROFILE.md, §11). Only the lifecycle service still
+touches processes (ARCHITECTURE rule 1): the edge reaches an adapter through
+the very ``Attach`` servicer, with the same batches. :data:`IN_PROCESS` turns
+the in-process channel off (the edge then dials the sockets).
+
+This is composition, so it lives in the ``acpgate`` package: the edge never
+imports a service, it is handed :func:`start_embedded` (see
+``services.edge.runtime.StartServices``) and gets back the addresses to dial,
+the in-process channels, and a way to stop what was started.
 """
 
 from __future__ import annotations
@@ -15,10 +24,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
+import grpc
+
 from services.common.config import Config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
 from services.session.server import start_session_server
+
+#: The edge of this process reaches the services started here in-process (not over their sockets).
+IN_PROCESS = True
 
 
 @dataclass
@@ -33,6 +47,15 @@ class EmbeddedServices:
     lifecycle_addr: str
     servers: list[RunningServer] = field(default_factory=list)
     tempdir: str | None = None
+
+    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+        """An in-process channel to the service started here at ``address`` (None: dial it)."""
+        if not IN_PROCESS:
+            return None
+        for server in self.servers:
+            if server.address == address:
+                return server.local_channel()  # type: ignore[return-value]  # the same surface
+        return None
 
     async def stop(self) -> None:
         """Stop what was started (last first: lifecycle reaps its leases) and remove the sockets."""

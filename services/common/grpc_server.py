@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.common.grpc_auth import GrpcSecurity, server_credentials, server_interceptors
 from services.common.grpc_limits import MAX_MESSAGE_BYTES, SERVER_OPTIONS
+from services.common.inproc import InProcessChannel
 from services.common.logs import StructLogger
 from services.common.signals import install_stop_signals
 
@@ -54,6 +55,18 @@ class RunningServer:
     address: str
     health: health.aio.HealthServicer  # type: ignore[name-defined]
     on_stop: Callable[[], Any] | None = None
+    #: The servicers' registration (for an in-process channel to the same servicers).
+    register: Callable[[grpc.aio.Server], None] | None = None
+    #: The service's own interceptors (not the transport's token check).
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+
+    def local_channel(self) -> InProcessChannel:
+        """A channel into these very servicers from this process (services.common.inproc)."""
+        if self.register is None:
+            raise RuntimeError("this server was started without a registration")
+        channel = InProcessChannel(self.interceptors)
+        self.register(channel)  # type: ignore[arg-type]  # it registers like a server
+        return channel
 
     async def stop(self, grace: float = 1.0) -> None:
         """Mark NOT_SERVING, stop accepting, let calls finish for ``grace`` seconds."""
@@ -153,6 +166,8 @@ async def start_service(
         await close()
         raise
     running.on_stop = close
+    running.register = register
+    running.interceptors = tuple(interceptors)
     return running
 
 

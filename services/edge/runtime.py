@@ -59,6 +59,10 @@ class ServiceHost(Protocol):
     session_addr: str
     lifecycle_addr: str
 
+    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+        """A channel straight into the service this host runs at ``address`` (no socket
+        between the edge and it), or None to dial the address."""
+
     async def stop(self) -> None:
         """Stop whatever was started here."""
 
@@ -293,15 +297,18 @@ async def open_runtime(
             hosted = await start_services(cfg)
             session_addr, lifecycle_addr = hosted.session_addr, hosted.lifecycle_addr
         sec = grpc_security(cfg)
-        session_channel = open_service_channel(sec, session_addr)
-        lifecycle_channel = open_service_channel(sec, lifecycle_addr)
-        await wait_healthy(session_channel, within=health_timeout)
-        await wait_healthy(lifecycle_channel, within=health_timeout)
+        local = [hosted.local_channel(a) if hosted is not None else None
+                 for a in (session_addr, lifecycle_addr)]
+        session_channel = local[0] or open_service_channel(sec, session_addr)
+        lifecycle_channel = local[1] or open_service_channel(sec, lifecycle_addr)
+        for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
+            if in_process is None:  # an in-process channel reaches a service already started
+                await wait_healthy(dialled, within=health_timeout)
     except BaseException:
-        for channel in (session_channel, lifecycle_channel):
-            if channel is not None:
+        for opened in (session_channel, lifecycle_channel):
+            if opened is not None:
                 with contextlib.suppress(Exception):
-                    await channel.close(None)
+                    await opened.close(None)
         if hosted is not None:
             with contextlib.suppress(Exception):
                 await hosted.stop()

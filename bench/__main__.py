@@ -2,7 +2,7 @@
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
-``cold``, ``concurrency``, ``flood``.
+``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.concurrency import run_concurrency
 from bench.flood import run_flood
+from bench.many import run_many
 from bench.pg_bench import run_postgres
 from bench.reap_bench import run_reap
 from bench.relay import run_cold, run_relay
@@ -25,7 +26,7 @@ from bench.stage import REPO, serve, stage
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "load", "append", "postgres", "reap", "flood")
+GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -51,9 +52,15 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
         incidents += st.failed_starts
     if "concurrency" in wanted:
         # A fresh gateway, so "idle" RSS is the edge before any session ever ran.
-        async with stage(max_sessions=sizes.concurrent_sessions + 8) as st, serve(st) as sv:
+        async with stage(max_sessions=sizes.concurrent_sessions + 8,
+                         warm=sizes.concurrent_sessions) as st, serve(st) as sv:
             _say(f"{sizes.concurrent_sessions} concurrent sessions")
             rows["concurrency"] = await run_concurrency(st, sv, st.mint_token(), sizes)
+        incidents += st.failed_starts
+    if "many" in wanted:
+        async with stage(max_sessions=sizes.many_sessions + 8, warm=0) as st, serve(st) as sv:
+            _say(f"{sizes.many_sessions} sessions streaming")
+            rows["many"] = await run_many(st, sv, st.mint_token(), sizes)
         incidents += st.failed_starts
     if "load" in wanted:
         _say(f"session/load of {sizes.history_items} messages")

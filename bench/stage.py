@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from bench.transports import Endpoint, adapter_argv, stdio_peer, ws_peer
-from services.common.config import Config, load_config
+from services.common.config import Config, PathsSection, load_config, with_overrides
 from services.edge.tokens import TokenStore, token_db_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,6 +129,10 @@ warm = {self.warm}
     def data_dir(self, kind: str) -> Path:
         """The data dir of ``"acp"`` or ``"serve"``."""
         return self.acp_data_dir if kind == "acp" else self.config().data_dir
+
+    def acp_config(self) -> Config:
+        """The effective config of ``acpgate acp`` (its own data dir)."""
+        return with_overrides(self.config(), paths=PathsSection(data_dir=str(self.acp_data_dir)))
 
     async def acp(self) -> Endpoint:
         """``acpgate acp`` (embedded services) as a stdio peer."""

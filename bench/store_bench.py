@@ -67,7 +67,7 @@ def _on(backend: str) -> str:
 
 async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
     """Item 5."""
-    cfg = st.config()
+    cfg = st.acp_config()  # the store `acpgate acp` loads from
     sid = str(uuid.uuid4())
     store = await open_store(store_target(cfg))
     reads: list[float] = []
@@ -125,6 +125,7 @@ async def session_service(st: Stage) -> AsyncIterator[session_pb2_grpc.SessionSe
     address = f"unix:{st.root}/ss.sock"
     env = child_env()
     env["ACPGATE_services__session_addr"] = address
+    env["ACPGATE_paths__data_dir"] = str(st.acp_data_dir)  # the store `acpgate acp` loads
     proc = await asyncio.create_subprocess_exec(
         *ACPGATE, "session-service", "--config-dir", str(st.config_dir), env=env, cwd=str(REPO),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,

@@ -96,13 +96,19 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
     rows: list[Row] = []
     for n in counts:
         base_rate = Dist.of(rates[DIRECT, n], higher_is_better=True)
-        for k in (ACP, WS):
-            d = Dist.of(rates[k, n], higher_is_better=True)
-            rows.append(Row("1", f"relay throughput, {LABELS[k]}, {n:,} updates/prompt",
-                            "updates/s", d, LABELS[DIRECT], base_rate, "≥ 50 % of direct",
-                            d.median >= 0.5 * base_rate.median,
-                            f"{n:,} updates per prompt, {sizes.throughput_rounds} prompts"))
         ceiling = Dist.of(rates[BARE_WS, n], higher_is_better=True)
+        note = f"{n:,} updates per prompt, {sizes.throughput_rounds} prompts"
+        d = Dist.of(rates[ACP, n], higher_is_better=True)
+        rows.append(Row("1", f"relay throughput, {LABELS[ACP]}, {n:,} updates/prompt",
+                        "updates/s", d, LABELS[DIRECT], base_rate, "≥ 0.6× of direct",
+                        d.median >= 0.6 * base_rate.median, note))
+        # One JSON-RPC message per text frame (SPEC §11): the gateway is measured against
+        # the same firehose served over a bare server of the same WebSocket library.
+        d = Dist.of(rates[WS, n], higher_is_better=True)
+        rows.append(Row("1", f"relay throughput, {LABELS[WS]}, {n:,} updates/prompt",
+                        "updates/s", d, f"bare-WebSocket ceiling, {n:,} updates/prompt", ceiling,
+                        "≥ 0.9× of the ceiling", d.median >= 0.9 * ceiling.median,
+                        f"{note}; {d.median / base_rate.median:.2f}× of direct stdio"))
         rows.append(Row("1", f"reference: {LABELS[BARE_WS]}, {n:,} updates/prompt", "updates/s",
                         ceiling, LABELS[DIRECT], base_rate,
                         note="same client, one text frame per update, websockets defaults"))
@@ -114,8 +120,9 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
             rows.append(Row("2", f"reference: latency, {LABELS[k]}", "ms", d, LABELS[DIRECT],
                             base_lat, note=f"added p50 {added:.2f} ms"))
             continue
+        limit = 0.3 if k == ACP else 2.0
         rows.append(Row("2", f"relay latency, {LABELS[k]}", "ms", d, LABELS[DIRECT], base_lat,
-                        "added p50 ≤ 2 ms", added <= 2.0,
+                        f"added p50 ≤ {limit} ms", added <= limit,
                         f"added p50 {added:.2f} ms, added p99 {d.p99 - base_lat.p99:.2f} ms; "
                         f"{sizes.latency_n} updates/prompt, one per {sizes.latency_pace_ms} ms"))
     return rows

@@ -6,7 +6,9 @@ flight) can name them without importing the controller itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -43,3 +45,13 @@ class InstanceInfo:
     state_dir: str
     wrapper_root: str
     started_at: int
+
+
+async def check_launch(command: str, args: Sequence[str], cwd: str) -> None:
+    """Refuse a launch spec that cannot run (InvalidRequest says why)."""
+    if not command:
+        raise InvalidRequest("command is required")
+    if "\0" in command or any("\0" in a for a in args):
+        raise InvalidRequest("command and args must not contain NUL")
+    if cwd and not await asyncio.to_thread(os.path.isdir, cwd):
+        raise InvalidRequest(f"cwd is not a directory: {cwd}")

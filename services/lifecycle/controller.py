@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,6 +22,7 @@ from services.lifecycle.api import (
     InvalidRequest,
     LeaseNotFound,
     Unavailable,
+    check_launch,
 )
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.launch import Launch, plan_launch
@@ -109,12 +109,7 @@ class LifecycleController:
         else a new spawn."""
         if not req.session_key:
             raise InvalidRequest("session_key is required")
-        if not req.command:
-            raise InvalidRequest("command is required")
-        if "\0" in req.command or any("\0" in a for a in req.args):
-            raise InvalidRequest("command and args must not contain NUL")
-        if req.cwd and not await asyncio.to_thread(os.path.isdir, req.cwd):
-            raise InvalidRequest(f"cwd is not a directory: {req.cwd}")
+        await check_launch(req.command, req.args, req.cwd)
         async with self._key_lock(req.session_key):
             existing = await self.store.list(
                 states=LIVE_STATES, session_key=req.session_key, instance_id=self.instance_id

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from services.common.logs import get_logger
 from services.common.protocol import MAX_WARM_ADAPTERS
-from services.lifecycle.api import EnsureRequest, InvalidRequest, LeaseNotFound
+from services.lifecycle.api import EnsureRequest, InvalidRequest, LeaseNotFound, check_launch
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.leases import HELD_STATES, LeaseRecord, LeaseState, LeaseStore
 from services.lifecycle.reaper import CloseResult
@@ -300,14 +300,9 @@ class WarmPools:
         background); the adapters ready now."""
         if not spec.name:
             raise InvalidRequest("pool is required")
-        if not spec.command:
-            raise InvalidRequest("command is required")
-        if "\0" in spec.command or any("\0" in a for a in spec.args):
-            raise InvalidRequest("command and args must not contain NUL")
         if not 0 <= spec.count <= MAX_WARM_ADAPTERS:
             raise InvalidRequest(f"count must be between 0 and {MAX_WARM_ADAPTERS}")
-        if spec.cwd and not await asyncio.to_thread(os.path.isdir, spec.cwd):
-            raise InvalidRequest(f"cwd is not a directory: {spec.cwd}")
+        await check_launch(spec.command, spec.args, spec.cwd)
         if self.stopped:
             return 0
         pool = self.pools.get(spec.name)

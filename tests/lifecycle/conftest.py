@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
@@ -25,6 +26,9 @@ import pytest
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
+from services.common.grpc_channel import open_channel
+from services.common.grpc_server import RunningServer
+from services.lifecycle.server import start_lifecycle_server
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -253,3 +257,16 @@ class Attacher:
             assert len(msg.stdout.lines) >= 1
             lines.extend(msg.stdout.lines)
         return lines
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[RunningServer, Any]]:
+    """A lifecycle server on a unix socket under ``tmp_path`` (300 ms grace) and a stub to it."""
+    cfg = make_config(tmp_path / "gw", term_grace_ms=300)
+    server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/lifecycle.sock")
+    channel = open_channel(server.address)
+    try:
+        yield server, lifecycle_pb2_grpc.LifecycleServiceStub(channel)
+    finally:
+        await channel.close(None)
+        await server.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -32,18 +31,6 @@ from tests.lifecycle.conftest import (
     make_config,
     wait_until,
 )
-
-
-@pytest.fixture
-async def served(tmp_path: Path, guard: ProcessGuard) -> AsyncIterator[tuple[RunningServer, lifecycle_pb2_grpc.LifecycleServiceAsyncStub]]:
-    cfg = make_config(tmp_path / "gw", term_grace_ms=300)
-    server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/lifecycle.sock")
-    channel = open_channel(server.address)
-    try:
-        yield server, lifecycle_pb2_grpc.LifecycleServiceStub(channel)
-    finally:
-        await channel.close(None)
-        await server.stop()
 
 
 async def spawn(stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, guard: ProcessGuard, script: Path, *args: str, key: str = "agent:e:acp:1", **kw: object) -> pb.EnsureSessionResponse:

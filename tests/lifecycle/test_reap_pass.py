@@ -57,6 +57,23 @@ class CountingTable(FakeProcessTable):
         return await super().list_all()
 
 
+def states_at_first_signal(table: FakeProcessTable, store: LeaseStore,
+                           leases: list[LeaseRecord]) -> dict[str, LeaseState]:
+    """Filled, at the table's first signal, with each lease's state as then on disk."""
+    states: dict[str, LeaseState] = {}
+    real_signal = table.signal
+
+    async def signal_checking(pid: int, start_time: int, sig: int) -> bool:
+        if not states:
+            for lease in leases:
+                rec = await store.get(lease.lease_id)
+                assert rec is not None
+                states[lease.lease_id] = rec.state
+        return await real_signal(pid, start_time, sig)
+    table.signal = signal_checking  # type: ignore[method-assign]
+    return states
+
+
 @pytest.fixture
 async def store(tmp_path: Path):
     s = await LeaseStore.open(tmp_path / "leases.db")
@@ -83,17 +100,7 @@ async def test_one_listing_closing_first_states_batched(store: LeaseStore) -> No
     for lease in leases:
         await store.insert(lease)
     table = CountingTable(procs)
-    states_before: dict[str, LeaseState] = {}
-    real_signal = table.signal
-
-    async def signal_checking(pid: int, start_time: int, sig: int) -> bool:
-        if not states_before:
-            for lease in leases:
-                rec = await store.get(lease.lease_id)
-                assert rec is not None
-                states_before[lease.lease_id] = rec.state
-        return await real_signal(pid, start_time, sig)
-    table.signal = signal_checking  # type: ignore[method-assign]
+    states_before = states_at_first_signal(table, store, leases)
 
     clock = VirtualClock()
     reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=3000,
@@ -131,22 +138,12 @@ async def test_warm_leases_are_reaped_like_open_ones(store: LeaseStore) -> None:
     await store.insert(replace(waiting, state=LeaseState.WARM, session_key="agent:a:warm"))
     await store.insert(taken)
     table = CountingTable([ww, wa, tw, ta])
-    seen: list[LeaseState] = []
-    real_signal = table.signal
-
-    async def signal_checking(pid: int, start_time: int, sig: int) -> bool:
-        if not seen:
-            for lease in (waiting, taken):
-                rec = await store.get(lease.lease_id)
-                assert rec is not None
-                seen.append(rec.state)
-        return await real_signal(pid, start_time, sig)
-    table.signal = signal_checking  # type: ignore[method-assign]
+    seen = states_at_first_signal(table, store, [waiting, taken])
     clock = VirtualClock()
     reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=3000,
                     sleep=clock.sleep, clock=clock.now, wall_ms=lambda: 5)
     results = await reaper.reap_all()
-    assert seen == [LeaseState.CLOSING, LeaseState.CLOSING]
+    assert seen == {waiting.lease_id: LeaseState.CLOSING, taken.lease_id: LeaseState.CLOSING}
     assert [r.lease.state for r in results if r.lease] == [LeaseState.CLOSED, LeaseState.CLOSED]
     assert table.signalled_pids() == {5000, 5001, 5010, 5011} and not table.procs
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -42,18 +41,6 @@ pytestmark = pytest.mark.slow
 
 POOL = "agent:w"
 Stub = lifecycle_pb2_grpc.LifecycleServiceStub
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[RunningServer, Stub]]:
-    cfg = make_config(tmp_path / "gw", term_grace_ms=300)
-    server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/lifecycle.sock")
-    channel = open_channel(server.address)
-    try:
-        yield server, lifecycle_pb2_grpc.LifecycleServiceStub(channel)
-    finally:
-        await channel.close(None)
-        await server.stop()
 
 
 def keep(script: Path, cwd: Path, count: int = 1, *, args: tuple[str, ...] = (),

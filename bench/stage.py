@@ -94,6 +94,8 @@ session_timeout_secs = 3600
 host = "127.0.0.1"
 port = {self.port}
 max_connections = {self.max_sessions + 8}
+# One bench client holds every connection under one token.
+max_connections_per_token = {self.max_sessions + 8}
 
 [agents.{ALIAS}]
 kind = "acp"

@@ -10,13 +10,13 @@ and exits 2; nothing here prints a traceback for bad input.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from acpgate import __version__
 from services.common import config as config_mod
+from services.common import event_loop
 from services.common.config import Config, ConfigError
 from services.common.logs import setup_logging
 
@@ -102,9 +102,10 @@ def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> 
     return config_mod.load_config(config_dir, overrides=overrides)
 
 
-def _run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
+def _run_async(factory: Callable[[], Coroutine[Any, Any, int]], process: str) -> int:
+    """Run the command's coroutine on ``process``'s event loop (services.common.event_loop)."""
     try:
-        return asyncio.run(factory())
+        return event_loop.run(factory(), process=process)
     except KeyboardInterrupt:
         return 130
 
@@ -165,7 +166,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from services.edge.bridge import run_bridge
 
         config_dir = config_mod.resolve_config_dir(args.config_dir)
-        return _run_async(lambda: run_bridge(config_dir))
+        return _run_async(lambda: run_bridge(config_dir), "bridge")
 
     if command in ("acp", "serve", "agent"):
         # First run: a working default (one built-in agent on the offline demo model).
@@ -182,24 +183,24 @@ def dispatch(args: argparse.Namespace) -> int:
         from services.edge.stdio import run_stdio
 
         return _run_async(lambda: run_stdio(cfg, version=__version__,
-                                            start_services=start_embedded))
+                                            start_services=start_embedded), "acp")
     cfg = _load(args)
     if command == "serve":
         from acpgate.serve import run_serve
 
-        return _run_async(lambda: run_serve(cfg))
+        return _run_async(lambda: run_serve(cfg), "serve")
     if command == "session-service":
         from services.session.server import run_session_service
 
-        return _run_async(lambda: run_session_service(cfg))
+        return _run_async(lambda: run_session_service(cfg), "session")
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 
-        return _run_async(lambda: run_lifecycle_service(cfg))
+        return _run_async(lambda: run_lifecycle_service(cfg), "lifecycle")
     if command == "edge":
         from services.edge.gateway import run_edge
 
-        return _run_async(lambda: run_edge(cfg, version=__version__))
+        return _run_async(lambda: run_edge(cfg, version=__version__), "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for
@@ -207,7 +208,7 @@ def dispatch(args: argparse.Namespace) -> int:
         # Standalone (an editor launches it directly): no edge sends each session's
         # policy, so the agent applies the session service's decision to the cwd.
         return _run_async(lambda: run_agent_stdio(cfg, args.alias, version=__version__,
-                                                  local_policy=policy_for))
+                                                  local_policy=policy_for), "agent")
     return _fail(f"unknown command {command!r}")  # pragma: no cover - argparse guards this
 
 

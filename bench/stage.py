@@ -46,11 +46,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_env() -> dict[str, str]:
-    """Environment of acpgate children: repo importable, quiet logs, no stray overrides."""
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of acpgate children: repo importable, quiet logs, no stray overrides,
+    then ``extra`` (e.g. ``ACPGATE_EVENT_LOOP`` of one benchmark variant)."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("ACPGATE_") and "__" in k)}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["ACPGATE_LOG_LEVEL"] = "warning"
+    env.update(extra or {})
     return env
 
 
@@ -67,6 +69,8 @@ class Stage:
     store_url: str = ""
     #: Logs of ``acpgate serve`` starts that failed (and were retried).
     failed_starts: list[str] = field(default_factory=list)
+    #: Extra environment of ``acpgate acp`` and ``acpgate serve`` here.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def config_dir(self) -> Path:
@@ -138,7 +142,7 @@ warm = {self.warm}
 
     async def acp(self) -> Endpoint:
         """``acpgate acp`` (embedded services) as a stdio peer."""
-        env = child_env()
+        env = child_env(self.env)
         env["ACPGATE_paths__data_dir"] = str(self.acp_data_dir)
         return await stdio_peer([*ACPGATE, "acp", "--config-dir", str(self.config_dir)],
                                 env=env, cwd=REPO)
@@ -147,11 +151,13 @@ warm = {self.warm}
         """The firehose adapter itself, read directly (the baseline)."""
         return await stdio_peer(adapter_argv(FIREHOSE), cwd=self.root)
 
-    async def ws_firehose(self, within: float = 30.0) -> Endpoint:
-        """The firehose served straight over WebSocket (no edge): the transport ceiling."""
+    async def ws_firehose(self, within: float = 30.0, module: str = "bench.ws_firehose",
+                          ) -> Endpoint:
+        """The firehose served straight over WebSocket (no edge): the transport ceiling
+        (``module``: ``bench.ws_firehose`` with websockets, ``bench.ws_firehose_picows``)."""
         port = free_port()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.ws_firehose", str(port), env=child_env(), cwd=str(REPO),
+            sys.executable, "-m", module, str(port), env=child_env(), cwd=str(REPO),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL)
         loop = asyncio.get_running_loop()
@@ -161,7 +167,7 @@ warm = {self.warm}
                 if proc.returncode is None:
                     proc.kill()
                 await proc.wait()
-                raise RuntimeError(f"bench.ws_firehose did not open port {port}")
+                raise RuntimeError(f"{module} did not open port {port}")
             await asyncio.sleep(0.05)
         endpoint = await ws_peer(f"ws://127.0.0.1:{port}/", "unused")
         endpoint.proc = proc
@@ -223,7 +229,7 @@ class ServeStartFailed(RuntimeError):
 async def _start_serve(st: Stage, log_path: Path, within: float) -> asyncio.subprocess.Process:
     with log_path.open("wb") as log_file:  # the children inherit it; read on failure
         proc = await asyncio.create_subprocess_exec(
-            *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(),
+            *ACPGATE, "serve", "--config-dir", str(st.config_dir), env=child_env(st.env),
             cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within

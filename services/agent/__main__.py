@@ -8,10 +8,10 @@ edge in ``_meta.acpgate.policy``. (``acpgate agent`` is the standalone entry.)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from services.common import event_loop
 from services.common.config import ConfigError, load_config, resolve_config_dir
 from services.common.logs import setup_logging
 
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from services.agent.main import run_agent_stdio
 
-    return asyncio.run(run_agent_stdio(cfg, args.alias, version=installed_version()))
+    return event_loop.run(run_agent_stdio(cfg, args.alias, version=installed_version()),
+                          process="agent")
 
 
 if __name__ == "__main__":

@@ -23,11 +23,12 @@ from bench.transports import Endpoint
 from bench.warm import wait_warm
 from services.common.protocol import M_INITIALIZE, M_SESSION_CLOSE, M_SESSION_NEW
 
-DIRECT, ACP, WS, BARE_WS = "direct", "acp", "ws", "bare_ws"
+DIRECT, ACP, WS, BARE_WS, BARE_PICOWS = "direct", "acp", "ws", "bare_ws", "bare_picows"
 ACP_WARM, WS_WARM = "acp_warm", "ws_warm"
 LABELS = {DIRECT: "direct stdio (baseline)", ACP: "`acpgate acp` (stdio)",
           WS: "gateway (WebSocket)",
-          BARE_WS: "firehose served over bare WebSocket, no edge (transport ceiling)"}
+          BARE_WS: "firehose served over bare WebSocket, no edge (transport ceiling)",
+          BARE_PICOWS: "firehose served over bare picows, no edge (the other library's ceiling)"}
 WAIT_SECS = 300.0
 
 
@@ -74,7 +75,8 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
     """Items 1 and 2, all three paths open at once, rounds interleaved."""
     cwd = st.workspace
     endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), WS: await st.ws(token),
-                 BARE_WS: await st.ws_firehose()}
+                 BARE_WS: await st.ws_firehose(),
+                 BARE_PICOWS: await st.ws_firehose(module="bench.ws_firehose_picows")}
     try:
         sids = {k: await open_session(ep, cwd) for k, ep in endpoints.items()}
         for k, ep in endpoints.items():  # warm-up: imports, JIT-less caches, pipe buffers
@@ -111,12 +113,18 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
                         f"{note}; {d.median / base_rate.median:.2f}× of direct stdio"))
         rows.append(Row("1", f"reference: {LABELS[BARE_WS]}, {n:,} updates/prompt", "updates/s",
                         ceiling, LABELS[DIRECT], base_rate,
-                        note="same client, one text frame per update, websockets defaults"))
+                        note="same client, one text frame per update, websockets, no compression "
+                        "(the gateway's default)"))
+        picows = Dist.of(rates[BARE_PICOWS, n], higher_is_better=True)
+        rows.append(Row("1", f"reference: {LABELS[BARE_PICOWS]}, {n:,} updates/prompt",
+                        "updates/s", picows, f"bare-WebSocket ceiling (websockets), {n:,} "
+                        "updates/prompt", ceiling,
+                        note="same client and frames; see bench/PROFILE.md §12"))
     base_lat = Dist.of(lat[DIRECT])
-    for k in (ACP, WS, BARE_WS):
+    for k in (ACP, WS, BARE_WS, BARE_PICOWS):
         d = Dist.of(lat[k])
         added = d.median - base_lat.median
-        if k == BARE_WS:
+        if k in (BARE_WS, BARE_PICOWS):
             rows.append(Row("2", f"reference: latency, {LABELS[k]}", "ms", d, LABELS[DIRECT],
                             base_lat, note=f"added p50 {added:.2f} ms"))
             continue

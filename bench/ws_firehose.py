@@ -2,8 +2,8 @@
 
 ``python -m bench.ws_firehose PORT`` serves the firehose agent's answers
 (``initialize``, ``session/new``, ``session/prompt`` with ``firehose N``) on
-``ws://127.0.0.1:PORT/`` with the same ``websockets`` server defaults the
-gateway uses (permessage-deflate negotiated when the client offers it), one
+``ws://127.0.0.1:PORT/`` with the ``websockets`` server settings the gateway
+uses by default (no permessage-deflate: ``[gateway] compression = false``), one
 text frame per update. No edge, no gRPC, no lifecycle: whatever this reaches
 is the most any Python WebSocket relay of one-update-per-frame can reach here.
 """
@@ -34,18 +34,25 @@ def _plan(text: str) -> tuple[int, float]:
     return 1, 0.0
 
 
+def request_of(frame: str | bytes) -> tuple[Any, str, dict[str, Any]] | None:
+    """(id, method, params) of a JSON-RPC request frame; None for anything else."""
+    try:
+        msg = json.loads(frame)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
+        return None
+    params = msg.get("params")
+    return msg["id"], str(msg["method"]), params if isinstance(params, dict) else {}
+
+
 async def _handle(ws: ServerConnection) -> None:
     sessions = 0
     async for frame in ws:
-        try:
-            msg = json.loads(frame)
-        except ValueError:
+        request = request_of(frame)
+        if request is None:
             continue
-        if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
-            continue
-        method = msg["method"]
-        raw_params = msg.get("params")
-        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        msg_id, method, params = request
         result: Any
         if method == "initialize":
             result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
@@ -62,14 +69,15 @@ async def _handle(ws: ServerConnection) -> None:
                                + _SUFFIX[:-1]).decode())
             result = {"stopReason": "end_turn"}
         else:
-            await ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {
                 "code": -32601, "message": f"Method not found: {method}"}}))
             continue
-        await ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}))
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
 
 
 async def _main(port: int) -> None:
-    async with serve(_handle, "127.0.0.1", port, max_size=None, ping_interval=None) as server:
+    async with serve(_handle, "127.0.0.1", port, max_size=None, ping_interval=None,
+                     compression=None) as server:
         await server.serve_forever()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import WAIT, AcpProcess, gone, write_config
+from tests.e2e.harness import WAIT, AcpProcess, gone, workspace_beside_config, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -75,24 +75,25 @@ def session_lease(config_dir: Path, session_id: str) -> str:
 
 def test_session_new_takes_the_warm_adapter_and_the_pool_refills(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg", max_sessions=1)
+    work = str(workspace_beside_config(tmp_path))
     leases = Leases(cfg)
     proc = AcpProcess(cfg)
     try:
         proc.result("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         (warm_id, root, adapter), = leases.wait_warm()
-        sid = proc.new_session(cwd=str(tmp_path))
+        sid = proc.new_session(cwd=work)
         assert session_lease(cfg, sid) == warm_id  # the session runs on the warm adapter
         assert leases.state(warm_id) == "open"
         _, resp = proc.call("session/prompt", {"sessionId": sid, "prompt": "hello"})
         assert resp["result"]["stopReason"] == "end_turn"
         (refill, _, _), = leases.wait_warm(other_than={warm_id})
         # A ready warm adapter is no session: the one slot is taken by the open session.
-        err = proc.error("session/new", {"cwd": str(tmp_path)})
+        err = proc.error("session/new", {"cwd": work})
         assert err["code"] == -32001
         assert leases.state(refill) == "warm"
         proc.result("session/close", {"sessionId": sid})
         assert gone([root, adapter])
-        again = proc.new_session(cwd=str(tmp_path))
+        again = proc.new_session(cwd=work)
         assert session_lease(cfg, again) == refill
         warm_pids = [pid for _, r, a in leases.wait_warm(other_than={warm_id, refill})
                      for pid in (r, a)]
@@ -105,6 +106,7 @@ def test_session_new_takes_the_warm_adapter_and_the_pool_refills(tmp_path: Path)
 
 def test_a_config_edit_retires_the_warm_adapter(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "cfg")
+    work = str(workspace_beside_config(tmp_path))
     leases = Leases(cfg)
     proc = AcpProcess(cfg)
     try:
@@ -115,7 +117,7 @@ def test_a_config_edit_retires_the_warm_adapter(tmp_path: Path) -> None:
         (fresh, _, _), = leases.wait_warm(other_than={stale})  # the periodic check replaced it
         assert gone([root, adapter])
         leases.wait_state(stale, "closed")
-        sid = proc.new_session(cwd=str(tmp_path))
+        sid = proc.new_session(cwd=work)
         assert session_lease(cfg, sid) == fresh
     finally:
         proc.close()
@@ -125,6 +127,7 @@ def test_an_external_agent_keeps_none_warm_unless_configured(tmp_path: Path) -> 
     cfg = write_config(tmp_path / "cfg", default_agent="sdk",
                        extra="[agents.demo2]\nkind = 'builtin'\nprovider = 'demo'\nmodel = 'demo'\n"
                              "warm = 2\n")
+    work = str(workspace_beside_config(tmp_path))
     leases = Leases(cfg)
     proc = AcpProcess(cfg)
     try:
@@ -132,7 +135,7 @@ def test_an_external_agent_keeps_none_warm_unless_configured(tmp_path: Path) -> 
         leases.wait_warm(2, alias="demo2")
         assert leases.wait_warm(1, alias="demo")  # built-in: one by default
         assert leases.warm("sdk") == []  # external: none by default
-        sid = proc.new_session(cwd=str(tmp_path))
+        sid = proc.new_session(cwd=work)
         assert session_lease(cfg, sid) not in {x[0] for x in leases.warm("demo")}
         children = [p.pid for p in proc.descendants()]
         assert len(children) >= 8  # three warm pairs plus the session's wrapper and adapter

@@ -168,9 +168,22 @@ async def _cold_edge(ep: Endpoint, cwd: Path, alias: str = "",
     return (t1 - t0) / 1e6, (t2 - t0) / 1e6
 
 
+#: After a pool has its adapter again: the refilled adapter's interpreter is still starting.
+SETTLE_SECS = 0.3
+
+
+async def _pools_settled(st: Stage) -> None:
+    """Wait (untimed) until both warm pools are full again and their refills have settled,
+    so no refill's spawn runs on the 2 cores during another sample."""
+    await wait_warm(st.data_dir("acp"), 1)
+    await wait_warm(st.data_dir("serve"), 1)
+    await asyncio.sleep(SETTLE_SECS)
+
+
 async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
     """Item 3: cold and warm ``session/new`` and ``session/new`` → first chunk, vs a bare
-    spawn. A warm sample waits (untimed) until its pool holds an adapter."""
+    spawn. Every sample waits (untimed) until both pools hold an adapter again: a warm
+    take's refill would otherwise spawn during the next cold sample."""
     edges = {ACP: await st.acp(), WS: await st.ws(token)}
     kinds = (DIRECT, ACP, WS, ACP_WARM, WS_WARM)
     new: dict[str, list[float]] = {k: [] for k in kinds}
@@ -191,6 +204,7 @@ async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
             await fn()
         for _ in range(sizes.cold_samples):
             for k, fn in runs.items():
+                await _pools_settled(st)
                 a, b = await fn()
                 new[k].append(a)
                 first[k].append(b)

@@ -233,3 +233,9 @@ META_TIMEOUT_SECS: Final = "timeoutSecs"
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
+
+
+def session_key_for(alias: str, session_id: str) -> str:
+    """The SPEC §13 key of ``alias``'s session ``session_id``: ``agent:<alias>:acp:<sessionId>``
+    (what the store names a new row; the edge knows it before the row exists)."""
+    return f"agent:{alias}:acp:{session_id}"

@@ -33,6 +33,7 @@ from services.common.protocol import (
     M_ELICITATION_CREATE,
     M_SESSION_UPDATE,
     STOP_CANCELLED,
+    session_key_for,
 )
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
@@ -108,7 +109,8 @@ class EdgeSession:
         self.workspace_dir = row.workspace_dir
         #: ACP additionalDirectories: the session's extra roots (real paths).
         self.additional_directories = list(row.additional_directories)
-        self.session_key = row.ownership.session_key or f"agent:{row.agent_alias}:acp:{row.session_id}"
+        self.session_key = (row.ownership.session_key
+                            or session_key_for(row.agent_alias, row.session_id))
         #: The key the store knows this session by: the requester of its session tools.
         self.store_key = self.session_key
         #: The session that spawned this one ("" for a top-level session).

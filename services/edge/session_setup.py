@@ -76,24 +76,34 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
     return SecurityPolicy.from_proto(p)
 
 
+async def ensure_lease(runtime: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                       session_key: str, cwd: str) -> lifecycle_pb2.Lease:
+    """lifecycle ``EnsureSession`` for ``session_key``: a warm adapter when the alias keeps
+    some, else a fresh spawn in ``cwd``; -32603 "agent start failed" when refused."""
+    try:
+        resp = await runtime.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
+            session_key=session_key, command=agent.command, args=list(agent.args),
+            env=dict(agent.env), cwd=cwd, warm_pool=runtime.warm.pool_for(agent)))
+    except grpc.aio.AioRpcError as exc:
+        raise start_failed(agent.alias, exc) from None
+    if not resp.warm and runtime.warm.took_cold(agent):
+        runtime.spawn(runtime.warm.declare(agent))  # the lifecycle service may have forgotten it
+    return resp.lease
+
+
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
-                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy) -> AdapterClient:
-    """Ensure a lease (a warm adapter when the alias keeps some), attach, initialize,
-    record what the adapter can do.
+                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        lease: lifecycle_pb2.Lease | None = None) -> AdapterClient:
+    """Ensure a lease (unless the caller took ``lease`` for the session already: see
+    :func:`ensure_lease`), attach, initialize, record what the adapter can do.
 
     On failure the lease is closed again and the adapter's error reaches the
     client whole (:func:`services.edge.adapter_errors.setup_error`).
     """
     rt = conn.runtime
-    try:
-        resp = await rt.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
-            session_key=session.session_key, command=agent.command, args=list(agent.args),
-            env=dict(agent.env), cwd=session.workspace_dir, warm_pool=rt.warm.pool_for(agent)))
-    except grpc.aio.AioRpcError as exc:
-        raise start_failed(agent.alias, exc) from None
-    if not resp.warm and rt.warm.took_cold(agent):
-        rt.spawn(rt.warm.declare(agent))  # the lifecycle service may have forgotten the pool
-    session.lease_id = resp.lease.lease_id
+    if lease is None:
+        lease = await ensure_lease(rt, agent, session.session_key, session.workspace_dir)
+    session.lease_id = lease.lease_id
     client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session, agent)
     session.bind_adapter(client, conn.client_capabilities)
     try:

@@ -42,6 +42,7 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
+    session_key_for,
 )
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
@@ -189,7 +190,7 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
     session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
     session.alias = agent.alias
     if agent.alias != row.agent_alias:
-        session.session_key = f"agent:{agent.alias}:acp:{row.session_id}"
+        session.session_key = session_key_for(agent.alias, row.session_id)
     return session
 
 

@@ -15,6 +15,7 @@ from typing import Final
 from services.common.protocol import (
     MSG_SESSION_ALREADY_ACTIVE,
     MSG_SESSION_NOT_FOUND,
+    session_key_for,
 )
 
 __all__ = [
@@ -49,11 +50,6 @@ BACKEND: Final = "acpx"
 STATES: Final = ("active", "inactive")
 TOOL_STATUSES: Final = ("", "pending", "in_progress", "completed", "failed")
 TITLE_MAX: Final = 80
-
-
-def session_key_for(alias: str, session_id: str) -> str:
-    """The SPEC §13 session key: ``agent:<alias>:acp:<sessionId>``."""
-    return f"agent:{alias}:acp:{session_id}"
 
 
 def make_title(text: str) -> str:

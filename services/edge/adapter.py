@@ -26,6 +26,8 @@ requests.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from typing import Any, Protocol
 
@@ -205,11 +207,23 @@ class AdapterClient:
     async def start(self, client: ClientCapabilities, client_info: Implementation,
                     policy: SecurityPolicy) -> None:
         """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``),
-        promising what the client and the edge will honour under ``policy``."""
-        await self.link.open(SETUP_TIMEOUT_SECS)
+        promising what the client and the edge will honour under ``policy``.
+
+        ``initialize`` is sent right behind the stream's ``open`` (one round trip to the
+        lifecycle service less); an attach that fails is still the error raised.
+        """
+        self.link.begin()
         request = initialize_request(client, client_info, policy).to_json()
-        answer = read_initialize_result(
-            await self.link.request(M_INITIALIZE, request, SETUP_TIMEOUT_SECS))
+        pending = asyncio.ensure_future(
+            self.link.request(M_INITIALIZE, request, SETUP_TIMEOUT_SECS))
+        try:
+            await self.link.attached(SETUP_TIMEOUT_SECS)
+        except BaseException:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+            raise
+        answer = read_initialize_result(await pending)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
 

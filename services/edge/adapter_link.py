@@ -99,12 +99,18 @@ class AdapterLink:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def open(self, wait_secs: float = 30.0) -> None:
-        """Attach to the lease and wait for the ``attached`` confirmation."""
+    def begin(self) -> None:
+        """Start attaching to the lease without waiting: lines written from now on follow
+        the stream's ``open`` and reach the adapter once the lifecycle service attached."""
         loop = asyncio.get_running_loop()
         self._attached = loop.create_future()
         self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._lease_id}")
+
+    async def attached(self, wait_secs: float = 30.0) -> None:
+        """Wait for the ``attached`` confirmation of :meth:`begin` (the link is aborted when
+        it fails or does not come in time)."""
+        assert self._attached is not None, "begin() first"
         try:
             await asyncio.wait_for(asyncio.shield(self._attached), wait_secs)
         except BaseException:

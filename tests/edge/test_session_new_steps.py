@@ -1,10 +1,12 @@
-"""session/new's concurrent steps (SPEC §3, issue 15): row, policy and lease at once.
+"""session/new's concurrent steps (SPEC §3, issue 15): the row and the lease at once.
 
-The row, the policy and the adapter's lease are requested together; when the
-row or the policy is refused, the lease taken beside it (a warm adapter here)
-is closed again and the session service's refusal is what the client gets; a
-lease refused alone is -32603 and the row stays, inactive. Real embedded
-services and a real warm pool of the built-in agent throughout.
+The adapter's lease is taken beside the row when the services run in other
+processes, after it when both run in the edge's own process
+(``EdgeRuntime.colocated``); both orders run here. When the row is refused, a
+lease taken beside it (a warm adapter here) is closed again and the session
+service's refusal is what the client gets; a lease refused alone is -32603 and
+the row is kept without a lease (as when the lease was taken after it). Real
+embedded services and a real warm pool of the built-in agent throughout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INTERNAL_ERROR, INVALID_PARAMS, session_key_for
 from services.edge.connection import EdgeRuntime
 from services.edge.handlers.new import open_row_and_lease
-from services.edge.session_setup import ensure_lease, session_policy
+from services.edge.session_setup import ensure_lease
 
 WARM = lifecycle_pb2.LEASE_STATE_WARM
 ENDED = (lifecycle_pb2.LEASE_STATE_CLOSING, lifecycle_pb2.LEASE_STATE_CLOSED)
@@ -40,7 +42,7 @@ async def _warm_lease_ids(rt: EdgeRuntime) -> set[str]:
 
 async def _steps(rt: EdgeRuntime, *, workspace: str = "",
                  command: str | None = None) -> tuple[str, str, tuple[object, ...]]:
-    """A fresh session id, its key, and its three steps (``workspace`` "" refuses the row;
+    """A fresh session id, its key, and its two steps (``workspace`` "" refuses the row;
     ``command`` "" refuses the lease)."""
     agent = await rt.session_stub.ResolveAgent(
         session_pb2.ResolveAgentRequest(explicit_alias="demo"))
@@ -52,8 +54,7 @@ async def _steps(rt: EdgeRuntime, *, workspace: str = "",
     key = session_key_for(agent.alias, sid)
     row = rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
         session_id=sid, agent_alias=agent.alias, workspace_dir=workspace))
-    return sid, key, (row, session_policy(rt, agent.alias, ws.workspace_dir),
-                      lambda: ensure_lease(rt, agent, key, ws.workspace_dir))
+    return sid, key, (row, lambda: ensure_lease(rt, agent, key, ws.workspace_dir))
 
 
 @pytest.fixture(params=[False, True], ids=["overlapped", "colocated"])
@@ -100,14 +101,13 @@ def test_a_refused_lease_alone_is_start_failed_and_the_row_is_kept(
     loop.run_until_complete(scenario())
 
 
-def test_all_three_steps_answer(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime,
+def test_both_steps_answer(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime,
                                 colocated: bool) -> None:
     async def scenario() -> None:
         workspace = str(runtime.cfg.config_dir)
         sid, key, steps = await _steps(runtime, workspace=workspace)
-        row, policy, lease = await open_row_and_lease(runtime, key, *steps)  # type: ignore[arg-type]
+        row, lease = await open_row_and_lease(runtime, key, *steps)  # type: ignore[arg-type]
         assert (row.session_id, row.ownership.session_key) == (sid, key)
-        assert policy.workspace_dir
         assert lease.session_key == key
         await runtime.close_lease(lease.lease_id, key, "test")
 

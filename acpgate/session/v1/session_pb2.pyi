@@ -411,6 +411,67 @@ class ResolvedWorkspace(_message.Message):
 Global___ResolvedWorkspace: _TypeAlias = ResolvedWorkspace  # noqa: Y015
 
 @_typing.final
+class ResolveNewSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    BASE_DIR_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    cwd: _builtins.str
+    """As in ResolveWorkspaceRequest (its alias is the resolved agent's)."""
+    base_dir: _builtins.str
+    @_builtins.property
+    def agent(self) -> Global___ResolveAgentRequest: ...
+    @_builtins.property
+    def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        agent: Global___ResolveAgentRequest | None = ...,
+        cwd: _builtins.str = ...,
+        base_dir: _builtins.str = ...,
+        additional_directories: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent", b"agent", "base_dir", b"base_dir", "cwd", b"cwd"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveNewSessionRequest: _TypeAlias = ResolveNewSessionRequest  # noqa: Y015
+
+@_typing.final
+class ResolvedNewSession(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agent(self) -> Global___ResolvedAgent: ...
+    @_builtins.property
+    def workspace(self) -> Global___ResolvedWorkspace: ...
+    @_builtins.property
+    def policy(self) -> Global___SecurityPolicy:
+        """GetPolicy for the agent, the workspace and its additional directories."""
+
+    def __init__(
+        self,
+        *,
+        agent: Global___ResolvedAgent | None = ...,
+        workspace: Global___ResolvedWorkspace | None = ...,
+        policy: Global___SecurityPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "workspace", b"workspace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolvedNewSession: _TypeAlias = ResolvedNewSession  # noqa: Y015
+
+@_typing.final
 class GetPolicyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -60,6 +60,11 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.FromString,
                 _registered_method=True)
+        self.ResolveNewSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ResolveNewSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ResolveNewSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ResolvedNewSession.FromString,
+                _registered_method=True)
         self.CheckOperation = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/CheckOperation',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CheckOperationRequest.SerializeToString,
@@ -191,6 +196,15 @@ class SessionServiceServicer:
 
     def GetPolicy(self, request, context):
         """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveNewSession(self, request, context):
+        """session/new's three answers in one round trip: ResolveAgent, then
+        ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
+        refused (with their status and message) where the first of them refuses.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -377,6 +391,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetPolicy,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.SerializeToString,
+            ),
+            'ResolveNewSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveNewSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ResolveNewSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ResolvedNewSession.SerializeToString,
             ),
             'CheckOperation': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckOperation,
@@ -610,6 +629,33 @@ class SessionService:
             '/acpgate.session.v1.SessionService/GetPolicy',
             acpgate_dot_session_dot_v1_dot_session__pb2.GetPolicyRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.SecurityPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveNewSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ResolveNewSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ResolveNewSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ResolvedNewSession.FromString,
             options,
             channel_credentials,
             insecure,

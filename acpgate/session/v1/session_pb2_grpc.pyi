@@ -67,6 +67,11 @@ class SessionServiceStub:
     """The cwd rules of SPEC §3: real path, install-root placeholder, agent workspace."""
     GetPolicy: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetPolicyRequest, _session_pb2.SecurityPolicy]
     """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+    ResolveNewSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ResolveNewSessionRequest, _session_pb2.ResolvedNewSession]
+    """session/new's three answers in one round trip: ResolveAgent, then
+    ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
+    refused (with their status and message) where the first of them refuses.
+    """
     CheckOperation: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]
     """Whether a session's policy (SPEC §12) admits one client-method request of
     its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
@@ -153,6 +158,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The cwd rules of SPEC §3: real path, install-root placeholder, agent workspace."""
     GetPolicy: _aio.UnaryUnaryMultiCallable[_session_pb2.GetPolicyRequest, _session_pb2.SecurityPolicy]  # type: ignore[assignment]
     """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+    ResolveNewSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ResolveNewSessionRequest, _session_pb2.ResolvedNewSession]  # type: ignore[assignment]
+    """session/new's three answers in one round trip: ResolveAgent, then
+    ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
+    refused (with their status and message) where the first of them refuses.
+    """
     CheckOperation: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]  # type: ignore[assignment]
     """Whether a session's policy (SPEC §12) admits one client-method request of
     its external adapter (fs/read_text_file, fs/write_text_file, terminal/create):
@@ -266,6 +276,17 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SecurityPolicy, _abc.Awaitable[_session_pb2.SecurityPolicy]]:
         """The SecurityPolicy of SPEC §12 for an agent alias and a session workspace."""
+
+    @_abc_1.abstractmethod
+    def ResolveNewSession(
+        self,
+        request: _session_pb2.ResolveNewSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ResolvedNewSession, _abc.Awaitable[_session_pb2.ResolvedNewSession]]:
+        """session/new's three answers in one round trip: ResolveAgent, then
+        ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
+        refused (with their status and message) where the first of them refuses.
+        """
 
     @_abc_1.abstractmethod
     def CheckOperation(

@@ -31,7 +31,6 @@ from services.edge.session_setup import (
     ensure_lease,
     mark_active,
     reserved_slot,
-    session_policy,
     spawn_adapter,
 )
 
@@ -57,47 +56,41 @@ def _creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
 
 async def open_row_and_lease(
     rt: EdgeRuntime, session_key: str, row: Awaitable[session_pb2.SessionRow],
-    policy: Awaitable[SecurityPolicy], take_lease: Callable[[], Awaitable[lifecycle_pb2.Lease]],
-) -> tuple[session_pb2.SessionRow, SecurityPolicy, lifecycle_pb2.Lease]:
-    """Create the row and fetch the policy, and take the lease (for ``session_key``).
+    take_lease: Callable[[], Awaitable[lifecycle_pb2.Lease]],
+) -> tuple[session_pb2.SessionRow, lifecycle_pb2.Lease]:
+    """Create the row and take the lease (for ``session_key``, the row's).
 
     With the services in other processes the lease is taken at the same time (one
     round trip less on the critical path); with both inside this process
-    (``rt.colocated``) it is taken after them: their store threads would only take
-    turns on one interpreter, which measured slower than one after the other
-    (bench/PROFILE.md §14). Every step is waited for, so none is left running.
-    When the row or the policy fails, a lease already taken is closed again and
-    the session service's error wins; a lease that failed alone is -32603
+    (``rt.colocated``) it is taken after the row: their store threads would only
+    take turns on one interpreter, which measured slower than one after the other
+    (bench/PROFILE.md §14). Both steps are waited for, so none is left running.
+    When the row fails, a lease already taken is closed again and the session
+    service's error wins; a lease that failed alone is -32603
     (:func:`ensure_lease`) and the row is kept, as when it came first.
     """
-    row_task, policy_task = asyncio.ensure_future(row), asyncio.ensure_future(policy)
+    row_task = asyncio.ensure_future(row)
     lease_task: asyncio.Future[lifecycle_pb2.Lease] | None = None
     try:
         if rt.colocated:
-            await asyncio.wait((row_task, policy_task))
-        if not rt.colocated or not _failed(row_task, policy_task):
+            await asyncio.wait((row_task,))
+        if not rt.colocated or row_task.exception() is None:
             lease_task = asyncio.ensure_future(take_lease())
-        await asyncio.wait([t for t in (row_task, policy_task, lease_task) if t is not None])
+        await asyncio.wait([t for t in (row_task, lease_task) if t is not None])
     except asyncio.CancelledError:
-        for task in (row_task, policy_task, lease_task):
+        for task in (row_task, lease_task):
             if task is not None:
                 task.cancel()
         rt.spawn(_close_taken(rt, lease_task, session_key))
         raise
-    for task in (row_task, policy_task):
-        exc = task.exception()
-        if exc is not None:
-            await _close_taken(rt, lease_task, session_key)
-            if isinstance(exc, grpc.aio.AioRpcError):
-                raise grpc_error(exc) from None
-            raise exc
+    exc = row_task.exception()
+    if exc is not None:
+        await _close_taken(rt, lease_task, session_key)
+        if isinstance(exc, grpc.aio.AioRpcError):
+            raise grpc_error(exc) from None
+        raise exc
     assert lease_task is not None
-    return row_task.result(), policy_task.result(), lease_task.result()
-
-
-def _failed(*tasks: asyncio.Future[Any]) -> bool:
-    """True when one of the finished ``tasks`` raised."""
-    return any(t.exception() is not None for t in tasks)
+    return row_task.result(), lease_task.result()
 
 
 async def _close_taken(rt: EdgeRuntime, lease_task: asyncio.Future[lifecycle_pb2.Lease] | None,
@@ -117,28 +110,30 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     cwd = first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
     extra = additional_directories(params) or []
     try:
-        agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
-            explicit_alias=alias, connection_default=conn.default_agent))
-        ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
-            alias=agent.alias, cwd=cwd, base_dir=os.getcwd(), additional_directories=extra))
+        # Agent, workspace and policy in one round trip (each decided as on its own).
+        resolved = await rt.session_stub.ResolveNewSession(session_pb2.ResolveNewSessionRequest(
+            agent=session_pb2.ResolveAgentRequest(explicit_alias=alias,
+                                                  connection_default=conn.default_agent),
+            cwd=cwd, base_dir=os.getcwd(), additional_directories=extra))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
+    agent, ws = resolved.agent, resolved.workspace
+    policy = SecurityPolicy.from_proto(resolved.policy)
     servers = mcp_servers(params)
     roots = list(ws.additional_directories)
     sid = str(uuid.uuid4())
     with reserved_slot(rt), _creating(rt.registry, sid):
         # The row is created claimed by this host (its heartbeat renews it from now on);
         # the MCP list is stored: a later load/resume without one starts the same servers.
-        # Row, policy and lease are independent (the lease's key is the row's, SPEC §13).
+        # Row and lease are independent (the lease's key is the row's, SPEC §13).
         key = session_key_for(agent.alias, sid)
-        row, policy, lease = await open_row_and_lease(
+        row, lease = await open_row_and_lease(
             rt, key,
             rt.session_stub.CreateSession(session_pb2.CreateSessionRequest(
                 session_id=sid, agent_alias=agent.alias, workspace_dir=ws.workspace_dir,
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
                 owner_session_key=conn.principal,
                 mcp_servers_json=encode_mcp_servers(servers), additional_directories=roots)),
-            session_policy(rt, agent.alias, ws.workspace_dir, roots),
             lambda: ensure_lease(rt, agent, key, ws.workspace_dir))
         session = EdgeSession(rt, conn, row, rt.clock)
         client = await spawn_adapter(conn, session, agent, policy, lease)

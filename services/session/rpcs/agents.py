@@ -44,7 +44,7 @@ def _workspace_failed(alias: str, exc: OSError) -> str:
 
 class AgentRpcs(RpcBase):
     """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy,
-    RecordAgentCapabilities, ListWarmAgents."""
+    ResolveNewSession, RecordAgentCapabilities, ListWarmAgents."""
 
     async def _launch(self, choose: Callable[[], str], context: Ctx) -> pb.ResolvedAgent:
         """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
@@ -141,6 +141,20 @@ class AgentRpcs(RpcBase):
             policy = cap_policy(policy, await effective_autonomy(self._cfg, self._store, rec,
                                                                  request.alias))
         return policy_to_pb(policy)
+
+    async def ResolveNewSession(
+        self, request: pb.ResolveNewSessionRequest, context: Ctx
+    ) -> pb.ResolvedNewSession:
+        """session/new's ResolveAgent, ResolveWorkspace and GetPolicy in one round trip, each
+        exactly as on its own (the first refusal is the answer)."""
+        agent = await self.ResolveAgent(request.agent, context)
+        ws = await self.ResolveWorkspace(pb.ResolveWorkspaceRequest(
+            alias=agent.alias, cwd=request.cwd, base_dir=request.base_dir,
+            additional_directories=request.additional_directories), context)
+        policy = await self.GetPolicy(pb.GetPolicyRequest(
+            alias=agent.alias, workspace_dir=ws.workspace_dir,
+            additional_directories=ws.additional_directories), context)
+        return pb.ResolvedNewSession(agent=agent, workspace=ws, policy=policy)
 
     async def _recorded_capabilities(self, alias: str) -> str:
         """What the alias's adapter last advertised; "" while the database is unreachable:

@@ -40,7 +40,7 @@ from services.session.store.records import (
     SessionRecord,
     StoreUnavailable,
 )
-from services.session.store.sql_rows import HISTORY_COLUMNS, record_from_row
+from services.session.store.sql_rows import SELECT_HISTORY_PAGE, numbered, record_from_row
 
 __all__ = [
     "Conn",
@@ -245,6 +245,7 @@ def record_of(row: asyncpg.Record) -> SessionRecord:
     return record_from_row(row, from_db)
 
 
+_SELECT_HISTORY_PAGE: Final = numbered(SELECT_HISTORY_PAGE)
 #: Where the item fields of a history row (:data:`~.sql_rows.HISTORY_COLUMNS`) end.
 _ITEM_END: Final = 1 + len(ITEM_FIELDS)
 
@@ -259,8 +260,4 @@ def entry_of(row: asyncpg.Record) -> HistoryEntry:
 async def read_history_page(session_id: str, after_seq: int, page: int,
                             con: Conn) -> list[asyncpg.Record]:
     """At most ``page`` history rows of ``session_id`` after ``after_seq``, oldest first."""
-    return await con.fetch(
-        f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = $1"
-        " AND seq > $2 ORDER BY seq LIMIT $3",
-        session_id, after_seq, page,
-    )
+    return await con.fetch(_SELECT_HISTORY_PAGE, session_id, after_seq, page)

@@ -47,14 +47,19 @@ from services.session.store.records import (
     refusal,
 )
 from services.session.store.sql_rows import (
-    CLAIMABLE,
+    CLAIM_SESSION,
     DELETE_SESSION_DATA,
     INSERT_ITEM,
     INSERT_SESSION,
     INSERT_USAGE,
-    RELEASABLE,
+    LIST_PAGE,
+    RELEASE_CLAIM,
+    SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
+    SELECT_SESSION,
+    SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
+    TOUCH_SESSION,
     UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
     TurnRows,
@@ -71,13 +76,18 @@ __all__ = ["PostgresSessionStore"]
 
 T = TypeVar("T")
 
-_SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+_RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
+_SELECT_SESSION = numbered(SELECT_SESSION)
+_SELECT_BY_SESSION_KEY = numbered(SELECT_BY_SESSION_KEY)
+_SELECT_TURN_COUNTERS = numbered(SELECT_TURN_COUNTERS) + " FOR UPDATE"
+_TOUCH_SESSION = numbered(TOUCH_SESSION.format(greatest="GREATEST")) + _RETURNING_ROW
+_CLAIM_SESSION = numbered(CLAIM_SESSION) + _RETURNING_ROW
+_RELEASE_CLAIM = numbered(RELEASE_CLAIM) + " RETURNING id"
 _INSERT_ITEM = numbered(INSERT_ITEM)
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
 _INSERT_USAGE = numbered(INSERT_USAGE)
-_INSERT_SESSION = numbered(INSERT_SESSION) + (
-    f" ON CONFLICT (id) DO NOTHING RETURNING {SESSION_COLUMNS}")
+_INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _RETURNING_ROW
 _UPDATE_AFTER_TURN = numbered(UPDATE_AFTER_TURN.format(greatest="GREATEST"))
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
@@ -160,9 +170,7 @@ class PostgresSessionStore(SessionStore):
         """The row whose SPEC §13 session key is ``session_key``, if stored."""
         if not session_key or not storable(session_key):
             return None
-        row = await self._call(lambda con: con.fetchrow(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = $1 LIMIT 1", session_key
-        ))
+        row = await self._call(lambda con: con.fetchrow(_SELECT_BY_SESSION_KEY, session_key))
         return record_of(row) if row is not None else None
 
     async def update_session(
@@ -199,8 +207,8 @@ class PostgresSessionStore(SessionStore):
 
         async def update(con: Conn) -> SessionRecord:
             row = await con.fetchrow(
-                numbered(f"UPDATE sessions SET {', '.join(sets)} WHERE {where}"
-                         f" RETURNING {SESSION_COLUMNS}"),
+                numbered(f"UPDATE sessions SET {', '.join(sets)} WHERE {where}")
+                + _RETURNING_ROW,
                 *params, *args,
             )
             if row is None:
@@ -214,11 +222,7 @@ class PostgresSessionStore(SessionStore):
         row = None
         if storable(session_id):
             now = self._clock()
-            row = await self._call(lambda con: con.fetchrow(
-                "UPDATE sessions SET last_activity = GREATEST(last_activity, $1)"
-                f" WHERE id = $2 RETURNING {SESSION_COLUMNS}",
-                now, session_id,
-            ))
+            row = await self._call(lambda con: con.fetchrow(_TOUCH_SESSION, now, session_id))
         if row is None:
             raise SessionNotFound(session_id)
         return record_of(row)
@@ -254,10 +258,7 @@ class PostgresSessionStore(SessionStore):
             return []
         clause, params = list_filter(cwd, after)
         rows = await self._call(lambda con: con.fetch(
-            numbered(f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
-                     " ORDER BY last_activity DESC, id DESC LIMIT ?"),
-            *params, limit,
-        ))
+            numbered(LIST_PAGE.format(where=clause)), *params, limit))
         return [record_of(r) for r in rows]
 
     # -- claims
@@ -273,11 +274,7 @@ class PostgresSessionStore(SessionStore):
 
         async def take(con: Conn) -> SessionRecord:
             row = await con.fetchrow(
-                numbered("UPDATE sessions SET active_instance_id = ?, active_host = ?,"
-                         f" active_until = ? WHERE id = ? AND {CLAIMABLE}"
-                         f" RETURNING {SESSION_COLUMNS}"),
-                instance_id, host, now + ttl_ms, session_id, instance_id, now,
-            )
+                _CLAIM_SESSION, instance_id, host, now + ttl_ms, session_id, instance_id, now)
             if row is None:
                 raise await self._refused(con, session_id)
             return record_of(row)
@@ -306,12 +303,7 @@ class PostgresSessionStore(SessionStore):
         """Mark inactive and unclaim, unless another instance holds the claim."""
         if not storable(session_id):
             return False
-        rows = await self._call(lambda con: con.fetch(
-            numbered("UPDATE sessions SET state = 'inactive', active_instance_id = '',"
-                     f" active_host = '', active_until = 0 WHERE id = ? AND {RELEASABLE}"
-                     " RETURNING id"),
-            session_id, instance_id,
-        ))
+        rows = await self._call(lambda con: con.fetch(_RELEASE_CLAIM, session_id, instance_id))
         return bool(rows)
 
     # -- agents
@@ -352,10 +344,7 @@ class PostgresSessionStore(SessionStore):
         now = self._clock()
 
         async def append(con: Conn) -> AppendResult:
-            row = await con.fetchrow(
-                "SELECT last_seq, last_turn, title FROM sessions WHERE id = $1 FOR UPDATE",
-                session_id,
-            )
+            row = await con.fetchrow(_SELECT_TURN_COUNTERS, session_id)
             if row is None:
                 raise SessionNotFound(session_id)
             turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, from_db(row[2]), now,

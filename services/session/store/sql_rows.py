@@ -35,14 +35,22 @@ from services.session.store.records import (
 
 __all__ = [
     "CLAIMABLE",
+    "CLAIM_SESSION",
     "DELETE_SESSION_DATA",
     "HISTORY_COLUMNS",
     "INSERT_ITEM",
     "INSERT_SESSION",
     "INSERT_USAGE",
+    "LIST_PAGE",
     "RELEASABLE",
+    "RELEASE_CLAIM",
+    "SELECT_BY_SESSION_KEY",
     "SELECT_CAPABILITIES",
+    "SELECT_HISTORY_PAGE",
+    "SELECT_SESSION",
+    "SELECT_TURN_COUNTERS",
     "SESSION_COLUMNS",
+    "TOUCH_SESSION",
     "UPDATE_AFTER_TURN",
     "UPSERT_CAPABILITIES",
     "Row",
@@ -109,6 +117,35 @@ UPSERT_CAPABILITIES: Final = (
     " recorded_at = excluded.recorded_at"
 )
 SELECT_CAPABILITIES: Final = "SELECT capabilities_json FROM agent_capabilities WHERE alias = ?"
+SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
+SELECT_BY_SESSION_KEY: Final = (
+    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = ? LIMIT 1")
+#: A page of rows; ``{where}`` is :func:`list_filter`'s clause, the last parameter the limit.
+LIST_PAGE: Final = (
+    f"SELECT {SESSION_COLUMNS} FROM sessions {{where}}"
+    " ORDER BY last_activity DESC, id DESC LIMIT ?"
+)
+#: History rows of session ``?`` after seq ``?``, oldest first, at most ``?`` (the page).
+SELECT_HISTORY_PAGE: Final = (
+    f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
+    " ORDER BY seq LIMIT ?"
+)
+#: The counters and title a turn is numbered after (PostgreSQL adds ``FOR UPDATE``).
+SELECT_TURN_COUNTERS: Final = "SELECT last_seq, last_turn, title FROM sessions WHERE id = ?"
+#: Bump row ``?``'s last_activity to ``?`` (now), never backwards; parameters: now, id.
+TOUCH_SESSION: Final = (
+    "UPDATE sessions SET last_activity = {greatest}(last_activity, ?) WHERE id = ?")
+#: Instance ``?`` on host ``?`` takes or renews row ``?``'s claim until ``?``, while
+#: :data:`CLAIMABLE`; parameters: instance, host, until, id, instance, now.
+CLAIM_SESSION: Final = (
+    "UPDATE sessions SET active_instance_id = ?, active_host = ?, active_until = ?"
+    f" WHERE id = ? AND {CLAIMABLE}"
+)
+#: Mark row ``?`` inactive and unclaimed, while :data:`RELEASABLE` by instance ``?``.
+RELEASE_CLAIM: Final = (
+    "UPDATE sessions SET state = 'inactive', active_instance_id = '', active_host = '',"
+    f" active_until = 0 WHERE id = ? AND {RELEASABLE}"
+)
 
 
 class Row(Protocol):

@@ -35,15 +35,19 @@ from services.session.store.records import (
     refusal,
 )
 from services.session.store.sql_rows import (
-    CLAIMABLE,
+    CLAIM_SESSION,
     DELETE_SESSION_DATA,
-    HISTORY_COLUMNS,
     INSERT_ITEM,
     INSERT_SESSION,
     INSERT_USAGE,
-    RELEASABLE,
+    LIST_PAGE,
+    RELEASE_CLAIM,
+    SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
-    SESSION_COLUMNS,
+    SELECT_HISTORY_PAGE,
+    SELECT_SESSION,
+    SELECT_TURN_COUNTERS,
+    TOUCH_SESSION,
     UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
     TurnRows,
@@ -62,6 +66,7 @@ __all__ = ["SqliteSessionStore"]
 #: Session ids per ``IN (...)`` list (well under SQLite's bound on parameters).
 _ID_CHUNK = 500
 _UPDATE_AFTER_TURN = UPDATE_AFTER_TURN.format(greatest="MAX")
+_TOUCH_SESSION = TOUCH_SESSION.format(greatest="MAX")
 
 
 class SqliteSessionStore(SessionStore):
@@ -90,9 +95,7 @@ class SqliteSessionStore(SessionStore):
     # -- helpers
 
     async def _fetch_session(self, session_id: str) -> SessionRecord | None:
-        async with self._db.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        ) as cur:
+        async with self._db.execute(SELECT_SESSION, (session_id,)) as cur:
             row = await cur.fetchone()
         return record_from_row(row) if row else None
 
@@ -150,10 +153,7 @@ class SqliteSessionStore(SessionStore):
         """The row whose SPEC §13 session key is ``session_key``, if stored."""
         if not session_key:
             return None
-        async with self._lock, self._db.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_key = ? LIMIT 1",
-            (session_key,),
-        ) as cur:
+        async with self._lock, self._db.execute(SELECT_BY_SESSION_KEY, (session_key,)) as cur:
             row = await cur.fetchone()
         return record_from_row(row) if row else None
 
@@ -200,10 +200,7 @@ class SqliteSessionStore(SessionStore):
         """Bump last_activity to now (never backwards)."""
         now = self._clock()
         async with self._lock:
-            changed = await self._write(
-                "UPDATE sessions SET last_activity = MAX(last_activity, ?) WHERE id = ?",
-                (now, session_id),
-            )
+            changed = await self._write(_TOUCH_SESSION, (now, session_id))
             if changed == 0:
                 raise SessionNotFound(session_id)
             rec = await self._fetch_session(session_id)
@@ -234,9 +231,7 @@ class SqliteSessionStore(SessionStore):
         """One page of rows, newest activity first, strictly after the ``after`` position."""
         clause, params = list_filter(cwd, after)
         async with self._lock, self._db.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions {clause}"
-            " ORDER BY last_activity DESC, id DESC LIMIT ?",
-            [*params, limit],
+            LIST_PAGE.format(where=clause), [*params, limit]
         ) as cur:
             return [record_from_row(r) async for r in cur]
 
@@ -250,10 +245,7 @@ class SqliteSessionStore(SessionStore):
         now = self._clock()
         async with self._lock:
             changed = await self._write(
-                "UPDATE sessions SET active_instance_id = ?, active_host = ?, active_until = ?"
-                f" WHERE id = ? AND {CLAIMABLE}",
-                (instance_id, host, now + ttl_ms, session_id, instance_id, now),
-            )
+                CLAIM_SESSION, (instance_id, host, now + ttl_ms, session_id, instance_id, now))
             if changed == 0:
                 raise await self._refused(session_id)
             rec = await self._fetch_session(session_id)
@@ -285,11 +277,7 @@ class SqliteSessionStore(SessionStore):
     async def release_claim(self, session_id: str, instance_id: str) -> bool:
         """Mark inactive and unclaim, unless another instance holds the claim."""
         async with self._lock:
-            changed = await self._write(
-                "UPDATE sessions SET state = 'inactive', active_instance_id = '',"
-                f" active_host = '', active_until = 0 WHERE id = ? AND {RELEASABLE}",
-                (session_id, instance_id),
-            )
+            changed = await self._write(RELEASE_CLAIM, (session_id, instance_id))
         return changed > 0
 
     # -- agents
@@ -326,9 +314,7 @@ class SqliteSessionStore(SessionStore):
         check_turn(items, token_delta, plan_json, usage)
         now = self._clock()
         async with self._lock, immediate(self._db):
-            async with self._db.execute(
-                "SELECT last_seq, last_turn, title FROM sessions WHERE id = ?", (session_id,)
-            ) as cur:
+            async with self._db.execute(SELECT_TURN_COUNTERS, (session_id,)) as cur:
                 row = await cur.fetchone()
             if row is None:
                 raise SessionNotFound(session_id)
@@ -353,9 +339,7 @@ class SqliteSessionStore(SessionStore):
         last = after_seq
         while True:
             async with self._lock, self._db.execute(
-                f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (session_id, last, page),
+                SELECT_HISTORY_PAGE, (session_id, last, page)
             ) as cur:
                 rows = [HistoryEntry(*r) async for r in cur]
             if rows:

@@ -47,6 +47,7 @@ from services.session.store.sql_rows import (
     SELECT_HISTORY_PAGE,
     SELECT_SESSION,
     SELECT_TURN_COUNTERS,
+    SESSION_COLUMNS,
     TOUCH_SESSION,
     UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
@@ -67,6 +68,7 @@ __all__ = ["SqliteSessionStore"]
 _ID_CHUNK = 500
 _UPDATE_AFTER_TURN = UPDATE_AFTER_TURN.format(greatest="MAX")
 _TOUCH_SESSION = TOUCH_SESSION.format(greatest="MAX")
+_RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 
 
 class SqliteSessionStore(SessionStore):
@@ -110,6 +112,13 @@ class SqliteSessionStore(SessionStore):
             count = cur.rowcount
         return count
 
+    async def _write_row(self, sql: str, params: Sequence[Any]) -> SessionRecord | None:
+        """One write in its own IMMEDIATE transaction; the row it wrote (None: no row
+        matched), read by the same statement instead of a second SELECT."""
+        async with immediate(self._db), self._db.execute(sql + _RETURNING_ROW, params) as cur:
+            row = await cur.fetchone()
+        return record_from_row(row) if row else None
+
     # -- sessions
 
     async def create_session(
@@ -134,10 +143,9 @@ class SqliteSessionStore(SessionStore):
             additional_directories=additional_directories)
         async with self._lock:
             try:
-                await self._write(INSERT_SESSION, values)
+                rec = await self._write_row(INSERT_SESSION, values)
             except sqlite3.IntegrityError:
                 raise SessionExists(f"Session already exists: {session_id}") from None
-            rec = await self._fetch_session(session_id)
         assert rec is not None
         return rec
 
@@ -185,26 +193,24 @@ class SqliteSessionStore(SessionStore):
         )
         where, args = row_filter(session_id, holder)
         async with self._lock:
-            if sets:
-                changed = await self._write(
-                    f"UPDATE sessions SET {', '.join(sets)} WHERE {where}", [*params, *args]
-                )
-                if changed == 0:
-                    raise await self._refused(session_id)
-            rec = await self._fetch_session(session_id)
-        if rec is None:
-            raise SessionNotFound(session_id)
+            if not sets:
+                rec = await self._fetch_session(session_id)
+                if rec is None:
+                    raise SessionNotFound(session_id)
+                return rec
+            rec = await self._write_row(
+                f"UPDATE sessions SET {', '.join(sets)} WHERE {where}", [*params, *args])
+            if rec is None:
+                raise await self._refused(session_id)
         return rec
 
     async def touch(self, session_id: str) -> SessionRecord:
         """Bump last_activity to now (never backwards)."""
         now = self._clock()
         async with self._lock:
-            changed = await self._write(_TOUCH_SESSION, (now, session_id))
-            if changed == 0:
-                raise SessionNotFound(session_id)
-            rec = await self._fetch_session(session_id)
-        assert rec is not None
+            rec = await self._write_row(_TOUCH_SESSION, (now, session_id))
+        if rec is None:
+            raise SessionNotFound(session_id)
         return rec
 
     async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
@@ -244,12 +250,10 @@ class SqliteSessionStore(SessionStore):
         check_claim(instance_id, host, ttl_ms)
         now = self._clock()
         async with self._lock:
-            changed = await self._write(
+            rec = await self._write_row(
                 CLAIM_SESSION, (instance_id, host, now + ttl_ms, session_id, instance_id, now))
-            if changed == 0:
+            if rec is None:
                 raise await self._refused(session_id)
-            rec = await self._fetch_session(session_id)
-        assert rec is not None
         return rec
 
     async def renew_claims(

@@ -20,7 +20,7 @@ from services.common.acp.schema import (
     SessionMode,
     SessionModeState,
 )
-from services.common.config import AgentSection
+from services.common.config import AUTONOMY_LEVELS, AgentSection
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -47,8 +47,6 @@ __all__ = [
 class Refused(ValueError):
     """A mode or option value this session may not take; ``str(exc)`` says which."""
 
-#: Autonomy levels, least powerful first.
-AUTONOMY_LEVELS = ("readonly", "supervised", "full")
 #: The id (and category) of the model config option.
 MODEL_OPTION = "model"
 

@@ -141,4 +141,4 @@ def set_config_option(session: AgentSession, models: list[str],
     except Refused as exc:
         raise JsonRpcError(INVALID_PARAMS, str(exc)) from None
     log.info("session_model", session_id=session.id, model=session.model)
-    return {"configOptions": session_state(session, models)["configOptions"]}
+    return {"configOptions": [model_option(models, session.model).to_json()]}

@@ -218,13 +218,19 @@ def _environ_sync(pid: int, start_time: int) -> dict[str, str] | None:
     except (ProcessTableError, psutil.Error, OSError):
         return None
     # Re-check: the environment must belong to the same birth.
+    if _same_birth(pid, start_time) is None:
+        return None
+    return dict(env)
+
+
+def _same_birth(pid: int, start_time: int) -> ProcInfo | None:
+    """``pid`` read again (after reading its environment or executable) if it is still
+    the birth ``start_time``: else what was read may have been another birth's; None."""
     try:
         again = _info_sync(pid)
     except ProcessTableError:
         return None
-    if again is None or again.start_time != start_time:
-        return None
-    return dict(env)
+    return again if again is not None and again.start_time == start_time else None
 
 
 def _environ_bytes(pid: int) -> bytes | None:
@@ -276,11 +282,7 @@ def _runs_argv0_sync(info: ProcInfo) -> bool | None:
     # A binary replaced (upgraded) under a running process reads as "<path> (deleted)".
     exe = exe.removesuffix(" (deleted)")
     matches = os.path.realpath(argv0) == exe
-    try:
-        again = _info_sync(info.pid)
-    except ProcessTableError:
-        return None
-    if again is None or again.start_time != info.start_time:
+    if _same_birth(info.pid, info.start_time) is None:
         return None  # the executable read may have been another birth's
     return matches
 
@@ -306,11 +308,8 @@ def _environ_keys_sync(
             continue
         # Read after the environment: the same birth still holds the PID, so
         # what was read was that process's (a newer birth has another start time).
-        try:
-            again = _info_sync(info.pid)
-        except ProcessTableError:
-            continue
-        if again is not None and again.start_time == info.start_time and not again.zombie:
+        again = _same_birth(info.pid, info.start_time)
+        if again is not None and not again.zombie:
             out[info.identity] = found
     return out
 

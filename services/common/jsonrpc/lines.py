@@ -45,7 +45,7 @@ async def read_lines(reader: asyncio.StreamReader,
                 skipping = False
             else:
                 buf += chunk[start:nl]
-                line = bytes(buf)
+                line = buf.decode("utf-8", errors="surrogateescape")
                 buf.clear()
-                yield line.decode("utf-8", errors="surrogateescape")
+                yield line
             start = nl + 1

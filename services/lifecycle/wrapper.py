@@ -223,7 +223,7 @@ def _spawn_adapter(command: list[str], env: dict[str, str], err_w: int) -> int:
             os.close(status_w)
     if report:
         os.waitpid(pid, 0)
-        errno_value = int(report or b"0")
+        errno_value = int(report)
         raise OSError(errno_value, os.strerror(errno_value))
     return pid
 

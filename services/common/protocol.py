@@ -161,7 +161,6 @@ M_A2A_LIST: Final = "_acpgate/sessions_list"
 M_A2A_HISTORY: Final = "_acpgate/sessions_history"
 M_A2A_SEND: Final = "_acpgate/sessions_send"
 M_A2A_STATUS: Final = "_acpgate/session_status"
-A2A_METHODS: Final = (M_A2A_SPAWN, M_A2A_LIST, M_A2A_HISTORY, M_A2A_SEND, M_A2A_STATUS)
 #: A spawn/send whose requesting turn was cancelled before the target's turn started.
 MSG_REQUESTER_CANCELLED: Final = "the requesting turn was cancelled"
 #: `clientCapabilities._meta.acpgate.sessionTools`: the edge serves the methods above.

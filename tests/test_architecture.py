@@ -60,7 +60,7 @@ MAX_LINES = 400
 #: hidden: the lead decides whether to split them. An entry fails the check when its module
 #: grows or when it falls under the limit (then the entry goes).
 KNOWN_LONG: dict[str, int] = {
-    "services/lifecycle/proctable.py": 522,
+    "services/lifecycle/proctable.py": 521,
     "services/lifecycle/wrapper.py": 490,
 }
 

@@ -100,11 +100,6 @@ class AdapterHost(Protocol):
         """The adapter's stream ended."""
 
 
-def read_agent_capabilities(result: Any) -> AgentCapabilities:
-    """The ``agentCapabilities`` of an adapter's initialize result (defaults if unreadable)."""
-    return read_initialize_result(result).agent_capabilities
-
-
 def read_prompt_result(result: Any) -> PromptResponse:
     """An adapter's ``session/prompt`` result; one without a stop reason ended the turn."""
     try:

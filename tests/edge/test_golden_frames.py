@@ -20,7 +20,8 @@ from services.common.protocol import (
     CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
 )
-from services.edge.adapter import initialize_request, read_agent_capabilities, read_prompt_result
+from services.edge.adapter import initialize_request, read_prompt_result
+from services.edge.adapter_caps import read_initialize_result
 from services.edge.handlers.initialize import read_client_capabilities
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.runtime import EDGE_NAME, EDGE_TITLE
@@ -57,11 +58,12 @@ def test_client_capabilities_that_are_not_an_object_read_as_none_advertised() ->
 
 
 def test_the_built_in_agents_capabilities_as_the_edge_reads_them() -> None:
-    caps = read_agent_capabilities(payload("initialize.result.agent", VERSION="1", ALIAS="a"))
+    caps = read_initialize_result(
+        payload("initialize.result.agent", VERSION="1", ALIAS="a")).agent_capabilities
     assert caps.load_session is False
     assert caps.session_capabilities.resume is not None
     assert caps.prompt_capabilities.embedded_context is True
-    assert read_agent_capabilities({"agentCapabilities": 7}).load_session is False
+    assert read_initialize_result({"agentCapabilities": 7}).agent_capabilities.load_session is False
 
 
 def test_permission_answers_toward_adapters_are_the_golden_frames() -> None:

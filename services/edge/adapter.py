@@ -123,6 +123,17 @@ def initialize_request(client: ClientCapabilities, client_info: Implementation,
     )
 
 
+def _setup_params(session_id: str | None, cwd: str, mcp_servers: list[Any],
+                  additional_directories: list[str] | None) -> dict[str, Any]:
+    """The params session/new (no ``session_id``), load and resume share."""
+    params: dict[str, Any] = {} if session_id is None else {"sessionId": session_id}
+    params["cwd"] = cwd
+    params["mcpServers"] = mcp_servers
+    if additional_directories:
+        params["additionalDirectories"] = additional_directories
+    return params
+
+
 class AdapterClient:
     """ACP client of one adapter, speaking through an :class:`AdapterLink`."""
 
@@ -229,9 +240,7 @@ class AdapterClient:
     async def new_session(self, cwd: str, mcp_servers: list[Any], policy: SecurityPolicy,
                           additional_directories: list[str] | None = None) -> str:
         """``session/new`` with the workspace as cwd; returns the adapter's session id."""
-        params: dict[str, Any] = {"cwd": cwd, "mcpServers": mcp_servers}
-        if additional_directories:
-            params["additionalDirectories"] = additional_directories
+        params = _setup_params(None, cwd, mcp_servers, additional_directories)
         params.update(self._meta(**{META_POLICY: policy.to_json()}))
         result = await self._setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
@@ -264,10 +273,7 @@ class AdapterClient:
                              policy: SecurityPolicy, history: list[dict[str, Any]],
                              additional_directories: list[str] | None = None) -> None:
         """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
-        params: dict[str, Any] = {"sessionId": adapter_session_id, "cwd": cwd,
-                                  "mcpServers": mcp_servers}
-        if additional_directories:
-            params["additionalDirectories"] = additional_directories
+        params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
         params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history}}
         self.setup_result = await self._quietly(M_SESSION_RESUME, params)
         self.adapter_session_id = adapter_session_id
@@ -291,10 +297,7 @@ class AdapterClient:
         """
         if not adapter_session_id:
             return False
-        params: dict[str, Any] = {"sessionId": adapter_session_id, "cwd": cwd,
-                                  "mcpServers": mcp_servers}
-        if additional_directories:
-            params["additionalDirectories"] = additional_directories
+        params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
         caps = self.agent_capabilities
         try:
             if caps.session_capabilities.resume is not None:

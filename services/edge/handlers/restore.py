@@ -34,7 +34,7 @@ import grpc
 import orjson
 
 from acpgate.session.v1 import session_pb2
-from services.common.jsonrpc import JsonRpcError, notification_line
+from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
@@ -273,8 +273,8 @@ async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_
 async def _replay_history(conn: SessionHome, sid: str,
                           items: list[session_pb2.HistoryItem]) -> None:
     """session/load: every stored update, in order, as ``session/update`` notifications."""
-    lines = [notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": u})
-             for u in replay_updates(items)]
+    lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
+                                                  for u in replay_updates(items)])
     with contextlib.suppress(ConnectionError, OSError):
         # Chunks, so other sessions on this connection still get a turn.
         for start in range(0, len(lines), _REPLAY_CHUNK):

@@ -27,7 +27,7 @@ from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.claims import refusal
 from services.edge.errors import start_failed
-from services.edge.runtime import EdgeRuntime
+from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import ClientPort, EdgeSession
 
 log = get_logger("edge.dialect")
@@ -62,6 +62,17 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
         yield
     finally:
         runtime.registry.unreserve()
+
+
+@contextmanager
+def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
+    """Count new session ``sid`` among those being set up while it is: its claim is
+    renewed from the start (``SessionRegistry.serving``)."""
+    registry.creating.add(sid)
+    try:
+        yield
+    finally:
+        registry.creating.discard(sid)
 
 
 async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,

@@ -44,7 +44,13 @@ from services.edge.handlers.restore import restore
 from services.edge.hosted import hosted_port
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session import EdgeSession, TurnState
-from services.edge.session_setup import abandon, mark_active, reserved_slot, spawn_adapter
+from services.edge.session_setup import (
+    abandon,
+    creating,
+    mark_active,
+    reserved_slot,
+    spawn_adapter,
+)
 
 __all__ = ["SpawnArgs", "send", "spawn"]
 
@@ -67,27 +73,23 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     rt = requester.runtime
     home = hosted_port(requester)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt):
-        rt.registry.creating.add(sid)  # its claim is renewed from the start
+    with reserved_slot(rt), creating(rt.registry, sid):
         try:
-            try:
-                got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
-                    requester_session_key=requester.store_key, session_id=sid,
-                    agent_alias=args.agent, cwd=args.cwd, label=args.label,
-                    gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host))
-            except grpc.aio.AioRpcError as exc:
-                raise grpc_error(exc) from None
-            child = EdgeSession(rt, home, got.session, rt.clock)
-            policy = SecurityPolicy.from_proto(got.policy)
-            client = await spawn_adapter(home, child, got.agent, policy)
-            try:
-                adapter_sid = await client.new_session(got.session.workspace_dir, [], policy)
-            except Exception as exc:
-                await abandon(rt, child)
-                raise setup_error(got.agent.alias, exc, client.secrets) from None
-            await mark_active(home, child, adapter_sid)
-        finally:
-            rt.registry.creating.discard(sid)
+            got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
+                requester_session_key=requester.store_key, session_id=sid,
+                agent_alias=args.agent, cwd=args.cwd, label=args.label,
+                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host))
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_error(exc) from None
+        child = EdgeSession(rt, home, got.session, rt.clock)
+        policy = SecurityPolicy.from_proto(got.policy)
+        client = await spawn_adapter(home, child, got.agent, policy)
+        try:
+            adapter_sid = await client.new_session(got.session.workspace_dir, [], policy)
+        except Exception as exc:
+            await abandon(rt, child)
+            raise setup_error(got.agent.alias, exc, client.secrets) from None
+        await mark_active(home, child, adapter_sid)
     log.info("session_spawned", session_id=sid, agent=child.alias,
              parent_session_id=requester.session_id)
     about = {"sessionId": sid, "agent": child.alias, "cwd": child.workspace_dir}

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -24,10 +24,11 @@ from services.edge.adapter_errors import setup_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 from services.edge.params import additional_directories, encode_mcp_servers, first_str, mcp_servers
-from services.edge.runtime import EdgeRuntime, SessionRegistry
+from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     abandon,
+    creating,
     ensure_lease,
     mark_active,
     reserved_slot,
@@ -42,16 +43,6 @@ def _explicit_alias(params: dict[str, Any]) -> str:
         if isinstance(value, str) and value.strip():
             return value.strip()
     return ""
-
-
-@contextlib.contextmanager
-def _creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
-    """Count ``sid`` among the sessions being set up while it is."""
-    registry.creating.add(sid)
-    try:
-        yield
-    finally:
-        registry.creating.discard(sid)
 
 
 async def open_row_and_lease(
@@ -122,7 +113,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     servers = mcp_servers(params)
     roots = list(ws.additional_directories)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt), _creating(rt.registry, sid):
+    with reserved_slot(rt), creating(rt.registry, sid):
         # The row is created claimed by this host (its heartbeat renews it from now on);
         # the MCP list is stored: a later load/resume without one starts the same servers.
         # Row and lease are independent (the lease's key is the row's, SPEC §13).

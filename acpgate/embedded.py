@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 import grpc
 
+from acpgate.socket_dirs import make_socket_dir, sweep_stale_async
 from services.common.config import Config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
@@ -73,7 +73,9 @@ async def start_embedded(cfg: Config) -> EmbeddedServices:
     services = EmbeddedServices(cfg.services.session_addr, cfg.services.lifecycle_addr)
     if services.session_addr and services.lifecycle_addr:
         return services
-    services.tempdir = tempfile.mkdtemp(prefix="acpg-", dir="/tmp")
+    # A SIGKILLed acpgate could not remove its dir: sweep those first (acpgate/socket_dirs.py).
+    await sweep_stale_async()
+    services.tempdir = make_socket_dir()
     try:
         if not services.session_addr:
             server = await start_session_server(cfg, f"unix:{services.tempdir}/s.sock")

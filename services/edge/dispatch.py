@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
-from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, prefixed_ids
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     M_CANCEL_REQUEST,
     METHOD_NOT_FOUND,
@@ -79,6 +79,10 @@ class DialectConnection:
     async def send(self, line: str) -> None:
         """Write one message; a gone client raises ConnectionError."""
         await self.send_many([line])
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send one notification to the client; a gone client raises ConnectionError."""
+        await self.send_many([notification_line(method, params)])
 
     async def send_many(self, lines: list[str]) -> None:
         """Write several messages in order under one hold of the send lock (a replay

@@ -11,7 +11,8 @@ for a client connection everywhere a session is set up and run:
   own client connection (up the chain, for a grandchild), under the host's
   session id and labelled with the asking session's id and agent
   (``[<agent> · session <id>] …`` in the title, ``_meta.acpgate.childSessionId``
-  and ``agent``). The relay never answers them itself: the asking agent's own
+  and ``agent``); its ``elicitation/complete`` notifications follow the same way,
+  unchanged (the elicitation id is the asking agent's own). The relay never answers them itself: the asking agent's own
   approval rules — under a policy the session service capped at the host's
   autonomy — decide whether to ask at all;
 - it closes when its host is released (the runtime releases a session's
@@ -108,6 +109,11 @@ class HostedPort:
 
     async def send_many(self, lines: list[str]) -> None:
         """Nobody watches a hosted session's stream (its turns are stored)."""
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Up to the human through the host's client (``elicitation/complete`` of an
+        ``elicitation/create`` relayed that way; its id is the asking agent's own)."""
+        await self.host.notify_client(method, params)
 
 
 def hosted_port(host: EdgeSession) -> HostedPort:

@@ -22,7 +22,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities, PromptResponse
-from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
+from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
@@ -78,6 +78,10 @@ class ClientPort(Protocol):
 
     async def send_many(self, lines: list[str]) -> None:
         """Write several lines/frames to the client, in order, with nothing in between."""
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """A session's adapter notification for the human behind the port
+        (``elicitation/complete``); a gone client raises ConnectionError."""
 
 
 @dataclass
@@ -243,7 +247,7 @@ class EdgeSession:
         """Pass an adapter notification on to the client (``elicitation/complete``)."""
         self.touch()
         try:
-            await self.port.send_many([notification_line(method, params)])
+            await self.port.notify(method, params)
         except (ConnectionError, OSError):
             log.info("client_gone_during_notification", session_id=self.session_id)
 

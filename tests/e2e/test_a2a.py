@@ -338,3 +338,37 @@ def test_startup_reap_covers_a_childs_lease_and_the_child_outlives_a_restart(
         finally:
             assert second.close() == 0
             second.kill()
+
+
+def test_a_childs_url_elicitation_and_its_completion_reach_the_parents_human(
+        tmp_path: Path, workspace: Path) -> None:
+    """A hosted child's ``elicitation/create`` reaches the parent's client labelled, and
+    the child's ``elicitation/complete`` for it follows through the same connection."""
+    script = Script(
+        lambda o: tool_reply(("sessions_spawn", {"agent": "sdk", "prompt": "elicit-url"})),
+        lambda o: text_reply("signed in"),
+    )
+    with ModelServer([], script) as model:
+        acp = start(tmp_path, model)
+        try:
+            acp.result("initialize", {"protocolVersion": 1, "clientCapabilities": {
+                "elicitation": {"form": {}, "url": {}}}})
+            acp.handlers["elicitation/create"] = lambda p: {"action": "accept"}
+            acp.handlers["session/request_permission"] = lambda p: {  # the spawn itself
+                "outcome": {"outcome": "selected", "optionId": "allow-once"}}
+            psid = acp.new_session(cwd=str(workspace))
+            before, resp = acp.call("session/prompt", {"sessionId": psid, "prompt": "sign in"})
+            assert resp["result"]["content"] == "signed in", resp
+            cid = json.loads(tool_outputs(before, psid)["sessions_spawn"])["sessionId"]
+            methods = [m.get("method") for m in before
+                       if m.get("method", "").startswith("elicitation/")]
+            assert methods == ["elicitation/create", "elicitation/complete"], methods
+            (asked,) = [m for m in before if m.get("method") == "elicitation/create"]
+            assert asked["params"]["sessionId"] == psid
+            assert asked["params"]["message"] == f"[sdk · session {cid}] Sign in"
+            assert child_of(asked["params"]) == cid
+            (done,) = [m for m in before if m.get("method") == "elicitation/complete"]
+            assert done["params"] == {"elicitationId": "el-1"} and "id" not in done
+        finally:
+            assert acp.close() == 0
+            acp.kill()

@@ -225,11 +225,14 @@ async def test_lost_connection_is_unavailable_then_recovers(pg_url: str) -> None
                 await admin.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
                 turn = asyncio.create_task(
                     store.append_turn("s", [HistoryEntry(role="user", text="lost")]))
-                for _ in range(200):  # until the turn waits on the lock
-                    if await admin.fetchval(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                            " AND application_name = 'acpgate-session'"):
-                        break
+                # Until the turn waits on the lock (no fixed count: a loaded machine can
+                # take seconds to get there, and terminating earlier tests nothing).
+                deadline = asyncio.get_running_loop().time() + 60
+                while not await admin.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND application_name = 'acpgate-session'"):
+                    assert asyncio.get_running_loop().time() < deadline, "the turn never waited"
+                    assert not turn.done(), turn
                     await asyncio.sleep(0.02)
                 await _terminate_store_connections(admin)
                 with pytest.raises(StoreUnavailable, match="unavailable"):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
@@ -69,8 +70,9 @@ from services.common.protocol import (
     STOP_END_TURN,
 )
 from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
-from services.edge.adapter_link import AdapterExit, AdapterLink
+from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.client_methods import CLIENT_METHODS
+from services.edge.relay_lines import UpdateLines
 
 log = get_logger("edge.adapter")
 
@@ -83,6 +85,11 @@ class AdapterHost(Protocol):
 
     async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
         """Consecutive ``session/update`` params from the adapter, ``sessionId`` already rewritten."""
+
+    async def on_adapter_update_lines(self, updates: list[dict[str, Any]],
+                                      lines: list[str]) -> None:
+        """Consecutive ``session/update`` messages as their ``update`` objects and their
+        lines for the client, already encoded with the edge's session id."""
 
     async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
         """Re-issue an adapter request to the client; return the answer for the adapter."""
@@ -161,9 +168,19 @@ class AdapterClient:
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
+        self._update_lines = UpdateLines()
         self.link = AdapterLink(stub, lease_id, self)
 
     # ------------------------------------------------------------------ AdapterPeer
+
+    async def on_adapter_lines(self, lines: Sequence[str], feed: LineFeed) -> None:
+        """Relay the ``session/update`` lines of the compact shape straight to the host
+        (:mod:`services.edge.relay_lines`); every other line goes through ``feed``."""
+        if self._suppress_updates:
+            await feed(list(lines))
+            return
+        await self._update_lines.relay(lines, self.adapter_session_id, self.edge_session_id,
+                                       self._host.on_adapter_update_lines, feed)
 
     async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +28,9 @@ from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
 log = get_logger("edge.adapter")
 
 _CLOSE = object()
+
+#: The JSON-RPC peer's handling of a run of lines (``JsonRpcPeer.feed_batch``).
+LineFeed = Callable[[list[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,10 @@ class AdapterPeer(Protocol):
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """The adapter's stream ended."""
+
+    async def on_adapter_lines(self, lines: Sequence[str], feed: LineFeed) -> None:
+        """The lines of one ``Lines`` message, in order: what the peer does not relay
+        itself goes to ``feed`` (the JSON-RPC peer), in stream order."""
 
 
 class AdapterLink:
@@ -146,7 +153,7 @@ class AdapterLink:
                     if self._attached is not None and not self._attached.done():
                         self._attached.set_result(None)
                 elif which == "stdout":
-                    await self._rpc.feed_batch(resp.stdout.lines)
+                    await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
                                             stderr_tail=resp.exit.stderr_tail)

@@ -164,22 +164,24 @@ class EdgeSession:
         A burst that arrived together goes out under one send (one lock hold, one
         write for the lot) instead of one send per update.
         """
+        objects = [update for params in updates
+                   if type(update := params.get("update")) is dict]
+        await self.on_adapter_update_lines(objects, notification_lines(M_SESSION_UPDATE, updates))
+
+    async def on_adapter_update_lines(self, updates: list[dict[str, Any]],
+                                      lines: list[str]) -> None:
+        """Accumulate ``updates`` (the ``update`` objects) and send ``lines`` (those
+        messages as the client gets them) at once, in order, under one send."""
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
-        add = acc.add if acc is not None else None
-        for params in updates:
-            update = params.get("update")
-            if type(update) is not dict:
-                continue
+        others = updates if acc is None else acc.add_many(updates)
+        for update in others:
             try:
-                if add is not None:
-                    add(update)
                 if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
                     self.state.on_update(update)
             except Exception:  # never lose the relay over an odd update
                 log.exception("accumulate_failed", session_id=self.session_id)
-        lines = notification_lines(M_SESSION_UPDATE, updates)
         self.runtime.metrics.relayed_updates_total += len(lines)
         try:
             await self.port.send_many(lines)

@@ -19,6 +19,7 @@ import orjson
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.history_roles import ROLE_NAME_BY_PB
+from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
     CANCEL_TOOL_CALL_PREFIX,
@@ -31,6 +32,8 @@ from services.common.protocol import (
     U_USER_MESSAGE,
 )
 
+log = get_logger("edge.turn")
+
 Role = session_pb2.HistoryItem.Role
 # Plain ints: protobuf enum attribute lookups are slow on the per-update path.
 ROLE_USER = Role.ROLE_USER
@@ -39,6 +42,7 @@ ROLE_THOUGHT = Role.ROLE_THOUGHT
 ROLE_TOOL_CALL = Role.ROLE_TOOL_CALL
 ROLE_TOOL_RESULT = Role.ROLE_TOOL_RESULT
 _FINAL_STATUSES = ("completed", "failed")
+_TURN_KINDS = frozenset({U_AGENT_MESSAGE, U_AGENT_THOUGHT, U_TOOL_CALL, U_TOOL_CALL_UPDATE, U_PLAN})
 
 
 def _text_of(content: Any) -> str:
@@ -128,6 +132,47 @@ class TurnAccumulator:
             last.parts.append(text)
         else:
             self._entries.append(_TextRun(role, [text]))
+
+    def add_many(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Record ``updates`` in order (as :meth:`add` each); returns those of other kinds
+        (not part of the turn's history, e.g. mode or title changes).
+
+        The common update, an assistant text chunk, is taken inline: a burst of
+        thousands costs one loop, not a method call each. An update that fails
+        to record is logged and skipped, never fatal.
+        """
+        others: list[dict[str, Any]] = []
+        parts = self._text_parts
+        entries = self._entries
+        run: list[str] | None = None
+        last = entries[-1]
+        if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
+            run = last.parts
+        for update in updates:
+            kind = update.get("sessionUpdate")
+            if kind == U_AGENT_MESSAGE:
+                content = update.get("content")
+                if type(content) is dict and content.get("type") == "text" \
+                        and type(text := content.get("text")) is str:
+                    if text:
+                        parts.append(text)
+                        if run is None:
+                            run = []
+                            entries.append(_TextRun(ROLE_ASSISTANT, run))
+                        run.append(text)
+                    continue
+            if type(kind) is str and kind in _TURN_KINDS:
+                try:
+                    self.add(update)
+                except Exception:  # an odd update never loses the relay or the turn
+                    log.exception("accumulate_failed")
+                    continue
+                last = entries[-1]
+                run = last.parts if type(last) is _TextRun and last.role == ROLE_ASSISTANT \
+                    else None
+            else:
+                others.append(update)
+        return others
 
     def add(self, update: dict[str, Any]) -> None:
         """Record one ``update`` object (the ``params.update`` of a session/update)."""

@@ -73,6 +73,7 @@ from services.edge.adapter_caps import client_capabilities, env_auth_method, rea
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.client_methods import CLIENT_METHODS
 from services.edge.relay_lines import UpdateLines
+from services.edge.turn import RelayedUpdate
 
 log = get_logger("edge.adapter")
 
@@ -86,10 +87,10 @@ class AdapterHost(Protocol):
     async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
         """Consecutive ``session/update`` params from the adapter, ``sessionId`` already rewritten."""
 
-    async def on_adapter_update_lines(self, updates: list[dict[str, Any]],
+    async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],
                                       lines: list[str]) -> None:
-        """Consecutive ``session/update`` messages as their ``update`` objects and their
-        lines for the client, already encoded with the edge's session id."""
+        """Consecutive ``session/update`` messages as their ``update`` objects (or a text
+        chunk's text) and their lines for the client, already with the edge's session id."""
 
     async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
         """Re-issue an adapter request to the client; return the answer for the adapter."""

@@ -98,7 +98,7 @@ class LineWriter:
         if self._transport.is_closing():
             raise ConnectionError("stdout closed")
         self._pending.extend(lines)
-        self._pending_chars += sum(len(line) for line in lines) + len(lines)
+        self._pending_chars += sum(map(len, lines)) + len(lines)
         await self._pushed()
 
     async def _pushed(self) -> None:

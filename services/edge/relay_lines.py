@@ -15,7 +15,9 @@ after it) — is a well-formed notification whose only other content is ``U``.
 relays the line as the edge's prefix followed by the adapter's own bytes of
 ``U``: the same message the parsed path sends, the session id rewritten. ``U``
 keeps the adapter's spelling (its whitespace, escapes and number forms), which
-is the same JSON value. Every other line — another shape, key order, spacing
+is the same JSON value. When ``U`` is an assistant text chunk whose text needs no
+unescaping, not even ``U`` is parsed: the text is handed on as a ``str``
+(:data:`~services.edge.turn.RelayedUpdate`). Every other line — another shape, key order, spacing
 or session id, or one ``U`` that is not a lone object — goes through the
 general JSON-RPC path as before.
 """
@@ -23,18 +25,25 @@ general JSON-RPC path as before.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import orjson
 
-from services.common.protocol import JSONRPC_VERSION, M_SESSION_UPDATE
+from services.common.protocol import JSONRPC_VERSION, M_SESSION_UPDATE, U_AGENT_MESSAGE
+from services.edge.turn import RelayedUpdate
 
-#: A run of recognised updates: the parsed ``update`` objects and their relayed lines.
-UpdateSink = Callable[[list[dict[str, Any]], list[str]], Awaitable[None]]
+#: A run of recognised updates (see :data:`RelayedUpdate`) and their relayed lines.
+UpdateSink = Callable[[Sequence[RelayedUpdate], list[str]], Awaitable[None]]
 #: The general path for a run of other lines (the JSON-RPC peer's ``feed_batch``).
 LineSink = Callable[[list[str]], Awaitable[None]]
 
 _SUFFIX = "}}"
+#: The common update, an assistant text chunk, as the compact encoders write it: its text
+#: is read without parsing when it needs no unescaping (:class:`UpdateLines`).
+_CHUNK_TAIL = '"}}'
+_CHUNK_HEAD = orjson.dumps({"sessionUpdate": U_AGENT_MESSAGE, "content": {
+    "type": "text", "text": ""}}).decode()[: -len(_CHUNK_TAIL)]
+_CHUNK_TEXT = len(_CHUNK_HEAD)
+_CHUNK_MIN = _CHUNK_TEXT + len(_CHUNK_TAIL)
 
 
 def update_prefix(session_id: str) -> str:
@@ -70,16 +79,28 @@ class UpdateLines:
         start = len(prefix)
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
-        parsed: list[dict[str, Any]] = []
+        parsed: list[RelayedUpdate] = []
         relayed: list[str] = []
         rest: list[str] = []
         for line in lines:
             if line.startswith(prefix) and line.endswith(_SUFFIX):
-                try:
-                    update = loads(line[start:-2])
-                except decode_error:
-                    update = None
-                if type(update) is dict:
+                body = line[start:-2]
+                update: RelayedUpdate | None = None
+                if body.startswith(_CHUNK_HEAD) and body.endswith(_CHUNK_TAIL) \
+                        and len(body) >= _CHUNK_MIN:
+                    text = body[_CHUNK_TEXT:-3]
+                    # No quote, no escape, no control character: the JSON string's
+                    # value is its bytes, and the line is valid as it stands.
+                    if '"' not in text and "\\" not in text and text.isprintable():
+                        update = text
+                if update is None:
+                    try:
+                        value = loads(body)
+                    except decode_error:
+                        value = None
+                    if type(value) is dict:
+                        update = value
+                if update is not None:
                     if rest:
                         await others(rest)
                         rest = []

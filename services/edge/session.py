@@ -14,7 +14,7 @@ running turns of its children and the turns it asked other sessions for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,7 +48,7 @@ from services.edge.client_methods import ClientMethods
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.turn import TurnAccumulator, cancelled_update, turn_usage
+from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update, turn_usage
 
 if TYPE_CHECKING:
     from services.edge.hosted import HostedPort
@@ -168,14 +168,16 @@ class EdgeSession:
                    if type(update := params.get("update")) is dict]
         await self.on_adapter_update_lines(objects, notification_lines(M_SESSION_UPDATE, updates))
 
-    async def on_adapter_update_lines(self, updates: list[dict[str, Any]],
+    async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],
                                       lines: list[str]) -> None:
-        """Accumulate ``updates`` (the ``update`` objects) and send ``lines`` (those
-        messages as the client gets them) at once, in order, under one send."""
+        """Accumulate ``updates`` (the ``update`` objects, or a text chunk's text) and send
+        ``lines`` (those messages as the client gets them) at once, in order, under one
+        send."""
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
-        others = updates if acc is None else acc.add_many(updates)
+        others = acc.add_many(updates) if acc is not None else \
+            [update for update in updates if type(update) is dict]
         for update in others:
             try:
                 if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title

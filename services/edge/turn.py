@@ -11,6 +11,7 @@ for adapters that cannot restore themselves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,10 @@ ROLE_THOUGHT = Role.ROLE_THOUGHT
 ROLE_TOOL_CALL = Role.ROLE_TOOL_CALL
 ROLE_TOOL_RESULT = Role.ROLE_TOOL_RESULT
 _FINAL_STATUSES = ("completed", "failed")
+#: One relayed update as the accumulator takes a burst: its ``update`` object, or (the
+#: common case, read without parsing by :mod:`services.edge.relay_lines`) the text of
+#: an ``agent_message_chunk`` with one text block.
+RelayedUpdate = dict[str, Any] | str
 _TURN_KINDS = frozenset({U_AGENT_MESSAGE, U_AGENT_THOUGHT, U_TOOL_CALL, U_TOOL_CALL_UPDATE, U_PLAN})
 
 
@@ -133,9 +138,10 @@ class TurnAccumulator:
         else:
             self._entries.append(_TextRun(role, [text]))
 
-    def add_many(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Record ``updates`` in order (as :meth:`add` each); returns those of other kinds
-        (not part of the turn's history, e.g. mode or title changes).
+    def add_many(self, updates: Sequence[RelayedUpdate]) -> list[dict[str, Any]]:
+        """Record ``updates`` in order (as :meth:`add` each; a ``str`` is an assistant
+        text chunk's text); returns those of other kinds (not part of the turn's
+        history, e.g. mode or title changes).
 
         The common update, an assistant text chunk, is taken inline: a burst of
         thousands costs one loop, not a method call each. An update that fails
@@ -149,6 +155,14 @@ class TurnAccumulator:
         if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
             run = last.parts
         for update in updates:
+            if isinstance(update, str):
+                if update:
+                    parts.append(update)
+                    if run is None:
+                        run = []
+                        entries.append(_TextRun(ROLE_ASSISTANT, run))
+                    run.append(update)
+                continue
             kind = update.get("sessionUpdate")
             if kind == U_AGENT_MESSAGE:
                 content = update.get("content")

@@ -42,8 +42,8 @@ _SUFFIX = "}}"
 _CHUNK_TAIL = '"}}'
 _CHUNK_HEAD = orjson.dumps({"sessionUpdate": U_AGENT_MESSAGE, "content": {
     "type": "text", "text": ""}}).decode()[: -len(_CHUNK_TAIL)]
-_CHUNK_TEXT = len(_CHUNK_HEAD)
-_CHUNK_MIN = _CHUNK_TEXT + len(_CHUNK_TAIL)
+#: How such a line ends: the text's closing quote, then the four objects'.
+_CHUNK_END = _CHUNK_TAIL + _SUFFIX
 
 
 def update_prefix(session_id: str) -> str:
@@ -77,36 +77,37 @@ class UpdateLines:
             return
         prefix, out_prefix = self._prefixes(adapter_session_id, edge_session_id)
         start = len(prefix)
+        chunk = prefix + _CHUNK_HEAD
+        text_at = len(chunk)
+        chunk_min = text_at + len(_CHUNK_END)
+        text_end = -len(_CHUNK_END)
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
         parsed: list[RelayedUpdate] = []
         relayed: list[str] = []
         rest: list[str] = []
         for line in lines:
-            if line.startswith(prefix) and line.endswith(_SUFFIX):
-                body = line[start:-2]
-                update: RelayedUpdate | None = None
-                if body.startswith(_CHUNK_HEAD) and body.endswith(_CHUNK_TAIL) \
-                        and len(body) >= _CHUNK_MIN:
-                    text = body[_CHUNK_TEXT:-3]
-                    # No quote, no escape, no control character: the JSON string's
-                    # value is its bytes, and the line is valid as it stands.
-                    if '"' not in text and "\\" not in text and text.isprintable():
-                        update = text
-                if update is None:
-                    try:
-                        value = loads(body)
-                    except decode_error:
-                        value = None
-                    if type(value) is dict:
-                        update = value
-                if update is not None:
-                    if rest:
-                        await others(rest)
-                        rest = []
-                    parsed.append(update)
-                    relayed.append(out_prefix + line[start:])
-                    continue
+            update: RelayedUpdate | None = None
+            if line.startswith(chunk) and line.endswith(_CHUNK_END) and len(line) >= chunk_min:
+                text = line[text_at:text_end]
+                # No quote, no escape, no control character: the JSON string's
+                # value is its bytes, and the line is valid as it stands.
+                if '"' not in text and "\\" not in text and text.isprintable():
+                    update = text
+            if update is None and line.startswith(prefix) and line.endswith(_SUFFIX):
+                try:
+                    value = loads(line[start:-2])
+                except decode_error:
+                    value = None
+                if type(value) is dict:
+                    update = value
+            if update is not None:
+                if rest:
+                    await others(rest)
+                    rest = []
+                parsed.append(update)
+                relayed.append(out_prefix + line[start:])
+                continue
             if parsed:
                 await updates(parsed, relayed)
                 parsed, relayed = [], []

@@ -15,9 +15,11 @@ holds the ACP pipes.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import fcntl
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,7 +122,8 @@ class AdapterChannel:
         self._report = report
         self._max_buffer = max_buffer_bytes
         self._max_batch = max_batch_bytes
-        self._lines: collections.deque[str] = collections.deque()
+        #: Lines waiting for the attacher, as read: one block (lines, characters) per chunk.
+        self._blocks: collections.deque[tuple[list[str], int]] = collections.deque()
         self._buffered = 0
         self._lines_read = 0
         self._data = asyncio.Event()
@@ -185,7 +188,7 @@ class AdapterChannel:
         size = sum(map(len, lines))
         if self._space.is_set() and self._buffered + size < self._max_buffer:
             # The whole chunk fits under the bound: what the loop below would do, at once.
-            self._lines.extend(lines)
+            self._blocks.append((lines, size))
             self._lines_read += len(lines)
             self._buffered += size
             self._data.set()
@@ -197,7 +200,7 @@ class AdapterChannel:
                 continue
             if not self._space.is_set():
                 await self._space.wait()  # backpressure: leave the pipe unread when full
-            self._lines.append(line)
+            self._blocks.append(([line], len(line)))
             self._lines_read += 1
             self._buffered += len(line)
             if self._buffered >= self._max_buffer:
@@ -325,19 +328,45 @@ class AdapterChannel:
         return self._attached
 
     async def next_batch(self) -> list[str] | None:
-        """The lines ready now (waiting for at least one); None once finished and drained."""
+        """The lines ready now (waiting for at least one); None once finished and drained.
+
+        A batch is the longest run of lines, in order, within ``max_batch_bytes``
+        (at least one line); whole blocks are taken at once, only the block at the
+        bound is cut.
+        """
         while True:
-            if self._lines:
+            blocks = self._blocks
+            if blocks:
+                room = self._max_batch
                 batch: list[str] = []
                 size = 0
-                while self._lines and (not batch or size + len(self._lines[0]) <= self._max_batch):
-                    line = self._lines.popleft()
-                    batch.append(line)
-                    size += len(line)
+                while blocks:
+                    lines, block_size = blocks[0]
+                    if size + block_size <= room:
+                        blocks.popleft()
+                        batch += lines
+                        size += block_size
+                        continue
+                    # The lines of this block that still fit (the first one always).
+                    k = bisect.bisect_right(list(itertools.accumulate(map(len, lines))),
+                                            room - size)
+                    if not batch:
+                        k = max(k, 1)
+                    if k == len(lines):  # one line over the bound, alone
+                        blocks.popleft()
+                        batch += lines
+                        size += block_size
+                    elif k:
+                        taken = lines[:k]
+                        taken_size = sum(map(len, taken))
+                        blocks[0] = (lines[k:], block_size - taken_size)
+                        batch += taken
+                        size += taken_size
+                    break
                 self._buffered -= size
                 if self._buffered < self._max_buffer:
                     self._space.set()
-                if not self._lines and not self.finished.is_set():
+                if not blocks and not self.finished.is_set():
                     self._data.clear()
                 return batch
             if self.finished.is_set():

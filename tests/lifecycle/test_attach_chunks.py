@@ -118,3 +118,27 @@ async def test_buffer_stays_bounded_while_nobody_reads(tmp_path: Path) -> None:
     assert channel.process.returncode is None
     got = await drain(channel)
     assert got == lines
+
+
+async def test_batches_keep_order_and_bound_across_read_blocks(tmp_path: Path) -> None:
+    """Read blocks are batched whole or cut at the bound: every line once, in order, each
+    batch within ``max_batch_bytes`` (an over-long line alone)."""
+    lines = [("w" * (i * 37 % 300 + 1)) for i in range(3000)]
+    lines[700] = "O" * 5000  # one line over the bound: a batch of its own
+    pieces = [b"".join(f"{line}\n".encode() for line in lines[i:i + 250])
+              for i in range(0, len(lines), 250)]
+    channel = await open_channel(tmp_path, pieces, max_batch_bytes=4096)
+    await asyncio.sleep(0.5)  # let the writer finish: the buffer then holds many read blocks
+    batches: list[list[str]] = []
+    with channel.attach():
+        while (batch := await asyncio.wait_for(channel.next_batch(), 10.0)) is not None:
+            batches.append(batch)
+    await channel.aclose()
+    assert [line for batch in batches for line in batch] == lines
+    assert ["O" * 5000] in batches
+    rest = iter(lines)
+    for batch in batches:
+        size = sum(map(len, batch))
+        assert batch and (size <= 4096 or len(batch) == 1)
+        assert batch == [next(rest) for _ in batch]
+    assert channel.buffered_bytes == 0

@@ -221,3 +221,9 @@ def test_a_plain_text_chunk_is_read_without_parsing() -> None:
     assert kind == "updates" and update == "12:345 "
     kind, (update, _) = _one(_line(_chunk('say "hi"')))
     assert update == _chunk('say "hi"')  # escapes: parsed
+
+
+def test_a_run_of_many_lines_is_rewritten_line_by_line() -> None:
+    runs = _run(RECOGNISED * 3)
+    assert [kind for kind, _ in runs] == ["updates"]
+    assert [relayed for _, relayed in runs[0][1]] == [_parsed_path(line) for line in RECOGNISED * 3]

@@ -15,11 +15,9 @@ holds the ACP pipes.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import contextlib
 import fcntl
-import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.logs import get_logger
-from services.lifecycle.lines import LineSplitter
+from services.lifecycle.lines import Block, LineSplitter, take_batch
 
 log = get_logger("lifecycle.attach")
 
@@ -123,7 +121,7 @@ class AdapterChannel:
         self._max_buffer = max_buffer_bytes
         self._max_batch = max_batch_bytes
         #: Lines waiting for the attacher, as read: one block (lines, characters) per chunk.
-        self._blocks: collections.deque[tuple[list[str], int]] = collections.deque()
+        self._blocks: collections.deque[Block] = collections.deque()
         self._buffered = 0
         self._lines_read = 0
         self._data = asyncio.Event()
@@ -330,39 +328,12 @@ class AdapterChannel:
     async def next_batch(self) -> list[str] | None:
         """The lines ready now (waiting for at least one); None once finished and drained.
 
-        A batch is the longest run of lines, in order, within ``max_batch_bytes``
-        (at least one line); whole blocks are taken at once, only the block at the
-        bound is cut.
+        A batch is the longest run of lines within ``max_batch_bytes`` (:func:`take_batch`).
         """
         while True:
             blocks = self._blocks
             if blocks:
-                room = self._max_batch
-                batch: list[str] = []
-                size = 0
-                while blocks:
-                    lines, block_size = blocks[0]
-                    if size + block_size <= room:
-                        blocks.popleft()
-                        batch += lines
-                        size += block_size
-                        continue
-                    # The lines of this block that still fit (the first one always).
-                    k = bisect.bisect_right(list(itertools.accumulate(map(len, lines))),
-                                            room - size)
-                    if not batch:
-                        k = max(k, 1)
-                    if k == len(lines):  # one line over the bound, alone
-                        blocks.popleft()
-                        batch += lines
-                        size += block_size
-                    elif k:
-                        taken = lines[:k]
-                        taken_size = sum(map(len, taken))
-                        blocks[0] = (lines[k:], block_size - taken_size)
-                        batch += taken
-                        size += taken_size
-                    break
+                batch, size = take_batch(blocks, self._max_batch)
                 self._buffered -= size
                 if self._buffered < self._max_buffer:
                     self._space.set()

@@ -11,7 +11,13 @@ its neighbours.
 
 from __future__ import annotations
 
+import bisect
+import collections
+import itertools
 from collections.abc import Callable
+
+#: Lines read together and their total size in characters.
+Block = tuple[list[str], int]
 
 
 class LineSplitter:
@@ -74,3 +80,37 @@ class LineSplitter:
         head = self._partial.decode("utf-8", "replace")
         self._partial.clear()
         return head
+
+
+def take_batch(blocks: collections.deque[Block], max_size: int) -> Block:
+    """Take the longest run of queued lines within ``max_size`` characters (at least one
+    line), in order, off ``blocks``: the lines and their size.
+
+    Whole blocks are taken at once; only the block at the bound is cut (bisect over its
+    running sizes), so a batch costs no Python step per line.
+    """
+    batch: list[str] = []
+    size = 0
+    while blocks:
+        lines, block_size = blocks[0]
+        if size + block_size <= max_size:
+            blocks.popleft()
+            batch += lines
+            size += block_size
+            continue
+        # The lines of this block that still fit (the first one of a batch always).
+        k = bisect.bisect_right(list(itertools.accumulate(map(len, lines))), max_size - size)
+        if not batch:
+            k = max(k, 1)
+        if k == len(lines):  # one line over the bound, alone
+            blocks.popleft()
+            batch += lines
+            size += block_size
+        elif k:
+            taken = lines[:k]
+            taken_size = sum(map(len, taken))
+            blocks[0] = (lines[k:], block_size - taken_size)
+            batch += taken
+            size += taken_size
+        break
+    return batch, size

@@ -9,6 +9,8 @@ over-long line without losing its neighbours, and keep its buffer bounded.
 from __future__ import annotations
 
 import asyncio
+import collections
+import random
 import sys
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 
 from services.lifecycle import attach
 from services.lifecycle.attach import PIPE_READ_LIMIT, READ_CHUNK_BYTES, AdapterChannel
+from services.lifecycle.lines import Block, take_batch
 
 #: Writes each argv file's bytes as a separate, flushed write, with a pause between them.
 WRITER = """
@@ -142,3 +145,33 @@ async def test_batches_keep_order_and_bound_across_read_blocks(tmp_path: Path) -
         assert batch and (size <= 4096 or len(batch) == 1)
         assert batch == [next(rest) for _ in batch]
     assert channel.buffered_bytes == 0
+
+
+def _per_line_batches(lines: list[str], max_size: int) -> list[list[str]]:
+    """The per-line batching take_batch replaced: greedy, at least one line per batch."""
+    queue = collections.deque(lines)
+    out = []
+    while queue:
+        batch: list[str] = []
+        size = 0
+        while queue and (not batch or size + len(queue[0]) <= max_size):
+            batch.append(queue.popleft())
+            size += len(batch[-1])
+        out.append(batch)
+    return out
+
+
+def test_take_batch_gives_the_per_line_batches() -> None:
+    rnd = random.Random(15)
+    for _ in range(3000):
+        max_size = rnd.choice([1, 5, 10, 50, 200])
+        read = [["x" * rnd.randint(1, 60) for _ in range(rnd.randint(1, 12))]
+                for _ in range(rnd.randint(1, 6))]
+        blocks: collections.deque[Block] = collections.deque(
+            (lines, sum(map(len, lines))) for lines in read)
+        got = []
+        while blocks:
+            batch, size = take_batch(blocks, max_size)
+            assert size == sum(map(len, batch))
+            got.append(batch)
+        assert got == _per_line_batches([line for lines in read for line in lines], max_size)

@@ -155,37 +155,35 @@ class TurnAccumulator:
         if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
             run = last.parts
         for update in updates:
+            text: str | None = None
             if isinstance(update, str):
-                if update:
-                    parts.append(update)
-                    if run is None:
-                        run = []
-                        entries.append(_TextRun(ROLE_ASSISTANT, run))
-                    run.append(update)
-                continue
-            kind = update.get("sessionUpdate")
-            if kind == U_AGENT_MESSAGE:
-                content = update.get("content")
-                if type(content) is dict and content.get("type") == "text" \
-                        and type(text := content.get("text")) is str:
-                    if text:
-                        parts.append(text)
-                        if run is None:
-                            run = []
-                            entries.append(_TextRun(ROLE_ASSISTANT, run))
-                        run.append(text)
-                    continue
-            if type(kind) is str and kind in _TURN_KINDS:
-                try:
-                    self.add(update)
-                except Exception:  # an odd update never loses the relay or the turn
-                    log.exception("accumulate_failed")
-                    continue
-                last = entries[-1]
-                run = last.parts if type(last) is _TextRun and last.role == ROLE_ASSISTANT \
-                    else None
+                text = update
             else:
-                others.append(update)
+                kind = update.get("sessionUpdate")
+                if kind == U_AGENT_MESSAGE:
+                    content = update.get("content")
+                    if type(content) is dict and content.get("type") == "text" \
+                            and type(value := content.get("text")) is str:
+                        text = value
+                if text is None:
+                    if type(kind) is str and kind in _TURN_KINDS:
+                        try:
+                            self.add(update)
+                        except Exception:  # an odd update never loses the relay or the turn
+                            log.exception("accumulate_failed")
+                            continue
+                        last = entries[-1]
+                        run = last.parts if type(last) is _TextRun \
+                            and last.role == ROLE_ASSISTANT else None
+                    else:
+                        others.append(update)
+                    continue
+            if text:
+                parts.append(text)
+                if run is None:
+                    run = []
+                    entries.append(_TextRun(ROLE_ASSISTANT, run))
+                run.append(text)
         return others
 
     def add(self, update: dict[str, Any]) -> None:

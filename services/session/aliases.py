@@ -19,7 +19,9 @@ __all__ = [
     "AgentLaunch",
     "AliasError",
     "ensure_agent_workspace",
+    "launch_in",
     "launch_spec",
+    "make_agent_workspace",
     "resolve_alias",
     "resolve_restore_alias",
 ]
@@ -96,8 +98,10 @@ def resolve_restore_alias(cfg: Config, stored_alias: str) -> str:
     raise AliasError(MSG_ALIAS_REQUIRED)
 
 
-def _make_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) if missing; its real path (blocking; run off-loop)."""
+def make_agent_workspace(cfg: Config, alias: str) -> Path:
+    """The agent workspace (SPEC §0), created if missing; its real path (blocking; run
+    off-loop)."""
+    path = cfg.agent_workspace(alias)
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
 
@@ -105,14 +109,18 @@ def _make_dir(path: Path) -> Path:
 async def ensure_agent_workspace(cfg: Config, alias: str) -> Path:
     """The agent workspace (SPEC §0), created on demand; returns its real path."""
     # One thread hop, not two: this runs on every session/new.
-    return await asyncio.to_thread(_make_dir, cfg.agent_workspace(alias))
+    return await asyncio.to_thread(make_agent_workspace, cfg, alias)
 
 
 async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:
     """How to launch ``alias`` (which must be dispatchable): builtin agents run this
     Python's ``-m services.agent``; acp agents run their configured command."""
+    return launch_in(cfg, alias, await ensure_agent_workspace(cfg, alias))
+
+
+def launch_in(cfg: Config, alias: str, workspace: Path) -> AgentLaunch:
+    """:func:`launch_spec` with the agent workspace already made (``workspace``)."""
     agent = _check_dispatchable(cfg, alias)
-    workspace = await ensure_agent_workspace(cfg, alias)
     if agent.kind == "builtin":
         command = sys.executable
         args: tuple[str, ...] = (

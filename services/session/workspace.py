@@ -25,16 +25,18 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from services.common.config import Config
 from services.common.protocol import MSG_BAD_ADDITIONAL_DIR, MSG_BAD_CWD
-from services.session.aliases import ensure_agent_workspace
+from services.session.aliases import ensure_agent_workspace, make_agent_workspace
 from services.session.confinement import workspace_refusal
 
 __all__ = [
     "ResolvedWorkspaceInfo",
     "WorkspaceError",
     "extra_root_refusal",
+    "new_session_places",
     "resolve_additional_directories",
     "resolve_workspace",
 ]
@@ -113,17 +115,46 @@ async def resolve_additional_directories(cfg: Config, paths: Sequence[str], base
     return await asyncio.to_thread(_extra_roots, cfg, list(paths), base_dir, workspace_dir)
 
 
+def _explicit_workspace(cfg: Config, cwd: str, base_dir: str) -> str | None:
+    """The real path of an explicit ``cwd``, confined (WorkspaceError when refused); None
+    when the agent workspace is meant: no cwd, or the install root (blocking)."""
+    if not cwd:
+        return None
+    real = _real_dir(cwd, base_dir)
+    if real == os.path.realpath(cfg.config_dir):
+        return None
+    refusal = workspace_refusal(cfg, real)
+    if refusal is not None:
+        raise WorkspaceError(refusal.message())
+    return real
+
+
 async def resolve_workspace(
     cfg: Config, alias: str, cwd: str = "", base_dir: str = ""
 ) -> ResolvedWorkspaceInfo:
     """Apply the SPEC §3 cwd rules for a session of ``alias``."""
-    if cwd:
-        real = await asyncio.to_thread(_real_dir, cwd, base_dir)
-        install_root = await asyncio.to_thread(os.path.realpath, cfg.config_dir)
-        if real != install_root:
-            refusal = await asyncio.to_thread(workspace_refusal, cfg, real)
-            if refusal is not None:
-                raise WorkspaceError(refusal.message())
-            return ResolvedWorkspaceInfo(real, False)
+    real = await asyncio.to_thread(_explicit_workspace, cfg, cwd, base_dir) if cwd else None
+    if real is not None:
+        return ResolvedWorkspaceInfo(real, False)
     workspace = await ensure_agent_workspace(cfg, alias)
     return ResolvedWorkspaceInfo(str(workspace), True)
+
+
+def new_session_places(cfg: Config, alias: str, cwd: str, base_dir: str,
+                       paths: Sequence[str]) -> tuple[Path, ResolvedWorkspaceInfo, list[str]]:
+    """What ``session/new`` resolves on the file system, all at once (blocking; run
+    off-loop): the agent workspace (created), the session workspace (SPEC §3 cwd rules)
+    and the additional directories as real paths. Each root is confined once, and the
+    first refusal is the one the steps taken one by one (agent, workspace, extra roots,
+    then the policy's check of the agent workspace) would give: WorkspaceError, or
+    OSError when the agent workspace cannot be created."""
+    agent_workspace = make_agent_workspace(cfg, alias)
+    real = _explicit_workspace(cfg, cwd, base_dir)
+    info = (ResolvedWorkspaceInfo(real, False) if real is not None
+            else ResolvedWorkspaceInfo(str(agent_workspace), True))
+    roots = _extra_roots(cfg, paths, base_dir, info.workspace_dir)
+    if real is None:  # the agent workspace was not confined on the way in
+        refusal = workspace_refusal(cfg, info.workspace_dir)
+        if refusal is not None:
+            raise WorkspaceError(refusal.message())
+    return agent_workspace, info, roots

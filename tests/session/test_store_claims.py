@@ -125,3 +125,26 @@ async def test_concurrent_claims_exactly_one_wins(backend: Backend) -> None:
         winner = f"gw-{winners[0]}"
         assert all(o == f"lost to {winner}" for o in outcomes if o != "won"), outcomes
         assert (await stores[hosts - 1].get_session(sid)).claim.instance_id == winner
+
+
+async def test_create_claimed_and_titled_in_one_write(backend: Backend) -> None:
+    """A row created with a claim holds it from its first write, as a claim would have
+    taken it, and its title as an update would have set it; a claim the store refuses
+    leaves no row behind, and a claimed new row is not free for another instance."""
+    clock = FakeClock(2_000)
+    store = await backend.open(clock)
+    rec = await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a", host="h-a",
+                                     claim_ttl_ms=TTL, title="  fix   the\nbuild  ")
+    assert (rec.claim.instance_id, rec.claim.host, rec.claim.until) == ("gw-a", "h-a", 32_000)
+    assert rec.title == "fix the build"
+    assert await store.get_session("s1") == rec
+    with pytest.raises(SessionActiveElsewhere):
+        await store.claim("s1", "gw-b", ttl_ms=TTL)
+    assert (await store.create_session("s2", "a", "/w", gateway_instance_id="gw-a",
+                                       title=" ")).claim.instance_id == ""
+    for instance, host, ttl in (("", "", TTL), ("gw-a", "", 0), ("gw-a", "h\x00", TTL)):
+        with pytest.raises(InvalidItem):
+            await store.create_session("s3", "a", "/w", gateway_instance_id=instance,
+                                       host=host, claim_ttl_ms=ttl)
+        with pytest.raises(SessionNotFound):
+            await store.get_session("s3")

@@ -14,6 +14,7 @@ from services.common.logs import get_logger
 from services.common.protocol import MSG_UNKNOWN_AGENT
 from services.session.aliases import (
     AliasError,
+    launch_in,
     launch_spec,
     resolve_alias,
     resolve_restore_alias,
@@ -28,6 +29,7 @@ from services.session.store import InvalidItem, StoreUnavailable
 from services.session.workspace import (
     WorkspaceError,
     extra_root_refusal,
+    new_session_places,
     resolve_additional_directories,
     resolve_workspace,
 )
@@ -146,15 +148,31 @@ class AgentRpcs(RpcBase):
         self, request: pb.ResolveNewSessionRequest, context: Ctx
     ) -> pb.ResolvedNewSession:
         """session/new's ResolveAgent, ResolveWorkspace and GetPolicy in one round trip, each
-        exactly as on its own (the first refusal is the answer)."""
-        agent = await self.ResolveAgent(request.agent, context)
-        ws = await self.ResolveWorkspace(pb.ResolveWorkspaceRequest(
-            alias=agent.alias, cwd=request.cwd, base_dir=request.base_dir,
-            additional_directories=request.additional_directories), context)
-        policy = await self.GetPolicy(pb.GetPolicyRequest(
-            alias=agent.alias, workspace_dir=ws.workspace_dir,
-            additional_directories=ws.additional_directories), context)
-        return pb.ResolvedNewSession(agent=agent, workspace=ws, policy=policy)
+        deciding as on its own (the first refusal is the answer). Their file-system work is
+        one thread hop beside the capabilities read, and each root is confined once, not
+        once by the workspace rules and again by the policy (bench/PROFILE.md §17)."""
+        try:
+            alias = resolve_alias(self._cfg, request.agent.explicit_alias,
+                                  request.agent.connection_default)
+        except AliasError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            (agent_workspace, info, extra), capabilities = await asyncio.gather(
+                asyncio.to_thread(new_session_places, self._cfg, alias, request.cwd,
+                                  request.base_dir, list(request.additional_directories)),
+                self._recorded_capabilities(alias))
+        except WorkspaceError as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(alias, exc))
+        agent = launch_to_pb(launch_in(self._cfg, alias, agent_workspace))
+        agent.adapter_capabilities_json = capabilities
+        policy = policy_for(self._cfg, alias, info.workspace_dir, extra)
+        return pb.ResolvedNewSession(
+            agent=agent, policy=policy_to_pb(policy),
+            workspace=pb.ResolvedWorkspace(workspace_dir=info.workspace_dir,
+                                           is_agent_workspace=info.is_agent_workspace,
+                                           additional_directories=extra))
 
     async def _recorded_capabilities(self, alias: str) -> str:
         """What the alias's adapter last advertised; "" while the database is unreachable:

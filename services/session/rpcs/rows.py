@@ -55,18 +55,15 @@ class RowRpcs(RpcBase):
         other text columns (ownership, MCP servers). CreateSession and SpawnSession
         both write rows through here."""
         try:
-            rec = await self._store.create_session(
+            # Titled and claimed in the insert itself: one store transaction.
+            return await self._store.create_session(
                 session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
-                additional_directories=tuple(additional_directories), **fields)
-            if title.strip():
-                rec = await self._store.update_session(rec.session_id, title=title)
+                additional_directories=tuple(additional_directories), title=title, host=host,
+                claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:
             await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
-        if gateway_instance_id:  # a new id: nobody else can hold it yet
-            rec = await self._claim(rec.session_id, gateway_instance_id, host, context)
-        return rec
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Ctx) -> pb.SessionRow:
         """One row (trusted callers; no visibility check)."""

@@ -78,14 +78,21 @@ class SessionStore(ABC):
         state: str = "active",
         mcp_servers_json: str = "",
         additional_directories: Sequence[str] = (),
+        title: str = "",
+        host: str = "",
+        claim_ttl_ms: int | None = None,
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
 
-        ``additional_directories`` are the session's extra roots (already resolved).
+        ``additional_directories`` are the session's extra roots (already resolved); a
+        non-blank ``title`` goes through ``make_title``. With ``claim_ttl_ms`` the row is
+        written claimed by ``gateway_instance_id`` on ``host`` for that long, as
+        :meth:`claim` would take it, in the same statement (a new id: nobody else can
+        hold it yet).
 
         InvalidItem when an id, the alias or the workspace is empty, the state is
-        unknown or ``mcp_servers_json`` is not a JSON array; SessionExists when the
-        id is taken.
+        unknown, ``mcp_servers_json`` is not a JSON array or the claim is one
+        :meth:`claim` refuses; SessionExists when the id is taken.
         """
 
     @abstractmethod

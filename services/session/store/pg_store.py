@@ -140,13 +140,17 @@ class PostgresSessionStore(SessionStore):
         state: str = "active",
         mcp_servers_json: str = "",
         additional_directories: Sequence[str] = (),
+        title: str = "",
+        host: str = "",
+        claim_ttl_ms: int | None = None,
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
         values = new_row_values(
             session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
             parent_session_key=parent_session_key, owner_session_key=owner_session_key,
             gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
-            additional_directories=additional_directories)
+            additional_directories=additional_directories, title=title, host=host,
+            claim_ttl_ms=claim_ttl_ms, text=to_db)
 
         async def insert(con: Conn) -> asyncpg.Record | None:
             return await con.fetchrow(_INSERT_SESSION, *values)

@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 
 from services.common.protocol import HISTORY_ROLE_USER
 from services.session.store.checks import (
+    check_claim,
     check_new_session,
     validate_item,
 )
@@ -80,12 +81,14 @@ INSERT_ITEM: Final = (
     f"INSERT INTO history (session_id, seq, turn, role, {', '.join(ITEM_FIELDS)}, created_at)"
     f" VALUES (?, ?, ?, ?, {', '.join(['?'] * len(ITEM_FIELDS))}, ?)"
 )
-#: A new row (:func:`new_row_values` gives the parameters).
+#: A new row, titled and claimed as asked (:func:`new_row_values` gives the parameters):
+#: one statement, so a claimed row costs one transaction, not an insert and a claim.
 INSERT_SESSION: Final = (
     "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,"
     " session_key, spawned_by, parent_session_key, owner_session_key, agent_id, backend,"
-    " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json, title,"
+    " active_instance_id, active_host, active_until)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The row's counters, title, totals and plan after a turn; ``{greatest}`` is the backend's
 #: two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
@@ -201,20 +204,28 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
 def new_row_values(
     session_id: str, agent_alias: str, workspace_dir: str, state: str, now: int, *,
     spawned_by: str, parent_session_key: str, owner_session_key: str, gateway_instance_id: str,
-    mcp_servers_json: str, additional_directories: Sequence[str],
+    mcp_servers_json: str, additional_directories: Sequence[str], title: str = "",
+    host: str = "", claim_ttl_ms: int | None = None, text: Callable[[str], str] = str,
 ) -> tuple[Any, ...]:
     """The :data:`INSERT_SESSION` parameters of a new row with SPEC §13 ownership: the owner
     defaults to ``spawned_by``, else the session itself (InvalidItem for a row
-    :func:`~.checks.check_new_session` refuses)."""
+    :func:`~.checks.check_new_session` refuses). A blank ``title`` leaves it untitled;
+    with ``claim_ttl_ms`` the row is created claimed by ``gateway_instance_id`` on ``host``
+    (refused like :func:`~.checks.check_claim`); ``text`` encodes the title."""
     check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
                       parent_session_key, owner_session_key, gateway_instance_id,
                       mcp_servers_json=mcp_servers_json,
                       additional_directories=additional_directories)
+    claim: tuple[str, str, int] = ("", "", 0)
+    if claim_ttl_ms is not None:
+        check_claim(gateway_instance_id, host, claim_ttl_ms)
+        claim = (gateway_instance_id, host, now + claim_ttl_ms)
     key = session_key_for(agent_alias, session_id)
     owner = owner_session_key or spawned_by or key
     return (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
             parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now,
-            mcp_servers_json, dirs_json(additional_directories))
+            mcp_servers_json, dirs_json(additional_directories),
+            text(make_title(title)) if title.strip() else "", *claim)
 
 
 def dirs_json(directories: Sequence[str]) -> str:

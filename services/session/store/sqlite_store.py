@@ -97,9 +97,10 @@ class SqliteSessionStore(SessionStore):
     # -- helpers
 
     async def _fetch_session(self, session_id: str) -> SessionRecord | None:
-        async with self._db.execute(SELECT_SESSION, (session_id,)) as cur:
-            row = await cur.fetchone()
-        return record_from_row(row) if row else None
+        # execute_fetchall: one hop to the connection's thread (a cursor's execute,
+        # fetchone and close are three).
+        rows = list(await self._db.execute_fetchall(SELECT_SESSION, (session_id,)))
+        return record_from_row(rows[0]) if rows else None
 
     async def _refused(self, session_id: str) -> StoreError:
         """Why a conditional write changed nothing: another live claim, or no row."""
@@ -115,9 +116,9 @@ class SqliteSessionStore(SessionStore):
     async def _write_row(self, sql: str, params: Sequence[Any]) -> SessionRecord | None:
         """One write in its own IMMEDIATE transaction; the row it wrote (None: no row
         matched), read by the same statement instead of a second SELECT."""
-        async with immediate(self._db), self._db.execute(sql + _RETURNING_ROW, params) as cur:
-            row = await cur.fetchone()
-        return record_from_row(row) if row else None
+        async with immediate(self._db):
+            rows = list(await self._db.execute_fetchall(sql + _RETURNING_ROW, params))
+        return record_from_row(rows[0]) if rows else None
 
     # -- sessions
 
@@ -134,13 +135,17 @@ class SqliteSessionStore(SessionStore):
         state: str = "active",
         mcp_servers_json: str = "",
         additional_directories: Sequence[str] = (),
+        title: str = "",
+        host: str = "",
+        claim_ttl_ms: int | None = None,
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
         values = new_row_values(
             session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
             parent_session_key=parent_session_key, owner_session_key=owner_session_key,
             gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
-            additional_directories=additional_directories)
+            additional_directories=additional_directories, title=title, host=host,
+            claim_ttl_ms=claim_ttl_ms)
         async with self._lock:
             try:
                 rec = await self._write_row(INSERT_SESSION, values)

@@ -74,6 +74,8 @@ class LeaseRecord:
 
 
 _COLUMNS = [f.name for f in fields(LeaseRecord)]
+_SELECTED = ", ".join(_COLUMNS)
+_SELECT_ONE = f"SELECT {_SELECTED} FROM leases WHERE lease_id = ?"
 #: Ids per ``IN (...)`` query, well under SQLite's bound-parameter limit.
 _IN_CHUNK = 500
 
@@ -153,11 +155,10 @@ class LeaseStore:
 
     async def get(self, lease_id: str) -> LeaseRecord | None:
         """One lease by id."""
-        async with self._db.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM leases WHERE lease_id = ?", (lease_id,)
-        ) as cur:
-            row = await cur.fetchone()
-        return _row_to_record(row) if row is not None else None
+        # execute_fetchall: one hop to the connection's thread (execute, fetch and close
+        # of a cursor are three); a warm take reads and writes its lease on the critical path.
+        rows = list(await self._db.execute_fetchall(_SELECT_ONE, (lease_id,)))
+        return _row_to_record(rows[0]) if rows else None
 
     async def list(
         self,
@@ -183,9 +184,7 @@ class LeaseStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at, lease_id"
-        async with self._db.execute(sql, args) as cur:
-            rows = await cur.fetchall()
-        return [_row_to_record(r) for r in rows]
+        return [_row_to_record(r) for r in await self._db.execute_fetchall(sql, args)]
 
     async def update(
         self,
@@ -218,14 +217,14 @@ class LeaseStore:
             if not durable:
                 await self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                cur = await self._db.execute(sql, args)
+                # The changed row comes back from the update itself: no second read.
+                rows = list(await self._db.execute_fetchall(f"{sql} RETURNING {_SELECTED}",
+                                                            args))
                 await self._db.commit()
             finally:
                 if not durable:
                     await self._db.execute("PRAGMA synchronous=FULL")
-        if cur.rowcount == 0:
-            return None
-        return await self.get(lease_id)
+        return _row_to_record(rows[0]) if rows else None
 
     async def transition(
         self,

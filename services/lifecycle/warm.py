@@ -44,8 +44,11 @@ CHECK_SECS = 2.0
 #: Warm spawns in flight at once, over all pools (the machine has other work).
 SPAWN_CONCURRENCY = 2
 #: How long after a take the refill waits: the spawn (an fsync'd lease insert, a fork
-#: of this process) would otherwise compete with the session being set up on it.
+#: of this process, two interpreters starting) would otherwise compete with the session
+#: being set up on it. A take meanwhile restarts the wait (a burst of takes is set up
+#: first), up to :data:`REFILL_MAX_DELAY_SECS` after the first.
 REFILL_DELAY_SECS = 0.25
+REFILL_MAX_DELAY_SECS = 1.0
 #: First pause after a warm adapter died or failed to start; doubles per failure.
 BACKOFF_SECS = 0.5
 BACKOFF_MAX_SECS = 60.0
@@ -148,6 +151,8 @@ class WarmPool:
         #: Leases retired but not yet closed (a close that could not verify is retried).
         self.retiring: set[str] = set()
         self._filler: asyncio.Task[None] | None = None
+        #: Loop time of the last take (the refill waits for a quiet moment after it).
+        self._last_take = 0.0
 
     # ------------------------------------------------------------------ fill
 
@@ -160,7 +165,7 @@ class WarmPool:
         """Spawn until ``count`` are ready or spawning, backing off after failures."""
         pools = self._pools
         if delay:
-            await asyncio.sleep(delay)
+            await self._quiet(delay)
         while not pools.stopped and len(self.ready) + self.spawning < self.spec.count:
             if self.failures:
                 await asyncio.sleep(min(BACKOFF_MAX_SECS, BACKOFF_SECS * 2 ** (self.failures - 1)))
@@ -169,6 +174,17 @@ class WarmPool:
             self.spawning += 1
             pools.track(self._spawn_one(), work=True)
             await asyncio.sleep(0)  # let it take its slot before counting again
+
+    async def _quiet(self, delay: float) -> None:
+        """Wait until no take came for ``delay`` seconds, at most
+        :data:`REFILL_MAX_DELAY_SECS` from now."""
+        loop = asyncio.get_running_loop()
+        latest = loop.time() + REFILL_MAX_DELAY_SECS
+        while True:  # a take during the sleep moves the end: sleep again until then
+            wait = min(self._last_take + delay, latest) - loop.time()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
 
     async def _spawn_one(self) -> None:
         pools = self._pools
@@ -209,6 +225,7 @@ class WarmPool:
 
     async def take(self, session_key: str) -> LeaseRecord | None:
         """The oldest ready adapter, re-keyed to ``session_key`` and open; None if none."""
+        self._last_take = asyncio.get_running_loop().time()
         current = await asyncio.to_thread(fingerprint, self.spec)
         self.retire_stale(current)
         store = self._pools.host.store

@@ -61,11 +61,21 @@ def _guarded(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 class StoreUnavailableInterceptor(grpc.aio.ServerInterceptor):
     """Answers UNAVAILABLE when an RPC fails because the store's server is unreachable."""
 
+    def __init__(self) -> None:
+        #: The guarded handler of each method, wrapped once (not again on every call).
+        self._guarded: dict[str, grpc.RpcMethodHandler] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         """The method's handler, guarded."""
-        handler = await continuation(handler_call_details)
-        return handler if handler is None else _guarded(handler)
+        method = handler_call_details.method
+        handler = self._guarded.get(method)
+        if handler is None:
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return handler
+            handler = self._guarded[method] = _guarded(handler)
+        return handler

@@ -166,9 +166,9 @@ class SqliteSessionStore(SessionStore):
         """The row whose SPEC §13 session key is ``session_key``, if stored."""
         if not session_key:
             return None
-        async with self._lock, self._db.execute(SELECT_BY_SESSION_KEY, (session_key,)) as cur:
-            row = await cur.fetchone()
-        return record_from_row(row) if row else None
+        async with self._lock:
+            rows = list(await self._db.execute_fetchall(SELECT_BY_SESSION_KEY, (session_key,)))
+        return record_from_row(rows[0]) if rows else None
 
     async def update_session(
         self,
@@ -300,9 +300,9 @@ class SqliteSessionStore(SessionStore):
 
     async def get_agent_capabilities(self, alias: str) -> str:
         """The stored capabilities text, or ""."""
-        async with self._lock, self._db.execute(SELECT_CAPABILITIES, (alias,)) as cur:
-            row = await cur.fetchone()
-        return str(row[0]) if row else ""
+        async with self._lock:  # read on every session/new (ResolveNewSession)
+            rows = list(await self._db.execute_fetchall(SELECT_CAPABILITIES, (alias,)))
+        return str(rows[0][0]) if rows else ""
 
     # -- history
 

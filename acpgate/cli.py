@@ -18,7 +18,8 @@ from acpgate import __version__
 from services.common import config as config_mod
 from services.common import event_loop
 from services.common.config import Config, ConfigError
-from services.common.logs import setup_logging
+from services.common.logs import get_logger, setup_logging
+from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
 
 EXIT_USAGE = 2
 
@@ -198,7 +199,11 @@ def dispatch(args: argparse.Namespace) -> int:
 
         return _run_async(lambda: run_lifecycle_service(cfg), "lifecycle")
     if command == "edge":
+        # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
+        tuned = tune_malloc(EDGE_MALLOC)
         from services.edge.gateway import run_edge
+
+        get_logger("edge").info("malloc_tuned", options=tuned)
 
         return _run_async(lambda: run_edge(cfg, version=__version__), "edge")
     if command == "agent":

@@ -87,27 +87,41 @@ def _as_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+#: Chunks a text run keeps as separate strings before joining them into one block (a
+#: 20-character chunk costs ~72 B as a str: bench/PROFILE.md section 18).
+TEXT_BLOCK_CHUNKS = 128
+
+
 @dataclass
 class _TextRun:
-    """Consecutive chunks of one role, joined only when the turn is stored."""
+    """Consecutive chunks of one role: joined blocks plus the latest (< TEXT_BLOCK_CHUNKS) chunks."""
 
     role: int
     parts: list[str]
+    blocks: list[str] = field(default_factory=list)
+
+    def compact(self) -> None:
+        """Join the pending chunks into one block."""
+        self.blocks.append("".join(self.parts))
+        self.parts.clear()
+
+    def joined(self) -> str:
+        """The run's whole text."""
+        return "".join(self.blocks) + "".join(self.parts)
 
 
 @dataclass
 class TurnAccumulator:
     """Accumulates one turn's updates into history items (user text first).
 
-    Text chunks are kept as lists and joined once at the end, so a turn of many
-    thousands of chunks costs linear time.
+    Text chunks are joined into blocks every :data:`TEXT_BLOCK_CHUNKS` and once at the
+    end: a turn of many thousands of chunks costs linear time and about its text's size.
     """
 
     user_text: str
     #: The last ``plan`` entries seen in this turn (JSON), or None.
     plan_json: str | None = None
     _entries: list[_TextRun | session_pb2.HistoryItem] = field(default_factory=list)
-    _text_parts: list[str] = field(default_factory=list)
     _calls: dict[str, session_pb2.HistoryItem] = field(default_factory=dict)
     _results: set[str] = field(default_factory=set)
 
@@ -117,7 +131,8 @@ class TurnAccumulator:
     @property
     def text(self) -> str:
         """The streamed assistant text (the prompt result's ``content``)."""
-        return "".join(self._text_parts)
+        return "".join([entry.joined() for entry in self._entries
+                        if type(entry) is _TextRun and entry.role == ROLE_ASSISTANT])
 
     @property
     def items(self) -> list[session_pb2.HistoryItem]:
@@ -126,17 +141,18 @@ class TurnAccumulator:
         for entry in self._entries:
             if isinstance(entry, _TextRun):
                 out.append(session_pb2.HistoryItem(
-                    role=entry.role, text="".join(entry.parts)))  # type: ignore[arg-type]
+                    role=entry.role, text=entry.joined()))  # type: ignore[arg-type]
             else:
                 out.append(entry)
         return out
 
     def _append_text(self, role: int, text: str) -> None:
         last = self._entries[-1]
-        if isinstance(last, _TextRun) and last.role == role:
-            last.parts.append(text)
-        else:
-            self._entries.append(_TextRun(role, [text]))
+        if not (isinstance(last, _TextRun) and last.role == role):
+            self._entries.append(last := _TextRun(role, []))
+        last.parts.append(text)
+        if len(last.parts) >= TEXT_BLOCK_CHUNKS:
+            last.compact()
 
     def add_many(self, updates: Sequence[RelayedUpdate]) -> list[dict[str, Any]]:
         """Record ``updates`` in order (as :meth:`add` each; a ``str`` is an assistant
@@ -148,12 +164,11 @@ class TurnAccumulator:
         to record is logged and skipped, never fatal.
         """
         others: list[dict[str, Any]] = []
-        parts = self._text_parts
         entries = self._entries
-        run: list[str] | None = None
+        run: _TextRun | None = None
         last = entries[-1]
         if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
-            run = last.parts
+            run = last
         for update in updates:
             text: str | None = None
             if isinstance(update, str):
@@ -173,17 +188,19 @@ class TurnAccumulator:
                             log.exception("accumulate_failed")
                             continue
                         last = entries[-1]
-                        run = last.parts if type(last) is _TextRun \
+                        run = last if type(last) is _TextRun \
                             and last.role == ROLE_ASSISTANT else None
                     else:
                         others.append(update)
                     continue
             if text:
-                parts.append(text)
                 if run is None:
-                    run = []
-                    entries.append(_TextRun(ROLE_ASSISTANT, run))
-                run.append(text)
+                    run = _TextRun(ROLE_ASSISTANT, [])
+                    entries.append(run)
+                chunks = run.parts
+                chunks.append(text)
+                if len(chunks) >= TEXT_BLOCK_CHUNKS:
+                    run.compact()
         return others
 
     def add(self, update: dict[str, Any]) -> None:
@@ -199,12 +216,7 @@ class TurnAccumulator:
             else:
                 text = _text_of(content)
             if text:
-                self._text_parts.append(text)
-                last = self._entries[-1]
-                if type(last) is _TextRun and last.role == ROLE_ASSISTANT:
-                    last.parts.append(text)
-                else:
-                    self._entries.append(_TextRun(ROLE_ASSISTANT, [text]))
+                self._append_text(ROLE_ASSISTANT, text)
         elif kind == U_AGENT_THOUGHT:
             text = _text_of(update.get("content"))
             if text:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 
 from acpgate.session.v1 import session_pb2
-from services.edge.turn import TurnAccumulator, history_meta, replay_updates, transcript
+from services.edge.turn import (
+    TEXT_BLOCK_CHUNKS,
+    TurnAccumulator,
+    history_meta,
+    replay_updates,
+    transcript,
+)
 
 Role = session_pb2.HistoryItem.Role
 
@@ -77,6 +83,24 @@ def test_many_chunks_join_in_order() -> None:
     expected = "".join(f"{i} " for i in range(20_000))
     assert acc.text == expected
     assert [i.text for i in acc.items] == ["u", expected]
+
+
+def test_a_long_turn_holds_its_text_in_blocks() -> None:
+    """The accumulated text is bounded: never more than TEXT_BLOCK_CHUNKS loose chunk strings."""
+    acc = TurnAccumulator(user_text="u")
+    chunks = [f"{i}:{'x' * (i % 7)} " for i in range(10 * TEXT_BLOCK_CHUNKS + 3)]
+    for n, text in enumerate(chunks):
+        acc.add(_chunk("agent_message_chunk" if n < 900 else "agent_thought_chunk", text))
+    runs = acc._entries[1:]
+    assert len(runs) == 2  # one assistant run, one thought run
+    for run in runs:
+        assert len(run.parts) < TEXT_BLOCK_CHUNKS  # type: ignore[union-attr]
+    assert acc.text == "".join(chunks[:900])
+    assert [i.text for i in acc.items] == ["u", "".join(chunks[:900]), "".join(chunks[900:])]
+    burst = TurnAccumulator(user_text="u")  # the relay's path: a burst of text chunks
+    assert burst.add_many(chunks) == []
+    assert len(burst._entries[1].parts) < TEXT_BLOCK_CHUNKS  # type: ignore[union-attr]
+    assert burst.text == "".join(chunks)
 
 
 def test_odd_external_tool_shapes_are_normalised() -> None:

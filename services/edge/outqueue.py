@@ -1,7 +1,8 @@
 """The outgoing side of one WebSocket connection: a bounded queue and its pump (SPEC §11).
 
 Everything a connection sends goes through an :class:`OutgoingQueue` bounded in
-characters and messages; an :class:`Outbox` pumps it onto the socket. When the
+characters and messages; an :class:`Outbox` pumps it onto the socket, what is
+queued when the pump wakes in one write (:mod:`services.edge.ws_frames`). When the
 queue is full, ``send`` waits (backpressure on that connection's relay only).
 What waits is bounded too — in sends and in characters — since every request a
 client sends has an answer that must wait somewhere: past that bound, or when
@@ -23,6 +24,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from services.common.logs import get_logger
+from services.edge.ws_frames import TextFrames
 
 #: Per-connection outgoing budget in characters and messages (a single larger message is
 #: still accepted alone, so one 10 MiB blob frame passes).
@@ -35,6 +37,11 @@ DEFAULT_QUEUE_MESSAGES = 1024
 DEFAULT_WAITING_SENDS = 256
 DEFAULT_WAITING_CHARS = 32 * 1024 * 1024
 DEFAULT_SLOW_CLIENT_TIMEOUT = 30.0
+#: Characters the pump takes off the queue for one socket write (at least one message):
+#: what is queued already goes out together, nothing waits to fill a run. Bounds what is
+#: held outside the queue's own bound while a write waits for the socket (twice the
+#: websockets write limit).
+WRITE_RUN_CHARS = 64 * 1024
 #: Close code for a client that stopped reading (policy violation) and its reasons.
 SLOW_CLIENT_CLOSE_CODE = 1008
 SLOW_CLIENT_REASON = "slow client: outgoing queue full"
@@ -259,13 +266,16 @@ class Outbox:
         return self.queue.closed
 
     async def _run(self) -> None:
-        queue, ws = self.queue, self._ws
+        queue, frames = self.queue, TextFrames(self._ws)
         try:
             while (message := await queue.get()) is not None:
-                await ws.send(message)
-                # Everything already queued goes out before waiting again.
-                while (message := queue.get_nowait()) is not None:
-                    await ws.send(message)
+                # What is already queued goes out in one write, up to WRITE_RUN_CHARS.
+                run = [message]
+                size = len(message)
+                while size < WRITE_RUN_CHARS and (message := queue.get_nowait()) is not None:
+                    run.append(message)
+                    size += len(message)
+                await frames.write(run)
         except ConnectionClosed:
             pass
         finally:

@@ -12,9 +12,10 @@ call runs the servicer's own method with the request object itself (no
 serialization, no copy). Errors keep their gRPC shape: a servicer's
 ``context.abort`` reaches the caller as :class:`grpc.aio.AioRpcError`.
 
-Streaming responses are produced by the servicer in a task of their own and
-handed over through a queue, as a server would, so a caller's ``cancel()``
-stops the servicer's generator through its normal cancellation path. The
+Streaming responses are produced by the servicer's generator in the reading
+task itself (no queue, no task between them); a caller's ``cancel()`` stops the
+generator through its normal cancellation path (CancelledError inside a read,
+``aclose`` between reads). The
 server-side interceptors (the shared token) do not apply: a caller in the
 same process holds the servicers themselves anyway. Only what acpgate's
 services use is supported: unary-unary, unary-stream and stream-stream calls
@@ -24,6 +25,7 @@ and ``context.abort``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -70,33 +72,55 @@ class _Context:
 
 
 class _StreamCall:
-    """A streaming call's response side: ``async for``, ``read()`` and ``cancel()``."""
+    """A streaming call's response side: ``async for``, ``read()`` and ``cancel()``.
+
+    Each ``read`` runs the servicer's generator up to its next message in the reader's
+    own task: no producer task and no queue between them, so a message reaches the caller
+    in the loop iteration it is produced in (bench/PROFILE.md §19: one task switch less
+    per relayed batch), and the servicer produces only as fast as the caller reads, as
+    gRPC's flow control makes a remote one.
+    """
 
     def __init__(self, responses: AsyncIterator[Any]) -> None:
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._task = asyncio.create_task(self._produce(responses))
+        self._responses = responses
+        #: The task inside ``read`` (running the generator), for ``cancel``.
+        self._reader: asyncio.Task[Any] | None = None
+        #: What every later ``read`` gives once the stream ended: _EOF or the error.
+        self._ended: Any = None
+        self._cancelled = False
+        self._closing: asyncio.Task[None] | None = None
 
-    async def _produce(self, responses: AsyncIterator[Any]) -> None:
-        try:
-            async for message in responses:
-                self._queue.put_nowait(message)
-            self._queue.put_nowait(_EOF)
-        except asyncio.CancelledError:
-            self._queue.put_nowait(asyncio.CancelledError())
-            raise
-        except BaseException as exc:  # the servicer failed: the caller sees a status
-            self._queue.put_nowait(_as_rpc_error(exc))
+    def _end(self, outcome: Any) -> Any:
+        if self._ended is None:
+            self._ended = outcome
+        return self._ended
 
     async def read(self) -> Any:
         """The next response, or ``grpc.aio.EOF`` after the last."""
-        item = await self._queue.get()
-        if item is _EOF:
-            self._queue.put_nowait(_EOF)
+        if self._ended is not None:
+            if self._ended is _EOF:
+                return grpc.aio.EOF  # type: ignore[attr-defined]
+            if self._ended is asyncio.CancelledError:
+                raise asyncio.CancelledError()
+            raise self._ended
+        if self._reader is not None:
+            raise RuntimeError("concurrent read on one in-process stream")
+        task = asyncio.current_task()
+        self._reader = task
+        try:
+            return await self._responses.__anext__()
+        except StopAsyncIteration:
+            self._end(_EOF)
             return grpc.aio.EOF  # type: ignore[attr-defined]
-        if isinstance(item, BaseException):
-            self._queue.put_nowait(item)
-            raise item
-        return item
+        except asyncio.CancelledError:
+            self._end(asyncio.CancelledError)
+            if self._cancelled and task is not None:
+                task.uncancel()  # the cancel was the call's, not the task's owner's
+            raise
+        except BaseException as exc:  # the servicer failed: the caller sees a status
+            raise self._end(_as_rpc_error(exc)) from None
+        finally:
+            self._reader = None
 
     def __aiter__(self) -> _StreamCall:
         return self
@@ -109,14 +133,25 @@ class _StreamCall:
 
     def cancel(self) -> bool:
         """Stop the servicer's side; a pending or later ``read`` raises CancelledError."""
-        if self._task.done():
+        if self._ended is not None or self._cancelled:
             return False
-        self._task.cancel()
+        self._cancelled = True
+        if self._reader is not None:
+            # The generator runs inside that read: cancel it there (its normal path).
+            self._reader.cancel()
+        else:
+            # Suspended at a yield (or never started): close it, its ``finally`` runs.
+            self._end(asyncio.CancelledError)
+            self._closing = asyncio.create_task(self._close())
         return True
+
+    async def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._responses.aclose()  # type: ignore[attr-defined]
 
     def done(self) -> bool:
         """True once the servicer's side ended."""
-        return self._task.done()
+        return self._ended is not None and (self._closing is None or self._closing.done())
 
 
 async def _aiter(requests: Any) -> AsyncIterator[Any]:
@@ -186,8 +221,12 @@ class InProcessChannel:
     def unary_stream(self, method: str, *_: Any, **__: Any) -> Callable[..., _StreamCall]:
         """A multicallable running the servicer's server-streaming method."""
         async def responses(request: Any) -> AsyncIterator[Any]:
-            async for message in (await self._handler(method)).unary_stream(request, _Context()):
-                yield message
+            inner = (await self._handler(method)).unary_stream(request, _Context())
+            try:
+                async for message in inner:
+                    yield message
+            finally:  # a cancel between reads closes the servicer's generator now, not at GC
+                await inner.aclose()
 
         def call(request: Any, *_args: Any, **_kw: Any) -> _StreamCall:
             return _StreamCall(responses(request))
@@ -197,8 +236,12 @@ class InProcessChannel:
         """A multicallable running the servicer's bidirectional method on the caller's
         request iterator itself."""
         async def responses(requests: Any) -> AsyncIterator[Any]:
-            async for message in (await self._handler(method)).stream_stream(requests, _Context()):
-                yield message
+            inner = (await self._handler(method)).stream_stream(requests, _Context())
+            try:
+                async for message in inner:
+                    yield message
+            finally:  # a cancel between reads closes the servicer's generator now, not at GC
+                await inner.aclose()
 
         def call(requests: Any, *_args: Any, **_kw: Any) -> _StreamCall:
             if not hasattr(requests, "__aiter__"):  # grpc takes plain iterables too

@@ -50,9 +50,10 @@ FINAL_FLUSH_SECS = 5.0
 class LineWriter:
     """Writes lines to a pipe transport, coalescing every line of one loop iteration.
 
-    ``send`` appends to a pending list and schedules one flush for the end of the
-    current loop iteration, so a burst of updates becomes one ``write`` syscall
-    instead of one per line (order is kept: this is the only writer). ``send``
+    The first ``send`` of a loop iteration into an idle pipe (nothing buffered) writes at
+    once; later ones, and any while the pipe is backed up, are appended to a pending list
+    that one flush at the end of the iteration writes, so a burst of updates becomes one
+    ``write`` syscall instead of one per line (order is kept: this is the only writer). ``send``
     waits only when pending plus unsent bytes exceed ``high_water``: then it
     writes at once and waits until the reader has taken the transport's buffer
     below its low mark, which is the backpressure a non-reading client feels.
@@ -106,8 +107,13 @@ class LineWriter:
             self.flush()
             await self._writer.drain()
         elif not self._scheduled:
+            # The flush at the end of this iteration coalesces whatever else is sent in it.
             self._scheduled = True
             self._loop.call_soon(self.flush)
+            if not self._transport.get_write_buffer_size():
+                # The first lines of an iteration into an idle pipe go out at once: waiting
+                # for the flush would cost a paced update one more loop iteration (§19).
+                self._write_pending()
 
     async def room(self) -> None:
         """Wait while the backlog is over the high-water mark (the reader stopped reading).
@@ -125,8 +131,10 @@ class LineWriter:
     def flush(self) -> None:
         """Hand every pending line to the transport in one write."""
         self._scheduled = False
-        if not self._pending:
-            return
+        if self._pending:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
         lines = self._pending
         self._pending = []
         self._pending_chars = 0

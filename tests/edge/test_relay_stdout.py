@@ -65,7 +65,7 @@ async def pipe() -> AsyncIterator[Pipe]:
         await asyncio.sleep(0)
 
 
-async def test_lines_of_one_iteration_leave_in_one_flush_in_order(pipe: Pipe) -> None:
+async def test_first_line_at_once_rest_of_the_iteration_in_one_flush_in_order(pipe: Pipe) -> None:
     writer = await pipe.open(high_water=1 << 20)
     assert pipe.transport is not None
     writes: list[bytes] = []
@@ -78,15 +78,19 @@ async def test_lines_of_one_iteration_leave_in_one_flush_in_order(pipe: Pipe) ->
     pipe.transport.write = counting_write  # type: ignore[method-assign]
     for i in range(500):
         await writer.send(f'{{"n":{i}}}')
-    # Nothing was written yet: the lines wait for the end of this loop iteration.
-    assert writes == []
+    # The first line went out at once (the pipe was idle); the rest wait for the end of
+    # this loop iteration.
+    assert writes == [b'{"n":0}\n']
     assert writer.pending_chars > 0
     await asyncio.sleep(0)
-    assert len(writes) == 1
+    assert len(writes) == 2
     assert writer.pending_chars == 0
+    # The next iteration's first line goes out at once again.
+    await writer.send('{"n":500}')
+    assert len(writes) == 3
     lines = await pipe.start_reading()
-    got = [await anext(lines) for _ in range(500)]
-    assert got == [f'{{"n":{i}}}' for i in range(500)]
+    got = [await anext(lines) for _ in range(501)]
+    assert got == [f'{{"n":{i}}}' for i in range(501)]
 
 
 async def test_non_reading_client_blocks_send_with_bounded_memory(pipe: Pipe) -> None:

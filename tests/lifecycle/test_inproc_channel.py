@@ -102,3 +102,44 @@ async def test_attach_streams_and_cancel_frees_the_slot(
     messages = [m async for m in again]  # the adapter exits on EOF: then the stream ends
     assert messages[-1].WhichOneof("msg") == "exit" and messages[-1].exit.exit_code == 0
     assert await again.read() is grpc.aio.EOF  # type: ignore[attr-defined]
+
+
+async def test_cancel_during_a_pending_read_stops_the_servicer_there(
+        wired: tuple[Any, Counting], scripts: Scripts, guard: ProcessGuard) -> None:
+    # The servicer's generator runs inside the caller's read: a cancel() while that read
+    # waits (the adapter is silent) ends the read with CancelledError, runs the servicer's
+    # cleanup (the slot is free again), and leaves the reading task itself not cancelled.
+    stub, _ = wired
+    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        session_key="agent:i:acp:2", command=sys.executable, args=[str(scripts.echo)]))
+    guard.track(resp.lease.root_pid)
+    lease_id = resp.lease.lease_id
+    never: asyncio.Event = asyncio.Event()
+
+    async def requests() -> AsyncIterator[pb.AttachRequest]:
+        yield pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id))
+        await never.wait()
+        yield pb.AttachRequest(close_stdin=True)
+
+    call = stub.Attach(requests())
+    assert (await call.read()).attached.lease_id == lease_id
+
+    async def reader() -> str:
+        try:
+            await call.read()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None and not task.cancelling()
+            return "cancelled"
+        return "read"
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0.05)  # the read now waits inside the servicer for stdout
+    assert call.cancel()
+    assert await asyncio.wait_for(task, 5) == "cancelled"
+    assert not call.cancel()  # already ended
+    again = stub.Attach(iter([pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id)),
+                              pb.AttachRequest(close_stdin=True)]))
+    assert (await asyncio.wait_for(again.read(), 10)).attached.lease_id == lease_id
+    messages = [m async for m in again]
+    assert messages[-1].WhichOneof("msg") == "exit"

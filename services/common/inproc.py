@@ -218,35 +218,28 @@ class InProcessChannel:
             return run(request, kw.get("timeout"))
         return call
 
+    async def _responses(self, method: str, kind: str, arg: Any) -> AsyncIterator[Any]:
+        """The servicer's ``kind`` behaviour of ``method`` on ``arg``, as one generator."""
+        inner = getattr(await self._handler(method), kind)(arg, _Context())
+        try:
+            async for message in inner:
+                yield message
+        finally:  # a cancel between reads closes the servicer's generator now, not at GC
+            await inner.aclose()
+
     def unary_stream(self, method: str, *_: Any, **__: Any) -> Callable[..., _StreamCall]:
         """A multicallable running the servicer's server-streaming method."""
-        async def responses(request: Any) -> AsyncIterator[Any]:
-            inner = (await self._handler(method)).unary_stream(request, _Context())
-            try:
-                async for message in inner:
-                    yield message
-            finally:  # a cancel between reads closes the servicer's generator now, not at GC
-                await inner.aclose()
-
         def call(request: Any, *_args: Any, **_kw: Any) -> _StreamCall:
-            return _StreamCall(responses(request))
+            return _StreamCall(self._responses(method, "unary_stream", request))
         return call
 
     def stream_stream(self, method: str, *_: Any, **__: Any) -> Callable[..., _StreamCall]:
         """A multicallable running the servicer's bidirectional method on the caller's
         request iterator itself."""
-        async def responses(requests: Any) -> AsyncIterator[Any]:
-            inner = (await self._handler(method)).stream_stream(requests, _Context())
-            try:
-                async for message in inner:
-                    yield message
-            finally:  # a cancel between reads closes the servicer's generator now, not at GC
-                await inner.aclose()
-
         def call(requests: Any, *_args: Any, **_kw: Any) -> _StreamCall:
             if not hasattr(requests, "__aiter__"):  # grpc takes plain iterables too
                 requests = _aiter(requests)
-            return _StreamCall(responses(requests))
+            return _StreamCall(self._responses(method, "stream_stream", requests))
         return call
 
     async def close(self, grace: float | None = None) -> None:

@@ -53,6 +53,14 @@ async def wired(tmp_path: Path) -> AsyncIterator[tuple[Any, Counting]]:
         await controller.store.close()
 
 
+async def _echo_lease(stub: Any, scripts: Scripts, guard: ProcessGuard, key: str) -> str:
+    """A live echo adapter's lease id."""
+    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        session_key=key, command=sys.executable, args=[str(scripts.echo)]))
+    guard.track(resp.lease.root_pid)
+    return str(resp.lease.lease_id)
+
+
 async def test_unary_calls_and_aborts(wired: tuple[Any, Counting]) -> None:
     stub, counting = wired
     instance = await stub.GetInstance(pb.GetInstanceRequest())
@@ -68,10 +76,7 @@ async def test_unary_calls_and_aborts(wired: tuple[Any, Counting]) -> None:
 async def test_attach_streams_and_cancel_frees_the_slot(
         wired: tuple[Any, Counting], scripts: Scripts, guard: ProcessGuard) -> None:
     stub, _ = wired
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
-        session_key="agent:i:acp:1", command=sys.executable, args=[str(scripts.echo)]))
-    guard.track(resp.lease.root_pid)
-    lease_id = resp.lease.lease_id
+    lease_id = await _echo_lease(stub, scripts, guard, "agent:i:acp:1")
     queue: asyncio.Queue[pb.AttachRequest] = asyncio.Queue()
 
     async def requests() -> AsyncIterator[pb.AttachRequest]:
@@ -110,10 +115,7 @@ async def test_cancel_during_a_pending_read_stops_the_servicer_there(
     # waits (the adapter is silent) ends the read with CancelledError, runs the servicer's
     # cleanup (the slot is free again), and leaves the reading task itself not cancelled.
     stub, _ = wired
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
-        session_key="agent:i:acp:2", command=sys.executable, args=[str(scripts.echo)]))
-    guard.track(resp.lease.root_pid)
-    lease_id = resp.lease.lease_id
+    lease_id = await _echo_lease(stub, scripts, guard, "agent:i:acp:2")
     never: asyncio.Event = asyncio.Event()
 
     async def requests() -> AsyncIterator[pb.AttachRequest]:

@@ -31,7 +31,7 @@ from services.common.logs import get_logger
 
 SOCKET_DIR_PREFIX = "acpg-"
 #: Exactly what :func:`tempfile.mkdtemp` makes of the prefix (not the tests' ``acpg-gw-…``).
-_SOCKET_DIR_NAME = re.compile(r"acpg-[a-z0-9_]{8}")
+_SOCKET_DIR_NAME = re.compile(re.escape(SOCKET_DIR_PREFIX) + "[a-z0-9_]{8}")
 #: A dir younger than this may belong to a process that has not bound its sockets yet.
 MIN_AGE_SECS = 60.0
 

@@ -99,7 +99,8 @@ def take_batch(blocks: collections.deque[Block], max_size: int) -> Block:
             size += block_size
             continue
         # The lines of this block that still fit (the first one of a batch always).
-        k = bisect.bisect_right(list(itertools.accumulate(map(len, lines))), max_size - size)
+        sizes = list(itertools.accumulate(map(len, lines)))
+        k = bisect.bisect_right(sizes, max_size - size)
         if not batch:
             k = max(k, 1)
         if k == len(lines):  # one line over the bound, alone
@@ -107,10 +108,8 @@ def take_batch(blocks: collections.deque[Block], max_size: int) -> Block:
             batch += lines
             size += block_size
         elif k:
-            taken = lines[:k]
-            taken_size = sum(map(len, taken))
-            blocks[0] = (lines[k:], block_size - taken_size)
-            batch += taken
-            size += taken_size
+            blocks[0] = (lines[k:], block_size - sizes[k - 1])
+            batch += lines[:k]
+            size += sizes[k - 1]
         break
     return batch, size

@@ -24,6 +24,10 @@ class Unavailable(Exception):
     """The adapter could not be started."""
 
 
+class NoWarmAdapter(Exception):
+    """A take that may not spawn (``warm_only``) found no warm adapter ready."""
+
+
 @dataclass(frozen=True)
 class EnsureRequest:
     """Spawn request for a session key."""
@@ -35,6 +39,8 @@ class EnsureRequest:
     cwd: str = ""
     #: Take a warm adapter of this pool when one matches (see ``services.lifecycle.warm``).
     warm_pool: str = ""
+    #: Never spawn: the key's live lease or a warm adapter, else :class:`NoWarmAdapter`.
+    warm_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,24 @@ class InstanceInfo:
     started_at: int
 
 
-async def check_launch(command: str, args: Sequence[str], cwd: str) -> None:
-    """Refuse a launch spec that cannot run (InvalidRequest says why)."""
+def check_spec(command: str, args: Sequence[str]) -> None:
+    """Refuse a command or args that cannot run (InvalidRequest says why; no I/O)."""
     if not command:
         raise InvalidRequest("command is required")
     if "\0" in command or any("\0" in a for a in args):
         raise InvalidRequest("command and args must not contain NUL")
-    if cwd and not await asyncio.to_thread(os.path.isdir, cwd):
-        raise InvalidRequest(f"cwd is not a directory: {cwd}")
+
+
+def cwd_refusal(cwd: str) -> InvalidRequest | None:
+    """Why ``cwd`` cannot be an adapter's working directory, or None (blocking; off-loop)."""
+    if cwd and not os.path.isdir(cwd):
+        return InvalidRequest(f"cwd is not a directory: {cwd}")
+    return None
+
+
+async def check_launch(command: str, args: Sequence[str], cwd: str) -> None:
+    """Refuse a launch spec that cannot run (InvalidRequest says why)."""
+    check_spec(command, args)
+    refusal = await asyncio.to_thread(cwd_refusal, cwd)
+    if refusal is not None:
+        raise refusal

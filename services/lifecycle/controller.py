@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
 from services.lifecycle.api import (
@@ -21,17 +22,20 @@ from services.lifecycle.api import (
     InstanceInfo,
     InvalidRequest,
     LeaseNotFound,
+    NoWarmAdapter,
     Unavailable,
-    check_launch,
+    check_spec,
+    cwd_refusal,
 )
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.launch import Launch, plan_launch
 from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.pool_spec import fingerprint
 from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
 from services.lifecycle.spawn import WrapperPaths, stderr_log_path
 from services.lifecycle.verify import Owner, Verification
-from services.lifecycle.warm import WarmPools
+from services.lifecycle.warm import WarmPool, WarmPools
 
 __all__ = [
     "EnsureRequest",
@@ -40,6 +44,7 @@ __all__ = [
     "InvalidRequest",
     "LeaseNotFound",
     "LifecycleController",
+    "NoWarmAdapter",
     "Unavailable",
 ]
 
@@ -83,9 +88,10 @@ class LifecycleController:
         self.spawning: set[str] = set()
         self._key_locks: dict[str, asyncio.Lock] = {}
         self._exit_tasks: set[asyncio.Task[None]] = set()
-        #: Watchers of each channel's wrapper, and the reaps they started on a death.
+        #: Watchers of each channel's wrapper.
         self._death_tasks: set[asyncio.Task[None]] = set()
-        self._death_reaps: set[asyncio.Task[None]] = set()
+        #: Closes started in the background (a wrapper's death, an abandoned ensure).
+        self._background_closes: set[asyncio.Task[None]] = set()
         self.pools = WarmPools(self)
 
     # ------------------------------------------------------------------ identity
@@ -106,14 +112,23 @@ class LifecycleController:
 
     async def ensure_session(self, req: EnsureRequest) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
-        else a new spawn."""
+        else a new spawn.
+
+        What it reads goes out at once: the key's leases from the store, and in one
+        thread hop the cwd check and the pool's file fingerprint (a warm take is on
+        session/new's critical path; bench/PROFILE.md §21).
+        """
         if not req.session_key:
             raise InvalidRequest("session_key is required")
-        await check_launch(req.command, req.args, req.cwd)
+        check_spec(req.command, req.args)
+        pool = self.pools.pool_for(req)
         async with self._key_lock(req.session_key):
-            existing = await self.store.list(
-                states=LIVE_STATES, session_key=req.session_key, instance_id=self.instance_id
-            )
+            (refusal, current), existing = await asyncio.gather(
+                asyncio.to_thread(_launch_reads, req.cwd, pool),
+                self.store.list(states=LIVE_STATES, session_key=req.session_key,
+                                instance_id=self.instance_id))
+            if refusal is not None:
+                raise refusal
             for lease in existing:
                 channel = self.channels.get(lease.lease_id)
                 if channel is not None and channel.running and lease.state == LeaseState.OPEN:
@@ -121,10 +136,12 @@ class LifecycleController:
             for lease in existing:
                 # Its adapter died or it belongs to an earlier run: settle it first.
                 await self.close_session(lease_id=lease.lease_id, reason="replaced")
-            if req.warm_pool:
-                taken = await self.pools.take(req)
+            if pool is not None:
+                taken = await pool.take(req.session_key, current)
                 if taken is not None:
                     return Ensured(taken, True, warm=True)
+            if req.warm_only:
+                raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
             return Ensured(await self._spawn(req), True)
 
     async def spawn_warm(self, req: EnsureRequest) -> LeaseRecord:
@@ -183,10 +200,26 @@ class LifecycleController:
         log.warning("wrapper_died", lease_id=channel.lease_id,
                     returncode=channel.process.returncode)
         # Its own task: a service stop cancels idle watchers, never a reap under way.
-        reap = asyncio.create_task(self._close_quietly(channel.lease_id, "wrapper-died"))
-        self._death_reaps.add(reap)
-        reap.add_done_callback(self._death_reaps.discard)
-        await asyncio.shield(reap)
+        await asyncio.shield(self.close_later(channel.lease_id, "wrapper-died"))
+
+    def close_later(self, lease_id: str, reason: str) -> asyncio.Task[None]:
+        """Close ``lease_id`` in a task of its own, which a service stop waits for
+        (failures are logged)."""
+        return self._in_background(self._close_quietly(lease_id, reason))
+
+    def give_back_later(self, lease_id: str, pool: str) -> asyncio.Task[None]:
+        """Return the untouched warm adapter of ``lease_id`` to ``pool``, or close it when
+        the pool does not take it back (in a task of its own, like :meth:`close_later`)."""
+        async def give_back() -> None:
+            if not await self.pools.give_back(pool, lease_id):
+                await self._close_quietly(lease_id, "abandoned")
+        return self._in_background(give_back())
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._background_closes.add(task)
+        task.add_done_callback(self._background_closes.discard)
+        return task
 
     async def _close_quietly(self, lease_id: str, reason: str) -> None:
         """:meth:`close_session` from a background task: failures are logged, not raised."""
@@ -328,9 +361,9 @@ class LifecycleController:
                 results.append(await self.close_session(lease_id=lease_id, reason=reason))
             except LeaseNotFound:
                 continue
-        if self._death_reaps:
+        if self._background_closes:
             # A reap after a wrapper's death finishes before the store closes.
-            await asyncio.wait(list(self._death_reaps))
+            await asyncio.wait(list(self._background_closes))
         if self._exit_tasks:
             # Let the exits already known reach the store before it closes.
             await asyncio.wait(list(self._exit_tasks), timeout=1.0)
@@ -340,6 +373,12 @@ class LifecycleController:
             await channel.aclose()
         self.channels.clear()
         return results
+
+
+def _launch_reads(cwd: str, pool: WarmPool | None) -> tuple[InvalidRequest | None, str]:
+    """Why ``cwd`` is refused (None: it is not), and ``pool``'s file fingerprint ("" without
+    one), in one go (blocking; off-loop)."""
+    return cwd_refusal(cwd), fingerprint(pool.spec) if pool is not None else ""
 
 
 def _remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:

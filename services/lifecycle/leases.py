@@ -12,7 +12,10 @@ leases expire after the retention period, so the file stays bounded.
 Every write is durable (``synchronous=FULL``: one fsync per commit) unless the
 caller says ``durable=False``: only for a change a power cut may lose because
 the processes it describes die with the machine and the startup reap treats
-both versions alike (a warm lease taken by a session).
+both versions alike (a warm lease taken by a session). Those go through a second
+connection that never syncs (``synchronous=NORMAL``, autocommit), so a relaxed
+update is one statement and one hop to its thread, and never changes the sync
+level of the durable connection.
 """
 
 from __future__ import annotations
@@ -111,8 +114,11 @@ def _row_to_record(row: Sequence[Any]) -> LeaseRecord:
 class LeaseStore:
     """Async access to ``leases.db``; open with :meth:`open`, end with :meth:`close`."""
 
-    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: Path,
+                 relaxed: aiosqlite.Connection) -> None:
         self._db = db
+        #: The connection of ``durable=False`` writes (no fsync, autocommit).
+        self._relaxed = relaxed
         self.path = path
         self._locks: dict[str, asyncio.Lock] = {}
         #: Serializes writes, so a relaxed commit never lends its sync level to another.
@@ -128,10 +134,13 @@ class LeaseStore:
         await db.execute("PRAGMA synchronous=FULL")
         await db.executescript(_SCHEMA)
         await db.commit()
-        return cls(db, path)
+        relaxed = await aiosqlite.connect(str(path), isolation_level=None)
+        await relaxed.execute("PRAGMA synchronous=NORMAL")
+        return cls(db, path, relaxed)
 
     async def close(self) -> None:
-        """Close the database connection."""
+        """Close both database connections."""
+        await self._relaxed.close()
         await self._db.close()
 
     def lock(self, lease_id: str) -> asyncio.Lock:
@@ -213,17 +222,14 @@ class LeaseStore:
             expected = [str(s) for s in expect]
             sql += f" AND state IN ({', '.join('?' for _ in expected)})"
             args.extend(expected)
+        # The changed row comes back from the update itself: no second read.
+        sql = f"{sql} RETURNING {_SELECTED}"
         async with self._write:
-            if not durable:
-                await self._db.execute("PRAGMA synchronous=NORMAL")
-            try:
-                # The changed row comes back from the update itself: no second read.
-                rows = list(await self._db.execute_fetchall(f"{sql} RETURNING {_SELECTED}",
-                                                            args))
+            if durable:
+                rows = list(await self._db.execute_fetchall(sql, args))
                 await self._db.commit()
-            finally:
-                if not durable:
-                    await self._db.execute("PRAGMA synchronous=FULL")
+            else:  # one autocommitted statement on the connection that never syncs
+                rows = list(await self._relaxed.execute_fetchall(sql, args))
         return _row_to_record(rows[0]) if rows else None
 
     async def transition(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -27,16 +28,18 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.lifecycle.attach import AdapterChannel, AttachBusy, ExitInfo
 from services.lifecycle.controller import (
+    Ensured,
     EnsureRequest,
     InvalidRequest,
     LeaseNotFound,
     LifecycleController,
+    NoWarmAdapter,
     Unavailable,
 )
 from services.lifecycle.leases import LeaseRecord, LeaseState
+from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.reaper import CloseResult
 from services.lifecycle.verify import Verification
-from services.lifecycle.warm import PoolSpec
 
 __all__ = ["LifecycleServicer", "lease_to_pb"]
 
@@ -130,6 +133,24 @@ def _stdout_response(lines: list[str]) -> pb.AttachResponse:
     return response
 
 
+def _ensured_to_pb(ensured: Ensured) -> pb.EnsureSessionResponse:
+    return pb.EnsureSessionResponse(
+        lease=lease_to_pb(ensured.lease), spawned=ensured.spawned, warm=ensured.warm)
+
+
+@dataclass
+class _Opened:
+    """One Attach stream: its first response, its lease and channel, what its ensure did
+    (None: opened on a lease id) and from which pool, and whether a line went either way."""
+
+    first: pb.AttachResponse
+    lease: LeaseRecord
+    channel: AdapterChannel
+    ensured: Ensured | None
+    pool: str
+    touched: bool = False
+
+
 class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     """Translates the lifecycle RPCs to :class:`LifecycleController` calls."""
 
@@ -150,6 +171,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         self, request: pb.EnsureSessionRequest, context: Ctx
     ) -> pb.EnsureSessionResponse:
         """Spawn or return the live lease of a session key."""
+        return _ensured_to_pb(await self._ensure(request, context))
+
+    async def _ensure(self, request: pb.EnsureSessionRequest, context: Ctx) -> Ensured:
+        """The controller's ensure for ``request`` (INVALID_ARGUMENT / UNAVAILABLE /
+        FAILED_PRECONDITION when refused). It runs to its end even when the caller goes
+        away meanwhile (a spawn stopped half-way would leave a lease nobody finishes);
+        what it spawned or took for a caller that went away is let go (:meth:`_left`)."""
         req = EnsureRequest(
             session_key=request.session_key,
             command=request.command,
@@ -157,15 +185,41 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             env=dict(request.env),
             cwd=request.cwd,
             warm_pool=request.warm_pool,
+            warm_only=request.warm_only,
         )
+        task = asyncio.ensure_future(self.controller.ensure_session(req))
         try:
-            ensured = await self.controller.ensure_session(req)
+            ensured = await asyncio.shield(task)
         except InvalidRequest as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Unavailable as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
-        return pb.EnsureSessionResponse(
-            lease=lease_to_pb(ensured.lease), spawned=ensured.spawned, warm=ensured.warm)
+        except NoWarmAdapter as exc:
+            await abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._left_before(done, req.warm_pool))
+            raise
+        return ensured
+
+    def _left_before(self, task: asyncio.Future[Ensured], pool: str) -> None:
+        """An ensure whose caller went away before it ended: give up what it made."""
+        if not task.cancelled() and task.exception() is None:
+            self._left(task.result(), pool, touched=False)
+
+    def _left(self, ensured: Ensured, pool: str, *, touched: bool) -> None:
+        """The caller that ensured a lease is gone (its Attach stream ended, or it went
+        away before the ensure did): what it spawned or took goes with it — a warm adapter
+        nobody touched back to ``pool`` (or closed when the pool does not take it back),
+        any other closed. A lease it found live already stays."""
+        if not ensured.spawned:
+            return
+        lease_id = ensured.lease.lease_id
+        if ensured.warm and not touched:
+            log.info("attacher_gone", lease_id=lease_id, outcome="give-back")
+            self.controller.give_back_later(lease_id, pool)
+        else:
+            log.info("attacher_gone", lease_id=lease_id, outcome="close")
+            self.controller.close_later(lease_id, "detached")
 
     async def KeepWarm(self, request: pb.KeepWarmRequest, context: Ctx) -> pb.KeepWarmResponse:
         """Create, resize or replace a warm pool; it fills in the background."""
@@ -189,19 +243,20 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     ) -> AsyncIterator[pb.AttachResponse]:
         """Bidirectional adapter stdio for one attacher at a time."""
         iterator = request_iterator.__aiter__()
-        lease, channel = await self._open_attach(iterator, context)
+        opened = await self._open_attach(iterator, context)
         try:
-            with channel.attach():
-                yield pb.AttachResponse(attached=lease_to_pb(lease))
-                stdin_task = asyncio.create_task(self._pump_stdin(iterator, channel))
+            with opened.channel.attach():
+                yield opened.first
+                stdin_task = asyncio.create_task(self._pump_stdin(iterator, opened))
                 try:
                     # The relay path: batches go out from here, no generator in between.
                     while True:
-                        batch = await channel.next_batch()
+                        batch = await opened.channel.next_batch()
                         if batch is None:
                             break
+                        opened.touched = True
                         yield _stdout_response(batch)
-                    yield pb.AttachResponse(exit=_exit_to_pb(channel.exit_info))
+                    yield pb.AttachResponse(exit=_exit_to_pb(opened.channel.exit_info))
                 finally:
                     stdin_task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -210,30 +265,44 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             await abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"lease {lease.lease_id} already has an attacher",
+                f"lease {opened.lease.lease_id} already has an attacher",
             )
+        finally:
+            if opened.ensured is not None:
+                self._left(opened.ensured, opened.pool, touched=opened.touched)
 
     async def _open_attach(
         self, iterator: AsyncIterator[pb.AttachRequest], context: Ctx
-    ) -> tuple[LeaseRecord, AdapterChannel]:
-        """The lease and live channel the first request (``open{lease_id}``) names.
+    ) -> _Opened:
+        """The stream the first request opens: ``open{lease_id}``, or ``open{ensure}``
+        (the lease ensured first).
 
         Aborts INVALID_ARGUMENT without a proper open, NOT_FOUND for an unknown
-        lease, FAILED_PRECONDITION for a lease not open or not served by this run.
+        lease, FAILED_PRECONDITION for a lease not open or not served by this run,
+        and as EnsureSession for a refused ensure.
         """
         try:
             first = await iterator.__anext__()
         except StopAsyncIteration:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "Attach needs an open request")
-        if first.WhichOneof("msg") != "open" or not first.open.lease_id:
+        request = first.open
+        if first.WhichOneof("msg") != "open" or not (request.lease_id or request.HasField("ensure")):
             await abort(
-                context, grpc.StatusCode.INVALID_ARGUMENT, "the first Attach request must be open{lease_id}"
+                context, grpc.StatusCode.INVALID_ARGUMENT,
+                "the first Attach request must be open{lease_id} or open{ensure}"
             )
-        lease_id = first.open.lease_id
-        try:
-            lease = await self.controller.get_lease(lease_id)
-        except LeaseNotFound as exc:
-            await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        ensured: Ensured | None = None
+        if request.lease_id:
+            try:
+                lease = await self.controller.get_lease(request.lease_id)
+            except LeaseNotFound as exc:
+                await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+            response = pb.AttachResponse(attached=lease_to_pb(lease))
+        else:
+            ensured = await self._ensure(request.ensure, context)
+            lease = ensured.lease
+            response = pb.AttachResponse(ensured=_ensured_to_pb(ensured))
+        lease_id = lease.lease_id
         channel = self.controller.channel(lease_id)
         if lease.state == LeaseState.WARM:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
@@ -244,19 +313,22 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
             )
-        return lease, channel
+        return _Opened(response, lease, channel, ensured, request.ensure.warm_pool)
 
     async def _pump_stdin(
-        self, iterator: AsyncIterator[pb.AttachRequest], channel: AdapterChannel
+        self, iterator: AsyncIterator[pb.AttachRequest], opened: _Opened
     ) -> None:
         """Feed stdin lines (and close_stdin) from the client to the adapter."""
+        channel = opened.channel
         async for req in iterator:
             kind = req.WhichOneof("msg")
             if kind == "stdin":
+                opened.touched = True
                 lines: Sequence[str] = req.stdin.lines
                 if not await channel.write_lines(list(lines)):
                     log.info("stdin_dropped", lease_id=channel.lease_id, lines=len(lines))
             elif kind == "close_stdin" and req.close_stdin:
+                opened.touched = True
                 await channel.close_stdin()
             # A repeated open is ignored: the stream is already attached.
 

@@ -14,7 +14,9 @@ background. A change to what the adapter read when it started (its executable,
 a file named in its args, the pool's ``watch_paths`` such as the built-in
 agent's config file) retires the adapters started before it: each remembers
 the files' fingerprint from its spawn, checked on every take and every
-:data:`CHECK_SECS`. Adapters that die while waiting make the pool back off
+:data:`CHECK_SECS`. An adapter taken and left untouched (its Attach ended before
+a line went either way) comes back (:meth:`WarmPool.give_back`): warm again,
+under the pool's key, when the pool has room and its files did not change. Adapters that die while waiting make the pool back off
 (:data:`BACKOFF_SECS` doubling up to :data:`BACKOFF_MAX_SECS`) instead of
 respawning in a loop.
 """
@@ -23,11 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
-import os
-import shutil
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.common.logs import get_logger
@@ -35,6 +34,7 @@ from services.common.protocol import MAX_WARM_ADAPTERS
 from services.lifecycle.api import EnsureRequest, InvalidRequest, LeaseNotFound, check_launch
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.leases import HELD_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.pool_spec import PoolSpec, fingerprint, launch_key
 from services.lifecycle.reaper import CloseResult
 
 log = get_logger("lifecycle.warm")
@@ -52,66 +52,8 @@ REFILL_MAX_DELAY_SECS = 1.0
 #: First pause after a warm adapter died or failed to start; doubles per failure.
 BACKOFF_SECS = 0.5
 BACKOFF_MAX_SECS = 60.0
-
-
-def launch_key(command: str, args: tuple[str, ...], env: Mapping[str, str]) -> str:
-    """What a take must match: sha256 of the command, its args and its env."""
-    h = hashlib.sha256()
-    for part in (command, *args, "\0env", *(f"{k}={v}" for k, v in sorted(env.items()))):
-        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """One KeepWarm request: the pool's name, launch spec, watched files and size."""
-
-    name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    watch_paths: tuple[str, ...] = ()
-    count: int = 1
-
-    @property
-    def key(self) -> str:
-        """The launch key of every adapter of this pool."""
-        return launch_key(self.command, self.args, self.env)
-
-    @property
-    def session_key(self) -> str:
-        """The session key of the pool's leases while they wait."""
-        return f"{self.name}:warm"
-
-    def same_launch(self, other: PoolSpec) -> bool:
-        """True when ``other`` starts the very same adapters (only the count may differ)."""
-        return (self.key, self.cwd, self.watch_paths) == (other.key, other.cwd, other.watch_paths)
-
-    def request(self) -> EnsureRequest:
-        """The spawn request of one warm adapter."""
-        return EnsureRequest(session_key=self.session_key, command=self.command,
-                             args=self.args, env=self.env, cwd=self.cwd)
-
-
-def watched_files(spec: PoolSpec) -> list[str]:
-    """The executable, the args that name existing files, and the watch paths (blocking)."""
-    exe = spec.command if os.sep in spec.command else shutil.which(spec.command) or spec.command
-    files = [exe, *(a for a in spec.args if os.path.isabs(a) and os.path.isfile(a))]
-    return files + list(spec.watch_paths)
-
-
-def fingerprint(spec: PoolSpec) -> str:
-    """sha256 of identity, size and mtime of every watched file (blocking; run off-loop)."""
-    h = hashlib.sha256()
-    for path in watched_files(spec):
-        try:
-            st = os.stat(path)
-            stamp = f"{path}\0{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-        except OSError as exc:
-            stamp = f"{path}\0missing:{exc.errno}"
-        h.update(stamp.encode("utf-8", "surrogateescape") + b"\0")
-    return h.hexdigest()
+#: Taken adapters a pool remembers (the most recent), so that an untouched one can return.
+LENT_MAX = 64
 
 
 class PoolHost(Protocol):
@@ -153,6 +95,8 @@ class WarmPool:
         self._filler: asyncio.Task[None] | None = None
         #: Loop time of the last take (the refill waits for a quiet moment after it).
         self._last_take = 0.0
+        #: The adapters taken last, by lease id: only these may come back.
+        self._lent: collections.OrderedDict[str, WarmAdapter] = collections.OrderedDict()
 
     # ------------------------------------------------------------------ fill
 
@@ -223,10 +167,10 @@ class WarmPool:
 
     # ------------------------------------------------------------------ take / retire
 
-    async def take(self, session_key: str) -> LeaseRecord | None:
-        """The oldest ready adapter, re-keyed to ``session_key`` and open; None if none."""
+    async def take(self, session_key: str, current: str) -> LeaseRecord | None:
+        """The oldest ready adapter started from the files as they are now (``current``:
+        their :func:`fingerprint`), re-keyed to ``session_key`` and open; None if none."""
         self._last_take = asyncio.get_running_loop().time()
-        current = await asyncio.to_thread(fingerprint, self.spec)
         self.retire_stale(current)
         store = self._pools.host.store
         try:
@@ -244,12 +188,39 @@ class WarmPool:
                         state=LeaseState.OPEN, session_key=session_key)
                 if taken is not None:
                     self.failures = 0
+                    self._lent[adapter.lease_id] = adapter
+                    if len(self._lent) > LENT_MAX:
+                        self._lent.popitem(last=False)
                     log.info("warm_taken", pool=self.spec.name, lease_id=taken.lease_id,
                              session_key=session_key)
                     return taken
             return None
         finally:
             self.fill(REFILL_DELAY_SECS)
+
+    async def give_back(self, lease_id: str) -> bool:
+        """Take back an adapter this pool lent and nobody touched: warm again under the
+        pool's key, first in line. False (the caller closes it) when the pool no longer
+        has room or runs, the adapter exited, or the files it started from changed."""
+        adapter = self._lent.pop(lease_id, None)
+        pools = self._pools
+        channel = pools.host.channel(lease_id)
+        if adapter is None or pools.stopped or pools.pools.get(self.spec.name) is not self \
+                or channel is None or not channel.running \
+                or len(self.ready) + self.spawning >= self.spec.count:
+            return False
+        if await asyncio.to_thread(fingerprint, self.spec) != adapter.fingerprint:
+            return False
+        async with pools.host.store.lock(lease_id):
+            back = await pools.host.store.update(
+                lease_id, expect=[LeaseState.OPEN], durable=False,
+                state=LeaseState.WARM, session_key=self.spec.session_key)
+        if back is None:
+            return False
+        self.ready.appendleft(adapter)  # its watcher from the spawn still runs
+        log.info("warm_returned", pool=self.spec.name, lease_id=lease_id)
+        self.trim()  # a refill that landed meanwhile
+        return True
 
     def retire_stale(self, current: str) -> None:
         """Retire every ready adapter started before the watched files last changed."""
@@ -339,15 +310,23 @@ class WarmPools:
             self._checker = self.track(self._check_every())
         return len(pool.ready)
 
-    async def take(self, req: EnsureRequest) -> LeaseRecord | None:
-        """A warm lease of ``req.warm_pool`` for ``req.session_key``, or None (spawn cold)."""
+    def pool_for(self, req: EnsureRequest) -> WarmPool | None:
+        """The pool a take for ``req`` draws from; None when it names none, that pool is
+        unknown or stopped, or its adapters were spawned from another launch spec."""
+        if not req.warm_pool:
+            return None
         pool = self.pools.get(req.warm_pool)
         if pool is None or self.stopped:
             return None
         if pool.spec.key != launch_key(req.command, tuple(req.args), req.env):
             log.info("warm_pool_mismatch", pool=req.warm_pool)
             return None
-        return await pool.take(req.session_key)
+        return pool
+
+    async def give_back(self, pool: str, lease_id: str) -> bool:
+        """:meth:`WarmPool.give_back` of the pool named ``pool`` (False: none such)."""
+        found = self.pools.get(pool)
+        return found is not None and await found.give_back(lease_id)
 
     async def _check_every(self) -> None:
         while not self.stopped:

@@ -223,11 +223,14 @@ async def start_service_process(config_dir: Path, log_path: Path, env: dict[str,
 
 
 class Attacher:
-    """One Attach stream driven by a queue of requests."""
+    """One Attach stream driven by a queue of requests; opened on ``lease_id``, or with
+    ``ensure`` (``AttachOpen.ensure``)."""
 
-    def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str) -> None:
+    def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str = "",
+                 *, ensure: pb.EnsureSessionRequest | None = None) -> None:
         self.queue: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
-        self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id)))
+        self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id,
+                                                                  ensure=ensure)))
         self.call = stub.Attach(self._requests())
 
     async def _requests(self) -> AsyncIterator[pb.AttachRequest]:

@@ -23,7 +23,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import open_channel, wait_healthy
 from services.common.grpc_server import RunningServer
-from services.lifecycle import warm
+from services.lifecycle import pool_spec, warm
 from services.lifecycle.leases import LeaseState
 from services.lifecycle.server import open_controller, start_lifecycle_server
 from tests.lifecycle.conftest import (
@@ -286,7 +286,7 @@ async def test_startup_reap_covers_warm_leases_of_an_earlier_run(
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     earlier = await open_controller(cfg)
     try:
-        await earlier.pools.keep(warm.PoolSpec(POOL, sys.executable, (str(scripts.tree), str(tmp_path / "p.json"), "obey"),
+        await earlier.pools.keep(pool_spec.PoolSpec(POOL, sys.executable, (str(scripts.tree), str(tmp_path / "p.json"), "obey"),
                                                cwd=str(tmp_path), count=1))
         await wait_until(lambda: bool(earlier.pools.pools[POOL].ready), 20.0, "warm adapter")
         await earlier.pools.stop()  # the run is gone: no close, its tree lives on

@@ -222,6 +222,7 @@ class EnsureSessionRequest(_message.Message):
     ENV_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
     WARM_POOL_FIELD_NUMBER: _builtins.int
+    WARM_ONLY_FIELD_NUMBER: _builtins.int
     session_key: _builtins.str
     """agent:<alias>:acp:<sessionId>"""
     command: _builtins.str
@@ -232,6 +233,11 @@ class EnsureSessionRequest(_message.Message):
     """Take a warm adapter of this pool (KeepWarm) when one is ready and it was
     spawned from the same command, args and env; otherwise spawn as usual.
     A taken adapter runs in the pool's cwd, not in cwd.
+    """
+    warm_only: _builtins.bool
+    """Never spawn: the key's live lease or a warm adapter of warm_pool, else
+    FAILED_PRECONDITION. For a caller that asks before the session's cwd is
+    decided (the edge takes one while the session service decides).
     """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -248,10 +254,11 @@ class EnsureSessionRequest(_message.Message):
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         cwd: _builtins.str = ...,
         warm_pool: _builtins.str = ...,
+        warm_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "cwd", b"cwd", "env", b"env", "session_key", b"session_key", "warm_pool", b"warm_pool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "cwd", b"cwd", "env", b"env", "session_key", b"session_key", "warm_only", b"warm_only", "warm_pool", b"warm_pool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -379,15 +386,33 @@ class AttachOpen(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LEASE_ID_FIELD_NUMBER: _builtins.int
+    ENSURE_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
+    """The lease to attach to."""
+    @_builtins.property
+    def ensure(self) -> Global___EnsureSessionRequest:
+        """Instead of lease_id: ensure the session's lease first, exactly as
+        EnsureSession does (the live lease of the key, a warm one of the pool, or
+        a spawn), then attach to it: a session comes up in one round trip instead
+        of two. The first response is then `ensured`, and a refusal ends the
+        stream with EnsureSession's status. A lease the stream spawned or took
+        lives as long as the stream: when it ends (or its caller went away
+        before the ensure did), a warm adapter nobody touched — not a line
+        written to its stdin nor read from its stdout — goes back to its pool
+        (warm again, under the pool's key) while the pool keeps that launch spec
+        from the same files and has room; any other is closed (reason
+        "detached"). A live lease the ensure merely found stays open.
+        """
+
     def __init__(
         self,
         *,
         lease_id: _builtins.str = ...,
+        ensure: Global___EnsureSessionRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "lease_id", b"lease_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -484,6 +509,7 @@ class AttachResponse(_message.Message):
     ATTACHED_FIELD_NUMBER: _builtins.int
     STDOUT_FIELD_NUMBER: _builtins.int
     EXIT_FIELD_NUMBER: _builtins.int
+    ENSURED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def attached(self) -> Global___Lease:
         """First response: attached to this lease."""
@@ -496,18 +522,25 @@ class AttachResponse(_message.Message):
     def exit(self) -> Global___AdapterExit:
         """The adapter exited; the stream ends after this."""
 
+    @_builtins.property
+    def ensured(self) -> Global___EnsureSessionResponse:
+        """First response of a stream opened with AttachOpen.ensure (instead of
+        `attached`): the lease ensured, as EnsureSession answers; attached.
+        """
+
     def __init__(
         self,
         *,
         attached: Global___Lease | None = ...,
         stdout: Global___Lines | None = ...,
         exit: Global___AdapterExit | None = ...,
+        ensured: Global___EnsureSessionResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["attached", "stdout", "exit"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["attached", "stdout", "exit", "ensured"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

@@ -95,9 +95,10 @@ class LifecycleServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Attach(self, request_iterator, context):
-        """Bidirectional adapter stdio: the first request names the lease, later
-        requests carry stdin lines; responses carry stdout lines and, last, the
-        adapter's exit. One attacher per lease at a time.
+        """Bidirectional adapter stdio: the first request names the lease (or asks
+        for one, as EnsureSession would, see AttachOpen.ensure), later requests
+        carry stdin lines; responses carry stdout lines and, last, the adapter's
+        exit. One attacher per lease at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

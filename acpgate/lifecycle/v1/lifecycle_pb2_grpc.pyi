@@ -58,9 +58,10 @@ class LifecycleServiceStub:
     already serving it (idempotent). The lease is durable before the spawn.
     """
     Attach: _grpc.StreamStreamMultiCallable[_lifecycle_pb2.AttachRequest, _lifecycle_pb2.AttachResponse]
-    """Bidirectional adapter stdio: the first request names the lease, later
-    requests carry stdin lines; responses carry stdout lines and, last, the
-    adapter's exit. One attacher per lease at a time.
+    """Bidirectional adapter stdio: the first request names the lease (or asks
+    for one, as EnsureSession would, see AttachOpen.ensure), later requests
+    carry stdin lines; responses carry stdout lines and, last, the adapter's
+    exit. One attacher per lease at a time.
     """
     KeepWarm: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.KeepWarmRequest, _lifecycle_pb2.KeepWarmResponse]
     """Keep a pool of warm adapters (idempotent; a new spec under the same pool
@@ -86,9 +87,10 @@ class LifecycleServiceAsyncStub(LifecycleServiceStub):
     already serving it (idempotent). The lease is durable before the spawn.
     """
     Attach: _aio.StreamStreamMultiCallable[_lifecycle_pb2.AttachRequest, _lifecycle_pb2.AttachResponse]  # type: ignore[assignment]
-    """Bidirectional adapter stdio: the first request names the lease, later
-    requests carry stdin lines; responses carry stdout lines and, last, the
-    adapter's exit. One attacher per lease at a time.
+    """Bidirectional adapter stdio: the first request names the lease (or asks
+    for one, as EnsureSession would, see AttachOpen.ensure), later requests
+    carry stdin lines; responses carry stdout lines and, last, the adapter's
+    exit. One attacher per lease at a time.
     """
     KeepWarm: _aio.UnaryUnaryMultiCallable[_lifecycle_pb2.KeepWarmRequest, _lifecycle_pb2.KeepWarmResponse]  # type: ignore[assignment]
     """Keep a pool of warm adapters (idempotent; a new spec under the same pool
@@ -129,9 +131,10 @@ class LifecycleServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_lifecycle_pb2.AttachRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_lifecycle_pb2.AttachResponse], _abc.AsyncIterator[_lifecycle_pb2.AttachResponse]]:
-        """Bidirectional adapter stdio: the first request names the lease, later
-        requests carry stdin lines; responses carry stdout lines and, last, the
-        adapter's exit. One attacher per lease at a time.
+        """Bidirectional adapter stdio: the first request names the lease (or asks
+        for one, as EnsureSession would, see AttachOpen.ensure), later requests
+        carry stdin lines; responses carry stdout lines and, last, the adapter's
+        exit. One attacher per lease at a time.
         """
 
     @_abc_1.abstractmethod

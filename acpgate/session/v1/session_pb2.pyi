@@ -418,6 +418,7 @@ class ResolveNewSessionRequest(_message.Message):
     CWD_FIELD_NUMBER: _builtins.int
     BASE_DIR_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
     cwd: _builtins.str
     """As in ResolveWorkspaceRequest (its alias is the resolved agent's)."""
     base_dir: _builtins.str
@@ -425,6 +426,15 @@ class ResolveNewSessionRequest(_message.Message):
     def agent(self) -> Global___ResolveAgentRequest: ...
     @_builtins.property
     def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def create(self) -> Global___CreateSessionRequest:
+        """When set, the new session's row is written once all three are decided,
+        as CreateSession writes it (refused as CreateSession refuses), for the
+        agent, the workspace and the additional directories resolved here: its
+        own agent_alias, workspace_dir and additional_directories are not read.
+        session/new's decision and its row in one round trip.
+        """
+
     def __init__(
         self,
         *,
@@ -432,10 +442,11 @@ class ResolveNewSessionRequest(_message.Message):
         cwd: _builtins.str = ...,
         base_dir: _builtins.str = ...,
         additional_directories: _abc.Iterable[_builtins.str] | None = ...,
+        create: Global___CreateSessionRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "create", b"create"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent", b"agent", "base_dir", b"base_dir", "cwd", b"cwd"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent", b"agent", "base_dir", b"base_dir", "create", b"create", "cwd", b"cwd"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -448,6 +459,7 @@ class ResolvedNewSession(_message.Message):
     AGENT_FIELD_NUMBER: _builtins.int
     WORKSPACE_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def agent(self) -> Global___ResolvedAgent: ...
     @_builtins.property
@@ -456,16 +468,21 @@ class ResolvedNewSession(_message.Message):
     def policy(self) -> Global___SecurityPolicy:
         """GetPolicy for the agent, the workspace and its additional directories."""
 
+    @_builtins.property
+    def row(self) -> Global___SessionRow:
+        """The row written, when the request had `create`."""
+
     def __init__(
         self,
         *,
         agent: Global___ResolvedAgent | None = ...,
         workspace: Global___ResolvedWorkspace | None = ...,
         policy: Global___SecurityPolicy | None = ...,
+        row: Global___SessionRow | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "workspace", b"workspace"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "row", b"row", "workspace", b"workspace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "policy", b"policy", "row", b"row", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -205,6 +205,7 @@ class SessionServiceServicer:
         """session/new's three answers in one round trip: ResolveAgent, then
         ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
         refused (with their status and message) where the first of them refuses.
+        With `create`, the session's row is written too, as CreateSession would.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -71,6 +71,7 @@ class SessionServiceStub:
     """session/new's three answers in one round trip: ResolveAgent, then
     ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
     refused (with their status and message) where the first of them refuses.
+    With `create`, the session's row is written too, as CreateSession would.
     """
     CheckOperation: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]
     """Whether a session's policy (SPEC §12) admits one client-method request of
@@ -162,6 +163,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """session/new's three answers in one round trip: ResolveAgent, then
     ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
     refused (with their status and message) where the first of them refuses.
+    With `create`, the session's row is written too, as CreateSession would.
     """
     CheckOperation: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckOperationRequest, _session_pb2.CheckOperationResponse]  # type: ignore[assignment]
     """Whether a session's policy (SPEC §12) admits one client-method request of
@@ -286,6 +288,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """session/new's three answers in one round trip: ResolveAgent, then
         ResolveWorkspace for the alias it chose, then GetPolicy for that workspace;
         refused (with their status and message) where the first of them refuses.
+        With `create`, the session's row is written too, as CreateSession would.
         """
 
     @_abc_1.abstractmethod

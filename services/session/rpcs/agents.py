@@ -21,7 +21,7 @@ from services.session.aliases import (
     warm_launches,
 )
 from services.session.confinement import workspace_refusal
-from services.session.convert import launch_to_pb, policy_to_pb, status_to_pb
+from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb, status_to_pb
 from services.session.lineage import cap_policy, effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
@@ -150,7 +150,8 @@ class AgentRpcs(RpcBase):
         """session/new's ResolveAgent, ResolveWorkspace and GetPolicy in one round trip, each
         deciding as on its own (the first refusal is the answer). Their file-system work is
         one thread hop beside the capabilities read, and each root is confined once, not
-        once by the workspace rules and again by the policy (bench/PROFILE.md §17)."""
+        once by the workspace rules and again by the policy (bench/PROFILE.md §17). With
+        ``create``, the row is written once all three are decided (bench/PROFILE.md §21)."""
         try:
             alias = resolve_alias(self._cfg, request.agent.explicit_alias,
                                   request.agent.connection_default)
@@ -168,11 +169,15 @@ class AgentRpcs(RpcBase):
         agent = launch_to_pb(launch_in(self._cfg, alias, agent_workspace))
         agent.adapter_capabilities_json = capabilities
         policy = policy_for(self._cfg, alias, info.workspace_dir, extra)
-        return pb.ResolvedNewSession(
+        resolved = pb.ResolvedNewSession(
             agent=agent, policy=policy_to_pb(policy),
             workspace=pb.ResolvedWorkspace(workspace_dir=info.workspace_dir,
                                            is_agent_workspace=info.is_agent_workspace,
                                            additional_directories=extra))
+        if request.HasField("create"):
+            rec = await self._create_row(context, request.create, alias, info.workspace_dir, extra)
+            resolved.row.CopyFrom(row_to_pb(rec))
+        return resolved
 
     async def _recorded_capabilities(self, alias: str) -> str:
         """What the alias's adapter last advertised; "" while the database is unreachable:

@@ -7,7 +7,7 @@ servicer; :class:`services.session.servicer.SessionServicer` inherits them all.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeAlias
 
 import grpc
@@ -16,11 +16,20 @@ from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_server import abort
+from services.common.logs import get_logger
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
-from services.session.store import SessionNotFound, SessionRecord, SessionStore
+from services.session.store import (
+    InvalidItem,
+    SessionExists,
+    SessionNotFound,
+    SessionRecord,
+    SessionStore,
+)
 
 __all__ = ["Ctx", "RpcBase"]
+
+log = get_logger("session.servicer")
 
 Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
@@ -55,3 +64,40 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
                     yield page
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+
+    async def _create_row(self, context: Ctx, request: pb.CreateSessionRequest, alias: str,
+                          workspace_dir: str, additional_directories: Sequence[str]
+                          ) -> SessionRecord:
+        """The row ``request`` asks for, of ``alias`` in ``workspace_dir`` with those extra
+        roots (CreateSession's own fields, or those ResolveNewSession decided)."""
+        rec = await self._create(
+            context, request.session_id, alias, workspace_dir,
+            spawned_by=request.spawned_by,
+            parent_session_key=request.parent_session_key,
+            owner_session_key=request.owner_session_key,
+            gateway_instance_id=request.gateway_instance_id,
+            host=request.host,
+            mcp_servers_json=request.mcp_servers_json,
+            additional_directories=additional_directories,
+        )
+        log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
+        return rec
+
+    async def _create(self, context: Ctx, session_id: str, alias: str, workspace_dir: str, *,
+                      gateway_instance_id: str, host: str, title: str = "",
+                      additional_directories: Sequence[str] = (),
+                      **fields: str) -> SessionRecord:
+        """A new row (INVALID_ARGUMENT / ALREADY_EXISTS when refused), titled if ``title``,
+        claimed by ``gateway_instance_id`` when one is given; ``fields`` are the store's
+        other text columns (ownership, MCP servers). CreateSession and SpawnSession
+        both write rows through here."""
+        try:
+            # Titled and claimed in the insert itself: one store transaction.
+            return await self._store.create_session(
+                session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
+                additional_directories=tuple(additional_directories), title=title, host=host,
+                claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
+        except InvalidItem as exc:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except SessionExists as exc:
+            await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))

@@ -3,8 +3,6 @@ and the claims of several hosts on them: claim, renew, release."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
@@ -15,7 +13,6 @@ from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import (
     InvalidItem,
     SessionActiveElsewhere,
-    SessionExists,
     SessionNotFound,
     SessionRecord,
 )
@@ -33,37 +30,9 @@ class RowRpcs(RpcBase):
         self, request: pb.CreateSessionRequest, context: Ctx
     ) -> pb.SessionRow:
         """Write a new row with SPEC §13 ownership."""
-        rec = await self._create(
-            context, request.session_id, request.agent_alias, request.workspace_dir,
-            spawned_by=request.spawned_by,
-            parent_session_key=request.parent_session_key,
-            owner_session_key=request.owner_session_key,
-            gateway_instance_id=request.gateway_instance_id,
-            host=request.host,
-            mcp_servers_json=request.mcp_servers_json,
-            additional_directories=request.additional_directories,
-        )
-        log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
+        rec = await self._create_row(context, request, request.agent_alias, request.workspace_dir,
+                                     request.additional_directories)
         return row_to_pb(rec)
-
-    async def _create(self, context: Ctx, session_id: str, alias: str, workspace_dir: str, *,
-                      gateway_instance_id: str, host: str, title: str = "",
-                      additional_directories: Sequence[str] = (),
-                      **fields: str) -> SessionRecord:
-        """A new row (INVALID_ARGUMENT / ALREADY_EXISTS when refused), titled if ``title``,
-        claimed by ``gateway_instance_id`` when one is given; ``fields`` are the store's
-        other text columns (ownership, MCP servers). CreateSession and SpawnSession
-        both write rows through here."""
-        try:
-            # Titled and claimed in the insert itself: one store transaction.
-            return await self._store.create_session(
-                session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
-                additional_directories=tuple(additional_directories), title=title, host=host,
-                claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
-        except InvalidItem as exc:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except SessionExists as exc:
-            await abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Ctx) -> pb.SessionRow:
         """One row (trusted callers; no visibility check)."""

@@ -2,8 +2,8 @@
 
 A file that is not a SQLite database is refused before it is opened, so it is
 never overwritten; a connection gets the SPEC §8 settings (WAL, a busy timeout,
-foreign keys on) and autocommit, so every transaction is an explicit
-``BEGIN IMMEDIATE`` taken by :func:`immediate`.
+foreign keys on) and autocommit, so a single statement is its own transaction and
+several go in an explicit ``BEGIN IMMEDIATE`` taken by :func:`immediate`.
 """
 
 from __future__ import annotations

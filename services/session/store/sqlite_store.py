@@ -2,8 +2,9 @@
 
 Implements :class:`~services.session.store.interface.SessionStore` on a
 connection from :mod:`.sqlite_db` whose schema :mod:`.sqlite_schema` has
-brought up to date. Every write is one ``BEGIN IMMEDIATE`` transaction; a turn
-is appended in one, all items or none (SPEC §8). The same class serves the file
+brought up to date. Every write is one transaction: a single statement on its own
+(the connection autocommits), several in one ``BEGIN IMMEDIATE``; a turn is
+appended in one, all items or none (SPEC §8). The same class serves the file
 and the in-memory database of the fallback (:mod:`.opening`).
 """
 
@@ -106,18 +107,19 @@ class SqliteSessionStore(SessionStore):
         """Why a conditional write changed nothing: another live claim, or no row."""
         return refusal(session_id, await self._fetch_session(session_id))
 
+    # One write statement is its own transaction (the connection autocommits): atomic,
+    # and it takes the write lock before it reads anything, as BEGIN IMMEDIATE would —
+    # which would only add two hops to the connection's thread (bench/PROFILE.md §21).
+
     async def _write(self, sql: str, params: Sequence[Any]) -> int:
-        """One statement in its own IMMEDIATE transaction; returns the changed row count."""
-        async with immediate(self._db):
-            cur = await self._db.execute(sql, params)
-            count = cur.rowcount
-        return count
+        """One write statement, its own transaction; returns the changed row count."""
+        cur = await self._db.execute(sql, params)
+        return cur.rowcount
 
     async def _write_row(self, sql: str, params: Sequence[Any]) -> SessionRecord | None:
-        """One write in its own IMMEDIATE transaction; the row it wrote (None: no row
+        """One write statement, its own transaction; the row it wrote (None: no row
         matched), read by the same statement instead of a second SELECT."""
-        async with immediate(self._db):
-            rows = list(await self._db.execute_fetchall(sql + _RETURNING_ROW, params))
+        rows = list(await self._db.execute_fetchall(sql + _RETURNING_ROW, params))
         return record_from_row(rows[0]) if rows else None
 
     # -- sessions

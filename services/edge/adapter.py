@@ -32,7 +32,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import (
     AgentCapabilities,
@@ -131,6 +130,20 @@ def initialize_request(client: ClientCapabilities, client_info: Implementation,
     )
 
 
+def expected_initialize(client: ClientCapabilities, client_info: Implementation,
+                        autonomy: str) -> dict[str, Any]:
+    """The ``initialize`` params :func:`initialize_request` will give for a session of
+    ``autonomy`` (of its policy, only the autonomy level shapes them): sent ahead of the
+    policy by an early take, checked against the real one before the adapter is used."""
+    return initialize_request(client, client_info,
+                              SecurityPolicy(workspace_dir="", autonomy=autonomy)).to_json()
+
+
+def agent_secrets(agent: session_pb2.ResolvedAgent) -> tuple[str, ...]:
+    """The configured environment values of ``agent`` (scrubbed from its stderr)."""
+    return tuple(agent.env.values())
+
+
 def _setup_params(session_id: str | None, cwd: str, mcp_servers: list[Any],
                   additional_directories: list[str] | None) -> dict[str, Any]:
     """The params session/new (no ``session_id``), load and resume share."""
@@ -143,12 +156,12 @@ def _setup_params(session_id: str | None, cwd: str, mcp_servers: list[Any],
 
 
 class AdapterClient:
-    """ACP client of one adapter, speaking through an :class:`AdapterLink`."""
+    """ACP client of one adapter, speaking through an :class:`AdapterLink` (begun already,
+    or begun by :meth:`start`)."""
 
     def __init__(
         self,
-        stub: lifecycle_pb2_grpc.LifecycleServiceStub,
-        lease_id: str,
+        link: AdapterLink,
         edge_session_id: str,
         host: AdapterHost,
         agent: session_pb2.ResolvedAgent,
@@ -170,7 +183,8 @@ class AdapterClient:
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
         self._update_lines = UpdateLines()
-        self.link = AdapterLink(stub, lease_id, self)
+        self.link = link
+        link.bind(self)
 
     # ------------------------------------------------------------------ AdapterPeer
 
@@ -229,17 +243,21 @@ class AdapterClient:
     # ------------------------------------------------------------------ setup
 
     async def start(self, client: ClientCapabilities, client_info: Implementation,
-                    policy: SecurityPolicy) -> None:
-        """Attach and run ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``),
-        promising what the client and the edge will honour under ``policy``.
+                    policy: SecurityPolicy, sent: asyncio.Future[Any] | None = None) -> None:
+        """Attach (ensuring the lease first when the link was opened with ``ensure``) and run
+        ``initialize`` as ``client_info`` (the edge's ACP ``Implementation``), promising what
+        the client and the edge will honour under ``policy``.
 
         ``initialize`` is sent right behind the stream's ``open`` (one round trip to the
-        lifecycle service less); an attach that fails is still the error raised.
+        lifecycle service less) — or was already, and ``sent`` is its answer to come (the
+        caller checked it was this very request); an attach that fails is still the error
+        raised.
         """
-        self.link.begin()
-        request = initialize_request(client, client_info, policy).to_json()
-        pending = asyncio.ensure_future(
-            self.link.request(M_INITIALIZE, request, SETUP_TIMEOUT_SECS))
+        if not self.link.begun:
+            self.link.begin()
+        pending = sent if sent is not None else asyncio.ensure_future(self.link.request(
+            M_INITIALIZE, initialize_request(client, client_info, policy).to_json(),
+            SETUP_TIMEOUT_SECS))
         try:
             await self.link.attached(SETUP_TIMEOUT_SECS)
         except BaseException:

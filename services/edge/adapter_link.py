@@ -8,6 +8,13 @@ is relayed as one batch), adapter-originated requests handled concurrently (a
 permission request waiting for the user never blocks the update stream), and
 bad lines from the adapter logged, never answered. Outgoing lines are batched:
 each ``Lines`` message carries whatever is queued at that moment.
+
+A link opens the stream either on a lease it already has, or with the
+``EnsureSession`` request of a session coming up (``AttachOpen.ensure``): the
+lifecycle service then takes a warm adapter or spawns one and attaches in the
+same round trip, and :attr:`AdapterLink.ensured` says what it did. A link may
+be opened before it knows whom it serves (:meth:`AdapterLink.bind`): the edge
+takes a warm adapter while the session service decides the session.
 """
 
 from __future__ import annotations
@@ -89,16 +96,21 @@ class AdapterLink:
     def __init__(
         self,
         stub: lifecycle_pb2_grpc.LifecycleServiceStub,
-        lease_id: str,
-        peer: AdapterPeer,
+        attach: lifecycle_pb2.AttachOpen,
     ) -> None:
         self._stub = stub
-        self._lease_id = lease_id
-        self._peer = peer
+        self._open = attach
+        #: The lease attached to ("" until the lifecycle service ensured one).
+        self.lease_id = attach.lease_id
+        #: What the lifecycle service did for a link opened with ``ensure`` (once attached).
+        self.ensured: lifecycle_pb2.EnsureSessionResponse | None = None
+        self._label = attach.lease_id or attach.ensure.session_key
+        self._peer: AdapterPeer | None = None
+        self._bound = asyncio.Event()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(),
-                                notifications=peer.on_adapter_notifications,
-                                answer_unidentified=False, label=f"adapter:{lease_id}")
+                                notifications=self._notifications,
+                                answer_unidentified=False, label=f"adapter:{self._label}")
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
         self.exit_info: AdapterExit | None = None
@@ -106,13 +118,23 @@ class AdapterLink:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def bind(self, peer: AdapterPeer) -> None:
+        """Serve ``peer`` (the adapter's lines wait for it; bind before any request)."""
+        self._peer = peer
+        self._bound.set()
+
+    @property
+    def begun(self) -> bool:
+        """True once :meth:`begin` opened the stream."""
+        return self._call is not None
+
     def begin(self) -> None:
         """Start attaching to the lease without waiting: lines written from now on follow
         the stream's ``open`` and reach the adapter once the lifecycle service attached."""
         loop = asyncio.get_running_loop()
         self._attached = loop.create_future()
         self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
-        self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._lease_id}")
+        self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
 
     async def attached(self, wait_secs: float = 30.0) -> None:
         """Wait for the ``attached`` confirmation of :meth:`begin` (the link is aborted when
@@ -125,7 +147,7 @@ class AdapterLink:
             raise
 
     async def _requests(self) -> AsyncIterator[lifecycle_pb2.AttachRequest]:
-        yield lifecycle_pb2.AttachRequest(open=lifecycle_pb2.AttachOpen(lease_id=self._lease_id))
+        yield lifecycle_pb2.AttachRequest(open=self._open)
         while True:
             first = await self._queue.get()
             if first is _CLOSE:
@@ -149,10 +171,16 @@ class AdapterLink:
         try:
             async for resp in self._call:
                 which = resp.WhichOneof("msg")
-                if which == "attached":
+                if which == "attached" or which == "ensured":
+                    if which == "ensured":
+                        self.ensured = resp.ensured
+                        self.lease_id = self._label = resp.ensured.lease.lease_id
                     if self._attached is not None and not self._attached.done():
                         self._attached.set_result(None)
                 elif which == "stdout":
+                    if self._peer is None:
+                        await self._bound.wait()
+                    assert self._peer is not None
                     await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
@@ -160,13 +188,15 @@ class AdapterLink:
                     break
         except grpc.aio.AioRpcError as exc:
             if self._attached is not None and not self._attached.done():
+                # A refused ensure is EnsureSession's refusal, as the caller would have had it.
                 self._attached.set_exception(
-                    ConnectionError(f"attach failed: {exc.code().name}: {exc.details()}"))
-            log.info("attach_stream_ended", lease_id=self._lease_id, code=exc.code().name)
+                    exc if self._open.HasField("ensure")
+                    else ConnectionError(f"attach failed: {exc.code().name}: {exc.details()}"))
+            log.info("attach_stream_ended", lease_id=self._label, code=exc.code().name)
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("attach_reader_failed", lease_id=self._lease_id)
+            log.exception("attach_reader_failed", lease_id=self._label)
         finally:
             self._finish(exit_info)
 
@@ -177,8 +207,9 @@ class AdapterLink:
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
         self._rpc.close_outbound(lambda: AdapterGone(exit_info))
-        with contextlib.suppress(Exception):
-            self._peer.on_adapter_exit(exit_info)
+        if self._peer is not None:
+            with contextlib.suppress(Exception):
+                self._peer.on_adapter_exit(exit_info)
 
     async def close(self) -> None:
         """Close the adapter's stdin and stop reading (the lifecycle service reaps)."""
@@ -216,8 +247,13 @@ class AdapterLink:
         if self.exit_info is None:
             self._write(notification_line(method, params))
 
+    async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        assert self._peer is not None  # lines reach the JSON-RPC peer only once bound
+        await self._peer.on_adapter_notifications(batch)
+
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
         # Notifications go to the peer's notification sink; only requests get here.
+        assert self._peer is not None
         return await self._peer.on_adapter_request(method, params)
 
     def cancel_inbound(self, request_id: Any) -> None:

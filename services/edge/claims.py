@@ -67,6 +67,13 @@ class HostClaims:
         """How often the heartbeat renews: a third of the lease time."""
         return max(_MIN_INTERVAL_SECS, self.ttl_ms / 3000)
 
+    def certainly_held(self, taken_at: float, now: float) -> bool:
+        """Whether a claim this host took at ``taken_at`` (monotonic seconds, read before the
+        request that took it went out) is certainly still its own at ``now``: less than one
+        heartbeat interval passed, so two thirds of its lease time are left, and no other
+        host can take a claim before it expires."""
+        return now - taken_at < self.interval_secs
+
     async def claim(self, session_id: str) -> session_pb2.SessionRow:
         """Take the session for this host; -32602 "Session already active" when another live
         host holds it, the usual mapping of the service's other refusals."""

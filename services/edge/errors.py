@@ -2,8 +2,7 @@
 
 A gRPC refusal of the session service becomes a JSON-RPC error with the
 service's message forwarded verbatim; a session id the caller may not see is
-reported exactly like one that does not exist; an agent that cannot be
-started or set up is one -32603 naming the alias and the cause.
+reported exactly like one that does not exist.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from services.common.logs import get_logger
 from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    MSG_AGENT_START_FAILED,
     MSG_SESSION_NOT_FOUND,
     SESSION_NOT_FOUND,
 )
@@ -49,8 +47,3 @@ def cause(exc: BaseException) -> str:
         return exc.details() or exc.code().name
     text = str(exc)
     return text if text else type(exc).__name__
-
-
-def start_failed(alias: str, exc: BaseException) -> JsonRpcError:
-    """The -32603 of a session whose agent could not be started or set up."""
-    return JsonRpcError(INTERNAL_ERROR, MSG_AGENT_START_FAILED.format(alias=alias, cause=cause(exc)))

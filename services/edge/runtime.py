@@ -195,10 +195,18 @@ class EdgeRuntime:
 
     async def release(self, session: EdgeSession, reason: str) -> None:
         """Release the session's dependents, then detach the adapter, close the lease, mark
-        the row inactive and drop this host's claim (never another host's). Idempotent."""
+        the row inactive and drop this host's claim (never another host's). Idempotent: a
+        second call returns once the first has finished."""
         if session.released:
+            await session.release_finished.wait()
             return
         session.released = True
+        try:
+            await self._release(session, reason)
+        finally:
+            session.release_finished.set()
+
+    async def _release(self, session: EdgeSession, reason: str) -> None:
         dependents = self.dependents(session)
         if dependents:
             await asyncio.gather(*(self.deactivate(d, f"parent_{reason}") for d in dependents),
@@ -211,6 +219,8 @@ class EdgeRuntime:
             with contextlib.suppress(Exception):
                 await session.adapter.close()
         await self.close_lease(session.lease_id, session.session_key, reason)
+        if session.row_write is not None:  # "inactive" after "active", never before
+            await asyncio.wait((session.row_write,))
         await self.claims.release(session.session_id)
         log.info("session_released", session_id=session.session_id, reason=reason)
 
@@ -233,6 +243,8 @@ class EdgeRuntime:
             if resp.unverified_reason:
                 log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
         except grpc.aio.AioRpcError as exc:
+            if not lease_id and exc.code() == grpc.StatusCode.NOT_FOUND:
+                return  # the session never got a lease (its ensure was refused)
             log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
                         detail=exc.details())
 

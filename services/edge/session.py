@@ -130,6 +130,12 @@ class EdgeSession:
         #: Prior conversation for an external adapter that could not restore itself.
         self.pending_history: str | None = None
         self.released = False
+        #: Set once the release that ``released`` announced has finished.
+        self.release_finished = asyncio.Event()
+        #: When this setup took the row's claim (runtime clock): session/new creates it claimed.
+        self.claimed_at: float | None = None
+        #: The row's "active" write while it goes on after the answer (``mark_active``).
+        self.row_write: asyncio.Future[None] | None = None
         self._relays: set[asyncio.Future[Any]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         self.state = AdapterSessionState(runtime.session_stub, row.session_id, runtime.spawn,

@@ -10,9 +10,10 @@ client went away meanwhile.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -22,13 +23,19 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
-from services.edge.adapter import AdapterClient
+from services.edge.adapter import (
+    SETUP_TIMEOUT_SECS,
+    AdapterClient,
+    agent_secrets,
+    initialize_request,
+)
 from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
+from services.edge.adapter_link import AdapterLink
 from services.edge.claims import refusal
-from services.edge.errors import start_failed
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import ClientPort, EdgeSession
+from services.edge.warm import EarlyTake
 
 log = get_logger("edge.dialect")
 
@@ -52,7 +59,7 @@ class SessionHome(ClientPort, Protocol):
         """Write one line to the client."""
 
 
-@contextmanager
+@contextlib.contextmanager
 def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
     """Hold one of the ``max_sessions`` slots while a session is set up; -32001 when full."""
     if not runtime.registry.try_reserve():
@@ -64,7 +71,7 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
         runtime.registry.unreserve()
 
 
-@contextmanager
+@contextlib.contextmanager
 def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
     """Count new session ``sid`` among those being set up while it is: its claim is
     renewed from the start (``SessionRegistry.serving``)."""
@@ -87,43 +94,94 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
     return SecurityPolicy.from_proto(p)
 
 
-async def ensure_lease(runtime: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                       session_key: str, cwd: str) -> lifecycle_pb2.Lease:
-    """lifecycle ``EnsureSession`` for ``session_key``: a warm adapter when the alias keeps
-    some, else a fresh spawn in ``cwd``; -32603 "agent start failed" when refused."""
+def ensure_request(runtime: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                   session_key: str, cwd: str) -> lifecycle_pb2.EnsureSessionRequest:
+    """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter when the alias keeps
+    some, else a fresh spawn in ``cwd``."""
+    return lifecycle_pb2.EnsureSessionRequest(
+        session_key=session_key, command=agent.command, args=list(agent.args),
+        env=dict(agent.env), cwd=cwd, warm_pool=runtime.warm.pool_for(agent))
+
+
+async def start_adapter(conn: SessionHome, session: EdgeSession,
+                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        early: EarlyTake | None = None) -> AdapterClient:
+    """Bring the session's adapter up: its lease ensured and attached in one ``Attach``
+    stream (``AttachOpen.ensure``), ``initialize`` queued right behind the open, and
+    what it advertised recorded. ``early`` is a warm adapter taken and initialized while
+    the session was being decided (:meth:`services.edge.warm.WarmPools.take_early`): it
+    serves the session when it is what the session calls for and the pool had one, else
+    it is let go (:func:`drop_early`) and the lease is ensured as usual.
+
+    Raises what failed (a refused ensure as the lifecycle service's gRPC error), with
+    the link closed and ``session.lease_id`` set when a lease was ensured; the
+    caller abandons the session (:func:`spawn_adapter` does).
+    """
+    rt = conn.runtime
+    if early is not None:
+        initialize = initialize_request(conn.client_capabilities, rt.implementation,
+                                        policy).to_json()
+        if not early.serves(agent, initialize):
+            drop_early(early)
+        elif await _took(early):
+            return await _bring_up(conn, session, agent, policy, early.link, early.answer)
+    attach = lifecycle_pb2.AttachOpen(
+        ensure=ensure_request(rt, agent, session.session_key, session.workspace_dir))
+    return await _bring_up(conn, session, agent, policy, AdapterLink(rt.lifecycle_stub, attach))
+
+
+async def _took(early: EarlyTake) -> bool:
+    """Whether the early take got its adapter; False when it did not (the pool had none
+    ready, or the adapter it took is gone: the lease is then ensured as usual). Waited for
+    before a client is bound to its link, so a take that came back empty is no session's
+    adapter exit."""
     try:
-        resp = await runtime.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
-            session_key=session_key, command=agent.command, args=list(agent.args),
-            env=dict(agent.env), cwd=cwd, warm_pool=runtime.warm.pool_for(agent)))
-    except grpc.aio.AioRpcError as exc:
-        raise start_failed(agent.alias, exc) from None
-    if not resp.warm and runtime.warm.took_cold(agent):
-        runtime.spawn(runtime.warm.declare(agent))  # the lifecycle service may have forgotten it
-    return resp.lease
+        await early.link.attached(SETUP_TIMEOUT_SECS)
+    except Exception as exc:
+        why = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        log.info("warm_take_failed", alias=early.agent.alias, why=why)
+        return False
+    return True
+
+
+def drop_early(early: EarlyTake) -> None:
+    """Let go of a warm adapter taken early for a session it will not serve: its stream
+    ends, and with it the lease it took (lifecycle ``AttachOpen.ensure``: closed, or back
+    in its pool when the stream never reached the adapter)."""
+    early.answer.cancel()
+    early.link.abort()
+
+
+async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+                    policy: SecurityPolicy, link: AdapterLink,
+                    initialized: asyncio.Future[Any] | None = None) -> AdapterClient:
+    """Attach through ``link``, initialize (unless ``initialized`` is the answer to come of
+    the initialize sent already), record the adapter's capabilities."""
+    rt = conn.runtime
+    client = AdapterClient(link, session.session_id, session, agent)
+    session.bind_adapter(client, conn.client_capabilities)
+    try:
+        await client.start(conn.client_capabilities, rt.implementation, policy, initialized)
+    finally:
+        session.lease_id = link.lease_id
+        ensured = link.ensured
+        if ensured is not None and not ensured.warm and rt.warm.took_cold(agent):
+            rt.spawn(rt.warm.declare(agent))  # the lifecycle service may have forgotten it
+    await _record_capabilities(rt, agent, client)
+    return client
 
 
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
-                        lease: lifecycle_pb2.Lease | None = None) -> AdapterClient:
-    """Ensure a lease (unless the caller took ``lease`` for the session already: see
-    :func:`ensure_lease`), attach, initialize, record what the adapter can do.
-
-    On failure the lease is closed again and the adapter's error reaches the
-    client whole (:func:`services.edge.adapter_errors.setup_error`).
-    """
-    rt = conn.runtime
-    if lease is None:
-        lease = await ensure_lease(rt, agent, session.session_key, session.workspace_dir)
-    session.lease_id = lease.lease_id
-    client = AdapterClient(rt.lifecycle_stub, session.lease_id, session.session_id, session, agent)
-    session.bind_adapter(client, conn.client_capabilities)
+                        early: EarlyTake | None = None) -> AdapterClient:
+    """:func:`start_adapter` for a session whose row exists; when it fails the session is
+    abandoned (lease closed, row inactive) and the adapter's error reaches the client
+    whole (:func:`services.edge.adapter_errors.setup_error`)."""
     try:
-        await client.start(conn.client_capabilities, rt.implementation, policy)
+        return await start_adapter(conn, session, agent, policy, early)
     except Exception as exc:
-        await abandon(rt, session)
-        raise setup_error(agent.alias, exc, client.secrets) from None
-    await _record_capabilities(rt, agent, client)
-    return client
+        await abandon(conn.runtime, session)
+        raise setup_error(agent.alias, exc, agent_secrets(agent)) from None
 
 
 async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
@@ -154,6 +212,12 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     meanwhile (the session is released then: nobody is left to use it); -32602
     "Session already active" when another host took the session over meanwhile
     (this host's claim expired: it did not renew in time).
+
+    A session whose setup took its claim (``session.claimed_at``: session/new) less
+    than a heartbeat ago holds it for certain, so nothing can refuse the write: when
+    it only records the adapter (no alias, servers or roots to change), the session
+    is entered at once and the row written meanwhile (one round trip less before
+    the answer; its release waits for the write, ``EdgeSession.row_write``).
     """
     rt = conn.runtime
     request = session_pb2.UpdateSessionRequest(
@@ -167,13 +231,16 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     if additional_directories is not None:
         request.additional_directories.SetInParent()  # an empty list is a change too
         request.additional_directories.values.extend(additional_directories)
-    try:
-        await rt.session_stub.UpdateSession(request)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.ABORTED:
+    only_adapter = alias is None and mcp_servers_json is None and additional_directories is None
+    if only_adapter and session.claimed_at is not None \
+            and rt.claims.certainly_held(session.claimed_at, rt.clock()):
+        session.row_write = asyncio.ensure_future(_write_active_later(rt, session, request))
+    else:
+        try:
+            await _write_active(rt, request)
+        except grpc.aio.AioRpcError as exc:  # ABORTED: the claim is another host's
             await abandon(rt, session)
             raise refusal(exc, session.session_id) from None
-        log.warning("mark_active_failed", session_id=session.session_id, code=exc.code().name)
     if session.released:  # the adapter died during setup
         adapter = session.adapter
         exit_info = adapter.link.exit_info if adapter is not None else None
@@ -186,3 +253,25 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     conn.runtime.activate(session)
     conn.sessions[session.session_id] = session
     session.touch()
+
+
+async def _write_active(rt: EdgeRuntime, request: session_pb2.UpdateSessionRequest) -> None:
+    """``UpdateSession`` of :func:`mark_active`: ABORTED (another host's claim) raises, any
+    other failure is logged (the session runs; only a later restore reads the row)."""
+    try:
+        await rt.session_stub.UpdateSession(request)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.ABORTED:
+            raise
+        log.warning("mark_active_failed", session_id=request.session_id, code=exc.code().name)
+
+
+async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
+                              request: session_pb2.UpdateSessionRequest) -> None:
+    """:func:`_write_active` after the answer; a claim lost after all ends the session as
+    the heartbeat would (in a task of its own: its release waits for this write)."""
+    try:
+        await _write_active(rt, request)
+    except grpc.aio.AioRpcError:
+        log.warning("session_claim_lost", session_id=session.session_id)
+        rt.spawn(rt.deactivate(session, "claim_lost"))

@@ -10,19 +10,36 @@ may have restarted and forgotten it. A taken adapter is attached and
 initialized by the edge exactly like a freshly spawned one (rule 2: only the
 edge speaks ACP), so a warm adapter never carries one client's capabilities
 into another's session.
+
+``session/new`` takes its warm adapter early (:meth:`WarmPools.take_early`):
+while the session service decides the session, a stream already takes an
+adapter of the pool of the alias the session will most likely get — the one
+asked for, else the connection's or the configured default — without
+spawning (``warm_only``: the cwd is not decided yet), and sends it the
+``initialize`` that alias's autonomy level calls for. The session service's
+answer decides (rule 3: the edge only guesses ahead): when it chose that
+alias with that launch spec, and its policy calls for that very
+``initialize``, the adapter serves the session; otherwise, or when the
+session is refused, the adapter is let go (closed, or back in its pool if
+the stream never reached it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
+from services.common.protocol import M_INITIALIZE, session_key_for
+from services.edge.adapter import SETUP_TIMEOUT_SECS
+from services.edge.adapter_link import AdapterLink
 
 if TYPE_CHECKING:
     from acpgate.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
@@ -57,6 +74,8 @@ class WarmPools:
         self._lifecycle = lifecycle_stub
         self._clock = clock
         self._declared: dict[str, float] = {}
+        #: The launch spec each declared pool was given, by alias.
+        self._agents: dict[str, session_pb2.ResolvedAgent] = {}
 
     async def declare_all(self) -> None:
         """Ask the session service which agents keep warm adapters; declare each pool."""
@@ -71,6 +90,7 @@ class WarmPools:
     async def declare(self, agent: session_pb2.ResolvedAgent) -> None:
         """``KeepWarm`` for one agent; failures are logged (sessions then start cold)."""
         self._declared[agent.alias] = self._clock()
+        self._agents[agent.alias] = agent
         try:
             await self._lifecycle.KeepWarm(keep_request(agent))
         except grpc.aio.AioRpcError as exc:
@@ -88,3 +108,50 @@ class WarmPools:
             return False
         last = self._declared.get(agent.alias)
         return last is None or self._clock() - last >= REDECLARE_SECS
+
+    def take_early(self, alias: str, session_id: str,
+                   initialize: Callable[[str], dict[str, Any]]) -> EarlyTake | None:
+        """Start taking a warm adapter of ``alias``'s pool for new session ``session_id``
+        while the session service decides it, ``initialize(autonomy)`` (the params for the
+        alias's autonomy level) queued behind the open; None when ``alias`` keeps no pool."""
+        agent = self._agents.get(alias)
+        if agent is None or agent.warm <= 0:
+            return None
+        link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(
+            ensure=lifecycle_pb2.EnsureSessionRequest(
+                session_key=session_key_for(alias, session_id), command=agent.command,
+                args=list(agent.args), env=dict(agent.env), warm_pool=pool_name(alias),
+                warm_only=True)))
+        link.begin()
+        params = initialize(agent.autonomy)
+        answer = asyncio.ensure_future(link.request(M_INITIALIZE, params, SETUP_TIMEOUT_SECS))
+        answer.add_done_callback(_seen)  # a dropped take's failure is nobody's error
+        return EarlyTake(agent, link, params, answer)
+
+
+def _seen(answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled():
+        answer.exception()
+
+
+@dataclass(frozen=True)
+class EarlyTake:
+    """A warm adapter being taken, and initialized, for a session the session service is
+    still deciding."""
+
+    #: The pool's agent as declared (what the session is expected to resolve to).
+    agent: session_pb2.ResolvedAgent
+    #: The stream taking it (begun, not yet bound to a client).
+    link: AdapterLink
+    #: The ``initialize`` params it was sent, and their answer to come.
+    initialize: dict[str, Any]
+    answer: asyncio.Future[Any]
+
+    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+        """True when the session service chose this very alias and launch spec, and the
+        session calls for the ``initialize`` that was sent."""
+        mine = self.agent
+        return (resolved.alias, resolved.kind, resolved.command, list(resolved.args),
+                dict(resolved.env), resolved.warm > 0, initialize) == (
+                    mine.alias, mine.kind, mine.command, list(mine.args), dict(mine.env), True,
+                    self.initialize)

@@ -66,11 +66,16 @@ class Leases:
             time.sleep(0.05)
 
 
-def session_lease(config_dir: Path, session_id: str) -> str:
-    """The lease the session service stored for ``session_id``."""
+def session_lease(config_dir: Path, session_id: str, wait: float = WAIT) -> str:
+    """The lease the session service stored for ``session_id`` (session/new writes it right
+    after its answer: waited for)."""
     db = config_dir / "data" / "sessions" / "acp-sessions.db"
-    rows = _rows(db, "SELECT lease_id FROM sessions WHERE id = ?", session_id)
-    return str(rows[0][0]) if rows else ""
+    deadline = time.monotonic() + wait
+    while True:
+        rows = _rows(db, "SELECT lease_id FROM sessions WHERE id = ?", session_id)
+        if (rows and rows[0][0]) or time.monotonic() >= deadline:
+            return str(rows[0][0]) if rows else ""
+        time.sleep(0.02)
 
 
 def test_session_new_takes_the_warm_adapter_and_the_pool_refills(tmp_path: Path) -> None:

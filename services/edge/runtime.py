@@ -126,9 +126,6 @@ class EdgeRuntime:
         self.registry = SessionRegistry(cfg.acp.max_sessions)
         #: The warm adapter pools this edge declared (services.edge.warm).
         self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
-        #: Both services run inside this process (embedded, in-process channels): calls to
-        #: them share this interpreter, so overlapping them buys nothing.
-        self.colocated = False
         self.persistent = True
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
@@ -331,7 +328,6 @@ async def open_runtime(
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
                           adapter_methods=adapter_methods)
     runtime._hosted = hosted
-    runtime.colocated = local[0] is not None and local[1] is not None
     try:
         await runtime._start()
     except BaseException:

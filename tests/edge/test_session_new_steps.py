@@ -14,7 +14,6 @@ services and a real warm pool of the built-in agent throughout.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,9 +246,3 @@ def test_a_claim_is_certainly_held_for_less_than_a_heartbeat(ttl_ms: int, age: f
     claims = HostClaims(None)  # type: ignore[arg-type]  # no call is made
     claims.configure("gw-1", ttl_ms)
     assert claims.certainly_held(100.0, 100.0 + age) is held
-
-
-def test_embedded_services_are_colocated(runtime: EdgeRuntime) -> None:
-    """Both services started in the edge's process, reached by in-process channels."""
-    assert runtime.colocated is True
-    assert dataclasses.is_dataclass(runtime.registry)

@@ -55,7 +55,6 @@ async def full_stack(cfg: Config, **edge_kw: Any) -> AsyncIterator[Stack]:
     )
     channel = grpc.aio.insecure_channel(lifecycle.address)
     runtime = await open_runtime(cfg, version=__version__)
-    assert not runtime.colocated  # both services are dialled
     probe = ServiceProbe(cfg, session.address, lifecycle.address)
     edge = EdgeServer(cfg, runtime, probe=probe, **edge_kw)
     try:

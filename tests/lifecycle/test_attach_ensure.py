@@ -225,19 +225,30 @@ async def test_warm_only_never_spawns(tmp_path: Path, scripts: Scripts,
     assert not (await stub.ListLeases(pb.ListLeasesRequest())).leases
 
 
-async def test_an_untouched_warm_adapter_goes_back_to_its_pool(
-        tmp_path: Path, scripts: Scripts, guard: ProcessGuard,
-        served: tuple[RunningServer, Stub], monkeypatch: pytest.MonkeyPatch) -> None:
-    # No refill may land before the adapter is back (the pool would be full then).
+@pytest.fixture
+def no_refill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No refill lands while a test runs (a full pool takes nothing back)."""
     monkeypatch.setattr(warm, "REFILL_DELAY_SECS", 60.0)
     monkeypatch.setattr(warm, "REFILL_MAX_DELAY_SECS", 60.0)
-    _, stub = served
-    await stub.KeepWarm(keep(scripts.echo, tmp_path, 1))
+
+
+async def take_the_warm_one(stub: Stub, scripts: Scripts, guard: ProcessGuard,
+                            cwd: Path) -> tuple[pb.Lease, Attacher]:
+    """A pool of one echo adapter, and an ``Attach{ensure warm_only}`` that took it."""
+    await stub.KeepWarm(keep(scripts.echo, cwd, 1))
     (ready,) = await wait_warm(stub, 1, guard)
     att = Attacher(stub, ensure=warm_only(scripts.echo, "agent:w:acp:1"))
     got = (await att.read()).ensured
     assert got.warm and got.lease.lease_id == ready.lease_id
     assert await state_of(stub, ready.lease_id) == pb.LEASE_STATE_OPEN
+    return ready, att
+
+
+async def test_an_untouched_warm_adapter_goes_back_to_its_pool(
+        tmp_path: Path, scripts: Scripts, guard: ProcessGuard,
+        served: tuple[RunningServer, Stub], no_refill: None) -> None:
+    _, stub = served
+    ready, att = await take_the_warm_one(stub, scripts, guard, tmp_path)
     att.call.cancel()  # gone without a line either way
     (back,) = await wait_warm(stub, 1, guard)
     assert back.lease_id == ready.lease_id and back.session_key == "agent:w:warm"
@@ -252,14 +263,9 @@ async def test_an_untouched_warm_adapter_goes_back_to_its_pool(
 
 async def test_a_touched_adapter_is_closed_with_its_stream(
         tmp_path: Path, scripts: Scripts, guard: ProcessGuard,
-        served: tuple[RunningServer, Stub], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(warm, "REFILL_DELAY_SECS", 60.0)
-    monkeypatch.setattr(warm, "REFILL_MAX_DELAY_SECS", 60.0)
+        served: tuple[RunningServer, Stub], no_refill: None) -> None:
     _, stub = served
-    await stub.KeepWarm(keep(scripts.echo, tmp_path, 1))
-    (ready,) = await wait_warm(stub, 1, guard)
-    att = Attacher(stub, ensure=warm_only(scripts.echo, "agent:w:acp:1"))
-    assert (await att.read()).ensured.warm
+    ready, att = await take_the_warm_one(stub, scripts, guard, tmp_path)
     att.send("initialize")
     assert await att.read_lines(1) == ["initialize"]
     att.call.cancel()  # it heard from a session: never another's
@@ -274,10 +280,9 @@ async def test_a_touched_adapter_is_closed_with_its_stream(
 @pytest.mark.parametrize("why", ["the pool refilled", "its files changed"])
 async def test_an_untouched_adapter_the_pool_cannot_take_back_is_closed(
         tmp_path: Path, scripts: Scripts, guard: ProcessGuard,
-        served: tuple[RunningServer, Stub], monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+        served: tuple[RunningServer, Stub], request: pytest.FixtureRequest, why: str) -> None:
     if why == "its files changed":
-        monkeypatch.setattr(warm, "REFILL_DELAY_SECS", 60.0)
-        monkeypatch.setattr(warm, "REFILL_MAX_DELAY_SECS", 60.0)
+        request.getfixturevalue("no_refill")
     _, stub = served
     config = tmp_path / "config.toml"
     config.write_text("a = 1\n")

@@ -171,7 +171,7 @@ class AdapterLink:
         try:
             async for resp in self._call:
                 which = resp.WhichOneof("msg")
-                if which == "attached" or which == "ensured":
+                if which in ("attached", "ensured"):
                     if which == "ensured":
                         self.ensured = resp.ensured
                         self.lease_id = self._label = resp.ensured.lease.lease_id

@@ -11,8 +11,8 @@ client went away meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import grpc
@@ -59,7 +59,7 @@ class SessionHome(ClientPort, Protocol):
         """Write one line to the client."""
 
 
-@contextlib.contextmanager
+@contextmanager
 def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
     """Hold one of the ``max_sessions`` slots while a session is set up; -32001 when full."""
     if not runtime.registry.try_reserve():
@@ -71,7 +71,7 @@ def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
         runtime.registry.unreserve()
 
 
-@contextlib.contextmanager
+@contextmanager
 def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
     """Count new session ``sid`` among those being set up while it is: its claim is
     renewed from the start (``SessionRegistry.serving``)."""
@@ -92,15 +92,6 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
         alias=alias, workspace_dir=workspace_dir,
         additional_directories=list(additional_directories), session_id=session_id))
     return SecurityPolicy.from_proto(p)
-
-
-def ensure_request(runtime: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                   session_key: str, cwd: str) -> lifecycle_pb2.EnsureSessionRequest:
-    """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter when the alias keeps
-    some, else a fresh spawn in ``cwd``."""
-    return lifecycle_pb2.EnsureSessionRequest(
-        session_key=session_key, command=agent.command, args=list(agent.args),
-        env=dict(agent.env), cwd=cwd, warm_pool=runtime.warm.pool_for(agent))
 
 
 async def start_adapter(conn: SessionHome, session: EdgeSession,
@@ -126,7 +117,7 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
         elif await _took(early):
             return await _bring_up(conn, session, agent, policy, early.link, early.answer)
     attach = lifecycle_pb2.AttachOpen(
-        ensure=ensure_request(rt, agent, session.session_key, session.workspace_dir))
+        ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
     return await _bring_up(conn, session, agent, policy, AdapterLink(rt.lifecycle_stub, attach))
 
 

@@ -97,6 +97,14 @@ class WarmPools:
             log.warning("keep_warm_failed", alias=agent.alias, code=exc.code().name,
                         detail=exc.details())
 
+    def ensure_request(self, agent: session_pb2.ResolvedAgent, session_key: str, cwd: str = "",
+                       *, warm_only: bool = False) -> lifecycle_pb2.EnsureSessionRequest:
+        """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter of ``agent``'s pool
+        when it keeps one, else a fresh spawn in ``cwd`` (``warm_only``: never a spawn)."""
+        return lifecycle_pb2.EnsureSessionRequest(
+            session_key=session_key, command=agent.command, args=list(agent.args),
+            env=dict(agent.env), cwd=cwd, warm_pool=self.pool_for(agent), warm_only=warm_only)
+
     def pool_for(self, agent: session_pb2.ResolvedAgent) -> str:
         """The pool an ``EnsureSession`` for ``agent`` names ("" when it keeps none warm)."""
         return pool_name(agent.alias) if agent.warm > 0 else ""
@@ -117,11 +125,8 @@ class WarmPools:
         agent = self._agents.get(alias)
         if agent is None or agent.warm <= 0:
             return None
-        link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(
-            ensure=lifecycle_pb2.EnsureSessionRequest(
-                session_key=session_key_for(alias, session_id), command=agent.command,
-                args=list(agent.args), env=dict(agent.env), warm_pool=pool_name(alias),
-                warm_only=True)))
+        link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(ensure=self.ensure_request(
+            agent, session_key_for(alias, session_id), warm_only=True)))
         link.begin()
         params = initialize(agent.autonomy)
         answer = asyncio.ensure_future(link.request(M_INITIALIZE, params, SETUP_TIMEOUT_SECS))

@@ -212,7 +212,7 @@ class LifecycleController:
         the pool does not take it back (in a task of its own, like :meth:`close_later`)."""
         async def give_back() -> None:
             if not await self.pools.give_back(pool, lease_id):
-                await self._close_quietly(lease_id, "abandoned")
+                await self._close_quietly(lease_id, "detached")
         return self._in_background(give_back())
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:

@@ -16,9 +16,9 @@ agent's config file) retires the adapters started before it: each remembers
 the files' fingerprint from its spawn, checked on every take and every
 :data:`CHECK_SECS`. An adapter taken and left untouched (its Attach ended before
 a line went either way) comes back (:meth:`WarmPool.give_back`): warm again,
-under the pool's key, when the pool has room and its files did not change. Adapters that die while waiting make the pool back off
-(:data:`BACKOFF_SECS` doubling up to :data:`BACKOFF_MAX_SECS`) instead of
-respawning in a loop.
+under the pool's key, when the pool has room and its files did not change.
+Adapters that die while waiting make the pool back off (:data:`BACKOFF_SECS`
+doubling up to :data:`BACKOFF_MAX_SECS`) instead of respawning in a loop.
 """
 
 from __future__ import annotations

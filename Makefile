@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-PROTOS := protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
+PROTOS := protos/acpgate/launch/v1/launch.proto protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
 .PHONY: install proto proto-check acp-schema run test lint bench clean

@@ -27,9 +27,14 @@ import grpc
 
 from acpgate.socket_dirs import make_socket_dir, sweep_stale_async
 from services.common.config import Config
+from services.common.grpc_auth import GrpcSecurity, grpc_security, load_security
 from services.common.grpc_server import RunningServer
+from services.common.logs import get_logger
+from services.common.service_key import ServiceKeyError, ephemeral_key
 from services.lifecycle.server import start_lifecycle_server
 from services.session.server import start_session_server
+
+log = get_logger("embedded")
 
 #: The edge of this process reaches the services started here in-process (not over their sockets).
 IN_PROCESS = True
@@ -45,6 +50,8 @@ class EmbeddedServices:
 
     session_addr: str
     lifecycle_addr: str
+    #: The credential every call to these addresses carries (the services check it).
+    security: GrpcSecurity
     servers: list[RunningServer] = field(default_factory=list)
     tempdir: str | None = None
 
@@ -68,9 +75,26 @@ class EmbeddedServices:
             self.tempdir = None
 
 
+async def embedded_security(cfg: Config) -> GrpcSecurity:
+    """The install's service credential; when its key file cannot be read or made (a
+    read-only data dir), one for this process alone — its own services then answer
+    nobody else, which is all an embedded edge needs (issue 23)."""
+    try:
+        return await load_security(cfg)
+    except ServiceKeyError as exc:
+        log.warning("service_key_ephemeral", why=str(exc))
+        return grpc_security(cfg, credential=ephemeral_key())
+
+
 async def start_embedded(cfg: Config) -> EmbeddedServices:
-    """Start every service whose ``[services]`` address is empty; stop them all on failure."""
-    services = EmbeddedServices(cfg.services.session_addr, cfg.services.lifecycle_addr)
+    """Start every service whose ``[services]`` address is empty; stop them all on failure.
+
+    Both are started with one service credential (:func:`embedded_security`): every call
+    on their sockets must carry it, and the seal key derived from it makes the lifecycle
+    service run only what the session service resolved."""
+    security = await embedded_security(cfg)
+    services = EmbeddedServices(cfg.services.session_addr, cfg.services.lifecycle_addr,
+                                security)
     if services.session_addr and services.lifecycle_addr:
         return services
     # A SIGKILLed acpgate could not remove its dir: sweep those first (acpgate/socket_dirs.py).
@@ -78,11 +102,13 @@ async def start_embedded(cfg: Config) -> EmbeddedServices:
     services.tempdir = make_socket_dir()
     try:
         if not services.session_addr:
-            server = await start_session_server(cfg, f"unix:{services.tempdir}/s.sock")
+            server = await start_session_server(cfg, f"unix:{services.tempdir}/s.sock",
+                                                security=security)
             services.servers.append(server)
             services.session_addr = server.address
         if not services.lifecycle_addr:
-            server = await start_lifecycle_server(cfg, f"unix:{services.tempdir}/l.sock")
+            server = await start_lifecycle_server(cfg, f"unix:{services.tempdir}/l.sock",
+                                                  security=security)
             services.servers.append(server)
             services.lifecycle_addr = server.address
     except BaseException:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
 from services.common.config import Config
-from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
@@ -157,10 +157,15 @@ class Supervisor:
         self.options = options or SupervisorOptions()
         self.children = [_Child(spec) for spec in (specs or child_specs(cfg))]
         self.stopping = False
+        #: The credential of the health checks' channels (read in :meth:`start`).
+        self.security = GrpcSecurity()
 
     def argv(self, spec: ChildSpec) -> list[str]:
-        """``python -m acpgate <command> --config-dir <dir>``."""
-        return [self.python, "-m", "acpgate", spec.command, "--config-dir", str(self.cfg.config_dir)]
+        """``python -I -m acpgate <command> --config-dir <dir>``: isolated mode, so the
+        directory serve was started from (a clone with an ``acpgate/`` of its own) and
+        ``PYTHON*`` variables never decide which code runs (issue 24)."""
+        return [self.python, "-I", "-m", "acpgate", spec.command,
+                "--config-dir", str(self.cfg.config_dir)]
 
     async def _spawn(self, child: _Child) -> None:
         child.process = await spawn_child(self.python, self.argv(child.spec), self.env)
@@ -173,7 +178,7 @@ class Supervisor:
         spec = child.spec
         if not spec.health_address:
             return True
-        channel = open_service_channel(grpc_security(self.cfg), spec.health_address)
+        channel = open_service_channel(self.security, spec.health_address)
         try:
             assert child.process is not None
             health = asyncio.create_task(
@@ -196,7 +201,11 @@ class Supervisor:
             await channel.close(None)
 
     async def start(self) -> bool:
-        """Start every child in order, each service healthy before the next; False on failure."""
+        """Start every child in order, each service healthy before the next; False on failure.
+
+        The install's service credential is read (made on the first start) before any
+        child runs: the three children then read the one key, never each a new one."""
+        self.security = await load_security(self.cfg)
         for child in self.children:
             await self._spawn(child)
             if not await self._wait_healthy(child):

@@ -130,7 +130,8 @@ async def session_service(st: Stage) -> AsyncIterator[session_pb2_grpc.SessionSe
         *ACPGATE, "session-service", "--config-dir", str(st.config_dir), env=env, cwd=str(REPO),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL)
-    channel = open_service_channel(grpc_security(st.config()), address)
+    # The service runs on the acp data dir (above): its install key is that dir's.
+    channel = open_service_channel(grpc_security(st.acp_config()), address)
     try:
         await wait_healthy(channel, within=60.0)
         yield session_pb2_grpc.SessionServiceStub(channel)

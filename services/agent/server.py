@@ -32,7 +32,7 @@ from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
 from services.common.acp.schema import PromptResponse
-from services.common.config import AgentSection, Config
+from services.common.config import ENV_PREFIX, AgentSection, Config
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
 from services.common.mcp_servers import McpServerSpec, parse_servers
@@ -80,9 +80,12 @@ def _acpgate_meta(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def shell_environment(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
-    """The shell's environment: ours minus every provider API key variable."""
+    """The shell's environment: ours minus every provider API key variable and acpgate's
+    own configuration overrides (``ACPGATE_<section>__<key>``: not the shell's business;
+    the lease markers stay, the reaper finds a detached descendant by them)."""
     secret_names = {a.api_key_env for a in cfg.agents.values() if a.api_key_env}
-    return {k: v for k, v in environ.items() if k not in secret_names}
+    return {k: v for k, v in environ.items()
+            if k not in secret_names and not (k.startswith(ENV_PREFIX) and "__" in k)}
 
 
 class AgentServer:

@@ -1,18 +1,20 @@
-"""Optional shared-token auth and TLS for the gRPC services over TCP.
+"""Authentication of every gRPC call, and optional TLS, between acpgate's processes.
 
-On one host the services talk over unix sockets and need neither. Across hosts
-(docker compose, multi-host) two optional layers apply, both configured by the
-environment so no secret ever sits in ``config.toml``:
+The session and lifecycle services decide and spawn for whoever calls them, so
+no call is served without the install's **service credential**
+(:mod:`services.common.service_key`: ``[services] token_env``'s variable, else
+the per-install key file), on TCP and unix sockets alike (issue 23: a shell
+command an agent runs can reach the sockets, and must get nothing there). Every
+call carries ``authorization: Bearer <credential>`` metadata, compared in
+constant time; anything else is ``UNAUTHENTICATED``. Health checks stay open so
+container probes need no secret; they reveal nothing but SERVING. An in-process
+channel (``services.common.inproc``) carries no token: its caller is the process
+that holds the servicers.
 
-- **shared token**: ``[services] token_env`` names an environment variable; when
-  that variable is set and non-empty, every call must carry
-  ``authorization: Bearer <token>`` metadata (compared in constant time), else
-  the call fails with ``UNAUTHENTICATED``. Health checks stay open so container
-  probes need no secret; they reveal nothing but SERVING.
-- **TLS** (TCP addresses only): ``ACPGATE_GRPC_TLS_CERT`` + ``ACPGATE_GRPC_TLS_KEY``
-  make a server listen with TLS; ``ACPGATE_GRPC_TLS_CA`` (optional, else the
-  system roots) is what clients trust; ``ACPGATE_GRPC_TLS`` = ``1`` makes a
-  client use TLS when it has no CA file of its own.
+**TLS** (TCP addresses only): ``ACPGATE_GRPC_TLS_CERT`` + ``ACPGATE_GRPC_TLS_KEY``
+make a server listen with TLS; ``ACPGATE_GRPC_TLS_CA`` (optional, else the
+system roots) is what clients trust; ``ACPGATE_GRPC_TLS`` = ``1`` makes a client
+use TLS when it has no CA file of its own.
 
 Servers: ``start_server(address, …, interceptors=server_interceptors(sec),
 credentials=server_credentials(sec, address))``. Clients:
@@ -21,6 +23,7 @@ credentials=server_credentials(sec, address))``. Clients:
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,6 +35,7 @@ import grpc
 
 from services.common.config import Config
 from services.common.grpc_limits import SERVER_OPTIONS
+from services.common.service_key import load_or_create_key, seal_key, service_key_path
 
 ENV_TLS_CERT = "ACPGATE_GRPC_TLS_CERT"
 ENV_TLS_KEY = "ACPGATE_GRPC_TLS_KEY"
@@ -44,7 +48,11 @@ OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
 
 @dataclass(frozen=True)
 class GrpcSecurity:
-    """The effective gRPC security settings of one process (token never logged)."""
+    """The effective gRPC security settings of one process (token never logged).
+
+    ``token`` is the service credential every call carries; a server refuses to
+    start without one.
+    """
 
     token: str = ""
     cert_file: str = ""
@@ -69,11 +77,24 @@ class GrpcSecurity:
         """True when clients should dial TCP addresses with TLS."""
         return self.client_tls or bool(self.ca_file)
 
+    @property
+    def seal_key(self) -> bytes:
+        """The key launch specs are sealed with (derived from the credential)."""
+        return seal_key(self.token)
 
-def grpc_security(cfg: Config, environ: Mapping[str, str] | None = None) -> GrpcSecurity:
-    """Read the token (via ``[services] token_env``) and TLS files from the environment."""
+
+def grpc_security(cfg: Config, environ: Mapping[str, str] | None = None, *,
+                  credential: str = "") -> GrpcSecurity:
+    """The service credential — ``credential`` when given, else ``[services] token_env``'s
+    variable when it is set, else the install's key file, created on first use (blocking;
+    start-up only) — and the TLS files from the environment. ``ServiceKeyError`` when the
+    key file cannot be read or made."""
     env = os.environ if environ is None else environ
-    token = env.get(cfg.services.token_env, "").strip() if cfg.services.token_env else ""
+    token = credential
+    if not token and cfg.services.token_env:
+        token = env.get(cfg.services.token_env, "").strip()
+    if not token:
+        token = load_or_create_key(service_key_path(cfg.data_dir))
     return GrpcSecurity(
         token=token,
         cert_file=env.get(ENV_TLS_CERT, ""),
@@ -81,6 +102,11 @@ def grpc_security(cfg: Config, environ: Mapping[str, str] | None = None) -> Grpc
         ca_file=env.get(ENV_TLS_CA, ""),
         client_tls=env.get(ENV_TLS_CLIENT, "").strip().lower() in ("1", "true", "yes", "on"),
     )
+
+
+async def load_security(cfg: Config) -> GrpcSecurity:
+    """:func:`grpc_security` off the event loop (it may create the key file)."""
+    return await asyncio.to_thread(grpc_security, cfg)
 
 
 def is_unix(address: str) -> bool:
@@ -115,7 +141,7 @@ def _abort_handler(
 
 
 class SharedTokenServerInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls whose ``authorization`` metadata is not ``Bearer <the token>``."""
+    """Rejects calls whose ``authorization`` metadata is not ``Bearer <the credential>``."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
@@ -141,8 +167,10 @@ class SharedTokenServerInterceptor(grpc.aio.ServerInterceptor):
 
 
 def server_interceptors(sec: GrpcSecurity) -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors a service server installs (empty when no token is configured)."""
-    return [SharedTokenServerInterceptor(sec.token)] if sec.token else []
+    """The interceptors a service server installs: the credential check, always."""
+    if not sec.token:
+        raise ValueError("a service serves no call without a service credential")
+    return [SharedTokenServerInterceptor(sec.token)]
 
 
 def server_credentials(sec: GrpcSecurity, address: str) -> grpc.ServerCredentials | None:
@@ -209,7 +237,7 @@ class _TokenStreamStream(_TokenHolder, grpc.aio.StreamStreamClientInterceptor):
 
 
 def client_interceptors(sec: GrpcSecurity) -> list[Any]:
-    """Interceptors that attach the shared token to every call kind (empty without one)."""
+    """Interceptors that attach the credential to every call kind (empty without one)."""
     if not sec.token:
         return []
     return [

@@ -22,7 +22,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common.grpc_auth import GrpcSecurity, server_credentials, server_interceptors
+from services.common.grpc_auth import (
+    GrpcSecurity,
+    open_service_channel,
+    server_credentials,
+    server_interceptors,
+)
 from services.common.grpc_limits import MAX_MESSAGE_BYTES, SERVER_OPTIONS
 from services.common.inproc import InProcessChannel
 from services.common.logs import StructLogger
@@ -59,6 +64,15 @@ class RunningServer:
     register: Callable[[grpc.aio.Server], None] | None = None
     #: The service's own interceptors (not the transport's token check).
     interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+    #: The credential (and TLS) every call must carry (``start_service``).
+    security: GrpcSecurity | None = None
+
+    def dial(self) -> grpc.aio.Channel:
+        """A channel to this server over its address, every call carrying its credential
+        (operator tools, tests; the edge of the same process uses :meth:`local_channel`)."""
+        if self.security is None:
+            raise RuntimeError("this server was started without a service credential")
+        return open_service_channel(self.security, self.address)
 
     def local_channel(self) -> InProcessChannel:
         """A channel into these very servicers from this process (services.common.inproc)."""
@@ -168,6 +182,7 @@ async def start_service(
     running.on_stop = close
     running.register = register
     running.interceptors = tuple(interceptors)
+    running.security = security
     return running
 
 

@@ -176,6 +176,7 @@ class AdapterClient:
         self.builtin = agent.kind == AGENT_KIND_BUILTIN
         self.alias = agent.alias
         self._env = dict(agent.env)
+        self._pass_env = tuple(agent.pass_env)
         self._authenticated = False
         #: The adapter's result of the session/new, load or resume that set its session up.
         self.setup_result: Any = None
@@ -297,7 +298,7 @@ class AdapterClient:
 
     async def _authenticate(self) -> bool:
         """``authenticate`` with an advertised env_var method whose variables are set."""
-        method_id = env_auth_method(self.auth_methods, self._env)
+        method_id = env_auth_method(self.auth_methods, self._env, self._pass_env)
         if not method_id:
             return False
         self._authenticated = True

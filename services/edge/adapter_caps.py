@@ -34,6 +34,7 @@ from services.common.acp.schema import (
     InitializeResponse,
 )
 from services.common.acp.wire import AcpDecodeError
+from services.common.env_names import passes
 from services.common.path_policy import may_run_shell
 from services.common.policy import SecurityPolicy
 from services.common.protocol import PROTOCOL_VERSION
@@ -92,19 +93,20 @@ def client_capabilities(client: ClientCapabilities,
     )
 
 
-def env_auth_method(auth_methods: Sequence[Any], env: Mapping[str, str]) -> str:
+def env_auth_method(auth_methods: Sequence[Any], env: Mapping[str, str],
+                    pass_env: Sequence[str] = ()) -> str:
     """The first advertised ``env_var`` auth method whose variables are all set, or "".
 
-    ``env`` is the agent's configured environment; the variables of the
-    environment acpgate runs in count too (the lifecycle service passes its own
-    environment on to adapters).
+    ``env`` is the agent's configured environment; a variable of the environment
+    acpgate runs in counts too when the agent's ``pass_env`` names it (nothing
+    else of acpgate's environment reaches an adapter).
     """
     for method in auth_methods:
         if not isinstance(method, dict) or method.get("type") != AUTH_TYPE_ENV_VAR \
                 or not isinstance(method.get("id"), str):
             continue
         names = [v.get("name") for v in method.get("vars") or () if isinstance(v, dict)]
-        if names and all(isinstance(n, str) and (env.get(n) or os.environ.get(n))
-                         for n in names):
+        if names and all(isinstance(n, str) and (
+                env.get(n) or (passes(n, pass_env) and os.environ.get(n))) for n in names):
             return str(method["id"])
     return ""

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from services.common.config import Config
+from services.common.grpc_auth import GrpcSecurity
 from services.common.logs import get_logger
 from services.edge import runtime as _runtime
 from services.edge.a2a.methods import A2A_ADAPTER_METHODS
@@ -29,12 +30,13 @@ log = get_logger("edge.connection")
 
 
 async def open_runtime(cfg: Config, *, version: str, start_services: StartServices | None = None,
-                       health_timeout: float = 10.0) -> EdgeRuntime:
+                       health_timeout: float = 10.0,
+                       security: GrpcSecurity | None = None) -> EdgeRuntime:
     """The edge runtime (``services.edge.runtime.open_runtime``) serving the session tools'
     extension methods to its adapters (issue 13)."""
     return await _runtime.open_runtime(cfg, version=version, start_services=start_services,
                                        health_timeout=health_timeout,
-                                       adapter_methods=A2A_ADAPTER_METHODS)
+                                       adapter_methods=A2A_ADAPTER_METHODS, security=security)
 
 
 async def serve_connection(

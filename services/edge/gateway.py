@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from services.common.addresses import with_service_addresses
 from services.common.config import Config
+from services.common.grpc_auth import load_security
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
 from services.edge.connection import open_runtime
@@ -35,7 +36,8 @@ async def run_edge(cfg: Config, *, version: str,
     cfg = with_service_addresses(cfg)
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
-    probe = ServiceProbe(cfg, cfg.services.session_addr, cfg.services.lifecycle_addr)
+    security = await load_security(cfg)
+    probe = ServiceProbe(security, cfg.services.session_addr, cfg.services.lifecycle_addr)
     try:
         if not await wait_for_services(probe, stop):
             return 1 if not stop.is_set() else 0
@@ -45,7 +47,7 @@ async def run_edge(cfg: Config, *, version: str,
             if not any(not t.revoked for t in tokens):
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
-        runtime = await open_runtime(cfg, version=version)
+        runtime = await open_runtime(cfg, version=version, security=security)
         try:
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
             try:

@@ -15,8 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
-from services.common.config import Config
-from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.logs import get_logger
 
 log = get_logger("edge.ws")
@@ -25,8 +24,7 @@ log = get_logger("edge.ws")
 class ServiceProbe:
     """gRPC health of both services and lease counts, for ``/healthz`` and ``/metrics``."""
 
-    def __init__(self, cfg: Config, session_addr: str, lifecycle_addr: str) -> None:
-        sec = grpc_security(cfg)
+    def __init__(self, sec: GrpcSecurity, session_addr: str, lifecycle_addr: str) -> None:
         self._channels = {
             "session": (open_service_channel(sec, session_addr), SESSION_SERVICE),
             "lifecycle": (open_service_channel(sec, lifecycle_addr), LIFECYCLE_SERVICE),

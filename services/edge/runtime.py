@@ -31,7 +31,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.config import Config
-from services.common.grpc_auth import grpc_security, open_service_channel
+from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.edge.claims import HostClaims
@@ -58,6 +58,8 @@ class ServiceHost(Protocol):
 
     session_addr: str
     lifecycle_addr: str
+    #: The service credential (and TLS) to dial both addresses with.
+    security: GrpcSecurity
 
     def local_channel(self, address: str) -> grpc.aio.Channel | None:
         """A channel straight into the service this host runs at ``address`` (no socket
@@ -285,6 +287,7 @@ async def open_runtime(
     start_services: StartServices | None = None,
     health_timeout: float = 10.0,
     adapter_methods: Mapping[str, AdapterMethod] | None = None,
+    security: GrpcSecurity | None = None,
 ) -> EdgeRuntime:
     """Connect to the configured services, or have the missing ones started (SPEC §0).
 
@@ -294,7 +297,9 @@ async def open_runtime(
     report SERVING within ``health_timeout`` seconds. ``version`` is acpgate's
     version, passed in by the command line; ``adapter_methods`` the adapter
     requests the edge serves itself (``services.edge.connection`` passes the
-    session tools').
+    session tools'). A dialled service is called with ``security``'s credential (default:
+    the started services', else the install's, :func:`~services.common.grpc_auth.
+    load_security`); an in-process channel needs none.
     """
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
@@ -308,11 +313,12 @@ async def open_runtime(
                                  "service starter was given")
             hosted = await start_services(cfg)
             session_addr, lifecycle_addr = hosted.session_addr, hosted.lifecycle_addr
-        sec = grpc_security(cfg)
         local = [hosted.local_channel(a) if hosted is not None else None
                  for a in (session_addr, lifecycle_addr)]
-        session_channel = local[0] or open_service_channel(sec, session_addr)
-        lifecycle_channel = local[1] or open_service_channel(sec, lifecycle_addr)
+        if None in local and security is None:  # dialled: the credential is needed
+            security = hosted.security if hosted is not None else await load_security(cfg)
+        session_channel = local[0] or _dial(security, session_addr)
+        lifecycle_channel = local[1] or _dial(security, lifecycle_addr)
         for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
             if in_process is None:  # an in-process channel reaches a service already started
                 await wait_healthy(dialled, within=health_timeout)
@@ -334,3 +340,10 @@ async def open_runtime(
         await runtime.close()
         raise
     return runtime
+
+
+def _dial(security: GrpcSecurity | None, address: str) -> grpc.aio.Channel:
+    """A channel to a service at ``address``, every call carrying ``security``'s credential."""
+    if security is None:
+        raise ValueError(f"no service credential to dial {address}")
+    return open_service_channel(security, address)

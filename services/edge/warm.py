@@ -57,11 +57,10 @@ def pool_name(alias: str) -> str:
 
 
 def keep_request(agent: session_pb2.ResolvedAgent) -> lifecycle_pb2.KeepWarmRequest:
-    """``KeepWarm`` for a resolved agent: its launch spec, in its agent workspace."""
+    """``KeepWarm`` for a resolved agent: its sealed launch spec, in its agent workspace."""
     return lifecycle_pb2.KeepWarmRequest(
-        pool=pool_name(agent.alias), command=agent.command, args=list(agent.args),
-        env=dict(agent.env), cwd=agent.agent_workspace, watch_paths=list(agent.watch_paths),
-        count=agent.warm)
+        pool=pool_name(agent.alias), launch=agent.launch, cwd=agent.agent_workspace,
+        watch_paths=list(agent.watch_paths), count=agent.warm)
 
 
 class WarmPools:
@@ -102,8 +101,8 @@ class WarmPools:
         """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter of ``agent``'s pool
         when it keeps one, else a fresh spawn in ``cwd`` (``warm_only``: never a spawn)."""
         return lifecycle_pb2.EnsureSessionRequest(
-            session_key=session_key, command=agent.command, args=list(agent.args),
-            env=dict(agent.env), cwd=cwd, warm_pool=self.pool_for(agent), warm_only=warm_only)
+            session_key=session_key, launch=agent.launch, cwd=cwd,
+            warm_pool=self.pool_for(agent), warm_only=warm_only)
 
     def pool_for(self, agent: session_pb2.ResolvedAgent) -> str:
         """The pool an ``EnsureSession`` for ``agent`` names ("" when it keeps none warm)."""
@@ -156,7 +155,5 @@ class EarlyTake:
         """True when the session service chose this very alias and launch spec, and the
         session calls for the ``initialize`` that was sent."""
         mine = self.agent
-        return (resolved.alias, resolved.kind, resolved.command, list(resolved.args),
-                dict(resolved.env), resolved.warm > 0, initialize) == (
-                    mine.alias, mine.kind, mine.command, list(mine.args), dict(mine.env), True,
-                    self.initialize)
+        return (resolved.alias, resolved.kind, resolved.launch.spec, resolved.warm > 0,
+                initialize) == (mine.alias, mine.kind, mine.launch.spec, True, self.initialize)

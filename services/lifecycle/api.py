@@ -30,13 +30,17 @@ class NoWarmAdapter(Exception):
 
 @dataclass(frozen=True)
 class EnsureRequest:
-    """Spawn request for a session key."""
+    """Spawn request for a session key: a launch spec the servicer verified was sealed by
+    the session service (:mod:`services.lifecycle.sealed`)."""
 
     session_key: str
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str = ""
+    #: Variables (names or ``*`` globs) the adapter gets from this service's environment
+    #: on top of the clean base (:mod:`services.lifecycle.child_env`).
+    pass_env: tuple[str, ...] = ()
     #: Take a warm adapter of this pool when one matches (see ``services.lifecycle.warm``).
     warm_pool: str = ""
     #: Never spawn: the key's live lease or a warm adapter, else :class:`NoWarmAdapter`.

@@ -11,21 +11,25 @@ import os
 import uuid
 from pathlib import Path
 
+from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
+
 INSTANCE_FILE_NAME = "instance-id"
 
 
 def _load_or_create_sync(state_dir: Path) -> str:
     path = state_dir / INSTANCE_FILE_NAME
+    tighten(path, PRIVATE_FILE_MODE)
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         text = ""
     if text:
         return text
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     new_id = f"gw-{uuid.uuid4()}"
     tmp = path.with_name(f".{INSTANCE_FILE_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(new_id + "\n")
         fh.flush()
         os.fsync(fh.fileno())

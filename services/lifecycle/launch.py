@@ -82,6 +82,7 @@ def plan_launch(
         command=req.command,
         args=tuple(req.args),
         env=dict(req.env),
+        pass_env=tuple(req.pass_env),
         cwd=req.cwd,
         term_grace_ms=term_grace_ms,
         stderr_log=stderr_log_path(state_dir, lease_id),

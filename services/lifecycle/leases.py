@@ -30,6 +30,8 @@ from typing import Any
 
 import aiosqlite
 
+from services.common.private_files import private_dir, private_file
+
 
 class LeaseState(enum.StrEnum):
     """Where a lease is in its life."""
@@ -126,8 +128,8 @@ class LeaseStore:
 
     @classmethod
     async def open(cls, path: Path) -> LeaseStore:
-        """Open (creating if needed) the store at ``path``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Open (creating if needed, owner-only) the store at ``path``."""
+        await asyncio.to_thread(_private_db, path)
         db = await aiosqlite.connect(str(path))
         # FULL: a lease must be on disk before the spawn it describes.
         await db.execute("PRAGMA journal_mode=WAL")
@@ -314,3 +316,10 @@ class LeaseStore:
             for lease_id in ids:
                 self._locks.pop(lease_id, None)
         return ids
+
+
+def _private_db(path: Path) -> None:
+    """The lease database and its dir, owner-only: leases name the processes acpgate may
+    signal (issue 23). Blocking."""
+    private_dir(path.parent)
+    private_file(path, sqlite=True)

@@ -18,10 +18,13 @@ from services.lifecycle.api import EnsureRequest
 __all__ = ["PoolSpec", "fingerprint", "launch_key", "watched_files"]
 
 
-def launch_key(command: str, args: tuple[str, ...], env: Mapping[str, str]) -> str:
-    """What a take must match: sha256 of the command, its args and its env."""
+def launch_key(command: str, args: tuple[str, ...], env: Mapping[str, str],
+               pass_env: tuple[str, ...] = ()) -> str:
+    """What a take must match: sha256 of the command, its args, its env and what it takes
+    from this service's environment."""
     h = hashlib.sha256()
-    for part in (command, *args, "\0env", *(f"{k}={v}" for k, v in sorted(env.items()))):
+    for part in (command, *args, "\0env", *(f"{k}={v}" for k, v in sorted(env.items())),
+                 "\0pass", *pass_env):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
 
@@ -37,11 +40,12 @@ class PoolSpec:
     cwd: str = ""
     watch_paths: tuple[str, ...] = ()
     count: int = 1
+    pass_env: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """The launch key of every adapter of this pool."""
-        return launch_key(self.command, self.args, self.env)
+        return launch_key(self.command, self.args, self.env, self.pass_env)
 
     @property
     def session_key(self) -> str:
@@ -55,7 +59,8 @@ class PoolSpec:
     def request(self) -> EnsureRequest:
         """The spawn request of one warm adapter."""
         return EnsureRequest(session_key=self.session_key, command=self.command,
-                             args=self.args, env=self.env, cwd=self.cwd)
+                             args=self.args, env=self.env, cwd=self.cwd,
+                             pass_env=self.pass_env)
 
 
 def watched_files(spec: PoolSpec) -> list[str]:

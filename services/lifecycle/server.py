@@ -8,14 +8,17 @@ server closes (verifies and reaps) every lease it still holds.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import default_lifecycle_address
 from services.common.config import Config
-from services.common.grpc_auth import grpc_security
+from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
+from services.common.private_files import private_dir
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseStore
@@ -41,6 +44,7 @@ LEASES_DB_NAME = "leases.db"
 async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None) -> LifecycleController:
     """Instance id, lease store and wrapper of ``cfg``'s lifecycle state dir, ready to use."""
     state_dir = cfg.lifecycle_state_dir
+    await asyncio.to_thread(private_dir, cfg.data_dir)  # acpgate's state: the owner's alone
     instance_id = await load_or_create_instance_id(state_dir)
     wrapper = await install_wrapper(state_dir)
     store = await LeaseStore.open(state_dir / LEASES_DB_NAME)
@@ -56,13 +60,17 @@ async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None)
 
 
 async def start_lifecycle_server(
-    cfg: Config, address: str, *, proctable: ProcessTable | None = None
+    cfg: Config, address: str, *, proctable: ProcessTable | None = None,
+    security: GrpcSecurity | None = None,
 ) -> RunningServer:
     """Reap startup orphans, then serve ``LifecycleService`` on ``address``.
 
-    ``await running.stop()`` stops serving, closes every lease this run holds
-    and closes the store.
+    ``security`` (default: the install's service credential and the TLS environment) is
+    the credential every call must carry; its seal key opens the launch specs the session
+    service sealed. ``await running.stop()`` stops serving, closes every lease this run
+    holds and closes the store.
     """
+    sec = await load_security(cfg) if security is None else security
     controller = await open_controller(cfg, proctable=proctable)
 
     async def close() -> None:
@@ -74,8 +82,7 @@ async def start_lifecycle_server(
 
     try:
         await _reap_before_serving(controller)
-        servicer = LifecycleServicer(controller)
-        sec = grpc_security(cfg)
+        servicer = LifecycleServicer(controller, seal_key=sec.seal_key)
     except BaseException:
         await close()
         raise

@@ -2,7 +2,8 @@
 
 Error mapping (see the proto): INVALID_ARGUMENT malformed request, NOT_FOUND
 unknown lease, FAILED_PRECONDITION a second attacher or a lease that is not
-open (or not served by this run), UNAVAILABLE spawn failure.
+open (or not served by this run), UNAVAILABLE spawn failure, PERMISSION_DENIED
+a launch spec the session service did not seal (:mod:`services.lifecycle.sealed`).
 
 A warm lease (KeepWarm) is not attachable: FAILED_PRECONDITION until a
 session takes it through EnsureSession.
@@ -22,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from acpgate.launch.v1 import launch_pb2
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
@@ -39,6 +41,7 @@ from services.lifecycle.controller import (
 from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.reaper import CloseResult
+from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
 from services.lifecycle.verify import Verification
 
 __all__ = ["LifecycleServicer", "lease_to_pb"]
@@ -154,8 +157,19 @@ class _Opened:
 class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     """Translates the lifecycle RPCs to :class:`LifecycleController` calls."""
 
-    def __init__(self, controller: LifecycleController) -> None:
+    def __init__(self, controller: LifecycleController, *, seal_key: bytes) -> None:
         self.controller = controller
+        #: Opens the launch specs the session service sealed; nothing else is run.
+        self._seal_key = seal_key
+
+    async def _opened(self, sealed: launch_pb2.SealedLaunch, context: Ctx) -> OpenedLaunch:
+        """The launch spec ``sealed`` carries; PERMISSION_DENIED unless the session service
+        sealed it (issue 23: a caller never names a command of its own)."""
+        try:
+            return open_launch(sealed, self._seal_key)
+        except LaunchRefused as exc:
+            log.warning("launch_refused", why=str(exc))
+            await abort(context, grpc.StatusCode.PERMISSION_DENIED, str(exc))
 
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Ctx) -> pb.Instance:
         """The stable gateway instance id of this install."""
@@ -178,11 +192,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         FAILED_PRECONDITION when refused). It runs to its end even when the caller goes
         away meanwhile (a spawn stopped half-way would leave a lease nobody finishes);
         what it spawned or took for a caller that went away is let go (:meth:`_left`)."""
+        launch = await self._opened(request.launch, context)
         req = EnsureRequest(
             session_key=request.session_key,
-            command=request.command,
-            args=tuple(request.args),
-            env=dict(request.env),
+            command=launch.command,
+            args=launch.args,
+            env=launch.env,
+            pass_env=launch.pass_env,
             cwd=request.cwd,
             warm_pool=request.warm_pool,
             warm_only=request.warm_only,
@@ -223,11 +239,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
 
     async def KeepWarm(self, request: pb.KeepWarmRequest, context: Ctx) -> pb.KeepWarmResponse:
         """Create, resize or replace a warm pool; it fills in the background."""
+        launch = await self._opened(request.launch, context)
         spec = PoolSpec(
             name=request.pool,
-            command=request.command,
-            args=tuple(request.args),
-            env=dict(request.env),
+            command=launch.command,
+            args=launch.args,
+            env=launch.env,
+            pass_env=launch.pass_env,
             cwd=request.cwd,
             watch_paths=tuple(request.watch_paths),
             count=request.count,

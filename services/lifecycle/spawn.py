@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
 from services.lifecycle import wrapper as wrapper_module
 from services.lifecycle.attach import PIPE_READ_LIMIT
+from services.lifecycle.child_env import child_environment
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, WRAPPER_INTERPRETER_FLAGS
 
 WRAPPER_DIR_NAME = "wrapper"
@@ -45,13 +47,14 @@ class SpawnSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str = ""
     term_grace_ms: int = 3000
+    #: What the adapter takes from this service's environment beyond the clean base.
+    pass_env: tuple[str, ...] = ()
     stderr_log: Path = Path()
     stderr_max_bytes: int = wrapper_module.DEFAULT_STDERR_MAX_BYTES
 
 
 def _install_sync(state_dir: Path) -> WrapperPaths:
-    root = state_dir / WRAPPER_DIR_NAME
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dir(state_dir / WRAPPER_DIR_NAME)
     target = root / WRAPPER_FILE_NAME
     source = Path(wrapper_module.__file__).read_bytes()
     try:
@@ -60,9 +63,14 @@ def _install_sync(state_dir: Path) -> WrapperPaths:
         current = None
     if current != source:
         tmp = root / f".{WRAPPER_FILE_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        tmp.write_bytes(source)
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(source)
         os.replace(tmp, target)
-    (state_dir / LOG_DIR_NAME).mkdir(parents=True, exist_ok=True)
+    tighten(target, PRIVATE_FILE_MODE)
+    logs = private_dir(state_dir / LOG_DIR_NAME)  # adapters' stderr: the owner's alone
+    for log_file in logs.iterdir():  # and what an earlier version left readable
+        tighten(log_file, PRIVATE_FILE_MODE)
     return WrapperPaths(root=root.absolute(), path=target.absolute())
 
 
@@ -103,9 +111,10 @@ def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, repor
 
 
 def wrapper_env(spec: SpawnSpec, base: Mapping[str, str]) -> dict[str, str]:
-    """The service's environment, the request's over it, the lease markers last."""
-    env = dict(base)
-    env.update(spec.env)
+    """The clean base and the spec's passed variables drawn from ``base`` (this service's
+    environment, :mod:`services.lifecycle.child_env`), the spec's ``env`` over them, the
+    lease markers last."""
+    env = child_environment(base, spec.pass_env, spec.env)
     env[LEASE_ENV] = spec.lease_id
     env[INSTANCE_ENV] = spec.instance_id
     return env

@@ -318,7 +318,7 @@ class WarmPools:
         pool = self.pools.get(req.warm_pool)
         if pool is None or self.stopped:
             return None
-        if pool.spec.key != launch_key(req.command, tuple(req.args), req.env):
+        if pool.spec.key != launch_key(req.command, tuple(req.args), req.env, req.pass_env):
             log.info("warm_pool_mismatch", pool=req.warm_pool)
             return None
         return pool

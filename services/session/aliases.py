@@ -27,6 +27,26 @@ __all__ = [
 ]
 
 
+#: The built-in agent is acpgate's own code: isolated mode (``-I``: no working directory
+#: or script dir on ``sys.path``, no ``PYTHON*`` variables, no user site), so a session
+#: ``cwd`` holding ``services/agent/__main__.py`` never runs in its place (issue 24).
+BUILTIN_INTERPRETER_FLAGS = ("-I",)
+
+#: What the built-in agent reads from acpgate's environment besides its API key variable:
+#: the configuration overrides of the sections it reads, and acpgate's logging and loop
+#: settings — never ``[services]``, ``[store]`` or ``[gateway]`` (addresses, credentials).
+BUILTIN_PASS_ENV = (
+    "ACPGATE_agents__*",
+    "ACPGATE_acp__*",
+    "ACPGATE_autonomy__*",
+    "ACPGATE_paths__*",
+    "ACPGATE_sessions__*",
+    "ACPGATE_a2a__*",
+    "ACPGATE_LOG_LEVEL",
+    "ACPGATE_EVENT_LOOP",
+)
+
+
 class AliasError(Exception):
     """An alias could not be resolved; ``str(exc)`` is the exact SPEC message."""
 
@@ -47,6 +67,8 @@ class AgentLaunch:
     warm: int = 0
     #: Files the adapter reads at start: changing one retires its warm adapters.
     watch_paths: tuple[str, ...] = ()
+    #: Variables (names or ``*`` globs) passed from the lifecycle service's environment.
+    pass_env: tuple[str, ...] = ()
 
 
 def _check_dispatchable(cfg: Config, alias: str) -> AgentSection:
@@ -114,7 +136,7 @@ async def ensure_agent_workspace(cfg: Config, alias: str) -> Path:
 
 async def launch_spec(cfg: Config, alias: str) -> AgentLaunch:
     """How to launch ``alias`` (which must be dispatchable): builtin agents run this
-    Python's ``-m services.agent``; acp agents run their configured command."""
+    Python's ``-I -m services.agent``; acp agents run their configured command."""
     return launch_in(cfg, alias, await ensure_agent_workspace(cfg, alias))
 
 
@@ -124,12 +146,16 @@ def launch_in(cfg: Config, alias: str, workspace: Path) -> AgentLaunch:
     if agent.kind == "builtin":
         command = sys.executable
         args: tuple[str, ...] = (
-            "-m", "services.agent", "--config-dir", str(cfg.config_dir), "--alias", alias,
+            *BUILTIN_INTERPRETER_FLAGS, "-m", "services.agent",
+            "--config-dir", str(cfg.config_dir), "--alias", alias,
         )
         # The built-in agent reads its config file when it starts.
         watch: tuple[str, ...] = (str(cfg.config_file),)
+        key_env = (agent.api_key_env,) if agent.api_key_env else ()
+        pass_env = (*key_env, *BUILTIN_PASS_ENV, *agent.pass_env)
     else:
         command, args, watch = agent.command, tuple(agent.args), ()
+        pass_env = tuple(agent.pass_env)
     return AgentLaunch(
         alias=alias,
         kind=agent.kind,
@@ -141,6 +167,7 @@ def launch_in(cfg: Config, alias: str, workspace: Path) -> AgentLaunch:
         default_model=agent.default_model,
         warm=agent.warm,
         watch_paths=watch,
+        pass_env=pass_env,
     )
 
 

@@ -14,6 +14,7 @@ from acpgate.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
 from services.common.policy import SecurityPolicy
 from services.session.aliases import AgentLaunch
+from services.session.launch import seal_launch
 from services.session.store import (
     AppendResult,
     HistoryEntry,
@@ -152,8 +153,8 @@ def append_result_to_pb(r: AppendResult) -> pb.AppendTurnResponse:
     return pb.AppendTurnResponse(turn=r.turn, first_seq=r.first_seq, last_seq=r.last_seq)
 
 
-def launch_to_pb(launch: AgentLaunch) -> pb.ResolvedAgent:
-    """A launch spec as the proto ``ResolvedAgent``."""
+def launch_to_pb(launch: AgentLaunch, seal_key: bytes) -> pb.ResolvedAgent:
+    """A launch spec as the proto ``ResolvedAgent``, its spec sealed with ``seal_key``."""
     return pb.ResolvedAgent(
         alias=launch.alias,
         kind=launch.kind,
@@ -165,6 +166,8 @@ def launch_to_pb(launch: AgentLaunch) -> pb.ResolvedAgent:
         default_model=launch.default_model,
         warm=launch.warm,
         watch_paths=list(launch.watch_paths),
+        launch=seal_launch(launch, seal_key),
+        pass_env=list(launch.pass_env),
     )
 
 

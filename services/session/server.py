@@ -17,7 +17,7 @@ import grpc
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import default_session_address
 from services.common.config import Config
-from services.common.grpc_auth import GrpcSecurity, grpc_security
+from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
 from services.session.rpcs.unavailable import StoreUnavailableInterceptor
@@ -65,12 +65,13 @@ async def start_session_server(
     """Open the store :func:`store_target` names and serve on ``address`` (``unix:/p`` or
     ``host:port``). ``await running.stop()`` stops serving and closes the store.
 
-    ``security`` (default: from ``[services] token_env`` and the TLS environment,
-    see ``services.common.grpc_auth``) adds the shared-token check and TLS.
+    ``security`` (default: the install's service credential and the TLS environment,
+    see ``services.common.grpc_auth``) is the credential every call must carry (it also
+    seals the launch specs), and TLS.
     """
-    sec = grpc_security(cfg) if security is None else security
+    sec = await load_security(cfg) if security is None else security
     store = await open_store(store_target(cfg), clock=clock)
-    servicer = SessionServicer(cfg, store)
+    servicer = SessionServicer(cfg, store, seal_key=sec.seal_key)
 
     def register(server: grpc.aio.Server) -> None:
         session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)

@@ -26,4 +26,5 @@ __all__ = ["SessionServicer"]
 
 class SessionServicer(AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs, OperationRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
-    and the config: ``SessionServicer(cfg, store)``."""
+    and the config: ``SessionServicer(cfg, store, seal_key=...)`` (``seal_key`` seals the
+    launch specs it resolves, ``GrpcSecurity.seal_key``)."""

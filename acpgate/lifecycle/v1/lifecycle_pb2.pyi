@@ -20,9 +20,11 @@ a warm adapter: the edge initializes it after the take, like a cold one.
 
 Conventions: timestamps are milliseconds since the Unix epoch; errors use gRPC
 status codes (NOT_FOUND unknown lease, FAILED_PRECONDITION a second attacher
-or a lease that is not open, UNAVAILABLE spawn failure).
+or a lease that is not open, UNAVAILABLE spawn failure, PERMISSION_DENIED a
+launch spec the session service did not seal).
 """
 
+from acpgate.launch.v1 import launch_pb2 as _launch_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -196,42 +198,18 @@ Global___Lease: _TypeAlias = Lease  # noqa: Y015
 class EnsureSessionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class EnvEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.str
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.str = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     SESSION_KEY_FIELD_NUMBER: _builtins.int
-    COMMAND_FIELD_NUMBER: _builtins.int
-    ARGS_FIELD_NUMBER: _builtins.int
-    ENV_FIELD_NUMBER: _builtins.int
+    LAUNCH_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
     WARM_POOL_FIELD_NUMBER: _builtins.int
     WARM_ONLY_FIELD_NUMBER: _builtins.int
     session_key: _builtins.str
     """agent:<alias>:acp:<sessionId>"""
-    command: _builtins.str
-    """The adapter command and arguments (run by the wrapper)."""
     cwd: _builtins.str
     """Working directory of the adapter (the session workspace)."""
     warm_pool: _builtins.str
     """Take a warm adapter of this pool (KeepWarm) when one is ready and it was
-    spawned from the same command, args and env; otherwise spawn as usual.
+    spawned from the same launch spec; otherwise spawn as usual.
     A taken adapter runs in the pool's cwd, not in cwd.
     """
     warm_only: _builtins.bool
@@ -240,25 +218,23 @@ class EnsureSessionRequest(_message.Message):
     decided (the edge takes one while the session service decides).
     """
     @_builtins.property
-    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    @_builtins.property
-    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Extra environment merged over the service's own."""
+    def launch(self) -> _launch_pb2.SealedLaunch:
+        """What the wrapper runs: a launch spec the session service resolved and
+        sealed (ResolvedAgent.launch). A missing or broken seal is PERMISSION_DENIED.
+        """
 
     def __init__(
         self,
         *,
         session_key: _builtins.str = ...,
-        command: _builtins.str = ...,
-        args: _abc.Iterable[_builtins.str] | None = ...,
-        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        launch: _launch_pb2.SealedLaunch | None = ...,
         cwd: _builtins.str = ...,
         warm_pool: _builtins.str = ...,
         warm_only: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["launch", b"launch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "cwd", b"cwd", "env", b"env", "session_key", b"session_key", "warm_only", b"warm_only", "warm_pool", b"warm_pool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "launch", b"launch", "session_key", b"session_key", "warm_only", b"warm_only", "warm_pool", b"warm_pool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -296,45 +272,21 @@ Global___EnsureSessionResponse: _TypeAlias = EnsureSessionResponse  # noqa: Y015
 class KeepWarmRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class EnvEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.str
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.str = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     POOL_FIELD_NUMBER: _builtins.int
-    COMMAND_FIELD_NUMBER: _builtins.int
-    ARGS_FIELD_NUMBER: _builtins.int
-    ENV_FIELD_NUMBER: _builtins.int
+    LAUNCH_FIELD_NUMBER: _builtins.int
     CWD_FIELD_NUMBER: _builtins.int
     WATCH_PATHS_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     """Names the pool (the edge uses "agent:<alias>")."""
-    command: _builtins.str
-    """The launch spec of every warm adapter, as in EnsureSessionRequest."""
     cwd: _builtins.str
     """Working directory of the warm adapters (they have no session yet)."""
     count: _builtins.int
     """How many to keep ready; 0 empties the pool."""
     @_builtins.property
-    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    @_builtins.property
-    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def launch(self) -> _launch_pb2.SealedLaunch:
+        """The sealed launch spec of every warm adapter, as in EnsureSessionRequest."""
+
     @_builtins.property
     def watch_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Files the adapter reads at start (e.g. its config file): a change to any of
@@ -346,16 +298,14 @@ class KeepWarmRequest(_message.Message):
         self,
         *,
         pool: _builtins.str = ...,
-        command: _builtins.str = ...,
-        args: _abc.Iterable[_builtins.str] | None = ...,
-        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        launch: _launch_pb2.SealedLaunch | None = ...,
         cwd: _builtins.str = ...,
         watch_paths: _abc.Iterable[_builtins.str] | None = ...,
         count: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["launch", b"launch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "count", b"count", "cwd", b"cwd", "env", b"env", "pool", b"pool", "watch_paths", b"watch_paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "cwd", b"cwd", "launch", b"launch", "pool", b"pool", "watch_paths", b"watch_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

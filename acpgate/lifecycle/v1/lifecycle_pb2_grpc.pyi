@@ -20,7 +20,8 @@ a warm adapter: the edge initializes it after the take, like a cold one.
 
 Conventions: timestamps are milliseconds since the Unix epoch; errors use gRPC
 status codes (NOT_FOUND unknown lease, FAILED_PRECONDITION a second attacher
-or a lease that is not open, UNAVAILABLE spawn failure).
+or a lease that is not open, UNAVAILABLE spawn failure, PERMISSION_DENIED a
+launch spec the session service did not seal).
 """
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as _lifecycle_pb2

@@ -27,6 +27,7 @@ dropped by ReleaseSession. A claim not renewed for StoreStatus.claim_ttl_ms
 has expired (its host died) and any instance may take it.
 """
 
+from acpgate.launch.v1 import launch_pb2 as _launch_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -253,13 +254,16 @@ class ResolvedAgent(_message.Message):
     ADAPTER_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
     WARM_FIELD_NUMBER: _builtins.int
     WATCH_PATHS_FIELD_NUMBER: _builtins.int
+    LAUNCH_FIELD_NUMBER: _builtins.int
+    PASS_ENV_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """The configured alias ([agents.<alias>])."""
     kind: _builtins.str
     """"builtin" or "acp"."""
     command: _builtins.str
     """Launch command: argv[0] and arguments. For builtin agents this runs the
-    built-in agent module with the config dir and alias.
+    built-in agent module with the config dir and alias. Informational: what
+    the lifecycle service runs is `launch`.
     """
     agent_workspace: _builtins.str
     """The agent workspace (SPEC §0), created on demand."""
@@ -279,12 +283,28 @@ class ResolvedAgent(_message.Message):
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Extra environment for the adapter (merged over the lifecycle service's own)."""
+        """The adapter's configured environment ([agents.<alias>] env), on top of the
+        lifecycle service's clean base environment; the edge scrubs these values
+        from the adapter's stderr and reads them for env_var authentication.
+        """
 
     @_builtins.property
     def watch_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Files the adapter reads at start (the built-in agent: its config file):
         a change retires warm adapters started before it.
+        """
+
+    @_builtins.property
+    def launch(self) -> _launch_pb2.SealedLaunch:
+        """The launch spec this service resolved, sealed: the only thing the
+        lifecycle service runs (EnsureSession, KeepWarm). Opaque to the edge.
+        """
+
+    @_builtins.property
+    def pass_env(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Variables passed from acpgate's own environment to the adapter
+        (LaunchSpec.pass_env): the edge's env_var authentication counts them as set
+        when its own environment has them.
         """
 
     def __init__(
@@ -301,10 +321,12 @@ class ResolvedAgent(_message.Message):
         adapter_capabilities_json: _builtins.str = ...,
         warm: _builtins.int = ...,
         watch_paths: _abc.Iterable[_builtins.str] | None = ...,
+        launch: _launch_pb2.SealedLaunch | None = ...,
+        pass_env: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["launch", b"launch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind", "warm", b"warm", "watch_paths", b"watch_paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind", "launch", b"launch", "pass_env", b"pass_env", "warm", b"warm", "watch_paths", b"watch_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

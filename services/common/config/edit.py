@@ -8,7 +8,6 @@ invalid is rolled back. ``show`` never prints a secret.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import fields
@@ -28,6 +27,7 @@ from services.common.config.schema import (
     field_types,
 )
 from services.common.mcp_servers import to_json
+from services.common.private_files import private_dir, write_private_text
 from services.common.urls import redact_url
 
 
@@ -103,11 +103,9 @@ def _edited_text(path: Path, section: str, key: str, value: Any) -> str:
 
 def _replace_and_reload(config_dir: Path, path: Path, new_text: str) -> None:
     """Write ``new_text`` atomically; restore the old file if the result does not load."""
-    config_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(config_dir)
     old_text = path.read_text(encoding="utf-8") if path.exists() else None
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(new_text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_private_text(path, new_text)
     try:
         load_config(config_dir, environ={})
     except ConfigError:

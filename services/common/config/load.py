@@ -25,6 +25,12 @@ from services.common.config.schema import (
     ConfigError,
     TlsSection,
 )
+from services.common.private_files import (
+    PRIVATE_FILE_MODE,
+    private_dir,
+    tighten,
+    write_private_text,
+)
 from services.common.protocol import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_TIMEOUT_SECS,
@@ -70,10 +76,8 @@ def ensure_default_config(config_dir: Path) -> bool:
     path = config_dir / CONFIG_FILE_NAME
     if path.exists():
         return False
-    config_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(DEFAULT_CONFIG_TOML, encoding="utf-8")
-    os.replace(tmp, path)
+    private_dir(config_dir)
+    write_private_text(path, DEFAULT_CONFIG_TOML)
     return True
 
 
@@ -111,7 +115,9 @@ def load_config(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    """The parsed file; {} when there is none."""
+    """The parsed file; {} when there is none. A file others may read is made owner-only:
+    it holds agents' ``env`` (API keys)."""
+    tighten(path, PRIVATE_FILE_MODE)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

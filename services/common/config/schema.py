@@ -244,6 +244,10 @@ class AgentSection:
     command: str = ""
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Variables (names, or ``*`` globs) the adapter gets from acpgate's own environment,
+    #: on top of the clean base (PATH, HOME, locale, TMPDIR…) and ``env``. Nothing else of
+    #: acpgate's environment reaches an adapter (issue 23: keys, service addresses).
+    pass_env: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.warm == WARM_BY_KIND:  # the kind's default, also for sections built in code

@@ -81,7 +81,8 @@ class A2aRpcs(RowRpcs, ReadRpcs):
                  parent_session_id=parent.session_id, autonomy=policy.autonomy)
         return pb.SpawnSessionResponse(
             session=row_to_pb(rec),
-            agent=launch_to_pb(dataclasses.replace(launch, autonomy=policy.autonomy)),
+            agent=launch_to_pb(dataclasses.replace(launch, autonomy=policy.autonomy),
+                               self._seal_key),
             policy=policy_to_pb(policy))
 
     async def SendToSession(

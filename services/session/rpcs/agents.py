@@ -52,7 +52,7 @@ class AgentRpcs(RpcBase):
         """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
         try:
             alias = choose()
-            agent = launch_to_pb(await launch_spec(self._cfg, alias))
+            agent = launch_to_pb(await launch_spec(self._cfg, alias), self._seal_key)
             agent.adapter_capabilities_json = await self._recorded_capabilities(alias)
             return agent
         except AliasError as exc:
@@ -166,7 +166,7 @@ class AgentRpcs(RpcBase):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, _workspace_failed(alias, exc))
-        agent = launch_to_pb(launch_in(self._cfg, alias, agent_workspace))
+        agent = launch_to_pb(launch_in(self._cfg, alias, agent_workspace), self._seal_key)
         agent.adapter_capabilities_json = capabilities
         policy = policy_for(self._cfg, alias, info.workspace_dir, extra)
         resolved = pb.ResolvedNewSession(
@@ -208,4 +208,4 @@ class AgentRpcs(RpcBase):
         except OSError as exc:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                         f"cannot create an agent workspace: {exc.strerror or exc}")
-        return pb.ListWarmAgentsResponse(agents=[launch_to_pb(x) for x in launches])
+        return pb.ListWarmAgentsResponse(agents=[launch_to_pb(x, self._seal_key) for x in launches])

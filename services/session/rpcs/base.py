@@ -37,9 +37,11 @@ Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 class RpcBase(session_pb2_grpc.SessionServiceServicer):
     """The state of the servicer: the config and a :class:`SessionStore` (any backend)."""
 
-    def __init__(self, cfg: Config, store: SessionStore) -> None:
+    def __init__(self, cfg: Config, store: SessionStore, *, seal_key: bytes) -> None:
         self._cfg = cfg
         self._store = store
+        #: Seals every launch spec this service resolves (the lifecycle service runs no other).
+        self._seal_key = seal_key
         #: How long a claim lasts without renewal ([store] lease_secs).
         self._claim_ttl_ms = cfg.store.lease_secs * 1000
 

@@ -106,8 +106,8 @@ class _Viewer:
 class ReadRpcs(RpcBase):
     """ListSessions, GetHistory, SessionStatus, CheckAccess."""
 
-    def __init__(self, cfg: Config, store: SessionStore) -> None:
-        super().__init__(cfg, store)
+    def __init__(self, cfg: Config, store: SessionStore, *, seal_key: bytes) -> None:
+        super().__init__(cfg, store, seal_key=seal_key)
         self._a2a = A2aPolicy(enabled=cfg.a2a.enabled, allow=tuple(cfg.a2a.allow))
 
     async def _viewer(self, key: str, visibility: str, context: Ctx) -> _Viewer:

@@ -18,6 +18,7 @@ from typing import Final
 
 import aiosqlite
 
+from services.common.private_files import private_dir, private_file
 from services.session.store.records import StoreError
 
 __all__ = ["BUSY_TIMEOUT_MS", "MEMORY", "SQLITE_HEADER", "connect", "immediate", "prepare_file"]
@@ -34,7 +35,7 @@ def prepare_file(db_path: Path) -> None:
     if parent.exists() and not parent.is_dir():
         raise StoreError(f"{parent} exists and is not a directory")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        private_dir(parent)  # conversations: the owner's alone (issue 23)
     except OSError as exc:
         raise StoreError(f"cannot create {parent}: {exc.strerror or exc}") from None
     if db_path.exists():
@@ -49,6 +50,10 @@ def prepare_file(db_path: Path) -> None:
             raise StoreError(f"{db_path} is not a SQLite database (left untouched)")
     elif not os.access(parent, os.W_OK):
         raise StoreError(f"{parent} is not writable")
+    try:
+        private_file(db_path, sqlite=True)  # created 0600 before SQLite writes into it
+    except OSError as exc:
+        raise StoreError(f"cannot create {db_path}: {exc.strerror or exc}") from None
 
 
 async def connect(target: str) -> aiosqlite.Connection:

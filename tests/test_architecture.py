@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The packages whose modules are checked.
 CHECKED = ("services", "acpgate")
 #: Generated gRPC code: the contracts every service may import, never checked for size.
-GENERATED = ("acpgate.session.v1", "acpgate.lifecycle.v1")
+GENERATED = ("acpgate.session.v1", "acpgate.lifecycle.v1", "acpgate.launch.v1")
 #: Other generated modules (``make acp-schema``: the typed ACP models), never checked for size.
 GENERATED_MODELS = ("services.common.acp.schema",)
 

@@ -38,8 +38,8 @@ class Closer:
 async def test_service_serving_until_stopped_then_released(tmp_path: Path) -> None:
     close = Closer()
     address = f"unix:{tmp_path}/run/s.sock"
-    running = await start_service(address, SERVICE, no_servicer, security=GrpcSecurity(), close=close)
-    channel = open_channel(running.address)
+    running = await start_service(address, SERVICE, no_servicer, security=GrpcSecurity(token="t"), close=close)
+    channel = running.dial()
     try:
         await wait_healthy(channel, SERVICE, within=5.0)
         assert close.calls == 0  # nothing released while serving
@@ -52,7 +52,8 @@ async def test_service_serving_until_stopped_then_released(tmp_path: Path) -> No
 
 async def test_a_server_that_cannot_start_releases_the_service(tmp_path: Path) -> None:
     # TLS on TCP with a key file that does not exist: the credentials cannot be read.
-    security = GrpcSecurity(cert_file=str(tmp_path / "c.pem"), key_file=str(tmp_path / "k.pem"))
+    security = GrpcSecurity(token="t", cert_file=str(tmp_path / "c.pem"),
+                            key_file=str(tmp_path / "k.pem"))
     close = Closer()
     with pytest.raises(FileNotFoundError):
         await start_service("127.0.0.1:0", SERVICE, no_servicer, security=security, close=close)
@@ -65,7 +66,7 @@ async def test_a_shared_token_guards_the_service_but_not_health(tmp_path: Path) 
         f"unix:{tmp_path}/s.sock", SERVICE, no_servicer, security=GrpcSecurity(token="t0k"),
         close=close,
     )
-    channel = open_channel(running.address)
+    channel = open_channel(running.address)  # no credential
     try:
         await wait_healthy(channel, SERVICE, within=5.0)  # health stays open
         list_services = channel.unary_stream(
@@ -94,7 +95,7 @@ SERVE_SCRIPT = textwrap.dedent(
 
         address = sys.argv[1]
         starting = start_service(address, "acpgate.test.v1.Nothing", lambda server: None,
-                                 security=GrpcSecurity(), close=close)
+                                 security=GrpcSecurity(token="t"), close=close)
         return await run_until_signalled(starting, address=address, log=get_logger("t"),
                                          stopped_event="test_service_stopped")
 

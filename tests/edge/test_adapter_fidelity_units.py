@@ -132,7 +132,10 @@ def test_adapter_caps_from_initialize_and_env_auth(monkeypatch: pytest.MonkeyPat
     assert env_auth_method(methods, {"K2": "v"}) == ""  # K3 missing: never a partial method
     assert env_auth_method(methods, {"K2": "v", "K3": "w"}) == "k2"
     monkeypatch.setenv("K1", "from the environment")
-    assert env_auth_method(methods, {}) == "k1"
+    # acpgate's own environment reaches an adapter only where pass_env names it (issue 23).
+    assert env_auth_method(methods, {}) == ""
+    assert env_auth_method(methods, {}, ["K1"]) == "k1"
+    assert env_auth_method(methods, {}, ["K*"]) == "k1"
     junk = read_initialize_result("junk")
     assert junk.agent_capabilities.load_session is False and junk.auth_methods == []
 

@@ -172,8 +172,7 @@ def test_an_empty_pool_falls_back_to_a_spawn(
         agent = runtime.warm._agents["demo"]
         # Someone else takes the pool's only adapter first.
         other = await runtime.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
-            session_key="agent:demo:acp:other", command=agent.command, args=list(agent.args),
-            env=dict(agent.env), warm_pool="agent:demo"))
+            session_key="agent:demo:acp:other", launch=agent.launch, warm_pool="agent:demo"))
         assert other.warm
         sid = await _new(conn, work)
         lease = await _lease(runtime, conn.sessions[sid].lease_id)

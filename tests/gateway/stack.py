@@ -14,8 +14,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import grpc
-
 from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
@@ -53,9 +51,10 @@ async def full_stack(cfg: Config, **edge_kw: Any) -> AsyncIterator[Stack]:
                          lifecycle_addr=lifecycle.address),
         gateway=replace(cfg.gateway, port=0),
     )
-    channel = grpc.aio.insecure_channel(lifecycle.address)
+    channel = lifecycle.dial()
     runtime = await open_runtime(cfg, version=__version__)
-    probe = ServiceProbe(cfg, session.address, lifecycle.address)
+    assert session.security is not None
+    probe = ServiceProbe(session.security, session.address, lifecycle.address)
     edge = EdgeServer(cfg, runtime, probe=probe, **edge_kw)
     try:
         await edge.start()

@@ -1,7 +1,8 @@
-"""Shared-token interceptors and TLS helpers for TCP deployments (services/common/grpc_auth)."""
+"""The service credential, its interceptors and TLS (services/common/grpc_auth, issue 23)."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from services.common.grpc_auth import (
     server_interceptors,
 )
 from services.common.grpc_server import start_server
+from services.common.service_key import ServiceKeyError, service_key_path
 
 SERVICE = "acpgate.lifecycle.v1.LifecycleService"
 
@@ -50,7 +52,29 @@ def test_security_from_env(tmp_path: Path) -> None:
     sec = grpc_security(cfg, {"MY_TOKEN": " s3cret ", "ACPGATE_GRPC_TLS": "1"})
     assert sec.token == "s3cret" and sec.wants_client_tls and not sec.server_tls
     assert "s3cret" not in repr(sec)
-    assert grpc_security(load_config(tmp_path, environ={}), {"MY_TOKEN": "x"}).token == ""
+    # No token_env (or its variable unset): the install's key file, made once, owner-only.
+    plain = load_config(tmp_path, environ={})
+    key = grpc_security(plain, {"MY_TOKEN": "x"}).token
+    assert len(key) == 64 and key == grpc_security(plain, {}).token
+    key_file = service_key_path(plain.data_dir)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    assert grpc_security(cfg, {"MY_TOKEN": ""}).token == key
+    assert grpc_security(cfg, {}, credential="given").token == "given"
+
+
+def test_an_unreadable_key_file_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path, environ={})
+    key_file = service_key_path(cfg.data_dir)
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text("short\n")
+    with pytest.raises(ServiceKeyError, match="does not hold a service key"):
+        grpc_security(cfg, {})
+
+
+def test_a_server_without_a_credential_refuses_to_start() -> None:
+    with pytest.raises(ValueError, match="service credential"):
+        server_interceptors(GrpcSecurity())
 
 
 async def test_token_required_over_tcp(tmp_path: Path) -> None:
@@ -75,14 +99,21 @@ async def test_token_required_over_tcp(tmp_path: Path) -> None:
         await server.stop(0)
 
 
-async def test_no_token_configured_is_open(tmp_path: Path) -> None:
+async def test_unix_sockets_check_the_credential_too(tmp_path: Path) -> None:
     address = f"unix:{tmp_path}/s.sock"
-    server = await _start(GrpcSecurity(), address)
+    server = await _start(GrpcSecurity(token="right"), address)
     try:
-        channel = open_service_channel(GrpcSecurity(token="ignored"), address)
-        stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
-        assert (await stub.ListLeases(lifecycle_pb2.ListLeasesRequest(), timeout=5)).leases == []
-        await channel.close(grace=None)
+        for token, ok in (("right", True), ("wrong", False), ("", False)):
+            channel = open_service_channel(GrpcSecurity(token=token), address)
+            stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
+            if ok:
+                reply = await stub.ListLeases(lifecycle_pb2.ListLeasesRequest(), timeout=5)
+                assert reply.leases == []
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.ListLeases(lifecycle_pb2.ListLeasesRequest(), timeout=5)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            await channel.close(grace=None)
     finally:
         await server.stop(0)
 

@@ -145,13 +145,26 @@ async def test_serve_sigint_right_after_start(tmp_path: Path) -> None:
 async def test_serve_fails_cleanly_when_a_service_cannot_start(tmp_path: Path) -> None:
     port = free_port()
     cfg = write_config(tmp_path / "cfg", port=port)
-    # A file where the run/ directory must be: the session socket cannot be created.
-    cfg.data_dir.mkdir(parents=True)
-    (cfg.data_dir / "run").write_text("not a directory")
+    # A directory where the session socket must be: the session service cannot bind.
+    (cfg.data_dir / "run" / "session.sock").mkdir(parents=True)
     log = tmp_path / "serve.log"
     proc = await start_serve(cfg.config_dir, log)
     assert await asyncio.wait_for(proc.wait(), 90) == 1
     assert any(e.get("event") == "child_unhealthy" for e in events(log))
+
+
+async def test_serve_without_a_service_key_says_why_before_starting_anything(
+        tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "cfg", port=free_port())
+    # A file where the run/ directory must be: the install's service key cannot be made.
+    cfg.data_dir.mkdir(parents=True)
+    (cfg.data_dir / "run").write_text("not a directory")
+    log = tmp_path / "serve.log"
+    proc = await start_serve(cfg.config_dir, log)
+    assert await asyncio.wait_for(proc.wait(), 90) == 2
+    text = log.read_text()
+    assert f"{cfg.data_dir / 'run' / 'service.key'}: Not a directory" in text, text
+    assert not any(e.get("event") == "child_started" for e in events(log))
 
 
 # ------------------------------------------------------------------ spawning children

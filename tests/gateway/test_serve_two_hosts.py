@@ -27,9 +27,9 @@ import pytest
 from websockets.asyncio.client import connect
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel
 from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE
 from services.edge.tokens import TokenStore
+from tests.launches import dial
 from tests.pg_cluster import Cluster
 
 from .stack import RawClient, select
@@ -64,13 +64,13 @@ class Host:
         return [self.pid, *(p.pid for p in psutil.Process(self.pid).children(recursive=True))]
 
     async def leases(self) -> list[lifecycle_pb2.Lease]:
-        async with open_channel(f"unix:{self.cfg.data_dir}/run/lifecycle.sock") as ch:
+        async with dial(self.cfg, f"unix:{self.cfg.data_dir}/run/lifecycle.sock") as ch:
             reply = await lifecycle_pb2_grpc.LifecycleServiceStub(ch).ListLeases(
                 lifecycle_pb2.ListLeasesRequest(), timeout=10)
         return list(reply.leases)
 
     async def instance_id(self) -> str:
-        async with open_channel(f"unix:{self.cfg.data_dir}/run/lifecycle.sock") as ch:
+        async with dial(self.cfg, f"unix:{self.cfg.data_dir}/run/lifecycle.sock") as ch:
             reply = await lifecycle_pb2_grpc.LifecycleServiceStub(ch).GetInstance(
                 lifecycle_pb2.GetInstanceRequest(), timeout=10)
         return reply.gateway_instance_id

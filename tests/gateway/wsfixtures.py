@@ -15,6 +15,7 @@ from typing import Any
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.config import Config, load_config
+from services.common.grpc_auth import grpc_security
 from services.common.grpc_server import RunningServer, start_server
 from services.edge.metrics import Metrics
 from services.edge.probe import ServiceProbe
@@ -98,7 +99,7 @@ async def running_edge(cfg: Config, runtime: Any, addresses: tuple[str, str],
                        serve_connection: ServeFn | None = None, **kw: Any) -> AsyncIterator[EdgeServer]:
     """An EdgeServer on a free port, stopped afterwards."""
     cfg = replace(cfg, gateway=replace(cfg.gateway, port=0)) if cfg.gateway.port == 42617 else cfg
-    probe = ServiceProbe(cfg, *addresses)
+    probe = ServiceProbe(grpc_security(cfg, {}), *addresses)
     server = EdgeServer(cfg, runtime, probe=probe, serve_connection=serve_connection, **kw)
     await server.start()
     try:

@@ -26,9 +26,9 @@ import pytest
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
-from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
+from tests.launches import install_test_key
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -132,12 +132,15 @@ def scripts(tmp_path: Path) -> Scripts:
 
 
 def make_config(config_dir: Path, *, term_grace_ms: int = 300) -> Config:
-    """A config dir whose ``config.toml`` sets the lifecycle grace."""
+    """A config dir whose ``config.toml`` sets the lifecycle grace, with the tests' service
+    key installed (``tests.launches``: requests sealed with it are the session service's)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(
         f"[lifecycle]\nterm_grace_ms = {term_grace_ms}\n", encoding="utf-8"
     )
-    return load_config(config_dir, environ={})
+    cfg = load_config(config_dir, environ={})
+    install_test_key(cfg)
+    return cfg
 
 
 def gone(proc: psutil.Process) -> bool:
@@ -267,7 +270,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[RunningServer, Any]]:
     """A lifecycle server on a unix socket under ``tmp_path`` (300 ms grace) and a stub to it."""
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/lifecycle.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     try:
         yield server, lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     finally:

@@ -32,6 +32,7 @@ from services.lifecycle.controller import Ensured, EnsureRequest, LifecycleContr
 from services.lifecycle.leases import LeaseState
 from services.lifecycle.server import open_controller
 from services.lifecycle.servicer import LifecycleServicer
+from tests.launches import TEST_SECURITY, ensure_request
 from tests.lifecycle.conftest import (
     Attacher,
     ProcessGuard,
@@ -50,7 +51,7 @@ Stub = lifecycle_pb2_grpc.LifecycleServiceStub
 
 def ensure(script: Path, key: str, cwd: Path) -> pb.EnsureSessionRequest:
     """A cold EnsureSession of ``script`` for ``key`` (no pool)."""
-    return pb.EnsureSessionRequest(session_key=key, command=sys.executable,
+    return ensure_request(session_key=key, command=sys.executable,
                                    args=[str(script)], cwd=str(cwd))
 
 
@@ -114,14 +115,14 @@ async def test_without_a_pool_it_spawns_and_the_lease_lives_as_long_as_the_strea
 
 @pytest.mark.parametrize(("key", "command", "code"), [
     ("", sys.executable, grpc.StatusCode.INVALID_ARGUMENT),
-    ("agent:x:acp:1", "", grpc.StatusCode.INVALID_ARGUMENT),
+    ("agent:x:acp:1", "", grpc.StatusCode.PERMISSION_DENIED),  # no sealed launch spec
     ("agent:x:acp:2", "/nonexistent/adapter", grpc.StatusCode.UNAVAILABLE),
 ])
 async def test_a_refused_ensure_ends_the_stream_as_ensure_session_would(
         tmp_path: Path, served: tuple[RunningServer, Stub], key: str, command: str,
         code: grpc.StatusCode) -> None:
     _, stub = served
-    request = pb.EnsureSessionRequest(session_key=key, command=command, cwd=str(tmp_path))
+    request = ensure_request(session_key=key, command=command, cwd=str(tmp_path))
     with pytest.raises(grpc.aio.AioRpcError) as direct:
         await stub.EnsureSession(request)
     with pytest.raises(grpc.aio.AioRpcError) as attached:
@@ -176,7 +177,7 @@ async def test_a_lease_ensured_for_an_attacher_that_went_away_is_closed(
         return ensured
 
     monkeypatch.setattr(LifecycleController, "ensure_session", gated)
-    servicer = LifecycleServicer(controller)
+    servicer = LifecycleServicer(controller, seal_key=TEST_SECURITY.seal_key)
     opened = pb.AttachRequest(open=pb.AttachOpen(
         ensure=ensure(scripts.echo, "agent:e:acp:gone", tmp_path)))
     context: Any = _Context()
@@ -213,7 +214,7 @@ async def test_warm_only_never_spawns(tmp_path: Path, scripts: Scripts,
                                       served: tuple[RunningServer, Stub]) -> None:
     _, stub = served
     for request in (warm_only(scripts.echo, "agent:w:acp:1"),  # no such pool yet
-                    pb.EnsureSessionRequest(session_key="agent:w:acp:1", command=sys.executable,
+                    ensure_request(session_key="agent:w:acp:1", command=sys.executable,
                                             args=[str(scripts.echo)], warm_only=True)):
         with pytest.raises(grpc.aio.AioRpcError) as direct:
             await stub.EnsureSession(request)

@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
@@ -17,11 +18,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.lifecycle.attach import DEFAULT_MAX_BUFFER_BYTES, EXIT_DRAIN_SECS
 from services.lifecycle.controller import EnsureRequest
 from services.lifecycle.server import SERVICE_NAME, open_controller, start_lifecycle_server
+from tests.launches import ensure_request
 from tests.lifecycle.conftest import (
     STREAM_EOF,
     Attacher,
@@ -32,9 +33,12 @@ from tests.lifecycle.conftest import (
     wait_until,
 )
 
+Served = tuple[RunningServer, "lifecycle_pb2_grpc.LifecycleServiceAsyncStub"]
 
-async def spawn(stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, guard: ProcessGuard, script: Path, *args: str, key: str = "agent:e:acp:1", **kw: object) -> pb.EnsureSessionResponse:
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(session_key=key, command=sys.executable, args=[str(script), *args], **kw))  # type: ignore[arg-type]
+
+async def spawn(served: Served, guard: ProcessGuard, script: Path, *args: str, key: str = "agent:e:acp:1", **kw: Any) -> pb.EnsureSessionResponse:
+    server, stub = served
+    resp = await stub.EnsureSession(ensure_request(server, session_key=key, command=sys.executable, args=[str(script), *args], **kw))
     guard.track(resp.lease.root_pid)
     guard.track(resp.lease.adapter_pid)
     return resp
@@ -43,7 +47,7 @@ async def spawn(stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, guard: Proce
 async def test_health_reflection_and_echo_round_trip(tmp_path: Path, scripts: Scripts, guard: ProcessGuard, served: tuple[RunningServer, lifecycle_pb2_grpc.LifecycleServiceAsyncStub]) -> None:
     server, stub = served
     assert server.address == f"unix:{tmp_path}/lifecycle.sock"
-    channel = open_channel(server.address)
+    channel = server.dial()
     try:
         health = health_pb2_grpc.HealthStub(channel)
         for name in ("", SERVICE_NAME):
@@ -61,7 +65,7 @@ async def test_health_reflection_and_echo_round_trip(tmp_path: Path, scripts: Sc
     assert instance.state_dir == str(tmp_path / "gw" / "data" / "lifecycle")
     assert instance.wrapper_root.startswith(instance.state_dir)
 
-    resp = await spawn(stub, guard, scripts.echo)
+    resp = await spawn(served, guard, scripts.echo)
     lease = resp.lease
     assert resp.spawned and lease.state == pb.LEASE_STATE_OPEN
     assert lease.gateway_instance_id == instance.gateway_instance_id
@@ -90,11 +94,11 @@ async def test_attach_semantics(tmp_path: Path, scripts: Scripts, guard: Process
     _, stub = served
     work = tmp_path / "work"
     work.mkdir()
-    resp = await spawn(stub, guard, scripts.chatty, cwd=str(work), env={"EXTRA_VAR": "x1"})
+    resp = await spawn(served, guard, scripts.chatty, cwd=str(work), env={"EXTRA_VAR": "x1"})
     lease = resp.lease
 
     # Idempotent for a live lease.
-    again = await stub.EnsureSession(pb.EnsureSessionRequest(session_key="agent:e:acp:1", command=sys.executable, args=["ignored"]))
+    again = await stub.EnsureSession(ensure_request(served[0], session_key="agent:e:acp:1", command=sys.executable, args=["ignored"]))
     assert not again.spawned and again.lease.lease_id == lease.lease_id
 
     # Output produced before anyone attached is buffered, not lost.
@@ -163,7 +167,7 @@ async def test_attach_semantics(tmp_path: Path, scripts: Scripts, guard: Process
     assert await third.call.read() is STREAM_EOF
 
     # A lease whose adapter died is settled and replaced on the next EnsureSession.
-    replaced = await spawn(stub, guard, scripts.echo)
+    replaced = await spawn(served, guard, scripts.echo)
     assert replaced.spawned and replaced.lease.lease_id != lease.lease_id
     old = (await stub.ListLeases(pb.ListLeasesRequest(session_key="agent:e:acp:1"))).leases
     states = {x.lease_id: x.state for x in old}
@@ -181,7 +185,7 @@ async def test_attach_semantics(tmp_path: Path, scripts: Scripts, guard: Process
 
 async def test_exit_code_and_stderr_tail(scripts: Scripts, guard: ProcessGuard, served: tuple[RunningServer, lifecycle_pb2_grpc.LifecycleServiceAsyncStub]) -> None:
     _, stub = served
-    resp = await spawn(stub, guard, scripts.echo, "3")
+    resp = await spawn(served, guard, scripts.echo, "3")
     att = Attacher(stub, resp.lease.lease_id)
     assert (await att.read()).WhichOneof("msg") == "attached"
     att.send("last words")
@@ -203,12 +207,14 @@ async def test_errors_are_clear(tmp_path: Path, scripts: Scripts, guard: Process
             await coro  # type: ignore[misc]
         return err.value.code()
 
-    assert await code_of(stub.EnsureSession(pb.EnsureSessionRequest(session_key="k"))) == grpc.StatusCode.INVALID_ARGUMENT
-    assert await code_of(stub.EnsureSession(pb.EnsureSessionRequest(command="x"))) == grpc.StatusCode.INVALID_ARGUMENT
-    assert await code_of(stub.EnsureSession(pb.EnsureSessionRequest(session_key="k", command="x", cwd=str(tmp_path / "nope")))) == grpc.StatusCode.INVALID_ARGUMENT
+    server = served[0]
+    # No launch at all: refused before anything else (only sealed specs ever run).
+    assert await code_of(stub.EnsureSession(pb.EnsureSessionRequest(session_key="k"))) == grpc.StatusCode.PERMISSION_DENIED
+    assert await code_of(stub.EnsureSession(ensure_request(server, command="x"))) == grpc.StatusCode.INVALID_ARGUMENT
+    assert await code_of(stub.EnsureSession(ensure_request(server, session_key="k", command="x", cwd=str(tmp_path / "nope")))) == grpc.StatusCode.INVALID_ARGUMENT
     missing = str(tmp_path / "no-such-adapter")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.EnsureSession(pb.EnsureSessionRequest(session_key="k", command=missing))
+        await stub.EnsureSession(ensure_request(server, session_key="k", command=missing))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "no-such-adapter" in (err.value.details() or "")
     failed = (await stub.ListLeases(pb.ListLeasesRequest(session_key="k"))).leases
     assert len(failed) == 1 and failed[0].state in (pb.LEASE_STATE_LOST, pb.LEASE_STATE_CLOSED)
@@ -225,7 +231,7 @@ async def test_errors_are_clear(tmp_path: Path, scripts: Scripts, guard: Process
     assert await code_of(bad_first.read()) == grpc.StatusCode.INVALID_ARGUMENT
 
     # The service keeps serving after all of that.
-    resp = await spawn(stub, guard, scripts.echo, key="k2")
+    resp = await spawn(served, guard, scripts.echo, key="k2")
     v = await stub.VerifyOwnedTree(pb.VerifyOwnedTreeRequest(lease_id=resp.lease.lease_id))
     assert v.verified and [p.depth for p in v.processes] == [1, 0]
     assert [p.pid for p in v.processes] == [resp.lease.adapter_pid, resp.lease.root_pid]
@@ -236,10 +242,10 @@ async def test_errors_are_clear(tmp_path: Path, scripts: Scripts, guard: Process
 async def test_stop_closes_every_held_lease(tmp_path: Path, scripts: Scripts, guard: ProcessGuard) -> None:
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
-        leases = [(await spawn(stub, guard, scripts.echo, key=f"agent:e:acp:{i}")).lease for i in range(2)]
+        leases = [(await spawn((server, stub), guard, scripts.echo, key=f"agent:e:acp:{i}")).lease for i in range(2)]
     finally:
         await channel.close(None)
     procs = [guard.procs[pid] for lease in leases for pid in (lease.root_pid, lease.adapter_pid)]
@@ -310,7 +316,7 @@ async def test_output_waiting_for_an_attacher_survives_the_adapters_exit(tmp_pat
 
 async def test_concurrent_ensure_for_one_key_spawns_once(scripts: Scripts, guard: ProcessGuard, served: tuple[RunningServer, lifecycle_pb2_grpc.LifecycleServiceAsyncStub]) -> None:
     _, stub = served
-    req = pb.EnsureSessionRequest(session_key="agent:c:acp:1", command=sys.executable, args=[str(scripts.echo)])
+    req = ensure_request(served[0], session_key="agent:c:acp:1", command=sys.executable, args=[str(scripts.echo)])
     replies = await asyncio.gather(*(stub.EnsureSession(req) for _ in range(4)))
     for r in replies:
         guard.track(r.lease.root_pid)

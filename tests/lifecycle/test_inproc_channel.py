@@ -22,6 +22,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.inproc import InProcessChannel
 from services.lifecycle.server import open_controller
 from services.lifecycle.servicer import LifecycleServicer
+from tests.launches import TEST_SECURITY, ensure_request
 from tests.lifecycle.conftest import ProcessGuard, Scripts, make_config
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ async def wired(tmp_path: Path) -> AsyncIterator[tuple[Any, Counting]]:
     controller = await open_controller(make_config(tmp_path / "gw", term_grace_ms=300))
     counting = Counting()
     channel = InProcessChannel([counting])
-    lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(LifecycleServicer(controller), channel)  # type: ignore[arg-type]
+    lifecycle_pb2_grpc.add_LifecycleServiceServicer_to_server(LifecycleServicer(controller, seal_key=TEST_SECURITY.seal_key), channel)  # type: ignore[arg-type]
     try:
         yield lifecycle_pb2_grpc.LifecycleServiceStub(channel), counting  # type: ignore[arg-type]
     finally:
@@ -55,7 +56,7 @@ async def wired(tmp_path: Path) -> AsyncIterator[tuple[Any, Counting]]:
 
 async def _echo_lease(stub: Any, scripts: Scripts, guard: ProcessGuard, key: str) -> str:
     """A live echo adapter's lease id."""
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+    resp = await stub.EnsureSession(ensure_request(
         session_key=key, command=sys.executable, args=[str(scripts.echo)]))
     guard.track(resp.lease.root_pid)
     return str(resp.lease.lease_id)

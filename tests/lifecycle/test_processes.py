@@ -23,7 +23,7 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseRecord, LeaseStore
@@ -31,6 +31,7 @@ from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.server import start_lifecycle_server
 from services.lifecycle.spawn import install_wrapper
 from services.lifecycle.verify import command_hash
+from tests.launches import ensure_request, service_channel
 from tests.lifecycle.conftest import (
     ProcessGuard,
     Scripts,
@@ -48,7 +49,7 @@ class Client:
     """A stub on a fresh channel."""
 
     def __init__(self, address: str) -> None:
-        self.channel = open_channel(address)
+        self.channel = service_channel(address)
         self.stub = lifecycle_pb2_grpc.LifecycleServiceStub(self.channel)
 
     async def close(self) -> None:
@@ -60,7 +61,7 @@ async def ensure_tree(
 ) -> tuple[pb.Lease, dict[str, psutil.Process]]:
     """Spawn a tree adapter (adapter + grandchild) and track wrapper, adapter, grandchild."""
     resp = await client.stub.EnsureSession(
-        pb.EnsureSessionRequest(session_key=key, command=sys.executable, args=[str(scripts.tree), str(pidfile), mode])
+        ensure_request(session_key=key, command=sys.executable, args=[str(scripts.tree), str(pidfile), mode])
     )
     assert resp.spawned
     procs = {"wrapper": guard.track(resp.lease.root_pid)}
@@ -85,7 +86,7 @@ async def lease_state(client: Client, lease_id: str) -> int:
 
 
 async def wait_service(address: str, proc: asyncio.subprocess.Process) -> None:
-    channel = open_channel(address)
+    channel = service_channel(address)
     try:
         await wait_healthy(channel, within=20.0)
     except TimeoutError:

@@ -21,11 +21,12 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
 from services.lifecycle import pool_spec, warm
 from services.lifecycle.leases import LeaseState
 from services.lifecycle.server import open_controller, start_lifecycle_server
+from tests.launches import ensure_request, keep_request, service_channel
 from tests.lifecycle.conftest import (
     Attacher,
     ProcessGuard,
@@ -45,14 +46,14 @@ Stub = lifecycle_pb2_grpc.LifecycleServiceStub
 
 def keep(script: Path, cwd: Path, count: int = 1, *, args: tuple[str, ...] = (),
          watch: tuple[Path, ...] = (), pool: str = POOL) -> pb.KeepWarmRequest:
-    return pb.KeepWarmRequest(pool=pool, command=sys.executable, args=[str(script), *args],
+    return keep_request(pool=pool, command=sys.executable, args=[str(script), *args],
                               env={"EXTRA_VAR": "warm"}, cwd=str(cwd), count=count,
                               watch_paths=[str(p) for p in watch])
 
 
 def take(script: Path, key: str, cwd: Path, *, args: tuple[str, ...] = (),
          pool: str = POOL) -> pb.EnsureSessionRequest:
-    return pb.EnsureSessionRequest(session_key=key, command=sys.executable,
+    return ensure_request(session_key=key, command=sys.executable,
                                    args=[str(script), *args], env={"EXTRA_VAR": "warm"},
                                    cwd=str(cwd), warm_pool=pool)
 
@@ -149,7 +150,7 @@ async def test_only_the_same_launch_spec_takes_a_warm_adapter(
     (waiting,) = await wait_warm(stub, 1, guard)
     other_args = await stub.EnsureSession(take(scripts.echo, "agent:w:acp:1", tmp_path, args=("3",)))
     other_pool = await stub.EnsureSession(take(scripts.echo, "agent:w:acp:2", tmp_path, pool="agent:x"))
-    no_pool = await stub.EnsureSession(pb.EnsureSessionRequest(
+    no_pool = await stub.EnsureSession(ensure_request(
         session_key="agent:w:acp:3", command=sys.executable, args=[str(scripts.echo)],
         env={"EXTRA_VAR": "warm"}))
     for resp in (other_args, other_pool, no_pool):
@@ -233,14 +234,20 @@ async def test_a_new_spec_or_a_smaller_count_retires_warm_adapters(
 async def test_keep_warm_refuses_bad_requests(
         tmp_path: Path, scripts: Scripts, served: tuple[RunningServer, Stub]) -> None:
     _, stub = served
-    for bad in (pb.KeepWarmRequest(command=sys.executable, count=1),
-                pb.KeepWarmRequest(pool=POOL, count=1),
-                pb.KeepWarmRequest(pool=POOL, command=sys.executable, count=-1),
-                pb.KeepWarmRequest(pool=POOL, command=sys.executable, count=10_000),
-                pb.KeepWarmRequest(pool=POOL, command=sys.executable, cwd=str(tmp_path / "no"))):
+    for bad in (keep_request(command=sys.executable, count=1),
+                keep_request(pool=POOL, command=sys.executable, count=-1),
+                keep_request(pool=POOL, command=sys.executable, count=10_000),
+                keep_request(pool=POOL, command=sys.executable, cwd=str(tmp_path / "no"))):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.KeepWarm(bad)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # No launch spec, or one the session service did not seal: nothing is ever spawned.
+    for unsealed in (keep_request(pool=POOL, count=1),
+                     keep_request(b"another install's key", pool=POOL, command=sys.executable,
+                                  count=1)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.KeepWarm(unsealed)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 async def test_a_dying_warm_adapter_makes_the_pool_back_off(
@@ -262,7 +269,7 @@ async def test_service_stop_closes_warm_adapters(
         tmp_path: Path, scripts: Scripts, guard: ProcessGuard) -> None:
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     try:
         stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
         await stub.KeepWarm(keep(scripts.echo, tmp_path, 2))
@@ -310,7 +317,7 @@ async def test_kill_9_of_the_service_leaves_no_warm_adapter(
     service = await start_service_process(cfg_dir, tmp_path / "service.log")
     guard.track(service.pid)
     address = f"unix:{cfg.data_dir}/run/lifecycle.sock"
-    channel = open_channel(address)
+    channel = service_channel(address)
     try:
         await wait_healthy(channel, within=20.0)
         stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
@@ -325,7 +332,7 @@ async def test_kill_9_of_the_service_leaves_no_warm_adapter(
     # The next run settles the rows the killed one left warm.
     second = await start_service_process(cfg_dir, tmp_path / "second.log")
     guard.track(second.pid)
-    channel = open_channel(address)
+    channel = service_channel(address)
     try:
         await wait_healthy(channel, within=20.0)
         stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)

@@ -13,9 +13,9 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel
 from services.lifecycle.server import start_lifecycle_server
 from services.lifecycle.wrapper import BoundedLog, parse_args
+from tests.launches import ensure_request
 from tests.lifecycle.conftest import (
     ProcessGuard,
     Scripts,
@@ -61,10 +61,10 @@ async def test_int_hup_term_are_forwarded_to_the_adapter_group(tmp_path: Path, g
     marker = tmp_path / "signals.txt"
     cfg = make_config(tmp_path / "gw", term_grace_ms=200)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
-        resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        resp = await stub.EnsureSession(ensure_request(
             session_key="agent:r:acp:1", command=sys.executable, args=[str(script), str(marker)]))
         wrapper = guard.track(resp.lease.root_pid)
         adapter = guard.track(resp.lease.adapter_pid)
@@ -93,10 +93,10 @@ async def test_adapter_exit_leaves_no_orphan(tmp_path: Path, scripts: Scripts, g
     script.write_text(EXIT_LEAVING_CHILD)
     cfg = make_config(tmp_path / "gw", term_grace_ms=200)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
-        resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        resp = await stub.EnsureSession(ensure_request(
             session_key="agent:l:acp:1", command=sys.executable, args=[str(script), str(tmp_path / "p.json")]))
         wrapper = guard.track(resp.lease.root_pid)
         pids = await read_pidfile(tmp_path / "p.json")

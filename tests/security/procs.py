@@ -23,6 +23,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
+from tests.launches import KeySource, ensure_request
 from tests.lifecycle.conftest import ProcessGuard, read_pidfile
 
 LEASES_DB = Path("data") / "lifecycle" / "leases.db"
@@ -116,14 +117,16 @@ class DetachedTree:
 
 async def ensure_detacher(
     stub: lifecycle_pb2_grpc.LifecycleServiceStub, workdir: Path, guard: ProcessGuard,
-    session_key: str = "agent:d:acp:1",
+    session_key: str = "agent:d:acp:1", *, install: KeySource | None = None,
 ) -> DetachedTree:
-    """Spawn :data:`DETACHER` through ``stub``; returns once the wrapper adopted the grandchild."""
+    """Spawn :data:`DETACHER` through ``stub`` (its spec sealed with ``install``'s key, default
+    the tests' key); returns once the wrapper adopted the grandchild."""
     stubborn = script(workdir, "stubborn", STUBBORN)
     detacher = script(workdir, "detacher", DETACHER)
     pidfile = workdir / "pids.json"
-    resp = await stub.EnsureSession(pb.EnsureSessionRequest(
-        session_key=session_key, command=sys.executable, args=[str(detacher), str(pidfile), str(stubborn)]))
+    resp = await stub.EnsureSession(ensure_request(
+        install, session_key=session_key, command=sys.executable,
+        args=[str(detacher), str(pidfile), str(stubborn)]))
     wrapper = guard.track(resp.lease.root_pid)
     pids = await read_pidfile(pidfile)
     adapter, grandchild = guard.track(pids["adapter"]), guard.track(pids["grandchild"])

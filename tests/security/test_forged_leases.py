@@ -26,7 +26,6 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseRecord, LeaseStore
 from services.lifecycle.proctable import PsutilProcessTable
@@ -151,7 +150,7 @@ async def test_forged_leases_are_never_signalled(tmp_path: Path, guard: ProcessG
 
     strangers = [alias, copied, decoy]
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")  # startup reap runs here
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
         verdicts = {}
@@ -216,7 +215,7 @@ async def test_another_users_process_carrying_a_dead_wrappers_marks_is_never_sig
         await store.close()
 
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")  # startup reap runs here
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
         await eventually(lambda: not alive(same_user), 5.0, "the same-user marked process to be reaped")

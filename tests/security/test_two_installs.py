@@ -17,14 +17,18 @@ import signal
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import grpc
 import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.config import Config
+from services.common.grpc_channel import wait_healthy
+from services.common.service_key import service_key_path
 from services.lifecycle.leases import LeaseRecord, LeaseStore
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.verify import REASON_OTHER_INSTANCE, REASON_WRAPPER_ROOT, command_hash
+from tests.launches import dial
 from tests.lifecycle.conftest import ProcessGuard, make_config, start_service_process
 from tests.security.procs import alive, ensure_detacher, eventually, guard, kill_exact
 
@@ -40,6 +44,7 @@ class Install:
     """One install: its config dir, its lifecycle service process and a stub on it."""
 
     config_dir: Path
+    cfg: Config
     service: asyncio.subprocess.Process
     channel: object
     stub: lifecycle_pb2_grpc.LifecycleServiceStub
@@ -48,11 +53,14 @@ class Install:
     async def start(cls, config_dir: Path, guard: ProcessGuard, log_name: str) -> Install:
         """``acpgate lifecycle-service`` on ``config_dir``, healthy (startup reap done)."""
         cfg = make_config(config_dir, term_grace_ms=300)
+        # Each install makes its own service key (not the tests' shared one).
+        service_key_path(cfg.data_dir).unlink()
         service = await start_service_process(config_dir, config_dir.parent / log_name)
         guard.track(service.pid)
-        channel = open_channel(f"unix:{cfg.data_dir}/run/lifecycle.sock")
+        channel = dial(cfg, f"unix:{cfg.data_dir}/run/lifecycle.sock")
         await wait_healthy(channel, within=20.0)
-        return cls(config_dir, service, channel, lifecycle_pb2_grpc.LifecycleServiceStub(channel))
+        return cls(config_dir, cfg, service, channel,
+                   lifecycle_pb2_grpc.LifecycleServiceStub(channel))
 
     @property
     def leases_db(self) -> Path:
@@ -105,8 +113,19 @@ async def test_two_installs_never_touch_each_other(tmp_path: Path, guard: Proces
         inst_a, inst_b = await a.instance(), await b.instance()
         assert inst_a.gateway_instance_id != inst_b.gateway_instance_id
         assert inst_a.wrapper_root != inst_b.wrapper_root
-        tree_a = await ensure_detacher(a.stub, tmp_path / "work-a", guard, SESSION_KEY)
-        tree_b = await ensure_detacher(b.stub, tmp_path / "work-b", guard, SESSION_KEY)
+        # Each install's services take only its own credential and its own seals.
+        async with dial(a.cfg, f"unix:{b.cfg.data_dir}/run/lifecycle.sock") as cross:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await lifecycle_pb2_grpc.LifecycleServiceStub(cross).GetInstance(
+                    pb.GetInstanceRequest())
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await ensure_detacher(b.stub, tmp_path / "work-x", guard, SESSION_KEY, install=a.cfg)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        tree_a = await ensure_detacher(a.stub, tmp_path / "work-a", guard, SESSION_KEY,
+                                       install=a.cfg)
+        tree_b = await ensure_detacher(b.stub, tmp_path / "work-b", guard, SESSION_KEY,
+                                       install=b.cfg)
 
         # 1. A's wrapper dies: A's reap reads every environment on the host, B's included.
         assert await kill_exact(tree_a.wrapper.pid, tree_a.lease.root_start_time)

@@ -27,10 +27,11 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
-from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.grpc_channel import wait_healthy
 from services.lifecycle.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse
 from tests.e2e.harness import AcpProcess, write_config
+from tests.launches import ensure_request, service_channel
 from tests.lifecycle.conftest import ProcessGuard, make_config, read_pidfile, start_service_process
 from tests.security.procs import (
     LEASES_DB,
@@ -218,7 +219,7 @@ async def test_a_dead_wrappers_tree_is_reaped_by_the_lifecycle_service(
     """
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
         tree = await ensure_detacher(stub, tmp_path, guard)
@@ -247,7 +248,7 @@ async def test_startup_reap_finds_a_dead_wrappers_detached_grandchild(
     address = f"unix:{cfg.data_dir}/run/lifecycle.sock"
     first = await start_service_process(cfg_dir, tmp_path / "first.log")
     guard.track(first.pid)
-    channel = open_channel(address)
+    channel = service_channel(address)
     try:
         await wait_healthy(channel, within=20.0)
         stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
@@ -267,7 +268,7 @@ async def test_startup_reap_finds_a_dead_wrappers_detached_grandchild(
     second = await start_service_process(
         cfg_dir, tmp_path / "second.log", env={"ACPGATE_lifecycle__term_grace_ms": "300"})
     guard.track(second.pid)
-    channel = open_channel(address)
+    channel = service_channel(address)
     try:
         await wait_healthy(channel, within=20.0)  # startup reaping happens before serving
         await eventually(lambda: not alive(adapter) and not alive(grandchild), 5.0,
@@ -296,12 +297,12 @@ async def test_close_reaps_what_a_wrapper_that_ended_in_order_left_behind(
     """
     cfg = make_config(tmp_path / "gw", term_grace_ms=300)
     server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/l.sock")
-    channel = open_channel(server.address)
+    channel = server.dial()
     stub = lifecycle_pb2_grpc.LifecycleServiceStub(channel)
     try:
         leaver, stubborn = script(tmp_path, "leaver", LEAVER), script(tmp_path, "stubborn", STUBBORN)
         pidfile = tmp_path / "pids.json"
-        resp = await stub.EnsureSession(pb.EnsureSessionRequest(
+        resp = await stub.EnsureSession(ensure_request(
             session_key="agent:l:acp:1", command=sys.executable,
             args=[str(leaver), str(pidfile), str(stubborn)]))
         wrapper = guard.track(resp.lease.root_pid)

@@ -25,7 +25,6 @@ from services.common.config import (
     PathsSection,
     StoreSection,
 )
-from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.session.server import start_session_server
 from services.session.store import Clock, SessionStore, open_store
@@ -166,7 +165,7 @@ async def serve(short_dir: Path) -> AsyncIterator[ServerFactory]:
     ) -> tuple[RunningServer, Stub]:
         address = f"unix:{short_dir}/s{len(started)}.sock"
         running = await start_session_server(cfg, address)
-        channel = open_channel(running.address)
+        channel = running.dial()
         started.append((running, channel))
         return running, session_pb2_grpc.SessionServiceStub(channel)
 

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, AgentSection, Config
-from services.common.grpc_channel import open_channel
 from services.common.grpc_server import RunningServer
 from services.session.server import start_session_server
 from tests.session.conftest import make_cfg
@@ -52,7 +51,7 @@ class Servers:
 async def _serve(cfg: Config, address: str) -> tuple[RunningServer, grpc.aio.Channel]:
     """A server and a channel to it, both on the running loop."""
     server = await start_session_server(cfg, address)
-    return server, open_channel(server.address)
+    return server, server.dial()
 
 
 @pytest.fixture(scope="module")

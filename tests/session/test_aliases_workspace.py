@@ -113,7 +113,8 @@ async def test_launch_builtin_and_acp(tmp_path: Path) -> None:
     )
     bi = await launch_spec(cfg, "bi")
     assert bi.command == sys.executable
-    assert bi.args == ("-m", "services.agent", "--config-dir", str(cfg.config_dir),
+    # Isolated mode: the session's cwd and PYTHON* variables never pick the code (issue 24).
+    assert bi.args == ("-I", "-m", "services.agent", "--config-dir", str(cfg.config_dir),
                        "--alias", "bi")
     assert bi.kind == "builtin" and bi.autonomy == "readonly" and bi.default_model == "demo/demo"
     ws = cfg.config_dir / "agents" / "bi" / "workspace"

@@ -18,12 +18,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
-from services.common.config import A2aSection, StoreSection
-from services.common.grpc_channel import open_channel, wait_healthy
+from services.common.config import A2aSection, StoreSection, load_config
+from services.common.grpc_auth import GrpcSecurity, open_service_channel
+from services.common.grpc_channel import wait_healthy
 from services.common.protocol import MSG_CWD_REFUSED
 from services.common.urls import redact_url
+from services.lifecycle.sealed import open_launch
 from services.session.server import SERVICE_NAME, store_target
 from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, open_store
+from tests.launches import dial, seal_key_of
 from tests.session.conftest import make_cfg
 from tests.session.test_visibility import EXPECTED, ROW_ORDER
 
@@ -55,7 +58,7 @@ async def test_health_serving_and_reflection(serve: ServerFactory, short_dir: Pa
     """Both services serve: health SERVING; reflection lists SessionService and Health methods."""
     running, _ = await serve(make_cfg(short_dir))
     assert running.address.startswith("unix:")
-    async with open_channel(running.address) as ch:
+    async with running.dial() as ch:
         health = health_pb2_grpc.HealthStub(ch)
         for name in ("", SERVICE_NAME):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
@@ -122,12 +125,20 @@ async def test_spec3_resolve_agent(stub: Stub, short_dir: Path) -> None:
     """SPEC §3 over gRPC: launch specs, and INVALID_ARGUMENT with the exact SPEC message."""
     a = await stub.ResolveAgent(pb.ResolveAgentRequest())
     assert a.alias == "alpha" and a.kind == "builtin" and a.command == sys.executable
-    assert list(a.args) == ["-m", "services.agent", "--config-dir", str(short_dir / "cfg"),
+    assert list(a.args) == ["-I", "-m", "services.agent", "--config-dir", str(short_dir / "cfg"),
                             "--alias", "alpha"]
     assert a.default_model == "demo/demo" and a.autonomy == "supervised"
     assert await asyncio.to_thread(Path(a.agent_workspace).is_dir)
+    # What the lifecycle service will run: the same spec, sealed with the install's key; the
+    # built-in agent takes acpgate's configuration overrides, never [services]/[store].
+    key = seal_key_of(make_cfg(short_dir))
+    opened = open_launch(a.launch, key)
+    assert (opened.command, list(opened.args)) == (a.command, list(a.args))
+    assert opened.pass_env == tuple(a.pass_env) and "ACPGATE_agents__*" in opened.pass_env
+    assert not any(p.startswith(("ACPGATE_services", "ACPGATE_store")) for p in opened.pass_env)
     e = await stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias=" ", connection_default="ext"))
     assert (e.alias, e.command, list(e.args)) == ("ext", "some-acp", ["--x"])
+    assert open_launch(e.launch, key).pass_env == ()  # an external agent: nothing of ours
     assert await _code(stub.ResolveAgent(pb.ResolveAgentRequest(explicit_alias="nope"))) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         "Unknown agent `nope` — no [agents.nope] entry configured",
@@ -496,7 +507,8 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
     )
     sock = cfg_dir / "data" / "run" / "session.sock"
     try:
-        async with open_channel(f"unix:{sock}") as ch:
+        # The install's key (made by whichever of the two comes first) opens the door.
+        async with dial(load_config(cfg_dir, environ={}), f"unix:{sock}") as ch:
             await wait_healthy(ch, SERVICE_NAME, within=30)
             stub = session_pb2_grpc.SessionServiceStub(ch)
             status = await stub.GetStoreStatus(pb.GetStoreStatusRequest())
@@ -513,20 +525,20 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
             await proc.wait()
 
 
-async def test_shared_token_required_when_configured(short_dir: Path) -> None:
-    """[services] token_env: calls without the token are UNAUTHENTICATED; health stays open."""
-    from services.common.grpc_auth import GrpcSecurity, open_service_channel
+async def test_calls_without_the_credential_are_refused(short_dir: Path) -> None:
+    """Every call must carry the service credential (issue 23); health stays open."""
     from services.session.server import start_session_server
 
     cfg = make_cfg(short_dir)
     sec = GrpcSecurity(token="s3cret")
     running = await start_session_server(cfg, f"unix:{short_dir}/tok.sock", security=sec)
     try:
-        async with open_channel(running.address) as bare:
-            await wait_healthy(bare, SERVICE_NAME, within=5)
-            code, _ = await _code(session_pb2_grpc.SessionServiceStub(bare).GetStoreStatus(
-                pb.GetStoreStatusRequest()))
-            assert code == grpc.StatusCode.UNAUTHENTICATED
+        for wrong in ("", "another-install's-key"):
+            async with open_service_channel(GrpcSecurity(token=wrong), running.address) as bare:
+                await wait_healthy(bare, SERVICE_NAME, within=5)
+                code, _ = await _code(session_pb2_grpc.SessionServiceStub(bare).GetStoreStatus(
+                    pb.GetStoreStatusRequest()))
+                assert code == grpc.StatusCode.UNAUTHENTICATED
         async with open_service_channel(sec, running.address) as ch:
             status = await session_pb2_grpc.SessionServiceStub(ch).GetStoreStatus(
                 pb.GetStoreStatusRequest())

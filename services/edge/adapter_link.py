@@ -133,6 +133,9 @@ class AdapterLink:
         the stream's ``open`` and reach the adapter once the lifecycle service attached."""
         loop = asyncio.get_running_loop()
         self._attached = loop.create_future()
+        # A failed attach that nobody waits for any more (its setup was cancelled) is
+        # nobody's error: seen here, raised to whoever still waits.
+        self._attached.add_done_callback(seen)
         self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
 
@@ -261,6 +264,13 @@ class AdapterLink:
         answering it (a relayed question is withdrawn from the client too); the adapter
         gets -32800. An unknown or finished id is ignored."""
         self._rpc.withdraw(request_id)
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """Done callback: mark a failed future's exception as retrieved (a failure nobody
+    awaits any more is nobody's error; whoever still awaits it gets it all the same)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def method_not_found(method: str) -> JsonRpcError:

@@ -67,12 +67,15 @@ class DialectConnection:
         self.client_capabilities = ClientCapabilities()
         self.sessions: dict[str, EdgeSession] = {}
         self._methods = methods
+        #: Set once the drain is over: from then on a setup that finishes is released, not
+        #: entered (:func:`services.edge.session_setup.mark_active`).
+        self._releasing = False
         self._closed = False
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` has released this connection's sessions."""
-        return self._closed
+        """True once :meth:`close` releases (or has released) this connection's sessions."""
+        return self._releasing
 
     # ------------------------------------------------------------------ I/O
 
@@ -132,6 +135,10 @@ class DialectConnection:
         """
         self.backchannel.close()
         await self.rpc.drain(drain_secs, abort)
+        # Before the cancel: a setup that still gets through (it finished as the drain
+        # ran out) then releases its session itself instead of entering it after the
+        # sessions below were collected.
+        self._releasing = True
         await self.rpc.cancel()
         await self._release_all()
         self._closed = True

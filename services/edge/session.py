@@ -130,8 +130,9 @@ class EdgeSession:
         #: Prior conversation for an external adapter that could not restore itself.
         self.pending_history: str | None = None
         self.released = False
-        #: Set once the release that ``released`` announced has finished.
-        self.release_finished = asyncio.Event()
+        #: The release that ``released`` announced, running in a runtime task
+        #: (``EdgeRuntime.release``: never stopped half-way by a cancelled caller).
+        self.releasing: asyncio.Task[None] | None = None
         #: When this setup took the row's claim (runtime clock): session/new creates it claimed.
         self.claimed_at: float | None = None
         #: The row's "active" write while it goes on after the answer (``mark_active``).

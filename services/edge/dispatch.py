@@ -21,9 +21,11 @@ from typing import Any
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
+    AUTH_REQUIRED,
     M_CANCEL_REQUEST,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
+    MSG_TOKEN_REVOKED,
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.backchannel import BackChannel
@@ -71,6 +73,7 @@ class DialectConnection:
         #: entered (:func:`services.edge.session_setup.mark_active`).
         self._releasing = False
         self._closed = False
+        self._revoked = False
 
     @property
     def closed(self) -> bool:
@@ -103,7 +106,10 @@ class DialectConnection:
     # ------------------------------------------------------------------ inbound
 
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
-        """The peer's handler: the dialect method, else -32601 (a notification gets no answer)."""
+        """The peer's handler: the dialect method, else -32601 (a notification gets no answer);
+        -32000 once the connection's token was revoked (:meth:`revoke`)."""
+        if self._revoked:
+            raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
         handler = self._methods.get(method)
         if handler is None:
             raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
@@ -121,6 +127,18 @@ class DialectConnection:
         return session
 
     # ------------------------------------------------------------------ end
+
+    def revoke(self) -> None:
+        """The connection's token was revoked (it is being closed): what it asks from now on
+        is refused, and its running turns are cancelled at once — ACP ``session/cancel`` to
+        each adapter, and the turns of the sessions they spawned or asked; a cancelled turn
+        is never stored — instead of running on, and being stored, through the close's
+        drain. Idempotent."""
+        if self._revoked:
+            return
+        self._revoked = True
+        for session in list(self.sessions.values()):
+            session.cancel()
 
     async def close(self, *, drain_secs: float = 15.0,
                     abort: asyncio.Event | None = None) -> None:

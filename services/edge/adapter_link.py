@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -57,7 +58,11 @@ class AdapterExit:
         if self.lost:
             return "agent process connection lost"
         if self.signal:
-            return f"agent process exited (killed by signal {self.signal})"
+            try:
+                name = f"{signal.Signals(self.signal).name}, "
+            except ValueError:
+                name = ""
+            return f"agent process exited (killed by {name}signal {self.signal})"
         return f"agent process exited (exit code {self.exit_code})"
 
 
@@ -114,6 +119,10 @@ class AdapterLink:
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
         self.exit_info: AdapterExit | None = None
+        #: True when the edge itself let the adapter go (:meth:`abort`) rather than the
+        #: adapter exiting or its stream breaking.
+        self.let_go = False
+        self._ended = asyncio.Event()
         self._attached: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -203,10 +212,12 @@ class AdapterLink:
         finally:
             self._finish(exit_info)
 
-    def _finish(self, exit_info: AdapterExit) -> None:
+    def _finish(self, exit_info: AdapterExit, *, let_go: bool = False) -> None:
         if self.exit_info is not None:
             return
         self.exit_info = exit_info
+        self.let_go = let_go
+        self._ended.set()
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
         self._rpc.close_outbound(lambda: AdapterGone(exit_info))
@@ -226,7 +237,16 @@ class AdapterLink:
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
         self._rpc.abort()
-        self._finish(AdapterExit(lost=True))
+        self._finish(AdapterExit(lost=True), let_go=True)
+
+    async def exited(self, wait_secs: float) -> AdapterExit | None:
+        """How the adapter went, when it did by itself (it exited, or its stream broke) —
+        already, or within ``wait_secs``; None while it lives on, or when the edge let it
+        go (:meth:`abort`)."""
+        if not self._ended.is_set() and wait_secs > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), wait_secs)
+        return self.exit_info if self._ended.is_set() and not self.let_go else None
 
     # ------------------------------------------------------------------ outbound
 

@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -137,6 +138,14 @@ class Gateway:
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)
         return out
+
+    def stored_items(self, session_id: str) -> int:
+        """History items the store holds for ``session_id`` (its SQLite file, read-only)."""
+        db = self.data_dir / "sessions" / "acp-sessions.db"
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM history WHERE session_id = ?",
+                                    (session_id,)).fetchone()
+        return int(count)
 
     def events(self) -> list[dict[str, Any]]:
         """Every JSON log line the gateway's processes wrote so far."""

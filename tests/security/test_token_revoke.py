@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.gateway.stack import RawClient
-from tests.security.gateway_stack import WAIT, Gateway, running_gateway
+from tests.security.gateway_stack import WAIT, running_gateway
 from tests.security.procs import eventually
 from tests.security.scripted_agent import agent_section
 
@@ -55,15 +54,6 @@ async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path) -> Non
         await other.ws.close()
 
 
-def stored_items(gw: Gateway, session_id: str) -> int:
-    """History items the store holds for ``session_id`` (read-only, beside the service)."""
-    db = gw.data_dir / "sessions" / "acp-sessions.db"
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        (count,) = conn.execute("SELECT count(*) FROM history WHERE session_id = ?",
-                                (session_id,)).fetchone()
-    return int(count)
-
-
 async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path: Path) -> None:
     """Issue 23: the revoked token's turn ran on through the 15 s drain and was stored."""
     received = tmp_path / "agent-received.log"
@@ -72,7 +62,7 @@ async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path:
         client = RawClient(await gw.connect(doomed))
         sid = (await client.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
         await client.result("session/prompt", {"sessionId": sid, "prompt": "hello"})
-        before = stored_items(gw, sid)
+        before = gw.stored_items(sid)
         assert before > 0  # a completed turn is stored (what the check below reads)
 
         # 10 s of chunks unless cancelled: shorter than the 15 s drain.
@@ -92,7 +82,7 @@ async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path:
                 break
             await asyncio.sleep(0.05)
         assert (await gw.metrics())["acpgate_active_sessions"] == 0
-        assert stored_items(gw, sid) == before
+        assert gw.stored_items(sid) == before
         # ... for the agent was told to stop it (ACP session/cancel).
         await eventually(lambda: received.exists() and "cancel" in received.read_text(),
                          WAIT, "the agent to get session/cancel")

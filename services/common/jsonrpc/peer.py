@@ -129,6 +129,7 @@ class JsonRpcPeer:
         #: Requests of ours given up on, whose withdrawal is still to be sent (one task
         #: sends them in order: a burst of withdrawals is one waiting send, not one each).
         self._withdrawals: deque[JsonRpcId] = deque()
+        self._withdrawing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ inbound
 
@@ -352,14 +353,13 @@ class JsonRpcPeer:
         one send each, which a transport bounding what waits (the WebSocket outbox) would
         hold against a client that reads."""
         self._withdrawals.append(req_id)
-        if len(self._withdrawals) == 1:
-            self._start(self._send_withdrawals())
+        if self._withdrawing is None or self._withdrawing.done():
+            self._withdrawing = self._start(self._send_withdrawals())
 
     async def _send_withdrawals(self) -> None:
         assert self._withdraw_method is not None
         while self._withdrawals:
-            await self.notify(self._withdraw_method, {"requestId": self._withdrawals[0]})
-            self._withdrawals.popleft()
+            await self.notify(self._withdraw_method, {"requestId": self._withdrawals.popleft()})
 
     def close_outbound(self, error: Callable[[], BaseException]) -> None:
         """Nobody can answer our requests any more: fail the open ones, refuse new ones."""

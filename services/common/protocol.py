@@ -74,6 +74,8 @@ MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
 MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
 MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
+#: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
+MSG_TOKEN_REVOKED: Final = "Token revoked"
 #: sessions_spawn refusals (issue 13): a cwd that leaves the spawning session's
 #: workspace, no agent named, a requester that is no stored session.
 MSG_SPAWN_CWD_OUTSIDE: Final = "cwd must lie inside the spawning session's workspace: {cwd}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -57,7 +58,11 @@ class AdapterExit:
         if self.lost:
             return "agent process connection lost"
         if self.signal:
-            return f"agent process exited (killed by signal {self.signal})"
+            try:
+                name = f"{signal.Signals(self.signal).name}, "
+            except ValueError:
+                name = ""
+            return f"agent process exited (killed by {name}signal {self.signal})"
         return f"agent process exited (exit code {self.exit_code})"
 
 
@@ -114,6 +119,10 @@ class AdapterLink:
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
         self.exit_info: AdapterExit | None = None
+        #: True when the edge itself let the adapter go (:meth:`abort`) rather than the
+        #: adapter exiting or its stream breaking.
+        self.let_go = False
+        self._ended = asyncio.Event()
         self._attached: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -133,6 +142,9 @@ class AdapterLink:
         the stream's ``open`` and reach the adapter once the lifecycle service attached."""
         loop = asyncio.get_running_loop()
         self._attached = loop.create_future()
+        # A failed attach that nobody waits for any more (its setup was cancelled) is
+        # nobody's error: seen here, raised to whoever still waits.
+        self._attached.add_done_callback(seen)
         self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
 
@@ -200,10 +212,12 @@ class AdapterLink:
         finally:
             self._finish(exit_info)
 
-    def _finish(self, exit_info: AdapterExit) -> None:
+    def _finish(self, exit_info: AdapterExit, *, let_go: bool = False) -> None:
         if self.exit_info is not None:
             return
         self.exit_info = exit_info
+        self.let_go = let_go
+        self._ended.set()
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
         self._rpc.close_outbound(lambda: AdapterGone(exit_info))
@@ -223,7 +237,16 @@ class AdapterLink:
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
         self._rpc.abort()
-        self._finish(AdapterExit(lost=True))
+        self._finish(AdapterExit(lost=True), let_go=True)
+
+    async def exited(self, wait_secs: float) -> AdapterExit | None:
+        """How the adapter went, when it did by itself (it exited, or its stream broke) —
+        already, or within ``wait_secs``; None while it lives on, or when the edge let it
+        go (:meth:`abort`)."""
+        if not self._ended.is_set() and wait_secs > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), wait_secs)
+        return self.exit_info if self._ended.is_set() and not self.let_go else None
 
     # ------------------------------------------------------------------ outbound
 
@@ -261,6 +284,13 @@ class AdapterLink:
         answering it (a relayed question is withdrawn from the client too); the adapter
         gets -32800. An unknown or finished id is ignored."""
         self._rpc.withdraw(request_id)
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """Done callback: mark a failed future's exception as retrieved (a failure nobody
+    awaits any more is nobody's error; whoever still awaits it gets it all the same)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def method_not_found(method: str) -> JsonRpcError:

@@ -49,6 +49,7 @@ async def serve_connection(
     drain_secs: float = 15.0,
     abort: asyncio.Event | None = None,
     send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+    revoked: asyncio.Event | None = None,
 ) -> None:
     """Serve one client connection until ``incoming`` ends.
 
@@ -69,10 +70,25 @@ async def serve_connection(
     ``send_many``, when the transport has one, writes several messages in order
     and together without a lock here; the transport then sees (and bounds)
     every answer that waits for the client. Without it, ``send`` is serialized.
+
+    ``revoked`` is set when the connection's token is revoked (the transport then closes
+    it): its running turns are cancelled at once and nothing of them is stored, and
+    whatever it still sends is refused (``DialectConnection.revoke``).
     """
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
                              principal=principal, send_many=send_many)
+    watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     try:
         await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it
     finally:
+        if watch is not None:
+            watch.cancel()
+        if revoked is not None and revoked.is_set():
+            conn.revoke()  # (the watch may not have run yet)
         await conn.close(drain_secs=drain_secs, abort=abort)
+
+
+async def _revoke_when(revoked: asyncio.Event, conn: DialectConnection) -> None:
+    """Revoke ``conn`` as soon as ``revoked`` is set, not only once its input has ended."""
+    await revoked.wait()
+    conn.revoke()

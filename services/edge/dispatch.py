@@ -21,9 +21,11 @@ from typing import Any
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
+    AUTH_REQUIRED,
     M_CANCEL_REQUEST,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
+    MSG_TOKEN_REVOKED,
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.backchannel import BackChannel
@@ -67,12 +69,16 @@ class DialectConnection:
         self.client_capabilities = ClientCapabilities()
         self.sessions: dict[str, EdgeSession] = {}
         self._methods = methods
+        #: Set once the drain is over: from then on a setup that finishes is released, not
+        #: entered (:func:`services.edge.session_setup.mark_active`).
+        self._releasing = False
         self._closed = False
+        self._revoked = False
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` has released this connection's sessions."""
-        return self._closed
+        """True once :meth:`close` releases (or has released) this connection's sessions."""
+        return self._releasing
 
     # ------------------------------------------------------------------ I/O
 
@@ -100,7 +106,10 @@ class DialectConnection:
     # ------------------------------------------------------------------ inbound
 
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
-        """The peer's handler: the dialect method, else -32601 (a notification gets no answer)."""
+        """The peer's handler: the dialect method, else -32601 (a notification gets no answer);
+        -32000 once the connection's token was revoked (:meth:`revoke`)."""
+        if self._revoked:
+            raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
         handler = self._methods.get(method)
         if handler is None:
             raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
@@ -119,6 +128,18 @@ class DialectConnection:
 
     # ------------------------------------------------------------------ end
 
+    def revoke(self) -> None:
+        """The connection's token was revoked (it is being closed): what it asks from now on
+        is refused, and its running turns are cancelled at once — ACP ``session/cancel`` to
+        each adapter, and the turns of the sessions they spawned or asked; a cancelled turn
+        is never stored — instead of running on, and being stored, through the close's
+        drain. Idempotent."""
+        if self._revoked:
+            return
+        self._revoked = True
+        for session in list(self.sessions.values()):
+            session.cancel()
+
     async def close(self, *, drain_secs: float = 15.0,
                     abort: asyncio.Event | None = None) -> None:
         """The client's input ended: finish what it asked, then release its sessions.
@@ -132,6 +153,10 @@ class DialectConnection:
         """
         self.backchannel.close()
         await self.rpc.drain(drain_secs, abort)
+        # Before the cancel: a setup that still gets through (it finished as the drain
+        # ran out) then releases its session itself instead of entering it after the
+        # sessions below were collected.
+        self._releasing = True
         await self.rpc.cancel()
         await self._release_all()
         self._closed = True

@@ -184,13 +184,29 @@ class OutgoingQueue:
         if self._overflows(chars):
             return PutResult.OVERFLOW
         fut: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
-        self._waiters.append(_Waiting(fut, deque(messages), chars))
+        waiting = _Waiting(fut, deque(messages), chars)
+        self._waiters.append(waiting)
         self._waiting_chars += chars
         self.peak_waiting = max(self.peak_waiting, len(self._waiters))
         try:
             return await asyncio.wait_for(fut, wait_secs)
         except TimeoutError:
             return PutResult.TIMED_OUT
+        finally:
+            if not fut.done() or fut.cancelled():
+                self._give_up(waiting)
+
+    def _give_up(self, waiting: _Waiting) -> None:
+        """A send that stopped waiting (its caller was cancelled — e.g. a relayed request
+        the agent withdrew — or it timed out): what it still held no longer waits, and
+        no longer counts against the bound at once (not only once it reaches the head)."""
+        try:
+            self._waiters.remove(waiting)
+        except ValueError:
+            return  # already admitted or dropped
+        self._waiting_chars -= waiting.chars
+        if self._waiters and not self.closed:
+            self._admit_waiters()  # the next one may fit where this one did not
 
     def get_nowait(self) -> str | None:
         """The next message if one is queued (and the queue is open), else ``None``."""

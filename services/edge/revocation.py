@@ -6,7 +6,9 @@ store's change marker (:class:`~services.edge.tokens.TokenWatch`, one cheap
 ``PRAGMA data_version`` per interval while any token holds a connection) and
 closes every live connection whose token is no longer active (1008 "token
 revoked"), so a revocation takes effect within :data:`REVOCATION_POLL_SECS`
-everywhere; the connection's sessions are released as on any close.
+everywhere; the connection's sessions are released as on any close. Right before
+the close it sets the connection's :meth:`RevocationWatch.signal`, on which the
+dialect cancels the connection's running turns (nothing of them is stored).
 """
 
 from __future__ import annotations
@@ -41,9 +43,15 @@ class RevocationWatch:
         self._interval = interval
         self._active: set[str] | None = None
         self._closed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
+        self._signals: weakref.WeakKeyDictionary[ServerConnection, asyncio.Event] = (
+            weakref.WeakKeyDictionary())
         self._closing: set[asyncio.Task[None]] = set()
         #: Connections closed so far because their token was revoked (for ``/metrics``).
         self.closes_total = 0
+
+    def signal(self, ws: ServerConnection) -> asyncio.Event:
+        """The event set when ``ws``'s token is revoked, before ``ws`` is closed."""
+        return self._signals.setdefault(ws, asyncio.Event())
 
     async def run(self) -> None:
         """Poll until cancelled; a failing look is logged and tried again next time."""
@@ -77,6 +85,8 @@ class RevocationWatch:
     async def _close(self, ws: ServerConnection) -> None:
         self.closes_total += 1
         log.warning("ws_token_revoked", remote=ws.remote_address)
+        if (revoked := self._signals.get(ws)) is not None:
+            revoked.set()
         try:
             await ws.close(REVOKED_CLOSE_CODE, REVOKED_REASON)
         except Exception:  # closing a connection that is going away anyway

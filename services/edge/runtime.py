@@ -195,15 +195,15 @@ class EdgeRuntime:
     async def release(self, session: EdgeSession, reason: str) -> None:
         """Release the session's dependents, then detach the adapter, close the lease, mark
         the row inactive and drop this host's claim (never another host's). Idempotent: a
-        second call returns once the first has finished."""
-        if session.released:
-            await session.release_finished.wait()
-            return
-        session.released = True
-        try:
-            await self._release(session, reason)
-        finally:
-            session.release_finished.set()
+        second call returns once the first has finished.
+
+        The work runs in a runtime task, so it is never stopped half-way: a caller that is
+        cancelled (a connection's drain ran out, a setup given up) stops waiting, and the
+        lease is closed all the same (issue 23 item 3)."""
+        if session.releasing is None:
+            session.released = True
+            session.releasing = self.spawn(self._release(session, reason))
+        await asyncio.shield(session.releasing)
 
     async def _release(self, session: EdgeSession, reason: str) -> None:
         dependents = self.dependents(session)

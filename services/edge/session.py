@@ -26,8 +26,6 @@ from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
-    CANCEL_REASON_CLIENT_ERROR,
-    CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
     INTERNAL_ERROR,
     M_ELICITATION_CREATE,
@@ -38,12 +36,7 @@ from services.common.protocol import (
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
 from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
-from services.edge.backchannel import (
-    Asking,
-    BackChannelError,
-    BackChannelTimeout,
-    ClientErrorAnswer,
-)
+from services.edge.backchannel import Asking, BackChannelError, denial_reason
 from services.edge.client_methods import ClientMethods
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
@@ -58,6 +51,9 @@ log = get_logger("edge.session")
 
 #: After a cancel, how long the adapter gets to answer the prompt before the edge ends it.
 CANCEL_GRACE_SECS = 10.0
+#: How long an adapter that ended a turn as cancelled though nobody asked is given to show
+#: whether it is going away (an agent told to terminate answers its prompts so, then exits).
+UNASKED_CANCEL_EXIT_SECS = 5.0
 
 
 #: An adapter→client request the edge serves itself (the session tools' extension
@@ -130,8 +126,9 @@ class EdgeSession:
         #: Prior conversation for an external adapter that could not restore itself.
         self.pending_history: str | None = None
         self.released = False
-        #: Set once the release that ``released`` announced has finished.
-        self.release_finished = asyncio.Event()
+        #: The release that ``released`` announced, running in a runtime task
+        #: (``EdgeRuntime.release``: never stopped half-way by a cancelled caller).
+        self.releasing: asyncio.Task[None] | None = None
         #: When this setup took the row's claim (runtime clock): session/new creates it claimed.
         self.claimed_at: float | None = None
         #: The row's "active" write while it goes on after the answer (``mark_active``).
@@ -233,7 +230,7 @@ class EdgeSession:
             if method == M_ELICITATION_CREATE:
                 return fallback
             # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            reason = _denial_reason(exc)
+            reason = denial_reason(exc)
             waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
             return cancelled_answer(reason, timeout_secs=waited)
         finally:
@@ -330,7 +327,13 @@ class EdgeSession:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_SECS)
                 if done:
-                    return task.result()
+                    result = task.result()
+                    if result.stop_reason == STOP_CANCELLED:  # its agent died (wrapper killed)?
+                        gone = await adapter.link.exited(
+                            0.0 if turn.cancelled else UNASKED_CANCEL_EXIT_SECS)
+                        if gone is not None:
+                            raise AdapterGone(gone)
+                    return result
                 if turn.cancelled:  # the adapter ignored session/cancel: end the turn here
                     task.cancel()
                     return PromptResponse(stop_reason=STOP_CANCELLED)
@@ -389,10 +392,3 @@ class EdgeSession:
             await self.turn.done.wait()
 
 
-def _denial_reason(exc: BackChannelError) -> str:
-    """The `_meta.acpgate.reason` for a permission request that got no usable answer."""
-    if isinstance(exc, BackChannelTimeout):
-        return CANCEL_REASON_TIMEOUT
-    if isinstance(exc, ClientErrorAnswer):
-        return CANCEL_REASON_CLIENT_ERROR
-    return CANCEL_REASON_CLIENT_GONE

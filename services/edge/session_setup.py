@@ -2,17 +2,21 @@
 
 A slot is reserved against ``max_sessions`` for the whole setup; the session's
 policy comes from the session service; the adapter gets a lease, is attached
-and initialized (its lease is closed again if that fails); and a session that
-came up is marked active in the store — while this host still holds its claim
-— and entered into the runtime and the connection, unless its adapter or its
-client went away meanwhile.
+and initialized; and a session that came up is marked active in the store —
+while this host still holds its claim — and entered into the runtime and the
+connection, unless its adapter or its client went away meanwhile.
+
+Everything from the session's row to that entry runs inside :func:`setting_up`:
+a setup ends with the session entered, or released (adapter and lease closed,
+row inactive) — whatever ended it, a cancellation at any await included — so no
+lease outlives a session nobody holds (issue 23 item 3).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Protocol
 
 import grpc
@@ -82,6 +86,25 @@ def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
         registry.creating.discard(sid)
 
 
+@asynccontextmanager
+async def setting_up(conn: SessionHome, session: EdgeSession) -> AsyncIterator[EdgeSession]:
+    """The setup of ``session`` (its row exists) as one unit: when the body ends, the
+    session is in the runtime's active set (:func:`mark_active` entered it), or it is
+    released — adapter and lease closed, row inactive, claim dropped — whatever ended the
+    body: an error, a client gone, a cancellation at any await (a connection's drain ran
+    out; the session that spawned it was released). The release is a runtime task
+    (``EdgeRuntime.release``): a second cancellation stops the wait, not the release."""
+    reason = "failed"
+    try:
+        yield session
+    except asyncio.CancelledError:
+        reason = "setup_cancelled"
+        raise
+    finally:
+        if conn.runtime.registry.active.get(session.session_id) is not session:
+            await conn.runtime.release(session, reason)
+
+
 async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
                          additional_directories: Sequence[str] = (),
                          session_id: str = "") -> SecurityPolicy:
@@ -105,8 +128,8 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
     it is let go (:func:`drop_early`) and the lease is ensured as usual.
 
     Raises what failed (a refused ensure as the lifecycle service's gRPC error), with
-    the link closed and ``session.lease_id`` set when a lease was ensured; the
-    caller abandons the session (:func:`spawn_adapter` does).
+    ``session.lease_id`` set when a lease was ensured; the session's
+    :func:`setting_up` releases it.
     """
     rt = conn.runtime
     if early is not None:
@@ -165,13 +188,12 @@ async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
                         early: EarlyTake | None = None) -> AdapterClient:
-    """:func:`start_adapter` for a session whose row exists; when it fails the session is
-    abandoned (lease closed, row inactive) and the adapter's error reaches the client
-    whole (:func:`services.edge.adapter_errors.setup_error`)."""
+    """:func:`start_adapter` for a session whose row exists (inside :func:`setting_up`,
+    which releases it when this fails); the adapter's error reaches the client whole
+    (:func:`services.edge.adapter_errors.setup_error`)."""
     try:
         return await start_adapter(conn, session, agent, policy, early)
     except Exception as exc:
-        await abandon(conn.runtime, session)
         raise setup_error(agent.alias, exc, agent_secrets(agent)) from None
 
 
@@ -188,16 +210,11 @@ async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent
         log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code().name)
 
 
-async def abandon(runtime: EdgeRuntime, session: EdgeSession) -> None:
-    """Give up a session whose setup failed: adapter closed, lease closed, row kept inactive."""
-    await runtime.release(session, "failed")
-
-
 async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
                       alias: str | None = None, *, mcp_servers_json: str | None = None,
                       additional_directories: Sequence[str] | None = None) -> None:
     """Store the session as active (with its new alias, MCP server list and extra roots, if
-    any) and enter it everywhere.
+    any) and enter it everywhere; the last step of :func:`setting_up`'s body.
 
     -32603 when the adapter died during setup, or when the connection closed
     meanwhile (the session is released then: nobody is left to use it); -32602
@@ -230,7 +247,6 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
         try:
             await _write_active(rt, request)
         except grpc.aio.AioRpcError as exc:  # ABORTED: the claim is another host's
-            await abandon(rt, session)
             raise refusal(exc, session.session_id) from None
     if session.released:  # the adapter died during setup
         adapter = session.adapter
@@ -238,7 +254,7 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
         raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup",
                            exit_data(exit_info, adapter.secrets)
                            if exit_info is not None and adapter is not None else None)
-    if conn.closed:  # close() already released this connection's sessions
+    if conn.closed:  # close() is releasing this connection's sessions (or has)
         await conn.runtime.release(session, "disconnect")
         raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")
     conn.runtime.activate(session)

@@ -39,7 +39,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import M_INITIALIZE, session_key_for
 from services.edge.adapter import SETUP_TIMEOUT_SECS
-from services.edge.adapter_link import AdapterLink
+from services.edge.adapter_link import AdapterLink, seen
 
 if TYPE_CHECKING:
     from acpgate.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
@@ -129,13 +129,8 @@ class WarmPools:
         link.begin()
         params = initialize(agent.autonomy)
         answer = asyncio.ensure_future(link.request(M_INITIALIZE, params, SETUP_TIMEOUT_SECS))
-        answer.add_done_callback(_seen)  # a dropped take's failure is nobody's error
+        answer.add_done_callback(seen)  # a dropped take's failure is nobody's error
         return EarlyTake(agent, link, params, answer)
-
-
-def _seen(answer: asyncio.Future[Any]) -> None:
-    if not answer.cancelled():
-        answer.exception()
 
 
 @dataclass(frozen=True)

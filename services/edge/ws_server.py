@@ -6,7 +6,8 @@ the upgrade, ``process_request`` routes plain HTTP (``/healthz``, ``/metrics``),
 answers 404 for unknown paths, 401 for a missing or bad token and 503 when
 the connection limit or the token's share of it is reached
 (``services.edge.admission``). A token revoked while its connections are open
-closes them with 1008 (``services.edge.revocation``).
+closes them with 1008 (``services.edge.revocation``), their running turns
+cancelled first (``serve_connection``'s ``revoked``).
 
 Slow clients: everything a connection sends goes through its bounded
 :class:`~services.edge.outqueue.Outbox`, which closes a client that stops
@@ -88,6 +89,7 @@ class ServeConnection(Protocol):
         default_agent: str = "",
         principal: str = "",
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+        revoked: asyncio.Event | None = None,
     ) -> Awaitable[None]:
         """Serve one connection until ``incoming`` ends."""
         ...
@@ -319,6 +321,7 @@ class EdgeServer:
             await self._serve_connection(
                 self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
                 principal=principal, send_many=outbox.send_many,
+                revoked=self._revocations.signal(ws),
             )
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)

@@ -369,7 +369,10 @@ class AdapterChannel:
         async with self._stdin_lock:
             stdin.close()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                await stdin.wait_closed()
+                # Shielded: a cancelled wait (the attacher went away) would leave the
+                # pipe's own future cancelled, which Python 3.11's subprocess protocol then
+                # tries to resolve (InvalidStateError in the loop's exception handler).
+                await asyncio.shield(stdin.wait_closed())
 
     async def aclose(self) -> None:
         """Stop the reader tasks (the processes are the reaper's business).

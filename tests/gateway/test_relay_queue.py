@@ -152,6 +152,27 @@ async def test_a_cancelled_waiting_send_gives_its_chars_back() -> None:
     assert await later is PutResult.QUEUED
 
 
+async def test_a_withdrawn_waiting_send_stops_counting_at_once() -> None:
+    """Issue 23: a relayed request the agent withdrew while its send waited behind the full
+    queue no longer counts as an answer waiting (it did until it reached the head, so a
+    burst of withdrawn requests closed a client that was reading)."""
+    q = OutgoingQueue(max_chars=10, max_messages=1, max_waiting=2, max_waiting_chars=100)
+    assert await q.put("full", 1.0) is PutResult.QUEUED
+    oldest = asyncio.create_task(q.put("o", 30.0))
+    await asyncio.sleep(0)
+    withdrawn = asyncio.create_task(q.put("w" * 20, 30.0))
+    await asyncio.sleep(0)
+    assert q.waiting == 2
+    withdrawn.cancel()
+    await asyncio.gather(withdrawn, return_exceptions=True)
+    assert q.waiting == 1  # at once, though the oldest still waits ahead of it
+    newer = asyncio.create_task(q.put("n", 30.0))  # may wait: not refused as OVERFLOW
+    await asyncio.sleep(0)
+    assert not newer.done()
+    assert [await q.get() for _ in range(3)] == ["full", "o", "n"]
+    assert await oldest is PutResult.QUEUED and await newer is PutResult.QUEUED
+
+
 async def test_a_getter_wakes_for_a_fast_path_put() -> None:
     q = OutgoingQueue()
     getter = asyncio.create_task(q.get())
@@ -166,7 +187,7 @@ class Burst:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
                        default_agent: str = "", principal: str = "",
-                       send_many: Any = None) -> None:
+                       send_many: Any = None, revoked: Any = None) -> None:
         async for line in incoming:
             msg = json.loads(line)
             for i in range(msg["params"]["n"]):

@@ -45,7 +45,8 @@ class EchoDialect:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
                        send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
-                       principal: str = "", send_many: Any = None) -> None:
+                       principal: str = "", send_many: Any = None,
+                       revoked: Any = None) -> None:
         try:
             async for line in incoming:
                 msg = json.loads(line)

@@ -3,7 +3,9 @@
 The built-in agent talks to it exactly as to a real provider (HTTP, SSE,
 tool calls), so the tools it runs are the real ones under the real policy.
 A user message ``shell <command>`` makes the model call the shell tool with
-``<command>``, ``file_read <path>`` the file_read tool; a tool result is
+``<command>``, ``file_read <path>`` the file_read tool, ``call <tool> <JSON
+object>`` any tool with those arguments (``sessions_spawn`` too, whose child's
+prompt may be such a message again: a tree of sessions); a tool result is
 reported back verbatim, after the marker :data:`RESULT_MARKER`; anything else
 is echoed.
 """
@@ -30,11 +32,16 @@ def _say(text: str) -> Reply:
     return sse(_chunk({"role": "assistant", "content": text}), _chunk({}, "stop"), done=True)
 
 
-def _call(tool: str, argument: str) -> Reply:
+def _call(tool: str, arguments: dict[str, Any]) -> Reply:
     call = {"index": 0, "id": f"call-{tool}", "type": "function",
-            "function": {"name": tool, "arguments": json.dumps({_TOOLS[tool]: argument})}}
+            "function": {"name": tool, "arguments": json.dumps(arguments)}}
     return sse(_chunk({"role": "assistant", "tool_calls": [call]}), _chunk({}, "tool_calls"),
                done=True)
+
+
+def call_message(tool: str, arguments: dict[str, Any]) -> str:
+    """The user message that makes the model call ``tool`` with ``arguments``."""
+    return f"call {tool} {json.dumps(arguments)}"
 
 
 def attacker_model(request: Recorded) -> Reply:
@@ -46,7 +53,10 @@ def attacker_model(request: Recorded) -> Reply:
     text = str(last.get("content") or "")
     tool, _, argument = text.partition(" ")
     if tool in _TOOLS and argument.strip():
-        return _call(tool, argument.strip())
+        return _call(tool, {_TOOLS[tool]: argument.strip()})
+    if tool == "call":
+        name, _, arguments = argument.partition(" ")
+        return _call(name, json.loads(arguments))
     return _say(f"echo: {text}")
 
 

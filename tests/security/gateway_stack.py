@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,7 +59,7 @@ max_retries = 0
 kind = "builtin"
 provider = "demo"
 model = "demo"
-"""
+{agents}"""
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,14 @@ class Gateway:
                 out[name] = float(value)
         return out
 
+    def stored_items(self, session_id: str) -> int:
+        """History items the store holds for ``session_id`` (its SQLite file, read-only)."""
+        db = self.data_dir / "sessions" / "acp-sessions.db"
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM history WHERE session_id = ?",
+                                    (session_id,)).fetchone()
+        return int(count)
+
     def events(self) -> list[dict[str, Any]]:
         """Every JSON log line the gateway's processes wrote so far."""
         out = []
@@ -166,12 +175,13 @@ def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
 
 def write_gateway_config(config_dir: Path, *, port: int, model_url: str,
                          autonomy: str = "full", autonomy_extra: str = "",
-                         gateway: str = "", max_sessions: int = 20) -> None:
-    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys)."""
+                         gateway: str = "", max_sessions: int = 20, agents: str = "") -> None:
+    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys;
+    ``agents``: more ``[agents.<alias>]`` sections)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(CONFIG.format(
         port=port, model_url=model_url, autonomy=autonomy, autonomy_extra=autonomy_extra,
-        gateway=gateway, max_sessions=max_sessions), encoding="utf-8")
+        gateway=gateway, max_sessions=max_sessions, agents=agents), encoding="utf-8")
 
 
 async def _wait_healthy(gw: Gateway) -> None:

@@ -189,6 +189,22 @@ def marked_with(lease_id: str, instance_id: str = "") -> list[psutil.Process]:
     return found
 
 
+def install_processes(instance_id: str) -> dict[str, list[psutil.Process]]:
+    """Live processes whose environment carries gateway instance ``instance_id``, by the
+    lease id they carry (every agent, wrapper and descendant of that install)."""
+    found: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        if instance_id and env.get(INSTANCE_ENV) == instance_id:
+            found.setdefault(env.get(LEASE_ENV, ""), []).append(proc)
+    return found
+
+
 async def kill_exact(pid: int, start_time: int) -> bool:
     """SIGKILL exactly the process ``(pid, start_time)``; False when it is not there."""
     import signal

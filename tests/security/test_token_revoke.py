@@ -10,6 +10,7 @@ and the revoked token cannot come back (401).
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, running_gateway
+from tests.security.procs import eventually
+from tests.security.scripted_agent import agent_section
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -49,3 +52,37 @@ async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path) -> Non
         assert (await gw.metrics())["acpgate_active_sessions"] == 0
         assert any(e.get("event") == "ws_token_revoked" for e in gw.events())
         await other.ws.close()
+
+
+async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path: Path) -> None:
+    """Issue 23: the revoked token's turn ran on through the 15 s drain and was stored."""
+    received = tmp_path / "agent-received.log"
+    async with running_gateway(tmp_path, agents=agent_section("scripted", str(received))) as gw:
+        doomed = await gw.token("doomed")
+        client = RawClient(await gw.connect(doomed))
+        sid = (await client.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
+        await client.result("session/prompt", {"sessionId": sid, "prompt": "hello"})
+        before = gw.stored_items(sid)
+        assert before > 0  # a completed turn is stored (what the check below reads)
+
+        # 10 s of chunks unless cancelled: shorter than the 15 s drain.
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "stream 100"})
+        while json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)).get("method") \
+                != "session/update":
+            pass  # streaming now
+        await gw.revoke(doomed)
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(client.ws.recv(), WAIT)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+        # The session is let go, and nothing of the cancelled turn was stored ...
+        for _ in range(int(WAIT * 20)):
+            if (await gw.metrics())["acpgate_active_sessions"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await gw.metrics())["acpgate_active_sessions"] == 0
+        assert gw.stored_items(sid) == before
+        # ... for the agent was told to stop it (ACP session/cancel).
+        await eventually(lambda: received.exists() and "cancel" in received.read_text(),
+                         WAIT, "the agent to get session/cancel")

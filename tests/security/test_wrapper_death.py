@@ -31,8 +31,10 @@ from services.common.grpc_channel import wait_healthy
 from services.lifecycle.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse
 from tests.e2e.harness import AcpProcess, write_config
+from tests.gateway.stack import RawClient
 from tests.launches import ensure_request, service_channel
 from tests.lifecycle.conftest import ProcessGuard, make_config, read_pidfile, start_service_process
+from tests.security.gateway_stack import WAIT, running_gateway
 from tests.security.procs import (
     LEASES_DB,
     STUBBORN,
@@ -47,6 +49,7 @@ from tests.security.procs import (
     read_leases,
     script,
 )
+from tests.security.scripted_agent import agent_section
 
 __all__ = ["guard"]  # the shared fixture: imported so that pytest finds it here
 
@@ -321,3 +324,33 @@ async def test_close_reaps_what_a_wrapper_that_ended_in_order_left_behind(
     finally:
         await channel.close(None)
         await server.stop()
+
+
+@pytest.mark.parametrize(("alias", "prompt"), [
+    ("attacker", "shell sleep 30"),  # the built-in agent: told to terminate, it answers
+    ("scripted", "stream 300"),      # "cancelled" before it goes; an agent that just dies
+])
+async def test_a_turn_whose_wrapper_is_killed_reports_the_agent_killed(
+        tmp_path: Path, alias: str, prompt: str) -> None:
+    """Issue 23: SIGKILL of the wrapper mid-turn answered the prompt "[turn cancelled via
+    client]". The client cancelled nothing: the prompt fails -32603 saying the agent was
+    killed (the signal named, ``data.acpgate.exit`` as for setup failures); nothing of the
+    turn is stored."""
+    async with running_gateway(tmp_path, agents=agent_section("scripted")) as gw:
+        client = RawClient(await gw.connect(await gw.token("t")))
+        sid = (await client.result("session/new", {"agentAlias": alias}))["sessionId"]
+        rid = await client.send("session/prompt", {"sessionId": sid, "prompt": prompt})
+        while json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)).get("method") \
+                != "session/update":
+            pass  # the turn runs
+        lease = lease_of(gw.config_dir / LEASES_DB, f"agent:{alias}:acp:{sid}")
+        assert await kill_exact(lease.root_pid, lease.root_start_time)
+
+        _, resp = await asyncio.wait_for(client.until_response(rid), WAIT)
+        assert "error" in resp and "[turn cancelled" not in json.dumps(resp), resp
+        err = resp["error"]
+        assert err["code"] == -32603
+        assert "agent process exited (killed by SIGKILL, signal 9)" in err["message"], err
+        assert err["data"]["acpgate"]["exit"]["signal"] == signal.SIGKILL
+        assert gw.stored_items(sid) == 0
+        await client.ws.close()

@@ -39,6 +39,7 @@ cancelled`` when the other side withdrew it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -125,6 +126,10 @@ class JsonRpcPeer:
         self._room.set()
         self._served: dict[str, _Served] = {}
         self._output_gone = False
+        #: Requests of ours given up on, whose withdrawal is still to be sent (one task
+        #: sends them in order: a burst of withdrawals is one waiting send, not one each).
+        self._withdrawals: deque[JsonRpcId] = deque()
+        self._withdrawing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ inbound
 
@@ -336,11 +341,25 @@ class JsonRpcPeer:
             return await asyncio.wait_for(future, wait_secs)
         except (TimeoutError, asyncio.CancelledError):
             if sent and self._withdraw_method is not None and not self.pending.closed:
-                # Its own task: never blocks the caller (who may be being cancelled).
-                self._start(self.notify(self._withdraw_method, {"requestId": req_id}))
+                self._withdraw(req_id)
             raise
         finally:
             self.pending.discard(req_id)
+
+    def _withdraw(self, req_id: JsonRpcId) -> None:
+        """Send the withdrawal of our request ``req_id`` — from a task of its own (never
+        blocking the caller, who may be being cancelled), one for all the withdrawals
+        pending: a burst of them waits at the transport as one send at a time, never as
+        one send each, which a transport bounding what waits (the WebSocket outbox) would
+        hold against a client that reads."""
+        self._withdrawals.append(req_id)
+        if self._withdrawing is None or self._withdrawing.done():
+            self._withdrawing = self._start(self._send_withdrawals())
+
+    async def _send_withdrawals(self) -> None:
+        assert self._withdraw_method is not None
+        while self._withdrawals:
+            await self.notify(self._withdraw_method, {"requestId": self._withdrawals.popleft()})
 
     def close_outbound(self, error: Callable[[], BaseException]) -> None:
         """Nobody can answer our requests any more: fail the open ones, refuse new ones."""

@@ -45,10 +45,10 @@ from services.edge.hosted import hosted_port
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session import EdgeSession, TurnState
 from services.edge.session_setup import (
-    abandon,
     creating,
     mark_active,
     reserved_slot,
+    setting_up,
     spawn_adapter,
 )
 
@@ -81,15 +81,18 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host))
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
+        except BaseException:  # given up half-way: the row may exist (it stays, inactive)
+            rt.spawn(rt.claims.release(sid))
+            raise
         child = EdgeSession(rt, home, got.session, rt.clock)
         policy = SecurityPolicy.from_proto(got.policy)
-        client = await spawn_adapter(home, child, got.agent, policy)
-        try:
-            adapter_sid = await client.new_session(got.session.workspace_dir, [], policy)
-        except Exception as exc:
-            await abandon(rt, child)
-            raise setup_error(got.agent.alias, exc, client.secrets) from None
-        await mark_active(home, child, adapter_sid)
+        async with setting_up(home, child):
+            client = await spawn_adapter(home, child, got.agent, policy)
+            try:
+                adapter_sid = await client.new_session(got.session.workspace_dir, [], policy)
+            except Exception as exc:
+                raise setup_error(got.agent.alias, exc, client.secrets) from None
+            await mark_active(home, child, adapter_sid)
     log.info("session_spawned", session_id=sid, agent=child.alias,
              parent_session_id=requester.session_id)
     about = {"sessionId": sid, "agent": child.alias, "cwd": child.workspace_dir}

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.edge.adapter import expected_initialize
 from services.edge.adapter_errors import setup_error
@@ -32,13 +33,14 @@ from services.edge.errors import grpc_error
 from services.edge.params import additional_directories, encode_mcp_servers, first_str, mcp_servers
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
-    abandon,
     creating,
     drop_early,
     mark_active,
     reserved_slot,
+    setting_up,
     spawn_adapter,
 )
+from services.edge.warm import EarlyTake
 
 
 def _explicit_alias(params: dict[str, Any]) -> str:
@@ -66,21 +68,16 @@ def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
             owner_session_key=conn.principal, mcp_servers_json=encode_mcp_servers(servers)))
 
 
-async def decided(conn: DialectConnection, sid: str,
+async def decided(conn: DialectConnection,
                   call: Awaitable[session_pb2.ResolvedNewSession], taken_at: float,
                   ) -> tuple[EdgeSession, session_pb2.ResolvedAgent, SecurityPolicy]:
     """The session as the edge holds it once ``call`` (:func:`decision_request`, sent at
-    ``taken_at`` on the runtime's clock) answered; refusals are the client's errors. A call
-    given up half-way may have written the row: its claim is dropped again (the row stays,
-    inactive, as after any failed setup)."""
+    ``taken_at`` on the runtime's clock) answered; refusals are the client's errors."""
     rt = conn.runtime
     try:
         resolved = await call
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
-    except BaseException:
-        rt.spawn(rt.claims.release(sid))
-        raise
     session = EdgeSession(rt, conn, resolved.row, rt.clock)
     session.claimed_at = taken_at  # the claim is at least as fresh as the request
     return session, resolved.agent, SecurityPolicy.from_proto(resolved.policy)
@@ -100,25 +97,29 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
         taken_at = rt.clock()
         call = rt.session_stub.ResolveNewSession(
             decision_request(conn, sid, alias, cwd, extra, servers))
-        await asyncio.sleep(0)
-        early = rt.warm.take_early(
-            alias or conn.default_agent or rt.cfg.acp.default_agent, sid,
-            lambda autonomy: expected_initialize(conn.client_capabilities, rt.implementation,
-                                                 autonomy))
+        early: EarlyTake | None = None
         try:
-            session, agent, policy = await decided(conn, sid, call, taken_at)
-        except BaseException:
+            await asyncio.sleep(0)
+            early = rt.warm.take_early(
+                alias or conn.default_agent or rt.cfg.acp.default_agent, sid,
+                lambda autonomy: expected_initialize(conn.client_capabilities,
+                                                     rt.implementation, autonomy))
+            session, agent, policy = await decided(conn, call, taken_at)
+        except BaseException as exc:
             if early is not None:
                 drop_early(early)
+            if not isinstance(exc, JsonRpcError):  # given up half-way: the row may exist
+                rt.spawn(rt.claims.release(sid))  # (it stays, inactive, as after any failure)
             raise
-        client = await spawn_adapter(conn, session, agent, policy, early)
-        roots = session.additional_directories
-        try:
-            adapter_sid = await client.new_session(session.workspace_dir, servers, policy, roots)
-        except Exception as exc:
-            await abandon(rt, session)
-            raise setup_error(agent.alias, exc, client.secrets) from None
-        session.state.on_setup(client.setup_result)
-        await mark_active(conn, session, adapter_sid)
+        async with setting_up(conn, session):
+            client = await spawn_adapter(conn, session, agent, policy, early)
+            roots = session.additional_directories
+            try:
+                adapter_sid = await client.new_session(session.workspace_dir, servers, policy,
+                                                       roots)
+            except Exception as exc:
+                raise setup_error(agent.alias, exc, client.secrets) from None
+            session.state.on_setup(client.setup_result)
+            await mark_active(conn, session, adapter_sid)
     return {"sessionId": sid, "workspaceDir": session.workspace_dir,
             **session.state.result_fields()}

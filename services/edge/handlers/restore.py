@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -58,10 +58,10 @@ from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
-    abandon,
     mark_active,
     reserved_slot,
     session_policy,
+    setting_up,
     spawn_adapter,
 )
 from services.edge.session_state import reapply
@@ -95,12 +95,13 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         with _restoring(rt.registry, sid):
             agent, row = await _resolve_agent(rt, row, extra)
             policy = await _policy(rt, agent, row)
-            async with _host_claim(rt, sid):
-                session = _restored_session(conn, row, agent)
+            await rt.claims.claim(sid)
+            session = _restored_session(conn, row, agent)
+            async with setting_up(conn, session):  # a failure from here drops the claim too
                 client, items = await _spawn_while_history_streams(conn, session, agent,
                                                                    policy)
                 mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
-                adapter_sid = await _seed(rt, session, client, row, agent, policy, items, mcp)
+                adapter_sid = await _seed(session, client, row, agent, policy, items, mcp)
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
@@ -129,19 +130,6 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
         yield
     finally:
         registry.restoring.discard(sid)
-
-
-@contextlib.asynccontextmanager
-async def _host_claim(rt: EdgeRuntime, sid: str) -> AsyncIterator[None]:
-    """Take the session's claim for this host (-32602 while another live host holds it);
-    a restore that fails after that drops the claim again."""
-    await rt.claims.claim(sid)
-    try:
-        yield
-    except BaseException:
-        if sid not in rt.registry.active:
-            await rt.claims.release(sid)
-        raise
 
 
 async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
@@ -212,7 +200,6 @@ async def _spawn_while_history_streams(
     try:
         items = await history
     except grpc.aio.AioRpcError as exc:
-        await abandon(rt, session)
         raise grpc_error(exc, sid) from None
     return client, items
 
@@ -223,13 +210,13 @@ async def _history(rt: EdgeRuntime, sid: str) -> list[session_pb2.HistoryItem]:
     return [item async for page in stream for item in page.items]
 
 
-async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
+async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
                 policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
                 mcp: list[Any]) -> str:
     """Give the adapter the conversation; returns the adapter's session id.
 
-    A failure gives the session up and answers "Failed to restore session: <cause>"
+    A failure answers "Failed to restore session: <cause>"
     (an adapter's error keeps its code and data).
     """
     try:
@@ -239,7 +226,6 @@ async def _seed(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
             return row.adapter_session_id
         return await _carry_over(session, client, row, policy, items, mcp)
     except Exception as exc:
-        await abandon(rt, session)
         raise restore_error(exc, client.secrets) from None
 
 

@@ -1,0 +1,138 @@
+"""A hostile external ACP agent on raw JSON-RPC over stdio (no SDK, no acpgate imports).
+
+Configured as a ``kind = "acp"`` agent in the security tests. It answers
+``initialize`` and ``session/new``; what a prompt does depends on its text:
+
+- ``stream <n>``: ``n`` message chunks 0.1 s apart, then ``end_turn`` — or, once a
+  ``session/cancel`` arrives, ``cancelled`` at once;
+- ``burst <n> <secs>``: ``n`` ``session/request_permission`` requests in one write,
+  then, ``secs`` later, every one of them withdrawn with ``$/cancel_request`` in one
+  write; the turn ends (``end_turn``, "burst withdrawn") once each has its answer;
+- anything else: ``echo: <text>``.
+
+Every ``session/cancel`` it receives is appended as a line (``cancel <sessionId>``) to
+the file ``$SCRIPTED_AGENT_LOG`` names, if set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+LOG = os.environ.get("SCRIPTED_AGENT_LOG", "")
+
+
+def agent_section(alias: str, log: str = "") -> str:
+    """The ``[agents.<alias>]`` config section running this script (``log``: where it
+    records the ``session/cancel`` it receives)."""
+    env = f"\nenv = {{ SCRIPTED_AGENT_LOG = {json.dumps(log)} }}" if log else ""
+    return (f"\n[agents.{alias}]\nkind = \"acp\"\ncommand = {json.dumps(sys.executable)}\n"
+            f"args = [{json.dumps(os.path.abspath(__file__))}]{env}\n")
+
+
+def _record(line: str) -> None:
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
+class Agent:
+    """One agent process: its sessions' running turns and its own pending requests."""
+
+    def __init__(self) -> None:
+        self._out = sys.stdout.buffer
+        self._ids = itertools.count(1)
+        self._answers: dict[str, asyncio.Future[Any]] = {}
+        self._cancelled: dict[str, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def write(self, *messages: dict[str, Any]) -> None:
+        """Several messages in one write."""
+        self._out.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n"
+                                 for m in messages))
+        self._out.flush()
+
+    def update(self, sid: str, text: str) -> dict[str, Any]:
+        return {"method": "session/update", "params": {"sessionId": sid, "update": {
+            "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}
+
+    async def prompt(self, sid: str, text: str) -> dict[str, Any]:
+        word, *args = text.split()
+        cancelled = self._cancelled.setdefault(sid, asyncio.Event())
+        cancelled.clear()
+        if word == "stream":
+            for i in range(int(args[0])):
+                if cancelled.is_set():
+                    return {"stopReason": "cancelled"}
+                self.write(self.update(sid, f"chunk {i} "))
+                try:
+                    await asyncio.wait_for(cancelled.wait(), 0.1)
+                except TimeoutError:
+                    pass
+            return {"stopReason": "cancelled" if cancelled.is_set() else "end_turn"}
+        if word == "burst":
+            count, secs = int(args[0]), float(args[1])
+            ids = [f"p{next(self._ids)}" for _ in range(count)]
+            loop = asyncio.get_running_loop()
+            waiting = [self._answers.setdefault(i, loop.create_future()) for i in ids]
+            self.write(*({"id": i, "method": "session/request_permission", "params": {
+                "sessionId": sid,
+                "toolCall": {"toolCallId": f"tc-{i}", "title": f"step {i}", "kind": "execute"},
+                "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}}
+                for i in ids))
+            await asyncio.sleep(secs)
+            self.write(*({"method": "$/cancel_request", "params": {"requestId": i}}
+                         for i in ids))
+            await asyncio.gather(*waiting)
+            self.write(self.update(sid, "burst withdrawn"))
+            return {"stopReason": "end_turn"}
+        self.write(self.update(sid, f"echo: {text}"))
+        return {"stopReason": "end_turn"}
+
+    async def handle(self, msg: dict[str, Any]) -> None:
+        method, params, req_id = msg.get("method"), msg.get("params") or {}, msg.get("id")
+        if method is None:  # an answer to one of our requests
+            future = self._answers.pop(str(req_id), None)
+            if future is not None and not future.done():
+                future.set_result(msg)
+            return
+        if method == "session/cancel":
+            _record(f"cancel {params.get('sessionId')}")
+            self._cancelled.setdefault(str(params.get("sessionId")), asyncio.Event()).set()
+            return
+        if req_id is None:
+            return
+        if method == "initialize":
+            result: Any = {"protocolVersion": 1, "agentCapabilities": {},
+                           "agentInfo": {"name": "scripted", "version": "1"}}
+        elif method == "session/new":
+            result = {"sessionId": f"s{next(self._ids)}"}
+        elif method == "session/prompt":
+            blocks = params.get("prompt") or []
+            text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict))
+            result = await self.prompt(str(params.get("sessionId")), text.strip())
+        else:
+            self.write({"id": req_id, "error": {"code": -32601, "message": "Method not found"}})
+            return
+        self.write({"id": req_id, "result": result})
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            task = asyncio.create_task(self.handle(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+if __name__ == "__main__":
+    asyncio.run(Agent().run())

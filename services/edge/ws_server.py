@@ -87,6 +87,7 @@ class ServeConnection(Protocol):
         *,
         default_agent: str = "",
         principal: str = "",
+        remote: bool = False,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> Awaitable[None]:
         """Serve one connection until ``incoming`` ends."""
@@ -318,7 +319,7 @@ class EdgeServer:
         try:
             await self._serve_connection(
                 self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
-                principal=principal, send_many=outbox.send_many,
+                principal=principal, remote=True, send_many=outbox.send_many,
             )
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)

@@ -5,7 +5,9 @@ The shell's path check only sees the literal command text, so
 kernel offers Landlock, the shell is started through this file as an exec
 trampoline: it builds a ruleset from a :class:`SandboxPlan`, restricts itself
 (``no_new_privs`` first) and execs ``/bin/sh``; everything the shell starts
-inherits the restriction and cannot lift it.
+inherits the restriction and cannot lift it. A gateway client's stdio MCP
+server is started the same way (``services/agent/mcp/confine.py``); the
+program is looked up on the ``PATH`` of the environment it is given.
 
 Landlock only *grants*, so "everything except the forbidden paths" is built by
 granting every sibling on the way down to each forbidden path (the directories
@@ -245,7 +247,9 @@ def restrict_self(plan: SandboxPlan, abi: int) -> None:
 
 
 def main(args: Sequence[str]) -> int:
-    """Trampoline: ``sandbox.py PLAN_JSON -- PROGRAM ARGS…``; never runs it unconfined."""
+    """Trampoline: ``sandbox.py PLAN_JSON -- PROGRAM ARGS…``; never runs it unconfined.
+
+    ``PROGRAM`` without a ``/`` is looked up on ``PATH``, as a shell would."""
     if len(args) < 3 or args[1] != "--":
         print("usage: sandbox.py PLAN_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
         return SANDBOX_FAILED_EXIT
@@ -256,12 +260,12 @@ def main(args: Sequence[str]) -> int:
             raise OSError("Landlock is not available")
         restrict_self(plan, abi)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"acpgate sandbox: cannot confine the shell, not running it: {exc}",
+        print(f"acpgate sandbox: cannot confine the command, not running it: {exc}",
               file=sys.stderr)
         return SANDBOX_FAILED_EXIT
     program = list(args[2:])
     try:
-        os.execv(program[0], program)
+        os.execvp(program[0], program)  # confined already: the PATH lookup is too
     except OSError as exc:
         print(f"acpgate sandbox: cannot start {program[0]}: {exc}", file=sys.stderr)
     return SANDBOX_FAILED_EXIT

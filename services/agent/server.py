@@ -22,11 +22,14 @@ from services.agent.approval import ApprovalGate
 from services.agent.handshake import initialize_result, read_client_offer
 from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
+from services.agent.mcp.launch import ClientGuard, Planned
+from services.agent.mcp.plan import approver, client_rules, planned_servers
 from services.agent.modes import models_of, session_state, set_config_option, set_mode
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
 from services.agent.providers.base import Provider, ProviderError
+from services.agent.sandbox import landlock_abi
 from services.agent.session import AgentSession
 from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
@@ -35,7 +38,7 @@ from services.common.acp.schema import PromptResponse
 from services.common.config import ENV_PREFIX, AgentSection, Config
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
-from services.common.mcp_servers import McpServerSpec, parse_servers
+from services.common.net_targets import Resolver, system_resolver
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
@@ -94,13 +97,17 @@ class AgentServer:
     ``version`` is the ``agentInfo.version`` it reports, given by the entry point.
     ``local_policy`` is set only when the agent runs standalone (see
     :mod:`services.agent.policy_source`); behind the edge it stays ``None`` and a
-    session without ``_meta.acpgate.policy`` is refused.
+    session without ``_meta.acpgate.policy`` is refused. ``landlock`` probes the
+    kernel's Landlock ABI and ``resolve`` resolves host names for a gateway
+    client's MCP servers (both injectable for tests).
     """
 
     def __init__(self, cfg: Config, alias: str, agent: AgentSection, provider: Provider,
                  *, version: str, local_policy: LocalPolicy | None = None,
                  environ: Mapping[str, str] | None = None,
-                 provider_for: Callable[[str], Provider] | None = None) -> None:
+                 provider_for: Callable[[str], Provider] | None = None,
+                 landlock: Callable[[], int] = landlock_abi,
+                 resolve: Resolver = system_resolver) -> None:
         self._cfg = cfg
         self._alias = alias
         self._agent = agent
@@ -111,6 +118,9 @@ class AgentServer:
         self._provider_for = provider_for
         self._version = version
         self._policies = PolicySource(cfg, alias, local_policy)
+        self._standalone = local_policy is not None
+        self._landlock = landlock
+        self._resolve = resolve
         self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
         self._sessions: dict[str, AgentSession] = {}
         #: Restores in progress: requests for that id wait for them (pipelined clients).
@@ -245,28 +255,35 @@ class AgentServer:
             session_tools=self._session_tools,
             request_timeout=timeout, shell_env=dict(self._shell_env),
         )
+        gate = ApprovalGate(sid, peer.request, timeout)
+
+        def current_policy() -> SecurityPolicy:
+            return context.policy  # a set_mode changes it
+
         mcp = SessionMcp(Launch(
             session_id=sid, cwd=policy.workspace_dir, env=self._shell_env,
             startup_timeout=float(self._agent.mcp_startup_timeout_secs),
             call_timeout=float(self._agent.mcp_call_timeout_secs),
             client_version=self._version,
+            guard=ClientGuard(policy=current_policy, approve=approver(gate, current_policy),
+                              landlock=self._landlock, resolve=self._resolve),
         ))
-        session = AgentSession(id=sid, policy=policy, context=context, mcp=mcp,
-                               gate=ApprovalGate(sid, peer.request, timeout),
+        session = AgentSession(id=sid, policy=policy, context=context, mcp=mcp, gate=gate,
                                ceiling=policy, model=self._models[0])
         self._sessions[sid] = session
         log.info("session_created", session_id=sid, autonomy=policy.autonomy)
         return session
 
-    def _mcp_specs(self, client_servers: Any) -> tuple[list[McpServerSpec], list[str]]:
-        """The operator's ``mcp_servers``, then the client's ``mcpServers`` (refusals apart)."""
-        specs, refused = parse_servers(client_servers)
-        return [*self._agent.mcp_servers, *specs], refused
+    def _mcp_specs(self, params: Mapping[str, Any]) -> tuple[list[Planned], list[str]]:
+        """The operator's ``mcp_servers``, then the client's ``mcpServers`` under the rules
+        the edge sent (refusals apart)."""
+        rules = client_rules(_acpgate_meta(params), standalone=self._standalone)
+        return planned_servers(self._agent.mcp_servers, params.get("mcpServers"), rules)
 
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
         policy = await self._policy(params)
         session = self._create(str(uuid.uuid4()), policy)
-        await session.mcp.start(*self._mcp_specs(params.get("mcpServers")))
+        await session.mcp.start(*self._mcp_specs(params))
         return {"sessionId": session.id, **self._state(session)}
 
     def _state(self, session: AgentSession) -> dict[str, Any]:
@@ -313,7 +330,7 @@ class AgentServer:
             session = self._create(sid, await self._policy(params))
             session.messages = seed_messages(history)
             session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
-            await session.mcp.start(*self._mcp_specs(params.get("mcpServers")))
+            await session.mcp.start(*self._mcp_specs(params))
         elif not session.busy:
             if meta.get(META_POLICY) is not None:
                 policy = await self._policy(params)
@@ -323,7 +340,7 @@ class AgentServer:
             if servers is None:
                 await session.mcp.restart_unready()
             else:
-                await session.mcp.resume(*self._mcp_specs(servers))
+                await session.mcp.resume(*self._mcp_specs(params))
         if replay:
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)

@@ -84,7 +84,7 @@ class TurnRunner:
     async def _run(self, session: AgentSession, text: str, usage: TurnUsage) -> str:
         send = session.context.send_update
         session.messages.append(Message(role="user", text=text))
-        await session.mcp.refresh()
+        await session.mcp.before_turn()
         system = await self._system_prompt(session.policy, session.mcp.notes())
         readonly = session.policy.autonomy == "readonly"
         for _ in range(self._max_iterations):

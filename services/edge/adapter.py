@@ -43,6 +43,7 @@ from services.common.acp.schema import (
 from services.common.acp.wire import AcpDecodeError
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
+from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
@@ -62,6 +63,7 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_CLIENT_MCP,
     META_HISTORY,
     META_POLICY,
     META_SESSION_TOOLS,
@@ -153,6 +155,11 @@ def _setup_params(session_id: str | None, cwd: str, mcp_servers: list[Any],
     if additional_directories:
         params["additionalDirectories"] = additional_directories
     return params
+
+
+def _client_mcp_meta(rules: ClientMcpRules | None) -> dict[str, Any]:
+    """``{"clientMcp": ...}`` of ``_meta.acpgate`` (nothing without rules)."""
+    return {} if rules is None else {META_CLIENT_MCP: rules.to_meta()}
 
 
 class AdapterClient:
@@ -275,10 +282,16 @@ class AdapterClient:
         return {"_meta": {META_ACPGATE: ours}} if self.builtin else {}
 
     async def new_session(self, cwd: str, mcp_servers: list[Any], policy: SecurityPolicy,
-                          additional_directories: list[str] | None = None) -> str:
-        """``session/new`` with the workspace as cwd; returns the adapter's session id."""
+                          additional_directories: list[str] | None = None,
+                          client_mcp: ClientMcpRules | None = None) -> str:
+        """``session/new`` with the workspace as cwd; returns the adapter's session id.
+
+        ``client_mcp``: how the client's ``mcpServers`` run (the built-in agent's
+        ``_meta.acpgate.clientMcp``; without it the agent applies the strictest rules).
+        """
         params = _setup_params(None, cwd, mcp_servers, additional_directories)
-        params.update(self._meta(**{META_POLICY: policy.to_json()}))
+        params.update(self._meta(**{META_POLICY: policy.to_json(),
+                                    **_client_mcp_meta(client_mcp)}))
         result = await self._setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
@@ -308,10 +321,13 @@ class AdapterClient:
 
     async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
                              policy: SecurityPolicy, history: list[dict[str, Any]],
-                             additional_directories: list[str] | None = None) -> None:
-        """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``."""
+                             additional_directories: list[str] | None = None,
+                             client_mcp: ClientMcpRules | None = None) -> None:
+        """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``
+        (and ``clientMcp``, as :meth:`new_session`)."""
         params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
-        params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history}}
+        params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history,
+                                          **_client_mcp_meta(client_mcp)}}
         self.setup_result = await self._quietly(M_SESSION_RESUME, params)
         self.adapter_session_id = adapter_session_id
 

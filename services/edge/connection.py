@@ -46,6 +46,7 @@ async def serve_connection(
     *,
     default_agent: str = "",
     principal: str = "",
+    remote: bool = False,
     drain_secs: float = 15.0,
     abort: asyncio.Event | None = None,
     send_many: Callable[[list[str]], Awaitable[None]] | None = None,
@@ -67,6 +68,10 @@ async def serve_connection(
     gateway client, whose sessions are owned by that key and who sees only
     those (SPEC §8 session/list "visible to the caller", §14).
 
+    ``remote`` is True for a gateway client (any WebSocket connection, with or
+    without auth) and False for the local stdio user: a remote client's
+    ``mcpServers`` are bound by ``[gateway] client_mcp_servers`` (issue 23).
+
     ``send_many``, when the transport has one, writes several messages in order
     and together without a lock here; the transport then sees (and bounds)
     every answer that waits for the client. Without it, ``send`` is serialized.
@@ -76,7 +81,7 @@ async def serve_connection(
     whatever it still sends is refused (``DialectConnection.revoke``).
     """
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
-                             principal=principal, send_many=send_many)
+                             principal=principal, remote=remote, send_many=send_many)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     try:
         await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it

@@ -46,12 +46,15 @@ class DialectConnection:
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
                  *, methods: Mapping[str, Handler], default_agent: str = "",
-                 principal: str = "",
+                 principal: str = "", remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.runtime = runtime
         #: Who this connection acts as ("" = the local operator; see serve_connection).
         self.principal = principal
+        #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
+        #: be follows ``[gateway] client_mcp_servers`` (services/edge/mcp_admission.py).
+        self.remote = remote
         self._raw_send = send
         #: The transport's own batch send, which keeps order and bounds what waits
         #: (then no lock here: every answer waiting for the client is the transport's

@@ -93,6 +93,9 @@ class HostedPort:
         #: The sessions running for ``host``, by id (setup enters them here).
         self.sessions: dict[str, EdgeSession] = {}
         self.backchannel = _RelayToHost(self)
+        #: The human's client is a gateway client: the ``mcpServers`` a session restored
+        #: for the host may start follow that client's rules (issue 23).
+        self.remote = host.port.remote
 
     @property
     def client_capabilities(self) -> ClientCapabilities:

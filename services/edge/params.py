@@ -60,14 +60,14 @@ def mcp_servers(params: dict[str, Any]) -> list[Any]:
 
 
 def restore_mcp_servers(params: dict[str, Any], stored_json: str) -> tuple[list[Any], bool]:
-    """The MCP servers a load/resume starts, and whether they replace the stored list.
+    """The MCP servers a load/resume starts, and whether the client passed them.
 
     A list the client passes (``[]`` too) is used and becomes the stored one; a
     request without one (absent, null, not a list) gets the session's stored list.
     """
     servers = params.get("mcpServers")
     if isinstance(servers, list):
-        return servers, encode_mcp_servers(servers) != (stored_json or "[]")
+        return servers, True
     try:
         stored = orjson.loads(stored_json) if stored_json else []
     except orjson.JSONDecodeError:

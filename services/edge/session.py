@@ -64,6 +64,8 @@ AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
 class ClientPort(Protocol):
     """The owning client connection, as a session sees it (or the session it runs for)."""
 
+    remote: bool  # a gateway client, not the local stdio user (issue 23: its MCP servers)
+
     @property
     def client_capabilities(self) -> ClientCapabilities:
         """What the client said it can do in ``initialize`` (passed on to adapters)."""

@@ -88,6 +88,7 @@ class ServeConnection(Protocol):
         *,
         default_agent: str = "",
         principal: str = "",
+        remote: bool = False,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
         revoked: asyncio.Event | None = None,
     ) -> Awaitable[None]:
@@ -320,7 +321,7 @@ class EdgeServer:
         try:
             await self._serve_connection(
                 self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
-                principal=principal, send_many=outbox.send_many,
+                principal=principal, remote=True, send_many=outbox.send_many,
                 revoked=self._revocations.signal(ws),
             )
         except Exception:

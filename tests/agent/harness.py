@@ -142,13 +142,15 @@ async def running_agent(cfg: Config, provider: Any = None,
                         responder: Responder | None = None, *,
                         standalone: bool = True,
                         environ: Mapping[str, str] | None = None,
-                        provider_for: Callable[[str], Any] | None = None) -> AsyncIterator[Client]:
+                        provider_for: Callable[[str], Any] | None = None,
+                        **server_kw: Any) -> AsyncIterator[Client]:
     """The agent and a client connected back to back over real stream readers.
 
     ``standalone`` wires it the way ``acpgate agent`` does (the session service's
     ``policy_for`` decides a session that brings no ``_meta.acpgate.policy``);
     ``False`` the way the edge launches it (such a session is refused).
     ``environ`` is the agent's environment (shell commands and MCP servers); empty by default.
+    ``server_kw`` go to :class:`AgentServer` (``landlock``, ``resolve``).
     """
     provider = provider or DemoProvider(chunk_delay=0)
     agent_in = asyncio.StreamReader()
@@ -163,7 +165,8 @@ async def running_agent(cfg: Config, provider: Any = None,
     # Standalone, the harness plays the composition root as acpgate/cli.py does.
     server = AgentServer(cfg, "a", cfg.agents["a"], provider, version=TEST_VERSION,
                          local_policy=policy_for if standalone else None,
-                         environ={} if environ is None else environ, provider_for=provider_for)
+                         environ={} if environ is None else environ, provider_for=provider_for,
+                         **server_kw)
     agent = agent_peer(to_client, server)
     server.attach(agent)
     client: Client | None = None

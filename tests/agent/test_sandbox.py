@@ -156,7 +156,7 @@ async def test_trampoline_fails_closed(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
     _, err = await proc.communicate()
     assert proc.returncode == SANDBOX_FAILED_EXIT
-    assert b"cannot confine the shell" in err and not marker.exists()
+    assert b"cannot confine the command" in err and not marker.exists()
 
 
 def test_plan_resolves_paths_and_keeps_forbidden_inside_roots(tmp_path: Path) -> None:

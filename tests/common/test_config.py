@@ -24,6 +24,9 @@ def test_defaults_without_file(tmp_path: Path) -> None:
     assert cfg.gateway.port == 42617
     assert cfg.gateway.host == "127.0.0.1"
     assert cfg.gateway.require_auth is True
+    # A gateway client's mcpServers: none by default (issue 23).
+    assert cfg.gateway.client_mcp_servers == "none"
+    assert cfg.gateway.client_mcp_allow_hosts == ()
     assert cfg.data_dir == tmp_path / "data"
     assert cfg.session_db_path == tmp_path / "data" / "sessions" / "acp-sessions.db"
     assert cfg.agent_workspace("x") == tmp_path / "agents" / "x" / "workspace"
@@ -75,6 +78,10 @@ def test_warm_defaults_by_kind_and_bounds(tmp_path: Path) -> None:
         ("[gateway]\nport = 70000\n", "[gateway] port"),
         ("[gateway]\nmax_connections_per_token = -1\n", "[gateway] max_connections_per_token"),
         ("[autonomy]\nallow_cwd = '/tmp'\n", "[autonomy] allow_cwd: expected array of strings"),
+        ("[gateway]\nclient_mcp_servers = 'stdio'\n",
+         "[gateway] client_mcp_servers: expected one of 'none', 'http', 'all'"),
+        ("[gateway]\nclient_mcp_allow_hosts = ['10.0.0.0/8', 'http://x']\n",
+         "[gateway] client_mcp_allow_hosts: 'http://x' is not a host name, an IP address"),
     ],
 )
 def test_broken_config_names_file_key_and_type(tmp_path: Path, text: str, needle: str) -> None:
@@ -84,6 +91,19 @@ def test_broken_config_names_file_key_and_type(tmp_path: Path, text: str, needle
     assert needle in str(err.value)
     if "TOML" not in needle:
         assert str(tmp_path / "config.toml") in str(err.value)
+
+
+def test_client_mcp_keys_from_file_and_env(tmp_path: Path) -> None:
+    write(tmp_path, "[gateway]\nclient_mcp_servers = 'http'\n"
+                    "client_mcp_allow_hosts = ['mcp.internal', '10.1.0.0/16', '::1']\n")
+    cfg = cm.load_config(tmp_path, environ={})
+    assert cfg.gateway.client_mcp_servers == "http"
+    assert cfg.gateway.client_mcp_allow_hosts == ("mcp.internal", "10.1.0.0/16", "::1")
+    env = {"ACPGATE_gateway__client_mcp_servers": "all",
+           "ACPGATE_gateway__client_mcp_allow_hosts": "a.example, 192.168.1.5"}
+    cfg = cm.load_config(tmp_path, environ=env)
+    assert cfg.gateway.client_mcp_servers == "all"
+    assert cfg.gateway.client_mcp_allow_hosts == ("a.example", "192.168.1.5")
 
 
 def test_env_value_type_checked(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Which MCP servers a restored session starts (issue 16): the passed list, else the stored one."""
+"""Which MCP servers a restored session starts (issue 16): the passed list, else the stored one
+(and whether it was passed: a passed list becomes the stored one)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ FS = {"name": "fs", "command": "/bin/fs", "args": [], "env": []}
     ({"mcpServers": "junk"}, encode_mcp_servers([FS]), ([FS], False)),
     ({}, "", ([], False)),  # a row from before v3 has none
     ({}, "not json", ([], False)),
-    ({"mcpServers": [FS]}, encode_mcp_servers([FS]), ([FS], False)),  # same list: kept as is
+    ({"mcpServers": [FS]}, encode_mcp_servers([FS]), ([FS], True)),  # same list: stored again
     ({"mcpServers": []}, encode_mcp_servers([FS]), ([], True)),  # an empty list replaces
     ({"mcpServers": [FS]}, "", ([FS], True)),
-    ({"mcpServers": []}, "", ([], False)),
+    ({"mcpServers": []}, "", ([], True)),
 ])
 def test_restore_list(params: dict, stored: str, expected: tuple[list, bool]) -> None:
     assert restore_mcp_servers(params, stored) == expected

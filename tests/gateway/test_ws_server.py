@@ -45,15 +45,16 @@ class EchoDialect:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
                        send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
-                       principal: str = "", send_many: Any = None,
-                       revoked: Any = None) -> None:
+                       principal: str = "", remote: bool = False,
+                       send_many: Any = None, revoked: Any = None) -> None:
         try:
             async for line in incoming:
                 msg = json.loads(line)
                 if msg["method"] == "whoami":
                     await send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
                                            "result": {"agent": default_agent,
-                                                      "principal": principal}}))
+                                                      "principal": principal,
+                                                      "remote": remote}}))
                 elif msg["method"] == "flood":
                     sent = 0
                     chunk = "x" * 65536
@@ -167,7 +168,8 @@ async def test_paths_prefix_and_agent_default(tmp_path: Path, services: tuple[st
 
 
 async def test_connection_acts_as_its_token(tmp_path: Path, services: tuple[str, str]) -> None:
-    """Each token is its own principal (`client:<token id>`); auth off = the local operator."""
+    """Each token is its own principal (`client:<token id>`); auth off = the local operator.
+    Either way it is a remote client, never the local stdio user (its mcpServers, issue 23)."""
     cfg = write_config(tmp_path / "cfg")
     tid, secret = mint(cfg)
     tid2, secret2 = mint(cfg, "other")
@@ -175,10 +177,12 @@ async def test_connection_acts_as_its_token(tmp_path: Path, services: tuple[str,
         for token_id, tok in ((tid, secret), (tid2, secret2)):
             async with connect(f"{edge.url}?token={tok}", proxy=None) as ws:
                 assert await whoami(ws, "principal") == f"client:{token_id}"
+                assert await whoami(ws, "remote") == "True"
     open_cfg = replace(cfg, gateway=replace(cfg.gateway, require_auth=False))
     async with running_edge(open_cfg, FakeRuntime(), services, EchoDialect()) as edge:
         async with connect(edge.url, proxy=None) as ws:
             assert await whoami(ws, "principal") == ""
+            assert await whoami(ws, "remote") == "True"
 
 
 async def test_max_connections(tmp_path: Path, services: tuple[str, str]) -> None:

@@ -7,7 +7,10 @@ from different request tasks. So each run of a server lives in its own task,
 until it is told to stop or the server goes away; calls from the turn task use
 the published client.
 
-States: ``starting`` → ``ready``; a server that exits or drops the connection
+States: ``starting`` → ``ready``; a gateway client's stdio server may first be
+``pending`` (readonly, or the client's approval is due: asked by
+:meth:`McpConnection.admit_pending` before a prompt turn) or refused for the
+session (:mod:`services.agent.mcp.confine`); a server that exits or drops the connection
 while ready is ``lost`` and is started again by the next call of one of its
 tools; a start that fails (the command cannot run, the handshake fails, no
 answer within the startup timeout) leaves it ``failed``, retried on a call
@@ -20,8 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx2
@@ -29,14 +31,23 @@ import mcp_types
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from services.agent.mcp.confine import StartGate, Verdict
+from services.agent.mcp.http_guard import (
+    HTTP_READ_TIMEOUT_SECS,
+    HTTP_TIMEOUT_SECS,
+    ClientFactory,
+    checked_client_factory,
+    open_http,
+)
 from services.agent.mcp.launch import Launch, McpCallFailed, McpUnavailable, State
 from services.agent.mcp.stdio import StdioExit, StdioStartError, open_stdio
 from services.common.logs import get_logger
-from services.common.mcp_servers import McpHttpServer, McpServerSpec, McpStdioServer
+from services.common.mcp_policy import ClientMcpRules
+from services.common.mcp_servers import McpServerSpec, McpStdioServer
+from services.common.net_targets import TargetRefused
 
 __all__ = ["MAX_FAILED_STARTS", "McpConnection"]
 
@@ -49,9 +60,6 @@ MAX_FAILED_STARTS = 3
 STOP_SECS = 10.0
 #: Pages of ``tools/list`` read at most (a server that pages forever cannot hang a start).
 MAX_TOOL_PAGES = 100
-#: HTTP timeouts: connect/write, and the idle read of a response or event stream.
-HTTP_TIMEOUT_SECS = 30.0
-HTTP_READ_TIMEOUT_SECS = 300.0
 #: Characters of a server's log message kept in our log.
 MAX_LOG_CHARS = 4000
 
@@ -62,7 +70,7 @@ class _StartFailed(Exception):
 
 def _describe(exc: BaseException) -> str:
     """A short, secret-free sentence for why a start or a call failed."""
-    if isinstance(exc, StdioStartError | _StartFailed | McpUnavailable):
+    if isinstance(exc, StdioStartError | _StartFailed | McpUnavailable | TargetRefused):
         return str(exc)
     if isinstance(exc, MCPError):
         return f"it answered with error {exc.code}: {exc.message}"
@@ -76,23 +84,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-@asynccontextmanager
-async def _http(spec: McpHttpServer) -> AsyncIterator[tuple[Any, Any]]:
-    """The streamable-HTTP transport (the SDK's read and write streams) on a client that
-    carries the server's headers.
-
-    Redirects stay off (the httpx default): the SDK follows same-origin ones itself.
-    """
-    timeout = httpx2.Timeout(HTTP_TIMEOUT_SECS, read=HTTP_READ_TIMEOUT_SECS)
-    async with httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout) as http, \
-            streamable_http_client(spec.url, http_client=http) as streams:
-        yield streams
-
-
 class McpConnection:
-    """One server of one session (see the module docstring for its states)."""
+    """One server of one session (see the module docstring for its states).
 
-    def __init__(self, spec: McpServerSpec, launch: Launch) -> None:
+    ``client`` holds the rules of a gateway client's server (confined stdio, checked
+    HTTP targets); None for a trusted one.
+    """
+
+    def __init__(self, spec: McpServerSpec, launch: Launch,
+                 client: ClientMcpRules | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.state = State.IDLE
@@ -109,6 +109,15 @@ class McpConnection:
         self._exit: StdioExit | None = None
         self._lock = asyncio.Lock()
         self._failed_starts = 0
+        #: Set when the server may not start in this session at all (the reason says why).
+        self._never = False
+        guard = launch.guard if client is not None and client.remote else None
+        self._gate = StartGate(spec, guard) \
+            if guard is not None and isinstance(spec, McpStdioServer) else None
+        self._http_factory = checked_client_factory(client.allow_list(), guard.resolve) \
+            if guard is not None and client is not None else ClientFactory()
+        if client is not None and client.remote and guard is None:
+            self._refuse("not started: the agent cannot apply the gateway client's rules")
 
     @property
     def transport(self) -> str:
@@ -120,7 +129,36 @@ class McpConnection:
     async def start(self) -> None:
         """Start (or restart) the server; never raises: the outcome is :attr:`state`."""
         async with self._lock:
-            await self._start_locked()
+            if await self._admitted(ask=False):
+                await self._start_locked()
+
+    async def admit_pending(self) -> None:
+        """A pending server (see the module docstring): ask the client if its approval is due,
+        start it if it may start now. From a prompt turn only: asking waits for a human."""
+        async with self._lock:
+            if self.state is State.PENDING and await self._admitted(ask=True):
+                await self._start_locked()
+
+    async def _admitted(self, *, ask: bool) -> bool:
+        """Whether a gated server may start now; if not, its state and reason say why."""
+        if self._never:
+            return False
+        if self._gate is None:
+            return True
+        verdict, reason = await self._gate.check(ask=ask)
+        if verdict is Verdict.GO:
+            return True
+        if verdict is Verdict.NEVER:
+            self._refuse(reason)
+        else:
+            self.state, self.reason = State.PENDING, reason
+        return False
+
+    def _refuse(self, reason: str) -> None:
+        self._never = True
+        self.state, self.reason = State.FAILED, reason
+        log.warning("mcp_not_started", session_id=self._launch.session_id, server=self.name,
+                    reason=reason)
 
     async def close(self) -> None:
         """Stop the server for good (a closed connection takes no calls)."""
@@ -136,6 +174,8 @@ class McpConnection:
                 return
             if self.state is State.CLOSED:
                 raise McpUnavailable(f"The MCP server `{self.name}` was stopped with its session.")
+            if not await self._admitted(ask=False):
+                raise McpUnavailable(f"The MCP server `{self.name}` is unavailable: {self.reason}")
             if self._failed_starts >= MAX_FAILED_STARTS:
                 raise McpUnavailable(
                     f"The MCP server `{self.name}` failed to start {self._failed_starts} times "
@@ -208,23 +248,27 @@ class McpConnection:
 
     # ------------------------------------------------------------------ the run
 
-    def _transport(self, exit_info: StdioExit | None) -> AbstractAsyncContextManager[Any]:
+    async def _transport(self, exit_info: StdioExit | None) -> AbstractAsyncContextManager[Any]:
         spec = self.spec
         if isinstance(spec, McpStdioServer):
             assert exit_info is not None
-            return open_stdio(spec, cwd=self._launch.cwd, env={**self._launch.env, **dict(spec.env)},
+            argv, env = None, {**self._launch.env, **dict(spec.env)}
+            if self._gate is not None:  # a gateway client's: confined, filtered
+                argv, env = await self._gate.command(self._launch)
+            return open_stdio(spec, cwd=self._launch.cwd, env=env, argv=argv,
                               on_stderr=self._on_stderr, exit_info=exit_info)
         if spec.transport == "sse":
             return sse_client(spec.url, headers=dict(spec.headers), timeout=HTTP_TIMEOUT_SECS,
-                              sse_read_timeout=HTTP_READ_TIMEOUT_SECS)
-        return _http(spec)
+                              sse_read_timeout=HTTP_READ_TIMEOUT_SECS,
+                              httpx_client_factory=self._http_factory)
+        return open_http(spec, self._http_factory)
 
     async def _serve(self, ready: asyncio.Future[None], stop: asyncio.Event,
                      exit_info: StdioExit | None) -> None:
         """Enter the client, list the tools, publish, wait for stop or the server's end."""
         client: Client | None = None
         try:
-            client = Client(self._transport(exit_info), client_info=mcp_types.Implementation(
+            client = Client(await self._transport(exit_info), client_info=mcp_types.Implementation(
                                 name=CLIENT_NAME, version=self._launch.client_version),
                             message_handler=self._on_message, logging_callback=self._on_log,
                             cache=None)

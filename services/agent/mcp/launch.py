@@ -8,10 +8,44 @@ module must not import it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Launch", "McpCallFailed", "McpUnavailable", "State"]
+from services.common.mcp_policy import ClientMcpRules
+from services.common.mcp_servers import McpServerSpec, McpStdioServer
+from services.common.net_targets import Resolver
+from services.common.policy import SecurityPolicy
+
+__all__ = ["Approve", "ClientGuard", "Launch", "McpCallFailed", "McpUnavailable", "Planned",
+           "State"]
+
+#: Asks the client whether a gateway client's stdio server may start: None = it may, else
+#: the sentence saying why not (denied, no answer).
+Approve = Callable[[McpStdioServer], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class ClientGuard:
+    """What a gateway client's servers run under in one session (issue 23): stdio ones
+    confined to the session's policy and approved by the client, HTTP ones connected only
+    to addresses they may reach (``services/agent/mcp/confine.py``, ``http_guard.py``)."""
+
+    #: The session's policy in force now (autonomy, roots, forbidden paths).
+    policy: Callable[[], SecurityPolicy]
+    approve: Approve
+    #: The kernel's Landlock ABI (0 = none: a client stdio server does not start then).
+    landlock: Callable[[], int]
+    #: Resolves the host of an HTTP/SSE server at connect time.
+    resolve: Resolver
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One server of a session's list. ``client`` holds the rules of a gateway client's
+    server; None for a trusted one (the operator's, or the local stdio user's)."""
+
+    spec: McpServerSpec
+    client: ClientMcpRules | None = None
 
 
 @dataclass(frozen=True)
@@ -26,12 +60,16 @@ class Launch:
     startup_timeout: float
     call_timeout: float
     client_version: str
+    #: How a gateway client's servers run (None: the session has none).
+    guard: ClientGuard | None = None
 
 
 class State(enum.Enum):
     """Where a connection is in its life (see :mod:`services.agent.mcp.connection`)."""
 
     IDLE = "idle"
+    #: A gateway client's stdio server that may not start yet (readonly, or approval due).
+    PENDING = "pending"
     STARTING = "starting"
     READY = "ready"
     LOST = "lost"

@@ -8,7 +8,10 @@ start are told to the model in the system prompt (:meth:`SessionMcp.notes`), and
 a call of a tool of such a server (``<server>__…``) gets the same sentence.
 
 All servers start concurrently, each bounded by the startup timeout, so a dead
-one costs a session at most that long and never fails it.
+one costs a session at most that long and never fails it. A gateway client's
+servers run under its rules (:class:`~services.agent.mcp.launch.Planned`): a
+stdio one that waits for the client's approval starts before the next prompt
+turn (:meth:`SessionMcp.before_turn`), never during setup.
 
 The SDK (connections, tools) is imported on the first session that has a
 server: it takes about two seconds, which an agent without MCP servers (and
@@ -21,10 +24,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from services.agent.mcp.launch import Launch, State
+from services.agent.mcp.launch import Launch, Planned, State
 from services.agent.mcp.naming import server_prefix, tool_name
 from services.common.logs import get_logger
-from services.common.mcp_servers import McpServerSpec, redacted
+from services.common.mcp_servers import redacted
 
 if TYPE_CHECKING:
     from services.agent.mcp.connection import McpConnection
@@ -44,24 +47,25 @@ class SessionMcp:
         self._refused: list[str] = []
         #: The refusals of the entries last passed (a part of "the same list").
         self._refused_passed: list[str] = []
-        #: The specs last started (what a resume without a list keeps).
-        self.specs: tuple[McpServerSpec, ...] = ()
+        #: The servers last started (what a resume without a list keeps).
+        self.planned: tuple[Planned, ...] = ()
 
     @property
     def connections(self) -> list[McpConnection]:
         """The accepted servers, in list order."""
         return list(self._connections)
 
-    async def start(self, specs: Sequence[McpServerSpec], refused: Sequence[str] = ()) -> None:
-        """Stop whatever runs, then start ``specs`` (``refused``: entries already rejected)."""
+    async def start(self, planned: Sequence[Planned], refused: Sequence[str] = ()) -> None:
+        """Stop whatever runs, then start ``planned`` (``refused``: entries already rejected)."""
         await self.close()
-        self.specs = tuple(specs)
+        self.planned = tuple(planned)
         self._refused_passed = list(refused)
         self._refused = list(refused)
         self._connections = []
-        accepted: list[McpServerSpec] = []
+        accepted: list[Planned] = []
         prefixes: dict[str, str] = {}
-        for spec in specs:
+        for entry in planned:
+            spec = entry.spec
             prefix = server_prefix(spec.name)
             if prefix in prefixes:
                 self._refused.append(
@@ -69,32 +73,41 @@ class SessionMcp:
                     "(server names must differ in letters, digits, `_` or `-`)")
                 continue
             prefixes[prefix] = spec.name
-            accepted.append(spec)
+            accepted.append(entry)
         for line in self._refused:
             log.warning("mcp_refused", session_id=self._launch.session_id, reason=line)
         if not accepted:
             return
         from services.agent.mcp.connection import McpConnection  # the SDK: see module doc
 
-        self._connections = [McpConnection(spec, self._launch) for spec in accepted]
+        self._connections = [McpConnection(e.spec, self._launch, e.client) for e in accepted]
         for conn in self._connections:
             shown = redacted(conn.spec)
             log.info("mcp_start", session_id=self._launch.session_id, server=conn.name,
                      transport=conn.transport, command=shown.get("command", ""))
         await asyncio.gather(*(c.start() for c in self._connections))
 
-    async def resume(self, specs: Sequence[McpServerSpec], refused: Sequence[str] = ()) -> None:
-        """A resume/load of a live session with a list: another list replaces the running
-        servers; the same one keeps them and starts again those that are down."""
-        if tuple(specs) == self.specs and list(refused) == self._refused_passed:
+    async def resume(self, planned: Sequence[Planned], refused: Sequence[str] = ()) -> None:
+        """A resume/load of a live session with a list: another list (or the same one under
+        other rules) replaces the running servers; the same one keeps them and starts again
+        those that are down."""
+        if tuple(planned) == self.planned and list(refused) == self._refused_passed:
             await self.restart_unready()
         else:
-            await self.start(specs, refused)
+            await self.start(planned, refused)
 
     async def restart_unready(self) -> None:
         """Start again every server that is not ready (a resume that keeps the list)."""
         await asyncio.gather(*(c.start() for c in self._connections
                                if c.state is not State.READY))
+
+    async def before_turn(self) -> None:
+        """Before a prompt turn: start the pending servers that may start now (asking the
+        client, one server at a time, where its approval is due), then :meth:`refresh`."""
+        for conn in self._connections:
+            if conn.state is State.PENDING:
+                await conn.admit_pending()
+        await self.refresh()
 
     async def refresh(self) -> None:
         """List again the tools of servers that announced a change (before a turn)."""
@@ -126,6 +139,8 @@ class SessionMcp:
         for conn in self._connections:
             if conn.state is State.FAILED:
                 lines.append(f"MCP server `{conn.name}` is unavailable: {conn.reason}")
+            elif conn.state is State.PENDING:
+                lines.append(f"MCP server `{conn.name}` is {conn.reason}")
             elif conn.state is State.LOST:
                 lines.append(f"MCP server `{conn.name}` stopped ({conn.reason}); calling one "
                              "of its tools starts it again")

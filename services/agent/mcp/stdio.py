@@ -8,7 +8,8 @@ child, like every shell command), so the wrapper and the lifecycle service reap
 it with the rest of the lease's tree (SPEC §13). It also
 
 - gives the server the session workspace as its working directory and the
-  agent's environment minus provider API keys, plus the server's own ``env``;
+  environment it is handed (the agent's minus provider API keys, plus the
+  server's own ``env``; for a gateway client's server without loader variables);
 - sends each stderr line to the agent's structured log (the lease's log),
   never to stdout, which is the ACP channel;
 - frames newline-delimited JSON-RPC messages up to :data:`MAX_MESSAGE_BYTES`
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -79,11 +80,12 @@ class StdioExit:
         return f"exit code {self.returncode}"
 
 
-async def _spawn(spec: McpStdioServer, cwd: str,
-                 env: Mapping[str, str]) -> asyncio.subprocess.Process:
+async def _spawn(spec: McpStdioServer, cwd: str, env: Mapping[str, str],
+                 argv: Sequence[str] | None) -> asyncio.subprocess.Process:
+    command = list(argv) if argv is not None else [spec.command, *spec.args]
     try:
         return await asyncio.create_subprocess_exec(
-            spec.command, *spec.args,
+            *command,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, cwd=cwd, env=dict(env),
         )
@@ -218,13 +220,15 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 @asynccontextmanager
 async def open_stdio(spec: McpStdioServer, *, cwd: str, env: Mapping[str, str],
-                     on_stderr: Callable[[str], None],
-                     exit_info: StdioExit) -> AsyncIterator[Streams]:
+                     on_stderr: Callable[[str], None], exit_info: StdioExit,
+                     argv: Sequence[str] | None = None) -> AsyncIterator[Streams]:
     """Start the server and yield the SDK's (read, write) streams; stop it on exit.
 
-    Raises :class:`StdioStartError` when the process cannot be started.
+    ``argv`` replaces the spec's command line (a confined start goes through the
+    Landlock trampoline). Raises :class:`StdioStartError` when the process cannot
+    be started.
     """
-    proc = await _spawn(spec, cwd, env)
+    proc = await _spawn(spec, cwd, env, argv)
     exit_info.pid = proc.pid
     read_sink, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_source = anyio.create_memory_object_stream[SessionMessage](0)

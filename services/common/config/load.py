@@ -25,6 +25,7 @@ from services.common.config.schema import (
     ConfigError,
     TlsSection,
 )
+from services.common.net_targets import HostAllowList
 from services.common.private_files import (
     PRIVATE_FILE_MODE,
     private_dir,
@@ -240,6 +241,10 @@ def _validate(cfg: Config, origin: str) -> None:
     if cfg.gateway.max_connections_per_token < 0:
         raise ConfigError(f"{origin}: [gateway] max_connections_per_token: expected an integer "
                           "≥ 0 (0 = a quarter of max_connections)")
+    try:
+        HostAllowList.parse(cfg.gateway.client_mcp_allow_hosts)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: [gateway] client_mcp_allow_hosts: {exc}") from None
     if cfg.lifecycle.term_grace_ms < 0:
         raise ConfigError(f"{origin}: [lifecycle] term_grace_ms: expected an integer ≥ 0")
     if cfg.store.url and not cfg.store.is_postgres:

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from services.common.mcp_servers import McpServerSpec
-from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
+from services.common.protocol import (
+    CLIENT_MCP_CHOICES,
+    CLIENT_MCP_NONE,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_TIMEOUT_SECS,
+)
 
 CONFIG_FILE_NAME = "config.toml"
 
@@ -114,6 +119,13 @@ class GatewaySection:
     #: serve the same clients point it at one file, so a token (and the sessions its
     #: client owns) is the same on every host.
     token_db: str = ""
+    #: The ``mcpServers`` a gateway client may pass (issue 23): "none", "http" (HTTP/SSE
+    #: servers) or "all" (stdio servers too, run confined). The local stdio user is not
+    #: bound by it.
+    client_mcp_servers: str = CLIENT_MCP_NONE
+    #: Host names, addresses and CIDR networks a gateway client's HTTP/SSE MCP server may
+    #: point at although they are not public (loopback, private, link-local, …).
+    client_mcp_allow_hosts: tuple[str, ...] = ()
     tls: TlsSection = field(default_factory=TlsSection)
 
 
@@ -353,6 +365,7 @@ SECTIONS: dict[str, type] = {
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("autonomy", "level"): AUTONOMY_LEVELS,
     ("sessions", "visibility"): VISIBILITY_LEVELS,
+    ("gateway", "client_mcp_servers"): CLIENT_MCP_CHOICES,
     ("agents", "kind"): AGENT_KINDS,
     ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
     ("agents", "provider"): ("", *PROVIDERS),

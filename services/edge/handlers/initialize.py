@@ -13,6 +13,7 @@ from services.common.acp.wire import AcpDecodeError
 from services.common.protocol import AGENT_KIND_BUILTIN, META_ZEROCLAW, PROTOCOL_VERSION
 from services.edge.adapter_caps import recorded_capabilities
 from services.edge.dispatch import DialectConnection
+from services.edge.mcp_admission import client_mcp_rules
 
 
 def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
@@ -42,7 +43,8 @@ def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabil
 
 async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §2: always protocol 1; remembers the client's capabilities; image/audio and
-    MCP transports as the connection's default agent takes them."""
+    MCP transports as the connection's default agent takes them (MCP ones only as far as
+    ``[gateway] client_mcp_servers`` lets a remote client pass them)."""
     conn.client_capabilities = read_client_capabilities(params)
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
@@ -55,6 +57,8 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     except grpc.aio.AioRpcError:
         pass  # no resolvable default agent: defaultModel omitted
     takes = default_agent_takes(agent)
+    # Never promise a remote client what the gateway would refuse (issue 23).
+    mcp_http = client_mcp_rules(conn).allows_http
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
     persistent = rt.persistent
@@ -64,7 +68,8 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
             load_session=persistent, resume=persistent, close=persistent,
             list_sessions=persistent, delete=persistent, additional_directories=persistent,
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
-            mcp_http=takes.mcp_capabilities.http, mcp_sse=takes.mcp_capabilities.sse),
+            mcp_http=takes.mcp_capabilities.http and mcp_http,
+            mcp_sse=takes.mcp_capabilities.sse and mcp_http),
         agent_info=rt.implementation,
         auth_methods=[],
         meta={META_ZEROCLAW: zeroclaw},

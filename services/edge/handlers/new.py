@@ -1,5 +1,9 @@
 """SPEC §3: ``session/new`` — alias chain, cwd rules, limit, row, adapter.
 
+The client's ``mcpServers`` are checked first (:mod:`services.edge.mcp_admission`:
+a gateway client's are bound by ``[gateway] client_mcp_servers``); a refused
+entry answers -32602 before anything is created.
+
 ACP ``additionalDirectories`` are resolved with the cwd (the session service's
 rules), stored on the row, added to the policy's roots and passed to the adapter;
 the adapter's ``modes`` and ``configOptions`` are passed back to the client.
@@ -30,6 +34,7 @@ from services.edge.adapter import expected_initialize
 from services.edge.adapter_errors import setup_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
+from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import additional_directories, encode_mcp_servers, first_str, mcp_servers
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
@@ -89,7 +94,9 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     alias = _explicit_alias(params)
     cwd = first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
     extra = additional_directories(params) or []
-    servers = mcp_servers(params)
+    # Before anything is created: a refused MCP server leaves no row and no adapter.
+    client_mcp = client_mcp_rules(conn)
+    servers = await admitted_servers(client_mcp, mcp_servers(params))
     sid = str(uuid.uuid4())
     with reserved_slot(rt), creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
@@ -116,7 +123,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
             roots = session.additional_directories
             try:
                 adapter_sid = await client.new_session(session.workspace_dir, servers, policy,
-                                                       roots)
+                                                       roots, client_mcp)
             except Exception as exc:
                 raise setup_error(agent.alias, exc, client.secrets) from None
             session.state.on_setup(client.setup_result)

@@ -2,12 +2,13 @@
 
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
 connection may see it (a session it may not see is "not found", active or not)
-→ mark the id as being restored here (no second restore of it may race this
-one) → resolve the agent, the session's extra roots and its policy → take the
-session's claim for this host (another live host serving it: "Session already
-active") → spawn the adapter while the stored history streams in → seed the
-adapter with the conversation and its MCP servers (the list the request passes,
-else the stored one) → set the stored mode and config values again → replay
+→ check the MCP servers it would start (the list the request passes, else the
+stored one; :mod:`services.edge.mcp_admission`) → mark the id as being restored
+here (no second restore of it may race this one) → resolve the agent, the
+session's extra roots and its policy → take the session's claim for this host
+(another live host serving it: "Session already active") → spawn the adapter
+while the stored history streams in → seed the adapter with the conversation
+and those MCP servers → set the stored mode and config values again → replay
 (load) or send the stored plan (resume) → mark the session active (storing a
 newly passed MCP list and extra roots). A step that fails answers the request
 with its error and gives back what the earlier steps took. The result carries
@@ -35,6 +36,7 @@ import orjson
 
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
+from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
@@ -48,6 +50,7 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found
+from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import (
     additional_directories,
     encode_mcp_servers,
@@ -92,6 +95,11 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     extra = additional_directories(params)
     with reserved_slot(rt):
         row = await visible_row(rt, conn.principal, sid)
+        client_mcp = client_mcp_rules(conn)
+        mcp, passed = restore_mcp_servers(params, row.mcp_servers_json)
+        # A stored list is checked like a passed one: it may come from the local user, or
+        # from a time the gateway allowed more. Refused: nothing was taken yet.
+        mcp = await admitted_servers(client_mcp, mcp, stored=not passed)
         with _restoring(rt.registry, sid):
             agent, row = await _resolve_agent(rt, row, extra)
             policy = await _policy(rt, agent, row)
@@ -100,8 +108,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             async with setting_up(conn, session):  # a failure from here drops the claim too
                 client, items = await _spawn_while_history_streams(conn, session, agent,
                                                                    policy)
-                mcp, replaced = restore_mcp_servers(params, row.mcp_servers_json)
-                adapter_sid = await _seed(session, client, row, agent, policy, items, mcp)
+                adapter_sid = await _seed(session, client, row, agent, policy, items,
+                                          mcp, client_mcp)
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
@@ -111,7 +119,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                 await mark_active(
                     conn, session, adapter_sid,
                     agent.alias if agent.alias != row.agent_alias else None,
-                    mcp_servers_json=encode_mcp_servers(mcp) if replaced else None,
+                    mcp_servers_json=encode_mcp_servers(mcp) if passed else None,
                     additional_directories=row.additional_directories if extra is not None
                     else None)
     return session.state.result_fields()
@@ -213,7 +221,7 @@ async def _history(rt: EdgeRuntime, sid: str) -> list[session_pb2.HistoryItem]:
 async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
                 policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
-                mcp: list[Any]) -> str:
+                mcp: list[Any], client_mcp: ClientMcpRules) -> str:
     """Give the adapter the conversation; returns the adapter's session id.
 
     A failure answers "Failed to restore session: <cause>"
@@ -221,7 +229,7 @@ async def _seed(session: EdgeSession, client: AdapterClient,
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
-            return await _resume_builtin(client, row, policy, items, mcp)
+            return await _resume_builtin(client, row, policy, items, mcp, client_mcp)
         if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
             return row.adapter_session_id
         return await _carry_over(session, client, row, policy, items, mcp)
@@ -231,11 +239,12 @@ async def _seed(session: EdgeSession, client: AdapterClient,
 
 async def _resume_builtin(client: AdapterClient, row: session_pb2.SessionRow,
                           policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
-                          mcp: list[Any]) -> str:
-    """The built-in agent: ``session/resume`` under its old id, history in ``_meta``."""
+                          mcp: list[Any], client_mcp: ClientMcpRules) -> str:
+    """The built-in agent: ``session/resume`` under its old id, history (and how the client's
+    MCP servers run) in ``_meta``."""
     adapter_sid = row.adapter_session_id or row.session_id
     await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, history_meta(items),
-                                list(row.additional_directories))
+                                list(row.additional_directories), client_mcp)
     return adapter_sid
 
 

@@ -22,7 +22,13 @@ from services.agent.approval import ApprovalGate
 from services.agent.handshake import initialize_result, read_client_offer
 from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
-from services.agent.modes import models_of, session_state, set_config_option, set_mode
+from services.agent.modes import (
+    models_of,
+    read_autonomy_cap,
+    session_state,
+    set_config_option,
+    set_mode,
+)
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
@@ -52,6 +58,7 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AUTONOMY_CAP,
     META_HISTORY,
     META_POLICY,
     METHOD_NOT_FOUND,
@@ -352,10 +359,13 @@ class AgentServer:
         if session.busy:
             raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         text = prompt_text(params.get("prompt"))
+        cap = read_autonomy_cap(_acpgate_meta(params).get(META_AUTONOMY_CAP))
         usage = TurnUsage()
         # No await between the busy check and claiming the slot.
+        session.cap_turn(cap)
         turn = asyncio.create_task(self._runner.run(session, text, usage))
         session.turn = turn
+        turn.add_done_callback(session.turn_ended)
         if self._closing:
             turn.cancel()
         try:

@@ -4,7 +4,7 @@ the bridge tests and the benchmarks call (docs/contracts.md).
 ```python
 runtime = await open_runtime(cfg, version=__version__,
                              start_services=start_embedded)  # empty addresses: embedded
-await serve_connection(runtime, incoming, send, default_agent="")
+await serve_connection(runtime, incoming, send, caller=LOCAL_OPERATOR, default_agent="")
 await runtime.close()                          # closes every session, stops embedded services
 ```
 """
@@ -18,12 +18,14 @@ from services.common.config import Config
 from services.common.logs import get_logger
 from services.edge import runtime as _runtime
 from services.edge.a2a.methods import A2A_ADAPTER_METHODS
+from services.edge.caller import LOCAL_OPERATOR, Caller
 from services.edge.dispatch import DialectConnection
 from services.edge.handlers import METHODS
 from services.edge.metrics import Metrics
 from services.edge.runtime import EdgeRuntime, StartServices
 
-__all__ = ["EdgeRuntime", "Metrics", "open_runtime", "serve_connection"]
+__all__ = ["LOCAL_OPERATOR", "Caller", "EdgeRuntime", "Metrics", "open_runtime",
+           "serve_connection"]
 
 log = get_logger("edge.connection")
 
@@ -42,8 +44,8 @@ async def serve_connection(
     incoming: AsyncIterator[str],
     send: Callable[[str], Awaitable[None]],
     *,
+    caller: Caller,
     default_agent: str = "",
-    principal: str = "",
     drain_secs: float = 15.0,
     abort: asyncio.Event | None = None,
     send_many: Callable[[list[str]], Awaitable[None]] | None = None,
@@ -59,17 +61,18 @@ async def serve_connection(
     then its sessions are released (adapters closed through the lifecycle
     service, stored rows kept).
 
-    ``principal`` is who the connection acts as: ``""`` for the local operator
-    (stdio, a gateway without auth), ``client:<token id>`` for an authenticated
-    gateway client, whose sessions are owned by that key and who sees only
-    those (SPEC §8 session/list "visible to the caller", §14).
+    ``caller`` is who the connection acts as (:mod:`services.edge.caller`):
+    ``LOCAL_OPERATOR`` for the machine's local user (stdio, a gateway without
+    auth), ``client_caller(<token id>)`` for an authenticated gateway client,
+    whose sessions are owned by ``client:<token id>`` and who sees only those
+    (SPEC §8 session/list "visible to the caller", §14, issue 23).
 
     ``send_many``, when the transport has one, writes several messages in order
     and together without a lock here; the transport then sees (and bounds)
     every answer that waits for the client. Without it, ``send`` is serialized.
     """
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
-                             principal=principal, send_many=send_many)
+                             caller=caller, send_many=send_many)
     try:
         await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -34,10 +35,12 @@ from services.common.config import Config
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
+from services.common.principals import token_id_of
 from services.edge.claims import HostClaims
 from services.edge.hosted import HostedPort
 from services.edge.metrics import Metrics
 from services.edge.session import AdapterMethod, EdgeSession
+from services.edge.tokens import GRANT_SEE_ALL, TokenStore
 from services.edge.warm import WarmPools
 
 log = get_logger("edge.runtime")
@@ -130,6 +133,8 @@ class EdgeRuntime:
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
         self.claims = HostClaims(self.session_stub)
+        #: The gateway tokens, for their operator grants (issue 23).
+        self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
@@ -169,6 +174,20 @@ class EdgeRuntime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def sees_all(self, principal: str) -> bool:
+        """Whether ``principal``'s token (active) holds the operator grant ``see-all``. Read
+        per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
+        cannot be read grants nothing."""
+        token_id = token_id_of(principal)
+        if not token_id:
+            return False
+        try:
+            grants = await asyncio.to_thread(self._tokens.grants_of, token_id)
+        except sqlite3.Error as exc:
+            log.warning("token_grants_unreadable", why=str(exc))
+            return False
+        return GRANT_SEE_ALL in grants
 
     # ------------------------------------------------------------------ sessions
 

@@ -32,6 +32,7 @@ from services.edge.adapter import (
 from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.adapter_link import AdapterLink
+from services.edge.caller import Caller
 from services.edge.claims import refusal
 from services.edge.runtime import EdgeRuntime, SessionRegistry
 from services.edge.session import ClientPort, EdgeSession
@@ -46,8 +47,8 @@ class SessionHome(ClientPort, Protocol):
     one (``services.edge.hosted.HostedPort``)."""
 
     runtime: EdgeRuntime
-    #: Who the home acts as ("" = the local operator; see ``serve_connection``).
-    principal: str
+    #: Who the home acts as (services.edge.caller; see ``serve_connection``).
+    caller: Caller
     #: Its active sessions, by id.
     sessions: dict[str, EdgeSession]
 

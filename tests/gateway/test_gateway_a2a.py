@@ -148,6 +148,6 @@ async def test_cancel_of_an_idle_parent_cancels_a_background_child_turn_and_keep
                 leases = await stack.leases(child.session_key)
                 assert [lease.state for lease in leases] == [lifecycle_pb2.LEASE_STATE_OPEN]
                 history = [item async for page in stack.runtime.session_stub.GetHistory(
-                    session_pb2.GetHistoryRequest(session_id=child.session_id))
+                    session_pb2.GetHistoryRequest(session_id=child.session_id, operator=True))
                     for item in page.items]
                 assert history == [], "a cancelled turn is not stored"

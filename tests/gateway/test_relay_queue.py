@@ -165,7 +165,7 @@ class Burst:
     """Test dialect: answers `burst` with n numbered frames, then a result."""
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
-                       default_agent: str = "", principal: str = "",
+                       default_agent: str = "", caller: Any = None,
                        send_many: Any = None) -> None:
         async for line in incoming:
             msg = json.loads(line)

@@ -116,6 +116,7 @@ def test_cli_create_list_revoke(tmp_path: Path) -> None:
 async def test_identify_and_principal(tmp_path: Path) -> None:
     """Each token is its own principal (`client:<token id>`); revoked or wrong → None."""
     from services.edge.auth import Authenticator, PresentedToken
+    from services.edge.caller import LOCAL_OPERATOR, client_caller
 
     store = TokenStore(tmp_path / "tokens.db")
     tid, secret = store.create("a")
@@ -123,13 +124,14 @@ async def test_identify_and_principal(tmp_path: Path) -> None:
     assert store.identify(secret) == tid and store.identify(secret2) == tid2
     assert store.identify(secret + "x") is None and store.identify("") is None
     auth = Authenticator(store)
-    assert await auth.principal(PresentedToken(secret, TokenSource.HEADER)) == f"client:{tid}"
-    assert await auth.principal(None) is None
+    assert await auth.caller(PresentedToken(secret, TokenSource.HEADER)) == client_caller(tid)
+    assert client_caller(tid).principal == f"client:{tid}"
+    assert await auth.caller(None) is None
     store.revoke(tid)
-    assert await auth.principal(PresentedToken(secret, TokenSource.QUERY)) is None
+    assert await auth.caller(PresentedToken(secret, TokenSource.QUERY)) is None
     assert await auth.admit(PresentedToken(secret2, TokenSource.QUERY)) is True
     # Auth off: every connection is the local operator.
-    assert await Authenticator(store, require_auth=False).principal(None) == ""
+    assert await Authenticator(store, require_auth=False).caller(None) == LOCAL_OPERATOR
 
 
 def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
         # The MCP list is stored: a later load/resume without one starts the same servers.
         create=session_pb2.CreateSessionRequest(
             session_id=sid, gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-            owner_session_key=conn.principal, mcp_servers_json=encode_mcp_servers(servers)))
+            owner_session_key=conn.caller.owner_key, mcp_servers_json=encode_mcp_servers(servers)))
 
 
 async def decided(conn: DialectConnection, sid: str,

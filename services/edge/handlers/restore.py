@@ -91,7 +91,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         raise not_found(sid)
     extra = additional_directories(params)
     with reserved_slot(rt):
-        row = await visible_row(rt, conn.principal, sid)
+        row = await visible_row(rt, conn.caller, sid)
         with _restoring(rt.registry, sid):
             agent, row = await _resolve_agent(rt, row, extra)
             policy = await _policy(rt, agent, row)

@@ -44,6 +44,8 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+#: Issue 23 item 6: one token's share of max_sessions is used up (others may still start).
+MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
 MSG_MISSING_SESSION_ID: Final = "Missing required parameter: sessionId"
 MSG_ALIAS_REQUIRED: Final = (

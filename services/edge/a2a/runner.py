@@ -5,7 +5,8 @@ capped policy and ownership; SendToSession: whether the requester may send);
 this module executes, with the same steps a client's session/new, session/resume
 and session/prompt take:
 
-- **spawn**: a slot against ``max_sessions``, the row from SpawnSession, a lease
+- **spawn**: a slot against ``max_sessions`` and the requester's principal's
+  share (a child belongs to its root's token), the row from SpawnSession, a lease
   and the child's adapter (``session/new`` with the decided policy), the child
   entered active in the requester's :class:`~services.edge.hosted.HostedPort`,
   then its first turn;
@@ -79,7 +80,7 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     rt = requester.runtime
     home = hosted_port(requester)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt), creating(rt.registry, sid):
+    with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
         try:
             got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
                 requester_session_key=requester.store_key, session_id=sid,

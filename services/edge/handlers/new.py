@@ -94,7 +94,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     extra = additional_directories(params) or []
     servers = mcp_servers(params)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt), creating(rt.registry, sid):
+    with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()

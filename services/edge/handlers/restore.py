@@ -1,7 +1,8 @@
 """SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
 
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
-connection may see it (a session it may not see is "not found", active or not)
+connection may see it (a session it may not see is "not found", active or not),
+and count the slot against the principal it belongs to
 → mark the id as being restored here (no second restore of it may race this
 one) → resolve the agent, the session's extra roots and its policy → take the
 session's claim for this host (another live host serving it: "Session already
@@ -36,6 +37,7 @@ import orjson
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
 from services.common.policy import SecurityPolicy
+from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
@@ -54,7 +56,8 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.runtime import EdgeRuntime, SessionRegistry
+from services.edge.registry import SessionRegistry
+from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
@@ -90,8 +93,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     if not rt.persistent:
         raise not_found(sid)
     extra = additional_directories(params)
-    with reserved_slot(rt):
+    with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
+        # The operator may restore any principal's session: it counts against that one.
+        slot.charge(principal_of_owner(row.ownership.owner_session_key))
         with _restoring(rt.registry, sid):
             agent, row = await _resolve_agent(rt, row, extra)
             policy = await _policy(rt, agent, row)

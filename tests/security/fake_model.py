@@ -3,9 +3,10 @@
 The built-in agent talks to it exactly as to a real provider (HTTP, SSE,
 tool calls), so the tools it runs are the real ones under the real policy.
 A user message ``shell <command>`` makes the model call the shell tool with
-``<command>``, ``file_read <path>`` the file_read tool; a tool result is
-reported back verbatim, after the marker :data:`RESULT_MARKER`; anything else
-is echoed.
+``<command>``, ``file_read <path>`` the file_read tool, ``call <tool> <JSON
+object>`` any tool with those arguments (the session tools: ``call
+sessions_send {"sessionId": …, "message": …}``); a tool result is reported
+back verbatim, after the marker :data:`RESULT_MARKER`; anything else is echoed.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def _say(text: str) -> Reply:
     return sse(_chunk({"role": "assistant", "content": text}), _chunk({}, "stop"), done=True)
 
 
-def _call(tool: str, argument: str) -> Reply:
+def _call(tool: str, arguments: dict[str, Any]) -> Reply:
     call = {"index": 0, "id": f"call-{tool}", "type": "function",
-            "function": {"name": tool, "arguments": json.dumps({_TOOLS[tool]: argument})}}
+            "function": {"name": tool, "arguments": json.dumps(arguments)}}
     return sse(_chunk({"role": "assistant", "tool_calls": [call]}), _chunk({}, "tool_calls"),
                done=True)
 
@@ -46,7 +47,10 @@ def attacker_model(request: Recorded) -> Reply:
     text = str(last.get("content") or "")
     tool, _, argument = text.partition(" ")
     if tool in _TOOLS and argument.strip():
-        return _call(tool, argument.strip())
+        return _call(tool, {_TOOLS[tool]: argument.strip()})
+    if tool == "call":
+        name, _, raw = argument.strip().partition(" ")
+        return _call(name, json.loads(raw or "{}"))
     return _say(f"echo: {text}")
 
 

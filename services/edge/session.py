@@ -27,8 +27,6 @@ from services.common.logs import get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     CANCEL_MARKER,
-    CANCEL_REASON_CLIENT_ERROR,
-    CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
     INTERNAL_ERROR,
     M_ELICITATION_CREATE,
@@ -42,11 +40,9 @@ from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_foun
 from services.edge.backchannel import (
     Asking,
     BackChannelError,
-    BackChannelTimeout,
-    ClientErrorAnswer,
 )
 from services.edge.client_methods import ClientMethods
-from services.edge.permission import cancelled_answer, relayed_answer
+from services.edge.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update, turn_usage
@@ -239,7 +235,7 @@ class EdgeSession:
             if method == M_ELICITATION_CREATE:
                 return fallback
             # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            reason = _denial_reason(exc)
+            reason = denial_reason(exc)
             waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
             return cancelled_answer(reason, timeout_secs=waited)
         finally:
@@ -394,11 +390,3 @@ class EdgeSession:
         while self.turn is not None:
             await self.turn.done.wait()
 
-
-def _denial_reason(exc: BackChannelError) -> str:
-    """The `_meta.acpgate.reason` for a permission request that got no usable answer."""
-    if isinstance(exc, BackChannelTimeout):
-        return CANCEL_REASON_TIMEOUT
-    if isinstance(exc, ClientErrorAnswer):
-        return CANCEL_REASON_CLIENT_ERROR
-    return CANCEL_REASON_CLIENT_GONE

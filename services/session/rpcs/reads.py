@@ -34,7 +34,7 @@ from services.session.store import SessionNotFound, SessionRecord, SessionStore
 from services.session.visibility import A2aPolicy, Requester, VisibilityRow, can_see
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor",
-           "matches_query", "visibility_row"]
+           "matches_query"]
 
 log = get_logger("session.servicer")
 

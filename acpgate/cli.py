@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acpgate import __version__
 from services.common import config as config_mod
@@ -20,6 +20,9 @@ from services.common import event_loop
 from services.common.config import Config, ConfigError
 from services.common.logs import get_logger, setup_logging
 from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
+
+if TYPE_CHECKING:
+    from services.edge.tokens import TokenStore
 
 EXIT_USAGE = 2
 
@@ -85,10 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     tok_sub = tok.add_subparsers(dest="token_command", metavar="ACTION")
     create = tok_sub.add_parser("create", help="mint a token (printed once)")
     create.add_argument("--name", default="", help="a label to recognise it by")
-    list_p = tok_sub.add_parser("list", help="list tokens (ids and labels, never the secret)")
+    create.add_argument("--grant", action="append", default=[], metavar="GRANT",
+                        help="an operator grant for the token (see-all: read-only sight of "
+                             "other tokens' sessions); repeatable")
+    list_p = tok_sub.add_parser("list", help="list tokens (ids, labels and grants, never the "
+                                             "secret)")
     revoke = tok_sub.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("token_id")
-    for p in (create, list_p, revoke):
+    grant = tok_sub.add_parser("grant", help="give a token an operator grant (see-all)")
+    revoke_grant = tok_sub.add_parser("revoke-grant", help="take an operator grant from a token")
+    for p in (grant, revoke_grant):
+        p.add_argument("token_id")
+        p.add_argument("grant", metavar="GRANT")
+    for p in (create, list_p, revoke, grant, revoke_grant):
         _add_config_dir(p, nested=True)
     return parser
 
@@ -138,22 +150,37 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     store = tokens.TokenStore(tokens.token_db_path(cfg))
+    try:
+        return _token_action(store, args)
+    except tokens.UnknownGrant as exc:
+        return _fail(str(exc))
+
+
+def _token_action(store: TokenStore, args: argparse.Namespace) -> int:
+    """One ``acpgate token`` action on ``store``."""
     if args.token_command == "create":
-        token_id, secret = store.create(args.name)
+        token_id, secret = store.create(args.name, args.grant)
         print(secret)
         print(f"token id: {token_id} (the token above is shown only once)", file=sys.stderr)
         return 0
     if args.token_command == "list":
         for info in store.list():
             state = "revoked" if info.revoked else "active"
-            print(f"{info.token_id}\t{state}\t{info.name}\t{info.created_at}")
+            grants = ",".join(info.grants) or "-"
+            print(f"{info.token_id}\t{state}\t{info.name}\t{info.created_at}\t{grants}")
         return 0
     if args.token_command == "revoke":
         if not store.revoke(args.token_id):
             return _fail(f"no token with id {args.token_id!r}")
         print(f"revoked {args.token_id}")
         return 0
-    return _fail("token needs an action: create, list or revoke")
+    if args.token_command in ("grant", "revoke-grant"):
+        change = store.grant if args.token_command == "grant" else store.revoke_grant
+        if not change(args.token_id, args.grant):
+            return _fail(f"no token with id {args.token_id!r}")
+        print(f"{args.token_command} {args.grant} {args.token_id}")
+        return 0
+    return _fail("token needs an action: create, list, revoke, grant or revoke-grant")
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -92,6 +92,8 @@ class Stage:
 [acp]
 default_agent = "{ALIAS}"
 max_sessions = {self.max_sessions}
+# One bench client opens every session under one token.
+max_sessions_per_token = {self.max_sessions}
 session_timeout_secs = 3600
 
 [gateway]

@@ -6,6 +6,10 @@
   a client can make a session more careful, never more powerful than configured.
 - **Config option** ``model`` (category ``model``): the agent's configured
   ``model`` and its ``models`` list.
+- **A turn's cap** (``_meta.acpgate.autonomyCap`` of a ``session/prompt``, issue
+  23): a turn another session started runs at most at the sender's level, for
+  that turn only (:meth:`AgentSession.cap_turn`); tools needing more are denied
+  or asked for as the capped level says.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from services.common.config import AUTONOMY_LEVELS, AgentSection
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
-from services.common.protocol import INVALID_PARAMS, MSG_MISSING_PARAM, U_CURRENT_MODE
+from services.common.protocol import (
+    INVALID_PARAMS,
+    MSG_BAD_AUTONOMY_CAP,
+    MSG_MISSING_PARAM,
+    U_CURRENT_MODE,
+)
 
 log = get_logger("agent.modes")
 
@@ -36,6 +45,7 @@ __all__ = [
     "model_option",
     "models_of",
     "policy_in_mode",
+    "read_autonomy_cap",
     "session_state",
     "set_config_option",
     "set_mode",
@@ -82,6 +92,17 @@ def policy_in_mode(ceiling: SecurityPolicy, mode: str) -> SecurityPolicy | None:
                    workspace_only=ceiling.workspace_only if mode == "full" else True)
 
 
+def read_autonomy_cap(value: Any) -> str:
+    """A prompt's ``_meta.acpgate.autonomyCap`` ("" when absent); -32602 unless it is one
+    of the autonomy levels."""
+    if value is None:
+        return ""
+    if value not in AUTONOMY_LEVELS:
+        raise JsonRpcError(INVALID_PARAMS, MSG_BAD_AUTONOMY_CAP.format(
+            levels=", ".join(AUTONOMY_LEVELS)))
+    return str(value)
+
+
 def models_of(agent: AgentSection) -> list[str]:
     """The models a session of ``agent`` may use: ``model`` first, then ``models``."""
     return list(dict.fromkeys(m for m in (agent.model, *agent.models) if m))
@@ -96,7 +117,7 @@ def model_option(models: list[str], current: str) -> SessionConfigOptionSelect:
 
 def session_state(session: AgentSession, models: list[str]) -> dict[str, Any]:
     """``modes`` and ``configOptions`` of a session (new, load and resume results)."""
-    return {"modes": mode_state(session.ceiling, session.policy).to_json(),
+    return {"modes": mode_state(session.ceiling, session.chosen).to_json(),
             "configOptions": [model_option(models, session.model).to_json()]}
 
 

@@ -24,7 +24,13 @@ from services.agent.history import replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.mcp.launch import ClientGuard, Planned
 from services.agent.mcp.plan import approver, client_rules, planned_servers
-from services.agent.modes import models_of, session_state, set_config_option, set_mode
+from services.agent.modes import (
+    models_of,
+    read_autonomy_cap,
+    session_state,
+    set_config_option,
+    set_mode,
+)
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
@@ -55,6 +61,7 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AUTONOMY_CAP,
     META_HISTORY,
     META_POLICY,
     METHOD_NOT_FOUND,
@@ -372,10 +379,13 @@ class AgentServer:
         if session.busy:
             raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         text = prompt_text(params.get("prompt"))
+        cap = read_autonomy_cap(_acpgate_meta(params).get(META_AUTONOMY_CAP))
         usage = TurnUsage()
         # No await between the busy check and claiming the slot.
+        session.cap_turn(cap)
         turn = asyncio.create_task(self._runner.run(session, text, usage))
         session.turn = turn
+        turn.add_done_callback(session.turn_ended)
         if self._closing:
             turn.cancel()
         try:

@@ -4,13 +4,15 @@ The session service *decides* a policy (``services.session.policy.policy_for``),
 the edge carries it to the built-in agent as ``_meta.acpgate.policy``, and the
 agent *enforces* it (``services.agent.enforce``). This module holds only what
 all three agree on: the frozen dataclass, its JSON wire form (camelCase keys)
-and its reading from the ``GetPolicy`` response. No decisions live here.
+and its reading from the ``GetPolicy`` response, plus the order of the autonomy
+levels (``readonly`` < ``supervised`` < ``full``) that capping a policy follows.
+No decisions live here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from services.common.config import AUTONOMY_LEVELS
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     # agent (which never speaks gRPC) does not load the generated code.
     from acpgate.session.v1 import session_pb2
 
-__all__ = ["SecurityPolicy"]
+__all__ = ["SecurityPolicy", "autonomy_above", "cap_policy", "lower_autonomy"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,27 @@ def _str_tuple(d: Mapping[str, Any], key: str) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"policy.{key} must be an array of strings")
     return tuple(value)
+
+
+def _rank(level: str) -> int:
+    """The place of ``level`` in ``AUTONOMY_LEVELS``; an unknown level counts as readonly."""
+    return AUTONOMY_LEVELS.index(level) if level in AUTONOMY_LEVELS else 0
+
+
+def lower_autonomy(a: str, b: str) -> str:
+    """The lower of two autonomy levels; an unknown level counts as ``readonly``."""
+    return AUTONOMY_LEVELS[min(_rank(a), _rank(b))]
+
+
+def autonomy_above(a: str, b: str) -> bool:
+    """True when level ``a`` allows more than level ``b``."""
+    return _rank(a) > _rank(b)
+
+
+def cap_policy(policy: SecurityPolicy, level: str) -> SecurityPolicy:
+    """``policy`` with its autonomy lowered to at most ``level`` (workspace_only follows:
+    only ``full`` may reach outside the roots)."""
+    autonomy = lower_autonomy(policy.autonomy, level)
+    if autonomy == policy.autonomy:
+        return policy
+    return replace(policy, autonomy=autonomy, workspace_only=autonomy != "full")

@@ -44,6 +44,8 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+#: Issue 23 item 6: one token's share of max_sessions is used up (others may still start).
+MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
 MSG_MISSING_SESSION_ID: Final = "Missing required parameter: sessionId"
 MSG_ALIAS_REQUIRED: Final = (
@@ -83,6 +85,23 @@ MSG_SPAWN_AGENT_REQUIRED: Final = (
     "sessions_spawn requires `agent` (alias of a configured [agents.<alias>] entry)"
 )
 MSG_SPAWN_UNKNOWN_REQUESTER: Final = "the spawning session is not a stored session"
+#: Issue 23: a session's turn started by another session runs at most at the sender's
+#: autonomy; an external agent's turn cannot be capped, so one above it is refused
+#: (sessions_send to it, sessions_spawn of it).
+MSG_SEND_ABOVE_AUTONOMY: Final = (
+    "Refused: session {session_id} runs the external agent `{agent}` at autonomy "
+    "{target}, above this session's {sender}; acpgate cannot cap an external agent's turn"
+)
+MSG_SPAWN_ABOVE_AUTONOMY: Final = (
+    "Refused: the external agent `{agent}` runs at autonomy {target}, above this "
+    "session's {sender}; acpgate cannot cap an external agent's turn"
+)
+#: Issue 23: every visibility-filtered read names its requester; none is never the operator.
+MSG_REQUESTER_REQUIRED: Final = (
+    "requester_session_key is required (or operator = true for the machine's operator)"
+)
+MSG_REQUESTER_AND_OPERATOR: Final = "an operator request names no requester_session_key"
+MSG_SEND_REQUESTER: Final = "the sending session is not a stored session"
 
 # ------------------------------------------------------------------ client MCP servers (issue 23)
 #: ``[gateway] client_mcp_servers``: which ``mcpServers`` a gateway (remote) client may pass.
@@ -252,6 +271,10 @@ META_HISTORY: Final = "history"
 #: client's ``mcpServers`` run (``{"remote": bool, "servers": "none"|"http"|"all",
 #: "allowHosts": [...]}``; services/common/mcp_policy.py).
 META_CLIENT_MCP: Final = "clientMcp"
+#: `_meta.acpgate.autonomyCap` in session/prompt toward the built-in agent (issue 23): a
+#: turn another session started (sessions_send) runs at most at this autonomy level.
+META_AUTONOMY_CAP: Final = "autonomyCap"
+MSG_BAD_AUTONOMY_CAP: Final = "Invalid _meta.acpgate.autonomyCap: must be one of {levels}"
 #: `_meta.acpgate.reason` on a `cancelled` permission outcome the edge relays to an adapter:
 #: why the edge answered for the client (no reason = the user dismissed the request).
 META_REASON: Final = "reason"

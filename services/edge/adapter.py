@@ -63,6 +63,7 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AUTONOMY_CAP,
     META_CLIENT_MCP,
     META_HISTORY,
     META_POLICY,
@@ -366,10 +367,16 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ turns
 
-    async def prompt(self, blocks: list[dict[str, Any]]) -> PromptResponse:
-        """``session/prompt`` with a ContentBlock array; returns the adapter's result."""
-        return read_prompt_result(await self.link.request(M_SESSION_PROMPT, {
-            "sessionId": self.adapter_session_id, "prompt": blocks}))
+    async def prompt(self, blocks: list[dict[str, Any]],
+                     autonomy_cap: str = "") -> PromptResponse:
+        """``session/prompt`` with a ContentBlock array; returns the adapter's result.
+        ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent gets it
+        as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be capped
+        (the session service refuses such a turn before it gets here)."""
+        params: dict[str, Any] = {"sessionId": self.adapter_session_id, "prompt": blocks}
+        if autonomy_cap:
+            params.update(self._meta(**{META_AUTONOMY_CAP: autonomy_cap}))
+        return read_prompt_result(await self.link.request(M_SESSION_PROMPT, params))
 
     async def set_mode(self, mode_id: str) -> Any:
         """``session/set_mode`` on the adapter's session; its result."""

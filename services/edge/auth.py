@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import parse_qs, urlsplit
 
+from services.edge.caller import LOCAL_OPERATOR, Caller, client_caller
 from services.edge.tokens import TokenStore
 
 BEARER_SUBPROTOCOL_PREFIX = "bearer."
@@ -74,17 +75,6 @@ def extract_token(
     return None
 
 
-#: Session-owner key of a gateway client authenticated by a token.
-CLIENT_PRINCIPAL_PREFIX = "client:"
-
-
-def token_id_of(principal: str) -> str:
-    """The token id a ``client:<token id>`` principal stands for; "" for the operator."""
-    if principal.startswith(CLIENT_PRINCIPAL_PREFIX):
-        return principal[len(CLIENT_PRINCIPAL_PREFIX):]
-    return ""
-
-
 class Authenticator:
     """Decides whether a handshake may upgrade; ``require_auth = false`` admits everyone."""
 
@@ -94,19 +84,20 @@ class Authenticator:
 
     async def admit(self, token: PresentedToken | None) -> bool:
         """True when the connection may proceed (the store is read off the event loop)."""
-        return await self.principal(token) is not None
+        return await self.caller(token) is not None
 
-    async def principal(self, token: PresentedToken | None) -> str | None:
+    async def caller(self, token: PresentedToken | None) -> Caller | None:
         """Who the connection acts as, or None when it may not proceed.
 
         With auth on, a connection is the principal ``client:<token id>``: the
         sessions it creates are owned by that key, and session/list or a load
-        sees only those (SPEC §8 "visible to the caller", §14). With auth off
-        every connection is the local operator (``""``), as on stdio.
+        sees only those (SPEC §8 "visible to the caller", §14, issue 23). With
+        auth off every connection is the local operator, as on stdio: whoever
+        may connect may run agents on this machine anyway.
         """
         if not self.require_auth:
-            return ""
+            return LOCAL_OPERATOR
         if token is None:
             return None
         token_id = await asyncio.to_thread(self._store.identify, token.secret)
-        return None if token_id is None else f"{CLIENT_PRINCIPAL_PREFIX}{token_id}"
+        return None if token_id is None else client_caller(token_id)

@@ -17,9 +17,6 @@ from typing import Any, Protocol
 
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.protocol import (
-    CANCEL_REASON_CLIENT_ERROR,
-    CANCEL_REASON_CLIENT_GONE,
-    CANCEL_REASON_TIMEOUT,
     INTERNAL_ERROR,
 )
 
@@ -43,16 +40,6 @@ class ClientErrorAnswer(BackChannelError):
         super().__init__(message)
         self.code = code
         self.data = data
-
-
-def denial_reason(exc: BackChannelError) -> str:
-    """The ``_meta.acpgate.reason`` (a ``CANCEL_REASON_*``) for a permission request that got
-    no usable answer."""
-    if isinstance(exc, BackChannelTimeout):
-        return CANCEL_REASON_TIMEOUT
-    if isinstance(exc, ClientErrorAnswer):
-        return CANCEL_REASON_CLIENT_ERROR
-    return CANCEL_REASON_CLIENT_GONE
 
 
 class Asking(Protocol):

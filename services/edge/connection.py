@@ -4,7 +4,7 @@ the bridge tests and the benchmarks call (docs/contracts.md).
 ```python
 runtime = await open_runtime(cfg, version=__version__,
                              start_services=start_embedded)  # empty addresses: embedded
-await serve_connection(runtime, incoming, send, default_agent="")
+await serve_connection(runtime, incoming, send, caller=LOCAL_OPERATOR, default_agent="")
 await runtime.close()                          # closes every session, stops embedded services
 ```
 """
@@ -19,12 +19,14 @@ from services.common.grpc_auth import GrpcSecurity
 from services.common.logs import get_logger
 from services.edge import runtime as _runtime
 from services.edge.a2a.methods import A2A_ADAPTER_METHODS
+from services.edge.caller import LOCAL_OPERATOR, Caller
 from services.edge.dispatch import DialectConnection
 from services.edge.handlers import METHODS
 from services.edge.metrics import Metrics
 from services.edge.runtime import EdgeRuntime, StartServices
 
-__all__ = ["EdgeRuntime", "Metrics", "open_runtime", "serve_connection"]
+__all__ = ["LOCAL_OPERATOR", "Caller", "EdgeRuntime", "Metrics", "open_runtime",
+           "serve_connection"]
 
 log = get_logger("edge.connection")
 
@@ -44,8 +46,8 @@ async def serve_connection(
     incoming: AsyncIterator[str],
     send: Callable[[str], Awaitable[None]],
     *,
+    caller: Caller,
     default_agent: str = "",
-    principal: str = "",
     remote: bool = False,
     drain_secs: float = 15.0,
     abort: asyncio.Event | None = None,
@@ -63,10 +65,11 @@ async def serve_connection(
     then its sessions are released (adapters closed through the lifecycle
     service, stored rows kept).
 
-    ``principal`` is who the connection acts as: ``""`` for the local operator
-    (stdio, a gateway without auth), ``client:<token id>`` for an authenticated
-    gateway client, whose sessions are owned by that key and who sees only
-    those (SPEC §8 session/list "visible to the caller", §14).
+    ``caller`` is who the connection acts as (:mod:`services.edge.caller`):
+    ``LOCAL_OPERATOR`` for the machine's local user (stdio, a gateway without
+    auth), ``client_caller(<token id>)`` for an authenticated gateway client,
+    whose sessions are owned by ``client:<token id>`` and who sees only those
+    (SPEC §8 session/list "visible to the caller", §14, issue 23).
 
     ``remote`` is True for a gateway client (any WebSocket connection, with or
     without auth) and False for the local stdio user: a remote client's
@@ -81,7 +84,7 @@ async def serve_connection(
     whatever it still sends is refused (``DialectConnection.revoke``).
     """
     conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
-                             principal=principal, remote=remote, send_many=send_many)
+                             caller=caller, remote=remote, send_many=send_many)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     try:
         await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it

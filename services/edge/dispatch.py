@@ -29,6 +29,7 @@ from services.common.protocol import (
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.backchannel import BackChannel
+from services.edge.caller import Caller
 from services.edge.errors import not_found
 from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
@@ -45,13 +46,13 @@ class DialectConnection:
     """One client connection speaking the dialect (stdio or one WebSocket)."""
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
-                 *, methods: Mapping[str, Handler], default_agent: str = "",
-                 principal: str = "", remote: bool = False,
+                 *, methods: Mapping[str, Handler], caller: Caller, default_agent: str = "",
+                 remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.runtime = runtime
-        #: Who this connection acts as ("" = the local operator; see serve_connection).
-        self.principal = principal
+        #: Who this connection acts as (services.edge.caller; see serve_connection).
+        self.caller = caller
         #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
         #: be follows ``[gateway] client_mcp_servers`` (services/edge/mcp_admission.py).
         self.remote = remote

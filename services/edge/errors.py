@@ -15,6 +15,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     MSG_SESSION_NOT_FOUND,
+    POLICY_REFUSED,
     SESSION_NOT_FOUND,
 )
 
@@ -31,6 +32,8 @@ def grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
     code = exc.code()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
+    if code == grpc.StatusCode.PERMISSION_DENIED:  # a rule refused it (issue 23: autonomy)
+        return JsonRpcError(POLICY_REFUSED, exc.details() or "Refused")
     if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
         return not_found(sid)
     if code == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the agent workspace cannot be created

@@ -33,6 +33,7 @@ from services.common.protocol import (
     META_CHILD_SESSION_ID,
 )
 from services.edge.backchannel import ClientGone
+from services.edge.caller import Caller
 
 if TYPE_CHECKING:
     from services.edge.runtime import EdgeRuntime
@@ -87,9 +88,9 @@ class HostedPort:
     def __init__(self, host: EdgeSession) -> None:
         self.host = host
         self.runtime: EdgeRuntime = host.runtime
-        #: Visibility was decided by the session service for the requesting session
-        #: already (SendToSession); setup reads the row as the operator does.
-        self.principal = ""
+        #: Acts for the host's principal, never as the operator: a restore for the host
+        #: (sessions_send) reads the row as that principal (issue 23).
+        self.caller = Caller(host.principal)
         #: The sessions running for ``host``, by id (setup enters them here).
         self.sessions: dict[str, EdgeSession] = {}
         self.backchannel = _RelayToHost(self)

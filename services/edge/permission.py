@@ -12,9 +12,17 @@ from typing import Any
 
 from services.common.acp.schema import RequestPermissionOutcomeCancelled, RequestPermissionResponse
 from services.common.acp.wire import AcpDecodeError
-from services.common.protocol import META_ACPGATE, META_REASON, META_TIMEOUT_SECS
+from services.common.protocol import (
+    CANCEL_REASON_CLIENT_ERROR,
+    CANCEL_REASON_CLIENT_GONE,
+    CANCEL_REASON_TIMEOUT,
+    META_ACPGATE,
+    META_REASON,
+    META_TIMEOUT_SECS,
+)
+from services.edge.backchannel import BackChannelError, BackChannelTimeout, ClientErrorAnswer
 
-__all__ = ["cancelled_answer", "relayed_answer"]
+__all__ = ["cancelled_answer", "denial_reason", "relayed_answer"]
 
 
 def cancelled_answer(reason: str = "", *, timeout_secs: int | None = None) -> dict[str, Any]:
@@ -35,3 +43,12 @@ def relayed_answer(client_result: Any) -> dict[str, Any]:
     except AcpDecodeError:
         return cancelled_answer()
     return RequestPermissionResponse(outcome=outcome).to_json()
+
+
+def denial_reason(exc: BackChannelError) -> str:
+    """The ``_meta.acpgate.reason`` for a permission request that got no usable answer."""
+    if isinstance(exc, BackChannelTimeout):
+        return CANCEL_REASON_TIMEOUT
+    if isinstance(exc, ClientErrorAnswer):
+        return CANCEL_REASON_CLIENT_ERROR
+    return CANCEL_REASON_CLIENT_GONE

@@ -2,7 +2,8 @@
 
 It holds the gRPC stubs of the session and lifecycle services, who this edge
 is (name and version, for both ACP handshakes), the registry of active sessions
-with the ``max_sessions`` slots (SPEC §9), the idle reaper, this host's claims
+with the ``max_sessions`` slots and each token's share of them (SPEC §9,
+:mod:`services.edge.registry`), the idle reaper, this host's claims
 on the sessions it serves and their heartbeat (:mod:`services.edge.claims`),
 and the one way a session is released: its dependents first (the sessions it
 spawned and those the edge runs for it, issue 13), then adapter detached, lease
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
@@ -34,10 +35,13 @@ from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
+from services.common.principals import token_id_of
 from services.edge.claims import HostClaims
 from services.edge.hosted import HostedPort
 from services.edge.metrics import Metrics
+from services.edge.registry import SessionRegistry, token_session_share
 from services.edge.session import AdapterMethod, EdgeSession
+from services.edge.tokens import GRANT_SEE_ALL, TokenStore
 from services.edge.warm import WarmPools
 
 log = get_logger("edge.runtime")
@@ -73,34 +77,6 @@ class ServiceHost(Protocol):
 StartServices = Callable[[Config], Awaitable[ServiceHost]]
 
 
-@dataclass
-class SessionRegistry:
-    """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
-
-    max_sessions: int
-    active: dict[str, EdgeSession] = field(default_factory=dict)
-    reserved: int = 0
-    #: Session ids being restored right now (a second load/resume must not race them).
-    restoring: set[str] = field(default_factory=set)
-    #: Session ids of new sessions being set up.
-    creating: set[str] = field(default_factory=set)
-
-    def serving(self) -> set[str]:
-        """Every session this edge serves or is setting up: the claims it must renew."""
-        return {*self.active, *self.restoring, *self.creating}
-
-    def try_reserve(self) -> bool:
-        """Take a slot for a session being created or restored; False at the limit."""
-        if len(self.active) + self.reserved >= self.max_sessions:
-            return False
-        self.reserved += 1
-        return True
-
-    def unreserve(self) -> None:
-        """Give back a reserved slot."""
-        self.reserved = max(0, self.reserved - 1)
-
-
 class EdgeRuntime:
     """Everything one edge process shares across connections (see docs/contracts.md)."""
 
@@ -125,13 +101,15 @@ class EdgeRuntime:
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
         self.lifecycle_stub = lifecycle_pb2_grpc.LifecycleServiceStub(lifecycle_channel)
         self._channels = [session_channel, lifecycle_channel]
-        self.registry = SessionRegistry(cfg.acp.max_sessions)
+        self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
         #: The warm adapter pools this edge declared (services.edge.warm).
         self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
         self.persistent = True
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
         self.claims = HostClaims(self.session_stub)
+        #: The gateway tokens, for their operator grants (issue 23).
+        self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
@@ -171,6 +149,20 @@ class EdgeRuntime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def sees_all(self, principal: str) -> bool:
+        """Whether ``principal``'s token (active) holds the operator grant ``see-all``. Read
+        per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
+        cannot be read grants nothing."""
+        token_id = token_id_of(principal)
+        if not token_id:
+            return False
+        try:
+            grants = await asyncio.to_thread(self._tokens.grants_of, token_id)
+        except sqlite3.Error as exc:
+            log.warning("token_grants_unreadable", why=str(exc))
+            return False
+        return GRANT_SEE_ALL in grants
 
     # ------------------------------------------------------------------ sessions
 

@@ -24,6 +24,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities, PromptResponse
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
+from services.common.principals import principal_of_owner
 from services.common.protocol import (
     CANCEL_MARKER,
     CANCEL_REASON_TIMEOUT,
@@ -36,9 +37,9 @@ from services.common.protocol import (
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
 from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
-from services.edge.backchannel import Asking, BackChannelError, denial_reason
+from services.edge.backchannel import Asking, BackChannelError
 from services.edge.client_methods import ClientMethods
-from services.edge.permission import cancelled_answer, relayed_answer
+from services.edge.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update, turn_usage
@@ -92,6 +93,9 @@ class TurnState:
     #: The session whose session tool started this turn (sessions_spawn/sessions_send):
     #: cancelling that session cancels this turn too.
     requested_by: EdgeSession | None = None
+    #: The autonomy this turn runs at most at ("" = the session's own): a turn another
+    #: session started runs at most at the sender's level (issue 23).
+    autonomy_cap: str = ""
 
 
 class EdgeSession:
@@ -117,6 +121,8 @@ class EdgeSession:
         self.store_key = self.session_key
         #: The session that spawned this one ("" for a top-level session).
         self.parent_key = row.ownership.parent_session_key
+        #: The principal the session belongs to: its row owner's (issue 23).
+        self.principal = principal_of_owner(row.ownership.owner_session_key)
         #: Where the sessions the edge runs for this one live (made on first use).
         self.hosted: HostedPort | None = None
         self.lease_id = ""
@@ -324,7 +330,7 @@ class EdgeSession:
 
     async def _await_prompt(self, adapter: AdapterClient, blocks: list[dict[str, Any]],
                             turn: TurnState) -> PromptResponse:
-        task = asyncio.ensure_future(adapter.prompt(blocks))
+        task = asyncio.ensure_future(adapter.prompt(blocks, turn.autonomy_cap))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_SECS)

@@ -1,6 +1,7 @@
 """The steps that bring a session up, shared by session/new and load/resume (SPEC §3, §8, §9).
 
-A slot is reserved against ``max_sessions`` for the whole setup; the session's
+A slot is reserved against ``max_sessions`` — and the share of the principal
+the session belongs to — for the whole setup; the session's
 policy comes from the session service; the adapter gets a lease, is attached
 and initialized; and a session that came up is marked active in the store —
 while this host still holds its claim — and entered into the runtime and the
@@ -26,7 +27,12 @@ from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
-from services.common.protocol import INTERNAL_ERROR, MSG_SESSION_LIMIT, SESSION_LIMIT
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    MSG_SESSION_LIMIT,
+    MSG_SESSION_LIMIT_TOKEN,
+    SESSION_LIMIT,
+)
 from services.edge.adapter import (
     SETUP_TIMEOUT_SECS,
     AdapterClient,
@@ -36,8 +42,10 @@ from services.edge.adapter import (
 from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.adapter_link import AdapterLink
+from services.edge.caller import Caller
 from services.edge.claims import refusal
-from services.edge.runtime import EdgeRuntime, SessionRegistry
+from services.edge.registry import SessionRegistry, SlotRefusal
+from services.edge.runtime import EdgeRuntime
 from services.edge.session import ClientPort, EdgeSession
 from services.edge.warm import EarlyTake
 
@@ -50,8 +58,8 @@ class SessionHome(ClientPort, Protocol):
     one (``services.edge.hosted.HostedPort``)."""
 
     runtime: EdgeRuntime
-    #: Who the home acts as ("" = the local operator; see ``serve_connection``).
-    principal: str
+    #: Who the home acts as (services.edge.caller; see ``serve_connection``).
+    caller: Caller
     #: Its active sessions, by id.
     sessions: dict[str, EdgeSession]
 
@@ -63,16 +71,40 @@ class SessionHome(ClientPort, Protocol):
         """Write one line to the client."""
 
 
+def _limit_error(refused: SlotRefusal) -> JsonRpcError:
+    """-32001: the edge's limit, or the token's share of it (issue 23 item 6)."""
+    template = MSG_SESSION_LIMIT_TOKEN if refused.per_token else MSG_SESSION_LIMIT
+    return JsonRpcError(SESSION_LIMIT, template.format(max=refused.limit))
+
+
+class Slot:
+    """One reserved slot, counted against a principal (services.edge.registry)."""
+
+    def __init__(self, registry: SessionRegistry, principal: str) -> None:
+        self._registry = registry
+        self.principal = principal
+
+    def charge(self, principal: str) -> None:
+        """Count the slot against ``principal`` (the owner of the row a restore brings up,
+        once read); -32001 when that token's share is full."""
+        refused = self._registry.move(self.principal, principal)
+        if refused is not None:
+            raise _limit_error(refused)
+        self.principal = principal
+
+
 @contextmanager
-def reserved_slot(runtime: EdgeRuntime) -> Iterator[None]:
-    """Hold one of the ``max_sessions`` slots while a session is set up; -32001 when full."""
-    if not runtime.registry.try_reserve():
-        raise JsonRpcError(SESSION_LIMIT,
-                           MSG_SESSION_LIMIT.format(max=runtime.cfg.acp.max_sessions))
+def reserved_slot(runtime: EdgeRuntime, principal: str) -> Iterator[Slot]:
+    """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
+    up; -32001 when the edge is full, or when that token's share is (a message of its own)."""
+    refused = runtime.registry.try_reserve(principal)
+    if refused is not None:
+        raise _limit_error(refused)
+    slot = Slot(runtime.registry, principal)
     try:
-        yield
+        yield slot
     finally:
-        runtime.registry.unreserve()
+        runtime.registry.unreserve(slot.principal)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from services.common.config import Config
 from services.common.jsonrpc import read_lines
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
-from services.edge.connection import EdgeRuntime, open_runtime, serve_connection
+from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, open_runtime, serve_connection
 from services.edge.lines import stdin_reader, stdout_writer
 from services.edge.runtime import StartServices
 
@@ -125,7 +125,8 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices)
         try:
             # EOF: what was asked still gets answered (a CI runner pipes requests
             # and closes stdin); a signal cuts that short.
-            await serve_connection(runtime, incoming(), stdout.send, send_many=stdout.send_many,
+            await serve_connection(runtime, incoming(), stdout.send, caller=LOCAL_OPERATOR,
+                                   send_many=stdout.send_many,
                                    drain_secs=float(cfg.acp.session_timeout_secs), abort=stop)
         finally:
             await stdout.close()

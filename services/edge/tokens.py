@@ -12,6 +12,14 @@ it through :func:`asyncio.to_thread`. Every call opens its own connection, so a
 revoke by ``acpgate token revoke`` in another process takes effect on the next
 check without any cache to invalidate. Connections that are already open are
 the :class:`TokenWatch`'s business: it tells cheaply when the table changed.
+
+Operator grants (issue 23) live beside the tokens, in table ``grants`` (schema
+version 2; a store from before gets the empty table on its next open, its
+tokens untouched). The one grant is :data:`GRANT_SEE_ALL`: the token's clients,
+and the agents of its sessions, may list, read the history of and ask the
+status of other principals' sessions — read-only: no grant lets one principal
+drive (prompt, send to, load, resume, delete, spawn into) another's session.
+A grant counts only while its token is active.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +41,15 @@ TOKEN_PREFIX = "acpg_"
 #: Random bytes per secret (256 bits).
 SECRET_BYTES = 32
 
-_SCHEMA = """
+#: The operator grant that shows other principals' sessions, read-only.
+GRANT_SEE_ALL = "see-all"
+#: Every grant a token may hold.
+GRANTS = (GRANT_SEE_ALL,)
+#: ``PRAGMA user_version`` of the current schema (1: tokens only; 2: + grants).
+SCHEMA_VERSION = 2
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS tokens (
     token_id   TEXT PRIMARY KEY,
     name       TEXT NOT NULL,
@@ -41,7 +57,30 @@ CREATE TABLE IF NOT EXISTS tokens (
     created_at INTEGER NOT NULL,
     revoked_at INTEGER
 )
-"""
+""",
+    """
+CREATE TABLE IF NOT EXISTS grants (
+    token_id   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (token_id, name)
+)
+""",
+)
+
+
+class UnknownGrant(ValueError):
+    """A grant name acpgate does not know; ``str(exc)`` names the known ones."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown grant {name!r} (known: {', '.join(GRANTS)})")
+
+
+def check_grant(name: str) -> str:
+    """``name`` if it is a known grant, else :class:`UnknownGrant`."""
+    if name not in GRANTS:
+        raise UnknownGrant(name)
+    return name
 
 
 def token_db_path(cfg: Config) -> Path:
@@ -63,6 +102,8 @@ class TokenInfo:
     #: ISO-8601 UTC creation time.
     created_at: str
     revoked: bool
+    #: The operator grants it holds (names from :data:`GRANTS`).
+    grants: tuple[str, ...] = ()
 
 
 class TokenStore:
@@ -84,21 +125,57 @@ class TokenStore:
                 fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
         with closing(sqlite3.connect(self.path, timeout=10.0)) as conn:
-            conn.execute(_SCHEMA)
+            _migrate(conn)
             yield conn
             conn.commit()
 
-    def create(self, name: str = "") -> tuple[str, str]:
-        """Mint a token labelled ``name``; returns ``(token_id, secret)``. Show the secret once."""
+    def create(self, name: str = "", grants: Iterable[str] = ()) -> tuple[str, str]:
+        """Mint a token labelled ``name`` holding ``grants``; returns ``(token_id, secret)``.
+        Show the secret once. An unknown grant is :class:`UnknownGrant` (nothing minted)."""
+        wanted = sorted({check_grant(g) for g in grants})
         secret = TOKEN_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
         token_id = secrets.token_hex(6)
+        now = int(time.time())
         with self._connect(create=True) as conn:
             assert conn is not None
             conn.execute(
                 "INSERT INTO tokens (token_id, name, digest, created_at) VALUES (?, ?, ?, ?)",
-                (token_id, name, _digest(secret), int(time.time())),
+                (token_id, name, _digest(secret), now),
             )
+            conn.executemany("INSERT INTO grants (token_id, name, granted_at) VALUES (?, ?, ?)",
+                             [(token_id, g, now) for g in wanted])
         return token_id, secret
+
+    def grant(self, token_id: str, grant: str) -> bool:
+        """Give token ``token_id`` the operator grant ``grant`` (twice is once). False when
+        no such token exists; :class:`UnknownGrant` for an unknown grant."""
+        check_grant(grant)
+        with self._connect(create=False) as conn:
+            if conn is None or not _exists(conn, token_id):
+                return False
+            conn.execute("INSERT OR IGNORE INTO grants (token_id, name, granted_at) "
+                         "VALUES (?, ?, ?)", (token_id, grant, int(time.time())))
+            return True
+
+    def revoke_grant(self, token_id: str, grant: str) -> bool:
+        """Take ``grant`` from token ``token_id`` (one it does not hold: nothing to do).
+        False when no such token exists; :class:`UnknownGrant` for an unknown grant."""
+        check_grant(grant)
+        with self._connect(create=False) as conn:
+            if conn is None or not _exists(conn, token_id):
+                return False
+            conn.execute("DELETE FROM grants WHERE token_id = ? AND name = ?", (token_id, grant))
+            return True
+
+    def grants_of(self, token_id: str) -> frozenset[str]:
+        """The grants an *active* token holds (none for a revoked or unknown one)."""
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return frozenset()
+            rows = conn.execute(
+                "SELECT g.name FROM grants g JOIN tokens t ON t.token_id = g.token_id "
+                "WHERE g.token_id = ? AND t.revoked_at IS NULL", (token_id,)).fetchall()
+        return frozenset(row[0] for row in rows)
 
     def list(self) -> list[TokenInfo]:
         """Every token, oldest first, revoked ones included (marked)."""
@@ -109,12 +186,17 @@ class TokenStore:
                 "SELECT token_id, name, created_at, revoked_at FROM tokens "
                 "ORDER BY created_at, token_id"
             ).fetchall()
+            held: dict[str, list[str]] = {}
+            for token_id, grant in conn.execute(
+                    "SELECT token_id, name FROM grants ORDER BY name").fetchall():
+                held.setdefault(token_id, []).append(grant)
         return [
             TokenInfo(
                 token_id=row[0],
                 name=row[1],
                 created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row[2])),
                 revoked=row[3] is not None,
+                grants=tuple(held.get(row[0], ())),
             )
             for row in rows
         ]
@@ -155,6 +237,20 @@ class TokenStore:
             if hmac.compare_digest(presented, digest):
                 matched = token_id
         return matched
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the store to :data:`SCHEMA_VERSION` (tables are only ever added: the tokens of
+    an older store stay as they are)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    if int(conn.execute("PRAGMA user_version").fetchone()[0]) < SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _exists(conn: sqlite3.Connection, token_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM tokens WHERE token_id = ?", (token_id,)).fetchone() \
+        is not None
 
 
 class TokenWatch:

@@ -1,44 +1,52 @@
-"""Which stored sessions a connection may see (SPEC §8 "visible to the caller", §14).
+"""Who asks the session service about stored sessions for a connection (SPEC §8, §14, issue 23).
 
-The local operator (principal ``""``: stdio, a gateway without auth) reads any
-row; an authenticated gateway client (``client:<token id>``) only the sessions
-it owns, and another client's session is reported exactly like one that does
-not exist.
+The session service decides what a requester may see; this module only says
+who asks, explicitly (an empty requester is never the operator):
+
+- the operator (:data:`services.edge.caller.LOCAL_OPERATOR`: stdio, a gateway
+  without auth) asks as ``operator`` and reads any row;
+- any other caller asks as its principal (``client:<token id>``, or for a
+  hosted session's stand-in the host's principal) and sees that principal's
+  rows — plus, to *list* them, other principals' rows when its token holds the
+  ``see-all`` grant. Loading, resuming, deleting or touching another
+  principal's session is never allowed, grant or not: it is reported exactly
+  like a session that does not exist.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.edge.caller import Caller
 from services.edge.errors import grpc_error, not_found
 from services.edge.runtime import EdgeRuntime
 
-#: The visibility an authenticated gateway client gets: its own sessions only.
-PRINCIPAL_VISIBILITY = "tree"
+__all__ = ["reader_fields", "visible_row"]
 
 
-def list_visibility(principal: str) -> str:
-    """The ``visibility`` of a ListSessions request on behalf of ``principal``."""
-    return PRINCIPAL_VISIBILITY if principal else ""
+async def reader_fields(runtime: EdgeRuntime, caller: Caller) -> dict[str, Any]:
+    """The requester fields of a read (ListSessions) for ``caller``: ``operator``, or its
+    principal with its ``see-all`` grant looked up now."""
+    if caller.operator:
+        return {"operator": True}
+    return {"requester_session_key": caller.principal,
+            "see_all_principals": await runtime.sees_all(caller.principal)}
 
 
-async def visible_row(runtime: EdgeRuntime, principal: str, sid: str) -> session_pb2.SessionRow:
-    """The stored row of ``sid`` if ``principal`` may see it, else -32000.
-
-    The local operator reads any row; an authenticated gateway client only
-    its own (§14 "tree" over the row's owner), and another client's session
-    is reported exactly like one that does not exist.
-    """
-    stub = runtime.session_stub
+async def visible_row(runtime: EdgeRuntime, caller: Caller, sid: str) -> session_pb2.SessionRow:
+    """The stored row of ``sid`` if ``caller`` may act on it (load, resume, delete, touch),
+    else -32000 exactly as for a session that does not exist. No grant applies: a grant
+    reads, it never drives another principal's session."""
+    who: dict[str, Any] = {"operator": True} if caller.operator \
+        else {"requester_session_key": caller.principal}
     try:
-        if not principal:
-            return await stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
-        status = await stub.SessionStatus(session_pb2.SessionStatusRequest(
-            requester_session_key=principal, session_id=sid,
-            visibility=PRINCIPAL_VISIBILITY))
+        status = await runtime.session_stub.SessionStatus(
+            session_pb2.SessionStatusRequest(session_id=sid, **who))
         return status.session
     except grpc.aio.AioRpcError as exc:
-        if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED):
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
             raise not_found(sid) from None
         raise grpc_error(exc, sid) from None

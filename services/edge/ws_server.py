@@ -41,8 +41,8 @@ from services.edge.auth import (
     choose_subprotocol,
     extract_token,
     offered_subprotocols,
-    token_id_of,
 )
+from services.edge.caller import Caller
 from services.edge.http import (
     JSON_CONTENT_TYPE,
     PROMETHEUS_CONTENT_TYPE,
@@ -87,7 +87,7 @@ class ServeConnection(Protocol):
         send: Callable[[str], Awaitable[None]],
         *,
         default_agent: str = "",
-        principal: str = "",
+        caller: Caller,
         remote: bool = False,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
         revoked: asyncio.Event | None = None,
@@ -169,7 +169,7 @@ class EdgeServer:
         self._revocations = RevocationWatch(TokenWatch(store.path), self._live)
         self._watching: asyncio.Task[None] | None = None
         #: Who each admitted handshake acts as, from process_request to _handle.
-        self._principals: weakref.WeakKeyDictionary[ServerConnection, str] = (
+        self._callers: weakref.WeakKeyDictionary[ServerConnection, Caller] = (
             weakref.WeakKeyDictionary())
         self._ids = count(1)
         self._counters = _Counters()
@@ -258,8 +258,8 @@ class EdgeServer:
             offered_subprotocols(request.headers.get_all("Sec-WebSocket-Protocol")),
             request.path,
         )
-        principal = await self._auth.principal(token)
-        if principal is None:
+        caller = await self._auth.caller(token)
+        if caller is None:
             self._counters.rejected_unauthorized_total += 1
             log.warning("ws_unauthorized", remote=_remote(connection),
                         source=token.source.value if token else "none")
@@ -270,11 +270,11 @@ class EdgeServer:
             )
             response.headers["WWW-Authenticate"] = 'Bearer realm="acpgate"'
             return response
-        refusal = self._live.refusal(token_id_of(principal))
+        refusal = self._live.refusal(caller.token_id)
         if refusal is not None:
             log.warning("ws_" + refusal.reason, limit=refusal.limit)
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, refusal.body)
-        self._principals[connection] = principal
+        self._callers[connection] = caller
         return None
 
     async def _healthz(self, connection: ServerConnection) -> Response:
@@ -300,8 +300,11 @@ class EdgeServer:
 
     async def _handle(self, ws: ServerConnection) -> None:
         conn_id = next(self._ids)
-        principal = self._principals.pop(ws, "")
-        token_id = token_id_of(principal)
+        caller = self._callers.pop(ws, None)
+        if caller is None:  # never admitted by process_request: nobody to act for
+            await ws.close(1011, "internal error")
+            return
+        token_id = caller.token_id
         refusal = self._live.refusal(token_id)
         if refusal is not None:
             # Two handshakes raced past the check in process_request.
@@ -321,7 +324,7 @@ class EdgeServer:
         try:
             await self._serve_connection(
                 self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
-                principal=principal, remote=True, send_many=outbox.send_many,
+                caller=caller, remote=True, send_many=outbox.send_many,
                 revoked=self._revocations.signal(ws),
             )
         except Exception:

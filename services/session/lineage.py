@@ -23,11 +23,10 @@ are made here, from the config and the stored rows alone:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 
 from services.common.config import AUTONOMY_LEVELS, Config
-from services.common.policy import SecurityPolicy
+from services.common.policy import lower_autonomy
 from services.common.protocol import AGENT_KIND_BUILTIN, MSG_SPAWN_CWD_OUTSIDE
 from services.session.confinement import workspace_refusal
 from services.session.store import SessionRecord, SessionStore
@@ -35,21 +34,14 @@ from services.session.workspace import WorkspaceError, resolve_workspace
 
 __all__ = [
     "MAX_ANCESTRY",
-    "cap_policy",
+    "acting_autonomy",
     "child_workspace",
     "current_autonomy",
     "effective_autonomy",
-    "lower_autonomy",
 ]
 
 #: How many ancestors are walked at most (a cycle in stored rows must not hang a call).
 MAX_ANCESTRY = 64
-
-
-def lower_autonomy(a: str, b: str) -> str:
-    """The lower of two autonomy levels; an unknown level counts as ``readonly``."""
-    rank = {level: i for i, level in enumerate(AUTONOMY_LEVELS)}
-    return AUTONOMY_LEVELS[min(rank.get(a, 0), rank.get(b, 0))]
 
 
 def current_autonomy(cfg: Config, rec: SessionRecord) -> str:
@@ -79,12 +71,14 @@ async def effective_autonomy(cfg: Config, store: SessionStore, rec: SessionRecor
     return level
 
 
-def cap_policy(policy: SecurityPolicy, level: str) -> SecurityPolicy:
-    """``policy`` with its autonomy lowered to at most ``level`` (workspace_only follows)."""
-    autonomy = lower_autonomy(policy.autonomy, level)
-    if autonomy == policy.autonomy:
-        return policy
-    return dataclasses.replace(policy, autonomy=autonomy, workspace_only=autonomy != "full")
+async def acting_autonomy(cfg: Config, store: SessionStore, rec: SessionRecord,
+                          turn_cap: str = "") -> str:
+    """The level ``rec`` acts at when it spawns or sends (issue 23): its chain's ceiling
+    (:func:`effective_autonomy`), lowered by the mode it runs in now and by ``turn_cap``,
+    the cap of the turn it runs (one another session started: "" = none) — so a capped
+    turn cannot launder its cap through a third session."""
+    level = lower_autonomy(current_autonomy(cfg, rec), await effective_autonomy(cfg, store, rec))
+    return lower_autonomy(level, turn_cap) if turn_cap else level
 
 
 def _inside(path: str, root: str) -> bool:

@@ -1,8 +1,23 @@
-"""Session visibility (SPEC §14): a pure function over row metadata, no lookups.
+"""Session visibility (SPEC §14, issue 23): pure functions over row metadata, no lookups.
+
+:func:`can_see` decides whether a :class:`Requester` may act on (list, read the
+history of, send to, or ask the status of) a session row. It draws the
+principal boundary first (:mod:`services.common.principals`): every row belongs
+to one principal — its owning gateway token, or the local user — and
+
+- the operator (the machine's local user at its own client, operator tools)
+  sees every row;
+- a row of another principal is invisible — unless the requester's principal
+  holds the operator grant ``see-all``, and then only to the read actions
+  (list, history, status): nobody sends into another principal's session;
+- a principal requester (a client connection acting for ``client:<id>`` or
+  ``local``) sees every row of its own principal;
+- a session requester sees the rows of its own principal that SPEC §14's
+  :func:`can_see_session_row` shows it.
 
 ``can_see_session_row(row, requester_session_key, visibility, a2a_policy)``
-decides whether a requesting session may see (list, read the history of, send
-to, or ask the status of) a session row. The same check guards every action.
+is SPEC §14's check *among the rows of one principal*. The same check guards
+every action.
 
 - ``owned(row)``: the requester is the row's ``ownerSessionKey``, ``spawnedBy``
   or ``parentSessionKey``.
@@ -23,18 +38,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.common.config import VISIBILITY_LEVELS
+from services.common.principals import is_principal_key, principal_of_owner
 
 __all__ = [
     "ACTIONS",
+    "READ_ACTIONS",
     "A2aPolicy",
+    "Requester",
     "VisibilityRow",
     "agent_id_from_session_key",
+    "can_see",
     "can_see_session_row",
     "glob_match",
 ]
 
 #: The four actions of SPEC §14; the same check guards each.
 ACTIONS = ("list", "history", "send", "status")
+#: The actions a ``see-all`` grant extends to other principals' rows (never "send").
+READ_ACTIONS = ("list", "history", "status")
 
 
 @dataclass(frozen=True)
@@ -46,6 +67,29 @@ class VisibilityRow:
     owner_session_key: str = ""
     spawned_by: str = ""
     parent_session_key: str = ""
+
+    @property
+    def principal(self) -> str:
+        """The principal the row belongs to (its owner's; see services.common.principals)."""
+        return principal_of_owner(self.owner_session_key)
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asks, as the servicer resolved it from the request and the stored rows.
+
+    ``key`` is the requesting session's key, or a principal key (``client:<id>``,
+    ``local``) for a client connection; ``principal`` whom it acts for ("" =
+    unknown: it sees nothing); ``agent_id`` the requesting session's agent ("" =
+    parse it from ``key``). ``operator`` sees every row; ``see_all`` (the
+    principal's operator grant) extends the read actions to other principals.
+    """
+
+    key: str
+    principal: str
+    agent_id: str = ""
+    operator: bool = False
+    see_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +155,29 @@ def agent_id_from_session_key(session_key: str) -> str:
     return ""
 
 
+def can_see(row: VisibilityRow, requester: Requester, visibility: str,
+            a2a_policy: A2aPolicy, action: str = "list") -> bool:
+    """Whether ``requester`` may ``action`` ``row`` (rules: the module doc).
+
+    Pure. Unknown visibility levels and actions raise ``ValueError`` (callers
+    validate input first).
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+    if visibility not in VISIBILITY_LEVELS:
+        raise ValueError(f"unknown visibility {visibility!r}")
+    if requester.operator:
+        return True
+    if not requester.principal:
+        return False
+    if row.principal != requester.principal:
+        return requester.see_all and action in READ_ACTIONS
+    if is_principal_key(requester.key):
+        return requester.key == requester.principal
+    return can_see_session_row(row, requester.key, visibility, a2a_policy,
+                               requester_agent_id=requester.agent_id or None)
+
+
 def can_see_session_row(
     row: VisibilityRow,
     requester_session_key: str,
@@ -119,12 +186,12 @@ def can_see_session_row(
     *,
     requester_agent_id: str | None = None,
 ) -> bool:
-    """Whether ``requester_session_key`` may see ``row`` under ``visibility`` (SPEC §14).
+    """Whether ``requester_session_key`` may see ``row`` under ``visibility`` (SPEC §14),
+    both of one principal (:func:`can_see` draws that boundary first).
 
     Pure: decides from the row's metadata alone. Unknown visibility levels
     raise ``ValueError`` (callers validate input first). An empty requester key
-    sees nothing here — the servicer treats it as the local operator before
-    calling this.
+    sees nothing.
     """
     if visibility not in VISIBILITY_LEVELS:
         raise ValueError(f"unknown visibility {visibility!r}")

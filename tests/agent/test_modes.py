@@ -105,3 +105,48 @@ async def test_usage_update_after_each_turn(tmp_path: Path, ws: Path) -> None:
     assert c.kinds()[-1] == "usage_update"
     validate("SessionNotification", {"sessionId": sid, "update": update})
     assert result["usage"] == {"totalTokens": 11, "inputTokens": 8, "outputTokens": 3}  # 5+3, 1+2
+
+
+def _capped(sid: str, text: str, cap: Any) -> dict[str, Any]:
+    return {"sessionId": sid, "prompt": [{"type": "text", "text": text}],
+            "_meta": {"acpgate": {"autonomyCap": cap}}}
+
+
+async def test_a_turn_cap_holds_for_that_turn_only(tmp_path: Path, ws: Path) -> None:
+    """Issue 23 item 5: ``_meta.acpgate.autonomyCap`` (a turn another session started)
+    runs that one turn at the capped level — a `full` session capped `readonly` offers no
+    shell, and its shell call is refused; the next turn runs at its mode again, and the
+    session's mode never changed."""
+    provider = ScriptedProvider([call("shell", {"command": "touch capped"}), say("no"),
+                                 call("shell", {"command": "touch free"}), say("yes")])
+    async with running_agent(make_config(tmp_path), provider) as c:
+        sid = await c.new_session(ws, policy=_policy(ws, "full"))
+        await c.call("session/prompt", _capped(sid, "run", "readonly"))
+        session = c.server._sessions[sid]
+        assert (session.policy.autonomy, session.chosen.autonomy) == ("full", "full")
+        await c.prompt(sid, "run again")
+    assert not (ws / "capped").exists()
+    assert "shell" not in {t.name for t in provider.calls[0][2]}
+    assert (ws / "free").exists()
+    assert "shell" in {t.name for t in provider.calls[2][2]}
+    failed = [u for u in c.of("tool_call_update") if u.get("status") == "failed"]
+    assert len(failed) == 1 and "denied by the session policy" in str(failed[0])
+
+
+async def test_a_supervised_cap_asks_and_a_bad_cap_is_refused(tmp_path: Path, ws: Path) -> None:
+    """A `full` session's turn capped `supervised` asks before the shell (the client says
+    no: nothing runs); a cap that is no level is -32602 and runs no turn."""
+    async def reject(method: str, params: dict[str, Any]) -> Any:
+        return {"outcome": {"outcome": "selected", "optionId": "reject-once"}}
+
+    provider = ScriptedProvider([call("shell", {"command": "touch asked"}), say("ok")])
+    async with running_agent(make_config(tmp_path), provider, responder=reject) as c:
+        sid = await c.new_session(ws, policy=_policy(ws, "full"))
+        await c.call("session/prompt", _capped(sid, "run", "supervised"))
+        for bad in ("root", 3, ["full"]):
+            with pytest.raises(JsonRpcError) as refused:
+                await c.call("session/prompt", _capped(sid, "run", bad))
+            assert refused.value.code == -32602 and "autonomyCap" in refused.value.message
+    assert [m for m, _ in c.requests] == ["session/request_permission"]
+    assert not (ws / "asked").exists()
+    assert len(provider.calls) == 2

@@ -27,7 +27,7 @@ from services.agent.providers.demo import DemoProvider
 from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.common.jsonrpc import OVERSIZE_LINE, JsonRpcPeer, integer_ids, read_lines
-from services.edge.connection import EdgeRuntime, serve_connection
+from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 from tests.agent.harness import make_config
 
 BIG = 123456789012345678901234567890
@@ -139,7 +139,7 @@ async def edge_answers(runtime: EdgeRuntime, line: str) -> list[str]:
     async def send(message: str) -> None:
         out.append(message)
 
-    await asyncio.wait_for(serve_connection(runtime, incoming(), send), 30)
+    await asyncio.wait_for(serve_connection(runtime, incoming(), send, caller=LOCAL_OPERATOR), 30)
     return out
 
 

@@ -26,6 +26,9 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``state``: reports its mode, config values and additional directories;
 - ``elicit-url``: a URL-mode ``elicitation/create``, then ``elicitation/complete``;
 - ``withdraw``: asks for a permission, then withdraws it with ``$/cancel_request``;
+- ``ext <method> <JSON object>``: an extension request ``_<method>`` to the client
+  (e.g. ``ext acpgate/sessions_send {…}``, the session tools' methods), answered
+  with ``ext ok: <result JSON>`` or ``ext error <code>: <message>``;
 - anything else: ``echo: <text>`` in two chunks.
 
 The command is the prompt's last text block; an earlier text block that starts
@@ -269,6 +272,14 @@ class SdkAgent(SurfaceAgent):
             outcome = resp.outcome
             chosen = getattr(outcome, "option_id", None) or outcome.outcome
             await conn.session_update(session_id, update_agent_message_text(f"permission: {chosen}"))
+            return PromptResponse(stop_reason="end_turn")
+        if text.startswith("ext "):
+            method, _, raw = text[4:].partition(" ")
+            try:
+                note = "ext ok: " + json.dumps(await conn.ext_method(method, json.loads(raw)))
+            except RequestError as exc:
+                note = f"ext error {exc.code}: {exc}"
+            await conn.session_update(session_id, update_agent_message_text(note))
             return PromptResponse(stop_reason="end_turn")
         extra = await self._extra(session_id, text)
         if extra is not None:

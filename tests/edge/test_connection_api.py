@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.edge.connection import EdgeRuntime, serve_connection
+from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 from services.edge.http import GatewayGauges, render_metrics
 
 
@@ -25,7 +25,8 @@ class Client:
         self._waiters: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._next = 0
         self.task = asyncio.create_task(serve_connection(
-            runtime, self._incoming(), self._send, default_agent=default_agent))
+            runtime, self._incoming(), self._send, caller=LOCAL_OPERATOR,
+            default_agent=default_agent))
 
     async def _incoming(self) -> AsyncIterator[str]:
         while (item := await self._in.get()) is not None:
@@ -137,7 +138,7 @@ async def test_requests_in_flight_are_bounded_and_reading_waits() -> None:
             @staticmethod
             def count_error(code: int) -> None: ...
 
-    conn = DialectConnection(Runtime(), send, methods={"slow": slow},  # type: ignore[arg-type]
+    conn = DialectConnection(Runtime(), send, methods={"slow": slow}, caller=LOCAL_OPERATOR,  # type: ignore[arg-type]
                              max_in_flight=3)
     pulled = 0
 

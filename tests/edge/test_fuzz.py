@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.edge.connection import EdgeRuntime, serve_connection
+from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 
 METHODS = ["initialize", "authenticate", "session/prompt", "session/cancel", "session/stop",
            "session/close", "session/list", "session/update", "session/event", "session/set_mode",
@@ -90,7 +90,7 @@ async def _serve(rt: EdgeRuntime, batch: list[str]) -> list[str]:
     async def send(line: str) -> None:
         out.append(line)
 
-    await asyncio.wait_for(serve_connection(rt, incoming(), send), 60)
+    await asyncio.wait_for(serve_connection(rt, incoming(), send, caller=LOCAL_OPERATOR), 60)
     return out
 
 
@@ -139,7 +139,8 @@ def test_edge_still_serves_after_fuzz(loop: asyncio.AbstractEventLoop, runtime: 
             out.append(line)
             got.set()
 
-        await asyncio.wait_for(serve_connection(runtime, incoming(), send), 60)
+        await asyncio.wait_for(serve_connection(runtime, incoming(), send, caller=LOCAL_OPERATOR),
+                               60)
         return out
 
     out = loop.run_until_complete(scenario())
@@ -195,7 +196,8 @@ class LiveConnection:
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.answers: dict[int, list[dict[str, Any]]] = {}
         self.arrived = asyncio.Event()
-        self.task = asyncio.create_task(serve_connection(rt, self._incoming(), self._send))
+        self.task = asyncio.create_task(serve_connection(rt, self._incoming(), self._send,
+                                                          caller=LOCAL_OPERATOR))
         self.sid = ""
         self._next = 0
 

@@ -25,7 +25,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS
 from services.edge.claims import HostClaims
-from services.edge.connection import EdgeRuntime
+from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime
 from services.edge.dispatch import DialectConnection
 from services.edge.handlers.new import session_new
 from services.edge.warm import EarlyTake
@@ -93,7 +93,7 @@ def work(tmp_path: Path) -> Path:
 @pytest.fixture
 def conn(runtime: EdgeRuntime, loop: asyncio.AbstractEventLoop) -> Iterator[DialectConnection]:
     """A client connection; its sessions are released afterwards."""
-    connection = DialectConnection(runtime, _ignore, methods={})
+    connection = DialectConnection(runtime, _ignore, methods={}, caller=LOCAL_OPERATOR)
     yield connection
     loop.run_until_complete(connection.close())
 
@@ -193,7 +193,7 @@ def test_an_alias_without_a_pool_takes_nothing_early(
         return early
 
     async def scenario() -> None:
-        connection = DialectConnection(runtime, _ignore, methods={})
+        connection = DialectConnection(runtime, _ignore, methods={}, caller=LOCAL_OPERATOR)
         runtime.warm.take_early = spy  # type: ignore[method-assign]
         try:
             await session_new(connection, {"agentAlias": "sdk", "cwd": str(work)})

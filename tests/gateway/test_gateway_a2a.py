@@ -3,10 +3,11 @@
 The real stack (session + lifecycle services on unix sockets, the WebSocket gateway with
 token auth); alice's session runs the built-in agent on the fake model, which spawns a
 child on another alias (the demo agent) with ``sessions_spawn``. The child is owned by
-alice — her session's owner — so it is in her ``session/list`` (the gateway lists under
-``tree``) with its lineage in ``_meta.acpgate``, in the ``all`` list of the same requester
-too (``all`` never shows less than ``tree``), and nowhere for bob, where it answers like a
-session that does not exist. Closing alice's session reaps the child's lease.
+alice — her session's owner, her token's principal — so it is in her ``session/list``
+(her principal's sessions) with its lineage in ``_meta.acpgate``, in the ``tree`` and
+``all`` lists of the same requester alike (``all`` never shows less than ``tree``), and
+nowhere for bob, where it answers like a session that does not exist (issue 23: no
+visibility crosses tokens). Closing alice's session reaps the child's lease.
 """
 
 from __future__ import annotations
@@ -148,6 +149,6 @@ async def test_cancel_of_an_idle_parent_cancels_a_background_child_turn_and_keep
                 leases = await stack.leases(child.session_key)
                 assert [lease.state for lease in leases] == [lifecycle_pb2.LEASE_STATE_OPEN]
                 history = [item async for page in stack.runtime.session_stub.GetHistory(
-                    session_pb2.GetHistoryRequest(session_id=child.session_id))
+                    session_pb2.GetHistoryRequest(session_id=child.session_id, operator=True))
                     for item in page.items]
                 assert history == [], "a cancelled turn is not stored"

@@ -186,7 +186,7 @@ class Burst:
     """Test dialect: answers `burst` with n numbered frames, then a result."""
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
-                       default_agent: str = "", principal: str = "", remote: bool = False,
+                       default_agent: str = "", caller: Any = None, remote: bool = False,
                        send_many: Any = None, revoked: Any = None) -> None:
         async for line in incoming:
             msg = json.loads(line)

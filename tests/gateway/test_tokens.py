@@ -1,14 +1,25 @@
-"""Token store (SPEC §11): minted once, stored hashed, listed, revoked, verified."""
+"""Token store (SPEC §11): minted once, stored hashed, listed, revoked, verified; operator
+grants (issue 23)."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import stat
 from pathlib import Path
 
+import pytest
+
 from services.common.config import load_config
 from services.edge.auth import TokenSource, extract_token
-from services.edge.tokens import TokenStore, TokenWatch, token_db_path
+from services.edge.tokens import (
+    GRANT_SEE_ALL,
+    SCHEMA_VERSION,
+    TokenStore,
+    TokenWatch,
+    UnknownGrant,
+    token_db_path,
+)
 
 
 def test_db_path_under_data_dir(tmp_path: Path) -> None:
@@ -105,6 +116,7 @@ def test_cli_create_list_revoke(tmp_path: Path) -> None:
 async def test_identify_and_principal(tmp_path: Path) -> None:
     """Each token is its own principal (`client:<token id>`); revoked or wrong → None."""
     from services.edge.auth import Authenticator, PresentedToken
+    from services.edge.caller import LOCAL_OPERATOR, client_caller
 
     store = TokenStore(tmp_path / "tokens.db")
     tid, secret = store.create("a")
@@ -112,13 +124,14 @@ async def test_identify_and_principal(tmp_path: Path) -> None:
     assert store.identify(secret) == tid and store.identify(secret2) == tid2
     assert store.identify(secret + "x") is None and store.identify("") is None
     auth = Authenticator(store)
-    assert await auth.principal(PresentedToken(secret, TokenSource.HEADER)) == f"client:{tid}"
-    assert await auth.principal(None) is None
+    assert await auth.caller(PresentedToken(secret, TokenSource.HEADER)) == client_caller(tid)
+    assert client_caller(tid).principal == f"client:{tid}"
+    assert await auth.caller(None) is None
     store.revoke(tid)
-    assert await auth.principal(PresentedToken(secret, TokenSource.QUERY)) is None
+    assert await auth.caller(PresentedToken(secret, TokenSource.QUERY)) is None
     assert await auth.admit(PresentedToken(secret2, TokenSource.QUERY)) is True
     # Auth off: every connection is the local operator.
-    assert await Authenticator(store, require_auth=False).principal(None) == ""
+    assert await Authenticator(store, require_auth=False).caller(None) == LOCAL_OPERATOR
 
 
 def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
@@ -141,3 +154,79 @@ def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
     assert watch.active_ids_if_changed() == set()
     watch.close()
     assert not path.with_name("tokens.db-journal").exists()  # it only ever reads
+
+
+# ------------------------------------------------------------------ operator grants (issue 23)
+
+
+def test_grants_given_taken_and_only_for_active_tokens(tmp_path: Path) -> None:
+    """see-all is held per token, set at creation or later, taken back, and counts only
+    while the token is active; an unknown grant mints and changes nothing."""
+    store = TokenStore(tmp_path / "tokens.db")
+    ops, _ = store.create("ops", [GRANT_SEE_ALL])
+    plain, _ = store.create("plain")
+    assert store.grants_of(ops) == {GRANT_SEE_ALL} and store.grants_of(plain) == set()
+    assert {i.token_id: i.grants for i in store.list()} == {ops: (GRANT_SEE_ALL,), plain: ()}
+    assert store.grant(plain, GRANT_SEE_ALL) and store.grant(plain, GRANT_SEE_ALL)  # twice = once
+    assert store.grants_of(plain) == {GRANT_SEE_ALL}
+    assert store.revoke_grant(plain, GRANT_SEE_ALL) and store.grants_of(plain) == set()
+    assert store.grant("nope", GRANT_SEE_ALL) is False
+    assert store.revoke_grant("nope", GRANT_SEE_ALL) is False
+    for bad in (lambda: store.grant(plain, "root"), lambda: store.create("x", ["root"])):
+        with pytest.raises(UnknownGrant, match="see-all"):
+            bad()
+    assert len(store.list()) == 2
+    store.revoke(ops)
+    assert store.grants_of(ops) == set()  # a revoked token grants nothing
+
+
+def test_an_old_store_is_migrated_and_keeps_its_tokens(tmp_path: Path) -> None:
+    """A token file written before grants existed (schema 1: the tokens table alone) opens
+    with its tokens intact and gains the grants table (schema version 2)."""
+    path = tmp_path / "tokens.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE tokens (token_id TEXT PRIMARY KEY, name TEXT NOT NULL, "
+                     "digest TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, "
+                     "revoked_at INTEGER)")
+        conn.execute("INSERT INTO tokens VALUES ('t1', 'old', ?, 1, NULL)",
+                     (hashlib.sha256(b"acpg_old").hexdigest(),))
+    store = TokenStore(path)
+    assert store.identify("acpg_old") == "t1"
+    assert store.grants_of("t1") == set()
+    assert store.grant("t1", GRANT_SEE_ALL) and store.grants_of("t1") == {GRANT_SEE_ALL}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert [(i.token_id, i.name, i.grants) for i in store.list()] == [
+        ("t1", "old", (GRANT_SEE_ALL,))]
+
+
+def test_cli_grants(tmp_path: Path) -> None:
+    """`token create --grant`, `token grant`, `token revoke-grant`, shown by `token list`;
+    an unknown grant or token exits 2 with one line."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "acpgate", "token", "--config-dir", str(tmp_path), *args],
+            capture_output=True, text=True, check=False, timeout=60,
+        )
+
+    ops = run("create", "--name", "ops", "--grant", "see-all")
+    assert ops.returncode == 0, ops.stderr
+    ops_id = ops.stderr.split("token id:", 1)[1].split()[0]
+    plain = run("create", "--name", "plain")
+    plain_id = plain.stderr.split("token id:", 1)[1].split()[0]
+    rows = {line.split("\t")[0]: line.split("\t") for line in run("list").stdout.splitlines()}
+    assert rows[ops_id][4] == "see-all" and rows[plain_id][4] == "-"
+    assert run("grant", plain_id, "see-all").returncode == 0
+    assert run("list").stdout.count("see-all") == 2
+    assert run("revoke-grant", ops_id, "see-all").returncode == 0
+    rows = {line.split("\t")[0]: line.split("\t") for line in run("list").stdout.splitlines()}
+    assert rows[ops_id][4] == "-" and rows[plain_id][4] == "see-all"
+    bad = run("grant", plain_id, "root")
+    assert bad.returncode == 2 and "unknown grant 'root'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert run("grant", "nope", "see-all").returncode == 2
+    assert run("create", "--name", "x", "--grant", "root").returncode == 2
+    assert len(run("list").stdout.splitlines()) == 2

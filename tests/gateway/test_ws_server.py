@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
+from services.edge.caller import Caller
 from services.edge.outqueue import SLOW_CLIENT_CLOSE_CODE, OutgoingQueue, PutResult
 from services.edge.tokens import TokenStore, token_db_path
 
@@ -45,15 +46,16 @@ class EchoDialect:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
                        send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
-                       principal: str = "", remote: bool = False,
-                       send_many: Any = None, revoked: Any = None) -> None:
+                       caller: Caller, remote: bool = False, send_many: Any = None,
+                       revoked: Any = None) -> None:
         try:
             async for line in incoming:
                 msg = json.loads(line)
                 if msg["method"] == "whoami":
                     await send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
                                            "result": {"agent": default_agent,
-                                                      "principal": principal,
+                                                      "principal": caller.principal,
+                                                      "operator": caller.operator,
                                                       "remote": remote}}))
                 elif msg["method"] == "flood":
                     sent = 0
@@ -177,11 +179,13 @@ async def test_connection_acts_as_its_token(tmp_path: Path, services: tuple[str,
         for token_id, tok in ((tid, secret), (tid2, secret2)):
             async with connect(f"{edge.url}?token={tok}", proxy=None) as ws:
                 assert await whoami(ws, "principal") == f"client:{token_id}"
+                assert await whoami(ws, "operator") == "False"
                 assert await whoami(ws, "remote") == "True"
     open_cfg = replace(cfg, gateway=replace(cfg.gateway, require_auth=False))
     async with running_edge(open_cfg, FakeRuntime(), services, EchoDialect()) as edge:
         async with connect(edge.url, proxy=None) as ws:
-            assert await whoami(ws, "principal") == ""
+            assert await whoami(ws, "principal") == "local"
+            assert await whoami(ws, "operator") == "True"
             assert await whoami(ws, "remote") == "True"
 
 

@@ -4,10 +4,9 @@ The built-in agent talks to it exactly as to a real provider (HTTP, SSE,
 tool calls), so the tools it runs are the real ones under the real policy.
 A user message ``shell <command>`` makes the model call the shell tool with
 ``<command>``, ``file_read <path>`` the file_read tool, ``call <tool> <JSON
-object>`` any tool with those arguments (``sessions_spawn`` too, whose child's
-prompt may be such a message again: a tree of sessions); a tool result is
-reported back verbatim, after the marker :data:`RESULT_MARKER`; anything else
-is echoed.
+object>`` any tool with those arguments (the session tools: ``call
+sessions_send {"sessionId": …, "message": …}``); a tool result is reported
+back verbatim, after the marker :data:`RESULT_MARKER`; anything else is echoed.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ def attacker_model(request: Recorded) -> Reply:
     if tool in _TOOLS and argument.strip():
         return _call(tool, {_TOOLS[tool]: argument.strip()})
     if tool == "call":
-        name, _, arguments = argument.partition(" ")
-        return _call(name, json.loads(arguments))
+        name, _, raw = argument.strip().partition(" ")
+        return _call(name, json.loads(raw or "{}"))
     return _say(f"echo: {text}")
 
 

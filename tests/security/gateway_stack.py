@@ -59,7 +59,7 @@ max_retries = 0
 kind = "builtin"
 provider = "demo"
 model = "demo"
-{agents}"""
+{extra}"""
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,12 @@ class Gateway:
         code, _, err = await self.cli("token", "revoke", token.token_id)
         assert code == 0, err
 
+    async def grant(self, token: Token, grant: str, *, revoke: bool = False) -> None:
+        """``acpgate token grant|revoke-grant <id> <grant>``, as the operator would."""
+        code, _, err = await self.cli("token", "revoke-grant" if revoke else "grant",
+                                      token.token_id, grant)
+        assert code == 0, err
+
     async def connect(self, token: Token | None, **kw: Any) -> ClientConnection:
         """A WebSocket client of ``/acp`` with ``Authorization: Bearer <token>``."""
         headers = {"Authorization": f"Bearer {token.secret}"} if token else {}
@@ -175,13 +181,14 @@ def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
 
 def write_gateway_config(config_dir: Path, *, port: int, model_url: str,
                          autonomy: str = "full", autonomy_extra: str = "",
-                         gateway: str = "", max_sessions: int = 20, agents: str = "") -> None:
-    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys;
-    ``agents``: more ``[agents.<alias>]`` sections)."""
+                         gateway: str = "", max_sessions: int = 20, extra: str = "") -> None:
+    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys of
+    those sections; ``extra``: more sections, ``{model_url}`` filled in)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(CONFIG.format(
         port=port, model_url=model_url, autonomy=autonomy, autonomy_extra=autonomy_extra,
-        gateway=gateway, max_sessions=max_sessions, agents=agents), encoding="utf-8")
+        gateway=gateway, max_sessions=max_sessions,
+        extra=extra.replace("{model_url}", model_url)), encoding="utf-8")
 
 
 async def _wait_healthy(gw: Gateway) -> None:

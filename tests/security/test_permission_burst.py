@@ -27,7 +27,7 @@ BURSTS = ((2000, 0.5), (3000, 0.0))
 
 async def test_a_withdrawn_burst_of_permission_requests_keeps_a_reading_client(
         tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, agents=agent_section("scripted")) as gw:
+    async with running_gateway(tmp_path, extra=agent_section("scripted")) as gw:
         client = RawClient(await gw.connect(await gw.token("reader")))
         sid = (await client.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
         for count, secs in BURSTS:

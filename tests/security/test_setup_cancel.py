@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
+from services.edge.caller import LOCAL_OPERATOR
 from services.edge.connection import EdgeRuntime
 from services.edge.dispatch import DialectConnection
 from services.edge.handlers.new import session_new
@@ -98,7 +99,7 @@ def test_a_setup_cancelled_at_any_await_leaves_no_lease(
         return await session_new(conn, {"agentAlias": "demo", "cwd": str(work)})
 
     async def scenario() -> None:
-        conn = DialectConnection(runtime, _ignore, methods={})
+        conn = DialectConnection(runtime, _ignore, methods={}, caller=LOCAL_OPERATOR)
         stored = (await new(conn))["sessionId"]
         await runtime.deactivate(conn.sessions.pop(stored), "test")  # stored, inactive
 
@@ -135,7 +136,8 @@ def test_the_connection_closing_mid_setup_releases_what_it_was_setting_up(
 
     async def scenario() -> None:
         for _ in range(RANDOM_ROUNDS):
-            conn = DialectConnection(runtime, _ignore, methods={"session/new": session_new})
+            conn = DialectConnection(runtime, _ignore, methods={"session/new": session_new},
+                                     caller=LOCAL_OPERATOR)
             conn.rpc.feed(request)
             await asyncio.sleep(rng.uniform(0.0, RANDOM_SECS))
             await conn.close(drain_secs=0)

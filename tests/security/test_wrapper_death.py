@@ -336,7 +336,7 @@ async def test_a_turn_whose_wrapper_is_killed_reports_the_agent_killed(
     client]". The client cancelled nothing: the prompt fails -32603 saying the agent was
     killed (the signal named, ``data.acpgate.exit`` as for setup failures); nothing of the
     turn is stored."""
-    async with running_gateway(tmp_path, agents=agent_section("scripted")) as gw:
+    async with running_gateway(tmp_path, extra=agent_section("scripted")) as gw:
         client = RawClient(await gw.connect(await gw.token("t")))
         sid = (await client.result("session/new", {"agentAlias": alias}))["sessionId"]
         rid = await client.send("session/prompt", {"sessionId": sid, "prompt": prompt})

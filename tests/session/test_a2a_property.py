@@ -27,6 +27,7 @@ from acpgate.session.v1 import session_pb2 as pb
 from acpgate.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, AgentSection, Config
 from services.common.grpc_server import RunningServer
+from services.common.principals import principal_of_owner
 from services.session.server import start_session_server
 from tests.session.conftest import make_cfg
 
@@ -101,6 +102,14 @@ async def _build(stub: session_pb2_grpc.SessionServiceStub, ws: str, prefix: str
     return rows
 
 
+def principal_of(rows: list[pb.SessionRow], key: str) -> str:
+    """The principal ``key`` acts for: itself for a principal key, else its row's owner's."""
+    if key.startswith("client:"):
+        return key
+    row = next(r for r in rows if r.ownership.session_key == key)
+    return principal_of_owner(row.ownership.owner_session_key)
+
+
 async def _ok(call: object) -> bool:
     try:
         await call  # type: ignore[misc]
@@ -128,8 +137,14 @@ async def _seen(stub: session_pb2_grpc.SessionServiceStub, key: str, vis: str,
     for sid in ids:
         if await _history(stub, key, sid, vis):
             seen["history"].add(sid)
-        if await _ok(stub.SendToSession(pb.SendToSessionRequest(
-                requester_session_key=key, session_id=sid, visibility=vis))):
+        send = stub.SendToSession(pb.SendToSessionRequest(
+            requester_session_key=key, session_id=sid, visibility=vis))
+        if key.startswith("client:"):  # a principal never sends: only a session does
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await send
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            seen["send"] = seen["list"]  # nothing to compare for the principal
+        elif await _ok(send):
             seen["send"].add(sid)
         if await _ok(stub.SessionStatus(pb.SessionStatusRequest(
                 requester_session_key=key, session_id=sid, visibility=vis))):
@@ -157,5 +172,10 @@ def test_spec14_property_tree_within_all_for_every_action(
             for r in rows:
                 if r.ownership.spawned_by == key:
                     assert r.session_id in tree["list"], (key, r.session_id)
+            # Nothing of another principal, under any level (issue 23).
+            mine = principal_of(rows, key)
+            for r in rows:
+                if principal_of_owner(r.ownership.owner_session_key) != mine:
+                    assert r.session_id not in every["list"], (key, r.session_id)
 
     servers.loop.run_until_complete(check())

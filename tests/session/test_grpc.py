@@ -318,7 +318,7 @@ async def test_history_streams_in_pages(store_stub: Stub) -> None:
             for i in range(1203)]
     await store_stub.AppendTurn(pb.AppendTurnRequest(session_id="big", items=many))
     for stream in (store_stub.StreamHistory(pb.StreamHistoryRequest(session_id="big")),
-                   store_stub.GetHistory(pb.GetHistoryRequest(session_id="big"))):
+                   store_stub.GetHistory(pb.GetHistoryRequest(session_id="big", operator=True))):
         pages = await _pages(stream)
         assert [len(p.items) for p in pages] == [500, 500, 203]
         assert [i.seq for p in pages for i in p.items] == list(range(1, 1204))
@@ -392,7 +392,8 @@ async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, shor
     cursor = ""
     pages = 0
     while True:
-        page = await stub.ListSessions(pb.ListSessionsRequest(limit=3, cursor=cursor))
+        page = await stub.ListSessions(pb.ListSessionsRequest(limit=3, cursor=cursor,
+                                                                operator=True))
         seen += [r.session_id for r in page.sessions]
         pages += 1
         if not page.next_cursor:
@@ -400,12 +401,14 @@ async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, shor
         cursor = page.next_cursor
     assert seen == ["s1", "s6", "s5", "s4", "s3", "s2", "s0"]
     assert pages == 3
-    only_a = await stub.ListSessions(pb.ListSessionsRequest(cwd="/a"))
+    only_a = await stub.ListSessions(pb.ListSessionsRequest(cwd="/a", operator=True))
     assert [r.session_id for r in only_a.sessions] == ["s6", "s4", "s2", "s0"]
     assert only_a.next_cursor == ""
-    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(cursor="garbage!")))
+    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(cursor="garbage!",
+                                                                   operator=True)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(visibility="world")))
+    code, _ = await _code(stub.ListSessions(pb.ListSessionsRequest(visibility="world",
+                                                                   operator=True)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -472,23 +475,26 @@ async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2
 
 
 async def test_spec14_operator_and_configured_visibility(store_stub: Stub) -> None:
-    """Empty requester = local operator (sees all); otherwise [sessions] visibility (tree)."""
+    """The explicit operator sees all; a session requester gets [sessions] visibility (tree)."""
     ids = await _seed_matrix_rows(store_stub)
-    everything = await store_stub.ListSessions(pb.ListSessionsRequest())
+    everything = await store_stub.ListSessions(pb.ListSessionsRequest(operator=True))
     assert {r.session_id for r in everything.sessions} == set(ids.values())
     tree = await store_stub.ListSessions(pb.ListSessionsRequest(requester_session_key="agent:alpha:acp:req"))
     assert {r.session_id for r in tree.sessions} == {"req", "kid", "bkid"}
-    st = await store_stub.SessionStatus(pb.SessionStatusRequest(session_id="other"))
+    st = await store_stub.SessionStatus(pb.SessionStatusRequest(session_id="other", operator=True))
     assert st.message_count == 4
     for action in (pb.ACTION_LIST, pb.ACTION_HISTORY, pb.ACTION_SEND, pb.ACTION_STATUS):
-        ok = await store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other", action=action))
+        ok = await store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other", action=action,
+                                                                operator=True))
         assert ok.allowed
-    code, _ = await _code(store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other")))
+    code, _ = await _code(store_stub.CheckAccess(pb.CheckAccessRequest(session_id="other",
+                                                                       operator=True)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     code, _ = await _code(store_stub.CheckAccess(pb.CheckAccessRequest(
-        session_id="nope", action=pb.ACTION_SEND)))
+        session_id="nope", action=pb.ACTION_SEND, operator=True)))
     assert code == grpc.StatusCode.NOT_FOUND
-    code, _ = await _code(_items(store_stub.GetHistory(pb.GetHistoryRequest(session_id="nope"))))
+    code, _ = await _code(_items(store_stub.GetHistory(pb.GetHistoryRequest(session_id="nope",
+                                                                            operator=True))))
     assert code == grpc.StatusCode.NOT_FOUND
 
 

@@ -16,9 +16,12 @@ import grpc
 import pytest
 
 from acpgate.session.v1 import session_pb2 as pb
-from services.common.config import Config, StoreSection
+from services.common.config import A2aSection, Config, StoreSection
 from services.common.protocol import (
     MSG_AGENT_DISABLED,
+    MSG_SEND_ABOVE_AUTONOMY,
+    MSG_SEND_REQUESTER,
+    MSG_SPAWN_ABOVE_AUTONOMY,
     MSG_SPAWN_AGENT_REQUIRED,
     MSG_SPAWN_CWD_OUTSIDE,
     MSG_SPAWN_UNKNOWN_REQUESTER,
@@ -281,3 +284,50 @@ async def test_history_limit_and_list_query(stub: Stub, workspace: Path) -> None
                                                                 query=query))
         assert {r.session_id for r in listed.sessions} == expected, query
     assert child.title == "Refactor the PARSER"
+
+
+async def test_a_sent_turn_is_capped_at_the_senders_autonomy(
+        serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
+    """Issue 23 item 5: SendToSession answers the sender's acting autonomy as the turn's
+    cap (lowered by the sender's own turn cap); an external target above it is refused —
+    acpgate cannot cap its turn — and so is spawning an external alias above it."""
+    cfg = _cfg(short_dir, StoreSection(), alpha="readonly", beta="full", ext="full")
+    _, stub = await serve(dataclasses.replace(cfg, a2a=A2aSection(enabled=True)))
+    low = await _parent(stub, workspace, sid="low")                    # alpha: readonly
+    high = await _parent(stub, workspace, sid="high", alias="beta")    # beta: full
+    await _parent(stub, workspace, sid="t", alias="beta")              # a full built-in target
+    await _parent(stub, workspace, sid="x", alias="ext")               # a full external target
+
+    async def send(sender: pb.SessionRow, sid: str, turn_cap: str = "") -> str:
+        got = await stub.SendToSession(pb.SendToSessionRequest(
+            requester_session_key=sender.ownership.session_key, session_id=sid,
+            visibility="all", requester_turn_cap=turn_cap))
+        return got.autonomy_cap
+
+    assert await send(low, "t") == "readonly"
+    assert await send(high, "t") == "full"
+    assert await send(high, "t", turn_cap="supervised") == "supervised"
+    assert await send(high, "x") == "full"
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    for sender, cap in ((low, ""), (high, "readonly")):
+        assert await _code(send(sender, "x", cap)) == (denied, MSG_SEND_ABOVE_AUTONOMY.format(
+            session_id="x", agent="ext", target="full",
+            sender="readonly")), sender.session_id
+    # Spawning: a built-in child is capped by the policy; an external one above is refused.
+    assert await _code(_spawn(stub, low, "k1", alias="ext")) == (
+        denied, MSG_SPAWN_ABOVE_AUTONOMY.format(agent="ext", target="full", sender="readonly"))
+    assert (await _spawn(stub, high, "k2", alias="ext")).session.session_id == "k2"
+    capped = await _spawn(stub, high, "k3", requester_turn_cap="readonly")
+    assert capped.policy.autonomy == capped.agent.autonomy == "readonly"
+    code, _ = await _code(stub.GetSession(pb.GetSessionRequest(session_id="k1")))
+    assert code == grpc.StatusCode.NOT_FOUND, "a refused spawn writes no row"
+
+
+async def test_only_a_stored_session_sends(stub: Stub, workspace: Path) -> None:
+    """Issue 23: SendToSession acts for a session, never for a principal or an empty
+    requester (which is not the operator)."""
+    await _parent(stub, workspace)
+    for key in ("", OWNER, "local", "agent:alpha:acp:ghost"):
+        assert await _code(stub.SendToSession(pb.SendToSessionRequest(
+            requester_session_key=key, session_id="p1"))) == (
+            grpc.StatusCode.INVALID_ARGUMENT, MSG_SEND_REQUESTER), key

@@ -1,4 +1,5 @@
-"""SPEC §14: visibility as a pure function over row metadata — the table-driven matrix."""
+"""SPEC §14: visibility as a pure function over row metadata — the table-driven matrix
+(all rows of one principal) — and the principal boundary around it (issue 23)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.common.principals import LOCAL_PRINCIPAL, principal_of_owner
 from services.session.visibility import (
     ACTIONS,
+    READ_ACTIONS,
     A2aPolicy,
+    Requester,
     VisibilityRow,
     agent_id_from_session_key,
+    can_see,
     can_see_session_row,
     glob_match,
 )
@@ -213,3 +218,101 @@ def test_spec14_property_tree_implies_all(row: VisibilityRow, requester: str,
         assert sees["tree"]
     if sees["agent"]:
         assert sees["all"]
+
+
+# ------------------------------------------------------------------ principals (issue 23)
+
+ALICE = "client:alice"
+BOB = "client:bob"
+#: Rows of three principals: alice's root and child, bob's root, a local (stdio) root.
+P_ROWS: dict[str, VisibilityRow] = {
+    "alice-root": VisibilityRow(key="agent:alpha:acp:a1", agent_id="alpha",
+                                owner_session_key=ALICE),
+    "alice-kid": VisibilityRow(key="agent:beta:acp:a2", agent_id="beta", owner_session_key=ALICE,
+                               spawned_by="agent:alpha:acp:a1",
+                               parent_session_key="agent:alpha:acp:a1"),
+    "bob-root": VisibilityRow(key="agent:alpha:acp:b1", agent_id="alpha", owner_session_key=BOB),
+    "local-root": VisibilityRow(key="agent:alpha:acp:l1", agent_id="alpha",
+                                owner_session_key="agent:alpha:acp:l1"),
+    "local-legacy": VisibilityRow(key="agent:alpha:acp:l2", agent_id="alpha"),
+}
+
+
+def _alice_session(see_all: bool = False) -> Requester:
+    return Requester(key="agent:alpha:acp:a1", principal=ALICE, agent_id="alpha",
+                     see_all=see_all)
+
+
+def test_row_principal_is_its_client_owner_else_local() -> None:
+    """A client-owned row is that client's; own key, a local root's key or none: local."""
+    assert P_ROWS["alice-kid"].principal == ALICE
+    assert P_ROWS["local-root"].principal == LOCAL_PRINCIPAL
+    assert P_ROWS["local-legacy"].principal == LOCAL_PRINCIPAL
+    assert principal_of_owner("client:") == LOCAL_PRINCIPAL  # no token id: no client
+
+
+@pytest.mark.parametrize("vis", ["self", "tree", "agent", "all"])
+@pytest.mark.parametrize("action", ACTIONS)
+def test_visibility_never_crosses_principals(vis: str, action: str) -> None:
+    """agent/all widen only among the requester's principal's rows: bob's same-agent row and
+    the local one stay hidden from alice's session for every action, even with a2a on."""
+    on = A2aPolicy(enabled=True)
+    for name in ("bob-root", "local-root", "local-legacy"):
+        assert not can_see(P_ROWS[name], _alice_session(), vis, on, action), name
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_see_all_grant_reads_across_principals_never_sends(action: str) -> None:
+    """The operator grant extends list/history/status to other principals' rows; send never."""
+    for name in ("bob-root", "local-root"):
+        seen = can_see(P_ROWS[name], _alice_session(see_all=True), "self", A2aPolicy(), action)
+        assert seen is (action in READ_ACTIONS), (name, action)
+
+
+def test_principal_requester_sees_its_principals_rows() -> None:
+    """A client connection (key = its principal) sees every row of its principal, nothing
+    else; the local principal likewise; an unknown principal nothing."""
+    client = Requester(key=ALICE, principal=ALICE)
+    local = Requester(key=LOCAL_PRINCIPAL, principal=LOCAL_PRINCIPAL)
+    nobody = Requester(key="agent:alpha:acp:gone", principal="")
+    for name, row in P_ROWS.items():
+        for vis in ("self", "tree", "agent", "all"):
+            assert can_see(row, client, vis, A2aPolicy()) is name.startswith("alice"), name
+            assert can_see(row, local, vis, A2aPolicy()) is name.startswith("local"), name
+            assert not can_see(row, nobody, vis, A2aPolicy(enabled=True))
+
+
+def test_operator_sees_every_row_and_bad_input_raises() -> None:
+    """Only the explicit operator flag sees everything; unknown actions/levels raise."""
+    op = Requester(key="", principal="", operator=True)
+    assert all(can_see(row, op, "self", A2aPolicy(), "send") for row in P_ROWS.values())
+    empty = Requester(key="", principal="")
+    assert not any(can_see(row, empty, "all", A2aPolicy(enabled=True)) for row in P_ROWS.values())
+    with pytest.raises(ValueError):
+        can_see(P_ROWS["alice-root"], op, "all", A2aPolicy(), "delete")
+    with pytest.raises(ValueError):
+        can_see(P_ROWS["alice-root"], op, "everything", A2aPolicy())
+
+
+_principals = st.sampled_from([ALICE, BOB, LOCAL_PRINCIPAL])
+_owners = st.sampled_from(["", REQ, "agent:alpha:acp:x", ALICE, BOB])
+
+
+@settings(max_examples=500, deadline=None)
+@given(row=st.builds(VisibilityRow, key=_keys, agent_id=_agents, owner_session_key=_owners,
+                     spawned_by=_keys, parent_session_key=_keys),
+       key=_keys, principal=_principals, see_all=st.booleans(), policy=_policies,
+       action=st.sampled_from(ACTIONS))
+def test_property_principal_boundary_and_tree_implies_all(
+        row: VisibilityRow, key: str, principal: str, see_all: bool, policy: A2aPolicy,
+        action: str) -> None:
+    """Issue 23 over random rows: within a principal SPEC §14's invariants hold (tree ⇒
+    all, self ⇒ tree); another principal's row is seen only with the grant, only to read."""
+    who = Requester(key=key, principal=principal, see_all=see_all)
+    sees = {v: can_see(row, who, v, policy, action) for v in ("self", "tree", "agent", "all")}
+    if sees["tree"]:
+        assert sees["all"]
+    if sees["self"]:
+        assert sees["tree"]
+    if row.principal != principal:
+        assert all(s is (see_all and action in READ_ACTIONS) for s in sees.values())

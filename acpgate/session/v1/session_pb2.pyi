@@ -1493,8 +1493,10 @@ class ListSessionsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
     QUERY_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    SEE_ALL_PRINCIPALS_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
-    """Requesting session key; empty = local operator (sees everything)."""
+    """Requesting session key, or principal key; empty only with operator."""
     cwd: _builtins.str
     """Only sessions whose workspace is exactly this path."""
     cursor: _builtins.str
@@ -1507,6 +1509,14 @@ class ListSessionsRequest(_message.Message):
     """Only rows whose agent alias, title or session id contains this text
     (case-insensitive; empty = every visible row).
     """
+    operator: _builtins.bool
+    """The machine's operator asks (the edge's stdio path, operator tools): every
+    row. Set explicitly, never inferred from an empty requester_session_key.
+    """
+    see_all_principals: _builtins.bool
+    """The requester's principal holds the operator grant see-all: other
+    principals' rows are readable too (list, history, status; never send).
+    """
     def __init__(
         self,
         *,
@@ -1516,10 +1526,12 @@ class ListSessionsRequest(_message.Message):
         limit: _builtins.int = ...,
         visibility: _builtins.str = ...,
         query: _builtins.str = ...,
+        operator: _builtins.bool = ...,
+        see_all_principals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "cwd", b"cwd", "limit", b"limit", "query", b"query", "requester_session_key", b"requester_session_key", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "cwd", b"cwd", "limit", b"limit", "operator", b"operator", "query", b"query", "requester_session_key", b"requester_session_key", "see_all_principals", b"see_all_principals", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1556,14 +1568,24 @@ class GetHistoryRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    SEE_ALL_PRINCIPALS_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
-    """Requesting session key; empty = local operator (sees everything)."""
+    """Requesting session key, or principal key; empty only with operator."""
     session_id: _builtins.str
     """The session whose history is read."""
     visibility: _builtins.str
     """Override the configured [sessions] visibility (empty = configured)."""
     limit: _builtins.int
     """Only the newest `limit` items (0 = the whole history), still oldest first."""
+    operator: _builtins.bool
+    """The machine's operator asks (the edge's stdio path, operator tools): every
+    row. Set explicitly, never inferred from an empty requester_session_key.
+    """
+    see_all_principals: _builtins.bool
+    """The requester's principal holds the operator grant see-all: other
+    principals' rows are readable too (list, history, status; never send).
+    """
     def __init__(
         self,
         *,
@@ -1571,10 +1593,12 @@ class GetHistoryRequest(_message.Message):
         session_id: _builtins.str = ...,
         visibility: _builtins.str = ...,
         limit: _builtins.int = ...,
+        operator: _builtins.bool = ...,
+        see_all_principals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "operator", b"operator", "requester_session_key", b"requester_session_key", "see_all_principals", b"see_all_principals", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1587,19 +1611,32 @@ class SessionStatusRequest(_message.Message):
     REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    SEE_ALL_PRINCIPALS_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
+    """Requesting session key, or principal key; empty only with operator."""
     session_id: _builtins.str
     visibility: _builtins.str
+    operator: _builtins.bool
+    """The machine's operator asks (the edge's stdio path, operator tools): every
+    row. Set explicitly, never inferred from an empty requester_session_key.
+    """
+    see_all_principals: _builtins.bool
+    """The requester's principal holds the operator grant see-all: other
+    principals' rows are readable too (list, history, status; never send).
+    """
     def __init__(
         self,
         *,
         requester_session_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         visibility: _builtins.str = ...,
+        operator: _builtins.bool = ...,
+        see_all_principals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operator", b"operator", "requester_session_key", b"requester_session_key", "see_all_principals", b"see_all_principals", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1636,10 +1673,21 @@ class CheckAccessRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    SEE_ALL_PRINCIPALS_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
+    """Requesting session key, or principal key; empty only with operator."""
     session_id: _builtins.str
     action: Global___Action.ValueType
     visibility: _builtins.str
+    operator: _builtins.bool
+    """The machine's operator asks (the edge's stdio path, operator tools): every
+    row. Set explicitly, never inferred from an empty requester_session_key.
+    """
+    see_all_principals: _builtins.bool
+    """The requester's principal holds the operator grant see-all: other
+    principals' rows are readable too (list, history, status; never send).
+    """
     def __init__(
         self,
         *,
@@ -1647,10 +1695,12 @@ class CheckAccessRequest(_message.Message):
         session_id: _builtins.str = ...,
         action: Global___Action.ValueType = ...,
         visibility: _builtins.str = ...,
+        operator: _builtins.bool = ...,
+        see_all_principals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "operator", b"operator", "requester_session_key", b"requester_session_key", "see_all_principals", b"see_all_principals", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1692,6 +1742,7 @@ class SpawnSessionRequest(_message.Message):
     LABEL_FIELD_NUMBER: _builtins.int
     GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
+    REQUESTER_TURN_CAP_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
     """The spawning session's key: the child's spawnedBy and parentSessionKey.
     It must be a stored session (its owner becomes the child's owner).
@@ -1709,6 +1760,11 @@ class SpawnSessionRequest(_message.Message):
     gateway_instance_id: _builtins.str
     """The spawning instance and its host, as in CreateSession (the child's claim)."""
     host: _builtins.str
+    requester_turn_cap: _builtins.str
+    """The autonomy cap of the turn the requester runs now, when another session
+    started that turn (SendToSessionResponse.autonomy_cap; "" = none): the
+    requester acts at most at it, so a capped turn cannot pass more on.
+    """
     def __init__(
         self,
         *,
@@ -1719,10 +1775,11 @@ class SpawnSessionRequest(_message.Message):
         label: _builtins.str = ...,
         gateway_instance_id: _builtins.str = ...,
         host: _builtins.str = ...,
+        requester_turn_cap: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "label", b"label", "requester_session_key", b"requester_session_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "label", b"label", "requester_session_key", b"requester_session_key", "requester_turn_cap", b"requester_turn_cap", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1769,21 +1826,31 @@ class SendToSessionRequest(_message.Message):
     REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VISIBILITY_FIELD_NUMBER: _builtins.int
+    REQUESTER_TURN_CAP_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
+    """The sending session's key (required: a stored session). Its principal must
+    own the target: no grant lets one principal drive another's session.
+    """
     session_id: _builtins.str
     """The session the message is for."""
     visibility: _builtins.str
     """Override the configured [sessions] visibility (empty = configured)."""
+    requester_turn_cap: _builtins.str
+    """The autonomy cap of the turn the requester runs now, when another session
+    started that turn (SendToSessionResponse.autonomy_cap; "" = none): the
+    requester acts at most at it, so a capped turn cannot pass more on.
+    """
     def __init__(
         self,
         *,
         requester_session_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         visibility: _builtins.str = ...,
+        requester_turn_cap: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["requester_session_key", b"requester_session_key", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requester_session_key", b"requester_session_key", "requester_turn_cap", b"requester_turn_cap", "session_id", b"session_id", "visibility", b"visibility"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1794,6 +1861,13 @@ class SendToSessionResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_FIELD_NUMBER: _builtins.int
+    AUTONOMY_CAP_FIELD_NUMBER: _builtins.int
+    autonomy_cap: _builtins.str
+    """The sender's effective autonomy (its stored chain, as for a spawn): the
+    turn runs at most at it. A target on an external agent whose effective
+    autonomy is above it is refused instead (PERMISSION_DENIED): acpgate cannot
+    cap an external agent's turn.
+    """
     @_builtins.property
     def session(self) -> Global___SessionRow:
         """The target's row after the send was recorded (its last activity is now)."""
@@ -1802,10 +1876,11 @@ class SendToSessionResponse(_message.Message):
         self,
         *,
         session: Global___SessionRow | None = ...,
+        autonomy_cap: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["autonomy_cap", b"autonomy_cap", "session", b"session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

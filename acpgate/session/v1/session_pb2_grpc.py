@@ -315,10 +315,15 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
-        the local operator (the edge acting for its own client) and sees every row.
-        For any other requester a row it may not see answers exactly like a
-        missing one (NOT_FOUND, "Session not found: <id>").
+        """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+        requester: requester_session_key (a session, or a principal key
+        "client:<token id>" / "local" for a client connection), or operator = true
+        (the machine's operator, who sees every row). Neither, or both, is
+        INVALID_ARGUMENT: an empty requester is never the operator. A row of
+        another principal is invisible unless see_all_principals (the requester's
+        principal holds the operator grant see-all) and the action reads.
+        A row the requester may not see answers exactly like a missing one
+        (NOT_FOUND, "Session not found: <id>").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -351,7 +356,9 @@ class SessionServiceServicer:
         requester's key, ownerSessionKey the requester's owner (SPEC §13). The
         service decides the child's agent, workspace (inside the requester's) and
         policy (never more autonomy than the requester's own chain); the edge runs
-        the child's adapter and its turns (the service never speaks ACP).
+        the child's adapter and its turns (the service never speaks ACP). An
+        external (kind "acp") alias configured above the requester's effective
+        autonomy is refused (PERMISSION_DENIED): its turns cannot be capped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -359,7 +366,9 @@ class SessionServiceServicer:
 
     def SendToSession(self, request, context):
         """The SPEC §14 "send" check for a message from one session to another, and
-        its record (the target's activity); the edge then runs the turn.
+        its record (the target's activity); the edge then runs the turn, at most
+        at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
+        within one principal: another principal's session is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

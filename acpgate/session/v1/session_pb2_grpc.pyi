@@ -119,10 +119,15 @@ class SessionServiceStub:
     (ARCHITECTURE.md, "gRPC streams must batch").
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
-    """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
-    the local operator (the edge acting for its own client) and sees every row.
-    For any other requester a row it may not see answers exactly like a
-    missing one (NOT_FOUND, "Session not found: <id>").
+    """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+    requester: requester_session_key (a session, or a principal key
+    "client:<token id>" / "local" for a client connection), or operator = true
+    (the machine's operator, who sees every row). Neither, or both, is
+    INVALID_ARGUMENT: an empty requester is never the operator. A row of
+    another principal is invisible unless see_all_principals (the requester's
+    principal holds the operator grant see-all) and the action reads.
+    A row the requester may not see answers exactly like a missing one
+    (NOT_FOUND, "Session not found: <id>").
     """
     GetHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]
     """The history of a session the requester may see, oldest first, in pages
@@ -137,11 +142,15 @@ class SessionServiceStub:
     requester's key, ownerSessionKey the requester's owner (SPEC §13). The
     service decides the child's agent, workspace (inside the requester's) and
     policy (never more autonomy than the requester's own chain); the edge runs
-    the child's adapter and its turns (the service never speaks ACP).
+    the child's adapter and its turns (the service never speaks ACP). An
+    external (kind "acp") alias configured above the requester's effective
+    autonomy is refused (PERMISSION_DENIED): its turns cannot be capped.
     """
     SendToSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.SendToSessionRequest, _session_pb2.SendToSessionResponse]
     """The SPEC §14 "send" check for a message from one session to another, and
-    its record (the target's activity); the edge then runs the turn.
+    its record (the target's activity); the edge then runs the turn, at most
+    at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
+    within one principal: another principal's session is NOT_FOUND.
     """
 
 @_typing.type_check_only
@@ -211,10 +220,15 @@ class SessionServiceAsyncStub(SessionServiceStub):
     (ARCHITECTURE.md, "gRPC streams must batch").
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
-    """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
-    the local operator (the edge acting for its own client) and sees every row.
-    For any other requester a row it may not see answers exactly like a
-    missing one (NOT_FOUND, "Session not found: <id>").
+    """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+    requester: requester_session_key (a session, or a principal key
+    "client:<token id>" / "local" for a client connection), or operator = true
+    (the machine's operator, who sees every row). Neither, or both, is
+    INVALID_ARGUMENT: an empty requester is never the operator. A row of
+    another principal is invisible unless see_all_principals (the requester's
+    principal holds the operator grant see-all) and the action reads.
+    A row the requester may not see answers exactly like a missing one
+    (NOT_FOUND, "Session not found: <id>").
     """
     GetHistory: _aio.UnaryStreamMultiCallable[_session_pb2.GetHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
     """The history of a session the requester may see, oldest first, in pages
@@ -229,11 +243,15 @@ class SessionServiceAsyncStub(SessionServiceStub):
     requester's key, ownerSessionKey the requester's owner (SPEC §13). The
     service decides the child's agent, workspace (inside the requester's) and
     policy (never more autonomy than the requester's own chain); the edge runs
-    the child's adapter and its turns (the service never speaks ACP).
+    the child's adapter and its turns (the service never speaks ACP). An
+    external (kind "acp") alias configured above the requester's effective
+    autonomy is refused (PERMISSION_DENIED): its turns cannot be capped.
     """
     SendToSession: _aio.UnaryUnaryMultiCallable[_session_pb2.SendToSessionRequest, _session_pb2.SendToSessionResponse]  # type: ignore[assignment]
     """The SPEC §14 "send" check for a message from one session to another, and
-    its record (the target's activity); the edge then runs the turn.
+    its record (the target's activity); the edge then runs the turn, at most
+    at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
+    within one principal: another principal's session is NOT_FOUND.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -420,10 +438,15 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.ListSessionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.ListSessionsResponse, _abc.Awaitable[_session_pb2.ListSessionsResponse]]:
-        """Visibility-filtered reads (SPEC §14). An empty requester_session_key means
-        the local operator (the edge acting for its own client) and sees every row.
-        For any other requester a row it may not see answers exactly like a
-        missing one (NOT_FOUND, "Session not found: <id>").
+        """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+        requester: requester_session_key (a session, or a principal key
+        "client:<token id>" / "local" for a client connection), or operator = true
+        (the machine's operator, who sees every row). Neither, or both, is
+        INVALID_ARGUMENT: an empty requester is never the operator. A row of
+        another principal is invisible unless see_all_principals (the requester's
+        principal holds the operator grant see-all) and the action reads.
+        A row the requester may not see answers exactly like a missing one
+        (NOT_FOUND, "Session not found: <id>").
         """
 
     @_abc_1.abstractmethod
@@ -462,7 +485,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         requester's key, ownerSessionKey the requester's owner (SPEC §13). The
         service decides the child's agent, workspace (inside the requester's) and
         policy (never more autonomy than the requester's own chain); the edge runs
-        the child's adapter and its turns (the service never speaks ACP).
+        the child's adapter and its turns (the service never speaks ACP). An
+        external (kind "acp") alias configured above the requester's effective
+        autonomy is refused (PERMISSION_DENIED): its turns cannot be capped.
         """
 
     @_abc_1.abstractmethod
@@ -472,7 +497,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SendToSessionResponse, _abc.Awaitable[_session_pb2.SendToSessionResponse]]:
         """The SPEC §14 "send" check for a message from one session to another, and
-        its record (the target's activity); the edge then runs the turn.
+        its record (the target's activity); the edge then runs the turn, at most
+        at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
+        within one principal: another principal's session is NOT_FOUND.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -228,6 +228,9 @@ def _validate(cfg: Config, origin: str) -> None:
     """Cross-field checks that a type alone cannot express."""
     if cfg.acp.max_sessions < 1:
         raise ConfigError(f"{origin}: [acp] max_sessions: expected an integer ≥ 1")
+    if cfg.acp.max_sessions_per_token < 0:
+        raise ConfigError(f"{origin}: [acp] max_sessions_per_token: expected an integer ≥ 0 "
+                          "(0 = a quarter of max_sessions)")
     if cfg.acp.session_timeout_secs < 1:
         raise ConfigError(f"{origin}: [acp] session_timeout_secs: expected an integer ≥ 1")
     if not 0 < cfg.gateway.port < 65536:

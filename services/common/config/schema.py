@@ -79,6 +79,9 @@ class AcpSection:
 
     default_agent: str = ""
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    #: Sessions one gateway token (with its spawned children) may hold at once;
+    #: 0 = a quarter of ``max_sessions`` (at least 1). The local user has no share.
+    max_sessions_per_token: int = 0
     session_timeout_secs: int = DEFAULT_SESSION_TIMEOUT_SECS
 
 

@@ -94,7 +94,8 @@ async def sessions_list(requester: EdgeSession, params: dict[str, Any]) -> dict[
     try:
         resp = await rt.session_stub.ListSessions(session_pb2.ListSessionsRequest(
             requester_session_key=requester.store_key, query=_text(params, "filter"),
-            limit=_int(params, "limit", 20, MAX_LIST_ROWS)))
+            limit=_int(params, "limit", 20, MAX_LIST_ROWS),
+            see_all_principals=await rt.sees_all(requester.principal)))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
     rows = [row_view(r, rt.registry.active.get(r.session_id), requester.store_key)
@@ -105,9 +106,11 @@ async def sessions_list(requester: EdgeSession, params: dict[str, Any]) -> dict[
 async def sessions_history(requester: EdgeSession, params: dict[str, Any]) -> dict[str, Any]:
     """The newest stored items of a session the requester may read."""
     sid = _target(params)
-    stream = requester.runtime.session_stub.GetHistory(session_pb2.GetHistoryRequest(
+    rt = requester.runtime
+    stream = rt.session_stub.GetHistory(session_pb2.GetHistoryRequest(
         requester_session_key=requester.store_key, session_id=sid,
-        limit=_int(params, "limit", 20, MAX_HISTORY_ITEMS)))
+        limit=_int(params, "limit", 20, MAX_HISTORY_ITEMS),
+        see_all_principals=await rt.sees_all(requester.principal)))
     try:
         items = [item async for page in stream for item in page.items]
     except grpc.aio.AioRpcError as exc:
@@ -121,7 +124,8 @@ async def session_status(requester: EdgeSession, params: dict[str, Any]) -> dict
     sid = _target(params)
     try:
         got = await rt.session_stub.SessionStatus(session_pb2.SessionStatusRequest(
-            requester_session_key=requester.store_key, session_id=sid))
+            requester_session_key=requester.store_key, session_id=sid,
+            see_all_principals=await rt.sees_all(requester.principal)))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, sid) from None
     row = got.session

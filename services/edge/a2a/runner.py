@@ -5,7 +5,8 @@ capped policy and ownership; SendToSession: whether the requester may send);
 this module executes, with the same steps a client's session/new, session/resume
 and session/prompt take:
 
-- **spawn**: a slot against ``max_sessions``, the row from SpawnSession, a lease
+- **spawn**: a slot against ``max_sessions`` and the requester's principal's
+  share (a child belongs to its root's token), the row from SpawnSession, a lease
   and the child's adapter (``session/new`` with the decided policy), the child
   entered active in the requester's :class:`~services.edge.hosted.HostedPort`,
   then its first turn;
@@ -17,6 +18,12 @@ A turn is the ordinary :meth:`EdgeSession.run_turn` (streamed, stored in one
 AppendTurn when it completes) with ``requested_by`` = the requester, so a
 cancel of the requester cancels it. ``wait: false`` runs it in the background
 (a runtime task) and answers at once.
+
+Autonomy (issue 23): a sent turn runs at most at the sender's level — the cap
+SendToSession answers, carried in ``TurnState.autonomy_cap`` to the built-in
+agent; a spawned child's policy is capped by SpawnSession itself. Both calls
+pass the requester's own turn cap, when another session started the turn it
+runs, so that cap carries on down a chain of sends.
 """
 
 from __future__ import annotations
@@ -73,12 +80,13 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     rt = requester.runtime
     home = hosted_port(requester)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt), creating(rt.registry, sid):
+    with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
         try:
             got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
                 requester_session_key=requester.store_key, session_id=sid,
                 agent_alias=args.agent, cwd=args.cwd, label=args.label,
-                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host))
+                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+                requester_turn_cap=_turn_cap(requester)))
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
         except BaseException:  # given up half-way: the row may exist (it stays, inactive)
@@ -104,8 +112,9 @@ async def send(requester: EdgeSession, target_id: str, message: str,
     """``message`` as a turn of session ``target_id``, if ``requester`` may send to it."""
     rt = requester.runtime
     try:
-        await rt.session_stub.SendToSession(session_pb2.SendToSessionRequest(
-            requester_session_key=requester.store_key, session_id=target_id))
+        sent = await rt.session_stub.SendToSession(session_pb2.SendToSessionRequest(
+            requester_session_key=requester.store_key, session_id=target_id,
+            requester_turn_cap=_turn_cap(requester)))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, target_id) from None  # hidden or missing: "Session not found"
     target = rt.registry.active.get(target_id)
@@ -113,12 +122,19 @@ async def send(requester: EdgeSession, target_id: str, message: str,
         await restore(hosted_port(requester), {"sessionId": target_id}, replay=False)
         target = rt.registry.active[target_id]
     about = {"sessionId": target_id, "agent": target.alias}
-    return await _turn(requester, target, message, wait, about)
+    return await _turn(requester, target, message, wait, about, sent.autonomy_cap)
+
+
+def _turn_cap(requester: EdgeSession) -> str:
+    """The autonomy cap of the turn ``requester`` runs now ("" = none)."""
+    turn = requester.turn
+    return turn.autonomy_cap if turn is not None else ""
 
 
 async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bool,
-                about: dict[str, Any]) -> dict[str, Any]:
-    """Run ``text`` as a turn of ``target`` for ``requester``; busy → -32002."""
+                about: dict[str, Any], autonomy_cap: str = "") -> dict[str, Any]:
+    """Run ``text`` as a turn of ``target`` for ``requester``, at most at ``autonomy_cap``
+    ("" = the target's own level); busy → -32002."""
     asking = requester.turn
     if asking is not None and asking.cancelled:  # cancelled while this was being set up
         raise JsonRpcError(INTERNAL_ERROR, MSG_REQUESTER_CANCELLED)
@@ -126,6 +142,7 @@ async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bo
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=target.session_id))
     turn.requested_by = requester
+    turn.autonomy_cap = autonomy_cap
     if not wait:
         requester.runtime.spawn(_background(target, turn, text))
         return {**about, "status": "running"}

@@ -31,7 +31,7 @@ async def session_delete(conn: DialectConnection, params: dict[str, Any]) -> dic
     sid = session_id(params)
     if not rt.persistent:
         raise not_found(sid)
-    await visible_row(rt, conn.principal, sid)
+    await visible_row(rt, conn.caller, sid)
     if sid in rt.registry.restoring or sid in rt.registry.creating:
         raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_BEING_SET_UP.format(session_id=sid))
     session = rt.registry.active.get(sid)

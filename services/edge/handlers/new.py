@@ -70,7 +70,7 @@ def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
         # The MCP list is stored: a later load/resume without one starts the same servers.
         create=session_pb2.CreateSessionRequest(
             session_id=sid, gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-            owner_session_key=conn.principal, mcp_servers_json=encode_mcp_servers(servers)))
+            owner_session_key=conn.caller.owner_key, mcp_servers_json=encode_mcp_servers(servers)))
 
 
 async def decided(conn: DialectConnection,
@@ -98,7 +98,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     client_mcp = client_mcp_rules(conn)
     servers = await admitted_servers(client_mcp, mcp_servers(params))
     sid = str(uuid.uuid4())
-    with reserved_slot(rt), creating(rt.registry, sid):
+    with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()

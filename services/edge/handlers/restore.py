@@ -1,14 +1,15 @@
 """SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
 
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
-connection may see it (a session it may not see is "not found", active or not)
-→ check the MCP servers it would start (the list the request passes, else the
-stored one; :mod:`services.edge.mcp_admission`) → mark the id as being restored
-here (no second restore of it may race this one) → resolve the agent, the
-session's extra roots and its policy → take the session's claim for this host
-(another live host serving it: "Session already active") → spawn the adapter
-while the stored history streams in → seed the adapter with the conversation
-and those MCP servers → set the stored mode and config values again → replay
+connection may see it (a session it may not see is "not found", active or not),
+and count the slot against the principal it belongs to → check the MCP servers
+it would start (the list the request passes, else the stored one;
+:mod:`services.edge.mcp_admission`) → mark the id as being restored here (no
+second restore of it may race this one) → resolve the agent, the session's
+extra roots and its policy → take the session's claim for this host (another
+live host serving it: "Session already active") → spawn the adapter while the
+stored history streams in → seed the adapter with the conversation and those
+MCP servers → set the stored mode and config values again → replay
 (load) or send the stored plan (resume) → mark the session active (storing a
 newly passed MCP list and extra roots). A step that fails answers the request
 with its error and gives back what the earlier steps took. The result carries
@@ -38,6 +39,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
+from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
@@ -57,7 +59,8 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.runtime import EdgeRuntime, SessionRegistry
+from services.edge.registry import SessionRegistry
+from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
@@ -93,8 +96,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     if not rt.persistent:
         raise not_found(sid)
     extra = additional_directories(params)
-    with reserved_slot(rt):
-        row = await visible_row(rt, conn.principal, sid)
+    with reserved_slot(rt, conn.caller.principal) as slot:
+        row = await visible_row(rt, conn.caller, sid)
+        # The operator may restore any principal's session: it counts against that one.
+        slot.charge(principal_of_owner(row.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
         mcp, passed = restore_mcp_servers(params, row.mcp_servers_json)
         # A stored list is checked like a passed one: it may come from the local user, or

@@ -1,7 +1,8 @@
 """SPEC §8: what the dialect answers from the stored rows alone, no adapter involved.
 
-``session/list`` pages through the sessions this connection's principal may
-see (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and in
+``session/list`` pages through the sessions this connection's caller may
+see (its principal's; every one for the operator; other principals' too with
+a ``see-all`` grant) (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and in
 ``_meta.acpgate`` the agent, a spawned session's lineage and the stored token
 totals, ``usage``); an inbound ``session/update``
 or ``session/event`` marks activity on one.
@@ -21,7 +22,7 @@ from services.edge.a2a.views import iso, lineage
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 from services.edge.params import first_str, session_id
-from services.edge.visibility import list_visibility, visible_row
+from services.edge.visibility import reader_fields, visible_row
 
 
 async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -37,8 +38,7 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
     cursor = first_str(params, "cursor") or ""
     try:
         resp = await conn.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(
-            requester_session_key=conn.principal, cwd=cwd, cursor=cursor,
-            visibility=list_visibility(conn.principal)))
+            cwd=cwd, cursor=cursor, **await reader_fields(conn.runtime, conn.caller)))
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
     sessions = [session_info(row) for row in resp.sessions]
@@ -77,8 +77,8 @@ async def session_event(conn: DialectConnection, params: dict[str, Any]) -> dict
     session = conn.sessions.get(sid)
     if session is not None:
         session.touch()
-    elif conn.principal:
-        await visible_row(conn.runtime, conn.principal, sid)  # another client's: "not found"
+    else:
+        await visible_row(conn.runtime, conn.caller, sid)  # another principal's: "not found"
     try:
         await conn.runtime.session_stub.TouchSession(
             session_pb2.TouchSessionRequest(session_id=sid))

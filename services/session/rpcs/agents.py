@@ -11,6 +11,7 @@ import grpc
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
+from services.common.policy import cap_policy
 from services.common.protocol import MSG_UNKNOWN_AGENT
 from services.session.aliases import (
     AliasError,
@@ -22,7 +23,7 @@ from services.session.aliases import (
 )
 from services.session.confinement import workspace_refusal
 from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb, status_to_pb
-from services.session.lineage import cap_policy, effective_autonomy
+from services.session.lineage import effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import InvalidItem, StoreUnavailable

@@ -19,8 +19,8 @@ import grpc
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.path_policy import PolicyViolation, check_read, check_write, may_run_shell
-from services.common.policy import SecurityPolicy
-from services.session.lineage import cap_policy, effective_autonomy
+from services.common.policy import SecurityPolicy, cap_policy
+from services.session.lineage import effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
 

@@ -1,11 +1,14 @@
 """The visibility-filtered session reads of SPEC §14: list, history, status, access checks.
 
-Every RPC here names a requester (its session key) and a visibility level
-(default ``[sessions] visibility``); a row the requester may not see is left
-out of a list and, asked for by id, answers exactly like a missing one
+Every RPC here names its requester — a session key, a principal key
+(``client:<token id>``, ``local``) or, explicitly, ``operator`` — and a
+visibility level (default ``[sessions] visibility``); the rules are
+:func:`services.session.visibility.can_see`. A row the requester may not see
+is left out of a list and, asked for by id, answers exactly like a missing one
 (NOT_FOUND ``Session not found: <id>``; CheckAccess: not allowed, the same
-reason), so a requester cannot even learn that the row exists. An empty
-requester key is the local operator, who sees every row.
+reason), so a requester cannot even learn that the row exists. A request with
+no requester at all is refused (INVALID_ARGUMENT): an empty key is never the
+operator (issue 23).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from acpgate.session.v1 import session_pb2 as pb
 from services.common.config import VISIBILITY_LEVELS, Config
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
+from services.common.principals import is_principal_key, principal_of_owner
+from services.common.protocol import MSG_REQUESTER_AND_OPERATOR, MSG_REQUESTER_REQUIRED
 from services.session.convert import action_from_pb, row_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import SessionNotFound, SessionRecord, SessionStore
-from services.session.visibility import A2aPolicy, VisibilityRow, can_see_session_row
+from services.session.visibility import A2aPolicy, Requester, VisibilityRow, can_see
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor",
            "matches_query"]
@@ -82,25 +87,16 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 class _Viewer:
-    """Who is asking, under which visibility (None requester = the local operator)."""
+    """A resolved requester under one visibility level."""
 
-    def __init__(self, key: str, visibility: str, a2a: A2aPolicy, agent_id: str | None) -> None:
-        self.key = key
+    def __init__(self, requester: Requester, visibility: str, a2a: A2aPolicy) -> None:
+        self.requester = requester
         self.visibility = visibility
         self.a2a = a2a
-        self.agent_id = agent_id
 
-    def sees(self, rec: SessionRecord) -> bool:
-        """The SPEC §14 check of one row; the local operator (no requester key) sees every row."""
-        if not self.key:
-            return True
-        return can_see_session_row(
-            visibility_row(rec),
-            self.key,
-            self.visibility,
-            self.a2a,
-            requester_agent_id=self.agent_id,
-        )
+    def sees(self, rec: SessionRecord, action: str = "list") -> bool:
+        """The issue 23 / SPEC §14 check of one row for ``action``."""
+        return can_see(visibility_row(rec), self.requester, self.visibility, self.a2a, action)
 
 
 class ReadRpcs(RpcBase):
@@ -110,7 +106,12 @@ class ReadRpcs(RpcBase):
         super().__init__(cfg, store, seal_key=seal_key)
         self._a2a = A2aPolicy(enabled=cfg.a2a.enabled, allow=tuple(cfg.a2a.allow))
 
-    async def _viewer(self, key: str, visibility: str, context: Ctx) -> _Viewer:
+    async def _viewer(self, key: str, visibility: str, context: Ctx, *, operator: bool = False,
+                      see_all: bool = False) -> _Viewer:
+        """The requester ``key`` (or ``operator``) names, resolved from the stored rows: its
+        principal (a session's is its row's), its agent; ``see_all`` is its principal's
+        grant. INVALID_ARGUMENT when it names none (an empty key is never the operator) or
+        both a key and ``operator``."""
         chosen = visibility or self._cfg.sessions.visibility
         if chosen not in VISIBILITY_LEVELS:
             await abort(
@@ -118,21 +119,27 @@ class ReadRpcs(RpcBase):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"unknown visibility {chosen!r} (expected one of {', '.join(VISIBILITY_LEVELS)})",
             )
-        agent_id: str | None = None
-        if key:
-            own = await self._store.find_by_session_key(key)
-            if own is not None and own.ownership.agent_id:
-                agent_id = own.ownership.agent_id
-        return _Viewer(key, chosen, self._a2a, agent_id)
+        if operator:
+            if key:
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, MSG_REQUESTER_AND_OPERATOR)
+            return _Viewer(Requester(key="", principal="", operator=True), chosen, self._a2a)
+        if not key:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, MSG_REQUESTER_REQUIRED)
+        if is_principal_key(key):  # a client connection acting for its principal
+            return _Viewer(Requester(key=key, principal=key, see_all=see_all), chosen, self._a2a)
+        own = await self._store.find_by_session_key(key)
+        # A session that is not stored belongs to nobody: it sees nothing.
+        principal = principal_of_owner(own.ownership.owner_session_key) if own else ""
+        agent_id = own.ownership.agent_id if own else ""
+        return _Viewer(Requester(key=key, principal=principal, agent_id=agent_id,
+                                 see_all=see_all), chosen, self._a2a)
 
-    async def _visible(
-        self, key: str, visibility: str, session_id: str, action: str, context: Ctx
-    ) -> SessionRecord:
-        """The row of ``session_id`` if the requester may ``action`` it; else NOT_FOUND,
-        the very answer a missing row gets."""
-        viewer = await self._viewer(key, visibility, context)
+    async def _visible(self, viewer: _Viewer, session_id: str, action: str,
+                       context: Ctx) -> SessionRecord:
+        """The row of ``session_id`` if ``viewer`` may ``action`` it; else NOT_FOUND, the
+        very answer a missing row gets."""
         rec = await self._get(session_id, context)
-        if not viewer.sees(rec):
+        if not viewer.sees(rec, action):
             log.info("session_access_denied", session_id=session_id, action=action,
                      visibility=viewer.visibility)
             await abort(context, grpc.StatusCode.NOT_FOUND, str(SessionNotFound(session_id)))
@@ -142,7 +149,9 @@ class ReadRpcs(RpcBase):
         self, request: pb.ListSessionsRequest, context: Ctx
     ) -> pb.ListSessionsResponse:
         """Visible rows, newest activity first, paginated by an opaque cursor."""
-        viewer = await self._viewer(request.requester_session_key, request.visibility, context)
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context,
+                                    operator=request.operator,
+                                    see_all=request.see_all_principals)
         limit = request.limit if request.limit > 0 else DEFAULT_PAGE
         limit = min(limit, MAX_PAGE)
         after: tuple[int, str] | None = None
@@ -175,10 +184,10 @@ class ReadRpcs(RpcBase):
     ) -> AsyncIterator[pb.HistoryPage]:
         """The history of a session the requester may see, in pages (with ``limit``:
         only the newest items, sent once the whole history has been read)."""
-        await self._visible(
-            request.requester_session_key, request.visibility, request.session_id, "history",
-            context,
-        )
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context,
+                                    operator=request.operator,
+                                    see_all=request.see_all_principals)
+        await self._visible(viewer, request.session_id, "history", context)
         if request.limit <= 0:
             async for page in self._history_pages(request.session_id, 0, context):
                 yield page
@@ -193,10 +202,10 @@ class ReadRpcs(RpcBase):
         self, request: pb.SessionStatusRequest, context: Ctx
     ) -> pb.SessionStatusResponse:
         """Row and message count of a session the requester may see."""
-        rec = await self._visible(
-            request.requester_session_key, request.visibility, request.session_id, "status",
-            context,
-        )
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context,
+                                    operator=request.operator,
+                                    see_all=request.see_all_principals)
+        rec = await self._visible(viewer, request.session_id, "status", context)
         return pb.SessionStatusResponse(session=row_to_pb(rec), message_count=rec.message_count)
 
     async def CheckAccess(
@@ -209,15 +218,17 @@ class ReadRpcs(RpcBase):
                 context, grpc.StatusCode.INVALID_ARGUMENT,
                 "action must be LIST, HISTORY, SEND or STATUS",
             )
-        viewer = await self._viewer(request.requester_session_key, request.visibility, context)
-        if not viewer.key:  # the local operator: a missing row is NOT_FOUND
+        viewer = await self._viewer(request.requester_session_key, request.visibility, context,
+                                    operator=request.operator,
+                                    see_all=request.see_all_principals)
+        if viewer.requester.operator:  # the operator: a missing row is NOT_FOUND
             await self._get(request.session_id, context)
             return pb.CheckAccessResponse(allowed=True)
         try:
             rec = await self._store.get_session(request.session_id)
         except SessionNotFound:
             rec = None
-        if rec is not None and viewer.sees(rec):
+        if rec is not None and viewer.sees(rec, action):
             return pb.CheckAccessResponse(allowed=True)
         # Hidden or missing: the same answer, so a requester cannot probe for rows.
         log.info("session_access_denied", session_id=request.session_id, action=action,

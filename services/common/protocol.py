@@ -29,6 +29,12 @@ ACP_RESOURCE_NOT_FOUND: Final = -32002
 POLICY_REFUSED: Final = -32003
 #: ACP: the request was cancelled by ``$/cancel_request``.
 REQUEST_CANCELLED: Final = -32800
+#: acpgate: a turn was not stored because it would exceed a storage quota ([store]
+#: max_session_bytes / max_token_bytes).
+STORAGE_QUOTA_EXCEEDED: Final = -32004
+#: acpgate: another host took the session over (its claim expired here); the turn was not
+#: stored and the session ended on this host.
+SESSION_TAKEN_OVER: Final = -32005
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
@@ -74,6 +80,22 @@ MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
 MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
 MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
+#: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
+#: skipped up to its newline, never buffered whole, and answered -32700 with id null.
+MSG_LINE_TOO_LONG: Final = "line too long ({n} bytes, limit {limit})"
+#: Storage quotas (STORAGE_QUOTA_EXCEEDED): ``used`` is what would be stored with the turn.
+MSG_SESSION_QUOTA: Final = (
+    "Session storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
+    "[store] max_session_bytes"
+)
+MSG_TOKEN_QUOTA: Final = (
+    "Token storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
+    "[store] max_token_bytes"
+)
+#: SESSION_TAKEN_OVER: a turn refused (or cut off) because another host holds the claim.
+MSG_SESSION_TAKEN_OVER: Final = (
+    "Session {session_id} was taken over by another host; this turn was not stored"
+)
 #: sessions_spawn refusals (issue 13): a cwd that leaves the spawning session's
 #: workspace, no agent named, a requester that is no stored session.
 MSG_SPAWN_CWD_OUTSIDE: Final = "cwd must lie inside the spawning session's workspace: {cwd}"

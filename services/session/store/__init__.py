@@ -7,7 +7,8 @@
   backend: queries, schema and migrations (down to the zeroclaw v1 file), plumbing;
 - :mod:`.pg_store`, :mod:`.pg_schema`, :mod:`.pg_db` — the PostgreSQL backend, the
   shared store of several hosts: queries, schema and migrations, pool and URL;
-- :mod:`.sql_rows` — the statements and row decoding both SQL backends share.
+- :mod:`.sql_rows` — the statements and row decoding both SQL backends share;
+  :mod:`.sql_claims` — their claim statements and the fence of a holder's write.
 
 Import from here; the names below are the store's public surface.
 """
@@ -22,6 +23,8 @@ from services.session.store.records import (
     HistoryEntry,
     InvalidItem,
     Ownership,
+    Quota,
+    QuotaExceeded,
     SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
@@ -45,6 +48,8 @@ __all__ = [
     "InvalidItem",
     "Ownership",
     "PostgresTarget",
+    "Quota",
+    "QuotaExceeded",
     "SessionActiveElsewhere",
     "SessionExists",
     "SessionNotFound",

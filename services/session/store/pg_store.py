@@ -10,6 +10,9 @@ services — one per host, or one for many edges — may share the database:
 - a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
   second update waits for the first and re-checks its ``WHERE`` against the
   committed row, so of two instances racing for one session exactly one wins;
+- a holder's turn is fenced by the claim it read under that lock, and the owner's
+  byte total is an upserted row, locked too, so neither a takeover nor an owner's
+  other turns can slip between the check and the commit;
 - a lost connection is :class:`~.records.StoreUnavailable`; the pool replaces
   broken connections, so the store works again once the server is back.
 """
@@ -22,7 +25,15 @@ from typing import TypeVar
 
 import asyncpg
 
-from services.session.store.checks import check_capabilities, check_claim, check_turn, check_update
+from services.session.store.checks import (
+    check_capabilities,
+    check_claim,
+    check_fence,
+    check_owner_quota,
+    check_session_quota,
+    check_turn,
+    check_update,
+)
 from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
 from services.session.store.pg_db import (
     Conn,
@@ -38,36 +49,43 @@ from services.session.store.pg_db import (
 from services.session.store.records import (
     AppendResult,
     HistoryEntry,
+    Quota,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreError,
     StoreStatusInfo,
     TurnUsage,
+    item_bytes,
     refusal,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql_claims import (
     CLAIM_SESSION,
+    delete_filter,
+    release_statement,
+    row_filter,
+)
+from services.session.store.sql_rows import (
+    ADD_OWNER_BYTES,
     DELETE_SESSION_DATA,
     INSERT_ITEM,
     INSERT_SESSION,
     INSERT_USAGE,
     LIST_PAGE,
-    RELEASE_CLAIM,
     SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
     SELECT_SESSION,
     SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
+    SUB_OWNER_BYTES,
     TOUCH_SESSION,
     UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
     TurnRows,
-    delete_filter,
     list_filter,
     new_row_values,
     numbered,
-    row_filter,
+    turn_target,
     update_assignments,
     usage_values,
 )
@@ -82,7 +100,8 @@ _SELECT_BY_SESSION_KEY = numbered(SELECT_BY_SESSION_KEY)
 _SELECT_TURN_COUNTERS = numbered(SELECT_TURN_COUNTERS) + " FOR UPDATE"
 _TOUCH_SESSION = numbered(TOUCH_SESSION.format(greatest="GREATEST")) + _RETURNING_ROW
 _CLAIM_SESSION = numbered(CLAIM_SESSION) + _RETURNING_ROW
-_RELEASE_CLAIM = numbered(RELEASE_CLAIM) + " RETURNING id"
+_ADD_OWNER_BYTES = numbered(ADD_OWNER_BYTES)
+_SUB_OWNER_BYTES = numbered(SUB_OWNER_BYTES.format(greatest="GREATEST"))
 _INSERT_ITEM = numbered(INSERT_ITEM)
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
@@ -192,9 +211,10 @@ class PostgresSessionStore(SessionStore):
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
+        generation: int = 0,
     ) -> SessionRecord:
-        """Change the given fields (None = unchanged); ``holder`` guards against another's
-        claim."""
+        """Change the given fields (None = unchanged); ``holder`` (and ``generation``) guard
+        against another's claim."""
         check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
                      config_json=config_json, additional_directories=additional_directories)
         if not storable(session_id):
@@ -205,7 +225,7 @@ class PostgresSessionStore(SessionStore):
             mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
             additional_directories=additional_directories, text=to_db,
         )
-        where, args = row_filter(session_id, holder)
+        where, args = row_filter(session_id, holder, generation)
         if not sets:
             return await self.get_session(session_id)
 
@@ -240,14 +260,16 @@ class PostgresSessionStore(SessionStore):
 
         async def delete(con: Conn) -> bool:
             # The row first: its condition decides (and locks it), the rest goes only with it.
-            gone = await con.fetchval(
-                numbered(f"DELETE FROM sessions WHERE {where} RETURNING id"), *args)
+            gone = await con.fetchrow(numbered(
+                f"DELETE FROM sessions WHERE {where} RETURNING owner_session_key, stored_bytes"),
+                *args)
             if gone is None:
                 if holder is not None and await self._fetch_session(con, session_id):
                     raise await self._refused(con, session_id)
                 return False
             for stmt in _DELETE_SESSION_DATA:
                 await con.execute(stmt, session_id)
+            await con.execute(_SUB_OWNER_BYTES, gone[1], gone[0])
             return True
 
         # In a transaction: all of it goes, or none. A retry after a lost first try finds
@@ -303,11 +325,13 @@ class PostgresSessionStore(SessionStore):
         held = {str(r[0]) for r in rows}
         return [s for s in wanted if s in held]
 
-    async def release_claim(self, session_id: str, instance_id: str) -> bool:
-        """Mark inactive and unclaim, unless another instance holds the claim."""
+    async def release_claim(self, session_id: str, instance_id: str,
+                            generation: int = 0) -> bool:
+        """Mark inactive and unclaim, unless another instance (or generation) holds it."""
         if not storable(session_id):
             return False
-        rows = await self._call(lambda con: con.fetch(_RELEASE_CLAIM, session_id, instance_id))
+        sql, params = release_statement(session_id, instance_id, generation)
+        rows = await self._call(lambda con: con.fetch(numbered(sql) + " RETURNING id", *params))
         return bool(rows)
 
     # -- agents
@@ -337,21 +361,32 @@ class PostgresSessionStore(SessionStore):
         token_delta: int = 0,
         plan_json: str | None = None,
         usage: TurnUsage | None = None,
+        holder: str | None = None,
+        generation: int = 0,
+        quota: Quota | None = None,
     ) -> AppendResult:
         """Append one completed turn in one transaction: every item or none (SPEC §8).
 
-        The row is locked first, so concurrent turns (from any host) queue up on it.
+        The row is locked first, so concurrent turns (from any host) queue up on it, and a
+        takeover (a claim: an update of that row) waits for the turn's commit or is seen by
+        it; the owner's total row is locked by its upsert.
         """
         check_turn(items, token_delta, plan_json, usage)
         if not storable(session_id):
             raise SessionNotFound(session_id)
+        adding = sum(map(item_bytes, items))
         now = self._clock()
 
         async def append(con: Conn) -> AppendResult:
             row = await con.fetchrow(_SELECT_TURN_COUNTERS, session_id)
             if row is None:
                 raise SessionNotFound(session_id)
-            turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, from_db(row[2]), now,
+            target = turn_target(row, from_db)
+            check_fence(session_id, target.claim, holder, generation)
+            check_session_quota(target.stored_bytes, adding, quota)
+            total = await con.fetchval(_ADD_OWNER_BYTES, target.owner, adding)
+            check_owner_quota(target.owner, int(total), quota)
+            turn = TurnRows(session_id, target.last_seq, target.last_turn + 1, target.title, now,
                             text=to_db)
             await con.executemany(_INSERT_ITEM, list(turn.rows(items)))
             if usage is not None:
@@ -359,7 +394,7 @@ class PostgresSessionStore(SessionStore):
             used = usage or TurnUsage()
             await con.execute(_UPDATE_AFTER_TURN, turn.seq, turn.turn, to_db(turn.title),
                               token_delta, used.input_tokens, used.output_tokens, now, plan_json,
-                              session_id)
+                              adding, session_id)
             return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
 
         return await self._transaction(append)

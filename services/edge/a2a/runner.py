@@ -81,6 +81,7 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host))
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc) from None
+        rt.claims.held(got.session)  # the generation its writes are fenced by
         child = EdgeSession(rt, home, got.session, rt.clock)
         policy = SecurityPolicy.from_proto(got.policy)
         client = await spawn_adapter(home, child, got.agent, policy)

@@ -81,6 +81,7 @@ async def decided(conn: DialectConnection, sid: str,
     except BaseException:
         rt.spawn(rt.claims.release(sid))
         raise
+    rt.claims.held(resolved.row)  # the generation its writes are fenced by
     session = EdgeSession(rt, conn, resolved.row, rt.clock)
     session.claimed_at = taken_at  # the claim is at least as fresh as the request
     return session, resolved.agent, SecurityPolicy.from_proto(resolved.policy)

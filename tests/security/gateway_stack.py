@@ -166,12 +166,13 @@ def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
 
 def write_gateway_config(config_dir: Path, *, port: int, model_url: str,
                          autonomy: str = "full", autonomy_extra: str = "",
-                         gateway: str = "", max_sessions: int = 20) -> None:
-    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys)."""
+                         gateway: str = "", max_sessions: int = 20, extra: str = "") -> None:
+    """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys in
+    those sections; ``extra``: more sections at the end)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(CONFIG.format(
         port=port, model_url=model_url, autonomy=autonomy, autonomy_extra=autonomy_extra,
-        gateway=gateway, max_sessions=max_sessions), encoding="utf-8")
+        gateway=gateway, max_sessions=max_sessions) + extra, encoding="utf-8")
 
 
 async def _wait_healthy(gw: Gateway) -> None:

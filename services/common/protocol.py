@@ -239,8 +239,15 @@ MSG_MISSING_POLICY: Final = (
     "from the edge (run `acpgate agent` to use the built-in agent on its own)"
 )
 MSG_BAD_POLICY: Final = "Invalid _meta.acpgate.policy: {reason}"
-#: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding).
+#: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding, the
+#: whole history in one message: what edges before issue 23 sent; still read).
 META_HISTORY: Final = "history"
+#: `_meta.acpgate.historyFollows: true` in session/resume toward the built-in agent: the
+#: session is created (or reseeded) and its history follows in `_acpgate/history_append`
+#: requests `{sessionId, items, done?}`, one bounded chunk each, the last with `done: true`.
+META_HISTORY_FOLLOWS: Final = "historyFollows"
+M_HISTORY_APPEND: Final = "_acpgate/history_append"
+MSG_NO_HISTORY_EXPECTED: Final = "No history is being seeded for session {session_id}"
 #: `_meta.acpgate.reason` on a `cancelled` permission outcome the edge relays to an adapter:
 #: why the edge answered for the client (no reason = the user dismissed the request).
 META_REASON: Final = "reason"

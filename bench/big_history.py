@@ -93,6 +93,7 @@ class _Measured:
     edge_peak: float
     prompts_agent_peak: float
     load_agent_peak: float
+    session_before: float
     session_peak: float
     outcome: str
 
@@ -120,6 +121,7 @@ async def _scenario(st: Stage, sv: Serve, token: str, prompts: int,
         await asyncio.sleep(0.5)
         before = await asyncio.to_thread(_status_kb, edge, "VmRSS:")
         await asyncio.to_thread(_reset_peak, edge)
+        session_before = await asyncio.to_thread(_status_kb, session_service, "VmRSS:")
         await asyncio.to_thread(_reset_peak, session_service)
         sink = peer.sink(sid)
         outcome = "ok"
@@ -133,8 +135,8 @@ async def _scenario(st: Stage, sv: Serve, token: str, prompts: int,
         session_peak = await asyncio.to_thread(_status_kb, session_service, "VmHWM:")
         if outcome == "ok":  # one assistant message replayed per stored turn
             outcome = f"ok, {sink.chunks} of {prompts} turns replayed"
-        return _Measured(before, peak, prompts_agent_peak, load_agent_peak, session_peak,
-                         outcome)
+        return _Measured(before, peak, prompts_agent_peak, load_agent_peak, session_before,
+                         session_peak, outcome)
     finally:
         await endpoint.close()
 
@@ -157,5 +159,6 @@ async def run_big_history(sizes: Sizes) -> list[Row]:
         rows.append(Row("23.7", f"agent peak RSS, seeded with {label}", "MB",
                         Dist.of([got.load_agent_peak]), "—", None))
         rows.append(Row("23.7", f"session service peak RSS, session/load of {label}", "MB",
-                        Dist.of([got.session_peak]), "—", None))
+                        Dist.of([got.session_peak]), "its RSS before the load",
+                        Dist.of([got.session_before])))
     return rows

@@ -38,13 +38,17 @@ from services.session.store.records import (
     TurnUsage,
 )
 
-__all__ = ["DEFAULT_HISTORY_PAGE", "Clock", "SessionStore", "wall_clock_ms"]
+__all__ = ["DEFAULT_HISTORY_PAGE", "HISTORY_PAGE_BYTES", "Clock", "SessionStore",
+           "wall_clock_ms"]
 
 #: A clock in milliseconds since the epoch (injected so tests control time).
 Clock = Callable[[], int]
 
 #: How many history items a backend reads per query unless told otherwise.
 DEFAULT_HISTORY_PAGE = 500
+#: How many item bytes a backend reads per query of a big history (a larger item alone):
+#: a session storing more than this is read in byte-bounded pages (``sql_history``).
+HISTORY_PAGE_BYTES = 4 * 1024 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -244,7 +248,9 @@ class SessionStore(ABC):
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
     ) -> AsyncIterator[list[HistoryEntry]]:
         """The stored items after ``after_seq``, oldest first, as the backend reads them:
-        one non-empty list of at most ``page`` items per read (SessionNotFound if no row)."""
+        one non-empty list of at most ``page`` items per read — and, for a session storing
+        more than :data:`HISTORY_PAGE_BYTES`, of at most that many item bytes (a larger
+        item alone) — so a big history is never held whole (SessionNotFound if no row)."""
 
     async def iter_history(
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE

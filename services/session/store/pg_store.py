@@ -34,14 +34,20 @@ from services.session.store.checks import (
     check_turn,
     check_update,
 )
-from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
+from services.session.store.interface import (
+    DEFAULT_HISTORY_PAGE,
+    HISTORY_PAGE_BYTES,
+    Clock,
+    SessionStore,
+)
 from services.session.store.pg_db import (
     Conn,
     call,
-    entry_of,
     from_db,
     in_transaction,
     read_history_page,
+    read_history_range,
+    read_history_sizes,
     record_of,
     storable,
     to_db,
@@ -65,6 +71,7 @@ from services.session.store.sql_claims import (
     release_statement,
     row_filter,
 )
+from services.session.store.sql_history import history_pages
 from services.session.store.sql_rows import (
     ADD_OWNER_BYTES,
     DELETE_SESSION_DATA,
@@ -403,14 +410,14 @@ class PostgresSessionStore(SessionStore):
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
     ) -> AsyncIterator[list[HistoryEntry]]:
         """The stored items oldest first: one non-empty list of at most ``page`` items per
-        query (SessionNotFound if no such row). A connection is held per page only."""
-        await self.get_session(session_id)
-        last = after_seq
-        while True:
-            rows = await self._call(functools.partial(read_history_page, session_id, last, page))
-            entries = [entry_of(r) for r in rows]
-            if entries:
-                yield entries
-            if len(entries) < page:
-                return
-            last = entries[-1].seq
+        page, byte-bounded for a big history (SessionNotFound if no such row). A connection
+        is held per query only."""
+        rec = await self.get_session(session_id)
+        call, sid, part = self._call, session_id, functools.partial
+        big = rec.stored_bytes > HISTORY_PAGE_BYTES
+        async for entries in history_pages(
+                lambda after, limit: call(part(read_history_page, sid, after, limit)),
+                lambda after, limit: call(part(read_history_sizes, sid, after, limit)),
+                lambda after, last: call(part(read_history_range, sid, after, last)),
+                after_seq=after_seq, page=page, max_bytes=HISTORY_PAGE_BYTES if big else None):
+            yield entries

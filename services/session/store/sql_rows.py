@@ -44,7 +44,6 @@ __all__ = [
     "LIST_PAGE",
     "SELECT_BY_SESSION_KEY",
     "SELECT_CAPABILITIES",
-    "SELECT_HISTORY_PAGE",
     "SELECT_SESSION",
     "SELECT_TURN_COUNTERS",
     "SESSION_COLUMNS",
@@ -135,11 +134,6 @@ SELECT_BY_SESSION_KEY: Final = (
 LIST_PAGE: Final = (
     f"SELECT {SESSION_COLUMNS} FROM sessions {{where}}"
     " ORDER BY last_activity DESC, id DESC LIMIT ?"
-)
-#: History rows of session ``?`` after seq ``?``, oldest first, at most ``?`` (the page).
-SELECT_HISTORY_PAGE: Final = (
-    f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
-    " ORDER BY seq LIMIT ?"
 )
 #: The counters and title a turn is numbered after, and what admits it — the claim (fence)
 #: and the bytes stored for the session and its owner (quotas); PostgreSQL adds ``FOR

@@ -26,7 +26,12 @@ from services.session.store.checks import (
     check_turn,
     check_update,
 )
-from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
+from services.session.store.interface import (
+    DEFAULT_HISTORY_PAGE,
+    HISTORY_PAGE_BYTES,
+    Clock,
+    SessionStore,
+)
 from services.session.store.records import (
     AppendResult,
     HistoryEntry,
@@ -46,6 +51,13 @@ from services.session.store.sql_claims import (
     release_statement,
     row_filter,
 )
+from services.session.store.sql_history import (
+    SELECT_HISTORY_PAGE,
+    SELECT_HISTORY_RANGE,
+    SELECT_HISTORY_SIZES,
+    history_pages,
+    item_bytes_sql,
+)
 from services.session.store.sql_rows import (
     ADD_OWNER_BYTES,
     DELETE_SESSION_DATA,
@@ -55,7 +67,6 @@ from services.session.store.sql_rows import (
     LIST_PAGE,
     SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
-    SELECT_HISTORY_PAGE,
     SELECT_SESSION,
     SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
@@ -80,6 +91,9 @@ _ID_CHUNK = 500
 _UPDATE_AFTER_TURN = UPDATE_AFTER_TURN.format(greatest="MAX")
 _TOUCH_SESSION = TOUCH_SESSION.format(greatest="MAX")
 _SUB_OWNER_BYTES = SUB_OWNER_BYTES.format(greatest="MAX")
+#: length() of a BLOB counts bytes: the UTF-8 length of a text column.
+_SELECT_HISTORY_SIZES = SELECT_HISTORY_SIZES.format(
+    size=item_bytes_sql(lambda column: f"length(CAST({column} AS BLOB))"))
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 
 
@@ -374,16 +388,24 @@ class SqliteSessionStore(SessionStore):
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
     ) -> AsyncIterator[list[HistoryEntry]]:
         """The stored items oldest first as the store reads them: one non-empty list of at
-        most ``page`` items per query (SessionNotFound if no such row)."""
-        await self.get_session(session_id)
-        last = after_seq
-        while True:
-            async with self._lock, self._db.execute(
-                SELECT_HISTORY_PAGE, (session_id, last, page)
-            ) as cur:
-                rows = [HistoryEntry(*r) async for r in cur]
-            if rows:
-                yield rows
-            if len(rows) < page:
-                return
-            last = rows[-1].seq
+        most ``page`` items per page, byte-bounded for a big history (SessionNotFound if no
+        such row)."""
+        rec = await self.get_session(session_id)
+
+        async def read(sql: str, *params: object) -> list[Any]:
+            async with self._lock:
+                return list(await self._db.execute_fetchall(sql, (session_id, *params)))
+
+        async def entries(sql: str, *params: object) -> list[HistoryEntry]:
+            return [HistoryEntry(*r) for r in await read(sql, *params)]
+
+        async def sizes(after: int, limit: int) -> list[tuple[int, int]]:
+            return [(int(r[0]), int(r[1])) for r in await read(_SELECT_HISTORY_SIZES, after,
+                                                               limit)]
+
+        big = rec.stored_bytes > HISTORY_PAGE_BYTES
+        async for rows in history_pages(
+                lambda after, limit: entries(SELECT_HISTORY_PAGE, after, limit), sizes,
+                lambda after, last: entries(SELECT_HISTORY_RANGE, after, last),
+                after_seq=after_seq, page=page, max_bytes=HISTORY_PAGE_BYTES if big else None):
+            yield rows

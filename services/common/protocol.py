@@ -77,6 +77,11 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: The cause (in MSG_PROMPT_FAILED etc.) when an adapter broke ACP's framing with a line over
+#: the lifecycle service's limit: the edge gives the adapter up, the session ends.
+MSG_AGENT_LINE_TOO_LONG: Final = (
+    "the agent wrote a message over the {limit}-byte line limit; its session was ended"
+)
 MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
 MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"

@@ -4,10 +4,9 @@
 ``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``,
 ``session/set_mode`` (autonomy levels) and ``session/set_config_option`` (model),
 see :mod:`services.agent.modes`.
-Session state lives only in this process: the edge restores a session by
-``session/resume`` with ``_meta.acpgate.historyFollows`` and then the stored history in
-bounded ``_acpgate/history_append`` chunks (or, from older edges, all of it in
-``_meta.acpgate.history``). Without either only ids this process already knows can be
+Session state lives only in this process: the edge restores a session by ``session/resume``
+with ``_meta.acpgate.historyFollows``, then the history in ``_acpgate/history_append`` chunks
+(older edges: all of it in ``_meta.acpgate.history``). Without either only known ids can be
 resumed or loaded; an unknown id is "Session not found", never silently an empty session.
 """
 
@@ -338,10 +337,8 @@ class AgentServer:
         return self._state(session)
 
     async def _history_append(self, params: dict[str, Any]) -> dict[str, Any]:
-        """``_acpgate/history_append {sessionId, items, done?}``: one chunk of the history a
-        ``historyFollows`` restore announced; ``done`` makes it the conversation."""
-        sid = self._session_id(params)
-        session = await self._get(sid)
+        """One chunk of the history a ``historyFollows`` restore announced (``done``: the last)."""
+        session = await self._get(sid := self._session_id(params))
         if session.seed is None:
             raise JsonRpcError(INVALID_PARAMS, MSG_NO_HISTORY_EXPECTED.format(session_id=sid))
         items = params.get("items", [])

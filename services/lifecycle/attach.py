@@ -124,10 +124,8 @@ class AdapterChannel:
         self._blocks: collections.deque[Block] = collections.deque()
         self._buffered = 0
         self._lines_read = 0
-        #: Over-long lines dropped and not reported to the attacher yet; whether a batch
-        #: woke it for them yet (an empty one, once).
-        self._too_long = 0
-        self._too_long_told = True
+        #: Over-long lines dropped and not reported yet; told: an (empty) batch woke for them.
+        self._too_long, self._too_long_told = 0, True
         self._data = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -172,8 +170,7 @@ class AdapterChannel:
 
     def _line_too_long(self) -> None:
         log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
-        self._too_long += 1
-        self._too_long_told = False
+        self._too_long, self._too_long_told = self._too_long + 1, False
         self._data.set()  # the attacher must hear of it, even with no line to send
 
     def take_too_long(self) -> int:
@@ -338,11 +335,9 @@ class AdapterChannel:
         return self._attached
 
     async def next_batch(self) -> list[str] | None:
-        """The lines ready now (waiting for at least one, or for a dropped over-long line:
-        then possibly none, see :meth:`take_too_long`); None once finished and drained.
-
-        A batch is the longest run of lines within ``max_batch_bytes`` (:func:`take_batch`).
-        """
+        """The lines ready now (waiting for one, or for a dropped line: then maybe none, see
+        :meth:`take_too_long`); None once finished and drained. A batch is the longest run
+        of lines within ``max_batch_bytes`` (:func:`take_batch`)."""
         while True:
             blocks = self._blocks
             if blocks:

@@ -6,7 +6,8 @@ to date, with the statements SQLite uses (:mod:`.sql_rows`). Several session
 services — one per host, or one for many edges — may share the database:
 
 - a turn is one transaction that locks the session row (``FOR UPDATE``), so
-  turns appended from anywhere get dense, unique seq numbers;
+  turns appended from anywhere get dense, unique seq numbers (turns and history
+  are the half in :mod:`.pg_history`);
 - a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
   second update waits for the first and re-checks its ``WHERE`` against the
   committed row, so of two instances racing for one session exactly one wins;
@@ -19,50 +20,31 @@ services — one per host, or one for many edges — may share the database:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import asyncpg
 
 from services.session.store.checks import (
     check_capabilities,
     check_claim,
-    check_fence,
-    check_owner_quota,
-    check_session_quota,
-    check_turn,
     check_update,
 )
 from services.session.store.interface import (
-    DEFAULT_HISTORY_PAGE,
-    HISTORY_PAGE_BYTES,
     Clock,
-    SessionStore,
 )
 from services.session.store.pg_db import (
     Conn,
-    call,
-    from_db,
-    in_transaction,
-    read_history_page,
-    read_history_range,
-    read_history_sizes,
     record_of,
     storable,
     to_db,
 )
+from services.session.store.pg_history import PostgresHistory
 from services.session.store.records import (
-    AppendResult,
-    HistoryEntry,
-    Quota,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreError,
     StoreStatusInfo,
-    TurnUsage,
-    item_bytes,
     refusal,
 )
 from services.session.store.sql_claims import (
@@ -71,54 +53,38 @@ from services.session.store.sql_claims import (
     release_statement,
     row_filter,
 )
-from services.session.store.sql_history import history_pages
 from services.session.store.sql_rows import (
-    ADD_OWNER_BYTES,
     DELETE_SESSION_DATA,
-    INSERT_ITEM,
     INSERT_SESSION,
-    INSERT_USAGE,
     LIST_PAGE,
     SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
     SELECT_SESSION,
-    SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
     SUB_OWNER_BYTES,
     TOUCH_SESSION,
-    UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
-    TurnRows,
     list_filter,
     new_row_values,
     numbered,
-    turn_target,
     update_assignments,
-    usage_values,
 )
 
 __all__ = ["PostgresSessionStore"]
 
-T = TypeVar("T")
-
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 _SELECT_SESSION = numbered(SELECT_SESSION)
 _SELECT_BY_SESSION_KEY = numbered(SELECT_BY_SESSION_KEY)
-_SELECT_TURN_COUNTERS = numbered(SELECT_TURN_COUNTERS) + " FOR UPDATE"
 _TOUCH_SESSION = numbered(TOUCH_SESSION.format(greatest="GREATEST")) + _RETURNING_ROW
 _CLAIM_SESSION = numbered(CLAIM_SESSION) + _RETURNING_ROW
-_ADD_OWNER_BYTES = numbered(ADD_OWNER_BYTES)
 _SUB_OWNER_BYTES = numbered(SUB_OWNER_BYTES.format(greatest="GREATEST"))
-_INSERT_ITEM = numbered(INSERT_ITEM)
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
-_INSERT_USAGE = numbered(INSERT_USAGE)
 _INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _RETURNING_ROW
-_UPDATE_AFTER_TURN = numbered(UPDATE_AFTER_TURN.format(greatest="GREATEST"))
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
 
-class PostgresSessionStore(SessionStore):
+class PostgresSessionStore(PostgresHistory):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
     def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:
@@ -135,14 +101,6 @@ class PostgresSessionStore(SessionStore):
         await self._pool.close()
 
     # -- helpers
-
-    async def _call(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """A repeatable operation on a pooled connection (see :func:`.pg_db.call`)."""
-        return await call(self._pool, self.status.db_path, op)
-
-    async def _transaction(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """An operation in one transaction (see :func:`.pg_db.in_transaction`)."""
-        return await in_transaction(self._pool, self.status.db_path, op)
 
     async def _fetch_session(self, con: Conn, session_id: str) -> SessionRecord | None:
         row = await con.fetchrow(_SELECT_SESSION, session_id)
@@ -357,67 +315,3 @@ class PostgresSessionStore(SessionStore):
             return ""
         text = await self._call(lambda con: con.fetchval(_SELECT_CAPABILITIES, alias))
         return str(text) if text is not None else ""
-
-    # -- history
-
-    async def append_turn(
-        self,
-        session_id: str,
-        items: Sequence[HistoryEntry],
-        *,
-        token_delta: int = 0,
-        plan_json: str | None = None,
-        usage: TurnUsage | None = None,
-        holder: str | None = None,
-        generation: int = 0,
-        quota: Quota | None = None,
-    ) -> AppendResult:
-        """Append one completed turn in one transaction: every item or none (SPEC §8).
-
-        The row is locked first, so concurrent turns (from any host) queue up on it, and a
-        takeover (a claim: an update of that row) waits for the turn's commit or is seen by
-        it; the owner's total row is locked by its upsert.
-        """
-        check_turn(items, token_delta, plan_json, usage)
-        if not storable(session_id):
-            raise SessionNotFound(session_id)
-        adding = sum(map(item_bytes, items))
-        now = self._clock()
-
-        async def append(con: Conn) -> AppendResult:
-            row = await con.fetchrow(_SELECT_TURN_COUNTERS, session_id)
-            if row is None:
-                raise SessionNotFound(session_id)
-            target = turn_target(row, from_db)
-            check_fence(session_id, target.claim, holder, generation)
-            check_session_quota(target.stored_bytes, adding, quota)
-            total = await con.fetchval(_ADD_OWNER_BYTES, target.owner, adding)
-            check_owner_quota(target.owner, int(total), quota)
-            turn = TurnRows(session_id, target.last_seq, target.last_turn + 1, target.title, now,
-                            text=to_db)
-            await con.executemany(_INSERT_ITEM, list(turn.rows(items)))
-            if usage is not None:
-                await con.execute(_INSERT_USAGE, *usage_values(session_id, turn.turn, usage, now))
-            used = usage or TurnUsage()
-            await con.execute(_UPDATE_AFTER_TURN, turn.seq, turn.turn, to_db(turn.title),
-                              token_delta, used.input_tokens, used.output_tokens, now, plan_json,
-                              adding, session_id)
-            return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
-
-        return await self._transaction(append)
-
-    async def iter_history_pages(
-        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
-    ) -> AsyncIterator[list[HistoryEntry]]:
-        """The stored items oldest first: one non-empty list of at most ``page`` items per
-        page, byte-bounded for a big history (SessionNotFound if no such row). A connection
-        is held per query only."""
-        rec = await self.get_session(session_id)
-        call, sid, part = self._call, session_id, functools.partial
-        big = rec.stored_bytes > HISTORY_PAGE_BYTES
-        async for entries in history_pages(
-                lambda after, limit: call(part(read_history_page, sid, after, limit)),
-                lambda after, limit: call(part(read_history_sizes, sid, after, limit)),
-                lambda after, last: call(part(read_history_range, sid, after, last)),
-                after_seq=after_seq, page=page, max_bytes=HISTORY_PAGE_BYTES if big else None):
-            yield entries

@@ -266,4 +266,4 @@ async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
         await _write_active(rt, request)
     except grpc.aio.AioRpcError:
         log.warning("session_claim_lost", session_id=session.session_id)
-        rt.spawn(rt.deactivate(session, "claim_lost"))
+        session.lose()

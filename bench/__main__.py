@@ -2,7 +2,8 @@
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
-``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``.
+``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``history`` (loading
+a session of big prompts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.big_history import run_big_history
 from bench.concurrency import run_concurrency
 from bench.flood import run_flood
 from bench.many import run_many
@@ -26,7 +28,8 @@ from bench.stage import REPO, serve, stage
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood")
+GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
+          "history")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -82,6 +85,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
             _say(f"{sizes.flood_requests} requests from a client that stopped reading")
             rows["flood"] = await run_flood(st.ws_url, sv, st.mint_token(), sizes)
         incidents += st.failed_starts
+    if "history" in wanted:
+        _say("session/load of sessions with big prompts (edge and agent memory)")
+        rows["history"] = await run_big_history(sizes)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -1,10 +1,17 @@
-"""Restoring a conversation: seeding from ``_meta.acpgate.history`` and replaying it.
+"""Restoring a conversation: seeding it from the edge's history items, and replaying it.
 
 A history item, as the edge builds it (docs/contracts.md)::
 
     {"role": "user"|"assistant"|"thought"|"tool_call"|"tool_result",
      "text"?, "toolCallId"?, "toolName"?, "toolKind"?, "title"?,
      "arguments"? (object), "output"?, "status"?}
+
+The items come in chunks (``_acpgate/history_append``, after a ``session/resume``
+with ``_meta.acpgate.historyFollows``) or, from older edges, all at once
+(``_meta.acpgate.history``). A :class:`HistorySeed` takes them chunk by chunk and
+keeps only what the model could ever see — the newest whole turns within the
+agent's ``context_budget_chars`` (:func:`~services.agent.conversation.trim_to_budget`),
+the newest turn always — so a long history never sits in the agent whole.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import uuid
 from typing import Any
 
 from services.agent import updates
-from services.agent.conversation import Message, ToolCall, sanitize
+from services.agent.conversation import Message, ToolCall, sanitize, trim_to_budget
 from services.agent.tools import tool_kind
 from services.common.protocol import (
     HISTORY_ROLE_ASSISTANT,
@@ -46,11 +53,11 @@ def model_arguments(tool: str, raw_input: dict[str, Any]) -> dict[str, Any]:
     return raw_input
 
 
-def seed_messages(items: Any) -> list[Message]:
-    """The conversation described by history items; malformed items are skipped."""
-    out: list[Message] = []
+def _extend(out: list[Message], items: Any) -> None:
+    """Append the messages ``items`` describe to ``out`` (the conversation so far: an
+    assistant item continues the last assistant message); malformed items are skipped."""
     if not isinstance(items, list):
-        return out
+        return
     for item in items:
         if not isinstance(item, dict):
             continue
@@ -87,7 +94,37 @@ def seed_messages(items: Any) -> list[Message]:
                 failed=item.get("status") == "failed",
             ))
         # "thought" items are shown to people, never sent back to a model.
-    return sanitize(out)
+
+
+def seed_messages(items: Any, budget_chars: int | None = None) -> list[Message]:
+    """The conversation described by history items (within ``budget_chars``, when given)."""
+    seed = HistorySeed(budget_chars)
+    seed.add(items)
+    return seed.finish()
+
+
+class HistorySeed:
+    """A conversation seeded chunk by chunk, kept within ``budget_chars`` (None: all of it).
+
+    Chunks may cut a turn anywhere (a tool call in one, its result in the next): older
+    turns are dropped only once a newer one has begun, and the conversation is made
+    valid for the providers (:func:`~services.agent.conversation.sanitize`) once, at
+    :meth:`finish`.
+    """
+
+    def __init__(self, budget_chars: int | None) -> None:
+        self._budget = budget_chars
+        self._messages: list[Message] = []
+
+    def add(self, items: Any) -> None:
+        """Take one chunk of history items, in order."""
+        _extend(self._messages, items)
+        if self._budget is not None:
+            self._messages = trim_to_budget(self._messages, self._budget)
+
+    def finish(self) -> list[Message]:
+        """The seeded conversation, valid for every provider."""
+        return sanitize(self._messages)
 
 
 def replay_updates(messages: list[Message]) -> list[dict[str, Any]]:

@@ -4,10 +4,10 @@
 ``session/resume``, ``session/prompt``, ``session/cancel``, ``session/close``,
 ``session/set_mode`` (autonomy levels) and ``session/set_config_option`` (model),
 see :mod:`services.agent.modes`.
-Session state lives only in this process: the edge restores a session by
-``session/resume`` with the stored history in ``_meta.acpgate.history``. Without
-that history only ids this process already knows can be resumed or loaded; an
-unknown id is "Session not found", never silently an empty session.
+Session state lives only in this process: the edge restores a session by ``session/resume``
+with ``_meta.acpgate.historyFollows``, then the history in ``_acpgate/history_append`` chunks
+(older edges: all of it in ``_meta.acpgate.history``). Without either only known ids can be
+resumed or loaded; an unknown id is "Session not found", never silently an empty session.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.handshake import initialize_result, read_client_offer
-from services.agent.history import replay_updates, seed_messages
+from services.agent.history import HistorySeed, replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.mcp.launch import ClientGuard, Planned
 from services.agent.mcp.plan import approver, client_rules, planned_servers
@@ -50,6 +50,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     M_AUTHENTICATE,
+    M_HISTORY_APPEND,
     M_INITIALIZE,
     M_SESSION_CANCEL,
     M_SESSION_CLOSE,
@@ -63,10 +64,12 @@ from services.common.protocol import (
     META_ACPGATE,
     META_AUTONOMY_CAP,
     META_HISTORY,
+    META_HISTORY_FOLLOWS,
     META_POLICY,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
     MSG_MISSING_SESSION_ID,
+    MSG_NO_HISTORY_EXPECTED,
     MSG_SESSION_BUSY,
     MSG_SESSION_NOT_FOUND,
     SESSION_BUSY,
@@ -217,6 +220,8 @@ class AgentServer:
             return await self._set_mode(params)
         if method == M_SESSION_SET_CONFIG_OPTION:
             return await self._set_config_option(params)
+        if method == M_HISTORY_APPEND:
+            return await self._history_append(params)
         if notification:
             return None
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
@@ -328,14 +333,16 @@ class AgentServer:
                            replay: bool) -> dict[str, Any]:
         session = self._sessions.get(sid)
         meta = _acpgate_meta(params)
+        history = meta.get(META_HISTORY)
+        follows = meta.get(META_HISTORY_FOLLOWS) is True
+        if history is not None and not isinstance(history, list):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid _meta.acpgate.history: must be an array")
+        budget = self._agent.context_budget_chars
         if session is None:
-            history = meta.get(META_HISTORY)
-            if history is None:
+            if history is None and not follows:
                 raise JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
-            if not isinstance(history, list):
-                raise JsonRpcError(INVALID_PARAMS, "Invalid _meta.acpgate.history: must be an array")
             session = self._create(sid, await self._policy(params))
-            session.messages = seed_messages(history)
+            session.messages = seed_messages(history or [], budget)
             session.call_ids.update(c.id for m in session.messages for c in m.tool_calls)
             await session.mcp.start(*self._mcp_specs(params))
         elif not session.busy:
@@ -348,10 +355,26 @@ class AgentServer:
                 await session.mcp.restart_unready()
             else:
                 await session.mcp.resume(*self._mcp_specs(params))
+        if follows and not session.busy:  # the stored history replaces what this process had
+            session.seed = HistorySeed(budget)
         if replay:
+            session.seeded()
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
         return self._state(session)
+
+    async def _history_append(self, params: dict[str, Any]) -> dict[str, Any]:
+        """One chunk of the history a ``historyFollows`` restore announced (``done``: the last)."""
+        session = await self._get(sid := self._session_id(params))
+        if session.seed is None:
+            raise JsonRpcError(INVALID_PARAMS, MSG_NO_HISTORY_EXPECTED.format(session_id=sid))
+        items = params.get("items", [])
+        if not isinstance(items, list):
+            raise JsonRpcError(INVALID_PARAMS, "Invalid items: must be an array")
+        session.seed.add(items)
+        if params.get("done") is True:
+            session.seeded()
+        return {}
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = self._session_id(params)
@@ -378,6 +401,7 @@ class AgentServer:
         session = await self._get(sid)
         if session.busy:
             raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+        session.seeded()  # a seed the edge never closed ends at the first prompt
         text = prompt_text(params.get("prompt"))
         cap = read_autonomy_cap(_acpgate_meta(params).get(META_AUTONOMY_CAP))
         usage = TurnUsage()

@@ -8,6 +8,7 @@ from typing import Any
 
 from services.agent.approval import ApprovalGate
 from services.agent.conversation import Message
+from services.agent.history import HistorySeed
 from services.agent.mcp import SessionMcp
 from services.agent.tools import SESSION_TOOLS
 from services.agent.tools.base import Tool, ToolContext
@@ -38,10 +39,19 @@ class AgentSession:
     turn: asyncio.Task[Any] | None = None
     #: The autonomy the running turn may use at most ("" = no cap: the mode's).
     turn_cap: str = ""
+    #: The history the edge is still sending (``_acpgate/history_append``), if any.
+    seed: HistorySeed | None = None
     chosen: SecurityPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         self.chosen = self.policy
+
+    def seeded(self) -> None:
+        """Take the seeded history as the conversation (no-op when none is pending)."""
+        if self.seed is not None:
+            self.messages = self.seed.finish()
+            self.seed = None
+            self.call_ids.update(c.id for m in self.messages for c in m.tool_calls)
 
     def apply_policy(self, policy: SecurityPolicy) -> None:
         """Put the mode's ``policy`` in force for the next tool call (under the turn's cap)."""

@@ -2,7 +2,10 @@
 
 stdin is read and stdout written by worker threads with plain blocking I/O.
 Switching the fds to non-blocking mode (``connect_read_pipe``) would leak into
-stderr and the terminal when they share a file description.
+stderr and the terminal when they share a file description. The stdin thread
+hands its chunks over through a small bounded queue (:class:`StdinChunks`): when
+the agent does not keep up — a 100 MB line is skipped only as fast as it is read
+— the thread stops reading instead of the agent buffering the pipe.
 
 stdout writes are coalesced like the edge's ``LineWriter``: the lines written
 while the writer thread is busy go out together in its next ``write``, so a
@@ -13,16 +16,52 @@ A writer waits only when more than :data:`WRITE_HIGH_WATER` bytes are queued.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from services.common.jsonrpc import MAX_LINE_BYTES
+from services.common.jsonrpc import READ_CHUNK_BYTES
 
 #: Queued stdout bytes above which ``write_line`` waits for the writer thread.
 WRITE_HIGH_WATER = 1 << 20
+#: stdin chunks (of at most READ_CHUNK_BYTES) read ahead of the agent at most.
+STDIN_READ_AHEAD_CHUNKS = 16
+
+
+class StdinChunks:
+    """stdin's chunks, from the reading thread to the event loop through a bounded queue:
+    a :class:`~services.common.jsonrpc.ChunkReader` for ``read_lines``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=STDIN_READ_AHEAD_CHUNKS)
+        self._eof = False
+
+    def put(self, chunk: bytes) -> bool:
+        """From the thread: queue ``chunk`` (b"" = EOF), waiting for room; False once the
+        loop is gone."""
+        put = self._queue.put(chunk)
+        try:
+            done = asyncio.run_coroutine_threadsafe(put, self._loop)
+        except RuntimeError:  # the loop is closed
+            put.close()
+            return False
+        try:
+            done.result()
+        except (RuntimeError, concurrent.futures.CancelledError):
+            return False
+        return True
+
+    async def read(self, n: int = -1, /) -> bytes:
+        """The next chunk as read (``n`` is not used: chunks are small), b"" at EOF."""
+        if self._eof:
+            return b""
+        chunk = await self._queue.get()
+        self._eof = not chunk
+        return chunk
 
 
 class StdioLines:
@@ -30,7 +69,7 @@ class StdioLines:
 
     def __init__(self, stdin: BinaryIO | None = None, stdout_fd: int | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        self.reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        self.reader = StdinChunks(self._loop)
         # Raw fd reads, not the BufferedReader: a daemon thread blocked inside
         # the buffered reader holds its lock, and interpreter shutdown then
         # aborts the process (SIGABRT) instead of exiting cleanly.
@@ -50,17 +89,13 @@ class StdioLines:
     def _pump(self) -> None:
         try:
             while True:
-                chunk = os.read(self._in_fd, 65536)
-                if not chunk:
+                chunk = os.read(self._in_fd, READ_CHUNK_BYTES)
+                if not chunk or not self.reader.put(chunk):
                     break
-                self._loop.call_soon_threadsafe(self.reader.feed_data, chunk)
         except (OSError, ValueError):
             pass
         finally:
-            try:
-                self._loop.call_soon_threadsafe(self.reader.feed_eof)
-            except RuntimeError:
-                pass  # the loop is already closed
+            self.reader.put(b"")  # EOF (nothing, when the loop is already closed)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

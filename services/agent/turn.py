@@ -73,7 +73,10 @@ class TurnRunner:
 
         On any failure or cancel the turn's messages are dropped from the
         session again, matching the edge, which persists only completed turns.
+        The turns no model call could see any more (beyond the context budget)
+        are dropped first: the session holds about its budget, not its history.
         """
+        session.messages = trim_to_budget(session.messages, self._budget)
         snapshot = len(session.messages)
         try:
             return await self._run(session, text, usage)

@@ -29,6 +29,12 @@ ACP_RESOURCE_NOT_FOUND: Final = -32002
 POLICY_REFUSED: Final = -32003
 #: ACP: the request was cancelled by ``$/cancel_request``.
 REQUEST_CANCELLED: Final = -32800
+#: acpgate: a turn was not stored because it would exceed a storage quota ([store]
+#: max_session_bytes / max_token_bytes).
+STORAGE_QUOTA_EXCEEDED: Final = -32004
+#: acpgate: another host took the session over (its claim expired here); the turn was not
+#: stored and the session ended on this host.
+SESSION_TAKEN_OVER: Final = -32005
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
@@ -73,11 +79,32 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: The cause (in MSG_PROMPT_FAILED etc.) when an adapter broke ACP's framing with a line over
+#: the lifecycle service's limit: the edge gives the adapter up, the session ends.
+MSG_AGENT_LINE_TOO_LONG: Final = (
+    "the agent wrote a message over the {limit}-byte line limit; its session was ended"
+)
 MSG_MISSING_PARAM: Final = "Missing required parameter: {name}"
 MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an array of paths"
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 #: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
 MSG_TOKEN_REVOKED: Final = "Token revoked"
+#: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
+#: skipped up to its newline, never buffered whole, and answered -32700 with id null.
+MSG_LINE_TOO_LONG: Final = "line too long ({n} bytes, limit {limit})"
+#: Storage quotas (STORAGE_QUOTA_EXCEEDED): ``used`` is what would be stored with the turn.
+MSG_SESSION_QUOTA: Final = (
+    "Session storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
+    "[store] max_session_bytes"
+)
+MSG_TOKEN_QUOTA: Final = (
+    "Token storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
+    "[store] max_token_bytes"
+)
+#: SESSION_TAKEN_OVER: a turn refused (or cut off) because another host holds the claim.
+MSG_SESSION_TAKEN_OVER: Final = (
+    "Session {session_id} was taken over by another host; this turn was not stored"
+)
 #: sessions_spawn refusals (issue 13): a cwd that leaves the spawning session's
 #: workspace, no agent named, a requester that is no stored session.
 MSG_SPAWN_CWD_OUTSIDE: Final = "cwd must lie inside the spawning session's workspace: {cwd}"
@@ -265,7 +292,8 @@ MSG_MISSING_POLICY: Final = (
     "from the edge (run `acpgate agent` to use the built-in agent on its own)"
 )
 MSG_BAD_POLICY: Final = "Invalid _meta.acpgate.policy: {reason}"
-#: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding).
+#: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding, the
+#: whole history in one message: what edges before issue 23 sent; still read).
 META_HISTORY: Final = "history"
 #: `_meta.acpgate.clientMcp` in session/new|resume toward the built-in agent: how the
 #: client's ``mcpServers`` run (``{"remote": bool, "servers": "none"|"http"|"all",
@@ -275,6 +303,12 @@ META_CLIENT_MCP: Final = "clientMcp"
 #: turn another session started (sessions_send) runs at most at this autonomy level.
 META_AUTONOMY_CAP: Final = "autonomyCap"
 MSG_BAD_AUTONOMY_CAP: Final = "Invalid _meta.acpgate.autonomyCap: must be one of {levels}"
+#: `_meta.acpgate.historyFollows: true` in session/resume toward the built-in agent: the
+#: session is created (or reseeded) and its history follows in `_acpgate/history_append`
+#: requests `{sessionId, items, done?}`, one bounded chunk each, the last with `done: true`.
+META_HISTORY_FOLLOWS: Final = "historyFollows"
+M_HISTORY_APPEND: Final = "_acpgate/history_append"
+MSG_NO_HISTORY_EXPECTED: Final = "No history is being seeded for session {session_id}"
 #: `_meta.acpgate.reason` on a `cancelled` permission outcome the edge relays to an adapter:
 #: why the edge answered for the client (no reason = the user dismissed the request).
 META_REASON: Final = "reason"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from typing import Any, Protocol
 
 from acpgate.session.v1 import session_pb2
@@ -52,6 +52,7 @@ from services.common.protocol import (
     M_CANCEL_REQUEST,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
+    M_HISTORY_APPEND,
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
     M_SESSION_CANCEL,
@@ -65,7 +66,7 @@ from services.common.protocol import (
     META_ACPGATE,
     META_AUTONOMY_CAP,
     META_CLIENT_MCP,
-    META_HISTORY,
+    META_HISTORY_FOLLOWS,
     META_POLICY,
     META_SESSION_TOOLS,
     PROTOCOL_VERSION,
@@ -321,15 +322,24 @@ class AdapterClient:
         return True
 
     async def resume_builtin(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                             policy: SecurityPolicy, history: list[dict[str, Any]],
+                             policy: SecurityPolicy,
+                             history: AsyncIterable[list[dict[str, Any]]],
                              additional_directories: list[str] | None = None,
                              client_mcp: ClientMcpRules | None = None) -> None:
-        """Seed the built-in agent through ``session/resume`` with ``_meta.acpgate.history``
-        (and ``clientMcp``, as :meth:`new_session`)."""
+        """Seed the built-in agent: ``session/resume`` with ``_meta.acpgate.historyFollows``
+        (and ``clientMcp``, as :meth:`new_session`), then each chunk of ``history`` as one
+        ``_acpgate/history_append`` request, answered before the next goes (the agent keeps
+        up; neither side holds the whole history), the last one ``done``."""
         params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
-        params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(), META_HISTORY: history,
+        params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(),
+                                          META_HISTORY_FOLLOWS: True,
                                           **_client_mcp_meta(client_mcp)}}
         self.setup_result = await self._quietly(M_SESSION_RESUME, params)
+        async for items in history:
+            await self.link.request(M_HISTORY_APPEND, {
+                "sessionId": adapter_session_id, "items": items}, SETUP_TIMEOUT_SECS)
+        await self.link.request(M_HISTORY_APPEND, {
+            "sessionId": adapter_session_id, "items": [], "done": True}, SETUP_TIMEOUT_SECS)
         self.adapter_session_id = adapter_session_id
 
     async def _quietly(self, method: str, params: dict[str, Any]) -> Any:

@@ -31,7 +31,11 @@ import grpc
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
-from services.common.protocol import METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND
+from services.common.protocol import (
+    METHOD_NOT_FOUND,
+    MSG_AGENT_LINE_TOO_LONG,
+    MSG_METHOD_NOT_FOUND,
+)
 
 log = get_logger("edge.adapter")
 
@@ -52,9 +56,14 @@ class AdapterExit:
     #: The last lines of the adapter's stderr as the lifecycle service read them (raw:
     #: may hold secrets; :mod:`services.edge.adapter_errors` bounds and scrubs them).
     stderr_tail: str = ""
+    #: Not an exit: the adapter wrote a line over this many bytes (dropped by the lifecycle
+    #: service), and the edge gave the adapter up (0: not that).
+    line_limit: int = 0
 
     def describe(self) -> str:
         """A short cause for error messages (never stderr contents: they may hold secrets)."""
+        if self.line_limit:
+            return MSG_AGENT_LINE_TOO_LONG.format(limit=self.line_limit)
         if self.lost:
             return "agent process connection lost"
         if self.signal:
@@ -197,6 +206,14 @@ class AdapterLink:
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
                                             stderr_tail=resp.exit.stderr_tail)
+                    break
+                elif which == "too_long":
+                    # Framing is broken: what the dropped line meant (an answer?) is lost, so
+                    # every pending request fails saying why, and the adapter is given up.
+                    log.warning("adapter_line_too_long", lease_id=self._label,
+                                count=resp.too_long.count, limit=resp.too_long.limit)
+                    exit_info = AdapterExit(line_limit=resp.too_long.limit)
+                    self._call.cancel()
                     break
         except grpc.aio.AioRpcError as exc:
             if self._attached is not None and not self._attached.done():

@@ -4,7 +4,10 @@ An IDE that can only launch a stdio agent runs ``acpgate bridge`` and talks to
 a (possibly remote) gateway as if it were ``acpgate acp``: each stdin line
 becomes one text frame, each frame one stdout line. On stdin EOF the bridge
 waits for the answers to the requests it already forwarded, then closes the
-connection; when the gateway closes, the bridge exits.
+connection; when the gateway closes, the bridge exits. A line longer than the
+gateway's ``max_frame_bytes`` (which would close the connection) is skipped as it
+is read — never held whole — and answered on stdout as ``acpgate acp`` would: a
+parse error with id null, "line too long (<n> bytes, limit <m>)".
 
 Address, path prefix and TLS come from ``<config dir>/config.toml``; the token
 from ``$ACPGATE_ACP_BRIDGE_TOKEN``, else ``<config dir>/acp-bridge-token``.
@@ -30,7 +33,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.typing import Subprotocol
 
 from services.common.config import CONFIG_FILE_NAME, Config, ConfigError, load_config
-from services.common.jsonrpc import error_line
+from services.common.jsonrpc import (
+    READ_CHUNK_BYTES,
+    LineCutter,
+    OversizeLine,
+    classify,
+    error_line,
+)
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, WS_SUBPROTOCOL
 
@@ -137,12 +146,14 @@ def _parse(text: str) -> dict[str, Any] | None:
 
 
 def _start_stdin_reader(
-    loop: asyncio.AbstractEventLoop, stream: IO[bytes], queue: asyncio.Queue[str | None]
+    loop: asyncio.AbstractEventLoop, stream: IO[bytes], queue: asyncio.Queue[str | None],
+    max_line: int,
 ) -> None:
     """Read stdin lines in a daemon thread (works for pipes, ttys and files alike).
 
     The thread blocks until the queue has room, so a slow gateway bounds how
-    far stdin is read ahead; ``None`` marks EOF.
+    far stdin is read ahead; ``None`` marks EOF. A line over ``max_line`` bytes is
+    skipped as it is read and queued as an :class:`OversizeLine`.
     """
 
     def put(item: str | None) -> bool:
@@ -152,12 +163,18 @@ def _start_stdin_reader(
         except RuntimeError:  # the loop is gone: the bridge is exiting
             return False
 
+    read = getattr(stream, "read1", stream.read)  # what is there, not a full chunk
+
     def run() -> None:
+        cutter = LineCutter(max_line)
         try:
-            for raw in stream:
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if line.strip() and not put(line):
-                    return
+            while chunk := read(READ_CHUNK_BYTES):
+                for line in cutter.feed(chunk):
+                    if line.strip() and not put(_clean(line)):
+                        return
+            last = cutter.end()
+            if last is not None and last.strip() and not put(_clean(last)):
+                return
         except (OSError, ValueError):
             pass
         put(None)
@@ -165,19 +182,33 @@ def _start_stdin_reader(
     threading.Thread(target=run, name="bridge-stdin", daemon=True).start()
 
 
+def _clean(line: str) -> str:
+    """A stdin line as a text frame: a CR ending dropped, undecodable bytes replaced."""
+    if isinstance(line, OversizeLine):
+        return line
+    return line.rstrip("\r").encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 async def _pump_stdin(
     ws: ClientConnection, queue: asyncio.Queue[str | None], pending: _PendingRequests,
-    eof_grace: float,
+    eof_grace: float, write: Callable[[bytes], None],
 ) -> None:
     """stdin lines → text frames; on EOF wait (bounded) for outstanding answers, then close.
 
     Like ``acpgate acp`` at EOF: requests already sent may still be answered
-    within the grace; the gateway's own requests are refused from then on.
+    within the grace; the gateway's own requests are refused from then on. A line
+    too long for a frame is answered here (stdout) and never sent.
     """
     while True:
         line = await queue.get()
         if line is None:
             break
+        if isinstance(line, OversizeLine):
+            frame = classify(line)
+            log.warning("bridge_line_too_long", bytes=line.size, limit=line.limit)
+            await asyncio.to_thread(write, error_line(None, frame.error_code,
+                                                      frame.error_message).encode() + b"\n")
+            continue
         pending.sent(line)
         await ws.send(line)
     pending.eof = True
@@ -203,9 +234,13 @@ async def _pump_frames(
 
 
 def _stdout_writer(stream: IO[bytes]) -> Callable[[bytes], None]:
+    """Whole lines to ``stream`` from any thread, one at a time."""
+    lock = threading.Lock()
+
     def write(data: bytes) -> None:
-        stream.write(data)
-        stream.flush()
+        with lock:
+            stream.write(data)
+            stream.flush()
 
     return write
 
@@ -271,11 +306,12 @@ async def run_bridge(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=STDIN_QUEUE_LINES)
     pending = _PendingRequests()
-    _start_stdin_reader(loop, in_stream, queue)
-    to_ws = asyncio.create_task(_pump_stdin(ws, queue, pending, eof_grace))
+    _start_stdin_reader(loop, in_stream, queue, target.max_frame_bytes)
+    write = _stdout_writer(out_stream)
+    to_ws = asyncio.create_task(_pump_stdin(ws, queue, pending, eof_grace, write))
     code = EXIT_OK
     try:
-        await _pump_frames(ws, _stdout_writer(out_stream), pending)
+        await _pump_frames(ws, write, pending)
     except ConnectionClosed:
         pass
     except BrokenPipeError:

@@ -14,7 +14,12 @@ a session holds the row's *claim* (session service ``ClaimSession``), and:
   over after this host failed to renew in time): two hosts never serve one
   session;
 - drops the claim when the session is released (``ReleaseSession``, which never
-  touches a session another host holds).
+  touches a session another host holds);
+- keeps the *generation* of each claim it took (``Claim.generation``: one more per
+  claim taken, kept by renewals) and sends it with every write it makes as the
+  holder — the turn, the row's state, its release — so that a write made after
+  another host took the session over (this host was cut off past its lease) is
+  refused by the store instead of landing after the new holder's: :meth:`fence`.
 """
 
 from __future__ import annotations
@@ -30,13 +35,18 @@ import grpc
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
-from services.common.protocol import INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE
+from services.common.protocol import (
+    INVALID_PARAMS,
+    MSG_SESSION_ALREADY_ACTIVE,
+    MSG_SESSION_TAKEN_OVER,
+    SESSION_TAKEN_OVER,
+)
 from services.edge.errors import grpc_error
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
-__all__ = ["DEFAULT_CLAIM_TTL_MS", "HostClaims", "refusal"]
+__all__ = ["DEFAULT_CLAIM_TTL_MS", "HostClaims", "refusal", "taken_over"]
 
 log = get_logger("edge.claims")
 
@@ -56,6 +66,8 @@ class HostClaims:
         #: This machine's name, recorded in the claims for operators.
         self.host = socket.gethostname()
         self.ttl_ms = DEFAULT_CLAIM_TTL_MS
+        #: The generation of each claim this host holds (session id → generation).
+        self._generations: dict[str, int] = {}
 
     def configure(self, instance_id: str, ttl_ms: int) -> None:
         """Who this host is and how long its claims last (from the services at start)."""
@@ -75,19 +87,40 @@ class HostClaims:
         return now - taken_at < self.interval_secs
 
     async def claim(self, session_id: str) -> session_pb2.SessionRow:
-        """Take the session for this host; -32602 "Session already active" when another live
-        host holds it, the usual mapping of the service's other refusals."""
+        """Take the session for this host (and remember the claim's generation); -32602
+        "Session already active" when another live host holds it, the usual mapping of the
+        service's other refusals."""
         try:
-            return await self._stub.ClaimSession(session_pb2.ClaimSessionRequest(
+            row = await self._stub.ClaimSession(session_pb2.ClaimSessionRequest(
                 session_id=session_id, gateway_instance_id=self.instance_id, host=self.host))
         except grpc.aio.AioRpcError as exc:
             raise refusal(exc, session_id) from None
+        self.held(row)
+        return row
+
+    def held(self, row: session_pb2.SessionRow) -> None:
+        """Remember the generation of ``row``'s claim when it is this host's (a row written
+        claimed: ``CreateSession``, ``ResolveNewSession``, ``SpawnSession``, ``ClaimSession``)."""
+        if self.instance_id and row.claim.instance_id == self.instance_id:
+            self._generations[row.session_id] = row.claim.generation
+
+    def generation(self, session_id: str) -> int:
+        """The generation of this host's claim on the session (0: none known, not fenced)."""
+        return self._generations.get(session_id, 0)
+
+    def fence(self, session_id: str) -> tuple[str, int]:
+        """``(holder_instance_id, claim_generation)`` for a write this host makes as the
+        session's holder."""
+        return self.instance_id, self.generation(session_id)
 
     async def release(self, session_id: str) -> None:
-        """Mark the session inactive and drop this host's claim (failures are logged)."""
+        """Mark the session inactive and drop this host's claim — fenced: never a claim taken
+        since by another host, nor a later one of its own (failures are logged)."""
+        generation = self._generations.pop(session_id, 0)
         try:
             await self._stub.ReleaseSession(session_pb2.ReleaseSessionRequest(
-                session_id=session_id, gateway_instance_id=self.instance_id))
+                session_id=session_id, gateway_instance_id=self.instance_id,
+                claim_generation=generation))
         except grpc.aio.AioRpcError as exc:
             log.warning("release_failed", session_id=session_id, code=exc.code().name)
 
@@ -111,9 +144,16 @@ class HostClaims:
                 log.warning("claims_renewal_failed", code=exc.code().name, detail=exc.details())
                 continue
             for session_id in lost:
+                # The generation stays until the release: the session's last writes (a
+                # turn ending now) must still be fenced off, not unfenced.
                 log.warning("session_claim_lost", session_id=session_id)
                 with contextlib.suppress(Exception):
                     on_lost(session_id)
+
+
+def taken_over(session_id: str) -> JsonRpcError:
+    """The answer to a turn that was not stored because another host holds the session."""
+    return JsonRpcError(SESSION_TAKEN_OVER, MSG_SESSION_TAKEN_OVER.format(session_id=session_id))
 
 
 def refusal(exc: grpc.aio.AioRpcError, session_id: str) -> JsonRpcError:

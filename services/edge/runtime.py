@@ -138,10 +138,11 @@ class EdgeRuntime:
             self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
 
     def _claim_lost(self, session_id: str) -> None:
-        """Another host took this session over: stop serving it here at once."""
+        """Another host took this session over: stop serving it here at once (a running
+        turn answers that it was not stored)."""
         session = self.registry.active.get(session_id)
         if session is not None:
-            self.spawn(self.deactivate(session, "claim_lost"))
+            session.lose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run a background task owned by the runtime (kept referenced, awaited on close)."""

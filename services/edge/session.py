@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import grpc
-
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities, PromptResponse
 from services.common.jsonrpc import JsonRpcError, notification_lines
@@ -38,11 +36,13 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
 from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
 from services.edge.backchannel import Asking, BackChannelError
+from services.edge.claims import taken_over
 from services.edge.client_methods import ClientMethods
 from services.edge.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update, turn_usage
+from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update
+from services.edge.turn_store import store_turn
 
 if TYPE_CHECKING:
     from services.edge.hosted import HostedPort
@@ -141,10 +141,14 @@ class EdgeSession:
         self.claimed_at: float | None = None
         #: The row's "active" write while it goes on after the answer (``mark_active``).
         self.row_write: asyncio.Future[None] | None = None
+        #: Another host took the session over (this host's claim was lost): the running
+        #: turn answers so and is not stored; the session ends here.
+        self.taken_over = False
         self._relays: set[asyncio.Future[Any]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
-        self.state = AdapterSessionState(runtime.session_stub, row.session_id, runtime.spawn,
-                                         holder=runtime.claims.instance_id)
+        claims, sid = runtime.claims, row.session_id
+        self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
+                                         fence=lambda: claims.fence(sid))
 
     # ------------------------------------------------------------------ activity
 
@@ -309,7 +313,14 @@ class EdgeSession:
         if turn.cancelled:  # cancelled before the adapter saw it
             result = PromptResponse(stop_reason=STOP_CANCELLED)
         else:
-            result = await self._await_prompt(adapter, blocks, turn)
+            try:
+                result = await self._await_prompt(adapter, blocks, turn)
+            except JsonRpcError:
+                if self.taken_over:  # the adapter went with the session: say why
+                    raise taken_over(self.session_id) from None
+                raise
+            if self.taken_over:  # whatever the adapter said: the turn is not this host's
+                raise taken_over(self.session_id)
             self.pending_history = None
         stop = result.stop_reason
         acc = turn.acc
@@ -319,7 +330,7 @@ class EdgeSession:
             content = f"{acc.text}\n\n{CANCEL_MARKER}" if acc.text else CANCEL_MARKER
             self.runtime.metrics.turns_total += 1
             return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
-        await self._persist(acc, result)
+        await store_turn(self, acc, result)
         await self.state.flush()  # the turn's mode/config/title changes are stored too
         self.runtime.metrics.turns_total += 1
         out: dict[str, Any] = {"sessionId": self.session_id, "stopReason": stop,
@@ -351,23 +362,14 @@ class EdgeSession:
             if not task.done():
                 task.cancel()
 
-    async def _persist(self, acc: TurnAccumulator, result: PromptResponse) -> None:
-        usage = turn_usage(result)
-        request = session_pb2.AppendTurnRequest(
-            session_id=self.session_id, items=acc.items,
-            token_delta=usage.input_tokens + usage.output_tokens if usage else 0)
-        if usage is not None:
-            request.usage.CopyFrom(usage)
-            self.runtime.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
-        if acc.plan_json is not None:
-            request.plan_json = acc.plan_json
-        stub = self.runtime.session_stub
-        try:
-            await stub.AppendTurn(request)  # the store derives the title from the first turn
-        except grpc.aio.AioRpcError as exc:
-            log.error("append_turn_failed", session_id=self.session_id, code=exc.code().name)
-            raise JsonRpcError(INTERNAL_ERROR,
-                               f"Turn completed but could not be stored: {exc.code().name}") from None
+    def lose(self) -> None:
+        """Another host took this session over: end it here (its adapter closed, its lease
+        reaped; the release is fenced, so the other host's claim stays untouched) and make a
+        running turn answer :func:`~services.edge.claims.taken_over`."""
+        if self.taken_over:
+            return
+        self.taken_over = True
+        self.runtime.spawn(self.runtime.deactivate(self, "claim_lost"))
 
     def cancel(self) -> bool:
         """Interrupt the running turn (SPEC §7), and the running turns of this session's

@@ -260,10 +260,11 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     the answer; its release waits for the write, ``EdgeSession.row_write``).
     """
     rt = conn.runtime
+    holder, generation = rt.claims.fence(session.session_id)
     request = session_pb2.UpdateSessionRequest(
         session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
         lease_id=session.lease_id, adapter_session_id=adapter_sid,
-        holder_instance_id=rt.claims.instance_id)
+        holder_instance_id=holder, claim_generation=generation)
     if alias is not None:
         request.agent_alias = alias
     if mcp_servers_json is not None:
@@ -313,4 +314,4 @@ async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
         await _write_active(rt, request)
     except grpc.aio.AioRpcError:
         log.warning("session_claim_lost", session_id=session.session_id)
-        rt.spawn(rt.deactivate(session, "claim_lost"))
+        session.lose()

@@ -62,12 +62,13 @@ class AdapterSessionState:
 
     def __init__(self, stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
                  spawn: Callable[[Coroutine[Any, Any, None]], object], *,
-                 holder: str = "") -> None:
+                 fence: Callable[[], tuple[str, int]] = lambda: ("", 0)) -> None:
         self._stub = stub
         self._session_id = session_id
         self._spawn = spawn
-        #: This host's instance id: the row is written only while no other host holds it.
-        self._holder = holder
+        #: This host's instance id and claim generation, read at each write
+        #: (``HostClaims.fence``): the row is written only while this host holds the claim.
+        self._fence = fence
         #: The adapter's ``SessionModeState`` (``currentModeId``, ``availableModes``), raw.
         self.modes: dict[str, Any] | None = None
         #: The adapter's ``configOptions`` array, raw.
@@ -144,9 +145,10 @@ class AdapterSessionState:
         try:
             while self._dirty:
                 self._dirty = False
+                holder, generation = self._fence()
                 request = session_pb2.UpdateSessionRequest(
-                    session_id=self._session_id, holder_instance_id=self._holder,
-                    mode_id=self.mode_id,
+                    session_id=self._session_id, holder_instance_id=holder,
+                    claim_generation=generation, mode_id=self.mode_id,
                     config_json=orjson.dumps(config_values(self.config_options)).decode()
                     if self.config_options is not None else "")
                 if self._title is not None:

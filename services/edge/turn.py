@@ -1,12 +1,10 @@
-"""One prompt turn as it streams, and its conversion to/from stored history (SPEC §5, §8).
+"""One prompt turn as it streams, and its conversion to stored history (SPEC §5, §8).
 
 :class:`TurnAccumulator` watches the adapter's ``session/update`` payloads of a
 turn and builds the session service's ``HistoryItem`` list for one
 ``AppendTurn`` (:func:`turn_usage`: the prompt result's usage as stored with it;
-:func:`cancelled_update`: the update that marks a cancelled turn). The module
-also turns stored items back into replay updates (``session/load``), into the
-built-in agent's ``_meta.acpgate.history`` items, and into a plain transcript
-for adapters that cannot restore themselves.
+:func:`cancelled_update`: the update that marks a cancelled turn). The way back,
+stored items to the wire, is :mod:`services.edge.history_wire`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import orjson
 
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
-from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.logs import get_logger
 from services.common.protocol import (
     CANCEL_MARKER,
@@ -30,7 +27,6 @@ from services.common.protocol import (
     U_PLAN,
     U_TOOL_CALL,
     U_TOOL_CALL_UPDATE,
-    U_USER_MESSAGE,
 )
 
 log = get_logger("edge.turn")
@@ -273,102 +269,6 @@ class TurnAccumulator:
             status=str(status),
             content_json=_content_json(update.get("content")),
         ))
-
-
-# ----------------------------------------------------------------- stored → wire
-
-
-def _loads(text: str) -> Any:
-    if not text:
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def replay_updates(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
-    """``update`` objects that replay stored history to a client (SPEC §8 session/load)."""
-    out: list[dict[str, Any]] = []
-    calls: dict[str, session_pb2.HistoryItem] = {}
-    for item in items:
-        if item.role == ROLE_USER:
-            out.append({"sessionUpdate": U_USER_MESSAGE,
-                        "content": {"type": "text", "text": item.text}})
-        elif item.role == ROLE_ASSISTANT:
-            out.append({"sessionUpdate": U_AGENT_MESSAGE,
-                        "content": {"type": "text", "text": item.text}})
-        elif item.role == ROLE_THOUGHT:
-            out.append({"sessionUpdate": U_AGENT_THOUGHT,
-                        "content": {"type": "text", "text": item.text}})
-        elif item.role == ROLE_TOOL_CALL:
-            calls[item.tool_call_id] = item
-            upd: dict[str, Any] = {
-                "sessionUpdate": U_TOOL_CALL, "toolCallId": item.tool_call_id,
-                "name": item.tool_name, "title": item.title or item.tool_name,
-                "kind": item.tool_kind or "other", "status": "completed",
-                "rawInput": _loads(item.arguments_json) or {},
-            }
-            content = _loads(item.content_json)
-            if content:
-                upd["content"] = content
-            out.append(upd)
-        elif item.role == ROLE_TOOL_RESULT:
-            call = calls.get(item.tool_call_id)
-            name = item.tool_name or (call.tool_name if call else "")
-            content = _loads(item.content_json) or [
-                {"type": "content", "content": {"type": "text", "text": item.output}}]
-            out.append({
-                "sessionUpdate": U_TOOL_CALL_UPDATE, "toolCallId": item.tool_call_id,
-                "status": item.status or "completed", "name": name,
-                "title": item.title or (call.title if call else name),
-                "kind": item.tool_kind or (call.tool_kind if call else "other") or "other",
-                "rawOutput": item.output, "body": item.output, "content": content,
-            })
-    return out
-
-
-def history_meta(items: list[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
-    """The built-in agent's ``_meta.acpgate.history`` items (docs/contracts.md)."""
-    out: list[dict[str, Any]] = []
-    for item in items:
-        role = ROLE_NAME_BY_PB.get(item.role)
-        if role is None:
-            continue
-        entry: dict[str, Any] = {"role": role}
-        if item.text:
-            entry["text"] = item.text
-        if item.tool_call_id:
-            entry["toolCallId"] = item.tool_call_id
-        if item.tool_name:
-            entry["toolName"] = item.tool_name
-        if item.tool_kind:
-            entry["toolKind"] = item.tool_kind
-        if item.title:
-            entry["title"] = item.title
-        if item.role == ROLE_TOOL_CALL:
-            args = _loads(item.arguments_json)
-            entry["arguments"] = args if isinstance(args, dict) else {}
-        if item.role == ROLE_TOOL_RESULT:
-            entry["output"] = item.output
-            entry["status"] = item.status or "completed"
-        out.append(entry)
-    return out
-
-
-def transcript(items: list[session_pb2.HistoryItem]) -> str:
-    """A plain-text rendering of the prior conversation (for adapters that cannot restore)."""
-    lines: list[str] = []
-    for item in items:
-        if item.role == ROLE_USER:
-            lines.append(f"User: {item.text}")
-        elif item.role == ROLE_ASSISTANT:
-            lines.append(f"Assistant: {item.text}")
-        elif item.role == ROLE_TOOL_CALL:
-            lines.append(f"Tool call {item.tool_name or item.title}: {item.arguments_json}")
-        elif item.role == ROLE_TOOL_RESULT:
-            lines.append(f"Tool result ({item.status or 'completed'}): {item.output}")
-    return "\n\n".join(lines)
 
 
 def cancelled_update(session_id: str) -> dict[str, Any]:

@@ -124,6 +124,8 @@ class AdapterChannel:
         self._blocks: collections.deque[Block] = collections.deque()
         self._buffered = 0
         self._lines_read = 0
+        #: Over-long lines dropped and not reported yet; told: an (empty) batch woke for them.
+        self._too_long, self._too_long_told = 0, True
         self._data = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -168,6 +170,13 @@ class AdapterChannel:
 
     def _line_too_long(self) -> None:
         log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
+        self._too_long, self._too_long_told = self._too_long + 1, False
+        self._data.set()  # the attacher must hear of it, even with no line to send
+
+    def take_too_long(self) -> int:
+        """How many over-long lines were dropped since the last call (0: none)."""
+        count, self._too_long = self._too_long, 0
+        return count
 
     async def _take(self, text: str) -> None:
         """Buffer the complete lines of ``text`` (newline-separated), waiting for room per line.
@@ -326,10 +335,9 @@ class AdapterChannel:
         return self._attached
 
     async def next_batch(self) -> list[str] | None:
-        """The lines ready now (waiting for at least one); None once finished and drained.
-
-        A batch is the longest run of lines within ``max_batch_bytes`` (:func:`take_batch`).
-        """
+        """The lines ready now (waiting for one, or for a dropped line: then maybe none, see
+        :meth:`take_too_long`); None once finished and drained. A batch is the longest run
+        of lines within ``max_batch_bytes`` (:func:`take_batch`)."""
         while True:
             blocks = self._blocks
             if blocks:
@@ -340,6 +348,9 @@ class AdapterChannel:
                 if not blocks and not self.finished.is_set():
                     self._data.clear()
                 return batch
+            if not self._too_long_told:
+                self._too_long_told = True
+                return []
             if self.finished.is_set():
                 return None
             self._data.clear()

@@ -28,7 +28,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.lifecycle.attach import AdapterChannel, AttachBusy, ExitInfo
+from services.lifecycle.attach import MAX_LINE_BYTES, AdapterChannel, AttachBusy, ExitInfo
 from services.lifecycle.controller import (
     Ensured,
     EnsureRequest,
@@ -273,7 +273,12 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                         if batch is None:
                             break
                         opened.touched = True
-                        yield _stdout_response(batch)
+                        if batch:
+                            yield _stdout_response(batch)
+                        dropped = opened.channel.take_too_long()
+                        if dropped:
+                            yield pb.AttachResponse(too_long=pb.LinesTooLong(
+                                count=dropped, limit=MAX_LINE_BYTES))
                     yield pb.AttachResponse(exit=_exit_to_pb(opened.channel.exit_info))
                 finally:
                     stdin_task.cancel()

@@ -87,13 +87,15 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
             created_at=o.created_at,
         ),
         claim=pb.Claim(
-            instance_id=rec.claim.instance_id, host=rec.claim.host, until=rec.claim.until
+            instance_id=rec.claim.instance_id, host=rec.claim.host, until=rec.claim.until,
+            generation=rec.claim.generation,
         ),
         additional_directories=list(rec.additional_directories),
         mode_id=rec.mode_id,
         config_json=rec.config_json,
         input_tokens=rec.input_tokens,
         output_tokens=rec.output_tokens,
+        stored_bytes=rec.stored_bytes,
     )
 
 

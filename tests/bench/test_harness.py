@@ -78,6 +78,8 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert items.count("4") == 5 and items.count("5") == 2 + pg_rows
     assert items.count("6") == 3 + pg_rows
     assert items.count("7") == 2
+    assert items.count("23.7") == 4  # loading a session of big prompts (issue 23)
+    assert "2 of 2 turns replayed" in text
     assert ("PostgreSQL store" in text) is bool(pg_rows)
     assert ("Not run:" in text) is not bool(pg_rows)
     for r in rows:

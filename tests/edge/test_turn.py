@@ -5,13 +5,8 @@ from __future__ import annotations
 import json
 
 from acpgate.session.v1 import session_pb2
-from services.edge.turn import (
-    TEXT_BLOCK_CHUNKS,
-    TurnAccumulator,
-    history_meta,
-    replay_updates,
-    transcript,
-)
+from services.edge.history_wire import history_meta, replay_updates, transcript
+from services.edge.turn import TEXT_BLOCK_CHUNKS, TurnAccumulator
 
 Role = session_pb2.HistoryItem.Role
 
@@ -115,3 +110,44 @@ def test_odd_external_tool_shapes_are_normalised() -> None:
     assert json.loads(call1.arguments_json) == {"value": "just a string"}
     assert call2.tool_name == "T" and json.loads(call2.arguments_json) == {"value": [1, 2]}
     assert result.tool_call_id == "x" and json.loads(result.output) == {"ok": True}
+
+
+def test_replay_page_by_page_is_the_whole_replay() -> None:
+    """A tool result on a later page than its call still gets the call's name and kind."""
+    from services.edge.history_wire import Replay
+
+    items = _turn().items
+    for cut in range(1, len(items)):
+        replay = Replay()
+        assert replay.updates(items[:cut]) + replay.updates(items[cut:]) == replay_updates(items)
+
+
+def test_carry_over_keeps_the_newest_part_within_its_cap() -> None:
+    """The transcript an external adapter gets is bounded: the oldest lines go first, a
+    single longer line keeps its end, and a note says what was left out."""
+    from services.edge.history_wire import CarryOver
+
+    def user(text: str) -> session_pb2.HistoryItem:
+        return session_pb2.HistoryItem(role=Role.ROLE_USER, text=text)
+
+    small = CarryOver(max_chars=1_000)
+    small.add([user("hello")])
+    assert small.text() == "User: hello"
+    assert CarryOver().text() is None
+
+    carry = CarryOver(max_chars=1_000)
+    for page in range(10):
+        carry.add([user(f"{page}-{n} " + "w" * 90) for n in range(5)])
+    text = carry.text()
+    assert text is not None
+    note, _, body = text.partition("\n\n")
+    assert note.startswith("[acpgate: this conversation is longer than the 1000 characters")
+    assert len(body) <= 1_000 and body.endswith("w" * 90)
+    assert "User: 9-4 " in body and "User: 0-0 " not in body
+    dropped = int(note.split("oldest ")[1].split(" ")[0])
+    assert dropped + len(body) == len("\n\n".join(
+        f"User: {p}-{n} " + "w" * 90 for p in range(10) for n in range(5)))
+
+    huge = CarryOver(max_chars=100)
+    huge.add([user("a" * 50 + "b" * 500)])
+    assert (huge.text() or "").endswith("\n\n" + "b" * 100)

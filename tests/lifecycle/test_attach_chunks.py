@@ -101,8 +101,10 @@ async def test_over_long_line_is_dropped_and_its_neighbours_kept(
         b"P" * (2 * READ_CHUNK_BYTES - 10),  # held whole, still under the limit ...
         b"Q" * 100 + b"\nok\n",  # ... until the chunk with its newline takes it over
     ]
-    got = await drain(await open_channel(tmp_path, pieces))
+    channel = await open_channel(tmp_path, pieces)
+    got = await drain(channel)
     assert got == ["before", "after", just_fits[:-20].decode(), "last", "ok"]
+    assert channel.take_too_long() == 3 and channel.take_too_long() == 0  # for the attacher
 
 
 async def test_buffer_stays_bounded_while_nobody_reads(tmp_path: Path) -> None:

@@ -239,18 +239,19 @@ def _write_v2(path: Path) -> None:
 
 
 async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
-    """v2 → v3 → v4 → v5 → v6: rows and history stay; every row has no MCP server list stored
+    """v2 → … → v7: rows and history stay; every row has no MCP server list stored
     (v3, issue 16), starts unclaimed (v4, issue 14), has no adapter capabilities recorded
     (v5, issue 17) and no extra roots, mode, config or token totals, its old turns no usage
-    (v6, issue 17)."""
+    (v6, issue 17); its stored bytes are counted from its history (v7, issue 23)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 6
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 7
         rec = await s.get_session("v2")
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
+        assert (rec.stored_bytes, rec.claim.generation) == (len("user") + len("hi"), 0)
         assert rec.mcp_servers_json == ""
         assert rec.claim.instance_id == "" and rec.claim.until == 0
         assert (rec.additional_directories, rec.mode_id, rec.config_json) == ((), "", "")
@@ -287,6 +288,7 @@ async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path:
         assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION
         rec = await s.get_session("v2")
         assert (rec.claim.instance_id, rec.claim.host) == ("gw-a", "a")
+        assert rec.claim.generation == 1  # v7: a live claim is its first generation
         with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
             await s.claim("v2", "gw-b", ttl_ms=1000)
         assert [e.text for e in await _history(s, "v2")] == ["hi"]

@@ -453,6 +453,35 @@ class AdapterExit(_message.Message):
 Global___AdapterExit: _TypeAlias = AdapterExit  # noqa: Y015
 
 @_typing.final
+class LinesTooLong(_message.Message):
+    """Lines of the adapter's stdout that were over the service's line limit and
+    were dropped (each up to its newline, never buffered whole) since the last
+    message: the adapter broke ACP's framing, and whatever it meant by them (an
+    answer, perhaps) is lost. The edge ends the session with an error saying so.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    limit: _builtins.int
+    """The limit, in bytes."""
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinesTooLong: _TypeAlias = LinesTooLong  # noqa: Y015
+
+@_typing.final
 class AttachResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -460,6 +489,7 @@ class AttachResponse(_message.Message):
     STDOUT_FIELD_NUMBER: _builtins.int
     EXIT_FIELD_NUMBER: _builtins.int
     ENSURED_FIELD_NUMBER: _builtins.int
+    TOO_LONG_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def attached(self) -> Global___Lease:
         """First response: attached to this lease."""
@@ -478,6 +508,10 @@ class AttachResponse(_message.Message):
         `attached`): the lease ensured, as EnsureSession answers; attached.
         """
 
+    @_builtins.property
+    def too_long(self) -> Global___LinesTooLong:
+        """Adapter lines over the line limit were dropped (after the lines sent before)."""
+
     def __init__(
         self,
         *,
@@ -485,12 +519,13 @@ class AttachResponse(_message.Message):
         stdout: Global___Lines | None = ...,
         exit: Global___AdapterExit | None = ...,
         ensured: Global___EnsureSessionResponse | None = ...,
+        too_long: Global___LinesTooLong | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["attached", "stdout", "exit", "ensured"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["attached", "stdout", "exit", "ensured", "too_long"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

@@ -24,7 +24,11 @@ and edge; they may share one session store (PostgreSQL). The instance that
 runs a session's adapter holds the session's claim: taken by ClaimSession (or
 CreateSession), renewed by RenewClaims while the session is active there,
 dropped by ReleaseSession. A claim not renewed for StoreStatus.claim_ttl_ms
-has expired (its host died) and any instance may take it.
+has expired (its host died) and any instance may take it. Each claim taken
+is the row's next generation (Claim.generation); the holder's writes
+(AppendTurn, UpdateSession, ReleaseSession) carry it and are ABORTED,
+nothing written, unless the row's claim is still that instance's at that
+generation: a host cut off past its lease cannot write after the new holder.
 """
 
 from acpgate.launch.v1 import launch_pb2 as _launch_pb2
@@ -747,21 +751,27 @@ class Claim(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
     UNTIL_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     instance_id: _builtins.str
     """Empty: nobody holds the session."""
     host: _builtins.str
     until: _builtins.int
     """The claim is live while now <= until (ms since the epoch)."""
+    generation: _builtins.int
+    """How many times the claim was taken (ClaimSession, CreateSession claimed, a
+    takeover after expiry); RenewClaims keeps it. The fence of a holder's writes.
+    """
     def __init__(
         self,
         *,
         instance_id: _builtins.str = ...,
         host: _builtins.str = ...,
         until: _builtins.int = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "instance_id", b"instance_id", "until", b"until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "host", b"host", "instance_id", b"instance_id", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -790,6 +800,7 @@ class SessionRow(_message.Message):
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    STORED_BYTES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     agent_alias: _builtins.str
     workspace_dir: _builtins.str
@@ -821,6 +832,10 @@ class SessionRow(_message.Message):
     input_tokens: _builtins.int
     """Token totals over the stored turns (token_count = input + output)."""
     output_tokens: _builtins.int
+    stored_bytes: _builtins.int
+    """UTF-8 bytes of the stored history items: what [store] max_session_bytes
+    limits (and, summed over the owner's rows, max_token_bytes).
+    """
     @_builtins.property
     def ownership(self) -> Global___Ownership: ...
     @_builtins.property
@@ -853,10 +868,11 @@ class SessionRow(_message.Message):
         config_json: _builtins.str = ...,
         input_tokens: _builtins.int = ...,
         output_tokens: _builtins.int = ...,
+        stored_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "ownership", b"ownership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "stored_bytes", b"stored_bytes", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -977,6 +993,7 @@ class UpdateSessionRequest(_message.Message):
     MODE_ID_FIELD_NUMBER: _builtins.int
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___SessionState.ValueType
     lease_id: _builtins.str
@@ -992,6 +1009,10 @@ class UpdateSessionRequest(_message.Message):
     mode_id: _builtins.str
     config_json: _builtins.str
     """A JSON object {configId: value}; "" clears it."""
+    claim_generation: _builtins.int
+    """With holder_instance_id: only while that instance holds the claim at this
+    generation (ABORTED otherwise, nothing changed); 0 = not fenced.
+    """
     @_builtins.property
     def additional_directories(self) -> Global___StringList: ...
     def __init__(
@@ -1009,10 +1030,11 @@ class UpdateSessionRequest(_message.Message):
         mode_id: _builtins.str | None = ...,
         config_json: _builtins.str | None = ...,
         additional_directories: Global___StringList | None = ...,
+        claim_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "state", b"state", "title", b"title"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim_generation", b"claim_generation", "config_json", b"config_json", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__adapter_session_id: _TypeAlias = _typing.Literal["adapter_session_id"]  # noqa: Y015
     _WhichOneofArgType__adapter_session_id: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id"]  # noqa: Y015
@@ -1160,17 +1182,23 @@ class ReleaseSessionRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     gateway_instance_id: _builtins.str
+    claim_generation: _builtins.int
+    """When set: released only while the claim is that instance's at this
+    generation (or nobody's); 0 = any claim of that instance.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         gateway_instance_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_generation", b"claim_generation", "gateway_instance_id", b"gateway_instance_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1338,11 +1366,20 @@ class AppendTurnRequest(_message.Message):
     TOKEN_DELTA_FIELD_NUMBER: _builtins.int
     PLAN_JSON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     token_delta: _builtins.int
     """Tokens the turn used (added to the row's token_count)."""
     plan_json: _builtins.str
     """The plan after the turn, if it changed."""
+    holder_instance_id: _builtins.str
+    """The instance that ran the turn and the claim generation it holds: when set,
+    the turn is stored only while the row's claim is that instance's at that
+    generation, checked in the turn's transaction (ABORTED, nothing written:
+    another host took the session over). Empty = not fenced (trusted tools).
+    """
+    claim_generation: _builtins.int
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryItem]: ...
     @_builtins.property
@@ -1359,10 +1396,12 @@ class AppendTurnRequest(_message.Message):
         token_delta: _builtins.int = ...,
         plan_json: _builtins.str | None = ...,
         usage: Global___TurnUsage | None = ...,
+        holder_instance_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "plan_json", b"plan_json", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "items", b"items", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "claim_generation", b"claim_generation", "holder_instance_id", b"holder_instance_id", "items", b"items", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__plan_json: _TypeAlias = _typing.Literal["plan_json"]  # noqa: Y015
     _WhichOneofArgType__plan_json: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json"]  # noqa: Y015

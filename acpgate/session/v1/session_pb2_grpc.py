@@ -300,6 +300,9 @@ class SessionServiceServicer:
 
     def AppendTurn(self, request, context):
         """Appends one completed turn in one transaction: all items or none (SPEC §8).
+        ABORTED when fenced off (AppendTurnRequest.holder_instance_id);
+        RESOURCE_EXHAUSTED when the turn would exceed [store] max_session_bytes or
+        max_token_bytes (the status message is the client-facing sentence).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -24,7 +24,11 @@ and edge; they may share one session store (PostgreSQL). The instance that
 runs a session's adapter holds the session's claim: taken by ClaimSession (or
 CreateSession), renewed by RenewClaims while the session is active there,
 dropped by ReleaseSession. A claim not renewed for StoreStatus.claim_ttl_ms
-has expired (its host died) and any instance may take it.
+has expired (its host died) and any instance may take it. Each claim taken
+is the row's next generation (Claim.generation); the holder's writes
+(AppendTurn, UpdateSession, ReleaseSession) carry it and are ABORTED,
+nothing written, unless the row's claim is still that instance's at that
+generation: a host cut off past its lease cannot write after the new holder.
 """
 
 from acpgate.session.v1 import session_pb2 as _session_pb2
@@ -112,7 +116,11 @@ class SessionServiceStub:
     (never another instance's: then nothing changes).
     """
     AppendTurn: _grpc.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]
-    """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
+    """Appends one completed turn in one transaction: all items or none (SPEC §8).
+    ABORTED when fenced off (AppendTurnRequest.holder_instance_id);
+    RESOURCE_EXHAUSTED when the turn would exceed [store] max_session_bytes or
+    max_token_bytes (the status message is the client-facing sentence).
+    """
     StreamHistory: _grpc.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]
     """The whole stored conversation of one session, oldest first (trusted callers),
     in pages: one gRPC message per HistoryPage, never one per item
@@ -213,7 +221,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     (never another instance's: then nothing changes).
     """
     AppendTurn: _aio.UnaryUnaryMultiCallable[_session_pb2.AppendTurnRequest, _session_pb2.AppendTurnResponse]  # type: ignore[assignment]
-    """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
+    """Appends one completed turn in one transaction: all items or none (SPEC §8).
+    ABORTED when fenced off (AppendTurnRequest.holder_instance_id);
+    RESOURCE_EXHAUSTED when the turn would exceed [store] max_session_bytes or
+    max_token_bytes (the status message is the client-facing sentence).
+    """
     StreamHistory: _aio.UnaryStreamMultiCallable[_session_pb2.StreamHistoryRequest, _session_pb2.HistoryPage]  # type: ignore[assignment]
     """The whole stored conversation of one session, oldest first (trusted callers),
     in pages: one gRPC message per HistoryPage, never one per item
@@ -419,7 +431,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.AppendTurnRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.AppendTurnResponse, _abc.Awaitable[_session_pb2.AppendTurnResponse]]:
-        """Appends one completed turn in one transaction: all items or none (SPEC §8)."""
+        """Appends one completed turn in one transaction: all items or none (SPEC §8).
+        ABORTED when fenced off (AppendTurnRequest.holder_instance_id);
+        RESOURCE_EXHAUSTED when the turn would exceed [store] max_session_bytes or
+        max_token_bytes (the status message is the client-facing sentence).
+        """
 
     @_abc_1.abstractmethod
     def StreamHistory(

@@ -259,6 +259,9 @@ def _validate(cfg: Config, origin: str) -> None:
     for key in ("lease_secs", "pool_size", "connect_timeout_secs"):
         if getattr(cfg.store, key) < 1:
             raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 1")
+    for key in ("max_session_bytes", "max_token_bytes"):
+        if getattr(cfg.store, key) < 0:
+            raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 0 (0 = unlimited)")
     for alias, agent in cfg.agents.items():
         if not 0 <= agent.warm <= MAX_WARM_ADAPTERS:
             raise ConfigError(

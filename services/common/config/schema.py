@@ -178,6 +178,10 @@ class StoreSection:
     pool_size: int = 10
     #: How long the session service waits at start for PostgreSQL to answer.
     connect_timeout_secs: int = 10
+    #: Bytes of history one session may store (a turn past it is refused; 0 = unlimited).
+    max_session_bytes: int = 256 * 1024 * 1024
+    #: Bytes of history all sessions of one owner (a gateway token) may store (0 = unlimited).
+    max_token_bytes: int = 1024 * 1024 * 1024
 
     @property
     def is_postgres(self) -> bool:

@@ -13,7 +13,13 @@ configure a :class:`JsonRpcPeer`; none of them parses or encodes a message
 itself.
 """
 
-from services.common.jsonrpc.lines import MAX_LINE_BYTES, read_lines
+from services.common.jsonrpc.lines import (
+    MAX_LINE_BYTES,
+    READ_CHUNK_BYTES,
+    ChunkReader,
+    LineCutter,
+    read_lines,
+)
 from services.common.jsonrpc.outbound import (
     IdSource,
     PeerClosed,
@@ -28,6 +34,7 @@ from services.common.jsonrpc.wire import (
     FrameKind,
     JsonRpcError,
     JsonRpcId,
+    OversizeLine,
     classify,
     classify_message,
     dumps,
@@ -39,9 +46,33 @@ from services.common.jsonrpc.wire import (
 )
 
 __all__ = [
-    "MAX_LINE_BYTES", "OVERSIZE_LINE", "Frame", "FrameKind", "Handler", "IdSource",
-    "JsonRpcError", "JsonRpcId", "JsonRpcPeer", "Notes", "NotificationSink", "PeerClosed",
-    "PendingRequests", "Send", "classify", "classify_message", "dumps", "error_line",
-    "integer_ids", "notification_line", "notification_lines", "prefixed_ids", "read_lines",
-    "request_line", "result_line",
+    "MAX_LINE_BYTES",
+    "OVERSIZE_LINE",
+    "READ_CHUNK_BYTES",
+    "ChunkReader",
+    "Frame",
+    "FrameKind",
+    "Handler",
+    "IdSource",
+    "JsonRpcError",
+    "JsonRpcId",
+    "JsonRpcPeer",
+    "LineCutter",
+    "Notes",
+    "NotificationSink",
+    "OversizeLine",
+    "PeerClosed",
+    "PendingRequests",
+    "Send",
+    "classify",
+    "classify_message",
+    "dumps",
+    "error_line",
+    "integer_ids",
+    "notification_line",
+    "notification_lines",
+    "prefixed_ids",
+    "read_lines",
+    "request_line",
+    "result_line",
 ]

@@ -26,6 +26,7 @@ from services.common.protocol import (
     MSG_INVALID_ID,
     MSG_INVALID_METHOD,
     MSG_INVALID_VERSION,
+    MSG_LINE_TOO_LONG,
     MSG_PARSE_ERROR,
     PARSE_ERROR,
 )
@@ -35,6 +36,20 @@ JsonRpcId = str | int | float | None
 
 #: What a line reader yields in place of a line longer than its limit (not JSON).
 OVERSIZE_LINE = "\x00line too long"
+
+
+class OversizeLine(str):
+    """:data:`OVERSIZE_LINE` standing for one skipped line: its length and the reader's limit
+    (bytes), for the parse error that answers it."""
+
+    size: int
+    limit: int
+
+    def __new__(cls, size: int, limit: int) -> OversizeLine:
+        line = super().__new__(cls, OVERSIZE_LINE)
+        line.size = size
+        line.limit = limit
+        return line
 
 
 class FrameKind(Enum):
@@ -101,6 +116,8 @@ def classify(line: str | bytes) -> Frame:
     if not line.strip():
         return Frame(FrameKind.SKIP)
     if line == OVERSIZE_LINE:
+        if isinstance(line, OversizeLine):
+            return _parse_error(MSG_LINE_TOO_LONG.format(n=line.size, limit=line.limit))
         return _parse_error("line too long")
     try:
         obj = orjson.loads(line)

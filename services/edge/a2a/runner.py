@@ -92,6 +92,7 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
         except BaseException:  # given up half-way: the row may exist (it stays, inactive)
             rt.spawn(rt.claims.release(sid))
             raise
+        rt.claims.held(got.session)  # the generation its writes are fenced by
         child = EdgeSession(rt, home, got.session, rt.clock)
         policy = SecurityPolicy.from_proto(got.policy)
         async with setting_up(home, child):

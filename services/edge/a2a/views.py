@@ -14,8 +14,8 @@ from typing import Any
 
 from acpgate.session.v1 import session_pb2
 from services.common.protocol import META_AGENT, META_PARENT_SESSION_ID, META_SPAWNED_BY
+from services.edge.history_wire import history_meta
 from services.edge.session import EdgeSession
-from services.edge.turn import history_meta
 
 __all__ = ["MAX_TEXT_CHARS", "history_view", "iso", "lineage", "row_view", "session_id_of_key",
            "state_of"]

@@ -83,6 +83,7 @@ async def decided(conn: DialectConnection,
         resolved = await call
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
+    rt.claims.held(resolved.row)  # the generation its writes are fenced by
     session = EdgeSession(rt, conn, resolved.row, rt.clock)
     session.claimed_at = taken_at  # the claim is at least as fresh as the request
     return session, resolved.agent, SecurityPolicy.from_proto(resolved.policy)

@@ -7,29 +7,34 @@ it would start (the list the request passes, else the stored one;
 :mod:`services.edge.mcp_admission`) → mark the id as being restored here (no
 second restore of it may race this one) → resolve the agent, the session's
 extra roots and its policy → take the session's claim for this host (another
-live host serving it: "Session already active") → spawn the adapter while the
-stored history streams in → seed the adapter with the conversation and those
-MCP servers → set the stored mode and config values again → replay
-(load) or send the stored plan (resume) → mark the session active (storing a
-newly passed MCP list and extra roots). A step that fails answers the request
-with its error and gives back what the earlier steps took. The result carries
-the adapter's ``modes`` and ``configOptions`` as they are after the re-apply.
+live host serving it: "Session already active") → spawn the adapter →
+seed the adapter with the conversation and those MCP servers → set the stored
+mode and config values again → replay (load) or send the stored plan (resume)
+→ mark the session active (storing a newly passed MCP list and extra roots). A
+step that fails answers the request with its error and gives back what the
+earlier steps took. The result carries the adapter's ``modes`` and
+``configOptions`` as they are after the re-apply.
+
+The history is never held whole (issue 23): seeding and replay each read the
+stored pages (``StreamHistory``) one at a time and pass each one on before the
+next is read — to the agent, answered chunk by chunk; to the client, through its
+bounded send queue (:mod:`services.edge.history_wire`).
 
 ``additionalDirectories`` in the request replace the stored ones (resolved by
 the same rules as on session/new); without them the stored ones apply. Nothing
 is written to the row before this host holds its claim.
 
-Seeding depends on the agent: the built-in agent is resumed with the history in
-``_meta.acpgate.history``; an external agent restores its own session when it
-can (same agent, advertised resume/load); otherwise a fresh adapter session is
-opened and the transcript is carried over into its first prompt.
+Seeding depends on the agent: the built-in agent is resumed with
+``_meta.acpgate.historyFollows`` and gets the history in ``_acpgate/history_append``
+chunks; an external agent restores its own session when it can (same agent,
+advertised resume/load); otherwise a fresh adapter session is opened and the
+newest part of the transcript is carried over into its first prompt.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -52,6 +57,7 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found
+from services.edge.history_wire import CarryOver, Replay, history_meta
 from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import (
     additional_directories,
@@ -71,7 +77,6 @@ from services.edge.session_setup import (
     spawn_adapter,
 )
 from services.edge.session_state import reapply
-from services.edge.turn import history_meta, replay_updates, transcript
 from services.edge.visibility import visible_row
 
 #: Replayed updates written per hold of the send lock (session/load).
@@ -111,14 +116,12 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             await rt.claims.claim(sid)
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
-                client, items = await _spawn_while_history_streams(conn, session, agent,
-                                                                   policy)
-                adapter_sid = await _seed(session, client, row, agent, policy, items,
-                                          mcp, client_mcp)
+                client = await spawn_adapter(conn, session, agent, policy)
+                adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp)
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
-                    await _replay_history(conn, sid, items)
+                    await _replay_history(conn, session)
                 else:
                     await _replay_plan(conn, sid, row)
                 await mark_active(
@@ -195,38 +198,23 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
     return session
 
 
-async def _spawn_while_history_streams(
-    conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
-    policy: SecurityPolicy,
-) -> tuple[AdapterClient, list[session_pb2.HistoryItem]]:
-    """Start the adapter while the stored history streams in (both take tens of ms)."""
-    rt = conn.runtime
-    sid = session.session_id
-    history = asyncio.create_task(_history(rt, sid))
+async def _history_pages(rt: EdgeRuntime, sid: str
+                         ) -> AsyncIterator[Sequence[session_pb2.HistoryItem]]:
+    """The stored items of ``sid``, oldest first, one ``StreamHistory`` page at a time (the
+    next is read only when the caller asks for it); a failure is the client's error."""
+    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
     try:
-        client = await spawn_adapter(conn, session, agent, policy)
-    except BaseException:
-        history.cancel()
-        with contextlib.suppress(BaseException):
-            await history
-        raise
-    try:
-        items = await history
+        async for page in stream:
+            yield page.items
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, sid) from None
-    return client, items
-
-
-async def _history(rt: EdgeRuntime, sid: str) -> list[session_pb2.HistoryItem]:
-    """The stored items of ``sid``, oldest first, from the paged StreamHistory."""
-    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
-    return [item async for page in stream for item in page.items]
+    finally:
+        stream.cancel()
 
 
 async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
-                policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
-                mcp: list[Any], client_mcp: ClientMcpRules) -> str:
+                policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules) -> str:
     """Give the adapter the conversation; returns the adapter's session id.
 
     A failure answers "Failed to restore session: <cause>"
@@ -234,21 +222,23 @@ async def _seed(session: EdgeSession, client: AdapterClient,
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
-            return await _resume_builtin(client, row, policy, items, mcp, client_mcp)
+            return await _resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
         if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
             return row.adapter_session_id
-        return await _carry_over(session, client, row, policy, items, mcp)
+        return await _carry_over(session.runtime, session, client, row, policy, mcp)
     except Exception as exc:
         raise restore_error(exc, client.secrets) from None
 
 
-async def _resume_builtin(client: AdapterClient, row: session_pb2.SessionRow,
-                          policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
-                          mcp: list[Any], client_mcp: ClientMcpRules) -> str:
-    """The built-in agent: ``session/resume`` under its old id, history (and how the client's
-    MCP servers run) in ``_meta``."""
+async def _resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: session_pb2.SessionRow,
+                          policy: SecurityPolicy, mcp: list[Any],
+                          client_mcp: ClientMcpRules) -> str:
+    """The built-in agent: ``session/resume`` under its old id (how the client's MCP servers
+    run in ``_meta``), then the history, page by page, as ``_acpgate/history_append``
+    chunks."""
     adapter_sid = row.adapter_session_id or row.session_id
-    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, history_meta(items),
+    chunks = (history_meta(items) async for items in _history_pages(rt, row.session_id))
+    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, chunks,
                                 list(row.additional_directories), client_mcp)
     return adapter_sid
 
@@ -260,25 +250,35 @@ async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
                                          list(row.additional_directories))
 
 
-async def _carry_over(session: EdgeSession, client: AdapterClient, row: session_pb2.SessionRow,
-                      policy: SecurityPolicy, items: list[session_pb2.HistoryItem],
+async def _carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
+                      row: session_pb2.SessionRow, policy: SecurityPolicy,
                       mcp: list[Any]) -> str:
-    """A fresh adapter session; the transcript goes along with the first prompt."""
+    """A fresh adapter session; the newest part of the transcript goes along with the first
+    prompt (:class:`~services.edge.history_wire.CarryOver`)."""
     adapter_sid = await client.new_session(row.workspace_dir, mcp, policy,
                                            list(row.additional_directories))
-    session.pending_history = transcript(items) or None
+    carry = CarryOver()
+    async for items in _history_pages(rt, row.session_id):
+        carry.add(items)
+    session.pending_history = carry.text()
     return adapter_sid
 
 
-async def _replay_history(conn: SessionHome, sid: str,
-                          items: list[session_pb2.HistoryItem]) -> None:
-    """session/load: every stored update, in order, as ``session/update`` notifications."""
-    lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
-                                                  for u in replay_updates(items)])
-    with contextlib.suppress(ConnectionError, OSError):
-        # Chunks, so other sessions on this connection still get a turn.
-        for start in range(0, len(lines), _REPLAY_CHUNK):
-            await conn.send_many(lines[start:start + _REPLAY_CHUNK])
+async def _replay_history(conn: SessionHome, session: EdgeSession) -> None:
+    """session/load: every stored update, in order, as ``session/update`` notifications,
+    read and sent page by page (the client's send queue paces the reading). A history
+    that cannot be read gives the session up."""
+    sid = session.session_id
+    replay = Replay()
+    try:
+        async for items in _history_pages(conn.runtime, sid):
+            lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
+                                                          for u in replay.updates(items)])
+            # Chunks, so other sessions on this connection still get a turn.
+            for start in range(0, len(lines), _REPLAY_CHUNK):
+                await conn.send_many(lines[start:start + _REPLAY_CHUNK])
+    except (ConnectionError, OSError):
+        return  # the client left: setup notices (mark_active) and releases the session
 
 
 async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:

@@ -11,7 +11,13 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.session.convert import append_result_to_pb, pb_to_entry, usage_from_pb
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import InvalidItem, SessionNotFound
+from services.session.store import (
+    InvalidItem,
+    Quota,
+    QuotaExceeded,
+    SessionActiveElsewhere,
+    SessionNotFound,
+)
 
 __all__ = ["HistoryRpcs"]
 
@@ -24,7 +30,9 @@ class HistoryRpcs(RpcBase):
     async def AppendTurn(
         self, request: pb.AppendTurnRequest, context: Ctx
     ) -> pb.AppendTurnResponse:
-        """One completed turn in one transaction (SPEC §8)."""
+        """One completed turn in one transaction (SPEC §8): fenced by the holder's claim
+        generation (ABORTED), within the byte quotas (RESOURCE_EXHAUSTED)."""
+        store = self._cfg.store
         try:
             result = await self._store.append_turn(
                 request.session_id,
@@ -32,9 +40,21 @@ class HistoryRpcs(RpcBase):
                 token_delta=request.token_delta,
                 plan_json=request.plan_json if request.HasField("plan_json") else None,
                 usage=usage_from_pb(request.usage) if request.HasField("usage") else None,
+                holder=request.holder_instance_id or None,
+                generation=request.claim_generation,
+                quota=Quota(store.max_session_bytes, store.max_token_bytes),
             )
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except SessionActiveElsewhere as exc:
+            log.warning("turn_fenced", session_id=request.session_id,
+                        holder=request.holder_instance_id, generation=request.claim_generation,
+                        claim=exc.claim.instance_id, claim_generation=exc.claim.generation)
+            await abort(context, grpc.StatusCode.ABORTED, str(exc))
+        except QuotaExceeded as exc:
+            log.warning("turn_over_quota", session_id=request.session_id, scope=exc.scope,
+                        used=exc.used, limit=exc.limit)
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except InvalidItem as exc:
             log.warning("turn_rejected", session_id=request.session_id, reason=str(exc))
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))

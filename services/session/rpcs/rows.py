@@ -68,6 +68,7 @@ class RowRpcs(RpcBase):
                 additional_directories=(tuple(request.additional_directories.values)
                                         if request.HasField("additional_directories") else None),
                 holder=request.holder_instance_id or None,
+                generation=request.claim_generation,
             )
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -145,7 +146,9 @@ class RowRpcs(RpcBase):
     async def ReleaseSession(
         self, request: pb.ReleaseSessionRequest, context: Ctx
     ) -> pb.ReleaseSessionResponse:
-        """Mark the session inactive and drop the claim, unless another instance holds it."""
+        """Mark the session inactive and drop the claim, unless another instance (or a later
+        generation) holds it."""
         released = await self._store.release_claim(request.session_id,
-                                                   request.gateway_instance_id)
+                                                   request.gateway_instance_id,
+                                                   request.claim_generation)
         return pb.ReleaseSessionResponse(released=released)

@@ -15,8 +15,12 @@ from services.common.protocol import HISTORY_ROLE_TOOL_CALL, HISTORY_ROLE_TOOL_R
 from services.session.store.records import (
     STATES,
     TOOL_STATUSES,
+    Claim,
     HistoryEntry,
     InvalidItem,
+    Quota,
+    QuotaExceeded,
+    SessionActiveElsewhere,
     TurnUsage,
 )
 
@@ -24,9 +28,12 @@ __all__ = [
     "check_capabilities",
     "check_claim",
     "check_config",
+    "check_fence",
     "check_mcp_servers",
     "check_new_session",
+    "check_owner_quota",
     "check_plan",
+    "check_session_quota",
     "check_turn",
     "check_update",
     "validate_item",
@@ -146,3 +153,33 @@ def check_turn(items: Sequence[HistoryEntry], token_delta: int, plan_json: str |
                                  usage.cached_read_tokens, usage.cached_write_tokens) < 0:
         raise InvalidItem("usage counts must not be negative")
     check_plan(plan_json)
+
+
+def check_fence(session_id: str, claim: Claim, holder: str | None, generation: int) -> None:
+    """Refuse (SessionActiveElsewhere) a holder's write to a row whose claim is not its own:
+    with ``generation``, the claim must be ``holder``'s at exactly that generation (another
+    host took it over since, however briefly: fenced); without one, ``holder``'s or nobody's.
+    No ``holder``: a trusted write, not fenced."""
+    if holder is None:
+        return
+    if generation:
+        held = claim.instance_id == holder and claim.generation == generation
+    else:
+        held = claim.instance_id in ("", holder)
+    if not held:
+        raise SessionActiveElsewhere(session_id, claim)
+
+
+def check_session_quota(stored: int, adding: int, quota: Quota | None) -> None:
+    """Refuse (QuotaExceeded) a turn of ``adding`` bytes that would take a session holding
+    ``stored`` bytes over ``quota.session_bytes`` (0: unlimited)."""
+    if quota is not None and quota.session_bytes and stored + adding > quota.session_bytes:
+        raise QuotaExceeded("session", stored + adding, quota.session_bytes)
+
+
+def check_owner_quota(owner: str, total: int, quota: Quota | None) -> None:
+    """Refuse (QuotaExceeded) a turn that took ``owner``'s total to ``total`` bytes, over
+    ``quota.owner_bytes`` (0: unlimited). A row without an owner (migrated from the zeroclaw
+    layout and never bound) has no principal to charge."""
+    if quota is not None and quota.owner_bytes and owner and total > quota.owner_bytes:
+        raise QuotaExceeded("owner", total, quota.owner_bytes)

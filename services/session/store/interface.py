@@ -12,6 +12,15 @@ conditional update, so of two instances racing for one session exactly one
 wins. The holder renews its claims while the sessions are active
 (:meth:`SessionStore.renew_claims`); a claim that was not renewed in time has
 expired — its host is dead or cut off — and any instance may take it over.
+
+Every claim taken is the row's next *generation* (a renewal keeps it). A holder's
+writes carry the generation it got (``holder`` + ``generation``): the row is
+written only while that instance still holds the claim at that generation,
+checked in the write's own transaction, so a host cut off past its lease can
+never write after the host that took over (split brain).
+
+History counts against two byte quotas (:class:`~.records.Quota`): a running
+total per row and per owner (``owner_usage``), checked in the turn's transaction.
 """
 
 from __future__ import annotations
@@ -23,18 +32,23 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from services.session.store.records import (
     AppendResult,
     HistoryEntry,
+    Quota,
     SessionRecord,
     StoreStatusInfo,
     TurnUsage,
 )
 
-__all__ = ["DEFAULT_HISTORY_PAGE", "Clock", "SessionStore", "wall_clock_ms"]
+__all__ = ["DEFAULT_HISTORY_PAGE", "HISTORY_PAGE_BYTES", "Clock", "SessionStore",
+           "wall_clock_ms"]
 
 #: A clock in milliseconds since the epoch (injected so tests control time).
 Clock = Callable[[], int]
 
 #: How many history items a backend reads per query unless told otherwise.
 DEFAULT_HISTORY_PAGE = 500
+#: How many item bytes a backend reads per query of a big history (a larger item alone):
+#: a session storing more than this is read in byte-bounded pages (``sql_history``).
+HISTORY_PAGE_BYTES = 4 * 1024 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -119,6 +133,7 @@ class SessionStore(ABC):
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
+        generation: int = 0,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged) and return the row.
 
@@ -128,7 +143,8 @@ class SessionStore(ABC):
         InvalidItem for an unknown state, an empty alias, a plan that is not JSON or an
         MCP server list that is not a JSON array, config values that are not a JSON
         object, or a NUL in an identifier. With ``holder``, only while that instance holds
-        the claim or nobody does (else SessionActiveElsewhere, nothing changed).
+        the claim or nobody does — with ``generation`` too, only while it holds the claim at
+        that generation (fenced) — else SessionActiveElsewhere, nothing changed.
         """
 
     @abstractmethod
@@ -137,8 +153,8 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def delete_session(self, session_id: str, *, holder: str | None = None) -> bool:
-        """Remove the row with its history and turn usage in one transaction; False if
-        there was no such row.
+        """Remove the row with its history and turn usage in one transaction (its bytes
+        leave its owner's total in it too); False if there was no such row.
 
         With ``holder`` (an instance id), only while no other instance holds a live
         claim on the row — free, ``holder``'s own or expired (else
@@ -162,9 +178,11 @@ class SessionStore(ABC):
         """Make ``instance_id`` (on ``host``) the server of the session until now + ``ttl_ms``.
 
         One conditional update: it succeeds when nobody holds the claim, when
-        ``instance_id`` already does (a renewal), or when the holder's claim has expired;
-        else SessionActiveElsewhere with the live claim. SessionNotFound for an unknown
-        id; InvalidItem for an empty instance id or a lease time that is not positive.
+        ``instance_id`` already does, or when the holder's claim has expired; else
+        SessionActiveElsewhere with the live claim. Each success is the claim's next
+        generation (``record.claim.generation``): a write fenced by an earlier one is
+        refused from then on. SessionNotFound for an unknown id; InvalidItem for an empty
+        instance id or a lease time that is not positive.
         """
 
     @abstractmethod
@@ -172,14 +190,15 @@ class SessionStore(ABC):
         self, instance_id: str, session_ids: Sequence[str], *, ttl_ms: int
     ) -> list[str]:
         """The heartbeat: extend to now + ``ttl_ms`` every claim of ``session_ids`` that
-        ``instance_id`` still holds, in one transaction; returns those ids (the others
-        were taken over or are gone)."""
+        ``instance_id`` still holds, in one transaction, keeping their generations; returns
+        those ids (the others were taken over or are gone)."""
 
     @abstractmethod
-    async def release_claim(self, session_id: str, instance_id: str) -> bool:
+    async def release_claim(self, session_id: str, instance_id: str,
+                            generation: int = 0) -> bool:
         """The session stopped on ``instance_id``: mark it inactive and drop the claim, when
-        that instance holds it or nobody does. False (nothing changed) when another
-        instance holds it or the row is gone."""
+        that instance holds it (at ``generation``, when one is given) or nobody does. False
+        (nothing changed) when another instance or generation holds it or the row is gone."""
 
     # -- agents
 
@@ -207,14 +226,21 @@ class SessionStore(ABC):
         token_delta: int = 0,
         plan_json: str | None = None,
         usage: TurnUsage | None = None,
+        holder: str | None = None,
+        generation: int = 0,
+        quota: Quota | None = None,
     ) -> AppendResult:
         """Append one completed turn in one transaction: every item or none (SPEC §8).
 
         Each item is checked with ``validate_item``; the first line of the first user
         text titles an untitled row (``prompt_title``); ``token_delta`` adds to the token
         count; ``usage`` is stored for the turn and added to the input/output totals; a
-        plan replaces the stored one. InvalidItem (empty turn, negative delta, bad item or plan) and
-        SessionNotFound leave the store unchanged.
+        plan replaces the stored one; the items' bytes (``item_bytes``) add to the row's
+        and its owner's totals. With ``holder`` the turn is fenced like
+        :meth:`update_session`'s write (SessionActiveElsewhere); with ``quota`` a turn that
+        would take the row or its owner over a limit is QuotaExceeded. InvalidItem (empty
+        turn, negative delta, bad item or plan), SessionNotFound and those two refusals
+        leave the store unchanged: they are decided in the turn's own transaction.
         """
 
     @abstractmethod
@@ -222,7 +248,9 @@ class SessionStore(ABC):
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
     ) -> AsyncIterator[list[HistoryEntry]]:
         """The stored items after ``after_seq``, oldest first, as the backend reads them:
-        one non-empty list of at most ``page`` items per read (SessionNotFound if no row)."""
+        one non-empty list of at most ``page`` items per read — and, for a session storing
+        more than :data:`HISTORY_PAGE_BYTES`, of at most that many item bytes (a larger
+        item alone) — so a big history is never held whole (SessionNotFound if no row)."""
 
     async def iter_history(
         self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE

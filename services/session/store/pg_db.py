@@ -40,7 +40,13 @@ from services.session.store.records import (
     SessionRecord,
     StoreUnavailable,
 )
-from services.session.store.sql_rows import SELECT_HISTORY_PAGE, numbered, record_from_row
+from services.session.store.sql_history import (
+    SELECT_HISTORY_PAGE,
+    SELECT_HISTORY_RANGE,
+    SELECT_HISTORY_SIZES,
+    item_bytes_sql,
+)
+from services.session.store.sql_rows import numbered, record_from_row
 
 __all__ = [
     "Conn",
@@ -51,6 +57,8 @@ __all__ = [
     "from_db",
     "in_transaction",
     "read_history_page",
+    "read_history_range",
+    "read_history_sizes",
     "record_of",
     "storable",
     "to_db",
@@ -246,6 +254,9 @@ def record_of(row: asyncpg.Record) -> SessionRecord:
 
 
 _SELECT_HISTORY_PAGE: Final = numbered(SELECT_HISTORY_PAGE)
+_SELECT_HISTORY_RANGE: Final = numbered(SELECT_HISTORY_RANGE)
+_SELECT_HISTORY_SIZES: Final = numbered(SELECT_HISTORY_SIZES.format(
+    size=item_bytes_sql(lambda column: f"octet_length({column})")))
 #: Where the item fields of a history row (:data:`~.sql_rows.HISTORY_COLUMNS`) end.
 _ITEM_END: Final = 1 + len(ITEM_FIELDS)
 
@@ -258,6 +269,21 @@ def entry_of(row: asyncpg.Record) -> HistoryEntry:
 
 
 async def read_history_page(session_id: str, after_seq: int, page: int,
-                            con: Conn) -> list[asyncpg.Record]:
-    """At most ``page`` history rows of ``session_id`` after ``after_seq``, oldest first."""
-    return await con.fetch(_SELECT_HISTORY_PAGE, session_id, after_seq, page)
+                            con: Conn) -> list[HistoryEntry]:
+    """At most ``page`` history items of ``session_id`` after ``after_seq``, oldest first."""
+    return [entry_of(r) for r in await con.fetch(_SELECT_HISTORY_PAGE, session_id, after_seq,
+                                                 page)]
+
+
+async def read_history_sizes(session_id: str, after_seq: int, page: int,
+                             con: Conn) -> list[tuple[int, int]]:
+    """(seq, item bytes) of at most ``page`` rows after ``after_seq``, oldest first."""
+    return [(int(r[0]), int(r[1]))
+            for r in await con.fetch(_SELECT_HISTORY_SIZES, session_id, after_seq, page)]
+
+
+async def read_history_range(session_id: str, after_seq: int, last_seq: int,
+                             con: Conn) -> list[HistoryEntry]:
+    """The history items with ``after_seq`` < seq <= ``last_seq``, oldest first."""
+    return [entry_of(r) for r in await con.fetch(_SELECT_HISTORY_RANGE, session_id, after_seq,
+                                                 last_seq)]

@@ -111,6 +111,26 @@ _V6_SESSION_STATE = (
 )
 
 
+#: v7 (issue 23): as SQLite's — the claim's generation, the stored bytes per row and per
+#: owner, computed from the history already stored (``octet_length``: UTF-8 bytes).
+_V7_FENCE_AND_BYTES = (
+    "ALTER TABLE sessions ADD COLUMN claim_generation BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN stored_bytes BIGINT NOT NULL DEFAULT 0",
+    """CREATE TABLE owner_usage (
+        owner_session_key TEXT PRIMARY KEY,
+        stored_bytes BIGINT NOT NULL DEFAULT 0)""",
+    "UPDATE sessions SET claim_generation = 1 WHERE active_instance_id != ''",
+    """UPDATE sessions SET stored_bytes = COALESCE((
+        SELECT SUM(octet_length(role) + octet_length(text) + octet_length(tool_call_id)
+                   + octet_length(tool_name) + octet_length(tool_kind) + octet_length(title)
+                   + octet_length(arguments_json) + octet_length(output)
+                   + octet_length(status) + octet_length(content_json))
+        FROM history WHERE history.session_id = sessions.id), 0)""",
+    """INSERT INTO owner_usage (owner_session_key, stored_bytes)
+        SELECT owner_session_key, SUM(stored_bytes) FROM sessions GROUP BY owner_session_key""",
+)
+
+
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
     exists = await con.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
@@ -140,11 +160,18 @@ async def _add_v6_session_state(con: Conn) -> None:
         await con.execute(stmt)
 
 
+async def _add_v7_fence_and_bytes(con: Conn) -> None:
+    """v6 → v7: claim generations and the stored byte totals, computed for every row."""
+    for stmt in _V7_FENCE_AND_BYTES:
+        await con.execute(stmt)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
     4: (5, _add_v5_capabilities),
     5: (6, _add_v6_session_state),
+    6: (7, _add_v7_fence_and_bytes),
 }
 
 

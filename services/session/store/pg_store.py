@@ -6,93 +6,85 @@ to date, with the statements SQLite uses (:mod:`.sql_rows`). Several session
 services — one per host, or one for many edges — may share the database:
 
 - a turn is one transaction that locks the session row (``FOR UPDATE``), so
-  turns appended from anywhere get dense, unique seq numbers;
+  turns appended from anywhere get dense, unique seq numbers (turns and history
+  are the half in :mod:`.pg_history`);
 - a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
   second update waits for the first and re-checks its ``WHERE`` against the
   committed row, so of two instances racing for one session exactly one wins;
+- a holder's turn is fenced by the claim it read under that lock, and the owner's
+  byte total is an upserted row, locked too, so neither a takeover nor an owner's
+  other turns can slip between the check and the commit;
 - a lost connection is :class:`~.records.StoreUnavailable`; the pool replaces
   broken connections, so the store works again once the server is back.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import asyncpg
 
-from services.session.store.checks import check_capabilities, check_claim, check_turn, check_update
-from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
+from services.session.store.checks import (
+    check_capabilities,
+    check_claim,
+    check_update,
+)
+from services.session.store.interface import (
+    Clock,
+)
 from services.session.store.pg_db import (
     Conn,
-    call,
-    entry_of,
-    from_db,
-    in_transaction,
-    read_history_page,
     record_of,
     storable,
     to_db,
 )
+from services.session.store.pg_history import PostgresHistory
 from services.session.store.records import (
-    AppendResult,
-    HistoryEntry,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreError,
     StoreStatusInfo,
-    TurnUsage,
     refusal,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql_claims import (
     CLAIM_SESSION,
+    delete_filter,
+    release_statement,
+    row_filter,
+)
+from services.session.store.sql_rows import (
     DELETE_SESSION_DATA,
-    INSERT_ITEM,
     INSERT_SESSION,
-    INSERT_USAGE,
     LIST_PAGE,
-    RELEASE_CLAIM,
     SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
     SELECT_SESSION,
-    SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
+    SUB_OWNER_BYTES,
     TOUCH_SESSION,
-    UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
-    TurnRows,
-    delete_filter,
     list_filter,
     new_row_values,
     numbered,
-    row_filter,
     update_assignments,
-    usage_values,
 )
 
 __all__ = ["PostgresSessionStore"]
 
-T = TypeVar("T")
-
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 _SELECT_SESSION = numbered(SELECT_SESSION)
 _SELECT_BY_SESSION_KEY = numbered(SELECT_BY_SESSION_KEY)
-_SELECT_TURN_COUNTERS = numbered(SELECT_TURN_COUNTERS) + " FOR UPDATE"
 _TOUCH_SESSION = numbered(TOUCH_SESSION.format(greatest="GREATEST")) + _RETURNING_ROW
 _CLAIM_SESSION = numbered(CLAIM_SESSION) + _RETURNING_ROW
-_RELEASE_CLAIM = numbered(RELEASE_CLAIM) + " RETURNING id"
-_INSERT_ITEM = numbered(INSERT_ITEM)
+_SUB_OWNER_BYTES = numbered(SUB_OWNER_BYTES.format(greatest="GREATEST"))
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
-_INSERT_USAGE = numbered(INSERT_USAGE)
 _INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _RETURNING_ROW
-_UPDATE_AFTER_TURN = numbered(UPDATE_AFTER_TURN.format(greatest="GREATEST"))
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
 
-class PostgresSessionStore(SessionStore):
+class PostgresSessionStore(PostgresHistory):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
     def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:
@@ -109,14 +101,6 @@ class PostgresSessionStore(SessionStore):
         await self._pool.close()
 
     # -- helpers
-
-    async def _call(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """A repeatable operation on a pooled connection (see :func:`.pg_db.call`)."""
-        return await call(self._pool, self.status.db_path, op)
-
-    async def _transaction(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """An operation in one transaction (see :func:`.pg_db.in_transaction`)."""
-        return await in_transaction(self._pool, self.status.db_path, op)
 
     async def _fetch_session(self, con: Conn, session_id: str) -> SessionRecord | None:
         row = await con.fetchrow(_SELECT_SESSION, session_id)
@@ -192,9 +176,10 @@ class PostgresSessionStore(SessionStore):
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
+        generation: int = 0,
     ) -> SessionRecord:
-        """Change the given fields (None = unchanged); ``holder`` guards against another's
-        claim."""
+        """Change the given fields (None = unchanged); ``holder`` (and ``generation``) guard
+        against another's claim."""
         check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
                      config_json=config_json, additional_directories=additional_directories)
         if not storable(session_id):
@@ -205,7 +190,7 @@ class PostgresSessionStore(SessionStore):
             mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
             additional_directories=additional_directories, text=to_db,
         )
-        where, args = row_filter(session_id, holder)
+        where, args = row_filter(session_id, holder, generation)
         if not sets:
             return await self.get_session(session_id)
 
@@ -240,14 +225,16 @@ class PostgresSessionStore(SessionStore):
 
         async def delete(con: Conn) -> bool:
             # The row first: its condition decides (and locks it), the rest goes only with it.
-            gone = await con.fetchval(
-                numbered(f"DELETE FROM sessions WHERE {where} RETURNING id"), *args)
+            gone = await con.fetchrow(numbered(
+                f"DELETE FROM sessions WHERE {where} RETURNING owner_session_key, stored_bytes"),
+                *args)
             if gone is None:
                 if holder is not None and await self._fetch_session(con, session_id):
                     raise await self._refused(con, session_id)
                 return False
             for stmt in _DELETE_SESSION_DATA:
                 await con.execute(stmt, session_id)
+            await con.execute(_SUB_OWNER_BYTES, gone[1], gone[0])
             return True
 
         # In a transaction: all of it goes, or none. A retry after a lost first try finds
@@ -303,11 +290,13 @@ class PostgresSessionStore(SessionStore):
         held = {str(r[0]) for r in rows}
         return [s for s in wanted if s in held]
 
-    async def release_claim(self, session_id: str, instance_id: str) -> bool:
-        """Mark inactive and unclaim, unless another instance holds the claim."""
+    async def release_claim(self, session_id: str, instance_id: str,
+                            generation: int = 0) -> bool:
+        """Mark inactive and unclaim, unless another instance (or generation) holds it."""
         if not storable(session_id):
             return False
-        rows = await self._call(lambda con: con.fetch(_RELEASE_CLAIM, session_id, instance_id))
+        sql, params = release_statement(session_id, instance_id, generation)
+        rows = await self._call(lambda con: con.fetch(numbered(sql) + " RETURNING id", *params))
         return bool(rows)
 
     # -- agents
@@ -326,56 +315,3 @@ class PostgresSessionStore(SessionStore):
             return ""
         text = await self._call(lambda con: con.fetchval(_SELECT_CAPABILITIES, alias))
         return str(text) if text is not None else ""
-
-    # -- history
-
-    async def append_turn(
-        self,
-        session_id: str,
-        items: Sequence[HistoryEntry],
-        *,
-        token_delta: int = 0,
-        plan_json: str | None = None,
-        usage: TurnUsage | None = None,
-    ) -> AppendResult:
-        """Append one completed turn in one transaction: every item or none (SPEC §8).
-
-        The row is locked first, so concurrent turns (from any host) queue up on it.
-        """
-        check_turn(items, token_delta, plan_json, usage)
-        if not storable(session_id):
-            raise SessionNotFound(session_id)
-        now = self._clock()
-
-        async def append(con: Conn) -> AppendResult:
-            row = await con.fetchrow(_SELECT_TURN_COUNTERS, session_id)
-            if row is None:
-                raise SessionNotFound(session_id)
-            turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, from_db(row[2]), now,
-                            text=to_db)
-            await con.executemany(_INSERT_ITEM, list(turn.rows(items)))
-            if usage is not None:
-                await con.execute(_INSERT_USAGE, *usage_values(session_id, turn.turn, usage, now))
-            used = usage or TurnUsage()
-            await con.execute(_UPDATE_AFTER_TURN, turn.seq, turn.turn, to_db(turn.title),
-                              token_delta, used.input_tokens, used.output_tokens, now, plan_json,
-                              session_id)
-            return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
-
-        return await self._transaction(append)
-
-    async def iter_history_pages(
-        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
-    ) -> AsyncIterator[list[HistoryEntry]]:
-        """The stored items oldest first: one non-empty list of at most ``page`` items per
-        query (SessionNotFound if no such row). A connection is held per page only."""
-        await self.get_session(session_id)
-        last = after_seq
-        while True:
-            rows = await self._call(functools.partial(read_history_page, session_id, last, page))
-            entries = [entry_of(r) for r in rows]
-            if entries:
-                yield entries
-            if len(entries) < page:
-                return
-            last = entries[-1].seq

@@ -15,6 +15,8 @@ from typing import Final
 from services.common.protocol import (
     MSG_SESSION_ALREADY_ACTIVE,
     MSG_SESSION_NOT_FOUND,
+    MSG_SESSION_QUOTA,
+    MSG_TOKEN_QUOTA,
     session_key_for,
 )
 
@@ -30,6 +32,8 @@ __all__ = [
     "HistoryEntry",
     "InvalidItem",
     "Ownership",
+    "Quota",
+    "QuotaExceeded",
     "SessionActiveElsewhere",
     "SessionExists",
     "SessionNotFound",
@@ -38,6 +42,7 @@ __all__ = [
     "StoreStatusInfo",
     "StoreUnavailable",
     "TurnUsage",
+    "item_bytes",
     "item_values",
     "make_title",
     "prompt_title",
@@ -104,6 +109,19 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached right now (a shared server down or unreachable)."""
 
 
+class QuotaExceeded(StoreError):
+    """A turn would take its session (``scope`` "session") or its owner (``scope`` "owner")
+    over the store's byte quota; nothing of it was written. ``used`` is what would be stored
+    with the turn, ``limit`` the quota."""
+
+    def __init__(self, scope: str, used: int, limit: int) -> None:
+        template = MSG_SESSION_QUOTA if scope == "session" else MSG_TOKEN_QUOTA
+        super().__init__(template.format(used=used, limit=limit))
+        self.scope = scope
+        self.used = used
+        self.limit = limit
+
+
 # ------------------------------------------------------------------ records
 
 
@@ -135,6 +153,9 @@ class Claim:
     host: str = ""
     #: Milliseconds since the epoch; the claim is live while ``now <= until``.
     until: int = 0
+    #: How many times the row's claim was taken (a renewal keeps it): the fence a holder's
+    #: writes carry, so a host that lost the claim cannot write after the new holder.
+    generation: int = 0
 
     def live(self, now: int) -> bool:
         """True while an instance holds the claim and has renewed it in time."""
@@ -175,6 +196,17 @@ class SessionRecord:
     #: Token totals over the stored turns.
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Bytes of the stored history items (:func:`item_bytes` summed): what the quotas count.
+    stored_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The store's byte quotas on history (``[store] max_session_bytes`` and
+    ``max_token_bytes``); 0 is unlimited."""
+
+    session_bytes: int = 0
+    owner_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,6 +252,17 @@ ITEM_FIELDS: Final = (
 )
 #: The :data:`ITEM_FIELDS` values of an entry (or of a message with those fields), as a tuple.
 item_values: Final = operator.attrgetter(*ITEM_FIELDS)
+
+
+def _utf8_len(text: str) -> int:
+    # ASCII (the common case) needs no encoding pass; lone surrogates are counted, not refused.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def item_bytes(entry: HistoryEntry) -> int:
+    """What one history item counts against the quotas: the UTF-8 bytes of its role and
+    of every :data:`ITEM_FIELDS` value (as SQL ``octet_length`` counts the stored text)."""
+    return _utf8_len(entry.role) + sum(map(_utf8_len, item_values(entry)))
 
 
 @dataclass(frozen=True)

@@ -35,35 +35,32 @@ from services.session.store.records import (
 )
 
 __all__ = [
-    "CLAIMABLE",
-    "CLAIM_SESSION",
+    "ADD_OWNER_BYTES",
     "DELETE_SESSION_DATA",
     "HISTORY_COLUMNS",
     "INSERT_ITEM",
     "INSERT_SESSION",
     "INSERT_USAGE",
     "LIST_PAGE",
-    "RELEASABLE",
-    "RELEASE_CLAIM",
     "SELECT_BY_SESSION_KEY",
     "SELECT_CAPABILITIES",
-    "SELECT_HISTORY_PAGE",
     "SELECT_SESSION",
     "SELECT_TURN_COUNTERS",
     "SESSION_COLUMNS",
+    "SUB_OWNER_BYTES",
     "TOUCH_SESSION",
     "UPDATE_AFTER_TURN",
     "UPSERT_CAPABILITIES",
     "Row",
     "TurnRows",
-    "delete_filter",
+    "TurnTarget",
     "dirs_from_json",
     "dirs_json",
     "list_filter",
     "new_row_values",
     "numbered",
     "record_from_row",
-    "row_filter",
+    "turn_target",
     "update_assignments",
     "usage_values",
 ]
@@ -73,7 +70,7 @@ SESSION_COLUMNS: Final = (
     " lease_id, adapter_session_id, title, session_key, spawned_by, parent_session_key,"
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
     " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
-    " mode_id, config_json, input_tokens, output_tokens"
+    " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
@@ -87,16 +84,30 @@ INSERT_SESSION: Final = (
     "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,"
     " session_key, spawned_by, parent_session_key, owner_session_key, agent_id, backend,"
     " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json, title,"
-    " active_instance_id, active_host, active_until)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " active_instance_id, active_host, active_until, claim_generation)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-#: The row's counters, title, totals and plan after a turn; ``{greatest}`` is the backend's
-#: two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
+#: The row's counters, title, totals, stored bytes and plan after a turn; ``{greatest}`` is
+#: the backend's two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
 UPDATE_AFTER_TURN: Final = (
     "UPDATE sessions SET last_seq = ?, last_turn = ?, title = ?, token_count = token_count + ?,"
     " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-    " last_activity = {greatest}(last_activity, ?), plan_json = COALESCE(?, plan_json)"
-    " WHERE id = ?"
+    " last_activity = {greatest}(last_activity, ?), plan_json = COALESCE(?, plan_json),"
+    " stored_bytes = stored_bytes + ? WHERE id = ?"
+)
+#: Add ``?`` bytes to owner ``?``'s running total (a new owner starts at them); the total
+#: after. Parameters: owner, bytes. The row lock serializes an owner's concurrent turns.
+ADD_OWNER_BYTES: Final = (
+    "INSERT INTO owner_usage (owner_session_key, stored_bytes) VALUES (?, ?)"
+    " ON CONFLICT (owner_session_key) DO UPDATE"
+    " SET stored_bytes = owner_usage.stored_bytes + excluded.stored_bytes"
+    " RETURNING stored_bytes"
+)
+#: Take a deleted row's bytes ``?`` off owner ``?``'s total (never below 0); ``{greatest}``
+#: as above. Parameters: bytes, owner.
+SUB_OWNER_BYTES: Final = (
+    "UPDATE owner_usage SET stored_bytes = {greatest}(0, stored_bytes - ?)"
+    " WHERE owner_session_key = ?"
 )
 #: The usage of one turn (:func:`usage_values` gives the parameters).
 INSERT_USAGE: Final = (
@@ -109,10 +120,6 @@ DELETE_SESSION_DATA: Final = (
     "DELETE FROM history WHERE session_id = ?",
     "DELETE FROM turn_usage WHERE session_id = ?",
 )
-#: A claim may be taken by ``?`` (instance) at time ``?`` (now): free, its own, or expired.
-CLAIMABLE: Final = "(active_instance_id = '' OR active_instance_id = ? OR active_until < ?)"
-#: A row ``?`` (instance) may mark inactive: its own claim, or nobody's.
-RELEASABLE: Final = "active_instance_id IN ('', ?)"
 #: Record alias ``?``'s adapter capabilities ``?`` at time ``?``, replacing what was there.
 UPSERT_CAPABILITIES: Final = (
     "INSERT INTO agent_capabilities (alias, capabilities_json, recorded_at) VALUES (?, ?, ?)"
@@ -128,27 +135,16 @@ LIST_PAGE: Final = (
     f"SELECT {SESSION_COLUMNS} FROM sessions {{where}}"
     " ORDER BY last_activity DESC, id DESC LIMIT ?"
 )
-#: History rows of session ``?`` after seq ``?``, oldest first, at most ``?`` (the page).
-SELECT_HISTORY_PAGE: Final = (
-    f"SELECT {HISTORY_COLUMNS} FROM history WHERE session_id = ? AND seq > ?"
-    " ORDER BY seq LIMIT ?"
+#: The counters and title a turn is numbered after, and what admits it — the claim (fence)
+#: and the bytes stored for the session and its owner (quotas); PostgreSQL adds ``FOR
+#: UPDATE``. Read back with :func:`turn_state`.
+SELECT_TURN_COUNTERS: Final = (
+    "SELECT last_seq, last_turn, title, active_instance_id, active_host, active_until,"
+    " claim_generation, stored_bytes, owner_session_key FROM sessions WHERE id = ?"
 )
-#: The counters and title a turn is numbered after (PostgreSQL adds ``FOR UPDATE``).
-SELECT_TURN_COUNTERS: Final = "SELECT last_seq, last_turn, title FROM sessions WHERE id = ?"
 #: Bump row ``?``'s last_activity to ``?`` (now), never backwards; parameters: now, id.
 TOUCH_SESSION: Final = (
     "UPDATE sessions SET last_activity = {greatest}(last_activity, ?) WHERE id = ?")
-#: Instance ``?`` on host ``?`` takes or renews row ``?``'s claim until ``?``, while
-#: :data:`CLAIMABLE`; parameters: instance, host, until, id, instance, now.
-CLAIM_SESSION: Final = (
-    "UPDATE sessions SET active_instance_id = ?, active_host = ?, active_until = ?"
-    f" WHERE id = ? AND {CLAIMABLE}"
-)
-#: Mark row ``?`` inactive and unclaimed, while :data:`RELEASABLE` by instance ``?``.
-RELEASE_CLAIM: Final = (
-    "UPDATE sessions SET state = 'inactive', active_instance_id = '', active_host = '',"
-    f" active_until = 0 WHERE id = ? AND {RELEASABLE}"
-)
 
 
 class Row(Protocol):
@@ -192,12 +188,13 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         ),
         message_count=int(r[19]),
         mcp_servers_json=r[20],
-        claim=Claim(instance_id=r[21], host=r[22], until=int(r[23])),
+        claim=Claim(instance_id=r[21], host=r[22], until=int(r[23]), generation=int(r[29])),
         additional_directories=dirs_from_json(r[24]),
         mode_id=r[25],
         config_json=r[26],
         input_tokens=int(r[27]),
         output_tokens=int(r[28]),
+        stored_bytes=int(r[30]),
     )
 
 
@@ -216,10 +213,10 @@ def new_row_values(
                       parent_session_key, owner_session_key, gateway_instance_id,
                       mcp_servers_json=mcp_servers_json,
                       additional_directories=additional_directories)
-    claim: tuple[str, str, int] = ("", "", 0)
+    claim: tuple[str, str, int, int] = ("", "", 0, 0)
     if claim_ttl_ms is not None:
         check_claim(gateway_instance_id, host, claim_ttl_ms)
-        claim = (gateway_instance_id, host, now + claim_ttl_ms)
+        claim = (gateway_instance_id, host, now + claim_ttl_ms, 1)  # its first generation
     key = session_key_for(agent_alias, session_id)
     owner = owner_session_key or spawned_by or key
     return (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
@@ -299,21 +296,6 @@ def update_assignments(
     return sets, params
 
 
-def row_filter(session_id: str, holder: str | None) -> tuple[str, list[Any]]:
-    """The ``WHERE`` of a write to one row, guarded by ``holder``'s claim when given."""
-    if holder is None:
-        return "id = ?", [session_id]
-    return f"id = ? AND {RELEASABLE}", [session_id, holder]
-
-
-def delete_filter(session_id: str, holder: str | None, now: int) -> tuple[str, list[Any]]:
-    """The ``WHERE`` of a delete of one row: with ``holder``, only while no other instance's
-    claim is live (free, ``holder``'s own, or expired)."""
-    if holder is None:
-        return "id = ?", [session_id]
-    return f"id = ? AND {CLAIMABLE}", [session_id, holder, now]
-
-
 def list_filter(cwd: str, after: tuple[int, str] | None) -> tuple[str, list[Any]]:
     """The ``WHERE`` clause ("" for none) of a list page: one workspace, after a position in
     (last_activity DESC, id DESC) order."""
@@ -326,6 +308,25 @@ def list_filter(cwd: str, after: tuple[int, str] | None) -> tuple[str, list[Any]
         where.append("(last_activity < ? OR (last_activity = ? AND id < ?))")
         params += [after[0], after[0], after[1]]
     return (f"WHERE {' AND '.join(where)}" if where else ""), params
+
+
+@dataclass(frozen=True)
+class TurnTarget:
+    """The row a turn goes to, as :data:`SELECT_TURN_COUNTERS` reads it (locked)."""
+
+    last_seq: int
+    last_turn: int
+    title: str
+    claim: Claim
+    stored_bytes: int
+    owner: str
+
+
+def turn_target(r: Row, text: Callable[[str], str] = str) -> TurnTarget:
+    """A :data:`SELECT_TURN_COUNTERS` row (``text`` decodes the stored title)."""
+    return TurnTarget(int(r[0]), int(r[1]), text(r[2]),
+                      Claim(instance_id=r[3], host=r[4], until=int(r[5]), generation=int(r[6])),
+                      int(r[7]), r[8])
 
 
 @dataclass

@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 6
+LATEST_SCHEMA_VERSION: Final = 7
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -131,6 +131,29 @@ _V6_SESSION_STATE = (
         cached_write_tokens INTEGER NOT NULL DEFAULT 0,
         created_at INTEGER NOT NULL,
         PRIMARY KEY (session_id, turn)) WITHOUT ROWID""",
+)
+
+#: v7 (issue 23): the claim's generation (the fence of a holder's writes) and the bytes of
+#: the stored history, per row and per owner (the quotas). Claimed rows start at generation
+#: 1; the byte totals are computed from the history already stored.
+_V7_FENCE_AND_BYTES = (
+    "ALTER TABLE sessions ADD COLUMN claim_generation INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE owner_usage (
+        owner_session_key TEXT PRIMARY KEY,
+        stored_bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID""",
+    "UPDATE sessions SET claim_generation = 1 WHERE active_instance_id != ''",
+    # length(CAST(x AS BLOB)) is the UTF-8 byte length of a text value (length() counts
+    # characters): the same count as the store's item_bytes.
+    """UPDATE sessions SET stored_bytes = COALESCE((
+        SELECT SUM(length(CAST(role AS BLOB)) + length(CAST(text AS BLOB))
+                   + length(CAST(tool_call_id AS BLOB)) + length(CAST(tool_name AS BLOB))
+                   + length(CAST(tool_kind AS BLOB)) + length(CAST(title AS BLOB))
+                   + length(CAST(arguments_json AS BLOB)) + length(CAST(output AS BLOB))
+                   + length(CAST(status AS BLOB)) + length(CAST(content_json AS BLOB)))
+        FROM history WHERE history.session_id = sessions.id), 0)""",
+    """INSERT INTO owner_usage (owner_session_key, stored_bytes)
+        SELECT owner_session_key, SUM(stored_bytes) FROM sessions GROUP BY owner_session_key""",
 )
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
@@ -260,6 +283,12 @@ async def _migrate_5_to_6(db: aiosqlite.Connection, now: int) -> None:
         await db.execute(stmt)
 
 
+async def _migrate_6_to_7(db: aiosqlite.Connection, now: int) -> None:
+    """v6 → v7: claim generations and the stored byte totals, computed for every row."""
+    for stmt in _V7_FENCE_AND_BYTES:
+        await db.execute(stmt)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -267,6 +296,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     3: _migrate_3_to_4,
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
+    6: _migrate_6_to_7,
 }
 
 

@@ -4,15 +4,16 @@ Implements :class:`~services.session.store.interface.SessionStore` on a
 connection from :mod:`.sqlite_db` whose schema :mod:`.sqlite_schema` has
 brought up to date. Every write is one transaction: a single statement on its own
 (the connection autocommits), several in one ``BEGIN IMMEDIATE``; a turn is
-appended in one, all items or none (SPEC §8). The same class serves the file
-and the in-memory database of the fallback (:mod:`.opening`).
+appended in one, all items or none (SPEC §8) — turns and history are the
+half in :mod:`.sqlite_history`. The same class serves the file and the
+in-memory database of the fallback (:mod:`.opening`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
@@ -20,59 +21,54 @@ import aiosqlite
 from services.session.store.checks import (
     check_capabilities,
     check_claim,
-    check_turn,
     check_update,
 )
-from services.session.store.interface import DEFAULT_HISTORY_PAGE, Clock, SessionStore
+from services.session.store.interface import (
+    Clock,
+)
 from services.session.store.records import (
-    AppendResult,
-    HistoryEntry,
     SessionExists,
     SessionNotFound,
     SessionRecord,
     StoreError,
     StoreStatusInfo,
-    TurnUsage,
     refusal,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql_claims import (
     CLAIM_SESSION,
+    delete_filter,
+    release_statement,
+    row_filter,
+)
+from services.session.store.sql_rows import (
     DELETE_SESSION_DATA,
-    INSERT_ITEM,
     INSERT_SESSION,
-    INSERT_USAGE,
     LIST_PAGE,
-    RELEASE_CLAIM,
     SELECT_BY_SESSION_KEY,
     SELECT_CAPABILITIES,
-    SELECT_HISTORY_PAGE,
     SELECT_SESSION,
-    SELECT_TURN_COUNTERS,
     SESSION_COLUMNS,
+    SUB_OWNER_BYTES,
     TOUCH_SESSION,
-    UPDATE_AFTER_TURN,
     UPSERT_CAPABILITIES,
-    TurnRows,
-    delete_filter,
     list_filter,
     new_row_values,
     record_from_row,
-    row_filter,
     update_assignments,
-    usage_values,
 )
 from services.session.store.sqlite_db import immediate
+from services.session.store.sqlite_history import SqliteHistory
 
 __all__ = ["SqliteSessionStore"]
 
 #: Session ids per ``IN (...)`` list (well under SQLite's bound on parameters).
 _ID_CHUNK = 500
-_UPDATE_AFTER_TURN = UPDATE_AFTER_TURN.format(greatest="MAX")
 _TOUCH_SESSION = TOUCH_SESSION.format(greatest="MAX")
+_SUB_OWNER_BYTES = SUB_OWNER_BYTES.format(greatest="MAX")
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 
 
-class SqliteSessionStore(SessionStore):
+class SqliteSessionStore(SqliteHistory):
     """Session rows and history on one aiosqlite connection (a file, or memory).
 
     Calls are serialized on the connection by an asyncio lock, so a transaction
@@ -187,9 +183,11 @@ class SqliteSessionStore(SessionStore):
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
         holder: str | None = None,
+        generation: int = 0,
     ) -> SessionRecord:
         """Change the given fields (None = unchanged). Legacy rows get their ownership on
-        the first alias they are bound to; ``holder`` guards against another's claim."""
+        the first alias they are bound to; ``holder`` (and ``generation``) guard against
+        another's claim."""
         check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
                      config_json=config_json, additional_directories=additional_directories)
         sets, params = update_assignments(
@@ -198,7 +196,7 @@ class SqliteSessionStore(SessionStore):
             mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
             additional_directories=additional_directories,
         )
-        where, args = row_filter(session_id, holder)
+        where, args = row_filter(session_id, holder, generation)
         async with self._lock:
             if not sets:
                 rec = await self._fetch_session(session_id)
@@ -227,11 +225,14 @@ class SqliteSessionStore(SessionStore):
         async with self._lock:
             async with immediate(self._db):
                 # The row first: its condition decides, and the rest goes only with it.
-                cur = await self._db.execute(f"DELETE FROM sessions WHERE {where}", args)
-                deleted = cur.rowcount > 0
+                gone = list(await self._db.execute_fetchall(
+                    f"DELETE FROM sessions WHERE {where}"
+                    " RETURNING owner_session_key, stored_bytes", args))
+                deleted = bool(gone)
                 if deleted:
                     for stmt in DELETE_SESSION_DATA:
                         await self._db.execute(stmt, (session_id,))
+                    await self._db.execute(_SUB_OWNER_BYTES, (gone[0][1], gone[0][0]))
             if not deleted and holder is not None:
                 rec = await self._fetch_session(session_id)
                 if rec is not None:
@@ -285,10 +286,12 @@ class SqliteSessionStore(SessionStore):
                     held.update([str(r[0]) async for r in cur])
         return [s for s in wanted if s in held]
 
-    async def release_claim(self, session_id: str, instance_id: str) -> bool:
-        """Mark inactive and unclaim, unless another instance holds the claim."""
+    async def release_claim(self, session_id: str, instance_id: str,
+                            generation: int = 0) -> bool:
+        """Mark inactive and unclaim, unless another instance (or generation) holds it."""
+        sql, params = release_statement(session_id, instance_id, generation)
         async with self._lock:
-            changed = await self._write(RELEASE_CLAIM, (session_id, instance_id))
+            changed = await self._write(sql, params)
         return changed > 0
 
     # -- agents
@@ -305,56 +308,3 @@ class SqliteSessionStore(SessionStore):
         async with self._lock:  # read on every session/new (ResolveNewSession)
             rows = list(await self._db.execute_fetchall(SELECT_CAPABILITIES, (alias,)))
         return str(rows[0][0]) if rows else ""
-
-    # -- history
-
-    async def append_turn(
-        self,
-        session_id: str,
-        items: Sequence[HistoryEntry],
-        *,
-        token_delta: int = 0,
-        plan_json: str | None = None,
-        usage: TurnUsage | None = None,
-    ) -> AppendResult:
-        """Append one completed turn in one transaction: every item or none (SPEC §8).
-
-        Items are validated as they are written, so a bad item after good ones
-        proves the rollback; an unknown session rolls back too.
-        """
-        check_turn(items, token_delta, plan_json, usage)
-        now = self._clock()
-        async with self._lock, immediate(self._db):
-            async with self._db.execute(SELECT_TURN_COUNTERS, (session_id,)) as cur:
-                row = await cur.fetchone()
-            if row is None:
-                raise SessionNotFound(session_id)
-            turn = TurnRows(session_id, int(row[0]), int(row[1]) + 1, str(row[2]), now)
-            # executemany draws the rows lazily: a bad item raises after the good ones
-            # before it were written, and the transaction rolls them back.
-            await self._db.executemany(INSERT_ITEM, turn.rows(items))
-            if usage is not None:
-                await self._db.execute(INSERT_USAGE, usage_values(session_id, turn.turn, usage, now))
-            used = usage or TurnUsage()
-            await self._db.execute(_UPDATE_AFTER_TURN, (
-                turn.seq, turn.turn, turn.title, token_delta, used.input_tokens,
-                used.output_tokens, now, plan_json, session_id))
-        return AppendResult(turn=turn.turn, first_seq=turn.first, last_seq=turn.seq)
-
-    async def iter_history_pages(
-        self, session_id: str, *, after_seq: int = 0, page: int = DEFAULT_HISTORY_PAGE
-    ) -> AsyncIterator[list[HistoryEntry]]:
-        """The stored items oldest first as the store reads them: one non-empty list of at
-        most ``page`` items per query (SessionNotFound if no such row)."""
-        await self.get_session(session_id)
-        last = after_seq
-        while True:
-            async with self._lock, self._db.execute(
-                SELECT_HISTORY_PAGE, (session_id, last, page)
-            ) as cur:
-                rows = [HistoryEntry(*r) async for r in cur]
-            if rows:
-                yield rows
-            if len(rows) < page:
-                return
-            last = rows[-1].seq

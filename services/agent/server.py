@@ -31,17 +31,19 @@ from services.agent.modes import (
     set_config_option,
     set_mode,
 )
+from services.agent.params import acpgate_meta, first, shell_environment
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
 from services.agent.providers.base import Provider, ProviderError
+from services.agent.restoring import Restoring
 from services.agent.sandbox import landlock_abi
 from services.agent.session import AgentSession
 from services.agent.tools import all_tools
 from services.agent.tools.base import ToolContext
 from services.agent.turn import TurnRunner, TurnUsage
 from services.common.acp.schema import PromptResponse
-from services.common.config import ENV_PREFIX, AgentSection, Config
+from services.common.config import AgentSection, Config
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
 from services.common.net_targets import Resolver, system_resolver
@@ -61,7 +63,6 @@ from services.common.protocol import (
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
     M_SESSION_UPDATE,
-    META_ACPGATE,
     META_AUTONOMY_CAP,
     META_HISTORY,
     META_HISTORY_FOLLOWS,
@@ -78,27 +79,6 @@ from services.common.protocol import (
 )
 
 log = get_logger("agent.server")
-
-def _first(params: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if params.get(key) is not None:
-            return params[key]
-    return None
-
-
-def _acpgate_meta(params: Mapping[str, Any]) -> dict[str, Any]:
-    meta = params.get("_meta")
-    inner = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
-    return inner if isinstance(inner, dict) else {}
-
-
-def shell_environment(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
-    """The shell's environment: ours minus every provider API key variable and acpgate's
-    own configuration overrides (``ACPGATE_<section>__<key>``: not the shell's business;
-    the lease markers stay, the reaper finds a detached descendant by them)."""
-    secret_names = {a.api_key_env for a in cfg.agents.values() if a.api_key_env}
-    return {k: v for k, v in environ.items()
-            if k not in secret_names and not (k.startswith(ENV_PREFIX) and "__" in k)}
 
 
 class AgentServer:
@@ -134,7 +114,7 @@ class AgentServer:
         self._shell_env = shell_environment(cfg, os.environ if environ is None else environ)
         self._sessions: dict[str, AgentSession] = {}
         #: Restores in progress: requests for that id wait for them (pipelined clients).
-        self._restoring: dict[str, asyncio.Future[None]] = {}
+        self._restoring = Restoring()
         self._elicitation = False
         #: The client (the acpgate edge) serves the session tools' extension methods.
         self._session_tools = False
@@ -235,15 +215,13 @@ class AgentServer:
 
     @staticmethod
     def _session_id(params: Mapping[str, Any]) -> str:
-        sid = _first(params, "sessionId", "session_id")
+        sid = first(params, "sessionId", "session_id")
         if not isinstance(sid, str) or not sid.strip():
             raise JsonRpcError(INVALID_PARAMS, MSG_MISSING_SESSION_ID)
         return sid.strip()
 
     async def _get(self, sid: str) -> AgentSession:
-        restoring = self._restoring.get(sid)
-        if restoring is not None:
-            await asyncio.wait({restoring})
+        await self._restoring.wait(sid)
         session = self._sessions.get(sid)
         if session is None:
             raise JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
@@ -251,8 +229,8 @@ class AgentServer:
 
     async def _policy(self, params: Mapping[str, Any]) -> SecurityPolicy:
         """The session's policy: ``_meta.acpgate.policy``, else (standalone only) local config."""
-        return await self._policies.resolve(_acpgate_meta(params).get(META_POLICY),
-                                            _first(params, "cwd", "workspaceDir", "workspace_dir"))
+        return await self._policies.resolve(acpgate_meta(params).get(META_POLICY),
+                                            first(params, "cwd", "workspaceDir", "workspace_dir"))
 
     def _create(self, sid: str, policy: SecurityPolicy) -> AgentSession:
         peer = self.peer
@@ -289,7 +267,7 @@ class AgentServer:
     def _mcp_specs(self, params: Mapping[str, Any]) -> tuple[list[Planned], list[str]]:
         """The operator's ``mcp_servers``, then the client's ``mcpServers`` under the rules
         the edge sent (refusals apart)."""
-        rules = client_rules(_acpgate_meta(params), standalone=self._standalone)
+        rules = client_rules(acpgate_meta(params), standalone=self._standalone)
         return planned_servers(self._agent.mcp_servers, params.get("mcpServers"), rules)
 
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -317,22 +295,13 @@ class AgentServer:
         Requests for the same id that arrive meanwhile wait until it is done.
         """
         sid = self._session_id(params)
-        earlier = self._restoring.get(sid)
-        if earlier is not None:
-            await asyncio.wait({earlier})
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._restoring[sid] = done
-        try:
+        async with self._restoring.exclusive(sid):
             return await self._restore_now(sid, params, replay=replay)
-        finally:
-            done.set_result(None)
-            if self._restoring.get(sid) is done:
-                del self._restoring[sid]
 
     async def _restore_now(self, sid: str, params: dict[str, Any], *,
                            replay: bool) -> dict[str, Any]:
         session = self._sessions.get(sid)
-        meta = _acpgate_meta(params)
+        meta = acpgate_meta(params)
         history = meta.get(META_HISTORY)
         follows = meta.get(META_HISTORY_FOLLOWS) is True
         if history is not None and not isinstance(history, list):
@@ -387,7 +356,7 @@ class AgentServer:
         return {}
 
     def _cancel(self, params: dict[str, Any]) -> dict[str, Any]:
-        sid = _first(params, "sessionId", "session_id")
+        sid = first(params, "sessionId", "session_id")
         session = self._sessions.get(sid) if isinstance(sid, str) else None
         if session is not None and session.turn is not None and session.busy:
             log.info("turn_cancel", session_id=session.id)
@@ -403,7 +372,7 @@ class AgentServer:
             raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         session.seeded()  # a seed the edge never closed ends at the first prompt
         text = prompt_text(params.get("prompt"))
-        cap = read_autonomy_cap(_acpgate_meta(params).get(META_AUTONOMY_CAP))
+        cap = read_autonomy_cap(acpgate_meta(params).get(META_AUTONOMY_CAP))
         usage = TurnUsage()
         # No await between the busy check and claiming the slot.
         session.cap_turn(cap)

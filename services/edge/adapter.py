@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterable, Sequence
 from typing import Any, Protocol
 
@@ -37,10 +36,8 @@ from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
     Implementation,
-    InitializeRequest,
     PromptResponse,
 )
-from services.common.acp.wire import AcpDecodeError
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.mcp_policy import ClientMcpRules
@@ -65,15 +62,17 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_AUTONOMY_CAP,
-    META_CLIENT_MCP,
     META_HISTORY_FOLLOWS,
     META_POLICY,
-    META_SESSION_TOOLS,
-    PROTOCOL_VERSION,
-    STOP_END_TURN,
 )
-from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
+from services.edge.adapter_caps import env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
+from services.edge.adapter_requests import (
+    client_mcp_meta,
+    initialize_request,
+    read_prompt_result,
+    setup_params,
+)
 from services.edge.client_methods import CLIENT_METHODS
 from services.edge.relay_lines import UpdateLines
 from services.edge.turn import RelayedUpdate
@@ -109,59 +108,6 @@ class AdapterHost(Protocol):
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
         """The adapter's stream ended."""
-
-
-def read_prompt_result(result: Any) -> PromptResponse:
-    """An adapter's ``session/prompt`` result; one without a stop reason ended the turn."""
-    try:
-        return PromptResponse.from_json(result)
-    except AcpDecodeError:
-        return PromptResponse(stop_reason=STOP_END_TURN)
-
-
-def initialize_request(client: ClientCapabilities, client_info: Implementation,
-                       policy: SecurityPolicy) -> InitializeRequest:
-    """The edge's ``initialize`` toward an adapter, for a client that can do ``client``,
-    promising what the client and the edge will honour under ``policy``
-    (:func:`services.edge.adapter_caps.client_capabilities`), and that the edge serves the
-    session tools' extension methods (issue 13)."""
-    caps = dataclasses.replace(client_capabilities(client, policy),
-                               meta={META_ACPGATE: {META_SESSION_TOOLS: True}})
-    return InitializeRequest(
-        protocol_version=PROTOCOL_VERSION,
-        client_capabilities=caps,
-        client_info=client_info,
-    )
-
-
-def expected_initialize(client: ClientCapabilities, client_info: Implementation,
-                        autonomy: str) -> dict[str, Any]:
-    """The ``initialize`` params :func:`initialize_request` will give for a session of
-    ``autonomy`` (of its policy, only the autonomy level shapes them): sent ahead of the
-    policy by an early take, checked against the real one before the adapter is used."""
-    return initialize_request(client, client_info,
-                              SecurityPolicy(workspace_dir="", autonomy=autonomy)).to_json()
-
-
-def agent_secrets(agent: session_pb2.ResolvedAgent) -> tuple[str, ...]:
-    """The configured environment values of ``agent`` (scrubbed from its stderr)."""
-    return tuple(agent.env.values())
-
-
-def _setup_params(session_id: str | None, cwd: str, mcp_servers: list[Any],
-                  additional_directories: list[str] | None) -> dict[str, Any]:
-    """The params session/new (no ``session_id``), load and resume share."""
-    params: dict[str, Any] = {} if session_id is None else {"sessionId": session_id}
-    params["cwd"] = cwd
-    params["mcpServers"] = mcp_servers
-    if additional_directories:
-        params["additionalDirectories"] = additional_directories
-    return params
-
-
-def _client_mcp_meta(rules: ClientMcpRules | None) -> dict[str, Any]:
-    """``{"clientMcp": ...}`` of ``_meta.acpgate`` (nothing without rules)."""
-    return {} if rules is None else {META_CLIENT_MCP: rules.to_meta()}
 
 
 class AdapterClient:
@@ -291,9 +237,9 @@ class AdapterClient:
         ``client_mcp``: how the client's ``mcpServers`` run (the built-in agent's
         ``_meta.acpgate.clientMcp``; without it the agent applies the strictest rules).
         """
-        params = _setup_params(None, cwd, mcp_servers, additional_directories)
+        params = setup_params(None, cwd, mcp_servers, additional_directories)
         params.update(self._meta(**{META_POLICY: policy.to_json(),
-                                    **_client_mcp_meta(client_mcp)}))
+                                    **client_mcp_meta(client_mcp)}))
         result = await self._setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
@@ -330,10 +276,10 @@ class AdapterClient:
         (and ``clientMcp``, as :meth:`new_session`), then each chunk of ``history`` as one
         ``_acpgate/history_append`` request, answered before the next goes (the agent keeps
         up; neither side holds the whole history), the last one ``done``."""
-        params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
+        params = setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
         params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(),
                                           META_HISTORY_FOLLOWS: True,
-                                          **_client_mcp_meta(client_mcp)}}
+                                          **client_mcp_meta(client_mcp)}}
         self.setup_result = await self._quietly(M_SESSION_RESUME, params)
         async for items in history:
             await self.link.request(M_HISTORY_APPEND, {
@@ -361,7 +307,7 @@ class AdapterClient:
         """
         if not adapter_session_id:
             return False
-        params = _setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
+        params = setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
         caps = self.agent_capabilities
         try:
             if caps.session_capabilities.resume is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities, PromptResponse
@@ -35,9 +35,10 @@ from services.common.protocol import (
 from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import prompt_error
 from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
-from services.edge.backchannel import Asking, BackChannelError
+from services.edge.backchannel import BackChannelError
 from services.edge.claims import taken_over
 from services.edge.client_methods import ClientMethods
+from services.edge.client_port import ClientPort
 from services.edge.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
@@ -60,27 +61,6 @@ UNASKED_CANCEL_EXIT_SECS = 5.0
 #: An adapter→client request the edge serves itself (the session tools' extension
 #: methods): the session it came from and its params → the result.
 AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
-
-
-class ClientPort(Protocol):
-    """The owning client connection, as a session sees it (or the session it runs for)."""
-
-    remote: bool  # a gateway client, not the local stdio user (issue 23: its MCP servers)
-
-    @property
-    def client_capabilities(self) -> ClientCapabilities:
-        """What the client said it can do in ``initialize`` (passed on to adapters)."""
-
-    @property
-    def backchannel(self) -> Asking:
-        """Requests to the human behind the port (permission, elicitation)."""
-
-    async def send_many(self, lines: list[str]) -> None:
-        """Write several lines/frames to the client, in order, with nothing in between."""
-
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
-        """A session's adapter notification for the human behind the port
-        (``elicitation/complete``); a gone client raises ConnectionError."""
 
 
 @dataclass

@@ -33,20 +33,17 @@ from services.common.protocol import (
     MSG_SESSION_LIMIT_TOKEN,
     SESSION_LIMIT,
 )
-from services.edge.adapter import (
-    SETUP_TIMEOUT_SECS,
-    AdapterClient,
-    agent_secrets,
-    initialize_request,
-)
+from services.edge.adapter import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter_caps import recorded_json
 from services.edge.adapter_errors import exit_data, setup_error
 from services.edge.adapter_link import AdapterLink
+from services.edge.adapter_requests import agent_secrets, initialize_request
 from services.edge.caller import Caller
 from services.edge.claims import refusal
+from services.edge.client_port import ClientPort
 from services.edge.registry import SessionRegistry, SlotRefusal
 from services.edge.runtime import EdgeRuntime
-from services.edge.session import ClientPort, EdgeSession
+from services.edge.session import EdgeSession
 from services.edge.warm import EarlyTake
 
 log = get_logger("edge.dialect")

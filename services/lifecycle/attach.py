@@ -26,6 +26,7 @@ from typing import Any
 
 from services.common.logs import get_logger
 from services.lifecycle.lines import Block, LineSplitter, take_batch
+from services.lifecycle.stderr_tail import read_stderr_tail
 
 log = get_logger("lifecycle.attach")
 
@@ -51,7 +52,6 @@ ADAPTER_PIPE_BYTES = 256 * 1024
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
 START_TIMEOUT_SECS = 10.0
-STDERR_TAIL_BYTES = 4096
 
 
 class AttachBusy(Exception):
@@ -77,28 +77,6 @@ class ExitInfo:
     exit_code: int
     signal: int
     stderr_tail: str
-
-
-def read_stderr_tail(log_path: Path, limit: int = STDERR_TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of the per-lease stderr log (and its rotated part)."""
-    data = b""
-    for path in (log_path, log_path.with_name(log_path.name + ".1")):
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                need = limit - len(data)
-                fh.seek(max(0, size - need))
-                data = fh.read() + data
-        except OSError:
-            continue
-        if len(data) >= limit:
-            break
-    data = data[-limit:]
-    text = data.decode("utf-8", "replace")
-    if len(data) == limit and "\n" in text:
-        text = text.split("\n", 1)[1]  # start on a line boundary
-    return text.rstrip("\n")
 
 
 class AdapterChannel:

@@ -28,7 +28,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.lifecycle.attach import MAX_LINE_BYTES, AdapterChannel, AttachBusy, ExitInfo
+from services.lifecycle.attach import MAX_LINE_BYTES, AdapterChannel, AttachBusy
 from services.lifecycle.controller import (
     Ensured,
     EnsureRequest,
@@ -38,108 +38,24 @@ from services.lifecycle.controller import (
     NoWarmAdapter,
     Unavailable,
 )
+from services.lifecycle.convert import (
+    PB_TO_STATE,
+    ensured_to_pb,
+    exit_to_pb,
+    lease_to_pb,
+    reap_result_to_pb,
+    stdout_response,
+    verification_to_pb,
+)
 from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.pool_spec import PoolSpec
-from services.lifecycle.reaper import CloseResult
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
-from services.lifecycle.verify import Verification
 
-__all__ = ["LifecycleServicer", "lease_to_pb"]
+__all__ = ["LifecycleServicer"]
 
 log = get_logger("lifecycle.servicer")
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
-
-_STATE_TO_PB = {
-    LeaseState.OPEN: pb.LEASE_STATE_OPEN,
-    LeaseState.CLOSING: pb.LEASE_STATE_CLOSING,
-    LeaseState.CLOSED: pb.LEASE_STATE_CLOSED,
-    LeaseState.LOST: pb.LEASE_STATE_LOST,
-    LeaseState.WARM: pb.LEASE_STATE_WARM,
-}
-_PB_TO_STATE = {v: k for k, v in _STATE_TO_PB.items()}
-
-
-def lease_to_pb(lease: LeaseRecord) -> pb.Lease:
-    """A lease record as the proto ``Lease``."""
-    msg = pb.Lease(
-        lease_id=lease.lease_id,
-        gateway_instance_id=lease.gateway_instance_id,
-        session_key=lease.session_key,
-        wrapper_root=lease.wrapper_root,
-        wrapper_path=lease.wrapper_path,
-        root_pid=lease.root_pid,
-        command_hash=lease.command_hash,
-        started_at=lease.started_at,
-        state=_STATE_TO_PB[lease.state],
-        root_start_time=lease.root_start_time,
-        adapter_pid=lease.adapter_pid,
-        ended_at=lease.ended_at,
-    )
-    if lease.process_group_id is not None:
-        msg.process_group_id = lease.process_group_id
-    if lease.exit_code is not None:
-        msg.exit_code = lease.exit_code
-    if lease.exit_signal is not None:
-        msg.exit_signal = lease.exit_signal
-    return msg
-
-
-def verification_to_pb(v: Verification) -> pb.VerifyOwnedTreeResponse:
-    """A verification as the proto response."""
-    return pb.VerifyOwnedTreeResponse(
-        verified=v.verified,
-        reason=v.reason,
-        root_gone=v.root_gone,
-        processes=[
-            pb.OwnedProcess(
-                pid=p.info.pid,
-                ppid=p.info.ppid,
-                pgid=p.info.pgid,
-                start_time=p.info.start_time,
-                cmdline=list(p.info.cmdline),
-                depth=p.depth,
-            )
-            for p in v.processes
-        ],
-    )
-
-
-def _exit_to_pb(info: ExitInfo | None) -> pb.AdapterExit:
-    """The adapter's exit for the last Attach response (-1: not known)."""
-    return pb.AdapterExit(
-        exit_code=info.exit_code if info else -1,
-        signal=info.signal if info else 0,
-        stderr_tail=info.stderr_tail if info else "",
-    )
-
-
-def _reap_result(r: CloseResult) -> pb.ReapResult:
-    return pb.ReapResult(
-        lease_id=r.lease.lease_id if r.lease else "",
-        state=_STATE_TO_PB[r.lease.state] if r.lease else pb.LEASE_STATE_UNSPECIFIED,
-        terminated_pids=list(r.terminated_pids),
-        surviving_pids=list(r.surviving_pids),
-        unverified_reason=r.unverified_reason,
-    )
-
-
-def _stdout_response(lines: list[str]) -> pb.AttachResponse:
-    """An ``AttachResponse`` carrying ``lines``.
-
-    Filled with ``extend``: ``AttachResponse(stdout=Lines(lines=...))`` builds the
-    ``Lines`` and then copies it into the response, line by line through a slow
-    generic path (~18× the cost per line, measured; bench/PROFILE.md §16).
-    """
-    response = pb.AttachResponse()
-    response.stdout.lines.extend(lines)
-    return response
-
-
-def _ensured_to_pb(ensured: Ensured) -> pb.EnsureSessionResponse:
-    return pb.EnsureSessionResponse(
-        lease=lease_to_pb(ensured.lease), spawned=ensured.spawned, warm=ensured.warm)
-
 
 @dataclass
 class _Opened:
@@ -185,7 +101,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         self, request: pb.EnsureSessionRequest, context: Ctx
     ) -> pb.EnsureSessionResponse:
         """Spawn or return the live lease of a session key."""
-        return _ensured_to_pb(await self._ensure(request, context))
+        return ensured_to_pb(await self._ensure(request, context))
 
     async def _ensure(self, request: pb.EnsureSessionRequest, context: Ctx) -> Ensured:
         """The controller's ensure for ``request`` (INVALID_ARGUMENT / UNAVAILABLE /
@@ -274,12 +190,12 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                             break
                         opened.touched = True
                         if batch:
-                            yield _stdout_response(batch)
+                            yield stdout_response(batch)
                         dropped = opened.channel.take_too_long()
                         if dropped:
                             yield pb.AttachResponse(too_long=pb.LinesTooLong(
                                 count=dropped, limit=MAX_LINE_BYTES))
-                    yield pb.AttachResponse(exit=_exit_to_pb(opened.channel.exit_info))
+                    yield pb.AttachResponse(exit=exit_to_pb(opened.channel.exit_info))
                 finally:
                     stdin_task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -324,7 +240,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         else:
             ensured = await self._ensure(request.ensure, context)
             lease = ensured.lease
-            response = pb.AttachResponse(ensured=_ensured_to_pb(ensured))
+            response = pb.AttachResponse(ensured=ensured_to_pb(ensured))
         lease_id = lease.lease_id
         channel = self.controller.channel(lease_id)
         if lease.state == LeaseState.WARM:
@@ -383,13 +299,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     ) -> pb.ReapOrphansResponse:
         """Reap this gateway's open/closing leases not served by this run."""
         results = await self.controller.reap_orphans()
-        return pb.ReapOrphansResponse(results=[_reap_result(r) for r in results])
+        return pb.ReapOrphansResponse(results=[reap_result_to_pb(r) for r in results])
 
     async def ListLeases(self, request: pb.ListLeasesRequest, context: Ctx) -> pb.ListLeasesResponse:
         """Leases filtered by state and session key."""
-        if request.state != pb.LEASE_STATE_UNSPECIFIED and request.state not in _PB_TO_STATE:
+        if request.state != pb.LEASE_STATE_UNSPECIFIED and request.state not in PB_TO_STATE:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"unknown state {request.state}")
-        state = _PB_TO_STATE.get(request.state)
+        state = PB_TO_STATE.get(request.state)
         leases = await self.controller.list_leases(state, request.session_key)
         return pb.ListLeasesResponse(leases=[lease_to_pb(x) for x in leases])
 

@@ -6,12 +6,12 @@ import asyncio
 from pathlib import Path
 
 from services.agent.conversation import Message
+from services.agent.params import shell_environment
 from services.agent.providers import make_provider
 from services.agent.providers.anthropic import AnthropicProvider
 from services.agent.providers.base import StreamDone, TextDelta, ToolCallReady, ToolSpec
 from services.agent.providers.demo import DemoProvider
 from services.agent.providers.openai import OpenAIProvider
-from services.agent.server import shell_environment
 from services.common.config import AgentSection
 from tests.agent.fake_http import FakeProviderServer, sse
 from tests.agent.harness import make_config, running_agent

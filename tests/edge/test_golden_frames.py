@@ -20,8 +20,8 @@ from services.common.protocol import (
     CANCEL_REASON_CLIENT_GONE,
     CANCEL_REASON_TIMEOUT,
 )
-from services.edge.adapter import initialize_request, read_prompt_result
 from services.edge.adapter_caps import read_initialize_result
+from services.edge.adapter_requests import initialize_request, read_prompt_result
 from services.edge.handlers.initialize import read_client_capabilities
 from services.edge.permission import cancelled_answer, relayed_answer
 from services.edge.runtime import EDGE_NAME, EDGE_TITLE

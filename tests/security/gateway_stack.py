@@ -40,6 +40,7 @@ CONFIG = """\
 [acp]
 default_agent = "attacker"
 max_sessions = {max_sessions}
+max_sessions_per_token = {per_token}
 
 [gateway]
 host = "127.0.0.1"
@@ -181,13 +182,14 @@ def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
 
 def write_gateway_config(config_dir: Path, *, port: int, model_url: str,
                          autonomy: str = "full", autonomy_extra: str = "",
-                         gateway: str = "", max_sessions: int = 20, extra: str = "") -> None:
+                         gateway: str = "", max_sessions: int = 20, per_token: int = 0,
+                         extra: str = "") -> None:
     """The config of :func:`running_gateway` (``autonomy_extra``/``gateway``: more keys of
     those sections; ``extra``: more sections, ``{model_url}`` filled in)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(CONFIG.format(
         port=port, model_url=model_url, autonomy=autonomy, autonomy_extra=autonomy_extra,
-        gateway=gateway, max_sessions=max_sessions,
+        gateway=gateway, max_sessions=max_sessions, per_token=per_token,
         extra=extra.replace("{model_url}", model_url)), encoding="utf-8")
 
 

@@ -135,7 +135,8 @@ async def _nothing_left(gw: Gateway, *, sessions: int = 0) -> None:
 
 async def test_setups_cut_short_at_random_leave_no_agent_behind(tmp_path: Path) -> None:
     rng = random.Random()
-    async with running_gateway(tmp_path, max_sessions=40,
+    # One token races every setup: its share is the whole gateway.
+    async with running_gateway(tmp_path, max_sessions=40, per_token=40,
                                gateway="max_connections_per_token = 40\n") as gw:
         token = await gw.token("racer")
         methods = [("session/new", "session/load", "session/resume")[i % 3]

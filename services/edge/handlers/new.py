@@ -30,8 +30,8 @@ import grpc
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.policy import SecurityPolicy
-from services.edge.adapter import expected_initialize
 from services.edge.adapter_errors import setup_error
+from services.edge.adapter_requests import expected_initialize
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 from services.edge.mcp_admission import admitted_servers, client_mcp_rules

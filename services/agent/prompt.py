@@ -50,8 +50,10 @@ def build_system_prompt(alias: str, agent_workspace: Path, policy: SecurityPolic
         f"Working directory: {policy.workspace_dir}\n"
         "Relative paths in file tools and the shell are resolved against this directory; "
         "stay inside it. " + mode + "\n"
-        "Use `ask_user` only with a list of choices. Use `todo` to share a plan for longer "
-        "tasks. Use `deliver_file` to hand a finished file to the user."
+        "Use `ask_user` only with a list of choices. Use `escalate_to_human` to hand a "
+        "decision you should not make alone to the user, and go on only if they approve. "
+        "Use `todo` to share a plan for longer tasks. Use `deliver_file` to hand a finished "
+        "file to the user."
     )
     if agents:
         parts.append("## Other sessions\n\nWith `sessions_spawn` you can start a session of "

@@ -6,6 +6,7 @@ from services.agent.providers.base import ToolSpec
 from services.agent.tools.ask_user import AskUserTool
 from services.agent.tools.base import Tool
 from services.agent.tools.deliver import DeliverFileTool
+from services.agent.tools.escalate import EscalateToHumanTool
 from services.agent.tools.read import FileReadTool
 from services.agent.tools.search import ContentSearchTool, GlobTool
 from services.agent.tools.session_status import SessionStatusTool
@@ -29,7 +30,7 @@ def all_tools() -> dict[str, Tool]:
     """Every tool, by name. ACP sessions have no memory tools (SPEC §12)."""
     tools: list[Tool] = [
         ShellTool(), FileReadTool(), FileWriteTool(), FileEditTool(), GlobTool(),
-        ContentSearchTool(), DeliverFileTool(), AskUserTool(), TodoTool(),
+        ContentSearchTool(), DeliverFileTool(), AskUserTool(), EscalateToHumanTool(), TodoTool(),
         SessionsSpawnTool(), SessionsListTool(), SessionsHistoryTool(), SessionsSendTool(),
         SessionStatusTool(),
     ]

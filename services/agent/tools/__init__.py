@@ -15,6 +15,7 @@ from services.agent.tools.sessions_list import SessionsListTool
 from services.agent.tools.sessions_send import SessionsSendTool
 from services.agent.tools.sessions_spawn import SessionsSpawnTool
 from services.agent.tools.shell import ShellTool
+from services.agent.tools.skill_load import SkillLoadTool
 from services.agent.tools.todo import TodoTool
 from services.agent.tools.write import FileEditTool, FileWriteTool
 
@@ -30,7 +31,8 @@ def all_tools() -> dict[str, Tool]:
     """Every tool, by name. ACP sessions have no memory tools (SPEC §12)."""
     tools: list[Tool] = [
         ShellTool(), FileReadTool(), FileWriteTool(), FileEditTool(), GlobTool(),
-        ContentSearchTool(), DeliverFileTool(), AskUserTool(), EscalateToHumanTool(), TodoTool(),
+        ContentSearchTool(), DeliverFileTool(), AskUserTool(), EscalateToHumanTool(),
+        SkillLoadTool(), TodoTool(),
         SessionsSpawnTool(), SessionsListTool(), SessionsHistoryTool(), SessionsSendTool(),
         SessionStatusTool(),
     ]

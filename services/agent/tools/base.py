@@ -34,6 +34,8 @@ class ToolContext:
     shell_env: dict[str, str] = field(default_factory=dict)
     #: The client serves the session tools' extension methods (the acpgate edge does).
     session_tools: bool = False
+    #: The agent workspace (``[agents.<alias>] workspace``): its ``skills/`` (skill_load).
+    agent_workspace: str = ""
 
 
 @dataclass

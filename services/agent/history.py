@@ -88,7 +88,9 @@ def _extend(out: list[Message], items: Any) -> None:
         elif role == HISTORY_ROLE_TOOL_RESULT:
             out.append(Message(
                 role="tool",
-                text=_text(item, "output", "text"),
+                # "text" is what the model saw when it was not "output" (deliver_file's
+                # JSON with its uri): the model gets back what it got then.
+                text=_text(item, "text", "output"),
                 tool_call_id=_text(item, "toolCallId"),
                 tool_name=_text(item, "toolName", "title"),
                 failed=item.get("status") == "failed",

@@ -244,6 +244,7 @@ class AgentServer:
             client_request=peer.request, elicitation=self._elicitation,
             session_tools=self._session_tools,
             request_timeout=timeout, shell_env=dict(self._shell_env),
+            agent_workspace=str(self._cfg.agent_workspace(self._alias)),
         )
         gate = ApprovalGate(sid, peer.request, timeout)
 

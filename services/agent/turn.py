@@ -146,8 +146,9 @@ class TurnRunner:
         async def finish(result: ToolResult) -> Message:
             await send(updates.tool_call_update(call.id, call.name, kind, result.output,
                                                 ok=result.ok, title=result.title,
-                                                content=result.content))
-            return Message(role="tool", text=result.output, tool_call_id=call.id,
+                                                content=result.content,
+                                                model_output=result.model_output))
+            return Message(role="tool", text=result.model_text, tool_call_id=call.id,
                            tool_name=call.name, failed=not result.ok)
 
         if tool is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.protocol import (
+    META_ACPGATE,
+    META_MODEL_OUTPUT,
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
     U_TOOL_CALL,
@@ -64,9 +66,14 @@ def text_content(text: str) -> list[dict[str, Any]]:
 
 def tool_call_update(call_id: str, name: str, kind: str, output: str, *, ok: bool,
                      title: str | None = None,
-                     content: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The ``tool_call_update`` that closes a call: rawOutput = body = the output."""
-    return {
+                     content: list[dict[str, Any]] | None = None,
+                     model_output: str | None = None) -> dict[str, Any]:
+    """The ``tool_call_update`` that closes a call: rawOutput = body = the output.
+
+    ``model_output`` (the model's view, when it is not the output) rides along in
+    ``_meta.acpgate.modelOutput``, for the edge to store (docs/contracts.md).
+    """
+    update: dict[str, Any] = {
         "sessionUpdate": U_TOOL_CALL_UPDATE,
         "toolCallId": call_id,
         "status": "completed" if ok else "failed",
@@ -77,3 +84,6 @@ def tool_call_update(call_id: str, name: str, kind: str, output: str, *, ok: boo
         "body": output,
         "content": content if content is not None else text_content(output),
     }
+    if model_output is not None:
+        update["_meta"] = {META_ACPGATE: {META_MODEL_OUTPUT: model_output}}
+    return update

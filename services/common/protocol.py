@@ -318,6 +318,10 @@ CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
 #: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
 #: agent runs with its own config, which need not carry the edge's `--session-timeout`.
 META_TIMEOUT_SECS: Final = "timeoutSecs"
+#: `_meta.acpgate.modelOutput` on the built-in agent's `tool_call_update`: the tool result the
+#: model saw, when it is not the human summary in `rawOutput` (deliver_file's JSON with `uri`,
+#: SPEC §10). The edge stores it as the result item's `text`, so a restore seeds it again.
+META_MODEL_OUTPUT: Final = "modelOutput"
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"

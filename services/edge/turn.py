@@ -22,6 +22,8 @@ from services.common.protocol import (
     CANCEL_MARKER,
     CANCEL_TOOL_CALL_PREFIX,
     CANCEL_TOOL_NAME,
+    META_ACPGATE,
+    META_MODEL_OUTPUT,
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
     U_PLAN,
@@ -73,6 +75,15 @@ def _args_json(value: Any) -> str:
 def _content_json(value: Any) -> str:
     """Tool-call content as a JSON array, or "" when absent or not a list."""
     return _json(value) if isinstance(value, list) and value else ""
+
+
+def _model_output(update: dict[str, Any]) -> str:
+    """``_meta.acpgate.modelOutput`` of a ``tool_call_update`` (the result the model saw when
+    it is not ``rawOutput``: deliver_file's JSON); "" when absent or not a string."""
+    meta = update.get("_meta")
+    inner = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
+    value = inner.get(META_MODEL_OUTPUT) if isinstance(inner, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 def _as_text(value: Any) -> str:
@@ -265,6 +276,7 @@ class TurnAccumulator:
             tool_name=call.tool_name if call else str(update.get("name") or ""),
             tool_kind=call.tool_kind if call else str(update.get("kind") or ""),
             title=call.title if call else str(update.get("title") or ""),
+            text=_model_output(update),
             output=text,
             status=str(status),
             content_json=_content_json(update.get("content")),

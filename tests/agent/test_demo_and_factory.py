@@ -17,7 +17,7 @@ from tests.agent.fake_http import FakeProviderServer, sse
 from tests.agent.harness import make_config, running_agent
 
 ALL = [ToolSpec(n, "", {}) for n in ("shell", "file_read", "deliver_file", "todo", "ask_user",
-                                     "file_write")]
+                                     "escalate_to_human", "file_write")]
 
 
 async def demo(text: str, tools: list[ToolSpec] = ALL) -> list:
@@ -35,7 +35,10 @@ async def test_demo_rules() -> None:
                                ("read a/b.txt", "file_read", {"path": "a/b.txt"}),
                                ("deliver out.pdf", "deliver_file", {"path": "out.pdf"}),
                                ("ask Go? | yes | no", "ask_user",
-                                {"question": "Go?", "choices": ["yes", "no"]})]:
+                                {"question": "Go?", "choices": ["yes", "no"]}),
+                               ("escalate Drop the table? | prod data", "escalate_to_human",
+                                {"summary": "Drop the table?", "urgency": "high",
+                                 "context": "prod data"})]:
         events = await demo(prompt)
         (ready,) = [e for e in events if isinstance(e, ToolCallReady)]
         assert ready.call.name == tool and ready.call.arguments == args

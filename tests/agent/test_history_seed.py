@@ -107,3 +107,18 @@ async def test_a_session_holds_about_its_budget_not_its_history(tmp_path: Path) 
         session = c.server._sessions[sid]
         assert sum(m.size() for m in session.messages) <= 10_000 + 4_100
         assert session.messages[-2].text.startswith("19 ")
+
+
+def test_a_result_the_model_saw_differently_is_seeded_as_the_model_saw_it() -> None:
+    """A tool result item's ``text`` (deliver_file's JSON) is what the model gets back, not the
+    human ``output``; results without one keep their output."""
+    items = [
+        {"role": "user", "text": "deliver"},
+        {"role": "tool_call", "toolCallId": "d1", "toolName": "deliver_file",
+         "arguments": {"path": "a.pdf"}},
+        {"role": "tool_result", "toolCallId": "d1", "output": "Delivered a.pdf (3 bytes)",
+         "text": '{"uri": "attachment://deliver/ab.pdf"}', "status": "completed"},
+    ]
+    (_, _, result) = seed_messages(items)
+    assert result.role == "tool" and result.text == '{"uri": "attachment://deliver/ab.pdf"}'
+    assert seed_messages(HISTORY)[2].text == "a b"

@@ -542,7 +542,7 @@ def test_idle_reaper(tmp_path: Path) -> None:
 
 
 def test_memory_fallback(tmp_path: Path) -> None:
-    """§2: store cannot be opened → in-memory sessions, no load/resume."""
+    """§2: store cannot be opened → in-memory sessions, no load/resume/close (the seed)."""
     cfg = write_config(tmp_path / "cfg")
     (cfg / "data").mkdir()
     (cfg / "data" / "sessions").write_text("a file where the sessions dir should be")
@@ -553,10 +553,10 @@ def test_memory_fallback(tmp_path: Path) -> None:
         assert res["agentCapabilities"]["sessionCapabilities"] == {}
         sid = acp.new_session(agentAlias="sdk")
         assert acp.result("session/prompt", {"sessionId": sid, "prompt": "m"})["content"] == "echo: m"
-        acp.result("session/close", {"sessionId": sid})
-        for method in ("session/load", "session/resume"):
+        for method in ("session/close", "session/load", "session/resume"):
             assert acp.error(method, {"sessionId": sid}) == \
                 {"code": -32000, "message": f"Session not found: {sid}"}
+        acp.result("session/stop", {"sessionId": sid})
         assert acp.close() == 0
     finally:
         acp.kill()

@@ -151,3 +151,24 @@ def test_carry_over_keeps_the_newest_part_within_its_cap() -> None:
     huge = CarryOver(max_chars=100)
     huge.add([user("a" * 50 + "b" * 500)])
     assert (huge.text() or "").endswith("\n\n" + "b" * 100)
+
+
+def test_model_output_is_stored_beside_the_human_summary() -> None:
+    """deliver_file (SPEC §10): the client's summary is `output`, the JSON the model saw
+    (`_meta.acpgate.modelOutput`) is the result's `text`; replay shows the summary, the
+    agent's seed gets the JSON back."""
+    model_view = json.dumps({"delivered": True, "uri": "attachment://deliver/ab.pdf"})
+    acc = TurnAccumulator(user_text="deliver it")
+    acc.add({"sessionUpdate": "tool_call", "toolCallId": "d1", "name": "deliver_file",
+             "title": "deliver_file", "kind": "other", "status": "pending",
+             "rawInput": {"path": "a.pdf"}})
+    acc.add({"sessionUpdate": "tool_call_update", "toolCallId": "d1", "status": "completed",
+             "name": "deliver_file", "title": "a.pdf", "rawOutput": "Delivered a.pdf (3 bytes)",
+             "_meta": {"acpgate": {"modelOutput": model_view}}})
+    acc.add({"sessionUpdate": "tool_call_update", "toolCallId": "x", "status": "completed",
+             "_meta": {"acpgate": {"modelOutput": ["not", "text"]}}})
+    result = acc.items[2]
+    assert result.output == "Delivered a.pdf (3 bytes)" and result.text == model_view
+    assert replay_updates(acc.items)[2]["rawOutput"] == "Delivered a.pdf (3 bytes)"
+    meta = history_meta(acc.items)
+    assert meta[2]["text"] == model_view and meta[2]["output"] == "Delivered a.pdf (3 bytes)"

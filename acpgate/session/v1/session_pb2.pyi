@@ -1317,7 +1317,9 @@ class HistoryItem(_message.Message):
     """The turn this item belongs to, assigned by the store."""
     role: Global___HistoryItem.Role.ValueType
     text: _builtins.str
-    """user / assistant / thought text."""
+    """user / assistant / thought text; tool result: the result the model saw when it is
+    not `output` (the agent's `_meta.acpgate.modelOutput`, e.g. deliver_file's JSON).
+    """
     tool_call_id: _builtins.str
     """tool call and tool result: the id pairing them."""
     tool_name: _builtins.str

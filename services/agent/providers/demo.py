@@ -6,6 +6,7 @@ It answers the newest message by a few fixed rules:
 - ``read <path>`` reads a file, ``deliver <path>`` delivers one,
   ``write <path> <text>`` writes one;
 - ``ask <question> | <choice> | <choice>…`` asks the user;
+- ``escalate <summary> | <context>`` escalates a decision to the user (urgency high);
 - ``plan`` emits a plan (the todo tool);
 - after a tool result it reports that result;
 - anything else gets a short echo-style reply.
@@ -71,6 +72,13 @@ def _plan_for(text: str) -> tuple[str, ToolCall | None]:
         if choices:
             args["choices"] = [c for c in choices if c]
         return f"{INTRO}I have a question for you.", ToolCall(new_id, "ask_user", args)
+    if low.startswith("escalate ") and stripped[9:].strip():
+        summary, _, context = (p.strip() for p in stripped[9:].partition("|"))
+        esc: dict[str, object] = {"summary": summary, "urgency": "high"}
+        if context:
+            esc["context"] = context
+        return (f"{INTRO}This needs your decision.",
+                ToolCall(new_id, "escalate_to_human", esc))
     if low == "plan":
         return f"{INTRO}Here is a plan.", ToolCall(new_id, "todo", {"entries": DEMO_PLAN})
     return (

@@ -6,6 +6,7 @@ from services.agent.providers.base import ToolSpec
 from services.agent.tools.ask_user import AskUserTool
 from services.agent.tools.base import Tool
 from services.agent.tools.deliver import DeliverFileTool
+from services.agent.tools.escalate import EscalateToHumanTool
 from services.agent.tools.read import FileReadTool
 from services.agent.tools.search import ContentSearchTool, GlobTool
 from services.agent.tools.session_status import SessionStatusTool
@@ -14,6 +15,7 @@ from services.agent.tools.sessions_list import SessionsListTool
 from services.agent.tools.sessions_send import SessionsSendTool
 from services.agent.tools.sessions_spawn import SessionsSpawnTool
 from services.agent.tools.shell import ShellTool
+from services.agent.tools.skill_load import SkillLoadTool
 from services.agent.tools.todo import TodoTool
 from services.agent.tools.write import FileEditTool, FileWriteTool
 
@@ -29,7 +31,8 @@ def all_tools() -> dict[str, Tool]:
     """Every tool, by name. ACP sessions have no memory tools (SPEC §12)."""
     tools: list[Tool] = [
         ShellTool(), FileReadTool(), FileWriteTool(), FileEditTool(), GlobTool(),
-        ContentSearchTool(), DeliverFileTool(), AskUserTool(), TodoTool(),
+        ContentSearchTool(), DeliverFileTool(), AskUserTool(), EscalateToHumanTool(),
+        SkillLoadTool(), TodoTool(),
         SessionsSpawnTool(), SessionsListTool(), SessionsHistoryTool(), SessionsSendTool(),
         SessionStatusTool(),
     ]

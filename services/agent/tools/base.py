@@ -34,16 +34,20 @@ class ToolContext:
     shell_env: dict[str, str] = field(default_factory=dict)
     #: The client serves the session tools' extension methods (the acpgate edge does).
     session_tools: bool = False
+    #: The agent workspace (``[agents.<alias>] workspace``): its ``skills/`` (skill_load).
+    agent_workspace: str = ""
 
 
 @dataclass
 class ToolResult:
     """A tool's outcome.
 
-    ``output`` is what the model sees and what ``rawOutput``/``body`` carry.
-    ``content`` replaces the default text content of the ``tool_call_update``;
-    ``finalize`` (deliver_file) runs just before the update is built and may
-    turn the result into a failure.
+    ``output`` is what ``rawOutput``/``body`` carry and, unless ``model_output``
+    is set, what the model sees. ``model_output`` is the model's own view when
+    it differs from that human summary (deliver_file: the structured JSON with
+    ``uri`` the seed keeps out of the summary). ``content`` replaces the default
+    text content of the ``tool_call_update``; ``finalize`` (deliver_file) runs
+    just before the update is built and may turn the result into a failure.
     """
 
     output: str
@@ -51,6 +55,12 @@ class ToolResult:
     title: str | None = None
     content: list[dict[str, Any]] | None = None
     finalize: Callable[[], Awaitable[ToolResult]] | None = None
+    model_output: str | None = None
+
+    @property
+    def model_text(self) -> str:
+        """What the model is told: ``model_output`` when set, else ``output``."""
+        return self.model_output if self.model_output is not None else self.output
 
 
 class Tool(Protocol):

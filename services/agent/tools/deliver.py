@@ -5,6 +5,11 @@ content-addressed copy in ``<workspace>/uploads/``. Right before the
 ``tool_call_update`` is built, :meth:`finalize` re-reads and re-hashes the
 file: if it changed since (a swap), cannot be read, or grew too large, no blob
 is embedded and the call fails.
+
+Two views of one delivery, as the seed keeps them: the client's
+``rawOutput``/``body`` is a short human summary with no machine trailer (the
+``uri`` travels in the embedded resource), and the model gets the structured
+result — a JSON object whose field ``uri`` it copies into citations.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import mimetypes
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +43,35 @@ from services.common.uploads import (
 )
 
 URI_PREFIX = "attachment://deliver/"
+#: Longest display label (title, file name) the summary and the update carry.
+MAX_LABEL_CHARS = 200
+#: Longest caller ``mimeType`` taken as given (RFC 6838 names are at most 127 + 1 + 127).
+MAX_MIME_CHARS = 255
+
+
+def display_label(text: str) -> str:
+    """``text`` fit for one line of a chat: control and format characters (newlines, bidi
+    overrides) become spaces, runs of spaces one, at most :data:`MAX_LABEL_CHARS`."""
+    cleaned = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+                      for ch in text)
+    return " ".join(cleaned.split())[:MAX_LABEL_CHARS]
+
+
+def caller_mime(value: Any) -> str | None:
+    """A caller's ``mimeType`` when it is one plain ``type/subtype[; params]`` line, else None
+    (then the type is guessed from the file name): it is copied into the resource as is."""
+    if not isinstance(value, str) or not value or len(value) > MAX_MIME_CHARS:
+        return None
+    if "/" not in value or any(unicodedata.category(ch)[0] == "C" for ch in value):
+        return None
+    return value
+
+
+def model_result(*, uri: str, path: Path, filename: str, title: str, mime: str,
+                 size: int) -> str:
+    """The tool result the model sees: the delivery as a JSON object (``uri`` a field)."""
+    return json.dumps({"delivered": True, "uri": uri, "path": str(path), "filename": filename,
+                       "title": title, "mimeType": mime, "bytes": size}, ensure_ascii=False)
 
 
 def read_limited(path: Path) -> bytes:
@@ -66,14 +102,16 @@ def store_upload(workspace: Path, digest: str, ext: str, data: bytes) -> Path:
 
 
 class DeliverFileTool(ArgumentsPreview):
-    """Delivers a file to the client; the model gets a short summary, never the bytes."""
+    """Delivers a file to the client; the model gets the delivery as JSON, never the bytes."""
 
     name = "deliver_file"
     kind = "other"
     mutating = False
     interactive = False
     description = ("Deliver a file from the workspace to the user (download/preview). "
-                   "Args: `path`, optional `mimeType`, optional `title` (display label).")
+                   "Args: `path`, optional `mimeType`, optional `title` (display label). "
+                   "The result is JSON; its `uri` (attachment://deliver/<content hash>) is the "
+                   "file's id: cite that exact uri, never make one up.")
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
@@ -91,25 +129,29 @@ class DeliverFileTool(ArgumentsPreview):
         data, digest = await asyncio.to_thread(read_hashed, path)
         ext = file_extension(path.name)
         workspace = Path(await asyncio.to_thread(os.path.realpath, ctx.policy.workspace_dir))
-        await asyncio.to_thread(store_upload, workspace, digest, ext, data)
-        mime = args.get("mimeType")
-        if not isinstance(mime, str) or not mime:
-            mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        copy = await asyncio.to_thread(store_upload, workspace, digest, ext, data)
+        mime = caller_mime(args.get("mimeType")) \
+            or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        filename = display_label(path.name) or "file"
         title = args.get("title")
-        label = title if isinstance(title, str) and title.strip() else path.name
+        label = (display_label(title) if isinstance(title, str) else "") or filename
         uri = URI_PREFIX + upload_name(digest, ext)
-        summary = f"Delivered {path.name} ({len(data)} bytes, {mime}) as {uri}"
+        # The human summary names no uri: that is a field of the model's JSON and of the
+        # embedded resource, never a trailer in text (the seed).
+        summary = f"Delivered {filename} ({len(data)} bytes, {mime})"
+        model_output = model_result(uri=uri, path=copy, filename=filename, title=label,
+                                    mime=mime, size=len(data))
 
         async def finalize() -> ToolResult:
             try:
                 again = await resolve_read(ctx.policy, raw_path)
                 fresh, fresh_digest = await asyncio.to_thread(read_hashed, again)
             except (ToolError, PolicyViolation, OSError) as exc:
-                return ToolResult(output=f"Delivery of {path.name} failed: {exc}", ok=False,
+                return ToolResult(output=f"Delivery of {filename} failed: {exc}", ok=False,
                                   title=label)
             if fresh_digest != digest:
                 return ToolResult(
-                    output=(f"Delivery of {path.name} failed: the file changed after it was "
+                    output=(f"Delivery of {filename} failed: the file changed after it was "
                             "checked; nothing was attached."),
                     ok=False, title=label,
                 )
@@ -120,6 +162,8 @@ class DeliverFileTool(ArgumentsPreview):
                  "content": {"type": "resource",
                              "resource": {"uri": uri, "mimeType": mime, "blob": blob}}},
             ]
-            return ToolResult(output=summary, title=label, content=content)
+            return ToolResult(output=summary, title=label, content=content,
+                              model_output=model_output)
 
-        return ToolResult(output=summary, title=label, finalize=finalize)
+        return ToolResult(output=summary, title=label, finalize=finalize,
+                          model_output=model_output)

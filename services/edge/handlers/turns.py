@@ -14,6 +14,7 @@ from typing import Any
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import M_SESSION_PROMPT, MSG_SESSION_BUSY, SESSION_BUSY
 from services.edge.dispatch import DialectConnection
+from services.edge.errors import not_found
 from services.edge.params import session_id
 from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
 
@@ -73,8 +74,17 @@ async def session_stop(conn: DialectConnection, params: dict[str, Any]) -> dict[
 
 
 async def session_close(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """SPEC §7: cancel the turn, leave the active set, wait, release."""
+    """SPEC §7: cancel the turn, leave the active set, wait, release.
+
+    Without a store (SPEC §2's in-memory fallback) every close is SESSION_NOT_FOUND, active
+    session or not, and nothing is touched: the seed lists close with load and resume
+    there. Close deactivates a session *to its stored record*, and there is none to keep
+    or come back to; the capability is not advertised, and ``session/stop`` ends an
+    in-memory session.
+    """
     sid = session_id(params)
+    if not conn.runtime.persistent:
+        raise not_found(sid)
     session = conn.active_session(sid)
     conn.runtime.remove(session)
     conn.sessions.pop(sid, None)

@@ -32,7 +32,7 @@ import psutil
 
 from services.common.in_use import AddressInUse
 from services.common.logs import get_logger
-from services.common.private_files import PRIVATE_FILE_MODE, private_dir
+from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
 
 __all__ = ["SERVE_LOCK_NAME", "ServeLock", "take_serve_lock"]
 
@@ -100,6 +100,7 @@ def take_serve_lock(data_dir: Path, port: int,
     stopping) is waited for, at most ``wait_secs``."""
     path = private_dir(data_dir / "run") / SERVE_LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    tighten(path, PRIVATE_FILE_MODE)  # one an earlier run or a umask left readable
     file = os.fdopen(fd, "r+b", buffering=0)
     try:
         deadline = time.monotonic() + wait_secs

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from services.common.config import ConfigError
-from services.common.private_files import PRIVATE_FILE_MODE, private_dir
+from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
 
 __all__ = [
     "MAX_SLOTS",
@@ -117,6 +117,7 @@ def slots_dir(state_dir: Path) -> Path:
 def _open_lock(path: Path) -> IO[bytes]:
     """The lock file at ``path``, opened read-write, created owner-only, never a link."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    tighten(path, PRIVATE_FILE_MODE)  # one an earlier run or a umask left readable
     return os.fdopen(fd, "r+b", buffering=0)
 
 

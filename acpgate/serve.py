@@ -214,8 +214,15 @@ class Supervisor:
         self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
                                                  self.cfg.gateway.port)
         self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
-        log.info("serve_claimed", port=self.cfg.gateway.port, slot=self.slot.number,
+        log.info("serve_claimed", port=self.port, slot=self.slot.number,
                  lock=str(self.lock.path))
+
+    @property
+    def port(self) -> int:
+        """The gateway port bound (``[gateway] port``, or the one port 0 picked)."""
+        if self.listeners:
+            return int(self.listeners[0].getsockname()[1])
+        return self.cfg.gateway.port
 
     def release(self) -> None:
         """Let go of what :meth:`claim` took (the children that inherited it are gone)."""
@@ -349,7 +356,7 @@ async def run_serve(
             if starting.done() and not starting.result():  # result() raises a refusal
                 code = 1
             elif starting.done():
-                log.info("serve_ready", config_dir=str(cfg.config_dir), port=cfg.gateway.port,
+                log.info("serve_ready", config_dir=str(cfg.config_dir), port=supervisor.port,
                          slot=supervisor.slot.number if supervisor.slot is not None else None)
                 if on_ready is not None:
                     on_ready(supervisor)

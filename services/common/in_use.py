@@ -68,9 +68,11 @@ def port_holder(host: str, port: int) -> int | None:
     return _topmost(pids)
 
 
-def port_in_use(host: str, port: int) -> AddressInUse:
-    """``port <port> on <host> is in use (by pid N)``: the error for a taken gateway port."""
-    return AddressInUse(f"port {port} on {host or '*'} is in use{_by_pid(port_holder(host, port))}")
+def port_in_use(host: str, port: int, address: str = "") -> AddressInUse:
+    """``port <port> on <host> is in use (by pid N)``: the error for a taken gateway port
+    (``address``: the one of ``host``'s addresses that could not be bound, default ``host``)."""
+    holder = port_holder(address or host, port)
+    return AddressInUse(f"port {port} on {host or '*'} is in use{_by_pid(holder)}")
 
 
 def socket_is_served(path: str) -> bool:

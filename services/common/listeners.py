@@ -63,7 +63,7 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
                 sock.bind(sockaddr)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    raise port_in_use(host, port) from None
+                    raise port_in_use(host, port, str(sockaddr[0])) from None
                 raise ConfigError(f"cannot listen on {host or '*'} port {port}: "
                                   f"{exc.strerror or exc}") from None
             sock.listen(LISTEN_BACKLOG)

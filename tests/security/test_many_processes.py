@@ -5,10 +5,10 @@ serve`` runs beside them. Each runs a long shell command on the demo model (the
 prompt ``!sleep 6; echo done``, autonomy ``full``: no approval asked) while the
 others start; every command ends with exit code 0 — no process's startup reap
 ends another's work (it used to: exit code -15). Then one ``acp`` is SIGKILLed
-with a detached command of its agent still running (its orphans: they carry its
-lease in their environment), the others keep running commands, and the next
-``acp`` takes the dead one's instance slot and reaps exactly its orphans — none of
-the live processes' agents or commands is touched. A second ``serve`` on the same
+together with its wrapper, a detached command of its agent still running (its
+orphan: it carries its lease in its environment), the others keep running
+commands, and the next ``acp`` takes the dead one's instance slot and reaps
+exactly its orphans — none of the live processes' agents or commands is touched. A second ``serve`` on the same
 dir and port is refused at once, naming the first's PID, and the first's sockets
 still answer. At the end, nothing of any of them is left.
 
@@ -184,14 +184,22 @@ async def test_two_acp_and_a_serve_on_one_config_dir(tmp_path: Path, guard: Proc
                for name, sid in (("a", a.sid), ("b", b.sid), ("s", s.sid))}
         assert ids == {"a": install, "b": f"{install}-s1", "s": f"{install}-s2"}
 
-        # 2. B is SIGKILLed while its agent runs a detached command: B's orphans.
+        # 2. B dies by SIGKILL with its wrapper (as when the editor's process group is
+        #    killed) while its agent runs a detached command: nothing of B is left to clean
+        #    up after it, so its detached sleeper is an orphan until a start reaps it.
+        #    (B's wrapper alone, or B alone, would have ended it themselves.)
         b_lease = b.lease_id
         orphan_turn = b.prompt(ORPHANS)
         await running(b_lease)
         await eventually(lambda: len(sleeps_of(b_lease)) == 2, 30.0, "B's detached sleeper")
         orphans = marked_with(b_lease)
-        b.acp.proc.kill()
-        b.acp.proc.wait()
+        frozen = [psutil.Process(b.acp.proc.pid),
+                  psutil.Process(lease_of(leases_db, session_key(b.sid)).root_pid)]
+        for proc in frozen:  # stopped first: neither can react to the other's death
+            proc.suspend()
+        for proc in frozen:
+            proc.kill()
+        await asyncio.to_thread(b.acp.proc.wait)
         with pytest.raises(EOFError):
             await orphan_turn
         # A and serve keep working, and run a command through C's start.
@@ -288,8 +296,9 @@ def child_pid(serve_pid: int, command: str) -> int | None:
 
 async def test_kill_9_of_serve_or_its_lifecycle_child_leaves_no_orphan(
         tmp_path: Path, guard: ProcessGuard) -> None:
-    """kill -9 of serve's lifecycle child: serve restarts it on the slot serve holds, and
-    it reaps that slot's orphans. kill -9 of serve itself, restarted at once: the new
+    """kill -9 of serve's lifecycle child: serve restarts it on the slot serve holds (the
+    same instance id its edge claims sessions under), and nothing of that slot's agents is
+    left (the wrappers' parent-death watch, then the restarted child's startup reap). kill -9 of serve itself, restarted at once: the new
     serve waits for the old one's children — the old lifecycle service still holds its
     slot while it reaps commands deaf to SIGTERM for a 3 s grace — then serves on the
     same slot; nothing of the old one is left."""

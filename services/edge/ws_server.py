@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import http
+import socket
 import ssl
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from services.common.config import Config
+from services.common.listeners import bind_listeners
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
 from services.edge.admission import LiveConnections, token_share
@@ -173,7 +175,8 @@ class EdgeServer:
             weakref.WeakKeyDictionary())
         self._ids = count(1)
         self._counters = _Counters()
-        self._server: Server | None = None
+        #: One websockets server per listening socket (an address of the host).
+        self._servers: list[Server] = []
         self.port = 0
         #: The most characters any one connection ever had queued (diagnostics, tests).
         self.peak_queue_chars = 0
@@ -182,26 +185,38 @@ class EdgeServer:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Bind and start accepting (port 0 picks a free port, see :attr:`port`)."""
+    async def start(self, listeners: Sequence[socket.socket] = ()) -> None:
+        """Serve on ``listeners`` (sockets already listening: what ``acpgate serve``
+        bound), else bind ``[gateway] host``/``port`` first (port 0 picks a free port, see
+        :attr:`port`; a port in use is ``AddressInUse``, raised before anything serves)."""
         gw = self.cfg.gateway
+        bound_here = not listeners
+        if bound_here:
+            listeners = await asyncio.to_thread(bind_listeners, gw.host, gw.port)
         ping = float(gw.ping_interval_secs) if gw.ping_interval_secs > 0 else None
-        self._server = await serve(
-            self._handle,
-            gw.host,
-            gw.port,
-            process_request=self._process_request,
-            select_subprotocol=self._select_subprotocol,
-            ssl=await asyncio.to_thread(tls_context, self.cfg),
-            max_size=gw.max_frame_bytes,
-            ping_interval=ping,
-            ping_timeout=ping,
-            close_timeout=self._close_timeout,
-            # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
-            compression="deflate" if gw.compression else None,
-        )
-        sockets = list(self._server.sockets)
-        self.port = sockets[0].getsockname()[1] if sockets else gw.port
+        try:
+            context = await asyncio.to_thread(tls_context, self.cfg)
+            for sock in listeners:
+                self._servers.append(await serve(
+                    self._handle,
+                    sock=sock,
+                    process_request=self._process_request,
+                    select_subprotocol=self._select_subprotocol,
+                    ssl=context,
+                    max_size=gw.max_frame_bytes,
+                    ping_interval=ping,
+                    ping_timeout=ping,
+                    close_timeout=self._close_timeout,
+                    # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
+                    compression="deflate" if gw.compression else None,
+                ))
+        except BaseException:
+            await self.stop()
+            if bound_here:  # the ones no server took yet (closing a closed one is a no-op)
+                for sock in listeners:
+                    sock.close()
+            raise
+        self.port = listeners[0].getsockname()[1] if listeners else gw.port
         if gw.require_auth:
             self._watching = asyncio.create_task(self._revocations.run())
         log.info("edge_listening", host=gw.host, port=self.port, path=self.acp_path,
@@ -225,14 +240,16 @@ class EdgeServer:
 
     async def stop(self) -> None:
         """Stop accepting, close every connection (1001), wait for their sessions to be released."""
-        if self._server is None:
+        if not self._servers:
             return
-        server, self._server = self._server, None
+        servers, self._servers = self._servers, []
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
-        server.close(close_connections=True)
-        await server.wait_closed()
+        for server in servers:
+            server.close(close_connections=True)
+        for server in servers:
+            await server.wait_closed()
         log.info("edge_stopped")
 
     # ------------------------------------------------------------ HTTP side

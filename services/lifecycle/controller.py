@@ -33,7 +33,8 @@ from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, Leas
 from services.lifecycle.pool_spec import fingerprint
 from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
-from services.lifecycle.spawn import WrapperPaths, stderr_log_path
+from services.lifecycle.slots import Slot
+from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
 from services.lifecycle.verify import Owner, Verification
 from services.lifecycle.warm import WarmPool, WarmPools
 
@@ -72,10 +73,17 @@ class LifecycleController:
         wrapper: WrapperPaths,
         term_grace_ms: int,
         retention_secs: int,
+        install_id: str = "",
+        slot: Slot | None = None,
     ) -> None:
         self.store = store
         self.table = table
+        #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
+        #: The install's instance id, which every slot's is derived from (services.lifecycle.slots).
+        self.install_id = install_id or instance_id
+        #: The slot this service holds for its life (None: a controller outside any slot, tests).
+        self.slot = slot
         self.state_dir = state_dir
         self.wrapper = wrapper
         self.term_grace_ms = term_grace_ms
@@ -99,7 +107,8 @@ class LifecycleController:
     def instance(self) -> InstanceInfo:
         """GetInstance."""
         return InstanceInfo(
-            self.instance_id, str(self.state_dir), str(self.wrapper.root), self.started_at
+            self.instance_id, str(self.state_dir), str(self.wrapper.root), self.started_at,
+            slot=self.slot.number if self.slot is not None else 0, install_id=self.install_id,
         )
 
     # ------------------------------------------------------------------ ensure
@@ -349,8 +358,16 @@ class LifecycleController:
         ids = await self.store.expire(now_ms(), self.retention_secs)
         if ids:
             # A startup reap can expire many leases at once: unlink off the loop.
-            await asyncio.to_thread(_remove_stderr_logs, self.state_dir, ids)
+            await asyncio.to_thread(remove_stderr_logs, self.state_dir, ids)
         return ids
+
+    async def close(self) -> None:
+        """Close the lease store, then give the slot up (after :meth:`close_all`)."""
+        try:
+            await self.store.close()
+        finally:
+            if self.slot is not None:
+                self.slot.release()
 
     async def close_all(self, reason: str = "stop") -> list[CloseResult]:
         """Close every lease this run holds, warm ones included (service stop)."""
@@ -379,11 +396,3 @@ def _launch_reads(cwd: str, pool: WarmPool | None) -> tuple[InvalidRequest | Non
     """Why ``cwd`` is refused (None: it is not), and ``pool``'s file fingerprint ("" without
     one), in one go (blocking; off-loop)."""
     return cwd_refusal(cwd), fingerprint(pool.spec) if pool is not None else ""
-
-
-def _remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
-    """Delete the stderr logs (and rotated parts) of expired leases (blocking)."""
-    for lease_id in lease_ids:
-        path = stderr_log_path(state_dir, lease_id)
-        for p in (path, path.with_name(path.name + ".1")):
-            p.unlink(missing_ok=True)

@@ -88,13 +88,15 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, str(exc))
 
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Ctx) -> pb.Instance:
-        """The stable gateway instance id of this install."""
+        """This service's gateway instance id (its slot's) and where its state lives."""
         info = self.controller.instance()
         return pb.Instance(
             gateway_instance_id=info.gateway_instance_id,
             state_dir=info.state_dir,
             wrapper_root=info.wrapper_root,
             started_at=info.started_at,
+            slot=info.slot,
+            install_id=info.install_id,
         )
 
     async def EnsureSession(

@@ -79,7 +79,9 @@ async def test_another_tokens_session_cannot_be_forked(tmp_path: Path) -> None:
         bob = RawClient(await gw.connect(bob_token))
         theirs = (await alice.result("session/new", {}))["sessionId"]
         await prompt(alice, theirs, f"remember {SECRET}")
-        await alice.result("session/close", {"sessionId": theirs})  # idle: no claim in the way
+        await alice.result("session/close", {"sessionId": theirs})  # stored, idle
+        live = (await alice.result("session/new", {}))["sessionId"]  # active on its client
+        await prompt(alice, live, f"remember {SECRET} too")
         mine = (await bob.result("session/new", {}))["sessionId"]
         rows = stored_rows(gw)
 
@@ -87,15 +89,17 @@ async def test_another_tokens_session_cannot_be_forked(tmp_path: Path) -> None:
             if grant:  # the operator's read grant does not let Bob drive Alice's session
                 await gw.grant(bob_token, "see-all")
                 assert theirs in await listed(bob)  # he may read it now ...
-            for params in ({"sessionId": theirs}, {"sessionId": theirs, "cwd": "/"},
-                           {"sessionId": theirs, "mcpServers": []}):
-                _, resp = await bob.call("session/fork", params)
-                assert resp.get("error") == {"code": -32000,
-                                             "message": f"Session not found: {theirs}"}, resp
+            for sid in (theirs, live):
+                for params in ({"sessionId": sid}, {"sessionId": sid, "cwd": "/"},
+                               {"sessionId": sid, "mcpServers": []}):
+                    _, resp = await bob.call("session/fork", params)
+                    assert resp.get("error") == {"code": -32000,
+                                                 "message": f"Session not found: {sid}"}, resp
             _, missing = await bob.call("session/fork", {"sessionId": "made-up"})
             assert missing.get("error") == {"code": -32000,
                                             "message": "Session not found: made-up"}
         assert stored_rows(gw) == rows  # ... and no fork of it was written
+        assert await prompt(alice, live, "still mine") == "echo: still mine"
         await gw.grant(bob_token, "see-all", revoke=True)
         assert set(await listed(bob)) == {mine}
         assert gw.model is not None

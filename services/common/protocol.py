@@ -79,6 +79,18 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: session/fork (issue 25): the fork's adapter could not be brought up with its history.
+MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
+#: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a
+#: fork into another working directory; acpgate does, so a fork never moves a session —
+#: nor a spawned one out of the workspace its spawner confined it to).
+MSG_FORK_CWD: Final = (
+    "session/fork: cwd must be the workspace of the session it forks ({workspace}), not {cwd}"
+)
+#: ForkSession acts for a principal (a client connection) or the operator, never a session.
+MSG_FORK_REQUESTER: Final = (
+    "ForkSession requires a principal requester_session_key or operator = true"
+)
 #: The cause (in MSG_PROMPT_FAILED etc.) when an adapter broke ACP's framing with a line over
 #: the lifecycle service's limit: the edge gives the adapter up, the session ends.
 MSG_AGENT_LINE_TOO_LONG: Final = (
@@ -213,6 +225,8 @@ M_SESSION_EVENT: Final = "session/event"
 M_SESSION_SET_MODE: Final = "session/set_mode"
 M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
 M_SESSION_DELETE: Final = "session/delete"
+#: ACP (unstable) session/fork: a new session with the history of a stored one (issue 25).
+M_SESSION_FORK: Final = "session/fork"
 M_CANCEL_REQUEST: Final = "$/cancel_request"
 M_ELICITATION_COMPLETE: Final = "elicitation/complete"
 M_REQUEST_PERMISSION: Final = "session/request_permission"
@@ -246,6 +260,9 @@ META_CHILD_SESSION_ID: Final = "childSessionId"
 META_AGENT: Final = "agent"
 META_PARENT_SESSION_ID: Final = "parentSessionId"
 META_SPAWNED_BY: Final = "spawnedBy"
+#: `_meta.acpgate.forkedFrom` of a session/fork result and of a fork's session/list row: the
+#: id of the session it was forked from (issue 25).
+META_FORKED_FROM: Final = "forkedFrom"
 #: The prefix of a relayed permission request's title: "[<agent> · session <id>] ".
 A2A_LABEL: Final = "[{agent} · session {session_id}] "
 

@@ -53,6 +53,7 @@ from services.common.protocol import (
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
     M_SESSION_CANCEL,
+    M_SESSION_FORK,
     M_SESSION_LOAD,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
@@ -319,6 +320,28 @@ class AdapterClient:
         except JsonRpcError:
             return False  # it no longer knows that session: start fresh, seeded by the edge
         self.adapter_session_id = adapter_session_id
+        return True
+
+    async def fork_external(self, parent_session_id: str, cwd: str, mcp_servers: list[Any],
+                            additional_directories: list[str] | None = None) -> bool:
+        """ACP ``session/fork`` of the parent's own session (``parent_session_id``, the
+        agent's id), asked of this adapter — a fresh process of the fork's own lease, never
+        the parent's: an agent that keeps its sessions where a new process finds them
+        (claude-agent-acp) forks it natively. False when the adapter does not advertise
+        ``sessionCapabilities.fork`` or refuses (it does not know that session here): the
+        caller then opens a fresh session carrying the transcript."""
+        if not parent_session_id or self.agent_capabilities.session_capabilities.fork is None:
+            return False
+        params = setup_params(parent_session_id, cwd, mcp_servers, additional_directories)
+        try:
+            result = await self._setup_request(M_SESSION_FORK, params)
+        except JsonRpcError:
+            return False
+        sid = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(sid, str) or not sid or sid == parent_session_id:
+            raise ValueError("adapter's session/fork result has no new sessionId")
+        self.adapter_session_id = sid
+        self.setup_result = result
         return True
 
     # ------------------------------------------------------------------ turns

@@ -23,6 +23,7 @@ from services.common.protocol import (
     META_EXIT,
     META_STDERR,
     MSG_AGENT_START_FAILED,
+    MSG_FORK_FAILED,
     MSG_PROMPT_FAILED,
     MSG_RESTORE_FAILED,
 )
@@ -100,3 +101,8 @@ def prompt_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcErro
 def restore_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
     """The error of a restore whose seeding failed (same rules as :func:`setup_error`)."""
     return _relayed(MSG_RESTORE_FAILED, exc, secrets)
+
+
+def fork_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
+    """The error of a fork whose seeding failed (same rules as :func:`setup_error`)."""
+    return _relayed(MSG_FORK_FAILED, exc, secrets)

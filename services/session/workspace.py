@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.config import Config
-from services.common.protocol import MSG_BAD_ADDITIONAL_DIR, MSG_BAD_CWD
+from services.common.protocol import MSG_BAD_ADDITIONAL_DIR, MSG_BAD_CWD, MSG_FORK_CWD
 from services.session.aliases import ensure_agent_workspace, make_agent_workspace
 from services.session.confinement import workspace_refusal
 
 __all__ = [
     "ResolvedWorkspaceInfo",
     "WorkspaceError",
+    "check_fork_cwd",
     "extra_root_refusal",
     "new_session_places",
     "resolve_additional_directories",
@@ -138,6 +139,15 @@ async def resolve_workspace(
         return ResolvedWorkspaceInfo(real, False)
     workspace = await ensure_agent_workspace(cfg, alias)
     return ResolvedWorkspaceInfo(str(workspace), True)
+
+
+def check_fork_cwd(cwd: str, base_dir: str, workspace_dir: str) -> None:
+    """ACP ``session/fork``'s ``cwd`` ("" = omitted) must be the forked session's workspace,
+    which the fork keeps: WorkspaceError (its message for the client) when its real path is
+    another, or it is no usable directory (blocking; run off-loop). The workspace itself is
+    confined where the fork's policy is decided, as for any restore."""
+    if cwd and _real_dir(cwd, base_dir) != workspace_dir:
+        raise WorkspaceError(MSG_FORK_CWD.format(workspace=workspace_dir, cwd=cwd))
 
 
 def new_session_places(cfg: Config, alias: str, cwd: str, base_dir: str,

@@ -189,9 +189,10 @@ def test_initialize_always_protocol_1(acp: AcpProcess, version: int | None) -> N
     params = {} if version is None else {"protocolVersion": version}
     res = acp.result("initialize", params)
     assert res["protocolVersion"] == 1
-    # SPEC §2's three, plus delete and additionalDirectories (issue 17)
+    # SPEC §2's three, plus delete and additionalDirectories (issue 17), and fork (issue 25)
     assert res["agentCapabilities"]["sessionCapabilities"] == {
-        "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {}}
+        "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {},
+        "fork": {}}
     assert res["_meta"]["zeroclaw"] == {"defaultModel": "demo/demo", "maxSessions": 10,
                                         "sessionTimeoutSecs": 3600}
 

@@ -18,6 +18,7 @@ from services.common.protocol import (
     M_SESSION_CLOSE,
     M_SESSION_DELETE,
     M_SESSION_EVENT,
+    M_SESSION_FORK,
     M_SESSION_LIST,
     M_SESSION_LOAD,
     M_SESSION_NEW,
@@ -29,7 +30,16 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
 )
 from services.edge.dispatch import Handler
-from services.edge.handlers import delete, initialize, modes, new, restore, stored, turns
+from services.edge.handlers import (
+    delete,
+    fork,
+    initialize,
+    modes,
+    new,
+    restore,
+    stored,
+    turns,
+)
 
 #: Method name → handler, for every method a client may call.
 METHODS: Mapping[str, Handler] = {
@@ -42,6 +52,7 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_CLOSE: turns.session_close,
     M_SESSION_LOAD: restore.session_load,
     M_SESSION_RESUME: restore.session_resume,
+    M_SESSION_FORK: fork.session_fork,
     M_SESSION_LIST: stored.session_list,
     M_SESSION_DELETE: delete.session_delete,
     M_SESSION_SET_MODE: modes.session_set_mode,

@@ -67,6 +67,7 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         agent_capabilities=agent_capabilities(
             load_session=persistent, resume=persistent, close=persistent,
             list_sessions=persistent, delete=persistent, additional_directories=persistent,
+            fork=persistent,  # acpgate forks any agent's sessions itself (issue 25)
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http and mcp_http,
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),

@@ -34,7 +34,7 @@ newest part of the transcript is carried over into its first prompt.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -57,7 +57,7 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found
-from services.edge.history_wire import CarryOver, Replay, history_meta
+from services.edge.history_wire import Replay
 from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import (
     additional_directories,
@@ -67,6 +67,7 @@ from services.edge.params import (
 )
 from services.edge.registry import SessionRegistry
 from services.edge.runtime import EdgeRuntime
+from services.edge.seeding import carry_over, history_pages, resume_builtin
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
@@ -198,20 +199,6 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
     return session
 
 
-async def _history_pages(rt: EdgeRuntime, sid: str
-                         ) -> AsyncIterator[Sequence[session_pb2.HistoryItem]]:
-    """The stored items of ``sid``, oldest first, one ``StreamHistory`` page at a time (the
-    next is read only when the caller asks for it); a failure is the client's error."""
-    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
-    try:
-        async for page in stream:
-            yield page.items
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
-    finally:
-        stream.cancel()
-
-
 async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
                 policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules) -> str:
@@ -222,25 +209,12 @@ async def _seed(session: EdgeSession, client: AdapterClient,
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
-            return await _resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
+            return await resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
         if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
             return row.adapter_session_id
-        return await _carry_over(session.runtime, session, client, row, policy, mcp)
+        return await carry_over(session.runtime, session, client, row, policy, mcp)
     except Exception as exc:
         raise restore_error(exc, client.secrets) from None
-
-
-async def _resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: session_pb2.SessionRow,
-                          policy: SecurityPolicy, mcp: list[Any],
-                          client_mcp: ClientMcpRules) -> str:
-    """The built-in agent: ``session/resume`` under its old id (how the client's MCP servers
-    run in ``_meta``), then the history, page by page, as ``_acpgate/history_append``
-    chunks."""
-    adapter_sid = row.adapter_session_id or row.session_id
-    chunks = (history_meta(items) async for items in _history_pages(rt, row.session_id))
-    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, chunks,
-                                list(row.additional_directories), client_mcp)
-    return adapter_sid
 
 
 async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
@@ -250,20 +224,6 @@ async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
                                          list(row.additional_directories))
 
 
-async def _carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
-                      row: session_pb2.SessionRow, policy: SecurityPolicy,
-                      mcp: list[Any]) -> str:
-    """A fresh adapter session; the newest part of the transcript goes along with the first
-    prompt (:class:`~services.edge.history_wire.CarryOver`)."""
-    adapter_sid = await client.new_session(row.workspace_dir, mcp, policy,
-                                           list(row.additional_directories))
-    carry = CarryOver()
-    async for items in _history_pages(rt, row.session_id):
-        carry.add(items)
-    session.pending_history = carry.text()
-    return adapter_sid
-
-
 async def _replay_history(conn: SessionHome, session: EdgeSession) -> None:
     """session/load: every stored update, in order, as ``session/update`` notifications,
     read and sent page by page (the client's send queue paces the reading). A history
@@ -271,7 +231,7 @@ async def _replay_history(conn: SessionHome, session: EdgeSession) -> None:
     sid = session.session_id
     replay = Replay()
     try:
-        async for items in _history_pages(conn.runtime, sid):
+        async for items in history_pages(conn.runtime, sid):
             lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
                                                           for u in replay.updates(items)])
             # Chunks, so other sessions on this connection still get a turn.

@@ -25,12 +25,12 @@ from services.lifecycle.api import (
     NoWarmAdapter,
     Unavailable,
     check_spec,
-    cwd_refusal,
 )
 from services.lifecycle.attach import AdapterChannel
+from services.lifecycle.holds import StreamHolds
 from services.lifecycle.launch import Launch, plan_launch
 from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.pool_spec import fingerprint
+from services.lifecycle.pool_spec import launch_reads
 from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
 from services.lifecycle.spawn import WrapperPaths, stderr_log_path
@@ -93,6 +93,7 @@ class LifecycleController:
         #: Closes started in the background (a wrapper's death, an abandoned ensure).
         self._background_closes: set[asyncio.Task[None]] = set()
         self.pools = WarmPools(self)
+        self.holds = StreamHolds()  # the leases Attach streams ensured and still hold
 
     # ------------------------------------------------------------------ identity
 
@@ -110,9 +111,11 @@ class LifecycleController:
             lock = self._key_locks[key] = asyncio.Lock()
         return lock
 
-    async def ensure_session(self, req: EnsureRequest) -> Ensured:
+    async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
-        else a new spawn.
+        else a new spawn. With ``hold`` (an Attach stream's), what it spawns or takes is
+        held until the stream lets it go; a lease another stream holds is never handed
+        out: this ensure waits for its let-go, then ensures anew (services.lifecycle.holds).
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on
@@ -122,27 +125,39 @@ class LifecycleController:
             raise InvalidRequest("session_key is required")
         check_spec(req.command, req.args)
         pool = self.pools.pool_for(req)
-        async with self._key_lock(req.session_key):
-            (refusal, current), existing = await asyncio.gather(
-                asyncio.to_thread(_launch_reads, req.cwd, pool),
-                self.store.list(states=LIVE_STATES, session_key=req.session_key,
-                                instance_id=self.instance_id))
-            if refusal is not None:
-                raise refusal
-            for lease in existing:
-                channel = self.channels.get(lease.lease_id)
-                if channel is not None and channel.running and lease.state == LeaseState.OPEN:
-                    return Ensured(lease, False)
-            for lease in existing:
-                # Its adapter died or it belongs to an earlier run: settle it first.
-                await self.close_session(lease_id=lease.lease_id, reason="replaced")
-            if pool is not None:
-                taken = await pool.take(req.session_key, current)
-                if taken is not None:
-                    return Ensured(taken, True, warm=True)
-            if req.warm_only:
-                raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
-            return Ensured(await self._spawn(req), True)
+        while True:
+            async with self._key_lock(req.session_key):
+                (refusal, current), existing = await asyncio.gather(
+                    asyncio.to_thread(launch_reads, req.cwd, pool.spec if pool else None),
+                    self.store.list(states=LIVE_STATES, session_key=req.session_key,
+                                    instance_id=self.instance_id))
+                if refusal is not None:
+                    raise refusal
+                held = self.holds.first_held(existing)
+                if not held:
+                    ensured = await self._ensure_locked(req, pool, current, existing)
+                    if hold and ensured.spawned:
+                        self.holds.hold(ensured.lease.lease_id)
+                    return ensured
+            await self.holds.wait_let_go(held, req.session_key, warm_only=req.warm_only)
+
+    async def _ensure_locked(self, req: EnsureRequest, pool: WarmPool | None, current: str,
+                             existing: list[LeaseRecord]) -> Ensured:
+        """:meth:`ensure_session` under the key's lock, no lease of the key held by a stream."""
+        for lease in existing:
+            channel = self.channels.get(lease.lease_id)
+            if channel is not None and channel.running and lease.state == LeaseState.OPEN:
+                return Ensured(lease, False)
+        for lease in existing:
+            # Its adapter died or it belongs to an earlier run: settle it first.
+            await self.close_session(lease_id=lease.lease_id, reason="replaced")
+        if pool is not None:
+            taken = await pool.take(req.session_key, current)
+            if taken is not None:
+                return Ensured(taken, True, warm=True)
+        if req.warm_only:
+            raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
+        return Ensured(await self._spawn(req), True)
 
     async def spawn_warm(self, req: EnsureRequest) -> LeaseRecord:
         """A warm pool's spawn: like any, but its lease starts warm."""
@@ -373,12 +388,6 @@ class LifecycleController:
             await channel.aclose()
         self.channels.clear()
         return results
-
-
-def _launch_reads(cwd: str, pool: WarmPool | None) -> tuple[InvalidRequest | None, str]:
-    """Why ``cwd`` is refused (None: it is not), and ``pool``'s file fingerprint ("" without
-    one), in one go (blocking; off-loop)."""
-    return cwd_refusal(cwd), fingerprint(pool.spec) if pool is not None else ""
 
 
 def _remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:

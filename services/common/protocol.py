@@ -318,6 +318,12 @@ CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
 #: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
 #: agent runs with its own config, which need not carry the edge's `--session-timeout`.
 META_TIMEOUT_SECS: Final = "timeoutSecs"
+#: `_meta.acpgate.warnings` in the built-in agent's initialize result: what it found wrong
+#: with its own configuration (sentences, never a secret), logged by the edge at session start.
+META_WARNINGS: Final = "warnings"
+#: The built-in agent's provider names an API key variable that is unset (or empty): the
+#: first prompt fails with this (issue 24), before anything goes to the provider.
+MSG_API_KEY_MISSING: Final = "{variable} (agents.{alias}.api_key_env) is not set"
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"

@@ -62,9 +62,17 @@ MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
 MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
 #: A workspace that is, lies inside or contains acpgate's state or a credential store
 #: (session/new, load, resume alike). It names the reason, never the guarded path.
+CWD_REFUSED_PREFIX: Final = "cwd refused as a session workspace: "
 MSG_CWD_REFUSED: Final = (
-    "cwd refused as a session workspace: it {relation} {what}; an operator may allow "
-    "the directory with [autonomy] allow_cwd"
+    CWD_REFUSED_PREFIX + "it {relation} {what}; an operator may allow the directory with "
+    "[autonomy] allow_cwd"
+)
+#: The same to the local user of `acpgate acp` (issue 24), who owns every file: the
+#: guarded path and the exact line that allows the directory (a remote principal is never
+#: told acpgate's paths: MSG_CWD_REFUSED).
+MSG_CWD_REFUSED_LOCAL: Final = (
+    CWD_REFUSED_PREFIX + "it {relation} {what} ({path}); to allow it, put "
+    "[autonomy] allow_cwd = [{cwd}] in {config_file}"
 )
 MSG_BAD_ADDITIONAL_DIR: Final = "additionalDirectories entry is not usable ({path}): {reason}"
 MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"

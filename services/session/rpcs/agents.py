@@ -102,9 +102,11 @@ class AgentRpcs(RpcBase):
         """The SPEC §3 cwd rules."""
         await self._require_alias(request.alias, context)
         try:
-            info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir)
+            info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir,
+                                           local_user=request.local_user)
             extra = await resolve_additional_directories(
-                self._cfg, request.additional_directories, request.base_dir, info.workspace_dir)
+                self._cfg, request.additional_directories, request.base_dir, info.workspace_dir,
+                local_user=request.local_user)
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
@@ -130,12 +132,15 @@ class AgentRpcs(RpcBase):
             await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "workspace_dir is required"
             )
-        refusal = await asyncio.to_thread(workspace_refusal, self._cfg, request.workspace_dir)
+        local = request.local_user  # the local user of acpgate acp (issue 24), else remote
+        refusal = await asyncio.to_thread(workspace_refusal, self._cfg, request.workspace_dir,
+                                          local_user=local)
         if refusal is not None:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal.message())
         extra = tuple(request.additional_directories)
         for path in extra:  # stored roots (real paths) are confined as on the way in
-            refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path)
+            refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path,
+                                              local_user=local)
             if refused is not None:
                 await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(refused))
         policy = policy_for(self._cfg, request.alias, request.workspace_dir, extra)
@@ -161,7 +166,8 @@ class AgentRpcs(RpcBase):
         try:
             (agent_workspace, info, extra), capabilities = await asyncio.gather(
                 asyncio.to_thread(new_session_places, self._cfg, alias, request.cwd,
-                                  request.base_dir, list(request.additional_directories)),
+                                  request.base_dir, list(request.additional_directories),
+                                  request.local_user),
                 self._recorded_capabilities(alias))
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -97,6 +97,9 @@ MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an arra
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 #: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
 MSG_TOKEN_REVOKED: Final = "Token revoked"
+#: A request read while the gateway stops (INTERNAL_ERROR): its running turns are being
+#: cancelled and its connection closed (issue 24).
+MSG_SHUTTING_DOWN: Final = "acpgate is shutting down"
 #: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
 #: skipped up to its newline, never buffered whole, and answered -32700 with id null.
 MSG_LINE_TOO_LONG: Final = "line too long ({n} bytes, limit {limit})"

@@ -35,7 +35,7 @@ from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
 from services.lifecycle.spawn import WrapperPaths, stderr_log_path
 from services.lifecycle.verify import Owner, Verification
-from services.lifecycle.warm import WarmPool, WarmPools
+from services.lifecycle.warm import WarmPools
 
 __all__ = [
     "EnsureRequest",
@@ -113,9 +113,8 @@ class LifecycleController:
 
     async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
-        else a new spawn. With ``hold`` (an Attach stream's), what it spawns or takes is
-        held until the stream lets it go; a lease another stream holds is never handed
-        out: this ensure waits for its let-go, then ensures anew (services.lifecycle.holds).
+        else a new spawn; ``hold`` (an Attach stream's): held until the stream let it go. A
+        lease another stream holds is not handed out: its let-go is waited for (holds.py).
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on
@@ -125,39 +124,31 @@ class LifecycleController:
             raise InvalidRequest("session_key is required")
         check_spec(req.command, req.args)
         pool = self.pools.pool_for(req)
-        while True:
-            async with self._key_lock(req.session_key):
-                (refusal, current), existing = await asyncio.gather(
-                    asyncio.to_thread(launch_reads, req.cwd, pool.spec if pool else None),
-                    self.store.list(states=LIVE_STATES, session_key=req.session_key,
-                                    instance_id=self.instance_id))
-                if refusal is not None:
-                    raise refusal
-                held = self.holds.first_held(existing)
-                if not held:
-                    ensured = await self._ensure_locked(req, pool, current, existing)
-                    if hold and ensured.spawned:
-                        self.holds.hold(ensured.lease.lease_id)
-                    return ensured
-            await self.holds.wait_let_go(held, req.session_key, warm_only=req.warm_only)
-
-    async def _ensure_locked(self, req: EnsureRequest, pool: WarmPool | None, current: str,
-                             existing: list[LeaseRecord]) -> Ensured:
-        """:meth:`ensure_session` under the key's lock, no lease of the key held by a stream."""
-        for lease in existing:
-            channel = self.channels.get(lease.lease_id)
-            if channel is not None and channel.running and lease.state == LeaseState.OPEN:
-                return Ensured(lease, False)
-        for lease in existing:
-            # Its adapter died or it belongs to an earlier run: settle it first.
-            await self.close_session(lease_id=lease.lease_id, reason="replaced")
-        if pool is not None:
-            taken = await pool.take(req.session_key, current)
-            if taken is not None:
-                return Ensured(taken, True, warm=True)
-        if req.warm_only:
-            raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
-        return Ensured(await self._spawn(req), True)
+        async with self._key_lock(req.session_key):
+            (refusal, current), existing = await asyncio.gather(
+                asyncio.to_thread(launch_reads, req.cwd, pool.spec if pool else None),
+                self.store.list(states=LIVE_STATES, session_key=req.session_key,
+                                instance_id=self.instance_id))
+            if refusal is not None:
+                raise refusal
+            while held := self.holds.first_held(existing):  # another stream's, being let go
+                await self.holds.wait_let_go(held, req.session_key, warm_only=req.warm_only)
+                existing = await self.store.list(states=LIVE_STATES, session_key=req.session_key,
+                                                 instance_id=self.instance_id)
+            for lease in existing:
+                channel = self.channels.get(lease.lease_id)
+                if channel is not None and channel.running and lease.state == LeaseState.OPEN:
+                    return Ensured(lease, False)
+            for lease in existing:
+                # Its adapter died or it belongs to an earlier run: settle it first.
+                await self.close_session(lease_id=lease.lease_id, reason="replaced")
+            if pool is not None:
+                taken = await pool.take(req.session_key, current)
+                if taken is not None:
+                    return self.holds.held(hold, Ensured(taken, True, warm=True))
+            if req.warm_only:
+                raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
+            return self.holds.held(hold, Ensured(await self._spawn(req), True))
 
     async def spawn_warm(self, req: EnsureRequest) -> LeaseRecord:
         """A warm pool's spawn: like any, but its lease starts warm."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from services.common.logs import get_logger
 from services.lifecycle.api import NoWarmAdapter, Unavailable
@@ -36,6 +37,17 @@ log = get_logger("lifecycle.holds")
 LET_GO_WAIT_SECS = 30.0
 
 
+class _HasLease(Protocol):
+    """What an ensure answers (``controller.Ensured``), as far as holding goes."""
+
+    @property
+    def lease(self) -> LeaseRecord:
+        """The lease ensured."""
+
+
+_Ensured = TypeVar("_Ensured", bound=_HasLease)
+
+
 class StreamHolds:
     """The leases Attach streams ensured (spawned or took) and have not let go yet."""
 
@@ -47,16 +59,18 @@ class StreamHolds:
         """``lease_id`` belongs to the stream that ensured it, until :meth:`release`."""
         self._held.setdefault(lease_id, asyncio.Event())
 
+    def held(self, hold: bool, ensured: _Ensured) -> _Ensured:
+        """``ensured``, its lease held by the stream that ensured it when ``hold``."""
+        if hold:
+            self.hold(ensured.lease.lease_id)
+        return ensured
+
     def release(self, lease_id: str) -> None:
         """The stream's let-go of ``lease_id`` is over (closed, or back in its pool); an
         unknown id is ignored."""
         done = self._held.pop(lease_id, None)
         if done is not None:
             done.set()
-
-    def held(self, lease_id: str) -> bool:
-        """True while a stream holds ``lease_id``."""
-        return lease_id in self._held
 
     def first_held(self, leases: Iterable[LeaseRecord]) -> str:
         """The id of the first of ``leases`` a stream holds ("" when none is)."""

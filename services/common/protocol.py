@@ -62,9 +62,17 @@ MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
 MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
 #: A workspace that is, lies inside or contains acpgate's state or a credential store
 #: (session/new, load, resume alike). It names the reason, never the guarded path.
+CWD_REFUSED_PREFIX: Final = "cwd refused as a session workspace: "
 MSG_CWD_REFUSED: Final = (
-    "cwd refused as a session workspace: it {relation} {what}; an operator may allow "
-    "the directory with [autonomy] allow_cwd"
+    CWD_REFUSED_PREFIX + "it {relation} {what}; an operator may allow the directory with "
+    "[autonomy] allow_cwd"
+)
+#: The same to the local user of `acpgate acp` (issue 24), who owns every file: the
+#: guarded path and the exact line that allows the directory (a remote principal is never
+#: told acpgate's paths: MSG_CWD_REFUSED).
+MSG_CWD_REFUSED_LOCAL: Final = (
+    CWD_REFUSED_PREFIX + "it {relation} {what} ({path}); to allow it, put "
+    "[autonomy] allow_cwd = [{cwd}] in {config_file}"
 )
 MSG_BAD_ADDITIONAL_DIR: Final = "additionalDirectories entry is not usable ({path}): {reason}"
 MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"
@@ -101,6 +109,9 @@ MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an arra
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 #: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
 MSG_TOKEN_REVOKED: Final = "Token revoked"
+#: A request read while the gateway stops (INTERNAL_ERROR): its running turns are being
+#: cancelled and its connection closed (issue 24).
+MSG_SHUTTING_DOWN: Final = "acpgate is shutting down"
 #: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
 #: skipped up to its newline, never buffered whole, and answered -32700 with id null.
 MSG_LINE_TOO_LONG: Final = "line too long ({n} bytes, limit {limit})"
@@ -339,6 +350,12 @@ META_TIMEOUT_SECS: Final = "timeoutSecs"
 #: model saw, when it is not the human summary in `rawOutput` (deliver_file's JSON with `uri`,
 #: SPEC §10). The edge stores it as the result item's `text`, so a restore seeds it again.
 META_MODEL_OUTPUT: Final = "modelOutput"
+#: `_meta.acpgate.warnings` in the built-in agent's initialize result: what it found wrong
+#: with its own configuration (sentences, never a secret), logged by the edge at session start.
+META_WARNINGS: Final = "warnings"
+#: The built-in agent's provider names an API key variable that is unset (or empty): the
+#: first prompt fails with this (issue 24), before anything goes to the provider.
+MSG_API_KEY_MISSING: Final = "{variable} (agents.{alias}.api_key_env) is not set"
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"

@@ -66,7 +66,7 @@ from services.common.protocol import (
     META_HISTORY_FOLLOWS,
     META_POLICY,
 )
-from services.edge.adapter_caps import env_auth_method, read_initialize_result
+from services.edge.adapter_caps import agent_warnings, env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.adapter_requests import (
     client_mcp_meta,
@@ -225,6 +225,10 @@ class AdapterClient:
         answer = read_initialize_result(await pending)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
+        if self.builtin:  # what the built-in agent found wrong with its config (issue 24)
+            for warning in agent_warnings(answer):
+                log.warning("agent_warning", session_id=self.edge_session_id, alias=self.alias,
+                            warning=warning)
 
     def _meta(self, **ours: Any) -> dict[str, Any]:
         """``{"_meta": {"acpgate": ours}}`` for the built-in agent; nothing for others."""

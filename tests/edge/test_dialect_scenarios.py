@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from services.common.protocol import CANCEL_MARKER, MAX_BLOB_BYTES, MSG_CWD_REFUSED
+from services.common.protocol import CANCEL_MARKER, MAX_BLOB_BYTES, MSG_CWD_REFUSED_LOCAL
 from tests.e2e.harness import AcpProcess, updates, write_config
 
 pytestmark = pytest.mark.slow
@@ -236,10 +236,13 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
         res = acp.result("session/new", {"agentAlias": "sdk", **params})
         opened.append(res["sessionId"])
         assert res["workspaceDir"] == expected, params
-    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace.
+    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace;
+    # the local user is told which state and the line that would allow it (issue 24).
     error = acp.error("session/new", {"agentAlias": "sdk", "cwd": "proj"})
-    assert error == {"code": -32602, "message": MSG_CWD_REFUSED.format(
-        relation="lies inside", what="acpgate's own state")}
+    proj = os.path.realpath(cfg_dir / "proj")
+    assert error == {"code": -32602, "message": MSG_CWD_REFUSED_LOCAL.format(
+        relation="lies inside", what="acpgate's own state", path=os.path.realpath(cfg_dir),
+        cwd=json.dumps(proj), config_file=cfg_dir / "config.toml")}
 
 
 # ----------------------------------------------------------------- §4 / §5

@@ -362,7 +362,11 @@ class AttachOpen(_message.Message):
         written to its stdin nor read from its stdout — goes back to its pool
         (warm again, under the pool's key) while the pool keeps that launch spec
         from the same files and has room; any other is closed (reason
-        "detached"). A live lease the ensure merely found stays open.
+        "detached"). A live lease the ensure merely found stays open. Until that
+        let-go is over the stream holds its lease: another ensure of the key is
+        never handed it (it would be closed, or pooled, under its new user), but
+        waits for the let-go (at most 30 s, then UNAVAILABLE) and then ensures
+        anew; a warm_only one is refused at once (FAILED_PRECONDITION).
         """
 
     def __init__(

@@ -109,6 +109,7 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
                 parent_session_id=parent_id, session_id=sid,
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
                 cwd=first_str(params, "cwd") or "", base_dir=os.getcwd(),
+                local_user=not conn.remote,
                 **({"operator": True} if conn.caller.operator
                    else {"requester_session_key": conn.caller.principal}))
             if extra is not None:

@@ -112,8 +112,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         # from a time the gateway allowed more. Refused: nothing was taken yet.
         mcp = await admitted_servers(client_mcp, mcp, stored=not passed)
         with _restoring(rt.registry, sid):
-            agent, row = await _resolve_agent(rt, row, extra)
-            policy = await _policy(rt, agent, row)
+            agent, row = await _resolve_agent(rt, row, extra, local_user=not conn.remote)
+            policy = await _policy(rt, agent, row, local_user=not conn.remote)
             await rt.claims.claim(sid)
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
@@ -150,17 +150,20 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
 
 
 async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+                         *, local_user: bool,
                          ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
     restore uses it: with the request's additional directories, if it gave any (resolved
-    here, stored only once the session is active on this host)."""
+    here, under the local user's rule when ``local_user``; stored only once the session is
+    active on this host)."""
     sid = row.session_id
     try:
         agent = await rt.session_stub.ResolveRestoreAgent(
             session_pb2.ResolveRestoreAgentRequest(session_id=sid))
         if extra is not None:
             ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
-                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra))
+                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra,
+                local_user=local_user))
             row = _with_roots(row, ws.additional_directories)
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
@@ -179,12 +182,13 @@ def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb
 
 
 async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                  row: session_pb2.SessionRow) -> SecurityPolicy:
+                  row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent (issue 13)."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
-                                    row.additional_directories, row.session_id)
+                                    row.additional_directories, row.session_id,
+                                    local_user=local_user)
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, row.session_id) from None
 

@@ -82,7 +82,8 @@ class ForkRpcs(AgentRpcs, ReadRpcs):
         # The fork's ancestors are the parent's: the parent's row caps it as its own would.
         policy = await self._session_policy(
             agent.alias, parent.workspace_dir,
-            parent.additional_directories if roots is None else roots, parent, context)
+            parent.additional_directories if roots is None else roots, parent, context,
+            local_user=request.local_user)
         rec = await self._fork(request, parent, agent.alias, roots, context)
         log.info("session_forked", session_id=rec.session_id, parent_session_id=parent.session_id,
                  agent=agent.alias, items=rec.message_count, stored_bytes=rec.stored_bytes)
@@ -100,7 +101,7 @@ class ForkRpcs(AgentRpcs, ReadRpcs):
                 return None
             return await resolve_additional_directories(
                 self._cfg, request.additional_directories.values, request.base_dir,
-                parent.workspace_dir)
+                parent.workspace_dir, local_user=request.local_user)
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 

@@ -4,7 +4,8 @@
 (:mod:`services.lifecycle.slots`: any number of lifecycle services may share one),
 loads the install's instance id and derives the slot's, opens the lease store,
 installs the wrapper, expires old leases and reaps the live leases of earlier runs
-of its slot and of dead slots (:mod:`services.lifecycle.slot_reap`) *before* it
+of its slot and of dead slots (:mod:`services.lifecycle.slot_reap`), and on slot 0
+the pre-lease records waiting (:mod:`services.lifecycle.legacy_reap`), *before* it
 serves — never a live slot's. Stopping the returned server closes (verifies and
 reaps) every lease it still holds, then gives the slot up.
 """

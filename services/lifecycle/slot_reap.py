@@ -14,7 +14,9 @@ service reaps (SPEC §13 reapStartupOrphans):
 - never a slot whose lock is held: a live process owns those leases, and its agents
   are never touched.
 
-Leases written before slots existed carry the install's id, which is slot 0's.
+Leases written before slots existed carry the install's id, which is slot 0's. Records
+written before leases existed (no lease id, no slot) are slot 0's holder's to import and
+reap, after all that (:mod:`services.lifecycle.legacy_reap`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from services.common.logs import get_logger
 from services.lifecycle.leases import LIVE_STATES
+from services.lifecycle.legacy_reap import reap_legacy
 from services.lifecycle.reaper import CloseResult, Reaper
 from services.lifecycle.slots import slot_instance_id, slot_of, try_slot
 from services.lifecycle.verify import Owner
@@ -74,7 +77,8 @@ async def reap_dead_slots(controller: LifecycleController, reason: str = "startu
 
 
 async def reap_at_start(controller: LifecycleController) -> None:
-    """Expire old leases, reap this slot's leftovers, then the dead slots' (SPEC §13).
+    """Expire old leases, reap this slot's leftovers, then the dead slots', then (slot 0
+    only) the legacy records (SPEC §13).
 
     Startup reaping is cleanup: a failure is reported, it never stops the service;
     the leftovers stay open/closing for a later reap.
@@ -96,3 +100,8 @@ async def reap_at_start(controller: LifecycleController) -> None:
         unverified=[r.unverified_reason for r in results if r.unverified_reason],
         dead_slot_leases=len(others),
     )
+    try:
+        await reap_legacy(controller)
+    except Exception as exc:  # pending records stay for the next start of slot 0
+        log.error("legacy_reap_failed", instance_id=controller.instance_id,
+                  why=f"{type(exc).__name__}: {exc}")

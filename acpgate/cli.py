@@ -10,6 +10,7 @@ and exits 2; nothing here prints a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,13 +19,27 @@ from acpgate import __version__
 from services.common import config as config_mod
 from services.common import event_loop
 from services.common.config import Config, ConfigError
-from services.common.logs import get_logger, setup_logging
+from services.common.log_output import (
+    ENV_LOG_LEVEL,
+    log_startup,
+    plan_logging,
+    setup_logging,
+    start_logging,
+)
+from services.common.logs import get_logger
 from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
 
 if TYPE_CHECKING:
+    from acpgate.embedded import EmbeddedServices
+    from acpgate.serve import Supervisor
     from services.edge.tokens import TokenStore
+    from services.edge.ws_server import EdgeServer
 
 EXIT_USAGE = 2
+#: The long-running commands, and the process name each one logs as.
+PROCESS_NAMES = {"acp": "acp", "serve": "serve", "session-service": "session",
+                 "lifecycle-service": "lifecycle", "edge": "edge", "agent": "agent",
+                 "bridge": "bridge"}
 
 
 def _add_config_dir(p: argparse.ArgumentParser, *, nested: bool = False) -> None:
@@ -191,47 +206,75 @@ def _token_action(store: TokenStore, args: argparse.Namespace) -> int:
     return _fail("token needs an action: create, list, revoke, grant or revoke-grant")
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    """Run one parsed sub-command and return its exit code."""
-    command = args.command
-    if command == "config":
-        return _cmd_config(args)
-    if command == "token":
-        return _cmd_token(args)
-    if command == "bridge":
-        from services.edge.bridge import run_bridge
+def _start_logs(cfg: Config, command: str) -> None:
+    """The long-running ``command``'s logs as ``[logging]`` and the environment say
+    (services.common.log_output); the bridge writes a file only when one is named."""
+    start_logging(plan_logging(cfg, PROCESS_NAMES[command], file_by_default=command != "bridge"))
 
-        config_dir = config_mod.resolve_config_dir(args.config_dir)
-        return _run_async(lambda: run_bridge(config_dir), "bridge")
 
-    if command in ("acp", "serve", "agent"):
-        # First run: a working default (one built-in agent on the offline demo model).
-        config_mod.ensure_default_config(config_mod.resolve_config_dir(args.config_dir))
+def _gateway_url(cfg: Config, port: int) -> str:
+    scheme = "wss" if cfg.gateway.tls.enabled else "ws"
+    return f"{scheme}://{cfg.gateway.host}:{port}{cfg.gateway.path_prefix}/acp"
 
-    if command == "acp":
-        overrides: dict[str, Any] = {}
-        if args.max_sessions is not None:
-            overrides["acp.max_sessions"] = args.max_sessions
-        if args.session_timeout is not None:
-            overrides["acp.session_timeout_secs"] = args.session_timeout
-        cfg = _load(args, overrides)
-        from acpgate.embedded import start_embedded
-        from services.edge.stdio import run_stdio
 
-        return _run_async(lambda: run_stdio(cfg, version=__version__,
-                                            start_services=start_embedded), "acp")
-    cfg = _load(args)
+def _run_bridge(args: argparse.Namespace) -> int:
+    from services.edge.bridge import run_bridge
+
+    config_dir = config_mod.resolve_config_dir(args.config_dir)
+    try:  # the bridge reports a missing or bad config itself (exit 2)
+        cfg = config_mod.load_config(config_dir)
+        _start_logs(cfg, "bridge")
+        log_startup(cfg, "bridge", serves="ACP on stdio",
+                    gateway=_gateway_url(cfg, cfg.gateway.port))
+    except ConfigError:
+        pass
+    return _run_async(lambda: run_bridge(config_dir), "bridge")
+
+
+def _run_acp(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.max_sessions is not None:
+        overrides["acp.max_sessions"] = args.max_sessions
+    if args.session_timeout is not None:
+        overrides["acp.session_timeout_secs"] = args.session_timeout
+    cfg = _load(args, overrides)
+    _start_logs(cfg, "acp")
+    from acpgate.embedded import start_embedded
+    from services.edge.stdio import run_stdio
+
+    async def start_services(c: Config) -> EmbeddedServices:
+        services = await start_embedded(c)
+        log_startup(c, "acp", serves="ACP on stdio", session_addr=services.session_addr,
+                    lifecycle_addr=services.lifecycle_addr)
+        return services
+
+    return _run_async(lambda: run_stdio(cfg, version=__version__,
+                                        start_services=start_services), "acp")
+
+
+def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
+    """One of the long-running services, its logs started and its startup line written."""
+    from services.common.addresses import default_lifecycle_address, default_session_address
+
+    _start_logs(cfg, command)
     if command == "serve":
         from acpgate.serve import run_serve
 
-        return _run_async(lambda: run_serve(cfg), "serve")
+        def serving(supervisor: Supervisor) -> None:
+            log_startup(cfg, "serve", gateway=_gateway_url(cfg, supervisor.port),
+                        session_addr=default_session_address(cfg),
+                        lifecycle_addr=default_lifecycle_address(cfg))
+
+        return _run_async(lambda: run_serve(cfg, on_ready=serving), "serve")
     if command == "session-service":
         from services.session.server import run_session_service
 
+        log_startup(cfg, "session", address=default_session_address(cfg))
         return _run_async(lambda: run_session_service(cfg), "session")
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 
+        log_startup(cfg, "lifecycle", address=default_lifecycle_address(cfg))
         return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd), "lifecycle")
     if command == "edge":
         # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
@@ -240,17 +283,40 @@ def dispatch(args: argparse.Namespace) -> int:
 
         get_logger("edge").info("malloc_tuned", options=tuned)
 
-        return _run_async(lambda: run_edge(cfg, version=__version__, listen_fds=args.listen_fd),
-                          "edge")
+        def listening(server: EdgeServer) -> None:
+            log_startup(cfg, "edge", gateway=_gateway_url(cfg, server.port),
+                        session_addr=default_session_address(cfg),
+                        lifecycle_addr=default_lifecycle_address(cfg))
+
+        return _run_async(lambda: run_edge(cfg, version=__version__, ready=listening,
+                                           listen_fds=args.listen_fd), "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for
 
+        log_startup(cfg, "agent", serves="ACP on stdio", alias=args.alias)
         # Standalone (an editor launches it directly): no edge sends each session's
         # policy, so the agent applies the session service's decision to the cwd.
         return _run_async(lambda: run_agent_stdio(cfg, args.alias, version=__version__,
                                                   local_policy=policy_for), "agent")
     return _fail(f"unknown command {command!r}")  # pragma: no cover - argparse guards this
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run one parsed sub-command and return its exit code."""
+    command = args.command
+    if command == "config":
+        return _cmd_config(args)
+    if command == "token":
+        return _cmd_token(args)
+    if command == "bridge":
+        return _run_bridge(args)
+    if command in ("acp", "serve", "agent"):
+        # First run: a working default (one built-in agent on the offline demo model).
+        config_mod.ensure_default_config(config_mod.resolve_config_dir(args.config_dir))
+    if command == "acp":
+        return _run_acp(args)
+    return _run_service(command, _load(args), args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    setup_logging()
+    # Until a long-running command reads its [logging]: stderr, warnings unless asked.
+    setup_logging(os.environ.get(ENV_LOG_LEVEL) or "warning")
     try:
         return dispatch(args)
     except ConfigError as exc:

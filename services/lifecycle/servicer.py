@@ -51,6 +51,7 @@ from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
 from services.lifecycle.session_logs import forget_session_log, link_session_log
+from services.lifecycle.usage import add_usage
 
 __all__ = ["LifecycleServicer"]
 
@@ -347,4 +348,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             verification = await self.controller.verify(request.lease_id)
         except LeaseNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
-        return verification_to_pb(verification)
+        response = verification_to_pb(verification)
+        if request.with_usage and verification.verified:
+            await asyncio.to_thread(add_usage, response)
+        return response

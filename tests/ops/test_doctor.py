@@ -56,6 +56,14 @@ async def test_a_running_install_then_the_same_stopped(tmp_path: Path) -> None:
         assert checks["node"]["status"] == "ok"
         assert checks["landlock"]["status"] in ("ok", "warn")
         config_dir, env = gw.config_dir, gw.env()
+        # Each of serve's processes said what it serves where, in the install's log file.
+        log = gw.data_dir / "logs" / "acpgate.log"
+        startups = {e["process"]: e for e in map(json.loads, log.read_text().splitlines())
+                    if e["event"] == "startup"}
+        assert set(startups) == {"serve", "session", "lifecycle", "edge"}
+        assert startups["serve"]["pid"] == gw.proc.pid
+        assert startups["edge"]["gateway"] == f"ws://127.0.0.1:{gw.port}/acp"
+        assert startups["session"]["address"].endswith("/run/session.sock")
     code, checks = await asyncio.to_thread(doctor, config_dir, env)
     assert code == 0, checks
     assert checks["port"]["status"] == "ok" and "is free" in checks["port"]["why"]

@@ -10,107 +10,38 @@ and exits 2; nothing here prints a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from acpgate import __version__
+from acpgate.cli_parser import build_parser
 from services.common import config as config_mod
 from services.common import event_loop
+from services.common.addresses import gateway_url
 from services.common.config import Config, ConfigError
-from services.common.logs import get_logger, setup_logging
+from services.common.log_output import (
+    ENV_LOG_LEVEL,
+    log_startup,
+    plan_logging,
+    setup_logging,
+    start_logging,
+)
+from services.common.logs import get_logger
 from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
 
 if TYPE_CHECKING:
+    from acpgate.embedded import EmbeddedServices
+    from acpgate.serve import Supervisor
     from services.edge.tokens import TokenStore
+    from services.edge.ws_server import EdgeServer
 
 EXIT_USAGE = 2
-
-
-def _add_config_dir(p: argparse.ArgumentParser, *, nested: bool = False) -> None:
-    """Accept ``--config-dir DIR`` / ``--config-dir=DIR`` on ``p``.
-
-    ``nested`` parsers (``config set``, ``token create``…) use SUPPRESS as the
-    default, so the flag may stand before or after the action without the
-    action's parser resetting a value given before it.
-    """
-    p.add_argument(
-        "--config-dir",
-        metavar="DIR",
-        default=argparse.SUPPRESS if nested else None,
-        help="config directory (default: $ACPGATE_CONFIG_DIR, else ~/.acpgate)",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every sub-command."""
-    parser = argparse.ArgumentParser(
-        prog="acpgate",
-        description="acpgate — an ACP session host for editors, CI runners and remote clients.",
-    )
-    parser.add_argument("--version", action="version", version=f"acpgate {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    acp = sub.add_parser("acp", help="ACP over stdio (IDE mode); exits on EOF")
-    _add_config_dir(acp)
-    acp.add_argument("--max-sessions", type=int, metavar="N", help="override [acp] max_sessions")
-    acp.add_argument(
-        "--session-timeout", type=int, metavar="SECS", help="override [acp] session_timeout_secs"
-    )
-
-    for name, text in (
-        ("serve", "session service + lifecycle service + WebSocket edge, supervised"),
-        ("session-service", "run the session service alone"),
-        ("bridge", "stdio <-> gateway WebSocket bridge"),
-    ):
-        _add_config_dir(sub.add_parser(name, help=text))
-    lifecycle = sub.add_parser("lifecycle-service", help="run the lifecycle service alone")
-    _add_config_dir(lifecycle)
-    lifecycle.add_argument("--slot-fd", type=int, metavar="FD", default=None,
-                           help="the locked instance slot inherited from acpgate serve "
-                                "(default: take the lowest free slot)")
-    edge = sub.add_parser("edge", help="run the WebSocket edge alone")
-    _add_config_dir(edge)
-    edge.add_argument("--listen-fd", type=int, metavar="FD", action="append", default=[],
-                      help="a listening socket inherited from acpgate serve (repeatable; "
-                           "default: bind [gateway] host and port)")
-
-    agent = sub.add_parser("agent", help="the built-in ACP agent on stdio")
-    _add_config_dir(agent)
-    agent.add_argument("--alias", default="", help="which [agents.<alias>] to run")
-
-    cfg = sub.add_parser("config", help="read or change config.toml")
-    _add_config_dir(cfg)
-    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="ACTION")
-    set_p = cfg_sub.add_parser("set", help="set KEY (dotted, e.g. acp.max_sessions) to VALUE")
-    set_p.add_argument("key")
-    set_p.add_argument("value")
-    get_p = cfg_sub.add_parser("get", help="print the effective value of KEY")
-    get_p.add_argument("key")
-    show_p = cfg_sub.add_parser("show", help="print the effective config")
-    for p in (set_p, get_p, show_p):
-        _add_config_dir(p, nested=True)
-
-    tok = sub.add_parser("token", help="gateway bearer tokens")
-    _add_config_dir(tok)
-    tok_sub = tok.add_subparsers(dest="token_command", metavar="ACTION")
-    create = tok_sub.add_parser("create", help="mint a token (printed once)")
-    create.add_argument("--name", default="", help="a label to recognise it by")
-    create.add_argument("--grant", action="append", default=[], metavar="GRANT",
-                        help="an operator grant for the token (see-all: read-only sight of "
-                             "other tokens' sessions); repeatable")
-    list_p = tok_sub.add_parser("list", help="list tokens (ids, labels and grants, never the "
-                                             "secret)")
-    revoke = tok_sub.add_parser("revoke", help="revoke a token by id")
-    revoke.add_argument("token_id")
-    grant = tok_sub.add_parser("grant", help="give a token an operator grant (see-all)")
-    revoke_grant = tok_sub.add_parser("revoke-grant", help="take an operator grant from a token")
-    for p in (grant, revoke_grant):
-        p.add_argument("token_id")
-        p.add_argument("grant", metavar="GRANT")
-    for p in (create, list_p, revoke, grant, revoke_grant):
-        _add_config_dir(p, nested=True)
-    return parser
+#: The long-running commands, and the process name each one logs as.
+PROCESS_NAMES = {"acp": "acp", "serve": "serve", "session-service": "session",
+                 "lifecycle-service": "lifecycle", "edge": "edge", "agent": "agent",
+                 "bridge": "bridge"}
 
 
 def _fail(message: str) -> int:
@@ -191,47 +122,70 @@ def _token_action(store: TokenStore, args: argparse.Namespace) -> int:
     return _fail("token needs an action: create, list, revoke, grant or revoke-grant")
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    """Run one parsed sub-command and return its exit code."""
-    command = args.command
-    if command == "config":
-        return _cmd_config(args)
-    if command == "token":
-        return _cmd_token(args)
-    if command == "bridge":
-        from services.edge.bridge import run_bridge
+def _start_logs(cfg: Config, command: str) -> None:
+    """The long-running ``command``'s logs as ``[logging]`` and the environment say
+    (services.common.log_output); the bridge writes a file only when one is named."""
+    start_logging(plan_logging(cfg, PROCESS_NAMES[command], file_by_default=command != "bridge"))
 
-        config_dir = config_mod.resolve_config_dir(args.config_dir)
-        return _run_async(lambda: run_bridge(config_dir), "bridge")
 
-    if command in ("acp", "serve", "agent"):
-        # First run: a working default (one built-in agent on the offline demo model).
-        config_mod.ensure_default_config(config_mod.resolve_config_dir(args.config_dir))
+def _run_bridge(args: argparse.Namespace) -> int:
+    from services.edge.bridge import run_bridge
 
-    if command == "acp":
-        overrides: dict[str, Any] = {}
-        if args.max_sessions is not None:
-            overrides["acp.max_sessions"] = args.max_sessions
-        if args.session_timeout is not None:
-            overrides["acp.session_timeout_secs"] = args.session_timeout
-        cfg = _load(args, overrides)
-        from acpgate.embedded import start_embedded
-        from services.edge.stdio import run_stdio
+    config_dir = config_mod.resolve_config_dir(args.config_dir)
+    try:  # the bridge reports a missing or bad config itself (exit 2)
+        cfg = config_mod.load_config(config_dir)
+        _start_logs(cfg, "bridge")
+        log_startup(cfg, "bridge", serves="ACP on stdio",
+                    gateway=gateway_url(cfg, cfg.gateway.port))
+    except ConfigError:
+        pass
+    return _run_async(lambda: run_bridge(config_dir), "bridge")
 
-        return _run_async(lambda: run_stdio(cfg, version=__version__,
-                                            start_services=start_embedded), "acp")
-    cfg = _load(args)
+
+def _run_acp(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.max_sessions is not None:
+        overrides["acp.max_sessions"] = args.max_sessions
+    if args.session_timeout is not None:
+        overrides["acp.session_timeout_secs"] = args.session_timeout
+    cfg = _load(args, overrides)
+    _start_logs(cfg, "acp")
+    from acpgate.embedded import start_embedded
+    from services.edge.stdio import run_stdio
+
+    async def start_services(c: Config) -> EmbeddedServices:
+        services = await start_embedded(c)
+        log_startup(c, "acp", serves="ACP on stdio", session_addr=services.session_addr,
+                    lifecycle_addr=services.lifecycle_addr)
+        return services
+
+    return _run_async(lambda: run_stdio(cfg, version=__version__,
+                                        start_services=start_services), "acp")
+
+
+def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
+    """One of the long-running services, its logs started and its startup line written."""
+    from services.common.addresses import default_lifecycle_address, default_session_address
+
+    _start_logs(cfg, command)
     if command == "serve":
         from acpgate.serve import run_serve
 
-        return _run_async(lambda: run_serve(cfg), "serve")
+        def serving(supervisor: Supervisor) -> None:
+            log_startup(cfg, "serve", gateway=gateway_url(cfg, supervisor.port),
+                        session_addr=default_session_address(cfg),
+                        lifecycle_addr=default_lifecycle_address(cfg))
+
+        return _run_async(lambda: run_serve(cfg, on_ready=serving), "serve")
     if command == "session-service":
         from services.session.server import run_session_service
 
+        log_startup(cfg, "session", address=default_session_address(cfg))
         return _run_async(lambda: run_session_service(cfg), "session")
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 
+        log_startup(cfg, "lifecycle", address=default_lifecycle_address(cfg))
         return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd), "lifecycle")
     if command == "edge":
         # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
@@ -240,17 +194,65 @@ def dispatch(args: argparse.Namespace) -> int:
 
         get_logger("edge").info("malloc_tuned", options=tuned)
 
-        return _run_async(lambda: run_edge(cfg, version=__version__, listen_fds=args.listen_fd),
-                          "edge")
+        def listening(server: EdgeServer) -> None:
+            log_startup(cfg, "edge", gateway=gateway_url(cfg, server.port),
+                        session_addr=default_session_address(cfg),
+                        lifecycle_addr=default_lifecycle_address(cfg))
+
+        return _run_async(lambda: run_edge(cfg, version=__version__, ready=listening,
+                                           listen_fds=args.listen_fd), "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for
 
+        log_startup(cfg, "agent", serves="ACP on stdio", alias=args.alias)
         # Standalone (an editor launches it directly): no edge sends each session's
         # policy, so the agent applies the session service's decision to the cwd.
         return _run_async(lambda: run_agent_stdio(cfg, args.alias, version=__version__,
                                                   local_policy=policy_for), "agent")
     return _fail(f"unknown command {command!r}")  # pragma: no cover - argparse guards this
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    """``acpgate ps``, ``sessions``, ``doctor``: an operator's look at the install."""
+    if args.command == "doctor":
+        from acpgate.ops.doctor import run_doctor
+
+        config_dir = config_mod.resolve_config_dir(args.config_dir)
+        return _run_async(lambda: run_doctor(config_dir, as_json_out=args.json), "cli")
+    cfg = _load(args)
+    if args.command == "ps":
+        from acpgate.ops.ps_cmd import run_ps
+
+        return _run_async(lambda: run_ps(cfg, with_leases=args.leases, as_json_out=args.json),
+                          "cli")
+    if not args.sessions_command:
+        return _fail("sessions needs an action: list, show or delete")
+    from acpgate.ops.sessions_cmd import run_sessions
+
+    return _run_async(lambda: run_sessions(
+        cfg, args.sessions_command, session_id=getattr(args, "session_id", ""),
+        limit=getattr(args, "limit", 50), query=getattr(args, "query", ""),
+        as_json_out=getattr(args, "json", False)), "cli")
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run one parsed sub-command and return its exit code."""
+    command = args.command
+    if command in ("ps", "sessions", "doctor"):
+        return _cmd_ops(args)
+    if command == "config":
+        return _cmd_config(args)
+    if command == "token":
+        return _cmd_token(args)
+    if command == "bridge":
+        return _run_bridge(args)
+    if command in ("acp", "serve", "agent"):
+        # First run: a working default (one built-in agent on the offline demo model).
+        config_mod.ensure_default_config(config_mod.resolve_config_dir(args.config_dir))
+    if command == "acp":
+        return _run_acp(args)
+    return _run_service(command, _load(args), args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    setup_logging()
+    # Until a long-running command reads its [logging]: stderr, warnings unless asked.
+    setup_logging(os.environ.get(ENV_LOG_LEVEL) or "warning")
     try:
         return dispatch(args)
     except ConfigError as exc:

@@ -19,12 +19,15 @@ the in-process channels, and a way to stop what was started.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from acpgate.ops.endpoints import announce, unregister
 from acpgate.socket_dirs import make_socket_dir, sweep_stale_async
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, grpc_security, load_security
@@ -54,6 +57,8 @@ class EmbeddedServices:
     security: GrpcSecurity
     servers: list[RunningServer] = field(default_factory=list)
     tempdir: str | None = None
+    #: This process's entry in ``<data dir>/run/endpoints`` (acpgate ps finds it there).
+    endpoint: Path | None = None
 
     def local_channel(self, address: str) -> grpc.aio.Channel | None:
         """An in-process channel to the service started here at ``address`` (None: dial it)."""
@@ -67,6 +72,9 @@ class EmbeddedServices:
     async def stop(self) -> None:
         """Stop what was started (last first: lifecycle reaps its leases) and remove the sockets."""
         servers, self.servers = self.servers, []
+        if self.endpoint is not None:
+            await asyncio.to_thread(unregister, self.endpoint)
+            self.endpoint = None
         for server in reversed(servers):
             with contextlib.suppress(Exception):
                 await server.stop()
@@ -114,4 +122,6 @@ async def start_embedded(cfg: Config) -> EmbeddedServices:
     except BaseException:
         await services.stop()
         raise
+    services.endpoint = await announce(cfg.data_dir, "acp", services.session_addr,
+                                       services.lifecycle_addr)
     return services

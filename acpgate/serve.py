@@ -41,8 +41,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from acpgate.ops.endpoints import announce, unregister
 from acpgate.serve_lock import ServeLock, take_serve_lock
-from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
+from services.common.addresses import (
+    LIFECYCLE_SERVICE,
+    SESSION_SERVICE,
+    gateway_url,
+    service_addresses,
+)
 from services.common.config import Config, ConfigError
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
@@ -348,6 +354,7 @@ async def run_serve(
     remove_signals = install_stop_signals(stop)
     supervisor = Supervisor(cfg, options=options)
     code = 0
+    endpoint = None
     try:
         starting = asyncio.create_task(supervisor.start())
         stopper = asyncio.create_task(stop.wait())
@@ -358,6 +365,8 @@ async def run_serve(
             elif starting.done():
                 log.info("serve_ready", config_dir=str(cfg.config_dir), port=supervisor.port,
                          slot=supervisor.slot.number if supervisor.slot is not None else None)
+                endpoint = await announce(cfg.data_dir, "serve", *service_addresses(cfg),
+                                          gateway=gateway_url(cfg, supervisor.port))
                 if on_ready is not None:
                     on_ready(supervisor)
                 await stopper
@@ -372,7 +381,10 @@ async def run_serve(
         log.error("serve_refused", error=str(exc))
         raise
     finally:
+        if endpoint is not None:
+            await asyncio.to_thread(unregister, endpoint)
         await supervisor.stop()
         remove_signals()
     log.info("serve_stopped", exit_code=code)
     return code
+

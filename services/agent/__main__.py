@@ -9,23 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from dataclasses import replace
 
 from services.common import event_loop
 from services.common.config import ConfigError, load_config, resolve_config_dir
+from services.common.log_output import plan_logging, start_logging
 from services.common.logs import setup_logging
-
-
-def installed_version() -> str:
-    """The installed distribution's version, reported as ``agentInfo.version``.
-
-    Services do not import the ``acpgate`` package (the composition root), so
-    this entry point reads the same metadata ``acpgate.__version__`` does.
-    """
-    try:
-        return version("acpgate")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0.0.0+src"
+from services.common.version import installed_version
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         cfg = load_config(resolve_config_dir(args.config_dir))
+        # Its stderr is its lease's log (the wrapper's file): the configured level and
+        # format there, never the install's log file.
+        start_logging(replace(plan_logging(cfg, "agent", stdio=False), file=None))
     except ConfigError as exc:
         print(f"acpgate agent: {exc}", file=sys.stderr)
         return 2

@@ -42,3 +42,11 @@ def with_service_addresses(cfg: Config) -> Config:
     return replace(
         cfg, services=replace(cfg.services, session_addr=session_addr, lifecycle_addr=lifecycle_addr)
     )
+
+
+def gateway_url(cfg: Config, port: int | None = None) -> str:
+    """The gateway's ``/acp`` URL as a client on this host dials it (``port``: the one
+    bound, default ``[gateway] port``)."""
+    gw = cfg.gateway
+    scheme = "wss" if gw.tls.enabled else "ws"
+    return f"{scheme}://{gw.host}:{gw.port if port is None else port}{gw.path_prefix}/acp"

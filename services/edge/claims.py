@@ -15,6 +15,10 @@ a session holds the row's *claim* (session service ``ClaimSession``), and:
   session;
 - drops the claim when the session is released (``ReleaseSession``, which never
   touches a session another host holds);
+- reports what each of those sessions is doing (``ReportActivity``: a turn
+  running, a question to the client open; :mod:`services.edge.activity`) with
+  every heartbeat, and in between as soon as that changes (looked at twice a
+  second), so that operators (``acpgate ps``) see it;
 - keeps the *generation* of each claim it took (``Claim.generation``: one more per
   claim taken, kept by renewals) and sends it with every write it makes as the
   holder — the turn, the row's state, its release — so that a write made after
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Final
 
 import grpc
@@ -41,6 +45,7 @@ from services.common.protocol import (
     MSG_SESSION_TAKEN_OVER,
     SESSION_TAKEN_OVER,
 )
+from services.edge.activity import changed
 from services.edge.errors import grpc_error
 
 if TYPE_CHECKING:
@@ -54,6 +59,11 @@ log = get_logger("edge.claims")
 DEFAULT_CLAIM_TTL_MS: Final = 30_000
 #: Shortest pause between heartbeats, whatever the lease time.
 _MIN_INTERVAL_SECS: Final = 0.05
+#: How often the heartbeat looks whether a session's activity changed (and reports it).
+ACTIVITY_TICK_SECS: Final = 0.5
+
+#: What the heartbeat is handed: each session served, with what it is doing.
+Serving = Mapping[str, session_pb2.SessionActivity]
 
 
 class HostClaims:
@@ -68,6 +78,10 @@ class HostClaims:
         self.ttl_ms = DEFAULT_CLAIM_TTL_MS
         #: The generation of each claim this host holds (session id → generation).
         self._generations: dict[str, int] = {}
+        #: The activity last reported (None: nothing yet; reports stop for a service
+        #: that does not know ReportActivity).
+        self._reported: Serving | None = None
+        self._reports = True
 
     def configure(self, instance_id: str, ttl_ms: int) -> None:
         """Who this host is and how long its claims last (from the services at start)."""
@@ -132,14 +146,41 @@ class HostClaims:
             gateway_instance_id=self.instance_id, session_ids=sorted(session_ids)))
         return list(resp.lost)
 
-    async def heartbeat(self, serving: Callable[[], Collection[str]],
+    async def report(self, serving: Serving) -> None:
+        """Tell the session service what every session served here is doing (failures are
+        logged: the report is for operators, the next beat sends it again)."""
+        if not self._reports or not self.instance_id:
+            return
+        try:
+            await self._stub.ReportActivity(session_pb2.ReportActivityRequest(
+                gateway_instance_id=self.instance_id, host=self.host,
+                sessions=[serving[sid] for sid in sorted(serving)]))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older session service
+                self._reports = False
+            log.info("activity_report_failed", code=exc.code().name)
+            return
+        self._reported = serving
+
+    async def heartbeat(self, serving: Callable[[], Serving],
                         on_lost: Callable[[str], None]) -> None:
-        """Renew the claims of ``serving()`` forever; ``on_lost`` for each one lost. A failed
-        renewal (the service restarting) is retried at the next beat, well within the lease."""
+        """Renew the claims of ``serving()`` every :attr:`interval_secs` forever, ``on_lost``
+        for each one lost; report their activity with each renewal and whenever it changes
+        in between. A failed renewal (the service restarting) is retried at the next beat,
+        well within the lease."""
+        loop = asyncio.get_running_loop()
+        renew_at = loop.time() + self.interval_secs
         while True:
-            await asyncio.sleep(self.interval_secs)
+            await asyncio.sleep(max(0.0, min(ACTIVITY_TICK_SECS, renew_at - loop.time())))
+            current = serving()
+            if loop.time() < renew_at:
+                if changed(self._reported, current):
+                    await self.report(current)
+                continue
+            renew_at = loop.time() + self.interval_secs
+            await self.report(current)
             try:
-                lost = await self.renew(serving())
+                lost = await self.renew(current)
             except grpc.aio.AioRpcError as exc:
                 log.warning("claims_renewal_failed", code=exc.code().name, detail=exc.details())
                 continue

@@ -17,8 +17,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from acpgate.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
+from services.edge.activity import activity_of, setting_up
 
 if TYPE_CHECKING:
     from services.edge.session import EdgeSession
@@ -58,9 +60,13 @@ class SessionRegistry:
     #: Session ids of new sessions being set up.
     creating: set[str] = field(default_factory=set)
 
-    def serving(self) -> set[str]:
-        """Every session this edge serves or is setting up: the claims it must renew."""
-        return {*self.active, *self.restoring, *self.creating}
+    def serving(self) -> dict[str, session_pb2.SessionActivity]:
+        """Every session this edge serves or is setting up — the claims it must renew —
+        with what each is doing (what the heartbeat reports, services.edge.activity)."""
+        out = {sid: activity_of(session) for sid, session in self.active.items()}
+        for sid in (*self.restoring, *self.creating):
+            out.setdefault(sid, setting_up(sid))
+        return out
 
     def held_by(self, principal: str) -> int:
         """The sessions ``principal`` holds: active ones it owns and slots reserved for it."""

@@ -50,6 +50,8 @@ from services.lifecycle.convert import (
 from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
+from services.lifecycle.session_logs import forget_session_log, link_session_log
+from services.lifecycle.usage import add_usage
 
 __all__ = ["LifecycleServicer"]
 
@@ -77,6 +79,23 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         self.controller = controller
         #: Opens the launch specs the session service sealed; nothing else is run.
         self._seal_key = seal_key
+        #: Session log links being written (off the ensure's path: a warm take is on
+        #: session/new's critical path).
+        self._log_links: set[asyncio.Future[Any]] = set()
+
+    def _in_logs(self, job: Any, lease_id: str, session_key: str) -> None:
+        """Run a :mod:`~services.lifecycle.session_logs` ``job`` in the background (a failure
+        costs only the link, and is logged)."""
+        task = asyncio.ensure_future(asyncio.to_thread(
+            job, self.controller.state_dir, lease_id, session_key))
+        self._log_links.add(task)
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            self._log_links.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.warning("session_log_link_failed", lease_id=lease_id,
+                            why=str(finished.exception()))
+        task.add_done_callback(done)
 
     async def _opened(self, sealed: launch_pb2.SealedLaunch, context: Ctx) -> OpenedLaunch:
         """The launch spec ``sealed`` carries; PERMISSION_DENIED unless the session service
@@ -135,6 +154,8 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         except asyncio.CancelledError:
             task.add_done_callback(lambda done: self._left_before(done, req.warm_pool))
             raise
+        if ensured.spawned:  # a lease that starts to serve this session: its log by name
+            self._in_logs(link_session_log, ensured.lease.lease_id, req.session_key)
         return ensured
 
     def _left_before(self, task: asyncio.Future[Ensured], pool: str) -> None:
@@ -153,6 +174,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         lease_id = ensured.lease.lease_id
         if ensured.warm and not touched:
             log.info("attacher_gone", lease_id=lease_id, outcome="give-back")
+            self._in_logs(forget_session_log, lease_id, ensured.lease.session_key)
             letting_go = self.controller.give_back_later(lease_id, pool)
         else:
             log.info("attacher_gone", lease_id=lease_id, outcome="close")
@@ -326,4 +348,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             verification = await self.controller.verify(request.lease_id)
         except LeaseNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
-        return verification_to_pb(verification)
+        response = verification_to_pb(verification)
+        if request.with_usage and verification.verified:
+            await asyncio.to_thread(add_usage, response)
+        return response

@@ -21,6 +21,7 @@ from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighte
 from services.lifecycle import wrapper as wrapper_module
 from services.lifecycle.attach import PIPE_READ_LIMIT
 from services.lifecycle.child_env import child_environment
+from services.lifecycle.session_logs import remove_session_links
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, WRAPPER_INTERPRETER_FLAGS
 
 WRAPPER_DIR_NAME = "wrapper"
@@ -70,7 +71,8 @@ def _install_sync(state_dir: Path) -> WrapperPaths:
     tighten(target, PRIVATE_FILE_MODE)
     logs = private_dir(state_dir / LOG_DIR_NAME)  # adapters' stderr: the owner's alone
     for log_file in logs.iterdir():  # and what an earlier version left readable
-        tighten(log_file, PRIVATE_FILE_MODE)
+        if log_file.is_file() and not log_file.is_symlink():
+            tighten(log_file, PRIVATE_FILE_MODE)
     return WrapperPaths(root=root.absolute(), path=target.absolute())
 
 
@@ -85,7 +87,9 @@ def stderr_log_path(state_dir: Path, lease_id: str) -> Path:
 
 
 def remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
-    """Delete the stderr logs (and rotated parts) of expired leases (blocking)."""
+    """Delete the stderr logs (and rotated parts) of expired leases, and the session links
+    to them (:mod:`services.lifecycle.session_logs`; blocking)."""
+    remove_session_links(state_dir, lease_ids)
     for lease_id in lease_ids:
         path = stderr_log_path(state_dir, lease_id)
         for p in (path, path.with_name(path.name + ".1")):

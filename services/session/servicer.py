@@ -15,6 +15,7 @@ store runs in memory.
 from __future__ import annotations
 
 from services.session.rpcs.a2a import A2aRpcs
+from services.session.rpcs.activity import ActivityRpcs
 from services.session.rpcs.agents import AgentRpcs
 from services.session.rpcs.fork import ForkRpcs
 from services.session.rpcs.history import HistoryRpcs
@@ -26,7 +27,7 @@ __all__ = ["SessionServicer"]
 
 
 class SessionServicer(ForkRpcs, AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs,
-                      OperationRpcs):
+                      OperationRpcs, ActivityRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store, seal_key=...)`` (``seal_key`` seals the
     launch specs it resolves, ``GrpcSecurity.seal_key``)."""

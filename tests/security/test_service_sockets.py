@@ -94,6 +94,12 @@ PROBE = textwrap.dedent('''
             "ensure": code(lambda: l.EnsureSession(lpb.EnsureSessionRequest(
                 session_key="agent:x:acp:evil", launch=sealed), timeout=5)),
             "leases": code(lambda: l.ListLeases(lpb.ListLeasesRequest(), timeout=5)),
+            # What acpgate ps reads and what the edges report (issue 31).
+            "live": code(lambda: s.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=5)),
+            "report": code(lambda: s.ReportActivity(spb.ReportActivityRequest(
+                gateway_instance_id="forged"), timeout=5)),
+            "usage": code(lambda: l.VerifyOwnedTree(lpb.VerifyOwnedTreeRequest(
+                lease_id="x", with_usage=True), timeout=5)),
         }
     print("PROBE" + json.dumps(out))
 ''')
@@ -112,7 +118,8 @@ FORBIDDEN = [p for p in DEFAULT_FORBIDDEN_PATHS if p != "/root"]
 
 #: Which service each probed call belongs to.
 SERVICE_OF = {"list": "session", "history": "session", "delete": "session",
-              "ensure": "lifecycle", "leases": "lifecycle"}
+              "live": "session", "report": "session",
+              "ensure": "lifecycle", "leases": "lifecycle", "usage": "lifecycle"}
 
 
 def probe_result(tool_output: str) -> dict[str, Any]:

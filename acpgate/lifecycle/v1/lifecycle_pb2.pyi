@@ -721,15 +721,21 @@ class VerifyOwnedTreeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LEASE_ID_FIELD_NUMBER: _builtins.int
+    WITH_USAGE_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
+    with_usage: _builtins.bool
+    """Also measure every verified process: its resident memory and CPU time
+    (OwnedProcess.rss_bytes, cpu_seconds), for operators (acpgate ps).
+    """
     def __init__(
         self,
         *,
         lease_id: _builtins.str = ...,
+        with_usage: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "with_usage", b"with_usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -745,12 +751,20 @@ class OwnedProcess(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     CMDLINE_FIELD_NUMBER: _builtins.int
     DEPTH_FIELD_NUMBER: _builtins.int
+    RSS_BYTES_FIELD_NUMBER: _builtins.int
+    CPU_SECONDS_FIELD_NUMBER: _builtins.int
     pid: _builtins.int
     ppid: _builtins.int
     pgid: _builtins.int
     start_time: _builtins.int
     depth: _builtins.int
     """Depth below the root (0 = root), for children-first reaping."""
+    rss_bytes: _builtins.int
+    """With VerifyOwnedTreeRequest.with_usage: the resident set size in bytes and
+    the user + system CPU seconds the process used so far (0: not measured, or
+    it exited meanwhile).
+    """
+    cpu_seconds: _builtins.float
     @_builtins.property
     def cmdline(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -762,10 +776,12 @@ class OwnedProcess(_message.Message):
         start_time: _builtins.int = ...,
         cmdline: _abc.Iterable[_builtins.str] | None = ...,
         depth: _builtins.int = ...,
+        rss_bytes: _builtins.int = ...,
+        cpu_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cmdline", b"cmdline", "depth", b"depth", "pgid", b"pgid", "pid", b"pid", "ppid", b"ppid", "start_time", b"start_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cmdline", b"cmdline", "cpu_seconds", b"cpu_seconds", "depth", b"depth", "pgid", b"pgid", "pid", b"pid", "ppid", b"ppid", "rss_bytes", b"rss_bytes", "start_time", b"start_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -116,6 +116,38 @@ ACTION_SEND: Action.ValueType  # 3
 ACTION_STATUS: Action.ValueType  # 4
 Global___Action: _TypeAlias = Action  # noqa: Y015
 
+class _ActivityState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ActivityStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ActivityState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACTIVITY_STATE_UNSPECIFIED: _ActivityState.ValueType  # 0
+    """Nothing reported of the session."""
+    ACTIVITY_STATE_SETTING_UP: _ActivityState.ValueType  # 1
+    """Being created or restored (its agent starting)."""
+    ACTIVITY_STATE_IDLE: _ActivityState.ValueType  # 2
+    """Waiting for a prompt."""
+    ACTIVITY_STATE_TURN: _ActivityState.ValueType  # 3
+    """A prompt turn runs."""
+    ACTIVITY_STATE_WAITING: _ActivityState.ValueType  # 4
+    """A turn waits for the client's answer (a permission request, an elicitation)."""
+
+class ActivityState(_ActivityState, metaclass=_ActivityStateEnumTypeWrapper):
+    """---------------------------------------------------------------- activity"""
+
+ACTIVITY_STATE_UNSPECIFIED: ActivityState.ValueType  # 0
+"""Nothing reported of the session."""
+ACTIVITY_STATE_SETTING_UP: ActivityState.ValueType  # 1
+"""Being created or restored (its agent starting)."""
+ACTIVITY_STATE_IDLE: ActivityState.ValueType  # 2
+"""Waiting for a prompt."""
+ACTIVITY_STATE_TURN: ActivityState.ValueType  # 3
+"""A prompt turn runs."""
+ACTIVITY_STATE_WAITING: ActivityState.ValueType  # 4
+"""A turn waits for the client's answer (a permission request, an elicitation)."""
+Global___ActivityState: _TypeAlias = ActivityState  # noqa: Y015
+
 @_typing.final
 class GetStoreStatusRequest(_message.Message):
     """---------------------------------------------------------------- store status"""
@@ -2089,3 +2121,152 @@ class ForkSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ForkSessionResponse: _TypeAlias = ForkSessionResponse  # noqa: Y015
+
+@_typing.final
+class SessionActivity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    WAITING_REQUESTS_FIELD_NUMBER: _builtins.int
+    LAST_ACTIVITY_FIELD_NUMBER: _builtins.int
+    LEASE_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    state: Global___ActivityState.ValueType
+    waiting_requests: _builtins.int
+    """Questions to the client waiting for an answer."""
+    last_activity: _builtins.int
+    """When the session last did anything (a prompt, an update, an answer; ms)."""
+    lease_id: _builtins.str
+    """The lease serving the session on the reporting instance ("" while set up)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        state: Global___ActivityState.ValueType = ...,
+        waiting_requests: _builtins.int = ...,
+        last_activity: _builtins.int = ...,
+        lease_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_activity", b"last_activity", "lease_id", b"lease_id", "session_id", b"session_id", "state", b"state", "waiting_requests", b"waiting_requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionActivity: _TypeAlias = SessionActivity  # noqa: Y015
+
+@_typing.final
+class ReportActivityRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    gateway_instance_id: _builtins.str
+    """The reporting edge's gateway instance id and host."""
+    host: _builtins.str
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionActivity]:
+        """Every session the instance serves or sets up right now (the whole picture:
+        a session left out is not served there any more).
+        """
+
+    def __init__(
+        self,
+        *,
+        gateway_instance_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        sessions: _abc.Iterable[Global___SessionActivity] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "host", b"host", "sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportActivityRequest: _TypeAlias = ReportActivityRequest  # noqa: Y015
+
+@_typing.final
+class ReportActivityResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportActivityResponse: _TypeAlias = ReportActivityResponse  # noqa: Y015
+
+@_typing.final
+class ListLiveSessionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLiveSessionsRequest: _TypeAlias = ListLiveSessionsRequest  # noqa: Y015
+
+@_typing.final
+class LiveSession(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    ACTIVITY_FIELD_NUMBER: _builtins.int
+    REPORTED_AT_FIELD_NUMBER: _builtins.int
+    reported_at: _builtins.int
+    """When that report arrived (ms; 0 = none)."""
+    @_builtins.property
+    def session(self) -> Global___SessionRow: ...
+    @_builtins.property
+    def activity(self) -> Global___SessionActivity:
+        """What its claim's instance last reported of it (state UNSPECIFIED: nothing,
+        e.g. an instance reporting to another session service).
+        """
+
+    def __init__(
+        self,
+        *,
+        session: Global___SessionRow | None = ...,
+        activity: Global___SessionActivity | None = ...,
+        reported_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity", b"activity", "reported_at", b"reported_at", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiveSession: _TypeAlias = LiveSession  # noqa: Y015
+
+@_typing.final
+class ListLiveSessionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LiveSession]:
+        """Newest activity first."""
+
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[Global___LiveSession] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLiveSessionsResponse: _TypeAlias = ListLiveSessionsResponse  # noqa: Y015

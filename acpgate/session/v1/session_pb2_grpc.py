@@ -165,6 +165,16 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
                 _registered_method=True)
+        self.ReportActivity = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ReportActivity',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityResponse.FromString,
+                _registered_method=True)
+        self.ListLiveSessions = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ListLiveSessions',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -400,6 +410,25 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportActivity(self, request, context):
+        """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+        each session it serves or sets up is doing — a turn running, a question to
+        the client waiting — whenever that changes and with every heartbeat; the
+        service keeps the instance's latest report in memory only (never stored,
+        gone with the service), each report replacing the one before.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLiveSessions(self, request, context):
+        """The sessions an instance's live claim holds right now, each with what its
+        instance last reported of it to this service.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -532,6 +561,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ForkSession,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.SerializeToString,
+            ),
+            'ReportActivity': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportActivity,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityResponse.SerializeToString,
+            ),
+            'ListLiveSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLiveSessions,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1237,6 +1276,60 @@ class SessionService:
             '/acpgate.session.v1.SessionService/ForkSession',
             acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportActivity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ReportActivity',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReportActivityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLiveSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ListLiveSessions',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

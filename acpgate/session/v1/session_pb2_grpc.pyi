@@ -174,6 +174,17 @@ class SessionServiceStub:
     nothing written). The parent is only read: no claim on it is needed, and a
     session another host serves is forked as far as its turns are stored.
     """
+    ReportActivity: _grpc.UnaryUnaryMultiCallable[_session_pb2.ReportActivityRequest, _session_pb2.ReportActivityResponse]
+    """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+    each session it serves or sets up is doing — a turn running, a question to
+    the client waiting — whenever that changes and with every heartbeat; the
+    service keeps the instance's latest report in memory only (never stored,
+    gone with the service), each report replacing the one before.
+    """
+    ListLiveSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListLiveSessionsRequest, _session_pb2.ListLiveSessionsResponse]
+    """The sessions an instance's live claim holds right now, each with what its
+    instance last reported of it to this service.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -292,6 +303,17 @@ class SessionServiceAsyncStub(SessionServiceStub):
     bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
     nothing written). The parent is only read: no claim on it is needed, and a
     session another host serves is forked as far as its turns are stored.
+    """
+    ReportActivity: _aio.UnaryUnaryMultiCallable[_session_pb2.ReportActivityRequest, _session_pb2.ReportActivityResponse]  # type: ignore[assignment]
+    """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+    each session it serves or sets up is doing — a turn running, a question to
+    the client waiting — whenever that changes and with every heartbeat; the
+    service keeps the instance's latest report in memory only (never stored,
+    gone with the service), each report replacing the one before.
+    """
+    ListLiveSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListLiveSessionsRequest, _session_pb2.ListLiveSessionsResponse]  # type: ignore[assignment]
+    """The sessions an instance's live claim holds right now, each with what its
+    instance last reported of it to this service.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -564,6 +586,29 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
         nothing written). The parent is only read: no claim on it is needed, and a
         session another host serves is forked as far as its turns are stored.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportActivity(
+        self,
+        request: _session_pb2.ReportActivityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ReportActivityResponse, _abc.Awaitable[_session_pb2.ReportActivityResponse]]:
+        """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+        each session it serves or sets up is doing — a turn running, a question to
+        the client waiting — whenever that changes and with every heartbeat; the
+        service keeps the instance's latest report in memory only (never stored,
+        gone with the service), each report replacing the one before.
+        """
+
+    @_abc_1.abstractmethod
+    def ListLiveSessions(
+        self,
+        request: _session_pb2.ListLiveSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListLiveSessionsResponse, _abc.Awaitable[_session_pb2.ListLiveSessionsResponse]]:
+        """The sessions an instance's live claim holds right now, each with what its
+        instance last reported of it to this service.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -262,6 +262,10 @@ def _validate(cfg: Config, origin: str) -> None:
     for key in ("max_session_bytes", "max_token_bytes"):
         if getattr(cfg.store, key) < 0:
             raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 0 (0 = unlimited)")
+    if cfg.logging.file_max_bytes < 1024:
+        raise ConfigError(f"{origin}: [logging] file_max_bytes: expected an integer ≥ 1024")
+    if cfg.logging.file_keep < 0:
+        raise ConfigError(f"{origin}: [logging] file_keep: expected an integer ≥ 0")
     for alias, agent in cfg.agents.items():
         if not 0 <= agent.warm <= MAX_WARM_ADAPTERS:
             raise ConfigError(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from services.common.config.defaults import DEFAULT_AUTO_APPROVE, DEFAULT_FORBIDDEN_PATHS
 from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import (
     CLIENT_MCP_CHOICES,
@@ -27,41 +28,6 @@ AUTONOMY_LEVELS = ("readonly", "supervised", "full")
 VISIBILITY_LEVELS = ("self", "tree", "agent", "all")
 AGENT_KINDS = ("builtin", "acp")
 PROVIDERS = ("demo", "openai", "anthropic")
-
-#: Tools that only read; they never ask in supervised mode unless listed in always_ask.
-DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file",
-                        "skill_load",  # reads the agent's own skills/ (issue 29)
-                        # what SPEC §14 visibility already lets a session see (issue 13)
-                        "sessions_list", "sessions_history", "session_status")
-#: Paths no agent touches unless they lie inside an allowed root: credentials
-#: and kernel interfaces (``/proc/<pid>/environ`` holds API keys). Not all of
-#: ``/etc``: a shell needs its resolver, certificates and libraries to work.
-#: acpgate's own data dir and config file are always added (session policy).
-DEFAULT_FORBIDDEN_PATHS = (
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/ssh",
-    "/etc/ssl/private",
-    "/root",
-    "/proc",
-    "/sys",
-    "/boot",
-    "/dev",
-    "~/.ssh",
-    "~/.gnupg",
-    "~/.aws",
-    "~/.azure",
-    "~/.kube",
-    "~/.docker",
-    "~/.config/gcloud",
-    "~/.netrc",
-    "~/.git-credentials",
-    "~/.pypirc",
-    "~/.npmrc",
-)
-
 
 #: ``[agents.<alias>] warm`` left unset: the agent kind's default.
 WARM_BY_KIND = -1
@@ -218,6 +184,30 @@ class A2aSection:
     allow: tuple[str, ...] = ()
 
 
+#: ``[logging] level`` values ("" = the default: see :class:`LoggingSection`).
+LOG_LEVELS = ("", "debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")
+
+
+@dataclass(frozen=True)
+class LoggingSection:
+    """``[logging]``: what acpgate's own processes log, how, and where (README "Logs")."""
+
+    #: "" (the default): info into the log file and on a service's stderr, but only
+    #: warnings and errors on the stderr of a stdio command (``acp``, ``agent``,
+    #: ``bridge``), which an editor reads. Set: that level everywhere.
+    level: str = ""
+    #: "json" (one object per line) or "text" (aligned columns, local time).
+    format: str = "json"
+    #: The log file every acpgate process of the install appends to ("" =
+    #: ``<data dir>/logs/acpgate.log``; "none" = no file; ``~`` expanded).
+    file: str = ""
+    #: The file is rotated when a line would take it past this size ...
+    file_max_bytes: int = 10 * 1024 * 1024
+    #: ... keeping this many rotated files (``acpgate.log.1`` newest).
+    file_keep: int = 5
+
+
 @dataclass(frozen=True)
 class LifecycleSection:
     """``[lifecycle]``: lease retention and the SIGTERM→SIGKILL grace (SPEC §13)."""
@@ -306,6 +296,7 @@ class Config:
     sessions: SessionsSection = field(default_factory=SessionsSection)
     a2a: A2aSection = field(default_factory=A2aSection)
     lifecycle: LifecycleSection = field(default_factory=LifecycleSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
     agents: Mapping[str, AgentSection] = field(default_factory=dict)
 
     @property
@@ -332,6 +323,17 @@ class Config:
         if self.gateway.token_db:
             return Path(os.path.expanduser(self.gateway.token_db))
         return self.data_dir / "gateway" / "tokens.db"
+
+    @property
+    def log_file(self) -> Path | None:
+        """``[logging] file``: default ``<data dir>/logs/acpgate.log``; None for "none"."""
+        chosen = self.logging.file
+        if chosen.strip().lower() == "none":
+            return None
+        if chosen:
+            path = Path(os.path.expanduser(chosen))
+            return path if path.is_absolute() else self.config_dir / path
+        return self.data_dir / "logs" / "acpgate.log"
 
     @property
     def lifecycle_state_dir(self) -> Path:
@@ -367,6 +369,7 @@ SECTIONS: dict[str, type] = {
     "sessions": SessionsSection,
     "a2a": A2aSection,
     "lifecycle": LifecycleSection,
+    "logging": LoggingSection,
 }
 
 #: Keys whose value must be one of a fixed set.
@@ -377,6 +380,8 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("agents", "kind"): AGENT_KINDS,
     ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
     ("agents", "provider"): ("", *PROVIDERS),
+    ("logging", "level"): LOG_LEVELS,
+    ("logging", "format"): LOG_FORMATS,
 }
 
 

@@ -164,10 +164,12 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def list_sessions(
-        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
+        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100,
+        live: bool = False,
     ) -> list[SessionRecord]:
         """One page of rows in (last_activity DESC, id DESC) order, strictly after the
-        ``(last_activity, session_id)`` position ``after``; only ``cwd``'s when given."""
+        ``(last_activity, session_id)`` position ``after``; only ``cwd``'s when given; with
+        ``live``, only those an instance's claim holds now (operators' view of what runs)."""
 
     @abstractmethod
     async def fork_session(

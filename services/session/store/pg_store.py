@@ -242,12 +242,13 @@ class PostgresSessionStore(PgFork):
         return await self._transaction(delete)
 
     async def list_sessions(
-        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
+        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100,
+        live: bool = False,
     ) -> list[SessionRecord]:
         """One page of rows, newest activity first, strictly after the ``after`` position."""
         if not storable(cwd) or (after is not None and not storable(after[1])):
             return []
-        clause, params = list_filter(cwd, after)
+        clause, params = list_filter(cwd, after, self._clock() if live else 0)
         rows = await self._call(lambda con: con.fetch(
             numbered(LIST_PAGE.format(where=clause)), *params, limit))
         return [record_of(r) for r in rows]

@@ -298,11 +298,16 @@ def update_assignments(
     return sets, params
 
 
-def list_filter(cwd: str, after: tuple[int, str] | None) -> tuple[str, list[Any]]:
+def list_filter(cwd: str, after: tuple[int, str] | None,
+                live_at: int = 0) -> tuple[str, list[Any]]:
     """The ``WHERE`` clause ("" for none) of a list page: one workspace, after a position in
-    (last_activity DESC, id DESC) order."""
+    (last_activity DESC, id DESC) order; with ``live_at``, only rows an instance's claim
+    holds at that time (ms)."""
     where: list[str] = []
     params: list[Any] = []
+    if live_at:
+        where.append("active_instance_id != '' AND active_until >= ?")
+        params.append(live_at)
     if cwd:
         where.append("workspace_dir = ?")
         params.append(cwd)

@@ -240,10 +240,11 @@ class SqliteSessionStore(SqliteFork):
         return deleted
 
     async def list_sessions(
-        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100
+        self, *, cwd: str = "", after: tuple[int, str] | None = None, limit: int = 100,
+        live: bool = False,
     ) -> list[SessionRecord]:
         """One page of rows, newest activity first, strictly after the ``after`` position."""
-        clause, params = list_filter(cwd, after)
+        clause, params = list_filter(cwd, after, self._clock() if live else 0)
         async with self._lock, self._db.execute(
             LIST_PAGE.format(where=clause), [*params, limit]
         ) as cur:

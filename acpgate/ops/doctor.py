@@ -1,0 +1,193 @@
+"""``acpgate doctor [--json]``: check this install and say what to do about it (issue 31).
+
+In order: the config (parsed and checked against the schema: the error names
+the key), the permissions of acpgate's state, the gateway port, the running
+services (each answers gRPC health and an authenticated call with the
+install's service credential), the store (``GetStoreStatus``: persistent, or
+in memory and why), the agents (built-in ones complete, external ones'
+commands on ``PATH``), the API-key variables they read, Landlock, and Node.js
+for the external agents that run on it. Each check prints ``ok``, ``warn`` or
+``fail`` with one line of why and, when not ok, what to do; the exit code is 1
+when any failed. A config that does not load stops the checks there: the
+others need it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import grpc
+
+from acpgate import __version__
+from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb
+from acpgate.ops.client import (
+    CALL_TIMEOUT_SECS,
+    OpsError,
+    connect,
+    describe,
+    find_targets,
+    operator_security,
+    relative_home,
+)
+from acpgate.ops.doctor_checks import (
+    FAIL,
+    OK,
+    WARN,
+    Check,
+    agent_checks,
+    key_checks,
+    landlock_check,
+    node_needed,
+    permission_check,
+    port_check,
+)
+from acpgate.session.v1 import session_pb2 as spb
+from services.common import config as config_mod
+from services.common.config import Config, ConfigError
+
+__all__ = ["doctor", "run_doctor"]
+
+#: Node.js below this major version cannot run the tested adapters.
+NODE_MIN_MAJOR = 18
+
+
+def config_check(config_dir: Path) -> tuple[Check, Config | None]:
+    """The config loads (file, environment) and passes the schema."""
+    file = config_dir / config_mod.CONFIG_FILE_NAME
+    try:
+        cfg = config_mod.load_config(config_dir)
+    except ConfigError as exc:
+        return Check("config", FAIL, str(exc), f"fix it in {relative_home(file)} (README "
+                     "\"Configuration\"), or: acpgate config set KEY VALUE"), None
+    if not file.exists():
+        return Check("config", WARN, f"no {relative_home(file)} yet: the defaults apply",
+                     "the first `acpgate acp` or `acpgate serve` writes one (a built-in demo "
+                     "agent)"), cfg
+    enabled = [a for a, s in cfg.agents.items() if s.enabled]
+    return Check("config", OK, f"{relative_home(file)}: {len(enabled)} agent(s) enabled, "
+                 f"default {cfg.acp.default_agent or '(none)'}"), cfg
+
+
+async def service_checks(cfg: Config) -> list[Check]:
+    """Every running service answers with the credential; the store is persistent."""
+    targets = await asyncio.to_thread(find_targets, cfg)
+    configured = bool(cfg.services.session_addr or cfg.services.lifecycle_addr)
+    if not targets:
+        return [Check("services", OK, "none runs now (an editor's `acpgate acp` starts its "
+                      "own; `acpgate serve` runs the gateway)"),
+                Check("store", WARN, "not checked: no session service runs to ask",
+                      "start `acpgate serve` and run doctor again")]
+    try:
+        security = await asyncio.to_thread(operator_security, cfg)
+    except OpsError as exc:
+        return [Check("services", FAIL, str(exc), "run doctor as the user acpgate runs as")]
+    out: list[Check] = []
+    store: Check | None = None
+    for target in targets:
+        name = f"services {target.name}"
+        async with connect(security, target) as conn:
+            try:
+                instance = await conn.lifecycle.GetInstance(lpb.GetInstanceRequest(),
+                                                            timeout=CALL_TIMEOUT_SECS)
+                status = await conn.session.GetStoreStatus(spb.GetStoreStatusRequest(),
+                                                           timeout=CALL_TIMEOUT_SECS)
+            except grpc.aio.AioRpcError as exc:
+                fix = ("check [services] addresses and that the services run" if configured
+                       else "restart it (or stop it and let its clients start a new one)")
+                out.append(Check(name, FAIL, describe(exc, target.session_addr), fix))
+                continue
+        out.append(Check(name, OK, f"session and lifecycle services answer (instance "
+                         f"{instance.gateway_instance_id}, slot {instance.slot})"
+                         + (f", gateway {target.gateway}" if target.gateway else "")))
+        if store is None:
+            store = _store_check(status)
+    if store is None:
+        store = Check("store", WARN, "not checked: no session service answered")
+    return [*out, store]
+
+
+def _store_check(status: spb.StoreStatus) -> Check:
+    if status.persistent:
+        return Check("store", OK, f"{status.backend} at {relative_home(status.db_path)}, "
+                                  f"schema {status.schema_version}")
+    return Check("store", FAIL, f"in memory: {status.fallback_reason} (nothing survives a "
+                 "restart, session/load is off)", "fix the reason above (a writable data dir, "
+                 "[store] url reachable) and restart acpgate")
+
+
+async def _version_of(program: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        program, "--version", stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), CALL_TIMEOUT_SECS)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return ""
+    return out.decode(errors="replace").strip()
+
+
+async def node_check(cfg: Config) -> Check:
+    """Node.js (and npm, to install adapters) for the external agents that run on it."""
+    needed = await asyncio.to_thread(node_needed, cfg)
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not needed:
+        return Check("node", OK, "not needed: no enabled external agent runs on Node.js")
+    who = ", ".join(needed)
+    if node is None:
+        return Check("node", FAIL, f"{who} run(s) on Node.js, which is not on PATH",
+                     f"install Node.js ≥ {NODE_MIN_MAJOR} (and npm)")
+    version = await _version_of(node)
+    major = version.lstrip("v").split(".", 1)[0]
+    if major.isdigit() and int(major) < NODE_MIN_MAJOR:
+        return Check("node", FAIL, f"node {version} is too old for {who}",
+                     f"install Node.js ≥ {NODE_MIN_MAJOR}")
+    npm_note = f", npm {await _version_of(npm)}" if npm else ", no npm (installing adapters " \
+        "needs it)"
+    return Check("node", OK if npm else WARN, f"node {version}{npm_note}, for {who}")
+
+
+async def doctor(config_dir: Path) -> list[Check]:
+    """Every check, in order."""
+    first, cfg = await asyncio.to_thread(config_check, config_dir)
+    if cfg is None:
+        return [first]
+    checks = [first]
+    checks += await asyncio.to_thread(lambda: [permission_check(cfg), port_check(cfg)])
+    checks += await service_checks(cfg)
+    checks += await asyncio.to_thread(lambda: [*agent_checks(cfg), *key_checks(cfg, os.environ),
+                                               landlock_check()])
+    checks.append(await node_check(cfg))
+    return checks
+
+
+def _render(config_dir: Path, checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"acpgate doctor · {relative_home(config_dir)} · acpgate {__version__}", ""]
+    for c in checks:
+        lines.append(f"{c.status:<5} {c.name:<{width}}  {c.why}")
+        if c.fix and c.status != OK:
+            lines.append(f"{'':<5} {'':<{width}}  → {c.fix}")
+    counts = {s: sum(1 for c in checks if c.status == s) for s in (OK, WARN, FAIL)}
+    lines += ["", f"{counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failed"]
+    return "\n".join(lines)
+
+
+async def run_doctor(config_dir: Path, *, as_json_out: bool = False) -> int:
+    """Run the checks and print them; 1 when any failed."""
+    checks = await doctor(config_dir)
+    failed = any(c.status == FAIL for c in checks)
+    if as_json_out:
+        print(json.dumps({"config_dir": str(config_dir), "version": __version__,
+                          "ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        print(_render(config_dir, checks))
+    sys.stdout.flush()
+    return 1 if failed else 0

@@ -17,11 +17,12 @@ Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 client; ``fs/*`` and ``terminal/*`` are decided by the session service and
 relayed or served (:mod:`services.edge.client_methods`); any other method is
 the host's to serve (the session tools' extension methods, issue 13) or to
-answer -32601. The handshake advertises those methods as
-``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
-notifications, ``session/update`` and ``elicitation/complete`` reach the
-client, and ``$/cancel_request`` withdraws one of the adapter's own pending
-requests.
+pass on to the client (issue 25). The handshake advertises the session tools'
+methods as ``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
+notifications, ``session/update`` reaches the client, ``$/cancel_request``
+withdraws one of the adapter's own pending requests, and any other goes to the
+host to pass on. A request or notification naming a session id other than the
+adapter's own is not its session's: refused (a request, -32000) or dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
     Implementation,
-    PromptResponse,
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -47,7 +47,6 @@ from services.common.protocol import (
     AUTH_REQUIRED,
     M_AUTHENTICATE,
     M_CANCEL_REQUEST,
-    M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
     M_HISTORY_APPEND,
     M_INITIALIZE,
@@ -59,6 +58,7 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
+    M_SESSION_SET_MODEL,
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_AUTONOMY_CAP,
@@ -70,10 +70,10 @@ from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.adapter_requests import (
     client_mcp_meta,
     initialize_request,
-    read_prompt_result,
     setup_params,
 )
 from services.edge.client_methods import CLIENT_METHODS
+from services.edge.errors import not_found
 from services.edge.relay_lines import UpdateLines
 from services.edge.turn import RelayedUpdate
 
@@ -127,6 +127,8 @@ class AdapterClient:
         self.agent_capabilities = AgentCapabilities()
         #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
         self.auth_methods: list[Any] = []
+        #: Its ``initialize`` result as it sent it (what the edge advertises is built on it).
+        self.initialize_result: Any = None
         #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
         self.builtin = agent.kind == AGENT_KIND_BUILTIN
         self.alias = agent.alias
@@ -167,10 +169,13 @@ class AdapterClient:
             if updates:  # keep the stream's order around the other notifications
                 await self._host.on_adapter_updates(updates)
                 updates = []
-            if method == M_ELICITATION_COMPLETE:
-                await self._host.notify_client(method, params)
-            elif method == M_CANCEL_REQUEST:
+            if method == M_CANCEL_REQUEST:
                 self.link.cancel_inbound(params.get("requestId"))
+            elif "sessionId" not in params:
+                await self._host.notify_client(method, params)
+            elif params["sessionId"] == self.adapter_session_id and self.adapter_session_id:
+                params["sessionId"] = edge_id  # its own session's; another's is dropped
+                await self._host.notify_client(method, params)
         if updates:
             await self._host.on_adapter_updates(updates)
 
@@ -190,6 +195,10 @@ class AdapterClient:
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
             return await self._host.relay_to_client(method, params)
+        if "sessionId" in params:
+            if params["sessionId"] != self.adapter_session_id:  # not its own session
+                raise not_found(str(params["sessionId"]))
+            params["sessionId"] = self.edge_session_id
         return await self._host.serve_adapter_request(method, params)
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
@@ -221,7 +230,8 @@ class AdapterClient:
             with contextlib.suppress(BaseException):
                 await pending
             raise
-        answer = read_initialize_result(await pending)
+        self.initialize_result = await pending
+        answer = read_initialize_result(self.initialize_result)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
 
@@ -231,13 +241,16 @@ class AdapterClient:
 
     async def new_session(self, cwd: str, mcp_servers: list[Any], policy: SecurityPolicy,
                           additional_directories: list[str] | None = None,
-                          client_mcp: ClientMcpRules | None = None) -> str:
+                          client_mcp: ClientMcpRules | None = None,
+                          extra: dict[str, Any] | None = None) -> str:
         """``session/new`` with the workspace as cwd; returns the adapter's session id.
 
         ``client_mcp``: how the client's ``mcpServers`` run (the built-in agent's
         ``_meta.acpgate.clientMcp``; without it the agent applies the strictest rules).
+        ``extra``: the client's other params, passed to an external agent as they came.
         """
-        params = setup_params(None, cwd, mcp_servers, additional_directories)
+        params = {} if self.builtin or not extra else dict(extra)
+        params.update(setup_params(None, cwd, mcp_servers, additional_directories))
         params.update(self._meta(**{META_POLICY: policy.to_json(),
                                     **client_mcp_meta(client_mcp)}))
         result = await self._setup_request(M_SESSION_NEW, params)
@@ -297,7 +310,8 @@ class AdapterClient:
             self._suppress_updates = False
 
     async def restore_external(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                               additional_directories: list[str] | None = None) -> bool:
+                               additional_directories: list[str] | None = None,
+                               extra: dict[str, Any] | None = None) -> bool:
         """Restore an external adapter's own session when it advertises how.
 
         ``session/resume`` is preferred (no replay); ``session/load`` replays,
@@ -307,7 +321,8 @@ class AdapterClient:
         """
         if not adapter_session_id:
             return False
-        params = setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
+        params = dict(extra or {})
+        params.update(setup_params(adapter_session_id, cwd, mcp_servers, additional_directories))
         caps = self.agent_capabilities
         try:
             if caps.session_capabilities.resume is not None:
@@ -323,16 +338,19 @@ class AdapterClient:
 
     # ------------------------------------------------------------------ turns
 
-    async def prompt(self, blocks: list[dict[str, Any]],
-                     autonomy_cap: str = "") -> PromptResponse:
-        """``session/prompt`` with a ContentBlock array; returns the adapter's result.
-        ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent gets it
-        as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be capped
-        (the session service refuses such a turn before it gets here)."""
-        params: dict[str, Any] = {"sessionId": self.adapter_session_id, "prompt": blocks}
+    async def prompt(self, blocks: list[dict[str, Any]], autonomy_cap: str = "",
+                     extra: dict[str, Any] | None = None) -> Any:
+        """``session/prompt`` with a ContentBlock array; returns the adapter's result as it
+        sent it (``read_prompt_result`` reads it). ``extra``: the client's other params
+        (its ``_meta``, fields of later ACP versions), passed to an external agent as they
+        came. ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent
+        gets it as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be
+        capped (the session service refuses such a turn before it gets here)."""
+        params: dict[str, Any] = {} if self.builtin or not extra else dict(extra)
+        params.update({"sessionId": self.adapter_session_id, "prompt": blocks})
         if autonomy_cap:
             params.update(self._meta(**{META_AUTONOMY_CAP: autonomy_cap}))
-        return read_prompt_result(await self.link.request(M_SESSION_PROMPT, params))
+        return await self.link.request(M_SESSION_PROMPT, params)
 
     async def set_mode(self, mode_id: str) -> Any:
         """``session/set_mode`` on the adapter's session; its result."""
@@ -346,6 +364,11 @@ class AdapterClient:
             params["type"] = "boolean"
         params["value"] = value
         return await self.link.request(M_SESSION_SET_CONFIG_OPTION, params, SETUP_TIMEOUT_SECS)
+
+    async def set_model(self, model_id: str) -> Any:
+        """``session/set_model`` (ACP unstable) on the adapter's session; its result."""
+        return await self.link.request(M_SESSION_SET_MODEL, {
+            "sessionId": self.adapter_session_id, "modelId": model_id}, SETUP_TIMEOUT_SECS)
 
     def cancel(self) -> None:
         """``session/cancel`` as a notification (never reaps anything)."""

@@ -64,6 +64,9 @@ from services.common.protocol import (
     META_AUTONOMY_CAP,
     META_HISTORY_FOLLOWS,
     META_POLICY,
+    U_AGENT_MESSAGE,
+    U_AGENT_THOUGHT,
+    U_TOOL_CALL,
 )
 from services.edge.adapter_caps import env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
@@ -78,6 +81,8 @@ from services.edge.relay_lines import UpdateLines
 from services.edge.turn import RelayedUpdate
 
 log = get_logger("edge.adapter")
+#: Replayed updates that show an agent's load brought back its side of the conversation.
+_OWN_SIDE = frozenset({U_AGENT_MESSAGE, U_AGENT_THOUGHT, U_TOOL_CALL})
 
 #: How long the handshake and session setup may take (adapters can be slow to boot).
 SETUP_TIMEOUT_SECS = 60.0
@@ -140,6 +145,8 @@ class AdapterClient:
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
+        #: That replay held some of the agent's side of the conversation (``_OWN_SIDE``).
+        self._replayed_own = False
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
@@ -157,7 +164,10 @@ class AdapterClient:
 
     async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""
-        if self._suppress_updates:
+        if self._suppress_updates:  # a load's replay: did it hold the agent's side?
+            self._replayed_own = self._replayed_own or any(
+                method == M_SESSION_UPDATE and isinstance(params.get("update"), dict)
+                and params["update"].get("sessionUpdate") in _OWN_SIDE for method, params in batch)
             return
         edge_id = self.edge_session_id
         updates: list[dict[str, Any]] = []
@@ -311,13 +321,16 @@ class AdapterClient:
 
     async def restore_external(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
                                additional_directories: list[str] | None = None,
-                               extra: dict[str, Any] | None = None) -> bool:
+                               extra: dict[str, Any] | None = None, stored: bool = False) -> bool:
         """Restore an external adapter's own session when it advertises how.
 
         ``session/resume`` is preferred (no replay); ``session/load`` replays,
         and that replay is suppressed because the edge replays from the store.
         Returns False when the adapter cannot restore, or refuses to (the caller
-        then starts a fresh adapter session seeded with the transcript).
+        then starts a fresh adapter session seeded with the transcript) — or when
+        its load replayed nothing of its side of a conversation the store holds
+        (``stored``): it lost it (gemini-cli 0.61 at times answers its load of a
+        session whose record it has just started anew).
         """
         if not adapter_session_id:
             return False
@@ -328,7 +341,11 @@ class AdapterClient:
             if caps.session_capabilities.resume is not None:
                 self.setup_result = await self._quietly(M_SESSION_RESUME, params)
             elif caps.load_session:
+                self._replayed_own = False
                 self.setup_result = await self._quietly(M_SESSION_LOAD, params)
+                if stored and not self._replayed_own:
+                    log.warning("adapter_load_lost_history", alias=self.alias)
+                    return False
             else:
                 return False
         except JsonRpcError:

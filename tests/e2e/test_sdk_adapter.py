@@ -8,6 +8,7 @@ adapter's results reach the client whole (issue 25): no dialect fields.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -148,6 +149,26 @@ def test_restore_falls_back_when_the_adapter_forgot(acp: AcpProcess) -> None:
     state = acp.config_dir / "sdk-state.json"
     state.write_text("{}")  # the adapter lost every session it had
     assert set(acp.result("session/resume", {"sessionId": sid})) == {"modes", "configOptions"}
+    assert acp.say(sid, "recall") == "remembered 0 [] text:prior-ok"
+    acp.result("session/close", {"sessionId": sid})
+
+
+def test_load_that_replays_nothing_falls_back(acp: AcpProcess) -> None:
+    """An adapter whose own session/load answers but replays nothing of a stored conversation
+    has lost it (gemini-cli 0.61 at times): acpgate carries the conversation over instead."""
+    state = acp.config_dir / "sdk-state.json"
+    known = set(json.loads(state.read_text())) if state.exists() else set()
+    sid = acp.new_session(agentAlias="sdkload")
+    acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    acp.result("session/close", {"sessionId": sid})
+    sessions = json.loads(state.read_text())
+    (own,) = set(sessions) - known
+    sessions[own] = []  # the adapter still knows the session, but not what was said
+    state.write_text(json.dumps(sessions))
+    replay, resp = acp.call("session/load", {"sessionId": sid})
+    assert "result" in resp, resp
+    assert [u["content"]["text"] for u in updates(replay)] == ["first message",
+                                                               "echo: first message"]
     assert acp.say(sid, "recall") == "remembered 0 [] text:prior-ok"
     acp.result("session/close", {"sessionId": sid})
 

@@ -247,7 +247,7 @@ async def _seed(session: EdgeSession, client: AdapterClient,
             return await _resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
         if agent.alias == row.agent_alias and await client.restore_external(
                 row.adapter_session_id, row.workspace_dir, mcp,
-                list(row.additional_directories), extra):
+                list(row.additional_directories), extra, stored=row.stored_bytes > 0):
             return row.adapter_session_id
         return await _carry_over(session.runtime, session, client, row, policy, mcp, extra)
     except Exception as exc:

@@ -142,6 +142,8 @@ class AdapterClient:
         self._authenticated = False
         #: The adapter's result of the session/new, load or resume that set its session up.
         self.setup_result: Any = None
+        #: An external adapter restored its own session (its load/resume set it up).
+        self.restored_itself = False
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
@@ -351,6 +353,7 @@ class AdapterClient:
         except JsonRpcError:
             return False  # it no longer knows that session: start fresh, seeded by the edge
         self.adapter_session_id = adapter_session_id
+        self.restored_itself = True
         return True
 
     # ------------------------------------------------------------------ turns

@@ -15,7 +15,8 @@ adapter's result as it sent it. :func:`client_result` shapes the client's answer
 
 :func:`setup_result` shapes ``session/new``, ``load`` and ``resume`` results the
 same way: the agent's result whole (``modes``, ``configOptions``, ``models``,
-``_meta``, fields of later ACP versions) with the edge's session id, the state
+``_meta``, fields of later ACP versions) with the edge's session id (a restore's
+only where the agent's own restore named one), the state
 fields as they are after a restore set the stored values again; for
 ``session/new`` the built-in agent's clients get SPEC §3's ``workspaceDir``
 beside it, an external agent's under ``_meta.acpgate.workspaceDir``.
@@ -68,14 +69,22 @@ def client_result(session_id: str, outcome: TurnOutcome) -> dict[str, Any]:
 
 
 def setup_result(agent_result: Any, state_fields: dict[str, Any], *, builtin: bool,
-                 session_id: str | None = None, workspace_dir: str = "") -> dict[str, Any]:
+                 session_id: str | None = None, workspace_dir: str = "",
+                 restored_id: str = "") -> dict[str, Any]:
     """A ``session/new`` (``session_id`` given) or ``load``/``resume`` result (module doc):
-    ``agent_result`` whole, ``state_fields`` (modes, config options, models) over it."""
+    ``agent_result`` whole, ``state_fields`` (modes, config options, models) over it.
+
+    ``restored_id``: for a ``load``/``resume`` the agent answered itself (its own restore,
+    not a fresh session acpgate seeded), the edge's session id — put where the agent's
+    result named its session (claude-agent-acp's does; codex-acp's does not), as a direct
+    client would see it.
+    """
+    named = isinstance(agent_result, dict) and "sessionId" in agent_result
     out = {k: v for k, v in agent_result.items() if k != "sessionId"} \
         if isinstance(agent_result, dict) else {}
     out.update(state_fields)
     if session_id is None:
-        return out
+        return {"sessionId": restored_id, **out} if restored_id and named else out
     out = {"sessionId": session_id, **out}
     if builtin:
         out["workspaceDir"] = workspace_dir

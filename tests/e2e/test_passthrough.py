@@ -134,6 +134,7 @@ def test_set_model_is_relayed_stored_and_set_again(acp: AcpProcess, log: Path,
     acp.result("session/close", {"sessionId": sid})
     restored = acp.result("session/resume", {"sessionId": sid})
     assert restored["models"]["currentModelId"] == "large"  # set again on the new adapter
+    assert restored["sessionId"] == sid  # the agent's result names it: acpgate's id
     assert acp.say(sid, "model") == "model large"
     acp.result("session/close", {"sessionId": sid})
 
@@ -160,7 +161,9 @@ def test_cancelled_turn_is_stored_and_replayed(acp: AcpProcess, tmp_path: Path) 
         "inputTokens": 5, "outputTokens": 2, "totalTokens": 7}}
     streamed = "chunk 0 " + streamed_text(rest)
     acp.result("session/close", {"sessionId": sid})
-    replay, _ = acp.call("session/load", {"sessionId": sid})
+    replay, loaded = acp.call("session/load", {"sessionId": sid})
+    # The agent's own load result, whole: it names the session (acpgate's id, of course).
+    assert loaded["result"]["sessionId"] == sid
     ups = updates(replay, sid)
     assert ups[0] == {"sessionUpdate": "user_message_chunk",
                       "content": {"type": "text", "text": "stream 200"},
@@ -194,6 +197,7 @@ def test_resume_of_an_active_session_answers_at_once(acp: AcpProcess, log: Path,
                                                      tmp_path: Path) -> None:
     sid = acp.new_session(cwd=_work(tmp_path))
     again = acp.result("session/resume", {"sessionId": sid})
+    # Its setup was a session/new, not the agent's own resume: no sessionId in the answer.
     assert again["models"]["currentModelId"] == "small" and "sessionId" not in again
     # The same session on the same adapter: nothing was restored.
     assert [m.get("method") for m in received(str(log))].count("session/resume") == 0

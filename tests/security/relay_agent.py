@@ -14,7 +14,8 @@ process id with it), so a test sees exactly what reached which adapter process.
   ``$RELAY_AGENT_KEY`` is set; else its session (with ``models``, ``modes`` and a
   ``_meta``), naming the params it got that acpgate does not read in ``_meta.got``;
 - ``session/set_model``: remembers the model (``{}``); an unknown one is -32602;
-- ``session/load`` / ``session/resume``: its own sessions, with the model it remembers;
+- ``session/load`` / ``session/resume``: its own sessions, with the model it remembers
+  (the result names the session, as claude-agent-acp's does);
 - ``_vendor/echo``: its params back (with the session id it was given);
 - ``logout`` (forgets the authentication), ``providers/list``, ``providers/set``: ``{}``,
   the list, ``{}``;
@@ -170,8 +171,8 @@ class Agent:
             got = sorted(k for k in params if k not in ("cwd", "mcpServers"))
             return {"result": {"sessionId": sid, **self.state(sid),
                                "_meta": {"vendor": 1, "got": got}}}
-        if method in ("session/load", "session/resume"):
-            return {"result": self.state(sid)}
+        if method in ("session/load", "session/resume"):  # named, as claude-agent-acp's
+            return {"result": {"sessionId": sid, **self.state(sid)}}
         if method == "session/set_model":
             if params.get("modelId") not in [m["modelId"] for m in MODELS]:
                 return {"error": {"code": -32602, "message": "unknown model",

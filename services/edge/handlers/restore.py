@@ -117,7 +117,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             and rt.registry.active.get(sid) is mine and mine.adapter is not None:
         mine.touch()
         return setup_result(mine.adapter.setup_result, mine.state.result_fields(),
-                            builtin=mine.adapter.builtin)
+                            builtin=mine.adapter.builtin,
+                            restored_id=sid if mine.adapter.restored_itself else "")
     extra = additional_directories(params)
     with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
@@ -150,7 +151,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                     additional_directories=row.additional_directories if extra is not None
                     else None)
     return setup_result(client.setup_result, session.state.result_fields(),
-                        builtin=client.builtin)
+                        builtin=client.builtin, restored_id=sid if client.restored_itself else "")
 
 
 # ---------------------------------------------------------------------- steps

@@ -61,11 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("serve", "session service + lifecycle service + WebSocket edge, supervised"),
         ("session-service", "run the session service alone"),
-        ("lifecycle-service", "run the lifecycle service alone"),
-        ("edge", "run the WebSocket edge alone"),
         ("bridge", "stdio <-> gateway WebSocket bridge"),
     ):
         _add_config_dir(sub.add_parser(name, help=text))
+    lifecycle = sub.add_parser("lifecycle-service", help="run the lifecycle service alone")
+    _add_config_dir(lifecycle)
+    lifecycle.add_argument("--slot-fd", type=int, metavar="FD", default=None,
+                           help="the locked instance slot inherited from acpgate serve "
+                                "(default: take the lowest free slot)")
+    edge = sub.add_parser("edge", help="run the WebSocket edge alone")
+    _add_config_dir(edge)
+    edge.add_argument("--listen-fd", type=int, metavar="FD", action="append", default=[],
+                      help="a listening socket inherited from acpgate serve (repeatable; "
+                           "default: bind [gateway] host and port)")
 
     agent = sub.add_parser("agent", help="the built-in ACP agent on stdio")
     _add_config_dir(agent)
@@ -224,7 +232,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 
-        return _run_async(lambda: run_lifecycle_service(cfg), "lifecycle")
+        return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd), "lifecycle")
     if command == "edge":
         # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
         tuned = tune_malloc(EDGE_MALLOC)
@@ -232,7 +240,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
         get_logger("edge").info("malloc_tuned", options=tuned)
 
-        return _run_async(lambda: run_edge(cfg, version=__version__), "edge")
+        return _run_async(lambda: run_edge(cfg, version=__version__, listen_fds=args.listen_fd),
+                          "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for

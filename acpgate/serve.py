@@ -1,9 +1,22 @@
 """``acpgate serve``: the session service, the lifecycle service and the edge as
 three supervised child processes on one host (SPEC §0, §11).
 
+Before any child starts, serve takes what the three will run on, so that a
+conflict ends it at once with one clear sentence (exit 2) instead of a child
+failing, or looping, later: the install's service credential; ``<data
+dir>/run/serve.lock`` (one serve per data dir: a second is refused naming the
+first's PID, :mod:`acpgate.serve_lock`); the gateway port, bound here (``port
+42617 on 127.0.0.1 is in use (by pid N)``, :mod:`services.common.listeners`);
+and a lifecycle instance slot (:mod:`services.lifecycle.slots`). Each child
+inherits what is its own: every child the serve lock, the lifecycle service its
+slot (``--slot-fd``: a restarted child keeps the slot, and with it the instance id
+the edge claims sessions under), the edge the listening sockets (``--listen-fd``:
+a restarted edge never loses the port). serve logs ``serve_ready`` only with the
+port bound.
+
 Start order: session service and lifecycle service (unix sockets under
 ``<data dir>/run`` unless ``[services]`` names addresses), wait for both to
-report SERVING over gRPC health, then the edge opens the WebSocket port.
+report SERVING over gRPC health, then the edge serves the bound port.
 
 A child that exits while serve is running is restarted with exponential
 backoff (reset after it has stayed up for a while) and the event is logged.
@@ -22,17 +35,21 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from acpgate.serve_lock import ServeLock, take_serve_lock
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE, service_addresses
-from services.common.config import Config
+from services.common.config import Config, ConfigError
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
+from services.common.listeners import bind_listeners
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
+from services.lifecycle.slots import Slot, acquire_slot
 
 log = get_logger("serve")
 
@@ -103,16 +120,18 @@ def with_parent_death_signal(python: str, argv: Sequence[str], parent_pid: int) 
 
 
 async def spawn_child(
-    python: str, argv: Sequence[str], env: Mapping[str, str]
+    python: str, argv: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
 ) -> asyncio.subprocess.Process:
     """Start ``argv`` in its own process group with the parent-death signal, never
-    forking serve (no ``preexec_fn``: see :func:`with_parent_death_signal`)."""
+    forking serve (no ``preexec_fn``: see :func:`with_parent_death_signal`); ``pass_fds``
+    are inherited under the same numbers."""
     return await asyncio.create_subprocess_exec(
         *with_parent_death_signal(python, argv, os.getpid()),
         env=dict(env),
         stdin=asyncio.subprocess.DEVNULL,
         # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
         process_group=0,
+        pass_fds=tuple(pass_fds),
     )
 
 
@@ -159,16 +178,65 @@ class Supervisor:
         self.stopping = False
         #: The credential of the health checks' channels (read in :meth:`start`).
         self.security = GrpcSecurity()
+        #: What the children run on, taken in :meth:`claim` and held until :meth:`stop`.
+        self.lock: ServeLock | None = None
+        self.listeners: list[socket.socket] = []
+        self.slot: Slot | None = None
 
     def argv(self, spec: ChildSpec) -> list[str]:
-        """``python -I -m acpgate <command> --config-dir <dir>``: isolated mode, so the
-        directory serve was started from (a clone with an ``acpgate/`` of its own) and
-        ``PYTHON*`` variables never decide which code runs (issue 24)."""
+        """``python -I -m acpgate <command> --config-dir <dir>`` and the descriptors it
+        inherits (:meth:`handed`): isolated mode, so the directory serve was started from
+        (a clone with an ``acpgate/`` of its own) and ``PYTHON*`` variables never decide
+        which code runs (issue 24)."""
         return [self.python, "-I", "-m", "acpgate", spec.command,
-                "--config-dir", str(self.cfg.config_dir)]
+                "--config-dir", str(self.cfg.config_dir), *self.handed(spec)[0]]
+
+    def handed(self, spec: ChildSpec) -> tuple[list[str], list[int]]:
+        """The options naming what ``spec``'s child inherits, and those descriptors: the
+        serve lock (every child), the slot (the lifecycle service), the listening
+        sockets (the edge)."""
+        args: list[str] = []
+        fds = [self.lock.fileno()] if self.lock is not None else []
+        if spec.command == "lifecycle-service" and self.slot is not None:
+            args += ["--slot-fd", str(self.slot.fileno())]
+            fds.append(self.slot.fileno())
+        if spec.command == "edge":
+            for sock in self.listeners:
+                args += ["--listen-fd", str(sock.fileno())]
+                fds.append(sock.fileno())
+        return args, fds
+
+    async def claim(self) -> None:
+        """Take what the children run on, or raise the ConfigError that says why not:
+        the serve lock, the gateway port (bound), a lifecycle slot."""
+        self.lock = await asyncio.to_thread(take_serve_lock, self.cfg.data_dir,
+                                            self.cfg.gateway.port)
+        self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
+                                                 self.cfg.gateway.port)
+        self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
+        log.info("serve_claimed", port=self.port, slot=self.slot.number,
+                 lock=str(self.lock.path))
+
+    @property
+    def port(self) -> int:
+        """The gateway port bound (``[gateway] port``, or the one port 0 picked)."""
+        if self.listeners:
+            return int(self.listeners[0].getsockname()[1])
+        return self.cfg.gateway.port
+
+    def release(self) -> None:
+        """Let go of what :meth:`claim` took (the children that inherited it are gone)."""
+        for sock in self.listeners:
+            sock.close()
+        self.listeners = []
+        for held in (self.slot, self.lock):
+            if held is not None:
+                held.release()
+        self.slot = self.lock = None
 
     async def _spawn(self, child: _Child) -> None:
-        child.process = await spawn_child(self.python, self.argv(child.spec), self.env)
+        child.process = await spawn_child(self.python, self.argv(child.spec), self.env,
+                                          self.handed(child.spec)[1])
         child.started_at = time.monotonic()
         log.info("child_started", child=child.spec.name, pid=child.process.pid,
                  restarts=child.restarts)
@@ -206,6 +274,7 @@ class Supervisor:
         The install's service credential is read (made on the first start) before any
         child runs: the three children then read the one key, never each a new one."""
         self.security = await load_security(self.cfg)
+        await self.claim()
         for child in self.children:
             await self._spawn(child)
             if not await self._wait_healthy(child):
@@ -261,6 +330,7 @@ class Supervisor:
                     await child.task
         for child in reversed(self.children):
             await self._stop_child(child)
+        self.release()
 
 
 async def run_serve(
@@ -269,7 +339,11 @@ async def run_serve(
     options: SupervisorOptions | None = None,
     on_ready: Callable[[Supervisor], None] | None = None,
 ) -> int:
-    """``acpgate serve``: run the three children until SIGINT/SIGTERM; 0 on a clean stop."""
+    """``acpgate serve``: run the three children until SIGINT/SIGTERM; 0 on a clean stop.
+
+    What refuses the start before any child runs (a port in use, another serve on the
+    data dir, no service key, no slot) is logged and raised as the ConfigError that
+    says why (the command line prints it and exits 2)."""
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
     supervisor = Supervisor(cfg, options=options)
@@ -277,20 +351,26 @@ async def run_serve(
     try:
         starting = asyncio.create_task(supervisor.start())
         stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if starting.done() and not starting.result():
-            code = 1
-        elif starting.done():
-            log.info("serve_ready", config_dir=str(cfg.config_dir), port=cfg.gateway.port)
-            if on_ready is not None:
-                on_ready(supervisor)
-            await stopper
-        else:
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-        stopper.cancel()
+        try:
+            await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done() and not starting.result():  # result() raises a refusal
+                code = 1
+            elif starting.done():
+                log.info("serve_ready", config_dir=str(cfg.config_dir), port=supervisor.port,
+                         slot=supervisor.slot.number if supervisor.slot is not None else None)
+                if on_ready is not None:
+                    on_ready(supervisor)
+                await stopper
+            else:
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+        finally:
+            stopper.cancel()
         log.info("serve_stopping")
+    except ConfigError as exc:
+        log.error("serve_refused", error=str(exc))
+        raise
     finally:
         await supervisor.stop()
         remove_signals()

@@ -20,13 +20,13 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import stat
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from services.common.in_use import socket_is_served
 from services.common.logs import get_logger
 
 SOCKET_DIR_PREFIX = "acpg-"
@@ -45,17 +45,7 @@ def make_socket_dir(root: str = "/tmp") -> str:
 
 def _refuses(sock_path: Path) -> bool:
     """True when nothing listens on the unix socket ``sock_path`` any more."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(sock_path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        return True
-    except OSError:
-        return False  # a full backlog, a timeout: someone is there
-    finally:
-        probe.close()
-    return False
+    return not socket_is_served(str(sock_path))
 
 
 def is_stale(path: Path, min_age_secs: float = MIN_AGE_SECS,

@@ -224,8 +224,30 @@ async def _port_open(port: int) -> bool:
     return True
 
 
+async def _healthy(port: int) -> bool:
+    """``GET /healthz`` answers 200: the edge serves and both services are up.
+
+    An open port is not enough: ``acpgate serve`` binds the gateway port itself
+    before it starts the edge (issue 24), so the port accepts before the edge runs.
+    """
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        status = await asyncio.wait_for(reader.readline(), 5)
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+    return status.split(b" ")[1:2] == [b"200"]
+
+
 class ServeStartFailed(RuntimeError):
-    """``acpgate serve`` exited (or hung) before its gateway port accepted connections."""
+    """``acpgate serve`` exited (or hung) before its gateway answered healthy."""
 
 
 async def _start_serve(st: Stage, log_path: Path, within: float) -> asyncio.subprocess.Process:
@@ -235,11 +257,11 @@ async def _start_serve(st: Stage, log_path: Path, within: float) -> asyncio.subp
             cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
-    while not await _port_open(st.port):
+    while not await _healthy(st.port):
         if proc.returncode is not None or loop.time() > deadline:
             await _stop(proc)
             tail = (await asyncio.to_thread(log_path.read_text, errors="replace"))[-3000:]
-            raise ServeStartFailed(f"acpgate serve did not open port {st.port} "
+            raise ServeStartFailed(f"acpgate serve was not healthy on port {st.port} "
                                    f"(exit code {proc.returncode}); its log:\n{tail}")
         await asyncio.sleep(0.1)
     return proc
@@ -258,7 +280,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 @asynccontextmanager
 async def serve(st: Stage, within: float = 60.0, attempts: int = 3) -> AsyncIterator[Serve]:
-    """``acpgate serve`` until the gateway port accepts; SIGTERM and wait afterwards.
+    """``acpgate serve`` until the gateway answers healthy; SIGTERM and wait afterwards.
 
     A start that fails is logged in :attr:`Stage.failed_starts` and retried
     (up to ``attempts`` starts) so one flaky start does not void the whole run.

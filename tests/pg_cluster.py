@@ -33,7 +33,7 @@ from pathlib import Path
 __all__ = ["SUPERUSER", "Cluster", "find_binaries", "missing_reason", "start_cluster"]
 
 SUPERUSER = "acpgate"
-_BIN_NAMES = ("initdb", "pg_ctl", "postgres", "createdb")
+_BIN_NAMES = ("initdb", "pg_ctl", "postgres", "createdb", "dropdb")
 #: Settings for a disposable cluster in tests: no durability, few resources.
 FAST_SETTINGS: tuple[str, ...] = (
     "fsync=off", "synchronous_commit=off", "full_page_writes=off",
@@ -129,6 +129,13 @@ class Cluster:
         """``CREATE DATABASE name`` (through the trusted socket; blocking)."""
         self.run([self.bins["createdb"], "-h", str(self.socket_dir), "-p", str(self.port),
                   "-U", SUPERUSER, name])
+
+    def recreate_database(self, name: str) -> None:
+        """Drop ``name`` if it exists, then create it empty (blocking): a fixed name
+        (a compose file's ``POSTGRES_DB``) used by several tests on one cluster."""
+        self.run([self.bins["dropdb"], "-h", str(self.socket_dir), "-p", str(self.port),
+                  "-U", SUPERUSER, "--if-exists", "--force", name])
+        self.create_database(name)
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of the server log, for a failure message."""

@@ -51,6 +51,7 @@ MODELS: tuple[str, ...] = (
     "SessionAdditionalDirectoriesCapabilities",
     "SessionResumeCapabilities",
     "SessionCloseCapabilities",
+    "SessionForkCapabilities",
     "SessionCapabilities",
     "LogoutCapabilities",
     "AgentAuthCapabilities",

@@ -8,13 +8,19 @@ extension methods and says so in ``_meta.acpgate.sessionTools``, issue 13).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import ClientCapabilities, Implementation, InitializeResponse
 from services.common.acp.wire import AcpDecodeError
-from services.common.protocol import META_ACPGATE, META_SESSION_TOOLS, PROTOCOL_VERSION
+from services.common.protocol import (
+    META_ACPGATE,
+    META_SESSION_TOOLS,
+    META_WARNINGS,
+    PROTOCOL_VERSION,
+)
 
 __all__ = ["AGENT_NAME", "ClientOffer", "initialize_result", "read_client_offer"]
 
@@ -47,8 +53,10 @@ def read_client_offer(params: dict[str, Any]) -> ClientOffer:
     )
 
 
-def initialize_result(alias: str, version: str) -> dict[str, Any]:
-    """The agent's ``initialize`` result as alias ``alias``, reporting ``version``."""
+def initialize_result(alias: str, version: str, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """The agent's ``initialize`` result as alias ``alias``, reporting ``version``, and
+    what is wrong with its configuration (``_meta.acpgate.warnings``, issue 24: the edge
+    logs them at session start, where the operator looks)."""
     return InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         # No store of our own: a session/load after a restart could only fail, so
@@ -60,4 +68,5 @@ def initialize_result(alias: str, version: str) -> dict[str, Any]:
         agent_info=Implementation(name=AGENT_NAME, title=f"acpgate built-in agent ({alias})",
                                   version=version),
         auth_methods=[],
+        meta={META_ACPGATE: {META_WARNINGS: list(warnings)}} if warnings else None,
     ).to_json()

@@ -14,7 +14,7 @@ import sys
 from dataclasses import replace
 
 from services.agent.policy_source import LocalPolicy
-from services.agent.providers import ProviderError, make_provider
+from services.agent.providers import ProviderError, make_provider, provider_warnings
 from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.agent.stdio import StdioLines
@@ -69,6 +69,8 @@ async def run_agent_stdio(cfg: Config, alias: str, *, version: str,
     route_library_logs(*LIBRARY_LOGGERS)
     log.info("agent_start", alias=agent.alias, provider=agent.provider, model=agent.model,
              standalone=local_policy is not None)
+    for problem in provider_warnings(provider):  # every prompt will fail saying so
+        log.warning("agent_misconfigured", alias=agent.alias, problem=problem)
     stdio = StdioLines()
     server = AgentServer(cfg, agent.alias, agent, provider, version=version,
                          provider_for=lambda model: make_provider(replace(agent, model=model)),

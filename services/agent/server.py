@@ -35,7 +35,7 @@ from services.agent.params import acpgate_meta, first, shell_environment
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
 from services.agent.prompt_input import prompt_text
-from services.agent.providers.base import Provider, ProviderError
+from services.agent.providers.base import Provider, ProviderError, provider_warnings
 from services.agent.restoring import Restoring
 from services.agent.sandbox import landlock_abi
 from services.agent.session import AgentSession
@@ -209,7 +209,7 @@ class AgentServer:
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         offer = read_client_offer(params)
         self._elicitation, self._session_tools = offer.elicitation, offer.session_tools
-        return initialize_result(self._alias, self._version)
+        return initialize_result(self._alias, self._version, provider_warnings(self._provider))
 
     # ------------------------------------------------------------------ sessions
 

@@ -3,6 +3,15 @@
 Both services serve ``grpc.health.v1.Health`` (SERVING once started) and server
 reflection, on a unix socket (``unix:/path``) or TCP (``host:port``).
 
+A unix socket another live process serves is never taken over: gRPC itself
+unlinks whatever socket file lies at the path when it binds (and when it stops),
+so before binding :func:`claimed_address` probes the path — a connect that
+succeeds means a live server there, refused with ``AddressInUse`` naming it; a
+refused connect means a dead one's leftover file, removed. The probe, the removal
+and the bind run under an exclusive lock on the socket's directory, so two
+starters never both find the path stale. A stop removes the socket file only
+while it is still the one this server bound.
+
 The skeleton every service shares: :func:`start_service` serves one service with
 the configured token check and TLS and releases the service's resources when the
 server stops (or fails to start); :func:`run_until_signalled` is the
@@ -12,8 +21,11 @@ server stops (or fails to start); :func:`run_until_signalled` is the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import stat
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -29,6 +41,7 @@ from services.common.grpc_auth import (
     server_interceptors,
 )
 from services.common.grpc_limits import MAX_MESSAGE_BYTES, SERVER_OPTIONS
+from services.common.in_use import socket_in_use, socket_is_served
 from services.common.inproc import InProcessChannel
 from services.common.logs import StructLogger
 from services.common.signals import install_stop_signals
@@ -38,7 +51,7 @@ __all__ = [
     "SERVER_OPTIONS",
     "RunningServer",
     "abort",
-    "prepare_address",
+    "claimed_address",
     "run_until_signalled",
     "serve_until_signalled",
     "start_server",
@@ -66,6 +79,8 @@ class RunningServer:
     interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
     #: The credential (and TLS) every call must carry (``start_service``).
     security: GrpcSecurity | None = None
+    #: (device, inode) of the unix socket file this server bound (None: TCP).
+    socket_file: tuple[int, int] | None = None
 
     def dial(self) -> grpc.aio.Channel:
         """A channel to this server over its address, every call carrying its credential
@@ -85,26 +100,89 @@ class RunningServer:
     async def stop(self, grace: float = 1.0) -> None:
         """Mark NOT_SERVING, stop accepting, let calls finish for ``grace`` seconds."""
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        if self.socket_file is None:
+            await self.server.stop(grace)
+        else:
+            # gRPC unlinks the socket path as it stops: under the directory's lock, so that
+            # no starter takes the path between this server's last accept and that unlink.
+            path = self.address[len(UNIX):]
+            dir_fd = await asyncio.to_thread(_lock_dir, Path(path).parent, create=False)
+            try:
+                await self.server.stop(grace)
+                await asyncio.to_thread(_remove_own_socket, path, self.socket_file)
+            finally:
+                if dir_fd is not None:
+                    os.close(dir_fd)
         if self.on_stop is not None:
             result = self.on_stop()
             if hasattr(result, "__await__"):
                 await result
-        if self.address.startswith("unix:"):
-            try:
-                os.unlink(self.address[len("unix:"):])
-            except FileNotFoundError:
-                pass
 
 
-def prepare_address(address: str) -> str:
-    """Create the parent dir of a unix socket and remove a stale socket file."""
-    if address.startswith("unix:"):
-        path = Path(address[len("unix:"):])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_socket():
-            path.unlink()
-    return address
+UNIX = "unix:"
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the socket file at ``path`` (None: none there)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def _remove_own_socket(path: str, file_id: tuple[int, int]) -> None:
+    """Unlink ``path`` while it is still the socket file ``file_id`` (blocking)."""
+    if _file_id(path) == file_id:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _lock_dir(directory: Path, *, create: bool = True) -> int | None:
+    """Hold an exclusive lock on ``directory`` (created first with ``create``); its
+    descriptor, None when it is gone (blocking)."""
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _clear_stale(path: str) -> None:
+    """Remove a dead server's socket file at ``path``; AddressInUse when a live process
+    serves it. Anything else there (a directory) is left for the bind to fail on."""
+    if _file_id(path) is None:
+        return
+    if socket_is_served(path):
+        raise socket_in_use(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.asynccontextmanager
+async def claimed_address(address: str) -> AsyncIterator[None]:
+    """For a unix socket address: its directory made and locked, a stale socket file
+    removed, a live one refused (AddressInUse) — bind inside the block. TCP: nothing."""
+    if not address.startswith(UNIX):
+        yield
+        return
+    path = address[len(UNIX):]
+    dir_fd = await asyncio.to_thread(_lock_dir, Path(path).parent)
+    try:
+        await asyncio.to_thread(_clear_stale, path)
+        yield
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
 
 
 async def start_server(
@@ -127,17 +205,21 @@ async def start_server(
     names = [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
-    prepare_address(address)
-    if credentials is not None:
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
-    if not address.startswith("unix:") and address.endswith(":0"):
+    socket_file = None
+    async with claimed_address(address):
+        if credentials is not None:
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+        if address.startswith(UNIX):
+            socket_file = _file_id(address[len(UNIX):])
+    if not address.startswith(UNIX) and address.endswith(":0"):
         address = f"{address.rsplit(':', 1)[0]}:{port}"
     await server.start()
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, address=address, health=health_servicer)
+    return RunningServer(server=server, address=address, health=health_servicer,
+                         socket_file=socket_file)
 
 
 async def serve_until_signalled(running: RunningServer) -> int:

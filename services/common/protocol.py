@@ -62,9 +62,17 @@ MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
 MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
 #: A workspace that is, lies inside or contains acpgate's state or a credential store
 #: (session/new, load, resume alike). It names the reason, never the guarded path.
+CWD_REFUSED_PREFIX: Final = "cwd refused as a session workspace: "
 MSG_CWD_REFUSED: Final = (
-    "cwd refused as a session workspace: it {relation} {what}; an operator may allow "
-    "the directory with [autonomy] allow_cwd"
+    CWD_REFUSED_PREFIX + "it {relation} {what}; an operator may allow the directory with "
+    "[autonomy] allow_cwd"
+)
+#: The same to the local user of `acpgate acp` (issue 24), who owns every file: the
+#: guarded path and the exact line that allows the directory (a remote principal is never
+#: told acpgate's paths: MSG_CWD_REFUSED).
+MSG_CWD_REFUSED_LOCAL: Final = (
+    CWD_REFUSED_PREFIX + "it {relation} {what} ({path}); to allow it, put "
+    "[autonomy] allow_cwd = [{cwd}] in {config_file}"
 )
 MSG_BAD_ADDITIONAL_DIR: Final = "additionalDirectories entry is not usable ({path}): {reason}"
 MSG_INVALID_BASE64: Final = "Invalid base64: {detail}"
@@ -82,6 +90,18 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: session/fork (issue 25): the fork's adapter could not be brought up with its history.
+MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
+#: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a
+#: fork into another working directory; acpgate does, so a fork never moves a session —
+#: nor a spawned one out of the workspace its spawner confined it to).
+MSG_FORK_CWD: Final = (
+    "session/fork: cwd must be the workspace of the session it forks ({workspace}), not {cwd}"
+)
+#: ForkSession acts for a principal (a client connection) or the operator, never a session.
+MSG_FORK_REQUESTER: Final = (
+    "ForkSession requires a principal requester_session_key or operator = true"
+)
 #: The cause (in MSG_PROMPT_FAILED etc.) when an adapter broke ACP's framing with a line over
 #: the lifecycle service's limit: the edge gives the adapter up, the session ends.
 MSG_AGENT_LINE_TOO_LONG: Final = (
@@ -92,6 +112,9 @@ MSG_BAD_ADDITIONAL_DIRS: Final = "Invalid additionalDirectories: must be an arra
 MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 #: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
 MSG_TOKEN_REVOKED: Final = "Token revoked"
+#: A request read while the gateway stops (INTERNAL_ERROR): its running turns are being
+#: cancelled and its connection closed (issue 24).
+MSG_SHUTTING_DOWN: Final = "acpgate is shutting down"
 #: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
 #: skipped up to its newline, never buffered whole, and answered -32700 with id null.
 MSG_LINE_TOO_LONG: Final = "line too long ({n} bytes, limit {limit})"
@@ -218,8 +241,9 @@ M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
 M_SESSION_DELETE: Final = "session/delete"
 #: ACP (unstable): choose the session's model; relayed, and the choice stored (issue 25).
 M_SESSION_SET_MODEL: Final = "session/set_model"
-#: ACP (unstable): a new session from an existing one. It creates a session, so the edge
-#: must understand it: never passed through by the generic relay (issue 25).
+#: ACP (unstable) session/fork: a new session with the history of a stored one (issue 25).
+#: It creates a session, so the edge serves it itself: never passed through by the
+#: generic relay.
 M_SESSION_FORK: Final = "session/fork"
 #: ACP connection-level methods of the agent (no session): relayed to the connection's
 #: agent, and replayed to every adapter of it the connection starts (issue 25).
@@ -260,6 +284,9 @@ META_CHILD_SESSION_ID: Final = "childSessionId"
 META_AGENT: Final = "agent"
 META_PARENT_SESSION_ID: Final = "parentSessionId"
 META_SPAWNED_BY: Final = "spawnedBy"
+#: `_meta.acpgate.forkedFrom` of a session/fork result and of a fork's session/list row: the
+#: id of the session it was forked from (issue 25).
+META_FORKED_FROM: Final = "forkedFrom"
 #: The prefix of a relayed permission request's title: "[<agent> · session <id>] ".
 A2A_LABEL: Final = "[{agent} · session {session_id}] "
 
@@ -336,6 +363,12 @@ META_TIMEOUT_SECS: Final = "timeoutSecs"
 #: model saw, when it is not the human summary in `rawOutput` (deliver_file's JSON with `uri`,
 #: SPEC §10). The edge stores it as the result item's `text`, so a restore seeds it again.
 META_MODEL_OUTPUT: Final = "modelOutput"
+#: `_meta.acpgate.warnings` in the built-in agent's initialize result: what it found wrong
+#: with its own configuration (sentences, never a secret), logged by the edge at session start.
+META_WARNINGS: Final = "warnings"
+#: The built-in agent's provider names an API key variable that is unset (or empty): the
+#: first prompt fails with this (issue 24), before anything goes to the provider.
+MSG_API_KEY_MISSING: Final = "{variable} (agents.{alias}.api_key_env) is not set"
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"

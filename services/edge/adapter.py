@@ -52,7 +52,6 @@ from services.common.protocol import (
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
     M_SESSION_CANCEL,
-    M_SESSION_LOAD,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     M_SESSION_RESUME,
@@ -68,7 +67,7 @@ from services.common.protocol import (
     U_AGENT_THOUGHT,
     U_TOOL_CALL,
 )
-from services.edge.adapter_caps import env_auth_method, read_initialize_result
+from services.edge.adapter_caps import agent_warnings, env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.adapter_requests import (
     client_mcp_meta,
@@ -142,13 +141,14 @@ class AdapterClient:
         self._authenticated = False
         #: The adapter's result of the session/new, load or resume that set its session up.
         self.setup_result: Any = None
-        #: An external adapter restored its own session (its load/resume set it up).
+        #: An external adapter restored its own session (its load/resume set it up:
+        #: :func:`services.edge.seeding.restore_external`).
         self.restored_itself = False
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
         #: That replay held some of the agent's side of the conversation (``_OWN_SIDE``).
-        self._replayed_own = False
+        self.replayed_own = False
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
@@ -167,7 +167,7 @@ class AdapterClient:
     async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""
         if self._suppress_updates:  # a load's replay: did it hold the agent's side?
-            self._replayed_own = self._replayed_own or any(
+            self.replayed_own = self.replayed_own or any(
                 method == M_SESSION_UPDATE and isinstance(params.get("update"), dict)
                 and params["update"].get("sessionUpdate") in _OWN_SIDE for method, params in batch)
             return
@@ -246,6 +246,10 @@ class AdapterClient:
         answer = read_initialize_result(self.initialize_result)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
+        if self.builtin:  # what the built-in agent found wrong with its config (issue 24)
+            for warning in agent_warnings(answer):
+                log.warning("agent_warning", session_id=self.edge_session_id, alias=self.alias,
+                            warning=warning)
 
     def _meta(self, **ours: Any) -> dict[str, Any]:
         """``{"_meta": {"acpgate": ours}}`` for the built-in agent; nothing for others."""
@@ -265,7 +269,7 @@ class AdapterClient:
         params.update(setup_params(None, cwd, mcp_servers, additional_directories))
         params.update(self._meta(**{META_POLICY: policy.to_json(),
                                     **client_mcp_meta(client_mcp)}))
-        result = await self._setup_request(M_SESSION_NEW, params)
+        result = await self.setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise ValueError("adapter's session/new result has no sessionId")
@@ -273,7 +277,7 @@ class AdapterClient:
         self.setup_result = result
         return sid
 
-    async def _setup_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def setup_request(self, method: str, params: dict[str, Any]) -> Any:
         """A setup request; on "authentication required", authenticate once and ask again."""
         try:
             return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
@@ -305,7 +309,7 @@ class AdapterClient:
         params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(),
                                           META_HISTORY_FOLLOWS: True,
                                           **client_mcp_meta(client_mcp)}}
-        self.setup_result = await self._quietly(M_SESSION_RESUME, params)
+        self.setup_result = await self.quiet_request(M_SESSION_RESUME, params)
         async for items in history:
             await self.link.request(M_HISTORY_APPEND, {
                 "sessionId": adapter_session_id, "items": items}, SETUP_TIMEOUT_SECS)
@@ -313,48 +317,16 @@ class AdapterClient:
             "sessionId": adapter_session_id, "items": [], "done": True}, SETUP_TIMEOUT_SECS)
         self.adapter_session_id = adapter_session_id
 
-    async def _quietly(self, method: str, params: dict[str, Any]) -> Any:
-        """A restore request whose own updates are dropped (the edge replays from the store)."""
+    async def quiet_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A restore request (:meth:`setup_request`) whose own updates are dropped: the edge
+        replays from the store. :attr:`replayed_own` then tells whether they held any of
+        the agent's side of a conversation (a load's replay should)."""
         self._suppress_updates = True
+        self.replayed_own = False
         try:
-            return await self._setup_request(method, params)
+            return await self.setup_request(method, params)
         finally:
             self._suppress_updates = False
-
-    async def restore_external(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                               additional_directories: list[str] | None = None,
-                               extra: dict[str, Any] | None = None, stored: bool = False) -> bool:
-        """Restore an external adapter's own session when it advertises how.
-
-        ``session/resume`` is preferred (no replay); ``session/load`` replays,
-        and that replay is suppressed because the edge replays from the store.
-        Returns False when the adapter cannot restore, or refuses to (the caller
-        then starts a fresh adapter session seeded with the transcript) — or when
-        its load replayed nothing of its side of a conversation the store holds
-        (``stored``): it lost it (gemini-cli 0.61 at times answers its load of a
-        session whose record it has just started anew).
-        """
-        if not adapter_session_id:
-            return False
-        params = dict(extra or {})
-        params.update(setup_params(adapter_session_id, cwd, mcp_servers, additional_directories))
-        caps = self.agent_capabilities
-        try:
-            if caps.session_capabilities.resume is not None:
-                self.setup_result = await self._quietly(M_SESSION_RESUME, params)
-            elif caps.load_session:
-                self._replayed_own = False
-                self.setup_result = await self._quietly(M_SESSION_LOAD, params)
-                if stored and not self._replayed_own:
-                    log.warning("adapter_load_lost_history", alias=self.alias)
-                    return False
-            else:
-                return False
-        except JsonRpcError:
-            return False  # it no longer knows that session: start fresh, seeded by the edge
-        self.adapter_session_id = adapter_session_id
-        self.restored_itself = True
-        return True
 
     # ------------------------------------------------------------------ turns
 

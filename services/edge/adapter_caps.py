@@ -42,11 +42,12 @@ from services.common.acp.wire import AcpDecodeError
 from services.common.env_names import passes
 from services.common.path_policy import may_run_shell
 from services.common.policy import SecurityPolicy
-from services.common.protocol import PROTOCOL_VERSION
+from services.common.protocol import META_ACPGATE, META_WARNINGS, PROTOCOL_VERSION
 
 __all__ = [
     "AUTH_TYPE_ENV_VAR",
     "PROFILE_KEYS",
+    "agent_warnings",
     "client_capabilities",
     "env_auth_method",
     "profile_of",
@@ -112,6 +113,21 @@ def recorded_profile(text: str) -> dict[str, Any] | None:
     if "agentCapabilities" in value:
         return value
     return {"agentCapabilities": value}
+
+
+#: At most this many of the built-in agent's warnings are logged, each cut to this length.
+MAX_WARNINGS = 8
+MAX_WARNING_CHARS = 500
+
+
+def agent_warnings(answer: InitializeResponse) -> list[str]:
+    """What the built-in agent says is wrong with its configuration
+    (``_meta.acpgate.warnings``: sentences), at most a few of bounded length."""
+    ours = (answer.meta or {}).get(META_ACPGATE)
+    found = ours.get(META_WARNINGS) if isinstance(ours, dict) else None
+    if not isinstance(found, list):
+        return []
+    return [w[:MAX_WARNING_CHARS] for w in found if isinstance(w, str)][:MAX_WARNINGS]
 
 
 def recorded_capabilities(text: str) -> AgentCapabilities:

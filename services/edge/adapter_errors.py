@@ -7,7 +7,7 @@ client sees exactly the same code, message and ``data`` — acpgate's context
 added under ``data.acpgate`` when ``data`` is absent or an object (data of
 another type is left as the agent sent it). When the adapter *exited* instead
 of answering, the error is acpgate's own: -32603 with a message naming what
-failed (starting agent ``<alias>``, the prompt, the restore), and
+failed (starting agent ``<alias>``, the prompt, the restore, the fork), and
 ``data.acpgate`` says how it went (``exit``) and carries the last lines of its
 stderr (``stderrTail``), bounded and with secrets scrubbed: the values of the
 agent's configured environment and anything shaped like a key or token are
@@ -23,6 +23,7 @@ from typing import Any
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     INTERNAL_ERROR,
+    M_SESSION_FORK,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     META_ACPGATE,
@@ -31,6 +32,7 @@ from services.common.protocol import (
     META_EXIT,
     META_STDERR,
     MSG_AGENT_START_FAILED,
+    MSG_FORK_FAILED,
     MSG_PROMPT_FAILED,
     MSG_RESTORE_FAILED,
 )
@@ -134,3 +136,8 @@ def restore_error(exc: BaseException, secrets: Iterable[str] = (), alias: str = 
                   during: str = "") -> JsonRpcError:
     """The error of a restore whose seeding failed (same rules as :func:`setup_error`)."""
     return _relayed(MSG_RESTORE_FAILED, exc, secrets, during, alias)
+
+
+def fork_error(exc: BaseException, secrets: Iterable[str] = (), alias: str = "") -> JsonRpcError:
+    """The error of a fork whose seeding failed (same rules as :func:`setup_error`)."""
+    return _relayed(MSG_FORK_FAILED, exc, secrets, M_SESSION_FORK, alias)

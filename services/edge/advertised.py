@@ -9,12 +9,13 @@ no acpgate schema knows passes through unchanged) and decides only what acpgate
 must decide:
 
 - ``loadSession`` and the ``sessionCapabilities`` acpgate serves itself from its
-  store (``list``, ``delete``, ``resume``, ``close``, ``additionalDirectories``):
-  acpgate's, whatever the agent said;
-- ``sessionCapabilities`` of methods that create a session (``fork``): only
-  while the method table has a handler for the method (the generic relay cannot
-  pass a new session through); other session capabilities (``systemPrompt``,
-  future ones) pass, their methods and params being relayed;
+  store (``list``, ``delete``, ``resume``, ``close``, ``additionalDirectories``,
+  and ``fork``, which creates a session and which acpgate serves for every agent:
+  ``ForkSession``, the agent's own fork inside when it has one): acpgate's,
+  whatever the agent said (``fork`` only while the method table serves
+  ``session/fork``: the generic relay never passes it); other session
+  capabilities (``systemPrompt``, future ones) pass, their methods and params
+  being relayed;
 - ``promptCapabilities``: the agent's (``embeddedContext`` always, acpgate
   converts what the agent does not take);
 - ``mcpCapabilities``: ``http``/``sse`` as the agent said and the gateway lets the
@@ -29,19 +30,14 @@ with acpgate's ``zeroclaw`` key added.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common.protocol import M_SESSION_FORK
+__all__ = ["OWN_SESSION_CAPABILITIES", "merged_capabilities"]
 
-__all__ = ["OWN_SESSION_CAPABILITIES", "SESSION_CREATING", "merged_capabilities"]
-
-#: ``sessionCapabilities`` acpgate answers from its own store.
+#: ``sessionCapabilities`` acpgate answers from its own store (``fork`` too: it creates a
+#: session, which acpgate must know).
 OWN_SESSION_CAPABILITIES = frozenset({"list", "delete", "resume", "close",
-                                      "additionalDirectories"})
-#: ``sessionCapabilities`` whose method creates a session: advertised only when the method
-#: table serves the method.
-SESSION_CREATING: Mapping[str, str] = {"fork": M_SESSION_FORK}
+                                      "additionalDirectories", "fork"})
 #: ``mcpCapabilities`` acpgate cannot relay.
 UNRELAYED_MCP = frozenset({"acp"})
 
@@ -50,8 +46,8 @@ def _object(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def merged_capabilities(ours: dict[str, Any], agent: dict[str, Any], *, mcp_allowed: bool,
-                        serves: Callable[[str], bool]) -> dict[str, Any]:
+def merged_capabilities(ours: dict[str, Any], agent: dict[str, Any], *,
+                        mcp_allowed: bool) -> dict[str, Any]:
     """The ``agentCapabilities`` to advertise: ``agent``'s (raw), decided as the module doc
     says, with ``ours`` (acpgate's own, as JSON) where acpgate decides."""
     out = copy.deepcopy(agent)
@@ -65,8 +61,7 @@ def merged_capabilities(ours: dict[str, Any], agent: dict[str, Any], *, mcp_allo
         mcp[transport] = bool(mcp.get(transport)) and mcp_allowed
     out["mcpCapabilities"] = mcp
     session = {k: v for k, v in _object(out.get("sessionCapabilities")).items()
-               if k not in OWN_SESSION_CAPABILITIES
-               and (k not in SESSION_CREATING or serves(SESSION_CREATING[k]))}
+               if k not in OWN_SESSION_CAPABILITIES}
     session.update(_object(ours.get("sessionCapabilities")))
     out["sessionCapabilities"] = session
     return out

@@ -53,6 +53,7 @@ async def serve_connection(
     abort: asyncio.Event | None = None,
     send_many: Callable[[list[str]], Awaitable[None]] | None = None,
     revoked: asyncio.Event | None = None,
+    stopping: asyncio.Event | None = None,
 ) -> None:
     """Serve one client connection until ``incoming`` ends.
 
@@ -82,22 +83,58 @@ async def serve_connection(
     ``revoked`` is set when the connection's token is revoked (the transport then closes
     it): its running turns are cancelled at once and nothing of them is stored, and
     whatever it still sends is refused (``DialectConnection.revoke``).
+
+    ``stopping`` is set when the gateway stops (issue 24): the connection's running
+    turns are cancelled at once (ACP ``session/cancel``; their prompts answer
+    ``cancelled``), what it asks from then on is refused, the requests it read get
+    ``drain_secs`` to be answered, and then this returns without waiting for ``incoming``
+    to end — the transport then delivers what was sent and closes the connection.
     """
     conn = DialectConnection(runtime, send, methods=METHODS, fallback=fallback,
                              default_agent=default_agent,
                              caller=caller, remote=remote, send_many=send_many)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
+    # At most MAX_IN_FLIGHT requests at once; reading waits past it.
+    reading = asyncio.ensure_future(conn.rpc.serve(incoming))
+    stopped = (asyncio.ensure_future(_quiet_when(stopping, conn, drain_secs))
+               if stopping is not None else None)
     try:
-        await conn.rpc.serve(incoming)  # at most MAX_IN_FLIGHT at once; reading waits past it
+        await asyncio.wait([t for t in (reading, stopped) if t is not None],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            reading.result()  # its failure is the connection's
     finally:
-        if watch is not None:
-            watch.cancel()
+        for task in (watch, reading, stopped):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (reading, stopped) if t is not None),
+                             return_exceptions=True)
         if revoked is not None and revoked.is_set():
             conn.revoke()  # (the watch may not have run yet)
-        await conn.close(drain_secs=drain_secs, abort=abort)
+        quiet = stopped is not None and stopped.done() and not stopped.cancelled()
+        # After a stop's drain, what still runs is cancelled at once.
+        await conn.close(drain_secs=0.0 if quiet else drain_secs, abort=abort)
 
 
 async def _revoke_when(revoked: asyncio.Event, conn: DialectConnection) -> None:
     """Revoke ``conn`` as soon as ``revoked`` is set, not only once its input has ended."""
     await revoked.wait()
     conn.revoke()
+
+
+async def _quiet_when(stopping: asyncio.Event, conn: DialectConnection,
+                      drain_secs: float) -> None:
+    """Once ``stopping`` is set: cancel ``conn``'s turns, refuse its new requests, and wait
+    (at most ``drain_secs``) until what it read is answered — saying what it waits for."""
+    await stopping.wait()
+    turns = conn.stop()
+    running = conn.rpc.running
+    if not running:
+        return
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    log.info("connection_stopping", cancelled_turns=turns, requests=running,
+             wait_secs=drain_secs)
+    await conn.rpc.drain(drain_secs)
+    log.info("connection_quiet", waited_secs=round(loop.time() - started, 2),
+             unanswered=conn.rpc.running)

@@ -22,9 +22,11 @@ from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     AUTH_REQUIRED,
+    INTERNAL_ERROR,
     M_CANCEL_REQUEST,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
+    MSG_SHUTTING_DOWN,
     MSG_TOKEN_REVOKED,
     OUTBOUND_ID_PREFIX,
 )
@@ -89,6 +91,7 @@ class DialectConnection:
         self._releasing = False
         self._closed = False
         self._revoked = False
+        self._stopping = False
 
     @property
     def closed(self) -> bool:
@@ -130,6 +133,8 @@ class DialectConnection:
         revoked (:meth:`revoke`)."""
         if self._revoked:
             raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
+        if self._stopping:
+            raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
         handler = self._methods.get(method)
         if handler is not None:
             return await handler(self, params)
@@ -161,6 +166,14 @@ class DialectConnection:
         self._revoked = True
         for session in list(self.sessions.values()):
             session.cancel(keep=False)
+
+    def stop(self) -> list[str]:
+        """The gateway stops (issue 24): what the client asks from now on is refused, and
+        the running turns are cancelled at once (ACP ``session/cancel``, as the client's own
+        cancel would; their prompts answer ``cancelled``, before the connection closes).
+        Returns the ids of the sessions whose turn was cancelled."""
+        self._stopping = True
+        return [sid for sid, session in list(self.sessions.items()) if session.cancel()]
 
     async def close(self, *, drain_secs: float = 15.0,
                     abort: asyncio.Event | None = None) -> None:

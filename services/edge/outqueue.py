@@ -15,6 +15,7 @@ without bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -270,6 +271,9 @@ class Outbox:
         self._close_timeout = close_timeout
         self._on_slow_client = on_slow_client
         self._closing: list[asyncio.Task[None]] = []
+        #: True while the pump writes a run; ``_wrote`` is set after each run (for flush).
+        self._writing = False
+        self._wrote = asyncio.Event()
         self._pump = asyncio.create_task(self._run())
 
     @property
@@ -291,11 +295,26 @@ class Outbox:
                 while size < WRITE_RUN_CHARS and (message := queue.get_nowait()) is not None:
                     run.append(message)
                     size += len(message)
+                self._writing = True
                 await frames.write(run)
+                self._writing = False
+                self._wrote.set()
         except ConnectionClosed:
             pass
         finally:
             await queue.close()  # later sends are dropped at once, never block
+            self._wrote.set()
+
+    async def flush(self, wait_secs: float) -> None:
+        """Wait until what is queued now has been written (at once when the connection is
+        gone; at most ``wait_secs``): a stopping gateway's last answers before its close."""
+        async def written() -> None:
+            queue = self.queue
+            while not queue.closed and (len(queue) or queue.waiting or self._writing):
+                self._wrote.clear()
+                await self._wrote.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(written(), wait_secs)
 
     async def send(self, message: str) -> None:
         """Queue one message; a client that does not make room in time is closed."""

@@ -19,7 +19,8 @@ same way: the agent's result whole (``modes``, ``configOptions``, ``models``,
 only where the agent's own restore named one), the state
 fields as they are after a restore set the stored values again; for
 ``session/new`` the built-in agent's clients get SPEC §3's ``workspaceDir``
-beside it, an external agent's under ``_meta.acpgate.workspaceDir``.
+beside it, an external agent's under ``_meta.acpgate.workspaceDir``;
+:func:`fork_result` a ``session/fork``'s, ``_meta.acpgate.forkedFrom`` added.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from typing import Any
 from services.common.protocol import (
     CANCEL_MARKER,
     META_ACPGATE,
+    META_FORKED_FROM,
     META_WORKSPACE_DIR,
     STOP_CANCELLED,
 )
 
-__all__ = ["TurnOutcome", "client_result", "setup_result"]
+__all__ = ["TurnOutcome", "client_result", "fork_result", "setup_result"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,24 @@ def setup_result(agent_result: Any, state_fields: dict[str, Any], *, builtin: bo
     if builtin:
         out["workspaceDir"] = workspace_dir
         return out
-    meta = out.get("_meta")
+    return _with_ours(out, {META_WORKSPACE_DIR: workspace_dir})
+
+
+def fork_result(agent_result: Any, state_fields: dict[str, Any], *, builtin: bool,
+                session_id: str, forked_from: str) -> dict[str, Any]:
+    """A ``session/fork`` result: an external agent's own (its fork's, or the fresh
+    session's acpgate seeded) whole, the built-in agent's state fields alone — with the
+    edge's ``session_id``, the state fields over it, and the parent under
+    ``_meta.acpgate.forkedFrom``."""
+    out = dict(state_fields) if builtin else setup_result(agent_result, state_fields,
+                                                          builtin=False)
+    return _with_ours({"sessionId": session_id, **out}, {META_FORKED_FROM: forked_from})
+
+
+def _with_ours(result: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with ``ours`` added under ``_meta.acpgate`` (what is there stays)."""
+    meta = result.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
-    ours = meta.get(META_ACPGATE)
-    meta[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}),
-                          META_WORKSPACE_DIR: workspace_dir}
-    out["_meta"] = meta
-    return out
+    there = meta.get(META_ACPGATE)
+    meta[META_ACPGATE] = {**(there if isinstance(there, dict) else {}), **ours}
+    return {**result, "_meta": meta}

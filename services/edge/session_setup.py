@@ -165,13 +165,15 @@ async def setting_up(conn: SessionHome, session: EdgeSession) -> AsyncIterator[E
 
 async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
                          additional_directories: Sequence[str] = (),
-                         session_id: str = "") -> SecurityPolicy:
+                         session_id: str = "", *, local_user: bool = False) -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
     extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy,
-    issue 13)."""
+    issue 13), for the local user of ``acpgate acp`` or else a remote principal (issue 24:
+    the workspace rules differ)."""
     p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
         alias=alias, workspace_dir=workspace_dir,
-        additional_directories=list(additional_directories), session_id=session_id))
+        additional_directories=list(additional_directories), session_id=session_id,
+        local_user=local_user))
     return SecurityPolicy.from_proto(p)
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import http
+import socket
 import ssl
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from services.common.config import Config
+from services.common.listeners import bind_listeners
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
 from services.edge.admission import LiveConnections, token_share
@@ -64,6 +66,11 @@ from services.edge.ws_incoming import Incoming
 
 #: Close code when the connection limit was hit by a racing handshake.
 BUSY_CLOSE_CODE = 1013
+#: Close code and reason of the connections a stopping gateway closes (going away).
+STOP_CLOSE_CODE = 1001
+STOP_REASON = "server shutting down"
+#: How long a stop waits for connections to answer what they read (drain 15 s + delivery).
+STOP_WAIT_SECS = 20.0
 
 log = get_logger("edge.ws")
 
@@ -91,8 +98,10 @@ class ServeConnection(Protocol):
         remote: bool = False,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
         revoked: asyncio.Event | None = None,
+        stopping: asyncio.Event | None = None,
     ) -> Awaitable[None]:
-        """Serve one connection until ``incoming`` ends."""
+        """Serve one connection until ``incoming`` ends, or — once ``stopping`` is set —
+        until its turns are cancelled and what it read is answered."""
         ...
 
 
@@ -173,7 +182,12 @@ class EdgeServer:
             weakref.WeakKeyDictionary())
         self._ids = count(1)
         self._counters = _Counters()
-        self._server: Server | None = None
+        #: One websockets server per listening socket (an address of the host).
+        self._servers: list[Server] = []
+        #: Set when the gateway stops: each connection winds down (serve_connection).
+        self._stopping = asyncio.Event()
+        #: The running connection handlers (a stop waits for them, boundedly).
+        self._handlers: set[asyncio.Task[Any]] = set()
         self.port = 0
         #: The most characters any one connection ever had queued (diagnostics, tests).
         self.peak_queue_chars = 0
@@ -182,26 +196,38 @@ class EdgeServer:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        """Bind and start accepting (port 0 picks a free port, see :attr:`port`)."""
+    async def start(self, listeners: Sequence[socket.socket] = ()) -> None:
+        """Serve on ``listeners`` (sockets already listening: what ``acpgate serve``
+        bound), else bind ``[gateway] host``/``port`` first (port 0 picks a free port, see
+        :attr:`port`; a port in use is ``AddressInUse``, raised before anything serves)."""
         gw = self.cfg.gateway
+        bound_here = not listeners
+        if bound_here:
+            listeners = await asyncio.to_thread(bind_listeners, gw.host, gw.port)
         ping = float(gw.ping_interval_secs) if gw.ping_interval_secs > 0 else None
-        self._server = await serve(
-            self._handle,
-            gw.host,
-            gw.port,
-            process_request=self._process_request,
-            select_subprotocol=self._select_subprotocol,
-            ssl=await asyncio.to_thread(tls_context, self.cfg),
-            max_size=gw.max_frame_bytes,
-            ping_interval=ping,
-            ping_timeout=ping,
-            close_timeout=self._close_timeout,
-            # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
-            compression="deflate" if gw.compression else None,
-        )
-        sockets = list(self._server.sockets)
-        self.port = sockets[0].getsockname()[1] if sockets else gw.port
+        try:
+            context = await asyncio.to_thread(tls_context, self.cfg)
+            for sock in listeners:
+                self._servers.append(await serve(
+                    self._handle,
+                    sock=sock,
+                    process_request=self._process_request,
+                    select_subprotocol=self._select_subprotocol,
+                    ssl=context,
+                    max_size=gw.max_frame_bytes,
+                    ping_interval=ping,
+                    ping_timeout=ping,
+                    close_timeout=self._close_timeout,
+                    # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
+                    compression="deflate" if gw.compression else None,
+                ))
+        except BaseException:
+            await self.stop()
+            if bound_here:  # the ones no server took yet (closing a closed one is a no-op)
+                for sock in listeners:
+                    sock.close()
+            raise
+        self.port = listeners[0].getsockname()[1] if listeners else gw.port
         if gw.require_auth:
             self._watching = asyncio.create_task(self._revocations.run())
         log.info("edge_listening", host=gw.host, port=self.port, path=self.acp_path,
@@ -224,16 +250,34 @@ class EdgeServer:
         return self._counters.slow_client_closes_total
 
     async def stop(self) -> None:
-        """Stop accepting, close every connection (1001), wait for their sessions to be released."""
-        if self._server is None:
+        """Stop accepting; let every connection cancel its running turns and answer what it
+        read — its client gets each prompt's ``cancelled`` result before the close — at
+        most :data:`STOP_WAIT_SECS`; close every connection (1001) and wait for their
+        sessions to be released. What it waits for is logged (issue 24)."""
+        if not self._servers:
             return
-        server, self._server = self._server, None
+        servers, self._servers = self._servers, []
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
-        server.close(close_connections=True)
-        await server.wait_closed()
-        log.info("edge_stopped")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for server in servers:  # no new connection; those open wind down
+            server.close(close_connections=False)
+        handlers = {task for task in self._handlers if not task.done()}
+        log.info("edge_stopping", connections=len(handlers), wait_secs=STOP_WAIT_SECS)
+        self._stopping.set()
+        if handlers:
+            _, late = await asyncio.wait(handlers, timeout=STOP_WAIT_SECS)
+            if late:
+                log.warning("edge_stop_closing_late_connections", connections=len(late))
+            # Not wound down in time: closed now (their sessions released as on any close).
+            await asyncio.gather(*(ws.close(STOP_CLOSE_CODE, STOP_REASON)
+                                   for server in servers for ws in list(server.connections)),
+                                 return_exceptions=True)
+        for server in servers:
+            await server.wait_closed()
+        log.info("edge_stopped", waited_secs=round(loop.time() - started, 2))
 
     # ------------------------------------------------------------ HTTP side
 
@@ -321,12 +365,19 @@ class EdgeServer:
                         slow_client_timeout=self._slow_client_timeout,
                         close_timeout=self._close_timeout, on_slow_client=self._count_slow_client)
         incoming = Incoming(ws, outbox)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         try:
             await self._serve_connection(
                 self.runtime, incoming.frames(), outbox.send, default_agent=default_agent,
                 caller=caller, remote=True, send_many=outbox.send_many,
-                revoked=self._revocations.signal(ws),
+                revoked=self._revocations.signal(ws), stopping=self._stopping,
             )
+            if self._stopping.is_set():  # what it answered goes out before the close
+                await outbox.flush(self._close_timeout)
+                await ws.close(STOP_CLOSE_CODE, STOP_REASON)
         except Exception:
             log.exception("ws_connection_failed", conn=conn_id)
             await ws.close(1011, "internal error")

@@ -55,6 +55,10 @@ class InstanceInfo:
     state_dir: str
     wrapper_root: str
     started_at: int
+    #: The instance slot this service holds (services.lifecycle.slots).
+    slot: int = 0
+    #: The install's instance id, which the slot's is derived from.
+    install_id: str = ""
 
 
 def check_spec(command: str, args: Sequence[str]) -> None:

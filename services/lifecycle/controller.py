@@ -25,17 +25,18 @@ from services.lifecycle.api import (
     NoWarmAdapter,
     Unavailable,
     check_spec,
-    cwd_refusal,
 )
 from services.lifecycle.attach import AdapterChannel
+from services.lifecycle.holds import StreamHolds
 from services.lifecycle.launch import Launch, plan_launch
 from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.pool_spec import fingerprint
+from services.lifecycle.pool_spec import launch_reads
 from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
-from services.lifecycle.spawn import WrapperPaths, stderr_log_path
+from services.lifecycle.slots import Slot
+from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
 from services.lifecycle.verify import Owner, Verification
-from services.lifecycle.warm import WarmPool, WarmPools
+from services.lifecycle.warm import WarmPools
 
 __all__ = [
     "EnsureRequest",
@@ -72,10 +73,17 @@ class LifecycleController:
         wrapper: WrapperPaths,
         term_grace_ms: int,
         retention_secs: int,
+        install_id: str = "",
+        slot: Slot | None = None,
     ) -> None:
         self.store = store
         self.table = table
+        #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
+        #: The install's instance id, which every slot's is derived from (services.lifecycle.slots).
+        self.install_id = install_id or instance_id
+        #: The slot this service holds for its life (None: a controller outside any slot, tests).
+        self.slot = slot
         self.state_dir = state_dir
         self.wrapper = wrapper
         self.term_grace_ms = term_grace_ms
@@ -93,13 +101,15 @@ class LifecycleController:
         #: Closes started in the background (a wrapper's death, an abandoned ensure).
         self._background_closes: set[asyncio.Task[None]] = set()
         self.pools = WarmPools(self)
+        self.holds = StreamHolds()  # the leases Attach streams ensured and still hold
 
     # ------------------------------------------------------------------ identity
 
     def instance(self) -> InstanceInfo:
         """GetInstance."""
         return InstanceInfo(
-            self.instance_id, str(self.state_dir), str(self.wrapper.root), self.started_at
+            self.instance_id, str(self.state_dir), str(self.wrapper.root), self.started_at,
+            slot=self.slot.number if self.slot is not None else 0, install_id=self.install_id,
         )
 
     # ------------------------------------------------------------------ ensure
@@ -110,9 +120,10 @@ class LifecycleController:
             lock = self._key_locks[key] = asyncio.Lock()
         return lock
 
-    async def ensure_session(self, req: EnsureRequest) -> Ensured:
+    async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
-        else a new spawn.
+        else a new spawn; ``hold`` (an Attach stream's): held until the stream let it go. A
+        lease another stream holds is not handed out: its let-go is waited for (holds.py).
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on
@@ -124,11 +135,15 @@ class LifecycleController:
         pool = self.pools.pool_for(req)
         async with self._key_lock(req.session_key):
             (refusal, current), existing = await asyncio.gather(
-                asyncio.to_thread(_launch_reads, req.cwd, pool),
+                asyncio.to_thread(launch_reads, req.cwd, pool.spec if pool else None),
                 self.store.list(states=LIVE_STATES, session_key=req.session_key,
                                 instance_id=self.instance_id))
             if refusal is not None:
                 raise refusal
+            while held := self.holds.first_held(existing):  # another stream's, being let go
+                await self.holds.wait_let_go(held, req.session_key, warm_only=req.warm_only)
+                existing = await self.store.list(states=LIVE_STATES, session_key=req.session_key,
+                                                 instance_id=self.instance_id)
             for lease in existing:
                 channel = self.channels.get(lease.lease_id)
                 if channel is not None and channel.running and lease.state == LeaseState.OPEN:
@@ -139,10 +154,10 @@ class LifecycleController:
             if pool is not None:
                 taken = await pool.take(req.session_key, current)
                 if taken is not None:
-                    return Ensured(taken, True, warm=True)
+                    return self.holds.held(hold, Ensured(taken, True, warm=True))
             if req.warm_only:
                 raise NoWarmAdapter(f"no warm adapter of {req.warm_pool or '(no pool)'} is ready")
-            return Ensured(await self._spawn(req), True)
+            return self.holds.held(hold, Ensured(await self._spawn(req), True))
 
     async def spawn_warm(self, req: EnsureRequest) -> LeaseRecord:
         """A warm pool's spawn: like any, but its lease starts warm."""
@@ -349,8 +364,16 @@ class LifecycleController:
         ids = await self.store.expire(now_ms(), self.retention_secs)
         if ids:
             # A startup reap can expire many leases at once: unlink off the loop.
-            await asyncio.to_thread(_remove_stderr_logs, self.state_dir, ids)
+            await asyncio.to_thread(remove_stderr_logs, self.state_dir, ids)
         return ids
+
+    async def close(self) -> None:
+        """Close the lease store, then give the slot up (after :meth:`close_all`)."""
+        try:
+            await self.store.close()
+        finally:
+            if self.slot is not None:
+                self.slot.release()
 
     async def close_all(self, reason: str = "stop") -> list[CloseResult]:
         """Close every lease this run holds, warm ones included (service stop)."""
@@ -375,15 +398,3 @@ class LifecycleController:
         return results
 
 
-def _launch_reads(cwd: str, pool: WarmPool | None) -> tuple[InvalidRequest | None, str]:
-    """Why ``cwd`` is refused (None: it is not), and ``pool``'s file fingerprint ("" without
-    one), in one go (blocking; off-loop)."""
-    return cwd_refusal(cwd), fingerprint(pool.spec) if pool is not None else ""
-
-
-def _remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
-    """Delete the stderr logs (and rotated parts) of expired leases (blocking)."""
-    for lease_id in lease_ids:
-        path = stderr_log_path(state_dir, lease_id)
-        for p in (path, path.with_name(path.name + ".1")):
-            p.unlink(missing_ok=True)

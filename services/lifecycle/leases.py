@@ -9,6 +9,14 @@ compare-and-set updates, and :meth:`LeaseStore.lock` serializes whole
 transitions of one lease (close, reap) inside this process. Closed and lost
 leases expire after the retention period, so the file stays bounded.
 
+Several lifecycle services share the file: every acpgate process on one data dir
+holds its own instance slot (:mod:`services.lifecycle.slots`) and writes only its
+slot's leases, while SQLite's locks order the writes of all of them. Both
+connections wait for another process's write lock (``busy_timeout``), the switch
+to WAL is retried while another process makes it, and a write transaction's first
+statement takes the write lock before it reads anything, so no transaction ever
+has to upgrade a stale read (which SQLite answers "busy" at once).
+
 Every write is durable (``synchronous=FULL``: one fsync per commit) unless the
 caller says ``durable=False``: only for a change a power cut may lose because
 the processes it describes die with the machine and the startup reap treats
@@ -31,6 +39,7 @@ from typing import Any
 import aiosqlite
 
 from services.common.private_files import private_dir, private_file
+from services.common.sqlite_wal import switch_to_wal
 
 
 class LeaseState(enum.StrEnum):
@@ -48,6 +57,8 @@ ENDED_STATES = (LeaseState.CLOSED, LeaseState.LOST)
 #: The states a close starts from (they move to closing first).
 HELD_STATES = (LeaseState.OPEN, LeaseState.WARM)
 LIVE_STATES = (LeaseState.OPEN, LeaseState.CLOSING, LeaseState.WARM)
+#: How long a statement waits for another process's write lock on the file.
+BUSY_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -130,14 +141,24 @@ class LeaseStore:
     async def open(cls, path: Path) -> LeaseStore:
         """Open (creating if needed, owner-only) the store at ``path``."""
         await asyncio.to_thread(_private_db, path)
-        db = await aiosqlite.connect(str(path))
-        # FULL: a lease must be on disk before the spawn it describes.
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=FULL")
-        await db.executescript(_SCHEMA)
-        await db.commit()
-        relaxed = await aiosqlite.connect(str(path), isolation_level=None)
-        await relaxed.execute("PRAGMA synchronous=NORMAL")
+        db = await aiosqlite.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000)
+        relaxed: aiosqlite.Connection | None = None
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await switch_to_wal(db, BUSY_TIMEOUT_MS / 1000)
+            # FULL: a lease must be on disk before the spawn it describes.
+            await db.execute("PRAGMA synchronous=FULL")
+            await db.executescript(_SCHEMA)
+            await db.commit()
+            relaxed = await aiosqlite.connect(str(path), isolation_level=None,
+                                              timeout=BUSY_TIMEOUT_MS / 1000)
+            await relaxed.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await relaxed.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            if relaxed is not None:
+                await relaxed.close()
+            await db.close()
+            raise
         return cls(db, path, relaxed)
 
     async def close(self) -> None:
@@ -196,6 +217,14 @@ class LeaseStore:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at, lease_id"
         return [_row_to_record(r) for r in await self._db.execute_fetchall(sql, args)]
+
+    async def instance_ids(self, states: Iterable[LeaseState]) -> set[str]:
+        """The instance ids (slots) that have leases in one of ``states``."""
+        state_list = [str(s) for s in states]
+        rows = await self._db.execute_fetchall(
+            "SELECT DISTINCT gateway_instance_id FROM leases"
+            f" WHERE state IN ({', '.join('?' for _ in state_list)})", state_list)
+        return {str(r[0]) for r in rows}
 
     async def update(
         self,

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.lifecycle.api import EnsureRequest
+from services.lifecycle.api import EnsureRequest, InvalidRequest, cwd_refusal
 
 __all__ = ["PoolSpec", "fingerprint", "launch_key", "watched_files"]
 
@@ -81,3 +81,10 @@ def fingerprint(spec: PoolSpec) -> str:
             stamp = f"{path}\0missing:{exc.errno}"
         h.update(stamp.encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
+
+
+def launch_reads(cwd: str, spec: PoolSpec | None) -> tuple[InvalidRequest | None, str]:
+    """What an ensure reads from the file system, in one go (blocking; off-loop): why
+    ``cwd`` is refused (None: it is not), and ``spec``'s :func:`fingerprint` ("" without
+    a pool)."""
+    return cwd_refusal(cwd), fingerprint(spec) if spec is not None else ""

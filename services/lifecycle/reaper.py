@@ -27,7 +27,14 @@ from services.lifecycle.leases import (
     LeaseState,
     LeaseStore,
 )
-from services.lifecycle.legacy import LegacyRecord, verify_legacy
+from services.lifecycle.legacy import (
+    LegacyCloseResult,
+    LegacyRecord,
+    LegacyState,
+    legacy_result,
+    unverified_legacy,
+    verify_legacy,
+)
 from services.lifecycle.proctable import ProcessTable, ProcessTableError, ProcInfo
 from services.lifecycle.reap_pass import ReapPass
 from services.lifecycle.results import (
@@ -321,18 +328,28 @@ class Reaper:
 
     # ------------------------------------------------------------------ legacy
 
-    async def close_legacy(self, record: LegacyRecord) -> CloseResult:
-        """Reap a lease-less legacy record, only if it verifies; else leave it alone."""
-        verification = await verify_legacy(record, self.table)
+    async def close_legacy(self, record: LegacyRecord, *, protect: int = 0) -> LegacyCloseResult:
+        """Reap a lease-less legacy record, only if it verifies; else leave it alone.
+
+        ``protect``: a PID whose tree is never taken (the calling service's own). The
+        result's ``state`` is where the record goes: closed (reaped), lost (its process
+        was gone already, nothing signalled) or left (not provably the record's, nothing
+        signalled; or the survivors of a refused re-verification, left alone).
+        """
+        async def verify() -> Verification:
+            return await verify_legacy(record, self.table, protect=protect,
+                                       own_wrapper_root=self.owner.wrapper_root)
+
+        verification = await verify()
         if not verification.verified:
-            return CloseResult(None, unverified_reason=verification.reason)
+            return unverified_legacy(verification)
         snapshot = list(verification.processes)
         await self.signal_all(snapshot, signal.SIGTERM)
         survivors = await self.wait_gone(snapshot, self.term_grace_ms / 1000.0)
         if survivors:
-            again = await verify_legacy(record, self.table)
+            again = await verify()
             if not still_ours(again):
-                return refused(None, snapshot, survivors, again)
+                return legacy_result(refused(None, snapshot, survivors, again), LegacyState.LEFT)
             await self.signal_all(survivors, signal.SIGKILL)
-        return tally(None, snapshot, await self.wait_killed(snapshot, killed=bool(survivors)))
-
+        left = await self.wait_killed(snapshot, killed=bool(survivors))
+        return legacy_result(tally(None, snapshot, left), LegacyState.CLOSED)

@@ -1,9 +1,13 @@
 """Serving the lifecycle service: in-process starter and ``acpgate lifecycle-service``.
 
-``start_lifecycle_server(cfg, address)`` loads the instance id, opens the lease
-store, installs the wrapper, expires old leases and reaps this gateway's
-open/closing leases of earlier runs *before* it serves. Stopping the returned
-server closes (verifies and reaps) every lease it still holds.
+``start_lifecycle_server(cfg, address)`` takes an instance slot under the data dir
+(:mod:`services.lifecycle.slots`: any number of lifecycle services may share one),
+loads the install's instance id and derives the slot's, opens the lease store,
+installs the wrapper, expires old leases and reaps the live leases of earlier runs
+of its slot and of dead slots (:mod:`services.lifecycle.slot_reap`), and on slot 0
+the pre-lease records waiting (:mod:`services.lifecycle.legacy_reap`), *before* it
+serves — never a live slot's. Stopping the returned server closes (verifies and
+reaps) every lease it still holds, then gives the slot up.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseStore
 from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
 from services.lifecycle.servicer import LifecycleServicer
+from services.lifecycle.slot_reap import reap_at_start
+from services.lifecycle.slots import Slot, acquire_slot, adopt_slot, slot_instance_id
 from services.lifecycle.spawn import install_wrapper
 
 __all__ = [
@@ -41,17 +47,28 @@ SERVICE_NAME = lifecycle_pb2.DESCRIPTOR.services_by_name["LifecycleService"].ful
 LEASES_DB_NAME = "leases.db"
 
 
-async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None) -> LifecycleController:
-    """Instance id, lease store and wrapper of ``cfg``'s lifecycle state dir, ready to use."""
+async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None,
+                          slot: Slot | None = None) -> LifecycleController:
+    """Slot, instance id, lease store and wrapper of ``cfg``'s lifecycle state dir, ready
+    to use. ``slot`` is one the caller holds (``acpgate serve`` hands its child the one it
+    took); None takes the lowest free one. ``await controller.close()`` gives it up."""
     state_dir = cfg.lifecycle_state_dir
     await asyncio.to_thread(private_dir, cfg.data_dir)  # acpgate's state: the owner's alone
-    instance_id = await load_or_create_instance_id(state_dir)
-    wrapper = await install_wrapper(state_dir)
-    store = await LeaseStore.open(state_dir / LEASES_DB_NAME)
+    if slot is None:
+        slot = await asyncio.to_thread(acquire_slot, state_dir)
+    try:
+        install_id = await load_or_create_instance_id(state_dir)
+        wrapper = await install_wrapper(state_dir)
+        store = await LeaseStore.open(state_dir / LEASES_DB_NAME)
+    except BaseException:
+        slot.release()
+        raise
     return LifecycleController(
         store=store,
         table=proctable if proctable is not None else PsutilProcessTable(),
-        instance_id=instance_id,
+        instance_id=slot_instance_id(install_id, slot.number),
+        install_id=install_id,
+        slot=slot,
         state_dir=state_dir,
         wrapper=wrapper,
         term_grace_ms=cfg.lifecycle.term_grace_ms,
@@ -61,27 +78,28 @@ async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None)
 
 async def start_lifecycle_server(
     cfg: Config, address: str, *, proctable: ProcessTable | None = None,
-    security: GrpcSecurity | None = None,
+    security: GrpcSecurity | None = None, slot: Slot | None = None,
 ) -> RunningServer:
     """Reap startup orphans, then serve ``LifecycleService`` on ``address``.
 
     ``security`` (default: the install's service credential and the TLS environment) is
     the credential every call must carry; its seal key opens the launch specs the session
-    service sealed. ``await running.stop()`` stops serving, closes every lease this run
-    holds and closes the store.
+    service sealed. ``slot``: as for :func:`open_controller`. ``await running.stop()``
+    stops serving, closes every lease this run holds, closes the store and gives the
+    slot up.
     """
     sec = await load_security(cfg) if security is None else security
-    controller = await open_controller(cfg, proctable=proctable)
+    controller = await open_controller(cfg, proctable=proctable, slot=slot)
 
     async def close() -> None:
-        """Close every lease this run holds, then the store."""
+        """Close every lease this run holds, then the store and the slot."""
         try:
             await controller.close_all(reason="stop")
         finally:
-            await controller.store.close()
+            await controller.close()
 
     try:
-        await _reap_before_serving(controller)
+        await reap_at_start(controller)
         servicer = LifecycleServicer(controller, seal_key=sec.seal_key)
     except BaseException:
         await close()
@@ -96,38 +114,24 @@ async def start_lifecycle_server(
         "lifecycle_service_started",
         address=running.address,
         instance_id=controller.instance_id,
+        slot=controller.instance().slot,
         wrapper_root=str(controller.wrapper.root),
     )
     return running
 
 
-async def _reap_before_serving(controller: LifecycleController) -> None:
-    """Expire old leases and reap this gateway's leases of earlier runs (SPEC §13).
+async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; 0 on a clean stop.
 
-    Startup reaping is cleanup: a failure is reported, it never stops the service;
-    the leftovers stay open/closing for a later reap.
-    """
-    await controller.expire()
-    try:
-        results = await controller.reap_orphans(reason="startup")
-    except Exception as exc:  # leftovers stay open/closing for a later reap
-        log.error("startup_reap_failed", instance_id=controller.instance_id,
-                  why=f"{type(exc).__name__}: {exc}")
-        results = []
-    log.info(
-        "startup_reap",
-        instance_id=controller.instance_id,
-        leases=len(results),
-        terminated=sum(len(r.terminated_pids) for r in results),
-        unverified=[r.unverified_reason for r in results if r.unverified_reason],
-    )
-
-
-async def run_lifecycle_service(cfg: Config) -> int:
-    """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
+    ``slot_fd``: the locked slot file ``acpgate serve`` took for this child
+    (``--slot-fd``), so that a restarted child keeps its slot; None takes the lowest
+    free one."""
     address = default_lifecycle_address(cfg)
+    slot = None
+    if slot_fd is not None:
+        slot = await asyncio.to_thread(adopt_slot, cfg.lifecycle_state_dir, slot_fd)
     return await run_until_signalled(
-        start_lifecycle_server(cfg, address),
+        start_lifecycle_server(cfg, address, slot=slot),
         address=address,
         log=log,
         stopped_event="lifecycle_service_stopped",

@@ -88,13 +88,15 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             await abort(context, grpc.StatusCode.PERMISSION_DENIED, str(exc))
 
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Ctx) -> pb.Instance:
-        """The stable gateway instance id of this install."""
+        """This service's gateway instance id (its slot's) and where its state lives."""
         info = self.controller.instance()
         return pb.Instance(
             gateway_instance_id=info.gateway_instance_id,
             state_dir=info.state_dir,
             wrapper_root=info.wrapper_root,
             started_at=info.started_at,
+            slot=info.slot,
+            install_id=info.install_id,
         )
 
     async def EnsureSession(
@@ -103,11 +105,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         """Spawn or return the live lease of a session key."""
         return ensured_to_pb(await self._ensure(request, context))
 
-    async def _ensure(self, request: pb.EnsureSessionRequest, context: Ctx) -> Ensured:
+    async def _ensure(self, request: pb.EnsureSessionRequest, context: Ctx, *,
+                      hold: bool = False) -> Ensured:
         """The controller's ensure for ``request`` (INVALID_ARGUMENT / UNAVAILABLE /
         FAILED_PRECONDITION when refused). It runs to its end even when the caller goes
         away meanwhile (a spawn stopped half-way would leave a lease nobody finishes);
-        what it spawned or took for a caller that went away is let go (:meth:`_left`)."""
+        what it spawned or took for a caller that went away is let go (:meth:`_left`).
+        ``hold``: an Attach stream's ensure, whose lease is held until :meth:`_left`."""
         launch = await self._opened(request.launch, context)
         req = EnsureRequest(
             session_key=request.session_key,
@@ -119,7 +123,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             warm_pool=request.warm_pool,
             warm_only=request.warm_only,
         )
-        task = asyncio.ensure_future(self.controller.ensure_session(req))
+        task = asyncio.ensure_future(self.controller.ensure_session(req, hold=hold))
         try:
             ensured = await asyncio.shield(task)
         except InvalidRequest as exc:
@@ -142,16 +146,19 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         """The caller that ensured a lease is gone (its Attach stream ended, or it went
         away before the ensure did): what it spawned or took goes with it — a warm adapter
         nobody touched back to ``pool`` (or closed when the pool does not take it back),
-        any other closed. A lease it found live already stays."""
+        any other closed. A lease it found live already stays. Another ensure of the key
+        gets the lease only once this let-go is over (``services.lifecycle.holds``)."""
         if not ensured.spawned:
             return
         lease_id = ensured.lease.lease_id
         if ensured.warm and not touched:
             log.info("attacher_gone", lease_id=lease_id, outcome="give-back")
-            self.controller.give_back_later(lease_id, pool)
+            letting_go = self.controller.give_back_later(lease_id, pool)
         else:
             log.info("attacher_gone", lease_id=lease_id, outcome="close")
-            self.controller.close_later(lease_id, "detached")
+            letting_go = self.controller.close_later(lease_id, "detached")
+        holds = self.controller.holds
+        letting_go.add_done_callback(lambda _: holds.release(lease_id))
 
     async def KeepWarm(self, request: pb.KeepWarmRequest, context: Ctx) -> pb.KeepWarmResponse:
         """Create, resize or replace a warm pool; it fills in the background."""
@@ -238,11 +245,13 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
             response = pb.AttachResponse(attached=lease_to_pb(lease))
         else:
-            ensured = await self._ensure(request.ensure, context)
+            ensured = await self._ensure(request.ensure, context, hold=True)
             lease = ensured.lease
             response = pb.AttachResponse(ensured=ensured_to_pb(ensured))
         lease_id = lease.lease_id
         channel = self.controller.channel(lease_id)
+        if ensured is not None and (lease.state != LeaseState.OPEN or channel is None):
+            self._left(ensured, request.ensure.warm_pool, touched=False)  # refused below
         if lease.state == LeaseState.WARM:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                         f"lease {lease_id} is warm: a session takes it through EnsureSession")

@@ -84,6 +84,14 @@ def stderr_log_path(state_dir: Path, lease_id: str) -> Path:
     return state_dir / LOG_DIR_NAME / f"{lease_id}.log"
 
 
+def remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
+    """Delete the stderr logs (and rotated parts) of expired leases (blocking)."""
+    for lease_id in lease_ids:
+        path = stderr_log_path(state_dir, lease_id)
+        for p in (path, path.with_name(path.name + ".1")):
+            p.unlink(missing_ok=True)
+
+
 def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, report_fd: int) -> list[str]:
     """The exact argv of the wrapper (its sha256 is the lease's command hash)."""
     return [

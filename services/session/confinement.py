@@ -19,17 +19,26 @@ Even then the agent's tools keep away from the guarded paths inside them
 (``services.agent.enforce``, ``services.agent.sandbox``): opting a directory in
 makes it a session workspace, it does not open what it contains.
 
+The local user of ``acpgate acp`` (issue 24: ``local_user``) owns every file
+already, and an editor opened at ``~`` must get a session: for that requester a
+directory that *contains* guarded paths is a workspace like any (they stay
+forbidden inside it, as for an opted-in one); one that is or lies inside a
+guarded path is still refused, and the refusal names the guarded path and the
+exact ``allow_cwd`` line. A remote principal (any gateway connection) gets the
+rule above and never learns acpgate's paths.
+
 Everything here touches the file system (real paths): call it off the event loop.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.common.config import Config
-from services.common.protocol import MSG_CWD_REFUSED
+from services.common.config import CONFIG_FILE_NAME, Config
+from services.common.protocol import CWD_REFUSED_PREFIX, MSG_CWD_REFUSED, MSG_CWD_REFUSED_LOCAL
 
 __all__ = ["CREDENTIAL_STORE", "OWN_STATE", "Refusal", "own_state", "workspace_refusal"]
 
@@ -40,18 +49,30 @@ CREDENTIAL_STORE = "a credential store"
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a workspace is refused: how it relates to which kind of guarded path."""
+    """Why a workspace is refused: how it relates to which kind of guarded path; for the
+    local user also which path, and the directory and config file the opt-in names."""
 
     relation: str  # "is", "lies inside" or "contains"
     what: str  # OWN_STATE or CREDENTIAL_STORE
-
-    def reason(self) -> str:
-        """Why, in a few words: "it lies inside a credential store" (never the path)."""
-        return f"it {self.relation} {self.what}"
+    #: The guarded path (real), the refused directory (real), the config file.
+    path: str = ""
+    workspace: str = ""
+    config_file: str = ""
+    #: Told to the local user (paths and the exact line), else to a remote principal.
+    local_user: bool = False
 
     def message(self) -> str:
         """The -32602 message (the same for session/new, load and resume)."""
+        if self.local_user:
+            return MSG_CWD_REFUSED_LOCAL.format(
+                relation=self.relation, what=self.what, path=self.path,
+                cwd=json.dumps(self.workspace, ensure_ascii=False), config_file=self.config_file)
         return MSG_CWD_REFUSED.format(relation=self.relation, what=self.what)
+
+    def detail(self) -> str:
+        """The message without its subject: why, and what would allow the directory (an
+        additionalDirectories entry's reason)."""
+        return self.message().removeprefix(CWD_REFUSED_PREFIX)
 
 
 def own_state(cfg: Config) -> tuple[str, ...]:
@@ -99,29 +120,38 @@ def _agent_workspaces(cfg: Config) -> list[str]:
 _RELATIONS = ("is", "lies inside", "contains")
 
 
-def _refusals(workspace: str, cfg: Config) -> Iterator[Refusal]:
+def _refusals(workspace: str, cfg: Config, local_user: bool) -> Iterator[Refusal]:
     agent_workspaces = _agent_workspaces(cfg)
+    config_file = str(cfg.config_dir / CONFIG_FILE_NAME)
+
+    def refusal(relation: str, what: str, path: str) -> Refusal:
+        return Refusal(relation, what, path, workspace, config_file, local_user)
+
     for path in dict.fromkeys(_real(p) for p in own_state(cfg)):
         relation = _relation(workspace, path)
         if relation == "lies inside" and any(_within(workspace, ws) for ws in agent_workspaces):
             continue
         if relation is not None:
-            yield Refusal(relation, OWN_STATE)
+            yield refusal(relation, OWN_STATE, path)
     for path in _credential_stores(cfg):
         relation = _relation(workspace, path)
         if relation is not None:
-            yield Refusal(relation, CREDENTIAL_STORE)
+            yield refusal(relation, CREDENTIAL_STORE, path)
 
 
-def workspace_refusal(cfg: Config, workspace_dir: str) -> Refusal | None:
-    """Why ``workspace_dir`` may not be a session workspace, or ``None`` when it may.
+def workspace_refusal(cfg: Config, workspace_dir: str, *,
+                      local_user: bool = False) -> Refusal | None:
+    """Why ``workspace_dir`` may not be a session workspace, or ``None`` when it may;
+    ``local_user``: the requester is the local user of ``acpgate acp`` (module docstring).
 
     Blocking (real paths): run it through ``asyncio.to_thread``.
     """
     workspace = _real(workspace_dir)
     if workspace in {_real(p) for p in cfg.autonomy.allow_cwd if p.strip()}:
         return None
-    found = list(_refusals(workspace, cfg))
-    # Stable sort: own state before credential stores within the same relation.
-    found.sort(key=lambda r: _RELATIONS.index(r.relation))
+    found = [r for r in _refusals(workspace, cfg, local_user)
+             if not (local_user and r.relation == "contains")]
+    # Stable sort: own state before credential stores within the same relation, and of
+    # those the innermost path (the data dir, not the config dir holding it).
+    found.sort(key=lambda r: (_RELATIONS.index(r.relation), r.what != OWN_STATE, -len(r.path)))
     return found[0] if found else None

@@ -96,6 +96,7 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         input_tokens=rec.input_tokens,
         output_tokens=rec.output_tokens,
         stored_bytes=rec.stored_bytes,
+        forked_from=rec.forked_from,
     )
 
 

@@ -85,19 +85,22 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-async def child_workspace(cfg: Config, alias: str, parent_workspace: str, cwd: str) -> str:
+async def child_workspace(cfg: Config, alias: str, parent_workspace: str, cwd: str, *,
+                          local_user: bool = False) -> str:
     """The child's workspace: the parent's, or ``cwd`` resolved against it and inside it.
 
     WorkspaceError (the message for the caller) when ``cwd`` is no usable
-    directory, lies outside the parent's workspace, or is refused as a workspace.
+    directory, lies outside the parent's workspace, or is refused as a workspace
+    (``local_user``: the spawning session serves the local user of ``acpgate acp``).
     """
     if not cwd.strip():
         real = parent_workspace
     else:
-        real = (await resolve_workspace(cfg, alias, cwd, parent_workspace)).workspace_dir
+        real = (await resolve_workspace(cfg, alias, cwd, parent_workspace,
+                                        local_user=local_user)).workspace_dir
         if not _inside(real, parent_workspace):
             raise WorkspaceError(MSG_SPAWN_CWD_OUTSIDE.format(cwd=cwd))
-    refusal = await asyncio.to_thread(workspace_refusal, cfg, real)
+    refusal = await asyncio.to_thread(workspace_refusal, cfg, real, local_user=local_user)
     if refusal is not None:
         raise WorkspaceError(refusal.message())
     return real

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from services.session.rpcs.a2a import A2aRpcs
 from services.session.rpcs.agents import AgentRpcs
+from services.session.rpcs.fork import ForkRpcs
 from services.session.rpcs.history import HistoryRpcs
 from services.session.rpcs.operations import OperationRpcs
 from services.session.rpcs.reads import ReadRpcs
@@ -24,7 +25,8 @@ from services.session.rpcs.rows import RowRpcs
 __all__ = ["SessionServicer"]
 
 
-class SessionServicer(AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs, OperationRpcs):
+class SessionServicer(ForkRpcs, AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs,
+                      OperationRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store, seal_key=...)`` (``seal_key`` seals the
     launch specs it resolves, ``GrpcSecurity.seal_key``)."""

@@ -68,6 +68,7 @@ def test_golden_results_round_trip_through_the_models(name: str) -> None:
     {"load_session": False, "resume": True, "close": True},
     {"load_session": False},
     {"load_session": True, "delete": True, "additional_directories": True, "image": True},
+    {"load_session": True, "fork": True},
 ])
 def test_the_capabilities_builder_writes_valid_acp(features: dict[str, bool]) -> None:
     caps = agent_capabilities(**features).to_json()
@@ -75,7 +76,7 @@ def test_the_capabilities_builder_writes_valid_acp(features: dict[str, bool]) ->
     assert caps["promptCapabilities"]["embeddedContext"] is True
     advertised = {k for k, v in caps["sessionCapabilities"].items() if v == {}}
     names = {"resume": "resume", "close": "close", "list_sessions": "list", "delete": "delete",
-             "additional_directories": "additionalDirectories"}
+             "additional_directories": "additionalDirectories", "fork": "fork"}
     assert advertised == {names[k] for k, v in features.items() if v and k in names}
 
 
@@ -96,6 +97,15 @@ def test_default_on_error_fields_fall_back_to_their_default() -> None:
     assert caps.load_session is False and caps.prompt_capabilities.image is False
     assert caps.session_capabilities.resume is None
     assert caps.session_capabilities.close is not None
+
+
+def test_an_adapters_fork_capability_is_read() -> None:
+    """ACP's unstable ``sessionCapabilities.fork`` (claude-agent-acp advertises it): read, so
+    the edge knows which adapters fork natively; anything but an object is no capability."""
+    read = AgentCapabilities.from_json
+    assert read({"sessionCapabilities": {"fork": {}}}).session_capabilities.fork is not None
+    assert read({"sessionCapabilities": {"fork": True}}).session_capabilities.fork is None
+    assert read({"sessionCapabilities": {}}).session_capabilities.fork is None
 
 
 def test_skip_invalid_items_drops_only_the_bad_ones() -> None:

@@ -126,7 +126,8 @@ env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{resto
 
 def workspace_beside_config(tmp_path: Path) -> Path:
     """A fresh session workspace next to the test's config dir, not its parent: a ``cwd``
-    containing acpgate's own state is refused (SPEC §12, cwd confinement)."""
+    containing acpgate's own state is refused on the gateway (SPEC §12, cwd confinement;
+    ``acpgate acp`` accepts it, issue 24), so tests use one that neither rule refuses."""
     work = tmp_path / "work"
     work.mkdir()
     return work

@@ -29,6 +29,7 @@ acpgate code. Behaviour, chosen by the prompt text:
 - ``ext <method> <JSON object>``: an extension request ``_<method>`` to the client
   (e.g. ``ext acpgate/sessions_send {…}``, the session tools' methods), answered
   with ``ext ok: <result JSON>`` or ``ext error <code>: <message>``;
+- ``pid``: ``pid=<its process id>`` (which adapter process serves the session);
 - anything else: ``echo: <text>`` in two chunks.
 
 The command is the prompt's last text block; an earlier text block that starts
@@ -45,7 +46,10 @@ advertises; ``SDK_AGENT_PROMPT`` lists the prompt capabilities it advertises
 or ``auth`` (session/new needs ``authenticate`` with the env_var method
 ``sdk-key`` first, advertised with the variable ``SDK_AGENT_KEY``);
 ``SDK_AGENT_STATE`` is a JSON file where it keeps its sessions so a new
-process can restore them.
+process can restore them. ``SDK_AGENT_FORK=1`` advertises ``sessionCapabilities.fork``
+and forks a session of that file (a copy of its prompts under a new id), as
+claude-agent-acp forks the sessions it keeps on disk; an unknown one is -32002.
+``SDK_AGENT_FORK=die`` advertises it too, and exits with code 5 when asked to fork.
 """
 
 from __future__ import annotations
@@ -76,10 +80,12 @@ from acp.schema import (
     AuthenticateResponse,
     AuthEnvVar,
     EnvVarAuthMethod,
+    ForkSessionResponse,
     PermissionOption,
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
+    SessionForkCapabilities,
     SessionResumeCapabilities,
     ToolCallUpdate,
 )
@@ -88,6 +94,7 @@ from sdk_agent_surface import SurfaceAgent  # beside this file (run as a script)
 RESTORE = os.environ.get("SDK_AGENT_RESTORE", "resume")
 PROMPT_CAPS = set(filter(None, os.environ.get("SDK_AGENT_PROMPT", "").split(",")))
 NEW_MODE = os.environ.get("SDK_AGENT_NEW", "")
+FORK = os.environ.get("SDK_AGENT_FORK", "")
 STATE = Path(os.environ.get("SDK_AGENT_STATE", "/tmp/sdk-agent-state.json"))
 
 
@@ -127,7 +134,8 @@ class SdkAgent(SurfaceAgent):
                 image="image" in PROMPT_CAPS, audio="audio" in PROMPT_CAPS,
                 embeddedContext="embeddedContext" in PROMPT_CAPS),
             session_capabilities=SessionCapabilities(
-                resume=SessionResumeCapabilities() if RESTORE == "resume" else None),
+                resume=SessionResumeCapabilities() if RESTORE == "resume" else None,
+                fork=SessionForkCapabilities() if FORK else None),
         )
         methods = [EnvVarAuthMethod(id="sdk-key", name="SDK key", type="env_var",
                                     vars=[AuthEnvVar(name="SDK_AGENT_KEY")])]
@@ -182,6 +190,23 @@ class SdkAgent(SurfaceAgent):
         if session_id not in self._state:
             raise RequestError(-32002, f"unknown session {session_id}")
         return ResumeSessionResponse(**self._session_state(session_id, additional_directories))
+
+    async def fork_session(self, session_id: str, cwd: str,
+                           additional_directories: list[str] | None = None,
+                           mcp_servers: Any = None, **kwargs: Any) -> ForkSessionResponse:
+        if not FORK:
+            raise RequestError(-32601, "Method not found: session/fork")
+        if FORK == "die":
+            os._exit(5)
+        stored = {**self._state, **_load_state()}  # what any process of this agent stored
+        if session_id not in stored:
+            raise RequestError(-32002, f"unknown session {session_id}")
+        sid = f"sdk-fork-{uuid.uuid4().hex[:12]}"
+        self._state[sid] = list(stored[session_id])
+        _save_state({**_load_state(), sid: self._state[sid]})
+        self._setup[sid] = f"cwd={cwd} forked-from={session_id}"
+        return ForkSessionResponse(session_id=sid,
+                                   **self._session_state(sid, additional_directories))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self._cancel.setdefault(session_id, asyncio.Event()).set()
@@ -250,6 +275,9 @@ class SdkAgent(SurfaceAgent):
             return PromptResponse(stop_reason="end_turn")
         if text == "fail":
             raise RequestError(-32603, "sdk agent failed on purpose")
+        if text == "pid":
+            await conn.session_update(session_id, update_agent_message_text(f"pid={os.getpid()}"))
+            return PromptResponse(stop_reason="end_turn")
         if text == "hang":  # silent until cancelled
             await conn.session_update(session_id, start_tool_call(
                 "sdk-hang", "waiting", kind="other", status="in_progress"))

@@ -119,7 +119,11 @@ def seeded(server: ModelServer, tmp_path_factory: pytest.TempPathFactory,
     ws = root / "ws"
     ws.mkdir()
     cfg = _config(root / "cfg", server, "tree", "a2a-off")
-    acp = AcpProcess(cfg)
+    # The module's own acpgate: the model key is set for it too (the autouse fixture is
+    # per test, and a built-in agent refuses to prompt with its key variable unset).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(API_KEY_ENV, "sk-e2e-not-a-real-key")
+        acp = AcpProcess(cfg)
     try:
         new = {"cwd": os.path.realpath(ws)}
         r = acp.new_session(agentAlias="alpha", **new)

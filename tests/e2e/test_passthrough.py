@@ -10,7 +10,8 @@ Through ``acpgate acp``:
   cannot relay, plus acpgate's own;
 - unknown session methods and ``_`` extension methods reach the session's adapter
   under its own session id and come back whole; ``session/fork`` does not (the
-  edge must understand it);
+  edge must understand it: it serves it, with the agent's own fork inside, whose
+  params and result pass whole);
 - ``session/set_model`` is relayed, stored and set again on a restored session;
 - session/new's and prompt's params acpgate does not read reach the agent, and
   its results come back whole; usage reported only in ``_meta.quota`` is counted;
@@ -73,9 +74,9 @@ def test_initialize_advertises_the_agents_profile(acp: AcpProcess, log: Path,
     assert caps["sessionCapabilities"]["systemPrompt"] == {"mode": {}}
     assert caps["sessionCapabilities"]["futureThing"] == {"x": 1}
     assert caps["promptCapabilities"] == {"image": True, "embeddedContext": True}
-    # What acpgate decides: its store's session methods; no fork (no handler), no MCP over ACP.
-    assert "fork" not in caps["sessionCapabilities"]
-    assert {"list", "delete", "resume", "close", "additionalDirectories"} <= \
+    # What acpgate decides: its store's session methods and fork (acpgate's, for every
+    # agent: the agent's own fork inside when it has one); no MCP over ACP.
+    assert {"list", "delete", "resume", "close", "additionalDirectories", "fork"} <= \
         set(caps["sessionCapabilities"])
     assert caps["mcpCapabilities"] == {"http": True, "sse": False}
     assert init["authMethods"] == [{"id": "key", "name": "API key",
@@ -110,8 +111,8 @@ def test_session_methods_pass_through(acp: AcpProcess, log: Path, tmp_path: Path
     err = acp.error("_vendor/unknown", {"sessionId": sid})
     assert err == {"code": -32601, "message": "Method not found: _vendor/unknown",
                    "data": {"acpgate": {"during": "_vendor/unknown", "agent": "relay"}}}
-    # session/fork creates a session: never passed through blindly.
-    assert acp.error("session/fork", {"sessionId": sid, "cwd": "/"})["code"] == -32601
+    # session/fork creates a session: acpgate's own (its rules first), never relayed blindly.
+    assert acp.error("session/fork", {"sessionId": sid, "cwd": "/"})["code"] == -32602
     assert acp.error("_acpgate/history_append", {"sessionId": sid})["code"] == -32601
     methods = [m.get("method") for m in received(str(log))]
     assert "session/fork" not in methods and "_acpgate/history_append" not in methods
@@ -122,6 +123,31 @@ def test_session_methods_pass_through(acp: AcpProcess, log: Path, tmp_path: Path
     prompt = [m for m in received(str(log)) if m.get("method") == "session/prompt"][-1]
     assert prompt["params"]["messageId"] == "m-1"
     acp.result("session/close", {"sessionId": sid})
+
+
+def test_fork_keeps_the_agents_result_and_params(acp: AcpProcess, log: Path,
+                                                 tmp_path: Path) -> None:
+    """session/fork is acpgate's, with the agent's own fork inside: the client's params
+    acpgate does not read reach the agent's session/fork (never ``_meta.acpgate``), and its
+    result comes back whole with the fork's id and acpgate's note of the parent."""
+    sid = acp.new_session(cwd=_work(tmp_path))
+    assert acp.result("session/set_model", {"sessionId": sid, "modelId": "large"}) == {}
+    forked = acp.result("session/fork", {"sessionId": sid, "systemPrompt": {"append": "fork"},
+                                         "_meta": {"client": 2, "acpgate": {"x": 1}}})
+    fork = forked["sessionId"]
+    assert fork != sid and forked["_meta"]["acpgate"] == {"forkedFrom": sid}
+    assert forked["_meta"]["vendor"] == "fork" and forked["_meta"]["got"] == [
+        "_meta", "systemPrompt"]
+    assert forked["models"]["currentModelId"] == "large"  # the parent's, set again
+    asked = [m for m in received(str(log)) if m.get("method") == "session/fork"]
+    assert len(asked) == 1 and asked[0]["params"]["sessionId"] == forked["_meta"]["of"]
+    assert asked[0]["params"]["sessionId"].startswith("own-")  # the parent's agent id
+    assert asked[0]["params"]["_meta"] == {"client": 2}
+    assert asked[0]["pid"] != next(m["pid"] for m in received(str(log))
+                                   if m.get("method") == "session/new")  # its own adapter
+    assert acp.say(fork, "model") == "model large"
+    for s in (fork, sid):
+        acp.result("session/close", {"sessionId": s})
 
 
 def test_set_model_is_relayed_stored_and_set_again(acp: AcpProcess, log: Path,

@@ -3,8 +3,8 @@
 The SDK's own client connection spawns ``acpgate acp`` (stdio) or ``acpgate
 bridge`` (stdio to a real ``acpgate serve`` gateway over WebSocket) and runs a
 session: initialize, session/new, a prompt whose tool asks permission (relayed
-to this client), session/list, session/close. The SDK validates every message
-against its schema, so a frame acpgate got wrong fails here.
+to this client), session/fork (issue 25), session/list, session/close. The SDK
+validates every message against its schema, so a frame acpgate got wrong fails here.
 """
 
 from __future__ import annotations
@@ -68,14 +68,21 @@ async def _session(command: list[str], env: dict[str, str], cwd: Path) -> tuple[
                     terminal=False),
                 client_info=Implementation(name="py-sdk-client", version="1"))
             assert init.protocol_version == 1 and init.agent_info is not None
+            assert init.agent_capabilities.session_capabilities.fork is not None
             session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
             result = await conn.prompt(session_id=session.session_id,
                                        prompt=[text_block("!echo py-sdk-ok")])
+            forked = await conn.fork_session(session_id=session.session_id, cwd=str(cwd))
             listed = await conn.list_sessions()
+            await conn.close_session(session_id=forked.session_id)
             await conn.close_session(session_id=session.session_id)
         finally:
             await conn.close()
-    assert session.session_id in [s.session_id for s in listed.sessions]
+    rows = {s.session_id: s for s in listed.sessions}
+    assert session.session_id in rows
+    assert forked.field_meta == {"acpgate": {"forkedFrom": session.session_id}}
+    fork_meta = rows[forked.session_id].field_meta
+    assert fork_meta is not None and fork_meta["acpgate"]["forkedFrom"] == session.session_id
     return client, result
 
 

@@ -33,9 +33,10 @@ def expected_initialize(max_sessions: int = 3, timeout: int = 3600) -> dict[str,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
             # The default agent is built-in, which speaks MCP over HTTP and SSE (issue 16).
             "mcpCapabilities": {"http": True, "sse": True},
-            # SPEC §2's three, plus delete and additionalDirectories (issue 17)
+            # SPEC §2's three, plus delete and additionalDirectories (issue 17), and fork
+            # (issue 25: acpgate forks any agent's sessions itself)
             "sessionCapabilities": {"resume": {}, "close": {}, "list": {}, "delete": {},
-                                    "additionalDirectories": {}},
+                                    "additionalDirectories": {}, "fork": {}},
         },
         "agentInfo": {"name": "acpgate", "title": "acpgate ACP Gateway", "version": __version__},
         "authMethods": [],

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from services.common.protocol import MAX_BLOB_BYTES, MSG_CWD_REFUSED
+from services.common.protocol import MAX_BLOB_BYTES, MSG_CWD_REFUSED_LOCAL
 from tests.e2e.harness import AcpProcess, streamed_text, updates, workspace_of, write_config
 
 pytestmark = pytest.mark.slow
@@ -189,9 +189,10 @@ def test_initialize_always_protocol_1(acp: AcpProcess, version: int | None) -> N
     params = {} if version is None else {"protocolVersion": version}
     res = acp.result("initialize", params)
     assert res["protocolVersion"] == 1
-    # SPEC §2's three, plus delete and additionalDirectories (issue 17)
+    # SPEC §2's three, plus delete and additionalDirectories (issue 17), and fork (issue 25)
     assert res["agentCapabilities"]["sessionCapabilities"] == {
-        "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {}}
+        "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {},
+        "fork": {}}
     assert res["_meta"]["zeroclaw"] == {"defaultModel": "demo/demo", "maxSessions": 10,
                                         "sessionTimeoutSecs": 3600}
 
@@ -235,10 +236,13 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
         res = acp.result("session/new", {"agentAlias": "sdk", **params})
         opened.append(res["sessionId"])
         assert workspace_of(res) == expected, params
-    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace.
+    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace;
+    # the local user is told which state and the line that would allow it (issue 24).
     error = acp.error("session/new", {"agentAlias": "sdk", "cwd": "proj"})
-    assert error == {"code": -32602, "message": MSG_CWD_REFUSED.format(
-        relation="lies inside", what="acpgate's own state")}
+    proj = os.path.realpath(cfg_dir / "proj")
+    assert error == {"code": -32602, "message": MSG_CWD_REFUSED_LOCAL.format(
+        relation="lies inside", what="acpgate's own state", path=os.path.realpath(cfg_dir),
+        cwd=json.dumps(proj), config_file=cfg_dir / "config.toml")}
 
 
 # ----------------------------------------------------------------- §4 / §5

@@ -20,7 +20,7 @@ from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connecti
 
 METHODS = ["initialize", "authenticate", "session/prompt", "session/cancel", "session/stop",
            "session/close", "session/list", "session/update", "session/event", "session/set_mode",
-           "foo", ""]
+           "session/fork", "foo", ""]
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | \
     st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)

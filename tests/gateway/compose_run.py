@@ -172,11 +172,11 @@ async def wait_healthcheck(argv: list[str], env: dict[str, str], proc: Any,
 async def start_postgres(svc: dict[str, Any], cluster: Cluster,
                          compose_env: Mapping[str, str]) -> None:
     """The postgres service, as the throwaway cluster: its user is the cluster's, its
-    database is created there, its healthcheck command answers for it."""
+    database is created there afresh (another test may have used the same name), its healthcheck command answers for it."""
     env = {k: interpolate(str(v), compose_env) for k, v in svc["environment"].items()}
     assert env["POSTGRES_USER"] == SUPERUSER
     assert env["POSTGRES_PASSWORD"] == cluster.password
-    await asyncio.to_thread(cluster.create_database, env["POSTGRES_DB"])
+    await asyncio.to_thread(cluster.recreate_database, env["POSTGRES_DB"])
     check = [str(Path(cluster.bins["initdb"]).parent / svc["healthcheck"]["test"][1]),
              *svc["healthcheck"]["test"][2:], "-h", "127.0.0.1", "-p", str(cluster.port)]
     done = await asyncio.create_subprocess_exec(*check, stdout=asyncio.subprocess.DEVNULL)

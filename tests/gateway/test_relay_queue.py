@@ -21,7 +21,14 @@ from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.common.config import load_config
 from services.edge.outqueue import OutgoingQueue, PutResult
 
-from .wsfixtures import FakeRuntime, mint, running_edge, stand_in_services, write_config
+from .wsfixtures import (
+    FakeRuntime,
+    frames_until,
+    mint,
+    running_edge,
+    stand_in_services,
+    write_config,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -187,8 +194,9 @@ class Burst:
 
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str], send: Any, *,
                        default_agent: str = "", caller: Any = None, remote: bool = False,
-                       send_many: Any = None, revoked: Any = None) -> None:
-        async for line in incoming:
+                       send_many: Any = None, revoked: Any = None,
+                       stopping: asyncio.Event | None = None) -> None:
+        async for line in frames_until(incoming, stopping):
             msg = json.loads(line)
             for i in range(msg["params"]["n"]):
                 await send(json.dumps({"jsonrpc": "2.0", "method": "tick", "params": {"i": i}}))

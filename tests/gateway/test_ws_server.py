@@ -27,6 +27,7 @@ from services.edge.tokens import TokenStore, token_db_path
 
 from .wsfixtures import (
     FakeRuntime,
+    frames_until,
     http_get,
     mint,
     running_edge,
@@ -47,9 +48,9 @@ class EchoDialect:
     async def __call__(self, runtime: Any, incoming: AsyncIterator[str],
                        send: Callable[[str], Awaitable[None]], *, default_agent: str = "",
                        caller: Caller, remote: bool = False, send_many: Any = None,
-                       revoked: Any = None) -> None:
+                       revoked: Any = None, stopping: asyncio.Event | None = None) -> None:
         try:
-            async for line in incoming:
+            async for line in frames_until(incoming, stopping):
                 msg = json.loads(line)
                 if msg["method"] == "whoami":
                     await send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],

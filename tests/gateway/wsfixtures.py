@@ -94,6 +94,29 @@ class FakeRuntime:
 ServeFn = Callable[..., Awaitable[None]]
 
 
+async def frames_until(incoming: AsyncIterator[str],
+                       stopping: asyncio.Event | None) -> AsyncIterator[str]:
+    """``incoming`` until it ends or ``stopping`` is set: what a test dialect does when
+    the gateway stops (``EdgeServer.stop`` waits for each connection to wind down)."""
+    it = incoming.__aiter__()
+    stop = asyncio.ensure_future(stopping.wait()) if stopping is not None else None
+    try:
+        while True:
+            nxt = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({nxt} | ({stop} if stop else set()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                nxt.cancel()
+                return
+            try:
+                yield nxt.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        if stop is not None:
+            stop.cancel()
+
+
 @asynccontextmanager
 async def running_edge(cfg: Config, runtime: Any, addresses: tuple[str, str],
                        serve_connection: ServeFn | None = None, **kw: Any) -> AsyncIterator[EdgeServer]:

@@ -4,7 +4,8 @@
 2. an adapter that ignores SIGTERM is SIGKILLed on close;
 3. two lifecycle services (different instance ids and state dirs) on one host
    never signal each other's processes, on close, on ReapOrphans, or on
-   startup reaping;
+   startup reaping; a second run on a live run's state dir (another slot) leaves
+   its leases alone, a run after it died (its slot free) reaps them;
 4. a lease pointing at a live unrelated process (same PID, other birth) is
    never signalled;
 5. a restart of the lifecycle service reaps the previous run's surviving leases.
@@ -29,6 +30,7 @@ from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseRecord, LeaseStore
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.server import start_lifecycle_server
+from services.lifecycle.slots import acquire_slot
 from services.lifecycle.spawn import install_wrapper
 from services.lifecycle.verify import command_hash
 from tests.launches import ensure_request, service_channel
@@ -146,7 +148,9 @@ async def test_adapter_ignoring_sigterm_is_killed_on_close(tmp_path: Path, scrip
 async def test_two_gateways_never_signal_each_other(tmp_path: Path, scripts: Scripts, guard: ProcessGuard) -> None:
     cfg_a = make_config(tmp_path / "a", term_grace_ms=300)
     cfg_b = make_config(tmp_path / "b", term_grace_ms=300)
-    server_a = await start_lifecycle_server(cfg_a, f"unix:{tmp_path}/a.sock")
+    # A's slot is the test's to drop: as the kernel does when A's process dies.
+    slot_a = await asyncio.to_thread(acquire_slot, cfg_a.lifecycle_state_dir)
+    server_a = await start_lifecycle_server(cfg_a, f"unix:{tmp_path}/a.sock", slot=slot_a)
     server_b = await start_lifecycle_server(cfg_b, f"unix:{tmp_path}/b.sock")
     a, b = Client(server_a.address), Client(server_b.address)
     servers: list[RunningServer] = [server_a, server_b]
@@ -186,6 +190,20 @@ async def test_two_gateways_never_signal_each_other(tmp_path: Path, scripts: Scr
             ))
         finally:
             await store.close()
+        # A second run on A's state dir while A lives: another slot, A's leases untouched.
+        beside = await start_lifecycle_server(cfg_a, f"unix:{tmp_path}/a-beside.sock")
+        servers.append(beside)
+        a_beside = Client(beside.address)
+        try:
+            inst_beside = await a_beside.stub.GetInstance(pb.GetInstanceRequest())
+        finally:
+            await a_beside.close()
+        assert (inst_a.slot, inst_beside.slot) == (0, 1)
+        assert inst_beside.install_id == inst_a.install_id == inst_a.gateway_instance_id
+        assert inst_beside.gateway_instance_id == f"{inst_a.gateway_instance_id}-s1"
+        assert not any(gone(p) for p in procs_a2.values()), "a live slot's tree was reaped"
+        # A's run dies as a crashed one would (its slot's lock drops), leaving lease a2.
+        slot_a.release()
         # Startup reaping of a new A run on A's state dir: reaps A's leftover, never B's.
         server_a_next = await start_lifecycle_server(cfg_a, f"unix:{tmp_path}/a-next.sock")
         servers.append(server_a_next)

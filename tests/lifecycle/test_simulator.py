@@ -4,10 +4,16 @@ Every case builds a simulated process table (FakeProcessTable) and a lease in
 a real SQLite lease store, runs closeSession or startup reaping through the
 real Reaper on a virtual clock, and checks exactly which processes were
 signalled, in which order, and where the lease ended up.
+
+The several-process rows (:data:`SLOT_CASES`) hold real slot locks for the
+processes that live, let a starting one take its slot and run its startup reap
+(its own slot's leftovers, then the dead slots'), and check that exactly the
+dead slots' trees were signalled (issue 24).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import signal
 from collections.abc import Callable
@@ -16,9 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from services.lifecycle.controller import LifecycleController
 from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
 from services.lifecycle.proctable import FakeProc, FakeProcessTable
 from services.lifecycle.reaper import Reaper
+from services.lifecycle.slot_reap import reap_at_start
+from services.lifecycle.slots import acquire_slot, slot_instance_id, try_slot
+from services.lifecycle.spawn import WrapperPaths
 from services.lifecycle.verify import (
     INSTANCE_ENV,
     LEASE_ENV,
@@ -659,6 +669,123 @@ async def test_startup_reap_walks_only_this_gateway(store: LeaseStore) -> None:
     assert table.signalled_pids() == {WRAPPER_PID, ADAPTER_PID}
     other = await store.get("lease-2")
     assert other is not None and other.state == LeaseState.OPEN
+
+
+# ---------------------------------------------------------------------- several processes
+
+
+def slot_tree(number: int, lease_id: str = "") -> tuple[LeaseRecord, list[FakeProc]]:
+    """A live wrapper + adapter of slot ``number`` (its instance id in argv and marks)."""
+    iid = slot_instance_id(INSTANCE, number)
+    lease_id = lease_id or f"lease-s{number}"
+    pid, born = 6000 + 100 * number, 20_000 + 10 * number
+    argv = wrapper_argv(lease_id, iid)
+    lease = make_lease(argv, lease_id=lease_id, gateway_instance_id=iid,
+                       session_key=f"agent:a:acp:s{number}", root_pid=pid, root_start_time=born,
+                       process_group_id=pid + 1, adapter_pid=pid + 1)
+    procs = [
+        FakeProc(pid, 77, 77, born, argv, PY, marks(lease_id, iid)),
+        FakeProc(pid + 1, pid, pid + 1, born + 1, ("/opt/agents/bin/agent", "--acp"),
+                 "/opt/agents/bin/agent", marks(lease_id, iid)),
+    ]
+    return lease, procs
+
+
+@dataclass(frozen=True)
+class SlotCase:
+    """acpgate processes on one data dir: the slots whose holder lives, the slots with a
+    live tree under an open lease, the slot a starting process takes, what it reaps."""
+
+    name: str
+    live: frozenset[int]
+    trees: tuple[int, ...]
+    starts_on: int
+    reaped: frozenset[int]
+
+
+SLOT_CASES = [
+    SlotCase("restart of a slot: its own leftovers reaped (rows without a slot are slot 0's)",
+             frozenset(), (0,), 0, frozenset({0})),
+    SlotCase("two live slots + one dead slot: the dead one's reaped, the live ones untouched",
+             frozenset({0, 1}), (0, 1, 2), 2, frozenset({2})),
+    SlotCase("kill -9 of one of several: the next start takes its slot and reaps exactly it",
+             frozenset({0, 2}), (0, 1, 2), 1, frozenset({1})),
+    SlotCase("a dead slot above the starter's: reaped as that slot, the live one between not",
+             frozenset({1}), (1, 3), 0, frozenset({3})),
+    SlotCase("every slot with leases is live: nothing reaped, a new slot taken",
+             frozenset({0, 1, 2}), (0, 1, 2), 3, frozenset()),
+    SlotCase("a live slot 0 keeps its rows without a slot",
+             frozenset({0}), (0,), 1, frozenset()),
+]
+
+
+@pytest.mark.parametrize("case", SLOT_CASES, ids=[c.name for c in SLOT_CASES])
+async def test_several_processes_on_one_data_dir(case: SlotCase, store: LeaseStore,
+                                                 tmp_path: Path) -> None:
+    """The startup reap of one of several lifecycle services on a data dir (slots): no
+    orphan after a restart, no wrong kill — with several processes at once."""
+    leases: dict[int, tuple[LeaseRecord, list[FakeProc]]] = {n: slot_tree(n) for n in case.trees}
+    for lease, _ in leases.values():
+        await store.insert(lease)
+    table = FakeProcessTable([p for _, tree in leases.values() for p in tree])
+    # The other live processes hold their slots (another open file: a conflicting lock).
+    held = [await asyncio.to_thread(try_slot, tmp_path, n) for n in sorted(case.live)]
+    slot = await asyncio.to_thread(acquire_slot, tmp_path)
+    controller = LifecycleController(
+        store=store, table=table, instance_id=slot_instance_id(INSTANCE, slot.number),
+        install_id=INSTANCE, slot=slot, state_dir=tmp_path,
+        wrapper=WrapperPaths(Path(ROOT), Path(WRAPPER)), term_grace_ms=10, retention_secs=3600)
+    try:
+        assert all(h is not None for h in held)
+        await reap_at_start(controller)
+        assert slot.number == case.starts_on
+        # A dead slot is given back once reaped: the next starter may take it.
+        for number in case.reaped - {case.starts_on}:
+            again = await asyncio.to_thread(try_slot, tmp_path, number)
+            assert again is not None
+            again.release()
+    finally:
+        slot.release()
+        for h in held:
+            if h is not None:
+                h.release()
+    assert table.signalled_pids() == {p.pid for n in case.reaped for p in leases[n][1]}
+    for number, (lease, tree) in leases.items():
+        stored = await store.get(lease.lease_id)
+        assert stored is not None
+        if number in case.reaped:
+            assert stored.state == LeaseState.CLOSED
+        else:
+            assert stored.state == LeaseState.OPEN, f"slot {number}'s lease was touched"
+            assert all(p.pid in table.procs for p in tree)
+
+
+async def test_a_dead_slots_stragglers_are_found_by_that_slots_marks_only(
+        store: LeaseStore, tmp_path: Path) -> None:
+    """Slot 1 died with its wrapper gone; two detached processes carry its lease id, one
+    with slot 1's instance id, one with live slot 0's. Only slot 1's is reaped."""
+    dead, _ = slot_tree(1)
+    await store.insert(dead)
+    born = dead.root_start_time + 5  # after the dead wrapper: it may descend from it
+    ours = detached_proc(pid=7001, start_time=born,
+                         environ=marks(dead.lease_id, slot_instance_id(INSTANCE, 1)))
+    live_slots = detached_proc(pid=7002, start_time=born, environ=marks(dead.lease_id, INSTANCE))
+    table = FakeProcessTable([ours, live_slots])
+    live = await asyncio.to_thread(try_slot, tmp_path, 0)
+    slot = await asyncio.to_thread(try_slot, tmp_path, 2)
+    assert live is not None and slot is not None
+    controller = LifecycleController(
+        store=store, table=table, instance_id=slot_instance_id(INSTANCE, 2), install_id=INSTANCE,
+        slot=slot, state_dir=tmp_path, wrapper=WrapperPaths(Path(ROOT), Path(WRAPPER)),
+        term_grace_ms=10, retention_secs=3600)
+    try:
+        await reap_at_start(controller)
+    finally:
+        slot.release()
+        live.release()
+    assert table.signalled_pids() == {7001}
+    stored = await store.get(dead.lease_id)
+    assert stored is not None and stored.state == LeaseState.LOST
 
 
 # ---------------------------------------------------------------------- parent death

@@ -114,3 +114,62 @@ async def test_controller_expiry_drops_old_leases_and_their_logs(tmp_path: Path)
     finally:
         await controller.close_all()
         await controller.store.close()
+
+
+# A lifecycle service's writes on a shared lease store, as one process of several: argv is
+# the store path, this writer's instance id, how many leases, and a go-file to start on.
+WRITER = r"""
+import asyncio, os, sys, time
+from pathlib import Path
+from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
+
+path, iid, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+async def main():
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    store = await LeaseStore.open(Path(path))
+    try:
+        for i in range(count):
+            lease = LeaseRecord(lease_id=f"{iid}-{i}", gateway_instance_id=iid,
+                                session_key=f"agent:a:acp:{i}", wrapper_root="/w",
+                                wrapper_path="/w/x.py", command_hash="h", started_at=i)
+            await store.insert(lease)
+            await store.update(lease.lease_id, root_pid=1000 + i, durable=i % 2 == 0)
+            (moved,) = await store.transition_many([(await store.get(lease.lease_id), LeaseState.CLOSING)])
+            assert moved is not None
+            assert await store.transition(moved, LeaseState.CLOSED, now_ms=1) is not None
+            await store.expire(now_ms=0, retention_secs=0)
+    finally:
+        await store.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_several_processes_write_one_lease_store(tmp_path: Path) -> None:
+    """Every lifecycle service on a data dir writes the one leases.db (each its own slot's
+    leases): several real processes opening a fresh file at once and writing as fast as
+    they can all succeed, and every write is there (issue 24)."""
+    import os
+    import sys
+
+    from tests.lifecycle.conftest import REPO
+
+    db, go, writers, count = tmp_path / "leases.db", tmp_path / "go", 4, 60
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WRITER, str(db), f"gw-x-s{n}", str(count), str(go),
+        stderr=asyncio.subprocess.PIPE, env=env) for n in range(writers)]
+    go.touch()  # all at once, on a file none has created yet
+    results = await asyncio.gather(*(asyncio.wait_for(p.communicate(), 120) for p in procs))
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err.decode()
+    store = await LeaseStore.open(db)
+    try:
+        rows = await store.list()
+    finally:
+        await store.close()
+    assert len(rows) == writers * count
+    assert {r.state for r in rows} == {LeaseState.CLOSED}
+    assert {r.gateway_instance_id for r in rows} == {f"gw-x-s{n}" for n in range(writers)}

@@ -297,6 +297,8 @@ async def test_startup_reap_covers_warm_leases_of_an_earlier_run(
                                                cwd=str(tmp_path), count=1))
         await wait_until(lambda: bool(earlier.pools.pools[POOL].ready), 20.0, "warm adapter")
         await earlier.pools.stop()  # the run is gone: no close, its tree lives on
+        assert earlier.slot is not None
+        earlier.slot.release()  # and its slot's lock with it, as the kernel drops a dead run's
         (lease,) = await earlier.store.list(states=[LeaseState.WARM])
         procs = [guard.track(lease.root_pid), guard.track(lease.adapter_pid)]
         server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/next.sock")

@@ -17,9 +17,10 @@ differences are taken out (:func:`comparable`):
   requests such as titles included as they finish);
 - in ``agentCapabilities``: what acpgate decides itself — ``loadSession``, the
   ``sessionCapabilities`` it serves from its store (``list``, ``delete``,
-  ``resume``, ``close``, ``additionalDirectories``), ``fork`` (until acpgate
-  serves ``session/fork``), ``promptCapabilities.embeddedContext`` (always on),
-  ``mcpCapabilities.acp`` (not relayed).
+  ``resume``, ``close``, ``additionalDirectories``), ``fork`` (acpgate's for
+  every agent: ``test_real_adapters.test_fork``),
+  ``promptCapabilities.embeddedContext`` (always on), ``mcpCapabilities.acp``
+  (not relayed).
 
 Anything else that differs is a loss (or an addition) of acpgate's, and fails
 the tier by name.

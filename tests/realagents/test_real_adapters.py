@@ -5,9 +5,10 @@ JSON lines like an editor would: initialize, session/new, a streamed text
 prompt, a tool call whose permission request is relayed to the client (in the
 mode that asks: claude-agent-acp starts in ``auto``, which does not), an image
 passed through as an ACP image block, set_mode and a config option relayed to
-the adapter (and set again after the restore), cancel, close, and a restart of
-acpgate followed by session/load. The same steps run directly against each
-adapter and are compared in ``test_passthrough.py``.
+the adapter (and set again after the restore), session/fork (issue 25: the
+adapter's own fork where it advertises one — claude — else acpgate's), cancel,
+close, and a restart of acpgate followed by session/load. The same steps run
+directly against each adapter and are compared in ``test_passthrough.py``.
 """
 
 from __future__ import annotations
@@ -214,6 +215,50 @@ def test_set_config_option(stack: Stack) -> None:
     assert "result" in resp, resp
     current = {o["id"]: o.get("currentValue") for o in resp["result"].get("configOptions", [])}
     assert current.get(config_id) == value, resp
+
+
+def _asked_with(models: FakeModelServer, since: int, text: str) -> list[str]:
+    """The model requests since ``since`` that carry ``text``, as text."""
+    return [str(r.body) for r in models.requests[since:] if text in str(r.body)]
+
+
+def test_fork(stack: Stack) -> None:
+    """session/fork of the session so far: the fork's agent knows the parent's turns (the
+    adapter's own fork when it advertises ``sessionCapabilities.fork``, in the fork's own
+    adapter process; else acpgate's carry-over), and the two go their own ways."""
+    sid = _SID[stack.adapter.alias]
+    forked = stack.acp.call("session/fork", {"sessionId": sid, "cwd": str(stack.workspace),
+                                             "mcpServers": []}, SLOW_WAIT)[1]
+    assert "result" in forked, forked
+    fork = forked["result"]["sessionId"]
+    # The agent's own result, whole (issue 25), and acpgate's note of the parent.
+    assert fork != sid and forked["result"]["_meta"]["acpgate"] == {"forkedFrom": sid}
+    assert forked["result"]["modes"]["currentModeId"] == stack.adapter.other_mode, forked
+    native = stack.adapter.alias == "claude"  # claude-agent-acp advertises session/fork
+    seen = len(stack.models.requests)
+    # A carried-over transcript shares the prompt's message, so the fake model may see the
+    # parent's tool trigger there and run the tool again: allow it.
+    stack.acp.handlers["session/request_permission"] = lambda params: {"outcome": {
+        "outcome": "selected", "optionId": next(o["optionId"] for o in params["options"]
+                                                if o["kind"] == "allow_once")}}
+    try:
+        _, resp = _prompt(stack.acp, fork, "hello from the fork")
+    finally:
+        stack.acp.handlers.clear()
+    assert resp["result"]["stopReason"] == "end_turn", resp
+    asked = _asked_with(stack.models, seen, "hello from the fork")
+    assert any(TOOL_TRIGGER in body for body in asked), asked  # the parent's turns
+    carried = any(CARRIED_OVER in body for body in asked)
+    assert carried is not native, asked
+    seen = len(stack.models.requests)
+    streamed, resp = _prompt(stack.acp, sid, "hello from the parent")
+    assert resp["result"]["stopReason"] == "end_turn", resp
+    assert "".join(HELLO) in _text(streamed)
+    asked = _asked_with(stack.models, seen, "hello from the parent")
+    assert asked and not any("hello from the fork" in body for body in asked)
+    rows = {r["sessionId"]: r for r in stack.acp.result("session/list", {})["sessions"]}
+    assert rows[fork]["_meta"]["acpgate"]["forkedFrom"] == sid
+    assert stack.acp.result("session/close", {"sessionId": fork}) == {}
 
 
 def test_cancel(stack: Stack) -> None:

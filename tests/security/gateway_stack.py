@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.agent.fake_http import FakeProviderServer
 from tests.gateway.wsfixtures import http_get
 from tests.security.fake_model import attacker_model_server
 
@@ -87,6 +88,8 @@ class Gateway:
     port: int
     log: Path
     proc: asyncio.subprocess.Process
+    #: The attacker's model server the built-in agents talk to (its ``requests``).
+    model: FakeProviderServer | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -242,7 +245,7 @@ async def running_gateway(root: Path, *, log_level: str = "info",
                 *ACPGATE, "serve", "--config-dir", str(config_dir),
                 env=gateway_env(home, log_level), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err)
-        gw = Gateway(config_dir, home, port, log, proc)
+        gw = Gateway(config_dir, home, port, log, proc, model)
         try:
             await _wait_healthy(gw)
             yield gw

@@ -13,6 +13,9 @@ process id with it), so a test sees exactly what reached which adapter process.
 - ``session/new``: -32000 ``Authentication required`` until authenticated when
   ``$RELAY_AGENT_KEY`` is set; else its session (with ``models``, ``modes`` and a
   ``_meta``), naming the params it got that acpgate does not read in ``_meta.got``;
+- ``session/fork`` of one of its sessions (by id, even one another of its processes made:
+  as claude-agent-acp keeps them on disk): a new session, naming the parent and the params
+  it got that acpgate does not read in ``_meta``;
 - ``session/set_model``: remembers the model (``{}``); an unknown one is -32602;
 - ``session/load`` / ``session/resume``: its own sessions, with the model it remembers
   (the result names the session, as claude-agent-acp's does);
@@ -173,6 +176,13 @@ class Agent:
                                "_meta": {"vendor": 1, "got": got}}}
         if method in ("session/load", "session/resume"):  # named, as claude-agent-acp's
             return {"result": {"sessionId": sid, **self.state(sid)}}
+        if method == "session/fork":  # of its own session, as claude-agent-acp forks
+            if not sid.startswith("own-"):
+                return {"error": {"code": -32002, "message": f"no session {sid}"}}
+            fork = f"own-{os.getpid()}-{next(self._ids)}"
+            got = sorted(k for k in params if k not in ("sessionId", "cwd", "mcpServers"))
+            return {"result": {"sessionId": fork, **self.state(fork),
+                               "_meta": {"vendor": "fork", "of": sid, "got": got}}}
         if method == "session/set_model":
             if params.get("modelId") not in [m["modelId"] for m in MODELS]:
                 return {"error": {"code": -32602, "message": "unknown model",

@@ -8,7 +8,8 @@ credentials for its later adapters. None of it may cross a principal:
 
 - token B naming A's session in a relayed method (request or notification) is
   answered exactly like an unknown session, and nothing reaches any adapter;
-- a client's ``_acpgate/*`` methods and its ``_meta.acpgate`` never reach an agent;
+- a client's ``_acpgate/*`` methods and its ``_meta.acpgate`` never reach an agent (a
+  fork's params neither);
 - an agent's request naming another session is refused, and B's client never
   hears A's agent;
 - A's credentials reach A's adapters only — never B's, never the store or the
@@ -84,6 +85,14 @@ async def test_relayed_methods_stay_within_a_principal(tmp_path: Path) -> None:
             got = [m for m in received(str(log))[before:] if "method" in m]
             assert [m["method"] for m in got] == ["_vendor/echo"], got  # A's own call only
             assert got[0]["params"]["sessionId"] != sid  # the adapter's id, not the edge's
+            # A fork passes the client's other params to the agent's own session/fork, never
+            # its _meta.acpgate (the built-in agent reads its policy from there).
+            fork = await a.result("session/fork", {
+                "sessionId": sid, "_meta": {"acpgate": {"policy": {"autonomy": "full"}},
+                                            "x": 2}})
+            asked = [m for m in received(str(log)) if m.get("method") == "session/fork"]
+            assert len(asked) == 1 and asked[0]["params"]["_meta"] == {"x": 2}, asked
+            await a.result("session/close", {"sessionId": fork["sessionId"]})
 
             # The agent's requests and notifications: its own session's only, to its client.
             b_sid = (await b.result("session/new", {"cwd": str(work)}))["sessionId"]

@@ -5,7 +5,8 @@ instance id and wrapper root, each with a lease whose adapter survives SIGTERM
 and has detached a ``setsid`` grandchild. Install A then does everything that
 scans or signals: its wrapper is SIGKILLed (the death reap reads every
 process's environment), rows pointing at B's processes and B's lease id are
-planted in A's store and closed, A is SIGKILLed and restarted (startup reap).
+planted in A's store and closed (also under a slot of A's nobody holds, which A's next
+start reaps as a dead slot's), A is SIGKILLed and restarted (startup reap).
 B's processes record every catchable signal: none may arrive, and B still
 verifies and reaps its whole tree itself at the end.
 """
@@ -149,6 +150,15 @@ async def test_two_installs_never_touch_each_other(tmp_path: Path, guard: Proces
                       gateway_instance_id=inst_a.gateway_instance_id,
                       wrapper_root=inst_a.wrapper_root, wrapper_path=tree_a.lease.wrapper_path,
                       command_hash=command_hash(b_wrapper_argv)),
+            # The same under a slot of A's that nobody holds: A's next start reaps that slot
+            # as a dead one's (issue 24), and must still prove nothing of B's is its.
+            record_of(tree_b.lease, lease_id="dead-slot-points-at-b",
+                      gateway_instance_id=f"{inst_a.install_id}-s5",
+                      wrapper_root=inst_a.wrapper_root, wrapper_path=tree_a.lease.wrapper_path,
+                      command_hash=command_hash(b_wrapper_argv)),
+            # B's lease under a slot id of B's: not one of A's slots, never reaped by A.
+            record_of(tree_b.lease, lease_id="b-slot-copy",
+                      gateway_instance_id=f"{inst_b.install_id}-s1"),
         ]
         store = await LeaseStore.open(a.leases_db)
         try:
@@ -163,6 +173,8 @@ async def test_two_installs_never_touch_each_other(tmp_path: Path, guard: Proces
             reasons[row.lease_id] = closed.unverified_reason
         assert reasons["copy-of-b"] == REASON_OTHER_INSTANCE
         assert reasons["points-at-b"] == REASON_WRAPPER_ROOT
+        assert reasons["dead-slot-points-at-b"] == REASON_OTHER_INSTANCE  # slot 0 is not slot 5
+        assert reasons["b-slot-copy"] == REASON_OTHER_INSTANCE
         assert await a.state(tree_b.lease.lease_id) == pb.LEASE_STATE_LOST  # nothing of it found
         reaped = await a.stub.ReapOrphans(pb.ReapOrphansRequest())
         assert all(list(r.terminated_pids) == [] for r in reaped.results)
@@ -172,6 +184,9 @@ async def test_two_installs_never_touch_each_other(tmp_path: Path, guard: Proces
         a = await Install.start(tmp_path / "a", guard, "a2.log")
         assert await a.state("points-at-b") == pb.LEASE_STATE_OPEN
         assert await a.state("copy-of-b") == pb.LEASE_STATE_OPEN
+        assert await a.state("dead-slot-points-at-b") == pb.LEASE_STATE_OPEN  # verified: not A's
+        assert await a.state("b-slot-copy") == pb.LEASE_STATE_OPEN
+        assert "dead_slot_reaped" in (tmp_path / "a2.log").read_text()  # slot 5 was walked
 
         await asyncio.sleep(0.3)  # a signal in flight would have landed by now
         assert all(alive(p) for p in tree_b.processes), "A ended one of B's processes"

@@ -20,7 +20,7 @@ from services.common.config import (
     GatewaySection,
     PathsSection,
 )
-from services.common.protocol import MSG_CWD_REFUSED
+from services.common.protocol import MSG_CWD_REFUSED, MSG_CWD_REFUSED_LOCAL
 from services.session.confinement import CREDENTIAL_STORE, OWN_STATE, workspace_refusal
 
 
@@ -102,3 +102,24 @@ def test_a_token_store_kept_elsewhere_is_own_state_too(tmp_path: Path, home: Pat
     assert why(cfg, tmp_path / "srv") == ("contains", OWN_STATE)
     assert why(cfg, tmp_path / "srv" / "secrets") == ("contains", OWN_STATE)
     assert why(cfg, tmp_path / "srv" / "other") is None
+
+
+def test_the_local_user_may_work_in_a_directory_holding_guarded_paths(
+        tmp_path: Path, home: Path) -> None:
+    """Issue 24: for the local user of ``acpgate acp`` only; the default is the gateway's."""
+    cfg = make(tmp_path, forbidden_paths=("~/.ssh",))
+    data = tmp_path / "elsewhere" / "data"
+    assert why(cfg, tmp_path) == ("contains", OWN_STATE)
+    assert why(cfg, home) == ("contains", CREDENTIAL_STORE)
+    assert workspace_refusal(cfg, str(tmp_path), local_user=True) is None
+    assert workspace_refusal(cfg, str(home), local_user=True) is None
+    # What is or lies inside guarded paths stays refused, naming the innermost one and the
+    # line that would allow the directory.
+    refusal = workspace_refusal(cfg, str(data / "sessions"), local_user=True)
+    assert refusal is not None
+    assert (refusal.relation, refusal.path) == ("lies inside", str(data.resolve()))
+    assert refusal.message() == MSG_CWD_REFUSED_LOCAL.format(
+        relation="lies inside", what=OWN_STATE, path=data.resolve(),
+        cwd=f'"{(data / "sessions").resolve()}"', config_file=cfg.config_dir / "config.toml")
+    ssh = workspace_refusal(cfg, str(home / ".ssh"), local_user=True)
+    assert ssh is not None and (ssh.relation, ssh.what) == ("is", CREDENTIAL_STORE)

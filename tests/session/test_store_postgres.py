@@ -113,8 +113,9 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 7
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 8
         rec = await store.get_session("old")
+        assert rec.forked_from == ""  # v8 (issue 25): no stored row is a fork
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 1)
         assert rec.stored_bytes == len("user") + len("hi")  # v7: counted from its history
         with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept

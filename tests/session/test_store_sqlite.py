@@ -239,17 +239,19 @@ def _write_v2(path: Path) -> None:
 
 
 async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
-    """v2 → … → v7: rows and history stay; every row has no MCP server list stored
+    """v2 → … → v8: rows and history stay; every row has no MCP server list stored
     (v3, issue 16), starts unclaimed (v4, issue 14), has no adapter capabilities recorded
     (v5, issue 17) and no extra roots, mode, config or token totals, its old turns no usage
-    (v6, issue 17); its stored bytes are counted from its history (v7, issue 23)."""
+    (v6, issue 17); its stored bytes are counted from its history (v7, issue 23); it is no
+    fork (v8, issue 25)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 7
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 8
         rec = await s.get_session("v2")
+        assert rec.forked_from == ""
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
         assert (rec.stored_bytes, rec.claim.generation) == (len("user") + len("hi"), 0)
         assert rec.mcp_servers_json == ""

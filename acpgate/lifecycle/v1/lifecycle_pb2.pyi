@@ -89,12 +89,21 @@ class Instance(_message.Message):
     STATE_DIR_FIELD_NUMBER: _builtins.int
     WRAPPER_ROOT_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
+    SLOT_FIELD_NUMBER: _builtins.int
+    INSTALL_ID_FIELD_NUMBER: _builtins.int
     gateway_instance_id: _builtins.str
     state_dir: _builtins.str
     """The state dir holding the instance id and leases.db."""
     wrapper_root: _builtins.str
     """The wrapper root: spawned wrappers live under it."""
     started_at: _builtins.int
+    slot: _builtins.int
+    """The instance slot this service holds under the state dir: every lifecycle
+    service on one data dir holds its own, and gateway_instance_id is the slot's
+    (slot 0's is the install's id, slot N's "<install id>-s<N>").
+    """
+    install_id: _builtins.str
+    """The install's instance id, which every slot's is derived from."""
     def __init__(
         self,
         *,
@@ -102,10 +111,12 @@ class Instance(_message.Message):
         state_dir: _builtins.str = ...,
         wrapper_root: _builtins.str = ...,
         started_at: _builtins.int = ...,
+        slot: _builtins.int = ...,
+        install_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "started_at", b"started_at", "state_dir", b"state_dir", "wrapper_root", b"wrapper_root"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gateway_instance_id", b"gateway_instance_id", "install_id", b"install_id", "slot", b"slot", "started_at", b"started_at", "state_dir", b"state_dir", "wrapper_root", b"wrapper_root"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -351,7 +362,11 @@ class AttachOpen(_message.Message):
         written to its stdin nor read from its stdout — goes back to its pool
         (warm again, under the pool's key) while the pool keeps that launch spec
         from the same files and has room; any other is closed (reason
-        "detached"). A live lease the ensure merely found stays open.
+        "detached"). A live lease the ensure merely found stays open. Until that
+        let-go is over the stream holds its lease: another ensure of the key is
+        never handed it (it would be closed, or pooled, under its new user), but
+        waits for the let-go (at most 30 s, then UNAVAILABLE) and then ensures
+        anew; a warm_only one is refused at once (FAILED_PRECONDITION).
         """
 
     def __init__(

@@ -80,7 +80,8 @@ class LifecycleServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetInstance(self, request, context):
-        """The stable gateway instance id of this install.
+        """This service's gateway instance id (its slot's, stable across restarts
+        of the slot) and where its state lives.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -53,7 +53,9 @@ class LifecycleServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> LifecycleServiceAsyncStub: ...
     GetInstance: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.GetInstanceRequest, _lifecycle_pb2.Instance]
-    """The stable gateway instance id of this install."""
+    """This service's gateway instance id (its slot's, stable across restarts
+    of the slot) and where its state lives.
+    """
     EnsureSession: _grpc.UnaryUnaryMultiCallable[_lifecycle_pb2.EnsureSessionRequest, _lifecycle_pb2.EnsureSessionResponse]
     """Spawn wrapper + adapter for a session key, or return the live open lease
     already serving it (idempotent). The lease is durable before the spawn.
@@ -82,7 +84,9 @@ class LifecycleServiceStub:
 class LifecycleServiceAsyncStub(LifecycleServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetInstance: _aio.UnaryUnaryMultiCallable[_lifecycle_pb2.GetInstanceRequest, _lifecycle_pb2.Instance]  # type: ignore[assignment]
-    """The stable gateway instance id of this install."""
+    """This service's gateway instance id (its slot's, stable across restarts
+    of the slot) and where its state lives.
+    """
     EnsureSession: _aio.UnaryUnaryMultiCallable[_lifecycle_pb2.EnsureSessionRequest, _lifecycle_pb2.EnsureSessionResponse]  # type: ignore[assignment]
     """Spawn wrapper + adapter for a session key, or return the live open lease
     already serving it (idempotent). The lease is durable before the spawn.
@@ -114,7 +118,9 @@ class LifecycleServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _lifecycle_pb2.GetInstanceRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_lifecycle_pb2.Instance, _abc.Awaitable[_lifecycle_pb2.Instance]]:
-        """The stable gateway instance id of this install."""
+        """This service's gateway instance id (its slot's, stable across restarts
+        of the slot) and where its state lives.
+        """
 
     @_abc_1.abstractmethod
     def EnsureSession(

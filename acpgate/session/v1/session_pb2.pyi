@@ -379,11 +379,21 @@ class ResolveWorkspaceRequest(_message.Message):
     CWD_FIELD_NUMBER: _builtins.int
     BASE_DIR_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    LOCAL_USER_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     cwd: _builtins.str
     """The cwd param as sent (cwd, workspaceDir, workspace_dir); empty = omitted."""
     base_dir: _builtins.str
     """Directory relative paths resolve against (the edge server's cwd)."""
+    local_user: _builtins.bool
+    """The requester is the local OS user of `acpgate acp` (stdio), who owns every
+    file already (issue 24): a directory that *contains* acpgate's own state or a
+    credential store may be a root (they stay forbidden inside it: file tools,
+    CheckOperation, Landlock), and a refusal names the guarded path and the exact
+    `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
+    with or without auth — is the gateway rule: such a directory is refused and
+    no path of acpgate's is named.
+    """
     @_builtins.property
     def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """ACP additionalDirectories as sent: extra roots, each resolved like cwd and
@@ -397,10 +407,11 @@ class ResolveWorkspaceRequest(_message.Message):
         cwd: _builtins.str = ...,
         base_dir: _builtins.str = ...,
         additional_directories: _abc.Iterable[_builtins.str] | None = ...,
+        local_user: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "base_dir", b"base_dir", "cwd", b"cwd"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "base_dir", b"base_dir", "cwd", b"cwd", "local_user", b"local_user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,9 +456,19 @@ class ResolveNewSessionRequest(_message.Message):
     BASE_DIR_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     CREATE_FIELD_NUMBER: _builtins.int
+    LOCAL_USER_FIELD_NUMBER: _builtins.int
     cwd: _builtins.str
     """As in ResolveWorkspaceRequest (its alias is the resolved agent's)."""
     base_dir: _builtins.str
+    local_user: _builtins.bool
+    """The requester is the local OS user of `acpgate acp` (stdio), who owns every
+    file already (issue 24): a directory that *contains* acpgate's own state or a
+    credential store may be a root (they stay forbidden inside it: file tools,
+    CheckOperation, Landlock), and a refusal names the guarded path and the exact
+    `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
+    with or without auth — is the gateway rule: such a directory is refused and
+    no path of acpgate's is named.
+    """
     @_builtins.property
     def agent(self) -> Global___ResolveAgentRequest: ...
     @_builtins.property
@@ -469,10 +490,11 @@ class ResolveNewSessionRequest(_message.Message):
         base_dir: _builtins.str = ...,
         additional_directories: _abc.Iterable[_builtins.str] | None = ...,
         create: Global___CreateSessionRequest | None = ...,
+        local_user: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "create", b"create"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent", b"agent", "base_dir", b"base_dir", "create", b"create", "cwd", b"cwd"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "agent", b"agent", "base_dir", b"base_dir", "create", b"create", "cwd", b"cwd", "local_user", b"local_user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -522,11 +544,21 @@ class GetPolicyRequest(_message.Message):
     WORKSPACE_DIR_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    LOCAL_USER_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     workspace_dir: _builtins.str
     session_id: _builtins.str
     """The session the policy is for, when it is stored: a spawned session's
     autonomy is capped by its ancestors' (a child never has more than its parent).
+    """
+    local_user: _builtins.bool
+    """The requester is the local OS user of `acpgate acp` (stdio), who owns every
+    file already (issue 24): a directory that *contains* acpgate's own state or a
+    credential store may be a root (they stay forbidden inside it: file tools,
+    CheckOperation, Landlock), and a refusal names the guarded path and the exact
+    `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
+    with or without auth — is the gateway rule: such a directory is refused and
+    no path of acpgate's is named.
     """
     @_builtins.property
     def additional_directories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -539,10 +571,11 @@ class GetPolicyRequest(_message.Message):
         workspace_dir: _builtins.str = ...,
         additional_directories: _abc.Iterable[_builtins.str] | None = ...,
         session_id: _builtins.str = ...,
+        local_user: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "session_id", b"session_id", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_directories", b"additional_directories", "alias", b"alias", "local_user", b"local_user", "session_id", b"session_id", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -801,6 +834,7 @@ class SessionRow(_message.Message):
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     STORED_BYTES_FIELD_NUMBER: _builtins.int
+    FORKED_FROM_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     agent_alias: _builtins.str
     workspace_dir: _builtins.str
@@ -836,6 +870,8 @@ class SessionRow(_message.Message):
     """UTF-8 bytes of the stored history items: what [store] max_session_bytes
     limits (and, summed over the owner's rows, max_token_bytes).
     """
+    forked_from: _builtins.str
+    """The session this one was forked from (ACP session/fork; "" = not a fork)."""
     @_builtins.property
     def ownership(self) -> Global___Ownership: ...
     @_builtins.property
@@ -869,10 +905,11 @@ class SessionRow(_message.Message):
         input_tokens: _builtins.int = ...,
         output_tokens: _builtins.int = ...,
         stored_bytes: _builtins.int = ...,
+        forked_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "ownership", b"ownership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "stored_bytes", b"stored_bytes", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "forked_from", b"forked_from", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "stored_bytes", b"stored_bytes", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1329,7 +1366,10 @@ class HistoryItem(_message.Message):
     arguments_json: _builtins.str
     """tool call: arguments as JSON."""
     output: _builtins.str
-    """tool result: output text and final status ("completed" / "failed")."""
+    """tool result: output text and final status ("completed" / "failed"). user: the
+    turn's end when it is not a normal one: "cancelled" (a turn the client cancelled,
+    stored with what was streamed before the cancel; issue 25), else "".
+    """
     status: _builtins.str
     content_json: _builtins.str
     """tool call / result: extra ACP content blocks (diffs...), JSON array, may be ""."""
@@ -1784,6 +1824,7 @@ class SpawnSessionRequest(_message.Message):
     GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
     REQUESTER_TURN_CAP_FIELD_NUMBER: _builtins.int
+    LOCAL_USER_FIELD_NUMBER: _builtins.int
     requester_session_key: _builtins.str
     """The spawning session's key: the child's spawnedBy and parentSessionKey.
     It must be a stored session (its owner becomes the child's owner).
@@ -1806,6 +1847,15 @@ class SpawnSessionRequest(_message.Message):
     started that turn (SendToSessionResponse.autonomy_cap; "" = none): the
     requester acts at most at it, so a capped turn cannot pass more on.
     """
+    local_user: _builtins.bool
+    """The requester is the local OS user of `acpgate acp` (stdio), who owns every
+    file already (issue 24): a directory that *contains* acpgate's own state or a
+    credential store may be a root (they stay forbidden inside it: file tools,
+    CheckOperation, Landlock), and a refusal names the guarded path and the exact
+    `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
+    with or without auth — is the gateway rule: such a directory is refused and
+    no path of acpgate's is named.
+    """
     def __init__(
         self,
         *,
@@ -1817,10 +1867,11 @@ class SpawnSessionRequest(_message.Message):
         gateway_instance_id: _builtins.str = ...,
         host: _builtins.str = ...,
         requester_turn_cap: _builtins.str = ...,
+        local_user: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "label", b"label", "requester_session_key", b"requester_session_key", "requester_turn_cap", b"requester_turn_cap", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_alias", b"agent_alias", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "label", b"label", "local_user", b"local_user", "requester_session_key", b"requester_session_key", "requester_turn_cap", b"requester_turn_cap", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1926,3 +1977,118 @@ class SendToSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SendToSessionResponse: _TypeAlias = SendToSessionResponse  # noqa: Y015
+
+@_typing.final
+class ForkSessionRequest(_message.Message):
+    """----------------------------------------------------------------------- fork"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTER_SESSION_KEY_FIELD_NUMBER: _builtins.int
+    OPERATOR_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    GATEWAY_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    BASE_DIR_FIELD_NUMBER: _builtins.int
+    ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
+    MCP_SERVERS_JSON_FIELD_NUMBER: _builtins.int
+    LOCAL_USER_FIELD_NUMBER: _builtins.int
+    requester_session_key: _builtins.str
+    """The requester: a principal key ("client:<token id>", "local"), or operator.
+    Neither, or both, is INVALID_ARGUMENT.
+    """
+    operator: _builtins.bool
+    parent_session_id: _builtins.str
+    """The session to fork (it must be stored and the requester's to act on)."""
+    session_id: _builtins.str
+    """The new session's id, generated by the caller (UUIDv4)."""
+    gateway_instance_id: _builtins.str
+    """The calling instance and its host: the new row is claimed by it."""
+    host: _builtins.str
+    cwd: _builtins.str
+    """ACP ForkSessionRequest.cwd as sent ("" = omitted): it must resolve (SPEC §3
+    cwd rules, relative to base_dir) to the parent's workspace, which the fork
+    keeps (INVALID_ARGUMENT otherwise: a fork never moves a session, or a
+    spawned one out of its parent's workspace).
+    """
+    base_dir: _builtins.str
+    mcp_servers_json: _builtins.str
+    """The client's mcpServers (a JSON array) to store with the fork; unset = the
+    parent's stored list.
+    """
+    local_user: _builtins.bool
+    """The local user of acpgate acp asks (issue 24): its cwd rules (false: a remote
+    principal's, the strict ones).
+    """
+    @_builtins.property
+    def additional_directories(self) -> Global___StringList:
+        """ACP additionalDirectories as sent, resolved like session/new's; unset =
+        the parent's stored ones.
+        """
+
+    def __init__(
+        self,
+        *,
+        requester_session_key: _builtins.str = ...,
+        operator: _builtins.bool = ...,
+        parent_session_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        gateway_instance_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        cwd: _builtins.str = ...,
+        base_dir: _builtins.str = ...,
+        additional_directories: Global___StringList | None = ...,
+        mcp_servers_json: _builtins.str | None = ...,
+        local_user: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mcp_servers_json", b"_mcp_servers_json", "additional_directories", b"additional_directories", "mcp_servers_json", b"mcp_servers_json"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mcp_servers_json", b"_mcp_servers_json", "additional_directories", b"additional_directories", "base_dir", b"base_dir", "cwd", b"cwd", "gateway_instance_id", b"gateway_instance_id", "host", b"host", "local_user", b"local_user", "mcp_servers_json", b"mcp_servers_json", "operator", b"operator", "parent_session_id", b"parent_session_id", "requester_session_key", b"requester_session_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mcp_servers_json: _TypeAlias = _typing.Literal["mcp_servers_json"]  # noqa: Y015
+    _WhichOneofArgType__mcp_servers_json: _TypeAlias = _typing.Literal["_mcp_servers_json", b"_mcp_servers_json"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mcp_servers_json) -> _WhichOneofReturnType__mcp_servers_json | None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015
+
+@_typing.final
+class ForkSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___SessionRow:
+        """The new row (forked_from set, claimed by the caller)."""
+
+    @_builtins.property
+    def agent(self) -> Global___ResolvedAgent:
+        """The agent to launch: the one a restore of the parent would run."""
+
+    @_builtins.property
+    def policy(self) -> Global___SecurityPolicy:
+        """The fork's policy: as GetPolicy decides for it (its ancestors' cap included)."""
+
+    @_builtins.property
+    def parent(self) -> Global___SessionRow:
+        """The parent's row as the copy read it (its agent's own session id, its claim)."""
+
+    def __init__(
+        self,
+        *,
+        session: Global___SessionRow | None = ...,
+        agent: Global___ResolvedAgent | None = ...,
+        policy: Global___SecurityPolicy | None = ...,
+        parent: Global___SessionRow | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "parent", b"parent", "policy", b"policy", "session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "parent", b"parent", "policy", b"policy", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionResponse: _TypeAlias = ForkSessionResponse  # noqa: Y015

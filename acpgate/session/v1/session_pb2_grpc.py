@@ -160,6 +160,11 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.FromString,
                 _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ForkSession',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -377,6 +382,24 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkSession(self, request, context):
+        """ACP session/fork (issue 25): a new session whose history starts as a copy
+        of a stored session's. Acts for a principal (or the operator) exactly as a
+        restore does: another principal's session is NOT_FOUND like a missing one,
+        whatever grant the requester holds. The fork belongs to the parent's
+        principal (its owner, spawnedBy and parentSessionKey are the parent's: a
+        fork is its parent's sibling, capped like it), runs the agent a restore of
+        the parent would run, in the parent's workspace, and records its lineage
+        (SessionRow.forked_from). Its row and the copy of the parent's history are
+        written in one transaction, claimed by the calling instance; the copied
+        bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
+        nothing written). The parent is only read: no claim on it is needed, and a
+        session another host serves is forked as far as its turns are stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -504,6 +527,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.SendToSession,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1182,6 +1210,33 @@ class SessionService:
             '/acpgate.session.v1.SessionService/SendToSession',
             acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.SendToSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ForkSession',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ForkSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

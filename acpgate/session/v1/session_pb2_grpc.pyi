@@ -160,6 +160,20 @@ class SessionServiceStub:
     at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
     within one principal: another principal's session is NOT_FOUND.
     """
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]
+    """ACP session/fork (issue 25): a new session whose history starts as a copy
+    of a stored session's. Acts for a principal (or the operator) exactly as a
+    restore does: another principal's session is NOT_FOUND like a missing one,
+    whatever grant the requester holds. The fork belongs to the parent's
+    principal (its owner, spawnedBy and parentSessionKey are the parent's: a
+    fork is its parent's sibling, capped like it), runs the agent a restore of
+    the parent would run, in the parent's workspace, and records its lineage
+    (SessionRow.forked_from). Its row and the copy of the parent's history are
+    written in one transaction, claimed by the calling instance; the copied
+    bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
+    nothing written). The parent is only read: no claim on it is needed, and a
+    session another host serves is forked as far as its turns are stored.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -264,6 +278,20 @@ class SessionServiceAsyncStub(SessionServiceStub):
     its record (the target's activity); the edge then runs the turn, at most
     at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
     within one principal: another principal's session is NOT_FOUND.
+    """
+    ForkSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]  # type: ignore[assignment]
+    """ACP session/fork (issue 25): a new session whose history starts as a copy
+    of a stored session's. Acts for a principal (or the operator) exactly as a
+    restore does: another principal's session is NOT_FOUND like a missing one,
+    whatever grant the requester holds. The fork belongs to the parent's
+    principal (its owner, spawnedBy and parentSessionKey are the parent's: a
+    fork is its parent's sibling, capped like it), runs the agent a restore of
+    the parent would run, in the parent's workspace, and records its lineage
+    (SessionRow.forked_from). Its row and the copy of the parent's history are
+    written in one transaction, claimed by the calling instance; the copied
+    bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
+    nothing written). The parent is only read: no claim on it is needed, and a
+    session another host serves is forked as far as its turns are stored.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -516,6 +544,26 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         its record (the target's activity); the edge then runs the turn, at most
         at the sender's autonomy (SendToSessionResponse.autonomy_cap). Only
         within one principal: another principal's session is NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _session_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ForkSessionResponse, _abc.Awaitable[_session_pb2.ForkSessionResponse]]:
+        """ACP session/fork (issue 25): a new session whose history starts as a copy
+        of a stored session's. Acts for a principal (or the operator) exactly as a
+        restore does: another principal's session is NOT_FOUND like a missing one,
+        whatever grant the requester holds. The fork belongs to the parent's
+        principal (its owner, spawnedBy and parentSessionKey are the parent's: a
+        fork is its parent's sibling, capped like it), runs the agent a restore of
+        the parent would run, in the parent's workspace, and records its lineage
+        (SessionRow.forked_from). Its row and the copy of the parent's history are
+        written in one transaction, claimed by the calling instance; the copied
+        bytes count against the owner's [store] max_token_bytes (RESOURCE_EXHAUSTED,
+        nothing written). The parent is only read: no claim on it is needed, and a
+        session another host serves is forked as far as its turns are stored.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -90,3 +90,30 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+class KeyMissingProvider:
+    """A keyed provider whose ``api_key_env`` names a variable that is unset or empty: every
+    call fails with ``problem`` before a request goes out (a keyless request would only
+    earn the provider's 401, which says nothing of the variable). ``problem`` is also what
+    the agent reports at start (:func:`provider_warnings`)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name = name
+        self.problem = problem
+
+    async def stream(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
+    ) -> AsyncIterator[ProviderEvent]:
+        """Fail the call at once, saying which variable is missing."""
+        raise ProviderError(self.problem)
+        yield  # unreachable: makes this an async generator, like every provider's stream
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+def provider_warnings(provider: Provider) -> list[str]:
+    """What is wrong with ``provider``'s configuration, as sentences for logs and the
+    edge (``[]`` when nothing is)."""
+    return [provider.problem] if isinstance(provider, KeyMissingProvider) else []

@@ -39,6 +39,11 @@ MAX_TIMEOUT_SECS = 1800
 OUTPUT_CAP = 64 * 1024
 #: Between SIGTERM and SIGKILL of the group on cancel/timeout (cancel must finish within 1 s).
 KILL_GRACE_SECS = 0.3
+#: How long a cancel waits, after the SIGKILL, for the group's last members to be gone
+#: (a zombie nobody reaps keeps it: then the cancel goes on after this).
+GROUP_GONE_SECS = 0.5
+#: How often it looks.
+GROUP_POLL_SECS = 0.01
 
 
 def _path_candidates(command: str, cwd: str) -> list[str]:
@@ -71,6 +76,20 @@ def kill_group(pgid: int, sig: int) -> None:
     """Signal a whole process group; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+async def group_gone(pgid: int, wait_secs: float) -> None:
+    """Wait (at most ``wait_secs``) until process group ``pgid`` has no member left: a
+    SIGKILL is delivered when its target next runs, so a busy machine may still show the
+    killed command's background children for a moment (an orphan is reaped by init)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_secs
+    while loop.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(GROUP_POLL_SECS)
 
 
 class ShellTool(ArgumentsPreview):
@@ -178,3 +197,5 @@ class ShellTool(ArgumentsPreview):
         kill_group(pgid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError, ProcessLookupError):
             await asyncio.wait_for(proc.wait(), 1.0)
+        # The group is down before a cancel propagates: its background children too.
+        await group_gone(pgid, GROUP_GONE_SECS)

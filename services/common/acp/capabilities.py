@@ -15,6 +15,7 @@ from services.common.acp.schema import (
     SessionCapabilities,
     SessionCloseCapabilities,
     SessionDeleteCapabilities,
+    SessionForkCapabilities,
     SessionListCapabilities,
     SessionResumeCapabilities,
 )
@@ -30,6 +31,7 @@ def agent_capabilities(
     list_sessions: bool = False,
     delete: bool = False,
     additional_directories: bool = False,
+    fork: bool = False,
     image: bool = False,
     audio: bool = False,
     mcp_http: bool = False,
@@ -53,5 +55,6 @@ def agent_capabilities(
                                     if additional_directories else None),
             resume=SessionResumeCapabilities() if resume else None,
             close=SessionCloseCapabilities() if close else None,
+            fork=SessionForkCapabilities() if fork else None,
         ),
     )

@@ -70,6 +70,7 @@ __all__ = [
     "SessionConfigSelectGroup",
     "SessionConfigSelectOption",
     "SessionDeleteCapabilities",
+    "SessionForkCapabilities",
     "SessionInfo",
     "SessionInfoUpdate",
     "SessionListCapabilities",
@@ -555,6 +556,30 @@ class SessionCloseCapabilities:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionForkCapabilities:
+    """Capabilities for `session/fork` (UNSTABLE: not part of the stable v1 schema yet). Supplying
+    `{}` means the agent supports forking sessions.
+    """
+
+    #: Extension metadata (ACP ``_meta``).
+    meta: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """This object as ACP JSON (absent optional fields are left out)."""
+        out: dict[str, Any] = {}
+        if self.meta is not None:
+            out["_meta"] = self.meta
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> SessionForkCapabilities:
+        """Read ACP JSON; AcpDecodeError names what is wrong."""
+        return cls(
+            meta=optional(data, "_meta", as_object, lambda: None, "SessionForkCapabilities", lenient=True),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class SessionCapabilities:
     """Session capabilities supported by the agent."""
 
@@ -568,6 +593,9 @@ class SessionCapabilities:
     resume: SessionResumeCapabilities | None = None
     #: Whether the agent supports `session/close`.
     close: SessionCloseCapabilities | None = None
+    #: Whether the agent supports `session/fork` (UNSTABLE). Omitted or `null` both mean the agent
+    #: does not advertise support.
+    fork: SessionForkCapabilities | None = None
     #: Extension metadata (ACP ``_meta``).
     meta: dict[str, Any] | None = None
 
@@ -584,6 +612,8 @@ class SessionCapabilities:
             out["resume"] = to_wire(self.resume)
         if self.close is not None:
             out["close"] = to_wire(self.close)
+        if self.fork is not None:
+            out["fork"] = to_wire(self.fork)
         if self.meta is not None:
             out["_meta"] = self.meta
         return out
@@ -597,6 +627,7 @@ class SessionCapabilities:
             additional_directories=optional(data, "additionalDirectories", SessionAdditionalDirectoriesCapabilities.from_json, lambda: None, "SessionCapabilities", lenient=True),
             resume=optional(data, "resume", SessionResumeCapabilities.from_json, lambda: None, "SessionCapabilities", lenient=True),
             close=optional(data, "close", SessionCloseCapabilities.from_json, lambda: None, "SessionCapabilities", lenient=True),
+            fork=optional(data, "fork", SessionForkCapabilities.from_json, lambda: None, "SessionCapabilities", lenient=True),
             meta=optional(data, "_meta", as_object, lambda: None, "SessionCapabilities", lenient=True),
         )
 

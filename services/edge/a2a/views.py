@@ -13,7 +13,12 @@ import time
 from typing import Any
 
 from acpgate.session.v1 import session_pb2
-from services.common.protocol import META_AGENT, META_PARENT_SESSION_ID, META_SPAWNED_BY
+from services.common.protocol import (
+    META_AGENT,
+    META_FORKED_FROM,
+    META_PARENT_SESSION_ID,
+    META_SPAWNED_BY,
+)
 from services.edge.history_wire import history_meta
 from services.edge.session import EdgeSession
 
@@ -36,9 +41,12 @@ def session_id_of_key(key: str) -> str:
 
 
 def lineage(row: session_pb2.SessionRow) -> dict[str, str]:
-    """``_meta.acpgate`` of a session/list row: its agent, and for a spawned session its
-    parent's id and the key of the session that spawned it."""
+    """``_meta.acpgate`` of a session/list row: its agent, for a spawned session its
+    parent's id and the key of the session that spawned it, for a fork the id of the
+    session it was forked from (issue 25)."""
     out = {META_AGENT: row.agent_alias}
+    if row.forked_from:
+        out[META_FORKED_FROM] = row.forked_from
     parent = session_id_of_key(row.ownership.parent_session_key)
     if parent:
         out[META_PARENT_SESSION_ID] = parent

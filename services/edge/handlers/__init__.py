@@ -40,6 +40,7 @@ from services.edge.dispatch import DialectConnection, Handler
 from services.edge.handlers import (
     agent_calls,
     delete,
+    fork,
     initialize,
     modes,
     new,
@@ -60,6 +61,7 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_CLOSE: turns.session_close,
     M_SESSION_LOAD: restore.session_load,
     M_SESSION_RESUME: restore.session_resume,
+    M_SESSION_FORK: fork.session_fork,
     M_SESSION_LIST: stored.session_list,
     M_SESSION_DELETE: delete.session_delete,
     M_SESSION_SET_MODE: modes.session_set_mode,

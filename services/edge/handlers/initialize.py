@@ -23,7 +23,12 @@ from services.common.acp.schema import AgentCapabilities, ClientCapabilities, In
 from services.common.acp.wire import AcpDecodeError
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
-from services.common.protocol import AGENT_KIND_BUILTIN, META_ZEROCLAW, PROTOCOL_VERSION
+from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
+    M_SESSION_FORK,
+    META_ZEROCLAW,
+    PROTOCOL_VERSION,
+)
 from services.edge.adapter_caps import profile_of, recorded_capabilities, recorded_profile
 from services.edge.advertised import merged_capabilities
 from services.edge.dispatch import DialectConnection
@@ -101,6 +106,9 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         agent_capabilities=agent_capabilities(
             load_session=persistent, resume=persistent, close=persistent,
             list_sessions=persistent, delete=persistent, additional_directories=persistent,
+            # acpgate forks any agent's sessions itself (issue 25), while its method table
+            # serves session/fork (the table decides what acpgate serves).
+            fork=persistent and conn.handles(M_SESSION_FORK),
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http and mcp_http,
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),
@@ -112,7 +120,7 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         return out
     out["agentCapabilities"] = merged_capabilities(
         out["agentCapabilities"], profile.get("agentCapabilities") or {},
-        mcp_allowed=mcp_http, serves=conn.handles)
+        mcp_allowed=mcp_http)
     methods = profile.get("authMethods")
     out["authMethods"] = methods if isinstance(methods, list) else []
     meta = profile.get("_meta")

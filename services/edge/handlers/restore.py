@@ -40,7 +40,7 @@ newest part of the transcript is carried over into its first prompt.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -54,6 +54,8 @@ from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
+    M_SESSION_LOAD,
+    M_SESSION_RESUME,
     M_SESSION_UPDATE,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
@@ -63,7 +65,7 @@ from services.edge.adapter import AdapterClient
 from services.edge.adapter_errors import restore_error
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found
-from services.edge.history_wire import CarryOver, Replay, history_meta
+from services.edge.history_wire import Replay
 from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import (
     additional_directories,
@@ -75,6 +77,7 @@ from services.edge.params import (
 from services.edge.prompt_result import setup_result
 from services.edge.registry import SessionRegistry
 from services.edge.runtime import EdgeRuntime
+from services.edge.seeding import carry_over, history_pages, restore_external, resume_builtin
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
@@ -130,14 +133,15 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         # from a time the gateway allowed more. Refused: nothing was taken yet.
         mcp = await admitted_servers(client_mcp, mcp, stored=not passed)
         with _restoring(rt.registry, sid):
-            agent, row = await _resolve_agent(rt, row, extra)
-            policy = await _policy(rt, agent, row)
+            agent, row = await _resolve_agent(rt, row, extra, local_user=not conn.remote)
+            policy = await _policy(rt, agent, row, local_user=not conn.remote)
             await rt.claims.claim(sid)
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
                 client = await spawn_adapter(conn, session, agent, policy)
                 adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp,
-                                          passed_params(params, _OWN_RESTORE_KEYS))
+                                          passed_params(params, _OWN_RESTORE_KEYS),
+                                          M_SESSION_LOAD if replay else M_SESSION_RESUME)
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
@@ -170,17 +174,20 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
 
 
 async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+                         *, local_user: bool,
                          ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
     restore uses it: with the request's additional directories, if it gave any (resolved
-    here, stored only once the session is active on this host)."""
+    here, under the local user's rule when ``local_user``; stored only once the session is
+    active on this host)."""
     sid = row.session_id
     try:
         agent = await rt.session_stub.ResolveRestoreAgent(
             session_pb2.ResolveRestoreAgentRequest(session_id=sid))
         if extra is not None:
             ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
-                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra))
+                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra,
+                local_user=local_user))
             row = _with_roots(row, ws.additional_directories)
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
@@ -199,12 +206,13 @@ def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb
 
 
 async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                  row: session_pb2.SessionRow) -> SecurityPolicy:
+                  row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent (issue 13)."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
-                                    row.additional_directories, row.session_id)
+                                    row.additional_directories, row.session_id,
+                                    local_user=local_user)
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc, row.session_id) from None
 
@@ -219,67 +227,24 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
     return session
 
 
-async def _history_pages(rt: EdgeRuntime, sid: str
-                         ) -> AsyncIterator[Sequence[session_pb2.HistoryItem]]:
-    """The stored items of ``sid``, oldest first, one ``StreamHistory`` page at a time (the
-    next is read only when the caller asks for it); a failure is the client's error."""
-    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
-    try:
-        async for page in stream:
-            yield page.items
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
-    finally:
-        stream.cancel()
-
-
 async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
                 policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules,
-                extra: dict[str, Any]) -> str:
+                extra: dict[str, Any], method: str) -> str:
     """Give the adapter the conversation (an external one: with ``extra``, the client's
     other params); returns the adapter's session id.
 
-    An adapter's error is passed on exactly; another failure answers "Failed to restore
-    session: <cause>".
+    An adapter's error is passed on exactly (``data.acpgate.during``: the client's
+    ``method``); another failure answers "Failed to restore session: <cause>".
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
-            return await _resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
-        if agent.alias == row.agent_alias and await client.restore_external(
-                row.adapter_session_id, row.workspace_dir, mcp,
-                list(row.additional_directories), extra, stored=row.stored_bytes > 0):
+            return await resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
+        if agent.alias == row.agent_alias and await restore_external(client, row, mcp, extra):
             return row.adapter_session_id
-        return await _carry_over(session.runtime, session, client, row, policy, mcp, extra)
+        return await carry_over(session.runtime, session, client, row, policy, mcp, extra)
     except Exception as exc:
-        raise restore_error(exc, client.secrets, agent.alias) from None
-
-
-async def _resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: session_pb2.SessionRow,
-                          policy: SecurityPolicy, mcp: list[Any],
-                          client_mcp: ClientMcpRules) -> str:
-    """The built-in agent: ``session/resume`` under its old id (how the client's MCP servers
-    run in ``_meta``), then the history, page by page, as ``_acpgate/history_append``
-    chunks."""
-    adapter_sid = row.adapter_session_id or row.session_id
-    chunks = (history_meta(items) async for items in _history_pages(rt, row.session_id))
-    await client.resume_builtin(adapter_sid, row.workspace_dir, mcp, policy, chunks,
-                                list(row.additional_directories), client_mcp)
-    return adapter_sid
-
-
-async def _carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
-                      row: session_pb2.SessionRow, policy: SecurityPolicy,
-                      mcp: list[Any], extra: dict[str, Any]) -> str:
-    """A fresh adapter session; the newest part of the transcript goes along with the first
-    prompt (:class:`~services.edge.history_wire.CarryOver`)."""
-    adapter_sid = await client.new_session(row.workspace_dir, mcp, policy,
-                                           list(row.additional_directories), extra=extra)
-    carry = CarryOver()
-    async for items in _history_pages(rt, row.session_id):
-        carry.add(items)
-    session.pending_history = carry.text()
-    return adapter_sid
+        raise restore_error(exc, client.secrets, agent.alias, method) from None
 
 
 async def _replay_history(conn: SessionHome, session: EdgeSession, builtin: bool) -> None:
@@ -290,7 +255,7 @@ async def _replay_history(conn: SessionHome, session: EdgeSession, builtin: bool
     sid = session.session_id
     replay = Replay(sid if builtin else "")
     try:
-        async for items in _history_pages(conn.runtime, sid):
+        async for items in history_pages(conn.runtime, sid):
             await _send_replay(conn, sid, replay.updates(items))
         await _send_replay(conn, sid, replay.finish())
     except (ConnectionError, OSError):

@@ -3,8 +3,8 @@
 ``session/list`` pages through the sessions this connection's caller may
 see (its principal's; every one for the operator; other principals' too with
 a ``see-all`` grant) (ACP ``SessionInfo``: cwd, title, updatedAt, additionalDirectories, and in
-``_meta.acpgate`` the agent, a spawned session's lineage and the stored token
-totals, ``usage``); an inbound ``session/update``
+``_meta.acpgate`` the agent, a spawned session's lineage, a fork's ``forkedFrom`` and the
+stored token totals, ``usage``); an inbound ``session/update``
 or ``session/event`` marks activity on one.
 """
 
@@ -28,7 +28,7 @@ from services.edge.visibility import reader_fields, visible_row
 async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §8: every session this connection's principal may see, in ACP shape; each row's
     ``_meta.acpgate`` names its agent and, for a spawned session, ``parentSessionId`` and
-    ``spawnedBy``."""
+    ``spawnedBy``, for a fork ``forkedFrom``."""
     cwd = first_str(params, "cwd") or ""
     if cwd:  # workspaces are stored as real paths; match a symlinked or relative filter too
         try:
@@ -50,7 +50,8 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
 
 def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
     """One stored row as an ACP ``SessionInfo``; its ``_meta.acpgate`` names its agent,
-    for a spawned session ``parentSessionId`` and ``spawnedBy``, and the token ``usage``."""
+    for a spawned session ``parentSessionId`` and ``spawnedBy``, for a fork ``forkedFrom``,
+    and the token ``usage``."""
     info: dict[str, Any] = {"sessionId": row.session_id, "cwd": row.workspace_dir}
     if row.additional_directories:
         info["additionalDirectories"] = list(row.additional_directories)

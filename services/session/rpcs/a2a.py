@@ -71,7 +71,8 @@ class A2aRpcs(RowRpcs, ReadRpcs):
                 raise AliasError(MSG_SPAWN_AGENT_REQUIRED)
             resolve_alias(self._cfg, alias)  # configured and dispatchable, or the SPEC message
             launch = await launch_spec(self._cfg, alias)
-            workspace = await child_workspace(self._cfg, alias, parent.workspace_dir, request.cwd)
+            workspace = await child_workspace(self._cfg, alias, parent.workspace_dir, request.cwd,
+                                              local_user=request.local_user)
         except (AliasError, WorkspaceError) as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:

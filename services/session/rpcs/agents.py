@@ -4,14 +4,14 @@ and the capabilities each alias's adapter advertised."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.common.policy import cap_policy
+from services.common.policy import SecurityPolicy, cap_policy
 from services.common.protocol import MSG_UNKNOWN_AGENT
 from services.session.aliases import (
     AliasError,
@@ -26,7 +26,7 @@ from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb, stat
 from services.session.lineage import effective_autonomy
 from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import InvalidItem, StoreUnavailable
+from services.session.store import InvalidItem, SessionRecord, StoreUnavailable
 from services.session.workspace import (
     WorkspaceError,
     extra_root_refusal,
@@ -102,9 +102,11 @@ class AgentRpcs(RpcBase):
         """The SPEC §3 cwd rules."""
         await self._require_alias(request.alias, context)
         try:
-            info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir)
+            info = await resolve_workspace(self._cfg, request.alias, request.cwd, request.base_dir,
+                                           local_user=request.local_user)
             extra = await resolve_additional_directories(
-                self._cfg, request.additional_directories, request.base_dir, info.workspace_dir)
+                self._cfg, request.additional_directories, request.base_dir, info.workspace_dir,
+                local_user=request.local_user)
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except OSError as exc:
@@ -126,24 +128,37 @@ class AgentRpcs(RpcBase):
         (issue 13).
         """
         await self._require_alias(request.alias, context)
-        if not request.workspace_dir:
+        rec = await self._get(request.session_id, context) if request.session_id else None
+        return policy_to_pb(await self._session_policy(
+            request.alias, request.workspace_dir, request.additional_directories, rec, context,
+            local_user=request.local_user))
+
+    async def _session_policy(self, alias: str, workspace_dir: str, extra: Sequence[str],
+                              rec: SessionRecord | None, context: Ctx, *,
+                              local_user: bool) -> SecurityPolicy:
+        """GetPolicy's decision for ``alias`` in ``workspace_dir`` with the roots ``extra``
+        (INVALID_ARGUMENT when one may not be a root now, under the local user's rule when
+        ``local_user``: issue 24); with ``rec``, capped by the stored ancestors of that
+        session (and of any session sharing them: a fork)."""
+        if not workspace_dir:
             await abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, "workspace_dir is required"
             )
-        refusal = await asyncio.to_thread(workspace_refusal, self._cfg, request.workspace_dir)
+        refusal = await asyncio.to_thread(workspace_refusal, self._cfg, workspace_dir,
+                                          local_user=local_user)
         if refusal is not None:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, refusal.message())
-        extra = tuple(request.additional_directories)
-        for path in extra:  # stored roots (real paths) are confined as on the way in
-            refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path)
+        roots = tuple(extra)
+        for path in roots:  # stored roots (real paths) are confined as on the way in
+            refused = await asyncio.to_thread(extra_root_refusal, self._cfg, path, path,
+                                              local_user=local_user)
             if refused is not None:
                 await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(refused))
-        policy = policy_for(self._cfg, request.alias, request.workspace_dir, extra)
-        if request.session_id:  # a spawned session: never more autonomy than its ancestors
-            rec = await self._get(request.session_id, context)
+        policy = policy_for(self._cfg, alias, workspace_dir, roots)
+        if rec is not None:  # a spawned session: never more autonomy than its ancestors
             policy = cap_policy(policy, await effective_autonomy(self._cfg, self._store, rec,
-                                                                 request.alias))
-        return policy_to_pb(policy)
+                                                                 alias))
+        return policy
 
     async def ResolveNewSession(
         self, request: pb.ResolveNewSessionRequest, context: Ctx
@@ -161,7 +176,8 @@ class AgentRpcs(RpcBase):
         try:
             (agent_workspace, info, extra), capabilities = await asyncio.gather(
                 asyncio.to_thread(new_session_places, self._cfg, alias, request.cwd,
-                                  request.base_dir, list(request.additional_directories)),
+                                  request.base_dir, list(request.additional_directories),
+                                  request.local_user),
                 self._recorded_capabilities(alias))
         except WorkspaceError as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -3,15 +3,17 @@
 - :mod:`.interface` — :class:`SessionStore`, the operations the servicer uses;
 - :mod:`.records` — the records, refusals and validation every backend shares;
 - :mod:`.opening` — :func:`open_store`: the SQLite file, or memory with a reason;
-- :mod:`.sqlite_store` (rows) and :mod:`.sqlite_history` (turns, history),
+- :mod:`.sqlite_store` (rows), :mod:`.sqlite_history` (turns, history) and
+  :mod:`.sqlite_fork` (a session forked with its history),
   :mod:`.sqlite_schema`, :mod:`.sqlite_db` — the SQLite backend: queries, schema and
   migrations (down to the zeroclaw v1 file), plumbing;
-- :mod:`.pg_store` (rows) and :mod:`.pg_history` (turns, history), :mod:`.pg_schema`,
+- :mod:`.pg_store` (rows), :mod:`.pg_history` (turns, history), :mod:`.pg_fork`, :mod:`.pg_schema`,
   :mod:`.pg_db` — the PostgreSQL backend, the shared store of several hosts: queries,
   schema and migrations, pool and URL;
 - :mod:`.sql_rows` — the statements and row decoding both SQL backends share;
   :mod:`.sql_claims` — their claim statements and the fence of a holder's write;
-  :mod:`.sql_history` — their history pages, bounded by count and by bytes.
+  :mod:`.sql_history` — their history pages, bounded by count and by bytes;
+  :mod:`.sql_fork` — what a fork writes.
 
 Import from here; the names below are the store's public surface.
 """

@@ -169,6 +169,35 @@ class SessionStore(ABC):
         """One page of rows in (last_activity DESC, id DESC) order, strictly after the
         ``(last_activity, session_id)`` position ``after``; only ``cwd``'s when given."""
 
+    @abstractmethod
+    async def fork_session(
+        self,
+        parent_id: str,
+        session_id: str,
+        *,
+        agent_alias: str,
+        gateway_instance_id: str,
+        claim_ttl_ms: int,
+        host: str = "",
+        additional_directories: Sequence[str] | None = None,
+        mcp_servers_json: str | None = None,
+        quota: Quota | None = None,
+    ) -> SessionRecord:
+        """ACP ``session/fork``: a new row ``session_id`` whose history is a copy of
+        ``parent_id``'s, written with the copy in one transaction (the parent is read under
+        it: a turn of the parent is in the copy whole or not at all).
+
+        The fork runs ``agent_alias`` in the parent's workspace, is owned like the parent
+        (its owner, ``spawned_by`` and ``parent_session_key``: a sibling, never a child of
+        it), keeps its title, plan, mode and config values, its extra roots and MCP server
+        list unless given, and records ``forked_from``; it is created active and claimed by
+        ``gateway_instance_id`` (generation 1). Its token totals start at 0 (the parent's
+        turns were not its spending); its ``stored_bytes`` are the parent's, added to its
+        owner's total — QuotaExceeded (nothing written) when ``quota`` refuses them.
+        SessionNotFound for an unknown parent; SessionExists when ``session_id`` is taken;
+        InvalidItem as :meth:`create_session` refuses.
+        """
+
     # -- claims (several hosts, one store)
 
     @abstractmethod

@@ -131,6 +131,10 @@ _V7_FENCE_AND_BYTES = (
 )
 
 
+#: v8 (issue 25, session/fork): as SQLite's — the session a row was forked from.
+_V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
+
+
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
     exists = await con.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
@@ -166,12 +170,18 @@ async def _add_v7_fence_and_bytes(con: Conn) -> None:
         await con.execute(stmt)
 
 
+async def _add_v8_forked_from(con: Conn) -> None:
+    """v7 → v8: the fork lineage column (issue 25); no stored row is a fork."""
+    await con.execute(_V8_FORKED_FROM)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
     4: (5, _add_v5_capabilities),
     5: (6, _add_v6_session_state),
     6: (7, _add_v7_fence_and_bytes),
+    7: (8, _add_v8_forked_from),
 }
 
 

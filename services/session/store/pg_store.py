@@ -7,7 +7,7 @@ services — one per host, or one for many edges — may share the database:
 
 - a turn is one transaction that locks the session row (``FOR UPDATE``), so
   turns appended from anywhere get dense, unique seq numbers (turns and history
-  are the half in :mod:`.pg_history`);
+  are the half in :mod:`.pg_history`, a fork with its copied history :mod:`.pg_fork`);
 - a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
   second update waits for the first and re-checks its ``WHERE`` against the
   committed row, so of two instances racing for one session exactly one wins;
@@ -38,7 +38,7 @@ from services.session.store.pg_db import (
     storable,
     to_db,
 )
-from services.session.store.pg_history import PostgresHistory
+from services.session.store.pg_fork import PgFork
 from services.session.store.records import (
     SessionExists,
     SessionNotFound,
@@ -84,7 +84,7 @@ _INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _R
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
 
-class PostgresSessionStore(PostgresHistory):
+class PostgresSessionStore(PgFork):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
     def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:

@@ -202,6 +202,8 @@ class SessionRecord:
     output_tokens: int = 0
     #: Bytes of the stored history items (:func:`item_bytes` summed): what the quotas count.
     stored_bytes: int = 0
+    #: The session this one was forked from (ACP ``session/fork``; "" = not a fork).
+    forked_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ SESSION_COLUMNS: Final = (
     " lease_id, adapter_session_id, title, session_key, spawned_by, parent_session_key,"
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
     " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
-    " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes"
+    " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes,"
+    " forked_from"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
@@ -195,6 +196,7 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         input_tokens=int(r[27]),
         output_tokens=int(r[28]),
         stored_bytes=int(r[30]),
+        forked_from=r[31],
     )
 
 

@@ -8,10 +8,8 @@ several go in an explicit ``BEGIN IMMEDIATE`` taken by :func:`immediate`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -19,6 +17,7 @@ from typing import Final
 import aiosqlite
 
 from services.common.private_files import private_dir, private_file
+from services.common.sqlite_wal import switch_to_wal
 from services.session.store.records import StoreError
 
 __all__ = ["BUSY_TIMEOUT_MS", "MEMORY", "SQLITE_HEADER", "connect", "immediate", "prepare_file"]
@@ -68,7 +67,7 @@ async def connect(target: str) -> aiosqlite.Connection:
                 row = await cur.fetchone()
             if not row or row[0] != "ok":
                 raise StoreError(f"{target} failed its integrity check (left untouched)")
-            mode = await _switch_to_wal(db)
+            mode = await switch_to_wal(db, BUSY_TIMEOUT_MS / 1000)
             if str(mode).lower() != "wal":
                 raise StoreError(f"{target}: cannot switch to WAL mode")
             await db.execute("PRAGMA synchronous = NORMAL")
@@ -76,29 +75,6 @@ async def connect(target: str) -> aiosqlite.Connection:
         await db.close()
         raise
     return db
-
-
-async def _switch_to_wal(db: aiosqlite.Connection) -> object:
-    """``PRAGMA journal_mode = WAL``; the journal mode it reports (None if none).
-
-    Switching a fresh file to WAL needs an exclusive lock that SQLite does not wait
-    for through ``busy_timeout`` when another connection is switching the same file
-    (several services or hosts starting together): "database is locked" at once. So
-    the switch is retried, with backoff, within the same budget as any busy wait.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BUSY_TIMEOUT_MS / 1000
-    delay = 0.002
-    while True:
-        try:
-            async with db.execute("PRAGMA journal_mode = WAL") as cur:
-                row = await cur.fetchone()
-            return row[0] if row else None
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or loop.time() >= deadline:
-                raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 @contextlib.asynccontextmanager

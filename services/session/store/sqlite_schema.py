@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 7
+LATEST_SCHEMA_VERSION: Final = 8
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -155,6 +155,11 @@ _V7_FENCE_AND_BYTES = (
     """INSERT INTO owner_usage (owner_session_key, stored_bytes)
         SELECT owner_session_key, SUM(stored_bytes) FROM sessions GROUP BY owner_session_key""",
 )
+
+#: v8 (issue 25, session/fork): the session a row was forked from ("" for every row before).
+#: A migration step of its own: another v8 step of the same release may be renumbered
+#: around it on merge.
+_V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
@@ -289,6 +294,11 @@ async def _migrate_6_to_7(db: aiosqlite.Connection, now: int) -> None:
         await db.execute(stmt)
 
 
+async def _migrate_7_to_8(db: aiosqlite.Connection, now: int) -> None:
+    """v7 → v8: the fork lineage column (issue 25); no stored row is a fork."""
+    await db.execute(_V8_FORKED_FROM)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -297,6 +307,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
     6: _migrate_6_to_7,
+    7: _migrate_7_to_8,
 }
 
 

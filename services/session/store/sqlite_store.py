@@ -5,7 +5,7 @@ connection from :mod:`.sqlite_db` whose schema :mod:`.sqlite_schema` has
 brought up to date. Every write is one transaction: a single statement on its own
 (the connection autocommits), several in one ``BEGIN IMMEDIATE``; a turn is
 appended in one, all items or none (SPEC §8) — turns and history are the
-half in :mod:`.sqlite_history`. The same class serves the file and the
+half in :mod:`.sqlite_history`, a fork (its row and its copied history) :mod:`.sqlite_fork`. The same class serves the file and the
 in-memory database of the fallback (:mod:`.opening`).
 """
 
@@ -57,7 +57,7 @@ from services.session.store.sql_rows import (
     update_assignments,
 )
 from services.session.store.sqlite_db import immediate
-from services.session.store.sqlite_history import SqliteHistory
+from services.session.store.sqlite_fork import SqliteFork
 
 __all__ = ["SqliteSessionStore"]
 
@@ -68,7 +68,7 @@ _SUB_OWNER_BYTES = SUB_OWNER_BYTES.format(greatest="MAX")
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 
 
-class SqliteSessionStore(SqliteHistory):
+class SqliteSessionStore(SqliteFork):
     """Session rows and history on one aiosqlite connection (a file, or memory).
 
     Calls are serialized on the connection by an asyncio lock, so a transaction

@@ -1,0 +1,87 @@
+"""What both SQL backends share to fork a session (ACP ``session/fork``, issue 25).
+
+A fork is one transaction: the parent's row is read (PostgreSQL locks it ``FOR
+SHARE``, SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), the copied
+bytes are added to the owner's total and checked against the quotas, the new
+row is inserted as :data:`~.sql_rows.INSERT_SESSION` inserts any, the parent's
+history is copied row for row inside the database (never through the process),
+and the new row gets the parent's counters and state. :func:`fork_plan` says
+what goes where; the statements use ``?`` placeholders (PostgreSQL numbers them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from services.session.store.records import ITEM_FIELDS, SessionRecord, session_key_for
+from services.session.store.sql_rows import SESSION_COLUMNS, new_row_values
+
+__all__ = ["COPY_HISTORY", "FORK_SOURCE", "LAST_TURN_AT", "SET_FORK_STATE", "ForkPlan",
+           "fork_owner", "fork_plan"]
+
+#: The parent row and its turn counter (``last_turn`` is no record field): the
+#: :data:`SESSION_COLUMNS`, then ``last_turn`` at :data:`LAST_TURN_AT`.
+FORK_SOURCE: Final = f"SELECT {SESSION_COLUMNS}, last_turn FROM sessions WHERE id = ?"
+#: Where ``last_turn`` is in a :data:`FORK_SOURCE` row.
+LAST_TURN_AT: Final = SESSION_COLUMNS.count(",") + 1
+_ITEMS: Final = ", ".join(ITEM_FIELDS)
+#: Copy every history item of session ``?`` (the parent, second parameter) to session ``?``
+#: (the fork, first), seq, turn and times kept: the fork's history reads like the parent's.
+COPY_HISTORY: Final = (
+    f"INSERT INTO history (session_id, seq, turn, role, {_ITEMS}, created_at)"
+    f" SELECT ?, seq, turn, role, {_ITEMS}, created_at FROM history WHERE session_id = ?"
+)
+#: The fork row's copied state; parameters: :attr:`ForkPlan.state`.
+SET_FORK_STATE: Final = (
+    "UPDATE sessions SET plan_json = ?, mode_id = ?, config_json = ?, last_seq = ?,"
+    " last_turn = ?, stored_bytes = ?, forked_from = ? WHERE id = ?"
+)
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """The writes of one fork, decided from the parent row as the transaction read it."""
+
+    #: :data:`~.sql_rows.INSERT_SESSION` parameters of the new row.
+    insert: tuple[Any, ...]
+    #: The owner whose total the copied bytes add to (the quotas' principal).
+    owner: str
+    #: The bytes of the copied history (the parent's ``stored_bytes``).
+    copied_bytes: int
+    #: :data:`SET_FORK_STATE` parameters.
+    state: tuple[Any, ...]
+
+
+def fork_owner(parent: SessionRecord, session_key: str) -> str:
+    """The fork's owner: the parent's owner — unless that is the parent itself (a top-level
+    session owns itself), then the fork owns itself too, as any new session would (same
+    principal: both are the local user's, or both a token's)."""
+    owner = parent.ownership.owner_session_key
+    if not owner or owner == parent.ownership.session_key:
+        return parent.ownership.spawned_by or session_key
+    return owner
+
+
+def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_alias: str,
+              gateway_instance_id: str, host: str, claim_ttl_ms: int, now: int,
+              additional_directories: Sequence[str] | None,
+              mcp_servers_json: str | None, text: Callable[[str], str] = str) -> ForkPlan:
+    """What a fork of ``parent`` (its turn counter ``last_turn``) as ``session_id`` writes
+    (InvalidItem as :func:`~.sql_rows.new_row_values` refuses); ``text`` encodes free text
+    for the backend."""
+    o = parent.ownership
+    owner = fork_owner(parent, session_key_for(agent_alias, session_id))
+    insert = new_row_values(
+        session_id, agent_alias, parent.workspace_dir, "active", now,
+        spawned_by=o.spawned_by, parent_session_key=o.parent_session_key,
+        owner_session_key=owner, gateway_instance_id=gateway_instance_id,
+        mcp_servers_json=parent.mcp_servers_json if mcp_servers_json is None
+        else mcp_servers_json,
+        additional_directories=parent.additional_directories if additional_directories is None
+        else additional_directories,
+        title=parent.title, host=host, claim_ttl_ms=claim_ttl_ms, text=text)
+    state = (parent.plan_json, parent.mode_id, parent.config_json, parent.message_count,
+             last_turn, parent.stored_bytes, parent.session_id, session_id)
+    return ForkPlan(insert, owner, parent.stored_bytes, state)

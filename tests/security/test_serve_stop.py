@@ -1,0 +1,78 @@
+"""Ctrl-C on ``acpgate serve`` with a turn running (issue 24 item 6).
+
+The stop used to close every WebSocket at once (1001) and then wait, without a word,
+up to 15 s for the requests those connections had read — a running turn went on
+until it ended or the wait ran out, and its client never got the prompt's answer.
+Now the edge says what it waits for, cancels the running turns (ACP
+``session/cancel``), so each client gets its prompt's result (``stopReason:
+cancelled``) before its connection closes with 1001, and the wait ends as soon as
+everything read is answered. A real ``acpgate serve``, a real WebSocket client, a
+turn whose shell command would run for a minute, SIGINT to serve (a terminal's
+Ctrl-C reaches serve only: its children have process groups of their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.gateway.stack import RawClient
+from tests.security.gateway_stack import WAIT, running_gateway
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def is_update(msg: dict[str, Any], kind: str) -> bool:
+    return msg.get("method") == "session/update" and \
+        msg["params"]["update"].get("sessionUpdate") == kind
+
+
+async def test_ctrl_c_cancels_the_running_turn_and_answers_it_before_the_close(
+        tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        token = await gw.token("stopper")
+        project = tmp_path / "project"
+        project.mkdir()
+        client = RawClient(await gw.connect(token))
+        sid = (await client.result("session/new", {"agentAlias": "demo",
+                                                   "cwd": str(project)}))["sessionId"]
+        prompt = await client.send("session/prompt", {"sessionId": sid,
+                                                      "prompt": "!sleep 60"})
+        while not is_update(json.loads(await client.ws.recv()), "tool_call"):
+            pass  # the shell command runs
+        tree = psutil.Process(gw.proc.pid).children(recursive=True)
+
+        gw.proc.send_signal(signal.SIGINT)
+        received: list[dict[str, Any]] = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                received.append(json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)))
+        answers = [m for m in received if m.get("id") == prompt and "method" not in m]
+        assert answers, received  # the prompt was answered before the close ...
+        assert answers[0].get("result", {}).get("stopReason") == "cancelled", answers
+        assert any(is_update(m, "tool_call") and "turn-cancelled" in json.dumps(m)
+                   for m in received), received
+        rcvd = closed.value.rcvd
+        assert rcvd is not None and rcvd.code == 1001, closed.value  # ... then going away
+
+        assert await asyncio.wait_for(gw.proc.wait(), WAIT) == 0
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, f"left behind: {alive}"
+        events = gw.events()
+        stopping = [e for e in events if e.get("event") == "connection_stopping"]
+        assert stopping and stopping[0]["cancelled_turns"] == [sid], stopping
+        assert stopping[0]["requests"] >= 1 and stopping[0]["wait_secs"] > 0, stopping
+        # The wait ended because everything read was answered, not because it ran out.
+        (quiet,) = [e for e in events if e.get("event") == "connection_quiet"]
+        assert quiet["unanswered"] == 0, quiet
+        assert [e for e in events if e.get("event") == "edge_stopping"], events[-20:]
+        assert not [e for e in events if e.get("event") == "edge_stop_closing_late_connections"]
+        log = gw.log.read_text(errors="replace")
+        assert "Traceback" not in log and "Exception in callback" not in log, log[-4000:]

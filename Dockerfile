@@ -46,7 +46,7 @@ ENTRYPOINT ["acpgate"]
 CMD ["serve"]
 
 # ---------------------------------------------------------------- agents: + Node, the adapters
-FROM node:20-bookworm-slim AS node
+FROM node:22-bookworm-slim AS node
 
 FROM base AS agents
 USER root

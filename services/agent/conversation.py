@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from services.common.protocol import CANCEL_MARKER
+
 Role = Literal["user", "assistant", "tool"]
 
 
@@ -102,3 +104,15 @@ def sanitize(messages: list[Message]) -> list[Message]:
             pending = {c.id: c for c in msg.tool_calls}
     flush()
     return out
+
+
+def close_cancelled(messages: list[Message]) -> None:
+    """End a turn the client cancelled the way the model is told of it: the marker
+    ``[turn cancelled via client]`` after what the turn produced (appended to its last
+    assistant text, or as an assistant message of its own). The live session and a
+    conversation seeded from the edge's stored history do the same (issue 25)."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role == "assistant" and not last.tool_calls:
+        last.text = f"{last.text}\n\n{CANCEL_MARKER}" if last.text else CANCEL_MARKER
+    else:
+        messages.append(Message(role="assistant", text=CANCEL_MARKER))

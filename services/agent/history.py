@@ -6,6 +6,10 @@ A history item, as the edge builds it (docs/contracts.md)::
      "text"?, "toolCallId"?, "toolName"?, "toolKind"?, "title"?,
      "arguments"? (object), "output"?, "status"?}
 
+A user item with ``"status": "cancelled"`` starts a turn the client cancelled
+(issue 25): the turn is seeded with what it produced and ends with the cancel
+marker, as the live session keeps it (:func:`~services.agent.conversation.close_cancelled`).
+
 The items come in chunks (``_acpgate/history_append``, after a ``session/resume``
 with ``_meta.acpgate.historyFollows``) or, from older edges, all at once
 (``_meta.acpgate.history``). A :class:`HistorySeed` takes them chunk by chunk and
@@ -20,7 +24,13 @@ import uuid
 from typing import Any
 
 from services.agent import updates
-from services.agent.conversation import Message, ToolCall, sanitize, trim_to_budget
+from services.agent.conversation import (
+    Message,
+    ToolCall,
+    close_cancelled,
+    sanitize,
+    trim_to_budget,
+)
 from services.agent.tools import tool_kind
 from services.common.protocol import (
     HISTORY_ROLE_ASSISTANT,
@@ -53,15 +63,25 @@ def model_arguments(tool: str, raw_input: dict[str, Any]) -> dict[str, Any]:
     return raw_input
 
 
-def _extend(out: list[Message], items: Any) -> None:
+#: A user item's ``status`` of a turn the client cancelled.
+CANCELLED: str = "cancelled"
+
+
+def _extend(out: list[Message], items: Any, cancelled: bool = False) -> bool:
     """Append the messages ``items`` describe to ``out`` (the conversation so far: an
-    assistant item continues the last assistant message); malformed items are skipped."""
+    assistant item continues the last assistant message); malformed items are skipped.
+    ``cancelled``: the turn ``out`` ends with was cancelled and is not closed yet; returns
+    the same for the turn ``out`` ends with now."""
     if not isinstance(items, list):
-        return
+        return cancelled
     for item in items:
         if not isinstance(item, dict):
             continue
         role = item.get("role")
+        if role == HISTORY_ROLE_USER:
+            if cancelled:
+                close_cancelled(out)
+            cancelled = item.get("status") == CANCELLED
         last = out[-1] if out else None
         if role == HISTORY_ROLE_USER:
             out.append(Message(role="user", text=_text(item, "text")))
@@ -96,6 +116,7 @@ def _extend(out: list[Message], items: Any) -> None:
                 failed=item.get("status") == "failed",
             ))
         # "thought" items are shown to people, never sent back to a model.
+    return cancelled
 
 
 def seed_messages(items: Any, budget_chars: int | None = None) -> list[Message]:
@@ -117,16 +138,21 @@ class HistorySeed:
     def __init__(self, budget_chars: int | None) -> None:
         self._budget = budget_chars
         self._messages: list[Message] = []
+        #: The newest turn was cancelled and its marker is still to come.
+        self._cancelled = False
 
     def add(self, items: Any) -> None:
         """Take one chunk of history items, in order."""
-        _extend(self._messages, items)
+        self._cancelled = _extend(self._messages, items, self._cancelled)
         if self._budget is not None:
             self._messages = trim_to_budget(self._messages, self._budget)
 
     def finish(self) -> list[Message]:
         """The seeded conversation, valid for every provider."""
-        return sanitize(self._messages)
+        messages = sanitize(self._messages)
+        if self._cancelled:
+            close_cancelled(messages)
+        return messages
 
 
 def replay_updates(messages: list[Message]) -> list[dict[str, Any]]:

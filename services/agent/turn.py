@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.agent import updates
-from services.agent.conversation import Message, ToolCall, trim_to_budget
+from services.agent.conversation import (
+    Message,
+    ToolCall,
+    close_cancelled,
+    sanitize,
+    trim_to_budget,
+)
 from services.agent.enforce import PolicyViolation
 from services.agent.providers.base import (
     Provider,
@@ -71,8 +77,10 @@ class TurnRunner:
     async def run(self, session: AgentSession, text: str, usage: TurnUsage) -> str:
         """One turn; returns the ACP stop reason.
 
-        On any failure or cancel the turn's messages are dropped from the
-        session again, matching the edge, which persists only completed turns.
+        On a failure the turn's messages are dropped from the session again,
+        matching the edge, which stores no failed turn. A cancelled turn is kept
+        with what it produced until the cancel and the cancel marker, as the edge
+        stores it (issue 25; :func:`~services.agent.conversation.close_cancelled`).
         The turns no model call could see any more (beyond the context budget)
         are dropped first: the session holds about its budget, not its history.
         """
@@ -80,6 +88,12 @@ class TurnRunner:
         snapshot = len(session.messages)
         try:
             return await self._run(session, text, usage)
+        except asyncio.CancelledError:
+            # The tool calls that never got a result get one ("no result recorded"), so
+            # the next turn's conversation stays valid for every provider.
+            session.messages[snapshot:] = sanitize(session.messages[snapshot:])
+            close_cancelled(session.messages)
+            raise
         except BaseException:
             del session.messages[snapshot:]
             raise
@@ -99,18 +113,23 @@ class TurnRunner:
             calls: list[ToolCall] = []
             stop = STOP_END_TURN
             call_usage = UsageReport()
-            async for event in self._provider(session).stream(system, context, specs):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                    await send(updates.message_chunk(event.text))
-                elif isinstance(event, ThoughtDelta):
-                    await send(updates.thought_chunk(event.text))
-                elif isinstance(event, ToolCallReady):
-                    calls.append(self._unique(session, event.call))
-                elif isinstance(event, UsageReport):
-                    call_usage = event  # cumulative per model call
-                elif isinstance(event, StreamDone):
-                    stop = event.stop_reason
+            try:
+                async for event in self._provider(session).stream(system, context, specs):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                        await send(updates.message_chunk(event.text))
+                    elif isinstance(event, ThoughtDelta):
+                        await send(updates.thought_chunk(event.text))
+                    elif isinstance(event, ToolCallReady):
+                        calls.append(self._unique(session, event.call))
+                    elif isinstance(event, UsageReport):
+                        call_usage = event  # cumulative per model call
+                    elif isinstance(event, StreamDone):
+                        stop = event.stop_reason
+            except asyncio.CancelledError:
+                if parts:  # what the client saw of this answer stays in the conversation
+                    session.messages.append(Message(role="assistant", text="".join(parts)))
+                raise
             usage.input_tokens += call_usage.input_tokens
             usage.output_tokens += call_usage.output_tokens
             usage.context_tokens = call_usage.input_tokens + call_usage.output_tokens
@@ -178,9 +197,13 @@ class TurnRunner:
             if result.finalize is not None:
                 result = await result.finalize()
         except asyncio.CancelledError:
-            # The client sees the call closed before the turn's "cancelled" result.
+            # The client sees the call closed before the turn's "cancelled" result, and the
+            # model the same result when the cancelled turn stays in the conversation.
             await send(updates.tool_call_update(call.id, call.name, kind, CANCELLED_TOOL_OUTPUT,
                                                 ok=False))
+            session.messages.append(Message(role="tool", text=CANCELLED_TOOL_OUTPUT,
+                                            tool_call_id=call.id, tool_name=call.name,
+                                            failed=True))
             raise
         return await finish(result)
 

@@ -84,6 +84,9 @@ MSG_POLICY_REFUSED: Final = "Refused by acpgate policy: {reason}"
 MSG_RESOURCE_NOT_FOUND: Final = "Resource not found: {path}"
 MSG_UNKNOWN_TERMINAL: Final = "Unknown terminal: {terminal_id}"
 MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
+#: acpgate's own failures around an adapter (it exited, its stream broke, a setup step of the
+#: edge failed). An adapter's own error answer is passed on exactly instead (its code,
+#: message and data), with what acpgate was doing in ``data.acpgate`` (issue 25).
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
@@ -236,8 +239,18 @@ M_SESSION_EVENT: Final = "session/event"
 M_SESSION_SET_MODE: Final = "session/set_mode"
 M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
 M_SESSION_DELETE: Final = "session/delete"
+#: ACP (unstable): choose the session's model; relayed, and the choice stored (issue 25).
+M_SESSION_SET_MODEL: Final = "session/set_model"
 #: ACP (unstable) session/fork: a new session with the history of a stored one (issue 25).
+#: It creates a session, so the edge serves it itself: never passed through by the
+#: generic relay.
 M_SESSION_FORK: Final = "session/fork"
+#: ACP connection-level methods of the agent (no session): relayed to the connection's
+#: agent, and replayed to every adapter of it the connection starts (issue 25).
+M_LOGOUT: Final = "logout"
+M_PROVIDERS_LIST: Final = "providers/list"
+M_PROVIDERS_SET: Final = "providers/set"
+M_PROVIDERS_DISABLE: Final = "providers/disable"
 M_CANCEL_REQUEST: Final = "$/cancel_request"
 M_ELICITATION_COMPLETE: Final = "elicitation/complete"
 M_REQUEST_PERMISSION: Final = "session/request_permission"
@@ -359,6 +372,24 @@ MSG_API_KEY_MISSING: Final = "{variable} (agents.{alias}.api_key_env) is not set
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"
+#: `error.data.acpgate` of an adapter's own error passed on (issue 25): the request acpgate
+#: was making (`during`: a method name) and the agent's alias.
+META_DURING: Final = "during"
+#: `_meta.acpgate.workspaceDir` of an external agent's session/new result (issue 25: the
+#: agent's result is passed whole; acpgate's additions go under `_meta.acpgate`).
+META_WORKSPACE_DIR: Final = "workspaceDir"
+#: `_meta.acpgate.stopReason` on the replayed `user_message_chunk` of a stored turn that did
+#: not end with end_turn (a cancelled turn is stored with what was streamed, issue 25).
+META_STOP_REASON: Final = "stopReason"
+#: `agentCapabilities._meta` path by which claude-agent-acp says it queues a prompt sent
+#: while a turn runs (acpgate then queues it too instead of answering -32002).
+META_PROMPT_QUEUEING: Final = ("claudeCode", "promptQueueing")
+#: The `config_json` key under which the model chosen with `session/set_model` is stored
+#: (with the config option values; set again on restore).
+CONFIG_MODEL_KEY: Final = "_acpgate/model"
+#: The extension-method namespace of acpgate itself (toward the built-in agent, and the
+#: session tools' methods from agents): never relayed between a client and an agent.
+ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
 
 

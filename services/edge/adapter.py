@@ -17,11 +17,12 @@ Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 client; ``fs/*`` and ``terminal/*`` are decided by the session service and
 relayed or served (:mod:`services.edge.client_methods`); any other method is
 the host's to serve (the session tools' extension methods, issue 13) or to
-answer -32601. The handshake advertises those methods as
-``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
-notifications, ``session/update`` and ``elicitation/complete`` reach the
-client, and ``$/cancel_request`` withdraws one of the adapter's own pending
-requests.
+pass on to the client (issue 25). The handshake advertises the session tools'
+methods as ``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
+notifications, ``session/update`` reaches the client, ``$/cancel_request``
+withdraws one of the adapter's own pending requests, and any other goes to the
+host to pass on. A request or notification naming a session id other than the
+adapter's own is not its session's: refused (a request, -32000) or dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
     Implementation,
-    PromptResponse,
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -47,38 +47,41 @@ from services.common.protocol import (
     AUTH_REQUIRED,
     M_AUTHENTICATE,
     M_CANCEL_REQUEST,
-    M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
     M_HISTORY_APPEND,
     M_INITIALIZE,
     M_REQUEST_PERMISSION,
     M_SESSION_CANCEL,
-    M_SESSION_FORK,
-    M_SESSION_LOAD,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
     M_SESSION_RESUME,
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
+    M_SESSION_SET_MODEL,
     M_SESSION_UPDATE,
     META_ACPGATE,
     META_AUTONOMY_CAP,
     META_HISTORY_FOLLOWS,
     META_POLICY,
+    U_AGENT_MESSAGE,
+    U_AGENT_THOUGHT,
+    U_TOOL_CALL,
 )
 from services.edge.adapter_caps import agent_warnings, env_auth_method, read_initialize_result
 from services.edge.adapter_link import AdapterExit, AdapterLink, LineFeed
 from services.edge.adapter_requests import (
     client_mcp_meta,
     initialize_request,
-    read_prompt_result,
     setup_params,
 )
 from services.edge.client_methods import CLIENT_METHODS
+from services.edge.errors import not_found
 from services.edge.relay_lines import UpdateLines
 from services.edge.turn import RelayedUpdate
 
 log = get_logger("edge.adapter")
+#: Replayed updates that show an agent's load brought back its side of the conversation.
+_OWN_SIDE = frozenset({U_AGENT_MESSAGE, U_AGENT_THOUGHT, U_TOOL_CALL})
 
 #: How long the handshake and session setup may take (adapters can be slow to boot).
 SETUP_TIMEOUT_SECS = 60.0
@@ -128,6 +131,8 @@ class AdapterClient:
         self.agent_capabilities = AgentCapabilities()
         #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
         self.auth_methods: list[Any] = []
+        #: Its ``initialize`` result as it sent it (what the edge advertises is built on it).
+        self.initialize_result: Any = None
         #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
         self.builtin = agent.kind == AGENT_KIND_BUILTIN
         self.alias = agent.alias
@@ -136,9 +141,14 @@ class AdapterClient:
         self._authenticated = False
         #: The adapter's result of the session/new, load or resume that set its session up.
         self.setup_result: Any = None
+        #: An external adapter restored its own session (its load/resume set it up:
+        #: :func:`services.edge.seeding.restore_external`).
+        self.restored_itself = False
         self._host = host
         #: While True, the adapter's own history replay (session/load) is dropped.
         self._suppress_updates = False
+        #: That replay held some of the agent's side of the conversation (``_OWN_SIDE``).
+        self.replayed_own = False
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
@@ -156,7 +166,10 @@ class AdapterClient:
 
     async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""
-        if self._suppress_updates:
+        if self._suppress_updates:  # a load's replay: did it hold the agent's side?
+            self.replayed_own = self.replayed_own or any(
+                method == M_SESSION_UPDATE and isinstance(params.get("update"), dict)
+                and params["update"].get("sessionUpdate") in _OWN_SIDE for method, params in batch)
             return
         edge_id = self.edge_session_id
         updates: list[dict[str, Any]] = []
@@ -168,10 +181,13 @@ class AdapterClient:
             if updates:  # keep the stream's order around the other notifications
                 await self._host.on_adapter_updates(updates)
                 updates = []
-            if method == M_ELICITATION_COMPLETE:
-                await self._host.notify_client(method, params)
-            elif method == M_CANCEL_REQUEST:
+            if method == M_CANCEL_REQUEST:
                 self.link.cancel_inbound(params.get("requestId"))
+            elif "sessionId" not in params:
+                await self._host.notify_client(method, params)
+            elif params["sessionId"] == self.adapter_session_id and self.adapter_session_id:
+                params["sessionId"] = edge_id  # its own session's; another's is dropped
+                await self._host.notify_client(method, params)
         if updates:
             await self._host.on_adapter_updates(updates)
 
@@ -191,6 +207,10 @@ class AdapterClient:
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
             return await self._host.relay_to_client(method, params)
+        if "sessionId" in params:
+            if params["sessionId"] != self.adapter_session_id:  # not its own session
+                raise not_found(str(params["sessionId"]))
+            params["sessionId"] = self.edge_session_id
         return await self._host.serve_adapter_request(method, params)
 
     def on_adapter_exit(self, exit_info: AdapterExit) -> None:
@@ -222,7 +242,8 @@ class AdapterClient:
             with contextlib.suppress(BaseException):
                 await pending
             raise
-        answer = read_initialize_result(await pending)
+        self.initialize_result = await pending
+        answer = read_initialize_result(self.initialize_result)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
         if self.builtin:  # what the built-in agent found wrong with its config (issue 24)
@@ -236,16 +257,19 @@ class AdapterClient:
 
     async def new_session(self, cwd: str, mcp_servers: list[Any], policy: SecurityPolicy,
                           additional_directories: list[str] | None = None,
-                          client_mcp: ClientMcpRules | None = None) -> str:
+                          client_mcp: ClientMcpRules | None = None,
+                          extra: dict[str, Any] | None = None) -> str:
         """``session/new`` with the workspace as cwd; returns the adapter's session id.
 
         ``client_mcp``: how the client's ``mcpServers`` run (the built-in agent's
         ``_meta.acpgate.clientMcp``; without it the agent applies the strictest rules).
+        ``extra``: the client's other params, passed to an external agent as they came.
         """
-        params = setup_params(None, cwd, mcp_servers, additional_directories)
+        params = {} if self.builtin or not extra else dict(extra)
+        params.update(setup_params(None, cwd, mcp_servers, additional_directories))
         params.update(self._meta(**{META_POLICY: policy.to_json(),
                                     **client_mcp_meta(client_mcp)}))
-        result = await self._setup_request(M_SESSION_NEW, params)
+        result = await self.setup_request(M_SESSION_NEW, params)
         sid = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(sid, str) or not sid:
             raise ValueError("adapter's session/new result has no sessionId")
@@ -253,7 +277,7 @@ class AdapterClient:
         self.setup_result = result
         return sid
 
-    async def _setup_request(self, method: str, params: dict[str, Any]) -> Any:
+    async def setup_request(self, method: str, params: dict[str, Any]) -> Any:
         """A setup request; on "authentication required", authenticate once and ask again."""
         try:
             return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
@@ -285,7 +309,7 @@ class AdapterClient:
         params["_meta"] = {META_ACPGATE: {META_POLICY: policy.to_json(),
                                           META_HISTORY_FOLLOWS: True,
                                           **client_mcp_meta(client_mcp)}}
-        self.setup_result = await self._quietly(M_SESSION_RESUME, params)
+        self.setup_result = await self.quiet_request(M_SESSION_RESUME, params)
         async for items in history:
             await self.link.request(M_HISTORY_APPEND, {
                 "sessionId": adapter_session_id, "items": items}, SETUP_TIMEOUT_SECS)
@@ -293,73 +317,32 @@ class AdapterClient:
             "sessionId": adapter_session_id, "items": [], "done": True}, SETUP_TIMEOUT_SECS)
         self.adapter_session_id = adapter_session_id
 
-    async def _quietly(self, method: str, params: dict[str, Any]) -> Any:
-        """A restore request whose own updates are dropped (the edge replays from the store)."""
+    async def quiet_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A restore request (:meth:`setup_request`) whose own updates are dropped: the edge
+        replays from the store. :attr:`replayed_own` then tells whether they held any of
+        the agent's side of a conversation (a load's replay should)."""
         self._suppress_updates = True
+        self.replayed_own = False
         try:
-            return await self._setup_request(method, params)
+            return await self.setup_request(method, params)
         finally:
             self._suppress_updates = False
 
-    async def restore_external(self, adapter_session_id: str, cwd: str, mcp_servers: list[Any],
-                               additional_directories: list[str] | None = None) -> bool:
-        """Restore an external adapter's own session when it advertises how.
-
-        ``session/resume`` is preferred (no replay); ``session/load`` replays,
-        and that replay is suppressed because the edge replays from the store.
-        Returns False when the adapter cannot restore, or refuses to (the caller
-        then starts a fresh adapter session seeded with the transcript).
-        """
-        if not adapter_session_id:
-            return False
-        params = setup_params(adapter_session_id, cwd, mcp_servers, additional_directories)
-        caps = self.agent_capabilities
-        try:
-            if caps.session_capabilities.resume is not None:
-                self.setup_result = await self._quietly(M_SESSION_RESUME, params)
-            elif caps.load_session:
-                self.setup_result = await self._quietly(M_SESSION_LOAD, params)
-            else:
-                return False
-        except JsonRpcError:
-            return False  # it no longer knows that session: start fresh, seeded by the edge
-        self.adapter_session_id = adapter_session_id
-        return True
-
-    async def fork_external(self, parent_session_id: str, cwd: str, mcp_servers: list[Any],
-                            additional_directories: list[str] | None = None) -> bool:
-        """ACP ``session/fork`` of the parent's own session (``parent_session_id``, the
-        agent's id), asked of this adapter — a fresh process of the fork's own lease, never
-        the parent's: an agent that keeps its sessions where a new process finds them
-        (claude-agent-acp) forks it natively. False when the adapter does not advertise
-        ``sessionCapabilities.fork`` or refuses (it does not know that session here): the
-        caller then opens a fresh session carrying the transcript."""
-        if not parent_session_id or self.agent_capabilities.session_capabilities.fork is None:
-            return False
-        params = setup_params(parent_session_id, cwd, mcp_servers, additional_directories)
-        try:
-            result = await self._setup_request(M_SESSION_FORK, params)
-        except JsonRpcError:
-            return False
-        sid = result.get("sessionId") if isinstance(result, dict) else None
-        if not isinstance(sid, str) or not sid or sid == parent_session_id:
-            raise ValueError("adapter's session/fork result has no new sessionId")
-        self.adapter_session_id = sid
-        self.setup_result = result
-        return True
-
     # ------------------------------------------------------------------ turns
 
-    async def prompt(self, blocks: list[dict[str, Any]],
-                     autonomy_cap: str = "") -> PromptResponse:
-        """``session/prompt`` with a ContentBlock array; returns the adapter's result.
-        ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent gets it
-        as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be capped
-        (the session service refuses such a turn before it gets here)."""
-        params: dict[str, Any] = {"sessionId": self.adapter_session_id, "prompt": blocks}
+    async def prompt(self, blocks: list[dict[str, Any]], autonomy_cap: str = "",
+                     extra: dict[str, Any] | None = None) -> Any:
+        """``session/prompt`` with a ContentBlock array; returns the adapter's result as it
+        sent it (``read_prompt_result`` reads it). ``extra``: the client's other params
+        (its ``_meta``, fields of later ACP versions), passed to an external agent as they
+        came. ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent
+        gets it as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be
+        capped (the session service refuses such a turn before it gets here)."""
+        params: dict[str, Any] = {} if self.builtin or not extra else dict(extra)
+        params.update({"sessionId": self.adapter_session_id, "prompt": blocks})
         if autonomy_cap:
             params.update(self._meta(**{META_AUTONOMY_CAP: autonomy_cap}))
-        return read_prompt_result(await self.link.request(M_SESSION_PROMPT, params))
+        return await self.link.request(M_SESSION_PROMPT, params)
 
     async def set_mode(self, mode_id: str) -> Any:
         """``session/set_mode`` on the adapter's session; its result."""
@@ -373,6 +356,11 @@ class AdapterClient:
             params["type"] = "boolean"
         params["value"] = value
         return await self.link.request(M_SESSION_SET_CONFIG_OPTION, params, SETUP_TIMEOUT_SECS)
+
+    async def set_model(self, model_id: str) -> Any:
+        """``session/set_model`` (ACP unstable) on the adapter's session; its result."""
+        return await self.link.request(M_SESSION_SET_MODEL, {
+            "sessionId": self.adapter_session_id, "modelId": model_id}, SETUP_TIMEOUT_SECS)
 
     def cancel(self) -> None:
         """``session/cancel`` as a notification (never reaps anything)."""

@@ -4,9 +4,14 @@ Both directions are the typed ACP models (:mod:`services.common.acp.schema`):
 
 - :func:`read_initialize_result` reads an adapter's ``initialize`` result — its
   ``agentCapabilities`` and ``authMethods`` — and :func:`recorded_capabilities`
-  the copy the session service recorded for the alias (:func:`recorded_json` is
-  what is recorded), so the edge's own ``initialize`` can advertise what the
-  connection's default agent takes before any session runs;
+  the copy the session service recorded for the alias; what is recorded
+  (:func:`recorded_json`) is the adapter's *profile*, its ``initialize`` result
+  as it sent it less ``protocolVersion`` and ``agentInfo`` —
+  ``{"agentCapabilities", "authMethods", "_meta"}``, raw, so capabilities no
+  schema of acpgate's knows yet are kept (issue 25; :func:`recorded_profile`;
+  records of earlier versions hold the ``agentCapabilities`` object alone) — so
+  the edge's own ``initialize`` can advertise what the connection's default
+  agent advertised before any session runs;
 - :func:`client_capabilities` is the ``clientCapabilities`` the edge sends the
   adapter, promising exactly what will be honoured under the session's policy —
   ``fs`` is served by the edge when the client does not serve it (so reads are
@@ -41,12 +46,15 @@ from services.common.protocol import META_ACPGATE, META_WARNINGS, PROTOCOL_VERSI
 
 __all__ = [
     "AUTH_TYPE_ENV_VAR",
+    "PROFILE_KEYS",
     "agent_warnings",
     "client_capabilities",
     "env_auth_method",
+    "profile_of",
     "read_initialize_result",
     "recorded_capabilities",
     "recorded_json",
+    "recorded_profile",
 ]
 
 #: ACP auth method type whose credentials the adapter reads from its environment.
@@ -67,6 +75,46 @@ def read_initialize_result(result: Any) -> InitializeResponse:
         return InitializeResponse(protocol_version=PROTOCOL_VERSION)
 
 
+#: The parts of an adapter's ``initialize`` result its profile keeps.
+PROFILE_KEYS = ("agentCapabilities", "authMethods", "_meta")
+
+
+def profile_of(result: Any) -> dict[str, Any]:
+    """An adapter's profile: its ``initialize`` result's :data:`PROFILE_KEYS`, raw."""
+    if not isinstance(result, dict):
+        return {"agentCapabilities": {}}
+    caps = result.get("agentCapabilities")
+    out: dict[str, Any] = {"agentCapabilities": caps if isinstance(caps, dict) else {}}
+    if isinstance(result.get("authMethods"), list):
+        out["authMethods"] = result["authMethods"]
+    if isinstance(result.get("_meta"), dict):
+        out["_meta"] = result["_meta"]
+    return out
+
+
+def recorded_json(profile: dict[str, Any]) -> str:
+    """The profile as the session service records it (keys sorted, so an unchanged adapter
+    records the same text)."""
+    return orjson.dumps(profile, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def recorded_profile(text: str) -> dict[str, Any] | None:
+    """The recorded profile (None: nothing recorded, or unreadable); a record of an earlier
+    version (the ``agentCapabilities`` object alone) reads as a profile without auth
+    methods."""
+    if not text:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if "agentCapabilities" in value:
+        return value
+    return {"agentCapabilities": value}
+
+
 #: At most this many of the built-in agent's warnings are logged, each cut to this length.
 MAX_WARNINGS = 8
 MAX_WARNING_CHARS = 500
@@ -82,19 +130,15 @@ def agent_warnings(answer: InitializeResponse) -> list[str]:
     return [w[:MAX_WARNING_CHARS] for w in found if isinstance(w, str)][:MAX_WARNINGS]
 
 
-def recorded_json(caps: AgentCapabilities) -> str:
-    """The ``agentCapabilities`` as the session service records them (keys sorted, so an
-    unchanged adapter records the same text)."""
-    return orjson.dumps(caps.to_json(), option=orjson.OPT_SORT_KEYS).decode()
-
-
 def recorded_capabilities(text: str) -> AgentCapabilities:
-    """Recorded ``agentCapabilities`` text ("" or unreadable: nothing advertised)."""
-    if not text:
+    """The ``agentCapabilities`` of a recorded profile ("" or unreadable: nothing
+    advertised)."""
+    profile = recorded_profile(text)
+    if profile is None:
         return AgentCapabilities()
     try:
-        return AgentCapabilities.from_json(orjson.loads(text))
-    except (orjson.JSONDecodeError, AcpDecodeError):
+        return AgentCapabilities.from_json(profile.get("agentCapabilities") or {})
+    except AcpDecodeError:
         return AgentCapabilities()
 
 

@@ -1,13 +1,17 @@
-"""Adapter failures as client errors, whole: code, message, ``data`` and stderr (issue 17).
+"""Adapter failures as client errors, whole: code, message, ``data`` and stderr (issues 17, 25).
 
 A direct connection shows the client the adapter's own error (claude's
 ``data.details``, codex's ``Authentication required``); behind the edge the
-client sees the same code and ``data``, with the message prefixed by what
-failed (starting agent ``<alias>``, or the prompt). When the adapter *exited*
-instead of answering, ``data.acpgate`` says how (``exit``) and carries the
-last lines of its stderr (``stderrTail``), bounded and with secrets scrubbed:
-the values of the agent's configured environment and anything shaped like a
-key or token are replaced by ``***``.
+client sees exactly the same code, message and ``data`` — acpgate's context
+(the request it was making, ``during``, and the agent's alias, ``agent``) is
+added under ``data.acpgate`` when ``data`` is absent or an object (data of
+another type is left as the agent sent it). When the adapter *exited* instead
+of answering, the error is acpgate's own: -32603 with a message naming what
+failed (starting agent ``<alias>``, the prompt, the restore, the fork), and
+``data.acpgate`` says how it went (``exit``) and carries the last lines of its
+stderr (``stderrTail``), bounded and with secrets scrubbed: the values of the
+agent's configured environment and anything shaped like a key or token are
+replaced by ``***``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from typing import Any
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     INTERNAL_ERROR,
+    M_SESSION_FORK,
+    M_SESSION_NEW,
+    M_SESSION_PROMPT,
     META_ACPGATE,
+    META_AGENT,
+    META_DURING,
     META_EXIT,
     META_STDERR,
     MSG_AGENT_START_FAILED,
@@ -74,9 +83,32 @@ def exit_data(exit_info: AdapterExit, secrets: Iterable[str] = ()) -> dict[str, 
     return {META_ACPGATE: ours}
 
 
-def _relayed(template: str, exc: BaseException, secrets: Iterable[str], **fields: str) -> JsonRpcError:
-    if isinstance(exc, JsonRpcError):  # the adapter's own error answer
-        return JsonRpcError(exc.code, template.format(cause=exc.message, **fields), exc.data)
+def with_context(data: Any, context: dict[str, Any]) -> Any:
+    """An agent's error ``data`` with acpgate's ``context`` under ``data.acpgate``; ``data``
+    that is neither absent nor an object is kept as the agent sent it. What ``data.acpgate``
+    says already stays (an error passed up through two steps keeps the inner, more precise
+    context: the ``authenticate`` replayed during a ``session/new``)."""
+    if data is None:
+        return {META_ACPGATE: context}
+    if isinstance(data, dict):
+        mine = data.get(META_ACPGATE)
+        return {**data, META_ACPGATE: {**context, **mine} if isinstance(mine, dict) else context}
+    return data
+
+
+def agent_error(exc: JsonRpcError, during: str, alias: str = "") -> JsonRpcError:
+    """An adapter's own error answer as the client gets it: its code and message exactly,
+    its data with acpgate's context (:func:`with_context`)."""
+    context: dict[str, Any] = {META_DURING: during}
+    if alias:
+        context[META_AGENT] = alias
+    return JsonRpcError(exc.code, exc.message, with_context(exc.data, context))
+
+
+def _relayed(template: str, exc: BaseException, secrets: Iterable[str], during: str,
+             agent: str = "", **fields: str) -> JsonRpcError:
+    if isinstance(exc, JsonRpcError):  # the adapter's own error answer, exactly
+        return agent_error(exc, during, agent)
     if isinstance(exc, AdapterGone):
         return JsonRpcError(INTERNAL_ERROR,
                             template.format(cause=exc.exit_info.describe(), **fields),
@@ -84,25 +116,28 @@ def _relayed(template: str, exc: BaseException, secrets: Iterable[str], **fields
     return JsonRpcError(INTERNAL_ERROR, template.format(cause=cause(exc), **fields))
 
 
-def setup_error(alias: str, exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
-    """The error of a session whose agent could not be started or set up.
+def setup_error(alias: str, exc: BaseException, secrets: Iterable[str] = (),
+                during: str = M_SESSION_NEW) -> JsonRpcError:
+    """The error of a session whose agent could not be started or set up (``during`` the
+    request the edge was making).
 
-    An adapter's JSON-RPC error keeps its code and ``data``; an adapter that
-    exited gets -32603 with its exit and stderr tail in ``data.acpgate``.
+    An adapter's JSON-RPC error is passed on exactly (:func:`agent_error`); an adapter
+    that exited gets -32603 with its exit and stderr tail in ``data.acpgate``.
     """
-    return _relayed(MSG_AGENT_START_FAILED, exc, secrets, alias=alias)
+    return _relayed(MSG_AGENT_START_FAILED, exc, secrets, during, alias, alias=alias)
 
 
-def prompt_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
+def prompt_error(exc: BaseException, secrets: Iterable[str] = (), alias: str = "") -> JsonRpcError:
     """The error of a turn the adapter failed (same rules as :func:`setup_error`)."""
-    return _relayed(MSG_PROMPT_FAILED, exc, secrets)
+    return _relayed(MSG_PROMPT_FAILED, exc, secrets, M_SESSION_PROMPT, alias)
 
 
-def restore_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
+def restore_error(exc: BaseException, secrets: Iterable[str] = (), alias: str = "",
+                  during: str = "") -> JsonRpcError:
     """The error of a restore whose seeding failed (same rules as :func:`setup_error`)."""
-    return _relayed(MSG_RESTORE_FAILED, exc, secrets)
+    return _relayed(MSG_RESTORE_FAILED, exc, secrets, during, alias)
 
 
-def fork_error(exc: BaseException, secrets: Iterable[str] = ()) -> JsonRpcError:
+def fork_error(exc: BaseException, secrets: Iterable[str] = (), alias: str = "") -> JsonRpcError:
     """The error of a fork whose seeding failed (same rules as :func:`setup_error`)."""
-    return _relayed(MSG_FORK_FAILED, exc, secrets)
+    return _relayed(MSG_FORK_FAILED, exc, secrets, M_SESSION_FORK, alias)

@@ -172,14 +172,8 @@ class ClientMethods:
         return answer.resolved_path
 
     async def _relay(self, method: str, params: dict[str, Any]) -> Any:
-        """Re-issue to the client; its error goes back whole, no answer is -32603."""
-        try:
-            return await self._backchannel.request(method, params, self._wait_secs)
-        except ClientErrorAnswer as exc:
-            raise JsonRpcError(exc.code, str(exc), exc.data) from None
-        except BackChannelError as exc:
-            raise JsonRpcError(INTERNAL_ERROR,
-                               MSG_CLIENT_NO_ANSWER.format(method=method, why=exc)) from None
+        """Re-issue to the client (:func:`ask_client`)."""
+        return await ask_client(self._backchannel, method, params, self._wait_secs)
 
     async def _fs_read(self, params: dict[str, Any]) -> Any:
         path = _str_param(params, "path")
@@ -221,3 +215,16 @@ class ClientMethods:
         if method == M_TERMINAL_RELEASE:
             self._terminals.discard(terminal_id)
         return result
+
+
+async def ask_client(backchannel: Asking, method: str, params: dict[str, Any],
+                     wait_secs: float) -> Any:
+    """Re-issue an agent's request to the client; the client's error goes back whole, no
+    answer (a timeout, a client gone) is -32603."""
+    try:
+        return await backchannel.request(method, params, wait_secs)
+    except ClientErrorAnswer as exc:
+        raise JsonRpcError(exc.code, str(exc), exc.data) from None
+    except BackChannelError as exc:
+        raise JsonRpcError(INTERNAL_ERROR,
+                           MSG_CLIENT_NO_ANSWER.format(method=method, why=exc)) from None

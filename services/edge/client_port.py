@@ -19,6 +19,9 @@ class ClientPort(Protocol):
     """The owning client connection, as a session sees it (or the session it runs for)."""
 
     remote: bool  # a gateway client, not the local stdio user (issue 23: its MCP servers)
+    #: An agent's requests and notifications of methods acpgate does not know are passed to
+    #: this port's client (a client connection; not the stand-in of a hosted session).
+    passes_unknown: bool
 
     @property
     def client_capabilities(self) -> ClientCapabilities:

@@ -21,7 +21,7 @@ from services.edge import runtime as _runtime
 from services.edge.a2a.methods import A2A_ADAPTER_METHODS
 from services.edge.caller import LOCAL_OPERATOR, Caller
 from services.edge.dispatch import DialectConnection
-from services.edge.handlers import METHODS
+from services.edge.handlers import METHODS, fallback
 from services.edge.metrics import Metrics
 from services.edge.runtime import EdgeRuntime, StartServices
 
@@ -90,7 +90,8 @@ async def serve_connection(
     ``drain_secs`` to be answered, and then this returns without waiting for ``incoming``
     to end — the transport then delivers what was sent and closes the connection.
     """
-    conn = DialectConnection(runtime, send, methods=METHODS, default_agent=default_agent,
+    conn = DialectConnection(runtime, send, methods=METHODS, fallback=fallback,
+                             default_agent=default_agent,
                              caller=caller, remote=remote, send_many=send_many)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     # At most MAX_IN_FLIGHT requests at once; reading waits past it.

@@ -38,6 +38,9 @@ from services.edge.session import EdgeSession
 
 #: One dialect method: the connection it arrived on and its params → the result.
 Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
+#: What serves a method the table has no handler for: the connection, the method, its
+#: params and whether it is a notification → the result (issue 25: the relay).
+Fallback = Callable[["DialectConnection", str, dict[str, Any], bool], Awaitable[Any]]
 
 #: Requests (and notifications) of one connection that may run at once; reading waits
 #: past it. Far above what a client needs (max_sessions prompts and a few more).
@@ -49,6 +52,7 @@ class DialectConnection:
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
                  *, methods: Mapping[str, Handler], caller: Caller, default_agent: str = "",
+                 fallback: Fallback | None = None,
                  remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -58,6 +62,8 @@ class DialectConnection:
         #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
         #: be follows ``[gateway] client_mcp_servers`` (services/edge/mcp_admission.py).
         self.remote = remote
+        #: Its sessions' agents' requests of methods acpgate does not know reach it (issue 25).
+        self.passes_unknown = True
         self._raw_send = send
         #: The transport's own batch send, which keeps order and bounds what waits
         #: (then no lock here: every answer waiting for the client is the transport's
@@ -75,6 +81,11 @@ class DialectConnection:
         self.client_capabilities = ClientCapabilities()
         self.sessions: dict[str, EdgeSession] = {}
         self._methods = methods
+        self._fallback = fallback
+        #: What the connection's agent keeps for this connection alone (credentials of
+        #: ``authenticate``, an adapter started before any session; issue 25). Set by the
+        #: handlers (``services.edge.handlers.connection_agent``); closed with the connection.
+        self.agent_state: Any = None
         #: Set once the drain is over: from then on a setup that finishes is released, not
         #: entered (:func:`services.edge.session_setup.mark_active`).
         self._releasing = False
@@ -112,17 +123,24 @@ class DialectConnection:
 
     # ------------------------------------------------------------------ inbound
 
+    def handles(self, method: str) -> bool:
+        """True when the method table has a handler for ``method``."""
+        return method in self._methods
+
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
-        """The peer's handler: the dialect method, else -32601 (a notification gets no answer);
-        -32000 once the connection's token was revoked (:meth:`revoke`)."""
+        """The peer's handler: the method table's handler, else its fallback (the relay),
+        else -32601 (a notification gets no answer); -32000 once the connection's token was
+        revoked (:meth:`revoke`)."""
         if self._revoked:
             raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
         if self._stopping:
             raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
         handler = self._methods.get(method)
-        if handler is None:
-            raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
-        return await handler(self, params)
+        if handler is not None:
+            return await handler(self, params)
+        if self._fallback is not None:
+            return await self._fallback(self, method, params, notification)
+        raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
 
     # ------------------------------------------------------------------ sessions
 
@@ -147,7 +165,7 @@ class DialectConnection:
             return
         self._revoked = True
         for session in list(self.sessions.values()):
-            session.cancel()
+            session.cancel(keep=False)
 
     def stop(self) -> list[str]:
         """The gateway stops (issue 24): what the client asks from now on is refused, and
@@ -176,6 +194,9 @@ class DialectConnection:
         self._releasing = True
         await self.rpc.cancel()
         await self._release_all()
+        close = getattr(self.agent_state, "close", None)
+        if close is not None:  # its credentials are forgotten, its adapter let go
+            await close()
         self._closed = True
 
     async def _release_all(self) -> None:

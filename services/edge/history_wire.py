@@ -24,6 +24,11 @@ import orjson
 from acpgate.session.v1 import session_pb2
 from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.protocol import (
+    CANCEL_MARKER,
+    CANCEL_TOOL_CALL_PREFIX,
+    CANCEL_TOOL_NAME,
+    META_ACPGATE,
+    META_STOP_REASON,
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
     U_TOOL_CALL,
@@ -61,15 +66,44 @@ def _loads(text: str) -> Any:
         return None
 
 
+def cancel_marker_update(session_id: str) -> dict[str, Any]:
+    """The ``turn-cancelled`` tool_call update of SPEC §7 (the built-in agent's dialect)."""
+    return {
+        "sessionUpdate": U_TOOL_CALL,
+        "toolCallId": f"{CANCEL_TOOL_CALL_PREFIX}{session_id}",
+        "name": CANCEL_TOOL_NAME,
+        "title": CANCEL_TOOL_NAME,
+        "kind": "think",
+        "status": "completed",
+        "content": [{"type": "content", "content": {"type": "text", "text": CANCEL_MARKER}}],
+    }
+
+
 class Replay:
     """Replay updates of one stored conversation, page by page (SPEC §8 session/load).
 
     A tool result names its call; the call may be on an earlier page, so its name, title
     and kind are remembered (not the call itself: its arguments may be large).
+
+    A turn stored as cancelled (its user item's ``status``, issue 25) replays what was
+    streamed before the cancel; its ``user_message_chunk`` carries
+    ``_meta.acpgate.stopReason: "cancelled"``, and with ``marker_for`` (the built-in
+    agent's dialect: the session id) the turn ends with the SPEC §7 ``turn-cancelled``
+    update, as the client saw it live. Call :meth:`finish` after the last page.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, marker_for: str = "") -> None:
         self._calls: dict[str, tuple[str, str, str]] = {}
+        self._marker_for = marker_for
+        #: The turn being replayed was cancelled: its marker is due before the next turn.
+        self._open_cancel = False
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The updates due after the last page (the last turn's cancel marker)."""
+        if self._open_cancel and self._marker_for:
+            self._open_cancel = False
+            return [cancel_marker_update(self._marker_for)]
+        return []
 
     def updates(self, items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
         """The ``update`` objects of ``items`` (the next page), in order."""
@@ -78,8 +112,13 @@ class Replay:
         for item in items:
             role = item.role
             if role == ROLE_USER:
-                out.append({"sessionUpdate": U_USER_MESSAGE,
-                            "content": {"type": "text", "text": item.text}})
+                out.extend(self.finish())
+                upd: dict[str, Any] = {"sessionUpdate": U_USER_MESSAGE,
+                                       "content": {"type": "text", "text": item.text}}
+                if item.status:
+                    upd["_meta"] = {META_ACPGATE: {META_STOP_REASON: item.status}}
+                    self._open_cancel = True
+                out.append(upd)
             elif role == ROLE_ASSISTANT:
                 out.append({"sessionUpdate": U_AGENT_MESSAGE,
                             "content": {"type": "text", "text": item.text}})
@@ -88,7 +127,7 @@ class Replay:
                             "content": {"type": "text", "text": item.text}})
             elif role == ROLE_TOOL_CALL:
                 calls[item.tool_call_id] = (item.tool_name, item.title, item.tool_kind)
-                upd: dict[str, Any] = {
+                upd = {
                     "sessionUpdate": U_TOOL_CALL, "toolCallId": item.tool_call_id,
                     "name": item.tool_name, "title": item.title or item.tool_name,
                     "kind": item.tool_kind or "other", "status": "completed",
@@ -114,9 +153,11 @@ class Replay:
         return out
 
 
-def replay_updates(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
+def replay_updates(items: Sequence[session_pb2.HistoryItem],
+                   marker_for: str = "") -> list[dict[str, Any]]:
     """The replay updates of a whole (short) conversation: :class:`Replay` on one page."""
-    return Replay().updates(items)
+    replay = Replay(marker_for)
+    return replay.updates(items) + replay.finish()
 
 
 def history_meta(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
@@ -143,6 +184,8 @@ def history_meta(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any
         if item.role == ROLE_TOOL_RESULT:
             entry["output"] = item.output
             entry["status"] = item.status or "completed"
+        elif item.role == ROLE_USER and item.status:  # a cancelled turn (issue 25)
+            entry["status"] = item.status
         out.append(entry)
     return out
 
@@ -151,6 +194,8 @@ def _line(item: session_pb2.HistoryItem) -> str | None:
     """One item of the plain transcript (None: not part of it)."""
     role = item.role
     if role == ROLE_USER:
+        if item.status:  # a cancelled turn (issue 25)
+            return f"User ({item.status} turn): {item.text}"
         return f"User: {item.text}"
     if role == ROLE_ASSISTANT:
         return f"Assistant: {item.text}"

@@ -97,6 +97,11 @@ class HostedPort:
         #: The human's client is a gateway client: the ``mcpServers`` a session restored
         #: for the host may start follow that client's rules (issue 23).
         self.remote = host.port.remote
+        #: A hosted session's requests of methods acpgate does not know are not passed up
+        #: to the host's client: they are not the host's session's (issue 25).
+        self.passes_unknown = False
+        #: Connection-level agent calls are the host's client's own, never replayed here.
+        self.agent_state = None
 
     @property
     def client_capabilities(self) -> ClientCapabilities:

@@ -13,6 +13,7 @@ import orjson
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     INVALID_PARAMS,
+    META_ACPGATE,
     MSG_BAD_ADDITIONAL_DIRS,
     MSG_MISSING_SESSION_ID,
 )
@@ -78,3 +79,22 @@ def restore_mcp_servers(params: dict[str, Any], stored_json: str) -> tuple[list[
 def encode_mcp_servers(servers: list[Any]) -> str:
     """The stored form of an ``mcpServers`` list (a JSON array)."""
     return orjson.dumps(servers).decode()
+
+
+def without_acpgate_meta(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without ``_meta.acpgate`` (a shallow copy when there was one): acpgate's
+    own namespace is the edge's to write toward an agent, never a client's (issue 25)."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or META_ACPGATE not in meta:
+        return params
+    rest = {k: v for k, v in meta.items() if k != META_ACPGATE}
+    out = {k: v for k, v in params.items() if k != "_meta"}
+    if rest:
+        out["_meta"] = rest
+    return out
+
+
+def passed_params(params: dict[str, Any], own: frozenset[str]) -> dict[str, Any]:
+    """The params of a client request that acpgate does not read itself (every key but
+    ``own``), for an external agent as they came — less ``_meta.acpgate``."""
+    return without_acpgate_meta({k: v for k, v in params.items() if k not in own})

@@ -151,3 +151,17 @@ def _has_content(planned: _Planned) -> bool:
     if planned.get("type") == "text":
         return bool(str(planned.get("text", "")).strip())
     return True
+
+
+def carried_blocks(session_id: str, history: str | None, embedded: bool) -> list[dict[str, Any]]:
+    """The block that carries a restored session's prior conversation into its first prompt
+    (an external adapter that could not restore itself): an embedded text resource, or
+    plain text for an adapter without ``embeddedContext``; none without ``history``."""
+    if not history:
+        return []
+    prior = "Prior conversation of this session:\n\n" + history
+    if not embedded:
+        return [{"type": "text", "text": prior}]
+    return [{"type": "resource", "resource": {
+        "uri": f"acpgate://session/{session_id}/history.txt",
+        "mimeType": "text/plain", "text": prior}}]

@@ -204,7 +204,7 @@ class EdgeRuntime:
             await asyncio.gather(*(self.deactivate(d, f"parent_{reason}") for d in dependents),
                                  return_exceptions=True)
         if session.turn is not None:
-            session.cancel()
+            session.cancel(keep=False)  # released: nothing of the turn is stored
         if isinstance(session.port, HostedPort):
             session.port.sessions.pop(session.session_id, None)
         if session.adapter is not None:

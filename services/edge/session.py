@@ -19,31 +19,30 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acpgate.session.v1 import session_pb2
-from services.common.acp.schema import ClientCapabilities, PromptResponse
+from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
-    CANCEL_MARKER,
+    ACPGATE_METHOD_PREFIX,
     CANCEL_REASON_TIMEOUT,
     INTERNAL_ERROR,
+    M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
     M_SESSION_UPDATE,
-    STOP_CANCELLED,
     session_key_for,
 )
+from services.edge import turn_run
 from services.edge.adapter import AdapterClient
-from services.edge.adapter_errors import prompt_error
-from services.edge.adapter_link import AdapterExit, AdapterGone, method_not_found
+from services.edge.adapter_link import AdapterExit, method_not_found
 from services.edge.backchannel import BackChannelError
-from services.edge.claims import taken_over
-from services.edge.client_methods import ClientMethods
+from services.edge.client_methods import ClientMethods, ask_client
 from services.edge.client_port import ClientPort
 from services.edge.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.prompt_blocks import AdapterPrompt
+from services.edge.prompt_result import TurnOutcome
 from services.edge.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.turn import RelayedUpdate, TurnAccumulator, cancelled_update
-from services.edge.turn_store import store_turn
+from services.edge.turn import RelayedUpdate, TurnAccumulator
 
 if TYPE_CHECKING:
     from services.edge.hosted import HostedPort
@@ -51,11 +50,6 @@ if TYPE_CHECKING:
 
 log = get_logger("edge.session")
 
-#: After a cancel, how long the adapter gets to answer the prompt before the edge ends it.
-CANCEL_GRACE_SECS = 10.0
-#: How long an adapter that ended a turn as cancelled though nobody asked is given to show
-#: whether it is going away (an agent told to terminate answers its prompts so, then exits).
-UNASKED_CANCEL_EXIT_SECS = 5.0
 
 
 #: An adapter→client request the edge serves itself (the session tools' extension
@@ -76,6 +70,9 @@ class TurnState:
     #: The autonomy this turn runs at most at ("" = the session's own): a turn another
     #: session started runs at most at the sender's level (issue 23).
     autonomy_cap: str = ""
+    #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
+    #: itself: a revoked token, a release, a delete (issue 25).
+    keep: bool = True
 
 
 class EdgeSession:
@@ -186,12 +183,18 @@ class EdgeSession:
             log.info("client_gone_during_update", session_id=self.session_id)
 
     async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
-        """An adapter request the edge answers itself (the session tools), else -32601."""
+        """An adapter request the edge answers itself (the session tools); any other is
+        passed to the client (issue 25: ``sessionId``, if any, is this session's already),
+        its answer back whole — never acpgate's own ``_acpgate/*`` methods, nor from a
+        hosted session (-32601)."""
         handler = self.adapter_methods.get(method)
-        if handler is None:
-            raise method_not_found(method)
         self.touch()
-        return await handler(self, params)
+        if handler is not None:
+            return await handler(self, params)
+        if method.startswith(ACPGATE_METHOD_PREFIX) or not self.port.passes_unknown:
+            raise method_not_found(method)
+        return await ask_client(self.port.backchannel, method, params,
+                                float(self.runtime.cfg.acp.session_timeout_secs))
 
     @property
     def adapter_methods(self) -> Mapping[str, AdapterMethod]:
@@ -243,7 +246,10 @@ class EdgeSession:
             self.touch()
 
     async def notify_client(self, method: str, params: dict[str, Any]) -> None:
-        """Pass an adapter notification on to the client (``elicitation/complete``)."""
+        """Pass an adapter notification on to the client (``elicitation/complete``, and any
+        other whose method acpgate does not know, unless this is a hosted session)."""
+        if method != M_ELICITATION_COMPLETE and not self.port.passes_unknown:
+            return
         self.touch()
         try:
             await self.port.notify(method, params)
@@ -273,74 +279,12 @@ class EdgeSession:
         turn.done.set()
         self.touch()
 
-    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt) -> dict[str, Any]:
-        """Send the prompt, stream, persist a completed turn; return the prompt result."""
-        adapter = self.adapter
-        if adapter is None:
-            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
-        turn.acc = TurnAccumulator(user_text=prompt.text)
-        blocks: list[dict[str, Any]] = []
-        if self.pending_history:
-            prior = "Prior conversation of this session:\n\n" + self.pending_history
-            # An adapter without embeddedContext gets the carry-over as plain text.
-            embedded = adapter.builtin or \
-                adapter.agent_capabilities.prompt_capabilities.embedded_context
-            blocks.append({"type": "resource", "resource": {
-                "uri": f"acpgate://session/{self.session_id}/history.txt",
-                "mimeType": "text/plain", "text": prior,
-            }} if embedded else {"type": "text", "text": prior})
-        blocks.extend(prompt.blocks)
-        if turn.cancelled:  # cancelled before the adapter saw it
-            result = PromptResponse(stop_reason=STOP_CANCELLED)
-        else:
-            try:
-                result = await self._await_prompt(adapter, blocks, turn)
-            except JsonRpcError:
-                if self.taken_over:  # the adapter went with the session: say why
-                    raise taken_over(self.session_id) from None
-                raise
-            if self.taken_over:  # whatever the adapter said: the turn is not this host's
-                raise taken_over(self.session_id)
-            self.pending_history = None
-        stop = result.stop_reason
-        acc = turn.acc
-        if turn.cancelled or stop == STOP_CANCELLED:
-            await self.on_adapter_update({"sessionId": self.session_id,
-                                          "update": cancelled_update(self.session_id)})
-            content = f"{acc.text}\n\n{CANCEL_MARKER}" if acc.text else CANCEL_MARKER
-            self.runtime.metrics.turns_total += 1
-            return {"sessionId": self.session_id, "stopReason": STOP_CANCELLED, "content": content}
-        await store_turn(self, acc, result)
-        await self.state.flush()  # the turn's mode/config/title changes are stored too
-        self.runtime.metrics.turns_total += 1
-        out: dict[str, Any] = {"sessionId": self.session_id, "stopReason": stop,
-                               "content": acc.text}
-        if result.usage is not None:
-            out["usage"] = result.usage.to_json()
-        return out
-
-    async def _await_prompt(self, adapter: AdapterClient, blocks: list[dict[str, Any]],
-                            turn: TurnState) -> PromptResponse:
-        task = asyncio.ensure_future(adapter.prompt(blocks, turn.autonomy_cap))
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_SECS)
-                if done:
-                    result = task.result()
-                    if result.stop_reason == STOP_CANCELLED:  # its agent died (wrapper killed)?
-                        gone = await adapter.link.exited(
-                            0.0 if turn.cancelled else UNASKED_CANCEL_EXIT_SECS)
-                        if gone is not None:
-                            raise AdapterGone(gone)
-                    return result
-                if turn.cancelled:  # the adapter ignored session/cancel: end the turn here
-                    task.cancel()
-                    return PromptResponse(stop_reason=STOP_CANCELLED)
-        except (AdapterGone, JsonRpcError) as exc:
-            raise prompt_error(exc, adapter.secrets) from None
-        finally:
-            if not task.done():
-                task.cancel()
+    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt,
+                       extra: dict[str, Any] | None = None) -> TurnOutcome:
+        """Send the prompt (with ``extra``: the client's other params, for an external
+        agent), stream, store the turn; return how it ended
+        (:func:`services.edge.turn_run.run_turn`)."""
+        return await turn_run.run_turn(self, turn, prompt, extra)
 
     def lose(self) -> None:
         """Another host took this session over: end it here (its adapter closed, its lease
@@ -351,15 +295,21 @@ class EdgeSession:
         self.taken_over = True
         self.runtime.spawn(self.runtime.deactivate(self, "claim_lost"))
 
-    def cancel(self) -> bool:
+    def cancel(self, *, keep: bool = True) -> bool:
         """Interrupt the running turn (SPEC §7), and the running turns of this session's
         children and of the turns it asked other sessions for (issue 13; they stay
-        open). False when this session itself runs no turn."""
-        return self._cancel_tree({self})
+        open). False when this session itself runs no turn.
 
-    def _cancel_tree(self, seen: set[EdgeSession]) -> bool:
+        ``keep``: the turns are stored with what they streamed (a client's cancel, issue
+        25); False for acpgate's own cancels (a revoked token, a release, a delete), whose
+        turns are never stored."""
+        return self._cancel_tree({self}, keep)
+
+    def _cancel_tree(self, seen: set[EdgeSession], keep: bool) -> bool:
         turn = self.turn
         mine = turn is not None and not turn.cancelled
+        if turn is not None and not keep:
+            turn.keep = False
         if turn is not None and mine:
             turn.cancelled = True
             if turn.acc is not None and self.adapter is not None:
@@ -373,7 +323,7 @@ class EdgeSession:
             if (self.store_key and other.parent_key == self.store_key) or (
                     theirs is not None and theirs.requested_by is self):
                 seen.add(other)
-                other._cancel_tree(seen)
+                other._cancel_tree(seen, keep)
         return mine
 
     async def wait_turn(self) -> None:

@@ -34,8 +34,8 @@ from services.common.protocol import (
     SESSION_LIMIT,
 )
 from services.edge.adapter import SETUP_TIMEOUT_SECS, AdapterClient
-from services.edge.adapter_caps import recorded_json
-from services.edge.adapter_errors import exit_data, setup_error
+from services.edge.adapter_caps import profile_of, recorded_json
+from services.edge.adapter_errors import agent_error, exit_data, setup_error
 from services.edge.adapter_link import AdapterLink
 from services.edge.adapter_requests import agent_secrets, initialize_request
 from services.edge.caller import Caller
@@ -44,9 +44,36 @@ from services.edge.client_port import ClientPort
 from services.edge.registry import SessionRegistry, SlotRefusal
 from services.edge.runtime import EdgeRuntime
 from services.edge.session import EdgeSession
-from services.edge.warm import EarlyTake
 
 log = get_logger("edge.dialect")
+
+
+class TakenAdapter(Protocol):
+    """An adapter taken for a session before the session was decided, and initialized: a
+    warm one taken early (``services.edge.warm.EarlyTake``), or the connection's held
+    adapter (``services.edge.conn_agent.HeldAdapter``)."""
+
+    @property
+    def agent(self) -> session_pb2.ResolvedAgent:
+        """The agent it is an adapter of."""
+
+    @property
+    def link(self) -> AdapterLink:
+        """The stream to it."""
+
+    @property
+    def answer(self) -> asyncio.Future[Any]:
+        """Its ``initialize`` answer (to come)."""
+
+    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+        """Whether a session of ``resolved`` whose policy calls for ``initialize`` may use it."""
+
+
+class AgentState(Protocol):
+    """What a client connection keeps of its agents (``services.edge.conn_agent``)."""
+
+    def calls_for(self, alias: str) -> list[tuple[str, dict[str, Any]]]:
+        """The calls each new adapter of ``alias`` gets after ``initialize``."""
 
 
 class SessionHome(ClientPort, Protocol):
@@ -59,6 +86,8 @@ class SessionHome(ClientPort, Protocol):
     caller: Caller
     #: Its active sessions, by id.
     sessions: dict[str, EdgeSession]
+    #: The connection's calls to its agents (credentials...; None: none, a hosted session).
+    agent_state: Any
 
     @property
     def closed(self) -> bool:
@@ -150,7 +179,7 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
 
 async def start_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
-                        early: EarlyTake | None = None) -> AdapterClient:
+                        early: TakenAdapter | None = None) -> AdapterClient:
     """Bring the session's adapter up: its lease ensured and attached in one ``Attach``
     stream (``AttachOpen.ensure``), ``initialize`` queued right behind the open, and
     what it advertised recorded. ``early`` is a warm adapter taken and initialized while
@@ -169,13 +198,15 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
         if not early.serves(agent, initialize):
             drop_early(early)
         elif await _took(early):
-            return await _bring_up(conn, session, agent, policy, early.link, early.answer)
+            # A held adapter got the connection's calls already; a warm one none yet.
+            return await _bring_up(conn, session, agent, policy, early.link, early.answer,
+                                   replay=not getattr(early, "replayed", False))
     attach = lifecycle_pb2.AttachOpen(
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
     return await _bring_up(conn, session, agent, policy, AdapterLink(rt.lifecycle_stub, attach))
 
 
-async def _took(early: EarlyTake) -> bool:
+async def _took(early: TakenAdapter) -> bool:
     """Whether the early take got its adapter; False when it did not (the pool had none
     ready, or the adapter it took is gone: the lease is then ensured as usual). Waited for
     before a client is bound to its link, so a take that came back empty is no session's
@@ -189,7 +220,7 @@ async def _took(early: EarlyTake) -> bool:
     return True
 
 
-def drop_early(early: EarlyTake) -> None:
+def drop_early(early: TakenAdapter) -> None:
     """Let go of a warm adapter taken early for a session it will not serve: its stream
     ends, and with it the lease it took (lifecycle ``AttachOpen.ensure``: closed, or back
     in its pool when the stream never reached the adapter)."""
@@ -199,14 +230,23 @@ def drop_early(early: EarlyTake) -> None:
 
 async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
                     policy: SecurityPolicy, link: AdapterLink,
-                    initialized: asyncio.Future[Any] | None = None) -> AdapterClient:
+                    initialized: asyncio.Future[Any] | None = None, *,
+                    replay: bool = True) -> AdapterClient:
     """Attach through ``link``, initialize (unless ``initialized`` is the answer to come of
-    the initialize sent already), record the adapter's capabilities."""
+    the initialize sent already), give it the connection's calls to this agent (its
+    credentials: ``authenticate``..., unless ``replay`` is False: it got them), record the
+    adapter's capabilities."""
     rt = conn.runtime
     client = AdapterClient(link, session.session_id, session, agent)
     session.bind_adapter(client, conn.client_capabilities)
     try:
         await client.start(conn.client_capabilities, rt.implementation, policy, initialized)
+        state: AgentState | None = conn.agent_state
+        for method, params in state.calls_for(agent.alias) if replay and state else ():
+            try:
+                await link.request(method, params, SETUP_TIMEOUT_SECS)
+            except JsonRpcError as exc:  # the agent's refusal, exactly, saying of what
+                raise agent_error(exc, method, agent.alias) from None
     finally:
         session.lease_id = link.lease_id
         ensured = link.ensured
@@ -218,20 +258,21 @@ async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.
 
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
                         agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
-                        early: EarlyTake | None = None) -> AdapterClient:
+                        early: TakenAdapter | None = None) -> AdapterClient:
     """:func:`start_adapter` for a session whose row exists (inside :func:`setting_up`,
     which releases it when this fails); the adapter's error reaches the client whole
     (:func:`services.edge.adapter_errors.setup_error`)."""
     try:
         return await start_adapter(conn, session, agent, policy, early)
     except Exception as exc:
-        raise setup_error(agent.alias, exc, agent_secrets(agent)) from None
+        raise setup_error(agent.alias, exc, agent_secrets(agent), "initialize") from None
 
 
 async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
                                client: AdapterClient) -> None:
-    """Tell the session service what the alias's adapter advertised, when it changed."""
-    text = recorded_json(client.agent_capabilities)
+    """Tell the session service what the alias's adapter advertised (its profile), when it
+    changed."""
+    text = recorded_json(profile_of(client.initialize_result))
     if text == agent.adapter_capabilities_json:
         return
     try:

@@ -1,17 +1,20 @@
-"""The state of an adapter's session that the edge relays and keeps: modes, config, title.
+"""The state of an adapter's session that the edge relays and keeps: modes, config, model,
+title.
 
-An adapter reports its session's modes and config options in the
+An adapter reports its session's modes, config options and models in the
 ``session/new``/``load``/``resume`` result, changes them when the client asks
-(``session/set_mode``, ``session/set_config_option``) and announces changes of
-its own (``current_mode_update``, ``config_option_update``,
+(``session/set_mode``, ``session/set_config_option``, ``session/set_model``) and
+announces changes of its own (``current_mode_update``, ``config_option_update``,
 ``session_info_update``). :class:`AdapterSessionState` keeps the adapter's
 latest word as it said it (raw JSON, relayed unchanged), and writes what
 matters for a restore to the session row: the current mode, the current config
-values ``{configId: value}`` and the title. One writer per session, always the
+values ``{configId: value}`` — with the current model under the key
+``_acpgate/model`` (issue 25: one more setting of the same kind, in the same
+JSON, so no schema change) — and the title. One writer per session, always the
 latest state, so quick changes cannot land out of order; :meth:`~AdapterSessionState.flush`
 waits for it (a prompt or set request answers only once its changes are stored).
 
-On restore, :func:`reapply` sets the stored mode and config values again on a
+On restore, :func:`reapply` sets the stored mode, config values and model again on a
 fresh adapter session wherever the adapter's own defaults differ.
 """
 
@@ -26,7 +29,12 @@ import orjson
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.logs import get_logger
-from services.common.protocol import U_CONFIG_OPTION, U_CURRENT_MODE, U_SESSION_INFO
+from services.common.protocol import (
+    CONFIG_MODEL_KEY,
+    U_CONFIG_OPTION,
+    U_CURRENT_MODE,
+    U_SESSION_INFO,
+)
 
 log = get_logger("edge.session")
 
@@ -44,6 +52,9 @@ class ConfigSetter(Protocol):
 
     async def set_config_option(self, config_id: str, value: str | bool) -> Any:
         """``session/set_config_option``; the adapter's result."""
+
+    async def set_model(self, model_id: str) -> Any:
+        """``session/set_model``; the adapter's result."""
 
 
 def config_values(options: Any) -> dict[str, Any]:
@@ -73,6 +84,8 @@ class AdapterSessionState:
         self.modes: dict[str, Any] | None = None
         #: The adapter's ``configOptions`` array, raw.
         self.config_options: list[Any] | None = None
+        #: The adapter's ``SessionModelState`` (``currentModelId``, ``availableModels``), raw.
+        self.models: dict[str, Any] | None = None
         self._title: str | None = None
         self._dirty = False
         self._writer: asyncio.Future[None] | None = None
@@ -87,15 +100,31 @@ class AdapterSessionState:
             self.modes = dict(result["modes"])
         if isinstance(result.get("configOptions"), list):
             self.config_options = list(result["configOptions"])
+        if isinstance(result.get("models"), dict):
+            self.models = dict(result["models"])
 
     def result_fields(self) -> dict[str, Any]:
-        """``modes`` and ``configOptions`` for the client's new/load/resume result."""
+        """``modes``, ``configOptions`` and ``models`` for the client's new/load/resume
+        result (as they are now: after a restore set the stored ones again)."""
         out: dict[str, Any] = {}
         if self.modes is not None:
             out["modes"] = self.modes
         if self.config_options is not None:
             out["configOptions"] = self.config_options
+        if self.models is not None:
+            out["models"] = self.models
         return out
+
+    @property
+    def model_id(self) -> str:
+        """The current model ("" when the adapter reported no models)."""
+        current = self.models.get("currentModelId") if self.models else None
+        return current if isinstance(current, str) else ""
+
+    def model_accepted(self, model_id: str) -> None:
+        """The adapter accepted ``session/set_model``."""
+        self.models = {**(self.models or {}), "currentModelId": model_id}
+        self._save()
 
     @property
     def mode_id(self) -> str:
@@ -140,6 +169,15 @@ class AdapterSessionState:
         if self._writer is not None:
             await asyncio.shield(self._writer)
 
+    def _config_json(self) -> str:
+        """The row's ``config_json``: the config values and the model ("" when neither)."""
+        values = config_values(self.config_options)
+        if self.model_id:
+            values[CONFIG_MODEL_KEY] = self.model_id
+        if self.config_options is None and not self.model_id:
+            return ""
+        return orjson.dumps(values).decode()
+
     async def _write(self, done: asyncio.Future[None]) -> None:
         """Write the latest state until nothing changed meanwhile (one writer)."""
         try:
@@ -149,8 +187,7 @@ class AdapterSessionState:
                 request = session_pb2.UpdateSessionRequest(
                     session_id=self._session_id, holder_instance_id=holder,
                     claim_generation=generation, mode_id=self.mode_id,
-                    config_json=orjson.dumps(config_values(self.config_options)).decode()
-                    if self.config_options is not None else "")
+                    config_json=self._config_json())
                 if self._title is not None:
                     request.title = self._title
                 try:
@@ -181,6 +218,8 @@ async def reapply(state: AdapterSessionState, adapter: ConfigSetter,
         wanted = orjson.loads(row.config_json) if row.config_json else {}
     except orjson.JSONDecodeError:
         wanted = {}
+    if isinstance(wanted, dict):
+        await _reapply_model(state, adapter, wanted.pop(CONFIG_MODEL_KEY, None), row.session_id)
     current = config_values(state.config_options)
     for config_id, value in (wanted.items() if isinstance(wanted, dict) else ()):
         if config_id not in current or current[config_id] == value \
@@ -191,3 +230,19 @@ async def reapply(state: AdapterSessionState, adapter: ConfigSetter,
         except Exception as exc:
             log.info("config_not_reapplied", session_id=row.session_id, config_id=config_id,
                      error=str(exc))
+
+
+async def _reapply_model(state: AdapterSessionState, adapter: ConfigSetter, model: Any,
+                         session_id: str) -> None:
+    """Set the stored model again where the fresh adapter session offers it and differs."""
+    offered = state.models.get("availableModels") if state.models else None
+    model_ids = {m.get("modelId") for m in offered if isinstance(m, dict)} \
+        if isinstance(offered, list) else set()
+    if not isinstance(model, str) or not model or model == state.model_id \
+            or model not in model_ids:
+        return
+    try:
+        await adapter.set_model(model)
+        state.model_accepted(model)
+    except Exception as exc:
+        log.info("model_not_reapplied", session_id=session_id, error=str(exc))

@@ -3,7 +3,7 @@
 :class:`TurnAccumulator` watches the adapter's ``session/update`` payloads of a
 turn and builds the session service's ``HistoryItem`` list for one
 ``AppendTurn`` (:func:`turn_usage`: the prompt result's usage as stored with it;
-:func:`cancelled_update`: the update that marks a cancelled turn). The way back,
+:meth:`TurnAccumulator.mark`: a cancelled turn, stored with what was streamed). The way back,
 stored items to the wire, is :mod:`services.edge.history_wire`.
 """
 
@@ -19,9 +19,6 @@ from acpgate.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.logs import get_logger
 from services.common.protocol import (
-    CANCEL_MARKER,
-    CANCEL_TOOL_CALL_PREFIX,
-    CANCEL_TOOL_NAME,
     META_ACPGATE,
     META_MODEL_OUTPUT,
     U_AGENT_MESSAGE,
@@ -134,6 +131,13 @@ class TurnAccumulator:
 
     def __post_init__(self) -> None:
         self._entries.append(session_pb2.HistoryItem(role=ROLE_USER, text=self.user_text))
+
+    def mark(self, stop_reason: str) -> None:
+        """Mark the turn as ended by ``stop_reason`` other than ``end_turn`` (a cancelled
+        turn is stored with what was streamed: the user item's ``status``, issue 25)."""
+        first = self._entries[0]
+        if isinstance(first, session_pb2.HistoryItem):
+            first.status = stop_reason
 
     @property
     def text(self) -> str:
@@ -283,24 +287,29 @@ class TurnAccumulator:
         ))
 
 
-def cancelled_update(session_id: str) -> dict[str, Any]:
-    """The ``turn-cancelled`` tool_call update of SPEC §7."""
-    return {
-        "sessionUpdate": U_TOOL_CALL,
-        "toolCallId": f"{CANCEL_TOOL_CALL_PREFIX}{session_id}",
-        "name": CANCEL_TOOL_NAME,
-        "title": CANCEL_TOOL_NAME,
-        "kind": "think",
-        "status": "completed",
-        "content": [{"type": "content", "content": {"type": "text", "text": CANCEL_MARKER}}],
-    }
+def _quota_usage(raw: Any) -> session_pb2.TurnUsage | None:
+    """The tokens of a prompt result's ``_meta.quota.token_count`` (gemini-cli reports its
+    usage there, not in ``usage``), or None."""
+    meta = raw.get("_meta") if isinstance(raw, dict) else None
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    counts = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(counts, dict):
+        return None
+    # gemini-cli writes snake_case keys, claude-agent-acp camelCase.
+    tokens = [counts.get(snake, counts.get(camel)) for snake, camel in
+              (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"))]
+    if not all(type(n) is int for n in tokens):
+        return None
+    return session_pb2.TurnUsage(input_tokens=max(0, tokens[0] or 0),
+                                 output_tokens=max(0, tokens[1] or 0))
 
 
-def turn_usage(result: PromptResponse) -> session_pb2.TurnUsage | None:
-    """The prompt result's ``usage`` as the store records it (negative counts as 0)."""
+def turn_usage(result: PromptResponse, raw: Any = None) -> session_pb2.TurnUsage | None:
+    """The prompt result's ``usage`` as the store records it (negative counts as 0); without
+    one, the tokens of its ``_meta.quota`` (``raw``: the result as the adapter sent it)."""
     usage = result.usage
     if usage is None:
-        return None
+        return _quota_usage(raw)
     return session_pb2.TurnUsage(
         input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
         thought_tokens=max(0, usage.thought_tokens or 0),

@@ -12,7 +12,7 @@ with :func:`~services.edge.claims.taken_over`; a turn over a storage quota
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -32,11 +32,14 @@ __all__ = ["store_turn"]
 log = get_logger("edge.session")
 
 
-async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptResponse) -> None:
-    """Append the turn ``acc`` accumulated (with ``result``'s usage); the errors above."""
+async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptResponse,
+                     raw: Any = None) -> None:
+    """Append the turn ``acc`` accumulated (with ``result``'s usage — or, without one, the
+    tokens in ``raw``'s ``_meta.quota``: ``raw`` is the result as the adapter sent it); the
+    errors above."""
     rt = session.runtime
     sid = session.session_id
-    usage = turn_usage(result)
+    usage = turn_usage(result, raw)
     holder, generation = rt.claims.fence(sid)
     request = session_pb2.AppendTurnRequest(
         session_id=sid, items=acc.items,

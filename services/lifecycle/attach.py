@@ -372,6 +372,10 @@ class AdapterChannel:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.started.done() and not self.started.cancelled():
+            # A spawn given up before it read the start report (the lease closed meanwhile)
+            # never waits for it: its failure is taken here, not printed at exit by the GC.
+            self.started.exception()
         if not self.finished.is_set():
             code, sig = self._exit_status or (-1, 0)
             self.exit_info = ExitInfo(code, sig, "")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import psutil
 
+from services.agent.turn import CANCELLED_TOOL_OUTPUT
+from services.common.protocol import CANCEL_MARKER
 from tests.agent.harness import ScriptedProvider, call, make_config, running_agent, say
 
 MARKER = "sleep 37"
@@ -64,10 +66,13 @@ async def test_cancel_kills_running_shell_group(tmp_path: Path) -> None:
         assert closed["status"] == "failed" and "Cancelled" in closed["rawOutput"]
         assert c.kinds()[-1] == "tool_call_update"  # nothing after the cancel
         assert len(provider.calls) == 1  # the model was not called again
-        # The session stays usable and the cancelled turn left no trace in its context.
+        # The session stays usable; the cancelled turn stays in its context as far as it
+        # went, marked, as the edge stores it and seeds it again (issue 25).
         provider.script = [say("fresh")]
         assert (await c.prompt(sid, "again"))["stopReason"] == "end_turn"
-        assert [m.text for m in provider.calls[1][1]] == ["again"]
+        assert [(m.role, m.text) for m in provider.calls[1][1]] == [
+            ("user", "go"), ("assistant", ""), ("tool", CANCELLED_TOOL_OUTPUT),
+            ("assistant", CANCEL_MARKER), ("user", "again")]
 
 
 async def test_shell_timeout_kills_group_and_reports(tmp_path: Path) -> None:

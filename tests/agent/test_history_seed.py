@@ -122,3 +122,27 @@ def test_a_result_the_model_saw_differently_is_seeded_as_the_model_saw_it() -> N
     (_, _, result) = seed_messages(items)
     assert result.role == "tool" and result.text == '{"uri": "attachment://deliver/ab.pdf"}'
     assert seed_messages(HISTORY)[2].text == "a b"
+
+
+def test_a_cancelled_turn_is_seeded_with_its_marker() -> None:
+    """A stored cancelled turn (issue 25) comes back as far as it went, then the cancel marker,
+    as the live session keeps it — in the middle of the history and as its last turn, whatever
+    the chunks; a tool call it left without a result gets a placeholder."""
+    cancelled: list[dict[str, Any]] = [
+        {"role": "user", "text": "stop me", "status": "cancelled"},
+        {"role": "assistant", "text": "part"},
+        {"role": "tool_call", "toolCallId": "c9", "toolName": "shell", "arguments": {}},
+    ]
+    history = cancelled + HISTORY[:2]
+    whole = seed_messages(history)
+    assert [(m.role, m.text) for m in whole] == [
+        ("user", "stop me"), ("assistant", "part"), ("tool", "(no result recorded)"),
+        ("assistant", "[turn cancelled via client]"), ("user", "first"),
+        ("assistant", "looking")]
+    seed = HistorySeed(None)
+    for item in history:  # one item per chunk
+        seed.add([item])
+    assert shape(seed.finish()) == shape(whole)
+    last = seed_messages(HISTORY[:2] + cancelled[:2])
+    assert [(m.role, m.text) for m in last][-2:] == [
+        ("user", "stop me"), ("assistant", "part\n\n[turn cancelled via client]")]

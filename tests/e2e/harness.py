@@ -147,12 +147,15 @@ def child_env() -> dict[str, str]:
 class AcpProcess:
     """`acpgate acp` as a subprocess, spoken to in raw JSON lines."""
 
-    def __init__(self, config_dir: Path, *args: str, cwd: Path | None = None) -> None:
+    def __init__(self, config_dir: Path, *args: str, cwd: Path | None = None,
+                 argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        """``acpgate acp`` on ``config_dir``; or, with ``argv`` (and ``env``), any ACP agent
+        on stdio spoken to the same way (the real-adapter tier's direct runs)."""
         self.config_dir = config_dir
         self.proc = subprocess.Popen(
-            [*ACPGATE, "acp", "--config-dir", str(config_dir), *args],
+            argv or [*ACPGATE, "acp", "--config-dir", str(config_dir), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=child_env(), cwd=str(cwd or REPO),
+            env=child_env() if env is None else env, cwd=str(cwd or REPO),
         )
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.raw_lines: list[str] = []
@@ -299,6 +302,13 @@ class AcpProcess:
                 return out
             out.append(msg)
 
+    def say(self, sid: str, prompt: Any) -> str:
+        """session/prompt (asserting success); the assistant text streamed by the turn (an
+        external agent's result carries no ``content``: issue 25)."""
+        before, resp = self.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+        assert "result" in resp, resp
+        return streamed_text(before, sid)
+
     def new_session(self, **params: Any) -> str:
         """session/new; returns the session id."""
         return str(self.result("session/new", params)["sessionId"])
@@ -363,3 +373,20 @@ def gone(pids: list[int], wait: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def streamed_text(messages: list[dict[str, Any]], sid: str | None = None) -> str:
+    """The assistant text streamed in ``messages`` (``agent_message_chunk`` text blocks): what
+    a client reads of an external agent's answer, whose prompt result carries no ``content``
+    (issue 25: the agent's result is passed whole)."""
+    return "".join(u["content"].get("text", "") for u in updates(messages, sid)
+                   if u.get("sessionUpdate") == "agent_message_chunk"
+                   and isinstance(u.get("content"), dict))
+
+
+def workspace_of(result: dict[str, Any]) -> str:
+    """A session/new result's workspace: SPEC §3's ``workspaceDir`` (the built-in agent), or
+    ``_meta.acpgate.workspaceDir`` beside an external agent's own result (issue 25)."""
+    if "workspaceDir" in result:
+        return str(result["workspaceDir"])
+    return str(result["_meta"]["acpgate"]["workspaceDir"])

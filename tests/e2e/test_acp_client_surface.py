@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import AcpProcess, updates, write_config
+from tests.e2e.harness import AcpProcess, streamed_text, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def _row(cfg: Path, sid: str, *columns: str) -> tuple[Any, ...]:
 
 
 def _say(acp: AcpProcess, sid: str, prompt: str) -> str:
-    return str(acp.result("session/prompt", {"sessionId": sid, "prompt": prompt})["content"])
+    return acp.say(sid, prompt)
 
 
 # ------------------------------------------------------------------ modes and config options
@@ -67,7 +67,8 @@ def test_modes_and_config_options_are_relayed_stored_and_reapplied(acp: AcpProce
         "sessionId": sid, "configId": "thinking", "type": "boolean", "value": True})
     assert toggled["configOptions"][1]["currentValue"] is True
     err = acp.error("session/set_mode", {"sessionId": sid, "modeId": "nope"})
-    assert err == {"code": -32602, "message": "no mode nope"}  # the adapter's refusal, relayed
+    assert err == {"code": -32602, "message": "no mode nope",  # the adapter's refusal, relayed
+                   "data": {"acpgate": {"during": "session/set_mode", "agent": "sdk"}}}
     assert _say(acp, sid, "state") == \
         'mode=code config={"model": "smart", "thinking": true} dirs='
     assert _row(acp.config_dir, sid, "mode_id", "config_json") == \
@@ -269,10 +270,11 @@ def test_cancel_request_toward_the_client(acp: AcpProcess) -> None:
         _, asked = acp.read_until(lambda m: m.get("method") == "session/request_permission")
         _, withdrawn = acp.read_until(lambda m: m.get("method") == "$/cancel_request")
         assert withdrawn["params"] == {"requestId": asked["id"]}
-        _, resp = acp.response(rid)
+        rest, resp = acp.response(rid)
     finally:
         acp.handlers.clear()
-    assert resp["result"]["content"] == "withdrawn -32800"  # the adapter got its one answer
+    assert "result" in resp, resp
+    assert streamed_text(rest) == "withdrawn -32800"  # the adapter got its one answer
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -284,7 +286,7 @@ def test_url_elicitation_and_its_completion_are_relayed(acp: AcpProcess) -> None
     sid = acp.new_session(agentAlias="sdk")
     acp.handlers["elicitation/create"] = lambda p: {"action": "accept"}
     try:
-        before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "elicit-url"})
+        before, _ = acp.call("session/prompt", {"sessionId": sid, "prompt": "elicit-url"})
     finally:
         acp.handlers.clear()
     (asked,) = [m for m in before if m.get("method") == "elicitation/create"]
@@ -292,6 +294,6 @@ def test_url_elicitation_and_its_completion_are_relayed(acp: AcpProcess) -> None
                                "elicitationId": "el-1", "url": "https://example.invalid/login"}
     (done,) = [m for m in before if m.get("method") == "elicitation/complete"]
     assert done["params"] == {"elicitationId": "el-1"} and "id" not in done
-    assert resp["result"]["content"] == "elicitation: accept"
+    assert streamed_text(before) == "elicitation: accept"
     acp.result("session/close", {"sessionId": sid})
 

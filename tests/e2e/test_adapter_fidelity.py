@@ -40,7 +40,7 @@ def acp(cfg: Path) -> Iterator[AcpProcess]:
 
 
 def _content(acp: AcpProcess, sid: str, prompt: Any) -> str:
-    return str(acp.result("session/prompt", {"sessionId": sid, "prompt": prompt})["content"])
+    return acp.say(sid, prompt)
 
 
 def test_blocks_pass_through_as_advertised(acp: AcpProcess, tmp_path: Path) -> None:
@@ -140,8 +140,10 @@ def test_fs_and_terminal_relayed_to_a_capable_client(cfg: Path, tmp_path: Path) 
 
 def test_setup_error_keeps_code_and_data(acp: AcpProcess) -> None:
     err = acp.error("session/new", {"agentAlias": "sdkfail"})
-    assert err == {"code": -32603, "message": "Failed to start agent `sdkfail`: Internal error",
-                   "data": {"details": "Query closed before response received"}}
+    # The agent's error exactly; acpgate's context beside its data (issue 25).
+    assert err == {"code": -32603, "message": "Internal error",
+                   "data": {"details": "Query closed before response received",
+                            "acpgate": {"during": "session/new", "agent": "sdkfail"}}}
 
 
 def test_setup_exit_carries_the_scrubbed_stderr_tail(acp: AcpProcess) -> None:
@@ -157,8 +159,9 @@ def test_setup_exit_carries_the_scrubbed_stderr_tail(acp: AcpProcess) -> None:
 def test_prompt_error_keeps_code_and_data(acp: AcpProcess) -> None:
     sid = acp.new_session(agentAlias="sdk")
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": "faildata"})
-    assert err == {"code": -32603, "message": "Prompt failed: Internal error",
-                   "data": {"details": "Query closed early"}}
+    assert err == {"code": -32603, "message": "Internal error",
+                   "data": {"details": "Query closed early",
+                            "acpgate": {"during": "session/prompt", "agent": "sdk"}}}
     acp.result("session/close", {"sessionId": sid})
 
 

@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 from services.common.protocol import MSG_FORK_CWD, MSG_SESSION_LIMIT
 from tests.agent.fake_http import Recorded, Reply
 from tests.e2e.fake_model import API_KEY_ENV, ModelServer, agent_entry, text_reply
-from tests.e2e.harness import SDK_AGENT, AcpProcess, updates, write_config
+from tests.e2e.harness import SDK_AGENT, AcpProcess, streamed_text, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +53,11 @@ def fork(acp: AcpProcess, sid: str, **params: Any) -> dict[str, Any]:
 
 
 def says(acp: AcpProcess, sid: str, prompt: str) -> str:
-    """The reply text of one prompt turn."""
-    result = acp.result("session/prompt", {"sessionId": sid, "prompt": prompt})
-    assert result["stopReason"] == "end_turn", result
-    return str(result["content"])
+    """The reply text of one prompt turn, as streamed (an external agent's result carries no
+    ``content``: issue 25)."""
+    before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+    assert resp["result"]["stopReason"] == "end_turn", resp
+    return streamed_text(before, sid)
 
 
 def user_texts(request: Recorded) -> list[str]:

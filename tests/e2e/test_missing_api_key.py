@@ -56,8 +56,9 @@ max_retries = 0
         try:
             sid = acp.new_session(cwd=str(workspace_beside_config(tmp_path)))
             error = acp.error("session/prompt", {"sessionId": sid, "prompt": "hello"})
-            assert error["code"] == -32603, error
-            assert error["message"] == f"Prompt failed: {PROBLEM}", error
+            # The agent's error exactly, acpgate's context beside it (issue 25).
+            assert error == {"code": -32603, "message": PROBLEM, "data": {"acpgate": {
+                "during": "session/prompt", "agent": "keyless"}}}, error
             assert model.requests == []  # nothing went out without a key
         finally:
             assert acp.close() == 0

@@ -2,11 +2,13 @@
 
 Prompt, permission relay, cancel and all three restore paths (the adapter's own
 session/resume, its session/load with its replay suppressed, and a fresh
-session seeded with the prior conversation as an embedded resource).
+session seeded with the prior conversation as an embedded resource). The
+adapter's results reach the client whole (issue 25): no dialect fields.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -14,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.protocol import CANCEL_MARKER
-from tests.e2e.harness import AcpProcess, updates, write_config
+from tests.e2e.harness import AcpProcess, streamed_text, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def test_prompt_streams_with_rewritten_ids(acp: AcpProcess) -> None:
     ups = updates(before)
     assert [u["content"]["text"] for u in ups] == ["echo: ", "hello sdk"]
     assert all(m["params"]["sessionId"] == sid for m in before), "adapter ids never leak"
-    assert resp["result"] == {"sessionId": sid, "stopReason": "end_turn", "content": "echo: hello sdk"}
+    assert resp["result"] == {"stopReason": "end_turn"}  # the agent's own, whole
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -50,18 +51,19 @@ def test_permission_relay(acp: AcpProcess) -> None:
     assert re.match(r"^zc-out-\d+$", req["id"])
     assert req["params"]["sessionId"] == sid
     assert [o["optionId"] for o in req["params"]["options"]] == ["yes", "no"]
-    assert resp["result"]["content"] == "permission: yes"
-    # no answer at all but a cancel: the adapter gets "cancelled" and the turn ends cancelled
+    assert streamed_text(before) == "permission: yes"
+    # no answer at all but a cancel: the adapter gets "cancelled" and ends its turn as it
+    # chooses (this one: end_turn, as a direct client would see it; issue 25)
     acp.handlers["session/request_permission"] = lambda p: None
     try:
         rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "perm"})
         acp.read_until(lambda m: m.get("method") == "session/request_permission")
         acp.notify("session/cancel", {"sessionId": sid})
-        _, resp = acp.response(rid)
+        before, resp = acp.response(rid)
     finally:
         acp.handlers.clear()
-    assert resp["result"]["stopReason"] == "cancelled"
-    assert resp["result"]["content"] == f"permission: cancelled\n\n{CANCEL_MARKER}"
+    assert resp["result"] == {"stopReason": "end_turn"}
+    assert streamed_text(before) == "permission: cancelled"
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -71,10 +73,15 @@ def test_cancel(acp: AcpProcess) -> None:
     acp.read_until(lambda m: m.get("method") == "session/update")
     acp.notify("session/cancel", {"session_id": sid})
     before, resp = acp.response(rid)
-    streamed = "".join(u["content"]["text"] for u in updates(before)
-                       if u["sessionUpdate"] == "agent_message_chunk")
-    assert resp["result"]["stopReason"] == "cancelled"
-    assert resp["result"]["content"] == "s0 " + streamed + "\n\n" + CANCEL_MARKER
+    assert resp["result"] == {"stopReason": "cancelled"}
+    # The cancelled turn is stored with what was streamed (issue 25): the load replays it.
+    streamed = "s0 " + streamed_text(before)
+    acp.result("session/close", {"sessionId": sid})
+    replay, _ = acp.call("session/load", {"sessionId": sid})
+    ups = updates(replay, sid)
+    assert ups[0]["content"]["text"] == "slow"
+    assert ups[0]["_meta"] == {"acpgate": {"stopReason": "cancelled"}}
+    assert [u["content"]["text"] for u in ups[1:]] == [streamed]
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -91,17 +98,16 @@ def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> No
     acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
     acp.result("session/close", {"sessionId": sid})
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/"})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17: the agent's own
     # only the edge's replay from the store: the adapter's own replay is suppressed
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(replay)] == [
         ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]
-    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == expect
+    assert acp.say(sid, "recall") == expect
     # the embedded prior conversation is sent once, not with every prompt
     if alias in ("sdknone", "sdkcaps"):
-        assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
-            "remembered 0 [] no-embedded"
+        assert acp.say(sid, "recall") == "remembered 0 [] no-embedded"
         # the restored adapter session got the stored workspace, not the client's cwd (§8)
-        setup = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
+        setup = acp.say(sid, "setup")
         assert setup.startswith(f"cwd={os.path.realpath(tmp_path)} ")
     acp.result("session/close", {"sessionId": sid})
 
@@ -109,13 +115,13 @@ def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> No
 def test_policy_refused_read_and_failed_turn(acp: AcpProcess) -> None:
     """A read outside the session's roots is refused (-32003); an adapter error fails the turn."""
     sid = acp.new_session(agentAlias="sdk")
-    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "fsread"})["content"] == \
-        "fs error -32003"
+    assert acp.say(sid, "fsread") == "fs error -32003"
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": "fail"})
-    assert err == {"code": -32603, "message": "Prompt failed: sdk agent failed on purpose"}
+    # the agent's error exactly; what acpgate was doing beside it (issue 25)
+    assert err == {"code": -32603, "message": "sdk agent failed on purpose",
+                   "data": {"acpgate": {"during": "session/prompt", "agent": "sdk"}}}
     # a failed turn is not persisted and the session keeps working
-    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "still here"})["content"] == \
-        "echo: still here"
+    assert acp.say(sid, "still here") == "echo: still here"
     acp.result("session/close", {"sessionId": sid})
     replay, _ = acp.call("session/load", {"sessionId": sid})
     assert [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"] \
@@ -129,7 +135,7 @@ def test_session_new_toward_the_adapter(acp: AcpProcess, tmp_path: Path) -> None
     initialize promised fs (served by the edge) and no terminal (the client has none)."""
     mcp = [{"name": "tools-a", "command": "/bin/true", "args": [], "env": []}]
     sid = acp.new_session(agentAlias="sdk", cwd=str(tmp_path), mcpServers=mcp)
-    content = acp.result("session/prompt", {"sessionId": sid, "prompt": "setup"})["content"]
+    content = acp.say(sid, "setup")
     assert content == (f"cwd={os.path.realpath(tmp_path)} mcp=tools-a acpgate-meta=False "
                        "fs=True,True terminal=False")
     acp.result("session/close", {"sessionId": sid})
@@ -143,17 +149,38 @@ def test_restore_falls_back_when_the_adapter_forgot(acp: AcpProcess) -> None:
     state = acp.config_dir / "sdk-state.json"
     state.write_text("{}")  # the adapter lost every session it had
     assert set(acp.result("session/resume", {"sessionId": sid})) == {"modes", "configOptions"}
-    assert acp.result("session/prompt", {"sessionId": sid, "prompt": "recall"})["content"] == \
-        "remembered 0 [] text:prior-ok"
+    assert acp.say(sid, "recall") == "remembered 0 [] text:prior-ok"
     acp.result("session/close", {"sessionId": sid})
 
 
-def test_cancel_with_nothing_streamed_is_just_the_marker(acp: AcpProcess) -> None:
+def test_load_that_replays_nothing_falls_back(acp: AcpProcess) -> None:
+    """An adapter whose own session/load answers but replays nothing of a stored conversation
+    has lost it (gemini-cli 0.61 at times): acpgate carries the conversation over instead."""
+    state = acp.config_dir / "sdk-state.json"
+    known = set(json.loads(state.read_text())) if state.exists() else set()
+    sid = acp.new_session(agentAlias="sdkload")
+    acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    acp.result("session/close", {"sessionId": sid})
+    sessions = json.loads(state.read_text())
+    (own,) = set(sessions) - known
+    sessions[own] = []  # the adapter still knows the session, but not what was said
+    state.write_text(json.dumps(sessions))
+    replay, resp = acp.call("session/load", {"sessionId": sid})
+    assert "result" in resp, resp
+    assert [u["content"]["text"] for u in updates(replay)] == ["first message",
+                                                               "echo: first message"]
+    assert acp.say(sid, "recall") == "remembered 0 [] text:prior-ok"
+    acp.result("session/close", {"sessionId": sid})
+
+
+def test_cancel_with_nothing_streamed_is_the_agents_answer(acp: AcpProcess) -> None:
+    """An external agent's cancelled turn answers as the agent did; SPEC §7's marker and
+    ``content`` are the built-in agent's dialect (issue 25)."""
     sid = acp.new_session(agentAlias="sdk")
     rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "hang"})
     acp.read_until(lambda m: m.get("method") == "session/update")
     assert acp.result("session/cancel", {"sessionId": sid}) == {}
     before, resp = acp.response(rid)
-    assert resp["result"] == {"sessionId": sid, "stopReason": "cancelled", "content": CANCEL_MARKER}
-    assert [u["toolCallId"] for u in updates(before)] == [f"turn-cancelled-{sid}"]
+    assert resp["result"] == {"stopReason": "cancelled"}
+    assert updates(before) == []
     acp.result("session/close", {"sessionId": sid})

@@ -158,11 +158,17 @@ def test_stderr_tail_is_bounded() -> None:
 
 
 def test_adapter_failures_become_whole_errors() -> None:
-    # The adapter's error answer, as the link raises it.
+    # The adapter's error answer, as the link raises it: code and message exactly, acpgate's
+    # context beside the agent's data (issue 25).
     rpc = JsonRpcError(-32000, "Authentication required", {"authMethods": ["x"]})
     err = setup_error("codex", rpc)
     assert (err.code, err.message, err.data) == (
-        -32000, "Failed to start agent `codex`: Authentication required", {"authMethods": ["x"]})
+        -32000, "Authentication required",
+        {"authMethods": ["x"], "acpgate": {"during": "session/new", "agent": "codex"}})
+    # Data that is not an object stays as the agent sent it; none gets acpgate's context.
+    assert setup_error("codex", JsonRpcError(-32000, "m", "text")).data == "text"
+    assert prompt_error(JsonRpcError(-32603, "boom"), (), "claude").data == {
+        "acpgate": {"during": "session/prompt", "agent": "claude"}}
     gone = AdapterGone(AdapterExit(exit_code=2, stderr_tail="boom KEY=s3cr3tvalue\n"))
     err = prompt_error(gone, ["s3cr3tvalue"])
     assert err.message == "Prompt failed: agent process exited (exit code 2)"

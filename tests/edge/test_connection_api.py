@@ -14,6 +14,7 @@ from typing import Any
 
 from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 from services.edge.http import GatewayGauges, render_metrics
+from tests.e2e.harness import streamed_text
 
 
 class Client:
@@ -61,7 +62,8 @@ def test_connection_default_alias(loop: asyncio.AbstractEventLoop, runtime: Edge
         init = await c.call("initialize", {})
         assert "defaultModel" not in init["result"]["_meta"]["zeroclaw"], "sdk is not builtin"
         res = (await c.call("session/new", {}))["result"]
-        assert res["workspaceDir"] == ws
+        # An external agent's result is its own; acpgate's additions under _meta.acpgate.
+        assert res["_meta"]["acpgate"]["workspaceDir"] == ws and "workspaceDir" not in res
         explicit = (await c.call("session/new", {"agentAlias": "demo"}))["result"]
         assert explicit["workspaceDir"].endswith("/agents/demo/workspace")
         await c.close()
@@ -85,8 +87,10 @@ def test_sessions_belong_to_their_connection(loop: asyncio.AbstractEventLoop,
         assert other["error"] == {"code": -32000, "message": f"Session not found: {sid}"}
         load = await b.call("session/load", {"sessionId": sid})
         assert load["error"]["code"] == -32602
-        assert (await a.call("session/prompt", {"sessionId": sid, "prompt": "mine"}))["result"][
-            "content"] == "echo: mine"
+        seen = len(a.out)
+        answer = (await a.call("session/prompt", {"sessionId": sid, "prompt": "mine"}))["result"]
+        assert answer == {"stopReason": "end_turn"}  # the agent's result, whole
+        assert streamed_text(a.out[seen:], sid) == "echo: mine"
         await a.close()  # a disconnect releases a's sessions; b may now restore it
         assert set((await b.call("session/resume", {"sessionId": sid}))["result"]) == \
             {"modes", "configOptions"}

@@ -2,11 +2,12 @@
 
 A real ``acpgate acp`` with a small external ACP adapter that answers a prompt
 with one single write holding hundreds of updates, noise the edge must drop
-(non-JSON, a foreign notification, a stale request id), a permission request
+(non-JSON, a stale request id), a notification of a method acpgate does not know
+(passed on, in its place: issue 25), a permission request
 in the middle (which splits the burst) and the prompt's result. The client must
 see every update in order, with the edge's session id, the permission request
-not before the updates written ahead of it, and the result last, its content
-the whole text.
+not before the updates written ahead of it, and the result last, as the agent
+sent it; the stored turn (replayed by a load) holds the whole text.
 """
 
 from __future__ import annotations
@@ -107,9 +108,16 @@ def test_a_burst_is_relayed_whole_and_in_order(acp: AcpProcess, tmp_path: Path) 
     # (a question waiting for the user never blocks updates), but never before the updates
     # the adapter wrote ahead of it.
     kinds: list[Any] = [m.get("method") for m in before]
-    assert "vendor/noise" not in kinds
+    # An unknown notification of the session's agent passes through, in stream order.
+    assert kinds.index("vendor/noise") == SPLIT and kinds.count("vendor/noise") == 1
     perm = kinds.index("session/request_permission")
     assert perm >= SPLIT
     assert before[perm]["params"]["sessionId"] == sid
+    assert resp["result"] == {"stopReason": "end_turn"}  # the agent's result, whole
     # The accumulated turn is the whole text.
-    assert resp["result"]["content"] == "".join(expected)
+    assert acp.result("session/close", {"sessionId": sid}) == {}
+    replay, loaded = acp.call("session/load", {"sessionId": sid})
+    assert "result" in loaded, loaded
+    texts = [u["content"]["text"] for u in updates(replay, sid)
+             if u["sessionUpdate"] == "agent_message_chunk"]
+    assert texts == ["".join(expected)]

@@ -114,6 +114,16 @@ class RawClient:
         assert "result" in resp, resp
         return resp["result"]
 
+    async def say(self, sid: str, prompt: Any) -> str:
+        """session/prompt (asserting success); the assistant text it streamed (an external
+        agent's result carries no ``content``: issue 25)."""
+        seen, resp = await self.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+        assert "result" in resp, resp
+        return "".join(m["params"]["update"]["content"].get("text", "") for m in seen
+                       if m.get("method") == "session/update" and "id" not in m
+                       and m["params"].get("sessionId") == sid
+                       and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk")
+
 
 def select(option_id: str) -> RequestHandler:
     """A request handler answering every permission request with ``option_id``."""

@@ -19,7 +19,6 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
-from services.common.protocol import CANCEL_MARKER
 
 from .stack import RawClient, Stack, full_stack, select
 from .wsfixtures import http_get, mint, write_config
@@ -103,9 +102,9 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
         kinds = [k for k, _ in replayed]
         assert "user_message_chunk" in kinds and "agent_message_chunk" in kinds
         users = [u.content.text for k, u in replayed if k == "user_message_chunk"]
-        assert users == ["hello over websocket"]  # the cancelled turn was not persisted
-        assert all(CANCEL_MARKER not in getattr(getattr(u, "content", None), "text", "")
-                   for _, u in replayed)
+        # The cancelled turn is stored and replayed as it went, its marker last (issue 25).
+        assert users == ["hello over websocket", "!echo hi"]
+        assert getattr(replayed[-1][1], "tool_call_id", "") == f"turn-cancelled-{sid}"
         resp = await conn.prompt(session_id=sid, prompt=[text_block("after load")])
         assert resp.stop_reason == "end_turn"
         await transport.close()

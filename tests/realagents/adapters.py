@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.realagents.fake_gemini import GEMINI_KEY
+
 #: The pinned npm packages the tier installs (``.ci/run`` reads the same file).
 PACKAGES_FILE = Path(__file__).with_name("packages.txt")
 #: Environment variable naming the cache dir (the one holding ``node_modules``).
@@ -50,6 +52,18 @@ def _claude_env(model_url: str, state: Path) -> dict[str, str]:
     }
 
 
+def gemini_home(state: Path) -> Path:
+    """gemini-cli's HOME in the test's state dir (its settings under ``.gemini/``)."""
+    home = state / "gemini-home"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def _gemini_env(model_url: str, state: Path) -> dict[str, str]:
+    return {"HOME": str(gemini_home(state)), "GOOGLE_GEMINI_BASE_URL": model_url,
+            "GEMINI_API_KEY": GEMINI_KEY, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+
+
 def _codex_env(model_url: str, state: Path) -> dict[str, str]:
     codex_home = state / "codex-home"
     codex_home.mkdir(parents=True, exist_ok=True)
@@ -75,6 +89,23 @@ class RealAdapter:
     env: Callable[[str, Path], dict[str, str]]
     #: The mode id ``session/set_mode`` switches to in the tier.
     other_mode: str
+    #: Its arguments (gemini-cli speaks ACP with ``--acp``).
+    args: tuple[str, ...] = ()
+    #: The mode in which it asks permission before running a shell command ("" = the mode
+    #: it starts in does): claude-agent-acp starts in ``auto``, which asks nothing.
+    ask_mode: str = ""
+    #: Its ``session/load`` (or ``resume``) works in a fresh process. gemini-cli 0.61's does
+    #: at times: it starts the session's record anew while reading it, so it restores the
+    #: session, answers "No previous sessions found for this project." or replays an empty
+    #: conversation, whichever comes first; acpgate carries the conversation over itself
+    #: for the last two.
+    restores_itself: bool = True
+    #: Its prompt result reports token usage (``usage`` or ``_meta.quota``); codex-acp 0.16's
+    #: is ``{"stopReason"}`` alone.
+    reports_usage: bool = True
+    #: It announces a tool call with a ``tool_call`` update; gemini-cli 0.61 only in the
+    #: permission request it sends first (then ``tool_call_update``).
+    announces_tool_calls: bool = True
 
     def command(self, base: Path) -> Path:
         """The installed executable."""
@@ -84,13 +115,22 @@ class RealAdapter:
         """True when the executable is there."""
         return self.command(base).exists()
 
-    def config_entry(self, base: Path, model_url: str, state: Path) -> str:
-        """The ``[agents.<alias>]`` entry for acpgate's config.toml."""
+    def config_entry(self, base: Path, model_url: str, state: Path,
+                     env: dict[str, str] | None = None) -> str:
+        """The ``[agents.<alias>]`` entry for acpgate's config.toml (``env``: instead of the
+        adapter's own)."""
+        args = f"args = {json.dumps(list(self.args))}\n" if self.args else ""
         return (f"[agents.{self.alias}]\nkind = \"acp\"\n"
-                f"command = {json.dumps(str(self.command(base)))}\n"
-                f"env = {_toml_env(self.env(model_url, state))}\n")
+                f"command = {json.dumps(str(self.command(base)))}\n{args}"
+                f"env = {_toml_env(self.env(model_url, state) if env is None else env)}\n")
+
+    def argv(self, base: Path) -> list[str]:
+        """The command line that runs it directly."""
+        return [str(self.command(base)), *self.args]
 
 
-CLAUDE = RealAdapter("claude", "claude-agent-acp", _claude_env, "acceptEdits")
-CODEX = RealAdapter("codex", "codex-acp", _codex_env, "auto")
-ADAPTERS = (CLAUDE, CODEX)
+CLAUDE = RealAdapter("claude", "claude-agent-acp", _claude_env, "acceptEdits", ask_mode="default")
+CODEX = RealAdapter("codex", "codex-acp", _codex_env, "auto", reports_usage=False)
+GEMINI = RealAdapter("gemini", "gemini", _gemini_env, "autoEdit", args=("--acp",),
+                     restores_itself=False, announces_tool_calls=False)
+ADAPTERS = (CLAUDE, CODEX, GEMINI)

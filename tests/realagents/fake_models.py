@@ -1,6 +1,7 @@
-"""A local model provider for real adapters: Anthropic Messages and OpenAI Responses.
+"""A local model provider for real adapters: Anthropic Messages, OpenAI Responses and the
+Gemini API (:mod:`tests.realagents.fake_gemini`).
 
-Real adapters (claude-agent-acp, codex-acp) run their own model loops; this
+Real adapters (claude-agent-acp, codex-acp, gemini-cli) run their own model loops; this
 server stands in for the provider at the model boundary, the only fake in the
 real-adapter tier. It decides each reply from the request alone, so whatever
 extra requests an adapter makes (title generation, warm-ups, retries) get a
@@ -8,7 +9,8 @@ sensible answer:
 
 - the last user input is a tool result → a text reply quoting it (``TOOL_DONE``);
 - the last user text contains :data:`TOOL_TRIGGER` → one tool call
-  (claude: ``Bash``; codex: ``exec_command``) writing :data:`TOOL_MARKER`;
+  (claude: ``Bash``; codex: ``exec_command``; gemini: ``run_shell_command``) writing
+  :data:`TOOL_MARKER`;
 - it contains :data:`SLOW_TRIGGER` → text streamed slowly (for cancel tests);
 
 both only in a request that offers tools: side requests (titles, summaries)
@@ -28,6 +30,7 @@ from typing import Any
 import orjson
 
 from tests.agent.fake_http import LoopbackServer, Recorded, read_request, write_chunk, write_head
+from tests.realagents import fake_gemini
 
 TOOL_TRIGGER = "please run the tool"
 SLOW_TRIGGER = "please stream slowly"
@@ -38,7 +41,7 @@ HELLO = ["Hello ", "from the ", "fake model."]
 SLOW_DELAY_SECS = 0.25
 SLOW_DELTAS = 240
 
-_SECRET_HEADERS = ("authorization", "x-api-key", "api-key")
+_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", fake_gemini.KEY_HEADER)
 
 
 @dataclass
@@ -190,6 +193,24 @@ def _responses_events(body: dict[str, Any], plan: _Plan) -> list[bytes]:
     return out
 
 
+# ----------------------------------------------------------------- Gemini
+
+
+def _plan_gemini(body: dict[str, Any]) -> _Plan:
+    output = fake_gemini.function_response(fake_gemini.last_user(body))
+    if output is not None:
+        return _Plan([f"TOOL_DONE: {output}"])
+    return _plan_text(fake_gemini.user_text(body), fake_gemini.offers_tools(body))
+
+
+def _gemini_events(plan: _Plan) -> list[bytes]:
+    if plan.tool:
+        return [fake_gemini.sse_data(fake_gemini.call_chunk(TOOL_COMMAND))]
+    last = len(plan.deltas) - 1
+    return [fake_gemini.sse_data(fake_gemini.text_chunk(d, last=i == last))
+            for i, d in enumerate(plan.deltas)]
+
+
 # ----------------------------------------------------------------- server
 
 
@@ -199,8 +220,22 @@ class FakeModelServer(LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self.requests: list[Recorded] = []
+        #: Gemini API requests refused for want of the tier's key.
+        self.refused_keys = 0
+        #: Connections being answered: a slow stream whose client neither reads nor hangs
+        #: up (a cancelled turn of an adapter that keeps its socket) is cut at the end.
+        self._answering: set[asyncio.Task[None]] = set()
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._answering):
+            task.cancel()
+        await asyncio.gather(*self._answering, return_exceptions=True)
+        await super().__aexit__(*exc)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._answering.add(task)
         try:
             request = await read_request(reader)
             if request is not None:
@@ -208,6 +243,7 @@ class FakeModelServer(LoopbackServer):
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
+            self._answering.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -221,7 +257,12 @@ class FakeModelServer(LoopbackServer):
             await self._send(writer, 200, "application/json", [b"{}"])
             return
         route = request.path.split("?", 1)[0]
-        if route.endswith("/messages"):
+        if "/models/" in route and request.headers.get(fake_gemini.KEY_HEADER) \
+                != fake_gemini.GEMINI_KEY:
+            self.refused_keys += 1
+            await self._send(writer, 403, "application/json",
+                             [orjson.dumps(fake_gemini.KEY_REFUSED)])
+        elif route.endswith("/messages"):
             if body.get("stream"):
                 plan = _plan_anthropic(body)
                 await self._send(writer, 200, "text/event-stream",
@@ -229,6 +270,15 @@ class FakeModelServer(LoopbackServer):
             else:
                 await self._send(writer, 200, "application/json",
                                  [orjson.dumps(_anthropic_json(body))])
+        elif ":streamGenerateContent" in route:
+            plan = _plan_gemini(body)
+            await self._send(writer, 200, "text/event-stream", _gemini_events(plan),
+                             slow=plan.slow)
+        elif route.endswith(":generateContent"):
+            await self._send(writer, 200, "application/json",
+                             [orjson.dumps(fake_gemini.side_answer(body))])
+        elif route.endswith(":countTokens"):
+            await self._send(writer, 200, "application/json", [b'{"totalTokens": 13}'])
         elif route.endswith("/responses"):
             plan = _plan_responses(body)
             await self._send(writer, 200, "text/event-stream",

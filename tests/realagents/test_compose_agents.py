@@ -21,6 +21,7 @@ from websockets.asyncio.client import connect
 
 from services.common.config import load_config
 from services.edge.tokens import TokenStore, token_db_path
+from tests.e2e.harness import workspace_of
 from tests.gateway.compose_run import AGENTS_OVERRIDE, load, merged, running
 from tests.gateway.stack import RawClient, select
 from tests.pg_cluster import Cluster
@@ -70,7 +71,7 @@ async def test_claude_behind_the_compose_gateway(tmp_path: Path, pg_cluster: Clu
             await client.result("initialize", {"protocolVersion": 1})
             new = await client.result("session/new", {"agentAlias": "claude",
                                                       "cwd": str(project)})
-            assert new["workspaceDir"] == str(project.resolve())
+            assert workspace_of(new) == str(project.resolve())
             seen, resp = await client.call("session/prompt", {
                 "sessionId": new["sessionId"], "prompt": [{"type": "text", "text": "hello"}]})
             assert resp["result"]["stopReason"] == "end_turn", resp

@@ -2,11 +2,13 @@
 
 One acpgate (a real subprocess, stdio) per adapter module run, driven in raw
 JSON lines like an editor would: initialize, session/new, a streamed text
-prompt, a tool call whose permission request is relayed to the client, an
-image passed through as an ACP image block, set_mode and a config option
-relayed to the adapter (and set again after the restore), session/fork (issue
-25: the adapter's own fork where it advertises one — claude — else acpgate's),
-cancel, close, and a restart of acpgate followed by session/load.
+prompt, a tool call whose permission request is relayed to the client (in the
+mode that asks: claude-agent-acp starts in ``auto``, which does not), an image
+passed through as an ACP image block, set_mode and a config option relayed to
+the adapter (and set again after the restore), session/fork (issue 25: the
+adapter's own fork where it advertises one — claude — else acpgate's), cancel,
+close, and a restart of acpgate followed by session/load. The same steps run
+directly against each adapter and are compared in ``test_passthrough.py``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import AcpProcess, updates
+from tests.e2e.harness import AcpProcess, streamed_text, updates
 from tests.realagents.adapters import ADAPTERS, RealAdapter
+from tests.realagents.fake_gemini import CARRIED_OVER
 from tests.realagents.fake_models import (
     HELLO,
     SLOW_TRIGGER,
@@ -92,8 +95,7 @@ def _prompt(acp: AcpProcess, sid: str, prompt: Any) -> tuple[list[dict[str, Any]
 
 
 def _text(messages: list[dict[str, Any]]) -> str:
-    return "".join(u["content"].get("text", "") for u in updates(messages)
-                   if u["sessionUpdate"] == "agent_message_chunk")
+    return streamed_text(messages)
 
 
 _SID: dict[str, str] = {}
@@ -102,10 +104,11 @@ _NEW: dict[str, dict[str, Any]] = {}
 
 
 def test_initialize_new_and_recorded_capabilities(stack: Stack) -> None:
-    """initialize → session/new; afterwards initialize advertises the adapter's image support."""
+    """initialize (the adapter never ran: acpgate starts it to learn what it advertises) →
+    session/new (on that adapter); initialize advertises the adapter's image support."""
     first = _init(stack.acp)
     assert first["protocolVersion"] == 1
-    assert first["agentCapabilities"]["promptCapabilities"]["image"] is False  # never started
+    assert first["agentCapabilities"]["promptCapabilities"]["image"] is True
     res = stack.acp.call("session/new", {"cwd": str(stack.workspace), "mcpServers": []},
                          SLOW_WAIT)[1]
     assert "result" in res, res
@@ -124,7 +127,10 @@ def test_prompt_streams_text(stack: Stack) -> None:
     before, resp = _prompt(stack.acp, sid, [{"type": "text", "text": "hello"}])
     assert resp["result"]["stopReason"] == "end_turn", resp
     assert "".join(HELLO) in _text(before)
-    assert resp["result"]["content"] == _text(before)
+    # The agent's result, whole: no dialect fields; its usage (or gemini's _meta.quota).
+    assert "content" not in resp["result"] and "sessionId" not in resp["result"]
+    if stack.adapter.reports_usage:
+        assert "usage" in resp["result"] or "quota" in resp["result"].get("_meta", {}), resp
     assert all(m["params"]["sessionId"] == sid for m in before if m.get("method") == "session/update")
 
 
@@ -137,6 +143,10 @@ def test_tool_call_with_permission_relayed(stack: Stack) -> None:
         option = next(o for o in params["options"] if o["kind"] == "allow_once")
         return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
 
+    if stack.adapter.ask_mode:  # a mode in which it asks before running a command
+        _, mode = stack.acp.call("session/set_mode", {
+            "sessionId": sid, "modeId": stack.adapter.ask_mode}, SLOW_WAIT)
+        assert "result" in mode, mode
     stack.acp.handlers["session/request_permission"] = allow
     try:
         before, resp = _prompt(stack.acp, sid, TOOL_TRIGGER)
@@ -147,14 +157,17 @@ def test_tool_call_with_permission_relayed(stack: Stack) -> None:
     req = next(m for m in before if m.get("method") == "session/request_permission")
     assert re.match(r"^zc-out-\d+$", req["id"])
     kinds = [u["sessionUpdate"] for u in updates(before)]
-    assert "tool_call" in kinds and "tool_call_update" in kinds
+    assert "tool_call_update" in kinds
+    assert "tool_call" in kinds or not stack.adapter.announces_tool_calls, kinds
+    assert req["params"]["toolCall"]["toolCallId"]
     assert (stack.workspace / TOOL_MARKER).read_text().strip() == "acpgate"
-    assert "TOOL_DONE" in resp["result"]["content"]
+    assert "TOOL_DONE" in _text(before)
 
 
 def _carries_image(body: Any) -> bool:
     text = str(body)
-    return "'type': 'image'" in text or "'type': 'input_image'" in text
+    return "'type': 'image'" in text or "'type': 'input_image'" in text \
+        or ("'inlineData': {" in text and "'mimeType': 'image/png'" in text)
 
 
 def test_image_block_reaches_the_model(stack: Stack) -> None:
@@ -218,7 +231,8 @@ def test_fork(stack: Stack) -> None:
                                              "mcpServers": []}, SLOW_WAIT)[1]
     assert "result" in forked, forked
     fork = forked["result"]["sessionId"]
-    assert fork != sid and forked["result"]["_meta"] == {"acpgate": {"forkedFrom": sid}}
+    # The agent's own result, whole (issue 25), and acpgate's note of the parent.
+    assert fork != sid and forked["result"]["_meta"]["acpgate"] == {"forkedFrom": sid}
     assert forked["result"]["modes"]["currentModeId"] == stack.adapter.other_mode, forked
     native = stack.adapter.alias == "claude"  # claude-agent-acp advertises session/fork
     seen = len(stack.models.requests)
@@ -234,12 +248,12 @@ def test_fork(stack: Stack) -> None:
     assert resp["result"]["stopReason"] == "end_turn", resp
     asked = _asked_with(stack.models, seen, "hello from the fork")
     assert any(TOOL_TRIGGER in body for body in asked), asked  # the parent's turns
-    carried = any("Prior conversation of this session" in body for body in asked)
+    carried = any(CARRIED_OVER in body for body in asked)
     assert carried is not native, asked
     seen = len(stack.models.requests)
-    _, resp = _prompt(stack.acp, sid, "hello from the parent")
+    streamed, resp = _prompt(stack.acp, sid, "hello from the parent")
     assert resp["result"]["stopReason"] == "end_turn", resp
-    assert "".join(HELLO) in resp["result"]["content"]
+    assert "".join(HELLO) in _text(streamed)
     asked = _asked_with(stack.models, seen, "hello from the parent")
     assert asked and not any("hello from the fork" in body for body in asked)
     rows = {r["sessionId"]: r for r in stack.acp.result("session/list", {})["sessions"]}
@@ -271,12 +285,14 @@ def test_close_restart_load(stack: Stack) -> None:
     users = [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"]
     assert users[0] == "hello"
     seen = len(stack.models.requests)
-    _, again = _prompt(stack.acp, sid, "hello again")
+    streamed, again = _prompt(stack.acp, sid, "hello again")
     assert again["result"]["stopReason"] == "end_turn", again
-    assert "".join(HELLO) in again["result"]["content"]
+    assert "".join(HELLO) in _text(streamed)
     # The adapter restored its own session (session/resume or load under its stored id):
     # the model sees the earlier turns as the adapter kept them, not acpgate's carry-over.
+    # gemini-cli 0.61's own load fails or loses them at times: then acpgate carries them over.
     asked = [str(r.body) for r in stack.models.requests[seen:] if "hello again" in str(r.body)]
     assert any(TOOL_TRIGGER in body for body in asked)
-    assert not any("Prior conversation of this session" in body for body in asked)
+    carried = any(CARRIED_OVER in body for body in asked)
+    assert not carried or not stack.adapter.restores_itself, asked
     assert stack.acp.result("session/close", {"sessionId": sid}) == {}

@@ -69,9 +69,7 @@ async def new(client: RawClient, alias: str, cwd: Path) -> str:
 
 async def ext_says(client: RawClient, sid: str, method: str, **params: Any) -> str:
     """The SDK agent of session ``sid`` sends ``_<method>`` to the edge: what it heard."""
-    result = await client.result("session/prompt", {
-        "sessionId": sid, "prompt": f"ext {method} {json.dumps(params)}"})
-    return str(result["content"])
+    return await client.say(sid, f"ext {method} {json.dumps(params)}")
 
 
 async def test_a_sent_turn_runs_at_most_at_the_senders_autonomy(tmp_path: Path) -> None:
@@ -95,6 +93,7 @@ async def test_a_sent_turn_runs_at_most_at_the_senders_autonomy(tmp_path: Path) 
         # readonly sender → full built-in target: the turn is readonly.
         heard = await ext_says(client, low, "acpgate/sessions_send", targetSessionId=full,
                                message=f"shell touch {marks['sent']}")
+        assert heard.startswith("ext ok: "), heard
         out = json.loads(heard.removeprefix("ext ok: "))
         assert out["status"] == "completed", heard
         assert "denied by the session policy" in out["reply"], out

@@ -1398,7 +1398,10 @@ class HistoryItem(_message.Message):
     arguments_json: _builtins.str
     """tool call: arguments as JSON."""
     output: _builtins.str
-    """tool result: output text and final status ("completed" / "failed")."""
+    """tool result: output text and final status ("completed" / "failed"). user: the
+    turn's end when it is not a normal one: "cancelled" (a turn the client cancelled,
+    stored with what was streamed before the cancel; issue 25), else "".
+    """
     status: _builtins.str
     content_json: _builtins.str
     """tool call / result: extra ACP content blocks (diffs...), JSON array, may be ""."""

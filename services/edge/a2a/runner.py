@@ -50,6 +50,7 @@ from services.edge.errors import cause, grpc_error
 from services.edge.handlers.restore import restore
 from services.edge.hosted import hosted_port
 from services.edge.prompt_blocks import AdapterPrompt
+from services.edge.prompt_result import TurnOutcome
 from services.edge.session import EdgeSession, TurnState
 from services.edge.session_setup import (
     creating,
@@ -154,12 +155,12 @@ async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bo
     except JsonRpcError as exc:
         raise JsonRpcError(INTERNAL_ERROR, f"session {target.session_id} ({target.alias}): "
                                            f"{exc.message}") from None
-    stop = result.get("stopReason")
+    stop = result.stop_reason
     return {**about, "status": "cancelled" if stop == STOP_CANCELLED else "completed",
-            "stopReason": stop, "reply": result.get("content", "")}
+            "stopReason": stop, "reply": result.text}
 
 
-async def _run(target: EdgeSession, turn: TurnState, text: str) -> dict[str, Any]:
+async def _run(target: EdgeSession, turn: TurnState, text: str) -> TurnOutcome:
     try:  # a tool's message is plain text: one text block, stored as it is
         return await target.run_turn(turn, AdapterPrompt([{"type": "text", "text": text}], text))
     finally:
@@ -171,6 +172,6 @@ async def _background(target: EdgeSession, turn: TurnState, text: str) -> None:
     try:
         result = await _run(target, turn, text)
         log.info("background_turn_done", session_id=target.session_id,
-                 stop_reason=result.get("stopReason"))
+                 stop_reason=result.stop_reason)
     except Exception as exc:
         log.warning("background_turn_failed", session_id=target.session_id, why=cause(exc))

@@ -38,7 +38,7 @@ async def session_delete(conn: DialectConnection, params: dict[str, Any]) -> dic
     if session is not None:
         rt.remove(session)
         conn.sessions.pop(sid, None)  # another connection forgets it on its next use
-        session.cancel()
+        session.cancel(keep=False)  # deleted next: storing the turn is pointless
         await session.wait_turn()
         await rt.release(session, "delete")
     try:

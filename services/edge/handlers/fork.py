@@ -12,7 +12,13 @@ the fork's row with a copy of the parent's history in one transaction, claimed
 by this host (over the token's storage quota: -32004, nothing written) → a
 fresh adapter for the fork, under its own lease → seed it → set the parent's
 stored mode and config values again → mark the fork active. The result is
-``{sessionId, modes?, configOptions?, _meta: {acpgate: {forkedFrom}}}``.
+the agent's own, whole (issue 25: an external agent's fork or fresh session
+result, ``modes``, ``configOptions``, ``models``, ``_meta`` …; the built-in
+agent's state fields), with the fork's ``sessionId`` and
+``_meta.acpgate.forkedFrom`` (:func:`services.edge.prompt_result.fork_result`).
+The client's params acpgate does not read reach an external agent's
+``session/fork`` or ``session/new`` as they came; an agent's error is passed
+on exactly, acpgate's context in ``data.acpgate``.
 
 **Seeding.** The built-in agent is resumed under the fork's own id with the
 fork's (copied) history following in chunks, as a restore seeds it. An external
@@ -57,8 +63,6 @@ from services.common.policy import SecurityPolicy
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
-    META_ACPGATE,
-    META_FORKED_FROM,
     STORAGE_QUOTA_EXCEEDED,
 )
 from services.edge.adapter import AdapterClient
@@ -70,11 +74,13 @@ from services.edge.params import (
     additional_directories,
     encode_mcp_servers,
     first_str,
+    passed_params,
     restore_mcp_servers,
     session_id,
 )
+from services.edge.prompt_result import fork_result
 from services.edge.runtime import EdgeRuntime
-from services.edge.seeding import carry_over, resume_builtin
+from services.edge.seeding import carry_over, fork_external, resume_builtin
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     creating,
@@ -87,6 +93,9 @@ from services.edge.session_state import reapply
 from services.edge.visibility import visible_row
 
 log = get_logger("edge.dialect")
+#: The params of session/fork acpgate reads itself (the rest passes to an external agent).
+_OWN_FORK_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir", "workspace_dir",
+                            "mcpServers", "additionalDirectories"})
 
 
 async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +133,8 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
                 async with setting_up(conn, session):
                     client = await spawn_adapter(conn, session, forked.agent,
                                                  SecurityPolicy.from_proto(forked.policy))
-                    adapter_sid = await _seed(session, client, forked, mcp, client_mcp)
+                    adapter_sid = await _seed(session, client, forked, mcp, client_mcp,
+                                              passed_params(params, _OWN_FORK_KEYS))
                     session.state.on_setup(client.setup_result)
                     await reapply(session.state, client, forked.session)
                     await mark_active(conn, session, adapter_sid)
@@ -135,8 +145,8 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
                 with contextlib.suppress(Exception):
                     await asyncio.shield(discard)
                 raise
-    return {"sessionId": sid, **session.state.result_fields(),
-            "_meta": {META_ACPGATE: {META_FORKED_FROM: parent_id}}}
+    return fork_result(client.setup_result, session.state.result_fields(),
+                       builtin=client.builtin, session_id=sid, forked_from=parent_id)
 
 
 async def _fork_row(rt: EdgeRuntime, request: session_pb2.ForkSessionRequest
@@ -165,10 +175,10 @@ def _served_elsewhere(rt: EdgeRuntime, parent: session_pb2.SessionRow) -> bool:
 
 async def _seed(session: EdgeSession, client: AdapterClient,
                 forked: session_pb2.ForkSessionResponse, mcp: list[Any],
-                client_mcp: ClientMcpRules) -> str:
-    """Give the fork's adapter its conversation (module doc); the adapter's session id. A
-    failure answers "Failed to fork session: <cause>" (an adapter's error keeps its code and
-    data)."""
+                client_mcp: ClientMcpRules, extra: dict[str, Any]) -> str:
+    """Give the fork's adapter its conversation (module doc; an external one: with
+    ``extra``, the client's other params); the adapter's session id. An adapter's error is
+    passed on exactly; another failure answers "Failed to fork session: <cause>"."""
     rt, row, parent = session.runtime, forked.session, forked.parent
     policy = SecurityPolicy.from_proto(forked.policy)
     try:
@@ -176,14 +186,13 @@ async def _seed(session: EdgeSession, client: AdapterClient,
             how, adapter_sid = "history", await resume_builtin(rt, client, row, policy, mcp,
                                                                client_mcp)
         elif forked.agent.alias == parent.agent_alias and not _served_elsewhere(rt, parent) \
-                and await client.fork_external(parent.adapter_session_id, row.workspace_dir,
-                                               mcp, list(row.additional_directories)):
+                and await fork_external(client, parent.adapter_session_id, row, mcp, extra):
             how, adapter_sid = "native", client.adapter_session_id
         else:
             how, adapter_sid = "carry_over", await carry_over(rt, session, client, row, policy,
-                                                              mcp)
+                                                              mcp, extra)
     except Exception as exc:
-        raise fork_error(exc, client.secrets) from None
+        raise fork_error(exc, client.secrets, forked.agent.alias) from None
     log.info("session_fork_seeded", session_id=row.session_id,
              parent_session_id=parent.session_id, agent=forked.agent.alias, how=how)
     return adapter_sid

@@ -1,4 +1,15 @@
-"""SPEC §2: ``initialize`` and ``authenticate``."""
+"""SPEC §2: ``initialize``; ``authenticate`` is the connection's agent's
+(:mod:`services.edge.handlers.agent_calls`).
+
+acpgate always answers protocol 1 and its own ``agentInfo``, with ``loadSession``
+and the session capabilities it serves from its store. The rest follows the
+connection's default agent: the built-in agent's own features (HTTP/SSE MCP
+servers, no image or audio, no auth methods); an external agent's profile as it
+advertised it at its last start — capabilities, ``authMethods`` and ``_meta`` —
+wherever acpgate can honour or relay it (:mod:`services.edge.advertised`; issue 25).
+When the external agent never ran here, the connection's held adapter is started
+to learn it (:mod:`services.edge.conn_agent`; the next ``session/new`` takes it).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +21,21 @@ from acpgate.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
 from services.common.acp.wire import AcpDecodeError
-from services.common.protocol import AGENT_KIND_BUILTIN, META_ZEROCLAW, PROTOCOL_VERSION
-from services.edge.adapter_caps import recorded_capabilities
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
+    M_SESSION_FORK,
+    META_ZEROCLAW,
+    PROTOCOL_VERSION,
+)
+from services.edge.adapter_caps import profile_of, recorded_capabilities, recorded_profile
+from services.edge.advertised import merged_capabilities
 from services.edge.dispatch import DialectConnection
+from services.edge.handlers.agent_calls import held_adapter
 from services.edge.mcp_admission import client_mcp_rules
+
+log = get_logger("edge.initialize")
 
 
 def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
@@ -41,10 +63,25 @@ def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabil
     return recorded_capabilities(agent.adapter_capabilities_json)
 
 
+async def _external_profile(conn: DialectConnection,
+                            agent: session_pb2.ResolvedAgent) -> dict[str, Any] | None:
+    """The external default agent's profile: recorded, else learnt from the connection's
+    held adapter (None when it cannot be started: acpgate's own answer then)."""
+    profile = recorded_profile(agent.adapter_capabilities_json)
+    if profile is not None:
+        return profile
+    try:
+        held = await held_adapter(conn, agent)
+    except JsonRpcError as exc:
+        log.warning("default_agent_unavailable", alias=agent.alias, code=exc.code)
+        return None
+    return profile_of(held.client.initialize_result)
+
+
 async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """SPEC §2: always protocol 1; remembers the client's capabilities; image/audio and
-    MCP transports as the connection's default agent takes them (MCP ones only as far as
-    ``[gateway] client_mcp_servers`` lets a remote client pass them)."""
+    """SPEC §2: always protocol 1; remembers the client's capabilities; the rest as the
+    module doc says (MCP transports only as far as ``[gateway] client_mcp_servers`` lets a
+    remote client pass them)."""
     conn.client_capabilities = read_client_capabilities(params)
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
@@ -56,18 +93,22 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
             zeroclaw["defaultModel"] = agent.default_model
     except grpc.aio.AioRpcError:
         pass  # no resolvable default agent: defaultModel omitted
+    profile = await _external_profile(conn, agent) \
+        if agent is not None and agent.kind != AGENT_KIND_BUILTIN else None
     takes = default_agent_takes(agent)
     # Never promise a remote client what the gateway would refuse (issue 23).
     mcp_http = client_mcp_rules(conn).allows_http
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
     persistent = rt.persistent
-    return InitializeResponse(
+    out = InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=agent_capabilities(
             load_session=persistent, resume=persistent, close=persistent,
             list_sessions=persistent, delete=persistent, additional_directories=persistent,
-            fork=persistent,  # acpgate forks any agent's sessions itself (issue 25)
+            # acpgate forks any agent's sessions itself (issue 25), while its method table
+            # serves session/fork (the table decides what acpgate serves).
+            fork=persistent and conn.handles(M_SESSION_FORK),
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http and mcp_http,
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),
@@ -75,8 +116,13 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         auth_methods=[],
         meta={META_ZEROCLAW: zeroclaw},
     ).to_json()
-
-
-async def authenticate(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """No auth methods are advertised; authenticate is a no-op."""
-    return {}
+    if profile is None:
+        return out
+    out["agentCapabilities"] = merged_capabilities(
+        out["agentCapabilities"], profile.get("agentCapabilities") or {},
+        mcp_allowed=mcp_http)
+    methods = profile.get("authMethods")
+    out["authMethods"] = methods if isinstance(methods, list) else []
+    meta = profile.get("_meta")
+    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_ZEROCLAW: zeroclaw}
+    return out

@@ -6,7 +6,13 @@ entry answers -32602 before anything is created.
 
 ACP ``additionalDirectories`` are resolved with the cwd (the session service's
 rules), stored on the row, added to the policy's roots and passed to the adapter;
-the adapter's ``modes`` and ``configOptions`` are passed back to the client.
+the adapter's result comes back whole (:func:`services.edge.prompt_result.setup_result`),
+and an external adapter gets the client's params acpgate does not read itself
+(``systemPrompt``, ``_meta``, fields of later ACP versions) as they came.
+
+The connection's held adapter (:mod:`services.edge.conn_agent`: one started for an
+``authenticate`` or ``initialize`` before any session) serves the session when it
+is what the session calls for; it takes the place of the warm take.
 
 A warm ``session/new`` is two steps going at once, then the adapter's own two
 (docs/contracts.md "A warm session/new's round trips"): the session service
@@ -34,10 +40,19 @@ from services.edge.adapter_errors import setup_error
 from services.edge.adapter_requests import expected_initialize
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import grpc_error
+from services.edge.handlers.agent_calls import connection_agent
 from services.edge.mcp_admission import admitted_servers, client_mcp_rules
-from services.edge.params import additional_directories, encode_mcp_servers, first_str, mcp_servers
+from services.edge.params import (
+    additional_directories,
+    encode_mcp_servers,
+    first_str,
+    mcp_servers,
+    passed_params,
+)
+from services.edge.prompt_result import setup_result
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
+    TakenAdapter,
     creating,
     drop_early,
     mark_active,
@@ -45,7 +60,10 @@ from services.edge.session_setup import (
     setting_up,
     spawn_adapter,
 )
-from services.edge.warm import EarlyTake
+
+#: The params of session/new acpgate reads itself (the rest passes to an external agent).
+_OWN_NEW_KEYS = frozenset({"agentAlias", "agent_alias", "agent", "cwd", "workspaceDir",
+                           "workspace_dir", "mcpServers", "additionalDirectories"})
 
 
 def _explicit_alias(params: dict[str, Any]) -> str:
@@ -101,20 +119,23 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     # Before anything is created: a refused MCP server leaves no row and no adapter.
     client_mcp = client_mcp_rules(conn)
     servers = await admitted_servers(client_mcp, mcp_servers(params))
-    sid = str(uuid.uuid4())
+    held = connection_agent(conn).take(alias) if conn.agent_state is not None else None
+    # A held adapter's lease is keyed by the id of the session that takes it.
+    sid = held.session_id if held is not None else str(uuid.uuid4())
     with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()
         call = rt.session_stub.ResolveNewSession(
             decision_request(conn, sid, alias, cwd, extra, servers))
-        early: EarlyTake | None = None
+        early: TakenAdapter | None = held
         try:
             await asyncio.sleep(0)
-            early = rt.warm.take_early(
-                alias or conn.default_agent or rt.cfg.acp.default_agent, sid,
-                lambda autonomy: expected_initialize(conn.client_capabilities,
-                                                     rt.implementation, autonomy))
+            if early is None:
+                early = rt.warm.take_early(
+                    alias or conn.default_agent or rt.cfg.acp.default_agent, sid,
+                    lambda autonomy: expected_initialize(conn.client_capabilities,
+                                                         rt.implementation, autonomy))
             session, agent, policy = await decided(conn, call, taken_at)
         except BaseException as exc:
             if early is not None:
@@ -126,11 +147,13 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
             client = await spawn_adapter(conn, session, agent, policy, early)
             roots = session.additional_directories
             try:
-                adapter_sid = await client.new_session(session.workspace_dir, servers, policy,
-                                                       roots, client_mcp)
+                adapter_sid = await client.new_session(
+                    session.workspace_dir, servers, policy, roots, client_mcp,
+                    passed_params(params, _OWN_NEW_KEYS))
             except Exception as exc:
                 raise setup_error(agent.alias, exc, client.secrets) from None
             session.state.on_setup(client.setup_result)
             await mark_active(conn, session, adapter_sid)
-    return {"sessionId": sid, "workspaceDir": session.workspace_dir,
-            **session.state.result_fields()}
+    return setup_result(client.setup_result, session.state.result_fields(),
+                        builtin=client.builtin, session_id=sid,
+                        workspace_dir=session.workspace_dir)

@@ -12,8 +12,14 @@ seed the adapter with the conversation and those MCP servers → set the stored
 mode and config values again → replay (load) or send the stored plan (resume)
 → mark the session active (storing a newly passed MCP list and extra roots). A
 step that fails answers the request with its error and gives back what the
-earlier steps took. The result carries the adapter's ``modes`` and
-``configOptions`` as they are after the re-apply.
+earlier steps took. The result is the adapter's own, whole, with its ``modes``,
+``configOptions`` and ``models`` as they are after the re-apply
+(:func:`services.edge.prompt_result.setup_result`).
+
+``session/resume`` of a session this very connection holds already is answered
+at once with the session's current state (what an agent answers a resume of a
+session it has open; issue 25); anyone else's still gets "Session already
+active", and a ``session/load`` always does.
 
 The history is never held whole (issue 23): seeding and replay each read the
 stored pages (``StreamHistory``) one at a time and pass each one on before the
@@ -48,6 +54,8 @@ from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
+    M_SESSION_LOAD,
+    M_SESSION_RESUME,
     M_SESSION_UPDATE,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
@@ -62,12 +70,14 @@ from services.edge.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.params import (
     additional_directories,
     encode_mcp_servers,
+    passed_params,
     restore_mcp_servers,
     session_id,
 )
+from services.edge.prompt_result import setup_result
 from services.edge.registry import SessionRegistry
 from services.edge.runtime import EdgeRuntime
-from services.edge.seeding import carry_over, history_pages, resume_builtin
+from services.edge.seeding import carry_over, history_pages, restore_external, resume_builtin
 from services.edge.session import EdgeSession
 from services.edge.session_setup import (
     SessionHome,
@@ -82,6 +92,10 @@ from services.edge.visibility import visible_row
 
 #: Replayed updates written per hold of the send lock (session/load).
 _REPLAY_CHUNK = 500
+#: The params of session/load and resume acpgate reads itself (the rest passes to an
+#: external agent that restores its own session, or opens a fresh one).
+_OWN_RESTORE_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir",
+                               "workspace_dir", "mcpServers", "additionalDirectories"})
 
 
 async def session_load(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +115,13 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     sid = session_id(params)
     if not rt.persistent:
         raise not_found(sid)
+    mine = conn.sessions.get(sid)
+    if not replay and mine is not None and not mine.released \
+            and rt.registry.active.get(sid) is mine and mine.adapter is not None:
+        mine.touch()
+        return setup_result(mine.adapter.setup_result, mine.state.result_fields(),
+                            builtin=mine.adapter.builtin,
+                            restored_id=sid if mine.adapter.restored_itself else "")
     extra = additional_directories(params)
     with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
@@ -118,11 +139,13 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
                 client = await spawn_adapter(conn, session, agent, policy)
-                adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp)
+                adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp,
+                                          passed_params(params, _OWN_RESTORE_KEYS),
+                                          M_SESSION_LOAD if replay else M_SESSION_RESUME)
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
-                    await _replay_history(conn, session)
+                    await _replay_history(conn, session, client.builtin)
                 else:
                     await _replay_plan(conn, sid, row)
                 await mark_active(
@@ -131,7 +154,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                     mcp_servers_json=encode_mcp_servers(mcp) if passed else None,
                     additional_directories=row.additional_directories if extra is not None
                     else None)
-    return session.state.result_fields()
+    return setup_result(client.setup_result, session.state.result_fields(),
+                        builtin=client.builtin, restored_id=sid if client.restored_itself else "")
 
 
 # ---------------------------------------------------------------------- steps
@@ -205,44 +229,46 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
 
 async def _seed(session: EdgeSession, client: AdapterClient,
                 row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
-                policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules) -> str:
-    """Give the adapter the conversation; returns the adapter's session id.
+                policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules,
+                extra: dict[str, Any], method: str) -> str:
+    """Give the adapter the conversation (an external one: with ``extra``, the client's
+    other params); returns the adapter's session id.
 
-    A failure answers "Failed to restore session: <cause>"
-    (an adapter's error keeps its code and data).
+    An adapter's error is passed on exactly (``data.acpgate.during``: the client's
+    ``method``); another failure answers "Failed to restore session: <cause>".
     """
     try:
         if agent.kind == AGENT_KIND_BUILTIN:
             return await resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
-        if agent.alias == row.agent_alias and await _restore_native(client, row, mcp):
+        if agent.alias == row.agent_alias and await restore_external(client, row, mcp, extra):
             return row.adapter_session_id
-        return await carry_over(session.runtime, session, client, row, policy, mcp)
+        return await carry_over(session.runtime, session, client, row, policy, mcp, extra)
     except Exception as exc:
-        raise restore_error(exc, client.secrets) from None
+        raise restore_error(exc, client.secrets, agent.alias, method) from None
 
 
-async def _restore_native(client: AdapterClient, row: session_pb2.SessionRow,
-                          mcp: list[Any]) -> bool:
-    """An external agent's own restore of its old session; False if it cannot or will not."""
-    return await client.restore_external(row.adapter_session_id, row.workspace_dir, mcp,
-                                         list(row.additional_directories))
-
-
-async def _replay_history(conn: SessionHome, session: EdgeSession) -> None:
+async def _replay_history(conn: SessionHome, session: EdgeSession, builtin: bool) -> None:
     """session/load: every stored update, in order, as ``session/update`` notifications,
     read and sent page by page (the client's send queue paces the reading). A history
-    that cannot be read gives the session up."""
+    that cannot be read gives the session up. The built-in agent's clients see a
+    cancelled turn end with SPEC §7's marker, as they saw it live."""
     sid = session.session_id
-    replay = Replay()
+    replay = Replay(sid if builtin else "")
     try:
         async for items in history_pages(conn.runtime, sid):
-            lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
-                                                          for u in replay.updates(items)])
-            # Chunks, so other sessions on this connection still get a turn.
-            for start in range(0, len(lines), _REPLAY_CHUNK):
-                await conn.send_many(lines[start:start + _REPLAY_CHUNK])
+            await _send_replay(conn, sid, replay.updates(items))
+        await _send_replay(conn, sid, replay.finish())
     except (ConnectionError, OSError):
         return  # the client left: setup notices (mark_active) and releases the session
+
+
+async def _send_replay(conn: SessionHome, sid: str, updates: list[dict[str, Any]]) -> None:
+    """Replayed ``updates`` to the client, in chunks (other sessions on this connection
+    still get a turn)."""
+    lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
+                                                  for u in updates])
+    for start in range(0, len(lines), _REPLAY_CHUNK):
+        await conn.send_many(lines[start:start + _REPLAY_CHUNK])
 
 
 async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:

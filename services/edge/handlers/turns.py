@@ -4,7 +4,10 @@ and ACP ``$/cancel_request`` of a pending ``session/prompt`` (a turn cancel).
 The handlers decide whether a request may run; the :class:`EdgeSession` runs
 the turn, applies the cancel and is released through the runtime. The prompt
 goes to the built-in agent as SPEC §4 text, to an external adapter as the
-client's ContentBlocks it can take (:mod:`services.edge.prompt_blocks`).
+client's ContentBlocks it can take (:mod:`services.edge.prompt_blocks`), with
+the client's other params as they came (its ``_meta``, fields of later ACP
+versions; never ``_meta.acpgate``). The result is the built-in agent's dialect
+or the external agent's result whole (:mod:`services.edge.prompt_result`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,34 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import M_SESSION_PROMPT, MSG_SESSION_BUSY, SESSION_BUSY
+from services.common.protocol import (
+    M_SESSION_PROMPT,
+    META_PROMPT_QUEUEING,
+    MSG_SESSION_BUSY,
+    SESSION_BUSY,
+)
 from services.edge.dispatch import DialectConnection
 from services.edge.errors import not_found
-from services.edge.params import session_id
+from services.edge.params import passed_params, session_id
 from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
+from services.edge.prompt_result import client_result
+from services.edge.session import EdgeSession
+
+
+def queues_prompts(session: EdgeSession) -> bool:
+    """Whether the session's agent advertised that it queues a prompt sent while a turn runs
+    (claude-agent-acp's ``agentCapabilities._meta.claudeCode.promptQueueing``): acpgate then
+    queues it too (it runs once the turn ends) instead of answering -32002 (issue 25)."""
+    adapter = session.adapter
+    if adapter is None or adapter.builtin:
+        return False
+    meta = adapter.agent_capabilities.meta or {}
+    vendor = meta.get(META_PROMPT_QUEUEING[0])
+    return isinstance(vendor, dict) and vendor.get(META_PROMPT_QUEUEING[1]) is True
+
+
+#: The params of session/prompt acpgate reads itself (the rest passes to an external agent).
+_OWN_PROMPT_KEYS = frozenset({"sessionId", "session_id", "prompt"})
 
 
 async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -24,6 +50,10 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
     sid = session_id(params)
     session = conn.active_session(sid)
     turn = session.reserve_turn()
+    while turn is None and queues_prompts(session):  # as the agent would: after the turn
+        await session.wait_turn()
+        session = conn.active_session(sid)
+        turn = session.reserve_turn()
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
     try:
@@ -34,7 +64,8 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         else:
             prompt = await adapter_prompt(raw, adapter.agent_capabilities.prompt_capabilities,
                                           session.workspace_dir)
-        return await session.run_turn(turn, prompt)
+        outcome = await session.run_turn(turn, prompt, passed_params(params, _OWN_PROMPT_KEYS))
+        return client_result(sid, outcome)
     finally:
         session.release_turn(turn)
 

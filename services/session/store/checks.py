@@ -11,10 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from services.common.protocol import HISTORY_ROLE_TOOL_CALL, HISTORY_ROLE_TOOL_RESULT, HISTORY_ROLES
+from services.common.protocol import (
+    HISTORY_ROLE_TOOL_CALL,
+    HISTORY_ROLE_TOOL_RESULT,
+    HISTORY_ROLE_USER,
+    HISTORY_ROLES,
+)
 from services.session.store.records import (
     STATES,
     TOOL_STATUSES,
+    TURN_STATUSES,
     Claim,
     HistoryEntry,
     InvalidItem,
@@ -60,7 +66,8 @@ def validate_item(item: HistoryEntry, index: int) -> None:
         raise InvalidItem(f"item {index}: {item.role} needs a tool_call_id")
     if item.role == HISTORY_ROLE_TOOL_CALL and not item.tool_name:
         raise InvalidItem(f"item {index}: tool_call needs a tool_name")
-    if item.status not in TOOL_STATUSES:
+    allowed = TURN_STATUSES if item.role == HISTORY_ROLE_USER else TOOL_STATUSES
+    if item.status not in allowed:
         raise InvalidItem(f"item {index}: unknown status {item.status!r}")
     _check_json_field(item.arguments_json, dict, f"item {index}: arguments_json", "dict")
     _check_json_field(item.content_json, list, f"item {index}: content_json", "list")

@@ -27,6 +27,7 @@ __all__ = [
     "STATES",
     "TITLE_MAX",
     "TOOL_STATUSES",
+    "TURN_STATUSES",
     "AppendResult",
     "Claim",
     "HistoryEntry",
@@ -54,6 +55,9 @@ __all__ = [
 BACKEND: Final = "acpx"
 STATES: Final = ("active", "inactive")
 TOOL_STATUSES: Final = ("", "pending", "in_progress", "completed", "failed")
+#: A user item's status: "" for a turn that ended normally, "cancelled" for a turn the
+#: client cancelled, stored with what was streamed before the cancel (issue 25).
+TURN_STATUSES: Final = ("", "cancelled")
 TITLE_MAX: Final = 80
 
 

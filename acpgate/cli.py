@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from acpgate.embedded import EmbeddedServices
     from acpgate.serve import Supervisor
     from services.edge.tokens import TokenStore
-    from services.edge.ws_server import EdgeServer
+    from services.edge.transport.ws_server import EdgeServer
 
 EXIT_USAGE = 2
 #: The long-running commands, and the process name each one logs as.
@@ -129,7 +129,7 @@ def _start_logs(cfg: Config, command: str) -> None:
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
-    from services.edge.bridge import run_bridge
+    from services.edge.transport.bridge import run_bridge
 
     config_dir = config_mod.resolve_config_dir(args.config_dir)
     try:  # the bridge reports a missing or bad config itself (exit 2)
@@ -151,7 +151,7 @@ def _run_acp(args: argparse.Namespace) -> int:
     cfg = _load(args, overrides)
     _start_logs(cfg, "acp")
     from acpgate.embedded import start_embedded
-    from services.edge.stdio import run_stdio
+    from services.edge.transport.stdio import run_stdio
 
     async def start_services(c: Config) -> EmbeddedServices:
         services = await start_embedded(c)
@@ -190,7 +190,7 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
     if command == "edge":
         # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
         tuned = tune_malloc(EDGE_MALLOC)
-        from services.edge.gateway import run_edge
+        from services.edge.transport.gateway import run_edge
 
         get_logger("edge").info("malloc_tuned", options=tuned)
 

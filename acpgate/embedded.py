@@ -13,7 +13,7 @@ the in-process channel off (the edge then dials the sockets).
 
 This is composition, so it lives in the ``acpgate`` package: the edge never
 imports a service, it is handed :func:`start_embedded` (see
-``services.edge.runtime.StartServices``) and gets back the addresses to dial,
+``services.edge.sessions.runtime.StartServices``) and gets back the addresses to dial,
 the in-process channels, and a way to stop what was started.
 """
 

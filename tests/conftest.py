@@ -21,7 +21,7 @@ import pytest
 from acpgate import __version__
 from acpgate.embedded import start_embedded
 from services.common.config import load_config
-from services.edge.connection import EdgeRuntime, open_runtime
+from services.edge.transport.connection import EdgeRuntime, open_runtime
 from tests.e2e.harness import write_config
 from tests.pg_cluster import Cluster, missing_reason, start_cluster
 

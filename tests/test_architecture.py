@@ -36,6 +36,28 @@ class Rule:
     allowed: tuple[str, ...] = ()
 
 
+#: The edge's parts, top to bottom (ARCHITECTURE; issue 26): what a client connects to, what
+#: the ACP dialect decides, the live sessions, the edge as the ACP client of one adapter, and
+#: the ports sessions and adapters talk back to the client through. A part imports only parts
+#: below it and the edge-wide modules.
+EDGE_LAYERS = ("transport", "dialect", "sessions", "adapter", "ports")
+#: Edge-wide modules, below every part: error answers, request params, who a connection acts
+#: as, counters, the token store.
+EDGE_WIDE = ("errors", "params", "caller", "metrics", "tokens")
+
+
+def _edge_layer_rules() -> tuple[Rule, ...]:
+    rules = []
+    for i, upper in enumerate(EDGE_LAYERS):
+        for lower in EDGE_LAYERS[i + 1:]:
+            rules.append(Rule(f"services.edge.{lower}", f"services.edge.{upper}",
+                              f"edge parts import downwards only ({' → '.join(EDGE_LAYERS)})"))
+        for wide in EDGE_WIDE:
+            rules.append(Rule(f"services.edge.{wide}", f"services.edge.{upper}",
+                              "edge-wide modules sit below every edge part"))
+    return tuple(rules)
+
+
 #: The forbidden edges. "within p" means p itself or any submodule of it.
 FORBIDDEN: tuple[Rule, ...] = (
     Rule("services.edge", "services.session", "the edge calls the session service over gRPC only"),
@@ -52,6 +74,7 @@ FORBIDDEN: tuple[Rule, ...] = (
     Rule("services.common", "services.lifecycle", "common code is shared by every service and imports none"),
     Rule("services.agent", "services.edge", "the agent is an ACP peer of the edge, never a part of it"),
     Rule("services.edge", "services.agent", "the edge speaks ACP to every agent alike, the built-in one too"),
+    *_edge_layer_rules(),
 )
 
 #: Lines a hand-written module may have (the team aims at ~350).
@@ -189,6 +212,15 @@ def test_the_check_sees_lazy_relative_and_dynamic_imports() -> None:
 
 def hand_written(path: Path) -> bool:
     return not any(within(module_name(path), g) for g in (*GENERATED, *GENERATED_MODELS))
+
+
+def test_every_edge_module_sits_in_a_part() -> None:
+    """A new edge module goes into the part whose job it does, never back to the flat folder."""
+    edge = ROOT / "services" / "edge"
+    loose = sorted(p.name for p in edge.iterdir()
+                   if p.name not in {"__init__.py", "__pycache__"}
+                   and p.name.removesuffix(".py") not in (*EDGE_LAYERS, *EDGE_WIDE))
+    assert not loose, f"services/edge/ modules outside the parts {EDGE_LAYERS}: {loose}"
 
 
 def test_files_stay_small() -> None:

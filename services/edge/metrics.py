@@ -1,5 +1,5 @@
 """Counters and gauges of one edge, rendered by the gateway at ``/metrics``
-(``services.edge.http.render_metrics``)."""
+(``services.edge.transport.http.render_metrics``)."""
 
 from __future__ import annotations
 

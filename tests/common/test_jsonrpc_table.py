@@ -27,7 +27,7 @@ from services.agent.providers.demo import DemoProvider
 from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.common.jsonrpc import OVERSIZE_LINE, JsonRpcPeer, integer_ids, read_lines
-from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
+from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 from tests.agent.harness import make_config
 
 BIG = 123456789012345678901234567890

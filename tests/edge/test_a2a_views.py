@@ -6,14 +6,14 @@ from __future__ import annotations
 import time
 
 from acpgate.session.v1 import session_pb2 as pb
-from services.edge.a2a.views import (
+from services.edge.dialect.a2a.views import (
     MAX_TEXT_CHARS,
     history_view,
     lineage,
     session_id_of_key,
     state_of,
 )
-from services.edge.hosted import labelled
+from services.edge.sessions.hosted import labelled
 
 PERMISSION = {
     "sessionId": "child-edge-id",

@@ -13,8 +13,8 @@ from services.common.acp.schema import ClientCapabilities, PromptCapabilities
 from services.common.jsonrpc import JsonRpcError, error_line
 from services.common.policy import SecurityPolicy
 from services.common.protocol import MAX_BLOB_BYTES
-from services.edge.adapter_caps import client_capabilities, env_auth_method, read_initialize_result
-from services.edge.adapter_errors import (
+from services.edge.adapter.caps import client_capabilities, env_auth_method, read_initialize_result
+from services.edge.adapter.failures import (
     STDERR_MAX_LINE_CHARS,
     STDERR_MAX_LINES,
     prompt_error,
@@ -22,8 +22,8 @@ from services.edge.adapter_errors import (
     setup_error,
     stderr_lines,
 )
-from services.edge.adapter_link import AdapterExit, AdapterGone
-from services.edge.prompt_blocks import adapter_prompt, spec4_prompt
+from services.edge.adapter.link import AdapterExit, AdapterGone
+from services.edge.adapter.prompt_blocks import adapter_prompt, spec4_prompt
 
 PNG = base64.b64encode(b"\x89PNG-bytes").decode()
 ALL = PromptCapabilities(image=True, audio=True, embedded_context=True)

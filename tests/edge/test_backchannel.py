@@ -14,7 +14,7 @@ import pytest
 
 from services.common.jsonrpc import JsonRpcPeer, prefixed_ids
 from services.common.protocol import OUTBOUND_ID_PREFIX
-from services.edge.backchannel import (
+from services.edge.ports.backchannel import (
     BackChannel,
     BackChannelTimeout,
     ClientErrorAnswer,

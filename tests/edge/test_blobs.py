@@ -11,7 +11,7 @@ import pytest
 
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import MAX_BLOB_BYTES
-from services.edge.blobs import materialize, parse_prompt
+from services.edge.adapter.blobs import materialize, parse_prompt
 
 
 def _blob(data: bytes, uri: str, mime: str = "application/pdf") -> dict:

@@ -12,8 +12,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
-from services.edge.http import GatewayGauges, render_metrics
+from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
+from services.edge.transport.http import GatewayGauges, render_metrics
 from tests.e2e.harness import streamed_text
 
 
@@ -121,7 +121,7 @@ def test_metrics_count(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) ->
 
 async def test_requests_in_flight_are_bounded_and_reading_waits() -> None:
     """Issue 11: at ``max_in_flight`` running requests the connection reads no further line."""
-    from services.edge.dispatch import DialectConnection
+    from services.edge.dialect.dispatch import DialectConnection
 
     release = asyncio.Event()
     started = 0

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
+from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime, serve_connection
 
 METHODS = ["initialize", "authenticate", "session/prompt", "session/cancel", "session/stop",
            "session/close", "session/list", "session/update", "session/event", "session/set_mode",

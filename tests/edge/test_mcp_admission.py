@@ -8,7 +8,7 @@ import pytest
 
 from services.common.jsonrpc import JsonRpcError
 from services.common.mcp_policy import ClientMcpRules
-from services.edge.mcp_admission import admitted_servers
+from services.edge.dialect.mcp_admission import admitted_servers
 
 STDIO = {"name": "fs", "command": "/bin/fs", "args": ["-v"],
          "env": [{"name": "TOKEN", "value": "t"}], "_meta": {"x": 1}}

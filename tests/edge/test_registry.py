@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from services.common.config import AcpSection
-from services.edge.registry import SessionRegistry, SlotRefusal, token_session_share
+from services.edge.sessions.registry import SessionRegistry, SlotRefusal, token_session_share
 
 A, B = "client:a", "client:b"
 

@@ -1,6 +1,6 @@
 """The shape-recognised ``session/update`` relay gives the frames the parsed path gives.
 
-:class:`services.edge.relay_lines.UpdateLines` relays an adapter's compact
+:class:`services.edge.adapter.relay_lines.UpdateLines` relays an adapter's compact
 update lines with the session id rewritten in the text. Each awkward line here
 is run through it and through what the JSON-RPC path does with it (parse,
 rewrite ``params.sessionId``, encode): a recognised line must carry the same
@@ -20,8 +20,8 @@ import pytest
 
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import notification_lines
-from services.edge.relay_lines import UpdateLines, update_prefix
-from services.edge.turn import RelayedUpdate, TurnAccumulator
+from services.edge.adapter.relay_lines import RelayedUpdate, UpdateLines, update_prefix
+from services.edge.sessions.turn import TurnAccumulator
 
 ADAPTER_ID = "adapter-own-id"
 EDGE_ID = "0b0c5e0e-1234-4567-89ab-0123456789ab"

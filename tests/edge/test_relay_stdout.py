@@ -1,4 +1,4 @@
-"""The stdio front door's coalescing stdout writer (``services.edge.lines.LineWriter``).
+"""The stdio front door's coalescing stdout writer (``services.edge.transport.lines.LineWriter``).
 
 Real pipes (``os.pipe``) and real asyncio pipe transports: lines written in one
 loop iteration leave in one flush, in order; a reader that stops reading makes
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.common.jsonrpc import read_lines
-from services.edge.lines import LineWriter
+from services.edge.transport.lines import LineWriter
 
 
 class Pipe:

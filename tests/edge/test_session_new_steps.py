@@ -24,11 +24,11 @@ from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS
-from services.edge.claims import HostClaims
-from services.edge.connection import LOCAL_OPERATOR, EdgeRuntime
-from services.edge.dispatch import DialectConnection
-from services.edge.handlers.new import session_new
-from services.edge.warm import EarlyTake
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.new import session_new
+from services.edge.sessions.claims import HostClaims
+from services.edge.sessions.warm import EarlyTake
+from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime
 from tests.e2e.harness import workspace_beside_config
 
 WARM = lifecycle_pb2.LEASE_STATE_WARM

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from acpgate.session.v1 import session_pb2
-from services.edge.history_wire import history_meta, replay_updates, transcript
-from services.edge.turn import TEXT_BLOCK_CHUNKS, TurnAccumulator
+from services.edge.sessions.history_wire import history_meta, replay_updates, transcript
+from services.edge.sessions.turn import TEXT_BLOCK_CHUNKS, TurnAccumulator
 
 Role = session_pb2.HistoryItem.Role
 
@@ -114,7 +114,7 @@ def test_odd_external_tool_shapes_are_normalised() -> None:
 
 def test_replay_page_by_page_is_the_whole_replay() -> None:
     """A tool result on a later page than its call still gets the call's name and kind."""
-    from services.edge.history_wire import Replay
+    from services.edge.sessions.history_wire import Replay
 
     items = _turn().items
     for cut in range(1, len(items)):
@@ -125,7 +125,7 @@ def test_replay_page_by_page_is_the_whole_replay() -> None:
 def test_carry_over_keeps_the_newest_part_within_its_cap() -> None:
     """The transcript an external adapter gets is bounded: the oldest lines go first, a
     single longer line keeps its end, and a note says what was left out."""
-    from services.edge.history_wire import CarryOver
+    from services.edge.sessions.history_wire import CarryOver
 
     def user(text: str) -> session_pb2.HistoryItem:
         return session_pb2.HistoryItem(role=Role.ROLE_USER, text=text)

@@ -17,9 +17,9 @@ from typing import Any
 from acpgate import __version__
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
-from services.edge.connection import EdgeRuntime, open_runtime
-from services.edge.probe import ServiceProbe
-from services.edge.ws_server import EdgeServer
+from services.edge.transport.connection import EdgeRuntime, open_runtime
+from services.edge.transport.probe import ServiceProbe
+from services.edge.transport.ws_server import EdgeServer
 from services.lifecycle.server import start_lifecycle_server
 from services.session.server import start_session_server
 

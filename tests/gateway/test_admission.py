@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from services.common.config import GatewaySection
-from services.edge.admission import TOO_MANY, TOO_MANY_FOR_TOKEN, LiveConnections, token_share
+from services.edge.transport.admission import (
+    TOO_MANY,
+    TOO_MANY_FOR_TOKEN,
+    LiveConnections,
+    token_share,
+)
 
 
 def test_default_share_is_a_quarter_of_the_limit() -> None:

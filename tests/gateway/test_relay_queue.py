@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.common.config import load_config
-from services.edge.outqueue import OutgoingQueue, PutResult
+from services.edge.transport.outqueue import OutgoingQueue, PutResult
 
 from .wsfixtures import (
     FakeRuntime,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from services.common.config import load_config
-from services.edge.auth import TokenSource, extract_token
 from services.edge.tokens import (
     GRANT_SEE_ALL,
     SCHEMA_VERSION,
@@ -20,6 +19,7 @@ from services.edge.tokens import (
     UnknownGrant,
     token_db_path,
 )
+from services.edge.transport.auth import TokenSource, extract_token
 
 
 def test_db_path_under_data_dir(tmp_path: Path) -> None:
@@ -115,8 +115,8 @@ def test_cli_create_list_revoke(tmp_path: Path) -> None:
 
 async def test_identify_and_principal(tmp_path: Path) -> None:
     """Each token is its own principal (`client:<token id>`); revoked or wrong → None."""
-    from services.edge.auth import Authenticator, PresentedToken
     from services.edge.caller import LOCAL_OPERATOR, client_caller
+    from services.edge.transport.auth import Authenticator, PresentedToken
 
     store = TokenStore(tmp_path / "tokens.db")
     tid, secret = store.create("a")

@@ -1,8 +1,8 @@
 """A run of queued messages leaves the gateway in one socket write, each still its own frame.
 
-``services.edge.ws_frames`` builds uncompressed text frames itself; they must be
+``services.edge.transport.ws_frames`` builds uncompressed text frames itself; they must be
 byte for byte what websockets would send, and websockets' own parser must read
-them back. An :class:`~services.edge.outqueue.Outbox` over a real connection
+them back. An :class:`~services.edge.transport.outqueue.Outbox` over a real connection
 writes what is queued when its pump wakes with one ``transport.write`` (bounded
 by ``WRITE_RUN_CHARS``), and the client still receives one message per frame,
 in order.
@@ -22,8 +22,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.frames import Frame, Opcode
 from websockets.protocol import CLIENT, Protocol
 
-from services.edge.outqueue import WRITE_RUN_CHARS, Outbox
-from services.edge.ws_frames import text_frame
+from services.edge.transport.outqueue import WRITE_RUN_CHARS, Outbox
+from services.edge.transport.ws_frames import text_frame
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,8 +22,8 @@ from websockets.typing import Subprotocol
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import Caller
-from services.edge.outqueue import SLOW_CLIENT_CLOSE_CODE, OutgoingQueue, PutResult
 from services.edge.tokens import TokenStore, token_db_path
+from services.edge.transport.outqueue import SLOW_CLIENT_CLOSE_CODE, OutgoingQueue, PutResult
 
 from .wsfixtures import (
     FakeRuntime,

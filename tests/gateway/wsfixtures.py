@@ -18,9 +18,9 @@ from services.common.config import Config, load_config
 from services.common.grpc_auth import grpc_security
 from services.common.grpc_server import RunningServer, start_server
 from services.edge.metrics import Metrics
-from services.edge.probe import ServiceProbe
 from services.edge.tokens import TokenStore, token_db_path
-from services.edge.ws_server import EdgeServer
+from services.edge.transport.probe import ServiceProbe
+from services.edge.transport.ws_server import EdgeServer
 
 DEMO_CONFIG = """\
 [acp]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bench.flood import drain, non_reading_client, send_flood
-from services.edge.outqueue import DEFAULT_QUEUE_MESSAGES, DEFAULT_WAITING_SENDS
+from services.edge.transport.outqueue import DEFAULT_QUEUE_MESSAGES, DEFAULT_WAITING_SENDS
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, Gateway, running_gateway
 

@@ -28,10 +28,10 @@ import pytest
 
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import LOCAL_OPERATOR
-from services.edge.connection import EdgeRuntime
-from services.edge.dispatch import DialectConnection
-from services.edge.handlers.new import session_new
-from services.edge.handlers.restore import restore
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.new import session_new
+from services.edge.dialect.handlers.restore import restore
+from services.edge.transport.connection import EdgeRuntime
 from tests.e2e.harness import workspace_beside_config
 from tests.security.procs import install_processes
 

@@ -100,7 +100,7 @@ def test_every_check_compares_with_every_active_token(tmp_path: Path,
 
 
 def test_a_presented_token_never_shows_in_its_repr() -> None:
-    from services.edge.auth import extract_token
+    from services.edge.transport.auth import extract_token
 
     token = extract_token("Bearer acpg_secret-value", [], "/acp")
     assert token is not None and "acpg_secret-value" not in repr(token)

@@ -1,0 +1,315 @@
+"""JSON-RPC over one adapter's stdio, reached through the lifecycle ``Attach`` stream.
+
+The edge is the ACP *client* of each adapter. This module is the transport of
+a :class:`~services.common.jsonrpc.JsonRpcPeer` configured for that side:
+requests with integer ids, runs of notifications handed to the adapter's
+owner in arrival order (so per-session update order is preserved, and a burst
+is relayed as one batch), adapter-originated requests handled concurrently (a
+permission request waiting for the user never blocks the update stream), and
+bad lines from the adapter logged, never answered. Outgoing lines are batched:
+each ``Lines`` message carries whatever is queued at that moment.
+
+A link opens the stream either on a lease it already has, or with the
+``EnsureSession`` request of a session coming up (``AttachOpen.ensure``): the
+lifecycle service then takes a warm adapter or spawns one and attaches in the
+same round trip, and :attr:`AdapterLink.ensured` says what it did. A link may
+be opened before it knows whom it serves (:meth:`AdapterLink.bind`): the edge
+takes a warm adapter while the session service decides the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, integer_ids, notification_line
+from services.common.logs import get_logger
+from services.common.protocol import (
+    METHOD_NOT_FOUND,
+    MSG_AGENT_LINE_TOO_LONG,
+    MSG_METHOD_NOT_FOUND,
+)
+
+log = get_logger("edge.adapter")
+
+_CLOSE = object()
+
+#: The JSON-RPC peer's handling of a run of lines (``JsonRpcPeer.feed_batch``).
+LineFeed = Callable[[list[str]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AdapterExit:
+    """How an adapter's stream ended."""
+
+    exit_code: int = -1
+    signal: int = 0
+    #: True when the lifecycle stream broke without an exit report.
+    lost: bool = False
+    #: The last lines of the adapter's stderr as the lifecycle service read them (raw:
+    #: may hold secrets; :mod:`services.edge.adapter.failures` bounds and scrubs them).
+    stderr_tail: str = ""
+    #: Not an exit: the adapter wrote a line over this many bytes (dropped by the lifecycle
+    #: service), and the edge gave the adapter up (0: not that).
+    line_limit: int = 0
+
+    def describe(self) -> str:
+        """A short cause for error messages (never stderr contents: they may hold secrets)."""
+        if self.line_limit:
+            return MSG_AGENT_LINE_TOO_LONG.format(limit=self.line_limit)
+        if self.lost:
+            return "agent process connection lost"
+        if self.signal:
+            try:
+                name = f"{signal.Signals(self.signal).name}, "
+            except ValueError:
+                name = ""
+            return f"agent process exited (killed by {name}signal {self.signal})"
+        return f"agent process exited (exit code {self.exit_code})"
+
+
+class AdapterGone(Exception):
+    """The adapter exited (or its stream broke) before answering."""
+
+    def __init__(self, exit_info: AdapterExit) -> None:
+        super().__init__(exit_info.describe())
+        self.exit_info = exit_info
+
+
+class AdapterPeer(Protocol):
+    """What the link calls back into (the edge session owning this adapter)."""
+
+    async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        """Consecutive notifications ``(method, params)`` from the adapter, in stream order.
+
+        One call per run of notifications in one ``Lines`` message, so a burst of
+        updates is relayed as a batch; a request or response in between splits it.
+        """
+
+    async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter→client request; return the result or raise JsonRpcError."""
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        """The adapter's stream ended."""
+
+    async def on_adapter_lines(self, lines: Sequence[str], feed: LineFeed) -> None:
+        """The lines of one ``Lines`` message, in order: what the peer does not relay
+        itself goes to ``feed`` (the JSON-RPC peer), in stream order."""
+
+
+class AdapterLink:
+    """A JSON-RPC client over one lease's ``Attach`` stream."""
+
+    def __init__(
+        self,
+        stub: lifecycle_pb2_grpc.LifecycleServiceStub,
+        attach: lifecycle_pb2.AttachOpen,
+    ) -> None:
+        self._stub = stub
+        self._open = attach
+        #: The lease attached to ("" until the lifecycle service ensured one).
+        self.lease_id = attach.lease_id
+        #: What the lifecycle service did for a link opened with ``ensure`` (once attached).
+        self.ensured: lifecycle_pb2.EnsureSessionResponse | None = None
+        self._label = attach.lease_id or attach.ensure.session_key
+        self._peer: AdapterPeer | None = None
+        self._bound = asyncio.Event()
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(),
+                                notifications=self._notifications,
+                                answer_unidentified=False, label=f"adapter:{self._label}")
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self.exit_info: AdapterExit | None = None
+        #: True when the edge itself let the adapter go (:meth:`abort`) rather than the
+        #: adapter exiting or its stream breaking.
+        self.let_go = False
+        self._ended = asyncio.Event()
+        self._attached: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def bind(self, peer: AdapterPeer) -> None:
+        """Serve ``peer`` (the adapter's lines wait for it; bind before any request)."""
+        self._peer = peer
+        self._bound.set()
+
+    @property
+    def begun(self) -> bool:
+        """True once :meth:`begin` opened the stream."""
+        return self._call is not None
+
+    def begin(self) -> None:
+        """Start attaching to the lease without waiting: lines written from now on follow
+        the stream's ``open`` and reach the adapter once the lifecycle service attached."""
+        loop = asyncio.get_running_loop()
+        self._attached = loop.create_future()
+        # A failed attach that nobody waits for any more (its setup was cancelled) is
+        # nobody's error: seen here, raised to whoever still waits.
+        self._attached.add_done_callback(seen)
+        self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
+        self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
+
+    async def attached(self, wait_secs: float = 30.0) -> None:
+        """Wait for the ``attached`` confirmation of :meth:`begin` (the link is aborted when
+        it fails or does not come in time)."""
+        assert self._attached is not None, "begin() first"
+        try:
+            await asyncio.wait_for(asyncio.shield(self._attached), wait_secs)
+        except BaseException:
+            self.abort()
+            raise
+
+    async def _requests(self) -> AsyncIterator[lifecycle_pb2.AttachRequest]:
+        yield lifecycle_pb2.AttachRequest(open=self._open)
+        while True:
+            first = await self._queue.get()
+            if first is _CLOSE:
+                yield lifecycle_pb2.AttachRequest(close_stdin=True)
+                return
+            batch = [first]
+            closing = False
+            while not self._queue.empty():  # drain what is ready; never wait to fill
+                nxt = self._queue.get_nowait()
+                if nxt is _CLOSE:
+                    closing = True
+                    break
+                batch.append(nxt)
+            yield lifecycle_pb2.AttachRequest(stdin=lifecycle_pb2.Lines(lines=batch))
+            if closing:
+                yield lifecycle_pb2.AttachRequest(close_stdin=True)
+                return
+
+    async def _read_loop(self) -> None:
+        exit_info = AdapterExit(lost=True)
+        try:
+            async for resp in self._call:
+                which = resp.WhichOneof("msg")
+                if which in ("attached", "ensured"):
+                    if which == "ensured":
+                        self.ensured = resp.ensured
+                        self.lease_id = self._label = resp.ensured.lease.lease_id
+                    if self._attached is not None and not self._attached.done():
+                        self._attached.set_result(None)
+                elif which == "stdout":
+                    if self._peer is None:
+                        await self._bound.wait()
+                    assert self._peer is not None
+                    await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
+                elif which == "exit":
+                    exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
+                                            stderr_tail=resp.exit.stderr_tail)
+                    break
+                elif which == "too_long":
+                    # Framing is broken: what the dropped line meant (an answer?) is lost, so
+                    # every pending request fails saying why, and the adapter is given up.
+                    log.warning("adapter_line_too_long", lease_id=self._label,
+                                count=resp.too_long.count, limit=resp.too_long.limit)
+                    exit_info = AdapterExit(line_limit=resp.too_long.limit)
+                    self._call.cancel()
+                    break
+        except grpc.aio.AioRpcError as exc:
+            if self._attached is not None and not self._attached.done():
+                # A refused ensure is EnsureSession's refusal, as the caller would have had it.
+                self._attached.set_exception(
+                    exc if self._open.HasField("ensure")
+                    else ConnectionError(f"attach failed: {exc.code().name}: {exc.details()}"))
+            log.info("attach_stream_ended", lease_id=self._label, code=exc.code().name)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("attach_reader_failed", lease_id=self._label)
+        finally:
+            self._finish(exit_info)
+
+    def _finish(self, exit_info: AdapterExit, *, let_go: bool = False) -> None:
+        if self.exit_info is not None:
+            return
+        self.exit_info = exit_info
+        self.let_go = let_go
+        self._ended.set()
+        if self._attached is not None and not self._attached.done():
+            self._attached.set_exception(AdapterGone(exit_info))
+        self._rpc.close_outbound(lambda: AdapterGone(exit_info))
+        if self._peer is not None:
+            with contextlib.suppress(Exception):
+                self._peer.on_adapter_exit(exit_info)
+
+    async def close(self) -> None:
+        """Close the adapter's stdin and stop reading (the lifecycle service reaps)."""
+        self._queue.put_nowait(_CLOSE)
+        self.abort()
+
+    def abort(self) -> None:
+        """Stop reading at once and fail whatever is pending."""
+        if self._call is not None:
+            self._call.cancel()
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+        self._rpc.abort()
+        self._finish(AdapterExit(lost=True), let_go=True)
+
+    async def exited(self, wait_secs: float) -> AdapterExit | None:
+        """How the adapter went, when it did by itself (it exited, or its stream broke) —
+        already, or within ``wait_secs``; None while it lives on, or when the edge let it
+        go (:meth:`abort`)."""
+        if not self._ended.is_set() and wait_secs > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), wait_secs)
+        return self.exit_info if self._ended.is_set() and not self.let_go else None
+
+    # ------------------------------------------------------------------ outbound
+
+    def _write(self, line: str) -> None:
+        self._queue.put_nowait(line)
+
+    async def _send(self, line: str) -> None:
+        self._write(line)
+
+    async def request(self, method: str, params: dict[str, Any],
+                      wait_secs: float | None = None) -> Any:
+        """Send a request and wait for the adapter's result.
+
+        Raises :class:`JsonRpcError` when the adapter answers with an error
+        (``data`` kept), :class:`AdapterGone` when it exits first.
+        """
+        return await self._rpc.request(method, params, wait_secs)
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification (fire and forget)."""
+        if self.exit_info is None:
+            self._write(notification_line(method, params))
+
+    async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        assert self._peer is not None  # lines reach the JSON-RPC peer only once bound
+        await self._peer.on_adapter_notifications(batch)
+
+    async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        # Notifications go to the peer's notification sink; only requests get here.
+        assert self._peer is not None
+        return await self._peer.on_adapter_request(method, params)
+
+    def cancel_inbound(self, request_id: Any) -> None:
+        """The adapter withdrew its request ``request_id`` (``$/cancel_request``): stop
+        answering it (a relayed question is withdrawn from the client too); the adapter
+        gets -32800. An unknown or finished id is ignored."""
+        self._rpc.withdraw(request_id)
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """Done callback: mark a failed future's exception as retrieved (a failure nobody
+    awaits any more is nobody's error; whoever still awaits it gets it all the same)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def method_not_found(method: str) -> JsonRpcError:
+    """The -32601 answer to an adapter→client method we do not serve."""
+    return JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))

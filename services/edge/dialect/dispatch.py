@@ -1,0 +1,206 @@
+"""One client connection of the dialect: a JSON-RPC peer with the dialect's methods (SPEC §1).
+
+:class:`DialectConnection` configures a :class:`~services.common.jsonrpc.JsonRpcPeer`
+for one client: ``zc-out-N`` ids for the back-channel (SPEC §6), every error
+answer counted in the metrics, and the dialect's method table as its handler.
+The peer classifies lines, routes responses, runs every request and
+notification in its own task (a ``session/cancel`` is answered while a prompt
+streams) and answers each request exactly once — at most :data:`MAX_IN_FLIGHT`
+at a time: past that the peer reads no further line until one is answered, so a
+client cannot pile up requests faster than they are answered (issue 11). What
+each method does lives in ``services.edge.dialect.handlers``; the connection is handed
+that method table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from services.common.acp.schema import ClientCapabilities
+from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
+from services.common.protocol import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    M_CANCEL_REQUEST,
+    METHOD_NOT_FOUND,
+    MSG_METHOD_NOT_FOUND,
+    MSG_SHUTTING_DOWN,
+    MSG_TOKEN_REVOKED,
+    OUTBOUND_ID_PREFIX,
+)
+from services.edge.caller import Caller
+from services.edge.errors import not_found
+from services.edge.ports.backchannel import BackChannel
+from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.session import EdgeSession
+
+#: One dialect method: the connection it arrived on and its params → the result.
+Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
+#: What serves a method the table has no handler for: the connection, the method, its
+#: params and whether it is a notification → the result (issue 25: the relay).
+Fallback = Callable[["DialectConnection", str, dict[str, Any], bool], Awaitable[Any]]
+
+#: Requests (and notifications) of one connection that may run at once; reading waits
+#: past it. Far above what a client needs (max_sessions prompts and a few more).
+MAX_IN_FLIGHT = 1024
+
+
+class DialectConnection:
+    """One client connection speaking the dialect (stdio or one WebSocket)."""
+
+    def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
+                 *, methods: Mapping[str, Handler], caller: Caller, default_agent: str = "",
+                 fallback: Fallback | None = None,
+                 remote: bool = False,
+                 send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self.runtime = runtime
+        #: Who this connection acts as (services.edge.caller; see serve_connection).
+        self.caller = caller
+        #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
+        #: be follows ``[gateway] client_mcp_servers`` (services/edge/dialect/mcp_admission.py).
+        self.remote = remote
+        #: Its sessions' agents' requests of methods acpgate does not know reach it (issue 25).
+        self.passes_unknown = True
+        self._raw_send = send
+        #: The transport's own batch send, which keeps order and bounds what waits
+        #: (then no lock here: every answer waiting for the client is the transport's
+        #: to see and to bound, not hidden in a queue of lock waiters).
+        self._raw_send_many = send_many
+        self._send_lock = asyncio.Lock()
+        self.default_agent = default_agent.strip()
+        # A back-channel request the edge gives up on is withdrawn ($/cancel_request).
+        self.rpc = JsonRpcPeer(self.send, self._serve, next_id=prefixed_ids(OUTBOUND_ID_PREFIX),
+                               withdraw_method=M_CANCEL_REQUEST,
+                               on_error=runtime.metrics.count_error, label="client",
+                               max_running=max_in_flight)
+        self.backchannel = BackChannel(self.rpc)
+        #: What the client said it can do in ``initialize`` (passed on to adapters).
+        self.client_capabilities = ClientCapabilities()
+        self.sessions: dict[str, EdgeSession] = {}
+        self._methods = methods
+        self._fallback = fallback
+        #: What the connection's agent keeps for this connection alone (credentials of
+        #: ``authenticate``, an adapter started before any session; issue 25). Set by the
+        #: handlers (``services.edge.dialect.handlers.connection_agent``); closed with the connection.
+        self.agent_state: Any = None
+        #: Set once the drain is over: from then on a setup that finishes is released, not
+        #: entered (:func:`services.edge.sessions.session_setup.mark_active`).
+        self._releasing = False
+        self._closed = False
+        self._revoked = False
+        self._stopping = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` releases (or has released) this connection's sessions."""
+        return self._releasing
+
+    # ------------------------------------------------------------------ I/O
+
+    async def send(self, line: str) -> None:
+        """Write one message; a gone client raises ConnectionError."""
+        await self.send_many([line])
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send one notification to the client; a gone client raises ConnectionError."""
+        await self.send_many([notification_line(method, params)])
+
+    async def send_many(self, lines: list[str]) -> None:
+        """Write several messages in order under one hold of the send lock (a replay
+        of thousands of updates pays the lock once, not per line); a gone client raises
+        ConnectionError."""
+        if self._closed:
+            raise ConnectionError("client connection closed")
+        if self._raw_send_many is not None:
+            await self._raw_send_many(lines)
+            return
+        async with self._send_lock:
+            for line in lines:
+                await self._raw_send(line)
+
+    # ------------------------------------------------------------------ inbound
+
+    def handles(self, method: str) -> bool:
+        """True when the method table has a handler for ``method``."""
+        return method in self._methods
+
+    async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
+        """The peer's handler: the method table's handler, else its fallback (the relay),
+        else -32601 (a notification gets no answer); -32000 once the connection's token was
+        revoked (:meth:`revoke`)."""
+        if self._revoked:
+            raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
+        if self._stopping:
+            raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
+        handler = self._methods.get(method)
+        if handler is not None:
+            return await handler(self, params)
+        if self._fallback is not None:
+            return await self._fallback(self, method, params, notification)
+        raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+
+    # ------------------------------------------------------------------ sessions
+
+    def active_session(self, sid: str) -> EdgeSession:
+        """This connection's active session ``sid``, else -32000 (and it is forgotten)."""
+        session = self.sessions.get(sid)
+        if session is None or session.released or \
+                self.runtime.registry.active.get(sid) is not session:
+            self.sessions.pop(sid, None)
+            raise not_found(sid)
+        return session
+
+    # ------------------------------------------------------------------ end
+
+    def revoke(self) -> None:
+        """The connection's token was revoked (it is being closed): what it asks from now on
+        is refused, and its running turns are cancelled at once — ACP ``session/cancel`` to
+        each adapter, and the turns of the sessions they spawned or asked; a cancelled turn
+        is never stored — instead of running on, and being stored, through the close's
+        drain. Idempotent."""
+        if self._revoked:
+            return
+        self._revoked = True
+        for session in list(self.sessions.values()):
+            session.cancel(keep=False)
+
+    def stop(self) -> list[str]:
+        """The gateway stops (issue 24): what the client asks from now on is refused, and
+        the running turns are cancelled at once (ACP ``session/cancel``, as the client's own
+        cancel would; their prompts answer ``cancelled``, before the connection closes).
+        Returns the ids of the sessions whose turn was cancelled."""
+        self._stopping = True
+        return [sid for sid, session in list(self.sessions.items()) if session.cancel()]
+
+    async def close(self, *, drain_secs: float = 15.0,
+                    abort: asyncio.Event | None = None) -> None:
+        """The client's input ended: finish what it asked, then release its sessions.
+
+        Back-channel requests fail at once (nobody can answer them any more:
+        the tools they guard are denied). Requests already read run on for up
+        to ``drain_secs`` — a stdio client or CI runner may close stdin and
+        keep reading — or until ``abort`` is set; then they are cancelled.
+        Only after that are the connection's sessions released (adapters
+        closed, rows kept), so a request still running never loses its session.
+        """
+        self.backchannel.close()
+        await self.rpc.drain(drain_secs, abort)
+        # Before the cancel: a setup that still gets through (it finished as the drain
+        # ran out) then releases its session itself instead of entering it after the
+        # sessions below were collected.
+        self._releasing = True
+        await self.rpc.cancel()
+        await self._release_all()
+        close = getattr(self.agent_state, "close", None)
+        if close is not None:  # its credentials are forgotten, its adapter let go
+            await close()
+        self._closed = True
+
+    async def _release_all(self) -> None:
+        sessions = list(self.sessions.values())
+        self.sessions.clear()
+        await asyncio.gather(*(self.runtime.deactivate(s, "disconnect") for s in sessions),
+                             return_exceptions=True)

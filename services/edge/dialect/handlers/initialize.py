@@ -1,0 +1,128 @@
+"""SPEC §2: ``initialize``; ``authenticate`` is the connection's agent's
+(:mod:`services.edge.dialect.handlers.agent_calls`).
+
+acpgate always answers protocol 1 and its own ``agentInfo``, with ``loadSession``
+and the session capabilities it serves from its store. The rest follows the
+connection's default agent: the built-in agent's own features (HTTP/SSE MCP
+servers, no image or audio, no auth methods); an external agent's profile as it
+advertised it at its last start — capabilities, ``authMethods`` and ``_meta`` —
+wherever acpgate can honour or relay it (:mod:`services.edge.dialect.advertised`; issue 25).
+When the external agent never ran here, the connection's held adapter is started
+to learn it (:mod:`services.edge.dialect.conn_agent`; the next ``session/new`` takes it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.acp.capabilities import agent_capabilities
+from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
+from services.common.acp.wire import AcpDecodeError
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
+    M_SESSION_FORK,
+    META_ZEROCLAW,
+    PROTOCOL_VERSION,
+)
+from services.edge.adapter.caps import profile_of, recorded_capabilities, recorded_profile
+from services.edge.dialect.advertised import merged_capabilities
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.agent_calls import held_adapter
+from services.edge.dialect.mcp_admission import client_mcp_rules
+
+log = get_logger("edge.initialize")
+
+
+def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
+    """The client's ``clientCapabilities``; none at all (or not an object) reads as the defaults."""
+    try:
+        return ClientCapabilities.from_json(params.get("clientCapabilities") or {})
+    except AcpDecodeError:
+        return ClientCapabilities()
+
+
+def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabilities:
+    """What the connection's default agent takes in prompts and MCP servers.
+
+    The built-in agent speaks MCP over HTTP and SSE (issue 16) and keeps SPEC §4,
+    where image and audio blocks are ignored. An external adapter gets prompts
+    and ``mcpServers`` as the client sent them, so what its adapter advertised
+    at its last start (recorded by the session service) is passed on — nothing
+    until it first ran. ``embeddedContext`` is always on either way: an adapter
+    without it gets embedded resources as SPEC §4 text and uploads.
+    """
+    if agent is None:
+        return AgentCapabilities()
+    if agent.kind == AGENT_KIND_BUILTIN:
+        return agent_capabilities(load_session=False, mcp_http=True, mcp_sse=True)
+    return recorded_capabilities(agent.adapter_capabilities_json)
+
+
+async def _external_profile(conn: DialectConnection,
+                            agent: session_pb2.ResolvedAgent) -> dict[str, Any] | None:
+    """The external default agent's profile: recorded, else learnt from the connection's
+    held adapter (None when it cannot be started: acpgate's own answer then)."""
+    profile = recorded_profile(agent.adapter_capabilities_json)
+    if profile is not None:
+        return profile
+    try:
+        held = await held_adapter(conn, agent)
+    except JsonRpcError as exc:
+        log.warning("default_agent_unavailable", alias=agent.alias, code=exc.code)
+        return None
+    return profile_of(held.client.initialize_result)
+
+
+async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §2: always protocol 1; remembers the client's capabilities; the rest as the
+    module doc says (MCP transports only as far as ``[gateway] client_mcp_servers`` lets a
+    remote client pass them)."""
+    conn.client_capabilities = read_client_capabilities(params)
+    rt = conn.runtime
+    zeroclaw: dict[str, Any] = {}
+    agent: session_pb2.ResolvedAgent | None = None
+    try:
+        agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
+            connection_default=conn.default_agent))
+        if agent.default_model:
+            zeroclaw["defaultModel"] = agent.default_model
+    except grpc.aio.AioRpcError:
+        pass  # no resolvable default agent: defaultModel omitted
+    profile = await _external_profile(conn, agent) \
+        if agent is not None and agent.kind != AGENT_KIND_BUILTIN else None
+    takes = default_agent_takes(agent)
+    # Never promise a remote client what the gateway would refuse (issue 23).
+    mcp_http = client_mcp_rules(conn).allows_http
+    zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
+    zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
+    persistent = rt.persistent
+    out = InitializeResponse(
+        protocol_version=PROTOCOL_VERSION,
+        agent_capabilities=agent_capabilities(
+            load_session=persistent, resume=persistent, close=persistent,
+            list_sessions=persistent, delete=persistent, additional_directories=persistent,
+            # acpgate forks any agent's sessions itself (issue 25), while its method table
+            # serves session/fork (the table decides what acpgate serves).
+            fork=persistent and conn.handles(M_SESSION_FORK),
+            image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
+            mcp_http=takes.mcp_capabilities.http and mcp_http,
+            mcp_sse=takes.mcp_capabilities.sse and mcp_http),
+        agent_info=rt.implementation,
+        auth_methods=[],
+        meta={META_ZEROCLAW: zeroclaw},
+    ).to_json()
+    if profile is None:
+        return out
+    out["agentCapabilities"] = merged_capabilities(
+        out["agentCapabilities"], profile.get("agentCapabilities") or {},
+        mcp_allowed=mcp_http)
+    methods = profile.get("authMethods")
+    out["authMethods"] = methods if isinstance(methods, list) else []
+    meta = profile.get("_meta")
+    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_ZEROCLAW: zeroclaw}
+    return out

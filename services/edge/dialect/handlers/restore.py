@@ -1,0 +1,296 @@
+"""SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
+
+:func:`restore` runs the steps in order: reserve a slot → read the row, if this
+connection may see it (a session it may not see is "not found", active or not),
+and count the slot against the principal it belongs to → check the MCP servers
+it would start (the list the request passes, else the stored one;
+:mod:`services.edge.dialect.mcp_admission`) → mark the id as being restored here (no
+second restore of it may race this one) → resolve the agent, the session's
+extra roots and its policy → take the session's claim for this host (another
+live host serving it: "Session already active") → spawn the adapter →
+seed the adapter with the conversation and those MCP servers → set the stored
+mode and config values again → replay (load) or send the stored plan (resume)
+→ mark the session active (storing a newly passed MCP list and extra roots). A
+step that fails answers the request with its error and gives back what the
+earlier steps took. The result is the adapter's own, whole, with its ``modes``,
+``configOptions`` and ``models`` as they are after the re-apply
+(:func:`services.edge.sessions.prompt_result.setup_result`).
+
+``session/resume`` of a session this very connection holds already is answered
+at once with the session's current state (what an agent answers a resume of a
+session it has open; issue 25); anyone else's still gets "Session already
+active", and a ``session/load`` always does.
+
+The history is never held whole (issue 23): seeding and replay each read the
+stored pages (``StreamHistory``) one at a time and pass each one on before the
+next is read — to the agent, answered chunk by chunk; to the client, through its
+bounded send queue (:mod:`services.edge.sessions.history_wire`).
+
+``additionalDirectories`` in the request replace the stored ones (resolved by
+the same rules as on session/new); without them the stored ones apply. Nothing
+is written to the row before this host holds its claim.
+
+Seeding depends on the agent: the built-in agent is resumed with
+``_meta.acpgate.historyFollows`` and gets the history in ``_acpgate/history_append``
+chunks; an external agent restores its own session when it can (same agent,
+advertised resume/load); otherwise a fresh adapter session is opened and the
+newest part of the transcript is carried over into its first prompt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+import orjson
+
+from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
+from services.common.mcp_policy import ClientMcpRules
+from services.common.policy import SecurityPolicy
+from services.common.principals import principal_of_owner
+from services.common.protocol import (
+    AGENT_KIND_BUILTIN,
+    INVALID_PARAMS,
+    M_SESSION_LOAD,
+    M_SESSION_RESUME,
+    M_SESSION_UPDATE,
+    MSG_SESSION_ALREADY_ACTIVE,
+    U_PLAN,
+    session_key_for,
+)
+from services.edge.adapter.client import AdapterClient
+from services.edge.adapter.failures import restore_error
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
+from services.edge.dialect.visibility import visible_row
+from services.edge.errors import grpc_error, not_found
+from services.edge.params import (
+    additional_directories,
+    encode_mcp_servers,
+    passed_params,
+    restore_mcp_servers,
+    session_id,
+)
+from services.edge.sessions.history_wire import Replay
+from services.edge.sessions.prompt_result import setup_result
+from services.edge.sessions.registry import SessionRegistry
+from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.seeding import (
+    carry_over,
+    history_pages,
+    restore_external,
+    resume_builtin,
+)
+from services.edge.sessions.session import EdgeSession
+from services.edge.sessions.session_setup import (
+    SessionHome,
+    mark_active,
+    reserved_slot,
+    session_policy,
+    setting_up,
+    spawn_adapter,
+)
+from services.edge.sessions.session_state import reapply
+
+#: Replayed updates written per hold of the send lock (session/load).
+_REPLAY_CHUNK = 500
+#: The params of session/load and resume acpgate reads itself (the rest passes to an
+#: external agent that restores its own session, or opens a fresh one).
+_OWN_RESTORE_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir",
+                               "workspace_dir", "mcpServers", "additionalDirectories"})
+
+
+async def session_load(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: restore and replay the stored history."""
+    return await restore(conn, params, replay=True)
+
+
+async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """SPEC §8: restore; replay only the stored plan."""
+    return await restore(conn, params, replay=False)
+
+
+async def restore(conn: SessionHome, params: dict[str, Any], *,
+                  replay: bool) -> dict[str, Any]:
+    """Bring stored session ``params.sessionId`` back on this connection (steps: module doc)."""
+    rt = conn.runtime
+    sid = session_id(params)
+    if not rt.persistent:
+        raise not_found(sid)
+    mine = conn.sessions.get(sid)
+    if not replay and mine is not None and not mine.released \
+            and rt.registry.active.get(sid) is mine and mine.adapter is not None:
+        mine.touch()
+        return setup_result(mine.adapter.setup_result, mine.state.result_fields(),
+                            builtin=mine.adapter.builtin,
+                            restored_id=sid if mine.adapter.restored_itself else "")
+    extra = additional_directories(params)
+    with reserved_slot(rt, conn.caller.principal) as slot:
+        row = await visible_row(rt, conn.caller, sid)
+        # The operator may restore any principal's session: it counts against that one.
+        slot.charge(principal_of_owner(row.ownership.owner_session_key))
+        client_mcp = client_mcp_rules(conn)
+        mcp, passed = restore_mcp_servers(params, row.mcp_servers_json)
+        # A stored list is checked like a passed one: it may come from the local user, or
+        # from a time the gateway allowed more. Refused: nothing was taken yet.
+        mcp = await admitted_servers(client_mcp, mcp, stored=not passed)
+        with _restoring(rt.registry, sid):
+            agent, row = await _resolve_agent(rt, row, extra, local_user=not conn.remote)
+            policy = await _policy(rt, agent, row, local_user=not conn.remote)
+            await rt.claims.claim(sid)
+            session = _restored_session(conn, row, agent)
+            async with setting_up(conn, session):  # a failure from here drops the claim too
+                client = await spawn_adapter(conn, session, agent, policy)
+                adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp,
+                                          passed_params(params, _OWN_RESTORE_KEYS),
+                                          M_SESSION_LOAD if replay else M_SESSION_RESUME)
+                session.state.on_setup(client.setup_result)
+                await reapply(session.state, client, row)
+                if replay:
+                    await _replay_history(conn, session, client.builtin)
+                else:
+                    await _replay_plan(conn, sid, row)
+                await mark_active(
+                    conn, session, adapter_sid,
+                    agent.alias if agent.alias != row.agent_alias else None,
+                    mcp_servers_json=encode_mcp_servers(mcp) if passed else None,
+                    additional_directories=row.additional_directories if extra is not None
+                    else None)
+    return setup_result(client.setup_result, session.state.result_fields(),
+                        builtin=client.builtin, restored_id=sid if client.restored_itself else "")
+
+
+# ---------------------------------------------------------------------- steps
+
+
+@contextlib.contextmanager
+def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
+    """Mark ``sid`` as being restored; -32602 if it is active or being restored already."""
+    if sid in registry.active or sid in registry.restoring:
+        raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+    registry.restoring.add(sid)
+    try:
+        yield
+    finally:
+        registry.restoring.discard(sid)
+
+
+async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+                         *, local_user: bool,
+                         ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
+    """The agent the session is restored onto (its own, or the fallback), and the row as the
+    restore uses it: with the request's additional directories, if it gave any (resolved
+    here, under the local user's rule when ``local_user``; stored only once the session is
+    active on this host)."""
+    sid = row.session_id
+    try:
+        agent = await rt.session_stub.ResolveRestoreAgent(
+            session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+        if extra is not None:
+            ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
+                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra,
+                local_user=local_user))
+            row = _with_roots(row, ws.additional_directories)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise grpc_error(exc) from None  # an unusable directory: say which
+        raise grpc_error(exc, sid) from None
+    return agent, row
+
+
+def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb2.SessionRow:
+    """A copy of ``row`` whose additional directories are ``roots``."""
+    out = session_pb2.SessionRow()
+    out.CopyFrom(row)
+    del out.additional_directories[:]
+    out.additional_directories.extend(roots)
+    return out
+
+
+async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                  row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
+    """The restored session's policy: its workspace and its extra roots; with its id, so a
+    spawned session comes back no freer than its parent (issue 13)."""
+    try:
+        return await session_policy(rt, agent.alias, row.workspace_dir,
+                                    row.additional_directories, row.session_id,
+                                    local_user=local_user)
+    except grpc.aio.AioRpcError as exc:
+        raise grpc_error(exc, row.session_id) from None
+
+
+def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
+                      agent: session_pb2.ResolvedAgent) -> EdgeSession:
+    """The edge session for ``row``; restored onto another agent, it gets a new key."""
+    session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
+    session.alias = agent.alias
+    if agent.alias != row.agent_alias:
+        session.session_key = session_key_for(agent.alias, row.session_id)
+    return session
+
+
+async def _seed(session: EdgeSession, client: AdapterClient,
+                row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
+                policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules,
+                extra: dict[str, Any], method: str) -> str:
+    """Give the adapter the conversation (an external one: with ``extra``, the client's
+    other params); returns the adapter's session id.
+
+    An adapter's error is passed on exactly (``data.acpgate.during``: the client's
+    ``method``); another failure answers "Failed to restore session: <cause>".
+    """
+    try:
+        if agent.kind == AGENT_KIND_BUILTIN:
+            return await resume_builtin(session.runtime, client, row, policy, mcp, client_mcp)
+        if agent.alias == row.agent_alias and await restore_external(client, row, mcp, extra):
+            return row.adapter_session_id
+        return await carry_over(session.runtime, session, client, row, policy, mcp, extra)
+    except Exception as exc:
+        raise restore_error(exc, client.secrets, agent.alias, method) from None
+
+
+async def _replay_history(conn: SessionHome, session: EdgeSession, builtin: bool) -> None:
+    """session/load: every stored update, in order, as ``session/update`` notifications,
+    read and sent page by page (the client's send queue paces the reading). A history
+    that cannot be read gives the session up. The built-in agent's clients see a
+    cancelled turn end with SPEC §7's marker, as they saw it live."""
+    sid = session.session_id
+    replay = Replay(sid if builtin else "")
+    try:
+        async for items in history_pages(conn.runtime, sid):
+            await _send_replay(conn, sid, replay.updates(items))
+        await _send_replay(conn, sid, replay.finish())
+    except (ConnectionError, OSError):
+        return  # the client left: setup notices (mark_active) and releases the session
+
+
+async def _send_replay(conn: SessionHome, sid: str, updates: list[dict[str, Any]]) -> None:
+    """Replayed ``updates`` to the client, in chunks (other sessions on this connection
+    still get a turn)."""
+    lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
+                                                  for u in updates])
+    for start in range(0, len(lines), _REPLAY_CHUNK):
+        await conn.send_many(lines[start:start + _REPLAY_CHUNK])
+
+
+async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:
+    """session/resume: only the stored plan, if there is a readable one."""
+    if not row.plan_json:
+        return
+    entries = _loads_list(row.plan_json)
+    if entries is None:
+        return
+    update = {"sessionUpdate": U_PLAN, "entries": entries}
+    with contextlib.suppress(ConnectionError, OSError):
+        await conn.send(notification_line(M_SESSION_UPDATE, {"sessionId": sid, "update": update}))
+
+
+def _loads_list(text: str) -> list[Any] | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) else None

@@ -1,0 +1,52 @@
+"""Who asks the session service about stored sessions for a connection (SPEC §8, §14, issue 23).
+
+The session service decides what a requester may see; this module only says
+who asks, explicitly (an empty requester is never the operator):
+
+- the operator (:data:`services.edge.caller.LOCAL_OPERATOR`: stdio, a gateway
+  without auth) asks as ``operator`` and reads any row;
+- any other caller asks as its principal (``client:<token id>``, or for a
+  hosted session's stand-in the host's principal) and sees that principal's
+  rows — plus, to *list* them, other principals' rows when its token holds the
+  ``see-all`` grant. Loading, resuming, deleting or touching another
+  principal's session is never allowed, grant or not: it is reported exactly
+  like a session that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.edge.caller import Caller
+from services.edge.errors import grpc_error, not_found
+from services.edge.sessions.runtime import EdgeRuntime
+
+__all__ = ["reader_fields", "visible_row"]
+
+
+async def reader_fields(runtime: EdgeRuntime, caller: Caller) -> dict[str, Any]:
+    """The requester fields of a read (ListSessions) for ``caller``: ``operator``, or its
+    principal with its ``see-all`` grant looked up now."""
+    if caller.operator:
+        return {"operator": True}
+    return {"requester_session_key": caller.principal,
+            "see_all_principals": await runtime.sees_all(caller.principal)}
+
+
+async def visible_row(runtime: EdgeRuntime, caller: Caller, sid: str) -> session_pb2.SessionRow:
+    """The stored row of ``sid`` if ``caller`` may act on it (load, resume, delete, touch),
+    else -32000 exactly as for a session that does not exist. No grant applies: a grant
+    reads, it never drives another principal's session."""
+    who: dict[str, Any] = {"operator": True} if caller.operator \
+        else {"requester_session_key": caller.principal}
+    try:
+        status = await runtime.session_stub.SessionStatus(
+            session_pb2.SessionStatusRequest(session_id=sid, **who))
+        return status.session
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            raise not_found(sid) from None
+        raise grpc_error(exc, sid) from None

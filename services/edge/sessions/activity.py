@@ -1,0 +1,58 @@
+"""What each session this edge serves is doing, as its heartbeat reports it (issue 31).
+
+The session service keeps every instance's latest report in memory
+(``ReportActivity``) and hands it to operators with the live sessions
+(``ListLiveSessions``, ``acpgate ps``): the edge alone knows whether a turn runs
+or waits for the client's answer. Reported, per session: being set up, idle, a
+turn running, or a turn waiting for the client (permission requests and
+elicitations open), with the session's last activity and its lease. Which
+clients are attached waits for live sessions (issue 27): today a session has
+exactly one, its connection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from acpgate.session.v1 import session_pb2
+
+if TYPE_CHECKING:
+    from services.edge.sessions.session import EdgeSession
+
+__all__ = ["activity_of", "changed", "setting_up"]
+
+
+def setting_up(session_id: str) -> session_pb2.SessionActivity:
+    """A session being created or restored here (no adapter bound yet)."""
+    return session_pb2.SessionActivity(session_id=session_id,
+                                       state=session_pb2.ACTIVITY_STATE_SETTING_UP,
+                                       last_activity=int(time.time() * 1000))
+
+
+def activity_of(session: EdgeSession) -> session_pb2.SessionActivity:
+    """What ``session`` is doing right now."""
+    # The questions to its client still open (EdgeSession keeps each relay's waiter).
+    waiting = len(getattr(session, "_relays", ()))
+    if session.turn is None:
+        state = session_pb2.ACTIVITY_STATE_IDLE
+    elif waiting:
+        state = session_pb2.ACTIVITY_STATE_WAITING
+    else:
+        state = session_pb2.ACTIVITY_STATE_TURN
+    return session_pb2.SessionActivity(
+        session_id=session.session_id, state=state, waiting_requests=waiting,
+        last_activity=int((time.time() - session.idle_for()) * 1000),
+        lease_id=session.lease_id)
+
+
+def _shape(activity: Iterable[session_pb2.SessionActivity]) -> set[tuple[str, int, int, str]]:
+    return {(a.session_id, a.state, a.waiting_requests, a.lease_id) for a in activity}
+
+
+def changed(before: Mapping[str, session_pb2.SessionActivity] | None,
+            now: Mapping[str, session_pb2.SessionActivity]) -> bool:
+    """Whether anything an operator sees changed (not the last-activity time, which every
+    streamed update moves)."""
+    return before is None or _shape(before.values()) != _shape(now.values())

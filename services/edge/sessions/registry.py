@@ -1,0 +1,115 @@
+"""The edge's active sessions and their slots: ``max_sessions`` and each token's share (SPEC §9).
+
+``[acp] max_sessions`` bounds the sessions one edge runs or sets up at once;
+``max_sessions_per_token`` (default: a quarter of it, at least one) bounds those
+of one gateway token's principal, so that one token — or one spawn chain, whose
+children belong to their root's token — cannot take every slot and lock the
+other tokens out (issue 23 item 6). Counted per principal: the active sessions
+whose row it owns (hosted ones too: sessions the edge runs for another session
+run adapters like any) plus the slots reserved for it while a session is set
+up (new, load/resume, spawn). The local principal (stdio, a gateway without
+auth) has no share of its own: ``max_sessions`` bounds it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from acpgate.session.v1 import session_pb2
+from services.common.config import AcpSection
+from services.common.principals import token_id_of
+from services.edge.sessions.activity import activity_of, setting_up
+
+if TYPE_CHECKING:
+    from services.edge.sessions.session import EdgeSession
+
+__all__ = ["SessionRegistry", "SlotRefusal", "token_session_share"]
+
+
+def token_session_share(acp: AcpSection) -> int:
+    """The sessions one token's principal may hold: ``max_sessions_per_token``, else (0)
+    a quarter of ``max_sessions``, at least one."""
+    if acp.max_sessions_per_token > 0:
+        return acp.max_sessions_per_token
+    return max(1, acp.max_sessions // 4)
+
+
+@dataclass(frozen=True)
+class SlotRefusal:
+    """Why no slot was taken: the limit reached, and whether it was the token's share."""
+
+    limit: int
+    per_token: bool
+
+
+@dataclass
+class SessionRegistry:
+    """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
+
+    max_sessions: int
+    #: The share of one token's principal (``token_session_share``).
+    per_token: int = 0
+    active: dict[str, EdgeSession] = field(default_factory=dict)
+    reserved: int = 0
+    #: Reserved slots by the principal they count against.
+    reserved_by: Counter[str] = field(default_factory=Counter)
+    #: Session ids being restored right now (a second load/resume must not race them).
+    restoring: set[str] = field(default_factory=set)
+    #: Session ids of new sessions being set up.
+    creating: set[str] = field(default_factory=set)
+
+    def serving(self) -> dict[str, session_pb2.SessionActivity]:
+        """Every session this edge serves or is setting up — the claims it must renew —
+        with what each is doing (what the heartbeat reports, services.edge.sessions.activity)."""
+        out = {sid: activity_of(session) for sid, session in self.active.items()}
+        for sid in (*self.restoring, *self.creating):
+            out.setdefault(sid, setting_up(sid))
+        return out
+
+    def held_by(self, principal: str) -> int:
+        """The sessions ``principal`` holds: active ones it owns and slots reserved for it."""
+        active = sum(1 for s in self.active.values() if s.principal == principal)
+        return active + self.reserved_by[principal]
+
+    def refusal(self, principal: str) -> SlotRefusal | None:
+        """Why one more session of ``principal`` may not be set up now, or None."""
+        if len(self.active) + self.reserved >= self.max_sessions:
+            return SlotRefusal(self.max_sessions, per_token=False)
+        if self.per_token and token_id_of(principal) and \
+                self.held_by(principal) >= self.per_token:
+            return SlotRefusal(self.per_token, per_token=True)
+        return None
+
+    def try_reserve(self, principal: str) -> SlotRefusal | None:
+        """Take a slot for a session of ``principal`` being created or restored; the refusal
+        when the edge or the principal's share is full (nothing taken then)."""
+        refused = self.refusal(principal)
+        if refused is None:
+            self.reserved += 1
+            self.reserved_by[principal] += 1
+        return refused
+
+    def move(self, from_principal: str, to_principal: str) -> SlotRefusal | None:
+        """Count a reserved slot against ``to_principal`` instead (a restore learns whose
+        session it brings up only from its row); the refusal, and nothing moved, when
+        that principal's share is full."""
+        if from_principal == to_principal:
+            return None
+        if self.per_token and token_id_of(to_principal) and \
+                self.held_by(to_principal) >= self.per_token:
+            return SlotRefusal(self.per_token, per_token=True)
+        self._drop(from_principal)
+        self.reserved_by[to_principal] += 1
+        return None
+
+    def unreserve(self, principal: str) -> None:
+        """Give back a slot reserved for ``principal``."""
+        self.reserved = max(0, self.reserved - 1)
+        self._drop(principal)
+
+    def _drop(self, principal: str) -> None:
+        self.reserved_by[principal] -= 1
+        if self.reserved_by[principal] <= 0:
+            del self.reserved_by[principal]

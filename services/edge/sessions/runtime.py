@@ -1,0 +1,342 @@
+"""The edge runtime shared by every client connection of one process.
+
+It holds the gRPC stubs of the session and lifecycle services, who this edge
+is (name and version, for both ACP handshakes), the registry of active sessions
+with the ``max_sessions`` slots and each token's share of them (SPEC §9,
+:mod:`services.edge.sessions.registry`), the idle reaper, this host's claims
+on the sessions it serves and their heartbeat (:mod:`services.edge.sessions.claims`),
+and the one way a session is released: its dependents first (the sessions it
+spawned and those the edge runs for it, issue 13), then adapter detached, lease
+closed through lifecycle ``CloseSession``, row marked inactive and its claim
+dropped (never deleted). The adapter methods the edge serves itself (the
+session tools) are handed in by whoever composes the runtime.
+
+The edge never starts a service itself. When ``[services]`` leaves an address
+empty (embedded mode), whoever composes the process passes a
+:data:`StartServices` (``acpgate.embedded.start_embedded``) that starts the
+missing ones; the runtime stops them again when it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from services.common.acp.schema import Implementation
+from services.common.config import Config
+from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
+from services.common.grpc_channel import wait_healthy
+from services.common.logs import get_logger
+from services.common.principals import token_id_of
+from services.edge.metrics import Metrics
+from services.edge.sessions.claims import HostClaims
+from services.edge.sessions.hosted import HostedPort
+from services.edge.sessions.registry import SessionRegistry, token_session_share
+from services.edge.sessions.session import AdapterMethod, EdgeSession
+from services.edge.sessions.warm import WarmPools
+from services.edge.tokens import GRANT_SEE_ALL, TokenStore
+
+log = get_logger("edge.runtime")
+
+#: Longest pause between idle-reaper sweeps.
+REAPER_MAX_INTERVAL_SECS = 30.0
+#: How the edge names itself in ACP ``Implementation`` objects (agentInfo, clientInfo).
+EDGE_NAME = "acpgate"
+EDGE_TITLE = "acpgate ACP Gateway"
+
+
+class ServiceHost(Protocol):
+    """Services started for this process (embedded mode), and where both services are.
+
+    ``session_addr`` and ``lifecycle_addr`` are the addresses to dial: the
+    configured one where ``[services]`` names one, else the one just started.
+    """
+
+    session_addr: str
+    lifecycle_addr: str
+    #: The service credential (and TLS) to dial both addresses with.
+    security: GrpcSecurity
+
+    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+        """A channel straight into the service this host runs at ``address`` (no socket
+        between the edge and it), or None to dial the address."""
+
+    async def stop(self) -> None:
+        """Stop whatever was started here."""
+
+
+#: Starts, inside this process, the services whose ``[services]`` address is empty.
+StartServices = Callable[[Config], Awaitable[ServiceHost]]
+
+
+class EdgeRuntime:
+    """Everything one edge process shares across connections (see docs/contracts.md)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        session_channel: grpc.aio.Channel,
+        lifecycle_channel: grpc.aio.Channel,
+        *,
+        version: str,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        adapter_methods: Mapping[str, AdapterMethod] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        #: Adapter→client requests the edge serves itself (method → handler).
+        self.adapter_methods: Mapping[str, AdapterMethod] = adapter_methods or {}
+        #: acpgate's version, as both handshakes report it.
+        self.version = version
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
+        self.lifecycle_stub = lifecycle_pb2_grpc.LifecycleServiceStub(lifecycle_channel)
+        self._channels = [session_channel, lifecycle_channel]
+        self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
+        #: The warm adapter pools this edge declared (services.edge.sessions.warm).
+        self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
+        self.persistent = True
+        self.gateway_instance_id = ""
+        #: This host's claims on the sessions it serves (several hosts, one store).
+        self.claims = HostClaims(self.session_stub)
+        #: The gateway tokens, for their operator grants (issue 23).
+        self._tokens = TokenStore(cfg.token_db_path)
+        self._hosted: ServiceHost | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def implementation(self) -> Implementation:
+        """This edge as an ACP ``Implementation``: agentInfo to clients, clientInfo to adapters."""
+        return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
+
+    # ------------------------------------------------------------------ startup
+
+    async def _start(self) -> None:
+        status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
+        self.persistent = status.persistent
+        if not status.persistent:
+            log.warning("store_in_memory", reason=status.fallback_reason)
+        instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
+        self.gateway_instance_id = instance.gateway_instance_id
+        self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
+        self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
+        # In the background: the pools fill while the first client connects.
+        self.spawn(self.warm.declare_all())
+        self._heartbeat = asyncio.create_task(
+            self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
+
+    def _claim_lost(self, session_id: str) -> None:
+        """Another host took this session over: stop serving it here at once (a running
+        turn answers that it was not stored)."""
+        session = self.registry.active.get(session_id)
+        if session is not None:
+            session.lose()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run a background task owned by the runtime (kept referenced, awaited on close)."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def sees_all(self, principal: str) -> bool:
+        """Whether ``principal``'s token (active) holds the operator grant ``see-all``. Read
+        per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
+        cannot be read grants nothing."""
+        token_id = token_id_of(principal)
+        if not token_id:
+            return False
+        try:
+            grants = await asyncio.to_thread(self._tokens.grants_of, token_id)
+        except sqlite3.Error as exc:
+            log.warning("token_grants_unreadable", why=str(exc))
+            return False
+        return GRANT_SEE_ALL in grants
+
+    # ------------------------------------------------------------------ sessions
+
+    def activate(self, session: EdgeSession) -> None:
+        """Enter a started session into the active set (its slot was reserved)."""
+        self.registry.active[session.session_id] = session
+        self.metrics.active_sessions = len(self.registry.active)
+
+    def remove(self, session: EdgeSession) -> bool:
+        """Take a session out of the active set at once; False if it was not there."""
+        if self.registry.active.get(session.session_id) is not session:
+            return False
+        del self.registry.active[session.session_id]
+        self.metrics.active_sessions = len(self.registry.active)
+        return True
+
+    async def deactivate(self, session: EdgeSession, reason: str) -> None:
+        """Remove a session and release its adapter (the stored record stays)."""
+        self.remove(session)
+        await self.release(session, reason)
+
+    async def release(self, session: EdgeSession, reason: str) -> None:
+        """Release the session's dependents, then detach the adapter, close the lease, mark
+        the row inactive and drop this host's claim (never another host's). Idempotent: a
+        second call returns once the first has finished.
+
+        The work runs in a runtime task, so it is never stopped half-way: a caller that is
+        cancelled (a connection's drain ran out, a setup given up) stops waiting, and the
+        lease is closed all the same (issue 23 item 3)."""
+        if session.releasing is None:
+            session.released = True
+            session.releasing = self.spawn(self._release(session, reason))
+        await asyncio.shield(session.releasing)
+
+    async def _release(self, session: EdgeSession, reason: str) -> None:
+        dependents = self.dependents(session)
+        if dependents:
+            await asyncio.gather(*(self.deactivate(d, f"parent_{reason}") for d in dependents),
+                                 return_exceptions=True)
+        if session.turn is not None:
+            session.cancel(keep=False)  # released: nothing of the turn is stored
+        if isinstance(session.port, HostedPort):
+            session.port.sessions.pop(session.session_id, None)
+        if session.adapter is not None:
+            with contextlib.suppress(Exception):
+                await session.adapter.close()
+        await self.close_lease(session.lease_id, session.session_key, reason)
+        if session.row_write is not None:  # "inactive" after "active", never before
+            await asyncio.wait((session.row_write,))
+        await self.claims.release(session.session_id)
+        log.info("session_released", session_id=session.session_id, reason=reason)
+
+    def dependents(self, session: EdgeSession) -> list[EdgeSession]:
+        """The live sessions that close with ``session`` (issue 13): those it spawned (by
+        their stored parent key) and those the edge runs for it."""
+        return [other for other in self.registry.active.values()
+                if other is not session and (
+                    (session.store_key and other.parent_key == session.store_key)
+                    or (isinstance(other.port, HostedPort) and other.port.host is session))]
+
+    async def close_lease(self, lease_id: str, session_key: str, reason: str) -> None:
+        """lifecycle ``CloseSession`` (verify, then reap); failures are logged, not raised."""
+        if not lease_id and not session_key:
+            return
+        try:
+            resp = await self.lifecycle_stub.CloseSession(lifecycle_pb2.CloseSessionRequest(
+                lease_id=lease_id, session_key=session_key if not lease_id else "",
+                reason=reason))
+            if resp.unverified_reason:
+                log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
+        except grpc.aio.AioRpcError as exc:
+            if not lease_id and exc.code() == grpc.StatusCode.NOT_FOUND:
+                return  # the session never got a lease (its ensure was refused)
+            log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
+                        detail=exc.details())
+
+    async def _reap_idle(self) -> None:
+        timeout = float(self.cfg.acp.session_timeout_secs)
+        interval = max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS))
+        while True:
+            await asyncio.sleep(interval)
+            for session in list(self.registry.active.values()):
+                if session.turn is None and session.idle_for() >= timeout:
+                    log.info("session_idle", session_id=session.session_id)
+                    self.spawn(self.deactivate(session, "idle"))
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def close(self) -> None:
+        """Close every session, stop the embedded services, close channels."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in (self._reaper, self._heartbeat):
+            if task is not None:
+                task.cancel()
+        sessions = list(self.registry.active.values())
+        await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
+                             return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
+        for channel in self._channels:
+            with contextlib.suppress(Exception):
+                await channel.close(None)
+        if self._hosted is not None:
+            with contextlib.suppress(Exception):
+                await self._hosted.stop()
+
+
+async def open_runtime(
+    cfg: Config,
+    *,
+    version: str,
+    start_services: StartServices | None = None,
+    health_timeout: float = 10.0,
+    adapter_methods: Mapping[str, AdapterMethod] | None = None,
+    security: GrpcSecurity | None = None,
+) -> EdgeRuntime:
+    """Connect to the configured services, or have the missing ones started (SPEC §0).
+
+    An empty ``[services]`` address needs ``start_services``, which runs that
+    service inside this process (embedded mode, see ``acpgate.embedded``); the
+    runtime stops it again on :meth:`EdgeRuntime.close`. Each service must
+    report SERVING within ``health_timeout`` seconds. ``version`` is acpgate's
+    version, passed in by the command line; ``adapter_methods`` the adapter
+    requests the edge serves itself (``services.edge.transport.connection`` passes the
+    session tools'). A dialled service is called with ``security``'s credential (default:
+    the started services', else the install's, :func:`~services.common.grpc_auth.
+    load_security`); an in-process channel needs none.
+    """
+    hosted: ServiceHost | None = None
+    session_addr = cfg.services.session_addr
+    lifecycle_addr = cfg.services.lifecycle_addr
+    session_channel: grpc.aio.Channel | None = None
+    lifecycle_channel: grpc.aio.Channel | None = None
+    try:
+        if not session_addr or not lifecycle_addr:
+            if start_services is None:
+                raise ValueError("[services] leaves an address empty and no embedded "
+                                 "service starter was given")
+            hosted = await start_services(cfg)
+            session_addr, lifecycle_addr = hosted.session_addr, hosted.lifecycle_addr
+        local = [hosted.local_channel(a) if hosted is not None else None
+                 for a in (session_addr, lifecycle_addr)]
+        if None in local and security is None:  # dialled: the credential is needed
+            security = hosted.security if hosted is not None else await load_security(cfg)
+        session_channel = local[0] or _dial(security, session_addr)
+        lifecycle_channel = local[1] or _dial(security, lifecycle_addr)
+        for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
+            if in_process is None:  # an in-process channel reaches a service already started
+                await wait_healthy(dialled, within=health_timeout)
+    except BaseException:
+        for opened in (session_channel, lifecycle_channel):
+            if opened is not None:
+                with contextlib.suppress(Exception):
+                    await opened.close(None)
+        if hosted is not None:
+            with contextlib.suppress(Exception):
+                await hosted.stop()
+        raise
+    runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
+                          adapter_methods=adapter_methods)
+    runtime._hosted = hosted
+    try:
+        await runtime._start()
+    except BaseException:
+        await runtime.close()
+        raise
+    return runtime
+
+
+def _dial(security: GrpcSecurity | None, address: str) -> grpc.aio.Channel:
+    """A channel to a service at ``address``, every call carrying ``security``'s credential."""
+    if security is None:
+        raise ValueError(f"no service credential to dial {address}")
+    return open_service_channel(security, address)

@@ -1,0 +1,335 @@
+"""One active edge session: its adapter, its running turn, its relays (SPEC §4–§7).
+
+The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
+it: streams the adapter's updates to the owning client in order, accumulates
+the turn, relays permission requests with ``zc-out-N`` ids, applies cancel,
+and writes each completed turn in one ``AppendTurn``.
+
+Agent-to-agent sessions (issue 13): a session knows its stored key and its
+parent's; the adapter's extension requests (the session tools) go to the
+runtime's table of adapter methods; cancelling a session also cancels the
+running turns of its children and the turns it asked other sessions for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from acpgate.session.v1 import session_pb2
+from services.common.acp.schema import ClientCapabilities
+from services.common.jsonrpc import JsonRpcError, notification_lines
+from services.common.logs import get_logger
+from services.common.principals import principal_of_owner
+from services.common.protocol import (
+    ACPGATE_METHOD_PREFIX,
+    CANCEL_REASON_TIMEOUT,
+    INTERNAL_ERROR,
+    M_ELICITATION_COMPLETE,
+    M_ELICITATION_CREATE,
+    M_SESSION_UPDATE,
+    session_key_for,
+)
+from services.edge.adapter.client import AdapterClient
+from services.edge.adapter.client_methods import ClientMethods, ask_client
+from services.edge.adapter.link import AdapterExit, method_not_found
+from services.edge.adapter.prompt_blocks import AdapterPrompt
+from services.edge.adapter.relay_lines import RelayedUpdate
+from services.edge.ports.backchannel import BackChannelError
+from services.edge.ports.client_port import ClientPort
+from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
+from services.edge.sessions import turn_run
+from services.edge.sessions.prompt_result import TurnOutcome
+from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
+from services.edge.sessions.turn import TurnAccumulator
+
+if TYPE_CHECKING:
+    from services.edge.sessions.hosted import HostedPort
+    from services.edge.sessions.runtime import EdgeRuntime
+
+log = get_logger("edge.session")
+
+
+
+#: An adapter→client request the edge serves itself (the session tools' extension
+#: methods): the session it came from and its params → the result.
+AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass
+class TurnState:
+    """The reserved turn slot of a session and, once started, its accumulation."""
+
+    acc: TurnAccumulator | None = None
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The session whose session tool started this turn (sessions_spawn/sessions_send):
+    #: cancelling that session cancels this turn too.
+    requested_by: EdgeSession | None = None
+    #: The autonomy this turn runs at most at ("" = the session's own): a turn another
+    #: session started runs at most at the sender's level (issue 23).
+    autonomy_cap: str = ""
+    #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
+    #: itself: a revoked token, a release, a delete (issue 25).
+    keep: bool = True
+
+
+class EdgeSession:
+    """An active session bound to one client connection and one adapter lease."""
+
+    def __init__(
+        self,
+        runtime: EdgeRuntime,
+        port: ClientPort,
+        row: session_pb2.SessionRow,
+        clock: Callable[[], float],
+    ) -> None:
+        self.runtime = runtime
+        self.port = port
+        self.session_id = row.session_id
+        self.alias = row.agent_alias
+        self.workspace_dir = row.workspace_dir
+        #: ACP additionalDirectories: the session's extra roots (real paths).
+        self.additional_directories = list(row.additional_directories)
+        self.session_key = (row.ownership.session_key
+                            or session_key_for(row.agent_alias, row.session_id))
+        #: The key the store knows this session by: the requester of its session tools.
+        self.store_key = self.session_key
+        #: The session that spawned this one ("" for a top-level session).
+        self.parent_key = row.ownership.parent_session_key
+        #: The principal the session belongs to: its row owner's (issue 23).
+        self.principal = principal_of_owner(row.ownership.owner_session_key)
+        #: Where the sessions the edge runs for this one live (made on first use).
+        self.hosted: HostedPort | None = None
+        self.lease_id = ""
+        self.adapter: AdapterClient | None = None
+        self._client_methods: ClientMethods | None = None
+        self.turn: TurnState | None = None
+        self._clock = clock
+        self.last_activity = clock()
+        #: Prior conversation for an external adapter that could not restore itself.
+        self.pending_history: str | None = None
+        self.released = False
+        #: The release that ``released`` announced, running in a runtime task
+        #: (``EdgeRuntime.release``: never stopped half-way by a cancelled caller).
+        self.releasing: asyncio.Task[None] | None = None
+        #: When this setup took the row's claim (runtime clock): session/new creates it claimed.
+        self.claimed_at: float | None = None
+        #: The row's "active" write while it goes on after the answer (``mark_active``).
+        self.row_write: asyncio.Future[None] | None = None
+        #: Another host took the session over (this host's claim was lost): the running
+        #: turn answers so and is not stored; the session ends here.
+        self.taken_over = False
+        self._relays: set[asyncio.Future[Any]] = set()
+        #: Modes, config options and title as the adapter reported them (relayed, stored).
+        claims, sid = runtime.claims, row.session_id
+        self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
+                                         fence=lambda: claims.fence(sid))
+
+    # ------------------------------------------------------------------ activity
+
+    def touch(self) -> None:
+        """Mark activity now (idle reaper)."""
+        self.last_activity = self._clock()
+
+    def idle_for(self) -> float:
+        """Seconds since the last activity."""
+        return self._clock() - self.last_activity
+
+    def bind_adapter(self, adapter: AdapterClient, client_caps: ClientCapabilities) -> None:
+        """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
+        self.adapter = adapter
+        self._client_methods = ClientMethods(
+            self.runtime.session_stub, self.session_id, self.port.backchannel, client_caps,
+            float(self.runtime.cfg.acp.session_timeout_secs))
+
+    # ------------------------------------------------------------------ AdapterHost
+
+    async def on_adapter_update(self, params: dict[str, Any]) -> None:
+        """Forward one update to the client at once and accumulate it."""
+        await self.on_adapter_updates([params])
+
+    async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
+        """Forward adapter updates to the client at once, in order, and accumulate them.
+
+        A burst that arrived together goes out under one send (one lock hold, one
+        write for the lot) instead of one send per update.
+        """
+        objects = [update for params in updates
+                   if type(update := params.get("update")) is dict]
+        await self.on_adapter_update_lines(objects, notification_lines(M_SESSION_UPDATE, updates))
+
+    async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],
+                                      lines: list[str]) -> None:
+        """Accumulate ``updates`` (the ``update`` objects, or a text chunk's text) and send
+        ``lines`` (those messages as the client gets them) at once, in order, under one
+        send."""
+        self.touch()
+        turn = self.turn
+        acc = turn.acc if turn is not None else None
+        others = acc.add_many(updates) if acc is not None else \
+            [update for update in updates if type(update) is dict]
+        for update in others:
+            try:
+                if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
+                    self.state.on_update(update)
+            except Exception:  # never lose the relay over an odd update
+                log.exception("accumulate_failed", session_id=self.session_id)
+        self.runtime.metrics.relayed_updates_total += len(lines)
+        try:
+            await self.port.send_many(lines)
+        except (ConnectionError, OSError):
+            log.info("client_gone_during_update", session_id=self.session_id)
+
+    async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter request the edge answers itself (the session tools); any other is
+        passed to the client (issue 25: ``sessionId``, if any, is this session's already),
+        its answer back whole — never acpgate's own ``_acpgate/*`` methods, nor from a
+        hosted session (-32601)."""
+        handler = self.adapter_methods.get(method)
+        self.touch()
+        if handler is not None:
+            return await handler(self, params)
+        if method.startswith(ACPGATE_METHOD_PREFIX) or not self.port.passes_unknown:
+            raise method_not_found(method)
+        return await ask_client(self.port.backchannel, method, params,
+                                float(self.runtime.cfg.acp.session_timeout_secs))
+
+    @property
+    def adapter_methods(self) -> Mapping[str, AdapterMethod]:
+        """The runtime's table of adapter methods."""
+        return self.runtime.adapter_methods
+
+    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Re-issue an adapter request to the client; fall back to a denial on any failure."""
+        self.touch()
+        self.runtime.metrics.permission_requests_total += 1
+        fallback: dict[str, Any] = (
+            {"action": "cancel"} if method == M_ELICITATION_CREATE
+            else cancelled_answer()
+        )
+        timeout_secs = self.runtime.cfg.acp.session_timeout_secs
+        waiter = asyncio.ensure_future(self.port.backchannel.request(
+            method, params, float(timeout_secs)))
+        self._relays.add(waiter)
+        try:
+            result = await waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return fallback  # the turn was cancelled while the question was open
+        except BackChannelError as exc:
+            log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
+            if method == M_ELICITATION_CREATE:
+                return fallback
+            # Tell the adapter why, so it does not blame the user (docs/contracts.md).
+            reason = denial_reason(exc)
+            waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
+            return cancelled_answer(reason, timeout_secs=waited)
+        finally:
+            self._relays.discard(waiter)
+            self.touch()
+        if method == M_ELICITATION_CREATE:
+            return result if isinstance(result, dict) else fallback
+        return relayed_answer(result)
+
+    async def client_method(self, method: str, params: dict[str, Any]) -> Any:
+        """An adapter's fs/terminal request (decided by the session service first)."""
+        self.touch()
+        if self._client_methods is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
+        try:
+            return await self._client_methods.handle(method, params)
+        finally:
+            self.touch()
+
+    async def notify_client(self, method: str, params: dict[str, Any]) -> None:
+        """Pass an adapter notification on to the client (``elicitation/complete``, and any
+        other whose method acpgate does not know, unless this is a hosted session)."""
+        if method != M_ELICITATION_COMPLETE and not self.port.passes_unknown:
+            return
+        self.touch()
+        try:
+            await self.port.notify(method, params)
+        except (ConnectionError, OSError):
+            log.info("client_gone_during_notification", session_id=self.session_id)
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        """An adapter that dies leaves the session inactive but loadable."""
+        if not self.released:
+            log.info("adapter_exited", session_id=self.session_id, cause=exit_info.describe())
+            self.runtime.spawn(self.runtime.deactivate(self, "exit"))
+
+    # ------------------------------------------------------------------ turns
+
+    def reserve_turn(self) -> TurnState | None:
+        """Take the turn slot; None when a turn already runs (SPEC §4 -32002)."""
+        if self.turn is not None:
+            return None
+        self.turn = TurnState()
+        self.touch()
+        return self.turn
+
+    def release_turn(self, turn: TurnState) -> None:
+        """Free the turn slot."""
+        if self.turn is turn:
+            self.turn = None
+        turn.done.set()
+        self.touch()
+
+    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt,
+                       extra: dict[str, Any] | None = None) -> TurnOutcome:
+        """Send the prompt (with ``extra``: the client's other params, for an external
+        agent), stream, store the turn; return how it ended
+        (:func:`services.edge.sessions.turn_run.run_turn`)."""
+        return await turn_run.run_turn(self, turn, prompt, extra)
+
+    def lose(self) -> None:
+        """Another host took this session over: end it here (its adapter closed, its lease
+        reaped; the release is fenced, so the other host's claim stays untouched) and make a
+        running turn answer :func:`~services.edge.sessions.claims.taken_over`."""
+        if self.taken_over:
+            return
+        self.taken_over = True
+        self.runtime.spawn(self.runtime.deactivate(self, "claim_lost"))
+
+    def cancel(self, *, keep: bool = True) -> bool:
+        """Interrupt the running turn (SPEC §7), and the running turns of this session's
+        children and of the turns it asked other sessions for (issue 13; they stay
+        open). False when this session itself runs no turn.
+
+        ``keep``: the turns are stored with what they streamed (a client's cancel, issue
+        25); False for acpgate's own cancels (a revoked token, a release, a delete), whose
+        turns are never stored."""
+        return self._cancel_tree({self}, keep)
+
+    def _cancel_tree(self, seen: set[EdgeSession], keep: bool) -> bool:
+        turn = self.turn
+        mine = turn is not None and not turn.cancelled
+        if turn is not None and not keep:
+            turn.keep = False
+        if turn is not None and mine:
+            turn.cancelled = True
+            if turn.acc is not None and self.adapter is not None:
+                self.adapter.cancel()
+            for waiter in list(self._relays):
+                waiter.cancel()
+        for other in list(self.runtime.registry.active.values()):
+            if other in seen:
+                continue
+            theirs = other.turn
+            if (self.store_key and other.parent_key == self.store_key) or (
+                    theirs is not None and theirs.requested_by is self):
+                seen.add(other)
+                other._cancel_tree(seen, keep)
+        return mine
+
+    async def wait_turn(self) -> None:
+        """Wait until no turn runs."""
+        while self.turn is not None:
+            await self.turn.done.wait()
+
+

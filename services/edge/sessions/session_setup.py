@@ -1,0 +1,357 @@
+"""The steps that bring a session up, shared by session/new and load/resume (SPEC §3, §8, §9).
+
+A slot is reserved against ``max_sessions`` — and the share of the principal
+the session belongs to — for the whole setup; the session's
+policy comes from the session service; the adapter gets a lease, is attached
+and initialized; and a session that came up is marked active in the store —
+while this host still holds its claim — and entered into the runtime and the
+connection, unless its adapter or its client went away meanwhile.
+
+Everything from the session's row to that entry runs inside :func:`setting_up`:
+a setup ends with the session entered, or released (adapter and lease closed,
+row inactive) — whatever ended it, a cancellation at any await included — so no
+lease outlives a session nobody holds (issue 23 item 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Protocol
+
+import grpc
+
+from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.policy import SecurityPolicy
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    MSG_SESSION_LIMIT,
+    MSG_SESSION_LIMIT_TOKEN,
+    SESSION_LIMIT,
+)
+from services.edge.adapter.caps import profile_of, recorded_json
+from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
+from services.edge.adapter.failures import agent_error, exit_data, setup_error
+from services.edge.adapter.link import AdapterLink
+from services.edge.adapter.requests import agent_secrets, initialize_request
+from services.edge.caller import Caller
+from services.edge.ports.client_port import ClientPort
+from services.edge.sessions.claims import refusal
+from services.edge.sessions.registry import SessionRegistry, SlotRefusal
+from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.session import EdgeSession
+
+log = get_logger("edge.dialect")
+
+
+class TakenAdapter(Protocol):
+    """An adapter taken for a session before the session was decided, and initialized: a
+    warm one taken early (``services.edge.sessions.warm.EarlyTake``), or the connection's held
+    adapter (``services.edge.dialect.conn_agent.HeldAdapter``)."""
+
+    @property
+    def agent(self) -> session_pb2.ResolvedAgent:
+        """The agent it is an adapter of."""
+
+    @property
+    def link(self) -> AdapterLink:
+        """The stream to it."""
+
+    @property
+    def answer(self) -> asyncio.Future[Any]:
+        """Its ``initialize`` answer (to come)."""
+
+    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+        """Whether a session of ``resolved`` whose policy calls for ``initialize`` may use it."""
+
+
+class AgentState(Protocol):
+    """What a client connection keeps of its agents (``services.edge.dialect.conn_agent``)."""
+
+    def calls_for(self, alias: str) -> list[tuple[str, dict[str, Any]]]:
+        """The calls each new adapter of ``alias`` gets after ``initialize``."""
+
+
+class SessionHome(ClientPort, Protocol):
+    """What a session is set up for and lives in: a client connection
+    (``DialectConnection``), or the stand-in of a session the edge runs for another
+    one (``services.edge.sessions.hosted.HostedPort``)."""
+
+    runtime: EdgeRuntime
+    #: Who the home acts as (services.edge.caller; see ``serve_connection``).
+    caller: Caller
+    #: Its active sessions, by id.
+    sessions: dict[str, EdgeSession]
+    #: The connection's calls to its agents (credentials...; None: none, a hosted session).
+    agent_state: Any
+
+    @property
+    def closed(self) -> bool:
+        """True once the home has gone (its sessions are being released)."""
+
+    async def send(self, line: str) -> None:
+        """Write one line to the client."""
+
+
+def _limit_error(refused: SlotRefusal) -> JsonRpcError:
+    """-32001: the edge's limit, or the token's share of it (issue 23 item 6)."""
+    template = MSG_SESSION_LIMIT_TOKEN if refused.per_token else MSG_SESSION_LIMIT
+    return JsonRpcError(SESSION_LIMIT, template.format(max=refused.limit))
+
+
+class Slot:
+    """One reserved slot, counted against a principal (services.edge.sessions.registry)."""
+
+    def __init__(self, registry: SessionRegistry, principal: str) -> None:
+        self._registry = registry
+        self.principal = principal
+
+    def charge(self, principal: str) -> None:
+        """Count the slot against ``principal`` (the owner of the row a restore brings up,
+        once read); -32001 when that token's share is full."""
+        refused = self._registry.move(self.principal, principal)
+        if refused is not None:
+            raise _limit_error(refused)
+        self.principal = principal
+
+
+@contextmanager
+def reserved_slot(runtime: EdgeRuntime, principal: str) -> Iterator[Slot]:
+    """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
+    up; -32001 when the edge is full, or when that token's share is (a message of its own)."""
+    refused = runtime.registry.try_reserve(principal)
+    if refused is not None:
+        raise _limit_error(refused)
+    slot = Slot(runtime.registry, principal)
+    try:
+        yield slot
+    finally:
+        runtime.registry.unreserve(slot.principal)
+
+
+@contextmanager
+def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
+    """Count new session ``sid`` among those being set up while it is: its claim is
+    renewed from the start (``SessionRegistry.serving``)."""
+    registry.creating.add(sid)
+    try:
+        yield
+    finally:
+        registry.creating.discard(sid)
+
+
+@asynccontextmanager
+async def setting_up(conn: SessionHome, session: EdgeSession) -> AsyncIterator[EdgeSession]:
+    """The setup of ``session`` (its row exists) as one unit: when the body ends, the
+    session is in the runtime's active set (:func:`mark_active` entered it), or it is
+    released — adapter and lease closed, row inactive, claim dropped — whatever ended the
+    body: an error, a client gone, a cancellation at any await (a connection's drain ran
+    out; the session that spawned it was released). The release is a runtime task
+    (``EdgeRuntime.release``): a second cancellation stops the wait, not the release."""
+    reason = "failed"
+    try:
+        yield session
+    except asyncio.CancelledError:
+        reason = "setup_cancelled"
+        raise
+    finally:
+        if conn.runtime.registry.active.get(session.session_id) is not session:
+            await conn.runtime.release(session, reason)
+
+
+async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
+                         additional_directories: Sequence[str] = (),
+                         session_id: str = "", *, local_user: bool = False) -> SecurityPolicy:
+    """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
+    extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy,
+    issue 13), for the local user of ``acpgate acp`` or else a remote principal (issue 24:
+    the workspace rules differ)."""
+    p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
+        alias=alias, workspace_dir=workspace_dir,
+        additional_directories=list(additional_directories), session_id=session_id,
+        local_user=local_user))
+    return SecurityPolicy.from_proto(p)
+
+
+async def start_adapter(conn: SessionHome, session: EdgeSession,
+                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        early: TakenAdapter | None = None) -> AdapterClient:
+    """Bring the session's adapter up: its lease ensured and attached in one ``Attach``
+    stream (``AttachOpen.ensure``), ``initialize`` queued right behind the open, and
+    what it advertised recorded. ``early`` is a warm adapter taken and initialized while
+    the session was being decided (:meth:`services.edge.sessions.warm.WarmPools.take_early`): it
+    serves the session when it is what the session calls for and the pool had one, else
+    it is let go (:func:`drop_early`) and the lease is ensured as usual.
+
+    Raises what failed (a refused ensure as the lifecycle service's gRPC error), with
+    ``session.lease_id`` set when a lease was ensured; the session's
+    :func:`setting_up` releases it.
+    """
+    rt = conn.runtime
+    if early is not None:
+        initialize = initialize_request(conn.client_capabilities, rt.implementation,
+                                        policy).to_json()
+        if not early.serves(agent, initialize):
+            drop_early(early)
+        elif await _took(early):
+            # A held adapter got the connection's calls already; a warm one none yet.
+            return await _bring_up(conn, session, agent, policy, early.link, early.answer,
+                                   replay=not getattr(early, "replayed", False))
+    attach = lifecycle_pb2.AttachOpen(
+        ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
+    return await _bring_up(conn, session, agent, policy, AdapterLink(rt.lifecycle_stub, attach))
+
+
+async def _took(early: TakenAdapter) -> bool:
+    """Whether the early take got its adapter; False when it did not (the pool had none
+    ready, or the adapter it took is gone: the lease is then ensured as usual). Waited for
+    before a client is bound to its link, so a take that came back empty is no session's
+    adapter exit."""
+    try:
+        await early.link.attached(SETUP_TIMEOUT_SECS)
+    except Exception as exc:
+        why = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        log.info("warm_take_failed", alias=early.agent.alias, why=why)
+        return False
+    return True
+
+
+def drop_early(early: TakenAdapter) -> None:
+    """Let go of a warm adapter taken early for a session it will not serve: its stream
+    ends, and with it the lease it took (lifecycle ``AttachOpen.ensure``: closed, or back
+    in its pool when the stream never reached the adapter)."""
+    early.answer.cancel()
+    early.link.abort()
+
+
+async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+                    policy: SecurityPolicy, link: AdapterLink,
+                    initialized: asyncio.Future[Any] | None = None, *,
+                    replay: bool = True) -> AdapterClient:
+    """Attach through ``link``, initialize (unless ``initialized`` is the answer to come of
+    the initialize sent already), give it the connection's calls to this agent (its
+    credentials: ``authenticate``..., unless ``replay`` is False: it got them), record the
+    adapter's capabilities."""
+    rt = conn.runtime
+    client = AdapterClient(link, session.session_id, session, agent)
+    session.bind_adapter(client, conn.client_capabilities)
+    try:
+        await client.start(conn.client_capabilities, rt.implementation, policy, initialized)
+        state: AgentState | None = conn.agent_state
+        for method, params in state.calls_for(agent.alias) if replay and state else ():
+            try:
+                await link.request(method, params, SETUP_TIMEOUT_SECS)
+            except JsonRpcError as exc:  # the agent's refusal, exactly, saying of what
+                raise agent_error(exc, method, agent.alias) from None
+    finally:
+        session.lease_id = link.lease_id
+        ensured = link.ensured
+        if ensured is not None and not ensured.warm and rt.warm.took_cold(agent):
+            rt.spawn(rt.warm.declare(agent))  # the lifecycle service may have forgotten it
+    await _record_capabilities(rt, agent, client)
+    return client
+
+
+async def spawn_adapter(conn: SessionHome, session: EdgeSession,
+                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        early: TakenAdapter | None = None) -> AdapterClient:
+    """:func:`start_adapter` for a session whose row exists (inside :func:`setting_up`,
+    which releases it when this fails); the adapter's error reaches the client whole
+    (:func:`services.edge.adapter.failures.setup_error`)."""
+    try:
+        return await start_adapter(conn, session, agent, policy, early)
+    except Exception as exc:
+        raise setup_error(agent.alias, exc, agent_secrets(agent), "initialize") from None
+
+
+async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+                               client: AdapterClient) -> None:
+    """Tell the session service what the alias's adapter advertised (its profile), when it
+    changed."""
+    text = recorded_json(profile_of(client.initialize_result))
+    if text == agent.adapter_capabilities_json:
+        return
+    try:
+        await rt.session_stub.RecordAgentCapabilities(session_pb2.RecordAgentCapabilitiesRequest(
+            alias=agent.alias, capabilities_json=text))
+    except grpc.aio.AioRpcError as exc:  # only initialize's advertising depends on it
+        log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code().name)
+
+
+async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
+                      alias: str | None = None, *, mcp_servers_json: str | None = None,
+                      additional_directories: Sequence[str] | None = None) -> None:
+    """Store the session as active (with its new alias, MCP server list and extra roots, if
+    any) and enter it everywhere; the last step of :func:`setting_up`'s body.
+
+    -32603 when the adapter died during setup, or when the connection closed
+    meanwhile (the session is released then: nobody is left to use it); -32602
+    "Session already active" when another host took the session over meanwhile
+    (this host's claim expired: it did not renew in time).
+
+    A session whose setup took its claim (``session.claimed_at``: session/new) less
+    than a heartbeat ago holds it for certain, so nothing can refuse the write: when
+    it only records the adapter (no alias, servers or roots to change), the session
+    is entered at once and the row written meanwhile (one round trip less before
+    the answer; its release waits for the write, ``EdgeSession.row_write``).
+    """
+    rt = conn.runtime
+    holder, generation = rt.claims.fence(session.session_id)
+    request = session_pb2.UpdateSessionRequest(
+        session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
+        lease_id=session.lease_id, adapter_session_id=adapter_sid,
+        holder_instance_id=holder, claim_generation=generation)
+    if alias is not None:
+        request.agent_alias = alias
+    if mcp_servers_json is not None:
+        request.mcp_servers_json = mcp_servers_json
+    if additional_directories is not None:
+        request.additional_directories.SetInParent()  # an empty list is a change too
+        request.additional_directories.values.extend(additional_directories)
+    only_adapter = alias is None and mcp_servers_json is None and additional_directories is None
+    if only_adapter and session.claimed_at is not None \
+            and rt.claims.certainly_held(session.claimed_at, rt.clock()):
+        session.row_write = asyncio.ensure_future(_write_active_later(rt, session, request))
+    else:
+        try:
+            await _write_active(rt, request)
+        except grpc.aio.AioRpcError as exc:  # ABORTED: the claim is another host's
+            raise refusal(exc, session.session_id) from None
+    if session.released:  # the adapter died during setup
+        adapter = session.adapter
+        exit_info = adapter.link.exit_info if adapter is not None else None
+        raise JsonRpcError(INTERNAL_ERROR, "Agent exited during session setup",
+                           exit_data(exit_info, adapter.secrets)
+                           if exit_info is not None and adapter is not None else None)
+    if conn.closed:  # close() is releasing this connection's sessions (or has)
+        await conn.runtime.release(session, "disconnect")
+        raise JsonRpcError(INTERNAL_ERROR, "Connection closed during session setup")
+    conn.runtime.activate(session)
+    conn.sessions[session.session_id] = session
+    session.touch()
+
+
+async def _write_active(rt: EdgeRuntime, request: session_pb2.UpdateSessionRequest) -> None:
+    """``UpdateSession`` of :func:`mark_active`: ABORTED (another host's claim) raises, any
+    other failure is logged (the session runs; only a later restore reads the row)."""
+    try:
+        await rt.session_stub.UpdateSession(request)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.ABORTED:
+            raise
+        log.warning("mark_active_failed", session_id=request.session_id, code=exc.code().name)
+
+
+async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
+                              request: session_pb2.UpdateSessionRequest) -> None:
+    """:func:`_write_active` after the answer; a claim lost after all ends the session as
+    the heartbeat would (in a task of its own: its release waits for this write)."""
+    try:
+        await _write_active(rt, request)
+    except grpc.aio.AioRpcError:
+        log.warning("session_claim_lost", session_id=session.session_id)
+        session.lose()

@@ -1,0 +1,65 @@
+"""Storing a completed turn: one ``AppendTurn``, fenced by this host's claim (SPEC §8, issue 23).
+
+The turn goes to the session service with this host's instance id and the
+generation of its claim on the session (:meth:`services.edge.sessions.claims.HostClaims.fence`).
+The store writes it only while that claim is still the row's, in the turn's own
+transaction, so a host that was cut off past its lease — and whose session
+another host took over meanwhile — cannot store a turn after the new holder's.
+Such a refusal (ABORTED) ends the session on this host and answers the prompt
+with :func:`~services.edge.sessions.claims.taken_over`; a turn over a storage quota
+(RESOURCE_EXHAUSTED) answers the quota's sentence, nothing of it stored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.acp.schema import PromptResponse
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.protocol import INTERNAL_ERROR, STORAGE_QUOTA_EXCEEDED
+from services.edge.sessions.claims import taken_over
+from services.edge.sessions.turn import TurnAccumulator, turn_usage
+
+if TYPE_CHECKING:
+    from services.edge.sessions.session import EdgeSession
+
+__all__ = ["store_turn"]
+
+log = get_logger("edge.session")
+
+
+async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptResponse,
+                     raw: Any = None) -> None:
+    """Append the turn ``acc`` accumulated (with ``result``'s usage — or, without one, the
+    tokens in ``raw``'s ``_meta.quota``: ``raw`` is the result as the adapter sent it); the
+    errors above."""
+    rt = session.runtime
+    sid = session.session_id
+    usage = turn_usage(result, raw)
+    holder, generation = rt.claims.fence(sid)
+    request = session_pb2.AppendTurnRequest(
+        session_id=sid, items=acc.items,
+        token_delta=usage.input_tokens + usage.output_tokens if usage else 0,
+        holder_instance_id=holder, claim_generation=generation)
+    if usage is not None:
+        request.usage.CopyFrom(usage)
+        rt.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
+    if acc.plan_json is not None:
+        request.plan_json = acc.plan_json
+    try:
+        await rt.session_stub.AppendTurn(request)  # the store titles the row from turn one
+    except grpc.aio.AioRpcError as exc:
+        code = exc.code()
+        if code == grpc.StatusCode.ABORTED:  # fenced: another host holds the claim now
+            log.warning("turn_fenced", session_id=sid, generation=generation)
+            session.lose()
+            raise taken_over(sid) from None
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.details() or "") from None
+        log.error("append_turn_failed", session_id=sid, code=code.name)
+        raise JsonRpcError(INTERNAL_ERROR,
+                           f"Turn completed but could not be stored: {code.name}") from None

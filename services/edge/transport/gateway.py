@@ -1,0 +1,94 @@
+"""``acpgate edge``: the WebSocket gateway as one process (SPEC §0, §11).
+
+Binds the gateway port first (or takes the listening sockets ``acpgate serve``
+bound, ``--listen-fd``): a port in use ends the process at once with ``port 42617 on
+127.0.0.1 is in use (by pid N)``, never a retry loop. Then dials both services
+(``[services]`` or the default unix sockets of ``services.common.addresses``; the
+gateway never embeds them), waits for their gRPC health, opens the runtime and the
+:class:`~services.edge.transport.ws_server.EdgeServer` on those sockets, and runs until
+SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Sequence
+
+from services.common.addresses import with_service_addresses
+from services.common.config import Config
+from services.common.grpc_auth import load_security
+from services.common.in_use import AddressInUse
+from services.common.listeners import adopt_listeners, bind_listeners
+from services.common.logs import get_logger
+from services.common.signals import install_stop_signals
+from services.edge.tokens import TokenStore, token_db_path
+from services.edge.transport.connection import open_runtime
+from services.edge.transport.probe import ServiceProbe, wait_for_services
+from services.edge.transport.ws_server import EdgeServer
+
+log = get_logger("edge.ws")
+
+
+async def _listeners(cfg: Config, listen_fds: Sequence[int]) -> list[socket.socket]:
+    """The sockets inherited as ``listen_fds``, else the gateway port bound now
+    (AddressInUse when taken: logged, then raised for the command line to report)."""
+    if listen_fds:
+        return await asyncio.to_thread(adopt_listeners, listen_fds)
+    try:
+        return await asyncio.to_thread(bind_listeners, cfg.gateway.host, cfg.gateway.port)
+    except AddressInUse as exc:
+        log.error("edge_port_in_use", host=cfg.gateway.host, port=cfg.gateway.port,
+                  error=str(exc))
+        raise
+
+
+async def run_edge(cfg: Config, *, version: str,
+                   ready: Callable[[EdgeServer], None] | None = None,
+                   listen_fds: Sequence[int] = ()) -> int:
+    """Serve the gateway until SIGINT/SIGTERM; returns the exit code.
+
+    ``version`` is acpgate's, as the ACP handshakes report it. ``listen_fds``: the
+    listening sockets ``acpgate serve`` bound for this child; none = bind the port
+    here, first (a port in use raises AddressInUse before anything else happens).
+    Then connects to both services (``[services]`` or the default unix sockets),
+    waits for their gRPC health, and serves on the sockets. On a signal: stop
+    accepting, close every connection (releasing its sessions), close the runtime.
+    """
+    cfg = with_service_addresses(cfg)
+    listeners = await _listeners(cfg, listen_fds)
+    stop = asyncio.Event()
+    remove_signals = install_stop_signals(stop)
+    probe: ServiceProbe | None = None
+    serving = False
+    try:
+        security = await load_security(cfg)
+        probe = ServiceProbe(security, cfg.services.session_addr, cfg.services.lifecycle_addr)
+        if not await wait_for_services(probe, stop):
+            return 1 if not stop.is_set() else 0
+        store = TokenStore(token_db_path(cfg))
+        if cfg.gateway.require_auth:
+            tokens = await asyncio.to_thread(store.list)
+            if not any(not t.revoked for t in tokens):
+                log.warning("edge_no_tokens", hint="every connection will get 401 until "
+                            "`acpgate token create` mints one")
+        runtime = await open_runtime(cfg, version=version, security=security)
+        try:
+            server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
+            serving = True  # from here the server owns the sockets (it closes them)
+            await server.start(listeners)
+            if ready is not None:
+                ready(server)
+            await stop.wait()
+            log.info("edge_shutting_down")
+            await server.stop()
+        finally:
+            await runtime.close()
+    finally:
+        if not serving:
+            for sock in listeners:
+                sock.close()
+        if probe is not None:
+            await probe.close()
+        remove_signals()
+    return 0

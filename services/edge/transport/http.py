@@ -1,0 +1,133 @@
+"""The gateway's two plain-HTTP endpoints: ``GET /healthz`` and ``GET /metrics``.
+
+Both are rendered from values gathered by the caller (the WebSocket server),
+so this module is pure: health is the edge's own liveness plus the gRPC health
+of the session and lifecycle services; metrics are the edge runtime's counters
+(``services/edge/metrics.py``) plus gateway gauges and leases by state, in the
+Prometheus text exposition format (version 0.0.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from services.edge.metrics import Metrics
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+JSON_CONTENT_TYPE = "application/json"
+#: Lease states as lowercase names (SPEC §13), always rendered, zero included.
+LEASE_STATES = ("open", "closing", "closed", "lost")
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """Liveness of the edge and the serving state of each gRPC dependency."""
+
+    #: service name → "SERVING", "NOT_SERVING", "UNKNOWN" or "UNREACHABLE".
+    services: Mapping[str, str]
+
+    @property
+    def healthy(self) -> bool:
+        """True when every dependency reports SERVING."""
+        return all(state == "SERVING" for state in self.services.values())
+
+    @property
+    def status_code(self) -> int:
+        """200 when healthy, else 503 (load balancers and compose read the code)."""
+        return 200 if self.healthy else 503
+
+    def body(self) -> str:
+        """``{"status": "ok"|"degraded", "edge": "SERVING", "services": {...}}``."""
+        return orjson.dumps(
+            {
+                "status": "ok" if self.healthy else "degraded",
+                "edge": "SERVING",
+                "services": dict(self.services),
+            }
+        ).decode() + "\n"
+
+
+@dataclass(frozen=True)
+class GatewayGauges:
+    """Values the WebSocket server itself knows."""
+
+    connections: int = 0
+    connections_total: int = 0
+    rejected_unauthorized_total: int = 0
+    #: Handshakes refused for a connection limit, by reason (``services.edge.transport.admission``).
+    rejected_busy: Mapping[str, int] = field(default_factory=dict)
+    slow_client_closes_total: int = 0
+    revoked_closes_total: int = 0
+    #: lease state → count; ``None`` when the lifecycle service could not be asked.
+    leases: Mapping[str, int] | None = None
+    #: service name → 1 serving / 0 not.
+    services_up: Mapping[str, int] = field(default_factory=dict)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _escape(label: str) -> str:
+    return label.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def metric(self, name: str, kind: str, help_text: str,
+               samples: list[tuple[Mapping[str, str], float]]) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            if labels:
+                rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                self.lines.append(f"{name}{{{rendered}}} {_fmt(value)}")
+            else:
+                self.lines.append(f"{name} {_fmt(value)}")
+
+
+def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
+    """The Prometheus text for ``/metrics``: the runtime's counters plus gateway gauges."""
+    w = _Writer()
+    w.metric("acpgate_active_sessions", "gauge", "Sessions currently active on this edge.",
+             [({}, float(metrics.active_sessions))])
+    w.metric("acpgate_turns_total", "counter", "Prompt turns completed.",
+             [({}, float(metrics.turns_total))])
+    w.metric("acpgate_relayed_updates_total", "counter",
+             "session/update notifications relayed to clients.",
+             [({}, float(metrics.relayed_updates_total))])
+    w.metric("acpgate_permission_requests_total", "counter",
+             "Permission requests re-issued to clients.",
+             [({}, float(metrics.permission_requests_total))])
+    w.metric("acpgate_tokens_total", "counter",
+             "Tokens of stored turns as the agents reported them, by kind.",
+             [({"kind": "input"}, float(metrics.input_tokens_total)),
+              ({"kind": "output"}, float(metrics.output_tokens_total))])
+    w.metric("acpgate_errors_total", "counter", "JSON-RPC errors answered, by code.",
+             [({"code": str(code)}, float(n)) for code, n in sorted(metrics.errors_total.items())])
+    if gauges.leases is not None:
+        states = {s: 0 for s in LEASE_STATES}
+        states.update(gauges.leases)
+        w.metric("acpgate_leases", "gauge", "Adapter process leases by state.",
+                 [({"state": s}, float(n)) for s, n in states.items()])
+    w.metric("acpgate_ws_connections", "gauge", "Open WebSocket connections.",
+             [({}, float(gauges.connections))])
+    w.metric("acpgate_ws_connections_total", "counter", "WebSocket connections accepted.",
+             [({}, float(gauges.connections_total))])
+    w.metric("acpgate_ws_rejected_total", "counter", "Handshakes refused, by reason.",
+             [({"reason": "unauthorized"}, float(gauges.rejected_unauthorized_total)),
+              *(({"reason": r}, float(n)) for r, n in sorted(gauges.rejected_busy.items()))])
+    w.metric("acpgate_ws_slow_client_closes_total", "counter",
+             "Connections closed because the client did not read its frames.",
+             [({}, float(gauges.slow_client_closes_total))])
+    w.metric("acpgate_ws_revoked_closes_total", "counter",
+             "Connections closed because their token was revoked.",
+             [({}, float(gauges.revoked_closes_total))])
+    w.metric("acpgate_service_up", "gauge", "gRPC dependency health (1 = SERVING).",
+             [({"service": name}, float(up)) for name, up in sorted(gauges.services_up.items())])
+    return "\n".join(w.lines) + "\n"

@@ -103,7 +103,7 @@ class TlsSection:
 
 @dataclass(frozen=True)
 class GatewaySection:
-    """``[gateway]``: the WebSocket ``/acp`` endpoint (SPEC §11)."""
+    """``[gateway]``: the ``/acp`` endpoint, WebSocket and Streamable HTTP (SPEC §11)."""
 
     host: str = "127.0.0.1"
     port: int = 42617
@@ -130,6 +130,13 @@ class GatewaySection:
     #: Host names, addresses and CIDR networks a gateway client's HTTP/SSE MCP server may
     #: point at although they are not public (loopback, private, link-local, …).
     client_mcp_allow_hosts: tuple[str, ...] = ()
+    #: Browser origins (``scheme://host[:port]``, or ``*``) whose pages may use /acp; a
+    #: request with any other ``Origin`` is refused (403). Clients that send no Origin (no
+    #: browser) are not bound by it (services/common/origins.py).
+    allowed_origins: tuple[str, ...] = ()
+    #: Seconds a Streamable HTTP connection may have no open stream and no request in
+    #: progress before it is closed (its sessions released, as on a WebSocket disconnect).
+    idle_secs: int = 120
     tls: TlsSection = field(default_factory=TlsSection)
 
 

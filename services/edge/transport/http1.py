@@ -143,13 +143,10 @@ class Http1Connection(asyncio.Protocol):
         self._process()
 
     def eof_received(self) -> bool | None:
-        """The client closed its side: h11 learns it (a response in progress still ends)."""
-        try:
-            self._h11.receive_data(b"")
-        except RuntimeError:
-            pass
-        self._process()
-        return True
+        """The client closed its side: the connection closes (as most servers do, a
+        half-close is taken as the client gone: an SSE reader that left is noticed now,
+        not at the next keepalive)."""
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The request in progress learns its client is gone."""

@@ -5,8 +5,8 @@ It speaks just enough JSON-RPC to show where each message goes:
 - ``initialize`` → ``{protocolVersion, principal, agent}``;
 - ``session/new`` → ``{sessionId: "s<n>"}``; ``session/load`` → three
   ``session/update`` notifications of that session, then ``{}``;
-- ``emit {sessionId?, n}`` → ``n`` notifications ``session/update {sessionId?, seq}``,
-  then ``{sent: n}``;
+- ``emit {sessionId?, n, pad?}`` → ``n`` notifications ``session/update {sessionId?, seq}``
+  (``pad``: that many more characters each), then ``{sent: n}``;
 - ``session/prompt {sessionId}`` → one update, a ``session/request_permission`` to the
   client (its answer awaited), then ``{stopReason, answer}``;
 - ``ask`` → a client request without a session (``fs/read_text_file``), then its answer;
@@ -86,8 +86,10 @@ class ScriptDialect:
                 await send(_note({"sessionId": sid, "seq": seq}))
             result = {}
         elif method == "emit":
+            pad = "x" * params.get("pad", 0)
             for seq in range(params["n"]):
-                await send(_note({"sessionId": sid, "seq": seq} if sid else {"seq": seq}))
+                note = {"sessionId": sid, "seq": seq} if sid else {"seq": seq}
+                await send(_note({**note, "pad": pad} if pad else note))
             result = {"sent": params["n"]}
         elif method == "session/prompt":
             await send(_note({"sessionId": sid, "seq": 0}))

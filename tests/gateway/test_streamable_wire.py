@@ -274,3 +274,39 @@ async def test_a_client_that_reads_no_stream_is_closed(tmp_path: Path,
             assert edge.http.peak_pending_chars <= 4096 + 200
         finally:
             await c.aclose()
+
+
+async def test_a_reader_that_stops_reading_is_cut_off(tmp_path: Path,
+                                                      services: tuple[str, str]) -> None:
+    """A client that opens a stream and then reads nothing: its connection is closed as a
+    slow client, and the stream's response is cut (the socket reset), not left writing."""
+    cfg = write_config(tmp_path / "cfg")
+    _, token = mint(cfg)
+    async with running_edge(cfg, FakeRuntime(), services, ScriptDialect(), queue_chars=65536,
+                            queue_messages=16, slow_client_timeout=0.5) as edge:
+        c = RemoteClient(edge.http_url, token)
+        try:
+            await c.initialize()
+            reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+            writer.write((f"GET /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                          f"Accept: text/event-stream\r\nAcp-Connection-Id: {c.connection_id}"
+                          "\r\n\r\n").encode())
+            await writer.drain()
+            for _ in range(200):
+                if edge.http.readers:
+                    break
+                await asyncio.sleep(0.05)
+            # Far more than the socket buffers hold, never read.
+            assert (await c.post(req("emit", {"n": 2000, "pad": 65536}, 1))).status_code == 202
+            for _ in range(400):
+                if edge.slow_client_closes and not edge.http.readers:
+                    break
+                await asyncio.sleep(0.05)
+            assert edge.slow_client_closes == 1 and edge.http.readers == 0
+            with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+                while True:  # what was buffered, then the end of a cut connection
+                    if not await asyncio.wait_for(reader.read(1 << 20), 10):
+                        raise asyncio.IncompleteReadError(b"", None)
+            writer.close()
+        finally:
+            await c.aclose()

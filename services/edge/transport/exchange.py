@@ -93,6 +93,10 @@ class HttpResponse(Protocol):
         """Send the last body bytes and end the response."""
         ...
 
+    def abort(self) -> None:
+        """Drop the response (and what waits to be written): the client is cut off."""
+        ...
+
 
 async def respond(response: HttpResponse, status: int, body: bytes | str = b"",
                   content_type: str = "text/plain; charset=utf-8",

@@ -80,6 +80,10 @@ class H1Response:
             self.ended = True
             self._conn.send(h11.EndOfMessage())
 
+    def abort(self) -> None:
+        """Cut the connection: an HTTP/1.1 response cannot be dropped otherwise."""
+        self._conn.abort()
+
 
 class Http1Connection(asyncio.Protocol):
     """One connection, as long as it speaks HTTP/1.1."""
@@ -134,7 +138,7 @@ class Http1Connection(asyncio.Protocol):
         if self._response is not None:
             self._unread += len(data)
             if self._unread > MAX_UNREAD:
-                self._abort()
+                self.abort()
                 return
         try:
             self._h11.receive_data(data)
@@ -241,7 +245,7 @@ class Http1Connection(asyncio.Protocol):
             pass
         except Exception:
             log.exception("http1_handler_failed", remote=self._remote)
-            self._abort()
+            self.abort()
             return
         self._next_cycle()
 
@@ -346,6 +350,7 @@ class Http1Connection(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
+        """Close the socket at once (what is buffered is dropped)."""
         if self._transport is not None:
             self._transport.abort()

@@ -100,6 +100,12 @@ class H2Response:
         self.ended = True
         self._conn.call(lambda h2: h2.end_stream(self.stream_id))
 
+    def abort(self) -> None:
+        """RST_STREAM (CANCEL): this stream ends, the connection's others go on."""
+        if not self.closed.is_set():
+            self._conn.reset(self.stream_id, ErrorCodes.CANCEL)
+        self.closed.set()
+
 
 class Http2Connection(asyncio.Protocol):
     """One HTTP/2 connection; made by the HTTP/1.1 side once it knows (``start``)."""
@@ -256,7 +262,7 @@ class Http2Connection(asyncio.Protocol):
             pass
         except Exception:
             log.exception("http2_handler_failed", remote=self._remote)
-            self._reset(stream_id)
+            self.reset(stream_id)
         finally:
             response.closed.set()
             self._responses.pop(stream_id, None)
@@ -267,11 +273,14 @@ class Http2Connection(asyncio.Protocol):
                 else:
                     self._arm()
 
-    def _reset(self, stream_id: int) -> None:
+    def reset(self, stream_id: int, code: ErrorCodes = ErrorCodes.INTERNAL_ERROR) -> None:
+        """Reset one stream (its writer wakes and stops)."""
         try:
-            self._h2.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+            self._h2.reset_stream(stream_id, code)
         except H2Error:
             pass
+        self._flush()
+        self._window.set()
 
     # ------------------------------------------------------------ writing
 
@@ -297,9 +306,15 @@ class Http2Connection(asyncio.Protocol):
                 wait.cancel()
 
     async def drain(self, response: H2Response) -> None:
-        """Wait while the socket's buffer is over its mark."""
+        """Wait while the socket's buffer is over its mark (or until the stream is reset)."""
         while not self._can_write.is_set() and not response.closed.is_set():
-            await self._can_write.wait()
+            waits = {asyncio.ensure_future(self._can_write.wait()),
+                     asyncio.ensure_future(response.closed.wait())}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
 
     def _flush(self) -> None:
         data = self._h2.data_to_send()

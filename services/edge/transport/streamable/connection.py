@@ -182,6 +182,10 @@ class StreamableConnection:
             return self._initialized.result()
         raise ConnectionGone if done else TimeoutError
 
+    async def wait_closed(self) -> None:
+        """Return once the connection closed."""
+        await self._closed_ev.wait()
+
     def attach(self, sid: str) -> bool:
         """Attach session ``sid`` (its stream made); False when every slot is in use."""
         if not self.router.attach(sid):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,6 +45,8 @@ __all__ = ["EndpointSettings", "StreamableEndpoint"]
 
 #: How long ``initialize`` waits for the dialect's answer (it is answered in the POST).
 INITIALIZE_WAIT_SECS: Final = 30.0
+#: How long a closed connection's reader may still take to write what it took.
+CLOSE_GRACE_SECS: Final = 5.0
 
 log = get_logger("edge.http")
 
@@ -89,13 +91,11 @@ class StreamableEndpoint:
         #: The dialect tasks (a stop waits for them).
         self.tasks: set[asyncio.Task[None]] = set()
         self.connections_total = 0
+        #: Open SSE responses (a closed connection's too, until each has ended).
+        self.readers = 0
         #: The most characters any connection ever had pending (diagnostics, tests).
         self.peak_pending_chars = 0
 
-    @property
-    def readers(self) -> int:
-        """Open SSE streams."""
-        return sum(c.readers for c in self.connections.values())
 
     async def handle(self, request: HttpRequest, response: HttpResponse, caller: Caller,
                      headers: Headers) -> None:
@@ -269,12 +269,14 @@ class StreamableEndpoint:
             await respond(response, 400, f"{exc}\n", headers=headers)
             return
         conn.reading(+1)
+        self.readers += 1
         try:
             await response.start(200, [*headers, ("content-type", CONTENT_TYPE_SSE),
                                        ("cache-control", "no-cache"),
                                        ("x-accel-buffering", "no")])
-            await pump(stream, token, response, keepalive_secs=self.settings.keepalive_secs,
-                       written=conn.written, first=gap_event(gap) if gap is not None else b"")
+            await self._read_out(conn, response, pump(
+                stream, token, response, keepalive_secs=self.settings.keepalive_secs,
+                written=conn.written, first=gap_event(gap) if gap is not None else b""))
             if not response.closed.is_set():
                 await response.end()
         except ConnectionError:
@@ -282,6 +284,24 @@ class StreamableEndpoint:
         finally:
             stream.detach(token)
             conn.reading(-1)
+            self.readers -= 1
+
+    async def _read_out(self, conn: StreamableConnection, response: HttpResponse,
+                        pumping: Coroutine[Any, Any, None]) -> None:
+        """Run a stream's pump; once the connection closed, a pump still stuck writing to a
+        client that does not read gets :data:`CLOSE_GRACE_SECS`, then its response is cut."""
+        task = asyncio.ensure_future(pumping)
+        closed = asyncio.ensure_future(conn.wait_closed())
+        try:
+            await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                done, _ = await asyncio.wait({task}, timeout=CLOSE_GRACE_SECS)
+                if not done:
+                    response.abort()
+            await task
+        finally:
+            closed.cancel()
+            task.cancel()
 
     # ------------------------------------------------------------ DELETE
 

@@ -20,6 +20,7 @@ off). Timers bound a slow request (:data:`REQUEST_SECS`) and an idle connection
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 from typing import Any, Final, cast
 
 import h11
@@ -46,6 +47,13 @@ _WRITE_HIGH: Final = 64 * 1024
 log = get_logger("edge.http")
 
 
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
 class H1Response:
     """The response to the request in progress on an :class:`Http1Connection`."""
 
@@ -63,7 +71,7 @@ class H1Response:
     async def start(self, status: int, headers: Any) -> None:
         """Send the status line and headers."""
         self._started = True
-        self._conn.send(h11.Response(status_code=status,
+        self._conn.send(h11.Response(status_code=status, reason=_reason(status),
                                      headers=[*headers, ("server", "acpgate")]))
 
     async def write(self, data: bytes) -> None:
@@ -174,8 +182,8 @@ class Http1Connection(asyncio.Protocol):
         while self._response is None and not self._left:
             try:
                 event = self._h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                self._refuse(exc.error_status_hint, f"Bad request: {exc}\n")
+            except h11.RemoteProtocolError as exc:  # its text quotes the client: not echoed
+                self._refuse(exc.error_status_hint, "Bad request\n")
                 return
             if event is h11.NEED_DATA:
                 return

@@ -310,3 +310,36 @@ async def test_a_reader_that_stops_reading_is_cut_off(tmp_path: Path,
             writer.close()
         finally:
             await c.aclose()
+
+
+async def test_unfinished_http2_bodies_are_bounded_together(tmp_path: Path,
+                                                            services: tuple[str, str]) -> None:
+    """128 streams may not hold 128 bodies: what unfinished requests of one HTTP/2
+    connection hold together is bounded by max_frame_bytes (413 for the one past it)."""
+    from h2.config import H2Configuration
+    from h2.connection import H2Connection
+    from h2.events import ResponseReceived
+
+    write_config(tmp_path / "cfg")
+    cfg = _with(tmp_path / "cfg", "max_frame_bytes = 4096\n")
+    _, token = mint(cfg)
+    async with running_edge(cfg, FakeRuntime(), services, ScriptDialect()) as edge:
+        reader, writer = await asyncio.open_connection("127.0.0.1", edge.port)
+        h2 = H2Connection(H2Configuration(client_side=True))
+        h2.initiate_connection()
+        statuses: dict[int, str] = {}
+        for sid in (1, 3, 5):
+            h2.send_headers(sid, [(":method", "POST"), (":path", "/acp"), (":scheme", "http"),
+                                  (":authority", "x"), ("authorization", f"Bearer {token}"),
+                                  ("content-type", "application/json")])
+            h2.send_data(sid, b" " * 1800)  # none of them ends
+        writer.write(h2.data_to_send())
+        while not statuses:
+            data = await asyncio.wait_for(reader.read(65536), 10)
+            assert data, "the server closed the connection"
+            for event in h2.receive_data(data):
+                if isinstance(event, ResponseReceived):
+                    statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
+            writer.write(h2.data_to_send())
+        assert statuses == {5: "413"}
+        writer.close()

@@ -6,7 +6,8 @@ POSTs next to the long-lived SSE streams. Each request stream becomes one
 whose ``write`` honours HTTP/2 flow control (the stream's and the connection's
 window) and the socket's own write buffer, so a client that stops reading a
 stream stalls that stream's writer only until the budget behind it is spent.
-Bodies are bounded (``max_body``; 413 past it); at most
+Bodies are bounded (``max_body`` for all the connection's unfinished ones together;
+413 past it); at most
 :data:`MAX_CONCURRENT_STREAMS` requests run at once per connection.
 """
 
@@ -122,6 +123,9 @@ class Http2Connection(asyncio.Protocol):
         self._remote = "?"
         self._tls = False
         self._bodies: dict[int, tuple[HttpRequest, bytearray]] = {}
+        #: Body bytes held for requests not complete yet, all streams together (bounded by
+        #: ``max_body``: 128 streams must not hold 128 bodies).
+        self._held = 0
         self._responses: dict[int, H2Response] = {}
         self._window = asyncio.Event()
         self._can_write = asyncio.Event()
@@ -170,10 +174,12 @@ class Http2Connection(asyncio.Protocol):
                 pending = self._bodies.pop(event.stream_id, None)
                 if pending is not None:
                     request, body = pending
+                    self._held -= len(body)
                     request.body = bytes(body)
                     self._dispatch(event.stream_id, request)
             elif isinstance(event, StreamReset):
-                self._bodies.pop(event.stream_id, None)
+                if (dropped := self._bodies.pop(event.stream_id, None)) is not None:
+                    self._held -= len(dropped[1])
                 if (response := self._responses.get(event.stream_id)) is not None:
                     response.closed.set()
                 self._window.set()
@@ -235,8 +241,10 @@ class Http2Connection(asyncio.Protocol):
             return
         body = pending[1]
         body.extend(event.data or b"")
-        if len(body) > self._w.max_body:
+        self._held += len(event.data or b"")
+        if self._held > self._w.max_body:
             del self._bodies[event.stream_id]
+            self._held -= len(body)
             response = H2Response(self, event.stream_id)
             self._responses[event.stream_id] = response
             self._spawn(event.stream_id, respond(response, 413, "Request body too large\n"))

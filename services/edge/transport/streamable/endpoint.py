@@ -90,7 +90,6 @@ class StreamableEndpoint:
         self.connections: dict[str, StreamableConnection] = {}
         #: The dialect tasks (a stop waits for them).
         self.tasks: set[asyncio.Task[None]] = set()
-        self.connections_total = 0
         #: Open SSE responses (a closed connection's too, until each has ended).
         self.readers = 0
         #: The most characters any connection ever had pending (diagnostics, tests).
@@ -204,7 +203,6 @@ class StreamableEndpoint:
                                     on_close=self._closed)
         self.connections[conn.id] = conn
         self._live.add(conn, caller.token_id)
-        self.connections_total += 1
         agent = next((a.strip() for a in request.query.get("agent", []) if a.strip()), "")
         log.info("http_open", conn=conn.id[:8], remote=request.remote, agent=agent or None,
                  http=request.http_version)

@@ -88,7 +88,7 @@ class AcpSection:
 
 @dataclass(frozen=True)
 class TlsSection:
-    """``[gateway.tls]``: serve ``wss://`` when both files are set."""
+    """``[gateway.tls]``: serve ``wss://`` and ``https://`` (ALPN h2) when both files are set."""
 
     cert_file: str = ""
     key_file: str = ""

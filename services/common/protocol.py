@@ -391,6 +391,7 @@ CONFIG_MODEL_KEY: Final = "_acpgate/model"
 #: session tools' methods from agents): never relayed between a client and an agent.
 ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
+#: The ACP remote transport's header names and routing sets: services/common/remote_transport.py.
 
 
 def session_key_for(alias: str, session_id: str) -> str:

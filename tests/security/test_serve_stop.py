@@ -8,7 +8,8 @@ Now the edge says what it waits for, cancels the running turns (ACP
 cancelled``) before its connection closes with 1001, and the wait ends as soon as
 everything read is answered. A real ``acpgate serve``, a real WebSocket client, a
 turn whose shell command would run for a minute, SIGINT to serve (a terminal's
-Ctrl-C reaches serve only: its children have process groups of their own).
+Ctrl-C reaches serve only: its children have process groups of their own). A
+Streamable HTTP client gets the same: the answer on its session stream, then the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.gateway.stack import RawClient
+from tests.gateway.streamable_client import RemoteClient
 from tests.security.gateway_stack import WAIT, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -76,3 +78,39 @@ async def test_ctrl_c_cancels_the_running_turn_and_answers_it_before_the_close(
         assert not [e for e in events if e.get("event") == "edge_stop_closing_late_connections"]
         log = gw.log.read_text(errors="replace")
         assert "Traceback" not in log and "Exception in callback" not in log, log[-4000:]
+
+
+async def test_ctrl_c_answers_a_streamable_http_turn_before_its_streams_end(
+        tmp_path: Path) -> None:
+    """The same stop for a Streamable HTTP client (issue 26): its prompt's ``cancelled``
+    answer comes on the session stream, then every stream of the connection ends."""
+    async with running_gateway(tmp_path) as gw:
+        token = await gw.token("stopper")
+        project = tmp_path / "project"
+        project.mkdir()
+        client = RemoteClient(f"http://127.0.0.1:{gw.port}/acp", token.secret)
+        try:
+            await client.initialize()
+            async with client.stream() as conn_stream:
+                await client.post({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                                   "params": {"agentAlias": "demo", "cwd": str(project)}})
+                sid = (await conn_stream.next()).data["result"]["sessionId"]
+                async with client.stream(session=sid) as stream:
+                    await client.post({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                                       "params": {"sessionId": sid, "prompt": "!sleep 60"}},
+                                      session=sid)
+                    await stream.until(lambda m: is_update(m, "tool_call"))
+                    gw.proc.send_signal(signal.SIGINT)
+                    received = []
+                    with pytest.raises(EOFError):
+                        while True:
+                            received.append((await asyncio.wait_for(stream.next(), WAIT)).data)
+                    answers = [m for m in received if m.get("id") == 2]
+                    assert answers and answers[0]["result"]["stopReason"] == "cancelled", received
+                with pytest.raises(EOFError):  # the connection stream ends too
+                    await asyncio.wait_for(conn_stream.next(), WAIT)
+            assert await asyncio.wait_for(gw.proc.wait(), WAIT) == 0
+            log = gw.log.read_text(errors="replace")
+            assert "Traceback" not in log and "Exception in callback" not in log, log[-4000:]
+        finally:
+            await client.aclose()

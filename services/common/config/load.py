@@ -26,6 +26,7 @@ from services.common.config.schema import (
     TlsSection,
 )
 from services.common.net_targets import HostAllowList
+from services.common.origins import OriginList
 from services.common.private_files import (
     PRIVATE_FILE_MODE,
     private_dir,
@@ -248,6 +249,12 @@ def _validate(cfg: Config, origin: str) -> None:
         HostAllowList.parse(cfg.gateway.client_mcp_allow_hosts)
     except ValueError as exc:
         raise ConfigError(f"{origin}: [gateway] client_mcp_allow_hosts: {exc}") from None
+    try:
+        OriginList.parse(cfg.gateway.allowed_origins)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: [gateway] allowed_origins: {exc}") from None
+    if cfg.gateway.idle_secs < 1:
+        raise ConfigError(f"{origin}: [gateway] idle_secs: expected an integer ≥ 1")
     if cfg.lifecycle.term_grace_ms < 0:
         raise ConfigError(f"{origin}: [lifecycle] term_grace_ms: expected an integer ≥ 0")
     if cfg.store.url and not cfg.store.is_postgres:

@@ -54,7 +54,7 @@ class AcpSection:
 
 @dataclass(frozen=True)
 class TlsSection:
-    """``[gateway.tls]``: serve ``wss://`` when both files are set."""
+    """``[gateway.tls]``: serve ``wss://`` and ``https://`` (ALPN h2) when both files are set."""
 
     cert_file: str = ""
     key_file: str = ""
@@ -69,7 +69,7 @@ class TlsSection:
 
 @dataclass(frozen=True)
 class GatewaySection:
-    """``[gateway]``: the WebSocket ``/acp`` endpoint (SPEC §11)."""
+    """``[gateway]``: the ``/acp`` endpoint, WebSocket and Streamable HTTP (SPEC §11)."""
 
     host: str = "127.0.0.1"
     port: int = 42617
@@ -89,13 +89,18 @@ class GatewaySection:
     #: serve the same clients point it at one file, so a token (and the sessions its
     #: client owns) is the same on every host.
     token_db: str = ""
-    #: The ``mcpServers`` a gateway client may pass (issue 23): "none", "http" (HTTP/SSE
-    #: servers) or "all" (stdio servers too, run confined). The local stdio user is not
-    #: bound by it.
+    #: The ``mcpServers`` a gateway client may pass (issue 23): "none", "http" (HTTP/SSE) or
+    #: "all" (stdio servers too, run confined). The local stdio user is not bound by it.
     client_mcp_servers: str = CLIENT_MCP_NONE
     #: Host names, addresses and CIDR networks a gateway client's HTTP/SSE MCP server may
     #: point at although they are not public (loopback, private, link-local, …).
     client_mcp_allow_hosts: tuple[str, ...] = ()
+    #: Browser origins (``scheme://host[:port]`` or ``*``) whose pages may use /acp; any other
+    #: ``Origin`` gets 403; clients sending none are not browsers (services/common/origins.py).
+    allowed_origins: tuple[str, ...] = ()
+    #: Seconds a Streamable HTTP connection with no open stream and no request in progress
+    #: lives on (then closed, its sessions released as on a WebSocket disconnect).
+    idle_secs: int = 120
     tls: TlsSection = field(default_factory=TlsSection)
 
 

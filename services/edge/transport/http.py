@@ -1,6 +1,6 @@
 """The gateway's two plain-HTTP endpoints: ``GET /healthz`` and ``GET /metrics``.
 
-Both are rendered from values gathered by the caller (the WebSocket server),
+Both are rendered from values gathered by the caller (``services.edge.transport.monitor``),
 so this module is pure: health is the edge's own liveness plus the gRPC health
 of the session and lifecycle services; metrics are the edge runtime's counters
 (``services/edge/metrics.py``) plus gateway gauges and leases by state, in the
@@ -52,7 +52,7 @@ class HealthReport:
 
 @dataclass(frozen=True)
 class GatewayGauges:
-    """Values the WebSocket server itself knows."""
+    """Values the gateway itself knows (its WebSocket and Streamable HTTP sides)."""
 
     connections: int = 0
     connections_total: int = 0
@@ -65,6 +65,11 @@ class GatewayGauges:
     leases: Mapping[str, int] | None = None
     #: service name → 1 serving / 0 not.
     services_up: Mapping[str, int] = field(default_factory=dict)
+    #: Streamable HTTP (ACP remote transport): connections, streams, closes.
+    http_connections: int = 0
+    http_connections_total: int = 0
+    http_slow_client_closes_total: int = 0
+    sse_streams: int = 0
 
 
 def _fmt(value: float) -> str:
@@ -119,7 +124,8 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
              [({}, float(gauges.connections))])
     w.metric("acpgate_ws_connections_total", "counter", "WebSocket connections accepted.",
              [({}, float(gauges.connections_total))])
-    w.metric("acpgate_ws_rejected_total", "counter", "Handshakes refused, by reason.",
+    w.metric("acpgate_ws_rejected_total", "counter",
+             "Handshakes and new Streamable HTTP connections refused, by reason.",
              [({"reason": "unauthorized"}, float(gauges.rejected_unauthorized_total)),
               *(({"reason": r}, float(n)) for r, n in sorted(gauges.rejected_busy.items()))])
     w.metric("acpgate_ws_slow_client_closes_total", "counter",
@@ -128,6 +134,16 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
     w.metric("acpgate_ws_revoked_closes_total", "counter",
              "Connections closed because their token was revoked.",
              [({}, float(gauges.revoked_closes_total))])
+    w.metric("acpgate_http_connections", "gauge", "Open Streamable HTTP connections.",
+             [({}, float(gauges.http_connections))])
+    w.metric("acpgate_http_connections_total", "counter",
+             "Streamable HTTP connections opened (initialize).",
+             [({}, float(gauges.http_connections_total))])
+    w.metric("acpgate_http_slow_client_closes_total", "counter",
+             "Streamable HTTP connections closed because the client read none of its streams.",
+             [({}, float(gauges.http_slow_client_closes_total))])
+    w.metric("acpgate_sse_streams", "gauge", "Open SSE streams (GET /acp).",
+             [({}, float(gauges.sse_streams))])
     w.metric("acpgate_service_up", "gauge", "gRPC dependency health (1 = SERVING).",
              [({"service": name}, float(up)) for name, up in sorted(gauges.services_up.items())])
     return "\n".join(w.lines) + "\n"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
@@ -36,20 +38,23 @@ log = get_logger("edge.ws")
 class RevocationWatch:
     """Closes the live connections of revoked tokens, each once."""
 
-    def __init__(self, watch: TokenWatch, live: LiveConnections[ServerConnection],
-                 interval: float = REVOCATION_POLL_SECS) -> None:
+    def __init__(self, watch: TokenWatch, live: LiveConnections[Any],
+                 interval: float = REVOCATION_POLL_SECS,
+                 close_other: Callable[[Any], Awaitable[None]] | None = None) -> None:
         self._watch = watch
         self._live = live
         self._interval = interval
+        #: How a connection that is no WebSocket is closed (a Streamable HTTP one).
+        self._close_other = close_other
         self._active: set[str] | None = None
-        self._closed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
-        self._signals: weakref.WeakKeyDictionary[ServerConnection, asyncio.Event] = (
+        self._closed: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._signals: weakref.WeakKeyDictionary[Any, asyncio.Event] = (
             weakref.WeakKeyDictionary())
         self._closing: set[asyncio.Task[None]] = set()
         #: Connections closed so far because their token was revoked (for ``/metrics``).
         self.closes_total = 0
 
-    def signal(self, ws: ServerConnection) -> asyncio.Event:
+    def signal(self, ws: Any) -> asyncio.Event:
         """The event set when ``ws``'s token is revoked, before ``ws`` is closed."""
         return self._signals.setdefault(ws, asyncio.Event())
 
@@ -82,11 +87,15 @@ class RevocationWatch:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
-    async def _close(self, ws: ServerConnection) -> None:
+    async def _close(self, ws: Any) -> None:
         self.closes_total += 1
-        log.warning("ws_token_revoked", remote=ws.remote_address)
         if (revoked := self._signals.get(ws)) is not None:
             revoked.set()
+        if not isinstance(ws, ServerConnection) and self._close_other is not None:
+            log.warning("http_token_revoked")
+            await self._close_other(ws)
+            return
+        log.warning("ws_token_revoked", remote=ws.remote_address)
         try:
             await ws.close(REVOKED_CLOSE_CODE, REVOKED_REASON)
         except Exception:  # closing a connection that is going away anyway

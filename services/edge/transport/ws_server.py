@@ -1,18 +1,21 @@
-"""The WebSocket gateway: ``ws[s]://host:port<path_prefix>/acp`` (SPEC §11).
+"""The gateway: ``/acp`` on one port — WebSocket and Streamable HTTP (SPEC §11, ACP RFD).
 
-One connection is one dialect server (``serve_connection``) with its own
-``zc-out-`` counter and its own sessions; a disconnect releases them. Before
-the upgrade, ``process_request`` routes plain HTTP (``/healthz``, ``/metrics``),
-answers 404 for unknown paths, 401 for a missing or bad token and 503 when
-the connection limit or the token's share of it is reached
-(``services.edge.transport.admission``). A token revoked while its connections are open
-closes them with 1008 (``services.edge.transport.revocation``), their running turns
-cancelled first (``serve_connection``'s ``revoked``).
+A client connection — a WebSocket, or a Streamable HTTP ``Acp-Connection-Id``
+(``services.edge.transport.streamable``) — is one dialect server
+(``serve_connection``) with its own ``zc-out-`` counter and its own sessions; a
+disconnect (or DELETE, or the idle timeout) releases them. The front door
+(``services.edge.transport.server``) speaks HTTP/1.1 and HTTP/2 on each listening
+socket and hands WebSocket upgrades on ``/acp`` to ``process_request`` / ``_handle``
+here; plain HTTP goes to ``services.edge.transport.routes``. Both sides check the
+token alike (401), the ``Origin`` against ``[gateway] allowed_origins`` (403), and
+share the connection limit and each token's share of it (503,
+``services.edge.transport.admission``). A revoked token's open connections are closed
+(``services.edge.transport.revocation``), their running turns cancelled first.
 
-Slow clients: everything a connection sends goes through its bounded
-:class:`~services.edge.transport.outqueue.Outbox`, which closes a client that stops
-reading (``services.edge.transport.outqueue``). The process around this server, the
-``acpgate edge`` command, is ``services.edge.transport.gateway.run_edge``.
+Slow clients: what a WebSocket connection sends goes through its bounded
+:class:`~services.edge.transport.outqueue.Outbox`, which closes a client that stops reading;
+a Streamable HTTP connection has the same bounds (``...streamable.streams``). The
+process around this server, ``acpgate edge``, is ``services.edge.transport.gateway.run_edge``.
 """
 
 from __future__ import annotations
@@ -20,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import http
 import socket
-import ssl
+import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from functools import partial
 from itertools import count
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
@@ -37,8 +40,8 @@ from services.common.config import Config
 from services.common.listeners import bind_listeners
 from services.common.logs import get_logger
 from services.common.protocol import WS_SUBPROTOCOL
+from services.common.remote_transport import H_CONNECTION_ID
 from services.edge.caller import Caller
-from services.edge.metrics import Metrics
 from services.edge.tokens import TokenStore, TokenWatch, token_db_path
 from services.edge.transport.admission import LiveConnections, token_share
 from services.edge.transport.auth import (
@@ -47,21 +50,33 @@ from services.edge.transport.auth import (
     extract_token,
     offered_subprotocols,
 )
-from services.edge.transport.http import (
-    JSON_CONTENT_TYPE,
-    PROMETHEUS_CONTENT_TYPE,
-    GatewayGauges,
-    HealthReport,
-    render_metrics,
-)
+from services.edge.transport.exchange import HttpRequest
+from services.edge.transport.monitor import GatewayCounters, Monitor
+from services.edge.transport.origin import OriginPolicy
 from services.edge.transport.outqueue import (
     DEFAULT_QUEUE_CHARS,
     DEFAULT_QUEUE_MESSAGES,
     DEFAULT_SLOW_CLIENT_TIMEOUT,
     Outbox,
 )
+from services.edge.transport.ports import RuntimeLike, ServeConnection, SessionLookup
 from services.edge.transport.probe import ServiceProbe
 from services.edge.transport.revocation import RevocationWatch
+from services.edge.transport.routes import UNAUTHORIZED_BODY, GatewayRoutes
+from services.edge.transport.server import (
+    FrontDoor,
+    WebSocketOptions,
+    serve_front_door,
+    tls_context,
+)
+from services.edge.transport.streamable.connection import StreamableConnection
+from services.edge.transport.streamable.dialect import (
+    affinity_cookie,
+    run_dialect,
+    session_lookup,
+)
+from services.edge.transport.streamable.endpoint import EndpointSettings, StreamableEndpoint
+from services.edge.transport.streamable.streams import Budget
 from services.edge.transport.ws_incoming import Incoming
 
 #: Close code when the connection limit was hit by a racing handshake.
@@ -71,57 +86,13 @@ STOP_CLOSE_CODE = 1001
 STOP_REASON = "server shutting down"
 #: How long a stop waits for connections to answer what they read (drain 15 s + delivery).
 STOP_WAIT_SECS = 20.0
+#: The keepalive of a quiet SSE stream when ``[gateway] ping_interval_secs`` is 0.
+SSE_KEEPALIVE_SECS = 15.0
 
 log = get_logger("edge.ws")
 
 
-# --------------------------------------------------------------------- dependencies
-
-
-class RuntimeLike(Protocol):
-    """What the gateway needs of ``services.edge.transport.connection.EdgeRuntime``."""
-
-    metrics: Metrics
-
-
-class ServeConnection(Protocol):
-    """The shape of ``services.edge.transport.connection.serve_connection``."""
-
-    def __call__(
-        self,
-        runtime: Any,
-        incoming: AsyncIterator[str],
-        send: Callable[[str], Awaitable[None]],
-        *,
-        default_agent: str = "",
-        caller: Caller,
-        remote: bool = False,
-        send_many: Callable[[list[str]], Awaitable[None]] | None = None,
-        revoked: asyncio.Event | None = None,
-        stopping: asyncio.Event | None = None,
-    ) -> Awaitable[None]:
-        """Serve one connection until ``incoming`` ends, or — once ``stopping`` is set —
-        until its turns are cancelled and what it read is answered."""
-        ...
-
-
 # --------------------------------------------------------------------- the server
-
-
-@dataclass
-class _Counters:
-    connections_total: int = 0
-    rejected_unauthorized_total: int = 0
-    slow_client_closes_total: int = 0
-
-
-def _respond(connection: ServerConnection, status: int, body: str,
-             content_type: str) -> Response:
-    """A plain-HTTP answer with ``content_type`` in place of websockets' text/plain default."""
-    response = connection.respond(status, body)
-    del response.headers["Content-Type"]
-    response.headers["Content-Type"] = content_type
-    return response
 
 
 def _first(headers: Headers, name: str) -> str | None:
@@ -129,18 +100,8 @@ def _first(headers: Headers, name: str) -> str | None:
     return values[0] if values else None
 
 
-def tls_context(cfg: Config) -> ssl.SSLContext | None:
-    """A server TLS context from ``[gateway.tls]``, or ``None`` for plain ``ws://``."""
-    tls = cfg.gateway.tls
-    if not tls.enabled:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tls.cert_file, tls.key_file)
-    return context
-
-
 class EdgeServer:
-    """The WebSocket gateway over one :class:`EdgeRuntime` (start, serve, stop)."""
+    """The gateway over one :class:`EdgeRuntime` (start, serve, stop)."""
 
     def __init__(
         self,
@@ -154,6 +115,7 @@ class EdgeServer:
         queue_messages: int = DEFAULT_QUEUE_MESSAGES,
         slow_client_timeout: float = DEFAULT_SLOW_CLIENT_TIMEOUT,
         close_timeout: float = 5.0,
+        session_lookup_fn: SessionLookup | None = None,
     ) -> None:
         if serve_connection is None:
             from services.edge.transport.connection import serve_connection as default_serve
@@ -164,30 +126,50 @@ class EdgeServer:
         self.probe = probe
         self._serve_connection = serve_connection
         store = token_store if token_store is not None else TokenStore(token_db_path(cfg))
-        self._auth = Authenticator(store, require_auth=cfg.gateway.require_auth)
+        gw = cfg.gateway
+        self._auth = Authenticator(store, require_auth=gw.require_auth)
         self._queue_chars = queue_chars
         self._queue_messages = queue_messages
         self._slow_client_timeout = slow_client_timeout
         self._close_timeout = close_timeout
-        prefix = cfg.gateway.path_prefix
+        prefix = gw.path_prefix
         self.acp_path = f"{prefix}/acp"
-        self._health_paths = {"/healthz", f"{prefix}/healthz"}
-        self._metrics_paths = {"/metrics", f"{prefix}/metrics"}
-        self._live: LiveConnections[ServerConnection] = LiveConnections(
-            cfg.gateway.max_connections, token_share(cfg.gateway))
-        self._revocations = RevocationWatch(TokenWatch(store.path), self._live)
+        self._live: LiveConnections[Any] = LiveConnections(
+            gw.max_connections, token_share(gw))
+        self._revocations = RevocationWatch(TokenWatch(store.path), self._live,
+                                            close_other=self._close_revoked)
         self._watching: asyncio.Task[None] | None = None
-        #: Who each admitted handshake acts as, from process_request to _handle.
-        self._callers: weakref.WeakKeyDictionary[ServerConnection, Caller] = (
+        #: Who each admitted handshake acts as, from process_request to _handle, and the
+        #: Acp-Connection-Id its 101 carries.
+        self._callers: weakref.WeakKeyDictionary[ServerConnection, tuple[Caller, str]] = (
             weakref.WeakKeyDictionary())
         self._ids = count(1)
-        self._counters = _Counters()
-        #: One websockets server per listening socket (an address of the host).
-        self._servers: list[Server] = []
+        self._counters = GatewayCounters()
+        self._origins = OriginPolicy(gw.allowed_origins)
+        self._cookie = affinity_cookie(getattr(runtime, "gateway_instance_id", ""),
+                                       tls=gw.tls.enabled)
+        #: One front door per listening socket (an address of the host).
+        self._doors: list[FrontDoor] = []
         #: Set when the gateway stops: each connection winds down (serve_connection).
         self._stopping = asyncio.Event()
         #: The running connection handlers (a stop waits for them, boundedly).
         self._handlers: set[asyncio.Task[Any]] = set()
+        keepalive = float(gw.ping_interval_secs) if gw.ping_interval_secs > 0 \
+            else SSE_KEEPALIVE_SECS
+        self.http = StreamableEndpoint(
+            EndpointSettings(float(gw.idle_secs), keepalive, slow_client_timeout,
+                             partial(Budget, queue_chars, queue_messages)),
+            self._live, run_dialect=self._run_http,
+            knows_session=session_lookup_fn or session_lookup(runtime),
+            cookie=lambda request: [("set-cookie", self._cookie)],
+            on_slow_client=self._count_http_slow_client, stopping=self._stopping)
+        self._monitor = Monitor(probe, lambda: self.runtime.metrics, self._counters, self._live,
+                                lambda: len(self.http.connections), lambda: self.http.readers,
+                                lambda: self._revocations.closes_total)
+        self._routes = GatewayRoutes(
+            self.acp_path, frozenset({"/healthz", f"{prefix}/healthz"}),
+            frozenset({"/metrics", f"{prefix}/metrics"}), self._monitor.health,
+            self._monitor.metrics, self._authenticate_http, self._origins, self.http)
         self.port = 0
         #: The most characters any one connection ever had queued (diagnostics, tests).
         self.peak_queue_chars = 0
@@ -205,22 +187,15 @@ class EdgeServer:
         if bound_here:
             listeners = await asyncio.to_thread(bind_listeners, gw.host, gw.port)
         ping = float(gw.ping_interval_secs) if gw.ping_interval_secs > 0 else None
+        ws = WebSocketOptions(self._handle, self._process_request, self._process_response,
+                              self._select_subprotocol, gw.max_frame_bytes, ping,
+                              self._close_timeout, gw.compression)
         try:
             context = await asyncio.to_thread(tls_context, self.cfg)
             for sock in listeners:
-                self._servers.append(await serve(
-                    self._handle,
-                    sock=sock,
-                    process_request=self._process_request,
-                    select_subprotocol=self._select_subprotocol,
-                    ssl=context,
-                    max_size=gw.max_frame_bytes,
-                    ping_interval=ping,
-                    ping_timeout=ping,
-                    close_timeout=self._close_timeout,
-                    # permessage-deflate costs both ends CPU per frame; small JSON frames gain little.
-                    compression="deflate" if gw.compression else None,
-                ))
+                self._doors.append(await serve_front_door(
+                    sock, app=self._routes, websocket_path=self.acp_path, ws=ws,
+                    max_body=gw.max_frame_bytes, tls=context))
         except BaseException:
             await self.stop()
             if bound_here:  # the ones no server took yet (closing a closed one is a no-op)
@@ -240,8 +215,14 @@ class EdgeServer:
         return f"{scheme}://{self.cfg.gateway.host}:{self.port}{self.acp_path}"
 
     @property
+    def http_url(self) -> str:
+        """The ``http[s]://`` URL of ``/acp`` (Streamable HTTP) on this server."""
+        scheme = "https" if self.cfg.gateway.tls.enabled else "http"
+        return f"{scheme}://{self.cfg.gateway.host}:{self.port}{self.acp_path}"
+
+    @property
     def connection_count(self) -> int:
-        """Open WebSocket connections."""
+        """Open client connections (WebSocket and Streamable HTTP)."""
         return len(self._live)
 
     @property
@@ -254,17 +235,17 @@ class EdgeServer:
         read — its client gets each prompt's ``cancelled`` result before the close — at
         most :data:`STOP_WAIT_SECS`; close every connection (1001) and wait for their
         sessions to be released. What it waits for is logged (issue 24)."""
-        if not self._servers:
+        if not self._doors:
             return
-        servers, self._servers = self._servers, []
+        doors, self._doors = self._doors, []
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        for server in servers:  # no new connection; those open wind down
-            server.close(close_connections=False)
-        handlers = {task for task in self._handlers if not task.done()}
+        for door in doors:  # no new connection; those open wind down
+            door.server.close(close_connections=False)
+        handlers = {task for task in self._handlers | self.http.tasks if not task.done()}
         log.info("edge_stopping", connections=len(handlers), wait_secs=STOP_WAIT_SECS)
         self._stopping.set()
         if handlers:
@@ -272,14 +253,29 @@ class EdgeServer:
             if late:
                 log.warning("edge_stop_closing_late_connections", connections=len(late))
             # Not wound down in time: closed now (their sessions released as on any close).
+            self.http.close_all("gateway stopping")
             await asyncio.gather(*(ws.close(STOP_CLOSE_CODE, STOP_REASON)
-                                   for server in servers for ws in list(server.connections)),
+                                   for door in doors for ws in list(door.server.connections)),
                                  return_exceptions=True)
-        for server in servers:
-            await server.wait_closed()
+        for door in doors:
+            door.close_http()
+        tasks = {t for door in doors for t in door.wiring.tasks if not t.done()}
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._close_timeout)
+        for door in doors:
+            await door.server.wait_closed()
         log.info("edge_stopped", waited_secs=round(loop.time() - started, 2))
 
-    # ------------------------------------------------------------ HTTP side
+    # ------------------------------------------------------------ who may connect
+
+    async def _authenticate_http(self, request: HttpRequest) -> Caller | None:
+        token = extract_token(request.headers.get("authorization"), (), request.target)
+        caller = await self._auth.caller(token)
+        if caller is None:
+            self._counters.rejected_unauthorized_total += 1
+            log.warning("http_unauthorized", remote=request.remote,
+                        source=token.source.value if token else "none")
+        return caller
 
     def _select_subprotocol(
         self, connection: ServerConnection, subprotocols: Any
@@ -290,13 +286,11 @@ class EdgeServer:
     async def _process_request(
         self, connection: ServerConnection, request: Request
     ) -> Response | None:
-        path = urlsplit(request.path).path
-        if path in self._health_paths:
-            return await self._healthz(connection)
-        if path in self._metrics_paths:
-            return await self._metrics(connection)
-        if path != self.acp_path:
+        if urlsplit(request.path).path != self.acp_path:
             return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
+        if not self._origins.admits(_first(request.headers, "Origin")):
+            log.warning("ws_origin_refused", remote=_remote(connection))
+            return connection.respond(http.HTTPStatus.FORBIDDEN, "Origin not allowed\n")
         token = extract_token(
             _first(request.headers, "Authorization"),
             offered_subprotocols(request.headers.get_all("Sec-WebSocket-Protocol")),
@@ -307,47 +301,34 @@ class EdgeServer:
             self._counters.rejected_unauthorized_total += 1
             log.warning("ws_unauthorized", remote=_remote(connection),
                         source=token.source.value if token else "none")
-            response = connection.respond(
-                http.HTTPStatus.UNAUTHORIZED,
-                "Unauthorized: send a gateway token as 'Authorization: Bearer <token>', "
-                "a 'bearer.<token>' subprotocol entry, or '?token=<token>'.\n",
-            )
+            response = connection.respond(http.HTTPStatus.UNAUTHORIZED, UNAUTHORIZED_BODY)
             response.headers["WWW-Authenticate"] = 'Bearer realm="acpgate"'
             return response
         refusal = self._live.refusal(caller.token_id)
         if refusal is not None:
             log.warning("ws_" + refusal.reason, limit=refusal.limit)
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, refusal.body)
-        self._callers[connection] = caller
+        self._callers[connection] = (caller, str(uuid.uuid4()))
         return None
 
-    async def _healthz(self, connection: ServerConnection) -> Response:
-        report = HealthReport(services=await self.probe.health())
-        return _respond(connection, report.status_code, report.body(), JSON_CONTENT_TYPE)
-
-    async def _metrics(self, connection: ServerConnection) -> Response:
-        health, leases = await asyncio.gather(self.probe.health(), self.probe.leases_by_state())
-        gauges = GatewayGauges(
-            connections=len(self._live),
-            connections_total=self._counters.connections_total,
-            rejected_unauthorized_total=self._counters.rejected_unauthorized_total,
-            rejected_busy=dict(self._live.rejected),
-            slow_client_closes_total=self._counters.slow_client_closes_total,
-            revoked_closes_total=self._revocations.closes_total,
-            leases=leases,
-            services_up={name: int(state == "SERVING") for name, state in health.items()},
-        )
-        return _respond(connection, http.HTTPStatus.OK,
-                        render_metrics(self.runtime.metrics, gauges), PROMETHEUS_CONTENT_TYPE)
+    def _process_response(self, connection: ServerConnection, request: Request,
+                          response: Response) -> Response | None:
+        """The 101 names the connection (``Acp-Connection-Id``) and sets the affinity cookie."""
+        admitted = self._callers.get(connection)
+        if admitted is not None and response.status_code == http.HTTPStatus.SWITCHING_PROTOCOLS:
+            response.headers[H_CONNECTION_ID] = admitted[1]
+            response.headers["Set-Cookie"] = self._cookie
+        return None
 
     # ------------------------------------------------------------ WebSocket side
 
     async def _handle(self, ws: ServerConnection) -> None:
         conn_id = next(self._ids)
-        caller = self._callers.pop(ws, None)
-        if caller is None:  # never admitted by process_request: nobody to act for
+        admitted = self._callers.pop(ws, None)
+        if admitted is None:  # never admitted by process_request: nobody to act for
             await ws.close(1011, "internal error")
             return
+        caller, acp_id = admitted
         token_id = caller.token_id
         refusal = self._live.refusal(token_id)
         if refusal is not None:
@@ -358,7 +339,8 @@ class EdgeServer:
         self._counters.connections_total += 1
         query = parse_qs(urlsplit(ws.request.path if ws.request else "").query)
         default_agent = next((a.strip() for a in query.get("agent", []) if a.strip()), "")
-        log.info("ws_open", conn=conn_id, remote=_remote(ws), agent=default_agent or None,
+        log.info("ws_open", conn=conn_id, acp_conn=acp_id[:8], remote=_remote(ws),
+                 agent=default_agent or None,
                  subprotocol=ws.subprotocol if ws.subprotocol == WS_SUBPROTOCOL else None)
         outbox = Outbox(ws, conn_id=conn_id, max_chars=self._queue_chars,
                         max_messages=self._queue_messages,
@@ -390,6 +372,23 @@ class EdgeServer:
 
     def _count_slow_client(self) -> None:
         self._counters.slow_client_closes_total += 1
+
+    # ------------------------------------------------------------ Streamable HTTP side
+
+    async def _run_http(self, conn: StreamableConnection, agent: str) -> None:
+        self._counters.http_connections_total += 1
+        await run_dialect(conn, agent, runtime=self.runtime,
+                          serve_connection=self._serve_connection,
+                          revoked=self._revocations.signal(conn), stopping=self._stopping,
+                          flush_secs=self._close_timeout)
+
+    def _count_http_slow_client(self) -> None:
+        self._counters.slow_client_closes_total += 1
+        self._counters.http_slow_client_closes_total += 1
+
+    async def _close_revoked(self, conn: Any) -> None:
+        if isinstance(conn, StreamableConnection):
+            conn.close("token revoked")
 
 
 def _remote(ws: ServerConnection) -> str:

@@ -302,6 +302,7 @@ U_CURRENT_MODE: Final = "current_mode_update"
 U_CONFIG_OPTION: Final = "config_option_update"
 U_SESSION_INFO: Final = "session_info_update"
 U_USAGE: Final = "usage_update"
+U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt (issue 27)
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (

@@ -96,6 +96,10 @@ class GatewaySection:
     #: Host names, addresses and CIDR networks a gateway client's HTTP/SSE MCP server may
     #: point at although they are not public (loopback, private, link-local, …).
     client_mcp_allow_hosts: tuple[str, ...] = ()
+    #: How long a session outlives its gateway connection, detached (issue 27): its turn
+    #: runs on, its permission requests wait, and a connection of the same token attaches
+    #: it again with session/load or session/resume. 0 = released at the disconnect.
+    detach_grace_secs: int = 600
     tls: TlsSection = field(default_factory=TlsSection)
 
 

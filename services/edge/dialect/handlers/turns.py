@@ -62,7 +62,15 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
     # cancelled) leaves it running when the session detaches (issue 27); a release
     # cancels the turn itself (EdgeRuntime.release).
     running = conn.runtime.spawn(_turn(conn, session, turn, params))
+    running.add_done_callback(_seen)  # its failure is the handler's, if one still waits
     return client_result(sid, await asyncio.shield(running))
+
+
+def _seen(task: asyncio.Task[TurnOutcome]) -> None:
+    """Mark a turn task's failure retrieved: the handler that would have answered it with
+    the failure may be gone (its connection closed), the turn's end is not an error then."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _turn(conn: DialectConnection, session: EdgeSession, turn: TurnState,

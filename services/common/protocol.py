@@ -1,8 +1,8 @@
 """ACP protocol constants: error codes and messages, option ids, names (SPEC §1–§7).
 
 One place for every constant that crosses the wire, so the edge and the
-built-in agent cannot drift apart. Message templates are ``str.format`` strings
-whose placeholders are named after the SPEC's ``<…>`` slots.
+built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
+SPEC's ``<…>`` slots); the remote transport's are in :mod:`services.common.remote_transport`.
 """
 
 from __future__ import annotations
@@ -302,6 +302,7 @@ U_CURRENT_MODE: Final = "current_mode_update"
 U_CONFIG_OPTION: Final = "config_option_update"
 U_SESSION_INFO: Final = "session_info_update"
 U_USAGE: Final = "usage_update"
+U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt (issue 27)
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (
@@ -391,7 +392,6 @@ CONFIG_MODEL_KEY: Final = "_acpgate/model"
 #: session tools' methods from agents): never relayed between a client and an agent.
 ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
-#: The ACP remote transport's header names and routing sets: services/common/remote_transport.py.
 
 
 def session_key_for(alias: str, session_id: str) -> str:

@@ -44,7 +44,7 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
     from acp.schema import ClientCapabilities, PermissionOption, RequestPermissionResponse
     from acp.ws import create_websocket_stream
 
-    cfg = write_config(tmp_path / "cfg")
+    cfg = write_config(tmp_path / "cfg", detach_grace_secs=0)  # released at the disconnect
     _, secret = mint(cfg)
     updates: list[tuple[str, Any]] = []
     permission_asked = asyncio.Event()
@@ -180,7 +180,7 @@ async def test_each_token_sees_only_its_own_sessions(tmp_path: Path) -> None:
 
 
 async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "cfg")
+    cfg = write_config(tmp_path / "cfg", detach_grace_secs=0)  # released at the disconnect
     _, secret = mint(cfg)
     async with full_stack(cfg) as stack:
         ws = await connect(stack.edge.url, proxy=None, additional_headers=auth(secret))
@@ -230,7 +230,7 @@ async def test_bridge_end_to_end(tmp_path: Path) -> None:
     """`acpgate bridge` as a real process: stdin lines ↔ frames, EOF → close, exit 0."""
     import sys
 
-    cfg = write_config(tmp_path / "cfg")
+    cfg = write_config(tmp_path / "cfg", detach_grace_secs=0)  # released at the disconnect
     _, secret = mint(cfg)
     async with full_stack(cfg) as stack:
         bridge_dir = tmp_path / "bridge"

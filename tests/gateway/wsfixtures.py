@@ -31,7 +31,7 @@ host = "127.0.0.1"
 port = {port}
 path_prefix = "{prefix}"
 max_connections = {max_connections}
-
+{gateway}
 [agents.assistant]
 kind = "builtin"
 provider = "demo"
@@ -45,11 +45,15 @@ model = "demo"
 
 
 def write_config(config_dir: Path, *, port: int = 42617, prefix: str = "",
-                 max_connections: int = 64, extra: str = "") -> Config:
-    """Write a demo config.toml (two built-in demo agents) and load it."""
+                 max_connections: int = 64, extra: str = "",
+                 detach_grace_secs: int | None = None) -> Config:
+    """Write a demo config.toml (two built-in demo agents) and load it (``detach_grace_secs``:
+    that ``[gateway]`` key, else its default)."""
+    gateway = "" if detach_grace_secs is None else f"detach_grace_secs = {detach_grace_secs}\n"
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(
-        DEMO_CONFIG.format(port=port, prefix=prefix, max_connections=max_connections) + extra,
+        DEMO_CONFIG.format(port=port, prefix=prefix, max_connections=max_connections,
+                           gateway=gateway) + extra,
         encoding="utf-8",
     )
     return load_config(config_dir, environ={})

@@ -137,7 +137,10 @@ async def test_setups_cut_short_at_random_leave_no_agent_behind(tmp_path: Path) 
     rng = random.Random()
     # One token races every setup: its share is the whole gateway.
     async with running_gateway(tmp_path, max_sessions=40, per_token=40,
-                               gateway="max_connections_per_token = 40\n") as gw:
+                               # The trees whose client left detach (issue 27): after
+                               # the grace they are released like any disconnect's.
+                               gateway="max_connections_per_token = 40\n"
+                                       "detach_grace_secs = 2\n") as gw:
         token = await gw.token("racer")
         methods = [("session/new", "session/load", "session/resume")[i % 3]
                    for i in range(SLOW_SETUPS + FAST_SETUPS)]

@@ -245,6 +245,9 @@ def _validate(cfg: Config, origin: str) -> None:
     if cfg.gateway.max_connections_per_token < 0:
         raise ConfigError(f"{origin}: [gateway] max_connections_per_token: expected an integer "
                           "≥ 0 (0 = a quarter of max_connections)")
+    if cfg.gateway.detach_grace_secs < 0:
+        raise ConfigError(f"{origin}: [gateway] detach_grace_secs: expected an integer "
+                          "≥ 0 (0 = sessions are released when their connection goes)")
     try:
         HostAllowList.parse(cfg.gateway.client_mcp_allow_hosts)
     except ValueError as exc:

@@ -85,9 +85,8 @@ class GatewaySection:
     #: while small JSON-RPC frames on the default loopback bind gain nothing from it.
     #: Turn it on for slow links carrying large frames (bench/PROFILE.md, section 8).
     compression: bool = False
-    #: The token database ("" = ``<data dir>/gateway/tokens.db``). Gateway hosts that
-    #: serve the same clients point it at one file, so a token (and the sessions its
-    #: client owns) is the same on every host.
+    #: The token database ("" = ``<data dir>/gateway/tokens.db``); hosts serving the same
+    #: clients share one, so a token (and its sessions) is the same on every host.
     token_db: str = ""
     #: The ``mcpServers`` a gateway client may pass (issue 23): "none", "http" (HTTP/SSE) or
     #: "all" (stdio servers too, run confined). The local stdio user is not bound by it.
@@ -101,6 +100,9 @@ class GatewaySection:
     #: Seconds a Streamable HTTP connection with no open stream and no request in progress
     #: lives on (then closed, its sessions released as on a WebSocket disconnect).
     idle_secs: int = 120
+    #: Seconds a session outlives its gateway connection, detached (issue 27; turn running,
+    #: permissions waiting for the same token's next load/resume). 0 = released at once.
+    detach_grace_secs: int = 600
     tls: TlsSection = field(default_factory=TlsSection)
 
 
@@ -135,19 +137,17 @@ class StoreSection:
     """``[store]``: where session rows live — SQLite in the data dir, or PostgreSQL.
 
     An empty ``url`` is the SQLite file ``<data dir>/sessions/acp-sessions.db``;
-    ``postgresql://user@host:port/db`` is a PostgreSQL database that several
-    gateway hosts may share. The password is best kept out of the URL: name an
-    environment variable in ``password_env`` instead.
+    ``postgresql://user@host:port/db`` a PostgreSQL database several gateway hosts may
+    share. Keep the password out of the URL: name a variable in ``password_env``.
     """
 
     url: str = ""
     #: Environment variable holding the database password ("" = the URL's, or none).
     password_env: str = ""
-    #: How long a host's claim on an active session lasts without a heartbeat: after
-    #: that a session whose host died may be loaded on another host.
+    #: How long a host's claim on an active session lasts without a heartbeat (then a dead
+    #: host's session may be loaded on another).
     lease_secs: int = 30
-    #: Connections each session service keeps to PostgreSQL at most.
-    pool_size: int = 10
+    pool_size: int = 10  # connections each session service keeps to PostgreSQL at most
     #: How long the session service waits at start for PostgreSQL to answer.
     connect_timeout_secs: int = 10
     #: Bytes of history one session may store (a turn past it is refused; 0 = unlimited).

@@ -33,6 +33,7 @@ from services.common.protocol import (
 from services.edge.caller import Caller
 from services.edge.errors import not_found
 from services.edge.ports.backchannel import BackChannel
+from services.edge.sessions.attachment import detach
 from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.session import EdgeSession
 
@@ -55,13 +56,17 @@ class DialectConnection:
                  fallback: Fallback | None = None,
                  remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT,
+                 detach_grace_secs: float = 0.0) -> None:
         self.runtime = runtime
         #: Who this connection acts as (services.edge.caller; see serve_connection).
         self.caller = caller
         #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
         #: be follows ``[gateway] client_mcp_servers`` (services/edge/dialect/mcp_admission.py).
         self.remote = remote
+        #: How long the sessions this connection used outlive it, detached (issue 27;
+        #: ``[gateway] detach_grace_secs`` for a gateway connection, 0 for stdio: released).
+        self.detach_grace_secs = detach_grace_secs
         #: Its sessions' agents' requests of methods acpgate does not know reach it (issue 25).
         self.passes_unknown = True
         self._raw_send = send
@@ -89,6 +94,8 @@ class DialectConnection:
         #: Set once the drain is over: from then on a setup that finishes is released, not
         #: entered (:func:`services.edge.sessions.session_setup.mark_active`).
         self._releasing = False
+        #: Set as :meth:`close` begins: no session is attached to this connection any more.
+        self._input_ended = False
         self._closed = False
         self._revoked = False
         self._stopping = False
@@ -97,6 +104,11 @@ class DialectConnection:
     def closed(self) -> bool:
         """True once :meth:`close` releases (or has released) this connection's sessions."""
         return self._releasing
+
+    @property
+    def input_ended(self) -> bool:
+        """True once the client's input ended (:meth:`close` began)."""
+        return self._input_ended
 
     # ------------------------------------------------------------------ I/O
 
@@ -151,6 +163,7 @@ class DialectConnection:
                 self.runtime.registry.active.get(sid) is not session:
             self.sessions.pop(sid, None)
             raise not_found(sid)
+        session.confirmed = True  # the client knows it: its setup answer reached it
         return session
 
     # ------------------------------------------------------------------ end
@@ -185,7 +198,16 @@ class DialectConnection:
         keep reading — or until ``abort`` is set; then they are cancelled.
         Only after that are the connection's sessions released (adapters
         closed, rows kept), so a request still running never loses its session.
+
+        A gateway connection (``detach_grace_secs`` > 0) first detaches the sessions its
+        client used (issue 27: their turns run on, their permission requests wait for the
+        next client; :mod:`services.edge.sessions.attachment`) — unless the connection's
+        token was revoked or the gateway stops. A session whose setup the client never
+        saw answered is released as before.
         """
+        self._input_ended = True
+        if self.detach_grace_secs > 0 and not self._revoked and not self._stopping:
+            self._detach_used()
         self.backchannel.close()
         await self.rpc.drain(drain_secs, abort)
         # Before the cancel: a setup that still gets through (it finished as the drain
@@ -198,6 +220,12 @@ class DialectConnection:
         if close is not None:  # its credentials are forgotten, its adapter let go
             await close()
         self._closed = True
+
+    def _detach_used(self) -> None:
+        for sid, session in list(self.sessions.items()):
+            if session.confirmed and not session.released and session.port is self:
+                del self.sessions[sid]
+                detach(session, self.detach_grace_secs)
 
     async def _release_all(self) -> None:
         sessions = list(self.sessions.values())

@@ -22,6 +22,8 @@ class ClientPort(Protocol):
     #: An agent's requests and notifications of methods acpgate does not know are passed to
     #: this port's client (a client connection; not the stand-in of a hosted session).
     passes_unknown: bool
+    #: How long the sessions of this port outlive it, detached (issue 27); 0: they do not.
+    detach_grace_secs: float
 
     @property
     def client_capabilities(self) -> ClientCapabilities:

@@ -79,7 +79,7 @@ class _RelayToHost:
         origin = str(params.get("sessionId") or "")
         asking = self._port.sessions.get(origin)
         relayed = labelled(params, host.session_id, origin, asking.alias if asking else "")
-        return await host.port.backchannel.request(method, relayed, wait_secs)
+        return await host.asking.request(method, relayed, wait_secs)
 
 
 class HostedPort:
@@ -100,6 +100,8 @@ class HostedPort:
         #: A hosted session's requests of methods acpgate does not know are not passed up
         #: to the host's client: they are not the host's session's (issue 25).
         self.passes_unknown = False
+        #: A hosted session goes with its host, never detached on its own (issue 27).
+        self.detach_grace_secs = 0.0
         #: Connection-level agent calls are the host's client's own, never replayed here.
         self.agent_state = None
 

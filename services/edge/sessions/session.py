@@ -41,6 +41,7 @@ from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.sessions import turn_run
+from services.edge.sessions.attachment import FollowingBackChannel
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.sessions.turn import TurnAccumulator
@@ -87,7 +88,20 @@ class EdgeSession:
         clock: Callable[[], float],
     ) -> None:
         self.runtime = runtime
+        #: The client connection serving the session now (a ``DetachedPort`` while none
+        #: does: services.edge.sessions.attachment, issue 27).
         self.port = port
+        #: Set while a client connection is attached (cleared while detached).
+        self.attached = asyncio.Event()
+        self.attached.set()
+        #: Set (and replaced) whenever the session moves to another port.
+        self.port_moved = asyncio.Event()
+        #: Requests to the human, following the session across a detach and reattach.
+        self.asking = FollowingBackChannel(self)
+        #: The client has used the session after its setup answer (a later request named
+        #: it): only such a session is detached when its connection goes, so a client cannot
+        #: park agents by disconnecting mid-setup (issue 27).
+        self.confirmed = False
         self.session_id = row.session_id
         self.alias = row.agent_alias
         self.workspace_dir = row.workspace_dir
@@ -142,7 +156,7 @@ class EdgeSession:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
         self._client_methods = ClientMethods(
-            self.runtime.session_stub, self.session_id, self.port.backchannel, client_caps,
+            self.runtime.session_stub, self.session_id, self.asking, client_caps,
             float(self.runtime.cfg.acp.session_timeout_secs))
 
     # ------------------------------------------------------------------ AdapterHost
@@ -194,7 +208,7 @@ class EdgeSession:
             return await handler(self, params)
         if method.startswith(ACPGATE_METHOD_PREFIX) or not self.port.passes_unknown:
             raise method_not_found(method)
-        return await ask_client(self.port.backchannel, method, params,
+        return await ask_client(self.asking, method, params,
                                 float(self.runtime.cfg.acp.session_timeout_secs))
 
     @property
@@ -211,7 +225,7 @@ class EdgeSession:
             else cancelled_answer()
         )
         timeout_secs = self.runtime.cfg.acp.session_timeout_secs
-        waiter = asyncio.ensure_future(self.port.backchannel.request(
+        waiter = asyncio.ensure_future(self.asking.request(
             method, params, float(timeout_secs)))
         self._relays.add(waiter)
         try:

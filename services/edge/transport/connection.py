@@ -92,7 +92,10 @@ async def serve_connection(
     """
     conn = DialectConnection(runtime, send, methods=METHODS, fallback=fallback,
                              default_agent=default_agent,
-                             caller=caller, remote=remote, send_many=send_many)
+                             caller=caller, remote=remote, send_many=send_many,
+                             # A gateway client's sessions outlive it a while (issue 27).
+                             detach_grace_secs=float(runtime.cfg.gateway.detach_grace_secs)
+                             if remote else 0.0)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     # At most MAX_IN_FLIGHT requests at once; reading waits past it.
     reading = asyncio.ensure_future(conn.rpc.serve(incoming))

@@ -53,10 +53,12 @@ from services.common.policy import SecurityPolicy
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     M_SESSION_LOAD,
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
+    MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
     session_key_for,
@@ -74,6 +76,7 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
+from services.edge.sessions.attachment import DetachedPort, attach
 from services.edge.sessions.history_wire import Replay
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
@@ -127,6 +130,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         return setup_result(mine.adapter.setup_result, mine.state.result_fields(),
                             builtin=mine.adapter.builtin,
                             restored_id=sid if mine.adapter.restored_itself else "")
+    live = rt.registry.active.get(sid)
+    if live is not None and isinstance(conn, DialectConnection) \
+            and isinstance(live.port, DetachedPort) and live.principal == conn.caller.principal:
+        return await _reattach(conn, live, replay=replay)
     extra = additional_directories(params)
     with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
@@ -161,6 +168,31 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                     else None)
     return setup_result(client.setup_result, session.state.result_fields(),
                         builtin=client.builtin, restored_id=sid if client.restored_itself else "")
+
+
+async def _reattach(conn: DialectConnection, session: EdgeSession, *,
+                    replay: bool) -> dict[str, Any]:
+    """Attach a detached session of the caller's own principal to ``conn`` (issue 27): its
+    stored history first (``session/load``), then what it streams from now on. Another
+    connection that attached it first wins: this one gets "Session already active"."""
+    sid = session.session_id
+    adapter = session.adapter
+    if adapter is None:
+        raise not_found(sid)
+    if replay:
+        await _replay_history(conn, session, adapter.builtin)
+    if conn.input_ended:
+        raise JsonRpcError(INTERNAL_ERROR, MSG_INTERNAL_ERROR)  # nobody to answer
+    if session.released or not isinstance(session.port, DetachedPort):
+        raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
+    owed = attach(session, conn)
+    conn.sessions[sid] = session
+    if owed:  # after the answer would be better; before it, the client still reads it
+        with contextlib.suppress(ConnectionError, OSError):
+            await conn.send_many(owed)
+    return setup_result(adapter.setup_result, session.state.result_fields(),
+                        builtin=adapter.builtin,
+                        restored_id=sid if adapter.restored_itself else "")
 
 
 # ---------------------------------------------------------------------- steps

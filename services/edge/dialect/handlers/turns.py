@@ -12,6 +12,7 @@ or the external agent's result whole (:mod:`services.edge.sessions.prompt_result
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError
@@ -25,8 +26,9 @@ from services.edge.adapter.prompt_blocks import adapter_prompt, spec4_prompt
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import not_found
 from services.edge.params import passed_params, session_id
-from services.edge.sessions.prompt_result import client_result
-from services.edge.sessions.session import EdgeSession
+from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.prompt_result import TurnOutcome, client_result
+from services.edge.sessions.session import EdgeSession, TurnState
 
 
 def queues_prompts(session: EdgeSession) -> bool:
@@ -56,6 +58,31 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         turn = session.reserve_turn()
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+    # The turn runs in a task of its own: a connection that goes away (its handlers
+    # cancelled) leaves it running when the session detaches (issue 27); a release
+    # cancels the turn itself (EdgeRuntime.release).
+    running = conn.runtime.spawn(_turn(conn, session, turn, params))
+    running.add_done_callback(_seen)  # its failure is the handler's, if one still waits
+    return client_result(sid, await asyncio.shield(running))
+
+
+def _seen(task: asyncio.Task[TurnOutcome]) -> None:
+    """Mark a turn task's failure retrieved: the handler that would have answered it with
+    the failure may be gone (its connection closed), the turn's end is not an error then."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _turn(conn: DialectConnection, session: EdgeSession, turn: TurnState,
+                params: dict[str, Any]) -> TurnOutcome:
+    """Read the prompt and run the turn (:func:`session_prompt`); the slot is freed after,
+    and a client attached since (not ``conn``) is told the turn ended (issue 27)."""
+    outcome = await _run(session, turn, params)
+    await report_turn_end(session, conn, turn_complete(outcome.stop_reason, outcome.result))
+    return outcome
+
+
+async def _run(session: EdgeSession, turn: TurnState, params: dict[str, Any]) -> TurnOutcome:
     try:
         adapter = session.adapter
         raw = params.get("prompt")
@@ -64,8 +91,7 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         else:
             prompt = await adapter_prompt(raw, adapter.agent_capabilities.prompt_capabilities,
                                           session.workspace_dir)
-        outcome = await session.run_turn(turn, prompt, passed_params(params, _OWN_PROMPT_KEYS))
-        return client_result(sid, outcome)
+        return await session.run_turn(turn, prompt, passed_params(params, _OWN_PROMPT_KEYS))
     finally:
         session.release_turn(turn)
 

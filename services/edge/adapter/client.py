@@ -148,6 +148,9 @@ class AdapterClient:
         self._suppress_updates = False
         #: That replay held some of the agent's side of the conversation (``_OWN_SIDE``).
         self.replayed_own = False
+        #: The agent's session ids of restores given up (``seeding.restore_external``): a
+        #: replay of theirs arriving after the answer is no client's, so it is dropped.
+        self.abandoned_sessions: set[str] = set()
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
@@ -174,6 +177,8 @@ class AdapterClient:
         updates: list[dict[str, Any]] = []
         for method, params in batch:
             if method == M_SESSION_UPDATE:
+                if params.get("sessionId") in self.abandoned_sessions:
+                    continue  # a late replay of a restore given up (gemini-cli 0.61)
                 params["sessionId"] = edge_id
                 updates.append(params)
                 continue
@@ -273,6 +278,7 @@ class AdapterClient:
         if not isinstance(sid, str) or not sid:
             raise ValueError("adapter's session/new result has no sessionId")
         self.adapter_session_id = sid
+        self.abandoned_sessions.discard(sid)
         self.setup_result = result
         return sid
 

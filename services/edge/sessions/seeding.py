@@ -112,10 +112,13 @@ async def restore_external(client: AdapterClient, row: session_pb2.SessionRow,
             if row.stored_bytes > 0 and not client.replayed_own:
                 log.warning("adapter_load_lost_history", session_id=row.session_id,
                             alias=client.alias)
+                # Its replay may still come, after the answer: never the client's.
+                client.abandoned_sessions.add(row.adapter_session_id)
                 return False
         else:
             return False
     except JsonRpcError:
+        client.abandoned_sessions.add(row.adapter_session_id)
         return False
     client.adapter_session_id = row.adapter_session_id
     client.setup_result = result

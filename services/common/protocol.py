@@ -182,6 +182,10 @@ MSG_MCP_STORED: Final = (
 
 # ------------------------------------------------------------------ limits (SPEC §4, §9, §10)
 MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
+#: Longest line an adapter may write to stdout (a 10 MiB blob in base64 plus framing fits):
+#: whoever reads the pipe (the lifecycle service, or the edge it was handed to) drops a
+#: longer one, and the edge ends the session (MSG_AGENT_LINE_TOO_LONG).
+MAX_ADAPTER_LINE_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_MAX_SESSIONS: Final = 10
 DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
 #: The most warm adapters one alias may keep ([agents.<alias>] warm, lifecycle KeepWarm).

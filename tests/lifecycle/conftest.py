@@ -28,7 +28,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
-from tests.launches import install_test_key
+from tests.launches import config_environ, install_test_key
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -138,7 +138,7 @@ def make_config(config_dir: Path, *, term_grace_ms: int = 300) -> Config:
     (config_dir / "config.toml").write_text(
         f"[lifecycle]\nterm_grace_ms = {term_grace_ms}\n", encoding="utf-8"
     )
-    cfg = load_config(config_dir, environ={})
+    cfg = load_config(config_dir, environ=config_environ())
     install_test_key(cfg)
     return cfg
 

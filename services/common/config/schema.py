@@ -153,6 +153,9 @@ class ServicesSection:
     lifecycle_addr: str = ""
     #: Optional shared token every gRPC call must carry (TCP deployments).
     token_env: str = ""
+    #: How adapter output reaches the edge: "auto" — its pipes, handed over the lifecycle
+    #: service's fd socket where the lifecycle address is a unix socket — or "grpc" (Attach).
+    data_path: str = "auto"
 
 
 #: URL schemes of ``[store] url`` that name a PostgreSQL database.
@@ -377,6 +380,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("agents", "kind"): AGENT_KINDS,
     ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
     ("agents", "provider"): ("", *PROVIDERS),
+    ("services", "data_path"): ("auto", "grpc"),
 }
 
 

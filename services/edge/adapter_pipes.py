@@ -31,10 +31,8 @@ __all__ = ["EXIT_DRAIN_SECS", "AdapterPipes", "PipesEnd"]
 
 #: After the adapter's exit is known, how long stdout may stay silent before it is left.
 EXIT_DRAIN_SECS = 1.0
-#: The most one read of stdout takes.
-READ_CHUNK_BYTES = 64 * 1024
-#: What the stdout reader buffers ahead of the relay (asyncio pauses the pipe at twice this).
-READ_AHEAD_BYTES = 64 * 1024
+#: What stdout is read ahead of the relay before the pipe is left unread (backpressure).
+READ_AHEAD_BYTES = 128 * 1024
 
 #: Takes one read's lines (the link's relay).
 Deliver = Callable[[list[str]], Awaitable[None]]
@@ -48,6 +46,68 @@ class PipesEnd:
     too_long: int = 0
 
 
+class _Stdout(asyncio.Protocol):
+    """The stdout pipe's chunks as they arrive, read ahead within a bound (then the
+    transport pauses), and a wait for more that :meth:`wake` can end early."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self._size = 0
+        self.eof = False
+        self.transport: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """The pipe's transport."""
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        """A chunk: kept; past the bound the pipe is left unread until taken."""
+        self.chunks.append(data)
+        self._size += len(data)
+        if self._size >= READ_AHEAD_BYTES and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self.wake()
+
+    def eof_received(self) -> bool:
+        """The end of stdout."""
+        self.eof = True
+        self.wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The pipe closed (at its end, or here)."""
+        self.eof = True
+        self.wake()
+
+    def wake(self) -> None:
+        """End a :meth:`wait` under way."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a chunk or the end is there (or :meth:`wake`)."""
+        if self.chunks or self.eof:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def take(self) -> bytes:
+        """Everything read so far (the pipe is read on again)."""
+        data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks.clear()
+        self._size = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+
 class AdapterPipes:
     """The adapter's pipes, read and written by the edge."""
 
@@ -57,8 +117,7 @@ class AdapterPipes:
         self._too_long = taken.too_long
         self._splitter = LineSplitter(MAX_ADAPTER_LINE_BYTES, self._dropped,
                                       partial=taken.partial, dropping=taken.dropping)
-        self._stdout: asyncio.StreamReader | None = None
-        self._stdout_transport: asyncio.BaseTransport | None = None
+        self._stdout = _Stdout()
         self._stdin: asyncio.WriteTransport | None = None
         self._pending: list[str] = []
         self._flush_scheduled = False
@@ -76,10 +135,7 @@ class AdapterPipes:
         stdin = os.fdopen(taken.stdin, "wb", buffering=0)
         stdout = os.fdopen(taken.stdout, "rb", buffering=0)
         try:
-            reader = asyncio.StreamReader(limit=READ_AHEAD_BYTES)
-            self._stdout_transport, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(reader), stdout)
-            self._stdout = reader
+            await loop.connect_read_pipe(lambda: self._stdout, stdout)
             transport, _ = await loop.connect_write_pipe(asyncio.Protocol, stdin)
             self._stdin = transport  # (uvloop's is no asyncio.WriteTransport subclass: no check)
         except BaseException:
@@ -118,6 +174,7 @@ class AdapterPipes:
     def exit_known(self) -> None:
         """The adapter exited: read on to the end of stdout, or until it goes silent."""
         self._exit_known.set()
+        self._stdout.wake()
 
     async def run(self) -> PipesEnd:
         """Deliver stdout, what was read before first, until it ends (see the module
@@ -125,24 +182,24 @@ class AdapterPipes:
         taken = self._taken
         if taken.lines:
             await self._deliver(lines_of(taken.lines.decode("utf-8", "replace")))
-        reader = self._stdout
-        assert reader is not None
+        stdout = self._stdout
         while not self._too_long:
-            try:
+            if not stdout.chunks and not stdout.eof:
                 if self._exit_known.is_set():
-                    chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
-                                                   EXIT_DRAIN_SECS)
+                    try:
+                        await asyncio.wait_for(stdout.wait(), EXIT_DRAIN_SECS)
+                    except TimeoutError:
+                        break  # silent since the exit: a descendant holds it open
                 else:
-                    chunk = await reader.read(READ_CHUNK_BYTES)
-            except (TimeoutError, OSError):
-                break
-            if not chunk:
+                    await stdout.wait()
+                continue
+            if not stdout.chunks:  # the end, and everything before it delivered
                 tail = self._splitter.end()
                 if tail is not None:
                     await self._deliver([tail])
                 break
             lines: list[str] = []
-            for text in self._splitter.feed(chunk):
+            for text in self._splitter.feed(stdout.take()):
                 lines += lines_of(text)
             if lines:
                 await self._deliver(lines)
@@ -155,5 +212,5 @@ class AdapterPipes:
         self._closed = True
         with contextlib.suppress(Exception):
             self.close_stdin()
-        if self._stdout_transport is not None:
-            self._stdout_transport.close()
+        if self._stdout.transport is not None:
+            self._stdout.transport.close()

@@ -263,10 +263,11 @@ class AdapterChannel:
         :meth:`StdoutPipe.hand_over <services.lifecycle.stdout_pipe.StdoutPipe.hand_over>`);
         None when they cannot go now: nobody is attached, the adapter's exit is known (its
         remaining output and exit go over the stream), stdin is closed or a write to it is
-        under way, stdout ended or is handed over already."""
+        under way, or stdout ended. (Handed over to an earlier attacher, the pipe is not
+        read here since: this one goes on from where that one left off.)"""
         stdin = self._stdin
         if (not self._attached or not self.running or not self._stdin_open
-                or self._stdin_lock.locked() or self.stdout.done.is_set() or self.stdout.handed
+                or self._stdin_lock.locked() or self.stdout.done.is_set()
                 or (stdin is not None and (stdin.is_closing()
                                            or stdin.transport.get_write_buffer_size()))):
             return None

@@ -203,6 +203,8 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 first: pb.AttachRequest | None = None
                 if grant is not None:
                     taken, choice = await settle(grant, iterator)
+                    if not taken and self._fds is not None:
+                        self._fds.revoke(grant)  # the stream it is: the pipes stay here
                     if taken:
                         opened.touched = True
                         assert isinstance(choice, asyncio.Future)

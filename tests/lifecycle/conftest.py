@@ -227,13 +227,13 @@ async def start_service_process(config_dir: Path, log_path: Path, env: dict[str,
 
 class Attacher:
     """One Attach stream driven by a queue of requests; opened on ``lease_id``, or with
-    ``ensure`` (``AttachOpen.ensure``)."""
+    ``ensure`` (``AttachOpen.ensure``); ``fd_pass``: able to take the pipes (issue 28)."""
 
     def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str = "",
-                 *, ensure: pb.EnsureSessionRequest | None = None) -> None:
+                 *, ensure: pb.EnsureSessionRequest | None = None, fd_pass: bool = False) -> None:
         self.queue: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
         self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id,
-                                                                  ensure=ensure)))
+                                                                  ensure=ensure, fd_pass=fd_pass)))
         self.call = stub.Attach(self._requests())
 
     async def _requests(self) -> AsyncIterator[pb.AttachRequest]:

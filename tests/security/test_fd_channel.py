@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -42,7 +41,7 @@ from services.common.fd_channel import channel_key, grant_proof
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
 from tests.gateway.wsfixtures import free_port, mint, start_serve, wait_healthy, write_config
-from tests.launches import TEST_SERVICE_KEY, ensure_request, install_test_key
+from tests.launches import DATA_PATH_ENV, TEST_SERVICE_KEY, ensure_request, install_test_key
 from tests.lifecycle.conftest import ECHO, Attacher, ProcessGuard
 from tests.lifecycle.fd_client import Answer, exchange, read_until, redeem, request_line
 
@@ -167,9 +166,16 @@ async def test_a_used_grant_is_never_good_again(
 
 OTHER_UID = 65534  # nobody
 
-#: Run as another uid: redeem a grant (argv: socket path, request line); print what came.
+#: Run as another uid: redeem a grant (argv: uid, socket path, request line); print what came.
+#: It drops root itself (a fork with another uid from this process would run gRPC's fork
+#: handlers, which do not survive it).
 FOREIGN_CLIENT = textwrap.dedent("""
-    import json, socket, sys
+    import json, os, socket, sys
+    uid = int(sys.argv.pop(1))
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    assert os.getuid() == os.geteuid() == uid
     sock = socket.socket(socket.AF_UNIX)
     sock.settimeout(10)
     try:
@@ -177,10 +183,10 @@ FOREIGN_CLIENT = textwrap.dedent("""
     except OSError as exc:
         print(json.dumps({"connect": type(exc).__name__}))
         sys.exit(0)
-    sock.sendall(sys.argv[2].encode())
     try:
+        sock.sendall(sys.argv[2].encode())
         data, fds, _, _ = socket.recv_fds(sock, 4096, 4)
-    except OSError as exc:
+    except OSError as exc:  # dropped before (or while) it spoke
         data, fds = ("(" + type(exc).__name__ + ")").encode(), []
     print(json.dumps({"answer": data.decode(errors="replace"), "fds": len(fds)}))
 """)
@@ -190,12 +196,16 @@ FOREIGN_CLIENT = textwrap.dedent("""
 FOREIGN_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
 
 
-def as_other_uid(path: str, line: bytes) -> dict[str, Any]:
+async def as_other_uid(path: str, line: bytes) -> dict[str, Any]:
+    """Run :data:`FOREIGN_CLIENT` as :data:`OTHER_UID` (clean environment, cwd /)."""
     assert FOREIGN_PYTHON is not None
-    proc = subprocess.run([FOREIGN_PYTHON, "-I", "-c", FOREIGN_CLIENT, path, line.decode()],
-                          user=OTHER_UID, group=OTHER_UID, extra_groups=[], capture_output=True,
-                          text=True, timeout=30, check=True)
-    return dict(json.loads(proc.stdout))
+    proc = await asyncio.create_subprocess_exec(
+        FOREIGN_PYTHON, "-I", "-c", FOREIGN_CLIENT, str(OTHER_UID), path, line.decode(),
+        cwd="/", env={"PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, (proc.returncode, err)
+    return dict(json.loads(out))
 
 
 @pytest.mark.skipif(os.getuid() != 0 or FOREIGN_PYTHON is None,
@@ -211,9 +221,9 @@ async def test_another_uid_is_dropped_unread(
     line = request_line(lease_id, gen, grant, grant_proof(channel_key(TEST_SERVICE_KEY),
                                                           lease_id, gen, grant))
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
-    assert await asyncio.to_thread(as_other_uid, path, line) == {"connect": "PermissionError"}
+    assert await as_other_uid(path, line) == {"connect": "PermissionError"}
     os.chmod(path, 0o666)  # the file mode aside: the service's own check
-    got = await asyncio.to_thread(as_other_uid, path, line)
+    got = await as_other_uid(path, line)
     assert got["fds"] == 0 and '"ok"' not in got["answer"], got
     rightful = await redeem(path, first)  # nothing read, nothing spent
     assert rightful.ok
@@ -280,16 +290,14 @@ async def test_an_agent_never_learns_the_fd_socket(tmp_path: Path) -> None:
     port = free_port()
     cfg_dir = tmp_path / "cfg"
     cfg = write_config(cfg_dir, port=port, extra=textwrap.dedent(f"""
-        [services]
-        data_path = "auto"
-
         [agents.peek]
         kind = "acp"
         command = {json.dumps(sys.executable)}
         args = {json.dumps([str(agent), str(seen_file)])}
     """))
     _, secret = mint(cfg)
-    proc = await start_serve(cfg_dir, cfg_dir / "serve.log")
+    # The pipes' path, whatever the test run's (ACPGATE_services__data_path).
+    proc = await start_serve(cfg_dir, cfg_dir / "serve.log", {DATA_PATH_ENV: "auto"})
     try:
         await wait_healthy(port, proc)
         ep = await ws_peer(f"ws://127.0.0.1:{port}/acp", secret)

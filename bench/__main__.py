@@ -42,11 +42,11 @@ def _say(text: str) -> None:
 
 async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
                   skipped: list[str], sections: list[str] | None = None,
-                  clients: int = 0) -> list[Row]:
+                  clients: int = 0, data_path: str = "") -> list[Row]:
     """Run the chosen groups; rows in the issue's order; failed serve starts go to
     ``incidents``, rows that could not run (and why) to ``skipped``, tables of their own
     (capacity) to ``sections``; ``clients``: the capacity run's client processes (0: as
-    many as suit this machine)."""
+    many as suit this machine); ``data_path``: its gateway's ``[services] data_path``."""
     rows: dict[str, list[Row]] = {}
     wanted = set(groups)
     if wanted & {"relay", "cold"}:
@@ -99,7 +99,7 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
              "at 50 updates/s each, gateway and direct")
         rows["capacity"] = await run_capacity(
             sizes.capacity_sessions, sizes.capacity_updates, sizes.capacity_pace_ms,
-            clients or default_clients(), sections if sections is not None else [])
+            clients or default_clients(), sections if sections is not None else [], data_path)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 
@@ -115,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "e.g. 100,500,1000,2000 on a 16-core machine)")
     parser.add_argument("--clients", type=int, default=0,
                         help="capacity: client processes (default: 3 per 4 cores, 2 to 12)")
+    parser.add_argument("--data-path", choices=("auto", "grpc"), default="",
+                        help="capacity: the gateway's [services] data_path (default: its own)")
     args = parser.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     unknown = sorted(set(groups) - set(GROUPS))
@@ -135,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     incidents: list[str] = []
     skipped: list[str] = []
     sections: list[str] = []
-    rows = asyncio.run(run_all(sizes, groups, incidents, skipped, sections, args.clients))
+    rows = asyncio.run(run_all(sizes, groups, incidents, skipped, sections, args.clients,
+                               args.data_path))
     text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick,
                   incidents=incidents, skipped=skipped, sections=sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -242,9 +242,12 @@ async def measure(path: str, work: Workload, argv: Sequence[str], sv: Serve | No
         counts={kind: len(group) for kind, group in procs.items()})
 
 
-async def run_capacity_at(work: Workload) -> tuple[Measurement, Measurement]:
-    """(gateway, direct) at ``work.sessions`` sessions: a fresh gateway for the first."""
+async def run_capacity_at(work: Workload, data_path: str = "") -> tuple[Measurement, Measurement]:
+    """(gateway, direct) at ``work.sessions`` sessions: a fresh gateway for the first, on
+    ``[services] data_path`` (empty: the default)."""
     async with stage(max_sessions=work.sessions + 8, warm=0) as st:
+        if data_path:
+            st.env["ACPGATE_services__data_path"] = data_path
         async with serve(st) as sv:
             gateway = await measure("gateway", work,
                                     ["ws", str(st.workspace), st.ws_url, st.mint_token()], sv)
@@ -278,10 +281,11 @@ def rows_of(work: Workload, gateway: Measurement, direct: Measurement) -> list[R
     ]
 
 
-def table_of(pairs: Sequence[tuple[Measurement, Measurement]]) -> list[str]:
+def table_of(pairs: Sequence[tuple[Measurement, Measurement]], data_path: str = "") -> list[str]:
     """The issue's capacity table: one line per N."""
+    path = f", `[services] data_path = \"{data_path}\"`" if data_path else ""
     lines = ["", "Capacity (issue 28): N sessions × 50 updates/s, CPU per process over the "
-             "stream (100 % = one core)", "",
+             f"stream (100 % = one core){path}", "",
              "| sessions | gateway updates/s | p50 / p99 ms | edge CPU | lifecycle CPU | "
              "session CPU | clients CPU | adapters + wrappers CPU | direct updates/s | "
              "direct p50 / p99 ms | ratio |",
@@ -297,8 +301,9 @@ def table_of(pairs: Sequence[tuple[Measurement, Measurement]]) -> list[str]:
 
 
 async def run_capacity(counts: Sequence[int], updates: int, pace_ms: float, clients: int,
-                       sections: list[str]) -> list[Row]:
-    """Every N of ``counts``: the rows, and the capacity table appended to ``sections``."""
+                       sections: list[str], data_path: str = "") -> list[Row]:
+    """Every N of ``counts``: the rows, and the capacity table appended to ``sections``;
+    ``data_path``: the gateway's ``[services] data_path`` (empty: its default)."""
     raise_fd_limit()
     rows: list[Row] = []
     pairs: list[tuple[Measurement, Measurement]] = []
@@ -306,8 +311,8 @@ async def run_capacity(counts: Sequence[int], updates: int, pace_ms: float, clie
         work = Workload(n, updates, pace_ms, clients)
         print(f"[bench] capacity: {n} sessions, {work.prompt}, {clients} client processes",
               file=sys.stderr, flush=True)
-        gateway, direct = await run_capacity_at(work)
+        gateway, direct = await run_capacity_at(work, data_path)
         pairs.append((gateway, direct))
         rows += rows_of(work, gateway, direct)
-    sections += table_of(pairs)
+    sections += table_of(pairs, data_path)
     return rows

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import os
 from dataclasses import dataclass
+from typing import cast
 
 from services.common.line_split import LineSplitter, lines_of
 from services.common.logs import get_logger
@@ -68,6 +69,8 @@ class StdoutPipe(asyncio.Protocol):
         self._max_batch = max_batch
         self._max_line = max_line
         self._transport: asyncio.ReadTransport | None = None
+        #: The fd went to a transport (which closes it); until then it is closed here.
+        self._started = False
         self._splitter = LineSplitter(max_line, self._line_too_long)
         #: Lines waiting for the attacher, as read: one block (lines, characters) per chunk.
         self._blocks: collections.deque[Block] = collections.deque()
@@ -89,6 +92,9 @@ class StdoutPipe(asyncio.Protocol):
     async def start(self) -> None:
         """Begin reading (the transport owns the fd from here)."""
         loop = asyncio.get_running_loop()
+        if self.done.is_set():
+            return  # closed before it began
+        self._started = True
         pipe = os.fdopen(self._fd, "rb", buffering=0)
         try:
             await loop.connect_read_pipe(lambda: self, pipe)
@@ -99,8 +105,10 @@ class StdoutPipe(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """The read transport is ready."""
-        assert isinstance(transport, asyncio.ReadTransport)
-        self._transport = transport
+        self._transport = cast(asyncio.ReadTransport, transport)  # (uvloop's: no subclass)
+        if self.done.is_set():  # closed while it was being set up
+            self._transport.close()
+            return
         self._flow()
 
     def data_received(self, data: bytes) -> None:
@@ -146,6 +154,10 @@ class StdoutPipe(asyncio.Protocol):
         """Close the pipe's read end here (the fd, or the transport holding it)."""
         if self._transport is not None:
             self._transport.close()
+        elif not self._started:
+            self._started = True
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
         self._end()
 
     # ------------------------------------------------------------------ buffer

@@ -17,13 +17,15 @@ class AdapterExit:
 
     exit_code: int = -1
     signal: int = 0
-    #: True when the lifecycle stream broke without an exit report.
+    #: True when the lifecycle stream broke without an exit report (or the pipes did not
+    #: arrive whole).
     lost: bool = False
     #: The last lines of the adapter's stderr as the lifecycle service read them (raw:
     #: may hold secrets; :mod:`services.edge.adapter_errors` bounds and scrubs them).
     stderr_tail: str = ""
     #: Not an exit: the adapter wrote a line over this many bytes (dropped by the lifecycle
-    #: service), and the edge gave the adapter up (0: not that).
+    #: service, or by the edge where it holds the pipes), and the edge gave the adapter up
+    #: (0: not that).
     line_limit: int = 0
 
     def describe(self) -> str:

@@ -7,9 +7,9 @@ unix address (owner-only), one exchange per connection
 credential's proof or comes after its attach ended is refused; otherwise the
 channel hands its pipes over (:meth:`~services.lifecycle.attach.AdapterChannel.hand_over`)
 and they go to the peer with ``SCM_RIGHTS``, followed by what had been read of
-stdout. Only then is the grant's stream told (``FdGrant.redeemed``), so it never
-switches to the pipes for a caller that did not get them whole... unless the send
-itself fails half-way: the stream then ends with the link (the edge gives it up).
+stdout. The grant's stream switches to carrying only the exit at the hand-over
+(``FdGrant.redeemed``); a send that then fails half-way leaves the peer without
+whole pipes, and the edge gives that link up (``PipesLost``), which ends the stream.
 """
 
 from __future__ import annotations

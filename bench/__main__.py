@@ -3,7 +3,8 @@
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
 ``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``history`` (loading
-a session of big prompts).
+a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
+direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from bench.big_history import run_big_history
+from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
 from bench.flood import run_flood
 from bench.many import run_many
@@ -29,7 +32,7 @@ from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
-          "history")
+          "history", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -38,9 +41,12 @@ def _say(text: str) -> None:
 
 
 async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
-                  skipped: list[str]) -> list[Row]:
+                  skipped: list[str], sections: list[str] | None = None,
+                  clients: int = 0, data_path: str = "") -> list[Row]:
     """Run the chosen groups; rows in the issue's order; failed serve starts go to
-    ``incidents``, rows that could not run (and why) to ``skipped``."""
+    ``incidents``, rows that could not run (and why) to ``skipped``, tables of their own
+    (capacity) to ``sections``; ``clients``: the capacity run's client processes (0: as
+    many as suit this machine); ``data_path``: its gateway's ``[services] data_path``."""
     rows: dict[str, list[Row]] = {}
     wanted = set(groups)
     if wanted & {"relay", "cold"}:
@@ -88,6 +94,12 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "history" in wanted:
         _say("session/load of sessions with big prompts (edge and agent memory)")
         rows["history"] = await run_big_history(sizes)
+    if "capacity" in wanted:
+        _say(f"capacity: {', '.join(map(str, sizes.capacity_sessions))} sessions streaming "
+             "at 50 updates/s each, gateway and direct")
+        rows["capacity"] = await run_capacity(
+            sizes.capacity_sessions, sizes.capacity_updates, sizes.capacity_pace_ms,
+            clients or default_clients(), sections if sections is not None else [], data_path)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 
@@ -98,20 +110,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file to write")
     parser.add_argument("--only", default=",".join(GROUPS),
                         help=f"comma-separated groups (default: all of {', '.join(GROUPS)})")
+    parser.add_argument("--sessions", default="",
+                        help="capacity: comma-separated session counts (default 50,200; "
+                             "e.g. 100,500,1000,2000 on a 16-core machine)")
+    parser.add_argument("--clients", type=int, default=0,
+                        help="capacity: client processes (default: 3 per 4 cores, 2 to 12)")
+    parser.add_argument("--data-path", choices=("auto", "grpc"), default="",
+                        help="capacity: the gateway's [services] data_path (default: its own)")
     args = parser.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(GROUPS)}")
     sizes = QUICK if args.quick else FULL
+    if args.sessions:
+        try:
+            counts = tuple(int(x) for x in args.sessions.split(",") if x.strip())
+        except ValueError:
+            parser.error(f"--sessions wants comma-separated numbers, not {args.sessions!r}")
+        if not counts or min(counts) < 1:
+            parser.error("--sessions wants at least one count, each at least 1")
+        sizes = replace(sizes, capacity_sessions=counts)
     info = machine(REPO)
     started = now_utc()
     t0 = time.monotonic()
     incidents: list[str] = []
     skipped: list[str] = []
-    rows = asyncio.run(run_all(sizes, groups, incidents, skipped))
+    sections: list[str] = []
+    rows = asyncio.run(run_all(sizes, groups, incidents, skipped, sections, args.clients,
+                               args.data_path))
     text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick,
-                  incidents=incidents, skipped=skipped)
+                  incidents=incidents, skipped=skipped, sections=sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

@@ -67,8 +67,9 @@ def _cell(row: Row, value: float | None) -> str:
 
 
 def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float,
-           quick: bool, incidents: Sequence[str] = (), skipped: Sequence[str] = ()) -> str:
-    """The whole results page."""
+           quick: bool, incidents: Sequence[str] = (), skipped: Sequence[str] = (),
+           sections: Sequence[str] = ()) -> str:
+    """The whole results page; ``sections``: more lines after the notes (the capacity table)."""
     load_after = os.getloadavg()
     lines = [
         "# acpgate benchmarks",
@@ -104,6 +105,7 @@ def render(m: Machine, rows: Sequence[Row], *, started: datetime, seconds: float
     for i, row in enumerate(rows, 1):
         if row.note:
             lines.append(f"{i}. ({row.item}) {row.measure}: {row.note}")
+    lines += sections
     if skipped:
         lines += ["", "Not run:", ""]
         lines += [f"- {text}" for text in skipped]

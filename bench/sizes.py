@@ -39,6 +39,10 @@ class Sizes:
     #: Big history (issue 23 item 7): prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
     big_history_prompt_mb: int = 15
+    #: Capacity (issue 28): sessions per run, and each session's stream (``pace N MS``).
+    capacity_sessions: tuple[int, ...] = (50, 200)
+    capacity_updates: int = 250
+    capacity_pace_ms: float = 20.0
 
 
 FULL = Sizes()
@@ -46,4 +50,4 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
               concurrent_rounds=1, many_sessions=4, history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, big_history_prompts=(2,),
-              big_history_prompt_mb=1)
+              big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25)

@@ -23,6 +23,7 @@ from acpgate.embedded import start_embedded
 from services.common.config import load_config
 from services.edge.transport.connection import EdgeRuntime, open_runtime
 from tests.e2e.harness import write_config
+from tests.launches import config_environ
 from tests.pg_cluster import Cluster, missing_reason, start_cluster
 
 #: The database the tests' stores live in, one schema per test.
@@ -74,7 +75,7 @@ def runtime(loop: asyncio.AbstractEventLoop,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRuntime]:
     """A real edge runtime with embedded services, on the harness config."""
     cfg_dir = write_config(tmp_path_factory.mktemp("edge") / "cfg")
-    rt = loop.run_until_complete(open_runtime(load_config(Path(cfg_dir), environ={}),
+    rt = loop.run_until_complete(open_runtime(load_config(Path(cfg_dir), environ=config_environ()),
                                               version=__version__,
                                               start_services=start_embedded))
     yield rt

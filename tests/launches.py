@@ -9,6 +9,7 @@ credential — exactly what the session service does for configured agents.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,3 +95,16 @@ def dial(cfg: Config, address: str) -> grpc.aio.Channel:
 def service_channel(address: str) -> grpc.aio.Channel:
     """A channel to a service of an install holding :data:`TEST_SERVICE_KEY`."""
     return open_service_channel(TEST_SECURITY, address)
+
+
+#: The environment variable that picks the adapters' data path (issue 28).
+DATA_PATH_ENV = "ACPGATE_services__data_path"
+
+
+def config_environ() -> dict[str, str]:
+    """What of the test run's environment a config loaded in a test takes: only
+    ``[services] data_path`` (``ACPGATE_services__data_path=grpc pytest …`` runs the
+    adapters' lines over the Attach stream; unset, the default: their pipes where the
+    lifecycle service shares the host)."""
+    value = os.environ.get(DATA_PATH_ENV)
+    return {DATA_PATH_ENV: value} if value else {}

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.config import Config, ConfigError
-from services.common.config.schema import LOG_FORMATS, LOG_LEVELS
+from services.common.config.choices import LOG_FORMATS, LOG_LEVELS
 from services.common.log_file import SharedRotatingFile
 from services.common.log_format import FIELDS_ATTR, JsonFormatter, TextFormatter
 from services.common.version import installed_version

@@ -23,14 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.mcp_servers import McpServerSpec, McpStdioServer
-from services.common.net_targets import HostAllowList
-from services.common.protocol import (
+from services.common.client_mcp import (
     CLIENT_MCP_ALL,
     CLIENT_MCP_CHOICES,
     CLIENT_MCP_NONE,
     MCP_WHY_KIND,
 )
+from services.common.mcp_servers import McpServerSpec, McpStdioServer
+from services.common.net_targets import HostAllowList
 
 __all__ = ["ClientMcpRules"]
 

@@ -23,7 +23,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from services.common.protocol import MCP_WHY_ADDRESS, MCP_WHY_UNRESOLVED
+from services.common.client_mcp import (
+    MCP_WHY_ADDRESS,
+    MCP_WHY_UNRESOLVED,
+)
 
 __all__ = [
     "HostAllowList",

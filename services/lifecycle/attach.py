@@ -1,32 +1,36 @@
 """The service's side of one wrapper: its ACP pipes, its reports, and who is attached.
 
 :class:`AdapterChannel` reads the adapter's stdout into a bounded buffer while
-no one (or someone slow) is attached. When the buffer is full it stops reading
-the pipe, so the adapter blocks on its own writes instead of this process
-growing without bound. An attacher takes whatever lines are ready as one batch
-(:meth:`AdapterChannel.next_batch` never waits to fill a batch). When the
-adapter exits, the remaining lines are delivered, then :attr:`exit_info`.
-One attacher at a time (:meth:`AdapterChannel.attach`). EOF on the wrapper's
-report pipe tells that the wrapper itself is gone, and whether it died
-(:meth:`AdapterChannel.wrapper_died`), even while an orphaned adapter still
-holds the ACP pipes.
+no one (or someone slow) is attached (:class:`~services.lifecycle.stdout_pipe.StdoutPipe`:
+when the buffer is full it stops reading the pipe, so the adapter blocks on its own
+writes instead of this process growing without bound). An attacher takes whatever
+lines are ready as one batch (:meth:`AdapterChannel.next_batch` never waits to fill a
+batch), or takes the pipes themselves (:meth:`AdapterChannel.hand_over`, the edge on
+this host, issue 28). When the adapter exits, the remaining lines are delivered, then
+:attr:`exit_info`. One attacher at a time (:meth:`AdapterChannel.attach`). EOF on the
+wrapper's report pipe tells that the wrapper itself is gone, and whether it died
+(:meth:`AdapterChannel.wrapper_died`), even while an orphaned adapter still holds the
+ACP pipes.
+
+The service creates both ACP pipes itself (:mod:`services.lifecycle.spawn`) and holds
+one end of each: stdin's write end and stdout's read end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import fcntl
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from services.common.logs import get_logger
-from services.lifecycle.lines import Block, LineSplitter, take_batch
+from services.common.protocol import MAX_ADAPTER_LINE_BYTES
 from services.lifecycle.stderr_tail import read_stderr_tail
+from services.lifecycle.stdout_pipe import HandedStdout, StdoutPipe
 
 log = get_logger("lifecycle.attach")
 
@@ -39,15 +43,9 @@ DEFAULT_MAX_BUFFER_BYTES = 4 * 1024 * 1024
 #: §11: edge peak 192 -> 160 MB with 200 sessions; relay CPU per update unchanged).
 DEFAULT_MAX_BATCH_BYTES = 128 * 1024
 #: Longest accepted stdout line (a 10 MiB blob in base64 plus framing fits).
-MAX_LINE_BYTES = 32 * 1024 * 1024
-#: The pipe reader's own buffer bound: small, so a full channel stops reading the pipe.
-PIPE_READ_LIMIT = 64 * 1024
-#: One read of the adapter's stdout (then split into lines).
-READ_CHUNK_BYTES = 64 * 1024
-#: Kernel buffer asked for the adapter's stdout pipe (Linux default 64 KiB): fewer, larger
-#: reads and fewer adapter wake-ups per update. Bounded; best effort (the default stays
-#: when the kernel refuses).
-ADAPTER_PIPE_BYTES = 256 * 1024
+MAX_LINE_BYTES = MAX_ADAPTER_LINE_BYTES
+#: The most one read of the adapter's stdout takes (asyncio's read-pipe transport).
+READ_CHUNK_BYTES = 256 * 1024
 #: After the adapter exits, how long to wait for stdout EOF (a grandchild may hold it).
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
@@ -79,6 +77,22 @@ class ExitInfo:
     stderr_tail: str
 
 
+@dataclass(frozen=True)
+class Handover:
+    """An attacher's copies of the adapter's pipes (it closes them): stdin's write end, and
+    stdout as :class:`~services.lifecycle.stdout_pipe.HandedStdout` (read end and what was
+    read of it already)."""
+
+    stdin: int
+    stdout: HandedStdout
+
+    def close(self) -> None:
+        """Close both descriptors here (after they were sent, or when they cannot be)."""
+        for fd in (self.stdin, self.stdout.fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 class AdapterChannel:
     """One running wrapper+adapter: stdout buffer, stdin, reports, exit, attacher slot."""
 
@@ -89,25 +103,23 @@ class AdapterChannel:
         report: asyncio.StreamReader,
         stderr_log: Path,
         *,
+        stdin_fd: int,
+        stdout_fd: int,
         max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
+        """``stdin_fd``, ``stdout_fd``: this service's ends of the adapter's pipes (stdin's
+        write end, stdout's read end), owned by the channel from here."""
         self.lease_id = lease_id
         self.process = process
         self.stderr_log = stderr_log
         self._report = report
-        self._max_buffer = max_buffer_bytes
-        self._max_batch = max_batch_bytes
-        #: Lines waiting for the attacher, as read: one block (lines, characters) per chunk.
-        self._blocks: collections.deque[Block] = collections.deque()
-        self._buffered = 0
-        self._lines_read = 0
-        #: Over-long lines dropped and not reported yet; told: an (empty) batch woke for them.
-        self._too_long, self._too_long_told = 0, True
-        self._data = asyncio.Event()
-        self._space = asyncio.Event()
-        self._space.set()
-        self._stdout_done = asyncio.Event()
+        #: The adapter's stdout: read here, or handed to an attacher.
+        self.stdout = StdoutPipe(lease_id, stdout_fd, max_buffer=max_buffer_bytes,
+                                 max_batch=max_batch_bytes, max_line=MAX_LINE_BYTES)
+        self._stdin_fd = stdin_fd
+        self._stdin: asyncio.StreamWriter | None = None
+        self._stdin_open = True
         self.started: asyncio.Future[StartReport] = asyncio.get_running_loop().create_future()
         self._exit_status: tuple[int, int] | None = None
         self._exit_known = asyncio.Event()
@@ -120,9 +132,11 @@ class AdapterChannel:
         self.exit_info: ExitInfo | None = None
         self.finished = asyncio.Event()
         self._attached = False
+        #: Counts the attachers (:meth:`attach`): an fd grant is for one of them only.
+        self.generation = 0
         self._stdin_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = [
-            asyncio.create_task(self._read_stdout(), name=f"stdout-{lease_id}"),
+            asyncio.create_task(self.stdout.start(), name=f"stdout-{lease_id}"),
             asyncio.create_task(self._read_reports(), name=f"report-{lease_id}"),
             asyncio.create_task(self._watch_exit(), name=f"exit-{lease_id}"),
         ]
@@ -142,90 +156,13 @@ class AdapterChannel:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of stdout waiting for an attacher."""
-        return self._buffered
+        return self.stdout.buffered_bytes
 
     # ------------------------------------------------------------------ readers
 
-    def _line_too_long(self) -> None:
-        log.error("adapter_line_too_long", lease_id=self.lease_id, limit=MAX_LINE_BYTES)
-        self._too_long, self._too_long_told = self._too_long + 1, False
-        self._data.set()  # the attacher must hear of it, even with no line to send
-
     def take_too_long(self) -> int:
         """How many over-long lines were dropped since the last call (0: none)."""
-        count, self._too_long = self._too_long, 0
-        return count
-
-    async def _take(self, text: str) -> None:
-        """Buffer the complete lines of ``text`` (newline-separated), waiting for room per line.
-
-        Waiting *between* lines keeps the bound exact: at most one line over
-        ``max_buffer_bytes`` is ever buffered, and the rest of the chunk (at most
-        ``READ_CHUNK_BYTES``) waits here while the pipe stays unread.
-        """
-        lines = text.split("\n")
-        if "\r" in text:
-            lines = [line.rstrip("\r") if line.endswith("\r") else line for line in lines]
-        if "" in lines:
-            lines = [line for line in lines if line]
-        if not lines:
-            return
-        size = sum(map(len, lines))
-        if self._space.is_set() and self._buffered + size < self._max_buffer:
-            # The whole chunk fits under the bound: what the loop below would do, at once.
-            self._blocks.append((lines, size))
-            self._lines_read += len(lines)
-            self._buffered += size
-            self._data.set()
-            return
-        for line in lines:
-            if line.endswith("\r"):
-                line = line.rstrip("\r")
-            if not line:
-                continue
-            if not self._space.is_set():
-                await self._space.wait()  # backpressure: leave the pipe unread when full
-            self._blocks.append(([line], len(line)))
-            self._lines_read += 1
-            self._buffered += len(line)
-            if self._buffered >= self._max_buffer:
-                self._space.clear()
-            self._data.set()
-
-    def _grow_stdout_pipe(self) -> None:
-        """Ask for a larger kernel buffer on the adapter's stdout pipe (best effort)."""
-        # asyncio.subprocess.Process exposes no pipe fds; its transport does.
-        transport = getattr(self.process, "_transport", None)
-        try:
-            pipe = transport.get_pipe_transport(1).get_extra_info("pipe")  # type: ignore[union-attr]
-            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, ADAPTER_PIPE_BYTES)
-        except (AttributeError, OSError, ValueError):
-            pass  # not a Linux pipe, or over the user's pipe quota: keep the default
-
-    async def _read_stdout(self) -> None:
-        """Read stdout in chunks and split lines (one read per chunk, not one per line).
-
-        A line longer than :data:`MAX_LINE_BYTES` is dropped (logged); the pipe's
-        StreamReader has a small limit, so a full channel stops reading the pipe.
-        """
-        stdout = self.process.stdout
-        assert stdout is not None
-        self._grow_stdout_pipe()
-        splitter = LineSplitter(MAX_LINE_BYTES, self._line_too_long)
-        try:
-            while True:
-                await self._space.wait()  # backpressure: leave the pipe unread when full
-                chunk = await stdout.read(READ_CHUNK_BYTES)
-                if not chunk:
-                    tail = splitter.end()
-                    if tail is not None:
-                        await self._take(tail)
-                    break
-                for text in splitter.feed(chunk):
-                    await self._take(text)
-        finally:
-            self._stdout_done.set()
-            self._data.set()
+        return self.stdout.take_too_long()
 
     async def _read_reports(self) -> None:
         try:
@@ -277,21 +214,23 @@ class AdapterChannel:
         else:
             # The wrapper outlives the report while it cleans up: reap it in the background.
             self._tasks.append(wait_proc)
-        while not self._stdout_done.is_set():
-            seen = self._lines_read
+        stdout = self.stdout
+        # Drained here only while read here: a pipe handed over is drained by its holder.
+        while not stdout.done.is_set() and not stdout.handed:
+            seen = stdout.lines_read
             try:
-                await asyncio.wait_for(self._stdout_done.wait(), EXIT_DRAIN_SECS)
+                await asyncio.wait_for(stdout.done.wait(), EXIT_DRAIN_SECS)
             except TimeoutError:
                 # Output waiting for an attacher (buffer full) is kept; a pipe that
                 # stays silent is held open by a descendant: stop reading it.
-                if self._space.is_set() and self._lines_read == seen:
-                    self._tasks[0].cancel()
+                if stdout.has_room and stdout.lines_read == seen:
+                    stdout.stop()
                     break
         tail = await asyncio.to_thread(read_stderr_tail, self.stderr_log)
         code, sig = self._exit_status
         self.exit_info = ExitInfo(code, sig, tail)
         self.finished.set()
-        self._data.set()
+        stdout.data.set()
         log.info("adapter_exit", lease_id=self.lease_id, exit_code=code, signal=sig)
 
     # ------------------------------------------------------------------ attach
@@ -302,6 +241,7 @@ class AdapterChannel:
         if self._attached:
             raise AttachBusy(self.lease_id)
         self._attached = True
+        self.generation += 1
         try:
             yield self
         finally:
@@ -314,36 +254,56 @@ class AdapterChannel:
 
     async def next_batch(self) -> list[str] | None:
         """The lines ready now (waiting for one, or for a dropped line: then maybe none, see
-        :meth:`take_too_long`); None once finished and drained. A batch is the longest run
-        of lines within ``max_batch_bytes`` (:func:`take_batch`)."""
-        while True:
-            blocks = self._blocks
-            if blocks:
-                batch, size = take_batch(blocks, self._max_batch)
-                self._buffered -= size
-                if self._buffered < self._max_buffer:
-                    self._space.set()
-                if not blocks and not self.finished.is_set():
-                    self._data.clear()
-                return batch
-            if not self._too_long_told:
-                self._too_long_told = True
-                return []
-            if self.finished.is_set():
-                return None
-            self._data.clear()
-            await self._data.wait()
+        :meth:`take_too_long`); None once finished and drained (see
+        :meth:`StdoutPipe.next_batch <services.lifecycle.stdout_pipe.StdoutPipe.next_batch>`)."""
+        return await self.stdout.next_batch(self.finished)
+
+    def hand_over(self) -> Handover | None:
+        """Copies of the pipes for the attacher (stdout no longer read here, see
+        :meth:`StdoutPipe.hand_over <services.lifecycle.stdout_pipe.StdoutPipe.hand_over>`);
+        None when they cannot go now: nobody is attached, the adapter's exit is known (its
+        remaining output and exit go over the stream), stdin is closed or a write to it is
+        under way, or stdout ended. (Handed over to an earlier attacher, the pipe is not
+        read here since: this one goes on from where that one left off.)"""
+        stdin = self._stdin
+        if (not self._attached or not self.running or not self._stdin_open
+                or self._stdin_lock.locked() or self.stdout.done.is_set()
+                or (stdin is not None and (stdin.is_closing()
+                                           or stdin.transport.get_write_buffer_size()))):
+            return None
+        try:
+            stdin_copy = os.dup(self._stdin_fd)
+        except OSError:
+            return None
+        try:
+            stdout = self.stdout.hand_over()
+        except OSError:
+            os.close(stdin_copy)
+            return None
+        return Handover(stdin_copy, stdout)
+
+    async def _stdin_writer(self) -> asyncio.StreamWriter | None:
+        """The writer of stdin's pipe (made on first use); None once stdin is closed."""
+        if not self._stdin_open:
+            return None
+        if self._stdin is None:
+            loop = asyncio.get_running_loop()
+            pipe = os.fdopen(self._stdin_fd, "wb", buffering=0)  # the transport owns the fd
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, pipe)
+            self._stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        return self._stdin
 
     async def write_lines(self, lines: list[str]) -> bool:
         """Write lines to the adapter's stdin; False if it is closed or gone."""
         if not lines:
             return True
-        stdin = self.process.stdin
-        if stdin is None or stdin.is_closing():
-            return False
         data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
         async with self._stdin_lock:
             try:
+                stdin = await self._stdin_writer()
+                if stdin is None or stdin.is_closing():
+                    return False
                 stdin.write(data)
                 await stdin.drain()
             except (BrokenPipeError, ConnectionResetError):
@@ -351,17 +311,21 @@ class AdapterChannel:
         return True
 
     async def close_stdin(self) -> None:
-        """EOF on the adapter's stdin (the process is not signalled)."""
-        stdin = self.process.stdin
-        if stdin is None or stdin.is_closing():
-            return
+        """EOF on the adapter's stdin, as far as this service holds it (the process is not
+        signalled; an attacher holding a copy closes its own)."""
         async with self._stdin_lock:
-            stdin.close()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                # Shielded: a cancelled wait (the attacher went away) would leave the
-                # pipe's own future cancelled, which Python 3.11's subprocess protocol then
-                # tries to resolve (InvalidStateError in the loop's exception handler).
-                await asyncio.shield(stdin.wait_closed())
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if not self._stdin_open:
+            return
+        self._stdin_open = False
+        if self._stdin is not None:
+            if not self._stdin.is_closing():
+                self._stdin.close()  # flushes what is queued, then closes the fd
+        else:
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_fd)
 
     async def aclose(self) -> None:
         """Stop the reader tasks (the processes are the reaper's business).
@@ -380,6 +344,13 @@ class AdapterChannel:
             code, sig = self._exit_status or (-1, 0)
             self.exit_info = ExitInfo(code, sig, "")
             self.finished.set()
-            self._data.set()
-        if self.process.stdin is not None and not self.process.stdin.is_closing():
-            self.process.stdin.close()
+            self.stdout.data.set()
+        self.stdout.close()
+        if self._stdin_open:
+            self._stdin_open = False
+            if self._stdin is not None:
+                if not self._stdin.transport.is_closing():
+                    self._stdin.transport.abort()
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(self._stdin_fd)

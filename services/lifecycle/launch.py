@@ -149,7 +149,8 @@ class Launch:
             await controller.store.transition(plan.lease, LeaseState.LOST, now_ms=now_ms())
             raise Unavailable(f"cannot start the wrapper: {exc}") from None
         lease_id = plan.lease.lease_id
-        channel = AdapterChannel(lease_id, spawned.process, spawned.report, plan.spec.stderr_log)
+        channel = AdapterChannel(lease_id, spawned.process, spawned.report, plan.spec.stderr_log,
+                                 stdin_fd=spawned.stdin, stdout_fd=spawned.stdout)
         controller.channels[lease_id] = channel
         return channel
 

@@ -8,6 +8,10 @@ of its slot and of dead slots (:mod:`services.lifecycle.slot_reap`), and on slot
 the pre-lease records waiting (:mod:`services.lifecycle.legacy_reap`), *before* it
 serves — never a live slot's. Stopping the returned server closes (verifies and
 reaps) every lease it still holds, then gives the slot up.
+
+On a unix address, with ``[services] data_path = "auto"``, it also serves the fd
+socket beside it (:mod:`services.lifecycle.fd_server`): an edge on this host takes
+the adapters' pipes there instead of having every line relayed (issue 28).
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import grpc
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import default_lifecycle_address
 from services.common.config import Config
+from services.common.fd_channel import DATA_PATH_AUTO, fd_socket_path
 from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.lifecycle.controller import LifecycleController
+from services.lifecycle.fd_grants import FdGrants
+from services.lifecycle.fd_server import FdServer
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseStore
 from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
@@ -90,17 +97,22 @@ async def start_lifecycle_server(
     """
     sec = await load_security(cfg) if security is None else security
     controller = await open_controller(cfg, proctable=proctable, slot=slot)
+    fds: FdServer | None = None
 
     async def close() -> None:
-        """Close every lease this run holds, then the store and the slot."""
+        """Stop handing out pipes; close every lease this run holds, the store, the slot."""
         try:
+            if fds is not None:
+                await fds.close()
             await controller.close_all(reason="stop")
         finally:
             await controller.close()
 
     try:
         await reap_at_start(controller)
-        servicer = LifecycleServicer(controller, seal_key=sec.seal_key)
+        fds = await _fd_server(cfg, address, sec.token)
+        servicer = LifecycleServicer(controller, seal_key=sec.seal_key,
+                                     fd_grants=fds.grants if fds is not None else None)
     except BaseException:
         await close()
         raise
@@ -118,6 +130,22 @@ async def start_lifecycle_server(
         wrapper_root=str(controller.wrapper.root),
     )
     return running
+
+
+async def _fd_server(cfg: Config, address: str, credential: str) -> FdServer | None:
+    """The fd socket of the service at ``address``, serving; None where there is none (a
+    TCP address, ``data_path = "grpc"``, a path too long, or one that cannot be bound:
+    every stream then relays, as it always can)."""
+    path = fd_socket_path(address) if cfg.services.data_path == DATA_PATH_AUTO else None
+    if path is None:
+        return None
+    server = FdServer(path, FdGrants(credential))
+    try:
+        await server.start()
+    except OSError as exc:
+        log.warning("fd_socket_unavailable", why=f"{type(exc).__name__}: {exc.strerror or exc}")
+        return None
+    return server
 
 
 async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None) -> int:

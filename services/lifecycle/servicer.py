@@ -11,6 +11,8 @@ session takes it through EnsureSession.
 Attach: the first response is ``attached`` (the lease); then ``stdout``
 batches, each holding every line that was ready; last an ``exit``. A client
 that goes away frees the slot, and buffered output waits for the next attacher.
+A caller on this host may take the pipes instead (``AttachOpen.fd_pass``,
+:mod:`services.lifecycle.attach_pipes`): the stream then carries only the exit.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.lifecycle.attach import MAX_LINE_BYTES, AdapterChannel, AttachBusy
+from services.lifecycle.attach_pipes import prepend, relay_exit, settle
 from services.lifecycle.controller import (
     Ensured,
     EnsureRequest,
@@ -47,6 +50,7 @@ from services.lifecycle.convert import (
     stdout_response,
     verification_to_pb,
 )
+from services.lifecycle.fd_grants import FdGrant, FdGrants
 from services.lifecycle.leases import LeaseRecord, LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
@@ -62,7 +66,8 @@ Ctx = grpc.aio.ServicerContext[Any, Any]
 @dataclass
 class _Opened:
     """One Attach stream: its first response, its lease and channel, what its ensure did
-    (None: opened on a lease id) and from which pool, and whether a line went either way."""
+    (None: opened on a lease id) and from which pool, whether a line went either way (or
+    the pipes went to the caller), and whether the caller can take the pipes."""
 
     first: pb.AttachResponse
     lease: LeaseRecord
@@ -70,15 +75,20 @@ class _Opened:
     ensured: Ensured | None
     pool: str
     touched: bool = False
+    fd_pass: bool = False
 
 
 class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     """Translates the lifecycle RPCs to :class:`LifecycleController` calls."""
 
-    def __init__(self, controller: LifecycleController, *, seal_key: bytes) -> None:
+    def __init__(self, controller: LifecycleController, *, seal_key: bytes,
+                 fd_grants: FdGrants | None = None) -> None:
+        """``fd_grants``: the grants of this service's fd socket (None: it has none, and
+        every stream relays)."""
         self.controller = controller
         #: Opens the launch specs the session service sealed; nothing else is run.
         self._seal_key = seal_key
+        self._fds = fd_grants
         #: Session log links being written (off the ensure's path: a warm take is on
         #: session/new's critical path).
         self._log_links: set[asyncio.Future[Any]] = set()
@@ -207,10 +217,28 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         """Bidirectional adapter stdio for one attacher at a time."""
         iterator = request_iterator.__aiter__()
         opened = await self._open_attach(iterator, context)
+        grant: FdGrant | None = None
         try:
             with opened.channel.attach():
+                grant = self._offer_pipes(opened)
                 yield opened.first
-                stdin_task = asyncio.create_task(self._pump_stdin(iterator, opened))
+                first: pb.AttachRequest | None = None
+                if grant is not None:
+                    taken, choice = await settle(grant, iterator)
+                    if not taken and self._fds is not None:
+                        self._fds.revoke(grant)  # the stream it is: the pipes stay here
+                    if taken:
+                        opened.touched = True
+                        assert isinstance(choice, asyncio.Future)
+                        async for response in relay_exit(opened.channel, iterator, choice):
+                            yield response
+                        return
+                    if choice is None:
+                        return  # the caller's requests ended before it chose
+                    assert isinstance(choice, pb.AttachRequest)
+                    first = choice
+                opened.channel.stdout.read_here()  # after a caller that held the pipes
+                stdin_task = asyncio.create_task(self._pump_stdin(iterator, opened, first))
                 try:
                     # The relay path: batches go out from here, no generator in between.
                     while True:
@@ -236,8 +264,22 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 f"lease {opened.lease.lease_id} already has an attacher",
             )
         finally:
+            if grant is not None and self._fds is not None:
+                self._fds.revoke(grant)
             if opened.ensured is not None:
                 self._left(opened.ensured, opened.pool, touched=opened.touched)
+
+    def _offer_pipes(self, opened: _Opened) -> FdGrant | None:
+        """A grant for the pipes in the first response, when the caller can take them and
+        this service offers them while the adapter runs (else None: the stream relays)."""
+        channel = opened.channel
+        if (self._fds is None or not opened.fd_pass or not channel.running
+                or channel.stdout.done.is_set()):
+            return None
+        grant = self._fds.issue(channel)
+        opened.first.fd_grant.CopyFrom(pb.FdGrant(grant_id=grant.grant_id,
+                                                  generation=grant.generation))
+        return grant
 
     async def _open_attach(
         self, iterator: AsyncIterator[pb.AttachRequest], context: Ctx
@@ -283,14 +325,17 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
             )
-        return _Opened(response, lease, channel, ensured, request.ensure.warm_pool)
+        return _Opened(response, lease, channel, ensured, request.ensure.warm_pool,
+                       fd_pass=request.fd_pass)
 
     async def _pump_stdin(
-        self, iterator: AsyncIterator[pb.AttachRequest], opened: _Opened
+        self, iterator: AsyncIterator[pb.AttachRequest], opened: _Opened,
+        first: pb.AttachRequest | None = None,
     ) -> None:
-        """Feed stdin lines (and close_stdin) from the client to the adapter."""
+        """Feed stdin lines (and close_stdin) from the client to the adapter, ``first``
+        (a request read already) first."""
         channel = opened.channel
-        async for req in iterator:
+        async for req in prepend(first, iterator):
             kind = req.WhichOneof("msg")
             if kind == "stdin":
                 opened.touched = True
@@ -300,7 +345,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             elif kind == "close_stdin" and req.close_stdin:
                 opened.touched = True
                 await channel.close_stdin()
-            # A repeated open is ignored: the stream is already attached.
+            # A repeated open, or use_stream, is ignored: the stream is already attached.
 
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Ctx
@@ -352,3 +397,4 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         if request.with_usage and verification.verified:
             await asyncio.to_thread(add_usage, response)
         return response
+

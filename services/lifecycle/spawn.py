@@ -19,9 +19,9 @@ from pathlib import Path
 
 from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
 from services.lifecycle import wrapper as wrapper_module
-from services.lifecycle.attach import PIPE_READ_LIMIT
 from services.lifecycle.child_env import child_environment
 from services.lifecycle.session_logs import remove_session_links
+from services.lifecycle.stdout_pipe import grow_pipe
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, WRAPPER_INTERPRETER_FLAGS
 
 WRAPPER_DIR_NAME = "wrapper"
@@ -134,34 +134,46 @@ def wrapper_env(spec: SpawnSpec, base: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class SpawnedWrapper:
-    """A started wrapper process and the read end of its report pipe."""
+    """A started wrapper process, the read end of its report pipe, and this service's ends
+    of the adapter's ACP pipes (stdin's write end, stdout's read end)."""
 
     process: asyncio.subprocess.Process
     report: asyncio.StreamReader
+    stdin: int
+    stdout: int
 
 
 async def spawn_wrapper(
     argv: Sequence[str], spec: SpawnSpec, report_r: int, report_w: int
 ) -> SpawnedWrapper:
-    """Start the wrapper with ``argv``; the report pipe ends are consumed either way."""
+    """Start the wrapper with ``argv``; the report pipe ends are consumed either way.
+
+    The ACP pipes are this service's own (not asyncio's subprocess pipes): the channel
+    reads stdout with no stream buffer between, and may hand the pipes to an attacher
+    (:meth:`services.lifecycle.attach.AdapterChannel.hand_over`)."""
     loop = asyncio.get_running_loop()
+    in_r = in_w = out_r = out_w = -1
     try:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        grow_pipe(out_r)
         process = await asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+            stdin=in_r,
+            stdout=out_w,
             stderr=asyncio.subprocess.DEVNULL,
             cwd=spec.cwd or None,
             env=wrapper_env(spec, os.environ),
             pass_fds=(report_w,),
-            limit=PIPE_READ_LIMIT,
         )
     except BaseException:
-        os.close(report_r)
-        os.close(report_w)
+        for fd in (report_r, report_w, in_r, in_w, out_r, out_w):
+            if fd >= 0:
+                os.close(fd)
         raise
-    os.close(report_w)
+    for fd in (report_w, in_r, out_w):  # the wrapper's ends: the adapter holds them now
+        os.close(fd)
     reader = asyncio.StreamReader(loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
     await loop.connect_read_pipe(lambda: protocol, os.fdopen(report_r, "rb", buffering=0))
-    return SpawnedWrapper(process=process, report=reader)
+    return SpawnedWrapper(process=process, report=reader, stdin=in_w, stdout=out_r)

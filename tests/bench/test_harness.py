@@ -7,6 +7,7 @@ the firehose adapter speaks ACP, the statistics are right, and a whole
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -70,8 +71,12 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
     assert "QUICK sizes" in text and "cores" in text and "python 3." in text
-    table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    rows = table[1:]  # minus the header
+    lines = text.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("| # |")))
+    # The main table: the run of table lines after its header (the capacity table follows
+    # the notes, apart).
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[head:]))
+    rows = [line for line in table[1:] if "---" not in line]  # minus the header
     items = [r.split("|")[1].strip() for r in rows]
     assert items.count("1") == 8 and items.count("2") == 4 and items.count("3") == 6
     pg_rows = 0 if missing_reason() else 2  # the same load and append rows on PostgreSQL
@@ -79,6 +84,8 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert items.count("6") == 3 + pg_rows
     assert items.count("7") == 2
     assert items.count("23.7") == 4  # loading a session of big prompts (issue 23)
+    assert items.count("28") == 2  # capacity at one N: delivered updates/s, latency (issue 28)
+    assert "Capacity (issue 28)" in text and "| 4 | " in text
     assert "2 of 2 turns replayed" in text
     assert ("PostgreSQL store" in text) is bool(pg_rows)
     assert ("Not run:" in text) is not bool(pg_rows)

@@ -22,6 +22,7 @@ from acp import schema as acp_schema
 from pydantic import TypeAdapter
 
 from tests.golden import validate
+from tests.launches import DATA_PATH_ENV
 
 #: Official ACP SDK models every server message of these methods must satisfy.
 RESULT_MODELS: dict[str, Any] = {
@@ -134,12 +135,13 @@ def workspace_beside_config(tmp_path: Path) -> Path:
 
 
 def child_env() -> dict[str, str]:
-    """The environment for acpgate subprocesses (repo importable, quiet logs)."""
+    """The environment for acpgate subprocesses (repo importable, quiet logs, no config
+    overrides but the data path the test run picked, :func:`tests.launches.config_environ`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("ACPGATE_LOG_LEVEL", "warning")
     for key in list(env):
-        if key.startswith("ACPGATE_") and "__" in key:
+        if key.startswith("ACPGATE_") and "__" in key and key != DATA_PATH_ENV:
             del env[key]
     return env
 

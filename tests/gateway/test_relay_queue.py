@@ -20,6 +20,7 @@ from websockets.asyncio.client import connect
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.common.config import load_config
 from services.edge.transport.outqueue import OutgoingQueue, PutResult
+from tests.launches import config_environ
 
 from .wsfixtures import (
     FakeRuntime,
@@ -209,7 +210,7 @@ async def test_compression_setting_decides_deflate(tmp_path: Path, enabled: bool
     path = tmp_path / "cfg" / "config.toml"
     path.write_text(path.read_text().replace(
         "[gateway]\n", f"[gateway]\ncompression = {str(enabled).lower()}\n", 1))
-    cfg = load_config(tmp_path / "cfg", environ={})
+    cfg = load_config(tmp_path / "cfg", environ=config_environ())
     assert cfg.gateway.compression is enabled
     _, secret = mint(cfg)
     async with stand_in_services(tmp_path, [lifecycle_pb2.LEASE_STATE_OPEN]) as addrs, \

@@ -24,6 +24,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import Caller
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.outqueue import SLOW_CLIENT_CLOSE_CODE, OutgoingQueue, PutResult
+from tests.launches import config_environ
 
 from .wsfixtures import (
     FakeRuntime,
@@ -148,7 +149,7 @@ async def test_require_auth_false_admits_without_token(tmp_path: Path, services:
         (tmp_path / "cfg" / "config.toml").read_text().replace(
             "[gateway]\n", "[gateway]\nrequire_auth = false\n"))
     from services.common.config import load_config
-    cfg = load_config(tmp_path / "cfg", environ={})
+    cfg = load_config(tmp_path / "cfg", environ=config_environ())
     async with running_edge(cfg, FakeRuntime(), services, EchoDialect()) as edge:
         async with connect(edge.url, proxy=None) as ws:
             assert await whoami(ws) == ""
@@ -213,7 +214,7 @@ async def test_max_frame_size(tmp_path: Path, services: tuple[str, str]) -> None
         "[gateway]\n", "[gateway]\nmax_frame_bytes = 4096\n")
     (tmp_path / "cfg" / "config.toml").write_text(text)
     from services.common.config import load_config
-    cfg = load_config(tmp_path / "cfg", environ={})
+    cfg = load_config(tmp_path / "cfg", environ=config_environ())
     _, secret = mint(cfg)
     async with running_edge(cfg, FakeRuntime(), services, EchoDialect()) as edge:
         async with connect(edge.url, proxy=None,
@@ -352,7 +353,7 @@ async def test_keepalive_drops_a_silent_client(tmp_path: Path, services: tuple[s
         "[gateway]\n", "[gateway]\nping_interval_secs = 1\n")
     (tmp_path / "cfg" / "config.toml").write_text(text)
     from services.common.config import load_config
-    cfg = load_config(tmp_path / "cfg", environ={})
+    cfg = load_config(tmp_path / "cfg", environ=config_environ())
     _, secret = mint(cfg)
     dialect = EchoDialect()
     async with running_edge(cfg, FakeRuntime(), services, dialect, close_timeout=0.5) as edge:

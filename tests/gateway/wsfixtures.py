@@ -21,6 +21,7 @@ from services.edge.metrics import Metrics
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.probe import ServiceProbe
 from services.edge.transport.ws_server import EdgeServer
+from tests.launches import config_environ
 
 DEMO_CONFIG = """\
 [acp]
@@ -56,7 +57,7 @@ def write_config(config_dir: Path, *, port: int = 42617, prefix: str = "",
                            gateway=gateway) + extra,
         encoding="utf-8",
     )
-    return load_config(config_dir, environ={})
+    return load_config(config_dir, environ=config_environ())
 
 
 class FakeLeases(lifecycle_pb2_grpc.LifecycleServiceServicer):

@@ -28,7 +28,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server
-from tests.launches import install_test_key
+from tests.launches import config_environ, install_test_key
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -138,7 +138,7 @@ def make_config(config_dir: Path, *, term_grace_ms: int = 300) -> Config:
     (config_dir / "config.toml").write_text(
         f"[lifecycle]\nterm_grace_ms = {term_grace_ms}\n", encoding="utf-8"
     )
-    cfg = load_config(config_dir, environ={})
+    cfg = load_config(config_dir, environ=config_environ())
     install_test_key(cfg)
     return cfg
 
@@ -227,13 +227,13 @@ async def start_service_process(config_dir: Path, log_path: Path, env: dict[str,
 
 class Attacher:
     """One Attach stream driven by a queue of requests; opened on ``lease_id``, or with
-    ``ensure`` (``AttachOpen.ensure``)."""
+    ``ensure`` (``AttachOpen.ensure``); ``fd_pass``: able to take the pipes (issue 28)."""
 
     def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str = "",
-                 *, ensure: pb.EnsureSessionRequest | None = None) -> None:
+                 *, ensure: pb.EnsureSessionRequest | None = None, fd_pass: bool = False) -> None:
         self.queue: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
         self.queue.put_nowait(pb.AttachRequest(open=pb.AttachOpen(lease_id=lease_id,
-                                                                  ensure=ensure)))
+                                                                  ensure=ensure, fd_pass=fd_pass)))
         self.call = stub.Attach(self._requests())
 
     async def _requests(self) -> AsyncIterator[pb.AttachRequest]:

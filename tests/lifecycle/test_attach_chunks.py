@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import random
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.lifecycle import attach
-from services.lifecycle.attach import PIPE_READ_LIMIT, READ_CHUNK_BYTES, AdapterChannel
+from services.lifecycle.attach import READ_CHUNK_BYTES, AdapterChannel
 from services.lifecycle.lines import Block, take_batch
 
 #: Writes each argv file's bytes as a separate, flushed write, with a pause between them.
@@ -47,13 +48,17 @@ async def open_channel(tmp_path: Path, pieces: list[bytes], **kwargs: int) -> Ad
         path = tmp_path / f"piece{i}"
         path.write_bytes(piece)
         paths.append(str(path))
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", WRITER, *paths,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=PIPE_READ_LIMIT)
+        sys.executable, "-c", WRITER, *paths, stdin=in_r, stdout=out_w)
+    os.close(in_r)
+    os.close(out_w)
     report = asyncio.StreamReader()
     report.feed_data(b'{"event":"started","adapter_pid":%d,"pgid":%d}\n' % (process.pid, process.pid))
     report.feed_eof()
-    return AdapterChannel("lease-chunks", process, report, tmp_path / "stderr.log", **kwargs)
+    return AdapterChannel("lease-chunks", process, report, tmp_path / "stderr.log",
+                          stdin_fd=in_w, stdout_fd=out_r, **kwargs)
 
 
 async def drain(channel: AdapterChannel) -> list[str]:

@@ -31,6 +31,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from tests.agent.fake_http import FakeProviderServer
 from tests.gateway.wsfixtures import http_get
+from tests.launches import DATA_PATH_ENV
 from tests.security.fake_model import attacker_model_server
 
 ACPGATE = [sys.executable, "-m", "acpgate"]
@@ -175,9 +176,10 @@ class Gateway:
 
 
 def gateway_env(home: Path, log_level: str = "info") -> dict[str, str]:
-    """os.environ without ACPGATE_* overrides, with its own HOME, logging at ``log_level``."""
+    """os.environ without ACPGATE_* overrides (but the data path the test run picked,
+    :func:`tests.launches.config_environ`), with its own HOME, logging at ``log_level``."""
     env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("ACPGATE_") and "__" in k)}
+           if not (k.startswith("ACPGATE_") and "__" in k) or k == DATA_PATH_ENV}
     env.update(HOME=str(home), ACPGATE_LOG_LEVEL=log_level)
     env.pop("ACPGATE_CONFIG_DIR", None)
     return env

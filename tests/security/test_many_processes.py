@@ -33,7 +33,7 @@ from services.common.grpc_channel import wait_healthy as grpc_healthy
 from tests.e2e.harness import AcpProcess
 from tests.gateway.stack import RawClient
 from tests.gateway.wsfixtures import free_port, mint, start_serve, wait_healthy
-from tests.launches import dial
+from tests.launches import config_environ, dial
 from tests.lifecycle.conftest import ProcessGuard, start_service_process
 from tests.security.procs import (
     LEASES_DB,
@@ -155,7 +155,7 @@ async def test_two_acp_and_a_serve_on_one_config_dir(tmp_path: Path, guard: Proc
     config_dir.mkdir(parents=True)
     port = free_port()
     (config_dir / "config.toml").write_text(CONFIG.format(port=port), encoding="utf-8")
-    cfg = load_config(config_dir, environ={})
+    cfg = load_config(config_dir, environ=config_environ())
     _, secret = mint(cfg)
     leases_db = config_dir / LEASES_DB
     serve: asyncio.subprocess.Process | None = None
@@ -307,7 +307,7 @@ async def test_kill_9_of_serve_or_its_lifecycle_child_leaves_no_orphan(
     port = free_port()
     (config_dir / "config.toml").write_text(
         CONFIG.format(port=port) + "\n[lifecycle]\nterm_grace_ms = 3000\n", encoding="utf-8")
-    cfg = load_config(config_dir, environ={})
+    cfg = load_config(config_dir, environ=config_environ())
     _, secret = mint(cfg)
     leases_db = config_dir / LEASES_DB
     lifecycle_addr = f"unix:{cfg.data_dir}/run/lifecycle.sock"

@@ -13,6 +13,9 @@ approval asked):
   (``UNAUTHENTICATED``): no other token's sessions listed, no history read, no
   session deleted, no process spawned — health checks answer SERVING, nothing
   more;
+- connects to the lifecycle service's fd socket (issue 28) too, asks for an
+  adapter's pipes with a made-up grant and no credential, and is refused without a
+  descriptor (``tests/security/test_fd_channel.py`` has the rest of that door);
 - even a caller that holds the credential (the operator's own tools) cannot make
   the lifecycle service run a command the session service did not resolve and
   seal: an unsealed or re-sealed launch spec is ``PERMISSION_DENIED`` and nothing
@@ -42,7 +45,7 @@ from services.common.config import DEFAULT_FORBIDDEN_PATHS, load_config
 from services.common.service_key import service_key_path
 from tests.e2e.harness import AcpProcess
 from tests.gateway.stack import RawClient
-from tests.launches import dial, sealed
+from tests.launches import DATA_PATH_ENV, config_environ, dial, sealed
 from tests.security.fake_model import RESULT_MARKER, attacker_model_server
 from tests.security.gateway_stack import running_gateway
 
@@ -51,7 +54,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 #: What the attacker's shell command runs: reads its environment and the key file, then
 #: calls every service socket it can find without a credential. Prints one JSON object.
 PROBE = textwrap.dedent('''
-    import glob, json, os, sys
+    import glob, json, os, socket, sys
     import grpc
     from acpgate.launch.v1 import launch_pb2
     from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb, lifecycle_pb2_grpc as lgrpc
@@ -65,11 +68,28 @@ PROBE = textwrap.dedent('''
     except OSError as exc:
         out["key_error"] = type(exc).__name__
     # Landlock may hide a directory's listing, not its entries: try the well-known names too.
-    names = ("session.sock", "lifecycle.sock", "s.sock", "l.sock")
-    sockets = sorted({p for d in socket_dirs
-                      for p in [*glob.glob(os.path.join(d, "*.sock")),
-                                *(os.path.join(d, n) for n in names)] if os.path.exists(p)})
+    names = ("session.sock", "lifecycle.sock", "s.sock", "l.sock", "lifecycle.fds.sock",
+             "l.fds.sock")
+    found = sorted({p for d in socket_dirs
+                    for p in [*glob.glob(os.path.join(d, "*.sock")),
+                              *(os.path.join(d, n) for n in names)] if os.path.exists(p)})
+    sockets = [p for p in found if not p.endswith(".fds.sock")]
     out["sockets"] = sockets
+    out["fd_sockets"] = {}
+    for path in (p for p in found if p.endswith(".fds.sock")):
+        # The pipes of any adapter, on a made-up grant and without the credential.
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+            sock.sendall(json.dumps({"v": 1, "lease_id": "x", "generation": 1,
+                                     "grant": "0" * 32, "proof": "0" * 64}).encode() + b"\\n")
+            data, fds, _, _ = socket.recv_fds(sock, 4096, 4)
+            out["fd_sockets"][path] = {"answer": data.decode(errors="replace"), "fds": len(fds)}
+        except OSError as exc:
+            out["fd_sockets"][path] = {"error": type(exc).__name__}
+        finally:
+            sock.close()
     forged = launch_pb2.LaunchSpec(command="/bin/sh", args=["-c", "touch " + marker])
     sealed = launch_pb2.SealedLaunch(spec=forged.SerializeToString(), seal=b"0" * 32)
 
@@ -137,6 +157,11 @@ def assert_got_nothing(result: dict[str, Any], key: str, marker: Path) -> None:
     if landlock_abi() >= 1:
         assert "key" not in result and result["key_error"] == "PermissionError", result
     assert len(result["sockets"]) == 2, "the probe must reach both services' sockets"
+    # The lifecycle's fd socket, where there is one (not with data_path = "grpc").
+    fd_sockets = 0 if config_environ().get(DATA_PATH_ENV) == "grpc" else 1
+    assert len(result["fd_sockets"]) == fd_sockets, "the probe must reach the fd socket"
+    for path, got in result["fd_sockets"].items():
+        assert got.get("fds") == 0 and '"ok":false' in got["answer"], (path, got)
     refused_by = {"session": set(), "lifecycle": set()}
     for path, calls in result["calls"].items():
         assert calls["health"] == "OK", (path, calls)  # health only says SERVING

@@ -6,7 +6,10 @@ The lifecycle service: the only component that touches processes
 
 It owns the gateway instance id, the lease store, the wrappers it spawns and
 their pipes, verification of live process trees against leases, and reaping.
-The edge never sees a PID: it reaches an adapter's stdio only through Attach.
+The edge never sees a PID: it reaches an adapter's stdio only through Attach —
+over the stream, or, where it shares the host, through the pipes themselves,
+which an Attach stream hands it over the service's fd socket (AttachOpen.fd_pass,
+services/common/fd_channel.py); the stream then stays the control channel.
 
 There is deliberately no cancel RPC: cancelling a turn is ACP protocol work
 done by the edge over Attach, so a cancel can never reap anything.
@@ -348,8 +351,20 @@ class AttachOpen(_message.Message):
 
     LEASE_ID_FIELD_NUMBER: _builtins.int
     ENSURE_FIELD_NUMBER: _builtins.int
+    FD_PASS_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """The lease to attach to."""
+    fd_pass: _builtins.bool
+    """The caller shares this host and can take the adapter's pipes: stdin's write
+    end and stdout's read end, over the service's fd socket (the lifecycle unix
+    socket's path with ".fds.sock" for ".sock", services/common/fd_channel.py).
+    When the service offers them, the first response carries `fd_grant`; the
+    caller then either redeems it there — its lines go to the adapter and come
+    from it directly, and the stream carries only the exit (and close_stdin) —
+    or sends `use_stream` and the stream relays as without fd_pass. Until one
+    of the two, the service relays nothing. Taking the pipes counts as touching
+    the adapter (a warm one is not given back to its pool).
+    """
     @_builtins.property
     def ensure(self) -> Global___EnsureSessionRequest:
         """Instead of lease_id: ensure the session's lease first, exactly as
@@ -374,14 +389,44 @@ class AttachOpen(_message.Message):
         *,
         lease_id: _builtins.str = ...,
         ensure: Global___EnsureSessionRequest | None = ...,
+        fd_pass: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "fd_pass", b"fd_pass", "lease_id", b"lease_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AttachOpen: _TypeAlias = AttachOpen  # noqa: Y015
+
+@_typing.final
+class FdGrant(_message.Message):
+    """A one-shot permission to take one attach's pipes over the fd socket: valid
+    for this lease, this attach (generation) and one redemption, while the stream
+    that got it lasts. Redeeming it needs the service credential too (a proof
+    keyed with it, services/common/fd_channel.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRANT_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    grant_id: _builtins.str
+    generation: _builtins.int
+    """Counts the lease's attachers; the grant is for this one only."""
+    def __init__(
+        self,
+        *,
+        grant_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "grant_id", b"grant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FdGrant: _TypeAlias = FdGrant  # noqa: Y015
 
 @_typing.final
 class Lines(_message.Message):
@@ -414,8 +459,16 @@ class AttachRequest(_message.Message):
     OPEN_FIELD_NUMBER: _builtins.int
     STDIN_FIELD_NUMBER: _builtins.int
     CLOSE_STDIN_FIELD_NUMBER: _builtins.int
+    USE_STREAM_FIELD_NUMBER: _builtins.int
     close_stdin: _builtins.bool
-    """Close the adapter's stdin (EOF); the process is not signalled."""
+    """Close the adapter's stdin (EOF); the process is not signalled. With the
+    pipes taken (AttachOpen.fd_pass), the service's own copy of stdin: the
+    caller closes its copy itself.
+    """
+    use_stream: _builtins.bool
+    """The caller will not redeem the first response's fd_grant: relay over this
+    stream (as if fd_pass had not been set).
+    """
     @_builtins.property
     def open(self) -> Global___AttachOpen: ...
     @_builtins.property
@@ -428,12 +481,13 @@ class AttachRequest(_message.Message):
         open: Global___AttachOpen | None = ...,
         stdin: Global___Lines | None = ...,
         close_stdin: _builtins.bool = ...,
+        use_stream: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "msg", b"msg", "open", b"open", "stdin", b"stdin"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "msg", b"msg", "open", b"open", "stdin", b"stdin", "use_stream", b"use_stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "msg", b"msg", "open", b"open", "stdin", b"stdin"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "msg", b"msg", "open", b"open", "stdin", b"stdin", "use_stream", b"use_stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["open", "stdin", "close_stdin"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["open", "stdin", "close_stdin", "use_stream"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
@@ -505,6 +559,7 @@ class AttachResponse(_message.Message):
     EXIT_FIELD_NUMBER: _builtins.int
     ENSURED_FIELD_NUMBER: _builtins.int
     TOO_LONG_FIELD_NUMBER: _builtins.int
+    FD_GRANT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def attached(self) -> Global___Lease:
         """First response: attached to this lease."""
@@ -527,6 +582,13 @@ class AttachResponse(_message.Message):
     def too_long(self) -> Global___LinesTooLong:
         """Adapter lines over the line limit were dropped (after the lines sent before)."""
 
+    @_builtins.property
+    def fd_grant(self) -> Global___FdGrant:
+        """With the first response (attached or ensured) of a stream opened with
+        AttachOpen.fd_pass, when the service offers the pipes (it serves a unix
+        socket, [services] data_path is "auto", the adapter runs).
+        """
+
     def __init__(
         self,
         *,
@@ -535,10 +597,11 @@ class AttachResponse(_message.Message):
         exit: Global___AdapterExit | None = ...,
         ensured: Global___EnsureSessionResponse | None = ...,
         too_long: Global___LinesTooLong | None = ...,
+        fd_grant: Global___FdGrant | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "fd_grant", b"fd_grant", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "ensured", b"ensured", "exit", b"exit", "fd_grant", b"fd_grant", "msg", b"msg", "stdout", b"stdout", "too_long", b"too_long"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["attached", "stdout", "exit", "ensured", "too_long"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015

@@ -6,7 +6,10 @@ The lifecycle service: the only component that touches processes
 
 It owns the gateway instance id, the lease store, the wrappers it spawns and
 their pipes, verification of live process trees against leases, and reaping.
-The edge never sees a PID: it reaches an adapter's stdio only through Attach.
+The edge never sees a PID: it reaches an adapter's stdio only through Attach —
+over the stream, or, where it shares the host, through the pipes themselves,
+which an Attach stream hands it over the service's fd socket (AttachOpen.fd_pass,
+services/common/fd_channel.py); the stream then stays the control channel.
 
 There is deliberately no cancel RPC: cancelling a turn is ACP protocol work
 done by the edge over Attach, so a cancel can never reap anything.

@@ -16,10 +16,15 @@ from typing import Any
 from services.agent.approval import ApprovalGate
 from services.agent.mcp.confine import MCP_START_TOOL, approval_request
 from services.agent.mcp.launch import Approve, Planned
+from services.common.client_mcp import (
+    MSG_MCP_REFUSED,
+)
 from services.common.mcp_policy import ClientMcpRules
 from services.common.mcp_servers import McpServerSpec, McpStdioServer, parse_servers
 from services.common.policy import SecurityPolicy
-from services.common.protocol import META_CLIENT_MCP, MSG_MCP_REFUSED
+from services.common.protocol import (
+    META_CLIENT_MCP,
+)
 
 __all__ = ["approver", "client_rules", "planned_servers"]
 

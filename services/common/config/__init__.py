@@ -17,6 +17,12 @@ One job per module; this package re-exports the public names of all four:
 - :mod:`.edit`: ``acpgate config set/get/show`` with tomlkit.
 """
 
+from services.common.config.choices import (
+    AGENT_KINDS,
+    AUTONOMY_LEVELS,
+    PROVIDERS,
+    VISIBILITY_LEVELS,
+)
 from services.common.config.edit import get_value, set_value, show
 from services.common.config.load import (
     DEFAULT_CONFIG_TOML,
@@ -28,13 +34,9 @@ from services.common.config.load import (
     with_overrides,
 )
 from services.common.config.schema import (
-    AGENT_KINDS,
-    AUTONOMY_LEVELS,
     CONFIG_FILE_NAME,
     DEFAULT_AUTO_APPROVE,
     DEFAULT_FORBIDDEN_PATHS,
-    PROVIDERS,
-    VISIBILITY_LEVELS,
     A2aSection,
     AcpSection,
     AgentSection,

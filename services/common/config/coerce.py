@@ -12,7 +12,8 @@ import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common.config.schema import CHOICES, ConfigError, field_types
+from services.common.config.choices import CHOICES
+from services.common.config.schema import ConfigError, field_types
 from services.common.mcp_servers import McpServerError, McpServerSpec, parse_server
 
 #: How a field annotation is named in an error message.

@@ -1,8 +1,8 @@
 """The configuration schema: every section as a frozen dataclass, and :class:`Config`.
 
 Each field's annotation is its type and its value its default; ``SECTIONS``
-names the table each section is read from and ``CHOICES`` the keys limited to a
-fixed set. Checking values against this schema is ``coerce``'s job, reading
+names the table each section is read from (``choices.CHOICES`` the keys limited
+to a fixed set). Checking values against this schema is ``coerce``'s job, reading
 them from file and environment ``load``'s, editing the file ``edit``'s.
 """
 
@@ -13,21 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from services.common.client_mcp import (
+    CLIENT_MCP_NONE,
+)
 from services.common.config.defaults import DEFAULT_AUTO_APPROVE, DEFAULT_FORBIDDEN_PATHS
 from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import (
-    CLIENT_MCP_CHOICES,
-    CLIENT_MCP_NONE,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_TIMEOUT_SECS,
 )
 
 CONFIG_FILE_NAME = "config.toml"
-
-AUTONOMY_LEVELS = ("readonly", "supervised", "full")
-VISIBILITY_LEVELS = ("self", "tree", "agent", "all")
-AGENT_KINDS = ("builtin", "acp")
-PROVIDERS = ("demo", "openai", "anthropic")
 
 #: ``[agents.<alias>] warm`` left unset: the agent kind's default.
 WARM_BY_KIND = -1
@@ -126,6 +122,9 @@ class ServicesSection:
     lifecycle_addr: str = ""
     #: Optional shared token every gRPC call must carry (TCP deployments).
     token_env: str = ""
+    #: How adapter output reaches the edge: "auto" — its pipes, handed over the lifecycle
+    #: service's fd socket where the lifecycle address is a unix socket — or "grpc" (Attach).
+    data_path: str = "auto"
 
 
 #: URL schemes of ``[store] url`` that name a PostgreSQL database.
@@ -187,11 +186,6 @@ class A2aSection:
 
     enabled: bool = False
     allow: tuple[str, ...] = ()
-
-
-#: ``[logging] level`` values ("" = the default: see :class:`LoggingSection`).
-LOG_LEVELS = ("", "debug", "info", "warning", "error")
-LOG_FORMATS = ("json", "text")
 
 
 @dataclass(frozen=True)
@@ -376,19 +370,6 @@ SECTIONS: dict[str, type] = {
     "lifecycle": LifecycleSection,
     "logging": LoggingSection,
 }
-
-#: Keys whose value must be one of a fixed set.
-CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("autonomy", "level"): AUTONOMY_LEVELS,
-    ("sessions", "visibility"): VISIBILITY_LEVELS,
-    ("gateway", "client_mcp_servers"): CLIENT_MCP_CHOICES,
-    ("agents", "kind"): AGENT_KINDS,
-    ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
-    ("agents", "provider"): ("", *PROVIDERS),
-    ("logging", "level"): LOG_LEVELS,
-    ("logging", "format"): LOG_FORMATS,
-}
-
 
 def field_types(cls: type) -> dict[str, str]:
     """The annotation of each settable field of a section, as a string."""

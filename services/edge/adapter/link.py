@@ -15,15 +15,22 @@ lifecycle service then takes a warm adapter or spawns one and attaches in the
 same round trip, and :attr:`AdapterLink.ensured` says what it did. A link may
 be opened before it knows whom it serves (:meth:`AdapterLink.bind`): the edge
 takes a warm adapter while the session service decides the session.
+
+Where the lifecycle service shares this host (its stub carries an fd dialer,
+:mod:`services.edge.adapter.fds`), the stream is opened with ``fd_pass`` and the
+link takes the adapter's pipes and reads and writes them itself
+(:mod:`services.edge.adapter.pipes`): updates go adapter → edge, and the stream
+carries only the open, the ensure and the exit report. Everything else is the
+same either way: the lines written before the link attached go first, the
+adapter's lines come in order and before its exit, an over-long line gives the
+adapter up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -33,9 +40,11 @@ from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, integer_ids, noti
 from services.common.logs import get_logger
 from services.common.protocol import (
     METHOD_NOT_FOUND,
-    MSG_AGENT_LINE_TOO_LONG,
     MSG_METHOD_NOT_FOUND,
 )
+from services.edge.adapter.exits import AdapterExit, AdapterGone
+from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
+from services.edge.adapter.pipes import AdapterPipes
 
 log = get_logger("edge.adapter")
 
@@ -43,44 +52,6 @@ _CLOSE = object()
 
 #: The JSON-RPC peer's handling of a run of lines (``JsonRpcPeer.feed_batch``).
 LineFeed = Callable[[list[str]], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class AdapterExit:
-    """How an adapter's stream ended."""
-
-    exit_code: int = -1
-    signal: int = 0
-    #: True when the lifecycle stream broke without an exit report.
-    lost: bool = False
-    #: The last lines of the adapter's stderr as the lifecycle service read them (raw:
-    #: may hold secrets; :mod:`services.edge.adapter.failures` bounds and scrubs them).
-    stderr_tail: str = ""
-    #: Not an exit: the adapter wrote a line over this many bytes (dropped by the lifecycle
-    #: service), and the edge gave the adapter up (0: not that).
-    line_limit: int = 0
-
-    def describe(self) -> str:
-        """A short cause for error messages (never stderr contents: they may hold secrets)."""
-        if self.line_limit:
-            return MSG_AGENT_LINE_TOO_LONG.format(limit=self.line_limit)
-        if self.lost:
-            return "agent process connection lost"
-        if self.signal:
-            try:
-                name = f"{signal.Signals(self.signal).name}, "
-            except ValueError:
-                name = ""
-            return f"agent process exited (killed by {name}signal {self.signal})"
-        return f"agent process exited (exit code {self.exit_code})"
-
-
-class AdapterGone(Exception):
-    """The adapter exited (or its stream broke) before answering."""
-
-    def __init__(self, exit_info: AdapterExit) -> None:
-        super().__init__(exit_info.describe())
-        self.exit_info = exit_info
 
 
 class AdapterPeer(Protocol):
@@ -133,6 +104,14 @@ class AdapterLink:
         self.let_go = False
         self._ended = asyncio.Event()
         self._attached: asyncio.Future[None] | None = None
+        #: The lifecycle service's fd socket, when this edge can take the pipes there.
+        self._fds = stub.fds if isinstance(stub, LifecycleStub) else None
+        #: How lines travel, once settled: True through the pipes, False over the stream.
+        self._via: asyncio.Future[bool] | None = None
+        #: The lifecycle service offered the pipes and they were not taken.
+        self._declined = False
+        self._pipes: AdapterPipes | None = None
+        self._pipe_reader: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,7 +133,15 @@ class AdapterLink:
         # A failed attach that nobody waits for any more (its setup was cancelled) is
         # nobody's error: seen here, raised to whoever still waits.
         self._attached.add_done_callback(seen)
-        self._call = self._stub.Attach(self._requests())  # type: ignore[arg-type]
+        self._via = loop.create_future()
+        opening = self._open
+        if self._fds is not None:
+            opening = lifecycle_pb2.AttachOpen()
+            opening.CopyFrom(self._open)
+            opening.fd_pass = True
+        else:
+            self._via.set_result(False)
+        self._call = self._stub.Attach(self._requests(opening))  # type: ignore[arg-type]
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
 
     async def attached(self, wait_secs: float = 30.0) -> None:
@@ -167,8 +154,17 @@ class AdapterLink:
             self.abort()
             raise
 
-    async def _requests(self) -> AsyncIterator[lifecycle_pb2.AttachRequest]:
-        yield lifecycle_pb2.AttachRequest(open=self._open)
+    async def _requests(self, opening: lifecycle_pb2.AttachOpen,
+                        ) -> AsyncIterator[lifecycle_pb2.AttachRequest]:
+        yield lifecycle_pb2.AttachRequest(open=opening)
+        assert self._via is not None
+        if await self._via:  # the lines go into the pipes: only the close comes here
+            while await self._queue.get() is not _CLOSE:
+                pass
+            yield lifecycle_pb2.AttachRequest(close_stdin=True)
+            return
+        if self._declined:
+            yield lifecycle_pb2.AttachRequest(use_stream=True)
         while True:
             first = await self._queue.get()
             if first is _CLOSE:
@@ -196,6 +192,7 @@ class AdapterLink:
                     if which == "ensured":
                         self.ensured = resp.ensured
                         self.lease_id = self._label = resp.ensured.lease.lease_id
+                    await self._settle_via(resp)
                     if self._attached is not None and not self._attached.done():
                         self._attached.set_result(None)
                 elif which == "stdout":
@@ -206,6 +203,9 @@ class AdapterLink:
                 elif which == "exit":
                     exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
                                             stderr_tail=resp.exit.stderr_tail)
+                    if self._pipes is not None and self._pipe_reader is not None:
+                        self._pipes.exit_known()  # its last lines come before the exit
+                        await self._pipe_reader
                     break
                 elif which == "too_long":
                     # Framing is broken: what the dropped line meant (an answer?) is lost, so
@@ -222,6 +222,8 @@ class AdapterLink:
                     exc if self._open.HasField("ensure")
                     else ConnectionError(f"attach failed: {exc.code().name}: {exc.details()}"))
             log.info("attach_stream_ended", lease_id=self._label, code=exc.code().name)
+        except PipesLost as exc:
+            log.warning("adapter_pipes_lost", lease_id=self._label, why=str(exc))
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -229,12 +231,81 @@ class AdapterLink:
         finally:
             self._finish(exit_info)
 
+    async def _settle_via(self, first: lifecycle_pb2.AttachResponse) -> None:
+        """Take the pipes the first response grants (lines queued meanwhile go into them
+        first, in order), or relay over the stream: when none were offered, or taking
+        them did not happen (:class:`PipesNotTaken`). :class:`PipesLost` when the pipes
+        may have left the lifecycle service but did not arrive: the link is lost."""
+        via = self._via
+        if via is None or via.done():
+            return
+        if self._fds is None or not first.HasField("fd_grant"):
+            via.set_result(False)
+            return
+        try:
+            taken = await self._fds.redeem(self.lease_id, first.fd_grant)
+        except PipesNotTaken as exc:
+            log.info("adapter_pipes_not_taken", lease_id=self._label, why=str(exc))
+            self._declined = True
+            via.set_result(False)
+            return
+        pipes = AdapterPipes(taken, self._stdout_lines)
+        try:
+            await pipes.open()
+        except OSError as exc:
+            raise PipesLost(f"{type(exc).__name__}: {exc}") from None
+        self._pipes = pipes
+        closing = False
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is _CLOSE:
+                closing = True
+                break
+            pipes.write(item)
+        if closing:
+            pipes.close_stdin()
+            self._queue.put_nowait(_CLOSE)
+        via.set_result(True)
+        self._pipe_reader = asyncio.create_task(self._read_pipes(pipes),
+                                                name=f"pipes-{self._label}")
+
+    async def _stdout_lines(self, lines: list[str]) -> None:
+        """One read's lines from the pipe, to the peer (once bound)."""
+        if self._peer is None:
+            await self._bound.wait()
+        assert self._peer is not None
+        await self._peer.on_adapter_lines(lines, self._rpc.feed_batch)
+
+    async def _read_pipes(self, pipes: AdapterPipes) -> None:
+        """Relay stdout until it ends; an over-long line, or a failed relay, ends the link."""
+        try:
+            end = await pipes.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("adapter_pipe_reader_failed", lease_id=self._label)
+            self._finish(AdapterExit(lost=True))
+            self._call.cancel()
+            return
+        if end.too_long:
+            # Framing is broken: as for the stream's too_long (see _read_loop).
+            log.warning("adapter_line_too_long", lease_id=self._label, limit=end.too_long)
+            self._finish(AdapterExit(line_limit=end.too_long))
+            self._call.cancel()
+
     def _finish(self, exit_info: AdapterExit, *, let_go: bool = False) -> None:
         if self.exit_info is not None:
             return
         self.exit_info = exit_info
         self.let_go = let_go
         self._ended.set()
+        if self._via is not None and not self._via.done():
+            self._via.set_result(False)
+        if self._pipes is not None:
+            self._pipes.close()
+        reader = self._pipe_reader
+        if reader is not None and reader is not asyncio.current_task() and not reader.done():
+            reader.cancel()
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
         self._rpc.close_outbound(lambda: AdapterGone(exit_info))
@@ -245,6 +316,8 @@ class AdapterLink:
     async def close(self) -> None:
         """Close the adapter's stdin and stop reading (the lifecycle service reaps)."""
         self._queue.put_nowait(_CLOSE)
+        if self._pipes is not None:
+            self._pipes.close_stdin()
         self.abort()
 
     def abort(self) -> None:
@@ -268,7 +341,10 @@ class AdapterLink:
     # ------------------------------------------------------------------ outbound
 
     def _write(self, line: str) -> None:
-        self._queue.put_nowait(line)
+        if self._pipes is not None:
+            self._pipes.write(line)
+        else:
+            self._queue.put_nowait(line)
 
     async def _send(self, line: str) -> None:
         self._write(line)

@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from services.common.client_mcp import (
+    MSG_MCP_MALFORMED,
+    MSG_MCP_REFUSED,
+    MSG_MCP_STORED,
+)
 from services.common.jsonrpc import JsonRpcError
 from services.common.mcp_policy import ClientMcpRules
 from services.common.mcp_servers import McpHttpServer, McpServerError, parse_server, to_json
@@ -31,9 +36,6 @@ from services.common.net_targets import (
 )
 from services.common.protocol import (
     INVALID_PARAMS,
-    MSG_MCP_MALFORMED,
-    MSG_MCP_REFUSED,
-    MSG_MCP_STORED,
 )
 
 if TYPE_CHECKING:

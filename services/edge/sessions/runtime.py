@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.config import Config
@@ -36,6 +36,7 @@ from services.common.grpc_auth import GrpcSecurity, load_security, open_service_
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.common.principals import token_id_of
+from services.edge.adapter.fds import FdDialer, LifecycleStub
 from services.edge.metrics import Metrics
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
@@ -99,7 +100,7 @@ class EdgeRuntime:
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
-        self.lifecycle_stub = lifecycle_pb2_grpc.LifecycleServiceStub(lifecycle_channel)
+        self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
@@ -327,6 +328,8 @@ async def open_runtime(
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
                           adapter_methods=adapter_methods)
     runtime._hosted = hosted
+    runtime.lifecycle_stub.fds = FdDialer.of(  # where the adapters' pipes can come here
+        cfg, lifecycle_addr, hosted.security if hosted else security)
     try:
         await runtime._start()
     except BaseException:

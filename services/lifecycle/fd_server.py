@@ -1,0 +1,171 @@
+"""The lifecycle service's fd socket: where an attached edge takes an adapter's pipes.
+
+Listens on :func:`services.common.fd_channel.fd_socket_path` of the service's
+unix address (owner-only), one exchange per connection
+(:mod:`services.common.fd_channel`): a peer of another uid is dropped unread
+(``SO_PEERCRED``); a request that is malformed, names no open grant, lacks the
+credential's proof or comes after its attach ended is refused; otherwise the
+channel hands its pipes over (:meth:`~services.lifecycle.attach.AdapterChannel.hand_over`)
+and they go to the peer with ``SCM_RIGHTS``, followed by what had been read of
+stdout. The grant's stream switches to carrying only the exit at the hand-over
+(``FdGrant.redeemed``); a send that then fails half-way leaves the peer without
+whole pipes, and the edge gives that link up (``PipesLost``), which ends the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+from services.common.fd_channel import (
+    HANDSHAKE_SECS,
+    MAX_MESSAGE_BYTES,
+    FdHeader,
+    encode_header,
+    parse_request,
+)
+from services.common.logs import get_logger
+from services.lifecycle.attach import Handover
+from services.lifecycle.fd_grants import FdGrants
+
+__all__ = ["FdServer"]
+
+log = get_logger("lifecycle.fds")
+
+#: Connections waiting to be accepted.
+LISTEN_BACKLOG = 128
+#: What a refused request is told (never why: a caller probing the socket learns nothing).
+REFUSED = "refused"
+#: Told when the grant was good but the pipes cannot go now (the stream goes on instead).
+NOT_NOW = "the adapter's pipes cannot be handed over now"
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket (``SO_PEERCRED``)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+class FdServer:
+    """Serves the fd socket of one lifecycle service."""
+
+    def __init__(self, path: str, grants: FdGrants) -> None:
+        self.path = path
+        self.grants = grants
+        self._sock: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._exchanges: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Bind (replacing a stale socket file of a dead run) and begin accepting."""
+        await asyncio.to_thread(self._bind)
+        self._accepting = asyncio.create_task(self._accept(), name="fd-socket")
+        log.info("fd_socket_listening")
+
+    def _bind(self) -> None:
+        path = Path(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            old = os.umask(0o177)  # owner-only from the moment it exists
+            try:
+                sock.bind(self.path)
+            finally:
+                os.umask(old)
+            os.chmod(self.path, 0o600)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:  # EMFILE and the like: the next accept may do
+                log.warning("fd_socket_accept_failed", why=str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._serve(conn), name="fd-exchange")
+            self._exchanges.add(task)
+            task.add_done_callback(self._exchanges.discard)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.setblocking(False)
+            if peer_uid(conn) != os.getuid():
+                log.warning("fd_socket_foreign_peer")
+                return
+            await asyncio.wait_for(self._exchange(conn), HANDSHAKE_SECS)
+        except (OSError, TimeoutError) as exc:
+            log.info("fd_exchange_failed", why=f"{type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    async def _exchange(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        raw = b""
+        while b"\n" not in raw and len(raw) <= MAX_MESSAGE_BYTES:
+            chunk = await loop.sock_recv(conn, MAX_MESSAGE_BYTES + 1)
+            if not chunk:
+                return
+            raw += chunk
+        request = parse_request(raw)
+        grant = self.grants.redeem(request) if request is not None else None
+        if grant is None:
+            log.warning("fd_grant_refused", known_request=request is not None)
+            await loop.sock_sendall(conn, encode_header(FdHeader(False, error=REFUSED)))
+            return
+        handover = grant.channel.hand_over()
+        if handover is None:
+            await loop.sock_sendall(conn, encode_header(FdHeader(False, error=NOT_NOW)))
+            return
+        # From here the pipes are the peer's: the stream relays no more.
+        grant.redeemed.set_result(None)
+        try:
+            await self._send(conn, handover)
+        finally:
+            handover.close()
+        log.info("fd_pipes_handed_over", lease_id=grant.lease_id, generation=grant.generation)
+
+    async def _send(self, conn: socket.socket, handover: Handover) -> None:
+        loop = asyncio.get_running_loop()
+        out = handover.stdout
+        header = encode_header(FdHeader(True, len(out.lines), len(out.partial), out.dropping,
+                                        out.too_long))
+        while True:
+            try:
+                socket.send_fds(conn, [header], [handover.stdin, out.fd])
+                break
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(conn.fileno(), ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(conn.fileno())
+        if out.lines or out.partial:
+            await loop.sock_sendall(conn, out.lines + out.partial)
+
+    async def close(self) -> None:
+        """Stop accepting, drop the exchanges under way, remove the socket."""
+        tasks = [t for t in (self._accepting, *self._exchanges) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)

@@ -22,7 +22,7 @@ import pytest
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from services.common.config import PathsSection, ServicesSection, load_config, with_overrides
 from services.common.grpc_auth import GrpcSecurity
-from services.edge.adapter.client import pipes as adapter_pipes
+from services.edge.adapter import pipes as adapter_pipes
 from services.edge.adapter.fds import FdDialer, PipesLost, PipesNotTaken, TakenPipes
 from services.edge.adapter.pipes import AdapterPipes, PipesEnd
 

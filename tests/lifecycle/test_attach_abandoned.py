@@ -20,17 +20,21 @@ from tests.e2e.harness import REPO, child_env
 
 #: A wrapper that is gone without reporting the adapter's start; the channel closed.
 ABANDONED = """
-import asyncio, sys
+import asyncio, os, sys
 from pathlib import Path
-from services.lifecycle.attach import PIPE_READ_LIMIT, AdapterChannel
+from services.lifecycle.attach import AdapterChannel
 
 async def main() -> None:
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "pass", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, limit=PIPE_READ_LIMIT)
+        sys.executable, "-c", "pass", stdin=in_r, stdout=out_w)
+    os.close(in_r)
+    os.close(out_w)
     report = asyncio.StreamReader()
     report.feed_eof()
-    channel = AdapterChannel("lease-abandoned", process, report, Path(sys.argv[1]))
+    channel = AdapterChannel("lease-abandoned", process, report, Path(sys.argv[1]),
+                             stdin_fd=in_w, stdout_fd=out_r)
     await process.wait()
     await channel.aclose()
     assert channel.started.done()

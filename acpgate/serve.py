@@ -249,9 +249,14 @@ class Supervisor:
         """Start every child in order, each service healthy before the next; False on failure.
 
         The install's service credential is read (made on the first start) before any
-        child runs: the three children then read the one key, never each a new one."""
+        child runs: the children then read the one key, never each a new one."""
         self.security = await load_security(self.cfg)
         await self.claim()
+        workers = sum(1 for c in self.children if c.spec.worker)
+        if workers:  # what several edges cannot do yet (README, "What runs where")
+            log.warning("serve_edge_workers", workers=workers,
+                        caveat="a session detached on one worker is not taken up through "
+                               "another, and Streamable HTTP over HTTP/1.1 needs one worker")
         for child in self.children:
             await self._spawn(child)
             if not await self._wait_healthy(child):

@@ -32,6 +32,7 @@ async def test_two_workers_answer_for_the_host(tmp_path: Path) -> None:
         assert set(served.workers()) == {1, 2}
         started = [e["child"] for e in served.events() if e.get("event") == "child_started"]
         assert started == ["session", "lifecycle", "edge-1", "edge-2"]
+        assert [e["workers"] for e in served.events() if e.get("event") == "serve_edge_workers"] == [2]
         assert (await served.health())["workers"] == 2
 
         on_1, on_2 = await client_on(served, 1), await client_on(served, 2)

@@ -449,7 +449,7 @@ class SessionServiceServicer:
         port, and their limits are one host's. A worker counts a connection or a
         session locally, then takes it here: the slot is granted only while every
         live worker of the pool together stays within the limit and the principal
-        within its share (FAILED_PRECONDITION is never used: a refusal is an answer).
+        within its share (a refusal is an answer, granted = false, not an error).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

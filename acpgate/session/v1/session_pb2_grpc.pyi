@@ -190,7 +190,7 @@ class SessionServiceStub:
     port, and their limits are one host's. A worker counts a connection or a
     session locally, then takes it here: the slot is granted only while every
     live worker of the pool together stays within the limit and the principal
-    within its share (FAILED_PRECONDITION is never used: a refusal is an answer).
+    within its share (a refusal is an answer, granted = false, not an error).
     """
     ReportWorker: _grpc.UnaryUnaryMultiCallable[_session_pb2.ReportWorkerRequest, _session_pb2.ReportWorkerResponse]
     """A worker's whole picture — what it holds, by kind and principal, and its
@@ -335,7 +335,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     port, and their limits are one host's. A worker counts a connection or a
     session locally, then takes it here: the slot is granted only while every
     live worker of the pool together stays within the limit and the principal
-    within its share (FAILED_PRECONDITION is never used: a refusal is an answer).
+    within its share (a refusal is an answer, granted = false, not an error).
     """
     ReportWorker: _aio.UnaryUnaryMultiCallable[_session_pb2.ReportWorkerRequest, _session_pb2.ReportWorkerResponse]  # type: ignore[assignment]
     """A worker's whole picture — what it holds, by kind and principal, and its
@@ -651,7 +651,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         port, and their limits are one host's. A worker counts a connection or a
         session locally, then takes it here: the slot is granted only while every
         live worker of the pool together stays within the limit and the principal
-        within its share (FAILED_PRECONDITION is never used: a refusal is an answer).
+        within its share (a refusal is an answer, granted = false, not an error).
         """
 
     @_abc_1.abstractmethod

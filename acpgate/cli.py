@@ -122,10 +122,12 @@ def _token_action(store: TokenStore, args: argparse.Namespace) -> int:
     return _fail("token needs an action: create, list, revoke, grant or revoke-grant")
 
 
-def _start_logs(cfg: Config, command: str) -> None:
+def _start_logs(cfg: Config, command: str, worker: int = 0) -> None:
     """The long-running ``command``'s logs as ``[logging]`` and the environment say
-    (services.common.log_output); the bridge writes a file only when one is named."""
-    start_logging(plan_logging(cfg, PROCESS_NAMES[command], file_by_default=command != "bridge"))
+    (services.common.log_output); the bridge writes a file only when one is named. An
+    edge worker's lines name it (``"process": "edge-2"``)."""
+    process = PROCESS_NAMES[command] + (f"-{worker}" if worker else "")
+    start_logging(plan_logging(cfg, process, file_by_default=command != "bridge"))
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
@@ -167,7 +169,10 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
     """One of the long-running services, its logs started and its startup line written."""
     from services.common.addresses import default_lifecycle_address, default_session_address
 
-    _start_logs(cfg, command)
+    worker = getattr(args, "worker", 0) if command == "edge" else 0
+    if worker < 0:
+        return _fail(f"--worker {worker}: expected a positive worker number")
+    _start_logs(cfg, command, worker)
     if command == "serve":
         from acpgate.serve import run_serve
 
@@ -195,12 +200,14 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
         get_logger("edge").info("malloc_tuned", options=tuned)
 
         def listening(server: EdgeServer) -> None:
-            log_startup(cfg, "edge", gateway=gateway_url(cfg, server.port),
+            log_startup(cfg, f"edge-{worker}" if worker else "edge",
+                        gateway=gateway_url(cfg, server.port),
                         session_addr=default_session_address(cfg),
                         lifecycle_addr=default_lifecycle_address(cfg))
 
         return _run_async(lambda: run_edge(cfg, version=__version__, ready=listening,
-                                           listen_fds=args.listen_fd), "edge")
+                                           listen_fds=args.listen_fd, worker=worker),
+                          "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
         from services.session.policy import policy_for

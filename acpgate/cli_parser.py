@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     edge.add_argument("--listen-fd", type=int, metavar="FD", action="append", default=[],
                       help="a listening socket inherited from acpgate serve (repeatable; "
                            "default: bind [gateway] host and port)")
+    edge.add_argument("--worker", type=int, metavar="N", default=0,
+                      help="this edge is worker N of several on one port (acpgate serve "
+                           "with [gateway] workers > 1): its limits, counters and sessions' "
+                           "claims are shared through the session service")
 
     agent = sub.add_parser("agent", help="the built-in ACP agent on stdio")
     _add_config_dir(agent)

@@ -1,5 +1,6 @@
 """``acpgate serve``: the session service, the lifecycle service and the edge as
-three supervised child processes on one host (SPEC §0, §11).
+supervised child processes on one host (SPEC §0, §11); ``[gateway] workers`` edge
+processes (issue 28), all serving the one port.
 
 Before any child starts, serve takes what the three will run on, so that a
 conflict ends it at once with one clear sentence (exit 2) instead of a child
@@ -42,10 +43,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from acpgate.ops.endpoints import announce, unregister
+from acpgate.serve_children import ChildSpec, child_environment, child_specs
 from acpgate.serve_lock import ServeLock, take_serve_lock
 from services.common.addresses import (
-    LIFECYCLE_SERVICE,
-    SESSION_SERVICE,
     gateway_url,
     service_addresses,
 )
@@ -60,16 +60,6 @@ from services.lifecycle.slots import Slot, acquire_slot
 log = get_logger("serve")
 
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    """One supervised child: its CLI sub-command and, for services, what to health-check."""
-
-    name: str
-    command: str
-    health_address: str = ""
-    health_service: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,31 +131,8 @@ async def spawn_child(
     )
 
 
-def child_environment(cfg: Config, base: Mapping[str, str]) -> dict[str, str]:
-    """The children's environment: ``base`` plus both service addresses pinned.
-
-    Pinning the addresses (``ACPGATE_services__*``) makes the edge dial exactly
-    the sockets the services listen on, whatever defaults would say.
-    """
-    session_addr, lifecycle_addr = service_addresses(cfg)
-    env = dict(base)
-    env["ACPGATE_services__session_addr"] = session_addr
-    env["ACPGATE_services__lifecycle_addr"] = lifecycle_addr
-    return env
-
-
-def child_specs(cfg: Config) -> list[ChildSpec]:
-    """session-service, lifecycle-service, edge — in start order."""
-    session_addr, lifecycle_addr = service_addresses(cfg)
-    return [
-        ChildSpec("session", "session-service", session_addr, SESSION_SERVICE),
-        ChildSpec("lifecycle", "lifecycle-service", lifecycle_addr, LIFECYCLE_SERVICE),
-        ChildSpec("edge", "edge"),
-    ]
-
-
 class Supervisor:
-    """Starts, watches, restarts and stops the three children."""
+    """Starts, watches, restarts and stops the children (each edge worker on its own)."""
 
     def __init__(
         self,
@@ -200,13 +167,17 @@ class Supervisor:
     def handed(self, spec: ChildSpec) -> tuple[list[str], list[int]]:
         """The options naming what ``spec``'s child inherits, and those descriptors: the
         serve lock (every child), the slot (the lifecycle service), the listening
-        sockets (the edge)."""
+        sockets (every edge worker: the kernel spreads the port's connections over the
+        processes accepting on the one socket, and no other process can bind the port,
+        as it could with ``SO_REUSEPORT``); an edge worker's number besides."""
         args: list[str] = []
         fds = [self.lock.fileno()] if self.lock is not None else []
         if spec.command == "lifecycle-service" and self.slot is not None:
             args += ["--slot-fd", str(self.slot.fileno())]
             fds.append(self.slot.fileno())
         if spec.command == "edge":
+            if spec.worker:
+                args += ["--worker", str(spec.worker)]
             for sock in self.listeners:
                 args += ["--listen-fd", str(sock.fileno())]
                 fds.append(sock.fileno())
@@ -278,9 +249,14 @@ class Supervisor:
         """Start every child in order, each service healthy before the next; False on failure.
 
         The install's service credential is read (made on the first start) before any
-        child runs: the three children then read the one key, never each a new one."""
+        child runs: the children then read the one key, never each a new one."""
         self.security = await load_security(self.cfg)
         await self.claim()
+        workers = sum(1 for c in self.children if c.spec.worker)
+        if workers:  # what several edges cannot do yet (README, "What runs where")
+            log.warning("serve_edge_workers", workers=workers,
+                        caveat="a session detached on one worker is not taken up through "
+                               "another, and Streamable HTTP over HTTP/1.1 needs one worker")
         for child in self.children:
             await self._spawn(child)
             if not await self._wait_healthy(child):
@@ -327,15 +303,18 @@ class Supervisor:
         log.info("child_stopped", child=child.spec.name, pid=proc.pid, exit_code=proc.returncode)
 
     async def stop(self) -> None:
-        """Stop in dependency order: edge, lifecycle, session."""
+        """Stop in dependency order: the edge workers (together), lifecycle, session."""
         self.stopping = True
         for child in self.children:
             if child.task is not None:
                 child.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await child.task
+        edges = [c for c in self.children if c.spec.command == "edge"]
+        await asyncio.gather(*(self._stop_child(child) for child in edges))
         for child in reversed(self.children):
-            await self._stop_child(child)
+            if child not in edges:
+                await self._stop_child(child)
         self.release()
 
 
@@ -345,7 +324,7 @@ async def run_serve(
     options: SupervisorOptions | None = None,
     on_ready: Callable[[Supervisor], None] | None = None,
 ) -> int:
-    """``acpgate serve``: run the three children until SIGINT/SIGTERM; 0 on a clean stop.
+    """``acpgate serve``: run the children until SIGINT/SIGTERM; 0 on a clean stop.
 
     What refuses the start before any child runs (a port in use, another serve on the
     data dir, no service key, no slot) is logged and raised as the ConfigError that

@@ -42,11 +42,12 @@ def _say(text: str) -> None:
 
 async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
                   skipped: list[str], sections: list[str] | None = None,
-                  clients: int = 0, data_path: str = "") -> list[Row]:
+                  clients: int = 0, data_path: str = "", workers: int = 0) -> list[Row]:
     """Run the chosen groups; rows in the issue's order; failed serve starts go to
     ``incidents``, rows that could not run (and why) to ``skipped``, tables of their own
     (capacity) to ``sections``; ``clients``: the capacity run's client processes (0: as
-    many as suit this machine); ``data_path``: its gateway's ``[services] data_path``."""
+    many as suit this machine); ``data_path``: its gateway's ``[services] data_path``;
+    ``workers``: its ``[gateway] workers`` (0: the default)."""
     rows: dict[str, list[Row]] = {}
     wanted = set(groups)
     if wanted & {"relay", "cold"}:
@@ -99,7 +100,8 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
              "at 50 updates/s each, gateway and direct")
         rows["capacity"] = await run_capacity(
             sizes.capacity_sessions, sizes.capacity_updates, sizes.capacity_pace_ms,
-            clients or default_clients(), sections if sections is not None else [], data_path)
+            clients or default_clients(), sections if sections is not None else [], data_path,
+            workers)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 
@@ -117,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="capacity: client processes (default: 3 per 4 cores, 2 to 12)")
     parser.add_argument("--data-path", choices=("auto", "grpc"), default="",
                         help="capacity: the gateway's [services] data_path (default: its own)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="capacity: the gateway's [gateway] workers, edge processes on "
+                             "its port (default: its own)")
     args = parser.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     unknown = sorted(set(groups) - set(GROUPS))
@@ -137,8 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     incidents: list[str] = []
     skipped: list[str] = []
     sections: list[str] = []
+    if args.workers < 0:
+        parser.error("--workers wants a count, at least 1 (0: the gateway's default)")
     rows = asyncio.run(run_all(sizes, groups, incidents, skipped, sections, args.clients,
-                               args.data_path))
+                               args.data_path, args.workers))
     text = render(info, rows, started=started, seconds=time.monotonic() - t0, quick=args.quick,
                   incidents=incidents, skipped=skipped, sections=sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -182,7 +182,7 @@ def _processes(sv: Serve | None, clients: Sequence[Client]) -> dict[str, list[ps
             out["clients"].append(proc)
             roots.append(proc)
     if sv is not None:
-        for name, child in sv.children().items():
+        for name, child in sv.all_children():
             out[name].append(child)
             if name == "lifecycle":
                 roots.append(child)
@@ -242,12 +242,16 @@ async def measure(path: str, work: Workload, argv: Sequence[str], sv: Serve | No
         counts={kind: len(group) for kind, group in procs.items()})
 
 
-async def run_capacity_at(work: Workload, data_path: str = "") -> tuple[Measurement, Measurement]:
+async def run_capacity_at(work: Workload, data_path: str = "",
+                          workers: int = 0) -> tuple[Measurement, Measurement]:
     """(gateway, direct) at ``work.sessions`` sessions: a fresh gateway for the first, on
-    ``[services] data_path`` (empty: the default)."""
+    ``[services] data_path`` (empty: the default) with ``[gateway] workers`` edge
+    processes (0: the default)."""
     async with stage(max_sessions=work.sessions + 8, warm=0) as st:
         if data_path:
             st.env["ACPGATE_services__data_path"] = data_path
+        if workers:
+            st.env["ACPGATE_gateway__workers"] = str(workers)
         async with serve(st) as sv:
             gateway = await measure("gateway", work,
                                     ["ws", str(st.workspace), st.ws_url, st.mint_token()], sv)
@@ -281,9 +285,11 @@ def rows_of(work: Workload, gateway: Measurement, direct: Measurement) -> list[R
     ]
 
 
-def table_of(pairs: Sequence[tuple[Measurement, Measurement]], data_path: str = "") -> list[str]:
+def table_of(pairs: Sequence[tuple[Measurement, Measurement]], data_path: str = "",
+             workers: int = 0) -> list[str]:
     """The issue's capacity table: one line per N."""
     path = f", `[services] data_path = \"{data_path}\"`" if data_path else ""
+    path += f", `[gateway] workers = {workers}` (edge CPU: all of them)" if workers else ""
     lines = ["", "Capacity (issue 28): N sessions × 50 updates/s, CPU per process over the "
              f"stream (100 % = one core){path}", "",
              "| sessions | gateway updates/s | p50 / p99 ms | edge CPU | lifecycle CPU | "
@@ -301,9 +307,10 @@ def table_of(pairs: Sequence[tuple[Measurement, Measurement]], data_path: str = 
 
 
 async def run_capacity(counts: Sequence[int], updates: int, pace_ms: float, clients: int,
-                       sections: list[str], data_path: str = "") -> list[Row]:
+                       sections: list[str], data_path: str = "", workers: int = 0) -> list[Row]:
     """Every N of ``counts``: the rows, and the capacity table appended to ``sections``;
-    ``data_path``: the gateway's ``[services] data_path`` (empty: its default)."""
+    ``data_path``: the gateway's ``[services] data_path`` (empty: its default); ``workers``:
+    its ``[gateway] workers`` (0: its default)."""
     raise_fd_limit()
     rows: list[Row] = []
     pairs: list[tuple[Measurement, Measurement]] = []
@@ -311,8 +318,8 @@ async def run_capacity(counts: Sequence[int], updates: int, pace_ms: float, clie
         work = Workload(n, updates, pace_ms, clients)
         print(f"[bench] capacity: {n} sessions, {work.prompt}, {clients} client processes",
               file=sys.stderr, flush=True)
-        gateway, direct = await run_capacity_at(work, data_path)
+        gateway, direct = await run_capacity_at(work, data_path, workers)
         pairs.append((gateway, direct))
         rows += rows_of(work, gateway, direct)
-    sections += table_of(pairs, data_path)
+    sections += table_of(pairs, data_path, workers)
     return rows

@@ -195,13 +195,19 @@ async def stage(max_sessions: int = 64, store_url: str = "", warm: int = 1) -> A
 
 @dataclass
 class Serve:
-    """A running ``acpgate serve`` and its three children."""
+    """A running ``acpgate serve`` and its children."""
 
     proc: asyncio.subprocess.Process
 
     def children(self) -> dict[str, psutil.Process]:
-        """``session`` / ``lifecycle`` / ``edge`` → the child process."""
-        out: dict[str, psutil.Process] = {}
+        """``session`` / ``lifecycle`` / ``edge`` → the child process (with several edge
+        workers: one of them; :meth:`all_children` has every one)."""
+        return dict(self.all_children())
+
+    def all_children(self) -> list[tuple[str, psutil.Process]]:
+        """Every child as ``(kind, process)``: ``session``, ``lifecycle``, and ``edge`` once
+        per edge worker (``[gateway] workers``)."""
+        out: list[tuple[str, psutil.Process]] = []
         with contextlib.suppress(psutil.NoSuchProcess):
             for child in psutil.Process(self.proc.pid).children():
                 with contextlib.suppress(psutil.NoSuchProcess):
@@ -209,7 +215,7 @@ class Serve:
                     for name, sub in (("session", "session-service"),
                                       ("lifecycle", "lifecycle-service"), ("edge", "edge")):
                         if sub in cmd:
-                            out[name] = child
+                            out.append((name, child))
         return out
 
 

@@ -34,6 +34,7 @@ from acpgate.ops.client import (
 from acpgate.session.v1 import session_pb2 as spb
 from services.common.config import Config
 from services.common.principals import LOCAL_PRINCIPAL, principal_of_owner, token_id_of
+from services.edge.sessions.workers import split_worker_name
 from services.edge.tokens import TokenStore, token_db_path
 from services.lifecycle.session_logs import session_log_path, session_of_key
 
@@ -253,9 +254,19 @@ async def gather(cfg: Config, *, with_leases: bool = False) -> PsReport:
             _ACTIVITY.get(activity.state, "unknown"), activity.waiting_requests,
             row.created_at, activity.last_activity or row.last_activity, live.reported_at,
             row.workspace_dir, row.claim.instance_id, row.claim.host,
-            served_by.get(row.claim.instance_id, row.claim.host or "another host"),
+            _served_by(served_by, row),
             str(session_log_path(Path(state_dir), sid)) if state_dir else "", lease))
     report.sessions.sort(key=lambda s: s.created_at)
     if with_leases:
         report.leases = sorted(views.values(), key=lambda v: v.started_at)
     return report
+
+
+def _served_by(served_by: dict[str, str], row: spb.SessionRow) -> str:
+    """Which target serves the row: its name (with the edge worker's number when one of
+    several holds it, issue 28), else the claim's host."""
+    instance, worker = split_worker_name(row.claim.instance_id)
+    name = served_by.get(instance)
+    if name is None:
+        return row.claim.host or "another host"
+    return f"{name} (edge worker {worker})" if worker else name

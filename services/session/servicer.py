@@ -22,12 +22,13 @@ from services.session.rpcs.history import HistoryRpcs
 from services.session.rpcs.operations import OperationRpcs
 from services.session.rpcs.reads import ReadRpcs
 from services.session.rpcs.rows import RowRpcs
+from services.session.rpcs.workers import WorkerRpcs
 
 __all__ = ["SessionServicer"]
 
 
 class SessionServicer(ForkRpcs, AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs,
-                      OperationRpcs, ActivityRpcs):
+                      OperationRpcs, ActivityRpcs, WorkerRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store, seal_key=...)`` (``seal_key`` seals the
     launch specs it resolves, ``GrpcSecurity.seal_key``)."""

@@ -148,6 +148,28 @@ ACTIVITY_STATE_WAITING: ActivityState.ValueType  # 4
 """A turn waits for the client's answer (a permission request, an elicitation)."""
 Global___ActivityState: _TypeAlias = ActivityState  # noqa: Y015
 
+class _SlotKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SlotKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SlotKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SLOT_KIND_UNSPECIFIED: _SlotKind.ValueType  # 0
+    SLOT_KIND_CONNECTION: _SlotKind.ValueType  # 1
+    """A gateway connection ([gateway] max_connections, max_connections_per_token)."""
+    SLOT_KIND_SESSION: _SlotKind.ValueType  # 2
+    """A session run or set up ([acp] max_sessions, max_sessions_per_token)."""
+
+class SlotKind(_SlotKind, metaclass=_SlotKindEnumTypeWrapper):
+    """---------------------------------------------------------------- edge workers"""
+
+SLOT_KIND_UNSPECIFIED: SlotKind.ValueType  # 0
+SLOT_KIND_CONNECTION: SlotKind.ValueType  # 1
+"""A gateway connection ([gateway] max_connections, max_connections_per_token)."""
+SLOT_KIND_SESSION: SlotKind.ValueType  # 2
+"""A session run or set up ([acp] max_sessions, max_sessions_per_token)."""
+Global___SlotKind: _TypeAlias = SlotKind  # noqa: Y015
+
 @_typing.final
 class GetStoreStatusRequest(_message.Message):
     """---------------------------------------------------------------- store status"""
@@ -2273,3 +2295,283 @@ class ListLiveSessionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListLiveSessionsResponse: _TypeAlias = ListLiveSessionsResponse  # noqa: Y015
+
+@_typing.final
+class WorkerId(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    """The workers sharing limits: one host's (its lifecycle instance id)."""
+    worker: _builtins.str
+    """The worker (its claim identity, e.g. "<instance>/w2")."""
+    incarnation: _builtins.str
+    """This run of the worker (a restarted worker starts a new one, replacing
+    what its dead predecessor held at once).
+    """
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+        worker: _builtins.str = ...,
+        incarnation: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "pool", b"pool", "worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerId: _TypeAlias = WorkerId  # noqa: Y015
+
+@_typing.final
+class TakeSlotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    SHARE_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    kind: Global___SlotKind.ValueType
+    principal: _builtins.str
+    """Whose share the slot counts against ("" = none: only the limit applies)."""
+    limit: _builtins.int
+    """The limit of all workers' slots of this kind (0 = not checked: a slot
+    moving to another principal) and the principal's share (0 = none).
+    """
+    share: _builtins.int
+    seq: _builtins.int
+    """The worker's change sequence number at the local count (see ReportWorker)."""
+    @_builtins.property
+    def worker(self) -> Global___WorkerId: ...
+    def __init__(
+        self,
+        *,
+        worker: Global___WorkerId | None = ...,
+        kind: Global___SlotKind.ValueType = ...,
+        principal: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        share: _builtins.int = ...,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["worker", b"worker"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "limit", b"limit", "principal", b"principal", "seq", b"seq", "share", b"share", "worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeSlotRequest: _TypeAlias = TakeSlotRequest  # noqa: Y015
+
+@_typing.final
+class TakeSlotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRANTED_FIELD_NUMBER: _builtins.int
+    PER_PRINCIPAL_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    granted: _builtins.bool
+    per_principal: _builtins.bool
+    """Refused: whether for the principal's share, and the limit reached."""
+    limit: _builtins.int
+    def __init__(
+        self,
+        *,
+        granted: _builtins.bool = ...,
+        per_principal: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "limit", b"limit", "per_principal", b"per_principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeSlotResponse: _TypeAlias = TakeSlotResponse  # noqa: Y015
+
+@_typing.final
+class HeldSlots(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    kind: Global___SlotKind.ValueType
+    principal: _builtins.str
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        kind: Global___SlotKind.ValueType = ...,
+        principal: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "kind", b"kind", "principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeldSlots: _TypeAlias = HeldSlots  # noqa: Y015
+
+@_typing.final
+class ReportWorkerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WORKER_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The sequence number the picture was taken at: slots taken with a higher
+    one are not in it yet.
+    """
+    @_builtins.property
+    def worker(self) -> Global___WorkerId: ...
+    @_builtins.property
+    def held(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldSlots]:
+        """What the worker holds (every kind and principal; missing = none)."""
+
+    @_builtins.property
+    def counters(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The worker's counters and gauges, by name (summed over the workers)."""
+
+    def __init__(
+        self,
+        *,
+        worker: Global___WorkerId | None = ...,
+        held: _abc.Iterable[Global___HeldSlots] | None = ...,
+        seq: _builtins.int = ...,
+        counters: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["worker", b"worker"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "held", b"held", "seq", b"seq", "worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportWorkerRequest: _TypeAlias = ReportWorkerRequest  # noqa: Y015
+
+@_typing.final
+class ReportWorkerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportWorkerResponse: _TypeAlias = ReportWorkerResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pool", b"pool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class WorkerCounters(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WORKER_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    REPORTED_AT_FIELD_NUMBER: _builtins.int
+    worker: _builtins.str
+    reported_at: _builtins.int
+    """When its report arrived (ms)."""
+    @_builtins.property
+    def counters(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        worker: _builtins.str = ...,
+        counters: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        reported_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "reported_at", b"reported_at", "worker", b"worker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerCounters: _TypeAlias = WorkerCounters  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerCounters]: ...
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___WorkerCounters] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015

@@ -175,6 +175,21 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.FromString,
                 _registered_method=True)
+        self.TakeSlot = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/TakeSlot',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotResponse.FromString,
+                _registered_method=True)
+        self.ReportWorker = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ReportWorker',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ListWorkers',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -429,6 +444,34 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TakeSlot(self, request, context):
+        """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+        port, and their limits are one host's. A worker counts a connection or a
+        session locally, then takes it here: the slot is granted only while every
+        live worker of the pool together stays within the limit and the principal
+        within its share (a refusal is an answer, granted = false, not an error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportWorker(self, request, context):
+        """A worker's whole picture — what it holds, by kind and principal, and its
+        counters — every half second and at once when it lets something go. A
+        worker that stops reporting (killed) is forgotten after the lease time:
+        its slots free themselves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """The pool's live workers and their last counters (what /metrics sums).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -571,6 +614,21 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListLiveSessions,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.SerializeToString,
+            ),
+            'TakeSlot': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeSlot,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotResponse.SerializeToString,
+            ),
+            'ReportWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportWorker,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1330,6 +1388,87 @@ class SessionService:
             '/acpgate.session.v1.SessionService/ListLiveSessions',
             acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.ListLiveSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeSlot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/TakeSlot',
+            acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.TakeSlotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ReportWorker',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReportWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ListWorkers',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

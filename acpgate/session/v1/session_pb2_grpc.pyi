@@ -185,6 +185,21 @@ class SessionServiceStub:
     """The sessions an instance's live claim holds right now, each with what its
     instance last reported of it to this service.
     """
+    TakeSlot: _grpc.UnaryUnaryMultiCallable[_session_pb2.TakeSlotRequest, _session_pb2.TakeSlotResponse]
+    """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+    port, and their limits are one host's. A worker counts a connection or a
+    session locally, then takes it here: the slot is granted only while every
+    live worker of the pool together stays within the limit and the principal
+    within its share (a refusal is an answer, granted = false, not an error).
+    """
+    ReportWorker: _grpc.UnaryUnaryMultiCallable[_session_pb2.ReportWorkerRequest, _session_pb2.ReportWorkerResponse]
+    """A worker's whole picture — what it holds, by kind and principal, and its
+    counters — every half second and at once when it lets something go. A
+    worker that stops reporting (killed) is forgotten after the lease time:
+    its slots free themselves.
+    """
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListWorkersRequest, _session_pb2.ListWorkersResponse]
+    """The pool's live workers and their last counters (what /metrics sums)."""
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -315,6 +330,21 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The sessions an instance's live claim holds right now, each with what its
     instance last reported of it to this service.
     """
+    TakeSlot: _aio.UnaryUnaryMultiCallable[_session_pb2.TakeSlotRequest, _session_pb2.TakeSlotResponse]  # type: ignore[assignment]
+    """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+    port, and their limits are one host's. A worker counts a connection or a
+    session locally, then takes it here: the slot is granted only while every
+    live worker of the pool together stays within the limit and the principal
+    within its share (a refusal is an answer, granted = false, not an error).
+    """
+    ReportWorker: _aio.UnaryUnaryMultiCallable[_session_pb2.ReportWorkerRequest, _session_pb2.ReportWorkerResponse]  # type: ignore[assignment]
+    """A worker's whole picture — what it holds, by kind and principal, and its
+    counters — every half second and at once when it lets something go. A
+    worker that stops reporting (killed) is forgotten after the lease time:
+    its slots free themselves.
+    """
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_session_pb2.ListWorkersRequest, _session_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """The pool's live workers and their last counters (what /metrics sums)."""
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """SessionService is served on a unix socket (embedded / one host) or TCP (compose)."""
@@ -610,5 +640,38 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """The sessions an instance's live claim holds right now, each with what its
         instance last reported of it to this service.
         """
+
+    @_abc_1.abstractmethod
+    def TakeSlot(
+        self,
+        request: _session_pb2.TakeSlotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.TakeSlotResponse, _abc.Awaitable[_session_pb2.TakeSlotResponse]]:
+        """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+        port, and their limits are one host's. A worker counts a connection or a
+        session locally, then takes it here: the slot is granted only while every
+        live worker of the pool together stays within the limit and the principal
+        within its share (a refusal is an answer, granted = false, not an error).
+        """
+
+    @_abc_1.abstractmethod
+    def ReportWorker(
+        self,
+        request: _session_pb2.ReportWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ReportWorkerResponse, _abc.Awaitable[_session_pb2.ReportWorkerResponse]]:
+        """A worker's whole picture — what it holds, by kind and principal, and its
+        counters — every half second and at once when it lets something go. A
+        worker that stops reporting (killed) is forgotten after the lease time:
+        its slots free themselves.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _session_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListWorkersResponse, _abc.Awaitable[_session_pb2.ListWorkersResponse]]:
+        """The pool's live workers and their last counters (what /metrics sums)."""
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from services.common.config.choices import CHOICES
-from services.common.config.schema import ConfigError, field_types
+from services.common.config.schema import MAX_WORKERS, ConfigError, field_types
 from services.common.mcp_servers import McpServerError, McpServerSpec, parse_server
 
 #: How a field annotation is named in an error message.
 _TYPE_NAMES = {
     "int": "integer",
+    "int | str": 'integer or "auto"',
     "bool": "boolean",
     "str": "string",
     "tuple[str, ...]": "array of strings",
@@ -80,6 +81,16 @@ def _as_str(value: Any, from_text: bool) -> str:
     return value
 
 
+def _as_count_or_auto(value: Any, from_text: bool) -> int | str:
+    """A positive count (up to ``MAX_WORKERS``) or "auto" (``[gateway] workers``)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    count = _as_int(value, from_text)
+    if not 1 <= count <= MAX_WORKERS:
+        raise _Invalid(f": expected 1 to {MAX_WORKERS} or \"auto\", got {count}")
+    return count
+
+
 def _as_strings(value: Any, from_text: bool) -> tuple[str, ...]:
     if from_text and isinstance(value, str):
         text = value.strip()
@@ -116,6 +127,7 @@ def _as_mcp_servers(value: Any, from_text: bool) -> tuple[McpServerSpec, ...]:
 #: The check (and text parser) of each field annotation the schema uses.
 _CHECKS: dict[str, Callable[[Any, bool], Any]] = {
     "int": _as_int,
+    "int | str": _as_count_or_auto,
     "bool": _as_bool,
     "str": _as_str,
     "tuple[str, ...]": _as_strings,

@@ -63,6 +63,20 @@ class TlsSection:
         return bool(self.cert_file and self.key_file)
 
 
+#: ``[gateway] workers = "auto"`` runs one edge per core, at most this many (issue 28).
+MAX_AUTO_WORKERS = 8
+#: The most edge workers a count may ask for.
+MAX_WORKERS = 64
+
+
+def worker_count(workers: int | str, cores: int | None) -> int:
+    """The edge processes ``[gateway] workers`` asks for on a machine of ``cores`` cores:
+    the count, or for "auto" one per core up to :data:`MAX_AUTO_WORKERS`."""
+    if isinstance(workers, int):
+        return workers
+    return max(1, min(MAX_AUTO_WORKERS, cores or 1))
+
+
 @dataclass(frozen=True)
 class GatewaySection:
     """``[gateway]``: the ``/acp`` endpoint, WebSocket and Streamable HTTP (SPEC §11)."""
@@ -99,6 +113,10 @@ class GatewaySection:
     #: Seconds a session outlives its gateway connection, detached (issue 27; turn running,
     #: permissions waiting for the same token's next load/resume). 0 = released at once.
     detach_grace_secs: int = 600
+    #: Edge processes ``acpgate serve`` runs on the one port (issue 28): a count, or
+    #: "auto" — one per core up to :data:`MAX_AUTO_WORKERS`. 1 (the default): a session
+    #: detached on one worker is not reattached by a reconnect landing on another yet.
+    workers: int | str = 1
     tls: TlsSection = field(default_factory=TlsSection)
 
 

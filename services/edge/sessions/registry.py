@@ -14,6 +14,7 @@ auth) has no share of its own: ``max_sessions`` bounds it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,21 @@ class SessionRegistry:
     restoring: set[str] = field(default_factory=set)
     #: Session ids of new sessions being set up.
     creating: set[str] = field(default_factory=set)
+    #: Called when a slot is let go or a session starts (an edge worker then reports at
+    #: once, issue 28).
+    on_change: Callable[[], None] | None = None
+
+    def picture(self) -> Counter[tuple[int, str]]:
+        """The sessions held — active and reserved — by principal, as
+        ``(SLOT_KIND_SESSION, principal)`` (an edge worker's report, issue 28)."""
+        held = Counter(s.principal for s in self.active.values())
+        held.update(self.reserved_by)
+        return Counter({(session_pb2.SLOT_KIND_SESSION, p): n for p, n in held.items() if n})
+
+    def changed(self) -> None:
+        """A slot was let go, or a session started."""
+        if self.on_change is not None:
+            self.on_change()
 
     def serving(self) -> dict[str, session_pb2.SessionActivity]:
         """Every session this edge serves or is setting up — the claims it must renew —
@@ -108,6 +124,13 @@ class SessionRegistry:
         """Give back a slot reserved for ``principal``."""
         self.reserved = max(0, self.reserved - 1)
         self._drop(principal)
+        self.changed()
+
+    def force_move(self, from_principal: str, to_principal: str) -> None:
+        """Count a reserved slot against ``to_principal`` whatever its share (a move undone)."""
+        self._drop(from_principal)
+        self.reserved_by[to_principal] += 1
+        self.changed()
 
     def _drop(self, principal: str) -> None:
         self.reserved_by[principal] -= 1

@@ -43,6 +43,7 @@ from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.session import AdapterMethod, EdgeSession
 from services.edge.sessions.warm import WarmPools
+from services.edge.sessions.workers import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore
 
 log = get_logger("edge.runtime")
@@ -91,6 +92,7 @@ class EdgeRuntime:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         adapter_methods: Mapping[str, AdapterMethod] | None = None,
+        worker: int = 0,
     ) -> None:
         self.cfg = cfg
         #: Adapter→client requests the edge serves itself (method → handler).
@@ -103,6 +105,9 @@ class EdgeRuntime:
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
+        #: With several edge workers on one port (``--worker``): this one's link to the
+        #: others, through the session service (services.edge.sessions.workers); None: the only edge.
+        self.workers = WorkerLink(self.session_stub, worker) if worker else None
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
         self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
         self.persistent = True
@@ -115,6 +120,7 @@ class EdgeRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._reports: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -131,6 +137,11 @@ class EdgeRuntime:
             log.warning("store_in_memory", reason=status.fallback_reason)
         instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
         self.gateway_instance_id = instance.gateway_instance_id
+        if self.workers is not None:  # its sessions are claimed by this worker, not its host
+            self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
+            self.workers.add_picture(self.registry.picture)
+            self.registry.on_change = self.workers.changed
+            self._reports = asyncio.create_task(self.workers.run(), name="edge-worker-reports")
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
         self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
         # In the background: the pools fill while the first client connects.
@@ -172,6 +183,7 @@ class EdgeRuntime:
         """Enter a started session into the active set (its slot was reserved)."""
         self.registry.active[session.session_id] = session
         self.metrics.active_sessions = len(self.registry.active)
+        self.registry.changed()
 
     def remove(self, session: EdgeSession) -> bool:
         """Take a session out of the active set at once; False if it was not there."""
@@ -179,6 +191,7 @@ class EdgeRuntime:
             return False
         del self.registry.active[session.session_id]
         self.metrics.active_sessions = len(self.registry.active)
+        self.registry.changed()
         return True
 
     async def deactivate(self, session: EdgeSession, reason: str) -> None:
@@ -258,12 +271,14 @@ class EdgeRuntime:
         if self._closed:
             return
         self._closed = True
-        for task in (self._reaper, self._heartbeat):
+        for task in (self._reaper, self._heartbeat, self._reports):
             if task is not None:
                 task.cancel()
         sessions = list(self.registry.active.values())
         await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
                              return_exceptions=True)
+        if self._reports is not None and self.workers is not None:
+            await self.workers.report()  # what this worker held is free at once
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
         for channel in self._channels:
@@ -282,6 +297,7 @@ async def open_runtime(
     health_timeout: float = 10.0,
     adapter_methods: Mapping[str, AdapterMethod] | None = None,
     security: GrpcSecurity | None = None,
+    worker: int = 0,
 ) -> EdgeRuntime:
     """Connect to the configured services, or have the missing ones started (SPEC §0).
 
@@ -293,7 +309,8 @@ async def open_runtime(
     requests the edge serves itself (``services.edge.transport.connection`` passes the
     session tools'). A dialled service is called with ``security``'s credential (default:
     the started services', else the install's, :func:`~services.common.grpc_auth.
-    load_security`); an in-process channel needs none.
+    load_security`); an in-process channel needs none. ``worker``: this edge's number
+    among several on one port (0: the only one; services.edge.sessions.workers).
     """
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
@@ -326,7 +343,7 @@ async def open_runtime(
                 await hosted.stop()
         raise
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
-                          adapter_methods=adapter_methods)
+                          adapter_methods=adapter_methods, worker=worker)
     runtime._hosted = hosted
     runtime.lifecycle_stub.fds = FdDialer.of(  # where the adapters' pipes can come here
         cfg, lifecycle_addr, hosted.security if hosted else security)

@@ -16,8 +16,8 @@ lease outlives a session nobody holds (issue 23 item 3).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import grpc
@@ -27,12 +27,7 @@ from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
-from services.common.protocol import (
-    INTERNAL_ERROR,
-    MSG_SESSION_LIMIT,
-    MSG_SESSION_LIMIT_TOKEN,
-    SESSION_LIMIT,
-)
+from services.common.protocol import INTERNAL_ERROR
 from services.edge.adapter.caps import profile_of, recorded_json
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
@@ -41,11 +36,15 @@ from services.edge.adapter.requests import agent_secrets, initialize_request
 from services.edge.caller import Caller
 from services.edge.ports.client_port import ClientPort
 from services.edge.sessions.claims import refusal
-from services.edge.sessions.registry import SessionRegistry, SlotRefusal
 from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.session import EdgeSession
+from services.edge.sessions.slots import Slot, creating, reserved_slot
 
 log = get_logger("edge.dialect")
+
+#: The slots a setup holds live in services.edge.sessions.slots; named here too, where the
+#: dialect's handlers import the rest of a setup from.
+__all__ = ["Slot", "creating", "reserved_slot"]
 
 
 class TakenAdapter(Protocol):
@@ -95,53 +94,6 @@ class SessionHome(ClientPort, Protocol):
 
     async def send(self, line: str) -> None:
         """Write one line to the client."""
-
-
-def _limit_error(refused: SlotRefusal) -> JsonRpcError:
-    """-32001: the edge's limit, or the token's share of it (issue 23 item 6)."""
-    template = MSG_SESSION_LIMIT_TOKEN if refused.per_token else MSG_SESSION_LIMIT
-    return JsonRpcError(SESSION_LIMIT, template.format(max=refused.limit))
-
-
-class Slot:
-    """One reserved slot, counted against a principal (services.edge.sessions.registry)."""
-
-    def __init__(self, registry: SessionRegistry, principal: str) -> None:
-        self._registry = registry
-        self.principal = principal
-
-    def charge(self, principal: str) -> None:
-        """Count the slot against ``principal`` (the owner of the row a restore brings up,
-        once read); -32001 when that token's share is full."""
-        refused = self._registry.move(self.principal, principal)
-        if refused is not None:
-            raise _limit_error(refused)
-        self.principal = principal
-
-
-@contextmanager
-def reserved_slot(runtime: EdgeRuntime, principal: str) -> Iterator[Slot]:
-    """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
-    up; -32001 when the edge is full, or when that token's share is (a message of its own)."""
-    refused = runtime.registry.try_reserve(principal)
-    if refused is not None:
-        raise _limit_error(refused)
-    slot = Slot(runtime.registry, principal)
-    try:
-        yield slot
-    finally:
-        runtime.registry.unreserve(slot.principal)
-
-
-@contextmanager
-def creating(registry: SessionRegistry, sid: str) -> Iterator[None]:
-    """Count new session ``sid`` among those being set up while it is: its claim is
-    renewed from the start (``SessionRegistry.serving``)."""
-    registry.creating.add(sid)
-    try:
-        yield
-    finally:
-        registry.creating.discard(sid)
 
 
 @asynccontextmanager

@@ -14,7 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from acpgate.session.v1 import session_pb2
 from services.common.config import GatewaySection
+from services.edge.sessions.workers import Held, WorkerLink
 
 __all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal", "token_share"]
 
@@ -60,6 +62,8 @@ class LiveConnections(Generic[C]):
         self._per_token: Counter[str] = Counter()
         #: Refusals so far, by reason (for ``/metrics``).
         self.rejected: Counter[str] = Counter({TOO_MANY: 0, TOO_MANY_FOR_TOKEN: 0})
+        #: This edge's link to the other workers on its port (None: the only edge).
+        self.shared: WorkerLink | None = None
 
     def __len__(self) -> int:
         return len(self._token_of)
@@ -75,6 +79,35 @@ class LiveConnections(Generic[C]):
             self.rejected[refusal.reason] += 1
         return refusal
 
+    async def admit(self, conn: C, token_id: str) -> Refusal | None:
+        """Count ``conn`` as open for ``token_id`` if this edge's limits and — with several
+        workers — the host's allow it; else the refusal (counted), nothing held."""
+        refusal = self.refusal(token_id)
+        if refusal is not None:
+            return refusal
+        self.add(conn, token_id)
+        if self.shared is None:
+            return None
+        refused = await self.shared.take(
+            session_pb2.SLOT_KIND_CONNECTION, token_id, self.shared.counted(),
+            limit=self.max_connections, share=self.per_token if token_id else 0)
+        if refused is None:
+            return None
+        self.discard(conn)
+        refusal = Refusal(TOO_MANY_FOR_TOKEN if refused.per_principal else TOO_MANY,
+                          refused.limit)
+        self.rejected[refusal.reason] += 1
+        return refusal
+
+    def picture(self) -> Held:
+        """The connections held, by token ("" = without one), for the worker's report."""
+        held: Held = Counter({(session_pb2.SLOT_KIND_CONNECTION, t): n
+                              for t, n in self._per_token.items()})
+        untokened = len(self._token_of) - sum(self._per_token.values())
+        if untokened:
+            held[(session_pb2.SLOT_KIND_CONNECTION, "")] = untokened
+        return held
+
     def add(self, conn: C, token_id: str) -> None:
         """Count ``conn`` as open for ``token_id``."""
         self._token_of[conn] = token_id
@@ -84,6 +117,8 @@ class LiveConnections(Generic[C]):
     def discard(self, conn: C) -> None:
         """``conn`` closed (a connection never added is ignored)."""
         token_id = self._token_of.pop(conn, None)
+        if token_id is not None and self.shared is not None:
+            self.shared.changed()
         if token_id:
             self._per_token[token_id] -= 1
             if self._per_token[token_id] <= 0:

@@ -33,12 +33,14 @@ log = get_logger("edge.connection")
 
 async def open_runtime(cfg: Config, *, version: str, start_services: StartServices | None = None,
                        health_timeout: float = 10.0,
-                       security: GrpcSecurity | None = None) -> EdgeRuntime:
+                       security: GrpcSecurity | None = None, worker: int = 0) -> EdgeRuntime:
     """The edge runtime (``services.edge.sessions.runtime.open_runtime``) serving the session tools'
-    extension methods to its adapters (issue 13)."""
+    extension methods to its adapters (issue 13); ``worker``: the edge's number among
+    several on one port (0: the only one)."""
     return await _runtime.open_runtime(cfg, version=version, start_services=start_services,
                                        health_timeout=health_timeout,
-                                       adapter_methods=A2A_ADAPTER_METHODS, security=security)
+                                       adapter_methods=A2A_ADAPTER_METHODS, security=security,
+                                       worker=worker)
 
 
 async def serve_connection(

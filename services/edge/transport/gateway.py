@@ -45,7 +45,7 @@ async def _listeners(cfg: Config, listen_fds: Sequence[int]) -> list[socket.sock
 
 async def run_edge(cfg: Config, *, version: str,
                    ready: Callable[[EdgeServer], None] | None = None,
-                   listen_fds: Sequence[int] = ()) -> int:
+                   listen_fds: Sequence[int] = (), worker: int = 0) -> int:
     """Serve the gateway until SIGINT/SIGTERM; returns the exit code.
 
     ``version`` is acpgate's, as the ACP handshakes report it. ``listen_fds``: the
@@ -54,6 +54,9 @@ async def run_edge(cfg: Config, *, version: str,
     Then connects to both services (``[services]`` or the default unix sockets),
     waits for their gRPC health, and serves on the sockets. On a signal: stop
     accepting, close every connection (releasing its sessions), close the runtime.
+    ``worker``: this edge's number among several ``acpgate serve`` runs on the one port
+    (0: the only one): its limits, counters and claims are then shared
+    (services.edge.sessions.workers).
     """
     cfg = with_service_addresses(cfg)
     listeners = await _listeners(cfg, listen_fds)
@@ -72,7 +75,7 @@ async def run_edge(cfg: Config, *, version: str,
             if not any(not t.revoked for t in tokens):
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
-        runtime = await open_runtime(cfg, version=version, security=security)
+        runtime = await open_runtime(cfg, version=version, security=security, worker=worker)
         try:
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
             serving = True  # from here the server owns the sockets (it closes them)

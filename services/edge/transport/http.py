@@ -28,6 +28,8 @@ class HealthReport:
 
     #: service name → "SERVING", "NOT_SERVING", "UNKNOWN" or "UNREACHABLE".
     services: Mapping[str, str]
+    #: Edge workers reporting on this port (None: a lone edge; issue 28).
+    workers: int | None = None
 
     @property
     def healthy(self) -> bool:
@@ -40,14 +42,16 @@ class HealthReport:
         return 200 if self.healthy else 503
 
     def body(self) -> str:
-        """``{"status": "ok"|"degraded", "edge": "SERVING", "services": {...}}``."""
-        return orjson.dumps(
-            {
-                "status": "ok" if self.healthy else "degraded",
-                "edge": "SERVING",
-                "services": dict(self.services),
-            }
-        ).decode() + "\n"
+        """``{"status": "ok"|"degraded", "edge": "SERVING", "services": {...}}`` (and
+        ``"workers": N`` with several edge workers)."""
+        body: dict[str, object] = {
+            "status": "ok" if self.healthy else "degraded",
+            "edge": "SERVING",
+            "services": dict(self.services),
+        }
+        if self.workers is not None:
+            body["workers"] = self.workers
+        return orjson.dumps(body).decode() + "\n"
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from services.edge.transport.auth import (
     offered_subprotocols,
 )
 from services.edge.transport.exchange import HttpRequest
-from services.edge.transport.monitor import GatewayCounters, Monitor
+from services.edge.transport.monitor import GatewayCounters, Monitor, join_workers
 from services.edge.transport.origin import OriginPolicy
 from services.edge.transport.outqueue import (
     DEFAULT_QUEUE_CHARS,
@@ -166,6 +166,7 @@ class EdgeServer:
         self._monitor = Monitor(probe, lambda: self.runtime.metrics, self._counters, self._live,
                                 lambda: len(self.http.connections), lambda: self.http.readers,
                                 lambda: self._revocations.closes_total)
+        join_workers(getattr(runtime, "workers", None), self._live, self._monitor)
         self._routes = GatewayRoutes(
             self.acp_path, frozenset({"/healthz", f"{prefix}/healthz"}),
             frozenset({"/metrics", f"{prefix}/metrics"}), self._monitor.health,
@@ -330,12 +331,10 @@ class EdgeServer:
             return
         caller, acp_id = admitted
         token_id = caller.token_id
-        refusal = self._live.refusal(token_id)
-        if refusal is not None:
-            # Two handshakes raced past the check in process_request.
+        refusal = await self._live.admit(ws, token_id)
+        if refusal is not None:  # handshakes raced past process_request, or other workers'
             await ws.close(BUSY_CLOSE_CODE, refusal.reason.replace("_", " "))
             return
-        self._live.add(ws, token_id)
         self._counters.connections_total += 1
         query = parse_qs(urlsplit(ws.request.path if ws.request else "").query)
         default_agent = next((a.strip() for a in query.get("agent", []) if a.strip()), "")

@@ -81,7 +81,7 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     rt = requester.runtime
     home = hosted_port(requester)
     sid = str(uuid.uuid4())
-    with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
+    async with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
         try:
             got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
                 requester_session_key=requester.store_key, session_id=sid,

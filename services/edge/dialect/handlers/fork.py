@@ -105,10 +105,10 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
     if not rt.persistent:
         raise not_found(parent_id)
     extra = additional_directories(params)
-    with reserved_slot(rt, conn.caller.principal) as slot:
+    async with reserved_slot(rt, conn.caller.principal) as slot:
         parent = await visible_row(rt, conn.caller, parent_id)
         # The fork is the parent's principal's (the operator may fork any token's session).
-        slot.charge(principal_of_owner(parent.ownership.owner_session_key))
+        await slot.charge(principal_of_owner(parent.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
         mcp, passed = restore_mcp_servers(params, parent.mcp_servers_json)
         mcp = await admitted_servers(client_mcp, mcp, stored=not passed)

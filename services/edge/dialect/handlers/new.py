@@ -122,7 +122,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
     held = connection_agent(conn).take(alias) if conn.agent_state is not None else None
     # A held adapter's lease is keyed by the id of the session that takes it.
     sid = held.session_id if held is not None else str(uuid.uuid4())
-    with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
+    async with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()

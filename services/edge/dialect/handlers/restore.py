@@ -135,10 +135,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             and isinstance(live.port, DetachedPort) and live.principal == conn.caller.principal:
         return await _reattach(conn, live, replay=replay)
     extra = additional_directories(params)
-    with reserved_slot(rt, conn.caller.principal) as slot:
+    async with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
         # The operator may restore any principal's session: it counts against that one.
-        slot.charge(principal_of_owner(row.ownership.owner_session_key))
+        await slot.charge(principal_of_owner(row.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
         mcp, passed = restore_mcp_servers(params, row.mcp_servers_json)
         # A stored list is checked like a passed one: it may come from the local user, or

@@ -191,18 +191,17 @@ class StreamableEndpoint:
         if self._stopping.is_set():
             await respond(response, 503, "acpgate is shutting down\n", headers=headers)
             return
-        refusal = self._live.refusal(caller.token_id)
-        if refusal is not None:
-            log.warning("http_" + refusal.reason, limit=refusal.limit)
-            await respond(response, 503, refusal.body, headers=headers)
-            return
         s = self.settings
         conn = StreamableConnection(str(uuid.uuid4()), caller, idle_secs=s.idle_secs,
                                     budget=s.budget(), slow_client_timeout=s.slow_client_timeout,
                                     on_slow_client=lambda c: self._on_slow_client(),
                                     on_close=self._closed)
+        refusal = await self._live.admit(conn, caller.token_id)  # the host's, across workers
+        if refusal is not None:
+            log.warning("http_" + refusal.reason, limit=refusal.limit)
+            await respond(response, 503, refusal.body, headers=headers)
+            return
         self.connections[conn.id] = conn
-        self._live.add(conn, caller.token_id)
         agent = next((a.strip() for a in request.query.get("agent", []) if a.strip()), "")
         log.info("http_open", conn=conn.id[:8], remote=request.remote, agent=agent or None,
                  http=request.http_version)

@@ -1,0 +1,108 @@
+"""Session slots: ``[acp] max_sessions`` and each token's share, held while a session is
+set up (SPEC §9, issue 23 item 6) — with several edge workers on one port, the host's
+(issue 28: the session service counts every worker's, services.edge.sessions.workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
+from services.common.principals import token_id_of
+from services.common.protocol import MSG_SESSION_LIMIT, MSG_SESSION_LIMIT_TOKEN, SESSION_LIMIT
+from services.edge.sessions.registry import SessionRegistry, SlotRefusal
+from services.edge.sessions.runtime import EdgeRuntime
+
+__all__ = ["Slot", "creating", "reserved_slot"]
+
+
+def _limit_error(refused: SlotRefusal) -> JsonRpcError:
+    """-32001: the edge's limit, or the token's share of it (issue 23 item 6)."""
+    template = MSG_SESSION_LIMIT_TOKEN if refused.per_token else MSG_SESSION_LIMIT
+    return JsonRpcError(SESSION_LIMIT, template.format(max=refused.limit))
+
+
+class Slot:
+    """One reserved slot, counted against a principal (services.edge.sessions.registry) —
+    with several edge workers, the host's slot too (services.edge.sessions.workers)."""
+
+    def __init__(self, runtime: EdgeRuntime, principal: str) -> None:
+        self._runtime = runtime
+        self._registry = runtime.registry
+        self.principal = principal
+
+    async def take_shared(self, *, total: bool) -> None:
+        """Take the slot counted locally just now at the session service: the host's
+        ``max_sessions`` (when ``total``) and the principal's share across every worker;
+        -32001 when either is full (nothing taken). Nothing to do for a lone edge."""
+        link = self._runtime.workers
+        if link is None:
+            return
+        registry = self._registry
+        refused = await link.take(
+            session_pb2.SLOT_KIND_SESSION, self.principal, link.counted(),
+            limit=registry.max_sessions if total else 0,
+            share=registry.per_token if token_id_of(self.principal) else 0)
+        if refused is not None:
+            raise _limit_error(SlotRefusal(refused.limit, per_token=refused.per_principal))
+
+    async def charge(self, principal: str) -> None:
+        """Count the slot against ``principal`` (the owner of the row a restore brings up,
+        once read); -32001 when that token's share is full."""
+        before = self.principal
+        refused = self._registry.move(before, principal)
+        if refused is not None:
+            raise _limit_error(refused)
+        self.principal = principal
+        if before == principal:
+            return
+        try:
+            await self.take_shared(total=False)
+        except JsonRpcError:
+            self._registry.force_move(principal, before)
+            self.principal = before
+            raise
+
+
+@asynccontextmanager
+async def reserved_slot(runtime: EdgeRuntime, principal: str) -> AsyncIterator[Slot]:
+    """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
+    up; -32001 when the edge (with several workers: the host) is full, or when that token's
+    share is (a message of its own)."""
+    refused = runtime.registry.try_reserve(principal)
+    if refused is not None:
+        raise _limit_error(refused)
+    slot = Slot(runtime, principal)
+    try:
+        await slot.take_shared(total=True)
+        yield slot
+    finally:
+        runtime.registry.unreserve(slot.principal)
+
+
+class _Creating:
+    """:func:`creating`'s context, plain or async (beside :func:`reserved_slot`)."""
+
+    def __init__(self, registry: SessionRegistry, sid: str) -> None:
+        self._registry = registry
+        self._sid = sid
+
+    def __enter__(self) -> None:
+        self._registry.creating.add(self._sid)
+
+    def __exit__(self, *exc: object) -> None:
+        self._registry.creating.discard(self._sid)
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
+
+
+def creating(registry: SessionRegistry, sid: str) -> _Creating:
+    """Count new session ``sid`` among those being set up while it is: its claim is
+    renewed from the start (``SessionRegistry.serving``)."""
+    return _Creating(registry, sid)

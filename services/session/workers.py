@@ -1,0 +1,146 @@
+"""The limits one host's edge workers share (issue 28): in memory only.
+
+``acpgate serve`` may run several edge processes on one port; ``[gateway]
+max_connections`` / ``max_connections_per_token`` and ``[acp] max_sessions`` /
+``max_sessions_per_token`` are the host's, not each worker's. The workers of one
+*pool* (one host: its lifecycle instance id) report here what they hold, and take
+every new connection or session here before it counts: :class:`WorkerLedger`
+grants it only while the pool's workers together stay within the limit and the
+principal within its share.
+
+What a worker holds is what it last reported (:meth:`WorkerLedger.report`: its
+whole picture) plus the slots granted to it since that picture was taken. The
+worker numbers its local changes (``seq``): it counts a slot locally first, then
+takes it with the number it counted it at; a report names the number its picture
+was taken at, so a grant is dropped from the ledger exactly when a report holding
+it arrives, whatever order the two RPCs land in. Every error of this scheme
+counts a slot twice for a moment (a refused slot in a picture until the next
+one), never none.
+
+A worker that stops reporting (killed with SIGKILL) is forgotten after
+:attr:`WorkerLedger.ttl_ms`, its slots with it; a restarted worker (same name,
+new ``incarnation``) replaces what its predecessor held at once. Nothing is
+stored: a restarted session service learns every worker's picture again from its
+next report. Bounded: at most :data:`MAX_WORKERS_KEPT` workers, the stalest go
+first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from acpgate.session.v1 import session_pb2 as pb
+
+__all__ = ["MAX_WORKERS_KEPT", "Grant", "WorkerLedger"]
+
+#: Workers remembered at most (every pool's together).
+MAX_WORKERS_KEPT = 4096
+#: Counters one report may carry.
+MAX_COUNTERS = 1024
+
+_Key = tuple[int, str]  # (SlotKind, principal)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The answer to a take: granted, or refused for the limit or the principal's share."""
+
+    granted: bool
+    per_principal: bool = False
+    limit: int = 0
+
+
+@dataclass
+class _Worker:
+    pool: str
+    incarnation: str
+    seen_at: int
+    #: The last picture applied, and the ``seq`` it was taken at.
+    held: Counter[_Key] = field(default_factory=Counter)
+    seq: int = -1
+    #: Slots granted since, with the ``seq`` each was counted at.
+    grants: list[tuple[int, _Key]] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    reported_at: int = 0
+
+    def holds(self) -> Counter[_Key]:
+        """The picture plus the grants not in it yet."""
+        out = Counter(self.held)
+        for _, key in self.grants:
+            out[key] += 1
+        return out
+
+
+class WorkerLedger:
+    """What every edge worker holds, by pool; decides each take."""
+
+    def __init__(self, ttl_ms: int) -> None:
+        #: How long a worker counts without a report (a claim's lease time).
+        self.ttl_ms = ttl_ms
+        self._workers: dict[str, _Worker] = {}
+
+    def _worker(self, who: pb.WorkerId, now: int) -> _Worker:
+        """``who``'s entry, a fresh one for a new worker or a new incarnation of it."""
+        key = f"{who.pool}\x00{who.worker}"
+        entry = self._workers.pop(key, None)  # re-inserted last: the freshest
+        if entry is None or entry.incarnation != who.incarnation or entry.pool != who.pool:
+            entry = _Worker(who.pool, who.incarnation, now)
+        entry.seen_at = now
+        self._workers[key] = entry
+        self._prune(now)
+        return entry
+
+    def _prune(self, now: int) -> None:
+        for key in [k for k, w in self._workers.items() if now - w.seen_at > self.ttl_ms]:
+            del self._workers[key]
+        while len(self._workers) > MAX_WORKERS_KEPT:
+            del self._workers[next(iter(self._workers))]
+
+    def _pool(self, pool: str) -> Iterable[_Worker]:
+        return (w for w in self._workers.values() if w.pool == pool)
+
+    def take(self, request: pb.TakeSlotRequest, now: int) -> Grant:
+        """Grant one slot of ``request.kind`` for ``request.principal`` to its worker, or the
+        refusal: the pool's workers already hold ``limit`` of the kind, or the principal
+        its ``share``. A slot the worker's applied picture already holds (a report with a
+        later ``seq`` overtook this take) is checked without itself."""
+        me = self._worker(request.worker, now)
+        key: _Key = (request.kind, request.principal)
+        counted = request.seq <= me.seq  # already in the applied picture
+        total = by_principal = -1 if counted else 0
+        for worker in self._pool(me.pool):
+            for (kind, principal), n in worker.holds().items():
+                if kind == request.kind:
+                    total += n
+                    if principal == request.principal:
+                        by_principal += n
+        if request.limit and total >= request.limit:
+            return Grant(False, False, request.limit)
+        if request.share and request.principal and by_principal >= request.share:
+            return Grant(False, True, request.share)
+        if not counted:
+            me.grants.append((request.seq, key))
+        return Grant(True)
+
+    def report(self, request: pb.ReportWorkerRequest, now: int) -> None:
+        """Apply a worker's picture (unless a later one was applied already) and keep its
+        counters."""
+        me = self._worker(request.worker, now)
+        if request.seq < me.seq:
+            return  # overtaken by a later picture
+        me.held = Counter({(h.kind, h.principal): h.count for h in request.held if h.count})
+        me.seq = request.seq
+        me.grants = [(seq, key) for seq, key in me.grants if seq > request.seq]
+        me.counters = dict(list(request.counters.items())[:MAX_COUNTERS])
+        me.reported_at = now
+
+    def counters(self, pool: str, now: int) -> list[tuple[str, Mapping[str, int], int]]:
+        """``(worker, counters, reported_at)`` of the pool's live workers."""
+        self._prune(now)
+        out: list[tuple[str, Mapping[str, int], int]] = []
+        for key, worker in self._workers.items():
+            if worker.pool == pool and worker.reported_at:
+                out.append((key.split("\x00", 1)[1], worker.counters, worker.reported_at))
+        return out

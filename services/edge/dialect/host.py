@@ -108,12 +108,14 @@ def _session_view(live: spb.LiveSession, names: dict[str, str],
                   here: EdgeSession | None) -> dict[str, Any]:
     row, activity = live.session, live.activity
     state = _ACTIVITY.get(activity.state, "unknown")
-    if here is not None and not here.attached.is_set():
-        state = "detached"  # only this edge knows: its client went, the session waits
+    # Its client went, the session waits for its owner's (this edge knows it first).
+    detached = not here.attached.is_set() if here is not None else activity.detached
+    if detached:
+        state = "detached"
     return {"sessionId": row.session_id, "title": row.title, "agent": row.agent_alias,
             "owner": _owner(row, names), "state": state,
             "waitingRequests": activity.waiting_requests,
-            "attachedClients": 0 if here is not None and state == "detached" else 1,
+            "attachedClients": 0 if detached else max(1, activity.attached_clients),
             "createdAt": row.created_at,
             "lastActivity": activity.last_activity or row.last_activity,
             "servedHere": here is not None, "leaseId": activity.lease_id or row.lease_id,

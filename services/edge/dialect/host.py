@@ -41,6 +41,7 @@ from services.common.protocol import (
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.errors import grpc_error, not_found
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id
+from services.edge.sessions.activity import activity_of
 from services.edge.sessions.session import EdgeSession
 from services.edge.tokens import GRANT_HOST, TokenStore
 
@@ -106,19 +107,19 @@ async def _processes(conn: DialectConnection, lease: lpb.Lease) -> dict[str, Any
 
 def _session_view(live: spb.LiveSession, names: dict[str, str],
                   here: EdgeSession | None) -> dict[str, Any]:
-    row, activity = live.session, live.activity
-    state = _ACTIVITY.get(activity.state, "unknown")
-    # Its client went, the session waits for its owner's (this edge knows it first).
-    detached = not here.attached.is_set() if here is not None else activity.detached
-    if detached:
-        state = "detached"
+    row = live.session
+    # What this edge serves it knows now; of another process's, its last report.
+    activity = activity_of(here) if here is not None else live.activity
+    state = "detached" if activity.detached else _ACTIVITY.get(activity.state, "unknown")
+    detached = activity.detached
     return {"sessionId": row.session_id, "title": row.title, "agent": row.agent_alias,
             "owner": _owner(row, names), "state": state,
             "waitingRequests": activity.waiting_requests,
             "attachedClients": 0 if detached else max(1, activity.attached_clients),
             "createdAt": row.created_at,
             "lastActivity": activity.last_activity or row.last_activity,
-            "servedHere": here is not None, "leaseId": activity.lease_id or row.lease_id,
+            "servedHere": here is not None,
+            "leaseId": activity.lease_id or live.activity.lease_id or row.lease_id,
             "usage": {"inputTokens": row.input_tokens, "outputTokens": row.output_tokens}}
 
 

@@ -393,20 +393,6 @@ CONFIG_MODEL_KEY: Final = "_acpgate/model"
 ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
 
-# ------------------------------------------------------------------ host view (issue 31)
-#: ACP extension methods a client (the web console's host page) calls on ``/acp``: what
-#: ``acpgate ps`` shows, and a live session cancelled or closed. Answered only for a token
-#: holding the ``host`` grant (``acpgate token create --admin``) or the local operator.
-M_HOST_PS: Final = "_acpgate/host/ps"
-M_HOST_CANCEL: Final = "_acpgate/host/cancel"
-M_HOST_CLOSE: Final = "_acpgate/host/close"
-#: The refusal of a host method to any other caller (the same whatever the params).
-MSG_HOST_REFUSED: Final = ("Not authorised: host methods need an admin token "
-                           "(`acpgate token create --admin`)")
-#: A host close or cancel of a session another acpgate process serves.
-MSG_HOST_ELSEWHERE: Final = ("Session {session_id} is served by another acpgate process; "
-                             "close or cancel it there")
-
 
 def session_key_for(alias: str, session_id: str) -> str:
     """The SPEC §13 key of ``alias``'s session ``session_id``: ``agent:<alias>:acp:<sessionId>``

@@ -6,8 +6,9 @@
 - Its way in: the console's own page may use ``/acp`` (same origin) only where the
   gateway's ``Host`` is an IP literal or ``localhost``; a page whose DNS name was
   rebound to the gateway (``Origin`` and ``Host`` alike ``evil.example``) or another
-  port's page gets 403 before the token is even read, on WebSocket and Streamable
-  HTTP alike; the ``bearer.<token>`` subprotocol entry is never echoed back.
+  port's page gets 403 before the token is even read (Streamable HTTP, which the
+  console does not use, still admits listed origins only); the ``bearer.<token>``
+  subprotocol entry is never echoed back.
 - The host view (``_acpgate/host/*``): a token without the host grant — a plain one, a
   ``see-all`` one — gets one and the same refusal whatever it names (a live session
   of another token, a missing one), nothing is closed; a grant revoked counts at once.
@@ -28,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from services.common.protocol import MSG_HOST_REFUSED, WS_SUBPROTOCOL
+from services.common.host_view import MSG_HOST_REFUSED
+from services.common.protocol import WS_SUBPROTOCOL
 from services.edge.transport.console import CONSOLE_DIR, load_assets
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import Gateway, Token, running_gateway
@@ -143,7 +145,8 @@ async def test_only_the_gateways_own_unrebindable_origin_may_use_acp(tmp_path: P
             status, _ = await asyncio.to_thread(upgrade, port, host, origin, token)
             assert status == 403, (host, origin)
             assert await asyncio.to_thread(post, port, host, origin, token) == 403, origin
-        assert await asyncio.to_thread(post, port, own, f"http://{own}", token) == 200
+        # Streamable HTTP, which the console does not use, admits listed origins only.
+        assert await asyncio.to_thread(post, port, own, f"http://{own}", token) == 403
         assert token not in gw.log.read_text(errors="replace")
 
 

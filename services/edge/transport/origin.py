@@ -9,9 +9,10 @@ travels — and its preflight (``OPTIONS``) is answered. Nothing is ever opened 
 an origin that is not listed: no CORS header at all is sent for it.
 
 The gateway's own console (``GET /``, issue 31) is a browser page of the gateway's
-origin: a request whose ``Origin`` is exactly the origin it was sent to (scheme and
-``Host``) is admitted too — but only when that host is an IP literal or
-``localhost``, names no DNS record an attacker controls. A page on ``evil.example``
+origin: a WebSocket upgrade whose ``Origin`` is exactly the origin it was sent to
+(scheme and ``Host``) is admitted too — but only when that host is an IP literal or
+``localhost``, names no DNS record an attacker controls. (Streamable HTTP, which the
+console does not use, keeps to the list.) A page on ``evil.example``
 that rebinds its name to the gateway's address sends ``Origin`` and ``Host``
 ``evil.example`` alike; a DNS name is admitted only when ``allowed_origins`` lists it.
 """
@@ -45,8 +46,8 @@ class OriginPolicy:
         self._tls = tls
 
     def admits(self, origin: str | None, host: str | None = None) -> bool:
-        """No Origin (no browser): yes; a browser's: a listed origin, or the gateway's own
-        (``host`` the request's ``Host``, an IP literal or ``localhost``; see above)."""
+        """No Origin (no browser): yes; a browser's: a listed origin, or — given ``host``, a
+        WebSocket upgrade's ``Host`` (an IP literal or ``localhost``) — the gateway's own."""
         return (origin is None or self._list.admits(origin)
                 or same_origin(origin, host, tls=self._tls))
 

@@ -135,10 +135,16 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(page.locator("#transcript")).to_contain_text("History loaded.")
         assert await page.locator("#transcript img, #transcript script").count() == 0
 
-        # A phone-sized screen reads the same session.
+        # A phone-sized screen: the list, and a session with a list and a code block.
         phone = await page_of(browser, shots, gw, PHONE)
         await sign_in(phone, token)
         await shots.step(phone, "06-phone-sessions")
+        await phone.click("#new-session")
+        await send(phone, "a list:\n- one\n- two\n\n```\nx = 1\n```")
+        reply = phone.locator("#transcript .msg.agent").last
+        await expect(reply.locator("ul li")).to_have_count(2)
+        await expect(reply.locator("pre code")).to_have_text("x = 1")
+        await shots.step(phone, "06-phone-session")
         assert token.secret not in gw.log.read_text(errors="replace")
 
 

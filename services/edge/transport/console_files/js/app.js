@@ -93,9 +93,10 @@ function onClosed() {
 
 // ------------------------------------------------------------------ sessions list
 
-function cell(text) {
+function cell(text, label) {
   const td = document.createElement("td");
   td.textContent = text;
+  td.dataset.label = label; // shown beside the value on a phone (the header is hidden there)
   return td;
 }
 
@@ -134,9 +135,10 @@ async function refreshSessions() {
     const live = meta.state && meta.state !== "closed";
     const tr = document.createElement("tr");
     tr.dataset.sessionId = s.sessionId;
-    tr.append(cell(title), cell(meta.agent ?? ""), cell(meta.state ?? "stored"),
-              cell(String(meta.usage?.totalTokens ?? 0)),
-              cell(s.updatedAt ? new Date(s.updatedAt).toLocaleString() : ""));
+    tr.append(cell(title, "Title"), cell(meta.agent ?? "", "Agent"),
+              cell(meta.state ?? "stored", "State"),
+              cell(String(meta.usage?.totalTokens ?? 0), "Tokens"),
+              cell(s.updatedAt ? new Date(s.updatedAt).toLocaleString() : "", "Updated"));
     const actions = document.createElement("td");
     actions.className = "actions";
     actions.append(button("Open", `Open ${title}`, () => openSession(s, "controller")));
@@ -241,6 +243,10 @@ async function sendPrompt() {
   const text = $("prompt").value;
   if (!view || !text.trim() || view.running) return;
   $("prompt").value = "";
+  if (view.title === "New session") { // until the agent names it: its first line, as session/list does
+    view.title = text.trim().split("\n")[0].slice(0, 80);
+    $("session-title").textContent = view.title;
+  }
   view.transcript.prompt(text);
   setRunning(view, true);
   try {

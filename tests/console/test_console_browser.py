@@ -87,11 +87,14 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         # A new session on the default agent; its reply streams in as markdown.
         await page.click("#new-session")
         await expect(page.locator("#session")).to_be_visible()
-        await send(page, f"hello **world** and `code` {HOSTILE}")
+        await send(page, "hello, summarise **the failing tests** in `tests/console`")
         reply = page.locator("#transcript .msg.agent").last
         await expect(reply).to_contain_text("echo: hello")
-        await expect(reply.locator("strong")).to_have_text("world")
-        await expect(reply.locator("code")).to_have_text("code")
+        await expect(reply.locator("strong")).to_have_text("the failing tests")
+        await expect(reply.locator("code")).to_have_text("tests/console")
+        await expect(page.locator("#cancel")).to_be_disabled()  # the turn ended
+        await send(page, f"an agent's markup: {HOSTILE}")
+        reply = page.locator("#transcript .msg.agent").last
         await expect(reply).to_contain_text(HOSTILE)  # the markup as text...
         assert await page.locator("#transcript img, #transcript script").count() == 0
         assert await page.evaluate("window.__xss") is None  # ...and never run
@@ -115,7 +118,7 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         # The list shows it (title = the first prompt, its agent, usage).
         await page.click("#back")
         row = page.locator("#session-table tbody tr").first
-        await expect(row).to_contain_text("hello **world**")
+        await expect(row).to_contain_text("hello, summarise **the failing tests**")
         await expect(row).to_contain_text("attacker")
         await shots.step(page, "04-sessions")
 

@@ -25,11 +25,15 @@ const state = {
 
 function show(section) {
   for (const id of SECTIONS) $(id).hidden = id !== section;
-  $("nav-sessions").toggleAttribute("aria-current", section === "sessions" || section === "session");
-  $("nav-host").toggleAttribute("aria-current", section === "host");
+  current($("nav-sessions"), section === "sessions" || section === "session");
+  current($("nav-host"), section === "host");
   if (section === "host") startHostPolling(); else stopHostPolling();
   const heading = $(section).querySelector("h2");
   if (heading) { heading.tabIndex = -1; heading.focus({ preventScroll: true }); }
+}
+
+function current(node, on) {
+  if (on) node.setAttribute("aria-current", "page"); else node.removeAttribute("aria-current");
 }
 
 function setStatus(id, text, isError) {
@@ -177,6 +181,7 @@ function enter(sessionId) {
   $("session-title").textContent = view.title;
   $("session-mode").textContent = view.role === "observer" ? "watching" : "";
   $("transcript").replaceChildren(view.box);
+  $("transcript").scrollTop = $("transcript").scrollHeight;
   $("prompt").disabled = view.role === "observer";
   $("send").disabled = view.role === "observer";
   setRunning(view, view.running);

@@ -88,7 +88,13 @@ export class Transcript {
 
   _add(node) {
     this.root.append(node);
-    this.root.scrollTop = this.root.scrollHeight;
+    this._follow();
+  }
+
+  /** Keep the newest part in view (the scrolling box is the page's, around this one). */
+  _follow() {
+    const scroller = this.root.closest(".transcript") ?? this.root;
+    scroller.scrollTop = scroller.scrollHeight;
   }
 
   _stream(kind, text) {
@@ -111,7 +117,7 @@ export class Transcript {
     }
     this.current.text += text;
     this.current.body.replaceChildren(render(this.doc, this.current.text));
-    this.root.scrollTop = this.root.scrollHeight;
+    this._follow();
   }
 
   _toolCard(id) {

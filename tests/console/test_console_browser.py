@@ -25,6 +25,7 @@ import pytest
 
 from tests.console.browser import failure_shots, open_browser, skip_reason
 from tests.gateway.stack import RawClient
+from tests.security.fake_model import call_message
 from tests.security.gateway_stack import Gateway, Token, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -73,6 +74,18 @@ async def send(page: Any, text: str) -> None:
     await page.click("#send")
 
 
+async def allowed(page: Any, text: str) -> None:
+    """Send ``text``, allow the permission request it raises, wait for the turn's end."""
+    from playwright.async_api import expect
+
+    await send(page, text)
+    await page.locator("#permission button.allow").first.click()
+    await expect(page.locator("#permission")).to_be_hidden()
+    await expect(page.locator("#transcript .tool").last).to_have_attribute(
+        "data-status", "completed")
+    await expect(page.locator("#cancel")).to_be_disabled()
+
+
 async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) -> None:
     from playwright.async_api import expect
 
@@ -113,6 +126,27 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(page.locator("#transcript .msg.agent").last).to_contain_text(
             "from-console")
         await expect(page.locator("#cancel")).to_be_disabled()
+
+        # File changes: the tool call shows its diff (added and removed lines).
+        await allowed(page, call_message("file_write", {"path": "notes.md",
+                                                        "content": "alpha\nbeta\n"}))
+        await expect(page.locator("#transcript .tool").last.locator(".diff .add").first
+                     ).to_have_text("+ alpha\n")
+        # The change is shown (the pending tool call's diff) before it is allowed.
+        await send(page, call_message("file_edit", {"path": "notes.md", "old_string": "beta",
+                                                    "new_string": "gamma"}))
+        await expect(page.locator("#permission")).to_be_visible()
+        await expect(page.locator("#transcript .tool").last.locator(".diff .add")
+                     ).to_have_text("+ gamma\n")
+        await page.locator("#permission button.allow").first.click()
+        await expect(page.locator("#transcript .tool").last).to_have_attribute(
+            "data-status", "completed")
+        await expect(page.locator("#cancel")).to_be_disabled()
+        diff = page.locator("#transcript .tool").last.locator(".diff")
+        await expect(diff.locator("figcaption")).to_contain_text("notes.md")
+        await expect(diff.locator(".del")).to_have_text("- beta\n")
+        await expect(diff.locator(".add")).to_have_text("+ gamma\n")
+        await expect(diff.locator(".ctx").first).to_have_text("  alpha\n")
         await shots.step(page, "02-session")
 
         # The list shows it (title = the first prompt, its agent, usage).

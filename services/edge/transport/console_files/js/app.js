@@ -3,7 +3,7 @@
 // /acp (ACP over a WebSocket); the token lives in this tab's sessionStorage only.
 
 import { AcpClient, RpcError, acpUrl } from "./acp.js";
-import { Transcript } from "./transcript.js";
+import { Transcript, contentNode } from "./transcript.js";
 import { renderHost } from "./host.js";
 
 const TOKEN_KEY = "acpgate.console.token";
@@ -280,6 +280,13 @@ function onRequest(method, params, id) {
   if (method !== "session/request_permission") {
     return Promise.reject(new RpcError({ code: -32601, message: `Method not found: ${method}` }));
   }
+  // The request names the tool call it guards (a ToolCallUpdate, often with the diff): a
+  // call already shown is updated; an agent's own approval id gets no card of its own.
+  const call = params?.toolCall;
+  const transcript = state.views.get(params?.sessionId)?.transcript;
+  if (transcript?.hasTool(call?.toolCallId)) {
+    transcript.update({ ...call, sessionUpdate: "tool_call_update" });
+  }
   return new Promise((resolve) => {
     state.permissions.set(id, {
       params,
@@ -311,9 +318,12 @@ function renderPermission() {
     b.dataset.optionId = String(option?.optionId ?? "");
     buttons.append(b);
   }
+  // What it would do (a file change's diff, a command), shown before the choice.
+  const content = Array.isArray(params?.toolCall?.content) ? params.toolCall.content : [];
+  const details = content.map((c) => contentNode(document, c));
   box.setAttribute("aria-labelledby", "permission-title");
   box.dataset.requestId = String(id);
-  box.replaceChildren(heading, what, buttons);
+  box.replaceChildren(heading, what, ...details, buttons);
   const wasHidden = box.hidden;
   box.hidden = false;
   if (wasHidden) buttons.querySelector("button")?.focus();

@@ -33,8 +33,9 @@ function make(doc, name, className, text) {
 
 /** Lines of `oldText` → `newText` as [sign, line] (a small LCS; big files: all -, all +). */
 export function lineDiff(oldText, newText) {
-  const a = String(oldText ?? "").split("\n");
-  const b = String(newText ?? "").split("\n");
+  const lines = (t) => { const l = String(t ?? "").split("\n"); if (l.at(-1) === "") l.pop(); return l; };
+  const a = lines(oldText);
+  const b = lines(newText);
   if (oldText == null || oldText === "") return b.map((l) => ["+", l]);
   if (a.length * b.length > 250000) return [...a.map((l) => ["-", l]), ...b.map((l) => ["+", l])];
   const dp = Array.from({ length: a.length + 1 }, () => new Uint32Array(b.length + 1));
@@ -53,6 +54,28 @@ export function lineDiff(oldText, newText) {
   while (i < a.length) out.push(["-", a[i++]]);
   while (j < b.length) out.push(["+", b[j++]]);
   return out;
+}
+
+/** One piece of a tool call's content as DOM: a diff, text (markdown), a terminal. */
+export function contentNode(doc, c) {
+  if (c?.type === "diff") {
+    const box = make(doc, "figure", "diff");
+    box.append(make(doc, "figcaption", "", String(c.path ?? "")));
+    const pre = make(doc, "pre");
+    for (const [sign, line] of lineDiff(c.oldText, c.newText)) {
+      const cls = sign === "+" ? "add" : sign === "-" ? "del" : "ctx";
+      pre.append(make(doc, "span", cls, `${sign} ${line}\n`));
+    }
+    box.append(pre);
+    return box;
+  }
+  if (c?.type === "content") {
+    const div = make(doc, "div", "tool-text");
+    div.append(render(doc, blockText(c.content)));
+    return div;
+  }
+  if (c?.type === "terminal") return make(doc, "p", "note", `[terminal ${c.terminalId ?? ""}]`);
+  return make(doc, "span");
 }
 
 export class Transcript {
@@ -120,6 +143,11 @@ export class Transcript {
     this._follow();
   }
 
+  /** Whether the tool call `id` is shown. */
+  hasTool(id) {
+    return id !== undefined && this.tools.has(String(id));
+  }
+
   _toolCard(id) {
     let card = this.tools.get(id);
     if (!card) {
@@ -129,9 +157,10 @@ export class Transcript {
       const title = make(doc, "h3", "tool-title", "Tool call");
       const status = make(doc, "span", "badge status-pending", "pending");
       head.append(title, status);
+      const diffs = make(doc, "div", "tool-diffs");
       const body = make(doc, "div", "tool-body");
-      node.append(head, body);
-      card = { node, title, status, body };
+      node.append(head, diffs, body);
+      card = { node, title, status, diffs, body };
       this.tools.set(id, card);
       this.current = null;
       this._add(node);
@@ -148,30 +177,12 @@ export class Transcript {
       card.node.dataset.status = u.status;
     }
     if (Array.isArray(u.content)) {
-      card.body.replaceChildren(...u.content.map((c) => this._toolContent(c)));
+      // A change's diff stays shown when a later update reports only its outcome in text.
+      const diffs = u.content.filter((c) => c?.type === "diff");
+      if (diffs.length) card.diffs.replaceChildren(...diffs.map((c) => contentNode(this.doc, c)));
+      card.body.replaceChildren(...u.content.filter((c) => c?.type !== "diff")
+        .map((c) => contentNode(this.doc, c)));
     }
-  }
-
-  _toolContent(c) {
-    const doc = this.doc;
-    if (c?.type === "diff") {
-      const box = make(doc, "figure", "diff");
-      box.append(make(doc, "figcaption", "", String(c.path ?? "")));
-      const pre = make(doc, "pre");
-      for (const [sign, line] of lineDiff(c.oldText, c.newText)) {
-        const cls = sign === "+" ? "add" : sign === "-" ? "del" : "ctx";
-        pre.append(make(doc, "span", cls, `${sign} ${line}\n`));
-      }
-      box.append(pre);
-      return box;
-    }
-    if (c?.type === "content") {
-      const div = make(doc, "div", "tool-text");
-      div.append(render(doc, blockText(c.content)));
-      return div;
-    }
-    if (c?.type === "terminal") return make(doc, "p", "note", `[terminal ${c.terminalId ?? ""}]`);
-    return make(doc, "span");
   }
 
   _plan(entries) {

@@ -119,7 +119,7 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(prompt).to_be_visible()
         await expect(page.locator("#permission button.allow").first).to_be_focused()
         await shots.step(page, "03-permission")
-        await page.locator("#permission button.allow").first.click()
+        await page.keyboard.press("Enter")  # the focused "Allow once", from the keyboard
         await expect(prompt).to_be_hidden()
         await expect(page.locator("#transcript .tool").last).to_have_attribute(
             "data-status", "completed")
@@ -181,6 +181,16 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         reply = phone.locator("#transcript .msg.agent").last
         await expect(reply.locator("ul li")).to_have_count(2)
         await expect(reply.locator("pre code")).to_have_text("x = 1")
+        # The demo agent (another alias): its thoughts collapsed, its plan's entries.
+        await phone.click("#back")
+        await phone.fill("#new-agent", "demo")
+        await phone.click("#new-session")
+        await send(phone, "plan")
+        await expect(phone.locator("#transcript .plan li").first).to_be_visible()
+        thought = phone.locator("#transcript details.thought").first
+        await expect(thought).to_be_attached()
+        assert await thought.get_attribute("open") is None  # collapsed
+        await expect(phone.locator("#cancel")).to_be_disabled()
         await shots.step(phone, "06-phone-session")
         assert token.secret not in gw.log.read_text(errors="replace")
 
@@ -240,8 +250,18 @@ async def test_host_page_for_an_admin_token(tmp_path: Path) -> None:
         await client.say(sid, "summarise the failing tests")
 
         page = await page_of(browser, shots, gw, DESKTOP)
-        await sign_in(page, admin)
-        await page.click("#nav-host")
+        # Keyboard only: every control is labelled; sign in and reach the host page by keys.
+        unlabelled = await page.evaluate("""() => [...document.querySelectorAll(
+            'input, textarea, button')].filter(e => !(e.labels?.length || e.textContent.trim()
+            || e.getAttribute('aria-label'))).map(e => e.id)""")
+        assert unlabelled == []
+        await page.keyboard.press("Tab")  # from the sign-in heading to the token field
+        await expect(page.locator("#token")).to_be_focused()
+        await page.keyboard.type(admin.secret)
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#nav-host")).to_be_visible()
+        await page.focus("#nav-host")
+        await page.keyboard.press("Enter")
         card = page.locator(f".host-session[data-session-id='{sid}']")
         await expect(card).to_contain_text("laptop")  # the owner, by its token's name
         await expect(card).to_contain_text("summarise the failing tests")

@@ -203,6 +203,21 @@ function historyItem(view, item) {
   else if (item.update) view.transcript.update(item.update);
 }
 
+/** session/attach (the multi-client attach RFD); false when a controller should load instead. */
+async function attach(view, sid, role) {
+  let result;
+  try {
+    result = await state.client.request("session/attach", {
+      sessionId: sid, role, historyPolicy: "full", clientInfo: CLIENT_INFO });
+  } catch (err) {
+    if (role === "observer") throw err;
+    return false; // e.g. no longer live, or not attachable: a controller loads it
+  }
+  view.transcript.note(role === "observer" ? "Watching this session live." : "Attached to this session.");
+  for (const item of Array.isArray(result?.history) ? result.history : []) historyItem(view, item);
+  return true;
+}
+
 async function openSession(info, role) {
   const sid = info.sessionId;
   if (state.views.has(sid)) { enter(sid); return; }
@@ -210,16 +225,11 @@ async function openSession(info, role) {
   enter(sid);
   const live = (info._meta?.acpgate?.state ?? "closed") !== "closed";
   try {
-    if (state.canAttach && live) {
-      view.transcript.note(role === "observer" ? "Watching this session live." : "Attached to this session.");
-      const result = await state.client.request("session/attach", {
-        sessionId: sid, role, historyPolicy: "full", clientInfo: CLIENT_INFO });
-      for (const item of Array.isArray(result?.history) ? result.history : []) historyItem(view, item);
-    } else {
-      view.role = "controller";
-      await state.client.request("session/load", { sessionId: sid, cwd: info.cwd ?? "", mcpServers: [] });
-      view.transcript.note("History loaded.");
-    }
+    if (state.canAttach && live && await attach(view, sid, role)) return;
+    if (role === "observer") throw new Error("this session cannot be watched now");
+    view.role = "controller";
+    await state.client.request("session/load", { sessionId: sid, cwd: info.cwd ?? "", mcpServers: [] });
+    view.transcript.note("History loaded.");
   } catch (err) {
     view.transcript.note(`Could not open the session: ${describe(err)}`, "error");
     state.views.delete(sid);

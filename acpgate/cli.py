@@ -98,7 +98,10 @@ def _cmd_token(args: argparse.Namespace) -> int:
 def _token_action(store: TokenStore, args: argparse.Namespace) -> int:
     """One ``acpgate token`` action on ``store``."""
     if args.token_command == "create":
-        token_id, secret = store.create(args.name, args.grant)
+        from services.edge.tokens import GRANT_HOST
+
+        wanted = [*args.grant, *([GRANT_HOST] if args.admin else [])]
+        token_id, secret = store.create(args.name, list(dict.fromkeys(wanted)))
         print(secret)
         print(f"token id: {token_id} (the token above is shown only once)", file=sys.stderr)
         return 0

@@ -84,12 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", default="", help="a label to recognise it by")
     create.add_argument("--grant", action="append", default=[], metavar="GRANT",
                         help="an operator grant for the token (see-all: read-only sight of "
-                             "other tokens' sessions); repeatable")
+                             "other tokens' sessions; host: the console's host view); "
+                             "repeatable")
+    create.add_argument("--admin", action="store_true",
+                        help="an operator's token: the host grant (the web console's host "
+                             "page: every live session, its processes, close and cancel)")
     list_p = tok_sub.add_parser("list", help="list tokens (ids, labels and grants, never the "
                                              "secret)")
     revoke = tok_sub.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("token_id")
-    grant = tok_sub.add_parser("grant", help="give a token an operator grant (see-all)")
+    grant = tok_sub.add_parser("grant", help="give a token an operator grant (see-all, host)")
     revoke_grant = tok_sub.add_parser("revoke-grant", help="take an operator grant from a token")
     for p in (grant, revoke_grant):
         p.add_argument("token_id")

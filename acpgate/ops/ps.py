@@ -123,6 +123,8 @@ class SessionView:
     served_by: str
     log: str
     lease: LeaseView | None = None
+    #: Client connections attached now (0 while detached; issue 27).
+    clients: int = 1
 
 
 @dataclass
@@ -255,7 +257,10 @@ async def gather(cfg: Config, *, with_leases: bool = False) -> PsReport:
             row.created_at, activity.last_activity or row.last_activity, live.reported_at,
             row.workspace_dir, row.claim.instance_id, row.claim.host,
             _served_by(served_by, row),
-            str(session_log_path(Path(state_dir), sid)) if state_dir else "", lease))
+            str(session_log_path(Path(state_dir), sid)) if state_dir else "", lease,
+            clients=activity.attached_clients))
+        if activity.detached:  # its client went; it waits for the owner's next connection
+            report.sessions[-1].state = "detached"
     report.sessions.sort(key=lambda s: s.created_at)
     if with_leases:
         report.leases = sorted(views.values(), key=lambda v: v.started_at)

@@ -70,10 +70,11 @@ def render_ps(report: PsReport, *, with_leases: bool = False) -> str:
     if not report.sessions:
         out.append("no live sessions")
     else:
-        rows = [[s.session_id, s.agent, s.owner, s.state, _age(report, s.created_at),
-                 _age(report, s.last_activity), s.title or "-"] for s in report.sessions]
-        header, *lines = table(["SESSION", "AGENT", "OWNER", "STATE", "AGE", "IDLE", "TITLE"],
-                               rows)
+        rows = [[s.session_id, s.agent, s.owner, s.state, str(s.clients),
+                 _age(report, s.created_at), _age(report, s.last_activity), s.title or "-"]
+                for s in report.sessions]
+        header, *lines = table(["SESSION", "AGENT", "OWNER", "STATE", "CLIENTS", "AGE", "IDLE",
+                                "TITLE"], rows)
         out.append(header)
         for s, line in zip(report.sessions, lines, strict=True):
             out.append(cut(line, width))

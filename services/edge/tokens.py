@@ -15,7 +15,8 @@ the :class:`TokenWatch`'s business: it tells cheaply when the table changed.
 
 Operator grants (issue 23) live beside the tokens, in table ``grants`` (schema
 version 2; a store from before gets the empty table on its next open, its
-tokens untouched). The one grant is :data:`GRANT_SEE_ALL`: the token's clients,
+tokens untouched). One grant is :data:`GRANT_HOST` (the host view, below); the other is
+:data:`GRANT_SEE_ALL`: the token's clients,
 and the agents of its sessions, may list, read the history of and ask the
 status of other principals' sessions — read-only: no grant lets one principal
 drive (prompt, send to, load, resume, delete, spawn into) another's session.
@@ -43,8 +44,12 @@ SECRET_BYTES = 32
 
 #: The operator grant that shows other principals' sessions, read-only.
 GRANT_SEE_ALL = "see-all"
+#: The operator grant of the host view (issue 31): ``_acpgate/host/*`` on ``/acp`` — every
+#: live session of the install, its owner and processes, and closing or cancelling them.
+#: ``acpgate token create --admin`` mints a token holding it.
+GRANT_HOST = "host"
 #: Every grant a token may hold.
-GRANTS = (GRANT_SEE_ALL,)
+GRANTS = (GRANT_SEE_ALL, GRANT_HOST)
 #: ``PRAGMA user_version`` of the current schema (1: tokens only; 2: + grants).
 SCHEMA_VERSION = 2
 

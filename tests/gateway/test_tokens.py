@@ -230,3 +230,8 @@ def test_cli_grants(tmp_path: Path) -> None:
     assert run("grant", "nope", "see-all").returncode == 2
     assert run("create", "--name", "x", "--grant", "root").returncode == 2
     assert len(run("list").stdout.splitlines()) == 2
+    # --admin: the host grant of the console's host page (issue 31), once with --grant host.
+    admin = run("create", "--name", "admin", "--admin", "--grant", "host")
+    admin_id = admin.stderr.split("token id:", 1)[1].split()[0]
+    rows = {line.split("\t")[0]: line.split("\t") for line in run("list").stdout.splitlines()}
+    assert rows[admin_id][4] == "host"

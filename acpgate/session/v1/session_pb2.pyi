@@ -2156,6 +2156,8 @@ class SessionActivity(_message.Message):
     WAITING_REQUESTS_FIELD_NUMBER: _builtins.int
     LAST_ACTIVITY_FIELD_NUMBER: _builtins.int
     LEASE_ID_FIELD_NUMBER: _builtins.int
+    ATTACHED_CLIENTS_FIELD_NUMBER: _builtins.int
+    DETACHED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___ActivityState.ValueType
     waiting_requests: _builtins.int
@@ -2164,6 +2166,12 @@ class SessionActivity(_message.Message):
     """When the session last did anything (a prompt, an update, an answer; ms)."""
     lease_id: _builtins.str
     """The lease serving the session on the reporting instance ("" while set up)."""
+    attached_clients: _builtins.int
+    """Client connections attached to the session now (issue 31; 0 while detached)."""
+    detached: _builtins.bool
+    """Its client connection went and it waits, its turn running on, for its owner's
+    next connection ([gateway] detach_grace_secs; issue 27).
+    """
     def __init__(
         self,
         *,
@@ -2172,10 +2180,12 @@ class SessionActivity(_message.Message):
         waiting_requests: _builtins.int = ...,
         last_activity: _builtins.int = ...,
         lease_id: _builtins.str = ...,
+        attached_clients: _builtins.int = ...,
+        detached: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_activity", b"last_activity", "lease_id", b"lease_id", "session_id", b"session_id", "state", b"state", "waiting_requests", b"waiting_requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached_clients", b"attached_clients", "detached", b"detached", "last_activity", b"last_activity", "lease_id", b"lease_id", "session_id", b"session_id", "state", b"state", "waiting_requests", b"waiting_requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,9 +5,10 @@ The session service keeps every instance's latest report in memory
 (``ListLiveSessions``, ``acpgate ps``): the edge alone knows whether a turn runs
 or waits for the client's answer. Reported, per session: being set up, idle, a
 turn running, or a turn waiting for the client (permission requests and
-elicitations open), with the session's last activity and its lease. Which
-clients are attached waits for live sessions (issue 27): today a session has
-exactly one, its connection.
+elicitations open), with the session's last activity and its lease, and whether a
+client is attached: a session whose connection went waits detached for its
+owner's next one (issue 27) — then no client is attached; otherwise its one
+connection is.
 """
 
 from __future__ import annotations
@@ -41,14 +42,17 @@ def activity_of(session: EdgeSession) -> session_pb2.SessionActivity:
         state = session_pb2.ACTIVITY_STATE_WAITING
     else:
         state = session_pb2.ACTIVITY_STATE_TURN
+    detached = not session.attached.is_set()
     return session_pb2.SessionActivity(
         session_id=session.session_id, state=state, waiting_requests=waiting,
         last_activity=int((time.time() - session.idle_for()) * 1000),
-        lease_id=session.lease_id)
+        lease_id=session.lease_id, detached=detached, attached_clients=0 if detached else 1)
 
 
-def _shape(activity: Iterable[session_pb2.SessionActivity]) -> set[tuple[str, int, int, str]]:
-    return {(a.session_id, a.state, a.waiting_requests, a.lease_id) for a in activity}
+def _shape(activity: Iterable[session_pb2.SessionActivity]
+           ) -> set[tuple[str, int, int, str, bool, int]]:
+    return {(a.session_id, a.state, a.waiting_requests, a.lease_id, a.detached,
+             a.attached_clients) for a in activity}
 
 
 def changed(before: Mapping[str, session_pb2.SessionActivity] | None,

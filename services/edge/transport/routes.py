@@ -1,21 +1,24 @@
-"""Every plain HTTP request on the gateway's port: ``/healthz``, ``/metrics``, ``/acp``.
+"""Every plain HTTP request on the gateway's port: ``/healthz``, ``/metrics``, ``/acp``, and
+the web console's static files (``/``, ``/console/…``: :mod:`services.edge.transport.console`).
 
 ``/acp`` (with the configured prefix) is Streamable HTTP: the ``Origin`` is
 checked first (browsers only as ``[gateway] allowed_origins`` allows; their
 preflight answered), then the token — bearer header or ``?token=``, exactly as
 for a WebSocket: 401 without a valid one — and the request goes to the
 :class:`~.streamable.endpoint.StreamableEndpoint`. The two plain endpoints
-answer without a token, as they always did. Any other path is 404; another
-method on ``/acp`` 405.
+answer without a token, as they always did, and so does the console (its files hold
+only code; what it shows it asks over ``/acp`` with the token). Any other path is
+404; another method on ``/acp`` 405.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.common.remote_transport import CONTENT_TYPE_JSON
 from services.edge.caller import Caller
+from services.edge.transport.console import ConsoleFiles
 from services.edge.transport.exchange import HttpRequest, HttpResponse, respond
 from services.edge.transport.http import PROMETHEUS_CONTENT_TYPE
 from services.edge.transport.origin import OriginPolicy
@@ -43,6 +46,13 @@ class GatewayRoutes:
     authenticate: Callable[[HttpRequest], Awaitable[Caller | None]]
     origins: OriginPolicy
     endpoint: StreamableEndpoint
+    #: The console's page and files (under the same prefix as ``/acp``).
+    console: ConsoleFiles = field(default_factory=ConsoleFiles)
+
+    def __post_init__(self) -> None:
+        prefix = self.acp_path.removesuffix("/acp")
+        if prefix:  # the console lives beside /acp, under the same prefix
+            object.__setattr__(self, "console", ConsoleFiles(prefix))
 
     async def __call__(self, request: HttpRequest, response: HttpResponse) -> None:
         """Answer ``request``."""
@@ -53,13 +63,13 @@ class GatewayRoutes:
         elif path in self.metrics_paths:
             await respond(response, 200, await self.metrics(), PROMETHEUS_CONTENT_TYPE)
         elif path != self.acp_path:
-            await respond(response, 404, "Not Found\n")
+            await self.console.serve(request, response)
         else:
             await self._acp(request, response)
 
     async def _acp(self, request: HttpRequest, response: HttpResponse) -> None:
         origin = request.headers.get("origin")
-        if not self.origins.admits(origin):
+        if not self.origins.admits(origin):  # the console's own page uses the WebSocket
             await respond(response, 403, "Origin not allowed: a browser page may use this "
                                          "gateway only when [gateway] allowed_origins lists "
                                          "its origin\n")

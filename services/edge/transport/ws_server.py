@@ -145,7 +145,7 @@ class EdgeServer:
             weakref.WeakKeyDictionary())
         self._ids = count(1)
         self._counters = GatewayCounters()
-        self._origins = OriginPolicy(gw.allowed_origins)
+        self._origins = OriginPolicy(gw.allowed_origins, tls=gw.tls.enabled)
         self._cookie = affinity_cookie(getattr(runtime, "gateway_instance_id", ""),
                                        tls=gw.tls.enabled)
         #: One front door per listening socket (an address of the host).
@@ -289,7 +289,7 @@ class EdgeServer:
     ) -> Response | None:
         if urlsplit(request.path).path != self.acp_path:
             return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
-        if not self._origins.admits(_first(request.headers, "Origin")):
+        if not self._origins.admits(*(_first(request.headers, h) for h in ("Origin", "Host"))):
             log.warning("ws_origin_refused", remote=_remote(connection))
             return connection.respond(http.HTTPStatus.FORBIDDEN, "Origin not allowed\n")
         token = extract_token(

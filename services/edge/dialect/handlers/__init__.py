@@ -49,6 +49,7 @@ from services.edge.dialect.handlers import (
     stored,
     turns,
 )
+from services.edge.dialect.host import HOST_METHODS
 
 #: Method name → handler, for every method a client may call.
 METHODS: Mapping[str, Handler] = {
@@ -70,6 +71,8 @@ METHODS: Mapping[str, Handler] = {
     M_CANCEL_REQUEST: turns.cancel_request,
     M_SESSION_UPDATE: stored.session_event,
     M_SESSION_EVENT: stored.session_event,
+    # The console's host view (issue 31): admin tokens only (services.edge.dialect.host).
+    **HOST_METHODS,
 }
 
 #: Methods the relay never passes on: they create sessions, which the edge must know. Each

@@ -18,7 +18,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.protocol import META_ACPGATE
-from services.edge.dialect.a2a.views import iso, lineage
+from services.edge.dialect.a2a.views import iso, lineage, state_of
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import reader_fields, visible_row
 from services.edge.errors import grpc_error
@@ -42,6 +42,10 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
     sessions = [session_info(row) for row in resp.sessions]
+    for info, row in zip(sessions, resp.sessions, strict=True):
+        # Running here or elsewhere (the console's state column; issue 31).
+        live = conn.runtime.registry.active.get(row.session_id)
+        info["_meta"][META_ACPGATE]["state"] = state_of(row, live)
     out: dict[str, Any] = {"sessions": sessions}
     if resp.next_cursor:
         out["nextCursor"] = resp.next_cursor

@@ -97,7 +97,7 @@ async def main(runs: int, sessions: int, observers: int) -> None:
         async with running_gateway(Path(tmp), extra=agent_section("scripted"),
                                    max_sessions=sessions + observers + 8,
                                    per_token=sessions + observers + 8,
-                                   gateway="detach_grace_secs = 600\n",
+                                   gateway="max_connections = 256\nmax_connections_per_token = 256\n",
                                    log_level="warning") as gw:
             token = await gw.token("bench")
             for ended in (False, True):

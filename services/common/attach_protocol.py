@@ -26,6 +26,8 @@ M_ATTACHMENT_CLOSED: Final = "_acpgate/attachment_closed"
 #: by another controller (issue 27).
 U_PROMPT_RECEIVED: Final = "prompt_received"
 U_PERMISSION_RESOLVED: Final = "permission_resolved"
+#: Multi-client attach RFD: a client left the session (``client``: its clientInfo, role).
+U_CLIENT_DISCONNECTED: Final = "client_disconnected"
 #: The chunk updates that carry a ``messageId`` (Message ID RFD).
 MESSAGE_CHUNKS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk",
                                    "user_message_chunk"})

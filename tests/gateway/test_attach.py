@@ -158,8 +158,11 @@ async def test_a_second_client_attaches_while_the_first_still_holds_the_session(
         echo = next(m["params"]["update"] for m in got if kind(m) == "prompt_received")
         assert echo["prompt"] == "two" and echo["sentBy"]["name"] == "phone", echo
         assert "echo: two" in text_of(got)
-        # The first one leaves; the session goes on with the second.
+        # The first one leaves; the second is told, and the session goes on with it.
         await first.ws.close()
+        gone = (await read_until(second.ws, lambda m: kind(m) == "client_disconnected"))[-1]
+        assert gone["params"]["update"]["client"] == {
+            "name": "laptop", "version": "1.0", "role": "controller"}, gone
         assert "echo: three" in await second.say(sid, "three")
         assert (await gw.metrics())["acpgate_active_sessions"] == 1
         await second.ws.close()

@@ -34,6 +34,7 @@ from services.common.attach_protocol import (
     DROP_SLOW_CLIENT,
     M_ATTACHMENT_CLOSED,
     ROLE_CONTROLLER,
+    U_CLIENT_DISCONNECTED,
 )
 from services.common.jsonrpc import notification_line
 from services.common.logs import get_logger
@@ -267,25 +268,32 @@ async def _tell(send: Callable[[list[str]], Awaitable[None]], lines: list[str]) 
 def leave(session: EdgeSession, conn: object, *, grace_secs: float) -> bool:
     """Client connection ``conn`` no longer serves ``session``: an attachment of it is
     removed; as the primary port, another controller takes its place, else the session
-    detaches for ``grace_secs`` (> 0). False when the caller is to release the session
-    (``conn`` was its last controller and there is no grace)."""
-    from services.edge.sessions.attachment import detach, promote
+    detaches for ``grace_secs`` (> 0). The clients that stay are told
+    ``client_disconnected``. False when the caller is to release the session (``conn`` was
+    its last controller and there is no grace)."""
+    from services.edge.sessions.attachment import DetachedPort, detach, promote
     clients = session.clients
+    roles = [a.role for a in clients.extra if a.conn is conn]
     for attachment in list(clients.extra):
         if attachment.conn is conn:
             attachment.close()
             clients.extra.remove(attachment)
-    if conn_of(session.port) is not conn:
-        return True
-    port = session.port
-    if isinstance(port, Attachment):
-        port.close()
-    heir = next((a for a in clients.extra if a.role == ROLE_CONTROLLER and not a.closed), None)
-    if heir is not None:
-        clients.extra.remove(heir)
-        promote(session, heir)
-        return True
-    if grace_secs > 0:
-        detach(session, grace_secs, delivered=clients.delivered_to(port))
-        return True
-    return False
+    if conn_of(session.port) is conn:
+        port = session.port
+        roles.append(ROLE_CONTROLLER)
+        if isinstance(port, Attachment):
+            port.close()
+        heir = next((a for a in clients.extra if a.role == ROLE_CONTROLLER and not a.closed),
+                    None)
+        if heir is not None:
+            clients.extra.remove(heir)
+            promote(session, heir)
+        elif grace_secs > 0:
+            detach(session, grace_secs, delivered=clients.delivered_to(port))
+        else:
+            return False
+    if roles and (clients.extra or not isinstance(session.port, DetachedPort)):
+        gone = {"sessionUpdate": U_CLIENT_DISCONNECTED,
+                "client": {**clients.info_of(conn), "role": roles[-1]}}
+        session.runtime.spawn(session.publish_own([gone]))
+    return True

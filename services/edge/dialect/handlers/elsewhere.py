@@ -5,9 +5,10 @@ adapter runs, on the host whose claim the row holds. An edge does not relay a cl
 to another host's session: ``session/attach`` of a session of the caller's own that
 another host serves (a live claim that is not this edge's) answers
 :data:`~services.common.protocol.SESSION_LIVE_ELSEWHERE` (-32007) with
-``data.acpgate.liveAt``: that host's name and gateway instance id, and the public URL
-it advertises (``[gateway] public_url``) when it set one — the client connects there
-and attaches. Anyone else's session, or one nobody serves, answers as before.
+``data.acpgate.liveAt``: that host's name and gateway instance id, as the row's claim
+records them — the client connects there and attaches. (The claim records no public URL
+yet: a client maps the host name to its address itself.) Anyone else's session, or one
+nobody serves, answers as before.
 """
 
 from __future__ import annotations
@@ -44,9 +45,6 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
             or claim.until < int(time.time() * 1000) \
             or principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
         return
-    where: dict[str, str] = {"host": claim.host, "instanceId": claim.instance_id}
-    url = getattr(claim, "public_url", "")
-    if url:
-        where["url"] = url
+    where = {"host": claim.host, "instanceId": claim.instance_id}
     raise JsonRpcError(SESSION_LIVE_ELSEWHERE, MSG_SESSION_LIVE_ELSEWHERE.format(
         session_id=sid, host=claim.host), {META_ACPGATE: {"liveAt": where}})

@@ -138,6 +138,31 @@ async def test_resume_of_a_turn_ended_while_detached_replays_the_missed_updates(
         await again.ws.close()
 
 
+async def test_a_permission_pending_across_a_cut_is_answered_after_the_attach(
+        tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, autonomy="supervised") as gw:
+        token = await gw.token("laptop")
+        first = await client(gw, token, "laptop")
+        sid = (await first.result("session/new", {}))["sessionId"]
+        await first.send("session/prompt", {"sessionId": sid, "prompt": "shell echo approved"})
+        before = await read_until(first.ws, _asks)
+        cut(first.ws)  # the question stays open
+        await asyncio.sleep(2)
+        again = await client(gw, token, "laptop")
+        await again.send("session/attach", {
+            "sessionId": sid, "historyPolicy": "after_message",
+            "afterMessageId": event_ids(before)[-1]})
+        asked = (await read_until(again.ws, _asks))[-1]
+        allow = next(o["optionId"] for o in asked["params"]["options"]
+                     if o["kind"] == "allow_once")
+        await again.ws.send(json.dumps({"jsonrpc": "2.0", "id": asked["id"], "result": {
+            "outcome": {"outcome": "selected", "optionId": allow}}}))
+        rest = await read_until(again.ws, is_turn_end)
+        assert "approved" in text_of(rest)
+        assert rest[-1]["params"]["update"]["stopReason"] == "end_turn"
+        await again.ws.close()
+
+
 async def test_a_second_client_attaches_while_the_first_still_holds_the_session(
         tmp_path: Path) -> None:
     """The fast reconnect: the old connection is not known dead yet. Attach joins."""

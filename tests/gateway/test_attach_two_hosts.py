@@ -41,7 +41,7 @@ async def test_attach_on_another_host_names_where_the_session_lives(
                 assert error["code"] == SESSION_LIVE_ELSEWHERE, error
                 assert error["data"]["acpgate"]["liveAt"] == {
                     "host": a.runtime.claims.host,
-                    "instanceId": a.runtime.gateway_instance_id}, error
+                    "instanceId": a.runtime.claims.instance_id}, error
             async with client(b, stranger) as other:
                 _, theirs = await other.call("session/attach", {"sessionId": sid})
                 unknown = str(uuid.uuid4())

@@ -1,7 +1,8 @@
 """A session live on another host or edge worker: where to attach it (issue 27, across hosts).
 
 Several hosts (or edge workers) may share one store; a session is live where its
-adapter runs, on the host whose claim the row holds. An edge does not relay a client
+adapter runs, on the host whose claim the row holds (the claim identity this edge's
+``HostClaims`` takes: the gateway instance id, or an edge worker's own name). An edge does not relay a client
 to another host's session: ``session/attach`` of a session of the caller's own that
 another host serves (a live claim that is not this edge's) answers
 :data:`~services.common.protocol.SESSION_LIVE_ELSEWHERE` (-32007) with
@@ -41,7 +42,7 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
     except JsonRpcError:
         return
     claim = row.claim
-    if not claim.instance_id or claim.instance_id == rt.gateway_instance_id \
+    if not claim.instance_id or claim.instance_id == rt.claims.instance_id \
             or claim.until < int(time.time() * 1000) \
             or principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
         return

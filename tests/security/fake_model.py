@@ -7,11 +7,14 @@ A user message ``shell <command>`` makes the model call the shell tool with
 object>`` any tool with those arguments (the session tools: ``call
 sessions_send {"sessionId": …, "message": …}``); a tool result is reported
 back verbatim, after the marker :data:`RESULT_MARKER`; anything else is echoed.
+``stream <n>`` makes the model answer in ``n`` chunks (``w0 w1 …``), and so does a tool
+result holding ``STREAM <n>`` (issue 27: many updates in one turn, after a wait).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tests.agent.fake_http import FakeProviderServer, Recorded, Reply, sse
@@ -38,6 +41,13 @@ def _call(tool: str, arguments: dict[str, Any]) -> Reply:
                done=True)
 
 
+def _stream(head: str, n: int) -> Reply:
+    """An answer in ``n`` chunks after ``head``: ``w0 w1 …``."""
+    parts = [_chunk({"role": "assistant", "content": head})]
+    parts.extend(_chunk({"content": f"w{i} "}) for i in range(n))
+    return sse(*parts, _chunk({}, "stop"), done=True)
+
+
 def call_message(tool: str, arguments: dict[str, Any]) -> str:
     """The user message that makes the model call ``tool`` with ``arguments``."""
     return f"call {tool} {json.dumps(arguments)}"
@@ -48,9 +58,15 @@ def attacker_model(request: Recorded) -> Reply:
     messages = (request.body or {}).get("messages") or [{"role": "user", "content": ""}]
     last = messages[-1]
     if last.get("role") == "tool":
-        return _say(RESULT_MARKER + str(last.get("content") or ""))
+        output = str(last.get("content") or "")
+        streamed = re.search(r"STREAM (\d+)", output)
+        if streamed:
+            return _stream(RESULT_MARKER, int(streamed.group(1)))
+        return _say(RESULT_MARKER + output)
     text = str(last.get("content") or "")
     tool, _, argument = text.partition(" ")
+    if tool == "stream" and argument.strip().isdigit():
+        return _stream("", int(argument.strip()))
     if tool in _TOOLS and argument.strip():
         return _call(tool, {_TOOLS[tool]: argument.strip()})
     if tool == "call":

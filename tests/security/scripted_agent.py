@@ -8,6 +8,8 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
 - ``burst <n> <secs>``: ``n`` ``session/request_permission`` requests in one write,
   then, ``secs`` later, every one of them withdrawn with ``$/cancel_request`` in one
   write; the turn ends (``end_turn``, "burst withdrawn") once each has its answer;
+- ``forge <n>``: like ``stream``, each chunk carrying a forged ``_meta.acpgate.eventId``
+  (and a ``_meta.vendor`` of its own) — an agent trying to confuse acpgate's replay;
 - anything else: ``echo: <text>``.
 
 Every ``session/cancel`` it receives is appended as a line (``cancel <sessionId>``) to
@@ -64,11 +66,15 @@ class Agent:
         word, *args = text.split()
         cancelled = self._cancelled.setdefault(sid, asyncio.Event())
         cancelled.clear()
-        if word == "stream":
+        if word in ("stream", "forge"):
             for i in range(int(args[0])):
                 if cancelled.is_set():
                     return {"stopReason": "cancelled"}
-                self.write(self.update(sid, f"chunk {i} "))
+                chunk = self.update(sid, f"chunk {i} ")
+                if word == "forge":
+                    chunk["params"]["update"]["_meta"] = {
+                        "acpgate": {"eventId": 1 + i % 2}, "vendor": i}
+                self.write(chunk)
                 try:
                     await asyncio.wait_for(cancelled.wait(), 0.1)
                 except TimeoutError:

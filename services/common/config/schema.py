@@ -90,10 +90,8 @@ class GatewaySection:
     #: Connections one token may hold at once; 0 = a quarter of ``max_connections``.
     max_connections_per_token: int = 0
     ping_interval_secs: int = 20
-    #: permessage-deflate on /acp. Off by default: measured, deflate costs the edge
-    #: ~5 us of CPU per frame (17 -> 12 us/update relayed) and the client its inflate,
-    #: while small JSON-RPC frames on the default loopback bind gain nothing from it.
-    #: Turn it on for slow links carrying large frames (bench/PROFILE.md, section 8).
+    #: permessage-deflate on /acp: off, it costs ~5 us of CPU a frame and small frames on
+    #: loopback gain nothing; for slow links with large frames (bench/PROFILE.md, section 8).
     compression: bool = False
     #: The token database ("" = ``<data dir>/gateway/tokens.db``); hosts serving the same
     #: clients share one, so a token (and its sessions) is the same on every host.
@@ -107,16 +105,17 @@ class GatewaySection:
     #: Browser origins (``scheme://host[:port]`` or ``*``) whose pages may use /acp; any other
     #: ``Origin`` gets 403; clients sending none are not browsers (services/common/origins.py).
     allowed_origins: tuple[str, ...] = ()
-    #: Seconds a Streamable HTTP connection with no open stream and no request in progress
-    #: lives on (then closed, its sessions released as on a WebSocket disconnect).
+    #: Seconds an idle Streamable HTTP connection (no stream, no request) lives on.
     idle_secs: int = 120
-    #: Seconds a session outlives its gateway connection, detached (issue 27; turn running,
-    #: permissions waiting for the same token's next load/resume). 0 = released at once.
+    #: Seconds a session outlives its gateway connection, detached (issue 27); 0 = released.
     detach_grace_secs: int = 600
     #: Edge processes ``acpgate serve`` runs on the one port (issue 28): a count, or
     #: "auto" — one per core up to :data:`MAX_AUTO_WORKERS`. 1 (the default): a session
     #: detached on one worker is not reattached by a reconnect landing on another yet.
     workers: int | str = 1
+    #: Characters kept per live session for exact replay / queued per attached client (27).
+    replay_chars: int = 8 * 1024 * 1024
+    attach_queue_chars: int = 4 * 1024 * 1024
     tls: TlsSection = field(default_factory=TlsSection)
 
 

@@ -19,6 +19,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
+from services.common.attach_protocol import (
+    MSG_OBSERVER,
+    OBSERVER_READ_ONLY,
+)
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     AUTH_REQUIRED,
@@ -33,7 +37,7 @@ from services.common.protocol import (
 from services.edge.caller import Caller
 from services.edge.errors import not_found
 from services.edge.ports.backchannel import BackChannel
-from services.edge.sessions.attachment import detach
+from services.edge.sessions.clients import leave
 from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.session import EdgeSession
 
@@ -84,7 +88,13 @@ class DialectConnection:
         self.backchannel = BackChannel(self.rpc)
         #: What the client said it can do in ``initialize`` (passed on to adapters).
         self.client_capabilities = ClientCapabilities()
+        #: The sessions this connection drives: those it set up, and those it attached as
+        #: a controller (issue 27).
         self.sessions: dict[str, EdgeSession] = {}
+        #: The sessions it attached as an observer: it only watches them.
+        self.observing: dict[str, EdgeSession] = {}
+        #: ``initialize``'s ``clientInfo`` (how other clients of a session are told who).
+        self.client_info: dict[str, Any] | None = None
         self._methods = methods
         self._fallback = fallback
         #: What the connection's agent keeps for this connection alone (credentials of
@@ -159,12 +169,20 @@ class DialectConnection:
     def active_session(self, sid: str) -> EdgeSession:
         """This connection's active session ``sid``, else -32000 (and it is forgotten)."""
         session = self.sessions.get(sid)
+        if session is None and sid in self.observing:
+            raise JsonRpcError(OBSERVER_READ_ONLY, MSG_OBSERVER.format(session_id=sid))
         if session is None or session.released or \
                 self.runtime.registry.active.get(sid) is not session:
             self.sessions.pop(sid, None)
             raise not_found(sid)
         session.confirmed = True  # the client knows it: its setup answer reached it
         return session
+
+    def forget_session(self, session_id: str) -> None:
+        """Its attachment to ``session_id`` was closed (dropped as slow, or the session
+        ended): the session is no longer this connection's to drive or watch."""
+        self.sessions.pop(session_id, None)
+        self.observing.pop(session_id, None)
 
     # ------------------------------------------------------------------ end
 
@@ -199,15 +217,18 @@ class DialectConnection:
         Only after that are the connection's sessions released (adapters
         closed, rows kept), so a request still running never loses its session.
 
-        A gateway connection (``detach_grace_secs`` > 0) first detaches the sessions its
-        client used (issue 27: their turns run on, their permission requests wait for the
-        next client; :mod:`services.edge.sessions.attachment`) — unless the connection's
-        token was revoked or the gateway stops. A session whose setup the client never
-        saw answered is released as before.
+        Unless the connection's token was revoked or the gateway stops, the connection
+        first leaves the sessions it is attached to (issue 27,
+        :func:`services.edge.sessions.clients.leave`): one it joined with
+        ``session/attach`` goes on with its other clients; one it holds passes to another
+        controller attached to it, else — a gateway connection (``detach_grace_secs`` > 0)
+        whose client used it — detaches (its turn runs on, its permission requests wait
+        for the next controller; :mod:`services.edge.sessions.attachment`). A session whose
+        setup the client never saw answered is released as before.
         """
         self._input_ended = True
-        if self.detach_grace_secs > 0 and not self._revoked and not self._stopping:
-            self._detach_used()
+        if not self._revoked and not self._stopping:
+            self._leave_attached()
         self.backchannel.close()
         await self.rpc.drain(drain_secs, abort)
         # Before the cancel: a setup that still gets through (it finished as the drain
@@ -221,11 +242,16 @@ class DialectConnection:
             await close()
         self._closed = True
 
-    def _detach_used(self) -> None:
+    def _leave_attached(self) -> None:
+        for sid, session in list(self.observing.items()):
+            del self.observing[sid]
+            leave(session, self, grace_secs=0)
         for sid, session in list(self.sessions.items()):
-            if session.confirmed and not session.released and session.port is self:
+            if session.released:
+                continue
+            grace = self.detach_grace_secs if session.confirmed else 0.0
+            if leave(session, self, grace_secs=grace):
                 del self.sessions[sid]
-                detach(session, self.detach_grace_secs)
 
     async def _release_all(self) -> None:
         sessions = list(self.sessions.values())

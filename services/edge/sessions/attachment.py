@@ -8,8 +8,14 @@ and a permission request waits for a client to come back
 its slot, so it counts against its token's share — and is released as before
 (``deactivate(..., "disconnect")``) once ``[gateway] detach_grace_secs`` pass
 without a client attaching it again. A connection of the session's own
-principal attaches it again with ``session/load`` or ``session/resume``
-(``services.edge.dialect.handlers.restore``).
+principal attaches it again with ``session/attach``, ``session/load`` or
+``session/resume`` (``services.edge.dialect.handlers.attach`` / ``restore``) and gets
+what it missed from the session's event ring (:mod:`services.edge.sessions.feed`).
+
+The session's requests to its human (:class:`FollowingBackChannel`) go to every
+controller attached (:mod:`services.edge.sessions.clients`): the first answer wins, the
+other controllers' copies are withdrawn (``$/cancel_request``) and every other client is
+told ``permission_resolved``; across a detach the request waits for a controller to come.
 """
 
 from __future__ import annotations
@@ -18,17 +24,27 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from services.common.acp.schema import ClientCapabilities
-from services.common.jsonrpc import notification_lines
+from services.common.attach_protocol import (
+    U_PERMISSION_RESOLVED,
+)
 from services.common.logs import get_logger
-from services.common.protocol import M_SESSION_UPDATE, U_TURN_COMPLETE
-from services.edge.ports.backchannel import BackChannelTimeout, ClientGone
+from services.common.protocol import (
+    M_REQUEST_PERMISSION,
+    U_TURN_COMPLETE,
+)
+from services.edge.ports.backchannel import (
+    BackChannelTimeout,
+    ClientErrorAnswer,
+    ClientGone,
+)
+from services.edge.sessions.clients import Attachment, conn_of
 
 if TYPE_CHECKING:
     from services.edge.ports.client_port import ClientPort
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["DetachedPort", "FollowingBackChannel", "attach", "detach", "report_turn_end",
-           "turn_complete"]
+__all__ = ["DetachedPort", "FollowingBackChannel", "attach", "detach", "promote",
+           "report_turn_end", "turn_complete"]
 
 log = get_logger("edge.attachment")
 
@@ -42,23 +58,23 @@ class _NobodyToAsk:
 
 
 class DetachedPort:
-    """The port of a session no client connection holds: updates reach nobody, requests
-    wait for a client to attach (see :class:`FollowingBackChannel`)."""
+    """The port of a session no controller holds: updates reach nobody (the ring keeps
+    them), requests wait for a controller to attach (see :class:`FollowingBackChannel`)."""
 
     remote = True
     passes_unknown = True
     detach_grace_secs = 0.0
 
-    def __init__(self, client_capabilities: ClientCapabilities) -> None:
+    def __init__(self, client_capabilities: ClientCapabilities, delivered: int = 0) -> None:
         self._caps = client_capabilities
         self._asking = _NobodyToAsk()
         #: When the grace ends the session is released (the task is cancelled on attach).
         self.expiry: asyncio.Task[None] | None = None
-        #: Updates relayed while detached (counted: what a later attach cannot replay yet).
+        #: The newest event id handed to the connection that left: a ``session/resume``
+        #: that names none replays after it.
+        self.delivered = delivered
+        #: Updates relayed while detached (kept in the ring, for the next attach).
         self.missed = 0
-        #: The ``turn_complete`` update of a turn that ended while detached, for the next
-        #: client that attaches (the ``session/prompt`` answer went to a connection gone).
-        self.unreported: dict[str, Any] | None = None
 
     @property
     def client_capabilities(self) -> ClientCapabilities:
@@ -71,7 +87,7 @@ class DetachedPort:
         return self._asking
 
     async def send_many(self, lines: list[str]) -> None:
-        """Nobody reads them."""
+        """Nobody reads them (the session's ring keeps its updates)."""
         self.missed += len(lines)
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
@@ -80,73 +96,120 @@ class DetachedPort:
 
 
 class FollowingBackChannel:
-    """A session's requests to its human, following the session's current port: a request
-    whose client left while the session detached is asked again of the next client that
-    attaches, within the one ``wait_secs`` the request was given."""
+    """A session's requests to its human: asked of every controller attached, the first
+    answer wins; across a detach, asked again of the next controller that attaches, within
+    the one ``wait_secs`` the request was given (module doc)."""
 
     def __init__(self, session: EdgeSession) -> None:
         self._session = session
 
     async def request(self, method: str, params: dict[str, Any], wait_secs: float) -> Any:
-        """Ask the attached client; across a detach, wait and ask the next one."""
+        """Ask the controllers; the first answer (or error answer) is the answer."""
         session = self._session
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_secs
-        while True:
-            port = session.port
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise BackChannelTimeout(f"no answer to {method} within {wait_secs:g}s")
-            moved = session.port_moved
-            try:
-                return await port.backchannel.request(method, params, remaining)
-            except ClientGone:
-                if session.released:
-                    raise
-                if session.port is not port:
-                    continue  # detached (or attached again) meanwhile: ask where it is now
-                if isinstance(port, DetachedPort):
-                    waiting = session.attached
-                elif port.detach_grace_secs > 0 and session.confirmed:
-                    # The transport saw the client go before the connection closed: the
-                    # session is about to detach; wait for it to move.
-                    waiting = moved
-                else:
-                    raise
-            try:
-                await asyncio.wait_for(waiting.wait(), deadline - loop.time())
-            except TimeoutError:
-                raise BackChannelTimeout(
-                    f"no answer to {method} within {wait_secs:g}s") from None
+        asking: dict[object, asyncio.Future[Any]] = {}
+        failed: dict[object, BaseException] = {}
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise BackChannelTimeout(f"no answer to {method} within {wait_secs:g}s")
+                for port in session.clients.controllers():
+                    key = conn_of(port)
+                    if key not in asking and key not in failed:
+                        asking[key] = asyncio.ensure_future(
+                            port.backchannel.request(method, params, remaining))
+                if not asking and not self._may_come(failed):
+                    # The last controller's failure says why (gone, or no answer in time).
+                    raise next(reversed(failed.values()), ClientGone("no controller attached"))
+                moved = asyncio.ensure_future(session.port_moved.wait())
+                try:
+                    await asyncio.wait({*asking.values(), moved}, timeout=remaining,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    moved.cancel()
+                for key, task in list(asking.items()):
+                    if not task.done():
+                        continue
+                    del asking[key]
+                    exc = task.exception() if not task.cancelled() else ClientGone("withdrawn")
+                    if isinstance(exc, ClientErrorAnswer):
+                        raise exc  # that controller's answer
+                    if exc is not None:
+                        failed[key] = exc  # gone, or timed out: the others may still answer
+                        continue
+                    result = task.result()
+                    self._resolved(method, params, key, result, others=bool(asking))
+                    return result
+        finally:
+            for task in asking.values():
+                task.cancel()  # the peer withdraws its copy ($/cancel_request)
+
+    def _may_come(self, failed: dict[object, BaseException]) -> bool:
+        """Whether a controller may still come to answer: the session is detached, or its
+        connection just went and it is about to detach."""
+        session = self._session
+        if session.released:
+            return False
+        port = session.port
+        if isinstance(port, DetachedPort):
+            return True
+        return conn_of(port) in failed and port.detach_grace_secs > 0 and session.confirmed
+
+    def _resolved(self, method: str, params: dict[str, Any], winner: object, result: Any,
+                  *, others: bool) -> None:
+        """Tell every other client a permission request was answered (attach RFD)."""
+        session = self._session
+        if method != M_REQUEST_PERMISSION or not (others or session.clients.extra):
+            return
+        tool_call = params.get("toolCall")
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        update: dict[str, Any] = {"sessionUpdate": U_PERMISSION_RESOLVED,
+                                  "resolvedBy": session.clients.info_of(winner)}
+        if isinstance(tool_call, dict) and "toolCallId" in tool_call:
+            update["toolCallId"] = tool_call["toolCallId"]
+        if isinstance(outcome, dict):
+            update["outcome"] = outcome.get("outcome")
+            if isinstance(outcome.get("optionId"), str):
+                update["chosenOptionId"] = outcome["optionId"]
+        session.runtime.spawn(session.publish_own([update], not_for=winner))
 
 
-def detach(session: EdgeSession, grace_secs: float) -> None:
-    """Detach ``session`` from its client connection, which is gone; release it (as a
-    disconnect always did) unless a client attaches it within ``grace_secs``."""
-    port = DetachedPort(session.port.client_capabilities)
+def detach(session: EdgeSession, grace_secs: float, *, delivered: int = 0) -> None:
+    """Detach ``session`` from its controller connection, which is gone; release it (as a
+    disconnect always did) unless a controller attaches it within ``grace_secs``.
+    ``delivered``: the newest event id handed to that connection."""
+    port = DetachedPort(session.port.client_capabilities, delivered)
     _move(session, port)
     session.attached.clear()
     port.expiry = session.runtime.spawn(_expire(session, port, grace_secs))
     log.info("session_detached", session_id=session.session_id, grace_secs=grace_secs)
 
 
-def attach(session: EdgeSession, port: ClientPort) -> list[str]:
-    """Serve ``session`` to ``port`` from now on (a client attached it again); returns what
-    the client is to be told first (the end of a turn that ended while it was away)."""
+def attach(session: EdgeSession, port: ClientPort) -> None:
+    """Serve ``session`` to controller ``port`` from now on (a client attached it again)."""
     old = session.port
-    owed: list[str] = []
     if isinstance(old, DetachedPort):
         if old.expiry is not None:
             old.expiry.cancel()
-        if old.unreported is not None:
-            owed = notification_lines(M_SESSION_UPDATE, [
-                {"sessionId": session.session_id, "update": old.unreported}])
         log.info("session_attached", session_id=session.session_id,
                  missed_updates=old.missed)
     _move(session, port)
     session.attached.set()
     session.touch()
-    return owed
+
+
+def promote(session: EdgeSession, heir: Attachment) -> None:
+    """The primary connection left: controller attachment ``heir`` takes its place."""
+    log.info("session_promoted", session_id=session.session_id)
+    _move(session, heir)
+
+
+def changed(session: EdgeSession) -> None:
+    """A controller joined or left: whoever waits for one (a pending request) looks again."""
+    moved, session.port_moved = session.port_moved, asyncio.Event()
+    moved.set()
 
 
 def turn_complete(stop_reason: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -159,29 +222,17 @@ def turn_complete(stop_reason: str, result: dict[str, Any]) -> dict[str, Any]:
     return update
 
 
-async def report_turn_end(session: EdgeSession, prompter: ClientPort,
+async def report_turn_end(session: EdgeSession, prompter: object,
                           update: dict[str, Any]) -> None:
-    """A turn ended: a client attached since the prompt was sent (not ``prompter``, who gets
-    the ``session/prompt`` answer) is told with ``update``; while detached, the next client
-    that attaches is."""
-    port = session.port
-    if port is prompter:
-        return
-    if isinstance(port, DetachedPort):
-        port.unreported = update
-        return
-    try:
-        await port.send_many(notification_lines(M_SESSION_UPDATE, [
-            {"sessionId": session.session_id, "update": update}]))
-    except (ConnectionError, OSError):
-        log.info("client_gone_during_update", session_id=session.session_id)
+    """A turn ended: every client but ``prompter`` (who gets the ``session/prompt`` answer)
+    is told with ``update``, a numbered event — a client attaching later replays it."""
+    await session.publish_own([update], not_for=prompter)
 
 
 def _move(session: EdgeSession, port: ClientPort) -> None:
     """Point ``session`` at ``port``; whoever waited for it to move is woken."""
     session.port = port
-    moved, session.port_moved = session.port_moved, asyncio.Event()
-    moved.set()
+    changed(session)
 
 
 async def _expire(session: EdgeSession, port: DetachedPort, grace_secs: float) -> None:

@@ -31,6 +31,7 @@ import grpc
 from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
+from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
@@ -219,6 +220,7 @@ class EdgeRuntime:
                                  return_exceptions=True)
         if session.turn is not None:
             session.cancel(keep=False)  # released: nothing of the turn is stored
+        session.clients.close_all(DROP_SESSION_ENDED)  # its other clients are told
         if isinstance(session.port, HostedPort):
             session.port.sessions.pop(session.session_id, None)
         if session.adapter is not None:

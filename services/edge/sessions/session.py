@@ -42,6 +42,8 @@ from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.sessions import turn_run
 from services.edge.sessions.attachment import FollowingBackChannel
+from services.edge.sessions.clients import SessionClients
+from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.sessions.turn import TurnAccumulator
@@ -98,6 +100,14 @@ class EdgeSession:
         self.port_moved = asyncio.Event()
         #: Requests to the human, following the session across a detach and reattach.
         self.asking = FollowingBackChannel(self)
+        #: Every relayed update numbered, the newest kept for replay (issue 27).
+        gateway = runtime.cfg.gateway
+        self.feed = SessionFeed(row.session_id, max_chars=gateway.replay_chars)
+        #: The client connections attached besides ``port`` (session/attach).
+        self.clients = SessionClients(self)
+        #: Held while a turn is stored, and while a full replay reads the store: what the
+        #: replay reads and the live turn's events it sends then never overlap.
+        self.storing = asyncio.Lock()
         #: The client has used the session after its setup answer (a later request named
         #: it): only such a session is detached when its connection goes, so a client cannot
         #: park agents by disconnecting mid-setup (issue 27).
@@ -166,20 +176,25 @@ class EdgeSession:
         await self.on_adapter_updates([params])
 
     async def on_adapter_updates(self, updates: list[dict[str, Any]]) -> None:
-        """Forward adapter updates to the client at once, in order, and accumulate them.
+        """Forward adapter updates to the clients at once, in order, and accumulate them.
 
         A burst that arrived together goes out under one send (one lock hold, one
         write for the lot) instead of one send per update.
         """
         objects = [update for params in updates
                    if type(update := params.get("update")) is dict]
-        await self.on_adapter_update_lines(objects, notification_lines(M_SESSION_UPDATE, updates))
+        odd = [params for params in updates if type(params.get("update")) is not dict]
+        await self._relay(objects, None, notification_lines(M_SESSION_UPDATE, odd))
 
     async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],
                                       lines: list[str]) -> None:
         """Accumulate ``updates`` (the ``update`` objects, or a text chunk's text) and send
-        ``lines`` (those messages as the client gets them) at once, in order, under one
-        send."""
+        them (``lines``: those messages as the relay wrote them) at once, in order, under
+        one send."""
+        await self._relay(updates, lines, [])
+
+    async def _relay(self, updates: Sequence[RelayedUpdate], lines: list[str] | None,
+                     odd: list[str]) -> None:
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
@@ -191,11 +206,15 @@ class EdgeSession:
                     self.state.on_update(update)
             except Exception:  # never lose the relay over an odd update
                 log.exception("accumulate_failed", session_id=self.session_id)
-        self.runtime.metrics.relayed_updates_total += len(lines)
-        try:
-            await self.port.send_many(lines)
-        except (ConnectionError, OSError):
-            log.info("client_gone_during_update", session_id=self.session_id)
+        events = self.feed.stamp(updates, lines)
+        self.runtime.metrics.relayed_updates_total += len(events) + len(odd)
+        await self.clients.publish(events, odd)
+
+    async def publish_own(self, updates: list[dict[str, Any]], *,
+                          not_for: object | None = None) -> None:
+        """Send updates acpgate itself makes (``turn_complete``, ``prompt_received``, SPEC
+        §7's marker...) to every client but ``not_for``, numbered like the agent's."""
+        await self.clients.publish(self.feed.stamp(updates, None, not_for))
 
     async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter request the edge answers itself (the session tools); any other is
@@ -284,6 +303,7 @@ class EdgeSession:
         if self.turn is not None:
             return None
         self.turn = TurnState()
+        self.feed.turn_started()
         self.touch()
         return self.turn
 
@@ -291,6 +311,7 @@ class EdgeSession:
         """Free the turn slot."""
         if self.turn is turn:
             self.turn = None
+            self.feed.turn_stored()  # stored, or never to be: not replayed as live any more
         turn.done.set()
         self.touch()
 

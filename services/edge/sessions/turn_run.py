@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from services.common.jsonrpc import JsonRpcError, notification_lines
-from services.common.protocol import INTERNAL_ERROR, M_SESSION_UPDATE, STOP_CANCELLED
+from services.common.jsonrpc import JsonRpcError
+from services.common.protocol import INTERNAL_ERROR, STOP_CANCELLED
 from services.edge.adapter.failures import prompt_error
 from services.edge.adapter.link import AdapterGone
 from services.edge.adapter.prompt_blocks import AdapterPrompt, carried_blocks
@@ -65,12 +65,13 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
     # (SPEC §7); an external agent's own stop reason is passed on as it is.
     cancelled = result.stop_reason == STOP_CANCELLED or (turn.cancelled and adapter.builtin)
     if cancelled and adapter.builtin:  # SPEC §7's marker, as the client sees it live
-        marker = {"sessionId": sid, "update": cancel_marker_update(sid)}
-        await session.on_adapter_update_lines([], notification_lines(M_SESSION_UPDATE, [marker]))
+        await session.publish_own([cancel_marker_update(sid)])
     if not cancelled or turn.keep:
         if cancelled:
             acc.mark(STOP_CANCELLED)
-        await store_turn(session, acc, result, raw)
+        async with session.storing:  # a full replay reads the store, or sends it live
+            await store_turn(session, acc, result, raw)
+            session.feed.turn_stored()
     await session.state.flush()  # the turn's mode/config/title changes are stored too
     session.runtime.metrics.turns_total += 1
     stop = STOP_CANCELLED if cancelled else result.stop_reason

@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from services.common.attach_protocol import (
+    M_SESSION_ATTACH,
+    M_SESSION_DETACH,
+)
 from services.common.protocol import (
     M_AUTHENTICATE,
     M_CANCEL_REQUEST,
@@ -39,6 +43,7 @@ from services.common.protocol import (
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.dialect.handlers import (
     agent_calls,
+    attach,
     delete,
     fork,
     initialize,
@@ -63,6 +68,8 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_LOAD: restore.session_load,
     M_SESSION_RESUME: restore.session_resume,
     M_SESSION_FORK: fork.session_fork,
+    M_SESSION_ATTACH: attach.session_attach,
+    M_SESSION_DETACH: attach.session_detach,
     M_SESSION_LIST: stored.session_list,
     M_SESSION_DELETE: delete.session_delete,
     M_SESSION_SET_MODE: modes.session_set_mode,
@@ -77,7 +84,7 @@ METHODS: Mapping[str, Handler] = {
 
 #: Methods the relay never passes on: they create sessions, which the edge must know. Each
 #: answers -32601 until :data:`METHODS` has a handler for it (which then serves it).
-UNRELAYED: frozenset[str] = frozenset({M_SESSION_FORK})
+UNRELAYED: frozenset[str] = frozenset({M_SESSION_FORK, M_SESSION_ATTACH, M_SESSION_DETACH})
 
 
 async def fallback(conn: DialectConnection, method: str, params: dict[str, Any],

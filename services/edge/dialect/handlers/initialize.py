@@ -21,6 +21,10 @@ from acpgate.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
 from services.common.acp.wire import AcpDecodeError
+from services.common.attach_protocol import (
+    ATTACH_ROLES,
+    M_SESSION_ATTACH,
+)
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -83,6 +87,8 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     module doc says (MCP transports only as far as ``[gateway] client_mcp_servers`` lets a
     remote client pass them)."""
     conn.client_capabilities = read_client_capabilities(params)
+    info = params.get("clientInfo")
+    conn.client_info = info if isinstance(info, dict) else None
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
     agent: session_pb2.ResolvedAgent | None = None
@@ -116,6 +122,9 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         auth_methods=[],
         meta={META_ZEROCLAW: zeroclaw},
     ).to_json()
+    if conn.remote and conn.handles(M_SESSION_ATTACH):  # several clients, one live session
+        out["agentCapabilities"].setdefault("sessionCapabilities", {})["attach"] = {
+            "roles": list(ATTACH_ROLES)}
     if profile is None:
         return out
     out["agentCapabilities"] = merged_capabilities(

@@ -47,6 +47,12 @@ import grpc
 import orjson
 
 from acpgate.session.v1 import session_pb2
+from services.common.attach_protocol import (
+    HISTORY_AFTER_MESSAGE,
+    HISTORY_FULL,
+    META_AFTER_EVENT_ID,
+    ROLE_CONTROLLER,
+)
 from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
@@ -58,6 +64,7 @@ from services.common.protocol import (
     M_SESSION_LOAD,
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
+    META_ACPGATE,
     MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,
@@ -76,8 +83,11 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.sessions.attachment import DetachedPort, attach
+from services.edge.sessions.attachment import DetachedPort
+from services.edge.sessions.clients import leave
+from services.edge.sessions.feed import event_id_of
 from services.edge.sessions.history_wire import Replay
+from services.edge.sessions.joining import HISTORY_LIVE, join
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
 from services.edge.sessions.runtime import EdgeRuntime
@@ -133,7 +143,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     live = rt.registry.active.get(sid)
     if live is not None and isinstance(conn, DialectConnection) \
             and isinstance(live.port, DetachedPort) and live.principal == conn.caller.principal:
-        return await _reattach(conn, live, replay=replay)
+        return await _reattach(conn, live, params, replay=replay)
     extra = additional_directories(params)
     async with reserved_slot(rt, conn.caller.principal) as slot:
         row = await visible_row(rt, conn.caller, sid)
@@ -157,7 +167,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
-                    await _replay_history(conn, session, client.builtin)
+                    await replay_history(conn, session)
                 else:
                     await _replay_plan(conn, sid, row)
                 await mark_active(
@@ -170,29 +180,44 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                         builtin=client.builtin, restored_id=sid if client.restored_itself else "")
 
 
-async def _reattach(conn: DialectConnection, session: EdgeSession, *,
+async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[str, Any], *,
                     replay: bool) -> dict[str, Any]:
-    """Attach a detached session of the caller's own principal to ``conn`` (issue 27): its
-    stored history first (``session/load``), then what it streams from now on. Another
-    connection that attached it first wins: this one gets "Session already active"."""
+    """Attach a detached session of the caller's own principal to ``conn`` as its controller
+    (issue 27): ``session/load`` replays the stored history and the live turn's updates;
+    ``session/resume`` what the connection that left was not handed (after
+    ``_meta.acpgate.afterEventId``, when the client names the last update it saw) — then
+    what it streams from now on (:func:`services.edge.sessions.joining.join`)."""
     sid = session.session_id
     adapter = session.adapter
-    if adapter is None:
+    detached = session.port
+    if adapter is None or not isinstance(detached, DetachedPort):
         raise not_found(sid)
-    if replay:
-        await _replay_history(conn, session, adapter.builtin)
+    conn.sessions[sid] = session
+    try:
+        if replay:
+            await join(session, conn, role=ROLE_CONTROLLER, policy=HISTORY_FULL,
+                       send_history=lambda: replay_history(conn, session))
+        else:
+            await join(session, conn, role=ROLE_CONTROLLER, policy=HISTORY_AFTER_MESSAGE,
+                       after=_after_event(params, detached.delivered), fallback=HISTORY_LIVE)
+    except BaseException:
+        conn.forget_session(sid)
+        leave(session, conn, grace_secs=conn.detach_grace_secs)
+        raise
     if conn.input_ended:
         raise JsonRpcError(INTERNAL_ERROR, MSG_INTERNAL_ERROR)  # nobody to answer
-    if session.released or not isinstance(session.port, DetachedPort):
-        raise JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid))
-    owed = attach(session, conn)
-    conn.sessions[sid] = session
-    if owed:  # after the answer would be better; before it, the client still reads it
-        with contextlib.suppress(ConnectionError, OSError):
-            await conn.send_many(owed)
     return setup_result(adapter.setup_result, session.state.result_fields(),
                         builtin=adapter.builtin,
                         restored_id=sid if adapter.restored_itself else "")
+
+
+def _after_event(params: dict[str, Any], delivered: int) -> int:
+    """The event id a resume replays after: the client's ``_meta.acpgate.afterEventId``, else
+    the newest one handed to the connection that left."""
+    meta = params.get("_meta")
+    ours = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
+    named = event_id_of(ours.get(META_AFTER_EVENT_ID)) if isinstance(ours, dict) else None
+    return named if named is not None else delivered
 
 
 # ---------------------------------------------------------------------- steps
@@ -284,12 +309,13 @@ async def _seed(session: EdgeSession, client: AdapterClient,
         raise restore_error(exc, client.secrets, agent.alias, method) from None
 
 
-async def _replay_history(conn: SessionHome, session: EdgeSession, builtin: bool) -> None:
+async def replay_history(conn: SessionHome, session: EdgeSession) -> None:
     """session/load: every stored update, in order, as ``session/update`` notifications,
     read and sent page by page (the client's send queue paces the reading). A history
     that cannot be read gives the session up. The built-in agent's clients see a
     cancelled turn end with SPEC §7's marker, as they saw it live."""
     sid = session.session_id
+    builtin = session.adapter is not None and session.adapter.builtin
     replay = Replay(sid if builtin else "")
     try:
         async for items in history_pages(conn.runtime, sid):

@@ -15,6 +15,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from services.common.attach_protocol import (
+    MSG_OBSERVER,
+    OBSERVER_READ_ONLY,
+    U_PROMPT_RECEIVED,
+)
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_SESSION_PROMPT,
@@ -58,6 +63,10 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         turn = session.reserve_turn()
     if turn is None:
         raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
+    # The session's other clients see what was asked before the answer streams (attach RFD).
+    echo = {"sessionUpdate": U_PROMPT_RECEIVED, "prompt": params.get("prompt"),
+            "sentBy": session.clients.info_of(conn)}
+    await session.publish_own([echo], not_for=conn)
     # The turn runs in a task of its own: a connection that goes away (its handlers
     # cancelled) leaves it running when the session detaches (issue 27); a release
     # cancels the turn itself (EdgeRuntime.release).
@@ -99,6 +108,8 @@ async def _run(session: EdgeSession, turn: TurnState, params: dict[str, Any]) ->
 async def session_cancel(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §7: interrupt the running turn; idle or unknown → {}."""
     sid = session_id(params)  # a request without one is -32602 (§1); notifications: silence
+    if sid in conn.observing and sid not in conn.sessions:
+        raise JsonRpcError(OBSERVER_READ_ONLY, MSG_OBSERVER.format(session_id=sid))
     session = conn.sessions.get(sid)
     if session is not None:
         session.touch()

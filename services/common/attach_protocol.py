@@ -1,0 +1,59 @@
+"""Wire constants of live sessions shared by several clients (issue 27; multi-client attach
+RFD, Message ID RFD): methods, update kinds, roles, history policies, ``_meta`` keys, error
+codes and messages. The rest of ACP's constants are in :mod:`services.common.protocol`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: acpgate: an observer attachment asked to act on its session (prompt, cancel, mode...)
+#: (issue 27: observers watch only).
+OBSERVER_READ_ONLY: Final = -32006
+#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
+#: says where to attach it (issue 27, across hosts).
+SESSION_LIVE_ELSEWHERE: Final = -32007
+
+#: Multi-client attach RFD (issue 27): join a live session as controller or observer, and
+#: leave it again without ending it.
+M_SESSION_ATTACH: Final = "session/attach"
+M_SESSION_DETACH: Final = "session/detach"
+#: acpgate's notice to a client whose attachment it closed (``reason``: ``slow_client``,
+#: ``session_ended``): that session's updates no longer reach it.
+M_ATTACHMENT_CLOSED: Final = "_acpgate/attachment_closed"
+
+#: Multi-client attach RFD: another controller's prompt, and a permission request answered
+#: by another controller (issue 27).
+U_PROMPT_RECEIVED: Final = "prompt_received"
+U_PERMISSION_RESOLVED: Final = "permission_resolved"
+#: Multi-client attach RFD: a client left the session (``client``: its clientInfo, role).
+U_CLIENT_DISCONNECTED: Final = "client_disconnected"
+#: The chunk updates that carry a ``messageId`` (Message ID RFD).
+MESSAGE_CHUNKS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk",
+                                   "user_message_chunk"})
+
+# ------------------------------------------------------------------ session attach (issue 27)
+ROLE_CONTROLLER: Final = "controller"
+ROLE_OBSERVER: Final = "observer"
+ATTACH_ROLES: Final = (ROLE_CONTROLLER, ROLE_OBSERVER)
+HISTORY_FULL: Final = "full"
+HISTORY_PENDING_ONLY: Final = "pending_only"
+HISTORY_NONE: Final = "none"
+HISTORY_AFTER_MESSAGE: Final = "after_message"
+HISTORY_POLICIES: Final = (HISTORY_FULL, HISTORY_PENDING_ONLY, HISTORY_NONE,
+                           HISTORY_AFTER_MESSAGE)
+#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
+META_EVENT_ID: Final = "eventId"
+#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
+META_AFTER_EVENT_ID: Final = "afterEventId"
+#: Why acpgate closed an attachment (``_acpgate/attachment_closed``).
+DROP_SLOW_CLIENT: Final = "slow_client"
+DROP_SESSION_ENDED: Final = "session_ended"
+MSG_OBSERVER: Final = ("Session {session_id} is attached as an observer: it cannot prompt, "
+                       "cancel or answer permission requests")
+MSG_BAD_ROLE: Final = "Invalid role: must be one of {roles}"
+MSG_BAD_HISTORY_POLICY: Final = "Invalid historyPolicy: must be one of {policies}"
+MSG_AFTER_MESSAGE_REQUIRED: Final = "historyPolicy after_message requires afterMessageId"
+MSG_SESSION_LIVE_ELSEWHERE: Final = ("Session {session_id} is live on another host ({host}): "
+                                     "attach it there")
+MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"

@@ -1,0 +1,107 @@
+"""A client connection joins a live session: what it has not seen, then the live tail (issue 27).
+
+:func:`join` attaches a connection (``session/attach``, or a ``session/load`` /
+``session/resume`` of a detached session) and replays, by its history policy:
+
+- ``after_message``: the ring's events after the given event id (or after the last
+  chunk of the given message id) — exactly what the client has not seen; when the
+  ring no longer reaches back that far, the policy falls back (``full`` for
+  ``session/attach``, as the RFD says; the live turn for a resume);
+- ``full``: the stored history (read under the session's ``storing`` lock, so a turn
+  being stored meanwhile is either in what is read or in the live part, never in both)
+  followed by the live turn's events;
+- ``none`` / ``pending_only``: nothing (a pending permission request is asked of a new
+  controller either way).
+
+The connection's attachment is entered into the session before the replay is read and
+holds back what the session streams meanwhile in its queue; its writer starts once the
+replay went out: no gap, no duplicate, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from services.common.attach_protocol import (
+    HISTORY_AFTER_MESSAGE,
+    HISTORY_FULL,
+    ROLE_CONTROLLER,
+)
+from services.common.logs import get_logger
+from services.edge.sessions.attachment import DetachedPort, attach, changed
+from services.edge.sessions.clients import AttachedConnection, Attachment
+from services.edge.sessions.feed import Event, event_id_of
+
+if TYPE_CHECKING:
+    from services.edge.sessions.session import EdgeSession
+
+__all__ = ["HISTORY_LIVE", "join"]
+
+log = get_logger("edge.joining")
+
+#: A resume's fallback: the live turn's events only (its client holds the stored history).
+HISTORY_LIVE = "live"
+
+
+async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, policy: str,
+               after: Any = None, fallback: str = HISTORY_FULL,
+               send_history: Callable[[], Awaitable[None]] | None = None) -> str:
+    """Attach ``conn`` to ``session`` as ``role`` and replay by ``policy`` (module doc);
+    ``send_history`` sends the stored history (``full``). Returns the policy applied."""
+    att = Attachment(session.clients, conn, role,
+                     session.runtime.cfg.gateway.attach_queue_chars)
+    feed = session.feed
+    applied = policy
+    events: list[Event] = []
+    if policy == HISTORY_AFTER_MESSAGE:
+        found = _after(session, after)
+        if found is None:
+            applied = fallback
+            log.info("replay_fallback", session_id=session.session_id, to=fallback)
+        else:
+            events = found
+    if applied in (HISTORY_FULL, HISTORY_LIVE):
+        async with session.storing:
+            live = feed.live_turn()
+            if live is None:  # the ring lost the live turn's oldest events: what it holds
+                log.warning("replay_incomplete", session_id=session.session_id,
+                            evicted=feed.evicted)
+                live = feed.held()
+            events = live
+            snapshot = feed.last_id
+            _enter(session, att)
+            if applied == HISTORY_FULL and send_history is not None:
+                await send_history()
+    else:
+        snapshot = feed.last_id
+        _enter(session, att)
+    lines = [e.line for e in events]
+    if lines:
+        await conn.send_many(lines)
+    att.delivered = max(att.delivered, snapshot)
+    att.start()
+    changed(session)  # a pending permission request is asked of a new controller now
+    return applied
+
+
+def _after(session: EdgeSession, after: Any) -> list[Event] | None:
+    """The ring's events after event id or message id ``after``; None if not held."""
+    feed = session.feed
+    event_id = event_id_of(after)
+    if event_id is not None:
+        found = feed.after(event_id)
+        if found is not None:
+            return found
+    if isinstance(after, str) and after:
+        return feed.after_message(after)
+    return None
+
+
+def _enter(session: EdgeSession, att: Attachment) -> None:
+    """Enter ``att`` into the session: a controller of a detached session becomes its
+    port; any other attachment joins the ones there."""
+    if att.role == ROLE_CONTROLLER and isinstance(session.port, DetachedPort):
+        attach(session, att)
+    else:
+        session.clients.extra.append(att)

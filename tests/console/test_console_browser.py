@@ -163,13 +163,14 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(page.locator("#signin")).to_be_visible()
         assert await page.evaluate("Object.keys(sessionStorage).length") == 0
 
-        # Signed in again: the stored session's history loads (session/load).
+        # Signed in again: the session the reload left detached (issue 27) is attached as its
+        # controller, its whole history replayed (session/attach, historyPolicy "full").
         await sign_in(page, token)
         await page.locator("#session-table tbody tr").first.get_by_role(
             "button", name="Open").click()
         await expect(page.locator("#transcript .msg.user").first).to_contain_text("hello")
         await expect(page.locator("#transcript")).to_contain_text("from-console")
-        await expect(page.locator("#transcript")).to_contain_text("History loaded.")
+        await expect(page.locator("#transcript")).to_contain_text("Attached to this session.")
         assert await page.locator("#transcript img, #transcript script").count() == 0
 
         # A phone-sized screen: the list, and a session with a list and a code block.
@@ -274,3 +275,13 @@ async def test_host_page_for_an_admin_token(tmp_path: Path) -> None:
         await card.get_by_role("button", name="Close: summarise the failing tests").click()
         await expect(card).to_have_count(0)
         await ws.close()
+
+        # Closed, the session is stored, not live: its owner's console loads its history
+        # (session/load) instead of attaching.
+        owner = await page_of(browser, shots, gw, DESKTOP)
+        await sign_in(owner, laptop)
+        await owner.locator(f"#session-table tbody tr[data-session-id='{sid}']").get_by_role(
+            "button", name="Open").click()
+        await expect(owner.locator("#transcript .msg.user").first).to_contain_text(
+            "summarise the failing tests")
+        await expect(owner.locator("#transcript")).to_contain_text("History loaded.")

@@ -35,6 +35,19 @@ async def test_ps_shows_a_detached_session_and_its_clients(tmp_path: Path) -> No
         assert code == 0, err
         assert "CLIENTS" in text
 
+        # A second screen joins as an observer: two clients; it leaves: one again.
+        watcher_ws = await gw.connect(token)
+        watcher = RawClient(watcher_ws)
+        await watcher.result("initialize", {"protocolVersion": 1})
+        await watcher.result("session/attach", {"sessionId": sid, "role": "observer",
+                                                "historyPolicy": "none"})
+        await until(gw, lambda r: sessions_of(r).get(sid, {}).get("clients") == 2,
+                    "the observer counted")
+        await watcher.result("session/detach", {"sessionId": sid})
+        await until(gw, lambda r: sessions_of(r).get(sid, {}).get("clients") == 1,
+                    "the observer gone")
+        await watcher_ws.close()
+
         await ws.close()
         report = await until(gw, lambda r: sessions_of(r).get(sid, {}).get("state")
                              == "detached", "the session detached")

@@ -6,9 +6,9 @@ The session service keeps every instance's latest report in memory
 or waits for the client's answer. Reported, per session: being set up, idle, a
 turn running, or a turn waiting for the client (permission requests and
 elicitations open), with the session's last activity and its lease, and whether a
-client is attached: a session whose connection went waits detached for its
-owner's next one (issue 27) — then no client is attached; otherwise its one
-connection is.
+many clients are attached: a session whose connections went waits detached for its
+owner's next one (issue 27) — then none is; otherwise its connection and every
+client that joined it with ``session/attach`` (observers included).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def activity_of(session: EdgeSession) -> session_pb2.SessionActivity:
     return session_pb2.SessionActivity(
         session_id=session.session_id, state=state, waiting_requests=waiting,
         last_activity=int((time.time() - session.idle_for()) * 1000),
-        lease_id=session.lease_id, detached=detached, attached_clients=0 if detached else 1)
+        lease_id=session.lease_id, detached=detached,
+        attached_clients=0 if detached else session.clients.count())
 
 
 def _shape(activity: Iterable[session_pb2.SessionActivity]

@@ -199,6 +199,13 @@ class SessionClients:
         ports.extend(a for a in self.extra if a.role == ROLE_CONTROLLER and not a.closed)
         return ports
 
+    def count(self) -> int:
+        """The clients attached now: the primary port (unless detached) and every open
+        attachment, observers included (``acpgate ps``, the console's host page)."""
+        from services.edge.sessions.attachment import DetachedPort
+        primary = 0 if isinstance(self.session.port, DetachedPort) else 1
+        return primary + sum(1 for a in self.extra if not a.closed)
+
     def info_of(self, conn: object) -> dict[str, Any]:
         """A client as the attach RFD names it (``sentBy``, ``resolvedBy``)."""
         info = getattr(conn, "client_info", None)

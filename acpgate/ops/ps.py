@@ -32,8 +32,8 @@ from acpgate.ops.client import (
     operator_security,
 )
 from acpgate.session.v1 import session_pb2 as spb
+from services.common import principals
 from services.common.config import Config
-from services.common.principals import LOCAL_PRINCIPAL, principal_of_owner, token_id_of
 from services.edge.sessions.workers import split_worker_name
 from services.edge.tokens import TokenStore, token_db_path
 from services.lifecycle.session_logs import session_log_path, session_of_key
@@ -205,11 +205,7 @@ def owner_names(cfg: Config) -> dict[str, str]:
 
 def owner_label(row: spb.SessionRow, names: dict[str, str]) -> str:
     """Who owns ``row``: ``local``, or its token's label (``token <id>`` when unnamed)."""
-    principal = principal_of_owner(row.ownership.owner_session_key)
-    if principal == LOCAL_PRINCIPAL:
-        return "local"
-    token_id = token_id_of(principal)
-    return names.get(token_id) or f"token {token_id}"
+    return principals.owner_label(row.ownership.owner_session_key, names)
 
 
 def _best(lives: Iterable[spb.LiveSession]) -> spb.LiveSession:

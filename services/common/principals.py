@@ -17,6 +17,7 @@ read a row's principal here, so there is one rule for both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "LOCAL_PRINCIPAL",
     "client_principal",
     "is_principal_key",
+    "owner_label",
     "principal_of_owner",
     "token_id_of",
 ]
@@ -52,6 +54,16 @@ def principal_of_owner(owner_session_key: str) -> str:
     if token_id_of(owner_session_key):
         return owner_session_key
     return LOCAL_PRINCIPAL
+
+
+def owner_label(owner_session_key: str, names: Mapping[str, str]) -> str:
+    """Who owns a row, for an operator: ``local``, or its token's name from ``names``
+    (token id → name; ``token <id>`` when unnamed). Never the token itself."""
+    principal = principal_of_owner(owner_session_key)
+    if principal == LOCAL_PRINCIPAL:
+        return "local"
+    token_id = token_id_of(principal)
+    return names.get(token_id) or f"token {token_id}"
 
 
 def is_principal_key(key: str) -> bool:

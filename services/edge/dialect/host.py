@@ -36,7 +36,7 @@ from services.common.host_view import (
     MSG_HOST_REFUSED,
 )
 from services.common.jsonrpc import JsonRpcError
-from services.common.principals import LOCAL_PRINCIPAL, principal_of_owner, token_id_of
+from services.common.principals import owner_label
 from services.common.protocol import AUTH_REQUIRED
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.errors import grpc_error, not_found
@@ -77,14 +77,6 @@ async def _admitted(conn: DialectConnection) -> dict[str, str]:
     raise JsonRpcError(AUTH_REQUIRED, MSG_HOST_REFUSED)
 
 
-def _owner(row: spb.SessionRow, names: dict[str, str]) -> str:
-    principal = principal_of_owner(row.ownership.owner_session_key)
-    if principal == LOCAL_PRINCIPAL:
-        return "local"
-    token_id = token_id_of(principal)
-    return names.get(token_id) or f"token {token_id}"
-
-
 async def _processes(conn: DialectConnection, lease: lpb.Lease) -> dict[str, Any]:
     view: dict[str, Any] = {"leaseId": lease.lease_id,
                             "state": _LEASE_STATE.get(lease.state, "?"), "processes": []}
@@ -113,7 +105,7 @@ def _session_view(live: spb.LiveSession, names: dict[str, str],
     state = "detached" if activity.detached else _ACTIVITY.get(activity.state, "unknown")
     detached = activity.detached
     return {"sessionId": row.session_id, "title": row.title, "agent": row.agent_alias,
-            "owner": _owner(row, names), "state": state,
+            "owner": owner_label(row.ownership.owner_session_key, names), "state": state,
             "waitingRequests": activity.waiting_requests,
             "attachedClients": 0 if detached else max(1, activity.attached_clients),
             "createdAt": row.created_at,

@@ -55,5 +55,10 @@ MSG_BAD_ROLE: Final = "Invalid role: must be one of {roles}"
 MSG_BAD_HISTORY_POLICY: Final = "Invalid historyPolicy: must be one of {policies}"
 MSG_AFTER_MESSAGE_REQUIRED: Final = "historyPolicy after_message requires afterMessageId"
 MSG_SESSION_LIVE_ELSEWHERE: Final = ("Session {session_id} is live on another host ({host}): "
-                                     "attach it there")
+                                     "{then}")
+#: What the client does next, with the serving host's ``[gateway] public_url`` …
+MSG_LIVE_ELSEWHERE_RECONNECT: Final = "reconnect to {url} and attach it there"
+#: … and without one (none is ever guessed from a bind address).
+MSG_LIVE_ELSEWHERE_NO_URL: Final = ("attach it there (that host has no [gateway] public_url "
+                                    "configured)")
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"

@@ -88,7 +88,7 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         ),
         claim=pb.Claim(
             instance_id=rec.claim.instance_id, host=rec.claim.host, until=rec.claim.until,
-            generation=rec.claim.generation,
+            generation=rec.claim.generation, public_url=rec.claim.public_url,
         ),
         additional_directories=list(rec.additional_directories),
         mode_id=rec.mode_id,

@@ -40,8 +40,9 @@ class Stack:
 
 
 @asynccontextmanager
-async def full_stack(cfg: Config, **edge_kw: Any) -> AsyncIterator[Stack]:
-    """Start everything for ``cfg`` (gateway on a free port) and stop it all afterwards."""
+async def full_stack(cfg: Config, *, port: int = 0, **edge_kw: Any) -> AsyncIterator[Stack]:
+    """Start everything for ``cfg`` (gateway on ``port``, default a free one) and stop it all
+    afterwards."""
     run = tempfile.mkdtemp(prefix="acpg-gw-", dir="/tmp")  # short unix socket paths
     session = await start_session_server(cfg, f"unix:{run}/s.sock")
     lifecycle = await start_lifecycle_server(cfg, f"unix:{run}/l.sock")
@@ -49,7 +50,7 @@ async def full_stack(cfg: Config, **edge_kw: Any) -> AsyncIterator[Stack]:
         cfg,
         services=replace(cfg.services, session_addr=session.address,
                          lifecycle_addr=lifecycle.address),
-        gateway=replace(cfg.gateway, port=0),
+        gateway=replace(cfg.gateway, port=port),
     )
     channel = lifecycle.dial()
     runtime = await open_runtime(cfg, version=__version__)

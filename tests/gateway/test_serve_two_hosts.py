@@ -27,6 +27,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
 from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE
 from services.edge.tokens import TokenStore
 from tests.launches import dial
@@ -48,7 +49,9 @@ class Host:
         self.port = free_port()
         self.cfg = write_config(root / name / "cfg", port=self.port)
         self.log = root / f"{name}.log"
-        self.env = env
+        #: Where clients reach it (issue 27: another host's -32007 names it).
+        self.url = f"ws://127.0.0.1:{self.port}/acp"
+        self.env = {**env, "ACPGATE_gateway__public_url": self.url}
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -158,6 +161,16 @@ async def test_two_serve_stacks_one_store_and_a_host_crash(tmp_path: Path,
             on_b = await on_a_scope.enter_async_context(client(b, secret))
             _, resp = await on_b.call("session/load", {"sessionId": held})
             assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=held)
+            # Attaching on B names A's public_url (issue 27); following it attaches on A.
+            _, resp = await on_b.call("session/attach", {"sessionId": held})
+            assert resp["error"]["code"] == SESSION_LIVE_ELSEWHERE, resp
+            assert resp["error"]["data"]["acpgate"]["liveAt"]["url"] == a.url != b.url
+            assert resp["error"]["data"]["acpgate"]["liveAt"]["instanceId"] == id_a
+            async with connect(resp["error"]["data"]["acpgate"]["liveAt"]["url"], proxy=None,
+                               additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
+                seen, resp = await RawClient(ws).call("session/attach", {"sessionId": held})
+                assert resp["result"]["historyPolicy"] == "full", resp
+                assert replayed(seen, "user_message_chunk") == ["before the crash"]
             a.crash()
             crashed_at = time.monotonic()
             _, resp = await on_b.call("session/load", {"sessionId": held})

@@ -83,6 +83,31 @@ async def test_claim_renew_release_over_grpc(store_stub: Stub) -> None:
     assert taken.claim.instance_id == "gw-b"
 
 
+async def test_the_claim_carries_the_claiming_edges_public_url(store_stub: Stub) -> None:
+    """CreateSession and ClaimSession record the edge's ``public_url`` in the claim (issue
+    27), and the row reports it; one that could carry a secret is INVALID_ARGUMENT, the
+    value never echoed, nothing written."""
+    row = await store_stub.CreateSession(pb.CreateSessionRequest(
+        session_id="s1", agent_alias="alpha", workspace_dir="/w", gateway_instance_id="gw-a",
+        host="host-a", public_url="wss://a.example.com/acp"))
+    assert row.claim.public_url == "wss://a.example.com/acp"
+    got = await store_stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+    assert got.claim.public_url == "wss://a.example.com/acp"
+    secret = "hunter2"
+    for bad in (f"wss://u:{secret}@a.example.com/acp", f"https://a.example.com/acp?t={secret}"):
+        code, details = await _code(store_stub.CreateSession(pb.CreateSessionRequest(
+            session_id="s2", agent_alias="alpha", workspace_dir="/w",
+            gateway_instance_id="gw-a", public_url=bad)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and secret not in details, details
+        code, details = await _code(store_stub.ClaimSession(pb.ClaimSessionRequest(
+            session_id="s1", gateway_instance_id="gw-a", public_url=bad)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and secret not in details, details
+    assert (await store_stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+            ).claim.public_url == "wss://a.example.com/acp"
+    assert (await _code(store_stub.GetSession(pb.GetSessionRequest(session_id="s2"))))[0] == \
+        grpc.StatusCode.NOT_FOUND
+
+
 async def test_two_servers_race_one_session(serve: ServerFactory, short_dir: Path,
                                             store_section: StoreSection) -> None:
     """Two session services (two hosts) on one database; both claim each session at the

@@ -27,7 +27,7 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.pg_schema import _V4_TABLES
+from services.session.store.pg_schema import _STEPS, _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 
@@ -113,9 +113,10 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 8
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 9
         rec = await store.get_session("old")
         assert rec.forked_from == ""  # v8 (issue 25): no stored row is a fork
+        assert rec.claim.public_url == ""  # v9 (issue 27): no address recorded
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 1)
         assert rec.stored_bytes == len("user") + len("hi")  # v7: counted from its history
         with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
@@ -129,6 +130,45 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
                                 usage=TurnUsage(input_tokens=2, output_tokens=3))
         rec = await store.get_session("old")
         assert (rec.input_tokens, rec.output_tokens, rec.message_count) == (2, 3, 2)
+
+
+async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
+        pg_cluster: Cluster) -> None:
+    """v8 → v9 (issue 27): a database as v8 shipped it (v4 created, every step up to v8
+    run) keeps its live claim, generation and history; the claim records no public URL
+    until its holder claims again, and that claim records one."""
+    url = await fresh_url(pg_cluster)
+    con = await asyncpg.connect(url)
+    try:
+        for stmt in _V4_TABLES:
+            await con.execute(stmt)
+        for version in range(4, 8):
+            await _STEPS[version][1](con)
+        await con.execute("INSERT INTO schema_version VALUES (8)")
+        await con.execute(
+            "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity,"
+            " token_count, title, last_seq, last_turn, active_instance_id, active_host,"
+            " active_until, claim_generation) VALUES ('old', 'a', '/w', 0, 0, 9, 't', 1, 1,"
+            " 'gw-a', 'a', 9000000000000, 3)")
+        await con.execute("INSERT INTO history (session_id, seq, turn, role, text, created_at)"
+                          " VALUES ('old', 1, 1, 'user', 'hi', 1)")
+    finally:
+        await con.close()
+    async with _opened(PostgresTarget(url)) as store:
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        rec = await store.get_session("old")
+        assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
+        assert rec.claim.public_url == ""
+        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+            await store.claim("old", "gw-b", ttl_ms=1000)
+        assert [e.text async for e in store.iter_history("old")] == ["hi"]
+        again = await store.claim("old", "gw-a", ttl_ms=1000, public_url="wss://a.example/acp")
+        assert (again.claim.generation, again.claim.public_url) == (4, "wss://a.example/acp")
+    con = await asyncpg.connect(url)
+    try:
+        assert await con.fetchval("SELECT version FROM schema_version") == 9
+    finally:
+        await con.close()
 
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:

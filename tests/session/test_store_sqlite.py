@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiosqlite
 import pytest
 
 from services.session.store import (
@@ -23,7 +24,7 @@ from services.session.store import (
     open_store,
 )
 from services.session.store.sqlite_db import connect
-from services.session.store.sqlite_schema import _V2_TABLES, _V4_CLAIM
+from services.session.store.sqlite_schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
 
 
 async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:
@@ -243,15 +244,16 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
     (v3, issue 16), starts unclaimed (v4, issue 14), has no adapter capabilities recorded
     (v5, issue 17) and no extra roots, mode, config or token totals, its old turns no usage
     (v6, issue 17); its stored bytes are counted from its history (v7, issue 23); it is no
-    fork (v8, issue 25)."""
+    fork (v8, issue 25); its claim records no public URL (v9, issue 27)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 8
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 9
         rec = await s.get_session("v2")
         assert rec.forked_from == ""
+        assert rec.claim.public_url == ""
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
         assert (rec.stored_bytes, rec.claim.generation) == (len("user") + len("hi"), 0)
         assert rec.mcp_servers_json == ""
@@ -298,3 +300,37 @@ async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path:
         assert await s.get_agent_capabilities("alpha") == '{"loadSession": true}'
     finally:
         await s.close()
+
+
+async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Path) -> None:
+    """v8 → v9 (issue 27): a file as v8 shipped it (every step up to v8 run on a v2 file)
+    keeps its live claim, generation and history; the claim records no public URL (its
+    holder's address is not known until it claims again), and the next claim records one."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    async with aiosqlite.connect(db) as con:
+        for version in range(2, 8):
+            await _MIGRATIONS[version](con, 0)
+        await con.execute("UPDATE schema_version SET version = 8")
+        await con.execute("UPDATE sessions SET active_instance_id = 'gw-a', active_host = 'a',"
+                          " active_until = 9000000000000, claim_generation = 3")
+        await con.commit()
+    s = await open_store(db)
+    try:
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        rec = await s.get_session("v2")
+        assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
+        assert rec.claim.public_url == ""
+        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+            await s.claim("v2", "gw-b", ttl_ms=1000)
+        assert [e.text for e in await _history(s, "v2")] == ["hi"]
+        again = await s.claim("v2", "gw-a", ttl_ms=1000, public_url="wss://a.example/acp")
+        assert (again.claim.generation, again.claim.public_url) == (4, "wss://a.example/acp")
+    finally:
+        await s.close()
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(9,)]
+    finally:
+        con.close()

@@ -38,6 +38,7 @@ from services.common.protocol import (
     DEFAULT_SESSION_TIMEOUT_SECS,
     MAX_WARM_ADAPTERS,
 )
+from services.common.public_url import public_url_problem
 
 ENV_CONFIG_DIR = "ACPGATE_CONFIG_DIR"
 ENV_PREFIX = "ACPGATE_"
@@ -259,6 +260,10 @@ def _validate(cfg: Config, origin: str) -> None:
         OriginList.parse(cfg.gateway.allowed_origins)
     except ValueError as exc:
         raise ConfigError(f"{origin}: [gateway] allowed_origins: {exc}") from None
+    if (problem := public_url_problem(cfg.gateway.public_url)) is not None:
+        # Never echo the value: a refused one may carry a credential.
+        raise ConfigError(f"{origin}: [gateway] public_url: {problem} (expected e.g. "
+                          "wss://gateway.example.com/acp, or '' for none)")
     if cfg.gateway.idle_secs < 1:
         raise ConfigError(f"{origin}: [gateway] idle_secs: expected an integer ≥ 1")
     if cfg.lifecycle.term_grace_ms < 0:

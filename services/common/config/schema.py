@@ -116,6 +116,8 @@ class GatewaySection:
     #: Characters kept per live session for exact replay / queued per attached client (27).
     replay_chars: int = 8 * 1024 * 1024
     attach_queue_chars: int = 4 * 1024 * 1024
+    #: This host's ``/acp`` as clients reach it ("" = none, never derived): -32007 names it (27).
+    public_url: str = ""
     tls: TlsSection = field(default_factory=TlsSection)
 
 

@@ -69,8 +69,11 @@ Serving = Mapping[str, session_pb2.SessionActivity]
 class HostClaims:
     """The claims of one gateway instance, through the session service."""
 
-    def __init__(self, stub: SessionServiceAsyncStub) -> None:
+    def __init__(self, stub: SessionServiceAsyncStub, public_url: str = "") -> None:
         self._stub = stub
+        #: Where clients reach this host (``[gateway] public_url``; "" = none configured),
+        #: recorded in every claim it takes: another host's -32007 names it (issue 27).
+        self.public_url = public_url
         #: This host's lifecycle service's instance id ("" until the runtime starts).
         self.instance_id = ""
         #: This machine's name, recorded in the claims for operators.
@@ -106,7 +109,8 @@ class HostClaims:
         service's other refusals."""
         try:
             row = await self._stub.ClaimSession(session_pb2.ClaimSessionRequest(
-                session_id=session_id, gateway_instance_id=self.instance_id, host=self.host))
+                session_id=session_id, gateway_instance_id=self.instance_id, host=self.host,
+                public_url=self.public_url))
         except grpc.aio.AioRpcError as exc:
             raise refusal(exc, session_id) from None
         self.held(row)

@@ -114,7 +114,7 @@ class EdgeRuntime:
         self.persistent = True
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
-        self.claims = HostClaims(self.session_stub)
+        self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
         #: The gateway tokens, for their operator grants (issue 23).
         self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None

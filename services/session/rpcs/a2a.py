@@ -90,6 +90,7 @@ class A2aRpcs(RowRpcs, ReadRpcs):
         rec = await self._create(
             context, request.session_id, alias, workspace,
             gateway_instance_id=request.gateway_instance_id, host=request.host,
+            public_url=request.public_url,
             title=request.label, spawned_by=key, parent_session_key=key,
             owner_session_key=owner)
         log.info("session_spawned", session_id=rec.session_id, agent=alias,

@@ -79,6 +79,7 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
             owner_session_key=request.owner_session_key,
             gateway_instance_id=request.gateway_instance_id,
             host=request.host,
+            public_url=request.public_url,
             mcp_servers_json=request.mcp_servers_json,
             additional_directories=additional_directories,
         )
@@ -87,6 +88,7 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
 
     async def _create(self, context: Ctx, session_id: str, alias: str, workspace_dir: str, *,
                       gateway_instance_id: str, host: str, title: str = "",
+                      public_url: str = "",
                       additional_directories: Sequence[str] = (),
                       **fields: str) -> SessionRecord:
         """A new row (INVALID_ARGUMENT / ALREADY_EXISTS when refused), titled if ``title``,
@@ -98,7 +100,7 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
             return await self._store.create_session(
                 session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
                 additional_directories=tuple(additional_directories), title=title, host=host,
-                claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
+                public_url=public_url, claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:

@@ -113,6 +113,7 @@ class ForkRpcs(AgentRpcs, ReadRpcs):
             return await self._store.fork_session(
                 parent.session_id, request.session_id, agent_alias=alias,
                 gateway_instance_id=request.gateway_instance_id, host=request.host,
+                public_url=request.public_url,
                 claim_ttl_ms=self._claim_ttl_ms, additional_directories=roots,
                 mcp_servers_json=request.mcp_servers_json
                 if request.HasField("mcp_servers_json") else None,

@@ -103,11 +103,11 @@ class RowRpcs(RpcBase):
 
     # -- claims (several hosts, one store)
 
-    async def _claim(self, session_id: str, instance_id: str, host: str, context: Ctx
-                     ) -> SessionRecord:
+    async def _claim(self, session_id: str, instance_id: str, host: str, context: Ctx,
+                     public_url: str = "") -> SessionRecord:
         try:
             return await self._store.claim(session_id, instance_id, host=host,
-                                           ttl_ms=self._claim_ttl_ms)
+                                           ttl_ms=self._claim_ttl_ms, public_url=public_url)
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionNotFound as exc:
@@ -122,7 +122,7 @@ class RowRpcs(RpcBase):
         if not request.session_id:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "session_id is required")
         rec = await self._claim(request.session_id, request.gateway_instance_id, request.host,
-                                context)
+                                context, request.public_url)
         return row_to_pb(rec)
 
     async def RenewClaims(

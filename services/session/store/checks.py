@@ -17,6 +17,7 @@ from services.common.protocol import (
     HISTORY_ROLE_USER,
     HISTORY_ROLES,
 )
+from services.common.public_url import public_url_problem
 from services.session.store.records import (
     STATES,
     TOOL_STATUSES,
@@ -83,14 +84,18 @@ def check_mcp_servers(mcp_servers_json: str | None) -> None:
     _check_json_field(mcp_servers_json, list, "mcp_servers_json", "array")
 
 
-def check_claim(instance_id: str, host: str, ttl_ms: int) -> None:
-    """Refuse a claim without an instance id, with a lease time that is not positive, or
-    with a NUL in the instance id or host name."""
+def check_claim(instance_id: str, host: str, ttl_ms: int, public_url: str = "") -> None:
+    """Refuse a claim without an instance id, with a lease time that is not positive, with
+    a NUL in the instance id or host name, or with a public URL clients could not be sent
+    (:func:`~services.common.public_url.public_url_problem`: never one with userinfo or a
+    query, whoever asks)."""
     if not instance_id:
         raise InvalidItem("gateway_instance_id is required")
     if ttl_ms <= 0:
         raise InvalidItem("the claim's lease time must be positive")
     _check_no_nul((instance_id, host))
+    if (problem := public_url_problem(public_url)) is not None:
+        raise InvalidItem(f"public_url: {problem}")
 
 
 def _check_no_nul(values: Sequence[str | None]) -> None:

@@ -95,12 +95,14 @@ class SessionStore(ABC):
         title: str = "",
         host: str = "",
         claim_ttl_ms: int | None = None,
+        public_url: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
 
         ``additional_directories`` are the session's extra roots (already resolved); a
         non-blank ``title`` goes through ``make_title``. With ``claim_ttl_ms`` the row is
-        written claimed by ``gateway_instance_id`` on ``host`` for that long, as
+        written claimed by ``gateway_instance_id`` on ``host`` (reachable at
+        ``public_url``) for that long, as
         :meth:`claim` would take it, in the same statement (a new id: nobody else can
         hold it yet).
 
@@ -181,6 +183,7 @@ class SessionStore(ABC):
         gateway_instance_id: str,
         claim_ttl_ms: int,
         host: str = "",
+        public_url: str = "",
         additional_directories: Sequence[str] | None = None,
         mcp_servers_json: str | None = None,
         quota: Quota | None = None,
@@ -204,9 +207,11 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def claim(
-        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int,
+        public_url: str = "",
     ) -> SessionRecord:
-        """Make ``instance_id`` (on ``host``) the server of the session until now + ``ttl_ms``.
+        """Make ``instance_id`` (on ``host``) the server of the session until now + ``ttl_ms``;
+        the claim records ``public_url``, where clients reach that instance ("" = none).
 
         One conditional update: it succeeds when nobody holds the claim, when
         ``instance_id`` already does, or when the holder's claim has expired; else

@@ -60,6 +60,7 @@ class PgFork(PostgresHistory):
         gateway_instance_id: str,
         claim_ttl_ms: int,
         host: str = "",
+        public_url: str = "",
         additional_directories: Sequence[str] | None = None,
         mcp_servers_json: str | None = None,
         quota: Quota | None = None,
@@ -75,7 +76,7 @@ class PgFork(PostgresHistory):
                 raise SessionNotFound(parent_id)
             plan = fork_plan(record_of(row), int(row[LAST_TURN_AT]), session_id,
                              agent_alias=agent_alias, gateway_instance_id=gateway_instance_id,
-                             host=host, claim_ttl_ms=claim_ttl_ms, now=now,
+                             host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms, now=now,
                              additional_directories=additional_directories,
                              mcp_servers_json=mcp_servers_json, text=to_db)
             check_session_quota(0, plan.copied_bytes, quota)

@@ -134,6 +134,9 @@ _V7_FENCE_AND_BYTES = (
 #: v8 (issue 25, session/fork): as SQLite's — the session a row was forked from.
 _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
 
+#: v9 (issue 27, across hosts): as SQLite's — the claim holder's public URL.
+_V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
+
 
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
@@ -175,6 +178,11 @@ async def _add_v8_forked_from(con: Conn) -> None:
     await con.execute(_V8_FORKED_FROM)
 
 
+async def _add_v9_claim_url(con: Conn) -> None:
+    """v8 → v9: the claim holder's public URL (issue 27); none recorded for older claims."""
+    await con.execute(_V9_CLAIM_URL)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
@@ -182,6 +190,7 @@ _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     5: (6, _add_v6_session_state),
     6: (7, _add_v7_fence_and_bytes),
     7: (8, _add_v8_forked_from),
+    8: (9, _add_v9_claim_url),
 }
 
 

@@ -127,6 +127,7 @@ class PostgresSessionStore(PgFork):
         title: str = "",
         host: str = "",
         claim_ttl_ms: int | None = None,
+        public_url: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
         values = new_row_values(
@@ -134,7 +135,7 @@ class PostgresSessionStore(PgFork):
             parent_session_key=parent_session_key, owner_session_key=owner_session_key,
             gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
             additional_directories=additional_directories, title=title, host=host,
-            claim_ttl_ms=claim_ttl_ms, text=to_db)
+            public_url=public_url, claim_ttl_ms=claim_ttl_ms, text=to_db)
 
         async def insert(con: Conn) -> asyncpg.Record | None:
             return await con.fetchrow(_INSERT_SESSION, *values)
@@ -256,17 +257,19 @@ class PostgresSessionStore(PgFork):
     # -- claims
 
     async def claim(
-        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int,
+        public_url: str = "",
     ) -> SessionRecord:
         """Take or renew the claim unless another instance's claim is live."""
-        check_claim(instance_id, host, ttl_ms)
+        check_claim(instance_id, host, ttl_ms, public_url)
         if not storable(session_id):
             raise SessionNotFound(session_id)
         now = self._clock()
 
         async def take(con: Conn) -> SessionRecord:
             row = await con.fetchrow(
-                _CLAIM_SESSION, instance_id, host, now + ttl_ms, session_id, instance_id, now)
+                _CLAIM_SESSION, instance_id, host, now + ttl_ms, public_url, session_id,
+                instance_id, now)
             if row is None:
                 raise await self._refused(con, session_id)
             return record_of(row)

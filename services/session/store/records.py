@@ -160,6 +160,9 @@ class Claim:
     #: How many times the row's claim was taken (a renewal keeps it): the fence a holder's
     #: writes carry, so a host that lost the claim cannot write after the new holder.
     generation: int = 0
+    #: The holder's ``[gateway] public_url`` when it took the claim ("" = none configured):
+    #: where a client reconnects to reach the session (issue 27).
+    public_url: str = ""
 
     def live(self, now: int) -> bool:
         """True while an instance holds the claim and has renewed it in time."""

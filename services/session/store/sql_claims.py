@@ -33,21 +33,23 @@ RELEASABLE: Final = "active_instance_id IN ('', ?)"
 RELEASABLE_AT: Final = "(active_instance_id = '' OR (active_instance_id = ? AND claim_generation = ?))"
 #: A holder's write to a row: instance ``?``'s claim at generation ``?``, and nothing else.
 HELD_AT: Final = "active_instance_id = ? AND claim_generation = ?"
-#: Instance ``?`` on host ``?`` takes row ``?``'s claim until ``?``, while :data:`CLAIMABLE`,
-#: as its next generation; parameters: instance, host, until, id, instance, now.
+#: Instance ``?`` on host ``?`` takes row ``?``'s claim until ``?``, reachable at public URL
+#: ``?``, while :data:`CLAIMABLE`, as its next generation; parameters: instance, host,
+#: until, public URL, id, instance, now.
 CLAIM_SESSION: Final = (
     "UPDATE sessions SET active_instance_id = ?, active_host = ?, active_until = ?,"
+    " active_url = ?,"
     f" claim_generation = claim_generation + 1 WHERE id = ? AND {CLAIMABLE}"
 )
 #: Mark row ``?`` inactive and unclaimed, while :data:`RELEASABLE` by instance ``?``.
 RELEASE_CLAIM: Final = (
     "UPDATE sessions SET state = 'inactive', active_instance_id = '', active_host = '',"
-    f" active_until = 0 WHERE id = ? AND {RELEASABLE}"
+    f" active_url = '', active_until = 0 WHERE id = ? AND {RELEASABLE}"
 )
 #: :data:`RELEASE_CLAIM` fenced: while :data:`RELEASABLE_AT` by instance ``?``, generation ``?``.
 RELEASE_CLAIM_AT: Final = (
     "UPDATE sessions SET state = 'inactive', active_instance_id = '', active_host = '',"
-    f" active_until = 0 WHERE id = ? AND {RELEASABLE_AT}"
+    f" active_url = '', active_until = 0 WHERE id = ? AND {RELEASABLE_AT}"
 )
 
 

@@ -66,6 +66,7 @@ def fork_owner(parent: SessionRecord, session_key: str) -> str:
 
 def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_alias: str,
               gateway_instance_id: str, host: str, claim_ttl_ms: int, now: int,
+              public_url: str = "",
               additional_directories: Sequence[str] | None,
               mcp_servers_json: str | None, text: Callable[[str], str] = str) -> ForkPlan:
     """What a fork of ``parent`` (its turn counter ``last_turn``) as ``session_id`` writes
@@ -81,7 +82,8 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
         else mcp_servers_json,
         additional_directories=parent.additional_directories if additional_directories is None
         else additional_directories,
-        title=parent.title, host=host, claim_ttl_ms=claim_ttl_ms, text=text)
+        title=parent.title, host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms,
+        text=text)
     state = (parent.plan_json, parent.mode_id, parent.config_json, parent.message_count,
              last_turn, parent.stored_bytes, parent.session_id, session_id)
     return ForkPlan(insert, owner, parent.stored_bytes, state)

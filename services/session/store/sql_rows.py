@@ -71,7 +71,7 @@ SESSION_COLUMNS: Final = (
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
     " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
     " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes,"
-    " forked_from"
+    " forked_from, active_url"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
@@ -85,8 +85,8 @@ INSERT_SESSION: Final = (
     "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,"
     " session_key, spawned_by, parent_session_key, owner_session_key, agent_id, backend,"
     " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json, title,"
-    " active_instance_id, active_host, active_until, claim_generation)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " active_instance_id, active_host, active_until, claim_generation, active_url)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The row's counters, title, totals, stored bytes and plan after a turn; ``{greatest}`` is
 #: the backend's two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
@@ -189,7 +189,8 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         ),
         message_count=int(r[19]),
         mcp_servers_json=r[20],
-        claim=Claim(instance_id=r[21], host=r[22], until=int(r[23]), generation=int(r[29])),
+        claim=Claim(instance_id=r[21], host=r[22], until=int(r[23]), generation=int(r[29]),
+                    public_url=r[32]),
         additional_directories=dirs_from_json(r[24]),
         mode_id=r[25],
         config_json=r[26],
@@ -205,20 +206,22 @@ def new_row_values(
     spawned_by: str, parent_session_key: str, owner_session_key: str, gateway_instance_id: str,
     mcp_servers_json: str, additional_directories: Sequence[str], title: str = "",
     host: str = "", claim_ttl_ms: int | None = None, text: Callable[[str], str] = str,
+    public_url: str = "",
 ) -> tuple[Any, ...]:
     """The :data:`INSERT_SESSION` parameters of a new row with SPEC §13 ownership: the owner
     defaults to ``spawned_by``, else the session itself (InvalidItem for a row
     :func:`~.checks.check_new_session` refuses). A blank ``title`` leaves it untitled;
     with ``claim_ttl_ms`` the row is created claimed by ``gateway_instance_id`` on ``host``
-    (refused like :func:`~.checks.check_claim`); ``text`` encodes the title."""
+    reachable at ``public_url`` (refused like :func:`~.checks.check_claim`); ``text`` encodes the title."""
     check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
                       parent_session_key, owner_session_key, gateway_instance_id,
                       mcp_servers_json=mcp_servers_json,
                       additional_directories=additional_directories)
-    claim: tuple[str, str, int, int] = ("", "", 0, 0)
+    claim: tuple[str, str, int, int, str] = ("", "", 0, 0, "")
     if claim_ttl_ms is not None:
-        check_claim(gateway_instance_id, host, claim_ttl_ms)
-        claim = (gateway_instance_id, host, now + claim_ttl_ms, 1)  # its first generation
+        check_claim(gateway_instance_id, host, claim_ttl_ms, public_url)
+        # Its first generation.
+        claim = (gateway_instance_id, host, now + claim_ttl_ms, 1, public_url)
     key = session_key_for(agent_alias, session_id)
     owner = owner_session_key or spawned_by or key
     return (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,

@@ -52,6 +52,7 @@ class SqliteFork(SqliteHistory):
         gateway_instance_id: str,
         claim_ttl_ms: int,
         host: str = "",
+        public_url: str = "",
         additional_directories: Sequence[str] | None = None,
         mcp_servers_json: str | None = None,
         quota: Quota | None = None,
@@ -67,7 +68,7 @@ class SqliteFork(SqliteHistory):
                     plan = fork_plan(
                         record_from_row(rows[0]), int(rows[0][LAST_TURN_AT]), session_id,
                         agent_alias=agent_alias, gateway_instance_id=gateway_instance_id,
-                        host=host, claim_ttl_ms=claim_ttl_ms, now=now,
+                        host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms, now=now,
                         additional_directories=additional_directories,
                         mcp_servers_json=mcp_servers_json)
                     check_session_quota(0, plan.copied_bytes, quota)

@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 8
+LATEST_SCHEMA_VERSION: Final = 9
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -160,6 +160,11 @@ _V7_FENCE_AND_BYTES = (
 #: A migration step of its own: another v8 step of the same release may be renumbered
 #: around it on merge.
 _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
+
+#: v9 (issue 27, across hosts): the public URL of the claim's holder (its ``[gateway]
+#: public_url``), where another host tells a client to reconnect; "" for every claim
+#: taken before (unknown until its holder claims again).
+_V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
@@ -299,6 +304,11 @@ async def _migrate_7_to_8(db: aiosqlite.Connection, now: int) -> None:
     await db.execute(_V8_FORKED_FROM)
 
 
+async def _migrate_8_to_9(db: aiosqlite.Connection, now: int) -> None:
+    """v8 → v9: the claim holder's public URL (issue 27); none recorded for older claims."""
+    await db.execute(_V9_CLAIM_URL)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -308,6 +318,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     5: _migrate_5_to_6,
     6: _migrate_6_to_7,
     7: _migrate_7_to_8,
+    8: _migrate_8_to_9,
 }
 
 

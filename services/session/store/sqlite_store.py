@@ -136,6 +136,7 @@ class SqliteSessionStore(SqliteFork):
         title: str = "",
         host: str = "",
         claim_ttl_ms: int | None = None,
+        public_url: str = "",
     ) -> SessionRecord:
         """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
         values = new_row_values(
@@ -143,7 +144,7 @@ class SqliteSessionStore(SqliteFork):
             parent_session_key=parent_session_key, owner_session_key=owner_session_key,
             gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
             additional_directories=additional_directories, title=title, host=host,
-            claim_ttl_ms=claim_ttl_ms)
+            public_url=public_url, claim_ttl_ms=claim_ttl_ms)
         async with self._lock:
             try:
                 rec = await self._write_row(INSERT_SESSION, values)
@@ -253,14 +254,16 @@ class SqliteSessionStore(SqliteFork):
     # -- claims
 
     async def claim(
-        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int
+        self, session_id: str, instance_id: str, *, host: str = "", ttl_ms: int,
+        public_url: str = "",
     ) -> SessionRecord:
         """Take or renew the claim unless another instance's claim is live."""
-        check_claim(instance_id, host, ttl_ms)
+        check_claim(instance_id, host, ttl_ms, public_url)
         now = self._clock()
         async with self._lock:
             rec = await self._write_row(
-                CLAIM_SESSION, (instance_id, host, now + ttl_ms, session_id, instance_id, now))
+                CLAIM_SESSION,
+                (instance_id, host, now + ttl_ms, public_url, session_id, instance_id, now))
             if rec is None:
                 raise await self._refused(session_id)
         return rec

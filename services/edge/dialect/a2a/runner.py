@@ -87,6 +87,7 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
                 requester_session_key=requester.store_key, session_id=sid,
                 agent_alias=args.agent, cwd=args.cwd, label=args.label,
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+                public_url=rt.claims.public_url,
                 requester_turn_cap=_turn_cap(requester),
                 # The child works where the requester does, for the requester's user.
                 local_user=not home.remote))

@@ -6,10 +6,12 @@ adapter runs, on the host whose claim the row holds (the claim identity this edg
 to another host's session: ``session/attach`` of a session of the caller's own that
 another host serves (a live claim that is not this edge's) answers
 :data:`~services.common.protocol.SESSION_LIVE_ELSEWHERE` (-32007) with
-``data.acpgate.liveAt``: that host's name and gateway instance id, as the row's claim
-records them — the client connects there and attaches. (The claim records no public URL
-yet: a client maps the host name to its address itself.) Anyone else's session, or one
-nobody serves, answers as before.
+``data.acpgate.liveAt``: that host's name, gateway instance id and public URL (its
+``[gateway] public_url``, when it has one), as the row's claim records them; the message
+says "reconnect to <url>" — the client connects there and attaches. The URL comes only
+from the claiming edge's configuration, sent under the service credential: nothing a
+client sends reaches it. Without one the answer says so, and names no guessed address.
+Anyone else's session, or one nobody serves, answers as before.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import time
 
 from services.common.attach_protocol import (
+    MSG_LIVE_ELSEWHERE_NO_URL,
+    MSG_LIVE_ELSEWHERE_RECONNECT,
     MSG_SESSION_LIVE_ELSEWHERE,
     SESSION_LIVE_ELSEWHERE,
 )
@@ -47,5 +51,10 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
             or principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
         return
     where = {"host": claim.host, "instanceId": claim.instance_id}
+    if claim.public_url:
+        where["url"] = claim.public_url
+        then = MSG_LIVE_ELSEWHERE_RECONNECT.format(url=claim.public_url)
+    else:
+        then = MSG_LIVE_ELSEWHERE_NO_URL
     raise JsonRpcError(SESSION_LIVE_ELSEWHERE, MSG_SESSION_LIVE_ELSEWHERE.format(
-        session_id=sid, host=claim.host), {META_ACPGATE: {"liveAt": where}})
+        session_id=sid, host=claim.host, then=then), {META_ACPGATE: {"liveAt": where}})

@@ -117,6 +117,7 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
             request = session_pb2.ForkSessionRequest(
                 parent_session_id=parent_id, session_id=sid,
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+                public_url=rt.claims.public_url,
                 cwd=first_str(params, "cwd") or "", base_dir=os.getcwd(),
                 local_user=not conn.remote,
                 **({"operator": True} if conn.caller.operator

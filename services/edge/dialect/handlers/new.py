@@ -91,6 +91,7 @@ def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
         # The MCP list is stored: a later load/resume without one starts the same servers.
         create=session_pb2.CreateSessionRequest(
             session_id=sid, gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+            public_url=rt.claims.public_url,
             owner_session_key=conn.caller.owner_key, mcp_servers_json=encode_mcp_servers(servers)))
 
 

@@ -91,6 +91,9 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
                 _, resp = await on_b.call("session/load", {"sessionId": sid})
                 assert resp["error"]["code"] == -32602
                 assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid)
+                # ...saying where it is live, so the client can attach it there (issue 27).
+                assert resp["error"]["data"]["acpgate"]["liveAt"] == {
+                    "host": a.runtime.claims.host, "instanceId": a.runtime.claims.instance_id}
             async with client(b, stranger) as other:
                 _, resp = await other.call("session/load", {"sessionId": sid})
                 assert resp["error"] == {"code": -32000, "message":

@@ -11,7 +11,9 @@ another host serves (a live claim that is not this edge's) answers
 says "reconnect to <url>" — the client connects there and attaches. The URL comes only
 from the claiming edge's configuration, sent under the service credential: nothing a
 client sends reaches it. Without one the answer says so, and names no guessed address.
-Anyone else's session, or one nobody serves, answers as before.
+A ``session/load``/``resume`` there keeps SPEC §8's -32602 "Session already active",
+with the same ``data.acpgate.liveAt`` added (:func:`with_live_at`). Anyone else's
+session, or one nobody serves, answers as before.
 """
 
 from __future__ import annotations
@@ -26,35 +28,53 @@ from services.common.attach_protocol import (
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import principal_of_owner
-from services.common.protocol import (
-    META_ACPGATE,
-)
+from services.common.protocol import INVALID_PARAMS, META_ACPGATE
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
 
-__all__ = ["live_elsewhere"]
+__all__ = ["live_elsewhere", "with_live_at"]
 
 
 async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
     """Raise -32007 naming where ``sid`` is live when another host serves it for the
     caller's own principal; return otherwise (module doc)."""
+    found = await _where(conn, sid)
+    if found is not None:
+        where, then = found
+        raise JsonRpcError(SESSION_LIVE_ELSEWHERE, MSG_SESSION_LIVE_ELSEWHERE.format(
+            session_id=sid, host=where["host"], then=then), {META_ACPGATE: {"liveAt": where}})
+
+
+async def with_live_at(conn: object, sid: str, refused: JsonRpcError) -> JsonRpcError:
+    """``refused`` — a load/resume's SPEC §8 "Session already active" because another host
+    holds the claim — with ``data.acpgate.liveAt`` added when that host serves the caller's
+    own session, so the client knows where to attach it (code and message unchanged)."""
+    if refused.code != INVALID_PARAMS or refused.data is not None \
+            or not isinstance(conn, DialectConnection):
+        return refused
+    found = await _where(conn, sid)
+    if found is None:
+        return refused
+    return JsonRpcError(refused.code, refused.message, {META_ACPGATE: {"liveAt": found[0]}})
+
+
+async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, str], str] | None:
+    """Where ``sid`` is live, and what the client should do, when another host (or edge
+    worker) serves it for the caller's own principal; None otherwise."""
     rt = conn.runtime
     if not rt.persistent:
-        return
+        return None
     try:
         row = await visible_row(rt, conn.caller, sid)
     except JsonRpcError:
-        return
+        return None
     claim = row.claim
     if not claim.instance_id or claim.instance_id == rt.claims.instance_id \
             or claim.until < int(time.time() * 1000) \
             or principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
-        return
+        return None
     where = {"host": claim.host, "instanceId": claim.instance_id}
     if claim.public_url:
         where["url"] = claim.public_url
-        then = MSG_LIVE_ELSEWHERE_RECONNECT.format(url=claim.public_url)
-    else:
-        then = MSG_LIVE_ELSEWHERE_NO_URL
-    raise JsonRpcError(SESSION_LIVE_ELSEWHERE, MSG_SESSION_LIVE_ELSEWHERE.format(
-        session_id=sid, host=claim.host, then=then), {META_ACPGATE: {"liveAt": where}})
+        return where, MSG_LIVE_ELSEWHERE_RECONNECT.format(url=claim.public_url)
+    return where, MSG_LIVE_ELSEWHERE_NO_URL

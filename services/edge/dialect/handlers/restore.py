@@ -73,6 +73,7 @@ from services.common.protocol import (
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import restore_error
 from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.elsewhere import with_live_at
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
 from services.edge.errors import grpc_error, not_found
@@ -157,7 +158,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
         with _restoring(rt.registry, sid):
             agent, row = await _resolve_agent(rt, row, extra, local_user=not conn.remote)
             policy = await _policy(rt, agent, row, local_user=not conn.remote)
-            await rt.claims.claim(sid)
+            try:
+                await rt.claims.claim(sid)
+            except JsonRpcError as exc:  # live elsewhere: say where (issue 27)
+                raise await with_live_at(conn, sid, exc) from None
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
                 client = await spawn_adapter(conn, session, agent, policy)

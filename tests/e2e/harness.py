@@ -353,10 +353,12 @@ def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict
 
 
 def listed_lineage(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """session/list rows' ``_meta.acpgate`` by session id, less the token ``usage`` that
-    shares the object (asserted present): what is left is the agent and the lineage."""
+    """session/list rows' ``_meta.acpgate`` by session id, less the token ``usage`` and the
+    running ``state`` that share the object (asserted present): what is left is the agent
+    and the lineage."""
     metas = {r["sessionId"]: dict(r["_meta"]["acpgate"]) for r in rows}
     assert all("totalTokens" in m.pop("usage") for m in metas.values()), rows
+    assert all(m.pop("state") in ("active", "idle", "closed") for m in metas.values()), rows
     return metas
 
 

@@ -148,9 +148,28 @@ async def test_websocket_with_the_cookie_takes_up_its_detached_session(tmp_path:
         sid = (await first.result("session/new", {}))["sessionId"]
         await ws.close()  # detached on worker 1 for the grace
 
-        # Worker 2 accepts the reconnect; the cookie names worker 1, which takes it up.
         from websockets.asyncio.client import connect
 
+        # Without the cookie (an SDK client): worker 2 answers, naming worker 1 ...
+        bare = await connect(f"ws://127.0.0.1:{served.port}/acp", proxy=None, open_timeout=30,
+                             sock=await pinned_socket(served, 2), additional_headers={
+                                 "Authorization": f"Bearer {served.secret}"})
+        lost = RawClient(bare, select("allow-once"))
+        await lost.result("initialize", {"protocolVersion": 1})
+        _, resp = await lost.call("session/load", {"sessionId": sid, "cwd": "/",
+                                                   "mcpServers": []})
+        assert resp["error"]["data"] == {"worker": 1, "query": "worker=1"}, resp
+        await bare.close()
+        # ... and ?worker=1 on the URL reaches it (worker 2 accepting, handing it over).
+        ws_q = await connect(f"ws://127.0.0.1:{served.port}/acp?worker=1", proxy=None,
+                             open_timeout=30, sock=await pinned_socket(served, 2),
+                             additional_headers={"Authorization": f"Bearer {served.secret}"})
+        via_query = RawClient(ws_q, select("allow-once"))
+        await via_query.result("initialize", {"protocolVersion": 1})
+        await via_query.result("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
+        await ws_q.close()  # detached on worker 1 again
+
+        # Worker 2 accepts the reconnect; the cookie names worker 1, which takes it up.
         ws2 = await connect(f"ws://127.0.0.1:{served.port}/acp", proxy=None, open_timeout=30,
                             sock=await pinned_socket(served, 2), additional_headers={
                                 "Authorization": f"Bearer {served.secret}", "Cookie": cookie})
@@ -161,7 +180,7 @@ async def test_websocket_with_the_cookie_takes_up_its_detached_session(tmp_path:
                                                     "prompt": text("back")})
         assert res["stopReason"] == "end_turn"
         await ws2.close()
-        assert adopted(served) == {"edge-1": 1}
+        assert adopted(served) == {"edge-1": 2}
 
 
 async def test_the_official_sdk_over_streamable_http_with_two_workers(tmp_path: Any) -> None:

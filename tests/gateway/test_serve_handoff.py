@@ -226,3 +226,29 @@ async def _dead(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+async def test_a_body_that_follows_its_head_later_goes_along(tmp_path: Any) -> None:
+    async with serve_workers(tmp_path) as served:
+        loop = asyncio.get_running_loop()
+        client = RemoteClient(f"http://127.0.0.1:{served.port}/acp", served.secret)
+        try:
+            await client.initialize()
+            cid = client.connection_id or ""
+            owner = int(cid.split("-", 1)[0][1:])
+            sock = await pinned_socket(served, 3 - owner)
+            body = b'{"jsonrpc":"2.0","id":7,"method":"session/list","params":{}}'
+            # The head alone decides the hand-over; the body is sent after it, separately.
+            await loop.sock_sendall(sock, (
+                f"POST /acp HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {served.secret}\r\n"
+                f"acp-connection-id: {cid}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n\r\n").encode())
+            await loop.sock_sendall(sock, body)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += await loop.sock_recv(sock, 65536)
+            assert got.startswith(b"HTTP/1.1 202 "), got
+            sock.close()
+            assert adopted(served) == {f"edge-{owner}": 1}
+        finally:
+            await client.aclose()

@@ -220,9 +220,11 @@ class Http1Connection(asyncio.Protocol):
                               http_version=event.http_version.decode("ascii", "replace"),
                               remote=self._remote, tls=self._tls)
         self._request, self._body, self._h2c = request, bytearray(), None
-        # (A response still in the socket's buffer would be lost: then answered here.)
+        # (A response still in the socket's buffer would be lost: then answered here; so is
+        # everything with an h11 whose unparsed bytes cannot be read.)
         if self._w.handoff is not None and not self._tls and self._transport is not None \
                 and not self._transport.get_write_buffer_size() \
+                and hasattr(self._h11, "_receive_buffer") \
                 and (owner := self._w.handoff.owner(request)):
             self._hand_off(event, owner)  # a sibling worker's connection (issue 28)
             return True

@@ -32,7 +32,7 @@ from services.edge.transport.handoff.wire import (
     handoff_socket_path,
 )
 from tests.gateway.streamable_client import INIT, RemoteClient
-from tests.gateway.test_serve_handoff import adopted, pinned
+from tests.gateway.test_serve_handoff import adopted, adopted_now, pinned
 from tests.gateway.workers_serve import Served, serve_workers
 from tests.gateway.wsfixtures import mint
 
@@ -79,7 +79,7 @@ async def test_only_a_sibling_with_the_proof_hands_a_socket_in(tmp_path: Path) -
         assert adopted(served) == {}
         # The same exchange with the proof is taken in (what makes the refusals mean it).
         assert await hand_in(served, 1, header(real, to=1)) == ACCEPTED
-        assert adopted(served) == {"edge-1": 1}
+        await adopted_now(served, {"edge-1": 1})
 
 
 async def test_another_uid_cannot_reach_a_workers_socket(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ async def test_a_forged_mark_gets_todays_404_never_another_tokens_connection(
                     r = await attacker.get()
                     assert (r.status_code, r.text) == (404, "Unknown Acp-Connection-Id\n")
                     assert (await attacker.delete()).status_code == 404
-            assert adopted(served) == {f"edge-{owner}": 1}  # one handed over, then kept
+            await adopted_now(served, {f"edge-{owner}": 1})  # one handed over, then kept
             assert (await victim.post({"jsonrpc": "2.0", "id": 1, "method": "session/new",
                                        "params": {}})).status_code == 202  # untouched
         finally:
@@ -137,6 +137,6 @@ async def test_a_handed_over_connection_stays_within_the_tokens_share(tmp_path: 
                 r = await second.http.post(second.url, json=INIT, headers={
                     **second.headers, "Cookie": cookie})
                 assert r.status_code == 503, r.text
-            assert adopted(served) == {f"edge-{owner}": 1}
+            await adopted_now(served, {f"edge-{owner}": 1})
         finally:
             await first.aclose()

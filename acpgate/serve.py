@@ -253,10 +253,11 @@ class Supervisor:
         self.security = await load_security(self.cfg)
         await self.claim()
         workers = sum(1 for c in self.children if c.spec.worker)
-        if workers:  # what several edges cannot do yet (README, "What runs where")
+        if workers:  # what several edges still cannot do (README, "What runs where")
             log.warning("serve_edge_workers", workers=workers,
-                        caveat="a session detached on one worker is not taken up through "
-                               "another, and Streamable HTTP over HTTP/1.1 needs one worker")
+                        caveat="a WebSocket client without the affinity cookie is told to "
+                               "reconnect to its session's worker (?worker=k); with TLS, "
+                               "Streamable HTTP over HTTP/1.1 needs one worker")
         for child in self.children:
             await self._spawn(child)
             if not await self._wait_healthy(child):

@@ -80,6 +80,11 @@ MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
 MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"
 MSG_PROMPT_MISSING: Final = "Missing required parameter: prompt (must be string or array of parts)"
 MSG_SESSION_ALREADY_ACTIVE: Final = "Session already active: {session_id}. Call session/close first."
+#: Appended to it when a sibling edge worker of this host serves the session (issue 28):
+#: a WebSocket cannot move mid-stream, the client reconnects to that worker instead.
+MSG_SESSION_ON_SIBLING_WORKER: Final = (
+    " It is served by edge worker {worker} of this host: reconnect with its affinity cookie, "
+    "or to /acp?worker={worker}, to take it up there.")
 MSG_POLICY_REFUSED: Final = "Refused by acpgate policy: {reason}"
 MSG_RESOURCE_NOT_FOUND: Final = "Resource not found: {path}"
 MSG_UNKNOWN_TERMINAL: Final = "Unknown terminal: {terminal_id}"

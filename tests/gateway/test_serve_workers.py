@@ -18,7 +18,11 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from acpgate.ops.ps import gather
-from services.common.protocol import INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE
+from services.common.protocol import (
+    INVALID_PARAMS,
+    MSG_SESSION_ALREADY_ACTIVE,
+    MSG_SESSION_ON_SIBLING_WORKER,
+)
 from services.edge.tokens import TokenStore, token_db_path
 
 from .workers_serve import client_on, on_worker, serve_workers, until
@@ -52,7 +56,10 @@ async def test_two_workers_answer_for_the_host(tmp_path: Path) -> None:
         # A session is its creator's: a load through the other worker is refused.
         _, resp = await on_2.call("session/load", {"sessionId": sid_1})
         assert resp["error"]["code"] == INVALID_PARAMS
-        assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid_1)
+        # ... naming the worker that serves it, and how to reach it (issue 28).
+        assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(
+            session_id=sid_1) + MSG_SESSION_ON_SIBLING_WORKER.format(worker=1)
+        assert resp["error"]["data"] == {"worker": 1, "query": "worker=1"}
         res = await on_1.result("session/prompt", {"sessionId": sid_1, "prompt": "!echo mine"})
         assert res["stopReason"] == "end_turn"
 

@@ -82,12 +82,15 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve_workers(tmp: Path, *, workers: int = 2, gateway: str = "", extra: str = "",
-                        env: dict[str, str] | None = None) -> AsyncIterator[Served]:
-    """``acpgate serve`` with ``workers`` edge workers (sessions released at the disconnect;
+                        env: dict[str, str] | None = None, detach_grace_secs: int = 0,
+                        ) -> AsyncIterator[Served]:
+    """``acpgate serve`` with ``workers`` edge workers (sessions released at the disconnect
+    unless ``detach_grace_secs``;
     ``gateway``: more ``[gateway]`` lines, ``extra``: more tables), a token minted; every
     worker reporting before it is yielded."""
     port = free_port()
-    cfg = write_config(tmp / "cfg", port=port, detach_grace_secs=0, extra=extra)
+    cfg = write_config(tmp / "cfg", port=port, detach_grace_secs=detach_grace_secs,
+                       extra=extra)
     text = (cfg.config_dir / "config.toml").read_text()
     (cfg.config_dir / "config.toml").write_text(
         text.replace("[gateway]\n", f"[gateway]\nworkers = {workers}\n{gateway}", 1))

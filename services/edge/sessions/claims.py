@@ -47,6 +47,7 @@ from services.common.protocol import (
 )
 from services.edge.errors import grpc_error
 from services.edge.sessions.activity import changed
+from services.edge.sessions.sibling import on_sibling
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
@@ -112,7 +113,10 @@ class HostClaims:
                 session_id=session_id, gateway_instance_id=self.instance_id, host=self.host,
                 public_url=self.public_url))
         except grpc.aio.AioRpcError as exc:
-            raise refusal(exc, session_id) from None
+            error = refusal(exc, session_id)
+            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? named (issue 28)
+                error = await on_sibling(self._stub, self.instance_id, session_id, error)
+            raise error from None
         self.held(row)
         return row
 

@@ -54,6 +54,13 @@ def _reason(status: int) -> bytes:
         return b""
 
 
+def _head(event: h11.Request) -> bytes:
+    """The request head of ``event`` as the client sent it (header names' case kept)."""
+    head = b"%s %s HTTP/%s\r\n" % (event.method, event.target, event.http_version)
+    return head + b"".join(b"%s: %s\r\n" % (k, v) for k, v in event.headers.raw_items()) \
+        + b"\r\n"
+
+
 class H1Response:
     """The response to the request in progress on an :class:`Http1Connection`."""
 
@@ -213,6 +220,14 @@ class Http1Connection(asyncio.Protocol):
                               http_version=event.http_version.decode("ascii", "replace"),
                               remote=self._remote, tls=self._tls)
         self._request, self._body, self._h2c = request, bytearray(), None
+        # (A response still in the socket's buffer would be lost: then answered here; so is
+        # everything with an h11 whose unparsed bytes cannot be read.)
+        if self._w.handoff is not None and not self._tls and self._transport is not None \
+                and not self._transport.get_write_buffer_size() \
+                and hasattr(self._h11, "_receive_buffer") \
+                and (owner := self._w.handoff.owner(request)):
+            self._hand_off(event, owner)  # a sibling worker's connection (issue 28)
+            return True
         upgrade = headers.tokens("upgrade")
         if "websocket" in upgrade and request.path in self._w.websocket_paths:
             self._to_websocket(event)
@@ -296,13 +311,22 @@ class Http1Connection(asyncio.Protocol):
         except h11.RemoteProtocolError:
             pass  # the WebSocket server reads the request itself and answers what is wrong
         rest, _ = self._h11.trailing_data
-        head = b"%s %s HTTP/%s\r\n" % (event.method, event.target, event.http_version)
-        head += b"".join(b"%s: %s\r\n" % (k, v) for k, v in event.headers.raw_items())
         assert self._transport is not None
+        self._leave()
+        self._w.websocket(self._transport, _head(event) + bytes(rest))
+
+    def _hand_off(self, event: h11.Request, owner: int) -> None:
+        """Give the connection to the sibling worker ``owner``: the request head as it
+        came, then every byte read after it (h11 holds them unparsed until asked)."""
+        rest = bytes(self._h11._receive_buffer)  # h11 exposes it only once switched
+        assert self._transport is not None and self._w.handoff is not None
+        self._leave()
+        self._w.handoff.hand(self._transport, _head(event) + rest, owner)
+
+    def _leave(self) -> None:
         self._left = True
         self._w.connections.discard(self)
         self._cancel_timer()
-        self._w.websocket(self._transport, head + b"\r\n" + bytes(rest))
 
     # ------------------------------------------------------------ writing
 

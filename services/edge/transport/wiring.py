@@ -10,14 +10,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from services.edge.transport.exchange import HttpRequest, HttpResponse
 
-__all__ = ["App", "Wiring", "peer_name"]
+__all__ = ["App", "HandOff", "Wiring", "peer_name"]
 
 #: The routes: answer one request (``services.edge.transport.routes``).
 App = Callable[[HttpRequest, HttpResponse], Awaitable[None]]
+
+
+class HandOff(Protocol):
+    """Where a request that belongs to a sibling edge worker goes (issue 28:
+    ``services.edge.transport.handoff``)."""
+
+    def owner(self, request: HttpRequest) -> int:
+        """The sibling worker ``request`` belongs to, or 0: answered here."""
+
+    def hand(self, transport: asyncio.Transport, pre_read: bytes, target: int) -> None:
+        """Give the connection, and what was read of it (``pre_read``), to ``target``."""
 
 
 @dataclass
@@ -36,6 +47,8 @@ class Wiring:
     connections: set[Any] = field(default_factory=set)
     #: The running request handlers.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: With several edge workers: hands a sibling's connections over (None: answer all).
+    handoff: HandOff | None = None
 
 
 def peer_name(transport: asyncio.BaseTransport) -> str:

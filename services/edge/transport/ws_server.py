@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import http
 import socket
-import uuid
 import weakref
 from collections.abc import Sequence
 from functools import partial
@@ -51,6 +50,7 @@ from services.edge.transport.auth import (
     offered_subprotocols,
 )
 from services.edge.transport.exchange import HttpRequest
+from services.edge.transport.handoff.service import Handoff
 from services.edge.transport.monitor import GatewayCounters, Monitor, join_workers
 from services.edge.transport.origin import OriginPolicy
 from services.edge.transport.outqueue import (
@@ -77,6 +77,7 @@ from services.edge.transport.streamable.dialect import (
 )
 from services.edge.transport.streamable.endpoint import EndpointSettings, StreamableEndpoint
 from services.edge.transport.streamable.streams import Budget
+from services.edge.transport.wiring import peer_name
 from services.edge.transport.ws_incoming import Incoming
 
 #: Close code when the connection limit was hit by a racing handshake.
@@ -148,6 +149,7 @@ class EdgeServer:
         self._origins = OriginPolicy(gw.allowed_origins, tls=gw.tls.enabled)
         self._cookie = affinity_cookie(getattr(runtime, "gateway_instance_id", ""),
                                        tls=gw.tls.enabled)
+        self._handoff = Handoff(cfg, runtime)  # several workers: each its own connections
         #: One front door per listening socket (an address of the host).
         self._doors: list[FrontDoor] = []
         #: Set when the gateway stops: each connection winds down (serve_connection).
@@ -162,7 +164,8 @@ class EdgeServer:
             self._live, run_dialect=self._run_http,
             knows_session=session_lookup_fn or session_lookup(runtime),
             cookie=lambda request: [("set-cookie", self._cookie)],
-            on_slow_client=self._count_http_slow_client, stopping=self._stopping)
+            on_slow_client=self._count_http_slow_client, stopping=self._stopping,
+            new_id=self._handoff.new_id)
         self._monitor = Monitor(probe, lambda: self.runtime.metrics, self._counters, self._live,
                                 lambda: len(self.http.connections), lambda: self.http.readers,
                                 lambda: self._revocations.closes_total)
@@ -197,6 +200,7 @@ class EdgeServer:
                 self._doors.append(await serve_front_door(
                     sock, app=self._routes, websocket_path=self.acp_path, ws=ws,
                     max_body=gw.max_frame_bytes, tls=context))
+            await self._handoff.start(self._doors)
         except BaseException:
             await self.stop()
             if bound_here:  # the ones no server took yet (closing a closed one is a no-op)
@@ -239,6 +243,7 @@ class EdgeServer:
         if not self._doors:
             return
         doors, self._doors = self._doors, []
+        await self._handoff.close()
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
@@ -309,7 +314,7 @@ class EdgeServer:
         if refusal is not None:
             log.warning("ws_" + refusal.reason, limit=refusal.limit)
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, refusal.body)
-        self._callers[connection] = (caller, str(uuid.uuid4()))
+        self._callers[connection] = (caller, self._handoff.new_id())
         return None
 
     def _process_response(self, connection: ServerConnection, request: Request,
@@ -391,8 +396,4 @@ class EdgeServer:
 
 
 def _remote(ws: ServerConnection) -> str:
-    try:
-        host, port = ws.remote_address[:2]
-    except (TypeError, ValueError):
-        return "?"
-    return f"{host}:{port}"
+    return peer_name(ws.transport)

@@ -14,7 +14,6 @@ is the cookie a load balancer keeps a reconnecting client on this host with.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +21,8 @@ from typing import Any
 from services.common.jsonrpc import JsonRpcError
 from services.common.remote_transport import AFFINITY_COOKIE
 from services.edge.caller import Caller
+from services.edge.sessions.workers import split_worker_name
+from services.edge.transport.handoff.owner import cookie_value
 from services.edge.transport.streamable.connection import StreamableConnection
 
 __all__ = ["affinity_cookie", "run_dialect", "session_lookup"]
@@ -56,9 +57,10 @@ def session_lookup(runtime: Any) -> Callable[[Caller, str], Awaitable[bool]]:
 
 
 def affinity_cookie(instance_id: str, *, tls: bool) -> str:
-    """``Set-Cookie`` value naming this host (a digest of its instance id, or a random id):
+    """``Set-Cookie`` value naming this host (a digest of its instance id, or a random id)
+    and, with several edge workers, the worker (``-w<k>``, issue 28):
     cross-site pages may send it over TLS only (SameSite=None needs Secure)."""
-    value = hashlib.sha256(instance_id.encode()).hexdigest()[:16] if instance_id \
+    value = cookie_value(*split_worker_name(instance_id)) if instance_id \
         else secrets.token_hex(8)
     attrs = "; Secure; SameSite=None" if tls else "; SameSite=Lax"
     return f"{AFFINITY_COOKIE}={value}; Path=/; HttpOnly{attrs}"

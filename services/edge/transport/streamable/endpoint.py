@@ -78,7 +78,8 @@ class StreamableEndpoint:
                  run_dialect: RunDialect, knows_session: KnowsSession,
                  cookie: Callable[[HttpRequest], Headers] = lambda r: (),
                  on_slow_client: Callable[[], None] = lambda: None,
-                 stopping: asyncio.Event | None = None) -> None:
+                 stopping: asyncio.Event | None = None,
+                 new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
         self.settings = settings
         #: Set when the gateway stops: no new connection from then on.
         self._stopping = stopping if stopping is not None else asyncio.Event()
@@ -87,6 +88,8 @@ class StreamableEndpoint:
         self._knows_session = knows_session
         self._cookie = cookie
         self._on_slow_client = on_slow_client
+        #: Mints ``Acp-Connection-Id``s (with several edge workers, naming this one).
+        self._new_id = new_id
         self.connections: dict[str, StreamableConnection] = {}
         #: The dialect tasks (a stop waits for them).
         self.tasks: set[asyncio.Task[None]] = set()
@@ -192,7 +195,7 @@ class StreamableEndpoint:
             await respond(response, 503, "acpgate is shutting down\n", headers=headers)
             return
         s = self.settings
-        conn = StreamableConnection(str(uuid.uuid4()), caller, idle_secs=s.idle_secs,
+        conn = StreamableConnection(self._new_id(), caller, idle_secs=s.idle_secs,
                                     budget=s.budget(), slow_client_timeout=s.slow_client_timeout,
                                     on_slow_client=lambda c: self._on_slow_client(),
                                     on_close=self._closed)

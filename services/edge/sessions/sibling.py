@@ -1,0 +1,49 @@
+"""Which sibling edge worker serves a session this worker could not claim (issue 28).
+
+With ``[gateway] workers`` above one, a session is claimed by the worker serving
+it (``<instance>/w<k>``). A WebSocket client reconnecting without the affinity
+cookie may land on another worker; its ``session/load``/``resume`` there is refused
+("Session already active"), and a WebSocket cannot be handed over mid-stream.
+Rather than relay that connection's traffic through a second worker for its whole
+life, the refusal names the worker and how to reach it (its cookie, or
+``/acp?worker=<k>``, which the front door hands to that worker): see README,
+"[gateway] workers".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
+from services.common.protocol import MSG_SESSION_ON_SIBLING_WORKER
+from services.edge.sessions.workers import split_worker_name
+
+if TYPE_CHECKING:
+    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+
+__all__ = ["on_sibling"]
+
+#: How long the look-up of the holder may take (the refusal goes out plain after it).
+_LOOKUP_SECS: Final = 5.0
+
+
+async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id: str,
+                     error: JsonRpcError) -> JsonRpcError:
+    """``error`` (a claim refused), naming the sibling worker of this host that holds the
+    session when one does (``data.worker``); else ``error`` itself."""
+    host, me = split_worker_name(instance_id)
+    if not me:
+        return error
+    try:
+        row = await stub.GetSession(session_pb2.GetSessionRequest(session_id=session_id),
+                                    timeout=_LOOKUP_SECS)
+    except grpc.aio.AioRpcError:
+        return error
+    holder_host, worker = split_worker_name(row.claim.instance_id)
+    if holder_host != host or not worker or worker == me:
+        return error
+    return JsonRpcError(error.code, error.message + MSG_SESSION_ON_SIBLING_WORKER.format(
+        worker=worker), {"worker": worker, "query": f"worker={worker}"})

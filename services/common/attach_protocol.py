@@ -61,4 +61,9 @@ MSG_LIVE_ELSEWHERE_RECONNECT: Final = "reconnect to {url} and attach it there"
 #: … and without one (none is ever guessed from a bind address).
 MSG_LIVE_ELSEWHERE_NO_URL: Final = ("attach it there (that host has no [gateway] public_url "
                                     "configured)")
+#: … and when a sibling edge worker of this host serves it (issue 28): the front door hands
+#: a connection carrying the worker's affinity cookie or ``?worker=k`` to that worker.
+MSG_ATTACH_ON_SIBLING_WORKER: Final = (
+    "Session {session_id} is live on edge worker {worker} of this host: reconnect with its "
+    "affinity cookie, or to /acp?worker={worker}, and attach it there")
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"

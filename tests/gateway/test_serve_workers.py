@@ -18,6 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from acpgate.ops.ps import gather
+from services.common.attach_protocol import MSG_ATTACH_ON_SIBLING_WORKER, SESSION_LIVE_ELSEWHERE
 from services.common.protocol import (
     INVALID_PARAMS,
     MSG_SESSION_ALREADY_ACTIVE,
@@ -59,7 +60,16 @@ async def test_two_workers_answer_for_the_host(tmp_path: Path) -> None:
         # ... naming the worker that serves it, and how to reach it (issue 28).
         assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(
             session_id=sid_1) + MSG_SESSION_ON_SIBLING_WORKER.format(worker=1)
-        assert resp["error"]["data"] == {"worker": 1, "query": "worker=1"}
+        assert {k: v for k, v in resp["error"]["data"]["acpgate"]["liveAt"].items()
+                if k in ("worker", "query")} == {"worker": 1, "query": "worker=1"}
+        # session/attach through the other worker: -32007 naming the worker (issue 27's
+        # answer for a session live elsewhere, here a sibling worker of the same host).
+        _, resp = await on_2.call("session/attach", {"sessionId": sid_1, "role": "observer",
+                                                     "historyPolicy": "none"})
+        assert resp["error"]["code"] == SESSION_LIVE_ELSEWHERE, resp
+        assert resp["error"]["message"] == MSG_ATTACH_ON_SIBLING_WORKER.format(
+            session_id=sid_1, worker=1)
+        assert resp["error"]["data"]["acpgate"]["liveAt"]["query"] == "worker=1"
         res = await on_1.result("session/prompt", {"sessionId": sid_1, "prompt": "!echo mine"})
         assert res["stopReason"] == "end_turn"
 

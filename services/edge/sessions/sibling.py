@@ -6,8 +6,9 @@ cookie may land on another worker; its ``session/load``/``resume`` there is refu
 ("Session already active"), and a WebSocket cannot be handed over mid-stream.
 Rather than relay that connection's traffic through a second worker for its whole
 life, the refusal names the worker and how to reach it (its cookie, or
-``/acp?worker=<k>``, which the front door hands to that worker): see README,
-"[gateway] workers".
+``/acp?worker=<k>``, which the front door hands to that worker) in
+``data.acpgate.liveAt`` — the shape a session live on another host is named in (issue
+27), plus ``worker`` and ``query``: see README, "[gateway] workers".
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import MSG_SESSION_ON_SIBLING_WORKER
+from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
 from services.edge.sessions.workers import split_worker_name
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
-__all__ = ["on_sibling"]
+__all__ = ["on_sibling", "sibling_where"]
 
 #: How long the look-up of the holder may take (the refusal goes out plain after it).
 _LOOKUP_SECS: Final = 5.0
@@ -46,4 +47,14 @@ async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id
     if holder_host != host or not worker or worker == me:
         return error
     return JsonRpcError(error.code, error.message + MSG_SESSION_ON_SIBLING_WORKER.format(
-        worker=worker), {"worker": worker, "query": f"worker={worker}"})
+        worker=worker), {META_ACPGATE: {"liveAt": sibling_where(row.claim, worker)}})
+
+
+def sibling_where(claim: session_pb2.Claim, worker: int) -> dict[str, object]:
+    """``data.acpgate.liveAt`` of a session a sibling worker of this host serves: as for
+    another host (issue 27), plus the worker and the query that reaches it."""
+    where: dict[str, object] = {"host": claim.host, "instanceId": claim.instance_id,
+                                "worker": worker, "query": f"worker={worker}"}
+    if claim.public_url:
+        where["url"] = claim.public_url
+    return where

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 
 from services.common.attach_protocol import (
+    MSG_ATTACH_ON_SIBLING_WORKER,
     MSG_LIVE_ELSEWHERE_NO_URL,
     MSG_LIVE_ELSEWHERE_RECONNECT,
     MSG_SESSION_LIVE_ELSEWHERE,
@@ -31,6 +32,8 @@ from services.common.principals import principal_of_owner
 from services.common.protocol import INVALID_PARAMS, META_ACPGATE
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
+from services.edge.sessions.sibling import sibling_where
+from services.edge.sessions.workers import split_worker_name
 
 __all__ = ["live_elsewhere", "with_live_at"]
 
@@ -40,9 +43,8 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
     caller's own principal; return otherwise (module doc)."""
     found = await _where(conn, sid)
     if found is not None:
-        where, then = found
-        raise JsonRpcError(SESSION_LIVE_ELSEWHERE, MSG_SESSION_LIVE_ELSEWHERE.format(
-            session_id=sid, host=where["host"], then=then), {META_ACPGATE: {"liveAt": where}})
+        where, message = found
+        raise JsonRpcError(SESSION_LIVE_ELSEWHERE, message, {META_ACPGATE: {"liveAt": where}})
 
 
 async def with_live_at(conn: object, sid: str, refused: JsonRpcError) -> JsonRpcError:
@@ -58,9 +60,9 @@ async def with_live_at(conn: object, sid: str, refused: JsonRpcError) -> JsonRpc
     return JsonRpcError(refused.code, refused.message, {META_ACPGATE: {"liveAt": found[0]}})
 
 
-async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, str], str] | None:
-    """Where ``sid`` is live, and what the client should do, when another host (or edge
-    worker) serves it for the caller's own principal; None otherwise."""
+async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, object], str] | None:
+    """Where ``sid`` is live, and the message telling the client what to do, when another
+    host (or edge worker) serves it for the caller's own principal; None otherwise."""
     rt = conn.runtime
     if not rt.persistent:
         return None
@@ -73,8 +75,14 @@ async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, str], str
             or claim.until < int(time.time() * 1000) \
             or principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
         return None
-    where = {"host": claim.host, "instanceId": claim.instance_id}
+    here, _ = split_worker_name(rt.claims.instance_id)
+    there, worker = split_worker_name(claim.instance_id)
+    if worker and there == here:  # a sibling edge worker of this host (issue 28)
+        return sibling_where(claim, worker), MSG_ATTACH_ON_SIBLING_WORKER.format(
+            session_id=sid, worker=worker)
+    where: dict[str, object] = {"host": claim.host, "instanceId": claim.instance_id}
+    then = MSG_LIVE_ELSEWHERE_NO_URL
     if claim.public_url:
         where["url"] = claim.public_url
-        return where, MSG_LIVE_ELSEWHERE_RECONNECT.format(url=claim.public_url)
-    return where, MSG_LIVE_ELSEWHERE_NO_URL
+        then = MSG_LIVE_ELSEWHERE_RECONNECT.format(url=claim.public_url)
+    return where, MSG_SESSION_LIVE_ELSEWHERE.format(session_id=sid, host=claim.host, then=then)

@@ -346,10 +346,33 @@ class AcpProcess:
 
 
 def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict[str, Any]]:
-    """The ``update`` objects of session/update notifications (optionally of one session)."""
-    return [m["params"]["update"] for m in messages
-            if m.get("method") == "session/update" and "id" not in m
-            and (sid is None or m["params"]["sessionId"] == sid)]
+    """The ``update`` objects of session/update notifications (optionally of one session),
+    as the agent sent them: the event id acpgate numbers each with (issue 27:
+    ``_meta.acpgate.eventId``, increasing per session where present) taken off again."""
+    out: list[dict[str, Any]] = []
+    last: dict[str, int] = {}
+    for m in messages:
+        if m.get("method") != "session/update" or "id" in m \
+                or (sid is not None and m["params"]["sessionId"] != sid):
+            continue
+        update = dict(m["params"]["update"])
+        meta = dict(update.get("_meta") or {})
+        ours = dict(meta.get("acpgate") or {})
+        event_id = ours.pop("eventId", None)
+        if event_id is not None:
+            of = m["params"]["sessionId"]
+            assert isinstance(event_id, int) and event_id > last.get(of, 0), (event_id, last)
+            last[of] = event_id
+            if ours:
+                meta["acpgate"] = ours
+            else:
+                meta.pop("acpgate", None)
+            if meta:
+                update["_meta"] = meta
+            else:
+                update.pop("_meta", None)
+        out.append(update)
+    return out
 
 
 def listed_lineage(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -18,44 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import ClientConnection
 
+from tests.gateway.attach_client import Message, cut, kind, read_until
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, Gateway, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-Message = dict[str, Any]
-
-
-async def read_until(ws: ClientConnection, done: Callable[[Message], bool]) -> list[Message]:
-    """Every message until (and with) the first that ``done`` accepts."""
-    seen: list[Message] = []
-    while True:
-        msg = json.loads(await asyncio.wait_for(ws.recv(), WAIT))
-        seen.append(msg)
-        if done(msg):
-            return seen
-
-
-def update_kind(msg: Message) -> str:
-    """The ``sessionUpdate`` of a session/update notification, else ""."""
-    if msg.get("method") != "session/update":
-        return ""
-    return str(msg["params"]["update"].get("sessionUpdate", ""))
-
 
 def says(text: str) -> Callable[[Message], bool]:
     """A message that is an agent message chunk containing ``text``."""
     def check(msg: Message) -> bool:
-        return update_kind(msg) == "agent_message_chunk" and \
+        return kind(msg) == "agent_message_chunk" and \
             text in str(msg["params"]["update"]["content"].get("text", ""))
     return check
-
-
-def cut(ws: ClientConnection) -> None:
-    """Drop the connection as a lost network does: no close frame."""
-    ws.transport.abort()
 
 
 async def active_sessions(gw: Gateway) -> float:
@@ -81,7 +57,7 @@ async def test_a_turn_cut_midway_runs_on_and_a_new_connection_gets_its_rest(
         first = RawClient(await gw.connect(token))
         sid = (await first.result("session/new", {}))["sessionId"]
         await first.send("session/prompt", {"sessionId": sid, "prompt": waits})
-        await read_until(first.ws, lambda m: update_kind(m) == "tool_call")
+        await read_until(first.ws, lambda m: kind(m) == "tool_call")
         cut(first.ws)  # mid-turn: the tool waits for ``go``
         await asyncio.sleep(2)  # the Wi-Fi comes back
 
@@ -90,7 +66,7 @@ async def test_a_turn_cut_midway_runs_on_and_a_new_connection_gets_its_rest(
         go.touch()
         await read_until(again.ws, says("finished"))
         # The prompt's answer went to the connection that is gone: this one is told.
-        end = (await read_until(again.ws, lambda m: update_kind(m) == "turn_complete"))[-1]
+        end = (await read_until(again.ws, lambda m: kind(m) == "turn_complete"))[-1]
         assert end["params"]["sessionId"] == sid, end
         assert end["params"]["update"]["stopReason"] == "end_turn", end
         assert "inputTokens" in end["params"]["update"]["usage"], end
@@ -122,7 +98,7 @@ async def test_a_permission_pending_across_a_cut_is_answered_after_the_reattach(
         await again.ws.send(json.dumps({"jsonrpc": "2.0", "id": asked["id"], "result": {
             "outcome": {"outcome": "selected", "optionId": allow}}}))
         await read_until(again.ws, says("approved"))
-        await read_until(again.ws, lambda m: update_kind(m) == "turn_complete")
+        await read_until(again.ws, lambda m: kind(m) == "turn_complete")
         await again.ws.close()
 
 
@@ -135,7 +111,7 @@ async def test_a_turn_that_ends_while_detached_is_reported_at_the_reattach(
         first = RawClient(await gw.connect(token))
         sid = (await first.result("session/new", {}))["sessionId"]
         await first.send("session/prompt", {"sessionId": sid, "prompt": waits})
-        await read_until(first.ws, lambda m: update_kind(m) == "tool_call")
+        await read_until(first.ws, lambda m: kind(m) == "tool_call")
         cut(first.ws)
         go.touch()  # the turn ends while nobody is attached, and is stored
 
@@ -146,7 +122,7 @@ async def test_a_turn_that_ends_while_detached_is_reported_at_the_reattach(
         seen, resumed = await again.call("session/resume", {"sessionId": sid})
         assert "result" in resumed, resumed
         ends = [m["params"]["update"]["stopReason"] for m in seen
-                if update_kind(m) == "turn_complete"]
+                if kind(m) == "turn_complete"]
         assert ends == ["end_turn"], seen
         assert "echo: next" in await again.say(sid, "next")
         await again.ws.close()

@@ -36,8 +36,13 @@ run: $(PY)
 	$(BIN)/acpgate acp
 
 # -rs: every skipped test says why (e.g. no PostgreSQL server binaries).
+# Test files run in TEST_WORKERS processes (pytest-xdist, a file per worker at a time: its
+# fixtures stay together); a short base directory keeps the unix sockets the tests' installs
+# create under the kernel's 107-byte limit.
+TEST_WORKERS ?= 2
 test: $(PY)
-	$(PY) -m pytest -q -rs -p no:cacheprovider
+	$(PY) -m pytest -q -rs -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--basetemp="$$(mktemp -d /tmp/acpt-XXXXXX)"
 
 lint: $(PY)
 	$(BIN)/ruff check acpgate services tests bench tools

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,14 @@ from services.edge.transport.connection import EdgeRuntime, open_runtime
 from tests.e2e.harness import write_config
 from tests.launches import config_environ
 from tests.pg_cluster import Cluster, missing_reason, start_cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The CLIs the tests run fit their tables to ``COLUMNS``: read at their fallback width
+    (120), whatever terminal or test worker started the run."""
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 #: The database the tests' stores live in, one schema per test.
 TEST_DATABASE = "acpgate_tests"

@@ -18,9 +18,7 @@ import asyncio
 import contextlib
 import os
 import socket
-import stat
 import struct
-from pathlib import Path
 
 from services.common.fd_channel import (
     HANDSHAKE_SECS,
@@ -29,6 +27,7 @@ from services.common.fd_channel import (
     encode_header,
     parse_request,
 )
+from services.common.fd_sockets import accept_each, bind_private
 from services.common.logs import get_logger
 from services.lifecycle.attach import Handover
 from services.lifecycle.fd_grants import FdGrants
@@ -38,7 +37,6 @@ __all__ = ["FdServer"]
 log = get_logger("lifecycle.fds")
 
 #: Connections waiting to be accepted.
-LISTEN_BACKLOG = 128
 #: What a refused request is told (never why: a caller probing the socket learns nothing).
 REFUSED = "refused"
 #: Told when the grant was good but the pipes cannot go now (the stream goes on instead).
@@ -63,43 +61,11 @@ class FdServer:
 
     async def start(self) -> None:
         """Bind (replacing a stale socket file of a dead run) and begin accepting."""
-        await asyncio.to_thread(self._bind)
-        self._accepting = asyncio.create_task(self._accept(), name="fd-socket")
+        self._sock = await asyncio.to_thread(bind_private, self.path)
+        self._accepting = asyncio.create_task(
+            accept_each(self._sock, self._serve, self._exchanges, name="fd-exchange"),
+            name="fd-socket")
         log.info("fd_socket_listening")
-
-    def _bind(self) -> None:
-        path = Path(self.path)
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            old = os.umask(0o177)  # owner-only from the moment it exists
-            try:
-                sock.bind(self.path)
-            finally:
-                os.umask(old)
-            os.chmod(self.path, 0o600)
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._sock is not None
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except OSError as exc:  # EMFILE and the like: the next accept may do
-                log.warning("fd_socket_accept_failed", why=str(exc))
-                await asyncio.sleep(0.1)
-                continue
-            task = asyncio.create_task(self._serve(conn), name="fd-exchange")
-            self._exchanges.add(task)
-            task.add_done_callback(self._exchanges.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
         try:

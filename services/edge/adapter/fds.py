@@ -36,12 +36,11 @@ from services.common.fd_channel import (
     fd_socket_path,
     parse_header,
 )
+from services.common.fd_sockets import DescriptorsCut, recv_fds
 from services.common.grpc_auth import GrpcSecurity
 
 __all__ = ["FdDialer", "LifecycleStub", "PipesLost", "PipesNotTaken", "TakenPipes"]
 
-#: recvmsg flag: descriptors received close-on-exec (0 where the platform lacks it).
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 class PipesNotTaken(Exception):
@@ -115,7 +114,10 @@ class FdDialer:
 
 async def _answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> TakenPipes:
     """Read the header with its descriptors, then what was read of stdout."""
-    data, fds = await _recv_fds(loop, sock)
+    try:
+        data, fds = await recv_fds(sock, MAX_MESSAGE_BYTES + 1, 2)
+    except DescriptorsCut as exc:
+        raise ValueError(str(exc)) from None
     head, newline, rest = data.partition(b"\n")
     header = parse_header(head + newline) if newline else None
     if header is None or not header.ok or len(fds) != 2:
@@ -140,34 +142,6 @@ async def _answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Taken
         pipes.close()
         raise
     return pipes
-
-
-async def _recv_fds(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                    ) -> tuple[bytes, list[int]]:
-    """One ``recvmsg`` with descriptors, waiting for the socket to be readable."""
-    while True:
-        try:
-            data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE_BYTES + 1, 2, _CLOEXEC)
-        except BlockingIOError:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(sock.fileno(), _wake, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_reader(sock.fileno())
-            continue
-        if flags & socket.MSG_CTRUNC:
-            for fd in fds:
-                os.close(fd)
-            raise ValueError("descriptors were cut off")
-        for fd in fds:
-            os.set_inheritable(fd, False)
-        return data, fds
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
 
 
 if TYPE_CHECKING:  # what the generated stub is on an aio channel (its stub types only that)

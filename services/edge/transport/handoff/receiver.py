@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import os
 import socket
-import stat
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from services.common.fd_sockets import DescriptorsCut, accept_each, bind_private, recv_fds
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.edge.transport.handoff.wire import (
@@ -37,8 +37,6 @@ log = get_logger("edge.handoff")
 #: Takes a client's socket and the bytes already read of it into this worker.
 Adopt = Callable[[socket.socket, bytes], Awaitable[None]]
 #: recvmsg flag: descriptors received close-on-exec (0 where the platform lacks it).
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
-_BACKLOG = 128
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -67,44 +65,15 @@ class HandoffReceiver:
 
     async def start(self) -> None:
         """Bind (replacing a stale socket of a dead incarnation), then accept."""
-        await asyncio.to_thread(self._bind)
-        self._accepting = asyncio.create_task(self._accept(), name="edge-handoff-socket")
+        self._sock = await asyncio.to_thread(self._bind)
+        self._accepting = asyncio.create_task(
+            accept_each(self._sock, self._serve, self._exchanges, name="edge-handoff-in"),
+            name="edge-handoff-socket")
         log.info("handoff_socket_listening", worker=self.worker)
 
-    def _bind(self) -> None:
-        path = Path(self.path)
-        private_dir(path.parent)
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            old = os.umask(0o177)  # owner-only from the moment it exists
-            try:
-                sock.bind(self.path)
-            finally:
-                os.umask(old)
-            os.chmod(self.path, 0o600)
-            sock.listen(_BACKLOG)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._sock is not None
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except OSError as exc:  # EMFILE and the like: the next accept may do
-                log.warning("handoff_accept_failed", why=str(exc))
-                await asyncio.sleep(0.1)
-                continue
-            task = asyncio.create_task(self._serve(conn), name="edge-handoff-in")
-            self._exchanges.add(task)
-            task.add_done_callback(self._exchanges.discard)
+    def _bind(self) -> socket.socket:
+        private_dir(Path(self.path).parent)
+        return bind_private(self.path)
 
     async def _serve(self, conn: socket.socket) -> None:
         client: socket.socket | None = None
@@ -138,7 +107,10 @@ class HandoffReceiver:
         """The client's socket, what was read of it and the sibling that sends it, or
         ``(None, b"", 0)`` when refused."""
         loop = asyncio.get_running_loop()
-        data, fds = await _recv_fds(loop, conn)
+        try:
+            data, fds = await recv_fds(conn, MAX_HEADER_BYTES + 1, 1)
+        except DescriptorsCut:
+            return None, b"", 0
         head, newline, rest = data.partition(b"\n")
         header = parse_header(head + newline, self._key, self.worker) if newline else None
         if header is None or len(fds) != 1:
@@ -174,31 +146,3 @@ class HandoffReceiver:
             self._sock = None
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
-
-
-async def _recv_fds(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                    ) -> tuple[bytes, list[int]]:
-    """One ``recvmsg`` with at most one descriptor, waiting for the socket to be readable."""
-    while True:
-        try:
-            data, fds, flags, _ = socket.recv_fds(sock, MAX_HEADER_BYTES + 1, 1, _CLOEXEC)
-        except BlockingIOError:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(sock.fileno(), _wake, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_reader(sock.fileno())
-            continue
-        if flags & socket.MSG_CTRUNC:
-            for fd in fds:
-                os.close(fd)
-            return b"", []
-        for fd in fds:
-            os.set_inheritable(fd, False)
-        return data, fds
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)

@@ -12,8 +12,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# -qq: pip's errors only (a build backend's notices are no news to someone installing).
 install: $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install -qq -e '.[dev]'
 	$(MAKE) --no-print-directory proto-check
 
 # Regenerate the committed gRPC code from protos/.
@@ -32,8 +33,9 @@ proto-check: $(PY)
 acp-schema: $(PY)
 	$(PY) tools/gen_acp_schema.py
 
+# Silent (@): stdout is the ACP protocol, nothing may come before the first frame.
 run: $(PY)
-	$(BIN)/acpgate acp
+	@exec $(BIN)/acpgate acp
 
 # -rs: every skipped test says why (e.g. no PostgreSQL server binaries).
 # Test files run in TEST_WORKERS processes (pytest-xdist, a file per worker at a time: its

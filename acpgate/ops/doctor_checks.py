@@ -23,6 +23,7 @@ from acpgate.ops.client import relative_home
 from acpgate.ops.endpoints import live_endpoints
 from services.common.config import AgentSection, Config
 from services.common.in_use import port_holder
+from services.edge.transport.bridge import TOKEN_FILE_NAME
 
 __all__ = ["FAIL", "OK", "WARN", "Check", "agent_checks", "key_checks", "landlock_check",
            "node_needed", "permission_check", "port_check"]
@@ -66,16 +67,20 @@ def _loose(path: Path) -> str | None:
 
 
 def permission_check(cfg: Config) -> Check:
-    """The config file and everything in the data dir: ``0600`` files in ``0700`` dirs, of
-    the user acpgate runs as (issue 23) — keys, tokens, conversations, adapter logs."""
+    """The config file, the bridge's token file and everything in the data dir: ``0600``
+    files in ``0700`` dirs, of the user acpgate runs as — keys, tokens, conversations,
+    adapter logs."""
     # The config dir itself may be the user's own (``~/.acpgate`` made by hand): what it
-    # holds of acpgate's is the config file and the data dir.
+    # holds of acpgate's is the config file, the bridge's token and the data dir.
     paths = [cfg.config_file]
+    token_file = cfg.config_file.parent / TOKEN_FILE_NAME
+    if token_file.exists():
+        paths.append(token_file)
     data = cfg.data_dir
     if data.exists():
         paths += [data, *sorted(data.rglob("*"))]
     found = [why for why in map(_loose, paths) if why]
-    if not data.exists():
+    if not data.exists() and not found:
         return Check("permissions", OK, f"no data dir yet ({relative_home(data)}); acpgate "
                                         "makes it owner-only on its first start")
     if not found:

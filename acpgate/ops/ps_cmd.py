@@ -107,4 +107,5 @@ async def run_ps(cfg: Config, *, with_leases: bool, as_json_out: bool) -> int:
         print(as_json(report))
     else:
         print(render_ps(report, with_leases=with_leases))
-    return 0
+    # Nothing to show because nothing answered is a failure a script must be able to see.
+    return 0 if any(not v.error for v in report.services) else 1

@@ -142,3 +142,19 @@ def test_the_text_report_says_what_to_do(tmp_path: Path) -> None:
     assert "→" in lines[failed + 1] and "agents.x.command" in lines[failed + 1]
     assert any(line.startswith("fail  default agent") and "'y'" in line for line in lines)
     assert lines[-1].endswith("2 failed")
+
+
+def test_a_bridge_token_others_may_read_fails(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text("")
+    os.chmod(tmp_path / "config.toml", 0o600)
+    token = tmp_path / "acp-bridge-token"
+    token.write_text("acpg_secret\n")
+    os.chmod(token, 0o644)
+    code, checks = doctor(tmp_path)
+    perms = checks["permissions"]
+    assert code == 1 and perms["status"] == "fail" and "acp-bridge-token (644)" in perms["why"]
+    assert "acpg_secret" not in json.dumps(checks)
+    os.chmod(token, 0o600)
+    _, checks = doctor(tmp_path)
+    assert checks["permissions"]["status"] == "ok"
+

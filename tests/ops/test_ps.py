@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.e2e.harness import AcpProcess
+from tests.e2e.harness import ACPGATE, AcpProcess, child_env
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import Gateway, running_gateway
 
@@ -138,3 +139,14 @@ async def test_ps_shows_every_live_session_its_processes_and_what_it_does(
         finally:
             assert await asyncio.to_thread(editor.close) == 0
         await ws.close()
+
+
+def test_ps_with_nothing_running_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text("")
+    for args in (["ps"], ["ps", "--json"]):
+        done = subprocess.run([*ACPGATE, *args, "--config-dir", str(tmp_path)],
+                              capture_output=True, text=True, env=child_env(), timeout=120)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+    assert "no acpgate service runs" in subprocess.run(
+        [*ACPGATE, "ps", "--config-dir", str(tmp_path)], capture_output=True, text=True,
+        env=child_env(), timeout=120).stdout

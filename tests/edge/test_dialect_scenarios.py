@@ -336,19 +336,24 @@ def test_busy_cancel_and_slot(acp: AcpProcess, cfg_dir: Path, opened: list[str])
     sid = acp.new_session(agentAlias="sdk")
     opened.append(sid)
     rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "slow"})
-    acp.read_until(lambda m: m.get("method") == "session/update")
-    err = acp.error("session/prompt", {"sessionId": sid, "prompt": [
+    _, first = acp.read_until(lambda m: m.get("method") == "session/update")
+    # The agent streams on while the next two requests are answered: every chunk read
+    # before their answers belongs to the turn too.
+    seen, busy = acp.call("session/prompt", {"sessionId": sid, "prompt": [
         {"type": "resource", "resource": {"uri": "x", "blob": "!!"}}]})
-    assert err == {"code": -32002, "message": f"Session already has an active prompt turn: {sid}"}
+    assert busy["error"] == {"code": -32002,
+                             "message": f"Session already has an active prompt turn: {sid}"}
     adapters = {p.pid for p in acp.descendants()}
     # a cancel request is answered while the prompt streams (§1 concurrency)
-    _, cancel_resp = acp.call("session/cancel", {"sessionId": sid})
+    during_cancel, cancel_resp = acp.call("session/cancel", {"sessionId": sid})
     assert cancel_resp["result"] == {}
     before, resp = acp.response(rid)
-    ups = updates(before, sid)
+    streamed_msgs = [first, *seen, *during_cancel, *before]
+    ups = updates(streamed_msgs, sid)
     assert all(u["sessionUpdate"] == "agent_message_chunk" for u in ups), "no marker added"
     assert resp["result"] == {"stopReason": "cancelled"}
-    streamed = "s0 " + streamed_text(before, sid)
+    streamed = streamed_text(streamed_msgs, sid)
+    assert streamed.startswith("s0 ")
     assert _history(cfg_dir, sid) == [("user", "slow"), ("assistant", streamed)]
     # the adapter was kept: the next turn runs on it
     assert acp.say(sid, "again") == "echo: again"

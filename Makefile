@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PROTOS := protos/acpgate/launch/v1/launch.proto protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
-.PHONY: install proto proto-check acp-schema run test lint bench clean
+.PHONY: install proto proto-check acp-schema run test test-fast lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ run: $(PY)
 TEST_WORKERS ?= 2
 test: $(PY)
 	$(PY) -m pytest -q -rs -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--basetemp="$$(mktemp -d /tmp/acpt-XXXXXX)"
+
+# The inner loop: every test not marked slow (no real acpgate processes; ~1 min on 2 cores).
+test-fast: $(PY)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not realagents" \
 		--basetemp="$$(mktemp -d /tmp/acpt-XXXXXX)"
 
 lint: $(PY)

@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests.gateway.attach_client import cut
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, running_gateway
 from tests.security.procs import eventually
+from tests.security.relay_agent import agent_section as relay_section
+from tests.security.relay_agent import received
 from tests.security.scripted_agent import agent_section
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -86,3 +90,80 @@ async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path:
         # ... for the agent was told to stop it (ACP session/cancel).
         await eventually(lambda: received.exists() and "cancel" in received.read_text(),
                          WAIT, "the agent to get session/cancel")
+
+
+async def test_revoke_ends_a_detached_sessions_turn_and_stores_none_of_it(
+        tmp_path: Path) -> None:
+    """A client that dropped its connection mid-turn holds no connection the watch could
+    close: its detached session would run on for the whole grace. The revocation ends it
+    too — the agent told to cancel, the session released, nothing of the turn stored."""
+    received = tmp_path / "agent-received.log"
+    async with running_gateway(tmp_path, extra=agent_section("scripted", str(received))) as gw:
+        doomed, kept = await gw.token("doomed"), await gw.token("kept")
+        client = RawClient(await gw.connect(doomed))
+        sid = (await client.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
+        await client.result("session/prompt", {"sessionId": sid, "prompt": "hello"})
+        before = gw.stored_items(sid)
+        # Someone else's detached session is left alone.
+        bystander = RawClient(await gw.connect(kept))
+        other = (await bystander.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
+        await bystander.result("session/prompt", {"sessionId": other, "prompt": "hello"})
+
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "stream 100"})
+        while json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)).get("method") \
+                != "session/update":
+            pass  # streaming now
+        cut(client.ws)
+        cut(bystander.ws)
+        await eventually(lambda: sum(e.get("event") == "session_detached"
+                                     for e in gw.events()) == 2, WAIT, "both to detach")
+        assert (await gw.metrics())["acpgate_active_sessions"] == 2
+
+        await gw.revoke(doomed)
+        await eventually(lambda: received.exists() and "cancel" in received.read_text(),
+                         WAIT, "the agent to get session/cancel")
+        for _ in range(int(WAIT * 20)):
+            if (await gw.metrics())["acpgate_active_sessions"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (await gw.metrics())["acpgate_active_sessions"] == 1, "the other one stays"
+
+        def released(session_id: str) -> list[Any]:
+            return [e.get("reason") for e in gw.events()
+                    if e.get("event") == "session_released" and e.get("session_id") == session_id]
+        # (log lines are written by a thread of their own: they may trail the release)
+        await eventually(lambda: released(sid) == ["revoked"], WAIT, "the release's log line")
+        assert any(e.get("event") == "detached_sessions_token_revoked" for e in gw.events())
+        assert released(other) == []
+        assert gw.stored_items(sid) == before, "released: nothing of the turn is stored"
+
+
+async def test_a_queued_prompt_of_a_revoked_token_never_runs(tmp_path: Path) -> None:
+    """An agent that queues prompts (claude-agent-acp's ``promptQueueing``) gets the next
+    prompt once the turn ends: a revoked token's queued prompt must not be that turn."""
+    log = tmp_path / "relay.log"
+    async with running_gateway(tmp_path, extra=relay_section("relay", str(log))) as gw:
+        doomed = await gw.token("doomed")
+        client = RawClient(await gw.connect(doomed))
+        sid = (await client.result("session/new", {"agentAlias": "relay"}))["sessionId"]
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "stream 100"})
+        while json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)).get("method") \
+                != "session/update":
+            pass  # streaming now
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "queued"})
+        await gw.revoke(doomed)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await asyncio.wait_for(client.ws.recv(), WAIT)
+
+        def prompts() -> list[Any]:
+            return [m["params"]["prompt"] for m in received(str(log))
+                    if m.get("method") == "session/prompt"]
+        await eventually(lambda: any(m.get("method") == "session/cancel"
+                                     for m in received(str(log))), WAIT, "the cancel")
+        for _ in range(int(WAIT * 20)):
+            if (await gw.metrics())["acpgate_active_sessions"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await gw.metrics())["acpgate_active_sessions"] == 0
+        assert [p[0]["text"] for p in prompts()] == ["stream 100"], prompts()

@@ -153,16 +153,22 @@ class DialectConnection:
         """The peer's handler: the method table's handler, else its fallback (the relay),
         else -32601 (a notification gets no answer); -32000 once the connection's token was
         revoked (:meth:`revoke`)."""
-        if self._revoked:
-            raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
-        if self._stopping:
-            raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
+        self.still_served()
         handler = self._methods.get(method)
         if handler is not None:
             return await handler(self, params)
         if self._fallback is not None:
             return await self._fallback(self, method, params, notification)
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+
+    def still_served(self) -> None:
+        """Raise what a request gets once the connection's token was revoked (-32000) or
+        the gateway stops; a request that waited (a queued prompt) asks again before it
+        goes on."""
+        if self._revoked:
+            raise JsonRpcError(AUTH_REQUIRED, MSG_TOKEN_REVOKED)
+        if self._stopping:
+            raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
 
     # ------------------------------------------------------------------ sessions
 

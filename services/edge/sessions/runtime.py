@@ -186,6 +186,20 @@ class EdgeRuntime:
         self.metrics.active_sessions = len(self.registry.active)
         self.registry.changed()
 
+    def detached_token_ids(self) -> set[str]:
+        """The ids of the gateway tokens whose sessions here wait detached (no client)."""
+        return {tid for s in self.registry.active.values()
+                if not s.attached.is_set() and (tid := token_id_of(s.principal))}
+
+    async def end_detached(self, token_ids: set[str]) -> int:
+        """Release every detached session of ``token_ids`` (their tokens were revoked): a
+        running turn is cancelled and not stored, the agent released, the row kept."""
+        ended = [s for s in list(self.registry.active.values())
+                 if not s.attached.is_set() and token_id_of(s.principal) in token_ids]
+        await asyncio.gather(*(self.deactivate(s, "revoked") for s in ended),
+                             return_exceptions=True)
+        return len(ended)
+
     def remove(self, session: EdgeSession) -> bool:
         """Take a session out of the active set at once; False if it was not there."""
         if self.registry.active.get(session.session_id) is not session:

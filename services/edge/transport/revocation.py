@@ -9,6 +9,11 @@ revoked"), so a revocation takes effect within :data:`REVOCATION_POLL_SECS`
 everywhere; the connection's sessions are released as on any close. Right before
 the close it sets the connection's :meth:`RevocationWatch.signal`, on which the
 dialect cancels the connection's running turns (nothing of them is stored).
+
+A session whose client went away waits detached, held by no connection: the watch
+also looks while the edge holds such sessions (:class:`DetachedSessions`), and ends
+those of a revoked token the same way — turn cancelled, nothing stored, agent
+released — instead of letting them run on until their grace ends.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from websockets.asyncio.server import ServerConnection
 
@@ -24,7 +29,8 @@ from services.common.logs import get_logger
 from services.edge.tokens import TokenWatch
 from services.edge.transport.admission import LiveConnections
 
-__all__ = ["REVOCATION_POLL_SECS", "REVOKED_CLOSE_CODE", "REVOKED_REASON", "RevocationWatch"]
+__all__ = ["REVOCATION_POLL_SECS", "REVOKED_CLOSE_CODE", "REVOKED_REASON", "DetachedSessions",
+           "RevocationWatch"]
 
 #: How often the token store is looked at while tokens hold connections.
 REVOCATION_POLL_SECS = 0.25
@@ -35,14 +41,30 @@ REVOKED_REASON = "token revoked"
 log = get_logger("edge.ws")
 
 
-class RevocationWatch:
-    """Closes the live connections of revoked tokens, each once."""
+@runtime_checkable
+class DetachedSessions(Protocol):
+    """The sessions an edge holds for no connection (detached), by their token."""
 
-    def __init__(self, watch: TokenWatch, live: LiveConnections[Any],
+    def detached_token_ids(self) -> set[str]:
+        """The ids of the tokens whose sessions wait detached here."""
+        ...
+
+    async def end_detached(self, token_ids: set[str]) -> int:
+        """End the detached sessions of ``token_ids`` (nothing of a running turn is
+        stored); how many there were."""
+        ...
+
+
+class RevocationWatch:
+    """Closes the live connections of revoked tokens, each once, and ends their detached
+    sessions. ``sessions``: the edge's runtime (used when it is :class:`DetachedSessions`)."""
+
+    def __init__(self, watch: TokenWatch, live: LiveConnections[Any], sessions: object = None,
                  interval: float = REVOCATION_POLL_SECS,
                  close_other: Callable[[Any], Awaitable[None]] | None = None) -> None:
         self._watch = watch
         self._live = live
+        self._detached = sessions if isinstance(sessions, DetachedSessions) else None
         self._interval = interval
         #: How a connection that is no WebSocket is closed (a Streamable HTTP one).
         self._close_other = close_other
@@ -63,7 +85,7 @@ class RevocationWatch:
         try:
             while True:
                 await asyncio.sleep(self._interval)
-                if self._live.token_ids():
+                if self._live.token_ids() or self._detached_ids():
                     try:
                         await self.check()
                     except Exception:
@@ -78,6 +100,10 @@ class RevocationWatch:
             self._active = changed
         if self._active is None:
             return
+        if self._detached is not None and (gone := self._detached_ids() - self._active):
+            ended = await self._detached.end_detached(gone)
+            if ended:
+                log.warning("detached_sessions_token_revoked", sessions=ended)
         revoked = self._live.token_ids() - self._active
         for conn in self._live.of_tokens(revoked):
             if conn in self._closed:
@@ -86,6 +112,9 @@ class RevocationWatch:
             task = asyncio.create_task(self._close(conn))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    def _detached_ids(self) -> set[str]:
+        return self._detached.detached_token_ids() if self._detached is not None else set()
 
     async def _close(self, ws: Any) -> None:
         self.closes_total += 1

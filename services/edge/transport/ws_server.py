@@ -137,7 +137,7 @@ class EdgeServer:
         self.acp_path = f"{prefix}/acp"
         self._live: LiveConnections[Any] = LiveConnections(
             gw.max_connections, token_share(gw))
-        self._revocations = RevocationWatch(TokenWatch(store.path), self._live,
+        self._revocations = RevocationWatch(TokenWatch(store.path), self._live, runtime,
                                             close_other=self._close_revoked)
         self._watching: asyncio.Task[None] | None = None
         #: Who each admitted handshake acts as, from process_request to _handle, and the

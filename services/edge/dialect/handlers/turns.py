@@ -59,6 +59,7 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
     turn = session.reserve_turn()
     while turn is None and queues_prompts(session):  # as the agent would: after the turn
         await session.wait_turn()
+        conn.still_served()  # a revoked token's queued prompt never runs
         session = conn.active_session(sid)
         turn = session.reserve_turn()
     if turn is None:

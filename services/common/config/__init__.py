@@ -23,7 +23,7 @@ from services.common.config.choices import (
     PROVIDERS,
     VISIBILITY_LEVELS,
 )
-from services.common.config.edit import get_value, set_value, show
+from services.common.config.edit import add_agent_section, get_value, set_value, show
 from services.common.config.load import (
     DEFAULT_CONFIG_TOML,
     ENV_CONFIG_DIR,
@@ -78,6 +78,7 @@ __all__ = [
     "SessionsSection",
     "StoreSection",
     "TlsSection",
+    "add_agent_section",
     "ensure_default_config",
     "get_value",
     "load_config",

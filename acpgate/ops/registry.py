@@ -38,7 +38,7 @@ ID_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 VERSION_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+[0-9A-Za-z.+-]{0,64}")
 #: An npm package spec: ``name``, ``@scope/name``, either with ``@<version or tag>``.
 NPM_SPEC_RE = re.compile(r"(?P<name>(?:@[a-z0-9][a-z0-9._~-]{0,100}/)?[a-z0-9][a-z0-9._~-]{0,213})"
-                         r"(?:@(?P<version>[0-9A-Za-z][0-9A-Za-z.+_^~<>=| -]{0,63}))?",
+                         r"(?:@(?P<version>[~^]?[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}))?",
                          re.IGNORECASE)
 #: A PyPI requirement for uvx: ``name``, ``name[extras]``, then ``==V``, ``@V`` or a range.
 PYPI_SPEC_RE = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?)"

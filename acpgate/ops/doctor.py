@@ -6,7 +6,7 @@ services (each answers gRPC health and an authenticated call with the
 install's service credential), the store (``GetStoreStatus``: persistent, or
 in memory and why), the agents (built-in ones complete, external ones'
 commands on ``PATH``), the API-key variables they read, Landlock, and Node.js
-for the external agents that run on it. Each check prints ``ok``, ``warn`` or
+for the external agents that run on it, in the version their npm package declares. Each check prints ``ok``, ``warn`` or
 ``fail`` with one line of why and, when not ok, what to do; the exit code is 1
 when any failed. A config that does not load stops the checks there: the
 others need it.

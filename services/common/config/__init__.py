@@ -14,7 +14,7 @@ One job per module; this package re-exports the public names of all four:
 - :mod:`.schema`: the sections, :class:`Config`, the fixed choices;
 - :mod:`.coerce`: checking (and parsing env/CLI text into) a value of the schema;
 - :mod:`.load`: the config dir, the first-run default file, the precedence;
-- :mod:`.edit`: ``acpgate config set/get/show`` with tomlkit.
+- :mod:`.edit`: ``acpgate config set/get/show`` and ``agents add``'s table, with tomlkit.
 """
 
 from services.common.config.choices import (

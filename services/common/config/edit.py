@@ -3,7 +3,8 @@
 ``set`` type-checks the new value against the schema, edits the file in place
 of its old value (keeping every comment and the rest of the layout), replaces
 the file atomically and re-loads it: an edit that makes the whole config
-invalid is rolled back. ``show`` never prints a secret.
+invalid is rolled back. ``add_agent_section`` writes a whole ``[agents.<alias>]`` table
+the same way (``acpgate agents add``). ``show`` never prints a secret.
 """
 
 from __future__ import annotations

@@ -246,6 +246,25 @@ def _cmd_ops(args: argparse.Namespace) -> int:
         as_json_out=getattr(args, "json", False)), "cli")
 
 
+def _cmd_agents(args: argparse.Namespace) -> int:
+    """``acpgate agents add | list | search`` (acpgate.ops.agents_cmd)."""
+    from acpgate.ops import agents_cmd
+    from acpgate.ops.registry import RegistryError
+
+    config_dir = config_mod.resolve_config_dir(args.config_dir)
+    try:
+        if args.agents_command == "add":
+            return agents_cmd.add_agent(config_dir, args.agent_id, alias=args.alias,
+                                        registry=args.registry, via=args.via, force=args.force)
+        if args.agents_command == "search":
+            return agents_cmd.search_registry(args.text, registry=args.registry)
+        if args.agents_command == "list":
+            return agents_cmd.list_agents(config_mod.load_config(config_dir))
+    except RegistryError as exc:
+        return _fail(str(exc))
+    return _fail("agents needs an action: add, list or search")
+
+
 def dispatch(args: argparse.Namespace) -> int:
     """Run one parsed sub-command and return its exit code."""
     command = args.command
@@ -255,6 +274,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return _cmd_config(args)
     if command == "token":
         return _cmd_token(args)
+    if command == "agents":
+        return _cmd_agents(args)
     if command == "bridge":
         return _run_bridge(args)
     if command in ("acp", "serve", "agent"):

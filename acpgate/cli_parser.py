@@ -24,6 +24,35 @@ def _add_config_dir(p: argparse.ArgumentParser, *, nested: bool = False) -> None
     )
 
 
+def _add_agents(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``acpgate agents add | list | search``."""
+    agents = sub.add_parser("agents", help="the configured agents; add one from the ACP "
+                                           "Registry")
+    _add_config_dir(agents)
+    agents_sub = agents.add_subparsers(dest="agents_command", metavar="ACTION")
+    add = agents_sub.add_parser("add", help="write [agents.<alias>] for registry agent ID "
+                                            "(installs nothing)")
+    add.add_argument("agent_id", metavar="ID", help="the agent's id in the registry "
+                                                    "(acpgate agents search)")
+    add.add_argument("--alias", default="", metavar="NAME", help="the section's name "
+                                                                 "(default: the id)")
+    add.add_argument("--force", action="store_true",
+                     help="replace an existing [agents.<alias>]")
+    add.add_argument("--via", choices=("npx", "uvx", "binary"), default="",
+                     help="which of the manifest's distributions (default: the first of "
+                          "npx, uvx, binary it offers)")
+    search = agents_sub.add_parser("search", help="what the ACP Registry offers")
+    search.add_argument("text", nargs="?", default="", metavar="TEXT",
+                        help="only agents whose id, name or description contains TEXT")
+    for p in (add, search):
+        p.add_argument("--registry", metavar="FILE", default=None,
+                       help="a registry.json (or one agent.json) file or https URL "
+                            "(default: the public ACP Registry)")
+    list_p = agents_sub.add_parser("list", help="the configured agents (* the default)")
+    for p in (add, search, list_p):
+        _add_config_dir(p, nested=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every sub-command."""
     parser = argparse.ArgumentParser(
@@ -123,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print JSON")
     for p in (s_list, s_show, s_delete):
         _add_config_dir(p, nested=True)
+
+    _add_agents(sub)
 
     doctor = sub.add_parser("doctor", help="check this install: config, permissions, ports, "
                                            "services, store, agents, keys, sandbox")

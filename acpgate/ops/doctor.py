@@ -6,7 +6,7 @@ services (each answers gRPC health and an authenticated call with the
 install's service credential), the store (``GetStoreStatus``: persistent, or
 in memory and why), the agents (built-in ones complete, external ones'
 commands on ``PATH``), the API-key variables they read, Landlock, and Node.js
-for the external agents that run on it. Each check prints ``ok``, ``warn`` or
+for the external agents that run on it, in the version their npm package declares. Each check prints ``ok``, ``warn`` or
 ``fail`` with one line of why and, when not ok, what to do; the exit code is 1
 when any failed. A config that does not load stops the checks there: the
 others need it.
@@ -47,6 +47,7 @@ from acpgate.ops.doctor_checks import (
     permission_check,
     port_check,
 )
+from acpgate.ops.node_engines import NodeRequirement, node_requirement, satisfies
 from acpgate.session.v1 import session_pb2 as spb
 from services.common import config as config_mod
 from services.common.config import Config, ConfigError
@@ -134,8 +135,16 @@ async def _version_of(program: str) -> str:
     return out.decode(errors="replace").strip()
 
 
+def _requirements(cfg: Config, aliases: list[str]) -> dict[str, NodeRequirement]:
+    """The Node.js range each of ``aliases`` declares (its package.json ``engines.node``),
+    where the package is on this machine."""
+    found = {alias: node_requirement(cfg.agents[alias], os.environ) for alias in aliases}
+    return {alias: req for alias, req in found.items() if req is not None}
+
+
 async def node_check(cfg: Config) -> Check:
-    """Node.js (and npm, to install adapters) for the external agents that run on it."""
+    """Node.js (and npm, to install adapters) for the external agents that run on it, in
+    the version each declares it needs (``engines.node``) where that can be read."""
     needed = await asyncio.to_thread(node_needed, cfg)
     node, npm = shutil.which("node"), shutil.which("npm")
     if not needed:
@@ -145,13 +154,25 @@ async def node_check(cfg: Config) -> Check:
         return Check("node", FAIL, f"{who} run(s) on Node.js, which is not on PATH",
                      f"install Node.js ≥ {NODE_MIN_MAJOR} (and npm)")
     version = await _version_of(node)
+    wants = await asyncio.to_thread(_requirements, cfg, needed)
+    unfit = {a: r for a, r in wants.items() if satisfies(version, r.node_range) is False}
+    if unfit:
+        ranges = sorted({r.node_range for r in unfit.values()})
+        return Check("node", FAIL, f"node {version} does not fit what "
+                     + ", ".join(f"{a} runs ({r.package} {r.version} declares node "
+                                 f"{r.node_range} in its package.json engines)"
+                                 for a, r in sorted(unfit.items())),
+                     f"install a Node.js that fits {' and '.join(ranges)} (e.g. with nvm or "
+                     "your package manager) and put it first on PATH, or pin an older "
+                     "version of the package")
     major = version.lstrip("v").split(".", 1)[0]
     if major.isdigit() and int(major) < NODE_MIN_MAJOR:
         return Check("node", FAIL, f"node {version} is too old for {who}",
                      f"install Node.js ≥ {NODE_MIN_MAJOR}")
     npm_note = f", npm {await _version_of(npm)}" if npm else ", no npm (installing adapters " \
         "needs it)"
-    return Check("node", OK if npm else WARN, f"node {version}{npm_note}, for {who}")
+    fits = "".join(f"; {a} wants {r.node_range}" for a, r in sorted(wants.items()))
+    return Check("node", OK if npm else WARN, f"node {version}{npm_note}, for {who}{fits}")
 
 
 async def doctor(config_dir: Path) -> list[Check]:

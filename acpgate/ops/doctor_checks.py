@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from acpgate.ops.adapters import KNOWN_ADAPTERS, adapter_keys, install_hint
 from acpgate.ops.client import relative_home
 from acpgate.ops.endpoints import live_endpoints
 from services.common.config import AgentSection, Config
@@ -30,12 +31,6 @@ __all__ = ["FAIL", "OK", "WARN", "Check", "agent_checks", "key_checks", "landloc
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
-#: Adapters the README documents: their npm package, and the variables that carry a key.
-KNOWN_ADAPTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "claude-agent-acp": ("@agentclientprotocol/claude-agent-acp", ("ANTHROPIC_API_KEY",)),
-    "codex-acp": ("@zed-industries/codex-acp", ("OPENAI_API_KEY", "CODEX_API_KEY")),
-    "gemini": ("@google/gemini-cli", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
-}
 #: How many loose paths a failed permission check names.
 _SHOWN = 4
 
@@ -158,9 +153,12 @@ def agent_checks(cfg: Config) -> list[Check]:
         if found:
             out.append(Check(name, OK, f"{agent.command} → {relative_home(found)}"))
             continue
-        package = KNOWN_ADAPTERS.get(Path(agent.command).name, ("", ()))[0]
-        install = (f"npm install -g {package} (the README names the tested version)"
-                   if package else "install it")
+        if os.sep in agent.command:
+            out.append(Check(name, FAIL, f"{agent.command} is not an executable file",
+                             "put the agent's program there (for a registry binary: unpack "
+                             f"its archive there), or set agents.{alias}.command"))
+            continue
+        install = install_hint(agent.command)
         out.append(Check(name, FAIL, f"command {agent.command!r} is not found on PATH"
                          if agent.command else "an external agent needs a command",
                          f"{install}, or set agents.{alias}.command to its full path"))
@@ -186,16 +184,21 @@ def key_checks(cfg: Config, environ: Mapping[str, str]) -> list[Check]:
         if agent.kind != "acp":
             continue
         unset = [v for v in agent.pass_env if "*" not in v and not environ.get(v)]
+        wanted = adapter_keys(agent.command, agent.args)
+        given = {*agent.env, *(v for v in agent.pass_env if environ.get(v))}
+        if wanted and not given.intersection(wanted):
+            passed = [v for v in wanted if v in agent.pass_env]
+            how = (f"pass_env names {', '.join(passed)}, not set here" if passed
+                   else "none is in its env or pass_env")
+            out.append(Check(name, WARN, f"{alias} reads its key from {' or '.join(wanted)}: "
+                             f"{how}; it works only if the adapter is logged in itself",
+                             f"export {passed[0]} where acpgate runs" if passed else
+                             f"pass_env = [\"{wanted[0]}\"] in [agents.{alias}], or its env"))
+            unset = [v for v in unset if v not in wanted]
         if unset:
             out.append(Check(name, WARN, f"agents.{alias}.pass_env names {', '.join(unset)}, "
                              "not set here: the agent does not get it",
                              "export it where acpgate runs, or drop it from pass_env"))
-        wanted = KNOWN_ADAPTERS.get(Path(agent.command).name, ("", ()))[1]
-        given = {*agent.env, *(v for v in agent.pass_env if environ.get(v))}
-        if wanted and not given.intersection(wanted):
-            out.append(Check(name, WARN, f"{alias} gets none of {', '.join(wanted)} (its env "
-                             "or pass_env): it works only if the adapter is logged in itself",
-                             f"pass_env = [\"{wanted[0]}\"] in [agents.{alias}], or its env"))
     return out
 
 

@@ -14,7 +14,7 @@ One job per module; this package re-exports the public names of all four:
 - :mod:`.schema`: the sections, :class:`Config`, the fixed choices;
 - :mod:`.coerce`: checking (and parsing env/CLI text into) a value of the schema;
 - :mod:`.load`: the config dir, the first-run default file, the precedence;
-- :mod:`.edit`: ``acpgate config set/get/show`` with tomlkit.
+- :mod:`.edit`: ``acpgate config set/get/show`` and ``agents add``'s table, with tomlkit.
 """
 
 from services.common.config.choices import (
@@ -23,7 +23,7 @@ from services.common.config.choices import (
     PROVIDERS,
     VISIBILITY_LEVELS,
 )
-from services.common.config.edit import get_value, set_value, show
+from services.common.config.edit import add_agent_section, get_value, set_value, show
 from services.common.config.load import (
     DEFAULT_CONFIG_TOML,
     ENV_CONFIG_DIR,
@@ -78,6 +78,7 @@ __all__ = [
     "SessionsSection",
     "StoreSection",
     "TlsSection",
+    "add_agent_section",
     "ensure_default_config",
     "get_value",
     "load_config",

@@ -3,13 +3,15 @@
 ``set`` type-checks the new value against the schema, edits the file in place
 of its old value (keeping every comment and the rest of the layout), replaces
 the file atomically and re-loads it: an edit that makes the whole config
-invalid is rolled back. ``show`` never prints a secret.
+invalid is rolled back. ``add_agent_section`` writes a whole ``[agents.<alias>]`` table
+the same way (``acpgate agents add``). ``show`` never prints a secret.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,54 @@ def _edited_text(path: Path, section: str, key: str, value: Any) -> str:
     except tomllib.TOMLDecodeError as exc:  # pragma: no cover - tomlkit emits valid TOML
         raise ConfigError(f"{path}: edit would produce invalid TOML: {exc}") from None
     return new_text
+
+
+#: An alias ``agents add`` writes: a plain name, so ``agents.<alias>.<key>`` stays one
+#: dotted key and ``<config dir>/agents/<alias>`` one directory.
+ALIAS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def add_agent_section(config_dir: Path, alias: str, values: Mapping[str, Any], *,
+                      comment: str = "", replace: bool = False) -> Path:
+    """Write a whole ``[agents.<alias>]`` table, keeping the rest of the file as it is.
+
+    Every value is checked against the schema; an existing table of that alias is refused
+    unless ``replace``; the result is re-loaded and rolled back when it does not load.
+    Returns the file written.
+    """
+    path = config_dir / CONFIG_FILE_NAME
+    if not ALIAS_RE.fullmatch(alias):
+        raise ConfigError(f"alias {alias!r}: expected letters, digits, '-' or '_' (at most 64, "
+                          "starting with a letter or digit)")
+    section = f"agents.{alias}"
+    table = tomlkit.table()
+    if comment:
+        table.add(tomlkit.comment(re.sub(r"[\x00-\x1f\x7f]", " ", comment)))
+    for key, value in values.items():
+        typed = coerce_value(value, _schema_type(section, key), f"[{section}] {key}",
+                             from_text=False)
+        check_choice("agents", key, typed, f"[{section}] {key}")
+        if isinstance(value, Mapping):
+            inline = tomlkit.inline_table()
+            inline.update(value)
+            table[key] = inline
+        else:
+            table[key] = _toml_form(typed)
+    try:
+        doc = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+    except Exception as exc:  # tomlkit raises its own ParseError subclasses
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    if "agents" not in doc:
+        doc["agents"] = tomlkit.table(is_super_table=True)
+    agents: Any = doc["agents"]
+    if not isinstance(agents, MutableMapping):
+        raise ConfigError(f"{path}: [agents] expected a table of [agents.<alias>] tables")
+    if alias in agents and not replace:
+        raise ConfigError(f"{path} already has [agents.{alias}]: choose another name with "
+                          "--alias NAME, or replace it with --force")
+    agents[alias] = table
+    _replace_and_reload(config_dir, path, tomlkit.dumps(doc))
+    return path
 
 
 def _replace_and_reload(config_dir: Path, path: Path, new_text: str) -> None:

@@ -69,8 +69,16 @@ def _cmd_config(args: argparse.Namespace) -> int:
         # A first `config set` on a fresh dir starts from the working default
         # (one demo agent), not from an empty file that dispatches nothing.
         config_mod.ensure_default_config(config_dir)
+        try:
+            before: Config | None = config_mod.load_config(config_dir)
+        except ConfigError:
+            before = None  # the edit may be what repairs it
         value = config_mod.set_value(config_dir, args.key, args.value)
         print(f"{args.key} = {value!r}")
+        from acpgate.ops.reload_notify import after_set  # the running processes reload
+
+        for line in after_set(before, config_mod.load_config(config_dir), args.key):
+            print(line)
         return 0
     cfg = config_mod.load_config(config_dir)
     if args.config_command == "get":

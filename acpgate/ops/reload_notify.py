@@ -38,14 +38,22 @@ _SAME_START_SECS = 1.0
 
 
 def is_acpgate_command(cmdline: Sequence[str], command: str) -> bool:
-    """True when ``cmdline`` runs ``acpgate <command>``: ``python [-flags] -m acpgate
-    <command> …`` or ``[python] …/acpgate <command> …``."""
-    for i, arg in enumerate(cmdline[:-1]):
-        module = arg == "acpgate" and i > 0 and cmdline[i - 1] == "-m"
-        script = os.path.basename(arg) == "acpgate" and (i == 0 or cmdline[i - 1] != "-m")
-        if module or script:
-            return cmdline[i + 1] == command
-    return False
+    """True when ``cmdline`` runs ``acpgate <command>``: the ``acpgate`` script (run
+    itself, or by an interpreter), or ``python [-flags…] -m acpgate <command>``."""
+    args = list(cmdline)
+    if args and os.path.basename(args[0]) == "acpgate":
+        rest = args[1:]
+    elif len(args) > 1 and os.path.basename(args[1]) == "acpgate" \
+            and os.path.basename(args[0]).startswith("python"):
+        rest = args[2:]
+    else:
+        i = 1  # interpreter flags (-I, -S, -u…) may stand before -m; -c never
+        while i < len(args) and args[i].startswith("-") and args[i] not in ("-m", "-c"):
+            i += 1
+        if args[i:i + 2] != ["-m", "acpgate"]:
+            return False
+        rest = args[i + 2:]
+    return bool(rest) and rest[0] == command
 
 
 def _verified(endpoint: Endpoint, proc: psutil.Process) -> bool:

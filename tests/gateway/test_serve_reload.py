@@ -23,9 +23,9 @@ PROCESSES = ("serve", "session", "lifecycle", "edge")
 NEW_AGENT = '\n[agents.new]\nkind = "builtin"\nprovider = "demo"\nmodel = "demo"\n'
 
 
-def events(log: Path, name: str) -> list[dict[str, Any]]:
+async def events(log: Path, name: str) -> list[dict[str, Any]]:
     out = []
-    for line in log.read_text().splitlines():
+    for line in (await asyncio.to_thread(log.read_text)).splitlines():
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
@@ -39,12 +39,12 @@ async def reloads_seen(log: Path, count: int) -> dict[str, dict[str, Any]]:
     """Wait until every process logged its ``count``-th ``config_reloaded``; the last of each."""
     for _ in range(1200):
         seen: dict[str, list[dict[str, Any]]] = {}
-        for event in events(log, "config_reloaded"):
+        for event in await events(log, "config_reloaded"):
             seen.setdefault(event["process"], []).append(event)
         if all(len(seen.get(p, [])) >= count for p in PROCESSES):
             return {p: seen[p][-1] for p in PROCESSES}
         await asyncio.sleep(0.05)
-    raise AssertionError(f"not every process reloaded {count} times: {log.read_text()[-3000:]}")
+    raise AssertionError(f"not every process reloaded {count} times")
 
 
 async def config_set(config_dir: Path, key: str, value: str) -> str:
@@ -86,10 +86,10 @@ async def test_sighup_and_config_set_reload_serve_and_its_children(tmp_path: Pat
         cfg.config_file.write_text(good + "\n[bogus]\nx = 1\n", encoding="utf-8")
         proc.send_signal(signal.SIGHUP)
         for _ in range(1200):
-            if events(log, "config_reload_refused"):
+            if await events(log, "config_reload_refused"):
                 break
             await asyncio.sleep(0.05)
-        refusal = events(log, "config_reload_refused")[0]
+        refusal = (await events(log, "config_reload_refused"))[0]
         assert refusal["process"] == "serve" and "[bogus]" in refusal["error"]
         assert proc.returncode is None
         cfg.config_file.write_text(good, encoding="utf-8")  # (the built-in agent reads it too)

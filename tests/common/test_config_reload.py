@@ -98,3 +98,20 @@ async def test_live_config_applies_a_valid_file_and_keeps_the_running_one_otherw
 def test_a_refused_value_never_reaches_the_log() -> None:
     error = ConfigError("/c/config.toml: [agents.b] env: expected a table, got 'sk-123'")
     assert "sk-123" not in log_safe(error) and "[agents.b] env" in log_safe(error)
+
+
+async def test_a_reloaded_logging_level_restarts_the_log_output(tmp_path: Path) -> None:
+    import logging
+
+    from acpgate.reloading import LogFollower
+    from services.common.log_output import start_logging, stop_logging
+
+    cfg = load(tmp_path, BASE + '\n[logging]\nlevel = "warning"\nfile = "none"\n')
+    follower = LogFollower(cfg, "session")
+    start_logging(follower.plan)
+    try:
+        assert logging.getLogger("acpgate").level == logging.WARNING
+        await follower(load(tmp_path, BASE + '\n[logging]\nlevel = "debug"\nfile = "none"\n'))
+        assert logging.getLogger("acpgate").level == logging.DEBUG
+    finally:
+        stop_logging()

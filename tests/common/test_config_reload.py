@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from services.common.config import Config, ConfigError, load_config
 from services.common.config.reload import changed_keys, describe, needs_restart, reloaded
 from services.common.live_config import LiveConfig, log_safe
@@ -100,8 +102,11 @@ def test_a_refused_value_never_reaches_the_log() -> None:
     assert "sk-123" not in log_safe(error) and "[agents.b] env" in log_safe(error)
 
 
-async def test_a_reloaded_logging_level_restarts_the_log_output(tmp_path: Path) -> None:
+async def test_a_reloaded_logging_level_restarts_the_log_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import logging
+
+    monkeypatch.delenv("ACPGATE_LOG_LEVEL", raising=False)
 
     from acpgate.reloading import LogFollower
     from services.common.log_output import start_logging, stop_logging

@@ -21,6 +21,7 @@ from services.common import config as config_mod
 from services.common import event_loop
 from services.common.addresses import gateway_url
 from services.common.config import Config, ConfigError
+from services.common.live_config import LiveConfig
 from services.common.log_output import (
     ENV_LOG_LEVEL,
     log_startup,
@@ -68,8 +69,16 @@ def _cmd_config(args: argparse.Namespace) -> int:
         # A first `config set` on a fresh dir starts from the working default
         # (one demo agent), not from an empty file that dispatches nothing.
         config_mod.ensure_default_config(config_dir)
+        try:
+            before: Config | None = config_mod.load_config(config_dir)
+        except ConfigError:
+            before = None  # the edit may be what repairs it
         value = config_mod.set_value(config_dir, args.key, args.value)
         print(f"{args.key} = {value!r}")
+        from acpgate.ops.reload_notify import after_set  # the running processes reload
+
+        for line in after_set(before, config_mod.load_config(config_dir), args.key):
+            print(line)
         return 0
     cfg = config_mod.load_config(config_dir)
     if args.config_command == "get":
@@ -129,8 +138,21 @@ def _start_logs(cfg: Config, command: str, worker: int = 0) -> None:
     """The long-running ``command``'s logs as ``[logging]`` and the environment say
     (services.common.log_output); the bridge writes a file only when one is named. An
     edge worker's lines name it (``"process": "edge-2"``)."""
-    process = PROCESS_NAMES[command] + (f"-{worker}" if worker else "")
-    start_logging(plan_logging(cfg, process, file_by_default=command != "bridge"))
+    start_logging(plan_logging(cfg, _process(command, worker),
+                               file_by_default=command != "bridge"))
+
+
+def _process(command: str, worker: int = 0) -> str:
+    return PROCESS_NAMES[command] + (f"-{worker}" if worker else "")
+
+
+def _live(cfg: Config, command: str, worker: int = 0,
+          overrides: dict[str, Any] | None = None) -> LiveConfig:
+    """What SIGHUP reloads in ``command``'s process: ``cfg`` read again with the same
+    flags, and its log output (acpgate.reloading)."""
+    from acpgate.reloading import live_config
+
+    return live_config(cfg, _process(command, worker), overrides)
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
@@ -158,14 +180,16 @@ def _run_acp(args: argparse.Namespace) -> int:
     from acpgate.embedded import start_embedded
     from services.edge.transport.stdio import run_stdio
 
+    live = _live(cfg, "acp", overrides=overrides)
+
     async def start_services(c: Config) -> EmbeddedServices:
-        services = await start_embedded(c)
+        services = await start_embedded(c, live)
         log_startup(c, "acp", serves="ACP on stdio", session_addr=services.session_addr,
                     lifecycle_addr=services.lifecycle_addr)
         return services
 
     return _run_async(lambda: run_stdio(cfg, version=__version__,
-                                        start_services=start_services), "acp")
+                                        start_services=start_services, live=live), "acp")
 
 
 def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
@@ -184,17 +208,20 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
                         session_addr=default_session_address(cfg),
                         lifecycle_addr=default_lifecycle_address(cfg))
 
-        return _run_async(lambda: run_serve(cfg, on_ready=serving), "serve")
+        return _run_async(lambda: run_serve(cfg, on_ready=serving,
+                                            live=_live(cfg, command)), "serve")
     if command == "session-service":
         from services.session.server import run_session_service
 
         log_startup(cfg, "session", address=default_session_address(cfg))
-        return _run_async(lambda: run_session_service(cfg), "session")
+        return _run_async(lambda: run_session_service(cfg, _live(cfg, command)), "session")
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 
         log_startup(cfg, "lifecycle", address=default_lifecycle_address(cfg))
-        return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd), "lifecycle")
+        return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd,
+                                                        live=_live(cfg, command)),
+                          "lifecycle")
     if command == "edge":
         # Before gRPC is imported and starts its threads: M_ARENA_MAX binds only later arenas.
         tuned = tune_malloc(EDGE_MALLOC)
@@ -209,7 +236,8 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
                         lifecycle_addr=default_lifecycle_address(cfg))
 
         return _run_async(lambda: run_edge(cfg, version=__version__, ready=listening,
-                                           listen_fds=args.listen_fd, worker=worker),
+                                           listen_fds=args.listen_fd, worker=worker,
+                                           live=_live(cfg, command, worker)),
                           "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio

@@ -32,6 +32,7 @@ from acpgate.socket_dirs import make_socket_dir, sweep_stale_async
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, grpc_security, load_security
 from services.common.grpc_server import RunningServer
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.service_key import ServiceKeyError, ephemeral_key
 from services.lifecycle.server import start_lifecycle_server
@@ -94,12 +95,13 @@ async def embedded_security(cfg: Config) -> GrpcSecurity:
         return grpc_security(cfg, credential=ephemeral_key())
 
 
-async def start_embedded(cfg: Config) -> EmbeddedServices:
+async def start_embedded(cfg: Config, live: LiveConfig | None = None) -> EmbeddedServices:
     """Start every service whose ``[services]`` address is empty; stop them all on failure.
 
     Both are started with one service credential (:func:`embedded_security`): every call
     on their sockets must carry it, and the seal key derived from it makes the lifecycle
-    service run only what the session service resolved."""
+    service run only what the session service resolved. The session service started here
+    takes ``live``'s reloads (new sessions resolve against the reloaded agents)."""
     security = await embedded_security(cfg)
     services = EmbeddedServices(cfg.services.session_addr, cfg.services.lifecycle_addr,
                                 security)
@@ -111,7 +113,7 @@ async def start_embedded(cfg: Config) -> EmbeddedServices:
     try:
         if not services.session_addr:
             server = await start_session_server(cfg, f"unix:{services.tempdir}/s.sock",
-                                                security=security)
+                                                security=security, live=live)
             services.servers.append(server)
             services.session_addr = server.address
         if not services.lifecycle_addr:

@@ -22,6 +22,9 @@ report SERVING over gRPC health, then the edge serves the bound port.
 A child that exits while serve is running is restarted with exponential
 backoff (reset after it has stayed up for a while) and the event is logged.
 
+SIGHUP (and ``acpgate config set``) reloads the config here and in every child
+(:mod:`acpgate.serve_reload`).
+
 SIGINT/SIGTERM: graceful shutdown in dependency order — edge first (stops
 accepting, closes its connections and their sessions), then the lifecycle
 service (reaps every lease it still holds), then the session service. Each
@@ -45,14 +48,16 @@ from dataclasses import dataclass, field
 from acpgate.ops.endpoints import announce, unregister
 from acpgate.serve_children import ChildSpec, child_environment, child_specs
 from acpgate.serve_lock import ServeLock, take_serve_lock
+from acpgate.serve_reload import install_serve_reload
 from services.common.addresses import (
     gateway_url,
     service_addresses,
 )
-from services.common.config import Config, ConfigError
+from services.common.config import Config, ConfigError, load_config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.listeners import bind_listeners
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
 from services.lifecycle.slots import Slot, acquire_slot
@@ -88,10 +93,13 @@ class _Child:
 
 
 #: Runs in the child before the real command: arm the parent-death signal, give up if
-#: serve already died (the signal would never come), then exec the command in place
-#: (same PID, same process group). ``sys.argv[1]`` is serve's PID, the rest the argv.
+#: serve already died (the signal would never come), ignore SIGHUP until the command
+#: handles it (a reload forwarded while it starts must not end it: an ignored signal stays
+#: ignored across exec), then exec the command in place (same PID, same process group).
+#: ``sys.argv[1]`` is serve's PID, the rest the argv.
 _PDEATHSIG_EXEC = (
     "import os,signal,sys\n"
+    "signal.signal(signal.SIGHUP,signal.SIG_IGN)\n"
     "try:\n"
     " import ctypes\n"
     f" ctypes.CDLL(None,use_errno=True).prctl({_PR_SET_PDEATHSIG},int(signal.SIGTERM),0,0,0)\n"
@@ -324,8 +332,11 @@ async def run_serve(
     *,
     options: SupervisorOptions | None = None,
     on_ready: Callable[[Supervisor], None] | None = None,
+    live: LiveConfig | None = None,
 ) -> int:
     """``acpgate serve``: run the children until SIGINT/SIGTERM; 0 on a clean stop.
+    SIGHUP reloads ``live`` (default: ``cfg`` as loaded from its config dir) here and in
+    every child.
 
     What refuses the start before any child runs (a port in use, another serve on the
     data dir, no service key, no slot) is logged and raised as the ConfigError that
@@ -333,6 +344,8 @@ async def run_serve(
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
     supervisor = Supervisor(cfg, options=options)
+    remove_reload = install_serve_reload(
+        supervisor, live or LiveConfig(cfg, lambda: load_config(cfg.config_dir)))
     code = 0
     endpoint = None
     try:
@@ -365,6 +378,7 @@ async def run_serve(
             await asyncio.to_thread(unregister, endpoint)
         await supervisor.stop()
         remove_signals()
+        remove_reload()
     log.info("serve_stopped", exit_code=code)
     return code
 

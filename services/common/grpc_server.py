@@ -44,7 +44,7 @@ from services.common.grpc_limits import MAX_MESSAGE_BYTES, SERVER_OPTIONS
 from services.common.in_use import socket_in_use, socket_is_served
 from services.common.inproc import InProcessChannel
 from services.common.logs import StructLogger
-from services.common.signals import install_stop_signals
+from services.common.signals import install_reload_signal, install_stop_signals
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -269,12 +269,18 @@ async def start_service(
 
 
 async def run_until_signalled(
-    starting: Awaitable[RunningServer], *, address: str, log: StructLogger, stopped_event: str
+    starting: Awaitable[RunningServer], *, address: str, log: StructLogger, stopped_event: str,
+    on_reload: Callable[[], object] | None = None,
 ) -> int:
     """Await ``starting`` (a service's start on ``address``), serve until SIGINT or
-    SIGTERM, stop, log ``stopped_event``; 0 on a clean stop."""
-    running = await starting
+    SIGTERM, stop, log ``stopped_event``; 0 on a clean stop. SIGHUP, from before the start
+    on, calls ``on_reload`` (the service re-reads its config) and never stops it."""
+    remove_reload = install_reload_signal(on_reload or (lambda: None))
     try:
-        return await serve_until_signalled(running)
+        running = await starting
+        try:
+            return await serve_until_signalled(running)
+        finally:
+            log.info(stopped_event, address=address)
     finally:
-        log.info(stopped_event, address=address)
+        remove_reload()

@@ -134,18 +134,22 @@ def _current(root: logging.Logger) -> _Output | None:
     return None
 
 
-def _stop_previous(root: logging.Logger) -> None:
-    """A second start (tests, a command that re-plans after loading its config) replaces
-    the first: its records are written first, its handlers closed."""
-    previous = _current(root)
+def _stop_previous(root: logging.Logger, successor: QueueHandler | None = None) -> None:
+    """A second start (tests, a command that re-plans after loading its config, a reload)
+    replaces the first: ``successor`` (already on ``root``) takes its place on the library
+    loggers routed to it, then its records are written, its handlers closed."""
+    previous = next((o for h in root.handlers if (o := getattr(h, _MARK, None)) is not None
+                     and isinstance(o, _Output) and o.handler is not successor), None)
     if previous is None:
         return
-    atexit.unregister(previous.stop)
-    previous.stop()
     known = logging.root.manager.loggerDict.values()
     for logger in [root, *(x for x in known if isinstance(x, logging.Logger))]:
         if previous.handler in logger.handlers:
+            if successor is not None and successor not in logger.handlers:
+                logger.addHandler(successor)
             logger.removeHandler(previous.handler)
+    atexit.unregister(previous.stop)
+    previous.stop()
 
 
 def stop_logging() -> None:
@@ -159,9 +163,9 @@ def stop_logging() -> None:
 
 def start_logging(plan: LogPlan) -> None:
     """Send ``acpgate.*`` records as ``plan`` says, through one writer thread. A log file
-    that cannot be opened (a read-only data dir) leaves stderr only, with one warning."""
+    that cannot be opened (a read-only data dir) leaves stderr only, with one warning. A
+    running output is replaced without losing a record (the new one is in place first)."""
     root = logging.getLogger(_ROOT)
-    _stop_previous(root)
     formatter: logging.Formatter = (TextFormatter(plan.process) if plan.text
                                     else JsonFormatter(plan.process))
     line_only = logging.Formatter("%(message)s")  # the queue handler already formatted it
@@ -187,10 +191,11 @@ def start_logging(plan: LogPlan) -> None:
     handler.setFormatter(formatter)  # prepare() formats on the logging thread
     output = _Output(handler, listener)
     setattr(handler, _MARK, output)
+    listener.start()
     root.addHandler(handler)
+    _stop_previous(root, handler)
     root.setLevel(min(levels))
     root.propagate = False
-    listener.start()
     atexit.register(output.stop)
     if file_problem:
         root.getChild("logs").warning("log_file_unavailable", extra={

@@ -26,6 +26,7 @@ from services.common.config import Config
 from services.common.fd_channel import DATA_PATH_AUTO, fd_socket_path
 from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.lifecycle.controller import LifecycleController
@@ -148,8 +149,10 @@ async def _fd_server(cfg: Config, address: str, credential: str) -> FdServer | N
     return server
 
 
-async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None) -> int:
-    """Serve until SIGINT or SIGTERM; 0 on a clean stop.
+async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None,
+                                live: LiveConfig | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; 0 on a clean stop. SIGHUP reloads ``live`` (its
+    subscribers: the log output; ``[lifecycle]`` keys need a restart).
 
     ``slot_fd``: the locked slot file ``acpgate serve`` took for this child
     (``--slot-fd``), so that a restarted child keeps its slot; None takes the lowest
@@ -163,4 +166,5 @@ async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None) -> i
         address=address,
         log=log,
         stopped_event="lifecycle_service_stopped",
+        on_reload=live.reload_soon if live is not None else None,
     )

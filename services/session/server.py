@@ -4,7 +4,8 @@
 data dir, or the PostgreSQL database of ``[store] url`` — (falling back to memory
 with a reason, never crashing) and serves ``SessionService`` with health
 checking and reflection; ``run_session_service(cfg)`` does that on the
-configured address until SIGINT/SIGTERM, then stops cleanly (exit 0).
+configured address until SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads
+the config it decides with (agents, aliases, autonomy, visibility).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from services.common.addresses import default_session_address
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.session.rpcs.unavailable import StoreUnavailableInterceptor
 from services.session.servicer import SessionServicer
@@ -61,17 +63,21 @@ async def start_session_server(
     *,
     clock: Clock = wall_clock_ms,
     security: GrpcSecurity | None = None,
+    live: LiveConfig | None = None,
 ) -> RunningServer:
     """Open the store :func:`store_target` names and serve on ``address`` (``unix:/p`` or
     ``host:port``). ``await running.stop()`` stops serving and closes the store.
 
     ``security`` (default: the install's service credential and the TLS environment,
     see ``services.common.grpc_auth``) is the credential every call must carry (it also
-    seals the launch specs), and TLS.
+    seals the launch specs), and TLS. ``live``: the process's config, whose reloads the
+    servicer takes (new sessions resolve against the reloaded agents).
     """
     sec = await load_security(cfg) if security is None else security
     store = await open_store(store_target(cfg), clock=clock)
     servicer = SessionServicer(cfg, store, seal_key=sec.seal_key)
+    if live is not None:  # aliases, agents, policy: each call reads the reloaded config
+        live.subscribe(servicer.use_config)
 
     def register(server: grpc.aio.Server) -> None:
         session_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
@@ -89,12 +95,13 @@ async def start_session_server(
     return running
 
 
-async def run_session_service(cfg: Config) -> int:
-    """Serve until SIGINT or SIGTERM; 0 on a clean stop."""
+async def run_session_service(cfg: Config, live: LiveConfig | None = None) -> int:
+    """Serve until SIGINT or SIGTERM (SIGHUP reloads ``live``); 0 on a clean stop."""
     address = default_session_address(cfg)
     return await run_until_signalled(
-        start_session_server(cfg, address),
+        start_session_server(cfg, address, live=live),
         address=address,
         log=log,
         stopped_event="session_service_stopped",
+        on_reload=live.reload_soon if live is not None else None,
     )

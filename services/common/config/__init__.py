@@ -15,6 +15,9 @@ One job per module; this package re-exports the public names of all four:
 - :mod:`.coerce`: checking (and parsing env/CLI text into) a value of the schema;
 - :mod:`.load`: the config dir, the first-run default file, the precedence;
 - :mod:`.edit`: ``acpgate config set/get/show`` and ``agents add``'s table, with tomlkit.
+
+(:mod:`.reload` — which keys a running process applies on reload, which need a restart —
+is imported from its module.)
 """
 
 from services.common.config.choices import (

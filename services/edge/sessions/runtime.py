@@ -33,6 +33,7 @@ from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
+from services.common.config.reload import reloaded
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
@@ -149,6 +150,16 @@ class EdgeRuntime:
         self.spawn(self.warm.declare_all())
         self._heartbeat = asyncio.create_task(
             self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
+
+    def use_config(self, cfg: Config) -> None:
+        """A reloaded config: its limits hold for the next sessions (running ones keep
+        their agent process), and the warm pools are declared again for its agents. The
+        keys that need a restart keep this runtime's values."""
+        self.cfg = reloaded(self.cfg, cfg)
+        self.registry.max_sessions = self.cfg.acp.max_sessions
+        self.registry.per_token = token_session_share(self.cfg.acp)
+        if self._reaper is not None:  # started: the services answer
+            self.spawn(self.warm.redeclare())
 
     def _claim_lost(self, session_id: str) -> None:
         """Another host took this session over: stop serving it here at once (a running
@@ -271,10 +282,9 @@ class EdgeRuntime:
                         detail=exc.details())
 
     async def _reap_idle(self) -> None:
-        timeout = float(self.cfg.acp.session_timeout_secs)
-        interval = max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS))
-        while True:
-            await asyncio.sleep(interval)
+        while True:  # the timeout read per sweep: a reload may change it
+            timeout = float(self.cfg.acp.session_timeout_secs)
+            await asyncio.sleep(max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS)))
             for session in list(self.registry.active.values()):
                 if session.turn is None and session.idle_for() >= timeout:
                     log.info("session_idle", session_id=session.session_id)

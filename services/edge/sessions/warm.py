@@ -76,15 +76,32 @@ class WarmPools:
         #: The launch spec each declared pool was given, by alias.
         self._agents: dict[str, session_pb2.ResolvedAgent] = {}
 
-    async def declare_all(self) -> None:
-        """Ask the session service which agents keep warm adapters; declare each pool."""
+    async def declare_all(self) -> set[str] | None:
+        """Ask the session service which agents keep warm adapters; declare each pool.
+        Their aliases, or None when the session service could not say (logged)."""
         try:
             resp = await self._session.ListWarmAgents(session_pb2.ListWarmAgentsRequest())
         except grpc.aio.AioRpcError as exc:
             log.warning("warm_agents_unavailable", code=exc.code().name, detail=exc.details())
-            return
+            return None
         for agent in resp.agents:
             await self.declare(agent)
+        return {agent.alias for agent in resp.agents}
+
+    async def redeclare(self) -> None:
+        """After a config reload: declare every pool again (a changed launch spec replaces
+        its adapters), and empty the pools of agents that keep none warm any more."""
+        before = dict(self._agents)
+        kept = await self.declare_all()
+        if kept is None:
+            return  # the pools stay as they are
+        for alias, agent in before.items():
+            if alias not in kept:
+                gone = session_pb2.ResolvedAgent()
+                gone.CopyFrom(agent)
+                gone.warm = 0
+                await self.declare(gone)
+                del self._agents[alias]
 
     async def declare(self, agent: session_pb2.ResolvedAgent) -> None:
         """``KeepWarm`` for one agent; failures are logged (sessions then start cold)."""

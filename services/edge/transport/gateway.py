@@ -20,8 +20,9 @@ from services.common.config import Config
 from services.common.grpc_auth import load_security
 from services.common.in_use import AddressInUse
 from services.common.listeners import adopt_listeners, bind_listeners
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
-from services.common.signals import install_stop_signals
+from services.common.signals import install_reload_signal, install_stop_signals
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.connection import open_runtime
 from services.edge.transport.probe import ServiceProbe, wait_for_services
@@ -45,7 +46,8 @@ async def _listeners(cfg: Config, listen_fds: Sequence[int]) -> list[socket.sock
 
 async def run_edge(cfg: Config, *, version: str,
                    ready: Callable[[EdgeServer], None] | None = None,
-                   listen_fds: Sequence[int] = (), worker: int = 0) -> int:
+                   listen_fds: Sequence[int] = (), worker: int = 0,
+                   live: LiveConfig | None = None) -> int:
     """Serve the gateway until SIGINT/SIGTERM; returns the exit code.
 
     ``version`` is acpgate's, as the ACP handshakes report it. ``listen_fds``: the
@@ -56,12 +58,15 @@ async def run_edge(cfg: Config, *, version: str,
     accepting, close every connection (releasing its sessions), close the runtime.
     ``worker``: this edge's number among several ``acpgate serve`` runs on the one port
     (0: the only one): its limits, counters and claims are then shared
-    (services.edge.sessions.workers).
+    (services.edge.sessions.workers). SIGHUP reloads ``live``: the runtime and the server
+    take its limits (:meth:`EdgeRuntime.use_config`, :meth:`EdgeServer.use_config`).
     """
     cfg = with_service_addresses(cfg)
     listeners = await _listeners(cfg, listen_fds)
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
+    # SIGHUP from the start (its default would end the process); applied once serving.
+    remove_reload = install_reload_signal(live.reload_soon if live else lambda: None)
     probe: ServiceProbe | None = None
     serving = False
     try:
@@ -80,6 +85,9 @@ async def run_edge(cfg: Config, *, version: str,
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
             serving = True  # from here the server owns the sockets (it closes them)
             await server.start(listeners)
+            if live is not None:
+                live.subscribe(runtime.use_config)
+                live.subscribe(lambda _: server.use_config(runtime.cfg))
             if ready is not None:
                 ready(server)
             await stop.wait()
@@ -94,4 +102,5 @@ async def run_edge(cfg: Config, *, version: str,
         if probe is not None:
             await probe.close()
         remove_signals()
+        remove_reload()
     return 0

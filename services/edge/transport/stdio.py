@@ -5,7 +5,8 @@ as one line (the pipe plumbing is ``services.edge.transport.lines``). The next l
 read only while the output backlog is under its bound: a client that stops
 reading stdout stops stdin too, instead of growing this process. EOF (or
 SIGTERM/SIGINT) closes every session, stops the embedded services and returns
-0 with no child process left behind.
+0 with no child process left behind. SIGHUP reloads the config (the embedded
+session service's agents, the limits, the logs) and never ends the process.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import grpc
 
 from services.common.config import Config
 from services.common.jsonrpc import read_lines
+from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
-from services.common.signals import install_stop_signals
+from services.common.signals import install_reload_signal, install_stop_signals
 from services.edge.sessions.runtime import StartServices
 from services.edge.transport.connection import (
     LOCAL_OPERATOR,
@@ -87,12 +89,14 @@ async def _open_runtime_for_stdio(cfg: Config, version: str,
     return await open_runtime(embedded, version=version, start_services=start_services)
 
 
-async def run_stdio(cfg: Config, *, version: str, start_services: StartServices) -> int:
+async def run_stdio(cfg: Config, *, version: str, start_services: StartServices,
+                    live: LiveConfig | None = None) -> int:
     """Serve the dialect on stdio until EOF; returns the exit code (0; 1 when nothing starts).
 
     ``version`` is acpgate's (both handshakes report it); ``start_services``
     runs the services ``[services]`` leaves empty, or that do not answer,
-    inside this process (``acpgate.embedded.start_embedded``).
+    inside this process (``acpgate.embedded.start_embedded``); SIGHUP reloads ``live``
+    (the runtime takes its limits; whoever started the services subscribed them).
     """
     try:
         runtime = await _open_runtime_for_stdio(cfg, version, start_services)
@@ -103,7 +107,10 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices)
         return 1
     _tune_gc()
     stop = asyncio.Event()
-    remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+    remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT))
+    if live is not None:
+        live.subscribe(runtime.use_config)
+    remove_reload = install_reload_signal(live.reload_soon if live else lambda: None)
     try:
         reader = await stdin_reader()
         stdout = await stdout_writer()
@@ -138,5 +145,6 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices)
     finally:
         await runtime.close()
         remove_signals()
+        remove_reload()
     log.info("stdio_edge_exit")
     return 0

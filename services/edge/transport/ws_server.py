@@ -15,7 +15,7 @@ share the connection limit and each token's share of it (503,
 Slow clients: what a WebSocket connection sends goes through its bounded
 :class:`~services.edge.transport.outqueue.Outbox`, which closes a client that stops reading;
 a Streamable HTTP connection has the same bounds (``...streamable.streams``). The
-process around this server, ``acpgate edge``, is ``services.edge.transport.gateway.run_edge``.
+process around this server, ``acpgate edge``, is ``gateway.run_edge`` (it reloads too).
 """
 
 from __future__ import annotations
@@ -91,9 +91,6 @@ STOP_WAIT_SECS = 20.0
 SSE_KEEPALIVE_SECS = 15.0
 
 log = get_logger("edge.ws")
-
-
-# --------------------------------------------------------------------- the server
 
 
 def _first(headers: Headers, name: str) -> str | None:
@@ -180,7 +177,10 @@ class EdgeServer:
         #: The most sends any one connection ever had waiting behind its full queue.
         self.peak_waiting = 0
 
-    # ------------------------------------------------------------ lifecycle
+    def use_config(self, cfg: Config) -> None:
+        """A reloaded config: its connection limits hold for the next connections."""
+        self.cfg, self._live.max_connections = cfg, cfg.gateway.max_connections
+        self._live.per_token = token_share(cfg.gateway)
 
     async def start(self, listeners: Sequence[socket.socket] = ()) -> None:
         """Serve on ``listeners`` (sockets already listening: what ``acpgate serve``

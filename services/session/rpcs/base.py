@@ -45,6 +45,11 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
         #: How long a claim lasts without renewal ([store] lease_secs).
         self._claim_ttl_ms = cfg.store.lease_secs * 1000
 
+    def use_config(self, cfg: Config) -> None:
+        """Decide with ``cfg`` from now on (a reload): one reference swapped, so each read
+        of ``self._cfg`` sees one whole config, never a mix of fields."""
+        self._cfg = cfg
+
     async def _get(self, session_id: str, context: Ctx) -> SessionRecord:
         """The row of ``session_id``; INVALID_ARGUMENT when empty, NOT_FOUND when unknown."""
         if not session_id:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from acpgate.session.v1 import session_pb2 as pb
-from services.common.config import VISIBILITY_LEVELS, Config
+from services.common.config import VISIBILITY_LEVELS
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.principals import is_principal_key, principal_of_owner
@@ -30,7 +30,7 @@ from services.common.protocol import MSG_REQUESTER_AND_OPERATOR, MSG_REQUESTER_R
 from services.session.convert import action_from_pb, row_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import SessionNotFound, SessionRecord, SessionStore
+from services.session.store import SessionNotFound, SessionRecord
 from services.session.visibility import A2aPolicy, Requester, VisibilityRow, can_see
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor",
@@ -102,9 +102,10 @@ class _Viewer:
 class ReadRpcs(RpcBase):
     """ListSessions, GetHistory, SessionStatus, CheckAccess."""
 
-    def __init__(self, cfg: Config, store: SessionStore, *, seal_key: bytes) -> None:
-        super().__init__(cfg, store, seal_key=seal_key)
-        self._a2a = A2aPolicy(enabled=cfg.a2a.enabled, allow=tuple(cfg.a2a.allow))
+    @property
+    def _a2a(self) -> A2aPolicy:
+        """``[a2a]`` of the config in use (it may be reloaded)."""
+        return A2aPolicy(enabled=self._cfg.a2a.enabled, allow=tuple(self._cfg.a2a.allow))
 
     async def _viewer(self, key: str, visibility: str, context: Ctx, *, operator: bool = False,
                       see_all: bool = False) -> _Viewer:

@@ -253,6 +253,9 @@ class AgentSection:
     #: they count against ``max_sessions`` only once a session takes one.
     #: Unset (-1): 1 for the built-in agent, 0 for an external one.
     warm: int = WARM_BY_KIND
+    #: One line a client is told of this agent (``_acpgate/agents/list``; the console's
+    #: agent picker): what it is for, never a secret.
+    description: str = ""
     # builtin
     provider: str = ""
     model: str = ""

@@ -19,6 +19,7 @@ A failure saves the pages' screenshots to a temporary folder it names;
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -362,7 +363,7 @@ async def test_new_session_form_agents_and_project_directory(tmp_path: Path) -> 
         ws = await gw.connect(token)
         client = RawClient(ws)
         await client.result("initialize", {"protocolVersion": 1})
-        real = os.path.realpath(project)
+        real = await asyncio.to_thread(os.path.realpath, project)
         listed = (await client.result("session/list", {"cwd": real}))["sessions"]
         assert [(s["cwd"], s["_meta"]["acpgate"]["agent"]) for s in listed] == [
             (real, "helper")]

@@ -373,6 +373,9 @@ CONFIG_MODEL_KEY: Final = "_acpgate/model"
 #: The extension-method namespace of acpgate itself (toward the built-in agent, and the
 #: session tools' methods from agents): never relayed between a client and an agent.
 ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
+#: ACP extension method a client calls on ``/acp``: the agents it may start a session of,
+#: and the default one (``services.edge.dialect.agents_list``; the web console's picker).
+M_AGENTS_LIST: Final = "_acpgate/agents/list"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
 
 

@@ -10,14 +10,18 @@ a permission prompt with its button and see the tool's result; sign out and in
 again and load the stored session's history; watch a session another client
 started (needs ``session/attach``: skipped, saying so, until the gateway advertises
 it); the host page of an admin token (its sessions, processes, close) and none for
-a plain token. Skipped with the reason where no browser or Playwright is found.
+a plain token; the New session form (the header's buttons only once signed in, the
+agents the token may start in a select, a project directory sent as ``cwd``, a relative
+or refused one shown by its field). Skipped with the reason where no browser or Playwright is found.
 A failure saves the pages' screenshots to a temporary folder it names;
 ``ACPGATE_CONSOLE_SCREENSHOTS=docs/console`` saves each step's (the README's).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +47,13 @@ DESKTOP = {"width": 1100, "height": 820}
 PHONE = {"width": 390, "height": 844}
 
 
-async def page_of(browser: Any, shots: Any, gw: Gateway, viewport: dict[str, int]) -> Any:
+async def page_of(browser: Any, shots: Any, gw: Gateway, viewport: dict[str, int],
+                  scheme: str = "light") -> Any:
     """A fresh browser context's page on the console (its own sessionStorage)."""
     from playwright.async_api import expect
 
     expect.set_options(timeout=STEP_MS)
-    context = await browser.new_context(viewport=viewport)
+    context = await browser.new_context(viewport=viewport, color_scheme=scheme)
     page = await context.new_page()
     shots.pages.append(page)
     response = await page.goto(f"http://127.0.0.1:{gw.port}/")
@@ -184,7 +189,7 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(reply.locator("pre code")).to_have_text("x = 1")
         # The demo agent (another alias): its thoughts collapsed, its plan's entries.
         await phone.click("#back")
-        await phone.fill("#new-agent", "demo")
+        await phone.select_option("#new-agent", "demo")
         await phone.click("#new-session")
         await send(phone, "plan")
         await expect(phone.locator("#transcript .plan li").first).to_be_visible()
@@ -285,3 +290,100 @@ async def test_host_page_for_an_admin_token(tmp_path: Path) -> None:
         await expect(owner.locator("#transcript .msg.user").first).to_contain_text(
             "summarise the failing tests")
         await expect(owner.locator("#transcript")).to_contain_text("History loaded.")
+
+
+#: A third agent, with the description the agent select shows (not kept warm: a small machine).
+HELPER = """
+[agents.helper]
+kind = "builtin"
+provider = "demo"
+model = "demo"
+warm = 0
+description = "Plans and thinks aloud"
+"""
+
+
+async def test_new_session_form_agents_and_project_directory(tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    project = tmp_path / "project"
+    project.mkdir()
+    async with running_gateway(tmp_path / "gw", autonomy="supervised", extra=HELPER) as gw, \
+            open_browser() as browser, failure_shots("new") as shots:
+        token = await gw.token("browser")
+        page = await page_of(browser, shots, gw, DESKTOP)
+        # Before sign-in the header offers nothing to press.
+        await expect(page.locator("#signin")).to_be_visible()
+        assert await page.locator("header button:visible, header a:visible").count() == 0
+        await sign_in(page, token)
+        await expect(page.locator("#sign-out")).to_be_visible()
+
+        # The agents the token may start, the default selected (_acpgate/agents/list).
+        agent = page.locator("#new-agent")
+        options = agent.locator("option")
+        await expect(options).to_have_count(3)
+        assert await options.evaluate_all("os => os.map(o => o.value)") == [
+            "attacker", "demo", "helper"]
+        await expect(agent).to_have_value("attacker")
+        await expect(options.nth(0)).to_have_text("attacker (default) — openai/attacker")
+        await expect(options.nth(2)).to_have_text("helper — Plans and thinks aloud")
+
+        # A relative path is refused by the console, by its field, before anything is sent.
+        field = page.locator("#new-cwd")
+        await field.fill("projects/app")
+        await page.click("#new-session")
+        error = page.locator("#new-cwd-error")
+        await expect(error).to_contain_text("is a relative path")
+        await expect(field).to_have_attribute("aria-invalid", "true")
+        await expect(field).to_be_focused()
+        await expect(page.locator("#sessions")).to_be_visible()
+        await shots.step(page, "08-new-session-error")
+        # A directory the gateway refuses (its own state): its message, by the field.
+        await field.fill(str(gw.data_dir))
+        await page.click("#new-session")
+        await expect(error).to_contain_text("The gateway refused this directory: cwd refused")
+        assert str(gw.data_dir) not in (await error.text_content() or "").split(":", 1)[1]
+        # Typing again clears the error.
+        await field.fill("")
+        await expect(error).to_be_empty()
+        await expect(field).not_to_have_attribute("aria-invalid", "true")
+
+        # Keyboard only: pick an agent, Tab to the directory, type it, Enter starts it.
+        await agent.focus()
+        await agent.select_option("helper")
+        await page.keyboard.press("Tab")
+        await expect(field).to_be_focused()
+        await page.keyboard.type(str(project))
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#session")).to_be_visible()
+        await send(page, "hello from the project")
+        await expect(page.locator("#transcript .msg.agent").last).to_contain_text("hello")
+
+        # The session runs in that directory, on that agent (session/list's cwd filter).
+        ws = await gw.connect(token)
+        client = RawClient(ws)
+        await client.result("initialize", {"protocolVersion": 1})
+        real = await asyncio.to_thread(os.path.realpath, project)
+        listed = (await client.result("session/list", {"cwd": real}))["sessions"]
+        assert [(s["cwd"], s["_meta"]["acpgate"]["agent"]) for s in listed] == [
+            (real, "helper")]
+        await ws.close()
+
+        # The list shows where each session is; the directory is offered again, and the
+        # agent chosen stays chosen (this tab's sessionStorage), until sign-out.
+        await page.click("#back")
+        row = page.locator(f"#session-table tbody tr[data-session-id='{listed[0]['sessionId']}']")
+        await expect(row.locator("td.path")).to_have_text(real)
+        await expect(page.locator(f"#recent-dirs option[value='{project}']")).to_have_count(1)
+        await page.reload()
+        await expect(page.locator("#sessions")).to_be_visible()
+        await expect(agent).to_have_value("helper")
+        await shots.step(page, "09-new-session")
+        dark = await page_of(browser, shots, gw, DESKTOP, scheme="dark")
+        await sign_in(dark, token)
+        await dark.fill("#new-cwd", "~/code")
+        await dark.click("#new-session")
+        await expect(dark.locator("#new-cwd-error")).to_contain_text("starts with ~")
+        await shots.step(dark, "10-new-session-dark")
+        await page.click("#sign-out")
+        assert await page.evaluate("Object.keys(sessionStorage).length") == 0

@@ -6,7 +6,8 @@ the multi-client attach RFD's updates (``prompt_received``, ``permission_resolve
 ``turn_complete``, read under ``type`` as the RFD writes them or ``sessionUpdate``)
 render as the watch view needs them, before any gateway sends them; the markdown
 renderer keeps an agent's markup and ``javascript:`` links as text and ends on
-every malformed input. Skipped with the reason where no browser is found.
+every malformed input; the New session form's helpers take any agent list or stored
+state a gateway or another page might leave (markup as text, junk skipped). Skipped with the reason where no browser is found.
 """
 
 from __future__ import annotations
@@ -77,6 +78,38 @@ _HOSTILE_MARKDOWN = """async () => {
   };
 }"""
 
+_NEW_SESSION_FORM = """async () => {
+  const m = await import("./console/js/newsession.js");
+  const select = document.createElement("select");
+  m.fillAgents(select, [
+    { alias: "<img src=x onerror=window.__xss=1>", description: "<b>x</b>" },
+    { alias: "demo", default: true, model: "demo/demo" }, null, { alias: 7 }, { alias: "" },
+  ], "nosuch");
+  const agents = [...select.options].map((o) => [o.value, o.textContent]);
+  const chosen = select.value;
+  m.fillAgents(select, "not a list", "");
+  const fallback = [...select.options].map((o) => [o.value, o.textContent]);
+  sessionStorage.setItem(m.RECENT_KEY, "{not json");
+  const afterJunk = m.recentDirs(sessionStorage);
+  m.rememberDir(sessionStorage, "/a"); m.rememberDir(sessionStorage, "/b");
+  m.rememberDir(sessionStorage, "/a"); m.rememberDir(sessionStorage, "");
+  const recent = m.recentDirs(sessionStorage);
+  const list = document.createElement("datalist");
+  m.fillDirs(list, sessionStorage, [{ cwd: "/b" }, { cwd: "/srv/x" }, { cwd: 3 }, null]);
+  const offered = [...list.options].map((o) => o.value);
+  m.forgetChoices(sessionStorage);
+  return {
+    agents, chosen, fallback, afterJunk, recent, offered,
+    left: Object.keys(sessionStorage).length,
+    problems: ["", "/srv/p", "p", "./p", "~/p", "..", "C:\\p"].map((d) => !!m.dirProblem(d)),
+    dirErrors: ["cwd is not a usable directory (/x): No such file or directory",
+                "cwd refused as a session workspace: it is a credential store",
+                "Unknown agent `x`", undefined].map(m.isDirError),
+    xss: window.__xss ?? null,
+    images: document.querySelectorAll("img").length,
+  };
+}"""
+
 
 async def test_attach_updates_and_hostile_markdown(tmp_path: Path) -> None:
     async with running_gateway(tmp_path / "gw") as gw, open_browser() as browser, \
@@ -104,4 +137,17 @@ async def test_attach_updates_and_hostile_markdown(tmp_path: Path) -> None:
                       "<iframe src=x></iframe>", "<img src=x onerror=alert(1)>",
                       "<script>x()</script>", "[nested](javascript:void(0))"):
             assert shown in md["text"], shown
+
+        form: dict[str, Any] = await page.evaluate(_NEW_SESSION_FORM)
+        assert form["agents"] == [
+            ["<img src=x onerror=window.__xss=1>",
+             "<img src=x onerror=window.__xss=1> — <b>x</b>"],
+            ["demo", "demo (default) — demo/demo"]]
+        assert form["chosen"] == "demo"  # an unlisted stored choice falls back to the default
+        assert form["fallback"] == [["", "The gateway's default agent"]]
+        assert form["afterJunk"] == [] and form["recent"] == ["/a", "/b"]
+        assert form["offered"] == ["/a", "/b", "/srv/x"] and form["left"] == 0
+        assert form["problems"] == [False, False, True, True, True, True, True]
+        assert form["dirErrors"] == [True, True, False, False]
+        assert form["xss"] is None and form["images"] == 0
         assert errors == []

@@ -161,6 +161,22 @@ async def test_warm_agents_resolved_for_the_edge(stub: Stub, short_dir: Path) ->
     assert (await stub.ResolveAgent(pb.ResolveAgentRequest())).warm == 1
 
 
+async def test_agents_listed_for_clients(serve: ServerFactory, stub: Stub,
+                                         short_dir: Path) -> None:
+    """ListAgents: the dispatchable agents (a disabled one never) with no launch details,
+    the default the alias chain gives (a connection default counts; none: "")."""
+    resp = await stub.ListAgents(pb.ListAgentsRequest())
+    assert [(a.alias, a.kind, a.default_model) for a in resp.agents] == [
+        ("alpha", "builtin", "demo/demo"), ("beta", "builtin", "demo/demo"), ("ext", "acp", "")]
+    assert resp.default_alias == "alpha"
+    by_default = await stub.ListAgents(pb.ListAgentsRequest(connection_default="beta"))
+    assert by_default.default_alias == "beta"
+    assert (await stub.ListAgents(pb.ListAgentsRequest(connection_default="off"))
+            ).default_alias == ""
+    _, none_default = await serve(make_cfg(short_dir / "nd", default_agent=""))
+    assert (await none_default.ListAgents(pb.ListAgentsRequest())).default_alias == ""
+
+
 async def test_spec3_alias_required_over_grpc(serve: ServerFactory, short_dir: Path) -> None:
     """SPEC §3: no default and several agents → the exact alias-required message."""
     _, stub = await serve(make_cfg(short_dir, default_agent=""))

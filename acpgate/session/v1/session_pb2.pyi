@@ -426,6 +426,88 @@ class ListWarmAgentsResponse(_message.Message):
 Global___ListWarmAgentsResponse: _TypeAlias = ListWarmAgentsResponse  # noqa: Y015
 
 @_typing.final
+class ListAgentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONNECTION_DEFAULT_FIELD_NUMBER: _builtins.int
+    connection_default: _builtins.str
+    """The connection default (WebSocket ?agent=), as in ResolveAgentRequest."""
+    def __init__(
+        self,
+        *,
+        connection_default: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_default", b"connection_default"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentsRequest: _TypeAlias = ListAgentsRequest  # noqa: Y015
+
+@_typing.final
+class AgentSummary(_message.Message):
+    """One agent as a client may see it: no launch details."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALIAS_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    DEFAULT_MODEL_FIELD_NUMBER: _builtins.int
+    alias: _builtins.str
+    """The configured alias ([agents.<alias>]), what session/new's agentAlias names."""
+    kind: _builtins.str
+    """"builtin" or "acp"."""
+    description: _builtins.str
+    """[agents.<alias>] description ("" = none)."""
+    default_model: _builtins.str
+    """"provider/model" for builtin agents, empty otherwise (as initialize's _meta)."""
+    def __init__(
+        self,
+        *,
+        alias: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        description: _builtins.str = ...,
+        default_model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "default_model", b"default_model", "description", b"description", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentSummary: _TypeAlias = AgentSummary  # noqa: Y015
+
+@_typing.final
+class ListAgentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENTS_FIELD_NUMBER: _builtins.int
+    DEFAULT_ALIAS_FIELD_NUMBER: _builtins.int
+    default_alias: _builtins.str
+    """The alias a session/new without one resolves to (SPEC §3 chain), "" = none
+    (the client must name one).
+    """
+    @_builtins.property
+    def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentSummary]:
+        """Dispatchable agents in configuration order."""
+
+    def __init__(
+        self,
+        *,
+        agents: _abc.Iterable[Global___AgentSummary] | None = ...,
+        default_alias: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents", "default_alias", b"default_alias"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentsResponse: _TypeAlias = ListAgentsResponse  # noqa: Y015
+
+@_typing.final
 class ResolveWorkspaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

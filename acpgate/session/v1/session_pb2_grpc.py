@@ -80,6 +80,11 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.FromString,
                 _registered_method=True)
+        self.ListAgents = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/ListAgents',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsResponse.FromString,
+                _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/CreateSession',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.CreateSessionRequest.SerializeToString,
@@ -262,6 +267,16 @@ class SessionServiceServicer:
     def ListWarmAgents(self, request, context):
         """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
         like ResolveAgent: what the edge asks the lifecycle service to keep warm.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgents(self, request, context):
+        """The agents a client may start a session of (every dispatchable alias; the
+        alias chain has no per-principal rule), with what a client may be told of
+        each — never its command, environment, keys or paths — and which one a
+        session/new without an alias gets: the edge's `_acpgate/agents/list`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -519,6 +534,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListWarmAgents,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.SerializeToString,
+            ),
+            'ListAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgents,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsResponse.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
@@ -875,6 +895,33 @@ class SessionService:
             '/acpgate.session.v1.SessionService/ListWarmAgents',
             acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.ListWarmAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ListAgents',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.ListAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

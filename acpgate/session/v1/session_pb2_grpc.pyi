@@ -91,6 +91,12 @@ class SessionServiceStub:
     """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
     like ResolveAgent: what the edge asks the lifecycle service to keep warm.
     """
+    ListAgents: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListAgentsRequest, _session_pb2.ListAgentsResponse]
+    """The agents a client may start a session of (every dispatchable alias; the
+    alias chain has no per-principal rule), with what a client may be told of
+    each — never its command, environment, keys or paths — and which one a
+    session/new without an alias gets: the edge's `_acpgate/agents/list`.
+    """
     CreateSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetSessionRequest, _session_pb2.SessionRow]
@@ -235,6 +241,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListWarmAgents: _aio.UnaryUnaryMultiCallable[_session_pb2.ListWarmAgentsRequest, _session_pb2.ListWarmAgentsResponse]  # type: ignore[assignment]
     """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
     like ResolveAgent: what the edge asks the lifecycle service to keep warm.
+    """
+    ListAgents: _aio.UnaryUnaryMultiCallable[_session_pb2.ListAgentsRequest, _session_pb2.ListAgentsResponse]  # type: ignore[assignment]
+    """The agents a client may start a session of (every dispatchable alias; the
+    alias chain has no per-principal rule), with what a client may be told of
+    each — never its command, environment, keys or paths — and which one a
+    session/new without an alias gets: the edge's `_acpgate/agents/list`.
     """
     CreateSession: _aio.UnaryUnaryMultiCallable[_session_pb2.CreateSessionRequest, _session_pb2.SessionRow]  # type: ignore[assignment]
     """Writes a new session row with its ownership metadata (SPEC §13)."""
@@ -431,6 +443,18 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.ListWarmAgentsResponse, _abc.Awaitable[_session_pb2.ListWarmAgentsResponse]]:
         """The dispatchable agents whose [agents.<alias>] warm is above 0, resolved
         like ResolveAgent: what the edge asks the lifecycle service to keep warm.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgents(
+        self,
+        request: _session_pb2.ListAgentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListAgentsResponse, _abc.Awaitable[_session_pb2.ListAgentsResponse]]:
+        """The agents a client may start a session of (every dispatchable alias; the
+        alias chain has no per-principal rule), with what a client may be told of
+        each — never its command, environment, keys or paths — and which one a
+        session/new without an alias gets: the edge's `_acpgate/agents/list`.
         """
 
     @_abc_1.abstractmethod

@@ -236,11 +236,10 @@ class LifecycleSection:
 
 @dataclass(frozen=True)
 class AgentSection:
-    """One ``[agents.<alias>]`` entry.
-
-    ``kind = "builtin"`` runs the built-in agent (``provider`` and ``model``
-    required); ``kind = "acp"`` runs any ACP agent command over stdio
-    (``command`` required).
+    """One ``[agents.<alias>]`` entry. ``kind = "builtin"`` runs the built-in agent
+    (``provider`` and ``model`` required); ``kind = "acp"`` runs any ACP agent command over
+    stdio (``command`` required). ``description``: one line clients are told
+    (``_acpgate/agents/list``), never a secret.
     """
 
     alias: str
@@ -253,6 +252,7 @@ class AgentSection:
     #: they count against ``max_sessions`` only once a session takes one.
     #: Unset (-1): 1 for the built-in agent, 0 for an external one.
     warm: int = WARM_BY_KIND
+    description: str = ""
     # builtin
     provider: str = ""
     model: str = ""

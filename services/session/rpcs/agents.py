@@ -47,7 +47,7 @@ def _workspace_failed(alias: str, exc: OSError) -> str:
 
 class AgentRpcs(RpcBase):
     """GetStoreStatus, ResolveAgent, ResolveRestoreAgent, ResolveWorkspace, GetPolicy,
-    ResolveNewSession, RecordAgentCapabilities, ListWarmAgents."""
+    ResolveNewSession, RecordAgentCapabilities, ListWarmAgents, ListAgents."""
 
     async def _launch(self, choose: Callable[[], str], context: Ctx) -> pb.ResolvedAgent:
         """The launch spec of the alias ``choose()`` picks (it raises AliasError to refuse)."""
@@ -226,3 +226,18 @@ class AgentRpcs(RpcBase):
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                         f"cannot create an agent workspace: {exc.strerror or exc}")
         return pb.ListWarmAgentsResponse(agents=[launch_to_pb(x, self._seal_key) for x in launches])
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: Ctx
+    ) -> pb.ListAgentsResponse:
+        """The dispatchable agents as a client may see them (alias, kind, description,
+        model: no command, environment, key or path) and the alias a session/new without
+        one resolves to ("" when it would be refused)."""
+        agents = [pb.AgentSummary(alias=alias, kind=a.kind, description=a.description,
+                                  default_model=a.default_model)
+                  for alias, a in self._cfg.agents.items() if a.dispatchable]
+        try:
+            default = resolve_alias(self._cfg, connection_default=request.connection_default)
+        except AliasError:
+            default = ""
+        return pb.ListAgentsResponse(agents=agents, default_alias=default)

@@ -21,6 +21,7 @@ from services.common.attach_protocol import (
     M_SESSION_DETACH,
 )
 from services.common.protocol import (
+    M_AGENTS_LIST,
     M_AUTHENTICATE,
     M_CANCEL_REQUEST,
     M_INITIALIZE,
@@ -40,6 +41,7 @@ from services.common.protocol import (
     M_SESSION_STOP,
     M_SESSION_UPDATE,
 )
+from services.edge.dialect.agents_list import agents_list
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.dialect.handlers import (
     agent_calls,
@@ -78,6 +80,8 @@ METHODS: Mapping[str, Handler] = {
     M_CANCEL_REQUEST: turns.cancel_request,
     M_SESSION_UPDATE: stored.session_event,
     M_SESSION_EVENT: stored.session_event,
+    # The agents a client may start (the console's agent picker; any caller).
+    M_AGENTS_LIST: agents_list,
     # The console's host view (issue 31): admin tokens only (services.edge.dialect.host).
     **HOST_METHODS,
 }

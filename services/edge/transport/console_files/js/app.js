@@ -5,6 +5,10 @@
 import { AcpClient, RpcError, acpUrl } from "./acp.js";
 import { Transcript, contentNode } from "./transcript.js";
 import { renderHost } from "./host.js";
+import {
+  AGENT_KEY, M_AGENTS_LIST, dirProblem, fillAgents, fillDirs, forgetChoices, isDirError,
+  rememberDir, showDirError,
+} from "./newsession.js";
 
 const TOKEN_KEY = "acpgate.console.token";
 const CLIENT_INFO = { name: "acpgate-console", version: "1" };
@@ -71,12 +75,16 @@ async function signIn(token) {
   $("nav-host").hidden = !admin;
   $("nav").hidden = false;
   document.body.dataset.signedIn = "true";
+  await loadAgents();
   await showSessions();
 }
 
 function signOut(message) {
   stopHostPolling();
   sessionStorage.removeItem(TOKEN_KEY);
+  forgetChoices(sessionStorage);
+  $("new-cwd").value = "";
+  showDirError($("new-cwd"), $("new-cwd-error"), "");
   const client = state.client;
   state.client = null;
   state.views.clear();
@@ -131,15 +139,15 @@ async function refreshSessions() {
   state.sessions.sort((a, b) => String(b.updatedAt ?? "").localeCompare(String(a.updatedAt ?? "")));
   const body = $("session-table").querySelector("tbody");
   body.replaceChildren();
-  const agents = new Set();
   for (const s of state.sessions) {
     const meta = s._meta?.acpgate ?? {};
-    if (meta.agent) agents.add(meta.agent);
     const title = s.title || "(untitled)";
     const live = meta.state && meta.state !== "closed";
     const tr = document.createElement("tr");
     tr.dataset.sessionId = s.sessionId;
-    tr.append(cell(title, "Title"), cell(meta.agent ?? "", "Agent"),
+    const dir = cell(s.cwd ?? "", "Directory");
+    dir.className = "path";
+    tr.append(cell(title, "Title"), cell(meta.agent ?? "", "Agent"), dir,
               cell(meta.state ?? "stored", "State"),
               cell(String(meta.usage?.totalTokens ?? 0), "Tokens"),
               cell(s.updatedAt ? new Date(s.updatedAt).toLocaleString() : "", "Updated"));
@@ -152,7 +160,7 @@ async function refreshSessions() {
     tr.append(actions);
     body.append(tr);
   }
-  $("agents").replaceChildren(...[...agents].map((a) => Object.assign(document.createElement("option"), { value: a })));
+  fillDirs($("recent-dirs"), sessionStorage, state.sessions);
   setStatus("sessions-status", state.sessions.length ? `${state.sessions.length} session(s)` : "No sessions yet.");
 }
 
@@ -236,17 +244,38 @@ async function openSession(info, role) {
   }
 }
 
-async function newSession(alias) {
+/** The agents this token may start, into the New session form's select. */
+async function loadAgents() {
+  let agents = [];
+  try {
+    agents = (await state.client.request(M_AGENTS_LIST, {}))?.agents ?? [];
+  } catch { /* a gateway without the list: its default agent only */ }
+  fillAgents($("new-agent"), agents, sessionStorage.getItem(AGENT_KEY));
+}
+
+async function newSession(alias, dir) {
+  const field = $("new-cwd");
+  const problem = dirProblem(dir);
+  showDirError(field, $("new-cwd-error"), problem);
+  if (problem) { field.focus(); return; }
   setStatus("sessions-status", "Starting a session…");
   let result;
   try {
-    const params = { cwd: "", mcpServers: [] };
+    const params = { cwd: dir, mcpServers: [] };
     if (alias) params.agentAlias = alias;
     result = await state.client.request("session/new", params);
   } catch (err) {
-    setStatus("sessions-status", `Could not start a session: ${describe(err)}`, true);
+    if (isDirError(err?.message)) {
+      setStatus("sessions-status", "");
+      showDirError(field, $("new-cwd-error"), `The gateway refused this directory: ${err.message}`);
+      field.focus();
+    } else {
+      setStatus("sessions-status", `Could not start a session: ${describe(err)}`, true);
+    }
     return;
   }
+  if (alias) sessionStorage.setItem(AGENT_KEY, alias);
+  rememberDir(sessionStorage, dir);
   viewOf(result.sessionId, "New session", "controller");
   enter(result.sessionId);
   $("prompt").focus();
@@ -393,7 +422,11 @@ function wire() {
   $("nav-host").addEventListener("click", () => show("host"));
   $("back").addEventListener("click", () => showSessions());
   $("refresh").addEventListener("click", () => refreshSessions());
-  $("new-form").addEventListener("submit", (ev) => { ev.preventDefault(); newSession($("new-agent").value.trim()); });
+  $("new-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    newSession($("new-agent").value, $("new-cwd").value.trim());
+  });
+  $("new-cwd").addEventListener("input", () => showDirError($("new-cwd"), $("new-cwd-error"), ""));
   $("prompt-form").addEventListener("submit", (ev) => { ev.preventDefault(); sendPrompt(); });
   $("prompt").addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); sendPrompt(); }

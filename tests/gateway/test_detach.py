@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from tests.gateway.attach_client import Message, cut, kind, read_until
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, Gateway, running_gateway
+from tests.security.scripted_agent import agent_section
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -160,3 +162,29 @@ async def test_grace_zero_releases_at_the_disconnect(tmp_path: Path) -> None:
             return await active_sessions(gw) == 0
         await until(released, "the session released at the disconnect")
         assert not any(e.get("event") == "session_detached" for e in gw.events())
+
+
+async def test_a_stop_cancels_a_detached_turn_stores_it_and_waits_for_nothing_else(
+        tmp_path: Path) -> None:
+    """SIGTERM with a session detached mid-turn: its turn is cancelled as a connected
+    client's would be (and stored with what it streamed); the stop does not sit out the
+    gone client's drain or the session's grace timer, so no process is killed for being
+    late."""
+    async with running_gateway(tmp_path, extra=agent_section("scripted", "")) as gw:
+        client = RawClient(await gw.connect(await gw.token("leaver")))
+        sid = (await client.result("session/new", {"agentAlias": "scripted"}))["sessionId"]
+        await client.result("session/prompt", {"sessionId": sid, "prompt": "hello"})
+        before = gw.stored_items(sid)
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "stream 300"})
+        await read_until(client.ws, lambda m: kind(m) == "agent_message_chunk")
+        cut(client.ws)
+
+        async def detached() -> bool:
+            return any(e.get("event") == "session_detached" for e in gw.events())
+        await until(detached, "the session to detach")
+        gw.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(gw.proc.wait(), 60) == 0
+        events = gw.events()
+        assert not [e for e in events if e.get("event") == "child_kill"], "nothing was late"
+        assert any(e.get("event") == "detached_turns_cancelled" for e in events)
+        assert gw.stored_items(sid) == before + 2, "the cancelled turn is stored"

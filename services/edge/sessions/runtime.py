@@ -40,6 +40,8 @@ from services.common.logs import get_logger
 from services.common.principals import token_id_of
 from services.edge.adapter.fds import FdDialer, LifecycleStub
 from services.edge.metrics import Metrics
+from services.edge.sessions import detached
+from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
@@ -52,6 +54,9 @@ log = get_logger("edge.runtime")
 
 #: Longest pause between idle-reaper sweeps.
 REAPER_MAX_INTERVAL_SECS = 30.0
+#: How long a shutdown waits for the cancelled turns of detached sessions to end (and be
+#: stored) before it releases them all the same.
+DETACHED_STOP_WAIT_SECS = 5.0
 #: How the edge names itself in ACP ``Implementation`` objects (agentInfo, clientInfo).
 EDGE_NAME = "acpgate"
 EDGE_TITLE = "acpgate ACP Gateway"
@@ -199,14 +204,12 @@ class EdgeRuntime:
 
     def detached_token_ids(self) -> set[str]:
         """The ids of the gateway tokens whose sessions here wait detached (no client)."""
-        return {tid for s in self.registry.active.values()
-                if not s.attached.is_set() and (tid := token_id_of(s.principal))}
+        return detached.token_ids(self.registry.active.values())
 
     async def end_detached(self, token_ids: set[str]) -> int:
         """Release every detached session of ``token_ids`` (their tokens were revoked): a
         running turn is cancelled and not stored, the agent released, the row kept."""
-        ended = [s for s in list(self.registry.active.values())
-                 if not s.attached.is_set() and token_id_of(s.principal) in token_ids]
+        ended = detached.of_tokens(list(self.registry.active.values()), token_ids)
         await asyncio.gather(*(self.deactivate(s, "revoked") for s in ended),
                              return_exceptions=True)
         return len(ended)
@@ -245,6 +248,8 @@ class EdgeRuntime:
                                  return_exceptions=True)
         if session.turn is not None:
             session.cancel(keep=False)  # released: nothing of the turn is stored
+        if isinstance(session.port, DetachedPort) and session.port.expiry is not None:
+            session.port.expiry.cancel()  # its grace timer has nothing left to end
         session.clients.close_all(DROP_SESSION_ENDED)  # its other clients are told
         if isinstance(session.port, HostedPort):
             session.port.sessions.pop(session.session_id, None)
@@ -300,6 +305,7 @@ class EdgeRuntime:
         for task in (self._reaper, self._heartbeat, self._reports):
             if task is not None:
                 task.cancel()
+        await detached.cancel_turns(self.registry.active.values(), DETACHED_STOP_WAIT_SECS)
         sessions = list(self.registry.active.values())
         await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
                              return_exceptions=True)

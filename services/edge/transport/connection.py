@@ -117,8 +117,9 @@ async def serve_connection(
         if revoked is not None and revoked.is_set():
             conn.revoke()  # (the watch may not have run yet)
         quiet = stopped is not None and stopped.done() and not stopped.cancelled()
-        # After a stop's drain, what still runs is cancelled at once.
-        await conn.close(drain_secs=0.0 if quiet else drain_secs, abort=abort)
+        # After a stop's drain, what still runs is cancelled at once; a connection whose
+        # input had ended before the stop gives up its drain when the stop comes.
+        await conn.close(drain_secs=0.0 if quiet else drain_secs, abort=abort or stopping)
 
 
 async def _revoke_when(revoked: asyncio.Event, conn: DialectConnection) -> None:

@@ -114,6 +114,8 @@ def test_a_damaged_store_stops_acp_and_serve_until_repaired(tmp_path: Path, how:
         assert caps["loadSession"] is True
         listed = acp.result("session/list", {})["sessions"]
         assert {s["sessionId"] for s in listed} == set(ids)
+        busy = acpgate(cfg, "store", "repair")  # never under a running service
+        assert busy.returncode == 1 and f"acp[{acp.proc.pid}]" in busy.stderr, busy.stderr
         assert acp.close() == 0
     finally:
         acp.kill()

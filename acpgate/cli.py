@@ -252,13 +252,23 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
-    """``acpgate ps``, ``sessions``, ``doctor``: an operator's look at the install."""
+    """``acpgate ps``, ``sessions``, ``store``, ``doctor``: an operator's look at the install."""
     if args.command == "doctor":
         from acpgate.ops.doctor import run_doctor
 
         config_dir = config_mod.resolve_config_dir(args.config_dir)
         return _run_async(lambda: run_doctor(config_dir, as_json_out=args.json), "cli")
     cfg = _load(args)
+    if args.command == "store":
+        if not args.store_command:
+            return _fail("store needs an action: check or repair")
+        from acpgate.ops.store_cmd import run_store
+        from services.session.store.unusable import with_config_dir
+
+        flag = with_config_dir("", str(cfg.config_dir)) \
+            if cfg.config_dir != config_mod.resolve_config_dir(None, {}) else ""
+        return _run_async(lambda: run_store(cfg, args.store_command, config_flag=flag,
+                                            as_json_out=args.json), "cli")
     if args.command == "ps":
         from acpgate.ops.ps_cmd import run_ps
 
@@ -296,7 +306,7 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 def dispatch(args: argparse.Namespace) -> int:
     """Run one parsed sub-command and return its exit code."""
     command = args.command
-    if command in ("ps", "sessions", "doctor"):
+    if command in ("ps", "sessions", "store", "doctor"):
         return _cmd_ops(args)
     if command == "config":
         return _cmd_config(args)

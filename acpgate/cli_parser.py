@@ -155,6 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_agents(sub)
 
+    store = sub.add_parser("store", help="the session store: check it, repair a damaged one")
+    _add_config_dir(store)
+    store_sub = store.add_subparsers(dest="store_command", metavar="ACTION")
+    st_check = store_sub.add_parser("check", help="integrity and schema version of the store "
+                                                  "(read-only; exit 1 when acpgate cannot "
+                                                  "start on it)")
+    st_repair = store_sub.add_parser("repair", help="move a damaged store aside and recover "
+                                                    "what it still holds into a fresh one "
+                                                    "(stop acpgate first)")
+    for p in (st_check, st_repair):
+        p.add_argument("--json", action="store_true", help="print JSON")
+        _add_config_dir(p, nested=True)
+
     doctor = sub.add_parser("doctor", help="check this install: config, permissions, ports, "
                                            "services, store, agents, keys, sandbox")
     _add_config_dir(doctor)

@@ -4,7 +4,8 @@ In order: the config (parsed and checked against the schema: the error names
 the key), the permissions of acpgate's state, the gateway port, the running
 services (each answers gRPC health and an authenticated call with the
 install's service credential), the store (``GetStoreStatus``: persistent, or
-in memory and why), the agents (built-in ones complete, external ones'
+in memory and why; with no service running, the SQLite file itself, read-only:
+intact, or damaged and what to do), the agents (built-in ones complete, external ones'
 commands on ``PATH``), the API-key variables they read, Landlock, and Node.js
 for the external agents that run on it, in the version their npm package declares. Each check prints ``ok``, ``warn`` or
 ``fail`` with one line of why and, when not ok, what to do; the exit code is 1
@@ -51,6 +52,8 @@ from acpgate.ops.node_engines import NodeRequirement, node_requirement, satisfie
 from acpgate.session.v1 import session_pb2 as spb
 from services.common import config as config_mod
 from services.common.config import Config, ConfigError
+from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, diagnose
+from services.session.store.diagnosis import OK as STORE_OK
 
 __all__ = ["doctor", "run_doctor"]
 
@@ -82,8 +85,7 @@ async def service_checks(cfg: Config) -> list[Check]:
     if not targets:
         return [Check("services", OK, "none runs now (an editor's `acpgate acp` starts its "
                       "own; `acpgate serve` runs the gateway)"),
-                Check("store", WARN, "not checked: no session service runs to ask",
-                      "start `acpgate serve` and run doctor again")]
+                await _stopped_store_check(cfg)]
     try:
         security = await asyncio.to_thread(operator_security, cfg)
     except OpsError as exc:
@@ -111,6 +113,28 @@ async def service_checks(cfg: Config) -> list[Check]:
     if store is None:
         store = Check("store", WARN, "not checked: no session service answered")
     return [*out, store]
+
+
+async def _stopped_store_check(cfg: Config) -> Check:
+    """The store of a stopped install: the SQLite file, looked at read-only."""
+    if cfg.store.url:
+        return Check("store", WARN, "not checked: no session service runs to ask",
+                     "start `acpgate serve` and run doctor again, or: acpgate store check")
+    found = await asyncio.to_thread(diagnose, cfg.session_db_path, thorough=False)
+    where = relative_home(found.path)
+    if found.state == STORE_OK:
+        return Check("store", OK, f"sqlite at {where}, schema {found.schema_version}, "
+                     f"{found.sessions} session(s) (not running: read-only check)")
+    if found.state == MISSING:
+        return Check("store", OK, f"no store yet at {where} (the first start creates it)")
+    flag = "" if cfg.config_dir == config_mod.resolve_config_dir(None, {}) else \
+        f" --config-dir {cfg.config_dir}"
+    fix = (f"acpgate store repair{flag} (moves it aside, recovers what it still holds)"
+           if found.state == DAMAGED else
+           "run the acpgate that wrote it, or move the file aside" if found.state == NEWER
+           else "move it away: acpgate stores sessions only in a regular file of its own")
+    return Check("store", FAIL, f"{where}: {found.problem} — acpgate refuses to start on it",
+                 fix)
 
 
 def _store_check(status: spb.StoreStatus) -> Check:

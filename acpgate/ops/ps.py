@@ -62,6 +62,8 @@ class ServiceView:
     gateway: str = ""
     instance_id: str = ""
     error: str = ""
+    #: Why its session service keeps sessions in memory ("" when it stores them).
+    store_in_memory: str = ""
 
 
 @dataclass
@@ -165,6 +167,10 @@ async def _reach(conn: Connected) -> _Reached:
         live = await conn.session.ListLiveSessions(spb.ListLiveSessionsRequest(),
                                                    timeout=CALL_TIMEOUT_SECS)
         reached.live = list(live.sessions)
+        store = await conn.session.GetStoreStatus(spb.GetStoreStatusRequest(),
+                                                  timeout=CALL_TIMEOUT_SECS)
+        if not store.persistent:
+            reached.view.store_in_memory = store.fallback_reason or "unknown reason"
     except grpc.aio.AioRpcError as exc:
         reached.view.error = describe(exc, target.session_addr)
     return reached

@@ -63,6 +63,8 @@ def render_ps(report: PsReport, *, with_leases: bool = False) -> str:
                        if not v.error) or "nothing"
     out = [f"acpgate ps · {relative_home(report.config_dir)} · served by {served}"]
     out += [f"  unreachable: {v.name}: {v.error}" for v in report.services if v.error]
+    out += [f"  {v.name}: sessions in memory only, lost when it stops ({v.store_in_memory})"
+            for v in report.services if v.store_in_memory]
     if not report.services:
         out.append("no acpgate service runs for this config dir (`acpgate serve`, or an "
                    "editor's `acpgate acp`)")

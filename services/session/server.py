@@ -1,23 +1,28 @@
 """Serving the session service: in-process starter and the ``acpgate session-service`` entry.
 
 ``start_session_server(cfg, address)`` opens the store — the SQLite file in the
-data dir, or the PostgreSQL database of ``[store] url`` — (falling back to memory
-with a reason, never crashing) and serves ``SessionService`` with health
-checking and reflection; ``run_session_service(cfg)`` does that on the
-configured address until SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads
-the config it decides with (agents, aliases, autonomy, visibility).
+data dir, or the PostgreSQL database of ``[store] url`` — and serves
+``SessionService`` with health checking and reflection. A store that exists and
+cannot be used refuses the start (:class:`~.store.unusable.StoreUnusable`, naming
+the commands that deal with it); one that cannot be created runs in memory, and
+says so on stderr (whatever the log level: nothing will survive this process).
+``run_session_service(cfg)`` does that on the configured address until
+SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads the config it decides
+with (agents, aliases, autonomy, visibility).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import grpc
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import default_session_address
-from services.common.config import Config
+from services.common.config import Config, resolve_config_dir
 from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.live_config import LiveConfig
@@ -27,10 +32,12 @@ from services.session.servicer import SessionServicer
 from services.session.store import (
     Clock,
     PostgresTarget,
+    StoreStatusInfo,
     StoreTarget,
     open_store,
     wall_clock_ms,
 )
+from services.session.store.unusable import StoreUnusable, with_config_dir
 
 __all__ = ["SERVICE_NAME", "default_session_address", "run_session_service",
            "start_session_server", "store_target"]
@@ -57,6 +64,19 @@ def store_target(cfg: Config, environ: Mapping[str, str] | None = None) -> Store
                           connect_timeout_secs=float(st.connect_timeout_secs))
 
 
+def _config_dir_flag(config_dir: Path) -> str:
+    """``config_dir`` as a command's ``--config-dir`` needs it; "" for the default one."""
+    return "" if config_dir == resolve_config_dir(None, {}) else str(config_dir)
+
+
+def warn_in_memory(status: StoreStatusInfo, config_dir: Path) -> None:
+    """One line on stderr: the sessions of this process are kept in memory only, and why."""
+    doctor = with_config_dir("acpgate doctor", _config_dir_flag(config_dir))
+    print(f"acpgate: warning: sessions are kept in memory only ({status.fallback_reason}): "
+          "none of them survives this process, and session/load, list and resume are off. "
+          f"`{doctor}` says more.", file=sys.stderr, flush=True)
+
+
 async def start_session_server(
     cfg: Config,
     address: str,
@@ -74,7 +94,12 @@ async def start_session_server(
     servicer takes (new sessions resolve against the reloaded agents).
     """
     sec = await load_security(cfg) if security is None else security
-    store = await open_store(store_target(cfg), clock=clock)
+    try:
+        store = await open_store(store_target(cfg), clock=clock)
+    except StoreUnusable as exc:
+        raise exc.for_install(_config_dir_flag(cfg.config_dir)) from None
+    if not store.status.persistent:
+        warn_in_memory(store.status, cfg.config_dir)
     servicer = SessionServicer(cfg, store, seal_key=sec.seal_key)
     if live is not None:  # aliases, agents, policy: each call reads the reloaded config
         live.subscribe(servicer.use_config)

@@ -1,7 +1,8 @@
 """``acpgate doctor`` against real processes (issue 31).
 
 A running ``acpgate serve`` (its port, services and store all ok), the same
-install stopped (port free, no service: the store not checked), a broken
+install stopped (port free, no service: the store file checked read-only), a
+damaged store file (the repair command named), a broken
 config (the key named, nothing else checked), an external agent whose command
 is missing, an unset API-key variable, a port another process holds, and a
 service key others may read: each a failing check with why and what to do,
@@ -69,7 +70,22 @@ async def test_a_running_install_then_the_same_stopped(tmp_path: Path) -> None:
     assert checks["port"]["status"] == "ok" and "is free" in checks["port"]["why"]
     (services,) = services_checks(checks)
     assert services["status"] == "ok" and "none runs" in services["why"]
-    assert checks["store"]["status"] == "warn" and "not checked" in checks["store"]["why"]
+    store = checks["store"]
+    assert store["status"] == "ok" and "read-only check" in store["why"], store
+
+
+def test_a_damaged_store_fails_with_the_repair_command(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "sessions" / "acp-sessions.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"SQLite format 3\x00" + b"\xff" * 8000)
+    code, checks = doctor(tmp_path)
+    store = checks["store"]
+    assert code == 1 and store["status"] == "fail", store
+    assert str(db) in store["why"] and "refuses to start" in store["why"]
+    assert f"acpgate store repair --config-dir {tmp_path}" in store["fix"]
+    db.unlink()
+    code, checks = doctor(tmp_path)
+    assert checks["store"]["status"] == "ok" and "no store yet" in checks["store"]["why"]
 
 
 def test_a_broken_config_names_the_key_and_stops_there(tmp_path: Path) -> None:

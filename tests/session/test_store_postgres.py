@@ -24,6 +24,7 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionStore,
     StoreUnavailable,
+    StoreUnusable,
     TurnUsage,
     open_store,
 )
@@ -229,9 +230,9 @@ async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
         server.close()
 
 
-async def test_newer_or_foreign_database_is_left_alone(pg_cluster: Cluster) -> None:
+async def test_newer_or_foreign_database_is_refused_and_left_alone(pg_cluster: Cluster) -> None:
     """A database of a newer acpgate, or one whose ``sessions`` table is someone else's,
-    is not touched: memory, with the reason."""
+    is not touched, and not replaced by memory either: the start is refused, saying why."""
     newer = await fresh_url(pg_cluster)
     foreign = await fresh_url(pg_cluster)
     for url, ddl in ((newer, "CREATE TABLE schema_version (version INTEGER NOT NULL);"
@@ -242,10 +243,12 @@ async def test_newer_or_foreign_database_is_left_alone(pg_cluster: Cluster) -> N
             await con.execute(ddl)
         finally:
             await con.close()
-    async with _opened(PostgresTarget(newer)) as store:
-        await _assert_memory(store, "newer")
-    async with _opened(PostgresTarget(foreign)) as store:
-        await _assert_memory(store, "not an acpgate store")
+    with pytest.raises(StoreUnusable, match="newer") as refused:
+        await open_store(PostgresTarget(newer))
+    assert refused.value.newer and refused.value.backend == "postgresql"
+    with pytest.raises(StoreUnusable, match="not an acpgate store") as refused:
+        await open_store(PostgresTarget(foreign))
+    assert "[store] url" in str(refused.value)
     con = await asyncpg.connect(newer)
     try:
         assert await con.fetchval("SELECT version FROM schema_version") == 99

@@ -1,5 +1,6 @@
 """What only the SQLite store has: the WAL file, the migrations from older files, and the
-memory fallback when the file cannot be used (SPEC §2, §8). The store contract itself
+memory fallback when the file cannot be created (SPEC §2, §8) — and the refusal of one
+that exists and cannot be used. The store contract itself
 runs on every backend in ``test_store.py``."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from services.session.store import (
     HistoryEntry,
     SessionActiveElsewhere,
     SessionStore,
+    StoreUnusable,
     TurnUsage,
     open_store,
 )
@@ -193,27 +195,54 @@ async def test_spec2_fallback_sessions_is_a_file(tmp_path: Path) -> None:
     [b"this is definitely not sqlite" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
     ids=["garbage", "bad-pages"],
 )
-async def test_spec2_fallback_corrupt_file_never_overwritten(tmp_path: Path, content: bytes) -> None:
-    """SPEC §2: a corrupt database → memory store; the corrupt file is never overwritten."""
+async def test_a_corrupt_file_is_refused_and_never_overwritten(tmp_path: Path,
+                                                               content: bytes) -> None:
+    """A file that exists and cannot be used is refused (no memory store that would
+    answer "not found" for every session in it); the file is never overwritten."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     db.write_bytes(content)
-    s = await open_store(db)
-    await _assert_memory_store(s, str(db))
+    with pytest.raises(StoreUnusable) as refused:
+        await open_store(db)
+    assert refused.value.where == str(db) and not refused.value.newer
+    assert "acpgate store repair" in str(refused.value)
     assert db.read_bytes() == content
     assert not (tmp_path / "sessions" / "acp-sessions.db-wal").exists()
 
 
-async def test_spec2_fallback_newer_schema(tmp_path: Path) -> None:
-    """A database from a newer acpgate is left alone (memory), not downgraded."""
+async def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    db = tmp_path / "acp-sessions.db"
+    store = await open_store(db)
+    await store.close()
+    db.chmod(0)
+    try:
+        with pytest.raises(StoreUnusable, match="Permission denied"):
+            await open_store(db)
+    finally:
+        db.chmod(0o600)
+
+
+async def test_an_empty_file_is_a_new_store(tmp_path: Path) -> None:
+    db = tmp_path / "acp-sessions.db"
+    db.touch()
+    store = await open_store(db)
+    assert store.persistent
+    await store.close()
+
+
+async def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """A database from a newer acpgate is refused, not downgraded."""
     db = tmp_path / "acp-sessions.db"
     con = sqlite3.connect(db)
     con.executescript("CREATE TABLE schema_version (version INTEGER NOT NULL);"
                       "INSERT INTO schema_version VALUES (99);")
     con.commit()
     con.close()
-    s = await open_store(db)
-    await _assert_memory_store(s, "newer")
+    with pytest.raises(StoreUnusable, match="newer") as refused:
+        await open_store(db)
+    assert refused.value.newer and "store repair" not in str(refused.value)
     con = sqlite3.connect(db)
     assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 99
     con.close()

@@ -118,6 +118,8 @@ class EdgeRuntime:
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
         self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
         self.persistent = True
+        #: Why the session service keeps sessions in memory ("" when it stores them).
+        self.store_reason = ""
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
         self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
@@ -140,6 +142,7 @@ class EdgeRuntime:
     async def _start(self) -> None:
         status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
         self.persistent = status.persistent
+        self.store_reason = "" if status.persistent else status.fallback_reason
         if not status.persistent:
             log.warning("store_in_memory", reason=status.fallback_reason)
         instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())

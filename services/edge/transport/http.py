@@ -30,6 +30,8 @@ class HealthReport:
     services: Mapping[str, str]
     #: Edge workers reporting on this port (None: a lone edge; issue 28).
     workers: int | None = None
+    #: The session store when it is not persistent (``{"persistent": false, "reason"}``).
+    store: Mapping[str, object] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -43,14 +45,18 @@ class HealthReport:
 
     def body(self) -> str:
         """``{"status": "ok"|"degraded", "edge": "SERVING", "services": {...}}`` (and
-        ``"workers": N`` with several edge workers)."""
+        ``"workers": N`` with several edge workers). A store in memory is degraded too,
+        with ``"store": {"persistent": false, "reason": …}``, though the status code stays
+        200: restarting would not bring the store back, and sessions are still served."""
         body: dict[str, object] = {
-            "status": "ok" if self.healthy else "degraded",
+            "status": "ok" if self.healthy and self.store is None else "degraded",
             "edge": "SERVING",
             "services": dict(self.services),
         }
         if self.workers is not None:
             body["workers"] = self.workers
+        if self.store is not None:
+            body["store"] = dict(self.store)
         return orjson.dumps(body).decode() + "\n"
 
 

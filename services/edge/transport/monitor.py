@@ -54,11 +54,13 @@ class Monitor:
 
     async def health(self) -> tuple[int, str]:
         """(status, body) of ``/healthz``: 200 when both services serve, else 503; with
-        several workers, how many of them report (this one included)."""
+        several workers, how many of them report (this one included); the store when it
+        is in memory."""
         workers = None
         if self.workers is not None:
             workers = 1 + len(await self.workers.peers())
-        report = HealthReport(services=await self.probe.health(), workers=workers)
+        services, store = await asyncio.gather(self.probe.health(), self.probe.store())
+        report = HealthReport(services=services, workers=workers, store=store)
         return report.status_code, report.body()
 
     def _gauges(self, health: Mapping[str, str] | None = None,

@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.logs import get_logger
@@ -44,6 +45,19 @@ class ServiceProbe:
         names = list(self._channels)
         states = await asyncio.gather(*(self._check(*self._channels[n]) for n in names))
         return dict(zip(names, states, strict=True))
+
+    async def store(self) -> dict[str, object] | None:
+        """``{"persistent": false, "reason": …}`` when the session service keeps sessions in
+        memory; None when it stores them (or does not answer: its health says so)."""
+        channel = self._channels["session"][0]
+        try:
+            status = await session_pb2_grpc.SessionServiceStub(channel).GetStoreStatus(
+                session_pb2.GetStoreStatusRequest(), timeout=2.0)
+        except grpc.aio.AioRpcError:
+            return None
+        if status.persistent:
+            return None
+        return {"persistent": False, "reason": status.fallback_reason}
 
     async def leases_by_state(self) -> dict[str, int] | None:
         """Lease counts by lowercase state name, or ``None`` when the service is unreachable."""

@@ -3,6 +3,8 @@
 - :mod:`.interface` — :class:`SessionStore`, the operations the servicer uses;
 - :mod:`.records` — the records, refusals and validation every backend shares;
 - :mod:`.opening` — :func:`open_store`: the SQLite file, or memory with a reason;
+  :mod:`.unusable` — the refusal of a store that exists and cannot be used;
+  :mod:`.diagnosis` and :mod:`.salvage` — ``acpgate store check`` and ``repair``;
 - :mod:`.sqlite_store` (rows), :mod:`.sqlite_history` (turns, history) and
   :mod:`.sqlite_fork` (a session forked with its history),
   :mod:`.sqlite_schema`, :mod:`.sqlite_db` — the SQLite backend: queries, schema and
@@ -30,6 +32,7 @@ from services.session.store.records import (
     Ownership,
     Quota,
     QuotaExceeded,
+    SchemaTooNew,
     SessionActiveElsewhere,
     SessionExists,
     SessionNotFound,
@@ -42,6 +45,7 @@ from services.session.store.records import (
     session_key_for,
 )
 from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+from services.session.store.unusable import StoreUnusable
 
 __all__ = [
     "BACKEND",
@@ -55,6 +59,7 @@ __all__ = [
     "PostgresTarget",
     "Quota",
     "QuotaExceeded",
+    "SchemaTooNew",
     "SessionActiveElsewhere",
     "SessionExists",
     "SessionNotFound",
@@ -64,6 +69,7 @@ __all__ = [
     "StoreStatusInfo",
     "StoreTarget",
     "StoreUnavailable",
+    "StoreUnusable",
     "TurnUsage",
     "make_title",
     "open_store",

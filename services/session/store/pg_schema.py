@@ -20,7 +20,7 @@ from typing import Final
 
 from services.common.logs import get_logger
 from services.session.store.pg_db import Conn
-from services.session.store.records import StoreError
+from services.session.store.records import SchemaTooNew, StoreError
 from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
 
 __all__ = ["FIRST_VERSION", "LATEST_SCHEMA_VERSION", "migrate", "read_version"]
@@ -196,12 +196,12 @@ _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
 
 async def migrate(con: Conn) -> int:
     """Bring the database to :data:`LATEST_SCHEMA_VERSION` in one locked transaction;
-    the version. A newer database is refused (StoreError), never downgraded."""
+    the version. A newer database is refused (SchemaTooNew), never downgraded."""
     async with con.transaction():
         await con.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
         version = start = await read_version(con)
         if version > LATEST_SCHEMA_VERSION:
-            raise StoreError(
+            raise SchemaTooNew(
                 f"database schema version {version} is newer than this acpgate supports "
                 f"({LATEST_SCHEMA_VERSION})"
             )

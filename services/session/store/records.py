@@ -84,6 +84,10 @@ class StoreError(Exception):
     """Base class of the store's refusals."""
 
 
+class SchemaTooNew(StoreError):
+    """The database was written by a newer acpgate: never downgraded, never opened."""
+
+
 class SessionNotFound(StoreError):
     """No row with that session id."""
 

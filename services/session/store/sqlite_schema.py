@@ -22,7 +22,7 @@ from services.common.protocol import (
     HISTORY_ROLE_TOOL_RESULT,
     HISTORY_ROLE_USER,
 )
-from services.session.store.records import StoreError, make_title
+from services.session.store.records import SchemaTooNew, make_title
 from services.session.store.sqlite_db import immediate
 
 __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
@@ -327,7 +327,7 @@ async def migrate(db: aiosqlite.Connection, now: int) -> int:
     async with immediate(db):
         version = await _read_version(db)
         if version > LATEST_SCHEMA_VERSION:
-            raise StoreError(
+            raise SchemaTooNew(
                 f"database schema version {version} is newer than this acpgate supports "
                 f"({LATEST_SCHEMA_VERSION})"
             )

@@ -2,7 +2,8 @@
 (:mod:`services.edge.dialect.handlers.agent_calls`).
 
 acpgate always answers protocol 1 and its own ``agentInfo``, with ``loadSession``
-and the session capabilities it serves from its store. The rest follows the
+and the session capabilities it serves from its store (none without a persistent one:
+``_meta.acpgate.store`` then says ``{"persistent": false, "reason": …}``). The rest follows the
 connection's default agent: the built-in agent's own features (HTTP/SSE MCP
 servers, no image or audio, no auth methods); an external agent's profile as it
 advertised it at its last start — capabilities, ``authMethods`` and ``_meta`` —
@@ -30,6 +31,7 @@ from services.common.logs import get_logger
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     M_SESSION_FORK,
+    META_ACPGATE,
     META_ZEROCLAW,
     PROTOCOL_VERSION,
 )
@@ -107,6 +109,9 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
     persistent = rt.persistent
+    own_meta: dict[str, Any] = {META_ZEROCLAW: zeroclaw}
+    if not persistent:  # said where a client looks, not only in a log nobody reads
+        own_meta[META_ACPGATE] = {"store": {"persistent": False, "reason": rt.store_reason}}
     out = InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=agent_capabilities(
@@ -120,7 +125,7 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),
         agent_info=rt.implementation,
         auth_methods=[],
-        meta={META_ZEROCLAW: zeroclaw},
+        meta=own_meta,
     ).to_json()
     if conn.remote and conn.handles(M_SESSION_ATTACH):  # several clients, one live session
         out["agentCapabilities"].setdefault("sessionCapabilities", {})["attach"] = {
@@ -133,5 +138,5 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     methods = profile.get("authMethods")
     out["authMethods"] = methods if isinstance(methods, list) else []
     meta = profile.get("_meta")
-    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_ZEROCLAW: zeroclaw}
+    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), **own_meta}
     return out

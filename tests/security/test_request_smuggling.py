@@ -73,12 +73,12 @@ def attacks(target: bytes) -> dict[str, bytes]:
     }
 
 
-async def answers(sock: socket.socket, data: bytes, expected: int = 1
-                  ) -> tuple[list[int], bool]:
+async def answers(sock: socket.socket, data: bytes, expected: int = 1, *,
+                  keep_alive: bool = False) -> tuple[list[int], bool]:
     """Send ``data`` on ``sock``: the statuses of the responses that came back (read as
     a client reads them; -1 for bytes that are none), and whether the gateway closed the
-    connection after them. Stops at one response more than ``expected``: a smuggled
-    request was answered."""
+    connection after them. Stops at one response more than ``expected`` (a smuggled
+    request was answered), or, with ``keep_alive``, once ``expected`` ones ended."""
     loop = asyncio.get_running_loop()
     sock.setblocking(False)
     await loop.sock_sendall(sock, data)
@@ -104,6 +104,8 @@ async def answers(sock: socket.socket, data: bytes, expected: int = 1
         elif isinstance(event, h11.Response):
             statuses.append(event.status_code)
         elif isinstance(event, h11.EndOfMessage) and client.their_state is h11.DONE:
+            if keep_alive and len(statuses) == expected:
+                return statuses, False
             client.start_next_cycle()
     return statuses, False
 
@@ -130,14 +132,18 @@ async def test_ambiguous_framing_gets_one_400_then_the_connection_closes(
         tmp_path: Path) -> None:
     async with serve_workers(tmp_path) as served:
         assert await attack_all(served, b"/acp", None) == {}
-        # Plain requests on the same port are still served, keep-alive included.
-        sock = socket.create_connection(("127.0.0.1", served.port))
-        try:
-            statuses, closed = await answers(
-                sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED, expected=2)
-        finally:
-            sock.close()
-        assert statuses == [200, 200] and not closed
+        # Well-framed requests on the same port are still served, keep-alive included:
+        # a chunked body (split, with an extension and a trailer), then a pipelined GET.
+        chunked = post(b"/acp", b"Transfer-Encoding: chunked\r\n",
+                       b"2;x=1\r\n{}\r\n0\r\nX-T: 1\r\n\r\n")
+        for first, status in ((b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+                              (chunked, 401)):
+            sock = socket.create_connection(("127.0.0.1", served.port))
+            try:
+                got = await answers(sock, first + SMUGGLED, expected=2, keep_alive=True)
+            finally:
+                sock.close()
+            assert got == ([status, 200], False)
 
 
 async def test_a_request_for_a_sibling_worker_carries_no_smuggled_request(

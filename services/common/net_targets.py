@@ -34,6 +34,7 @@ __all__ = [
     "TargetRefused",
     "address_kind",
     "checked_addresses",
+    "embedded_v4",
     "system_resolver",
     "url_target",
 ]
@@ -49,7 +50,14 @@ RESOLVE_TIMEOUT_SECS = 10.0
 _PRIVATE = tuple(ipaddress.ip_network(n) for n in
                  ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: IPv6 ranges whose last 32 bits are an IPv4 address: IPv4-compatible (``::/96``, but
+#: ``::`` and ``::1``), IPv4-mapped, IPv4-translated (SIIT), NAT64's well-known prefix.
+_LOW_V4 = tuple(ipaddress.ip_network(n) for n in
+                ("::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+_TEREDO = ipaddress.ip_network("2001::/32")
+#: NAT64's local-use prefix (RFC 8215): its length, hence where the IPv4 sits, is the network's.
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$")
 
 
@@ -60,25 +68,48 @@ class TargetRefused(OSError):
         return str(self.args[0]) if self.args else "refused"
 
 
-def _embedded_v4(ip: IpAddress) -> IpAddress:
-    """The IPv4 address an IPv6 one stands for, if it carries one; else ``ip``."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.sixtofour is not None:
-            return ip.sixtofour
-        if ip in _NAT64:
-            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip
+def _rfc6052_candidates(packed: bytes) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 address of a ``64:ff9b:1::/48`` address for each prefix length it may have
+    (RFC 6052 §2.2: /96, /64, /56, /48; bits 64–71 are never the address's)."""
+    return tuple(ipaddress.IPv4Address(b) for b in (
+        packed[12:16], packed[9:13], packed[7:8] + packed[9:12], packed[6:8] + packed[9:11]))
+
+
+def embedded_v4(ip: IpAddress) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 one carries (empty when it carries none): the last 32
+    bits of IPv4-compatible, -mapped and -translated addresses and of NAT64's well-known
+    prefix, 6to4's, Teredo's server and (de-obfuscated) client, and every place NAT64's
+    local-use prefix may hold one."""
+    if isinstance(ip, ipaddress.IPv4Address) or ip.is_unspecified or ip.is_loopback:
+        return ()
+    if any(ip in net for net in _LOW_V4):
+        return (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF),)
+    if ip in _SIX_TO_FOUR:
+        return (ipaddress.IPv4Address(ip.packed[2:6]),)
+    if ip in _TEREDO:
+        return (ipaddress.IPv4Address(ip.packed[4:8]),
+                ipaddress.IPv4Address(int.from_bytes(ip.packed[12:16], "big") ^ 0xFFFFFFFF))
+    if ip in _NAT64_LOCAL:
+        return _rfc6052_candidates(ip.packed)
+    return ()
 
 
 def address_kind(ip: IpAddress) -> str | None:
     """What kind of non-public address ``ip`` is ("loopback", "private", …); None if global.
 
-    An IPv6 address that carries an IPv4 one (mapped ``::ffff:127.0.0.1``, NAT64
-    ``64:ff9b::7f00:1``, 6to4 ``2002:7f00:1::``) is judged by that IPv4 address.
+    An IPv6 address that carries IPv4 ones (:func:`embedded_v4`: ``::127.0.0.1``,
+    ``::ffff:127.0.0.1``, NAT64 ``64:ff9b::7f00:1``, 6to4 ``2002:7f00:1::``, Teredo) is
+    judged by them: one that is not public says what it is (where there are several
+    candidates, a zero or reserved one is named only when nothing more telling is).
     """
-    ip = _embedded_v4(ip)
+    if embedded := embedded_v4(ip):
+        kinds = [kind for kind in map(_kind, embedded) if kind is not None]
+        telling = [kind for kind in kinds if kind not in ("unspecified", "reserved")]
+        return (telling or kinds)[0] if kinds else None
+    return _kind(ip)
+
+
+def _kind(ip: IpAddress) -> str | None:
     if ip.is_unspecified:
         return "unspecified"
     if ip.is_loopback:
@@ -127,10 +158,13 @@ class HostAllowList:
 
     def allows(self, host: str, ip: IpAddress) -> bool:
         """True when ``host`` is listed by name, or ``ip`` lies in a listed network."""
-        if _normal_host(host) in self.names:
+        if _normal_host(host) in self.names or self._listed(ip):
             return True
-        return any(a in net for a in {ip, _embedded_v4(ip)} for net in self.networks
-                   if net.version == a.version)
+        embedded = embedded_v4(ip)  # allowed when each IPv4 it carries is public or listed
+        return bool(embedded) and all(_kind(a) is None or self._listed(a) for a in embedded)
+
+    def _listed(self, ip: IpAddress) -> bool:
+        return any(ip in net for net in self.networks if net.version == ip.version)
 
 
 def url_target(url: str) -> tuple[str, int]:

@@ -16,7 +16,9 @@ On top of the seed's rules, a live root is never a legacy record's when
 - its tree holds the process doing the reaping (``protect``): a stored command
   matching, say, the shell acpgate runs under never takes the service down with it;
 - the record names a wrapper root other than this install's: another install's
-  wrappers are never this install's to reap.
+  wrappers are never this install's to reap;
+- it runs as another user (or changed uid, or its uid cannot be read): whatever its
+  command line, it is not acpgate's (every signal checks that again, for any tree).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "ENDED_LEGACY_STATES",
     "REASON_FOREIGN_ROOT",
     "REASON_LEASED",
+    "REASON_OTHER_USER",
     "REASON_PROTECTED",
     "LegacyCloseResult",
     "LegacyRecord",
@@ -61,6 +64,7 @@ REASON_LEASED = "process belongs to a lease (a lease id in its environment)"
 REASON_PROTECTED = "process tree holds the lifecycle service itself"
 REASON_FOREIGN_ROOT = "record names another install's wrapper root"
 REASON_NO_WRAPPER_ROOT = "wrapper record without a wrapper root"
+REASON_OTHER_USER = "process runs as another user than acpgate's"
 
 
 class LegacyState(enum.StrEnum):
@@ -169,6 +173,8 @@ async def verify_legacy(
             return Verification(False, REASON_WRAPPER_ROOT)
     elif not legacy_command_matches(record.command, root.cmdline):
         return Verification(False, REASON_COMMAND)
+    if not await table.runs_as_service(root):
+        return Verification(False, REASON_OTHER_USER)
     tree = descendants(root, snapshot)
     if protect and protect in tree:
         return Verification(False, REASON_PROTECTED)

@@ -25,6 +25,7 @@ from typing import Protocol
 import psutil
 
 from services.common.logs import get_logger
+from services.lifecycle.proc_reads import environ_bytes, pick_keys, runs_as_service
 
 log = get_logger("lifecycle.proctable")
 
@@ -108,10 +109,15 @@ class ProcessTable(Protocol):
         """
         ...
 
-    async def signal(self, pid: int, start_time: int, sig: int) -> bool:
-        """Send ``sig`` to exactly the process ``(pid, start_time)``.
+    async def runs_as_service(self, info: ProcInfo) -> bool:
+        """Whether it runs entirely as this service's user (:mod:`.proc_reads`); False
+        when not, or when that cannot be told (gone, another birth, unreadable)."""
+        ...
 
-        False when nothing was delivered: the process is gone, is another birth,
+    async def signal(self, pid: int, start_time: int, sig: int) -> bool:
+        """Send ``sig`` to exactly the process ``(pid, start_time)`` if :meth:`runs_as_service`.
+
+        False when nothing was delivered: the process is gone, is another birth or user's,
         or the signal failed (permission denied, unreadable identity). Never
         raises for a failed signal: the caller's liveness check then sees the
         process as a survivor.
@@ -233,41 +239,6 @@ def _same_birth(pid: int, start_time: int) -> ProcInfo | None:
     return again if again is not None and again.start_time == start_time else None
 
 
-def _environ_bytes(pid: int) -> bytes | None:
-    """The raw ``/proc/<pid>/environ`` (NUL-separated), None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
-
-
-def _pick_keys(raw: bytes, keys: Sequence[str]) -> dict[str, str]:
-    """The ``keys`` present in a NUL-separated environment block."""
-    wanted = {k.encode() + b"=": k for k in keys}
-    if not any(prefix in raw for prefix in wanted):
-        return {}  # the common case: one substring search, no split
-    out: dict[str, str] = {}
-    for entry in raw.split(b"\0"):
-        for prefix, key in wanted.items():
-            if entry.startswith(prefix):
-                out[key] = entry[len(prefix) :].decode("utf-8", "surrogateescape")
-    return out
-
-
-def _runs_as_us(pid: int) -> bool:
-    """True if ``pid``'s real, effective, saved and fs uid are all this process's uid."""
-    me = os.getuid()
-    try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Uid:"):
-                    return all(int(u) == me for u in line.split()[1:])
-    except (OSError, ValueError):
-        return False
-    return False
-
-
 def _runs_argv0_sync(info: ProcInfo) -> bool | None:
     argv0 = info.cmdline[0] if info.cmdline else ""
     if not argv0 or not os.path.isabs(argv0):
@@ -296,15 +267,15 @@ def _environ_keys_sync(
         if info.pid <= 0 or info.zombie or info.unreadable:
             continue
         if via_proc:
-            raw = _environ_bytes(info.pid)
-            found = _pick_keys(raw, keys) if raw else {}
+            raw = environ_bytes(info.pid)
+            found = pick_keys(raw, keys) if raw else {}
         else:
             try:
                 env = psutil.Process(info.pid).environ()
             except (psutil.Error, OSError):
                 continue
             found = {k: env[k] for k in keys if k in env}
-        if not found or (via_proc and not _runs_as_us(info.pid)):
+        if not found or not runs_as_service(info.pid):
             continue
         # Read after the environment: the same birth still holds the PID, so
         # what was read was that process's (a newer birth has another start time).
@@ -312,6 +283,18 @@ def _environ_keys_sync(
         if again is not None and not again.zombie:
             out[info.identity] = found
     return out
+
+
+def _still_ours(pid: int, start_time: int) -> bool:
+    """``pid`` is the birth ``start_time`` and runs entirely as this service's user (the
+    birth read again after the uids: they were that birth's). Every signal asks first."""
+    info = _info_sync(pid)
+    if info is None or info.start_time != start_time:
+        return False
+    if not runs_as_service(pid):
+        log.warning("process_not_ours", pid=pid, why="another user's, or its uid unreadable")
+        return False
+    return _same_birth(pid, start_time) is not None
 
 
 def _signal_sync(pid: int, start_time: int, sig: int) -> bool:
@@ -325,8 +308,7 @@ def _signal_sync(pid: int, start_time: int, sig: int) -> bool:
         try:
             # The pidfd pins this exact process; checking its start time now
             # proves the pidfd is the birth we verified.
-            info = _info_sync(pid)
-            if info is None or info.start_time != start_time:
+            if not _still_ours(pid, start_time):
                 return False
             try:
                 signal_mod.pidfd_send_signal(fd, sig)
@@ -335,8 +317,7 @@ def _signal_sync(pid: int, start_time: int, sig: int) -> bool:
             return True
         finally:
             os.close(fd)
-    info = _info_sync(pid)
-    if info is None or info.start_time != start_time:
+    if not _still_ours(pid, start_time):
         return False
     try:
         os.kill(pid, sig)
@@ -372,6 +353,10 @@ class PsutilProcessTable:
         """See :meth:`ProcessTable.runs_argv0`."""
         return await asyncio.to_thread(_runs_argv0_sync, info)
 
+    async def runs_as_service(self, info: ProcInfo) -> bool:
+        """See :meth:`ProcessTable.runs_as_service`."""
+        return await asyncio.to_thread(_still_ours, info.pid, info.start_time)
+
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
         """See :meth:`ProcessTable.signal`."""
         try:
@@ -384,6 +369,9 @@ class PsutilProcessTable:
 
 
 # ---------------------------------------------------------------------- fake table
+
+#: The uid the simulated service (and, unless told otherwise, every process) runs as.
+FAKE_SERVICE_UID = 1000
 
 
 @dataclass
@@ -402,8 +390,9 @@ class FakeProc:
     ignores_term: bool = False
     #: Exists but cannot be read (e.g. /proc/<pid>/stat permission denied).
     unreadable: bool = False
-    #: Runs (at least partly) as another user than the service (e.g. a set-uid program).
-    other_user: bool = False
+    #: Its (real, effective) uid; None: ``/proc/<pid>/status`` unreadable. A set-uid
+    #: program shows as two uids, another user's process as theirs.
+    uids: tuple[int, int] | None = (FAKE_SERVICE_UID, FAKE_SERVICE_UID)
 
     def info(self) -> ProcInfo:
         """Its :class:`ProcInfo`."""
@@ -426,6 +415,8 @@ class FakeProcessTable:
         self.signals: list[tuple[int, int, int]] = []
         self.listing_available = True
         self.reparent_to = reparent_to
+        #: The simulated service's effective uid: only processes all of this uid are its.
+        self.service_uid = FAKE_SERVICE_UID
         #: How many times :meth:`environ_keys` scanned (the scan is meant to be rare).
         self.environ_scans = 0
         #: Called after every signal (tests use it to swap processes mid-reap).
@@ -482,7 +473,7 @@ class FakeProcessTable:
             proc = self.procs.get(info.pid)
             if proc is None or proc.unreadable or proc.start_time != info.start_time:
                 continue
-            if proc.other_user:
+            if not self._ours(proc):
                 continue
             found = {k: proc.environ[k] for k in keys if proc.environ and k in proc.environ}
             if found:
@@ -496,10 +487,19 @@ class FakeProcessTable:
             return None
         return bool(proc.cmdline) and proc.exe == proc.cmdline[0]
 
+    def _ours(self, proc: FakeProc) -> bool:
+        return proc.uids == (self.service_uid, self.service_uid)
+
+    async def runs_as_service(self, info: ProcInfo) -> bool:
+        """See :meth:`ProcessTable.runs_as_service`."""
+        proc = self.procs.get(info.pid)
+        return proc is not None and proc.start_time == info.start_time and self._ours(proc)
+
     async def signal(self, pid: int, start_time: int, sig: int) -> bool:
-        """See :meth:`ProcessTable.signal`."""
+        """See :meth:`ProcessTable.signal` (another user's process: refused, not recorded)."""
         proc = self.procs.get(pid)
-        if proc is None or proc.unreadable or proc.start_time != start_time or pid <= 1:
+        if proc is None or proc.unreadable or proc.start_time != start_time or pid <= 1 \
+                or not self._ours(proc):
             return False
         self.signals.append((pid, start_time, sig))
         if sig == signal_mod.SIGKILL or (

@@ -24,7 +24,7 @@ import pytest
 
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable
+from services.lifecycle.proctable import FAKE_SERVICE_UID, FakeProc, FakeProcessTable
 from services.lifecycle.reaper import Reaper
 from services.lifecycle.slot_reap import reap_at_start
 from services.lifecycle.slots import acquire_slot, slot_instance_id, try_slot
@@ -513,8 +513,26 @@ CASES: list[Case] = [
         startup=True, environ=None,
     ),
     untouched_detached(
-        "detached process of another user carrying the marks (a set-uid program): never signalled",
-        startup=True, other_user=True,
+        "detached process of a set-uid program (effective uid root) carrying the marks: never signalled",
+        startup=True, uids=(FAKE_SERVICE_UID, 0),
+    ),
+    untouched_detached(
+        "detached process of another user carrying the marks: never signalled",
+        uids=(0, 0),
+    ),
+    untouched_detached(
+        "detached process whose uid cannot be read carrying the marks: never signalled",
+        startup=True, uids=None,
+    ),
+    Case(
+        "live tree with another user's (set-uid) grandchild: the rest reaped, it never signalled",
+        procs=[wrapper_proc(), adapter_proc(), grandchild_proc(uids=(FAKE_SERVICE_UID, 0))],
+        lease=make_lease(),
+        signals=[(ADAPTER_PID, TERM), (WRAPPER_PID, TERM)],
+        state=LeaseState.CLOSED,
+        alive_after={GRANDCHILD_PID},
+        gone_after={WRAPPER_PID, ADAPTER_PID},
+        startup=True,
     ),
     Case(
         "forged: `exec -a <wrapper path>` alias, env set, lease hash of its argv: never signalled",
@@ -890,6 +908,36 @@ def test_parent_death_terminator(name: str, procs: list[FakeProc], expected_sign
             [],
         ),
         (
+            "legacy: exact command of another user's process is left alone",
+            {"command": "agent"},
+            [FakeProc(300, 1, 300, 5, ("agent",), uids=(0, 0))],
+            [],
+        ),
+        (
+            "legacy: exact command of a process that changed uid (set-uid) is left alone",
+            {"command": "agent"},
+            [FakeProc(300, 1, 300, 5, ("agent",), uids=(FAKE_SERVICE_UID, 0))],
+            [],
+        ),
+        (
+            "legacy: exact command of a process whose uid cannot be read is left alone",
+            {"command": "agent"},
+            [FakeProc(300, 1, 300, 5, ("agent",), uids=None)],
+            [],
+        ),
+        (
+            "legacy: wrapper record whose root runs as another user is left alone",
+            {"command": "ignored", "wrapper_root": ROOT, "expects_wrapper": True},
+            [FakeProc(300, 1, 300, 5, (PY, f"{ROOT}/old_wrapper.py", "--", "agent"), uids=(0, 0))],
+            [],
+        ),
+        (
+            "legacy: another user's child in the record's tree is never signalled",
+            {"command": "agent"},
+            [FakeProc(300, 1, 300, 5, ("agent",)), FakeProc(301, 300, 300, 6, ("su",), uids=(0, 0))],
+            [300],
+        ),
+        (
             "legacy: recorded birth identity mismatch",
             {"command": "agent", "start_time": 4},
             [FakeProc(300, 1, 300, 5, ("agent",))],
@@ -911,7 +959,7 @@ async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs
         assert set(result.terminated_pids) == set(signalled)
     else:
         assert result.terminated_pids == ()
-        assert {p.pid for p in procs} <= set(table.procs)
+    assert {p.pid for p in procs if p.pid not in signalled} <= set(table.procs)
 
 
 async def test_legacy_listing_unavailable_signals_nothing(store: LeaseStore) -> None:
@@ -922,3 +970,21 @@ async def test_legacy_listing_unavailable_signals_nothing(store: LeaseStore) -> 
     reaper = Reaper(store, table, Owner(INSTANCE, ROOT), term_grace_ms=100)
     result = await reaper.close_legacy(LegacyRecord(pid=300, command="agent"))
     assert table.signals == [] and REASON_LISTING in result.unverified_reason
+
+
+async def test_the_table_never_signals_another_users_process() -> None:
+    """The one place every signal passes: another uid, a changed uid or an unreadable one
+    is refused there, whatever verified before."""
+    table = FakeProcessTable([
+        FakeProc(300, 1, 300, 5, ("agent",)),
+        FakeProc(301, 1, 301, 5, ("agent",), uids=(0, 0)),
+        FakeProc(302, 1, 302, 5, ("agent",), uids=(FAKE_SERVICE_UID, 0)),
+        FakeProc(303, 1, 303, 5, ("agent",), uids=(0, FAKE_SERVICE_UID)),
+        FakeProc(304, 1, 304, 5, ("agent",), uids=None),
+    ])
+    for pid in (301, 302, 303, 304):
+        assert not await table.signal(pid, 5, KILL)
+        assert not await table.runs_as_service(table.procs[pid].info())
+    assert await table.runs_as_service(table.procs[300].info())
+    assert await table.signal(300, 5, KILL)
+    assert table.signalled_pids() == {300} and set(table.procs) == {301, 302, 303, 304}

@@ -20,13 +20,14 @@ off). Timers bound a slow request (:data:`REQUEST_SECS`) and an idle connection
 from __future__ import annotations
 
 import asyncio
-from http import HTTPStatus
 from typing import Any, Final, cast
 
 import h11
 
 from services.common.logs import get_logger
 from services.edge.transport.exchange import Headers, HttpRequest, respond
+from services.edge.transport.h1_framing import ChunkedCheck, head_problem, request_head
+from services.edge.transport.h1_response import H1Response
 from services.edge.transport.http2 import Http2Connection
 from services.edge.transport.wiring import Wiring, peer_name
 
@@ -47,57 +48,10 @@ _WRITE_HIGH: Final = 64 * 1024
 log = get_logger("edge.http")
 
 
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
 def _head(event: h11.Request) -> bytes:
     """The request head of ``event`` as the client sent it (header names' case kept)."""
-    head = b"%s %s HTTP/%s\r\n" % (event.method, event.target, event.http_version)
-    return head + b"".join(b"%s: %s\r\n" % (k, v) for k, v in event.headers.raw_items()) \
-        + b"\r\n"
-
-
-class H1Response:
-    """The response to the request in progress on an :class:`Http1Connection`."""
-
-    def __init__(self, conn: Http1Connection) -> None:
-        self._conn = conn
-        self.closed = asyncio.Event()
-        self._started = False
-        self.ended = False
-
-    @property
-    def started(self) -> bool:
-        """True once the status line and headers were sent."""
-        return self._started
-
-    async def start(self, status: int, headers: Any) -> None:
-        """Send the status line and headers."""
-        self._started = True
-        self._conn.send(h11.Response(status_code=status, reason=_reason(status),
-                                     headers=[*headers, ("server", "acpgate")]))
-
-    async def write(self, data: bytes) -> None:
-        """Send body bytes (chunked when no length was given), then wait for the socket."""
-        if data:
-            self._conn.send(h11.Data(data=data))
-        await self._conn.drain(self)
-
-    async def end(self, data: bytes = b"") -> None:
-        """Send the last bytes and end the message."""
-        if data:
-            self._conn.send(h11.Data(data=data))
-        if not self.ended:
-            self.ended = True
-            self._conn.send(h11.EndOfMessage())
-
-    def abort(self) -> None:
-        """Cut the connection: an HTTP/1.1 response cannot be dropped otherwise."""
-        self._conn.abort()
+    return request_head(event.method, event.target, event.http_version,
+                        list(event.headers.raw_items()))
 
 
 class Http1Connection(asyncio.Protocol):
@@ -121,6 +75,7 @@ class Http1Connection(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closing = False
+        self._chunks: ChunkedCheck | None = None  # the chunked body being read
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -155,6 +110,12 @@ class Http1Connection(asyncio.Protocol):
             if self._unread > MAX_UNREAD:
                 self.abort()
                 return
+        if self._chunks is not None and self._response is None:
+            if not self._chunks.feed(data):
+                self._unframed(self._chunks.problem)
+                return
+            if self._chunks.done:
+                self._chunks = None
         try:
             self._h11.receive_data(data)
         except RuntimeError:  # data after the peer closed: nothing to do with it
@@ -187,10 +148,14 @@ class Http1Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         while self._response is None and not self._left:
+            if self._h11.their_state is h11.IDLE \
+                    and (why := head_problem(self._h11.trailing_data[0])):
+                self._unframed(why)
+                return
             try:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as exc:  # its text quotes the client: not echoed
-                self._refuse(exc.error_status_hint, "Bad request\n")
+                self._unframed(type(exc).__name__, exc.error_status_hint)
                 return
             if event is h11.NEED_DATA:
                 return
@@ -239,6 +204,12 @@ class Http1Connection(asyncio.Protocol):
         if length is not None and length.isdigit() and int(length) > self._w.max_body:
             self._refuse(413, "Request body too large\n")
             return True
+        if headers.get("transfer-encoding") is not None:  # head_problem: chunked, then
+            self._chunks = ChunkedCheck()
+            if not self._chunks.feed(self._h11.trailing_data[0]):
+                self._unframed(self._chunks.problem)
+                return True
+            self._chunks = None if self._chunks.done else self._chunks
         if self._h11.they_are_waiting_for_100_continue:
             self.send(h11.InformationalResponse(status_code=100, headers=[]))
         return False
@@ -358,6 +329,13 @@ class Http1Connection(asyncio.Protocol):
         task = asyncio.ensure_future(respond(response, status, text,
                                              headers=[("connection", "close")]))
         task.add_done_callback(lambda _: self._close())
+
+    def _unframed(self, why: str | None, hint: int = 400) -> None:
+        """A request whose framing is wrong or ambiguous: 400 (431 for a head too large),
+        then close; nothing after it is read (RFC 9112 §6.3)."""
+        log.info("http1_unframed", remote=self._remote, why=why)
+        self._chunks = None
+        self._refuse(431 if hint == 431 else 400, "Bad request\n")
 
     def close_gracefully(self) -> None:
         """Close once the response in progress (if any) ended."""

@@ -19,18 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from services.agent.approval import ApprovalGate
+from services.agent.commands import CommandAdvertiser
 from services.agent.handshake import initialize_result, read_client_offer
 from services.agent.history import HistorySeed, replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.mcp.launch import ClientGuard, Planned
 from services.agent.mcp.plan import approver, client_rules, planned_servers
-from services.agent.modes import (
-    models_of,
-    read_autonomy_cap,
-    session_state,
-    set_config_option,
-    set_mode,
-)
+from services.agent.modes import models_of, read_autonomy_cap, session_state
+from services.agent.modes import set_config_option, set_mode
 from services.agent.params import acpgate_meta, first, shell_environment
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
@@ -115,6 +111,7 @@ class AgentServer:
         self._sessions: dict[str, AgentSession] = {}
         #: Restores in progress: requests for that id wait for them (pipelined clients).
         self._restoring = Restoring()
+        self._commands = CommandAdvertiser()
         self._elicitation = False
         #: The client (the acpgate edge) serves the session tools' extension methods.
         self._session_tools = False
@@ -275,6 +272,7 @@ class AgentServer:
         policy = await self._policy(params)
         session = self._create(str(uuid.uuid4()), policy)
         await session.mcp.start(*self._mcp_specs(params))
+        self._commands.after_answer(session, self._session_provider(session))
         return {"sessionId": session.id, **self._state(session)}
 
     def _state(self, session: AgentSession) -> dict[str, Any]:
@@ -331,6 +329,7 @@ class AgentServer:
             session.seeded()
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
+        self._commands.after_answer(session, self._session_provider(session))
         return self._state(session)
 
     async def _history_append(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,6 @@ class CommandAdvertiser:
         update = commands_update(provider)
         if update is None:
             return
-        task = asyncio.get_running_loop().create_task(session.context.send_update(update))
+        task = asyncio.ensure_future(session.context.send_update(update))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)

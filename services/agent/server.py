@@ -25,8 +25,13 @@ from services.agent.history import HistorySeed, replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.mcp.launch import ClientGuard, Planned
 from services.agent.mcp.plan import approver, client_rules, planned_servers
-from services.agent.modes import models_of, read_autonomy_cap, session_state
-from services.agent.modes import set_config_option, set_mode
+from services.agent.modes import (
+    models_of,
+    read_autonomy_cap,
+    session_state,
+    set_config_option,
+    set_mode,
+)
 from services.agent.params import acpgate_meta, first, shell_environment
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt

@@ -65,10 +65,10 @@ def _plan_for(text: str) -> tuple[str, ToolCall | None]:
     stripped = text.strip()
     slash = parse_slash(stripped)
     if slash is not None:
-        name, args = slash
+        name, given = slash
         if name == CMD_HELP:
             return f"{INTRO}{help_text()}", None
-        plain = plain_form(name, args)
+        plain = plain_form(name, given)
         if plain is None:
             return f"{INTRO}{usage(name)}", None
         stripped = plain

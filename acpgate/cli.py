@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from acpgate import __version__
 from acpgate.cli_parser import build_parser
+from acpgate.listen_flags import apply_listen_flags, served_urls
 from services.common import config as config_mod
 from services.common import event_loop
 from services.common.addresses import gateway_url
@@ -230,6 +231,8 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
         get_logger("edge").info("malloc_tuned", options=tuned)
 
         def listening(server: EdgeServer) -> None:
+            if not args.listen_fd:  # bound here, not by serve (which names the URLs itself)
+                get_logger("edge").info("serving", **served_urls(cfg, server.port))
             log_startup(cfg, f"edge-{worker}" if worker else "edge",
                         gateway=gateway_url(cfg, server.port),
                         session_addr=default_session_address(cfg),
@@ -321,6 +324,8 @@ def dispatch(args: argparse.Namespace) -> int:
         config_mod.ensure_default_config(config_mod.resolve_config_dir(args.config_dir))
     if command == "acp":
         return _run_acp(args)
+    if command in ("serve", "edge"):
+        apply_listen_flags(args)  # before the config is loaded: it and the children see them
     return _run_service(command, _load(args), args)
 
 

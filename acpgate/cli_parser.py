@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from acpgate import __version__
+from acpgate.listen_flags import add_listen_flags
 
 __all__ = ["build_parser"]
 
@@ -69,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-timeout", type=int, metavar="SECS", help="override [acp] session_timeout_secs"
     )
 
+    serve = sub.add_parser(
+        "serve", help="session service + lifecycle service + WebSocket edge, supervised")
+    _add_config_dir(serve)
+    add_listen_flags(serve)
     for name, text in (
-        ("serve", "session service + lifecycle service + WebSocket edge, supervised"),
         ("session-service", "run the session service alone"),
         ("bridge", "stdio <-> gateway WebSocket bridge"),
     ):
@@ -82,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(default: take the lowest free slot)")
     edge = sub.add_parser("edge", help="run the WebSocket edge alone")
     _add_config_dir(edge)
+    add_listen_flags(edge)
     edge.add_argument("--listen-fd", type=int, metavar="FD", action="append", default=[],
                       help="a listening socket inherited from acpgate serve (repeatable; "
                            "default: bind [gateway] host and port)")

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from acpgate.listen_flags import served_urls
 from acpgate.ops.endpoints import announce, unregister
 from acpgate.serve_children import ChildSpec, child_environment, child_specs
 from acpgate.serve_lock import ServeLock, take_serve_lock
@@ -198,6 +199,8 @@ class Supervisor:
                                             self.cfg.gateway.port)
         self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
                                                  self.cfg.gateway.port)
+        # The first line a person at the terminal needs: where to point a client.
+        log.info("serving", **served_urls(self.cfg, self.port))
         self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
         log.info("serve_claimed", port=self.port, slot=self.slot.number,
                  lock=str(self.lock.path))

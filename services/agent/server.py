@@ -18,19 +18,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from services.agent import modes
 from services.agent.approval import ApprovalGate
+from services.agent.commands import CommandAdvertiser
 from services.agent.handshake import initialize_result, read_client_offer
 from services.agent.history import HistorySeed, replay_updates, seed_messages
 from services.agent.mcp import Launch, SessionMcp
 from services.agent.mcp.launch import ClientGuard, Planned
 from services.agent.mcp.plan import approver, client_rules, planned_servers
-from services.agent.modes import (
-    models_of,
-    read_autonomy_cap,
-    session_state,
-    set_config_option,
-    set_mode,
-)
 from services.agent.params import acpgate_meta, first, shell_environment
 from services.agent.policy_source import LocalPolicy, PolicySource
 from services.agent.prompt import build_system_prompt
@@ -103,7 +98,7 @@ class AgentServer:
         self._agent = agent
         self._provider = provider
         #: The models a session may switch to, and a provider for each one in use.
-        self._models = models_of(agent) or [agent.model]
+        self._models = modes.models_of(agent) or [agent.model]
         self._providers: dict[str, Provider] = {self._models[0]: provider}
         self._provider_for = provider_for
         self._version = version
@@ -115,6 +110,7 @@ class AgentServer:
         self._sessions: dict[str, AgentSession] = {}
         #: Restores in progress: requests for that id wait for them (pipelined clients).
         self._restoring = Restoring()
+        self._commands = CommandAdvertiser()
         self._elicitation = False
         #: The client (the acpgate edge) serves the session tools' extension methods.
         self._session_tools = False
@@ -275,16 +271,18 @@ class AgentServer:
         policy = await self._policy(params)
         session = self._create(str(uuid.uuid4()), policy)
         await session.mcp.start(*self._mcp_specs(params))
+        self._commands.after_answer(session, self._session_provider(session))
         return {"sessionId": session.id, **self._state(session)}
 
     def _state(self, session: AgentSession) -> dict[str, Any]:
-        return session_state(session, self._models)
+        return modes.session_state(session, self._models)
 
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await set_mode(await self._get(self._session_id(params)), params)
+        return await modes.set_mode(await self._get(self._session_id(params)), params)
 
     async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
-        return set_config_option(await self._get(self._session_id(params)), self._models, params)
+        session = await self._get(self._session_id(params))
+        return modes.set_config_option(session, self._models, params)
 
     async def _restore(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
         """``session/resume`` / ``session/load`` of a known id, or of an unknown id seeded
@@ -331,6 +329,7 @@ class AgentServer:
             session.seeded()
             for update in replay_updates(session.messages):
                 await session.context.send_update(update)
+        self._commands.after_answer(session, self._session_provider(session))
         return self._state(session)
 
     async def _history_append(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -373,7 +372,7 @@ class AgentServer:
             raise JsonRpcError(SESSION_BUSY, MSG_SESSION_BUSY.format(session_id=sid))
         session.seeded()  # a seed the edge never closed ends at the first prompt
         text = prompt_text(params.get("prompt"))
-        cap = read_autonomy_cap(acpgate_meta(params).get(META_AUTONOMY_CAP))
+        cap = modes.read_autonomy_cap(acpgate_meta(params).get(META_AUTONOMY_CAP))
         usage = TurnUsage()
         # No await between the busy check and claiming the slot.
         session.cap_turn(cap)

@@ -16,8 +16,9 @@ single services, ``agent``) logs to two places:
 
 Writing never happens on an event loop: a record is formatted where it is
 logged (JSON or, with ``ACPGATE_LOG_FORMAT=text`` / ``[logging] format``, aligned
-text) and queued; one writer thread (:class:`logging.handlers.QueueListener`)
-puts it on stderr and into the file, and rotates. It is drained at exit.
+text; with neither, text on a stderr that is a terminal, JSON elsewhere) and queued;
+one writer thread (:class:`logging.handlers.QueueListener`) puts it on stderr and into
+the file, and rotates. It is drained at exit.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ ENV_LOG_FORMAT = "ACPGATE_LOG_FORMAT"
 STDIO_PROCESSES = ("acp", "agent", "bridge")
 _ROOT = "acpgate"
 _MARK = "_acpgate_output"
+_TEXT_ATTR = "acpgate_text_line"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class LogPlan:
     file_keep: int = 5
     #: Aligned text instead of JSON lines.
     text: bool = False
+    #: Aligned text on stderr only, JSON in the file (no format asked, stderr a terminal).
+    stderr_text: bool = False
 
 
 def _level(name: str) -> int:
@@ -82,11 +86,14 @@ def _level(name: str) -> int:
 
 def plan_logging(cfg: Config, process: str, *, stdio: bool | None = None,
                  file_by_default: bool = True,
-                 environ: Mapping[str, str] | None = None) -> LogPlan:
+                 environ: Mapping[str, str] | None = None,
+                 stderr_tty: bool | None = None) -> LogPlan:
     """The plan of ``process`` under ``cfg``: ``ACPGATE_LOG_LEVEL`` / ``ACPGATE_LOG_FORMAT``
     over ``[logging]``; ``stdio`` (default: ``process`` is a stdio command) keeps stderr to
     warnings unless a level was asked for; ``file_by_default`` False writes a file only
-    when ``[logging] file`` names one. A bad value is a ConfigError naming the variable."""
+    when ``[logging] file`` names one. With no format asked for, stderr gets text when it
+    is a terminal (``stderr_tty``, default: asked of ``sys.stderr``) and JSON otherwise.
+    A bad value is a ConfigError naming the variable."""
     env = os.environ if environ is None else environ
     asked = (env.get(ENV_LOG_LEVEL) or cfg.logging.level).strip().lower()
     if asked not in LOG_LEVELS:
@@ -94,8 +101,9 @@ def plan_logging(cfg: Config, process: str, *, stdio: bool | None = None,
                           f"got {asked!r}")
     fmt = (env.get(ENV_LOG_FORMAT) or cfg.logging.format).strip().lower()
     if fmt not in LOG_FORMATS:
-        raise ConfigError(f"{ENV_LOG_FORMAT}: expected one of {', '.join(LOG_FORMATS)}, "
+        raise ConfigError(f"{ENV_LOG_FORMAT}: expected one of {', '.join(LOG_FORMATS[1:])}, "
                           f"got {fmt!r}")
+    tty = _stderr_is_tty() if stderr_tty is None else stderr_tty
     level = _level(asked) if asked else logging.INFO
     quiet = process in STDIO_PROCESSES if stdio is None else stdio
     stderr_level = logging.WARNING if quiet and not asked else level
@@ -103,7 +111,35 @@ def plan_logging(cfg: Config, process: str, *, stdio: bool | None = None,
     return LogPlan(process=process, stderr_level=stderr_level,
                    file=cfg.log_file if want_file else None, file_level=level,
                    file_max_bytes=cfg.logging.file_max_bytes, file_keep=cfg.logging.file_keep,
-                   text=fmt == "text")
+                   text=fmt == "text", stderr_text=not fmt and tty)
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
+class _TextBeside(logging.Formatter):
+    """Formats a record as JSON and keeps its text line on it too (``_TEXT_ATTR``), for a
+    stderr in text beside a JSON file: both made where the record is logged."""
+
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self._json = JsonFormatter(process)
+        self._text = TextFormatter(process)
+
+    def format(self, record: logging.LogRecord) -> str:
+        setattr(record, _TEXT_ATTR, self._text.format(record))
+        return self._json.format(record)
+
+
+class _TextLine(logging.Formatter):
+    """The text line :class:`_TextBeside` kept on the record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return str(getattr(record, _TEXT_ATTR, record.getMessage()))
 
 
 class _Output:
@@ -167,11 +203,12 @@ def start_logging(plan: LogPlan) -> None:
     running output is replaced without losing a record (the new one is in place first)."""
     root = logging.getLogger(_ROOT)
     formatter: logging.Formatter = (TextFormatter(plan.process) if plan.text
+                                    else _TextBeside(plan.process) if plan.stderr_text
                                     else JsonFormatter(plan.process))
     line_only = logging.Formatter("%(message)s")  # the queue handler already formatted it
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setLevel(plan.stderr_level)
-    stderr.setFormatter(line_only)
+    stderr.setFormatter(_TextLine() if plan.stderr_text and not plan.text else line_only)
     handlers: list[logging.Handler] = [stderr]
     levels = [plan.stderr_level]
     file_problem = ""

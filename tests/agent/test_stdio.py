@@ -275,7 +275,12 @@ async def test_spec12_behind_the_edge_a_session_without_policy_is_refused(tmp_pa
         await p.send({"jsonrpc": "2.0", "id": 4, "method": "session/new",
                       "params": {"cwd": str(ws), "mcpServers": [],
                                  "_meta": {"acpgate": {"policy": policy}}}})
-        assert isinstance((await p.read())["result"]["sessionId"], str)
+        sid = (await p.read())["result"]["sessionId"]
+        # The demo model's commands follow the answer (the client knows the id by then).
+        advertised = await p.read()
+        assert advertised["method"] == "session/update" and \
+            advertised["params"]["sessionId"] == sid
+        assert advertised["params"]["update"]["sessionUpdate"] == "available_commands_update"
         await p.send({"jsonrpc": "2.0", "id": 5, "method": "session/resume",
                       "params": {"sessionId": "s-old", "cwd": str(ws), "mcpServers": [],
                                  "_meta": {"acpgate": {"history": [], "policy": policy}}}})

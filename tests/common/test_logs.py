@@ -162,3 +162,43 @@ def test_several_processes_share_one_rotating_file_without_torn_lines(tmp_path: 
     assert finished
     for numbers in finished:
         assert sorted(numbers) == list(range(numbers[0], lines)), numbers
+
+
+def test_no_format_asked_means_text_on_a_terminal_json_elsewhere(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path, environ={})
+    on_tty = plan_logging(cfg, "serve", environ={}, stderr_tty=True)
+    assert on_tty.stderr_text and not on_tty.text
+    assert not plan_logging(cfg, "serve", environ={}, stderr_tty=False).stderr_text
+    # What is asked for wins over the terminal, either way.
+    asked_json = plan_logging(cfg, "serve", environ={"ACPGATE_LOG_FORMAT": "json"},
+                              stderr_tty=True)
+    assert not asked_json.stderr_text and not asked_json.text
+    (tmp_path / "config.toml").write_text('[logging]\nformat = "json"\n')
+    configured = plan_logging(load_config(tmp_path, environ={}), "serve", environ={},
+                              stderr_tty=True)
+    assert not configured.stderr_text and not configured.text
+    asked_text = plan_logging(cfg, "serve", environ={"ACPGATE_LOG_FORMAT": "text"},
+                              stderr_tty=False)
+    assert asked_text.text
+
+
+def test_text_on_stderr_keeps_json_in_the_file(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    log_file = tmp_path / "logs" / "a.log"
+    start_logging(LogPlan(process="t", file=log_file, stderr_text=True))
+    try:
+        get_logger("t").info("both_ways", n=1, api_key="sk-hidden")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            get_logger("t").exception("with_traceback")
+    finally:
+        stop_logging()
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert "INFO" in first and "both_ways" in first and "n=1" in first
+    assert "sk-hidden" not in err and "ValueError: boom" in err
+    assert not first.startswith("{")
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [r["event"] for r in lines] == ["both_ways", "with_traceback"]
+    assert lines[0]["api_key"] == "<redacted>" and "ValueError: boom" in lines[1]["exc"]

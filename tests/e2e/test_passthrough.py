@@ -303,7 +303,8 @@ def test_builtin_cancelled_turn_keeps_the_dialect_and_is_stored(tmp_path: Path) 
         seen = ["tool_call"] + [u["sessionUpdate"] for u in updates(live, sid)]
         proc.result("session/close", {"sessionId": sid})
         replay, _ = proc.call("session/load", {"sessionId": sid})
-        ups = updates(replay, sid)
+        commands, *ups = updates(replay, sid)  # the restored demo agent's commands first
+        assert commands["sessionUpdate"] == "available_commands_update"
         kinds = [u["sessionUpdate"] for u in ups]
         assert kinds[0] == "user_message_chunk" and kinds[-3:] == seen[-3:] == [
             "tool_call", "tool_call_update", "tool_call"]

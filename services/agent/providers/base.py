@@ -61,6 +61,24 @@ class StreamDone:
     stop_reason: str = STOP_END_TURN
 
 
+@dataclass(frozen=True)
+class SlashCommand:
+    """A command a provider understands when it is sent as the prompt (``/name input``),
+    advertised to the client as an ACP ``AvailableCommand``."""
+
+    name: str
+    description: str
+    #: What the input is, shown while it is not typed yet ("" = the command takes none).
+    hint: str = ""
+
+    def to_acp(self) -> dict[str, Any]:
+        """The ACP ``AvailableCommand`` object."""
+        command: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.hint:
+            command["input"] = {"hint": self.hint}
+        return command
+
+
 ProviderEvent = TextDelta | ThoughtDelta | ToolCallReady | UsageReport | StreamDone
 
 
@@ -111,6 +129,13 @@ class KeyMissingProvider:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def provider_commands(provider: Provider) -> tuple[SlashCommand, ...]:
+    """The slash commands ``provider`` understands (its ``commands`` attribute; a model
+    provider has none: its model reads the prompt as it is)."""
+    commands = getattr(provider, "commands", ())
+    return tuple(c for c in commands if isinstance(c, SlashCommand))
 
 
 def provider_warnings(provider: Provider) -> list[str]:

@@ -1,6 +1,8 @@
 """The offline demo model: deterministic, no key, shows the whole protocol.
 
-It answers the newest message by a few fixed rules:
+It answers the newest message by a few fixed rules (each also as a slash command,
+``/shell <command>``, ``/read <path>``…, which it advertises; ``/help`` lists them,
+see :mod:`services.agent.providers.demo_commands`):
 
 - ``!<command>`` runs ``<command>`` with the shell tool;
 - ``read <path>`` reads a file, ``deliver <path>`` delivers one,
@@ -9,7 +11,7 @@ It answers the newest message by a few fixed rules:
 - ``escalate <summary> | <context>`` escalates a decision to the user (urgency high);
 - ``plan`` emits a plan (the todo tool);
 - after a tool result it reports that result;
-- anything else gets a short echo-style reply.
+- anything else gets a short reply: what was said, and what to try.
 """
 
 from __future__ import annotations
@@ -22,12 +24,22 @@ from services.agent.conversation import Message, ToolCall
 from services.agent.providers.base import (
     STOP_TOOL_USE,
     ProviderEvent,
+    SlashCommand,
     StreamDone,
     TextDelta,
     ThoughtDelta,
     ToolCallReady,
     ToolSpec,
     UsageReport,
+)
+from services.agent.providers.demo_commands import (
+    CMD_HELP,
+    COMMANDS,
+    NEWCOMER_TIP,
+    help_text,
+    parse_slash,
+    plain_form,
+    usage,
 )
 from services.common.protocol import STOP_END_TURN
 
@@ -51,6 +63,15 @@ def _chunks(text: str, parts: int = 4) -> list[str]:
 def _plan_for(text: str) -> tuple[str, ToolCall | None]:
     """The reply text and optional tool call for a user message."""
     stripped = text.strip()
+    slash = parse_slash(stripped)
+    if slash is not None:
+        name, given = slash
+        if name == CMD_HELP:
+            return f"{INTRO}{help_text()}", None
+        plain = plain_form(name, given)
+        if plain is None:
+            return f"{INTRO}{usage(name)}", None
+        stripped = plain
     low = stripped.lower()
     new_id = f"demo-{uuid.uuid4().hex[:12]}"
     if stripped.startswith("!") and stripped[1:].strip():
@@ -82,8 +103,8 @@ def _plan_for(text: str) -> tuple[str, ToolCall | None]:
     if low == "plan":
         return f"{INTRO}Here is a plan.", ToolCall(new_id, "todo", {"entries": DEMO_PLAN})
     return (
-        f"{INTRO}Hello! I am acpgate's offline demo model: no language model is connected, "
-        f"so I only echo. You said: {stripped}",
+        f"{INTRO}Hello! I am acpgate's offline demo model (no language model is connected). "
+        f"You said: {stripped}\n\n{NEWCOMER_TIP}",
         None,
     )
 
@@ -92,6 +113,8 @@ class DemoProvider:
     """Deterministic offline model; ``chunk_delay`` paces its streamed chunks."""
 
     name = "demo"
+    #: The slash commands it advertises (``/help`` lists them).
+    commands: tuple[SlashCommand, ...] = COMMANDS
 
     def __init__(self, model: str = "demo", *, chunk_delay: float = 0.01) -> None:
         self.model = model

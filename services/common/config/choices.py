@@ -18,7 +18,8 @@ PROVIDERS = ("demo", "openai", "anthropic")
 
 #: ``[logging] level`` values ("" = the default: see ``LoggingSection``).
 LOG_LEVELS = ("", "debug", "info", "warning", "error")
-LOG_FORMATS = ("json", "text")
+#: ``[logging] format`` values ("" = the default: text on a terminal, JSON otherwise).
+LOG_FORMATS = ("", "json", "text")
 
 #: ``[services] data_path``: the adapter's pipes handed to the edge where they
 #: share a host (``auto``), or every byte over the lifecycle's Attach stream.

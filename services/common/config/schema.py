@@ -215,8 +215,8 @@ class LoggingSection:
     #: warnings and errors on the stderr of a stdio command (``acp``, ``agent``,
     #: ``bridge``), which an editor reads. Set: that level everywhere.
     level: str = ""
-    #: "json" (one object per line) or "text" (aligned columns, local time).
-    format: str = "json"
+    #: "json", "text" (aligned, local time), or "" = text on a terminal's stderr, else JSON.
+    format: str = ""
     #: The log file every acpgate process of the install appends to ("" =
     #: ``<data dir>/logs/acpgate.log``; "none" = no file; ``~`` expanded).
     file: str = ""

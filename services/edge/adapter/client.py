@@ -65,6 +65,7 @@ from services.common.protocol import (
     META_POLICY,
     U_AGENT_MESSAGE,
     U_AGENT_THOUGHT,
+    U_AVAILABLE_COMMANDS,
     U_TOOL_CALL,
 )
 from services.edge.adapter.caps import agent_warnings, env_auth_method, read_initialize_result
@@ -172,7 +173,12 @@ class AdapterClient:
             self.replayed_own = self.replayed_own or any(
                 method == M_SESSION_UPDATE and isinstance(params.get("update"), dict)
                 and params["update"].get("sessionUpdate") in _OWN_SIDE for method, params in batch)
-            return
+            # Its commands are the restored session's, not history: the client gets them.
+            batch = [(method, params) for method, params in batch if method == M_SESSION_UPDATE
+                     and isinstance(params.get("update"), dict)
+                     and params["update"].get("sessionUpdate") == U_AVAILABLE_COMMANDS]
+            if not batch:
+                return
         edge_id = self.edge_session_id
         updates: list[dict[str, Any]] = []
         for method, params in batch:

@@ -18,6 +18,7 @@ import pytest
 
 from services.common.jsonrpc import (
     OVERSIZE_LINE,
+    Answered,
     JsonRpcError,
     JsonRpcPeer,
     Notes,
@@ -302,3 +303,22 @@ def test_line_cutter_counts_a_skipped_line_across_chunks_and_keeps_going() -> No
     assert isinstance(last, OversizeLine) and last.size == 12
     big = LineCutter(max_line=10).feed(b"x" * 50 + b"\ny\n")  # one chunk longer than the limit
     assert isinstance(big[0], OversizeLine) and big[0].size == 50 and big[1] == "y"
+
+
+async def test_an_answered_result_runs_its_then_after_the_answer_is_written() -> None:
+    out: list[Any] = []
+
+    async def send(line: str) -> None:
+        out.append(orjson.loads(line))
+
+    async def then() -> None:
+        await send(orjson.dumps({"jsonrpc": "2.0", "method": "after"}).decode())
+
+    async def handler(method: str, params: dict[str, Any], notification: bool) -> Any:
+        return Answered({"sessionId": "s"}, then)
+
+    peer = JsonRpcPeer(send, handler, next_id=integer_ids())
+    peer.feed(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new"}).decode())
+    await peer.drain(5)
+    assert out == [{"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s"}},
+                   {"jsonrpc": "2.0", "method": "after"}]

@@ -23,14 +23,16 @@ def _is_commands(sid: str) -> Any:
 
 
 def _set_up(acp: AcpProcess, method: str, params: dict[str, Any]) -> tuple[str, list[str]]:
-    """``method``'s session id, and the names of the commands advertised for that session
-    (the edge relays them as they come: before or after its answer)."""
+    """``method``'s session id, and the names of the commands advertised for that session.
+    A new session's come after the answer that tells the client its id (a client drops an
+    update for a session it does not know yet); a restored one's before, with its replay."""
     rid = acp.request_async(method, params)
     before, resp = acp.response(rid)
     assert "result" in resp, resp
     sid = params.get("sessionId") or resp["result"]["sessionId"]
     found = [m for m in before if _is_commands(sid)(m)]
-    if not found:
+    if method == "session/new":
+        assert not found, "advertised before the session/new answer"
         _, msg = acp.read_until(_is_commands(sid))
         found = [msg]
     (update,) = found

@@ -80,8 +80,9 @@ def _spy(rt: EdgeRuntime, taken: list[EarlyTake | None]) -> None:
 
 async def _new(conn: DialectConnection, cwd: Path, **params: Any) -> str:
     """session/new of the demo agent in ``cwd``; the session id."""
-    result = await session_new(conn, {"agentAlias": "demo", "cwd": str(cwd), **params})
-    return str(result["sessionId"])
+    answered = await session_new(conn, {"agentAlias": "demo", "cwd": str(cwd), **params})
+    await answered.then()  # as the peer does once the answer is written
+    return str(answered.result["sessionId"])
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from services.common.jsonrpc.outbound import (
 from services.common.jsonrpc.peer import Handler, JsonRpcPeer, Notes, NotificationSink, Send
 from services.common.jsonrpc.wire import (
     OVERSIZE_LINE,
+    Answered,
     Frame,
     FrameKind,
     JsonRpcError,
@@ -49,6 +50,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "OVERSIZE_LINE",
     "READ_CHUNK_BYTES",
+    "Answered",
     "ChunkReader",
     "Frame",
     "FrameKind",

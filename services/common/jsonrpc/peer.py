@@ -1,39 +1,35 @@
 """One JSON-RPC 2.0 connection, both directions at once (SPEC §1).
 
-:class:`JsonRpcPeer` is the one implementation behind every JSON-RPC
-connection acpgate has: the edge toward each dialect client, the edge toward
-each adapter, and the built-in agent toward its client. What differs between
-them is injected, never re-implemented:
+:class:`JsonRpcPeer` is the one implementation behind every JSON-RPC connection acpgate
+has: the edge toward each client and toward each adapter, and the built-in agent toward
+its client. What differs between them is injected, never re-implemented:
 
-- the transport: ``send(line)``, a coroutine that writes one whole line in
-  call order (raising ``ConnectionError``/``OSError`` once the other side is
-  gone), and the lines read, fed one by one (:meth:`feed`, :meth:`serve`) or a
-  batch at a time (:meth:`feed_batch`);
+- the transport: ``send(line)``, a coroutine that writes one whole line in call order
+  (``ConnectionError``/``OSError`` once the other side is gone), and the lines read,
+  fed one by one (:meth:`feed`, :meth:`serve`) or a batch at a time (:meth:`feed_batch`);
 - the id scheme of our own requests (``zc-out-N`` strings or integers);
 - the handler serving the other side's requests and notifications, and
   optionally a sink taking runs of notifications in stream order (the edge's
   ``session/update`` relay, kept on raw dicts);
-- whether an error that carries no id (a parse error) is answered: the server
-  sides answer it (SPEC §1); the edge's client side toward an adapter only
-  logs it, since answering a server's garbage with garbage could ping-pong;
-- whether a request of ours that we stop waiting for (it timed out, or its
-  caller was cancelled) is withdrawn with a notification (ACP
-  ``$/cancel_request``), so the other side can drop the question it still shows.
+- whether an error that carries no id (a parse error) is answered: the server sides
+  answer it (SPEC §1); the edge toward an adapter only logs it (no garbage ping-pong);
+- whether a request of ours that we stop waiting for (timed out, caller cancelled) is
+  withdrawn with a notification (ACP ``$/cancel_request``).
 
-The other side's requests being served are known by id: its handler may look
-one up (:meth:`JsonRpcPeer.serving`) or withdraw it (:meth:`JsonRpcPeer.withdraw`:
-the handler is cancelled and the request answered -32800 ``Request cancelled``)
-— what a ``$/cancel_request`` means is the handler's to decide.
+The other side's requests being served are known by id: its handler may look one up
+(:meth:`JsonRpcPeer.serving`) or withdraw it (:meth:`JsonRpcPeer.withdraw`: cancelled
+and answered -32800 ``Request cancelled``) — what a ``$/cancel_request`` means is the
+handler's to decide.
 
-Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad
-input is treated alike everywhere. Each request and notification runs in its
-own task (a ``session/cancel`` is served while a prompt streams) — with
-``max_running``, at most that many at once: :meth:`serve` reads no further
-line until one finishes, so the other side cannot pile up calls faster than
-they are served — and every request is answered exactly once: its result, its :class:`JsonRpcError`,
--32603 ``Internal error`` (the cause is logged, never sent), -32603
-``Request cancelled`` when the connection closes first, or -32800 ``Request
-cancelled`` when the other side withdrew it.
+Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad input is
+treated alike everywhere. Each request and notification runs in its own task (a
+``session/cancel`` is served while a prompt streams) — with ``max_running``, at most that
+many at once: :meth:`serve` reads no further line until one finishes, so the other side
+cannot pile up calls — and every request is answered exactly once: its result (an
+:class:`~services.common.jsonrpc.wire.Answered` one runs its ``then`` after the answer
+is written), its :class:`JsonRpcError`, -32603 ``Internal error`` (the cause is logged,
+never sent), -32603 ``Request cancelled`` when the connection closes first, or -32800
+``Request cancelled`` when the other side withdrew it.
 """
 
 from __future__ import annotations
@@ -48,6 +44,7 @@ import orjson
 
 from services.common.jsonrpc.outbound import IdSource, PeerClosed, PendingRequests
 from services.common.jsonrpc.wire import (
+    Answered,
     Frame,
     FrameKind,
     JsonRpcError,
@@ -263,8 +260,11 @@ class JsonRpcPeer:
         finally:
             if not notification:
                 self._forget_served(req_id)
+        then = result.then if isinstance(result, Answered) else None
         if not notification:
-            await self._answer(result_line(req_id, result))
+            await self._answer(result_line(req_id, result.result if then else result))
+        if then is not None:
+            await then()
 
     def serving(self, req_id: Any) -> tuple[str, dict[str, Any]] | None:
         """The method and params of the other side's request ``req_id`` while its handler

@@ -12,6 +12,7 @@ exactly) takes the stdlib's slower path.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -74,6 +75,15 @@ class Frame:
     message: dict[str, Any] = field(default_factory=dict)
     error_code: int = 0
     error_message: str = ""
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A handler's ``result`` with what to do once it is written: ``then`` runs right after
+    the answer (e.g. to send notifications a client must only see after it)."""
+
+    result: Any
+    then: Callable[[], Awaitable[None]]
 
 
 class JsonRpcError(Exception):

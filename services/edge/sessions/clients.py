@@ -188,6 +188,23 @@ class SessionClients:
         self.extra: list[Attachment] = []
         #: The newest event id handed to a primary port that is a plain connection.
         self.primary_delivered = 0
+        #: What :meth:`publish` was given while held (:meth:`hold`), in order; None: not held.
+        self._held: list[tuple[list[Event], list[str] | None]] | None = None
+
+    def hold(self) -> None:
+        """Keep what is published from now on until :meth:`release_held`: a new session's
+        updates (an agent's ``available_commands_update`` right after its ``session/new``)
+        must not reach the client before the answer that tells it the session's id."""
+        if self._held is None:
+            self._held = []
+
+    async def release_held(self) -> None:
+        """Publish what was held, in order (what is published meanwhile queues behind it),
+        and publish directly from then on."""
+        while self._held:
+            events, extra_lines = self._held.pop(0)
+            await self._send(events, extra_lines)
+        self._held = None
 
     def controllers(self) -> list[ClientPort]:
         """Who may answer the session's requests now: the primary port (unless detached)
@@ -213,7 +230,14 @@ class SessionClients:
 
     async def publish(self, events: list[Event], extra_lines: list[str] | None = None) -> None:
         """Send numbered ``events`` (then ``extra_lines``, not numbered) to every client of
-        the session: queued for each attachment, written to a primary connection."""
+        the session: queued for each attachment, written to a primary connection (kept
+        back while the session's updates are held: :meth:`hold`)."""
+        if self._held is not None:
+            self._held.append((events, extra_lines))
+            return
+        await self._send(events, extra_lines)
+
+    async def _send(self, events: list[Event], extra_lines: list[str] | None) -> None:
         for attachment in list(self.extra):
             attachment.offer([(e.event_id, e.line) for e in events
                               if e.not_for is not attachment.conn]

@@ -56,7 +56,7 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2
-from services.common.jsonrpc import JsonRpcError
+from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.logs import get_logger
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
@@ -98,7 +98,7 @@ _OWN_FORK_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir", "w
                             "mcpServers", "additionalDirectories"})
 
 
-async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answered:
     """ACP ``session/fork`` (steps: module doc)."""
     rt = conn.runtime
     parent_id = session_id(params)
@@ -132,6 +132,7 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
             session.claimed_at = taken_at  # the claim is at least as fresh as the request
             try:
                 async with setting_up(conn, session):
+                    session.clients.hold()  # its updates follow the answer that names it
                     client = await spawn_adapter(conn, session, forked.agent,
                                                  SecurityPolicy.from_proto(forked.policy))
                     adapter_sid = await _seed(session, client, forked, mcp, client_mcp,
@@ -146,8 +147,9 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> dict[
                 with contextlib.suppress(Exception):
                     await asyncio.shield(discard)
                 raise
-    return fork_result(client.setup_result, session.state.result_fields(),
-                       builtin=client.builtin, session_id=sid, forked_from=parent_id)
+    return Answered(fork_result(client.setup_result, session.state.result_fields(),
+                                builtin=client.builtin, session_id=sid, forked_from=parent_id),
+                    session.clients.release_held)
 
 
 async def _fork_row(rt: EdgeRuntime, request: session_pb2.ForkSessionRequest

@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 
 from acpgate.session.v1 import session_pb2
-from services.common.jsonrpc import JsonRpcError
+from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.edge.adapter.failures import setup_error
 from services.edge.adapter.requests import expected_initialize
@@ -111,7 +111,7 @@ async def decided(conn: DialectConnection,
     return session, resolved.agent, SecurityPolicy.from_proto(resolved.policy)
 
 
-async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answered:
     """SPEC §3: alias chain, cwd rules, limit, row, adapter."""
     rt = conn.runtime
     alias = _explicit_alias(params)
@@ -145,6 +145,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
                 rt.spawn(rt.claims.release(sid))  # (it stays, inactive, as after any failure)
             raise
         async with setting_up(conn, session):
+            session.clients.hold()  # its updates follow the answer that names it
             client = await spawn_adapter(conn, session, agent, policy, early)
             roots = session.additional_directories
             try:
@@ -155,6 +156,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[s
                 raise setup_error(agent.alias, exc, client.secrets) from None
             session.state.on_setup(client.setup_result)
             await mark_active(conn, session, adapter_sid)
-    return setup_result(client.setup_result, session.state.result_fields(),
-                        builtin=client.builtin, session_id=sid,
-                        workspace_dir=session.workspace_dir)
+    return Answered(setup_result(client.setup_result, session.state.result_fields(),
+                                 builtin=client.builtin, session_id=sid,
+                                 workspace_dir=session.workspace_dir),
+                    session.clients.release_held)

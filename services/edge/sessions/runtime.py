@@ -43,6 +43,7 @@ from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.session import AdapterMethod, EdgeSession
+from services.edge.sessions.shares import TokenShares
 from services.edge.sessions.warm import WarmPools
 from services.edge.sessions.workers import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore
@@ -106,6 +107,8 @@ class EdgeRuntime:
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
+        #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
+        self.shares = TokenShares(cfg.acp, cfg.token_db_path)
         #: With several edge workers on one port (``--worker``): this one's link to the
         #: others, through the session service (services.edge.sessions.workers); None: the only edge.
         self.workers = WorkerLink(self.session_stub, worker) if worker else None
@@ -283,6 +286,7 @@ class EdgeRuntime:
             await self.workers.report()  # what this worker held is free at once
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
+        self.shares.close()
         for channel in self._channels:
             with contextlib.suppress(Exception):
                 await channel.close(None)

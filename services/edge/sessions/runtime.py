@@ -43,7 +43,7 @@ from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.session import AdapterMethod, EdgeSession
-from services.edge.sessions.shares import TokenShares
+from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
 from services.edge.sessions.workers import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore
@@ -144,6 +144,8 @@ class EdgeRuntime:
         if self.workers is not None:  # its sessions are claimed by this worker, not its host
             self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
             self.workers.add_picture(self.registry.picture)
+            self.workers.add_picture(lambda: releasable_picture(self.registry))
+            self.workers.set_releaser(lambda who, n: release_ordered(self, who, n))
             self.registry.on_change = self.workers.changed
             self._reports = asyncio.create_task(self.workers.run(), name="edge-worker-reports")
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)

@@ -16,15 +16,20 @@ limit, the principal's detached *idle* sessions (no turn running, so no permissi
 request pending either) go first, the longest detached first, released exactly as the
 end of the grace releases them (the row stays, loadable). Only the principal's own:
 another token's sessions are never let go to make room for it, and a detached session
-running a turn keeps its slot.
+running a turn keeps its slot. With several edge workers, the session service counts
+the slots: each worker reports its releasable sessions (:func:`releasable_picture`) and
+releases those the service orders (:func:`release_ordered`) for a take refused on
+another worker (``services.session.workers``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from acpgate.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.logs import get_logger
 from services.edge.sessions.attachment import DetachedPort
@@ -36,7 +41,8 @@ if TYPE_CHECKING:
     from services.edge.sessions.runtime import EdgeRuntime
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["TokenShares", "detached_idle", "let_go_for_room"]
+__all__ = ["TokenShares", "detached_idle", "let_go_for_room", "releasable_picture",
+           "release_ordered"]
 
 log = get_logger("edge.shares")
 
@@ -94,3 +100,20 @@ def let_go_for_room(runtime: EdgeRuntime, principal: str) -> asyncio.Task[None] 
     log.info("session_detach_released_for_room", session_id=session.session_id)
     runtime.remove(session)  # the slot is free from now on
     return runtime.spawn(runtime.release(session, "disconnect"))
+
+
+def releasable_picture(registry: SessionRegistry) -> Counter[tuple[int, str]]:
+    """The detached idle sessions here, by principal, as an edge worker reports them."""
+    held: Counter[tuple[int, str]] = Counter()
+    for session in registry.active.values():
+        if detached_idle(session):
+            held[(session_pb2.SLOT_KIND_SESSION_RELEASABLE, session.principal)] += 1
+    return held
+
+
+def release_ordered(runtime: EdgeRuntime, principal: str, count: int) -> None:
+    """Release up to ``count`` of ``principal``'s detached idle sessions here, for a take
+    of that principal's on another worker (the session service ordered it)."""
+    for _ in range(count):
+        if let_go_for_room(runtime, principal) is None:
+            return

@@ -43,13 +43,15 @@ class Slot:
 
     async def take_shared(self, *, total: bool) -> None:
         """Take the slot counted locally just now at the session service: the host's
-        ``max_sessions`` (when ``total``) and the principal's share across every worker;
-        -32001 when either is full (nothing taken). Nothing to do for a lone edge."""
+        ``max_sessions`` (when ``total``) and the principal's share across every worker,
+        once a detached idle session of the principal was released for it on whichever
+        worker holds one; -32001 when either is full (nothing taken). Nothing to do for a
+        lone edge."""
         link = self._runtime.workers
         if link is None:
             return
         registry = self._registry
-        refused = await link.take(
+        refused = await link.take_making_room(
             session_pb2.SLOT_KIND_SESSION, self.principal, link.counted(),
             limit=registry.max_sessions if total else 0,
             share=registry.per_token if token_id_of(self.principal) else 0)

@@ -23,8 +23,9 @@ needs room. A take of a session refused for the limit or the principal's share, 
 the principal has such a session on some worker of the pool, is refused with
 ``releasing``: that worker is told, in the answer to its next report, to release one,
 and the taker takes again once it did (its next report no longer holds it). A
-release ordered is not ordered twice: it counts as under way until the first report
-of that worker after the order went out. Only the principal's own sessions are
+release ordered is not ordered twice, and while one of a principal's is under way (until
+the first report of that worker after the order went out) its takes wait for it rather
+than order more: a take taken again must not cost a second session. Only the principal's own sessions are
 released for it, never another's; nothing is granted beyond a limit meanwhile.
 
 A worker that stops reporting (killed with SIGKILL) is forgotten after
@@ -139,8 +140,8 @@ class WorkerLedger:
             refused = Grant(False, True, request.share)
         if refused is not None:
             if request.kind == pb.SLOT_KIND_SESSION and (
-                    self._order_release(me.pool, request.principal)
-                    or self._under_way(me.pool, request.principal)):
+                    self._under_way(me.pool, request.principal)
+                    or self._order_release(me.pool, request.principal)):
                 return Grant(False, refused.per_principal, refused.limit, releasing=True)
             return refused
         if not counted:

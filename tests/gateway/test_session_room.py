@@ -6,7 +6,8 @@ A token at its share (or at the host's limit) gets room from its own detached id
 sessions — the longest detached is released as the grace's end would, and stays
 loadable — but a detached session running a turn keeps its slot. The -32001 that
 remains names the token's sessions holding the slots, how to free one and the key
-that raises the limit, in its message and in ``data.acpgate``.
+that raises the limit, in its message and in ``data.acpgate``. With several edge
+workers, the detached session may live on another worker than the new one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from services.common.protocol import MSG_SESSION_LIMIT, MSG_SESSION_LIMIT_TOKEN,
 from tests.gateway.attach_client import cut, kind, read_until
 from tests.gateway.stack import RawClient
 from tests.gateway.test_detach import active_sessions, until
+from tests.gateway.workers_serve import client_on, serve_workers
+from tests.gateway.workers_serve import until as worker_until
 from tests.security.gateway_stack import Gateway, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -28,7 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 async def used_session(client: RawClient) -> str:
     """A new session the client used (so that a cut detaches it)."""
     sid = str((await client.result("session/new", {}))["sessionId"])
-    assert "echo: mine" in await client.say(sid, "mine")
+    assert "mine" in await client.say(sid, "mine")
     return sid
 
 
@@ -132,3 +135,26 @@ async def test_a_detached_session_running_a_turn_keeps_its_slot(tmp_path: Path) 
         await until(opened, "a new session once the detached one went idle")
         assert released_for_room(gw) == [sid]
         await again.ws.close()
+
+
+async def test_a_detached_idle_session_on_another_worker_makes_room(tmp_path: Path) -> None:
+    """With edge workers the session service counts the share: a token at it on worker 2
+    gets room from its detached idle session on worker 1, which releases it."""
+    async with serve_workers(tmp_path, detach_grace_secs=600,
+                             env={"ACPGATE_acp__max_sessions_per_token": "2"}) as served:
+        first = await client_on(served, 1)
+        assert first is not None
+        sids = [await used_session(first) for _ in range(2)]
+        cut(first.ws)
+
+        def events(name: str) -> list[str]:
+            return [str(e.get("session_id")) for e in served.events() if e.get("event") == name]
+
+        async def both_detached() -> bool:
+            return len(events("session_detached")) == 2
+        await worker_until(both_detached, "both sessions detached on worker 1")
+        second = await client_on(served, 2)
+        assert second is not None
+        assert (await second.result("session/new", {}))["sessionId"]
+        assert events("session_detach_released_for_room") == [sids[0]]
+        await second.ws.close()

@@ -67,3 +67,7 @@ MSG_ATTACH_ON_SIBLING_WORKER: Final = (
     "Session {session_id} is live on edge worker {worker} of this host: reconnect with its "
     "affinity cookie, or to /acp?worker={worker}, and attach it there")
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"
+#: An attach again as observer by the one controller of a session that cannot be detached.
+MSG_ONLY_CONTROLLER: Final = (
+    "Session {session_id} has no other controller: this connection cannot watch it as an "
+    "observer only (session/close ends it)")

@@ -60,6 +60,10 @@ MSG_ALIAS_REQUIRED: Final = (
 MSG_UNKNOWN_AGENT: Final = "Unknown agent `{alias}` — no [agents.{alias}] entry configured"
 MSG_AGENT_DISABLED: Final = "Agent `{alias}` is not enabled for dispatch"
 MSG_BAD_CWD: Final = "cwd is not a usable directory ({cwd}): {reason}"
+#: A gateway client's relative cwd: the server's working directory means nothing to it.
+MSG_CWD_NOT_ABSOLUTE: Final = "cwd must be an absolute path, got {cwd!r}"
+#: The placeholder cwd (SPEC §3): a gateway client sending it gets the agent workspace.
+CWD_PLACEHOLDER: Final = "."
 #: A workspace that is, lies inside or contains acpgate's state or a credential store
 #: (session/new, load, resume alike). It names the reason, never the guarded path.
 CWD_REFUSED_PREFIX: Final = "cwd refused as a session workspace: "

@@ -6,15 +6,18 @@ the fields the dialect needs and treat a value of the wrong type as absent.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
 
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
+    CWD_PLACEHOLDER,
     INVALID_PARAMS,
     META_ACPGATE,
     MSG_BAD_ADDITIONAL_DIRS,
+    MSG_CWD_NOT_ABSOLUTE,
     MSG_MISSING_SESSION_ID,
 )
 from services.edge.errors import not_found
@@ -98,3 +101,17 @@ def passed_params(params: dict[str, Any], own: frozenset[str]) -> dict[str, Any]
     """The params of a client request that acpgate does not read itself (every key but
     ``own``), for an external agent as they came — less ``_meta.acpgate``."""
     return without_acpgate_meta({k: v for k, v in params.items() if k not in own})
+
+
+def client_cwd(params: dict[str, Any], *, remote: bool) -> str:
+    """The ``cwd`` param (SPEC §1 aliases; "" = omitted). A gateway client's must be an
+    absolute path (ACP's rule; acpgate's working directory means nothing to it): a relative
+    one is -32602, checked before anything is taken; its ``"."`` is SPEC §3's placeholder,
+    the agent workspace, as an omitted cwd. The local user's is resolved against
+    ``acpgate acp``'s working directory (SPEC §3)."""
+    cwd = first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
+    if not remote or not cwd or os.path.isabs(cwd):
+        return cwd
+    if cwd == CWD_PLACEHOLDER:
+        return ""
+    raise JsonRpcError(INVALID_PARAMS, MSG_CWD_NOT_ABSOLUTE.format(cwd=cwd[:200]))

@@ -17,6 +17,17 @@ it arrives, whatever order the two RPCs land in. Every error of this scheme
 counts a slot twice for a moment (a refused slot in a picture until the next
 one), never none.
 
+Room (``SLOT_KIND_SESSION_RELEASABLE``): each worker also reports, per principal, how
+many of its sessions are detached and idle — ones it lets go when their principal
+needs room. A take of a session refused for the limit or the principal's share, while
+the principal has such a session on some worker of the pool, is refused with
+``releasing``: that worker is told, in the answer to its next report, to release one,
+and the taker takes again once it did (its next report no longer holds it). A
+release ordered is not ordered twice, and while one of a principal's is under way (until
+the first report of that worker after the order went out) its takes wait for it rather
+than order more: a take taken again must not cost a second session. Only the principal's own sessions are
+released for it, never another's; nothing is granted beyond a limit meanwhile.
+
 A worker that stops reporting (killed with SIGKILL) is forgotten after
 :attr:`WorkerLedger.ttl_ms`, its slots with it; a restarted worker (same name,
 new ``incarnation``) replaces what its predecessor held at once. Nothing is
@@ -50,6 +61,8 @@ class Grant:
     granted: bool
     per_principal: bool = False
     limit: int = 0
+    #: Refused, but one of the principal's releasable sessions is being released.
+    releasing: bool = False
 
 
 @dataclass
@@ -64,6 +77,10 @@ class _Worker:
     grants: list[tuple[int, _Key]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     reported_at: int = 0
+    #: Releases ordered, by principal: to send with the next report's answer, and sent
+    #: but not yet reflected by a report.
+    to_release: Counter[str] = field(default_factory=Counter)
+    releasing: Counter[str] = field(default_factory=Counter)
 
     def holds(self) -> Counter[_Key]:
         """The picture plus the grants not in it yet."""
@@ -116,25 +133,54 @@ class WorkerLedger:
                     total += n
                     if principal == request.principal:
                         by_principal += n
+        refused: Grant | None = None
         if request.limit and total >= request.limit:
-            return Grant(False, False, request.limit)
-        if request.share and request.principal and by_principal >= request.share:
-            return Grant(False, True, request.share)
+            refused = Grant(False, False, request.limit)
+        elif request.share and request.principal and by_principal >= request.share:
+            refused = Grant(False, True, request.share)
+        if refused is not None:
+            if request.kind == pb.SLOT_KIND_SESSION and (
+                    self._under_way(me.pool, request.principal)
+                    or self._order_release(me.pool, request.principal)):
+                return Grant(False, refused.per_principal, refused.limit, releasing=True)
+            return refused
         if not counted:
             me.grants.append((request.seq, key))
         return Grant(True)
 
-    def report(self, request: pb.ReportWorkerRequest, now: int) -> None:
+    def _order_release(self, pool: str, principal: str) -> bool:
+        """Order one of ``principal``'s releasable sessions released, on a worker holding
+        one not ordered yet; False when there is none."""
+        if not principal:
+            return False
+        key = (pb.SLOT_KIND_SESSION_RELEASABLE, principal)
+        for worker in self._pool(pool):
+            free = worker.held[key] - worker.to_release[principal] - worker.releasing[principal]
+            if free > 0:
+                worker.to_release[principal] += 1
+                return True
+        return False
+
+    def _under_way(self, pool: str, principal: str) -> bool:
+        """Whether a release of ``principal``'s is ordered and not yet reported done."""
+        return any(w.to_release[principal] or w.releasing[principal] for w in self._pool(pool))
+
+    def report(self, request: pb.ReportWorkerRequest, now: int) -> list[pb.HeldSlots]:
         """Apply a worker's picture (unless a later one was applied already) and keep its
-        counters."""
+        counters; the releases it is to make (module doc)."""
         me = self._worker(request.worker, now)
+        me.releasing = me.to_release  # reflected by the report after the next one
+        me.to_release = Counter()
+        release = [pb.HeldSlots(kind=pb.SLOT_KIND_SESSION_RELEASABLE, principal=p, count=n)
+                   for p, n in sorted(me.releasing.items()) if n > 0]
         if request.seq < me.seq:
-            return  # overtaken by a later picture
+            return release  # overtaken by a later picture
         me.held = Counter({(h.kind, h.principal): h.count for h in request.held if h.count})
         me.seq = request.seq
         me.grants = [(seq, key) for seq, key in me.grants if seq > request.seq]
         me.counters = dict(list(request.counters.items())[:MAX_COUNTERS])
         me.reported_at = now
+        return release
 
     def counters(self, pool: str, now: int) -> list[tuple[str, Mapping[str, int], int]]:
         """``(worker, counters, reported_at)`` of the pool's live workers."""

@@ -16,10 +16,17 @@ def _active(registry: SessionRegistry, sid: str, principal: str) -> None:
     registry.active[sid] = session
 
 
-def test_share_defaults_to_a_quarter_at_least_one() -> None:
-    assert token_session_share(AcpSection(max_sessions=10)) == 2
-    assert token_session_share(AcpSection(max_sessions=3)) == 1
-    assert token_session_share(AcpSection(max_sessions=10, max_sessions_per_token=7)) == 7
+def test_share_divides_max_sessions_among_the_active_tokens() -> None:
+    """One token may use every slot; several split them, at least one each; an explicit
+    ``max_sessions_per_token`` wins whatever the count."""
+    assert token_session_share(AcpSection(max_sessions=10)) == 10
+    assert token_session_share(AcpSection(max_sessions=10), active_tokens=0) == 10
+    assert token_session_share(AcpSection(max_sessions=10), active_tokens=2) == 5
+    assert token_session_share(AcpSection(max_sessions=10), active_tokens=4) == 2
+    assert token_session_share(AcpSection(max_sessions=3), active_tokens=5) == 1
+    explicit = AcpSection(max_sessions=10, max_sessions_per_token=7)
+    assert token_session_share(explicit) == 7
+    assert token_session_share(explicit, active_tokens=3) == 7
 
 
 def test_a_token_gets_its_share_others_still_get_theirs() -> None:

@@ -319,3 +319,45 @@ async def _until(check: object) -> None:
         assert loop.time() < deadline, "never happened"
         await asyncio.sleep(0.1)
 
+
+
+async def test_attaching_again_on_the_same_connection_changes_role_and_replays(
+        tmp_path: Path) -> None:
+    """A connection attached already attaches again without a detach: a replay after a
+    point, a role change; the session and a permission request pending on the connection
+    stay."""
+    async with running_gateway(tmp_path, autonomy="supervised") as gw:
+        token = await gw.token("laptop")
+        a = await client(gw, token, "laptop")
+        sid = (await a.result("session/new", {}))["sessionId"]
+        await a.send("session/prompt", {"sessionId": sid, "prompt": "shell echo approved"})
+        seen = await read_until(a.ws, _asks)
+        ask = seen[-1]
+        first = event_ids(seen)[0]
+        replayed, resp = await a.call("session/attach", {
+            "sessionId": sid, "historyPolicy": "after_message", "afterMessageId": first})
+        assert resp["result"]["role"] == "controller", resp
+        assert resp["result"]["historyPolicy"] == "after_message", resp
+        assert event_ids(replayed) == event_ids(seen)[1:], (replayed, seen)
+        # The permission request asked before the attach is answered after it.
+        allow = next(o["optionId"] for o in ask["params"]["options"]
+                     if o["kind"] == "allow_once")
+        await a.ws.send(json.dumps({"jsonrpc": "2.0", "id": ask["id"], "result": {
+            "outcome": {"outcome": "selected", "optionId": allow}}}))
+        done = await read_until(a.ws, lambda m: m.get("id") is not None and "result" in m
+                                and "stopReason" in m["result"])
+        assert "approved" in text_of(done), done
+
+        # Observer, then controller again (a second controller holds the session meanwhile).
+        b = await client(gw, token, "phone")
+        await b.result("session/attach", {"sessionId": sid, "historyPolicy": "none"})
+        watching = await a.result("session/attach", {
+            "sessionId": sid, "role": "observer", "historyPolicy": "none"})
+        assert watching["role"] == "observer", watching
+        _, refused = await a.call("session/prompt", {"sessionId": sid, "prompt": "x"})
+        assert refused["error"]["code"] == -32006, refused
+        assert "echo: from b" in await b.say(sid, "from b")
+        await a.result("session/attach", {"sessionId": sid, "historyPolicy": "none"})
+        assert "echo: back" in await a.say(sid, "back")
+        await a.ws.close()
+        await b.ws.close()

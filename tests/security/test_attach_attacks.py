@@ -74,9 +74,11 @@ async def test_an_observer_cannot_drive_the_session(tmp_path: Path) -> None:
             _, err = await watcher.call(method, {"sessionId": sid, "prompt": "x",
                                                  "modeId": "x", "configId": "x", "value": "x"})
             assert err["error"]["code"] == -32006, (method, err)
-        # A second attach on the same connection cannot turn it into a controller.
-        _, again = await watcher.call("session/attach", {"sessionId": sid})
-        assert "error" in again, again
+        # Attached again on the same connection, as an observer still: still read-only. (A
+        # role is the client's choice, no grant: any connection of the token may control.)
+        again = await watcher.result("session/attach", {"sessionId": sid, "role": "observer",
+                                                        "historyPolicy": "none"})
+        assert again["role"] == "observer", again
         _, prompt = await watcher.call("session/prompt", {"sessionId": sid, "prompt": "x"})
         assert prompt["error"]["code"] == -32006
         assert (await gw.metrics())["acpgate_active_sessions"] == 1

@@ -148,15 +148,15 @@ async def test_a_fork_holds_its_parents_history_and_nothing_else(tmp_path: Path)
 
 async def test_forks_count_against_the_tokens_share_and_quota(tmp_path: Path) -> None:
     quotas = "\n[store]\nmax_token_bytes = 120000\n"
-    async with running_gateway(tmp_path, max_sessions=8, extra=quotas) as gw:
+    async with running_gateway(tmp_path, max_sessions=4, extra=quotas) as gw:
         alice = RawClient(await gw.connect(await gw.token("alice")))
         bob = RawClient(await gw.connect(await gw.token("bob")))
         first = (await alice.result("session/new", {}))["sessionId"]
         await prompt(alice, first, "a" * 25_000)  # about 50 kB stored
         second = (await alice.result("session/new", {}))["sessionId"]
         _, resp = await alice.call("session/fork", {"sessionId": first})
-        assert resp.get("error") == {"code": -32001,
-                                     "message": MSG_SESSION_LIMIT_TOKEN.format(max=2)}, resp
+        assert resp.get("error", {}).get("code") == -32001, resp
+        assert resp["error"]["message"].startswith(MSG_SESSION_LIMIT_TOKEN.format(max=2)), resp
         assert (await bob.result("session/new", {}))["sessionId"]  # Bob is not affected
 
         await alice.result("session/close", {"sessionId": second})

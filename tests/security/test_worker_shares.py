@@ -42,7 +42,7 @@ async def test_a_token_on_every_worker_stays_within_its_shares(tmp_path: Path) -
         # Its two sessions run on worker 1: none more on worker 2.
         _, resp = await third.call("session/new", {})
         assert resp["error"]["code"] == SESSION_LIMIT
-        assert resp["error"]["message"] == MSG_SESSION_LIMIT_TOKEN.format(max=2)
+        assert resp["error"]["message"].startswith(MSG_SESSION_LIMIT_TOKEN.format(max=2))
 
         # Worker 1 killed outright: restarted, it holds nothing, and says so at once.
         killed = kill_worker(served, 1)

@@ -77,3 +77,39 @@ def test_pools_count_apart() -> None:
     assert take(ledger, who("a/w1", pool="a"), 1, limit=1)
     assert take(ledger, who("b/w1", pool="b"), 1, limit=1)
     assert not take(ledger, who("a/w2", pool="a"), 1, limit=1)
+
+
+def _picture(ledger: WorkerLedger, worker: pb.WorkerId, seq: int, held: dict[str, int],
+             releasable: dict[str, int]) -> list[tuple[str, int]]:
+    """Report ``held`` sessions and ``releasable`` (detached idle) ones by principal; the
+    releases the answer orders, as (principal, count)."""
+    out = ledger.report(pb.ReportWorkerRequest(worker=worker, seq=seq, held=[
+        *(pb.HeldSlots(kind=SESSION, principal=p, count=n) for p, n in held.items()),
+        *(pb.HeldSlots(kind=pb.SLOT_KIND_SESSION_RELEASABLE, principal=p, count=n)
+          for p, n in releasable.items())]), 0)
+    return [(o.principal, o.count) for o in out]
+
+
+def test_a_detached_idle_session_on_another_worker_is_released_for_its_principal() -> None:
+    """A take at the share, while the principal has a detached idle session on another
+    worker, orders that worker to release it (once, until a report shows it gone) and is
+    granted only after; another principal's take orders nothing of it."""
+    ledger = WorkerLedger(ttl_ms=1000)
+    one, two = who("h/w1"), who("h/w2")
+    assert _picture(ledger, one, 1, {"client:t": 2}, {"client:t": 1}) == []
+    first = ledger.take(pb.TakeSlotRequest(worker=two, kind=SESSION, principal="client:t",
+                                           limit=10, share=2, seq=1), 0)
+    assert not first.granted and first.releasing and first.per_principal
+    # Asked again before worker 1 heard of it: still under way, not ordered twice.
+    again = ledger.take(pb.TakeSlotRequest(worker=two, kind=SESSION, principal="client:t",
+                                           limit=10, share=2, seq=1), 0)
+    assert not again.granted and again.releasing
+    # Another token at the host's limit gets none of client:t's sessions released.
+    other = ledger.take(pb.TakeSlotRequest(worker=two, kind=SESSION, principal="client:u",
+                                           limit=2, share=2, seq=2), 0)
+    assert not other.granted and not other.releasing
+    assert _picture(ledger, one, 2, {"client:t": 2}, {"client:t": 1}) == [("client:t", 1)]
+    # Worker 1 released it: its next report says so, and the take is granted.
+    assert _picture(ledger, one, 3, {"client:t": 1}, {}) == []
+    assert take(ledger, two, 1)
+    assert not take(ledger, two, 3)  # the share holds: no session left to release

@@ -159,6 +159,10 @@ class _SlotKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SlotKind.Val
     """A gateway connection ([gateway] max_connections, max_connections_per_token)."""
     SLOT_KIND_SESSION: _SlotKind.ValueType  # 2
     """A session run or set up ([acp] max_sessions, max_sessions_per_token)."""
+    SLOT_KIND_SESSION_RELEASABLE: _SlotKind.ValueType  # 3
+    """Among a worker's SLOT_KIND_SESSION (a part of them, no slots of their own): its
+    detached idle sessions, which it releases when their principal needs room.
+    """
 
 class SlotKind(_SlotKind, metaclass=_SlotKindEnumTypeWrapper):
     """---------------------------------------------------------------- edge workers"""
@@ -168,6 +172,10 @@ SLOT_KIND_CONNECTION: SlotKind.ValueType  # 1
 """A gateway connection ([gateway] max_connections, max_connections_per_token)."""
 SLOT_KIND_SESSION: SlotKind.ValueType  # 2
 """A session run or set up ([acp] max_sessions, max_sessions_per_token)."""
+SLOT_KIND_SESSION_RELEASABLE: SlotKind.ValueType  # 3
+"""Among a worker's SLOT_KIND_SESSION (a part of them, no slots of their own): its
+detached idle sessions, which it releases when their principal needs room.
+"""
 Global___SlotKind: _TypeAlias = SlotKind  # noqa: Y015
 
 @_typing.final
@@ -2489,20 +2497,26 @@ class TakeSlotResponse(_message.Message):
     GRANTED_FIELD_NUMBER: _builtins.int
     PER_PRINCIPAL_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    RELEASING_FIELD_NUMBER: _builtins.int
     granted: _builtins.bool
     per_principal: _builtins.bool
     """Refused: whether for the principal's share, and the limit reached."""
     limit: _builtins.int
+    releasing: _builtins.bool
+    """Refused, but a releasable session of the principal (SLOT_KIND_SESSION_RELEASABLE)
+    is being released by the worker holding it: take again shortly.
+    """
     def __init__(
         self,
         *,
         granted: _builtins.bool = ...,
         per_principal: _builtins.bool = ...,
         limit: _builtins.int = ...,
+        releasing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "limit", b"limit", "per_principal", b"per_principal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "limit", b"limit", "per_principal", b"per_principal", "releasing", b"releasing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2595,12 +2609,21 @@ Global___ReportWorkerRequest: _TypeAlias = ReportWorkerRequest  # noqa: Y015
 class ReportWorkerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    RELEASE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def release(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldSlots]:
+        """Sessions this worker is to release to make room for their principal: `count` of
+        that principal's releasable ones (kind SLOT_KIND_SESSION_RELEASABLE).
+        """
+
     def __init__(
         self,
+        *,
+        release: _abc.Iterable[Global___HeldSlots] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["release", b"release"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -75,6 +75,9 @@ class DetachedPort:
         self.delivered = delivered
         #: Updates relayed while detached (kept in the ring, for the next attach).
         self.missed = 0
+        #: When it was detached (the runtime's clock): the longest detached goes first when
+        #: its token needs room (services.edge.sessions.shares).
+        self.detached_at = 0.0
 
     @property
     def client_capabilities(self) -> ClientCapabilities:
@@ -181,6 +184,7 @@ def detach(session: EdgeSession, grace_secs: float, *, delivered: int = 0) -> No
     disconnect always did) unless a controller attaches it within ``grace_secs``.
     ``delivered``: the newest event id handed to that connection."""
     port = DetachedPort(session.port.client_capabilities, delivered)
+    port.detached_at = session.runtime.clock()
     _move(session, port)
     session.attached.clear()
     port.expiry = session.runtime.spawn(_expire(session, port, grace_secs))

@@ -16,6 +16,13 @@
 The connection's attachment is entered into the session before the replay is read and
 holds back what the session streams meanwhile in its queue; its writer starts once the
 replay went out: no gap, no duplicate, in order.
+
+A connection attached to the session already (as its holder, or with an earlier
+``session/attach``) joins again the same way: its new attachment takes the old one's
+place in the same step (:func:`_enter`), so the session never lacks it and a
+permission request it was asked stays open on it (the request is the connection's).
+A holder that joins again as an observer hands the session to another controller
+attached, else detaches it for the grace (:func:`may_rejoin` says when it cannot).
 """
 
 from __future__ import annotations
@@ -29,14 +36,14 @@ from services.common.attach_protocol import (
     ROLE_CONTROLLER,
 )
 from services.common.logs import get_logger
-from services.edge.sessions.attachment import DetachedPort, attach, changed
-from services.edge.sessions.clients import AttachedConnection, Attachment
+from services.edge.sessions.attachment import DetachedPort, attach, changed, detach, promote
+from services.edge.sessions.clients import AttachedConnection, Attachment, conn_of
 from services.edge.sessions.feed import Event, event_id_of
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["HISTORY_LIVE", "join"]
+__all__ = ["HISTORY_LIVE", "join", "may_rejoin"]
 
 log = get_logger("edge.joining")
 
@@ -98,10 +105,43 @@ def _after(session: EdgeSession, after: Any) -> list[Event] | None:
     return None
 
 
+def _heir(session: EdgeSession, conn: object) -> Attachment | None:
+    """A controller attached to ``session`` on a connection other than ``conn``."""
+    return next((a for a in session.clients.extra if a.role == ROLE_CONTROLLER
+                 and not a.closed and a.conn is not conn), None)
+
+
+def may_rejoin(session: EdgeSession, conn: AttachedConnection, role: str) -> bool:
+    """Whether ``conn`` may join ``session`` again as ``role``: not when it holds the
+    session, would watch it only, and nobody could hold it meanwhile (no other controller
+    attached, no grace to detach it for: stdio)."""
+    return role == ROLE_CONTROLLER or conn_of(session.port) is not conn \
+        or _heir(session, conn) is not None or conn.detach_grace_secs > 0
+
+
 def _enter(session: EdgeSession, att: Attachment) -> None:
     """Enter ``att`` into the session: a controller of a detached session becomes its
-    port; any other attachment joins the ones there."""
+    port; any other attachment joins the ones there. An attachment of the same connection
+    (a join again) is taken out in the same step: a controller holding the session is
+    replaced as its port, one that becomes an observer hands it on (module doc)."""
+    clients = session.clients
+    for old in [a for a in clients.extra if a.conn is att.conn]:
+        old.close()
+        clients.extra.remove(old)
+    port = session.port
+    if conn_of(port) is att.conn:
+        if isinstance(port, Attachment):
+            port.close()
+        if att.role == ROLE_CONTROLLER:
+            attach(session, att)
+            return
+        heir = _heir(session, att.conn)
+        if heir is not None:
+            clients.extra.remove(heir)
+            promote(session, heir)
+        else:
+            detach(session, att.detach_grace_secs, delivered=clients.delivered_to(port))
     if att.role == ROLE_CONTROLLER and isinstance(session.port, DetachedPort):
         attach(session, att)
     else:
-        session.clients.extra.append(att)
+        clients.extra.append(att)

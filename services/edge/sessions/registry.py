@@ -1,10 +1,10 @@
 """The edge's active sessions and their slots: ``max_sessions`` and each token's share (SPEC §9).
 
 ``[acp] max_sessions`` bounds the sessions one edge runs or sets up at once;
-``max_sessions_per_token`` (default: a quarter of it, at least one) bounds those
-of one gateway token's principal, so that one token — or one spawn chain, whose
-children belong to their root's token — cannot take every slot and lock the
-other tokens out (issue 23 item 6). Counted per principal: the active sessions
+``max_sessions_per_token`` (default: ``max_sessions`` divided among the active
+tokens, :func:`token_session_share`) bounds those of one gateway token's principal,
+so that one token — or one spawn chain, whose children belong to their root's
+token — cannot take every slot and lock the other tokens out (issue 23 item 6). Counted per principal: the active sessions
 whose row it owns (hosted ones too: sessions the edge runs for another session
 run adapters like any) plus the slots reserved for it while a session is set
 up (new, load/resume, spawn). The local principal (stdio, a gateway without
@@ -29,12 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["SessionRegistry", "SlotRefusal", "token_session_share"]
 
 
-def token_session_share(acp: AcpSection) -> int:
+def token_session_share(acp: AcpSection, active_tokens: int = 1) -> int:
     """The sessions one token's principal may hold: ``max_sessions_per_token``, else (0)
-    a quarter of ``max_sessions``, at least one."""
+    ``max_sessions`` divided among the ``active_tokens`` (every slot with one), at least
+    one (services.edge.sessions.shares)."""
     if acp.max_sessions_per_token > 0:
         return acp.max_sessions_per_token
-    return max(1, acp.max_sessions // 4)
+    return max(1, acp.max_sessions // max(1, active_tokens))
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class SessionRegistry:
     """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
 
     max_sessions: int
-    #: The share of one token's principal (``token_session_share``).
+    #: The share of one token's principal (``token_session_share``; kept current by
+    #: ``services.edge.sessions.shares.TokenShares`` before each reservation).
     per_token: int = 0
     active: dict[str, EdgeSession] = field(default_factory=dict)
     reserved: int = 0

@@ -1,20 +1,18 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services, who this edge
-is (name and version, for both ACP handshakes), the registry of active sessions
-with the ``max_sessions`` slots and each token's share of them (SPEC §9,
-:mod:`services.edge.sessions.registry`), the idle reaper, this host's claims
-on the sessions it serves and their heartbeat (:mod:`services.edge.sessions.claims`),
-and the one way a session is released: its dependents first (the sessions it
-spawned and those the edge runs for it, issue 13), then adapter detached, lease
-closed through lifecycle ``CloseSession``, row marked inactive and its claim
-dropped (never deleted). The adapter methods the edge serves itself (the
-session tools) are handed in by whoever composes the runtime.
+It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
+version, for both ACP handshakes), the registry of active sessions with the
+``max_sessions`` slots and each token's share of them (SPEC §9), the idle reaper, this
+host's claims on the sessions it serves and their heartbeat, and the one way a session is
+released: its dependents first (the sessions it spawned and those the edge runs for it),
+then adapter detached, lease closed through lifecycle ``CloseSession``, row marked
+inactive and its claim dropped (never deleted). The adapter methods the edge serves
+itself (the session tools) are handed in by whoever composes the runtime.
 
-The edge never starts a service itself. When ``[services]`` leaves an address
-empty (embedded mode), whoever composes the process passes a
-:data:`StartServices` (``acpgate.embedded.start_embedded``) that starts the
-missing ones; the runtime stops them again when it closes.
+The edge never starts a service itself. When ``[services]`` leaves an address empty
+(embedded mode), whoever composes the process passes a :data:`StartServices`
+(``acpgate.embedded.start_embedded``) that starts the missing ones; the runtime stops
+them again when it closes.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.session import AdapterMethod, EdgeSession
+from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
 from services.edge.sessions.workers import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore
@@ -112,6 +111,8 @@ class EdgeRuntime:
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
+        #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
+        self.shares = TokenShares(cfg.acp, cfg.token_db_path)
         #: With several edge workers on one port (``--worker``): this one's link to the
         #: others, through the session service (services.edge.sessions.workers); None: the only edge.
         self.workers = WorkerLink(self.session_stub, worker) if worker else None
@@ -137,8 +138,6 @@ class EdgeRuntime:
         """This edge as an ACP ``Implementation``: agentInfo to clients, clientInfo to adapters."""
         return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
 
-    # ------------------------------------------------------------------ startup
-
     async def _start(self) -> None:
         status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
         self.persistent = status.persistent
@@ -150,6 +149,8 @@ class EdgeRuntime:
         if self.workers is not None:  # its sessions are claimed by this worker, not its host
             self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
             self.workers.add_picture(self.registry.picture)
+            self.workers.add_picture(lambda: releasable_picture(self.registry))
+            self.workers.set_releaser(lambda who, n: release_ordered(self, who, n))
             self.registry.on_change = self.workers.changed
             self._reports = asyncio.create_task(self.workers.run(), name="edge-worker-reports")
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
@@ -316,6 +317,7 @@ class EdgeRuntime:
             await self.workers.report()  # what this worker held is free at once
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
+        self.shares.close()
         for channel in self._channels:
             with contextlib.suppress(Exception):
                 await channel.close(None)

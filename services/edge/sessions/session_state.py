@@ -116,6 +116,11 @@ class AdapterSessionState:
         return out
 
     @property
+    def title(self) -> str | None:
+        """The title the agent gave the session (``session_info_update``), if any."""
+        return self._title
+
+    @property
     def model_id(self) -> str:
         """The current model ("" when the adapter reported no models)."""
         current = self.models.get("currentModelId") if self.models else None

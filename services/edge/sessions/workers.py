@@ -14,6 +14,10 @@ every worker tells what it holds:
   counters for ``/metrics`` — goes to the session service every
   :data:`REPORT_SECS`, and at once when it lets something go (:meth:`changed`), so
   a slot freed on one worker is free on the others at once;
+- a take refused while the principal has a detached idle session on some worker
+  is refused with ``releasing`` (services.session.workers): that worker releases it
+  when the answer to its next report says so (:meth:`WorkerLink.set_releaser`), and
+  the taker takes again meanwhile (:meth:`WorkerLink.take_making_room`);
 - a worker that dies stops reporting; the session service forgets it after a
   claim's lease time, and its restarted successor (same name, new incarnation)
   replaces it at its first report.
@@ -51,6 +55,10 @@ log = get_logger("edge.workers")
 REPORT_SECS: Final = 0.5
 #: How long a take or a report may take before it counts as failed.
 _CALL_SECS: Final = 5.0
+#: A take refused while a session is released for it is tried again this often, for at
+#: most this long (the releasing worker reports within REPORT_SECS, at once once it did).
+_RETAKE_SECS: Final = 0.1
+_RETAKE_FOR_SECS: Final = 10 * REPORT_SECS
 
 #: A worker's picture: how many of each (kind, principal) it holds.
 Held = Counter[tuple[int, str]]
@@ -77,6 +85,7 @@ class SharedRefusal:
 
     limit: int
     per_principal: bool
+    releasing: bool = False
 
 
 class WorkerLink:
@@ -90,6 +99,7 @@ class WorkerLink:
         self.seq = 0
         self._pictures: list[Callable[[], Held]] = []
         self._counters: Callable[[], Mapping[str, int]] | None = None
+        self._releaser: Callable[[str, int], None] | None = None
         self._changed = asyncio.Event()
 
     def configure(self, instance_id: str) -> str:
@@ -110,6 +120,11 @@ class WorkerLink:
     def set_counters(self, counters: Callable[[], Mapping[str, int]]) -> None:
         """What this worker reports for ``/metrics`` (its runtime's and gateway's counters)."""
         self._counters = counters
+
+    def set_releaser(self, releaser: Callable[[str, int], None]) -> None:
+        """Who releases ``count`` of a principal's detached idle sessions when the session
+        service says so (in the answer to a report)."""
+        self._releaser = releaser
 
     def counted(self) -> int:
         """Call right after a local count that is to be taken: its change number."""
@@ -135,7 +150,19 @@ class WorkerLink:
             return None
         if resp.granted:
             return None
-        return SharedRefusal(resp.limit, resp.per_principal)
+        return SharedRefusal(resp.limit, resp.per_principal, resp.releasing)
+
+    async def take_making_room(self, kind: pb.SlotKind.ValueType, principal: str, seq: int, *,
+                               limit: int, share: int) -> SharedRefusal | None:
+        """:meth:`take`, taken again while a session of the principal is being released for
+        it (on whichever worker holds one), until granted or refused outright."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _RETAKE_FOR_SECS
+        while True:
+            refused = await self.take(kind, principal, seq, limit=limit, share=share)
+            if refused is None or not refused.releasing or loop.time() >= give_up:
+                return refused
+            await asyncio.sleep(_RETAKE_SECS)
 
     def picture(self) -> Held:
         """What this worker holds now, every source together."""
@@ -149,7 +176,7 @@ class WorkerLink:
         seq, held = self.seq, self.picture()  # one tick: the picture holds every seq ≤ it
         counters = dict(self._counters()) if self._counters is not None else {}
         try:
-            await self._stub.ReportWorker(pb.ReportWorkerRequest(
+            resp = await self._stub.ReportWorker(pb.ReportWorkerRequest(
                 worker=self._id, seq=seq, counters=counters,
                 held=[pb.HeldSlots(kind=cast("pb.SlotKind.ValueType", kind),
                                    principal=principal, count=n)
@@ -157,6 +184,10 @@ class WorkerLink:
                 timeout=_CALL_SECS)
         except grpc.aio.AioRpcError as exc:
             log.info("worker_report_failed", code=exc.code().name)
+            return
+        for order in resp.release:
+            if self._releaser is not None and order.count:
+                self._releaser(order.principal, order.count)
 
     async def run(self) -> None:
         """Report at once (this worker joins its pool), then every :data:`REPORT_SECS` and

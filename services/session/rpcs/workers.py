@@ -38,14 +38,14 @@ class WorkerRpcs(RpcBase):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "kind is required")
         grant = self._ledger.take(request, wall_clock_ms())
         return pb.TakeSlotResponse(granted=grant.granted, per_principal=grant.per_principal,
-                                   limit=grant.limit)
+                                   limit=grant.limit, releasing=grant.releasing)
 
     async def ReportWorker(self, request: pb.ReportWorkerRequest,
                            context: Ctx) -> pb.ReportWorkerResponse:
-        """A worker's whole picture and counters (its lease renewed)."""
+        """A worker's whole picture and counters (its lease renewed); the sessions it is to
+        release for room."""
         await self._check(request.worker, context)
-        self._ledger.report(request, wall_clock_ms())
-        return pb.ReportWorkerResponse()
+        return pb.ReportWorkerResponse(release=self._ledger.report(request, wall_clock_ms()))
 
     async def ListWorkers(self, request: pb.ListWorkersRequest,
                           context: Ctx) -> pb.ListWorkersResponse:

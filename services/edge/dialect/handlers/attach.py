@@ -15,6 +15,11 @@ with ``afterMessageId`` (a message id, or the ``_meta.acpgate.eventId`` of the l
 update the client saw); see :mod:`services.edge.sessions.joining`. The replay comes as
 ``session/update`` notifications before the answer, the live tail after it.
 
+A connection attached already (it holds the session, or attached it before) attaches it
+again the same way — to change its role, or for a replay after a point: the new
+attachment replaces the old one at once, the session and a permission request pending on
+the connection stay (:mod:`services.edge.sessions.joining`).
+
 ``session/detach`` leaves a session without ending it: an attachment is closed; the
 session's holder hands it to another controller, or detaches it for ``[gateway]
 detach_grace_secs`` (released at once where there is no grace: stdio).
@@ -33,6 +38,7 @@ from services.common.attach_protocol import (
     MSG_BAD_HISTORY_POLICY,
     MSG_BAD_ROLE,
     MSG_NOT_ATTACHED,
+    MSG_ONLY_CONTROLLER,
     ROLE_CONTROLLER,
     ROLE_OBSERVER,
 )
@@ -47,7 +53,7 @@ from services.edge.errors import not_found
 from services.edge.params import session_id
 from services.edge.sessions.clients import Attachment, conn_of, leave
 from services.edge.sessions.hosted import HostedPort
-from services.edge.sessions.joining import join
+from services.edge.sessions.joining import join, may_rejoin
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.session import EdgeSession
 
@@ -70,10 +76,12 @@ async def session_attach(conn: DialectConnection, params: dict[str, Any]) -> dic
     if session is None:
         await live_elsewhere(conn, sid)
         raise not_found(sid)
-    if sid in conn.sessions or sid in conn.observing:
-        raise JsonRpcError(INVALID_PARAMS, f"Session {sid} is attached to this connection "
-                                           "already")
+    # Attached here already: joined again, the new role and replay replacing the old
+    # attachment in one step (services.edge.sessions.joining).
+    if not may_rejoin(session, conn, str(role)):
+        raise JsonRpcError(INVALID_PARAMS, MSG_ONLY_CONTROLLER.format(session_id=sid))
     session.confirmed = True  # the client names it: it knows the session
+    conn.forget_session(sid)
     if role == ROLE_OBSERVER:
         conn.observing[sid] = session
     else:

@@ -68,13 +68,14 @@ from services.common.protocol import (
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import fork_error
 from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.param_checks import check_fork
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
 from services.edge.errors import grpc_error, not_found
 from services.edge.params import (
     additional_directories,
+    client_cwd,
     encode_mcp_servers,
-    first_str,
     passed_params,
     restore_mcp_servers,
     session_id,
@@ -104,8 +105,10 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
     parent_id = session_id(params)
     if not rt.persistent:
         raise not_found(parent_id)
+    cwd = client_cwd(params, remote=conn.remote)
     extra = additional_directories(params)
-    async with reserved_slot(rt, conn.caller.principal) as slot:
+    async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
+                             validate=lambda: check_fork(conn, parent_id, cwd, extra)) as slot:
         parent = await visible_row(rt, conn.caller, parent_id)
         # The fork is the parent's principal's (the operator may fork any token's session).
         await slot.charge(principal_of_owner(parent.ownership.owner_session_key))
@@ -118,7 +121,7 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
                 parent_session_id=parent_id, session_id=sid,
                 gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
                 public_url=rt.claims.public_url,
-                cwd=first_str(params, "cwd") or "", base_dir=os.getcwd(),
+                cwd=cwd, base_dir=os.getcwd(),
                 local_user=not conn.remote,
                 **({"operator": True} if conn.caller.operator
                    else {"requester_session_key": conn.caller.principal}))

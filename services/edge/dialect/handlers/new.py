@@ -40,12 +40,13 @@ from services.edge.adapter.failures import setup_error
 from services.edge.adapter.requests import expected_initialize
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.agent_calls import connection_agent
+from services.edge.dialect.handlers.param_checks import check_new
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.errors import grpc_error
 from services.edge.params import (
     additional_directories,
+    client_cwd,
     encode_mcp_servers,
-    first_str,
     mcp_servers,
     passed_params,
 )
@@ -115,7 +116,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answer
     """SPEC §3: alias chain, cwd rules, limit, row, adapter."""
     rt = conn.runtime
     alias = _explicit_alias(params)
-    cwd = first_str(params, "cwd", "workspaceDir", "workspace_dir") or ""
+    cwd = client_cwd(params, remote=conn.remote)
     extra = additional_directories(params) or []
     # Before anything is created: a refused MCP server leaves no row and no adapter.
     client_mcp = client_mcp_rules(conn)
@@ -123,7 +124,9 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answer
     held = connection_agent(conn).take(alias) if conn.agent_state is not None else None
     # A held adapter's lease is keyed by the id of the session that takes it.
     sid = held.session_id if held is not None else str(uuid.uuid4())
-    async with reserved_slot(rt, conn.caller.principal), creating(rt.registry, sid):
+    async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
+                             validate=lambda: check_new(conn, alias, cwd, extra)), \
+            creating(rt.registry, sid):
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()

@@ -74,11 +74,13 @@ from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import restore_error
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.elsewhere import with_live_at
+from services.edge.dialect.handlers.param_checks import check_restore
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
 from services.edge.errors import grpc_error, not_found
 from services.edge.params import (
     additional_directories,
+    client_cwd,
     encode_mcp_servers,
     passed_params,
     restore_mcp_servers,
@@ -132,6 +134,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     """Bring stored session ``params.sessionId`` back on this connection (steps: module doc)."""
     rt = conn.runtime
     sid = session_id(params)
+    client_cwd(params, remote=conn.remote)  # not used (SPEC §8), but checked like any
     if not rt.persistent:
         raise not_found(sid)
     mine = conn.sessions.get(sid)
@@ -146,7 +149,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             and isinstance(live.port, DetachedPort) and live.principal == conn.caller.principal:
         return await _reattach(conn, live, params, replay=replay)
     extra = additional_directories(params)
-    async with reserved_slot(rt, conn.caller.principal) as slot:
+    checks = (lambda: check_restore(conn, sid, extra)) if isinstance(conn, DialectConnection) \
+        else None
+    async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
+                             validate=checks) as slot:
         row = await visible_row(rt, conn.caller, sid)
         # The operator may restore any principal's session: it counts against that one.
         await slot.charge(principal_of_owner(row.ownership.owner_session_key))

@@ -13,6 +13,9 @@ OBSERVER_READ_ONLY: Final = -32006
 #: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
 #: says where to attach it (issue 27, across hosts).
 SESSION_LIVE_ELSEWHERE: Final = -32007
+#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
+#: restarted): ``session/load`` or ``session/resume`` brings it back.
+SESSION_NOT_RUNNING: Final = -32008
 
 #: Multi-client attach RFD (issue 27): join a live session as controller or observer, and
 #: leave it again without ending it.
@@ -66,6 +69,11 @@ MSG_LIVE_ELSEWHERE_NO_URL: Final = ("attach it there (that host has no [gateway]
 MSG_ATTACH_ON_SIBLING_WORKER: Final = (
     "Session {session_id} is live on edge worker {worker} of this host: reconnect with its "
     "affinity cookie, or to /acp?worker={worker}, and attach it there")
+MSG_SESSION_NOT_RUNNING: Final = (
+    "Session {session_id} is stored but not running (it ended with its last connection or an "
+    "acpgate restart): restore it with session/load or session/resume")
+#: The methods that bring a stored session back (``data.acpgate.restoreWith``).
+RESTORE_METHODS: Final = ("session/load", "session/resume")
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"
 #: An attach again as observer by the one controller of a session that cannot be detached.
 MSG_ONLY_CONTROLLER: Final = (

@@ -3,9 +3,9 @@
 A connection attaches a *live* session of its own principal — exactly the token
 that owns it, whatever ``[sessions] visibility`` or an operator grant says: any other
 caller, and any id that is not live on this edge, gets the very answer of an unknown
-session (a session live on another host or edge worker answers where it lives,
-:mod:`services.edge.dialect.handlers.elsewhere`). Attaching takes no slot of the
-token's share: the session has its slot already.
+session (one live on another host or edge worker answers where it lives, and one stored
+but running nowhere how to restore it: :mod:`services.edge.dialect.handlers.elsewhere`).
+Attaching takes no slot of the token's share: the session has its slot already.
 
 ``role``: ``controller`` (default; prompts, cancels, answers permission requests — the
 first answer among the controllers wins) or ``observer`` (watches only: its prompt,
@@ -47,7 +47,7 @@ from services.common.protocol import (
     INVALID_PARAMS,
 )
 from services.edge.dialect.dispatch import DialectConnection
-from services.edge.dialect.handlers.elsewhere import live_elsewhere
+from services.edge.dialect.handlers.elsewhere import live_elsewhere, stored_not_running
 from services.edge.dialect.handlers.restore import replay_history
 from services.edge.errors import not_found
 from services.edge.params import session_id
@@ -75,6 +75,7 @@ async def session_attach(conn: DialectConnection, params: dict[str, Any]) -> dic
     session = own_live_session(conn, sid)
     if session is None:
         await live_elsewhere(conn, sid)
+        await stored_not_running(conn, sid)
         raise not_found(sid)
     # Attached here already: joined again, the new role and replay replacing the old
     # attachment in one step (services.edge.sessions.joining).

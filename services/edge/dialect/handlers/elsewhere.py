@@ -12,8 +12,12 @@ says "reconnect to <url>" — the client connects there and attaches. The URL co
 from the claiming edge's configuration, sent under the service credential: nothing a
 client sends reaches it. Without one the answer says so, and names no guessed address.
 A ``session/load``/``resume`` there keeps SPEC §8's -32602 "Session already active",
-with the same ``data.acpgate.liveAt`` added (:func:`with_live_at`). Anyone else's
-session, or one nobody serves, answers as before.
+with the same ``data.acpgate.liveAt`` added (:func:`with_live_at`).
+
+A session of the caller's own that nobody serves — stored, its last connection's grace
+over or acpgate restarted since — answers ``session/attach`` with
+:data:`~services.common.attach_protocol.SESSION_NOT_RUNNING` (-32008) saying how to bring
+it back (:func:`stored_not_running`). Anyone else's session answers as an unknown one.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from services.common.attach_protocol import (
     MSG_LIVE_ELSEWHERE_NO_URL,
     MSG_LIVE_ELSEWHERE_RECONNECT,
     MSG_SESSION_LIVE_ELSEWHERE,
+    MSG_SESSION_NOT_RUNNING,
+    RESTORE_METHODS,
     SESSION_LIVE_ELSEWHERE,
+    SESSION_NOT_RUNNING,
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import principal_of_owner
@@ -35,7 +42,7 @@ from services.edge.dialect.visibility import visible_row
 from services.edge.sessions.sibling import sibling_where
 from services.edge.sessions.workers import split_worker_name
 
-__all__ = ["live_elsewhere", "with_live_at"]
+__all__ = ["live_elsewhere", "stored_not_running", "with_live_at"]
 
 
 async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
@@ -45,6 +52,23 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
     if found is not None:
         where, message = found
         raise JsonRpcError(SESSION_LIVE_ELSEWHERE, message, {META_ACPGATE: {"liveAt": where}})
+
+
+async def stored_not_running(conn: DialectConnection, sid: str) -> None:
+    """Raise -32008 when ``sid`` is a stored session of the caller's own that runs nowhere
+    (no live claim; :func:`live_elsewhere` answered for one that runs on another host);
+    return otherwise."""
+    rt = conn.runtime
+    if not rt.persistent:
+        return
+    try:
+        row = await visible_row(rt, conn.caller, sid)
+    except JsonRpcError:
+        return
+    if principal_of_owner(row.ownership.owner_session_key) != conn.caller.principal:
+        return
+    raise JsonRpcError(SESSION_NOT_RUNNING, MSG_SESSION_NOT_RUNNING.format(session_id=sid), {
+        "sessionId": sid, META_ACPGATE: {"stored": True, "restoreWith": list(RESTORE_METHODS)}})
 
 
 async def with_live_at(conn: object, sid: str, refused: JsonRpcError) -> JsonRpcError:

@@ -10,8 +10,8 @@ from typing import Final
 from services.common.host_view import M_HOST_CANCEL, M_HOST_CLOSE, M_HOST_PS
 from services.common.protocol import M_SESSION_FORK, M_SESSION_LIST
 
-#: acpgate: an observer attachment asked to act on its session (prompt, cancel, mode...)
-#: (issue 27: observers watch only).
+#: acpgate: an observer attachment named its session in a method other than
+#: :data:`OBSERVER_METHODS` (observers watch only).
 OBSERVER_READ_ONLY: Final = -32006
 #: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
 #: says where to attach it (issue 27, across hosts).

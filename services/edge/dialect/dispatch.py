@@ -173,7 +173,7 @@ class DialectConnection:
         """-32006 when ``method`` names (``sessionId`` / ``session_id``) a session this
         connection only observes and is not one of :data:`OBSERVER_METHODS`: the one check of
         an observer's role, for every method — served here or relayed to the agent."""
-        if method in OBSERVER_METHODS:
+        if not self.observing or method in OBSERVER_METHODS:
             return
         sid = first_str(params, "sessionId", "session_id")
         if sid and sid in self.observing and sid not in self.sessions:

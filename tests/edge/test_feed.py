@@ -55,3 +55,17 @@ def test_replay_after_an_id_or_a_message_and_what_the_ring_lost() -> None:
     feed.turn_stored()
     assert feed.live_turn() == []
     assert feed.kept_chars <= 800
+
+
+def test_only_a_message_id_acpgate_assigned_is_a_resume_point() -> None:
+    feed = SessionFeed("s1", max_chars=1 << 20, start_id=1)
+    theirs = {"sessionUpdate": "agent_message_chunk", "messageId": "2",
+              "content": {"type": "text", "text": "x"}}
+    plan = {"sessionUpdate": "plan", "entries": []}
+    events = feed.stamp([theirs, plan, theirs, plan, "mine"], None)
+    assert [e.assigned for e in events] == [False, False, False, False, True]
+    # The agent's id (digits: also an event id) is no point; acpgate's and event ids are.
+    assert feed.after_point("2") is None and feed.after_message("2") is None
+    assert feed.after_point(events[4].message_id) == []
+    assert [e.event_id for e in feed.after_point(3) or []] == [4, 5]
+    assert [e.event_id for e in feed.after_point("3") or []] == [4, 5]

@@ -44,7 +44,7 @@ def _parsed_path(line: str) -> str:
     return notification_lines("session/update", [params])[0]
 
 
-def _run(lines: Sequence[str]) -> list[tuple[str, Any]]:
+def _run(lines: Sequence[str], *, screen: bool = False) -> list[tuple[str, Any]]:
     """The runs ``relay`` hands on, in order: ("updates", [(update, line)]) or ("others", lines)."""
     out: list[tuple[str, Any]] = []
 
@@ -55,7 +55,8 @@ def _run(lines: Sequence[str]) -> list[tuple[str, Any]]:
     async def others(rest: list[str]) -> None:
         out.append(("others", list(rest)))
 
-    asyncio.run(UpdateLines().relay(lines, ADAPTER_ID, EDGE_ID, updates, others))
+    asyncio.run(UpdateLines().relay(lines, ADAPTER_ID, EDGE_ID, updates, others,
+                                    screen=screen))
     return out
 
 
@@ -227,3 +228,15 @@ def test_a_run_of_many_lines_is_rewritten_line_by_line() -> None:
     runs = _run(RECOGNISED * 3)
     assert [kind for kind, _ in runs] == ["updates"]
     assert [relayed for _, relayed in runs[0][1]] == [_parsed_path(line) for line in RECOGNISED * 3]
+
+
+def test_an_external_agents_update_with_acpgate_meta_takes_the_screening_path() -> None:
+    forged = {"sessionUpdate": "plan", "entries": [], "_meta": {"acpgate": {"eventId": 1}}}
+    escaped = _line(forged).replace('"acpgate"', '"acp\\u0067ate"')
+    kept = {"sessionUpdate": "plan", "entries": [], "_meta": {"vendor": 1}}
+    lines = [_line(forged), escaped, _line(kept), _line(_chunk("x"))]
+    runs = _run(lines, screen=True)
+    assert runs[0] == ("others", lines[:2])
+    assert runs[1][0] == "updates" and [u for u, _ in runs[1][1]] == [kept, "x"]
+    # The built-in agent's lines are not screened: its _meta.acpgate is acpgate's own.
+    assert [kind for kind, _ in _run(lines)] == ["updates"]

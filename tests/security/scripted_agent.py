@@ -8,6 +8,8 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
 - ``burst <n> <secs>``: ``n`` ``session/request_permission`` requests in one write,
   then, ``secs`` later, every one of them withdrawn with ``$/cancel_request`` in one
   write; the turn ends (``end_turn``, "burst withdrawn") once each has its answer;
+- ``ask``: one ``session/request_permission``, then ``answer <outcome as JSON>`` and
+  ``end_turn`` once it is answered;
 - ``forge <n>``: like ``stream``, each chunk carrying a forged ``_meta.acpgate.eventId``
   (and a ``_meta.vendor`` of its own) — an agent trying to confuse acpgate's replay;
 - anything else: ``echo: <text>``.
@@ -80,6 +82,16 @@ class Agent:
                 except TimeoutError:
                     pass
             return {"stopReason": "cancelled" if cancelled.is_set() else "end_turn"}
+        if word == "ask":
+            rid = f"p{next(self._ids)}"
+            answer = self._answers.setdefault(rid, asyncio.get_running_loop().create_future())
+            self.write({"id": rid, "method": "session/request_permission", "params": {
+                "sessionId": sid,
+                "toolCall": {"toolCallId": f"tc-{rid}", "title": "step", "kind": "execute"},
+                "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
+            got = await answer
+            self.write(self.update(sid, f"answer {json.dumps(got.get('result'))}"))
+            return {"stopReason": "end_turn"}
         if word == "burst":
             count, secs = int(args[0]), float(args[1])
             ids = [f"p{next(self._ids)}" for _ in range(count)]

@@ -165,7 +165,8 @@ class AdapterClient:
             await feed(list(lines))
             return
         await self._update_lines.relay(lines, self.adapter_session_id, self.edge_session_id,
-                                       self._host.on_adapter_update_lines, feed)
+                                       self._host.on_adapter_update_lines, feed,
+                                       screen=self.link.foreign)
 
     async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         """Rewrite and hand the ``session/update`` ones to the host; others are ignored."""

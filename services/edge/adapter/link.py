@@ -42,6 +42,7 @@ from services.common.protocol import (
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
 )
+from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
 from services.edge.adapter.exits import AdapterExit, AdapterGone
 from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
 from services.edge.adapter.pipes import AdapterPipes
@@ -82,8 +83,12 @@ class AdapterLink:
         self,
         stub: lifecycle_pb2_grpc.LifecycleServiceStub,
         attach: lifecycle_pb2.AttachOpen,
+        *, foreign: bool = True,
     ) -> None:
         self._stub = stub
+        #: An external agent's: acpgate's ``_meta`` namespace is taken out of what it sends
+        #: (:mod:`services.edge.adapter.agent_meta`); False for the built-in agent only.
+        self.foreign = foreign
         self._open = attach
         #: The lease attached to ("" until the lifecycle service ensured one).
         self.lease_id = attach.lease_id
@@ -356,6 +361,8 @@ class AdapterLink:
         Raises :class:`JsonRpcError` when the adapter answers with an error
         (``data`` kept), :class:`AdapterGone` when it exits first.
         """
+        if self.foreign:
+            return await screened_request(self._rpc, method, params, wait_secs)
         return await self._rpc.request(method, params, wait_secs)
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
@@ -365,12 +372,13 @@ class AdapterLink:
 
     async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         assert self._peer is not None  # lines reach the JSON-RPC peer only once bound
-        await self._peer.on_adapter_notifications(batch)
+        await self._peer.on_adapter_notifications(screen_batch(batch) if self.foreign else batch)
 
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
         # Notifications go to the peer's notification sink; only requests get here.
         assert self._peer is not None
-        return await self._peer.on_adapter_request(method, params)
+        return await self._peer.on_adapter_request(
+            method, screen_params(params) if self.foreign else params)
 
     def cancel_inbound(self, request_id: Any) -> None:
         """The adapter withdrew its request ``request_id`` (``$/cancel_request``): stop

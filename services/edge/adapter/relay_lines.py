@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from services.common.protocol import JSONRPC_VERSION, M_SESSION_UPDATE, U_AGENT_MESSAGE
+from services.edge.adapter.agent_meta import carries_ours
 
 #: One relayed update as the accumulator takes a burst: its ``update`` object, or (the
 #: common case, read without parsing by this module) the text of
@@ -73,9 +74,11 @@ class UpdateLines:
         return self._in, self._out
 
     async def relay(self, lines: Sequence[str], adapter_session_id: str, edge_session_id: str,
-                    updates: UpdateSink, others: LineSink) -> None:
+                    updates: UpdateSink, others: LineSink, *, screen: bool = False) -> None:
         """Hand ``lines`` on in stream order: runs of recognised updates to ``updates``
-        (already rewritten), runs of other lines to ``others``."""
+        (already rewritten), runs of other lines to ``others``. ``screen`` (an external
+        agent's lines): an update carrying ``_meta.acpgate`` goes to ``others``, whose path
+        takes acpgate's namespace out (:mod:`services.edge.adapter.agent_meta`)."""
         if not adapter_session_id:  # no session yet: nothing can be recognised
             await others(list(lines))
             return
@@ -103,7 +106,8 @@ class UpdateLines:
                     value = loads(line[start:-2])
                 except decode_error:
                     value = None
-                if type(value) is dict:
+                if type(value) is dict and not (
+                        screen and "_meta" in value and carries_ours(value)):
                     update = value
             if update is not None:
                 if rest:

@@ -52,6 +52,7 @@ from services.common.protocol import (
     POLICY_REFUSED,
     session_key_for,
 )
+from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterExit, AdapterLink
 from services.edge.adapter.relay_lines import RelayedUpdate
@@ -193,7 +194,7 @@ class ConnectionAgent:
         rt = self.conn.runtime
         sid = str(uuid.uuid4())
         link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(ensure=rt.warm.ensure_request(
-            agent, session_key_for(agent.alias, sid), agent.agent_workspace)))
+            agent, session_key_for(agent.alias, sid), agent.agent_workspace)), foreign=foreign(agent))
         client = AdapterClient(link, sid, _HeldHost(self), agent)
         policy = SecurityPolicy(workspace_dir="", autonomy=agent.autonomy)
         params = initialize_request(self.conn.client_capabilities, rt.implementation,

@@ -21,6 +21,7 @@ from typing import Any
 from services.common.acp.schema import ClientCapabilities
 from services.common.attach_protocol import (
     MSG_OBSERVER,
+    OBSERVER_METHODS,
     OBSERVER_READ_ONLY,
 )
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
@@ -36,6 +37,7 @@ from services.common.protocol import (
 )
 from services.edge.caller import Caller
 from services.edge.errors import not_found
+from services.edge.params import first_str
 from services.edge.ports.backchannel import BackChannel
 from services.edge.sessions.clients import leave
 from services.edge.sessions.runtime import EdgeRuntime
@@ -154,6 +156,7 @@ class DialectConnection:
         else -32601 (a notification gets no answer); -32000 once the connection's token was
         revoked (:meth:`revoke`)."""
         self.still_served()
+        self.refuse_observer(method, params)
         handler = self._methods.get(method)
         if handler is not None:
             return await handler(self, params)
@@ -171,6 +174,16 @@ class DialectConnection:
             raise JsonRpcError(INTERNAL_ERROR, MSG_SHUTTING_DOWN)
 
     # ------------------------------------------------------------------ sessions
+
+    def refuse_observer(self, method: str, params: dict[str, Any]) -> None:
+        """-32006 when ``method`` names (``sessionId`` / ``session_id``) a session this
+        connection only observes and is not one of :data:`OBSERVER_METHODS`: the one check of
+        an observer's role, for every method — served here or relayed to the agent."""
+        if not self.observing or method in OBSERVER_METHODS:
+            return
+        sid = first_str(params, "sessionId", "session_id")
+        if sid and sid in self.observing and sid not in self.sessions:
+            raise JsonRpcError(OBSERVER_READ_ONLY, MSG_OBSERVER.format(session_id=sid))
 
     def active_session(self, sid: str) -> EdgeSession:
         """This connection's active session ``sid``, else -32000 (and it is forgotten)."""

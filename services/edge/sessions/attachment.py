@@ -118,7 +118,13 @@ class FollowingBackChannel:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise BackChannelTimeout(f"no answer to {method} within {wait_secs:g}s")
-                for port in session.clients.controllers():
+                controllers = session.clients.controllers()
+                now = {conn_of(port) for port in controllers}
+                for key in [key for key in asking if key not in now]:
+                    # No controller any more (it left, or came back as an observer): its
+                    # copy is withdrawn, an answer of it would not count.
+                    asking.pop(key).cancel()
+                for port in controllers:
                     key = conn_of(port)
                     if key not in asking and key not in failed:
                         asking[key] = asyncio.ensure_future(

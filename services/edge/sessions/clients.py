@@ -271,6 +271,7 @@ class SessionClients:
         attachment.conn.forget_session(session.session_id)
         if attachment in self.extra:
             self.extra.remove(attachment)
+            _left(session)
         elif session.port is attachment and not session.released and \
                 not leave(session, attachment.conn, grace_secs=attachment.detach_grace_secs):
             session.runtime.spawn(session.runtime.deactivate(session, "disconnect"))
@@ -291,6 +292,13 @@ class SessionClients:
             self.drop(attachment, reason)
 
 
+def _left(session: EdgeSession) -> None:
+    """An attachment left: a pending request to the human looks at the controllers again
+    (the one that left is no longer asked, its copy withdrawn)."""
+    from services.edge.sessions.attachment import changed
+    changed(session)
+
+
 async def _tell(send: Callable[[list[str]], Awaitable[None]], lines: list[str]) -> None:
     with contextlib.suppress(ConnectionError, OSError, TimeoutError):
         await asyncio.wait_for(send(lines), 5.0)
@@ -309,6 +317,8 @@ def leave(session: EdgeSession, conn: object, *, grace_secs: float) -> bool:
         if attachment.conn is conn:
             attachment.close()
             clients.extra.remove(attachment)
+    if roles:
+        _left(session)
     if conn_of(session.port) is conn:
         port = session.port
         roles.append(ROLE_CONTROLLER)

@@ -2,10 +2,16 @@
 
 Each ``session/update`` the edge relays for a live session gets the session's next
 event id, carried in ``update._meta.acpgate.eventId`` (any ``_meta`` the agent sent
-is kept; an ``acpgate.eventId`` the agent put there itself is overwritten, so an
-agent cannot make a client skip or repeat anything). Message chunks the agent sent
-without a ``messageId`` get one (Message ID RFD): the chunks of one kind that follow
-each other are one message, anything else in between starts a new one.
+is kept; an ``acpgate.eventId`` there is overwritten, and an external agent's
+``_meta.acpgate`` never gets this far: :mod:`services.edge.adapter.agent_meta`).
+Message chunks the agent sent without a ``messageId`` get one (Message ID RFD): the
+chunks of one kind that follow each other are one message, anything else in between
+starts a new one.
+
+A client resumes after an event id, or after a message id *acpgate* assigned
+(``msg_<hex>``). An agent's own ``messageId`` is kept on the wire but is never a resume
+point: the agent chooses it and may repeat it, so naming it would skip whatever the
+agent streamed between — it is treated as a point the ring does not hold.
 
 Ids increase for the whole life of the edge session and start from the wall clock
 in microseconds, so a restored session's ids (a new incarnation) are above those of
@@ -63,6 +69,8 @@ class Event:
     #: The connection that is not to get it (the prompter, of its ``prompt_received`` and
     #: ``turn_complete``), else None.
     not_for: object | None = None
+    #: ``message_id`` is one acpgate assigned (a resume point), not the agent's own.
+    assigned: bool = False
 
 
 def event_id_of(value: Any) -> int | None:
@@ -90,8 +98,8 @@ class SessionFeed:
         self._max_chars = max(1, max_chars)
         #: The first event id of the turn not stored yet (None between turns).
         self.live_from: int | None = None
-        #: The message being streamed: its chunk kind and id.
-        self._message: tuple[str, str] = ("", "")
+        #: The message being streamed: its chunk kind, its id, and whether acpgate assigned it.
+        self._message: tuple[str, str, bool] = ("", "", False)
         #: A text chunk line's head for one message id (:meth:`_chunk_head`).
         self._head: tuple[str, str] = ("", "")
         #: Events that fell out of the ring (what a late replay can no longer give).
@@ -107,7 +115,7 @@ class SessionFeed:
     def turn_started(self) -> None:
         """A turn begins: its events are the live part of a full replay until it is stored."""
         self.live_from = self._next
-        self._message = ("", "")
+        self._message = ("", "", False)
 
     def turn_stored(self) -> None:
         """The turn is in the store: a full replay reads it from there."""
@@ -127,16 +135,17 @@ class SessionFeed:
         event_id = self._next
         self._next += 1
         if isinstance(update, str):  # an assistant text chunk read without parsing
-            message_id = self._message_id(U_AGENT_MESSAGE, None)
+            message_id, assigned = self._message_id(U_AGENT_MESSAGE, None)
             return Event(event_id, f'{self._chunk_head(message_id)}{event_id}{_CHUNK_MID}'
-                         f'{update}{_CHUNK_TAIL}', message_id, not_for)
+                         f'{update}{_CHUNK_TAIL}', message_id, not_for, assigned)
         kind = update.get("sessionUpdate")
         given: Any = update.get("messageId")
-        message_id = ""
+        message_id, assigned = "", False
         if kind in MESSAGE_CHUNKS:
-            message_id = self._message_id(str(kind), given if isinstance(given, str) else None)
+            message_id, assigned = self._message_id(
+                str(kind), given if isinstance(given, str) else None)
         else:
-            self._message = ("", "")
+            self._message = ("", "", False)
         meta = update.get("_meta")
         raw = self._raw(line)
         if meta is None and raw is not None and len(update) > 0:
@@ -146,7 +155,7 @@ class SessionFeed:
                 ours["messageId"] = message_id
             head = orjson.dumps(ours).decode()[:-1]
             return Event(event_id, self._prefix + head + "," + raw[1:] + "}}", message_id,
-                         not_for)
+                         not_for, assigned)
         stamped = dict(update)
         own = dict(meta) if isinstance(meta, dict) else {}
         theirs = own.get(META_ACPGATE)
@@ -156,7 +165,7 @@ class SessionFeed:
         if message_id and given is None:
             stamped["messageId"] = message_id
         body = orjson.dumps(stamped).decode()
-        return Event(event_id, self._prefix + body + "}}", message_id, not_for)
+        return Event(event_id, self._prefix + body + "}}", message_id, not_for, assigned)
 
     def _chunk_head(self, message_id: str) -> str:
         """A text chunk's line up to its event id, for ``message_id`` (kept while the message
@@ -174,16 +183,18 @@ class SessionFeed:
         raw = line[len(self._prefix):-2]
         return raw if raw.startswith("{") else None
 
-    def _message_id(self, kind: str, given: str | None) -> str:
+    def _message_id(self, kind: str, given: str | None) -> tuple[str, bool]:
+        """The message id of a chunk of ``kind`` (the agent's ``given`` one, else the current
+        message's, else a fresh one of acpgate's) and whether acpgate assigned it."""
         if given:
-            self._message = (kind, given)
-            return given
-        current_kind, current = self._message
+            self._message = (kind, given, False)
+            return given, False
+        current_kind, current, assigned = self._message
         if current_kind == kind and current:
-            return current
+            return current, assigned
         fresh = f"msg_{uuid.uuid4().hex}"
-        self._message = (kind, fresh)
-        return fresh
+        self._message = (kind, fresh, True)
+        return fresh, True
 
     # ------------------------------------------------------------------ the ring
 
@@ -214,11 +225,28 @@ class SessionFeed:
         return [event for event in ring if event.event_id > event_id]
 
     def after_message(self, message_id: str) -> list[Event] | None:
-        """The events after the last chunk of message ``message_id``; None if the ring does
-        not hold that message."""
+        """The events after the last chunk of message ``message_id``, one acpgate assigned;
+        None if the ring does not hold such a message."""
         for index in range(len(self._ring) - 1, -1, -1):
-            if self._ring[index].message_id == message_id:
+            event = self._ring[index]
+            if event.message_id == message_id and event.assigned:
                 return list(self._ring)[index + 1:]
+        return None
+
+    def after_point(self, point: Any) -> list[Event] | None:
+        """The events after a client's resume point: an event id (a number, or its decimal
+        string) or a message id acpgate assigned. None when the ring does not hold it — and
+        for a message id an agent chose, which is never a resume point (module doc)."""
+        if isinstance(point, str) and any(
+                e.message_id == point and not e.assigned for e in self._ring):
+            return None
+        event_id = event_id_of(point)
+        if event_id is not None:
+            found = self.after(event_id)
+            if found is not None:
+                return found
+        if isinstance(point, str) and point:
+            return self.after_message(point)
         return None
 
     def held(self) -> list[Event]:

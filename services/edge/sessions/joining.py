@@ -4,7 +4,8 @@
 ``session/resume`` of a detached session) and replays, by its history policy:
 
 - ``after_message``: the ring's events after the given event id (or after the last
-  chunk of the given message id) — exactly what the client has not seen; when the
+  chunk of the given message id, one acpgate assigned: an agent's own ``messageId`` is
+  not a resume point) — exactly what the client has not seen; when the
   ring no longer reaches back that far, the policy falls back (``full`` for
   ``session/attach``, as the RFD says; the live turn for a resume);
 - ``full``: the stored history (read under the session's ``storing`` lock, so a turn
@@ -38,7 +39,7 @@ from services.common.attach_protocol import (
 from services.common.logs import get_logger
 from services.edge.sessions.attachment import DetachedPort, attach, changed, detach, promote
 from services.edge.sessions.clients import AttachedConnection, Attachment, conn_of
-from services.edge.sessions.feed import Event, event_id_of
+from services.edge.sessions.feed import Event
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
@@ -62,7 +63,7 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     applied = policy
     events: list[Event] = []
     if policy == HISTORY_AFTER_MESSAGE:
-        found = _after(session, after)
+        found = feed.after_point(after)
         if found is None:
             applied = fallback
             log.info("replay_fallback", session_id=session.session_id, to=fallback)
@@ -90,19 +91,6 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     att.start()
     changed(session)  # a pending permission request is asked of a new controller now
     return applied
-
-
-def _after(session: EdgeSession, after: Any) -> list[Event] | None:
-    """The ring's events after event id or message id ``after``; None if not held."""
-    feed = session.feed
-    event_id = event_id_of(after)
-    if event_id is not None:
-        found = feed.after(event_id)
-        if found is not None:
-            return found
-    if isinstance(after, str) and after:
-        return feed.after_message(after)
-    return None
 
 
 def _heir(session: EdgeSession, conn: object) -> Attachment | None:

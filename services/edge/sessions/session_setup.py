@@ -28,6 +28,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
 from services.common.protocol import INTERNAL_ERROR
+from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.caps import profile_of, recorded_json
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
@@ -155,7 +156,8 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
                                    replay=not getattr(early, "replayed", False))
     attach = lifecycle_pb2.AttachOpen(
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
-    return await _bring_up(conn, session, agent, policy, AdapterLink(rt.lifecycle_stub, attach))
+    return await _bring_up(conn, session, agent, policy,
+                           AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent)))
 
 
 async def _took(early: TakenAdapter) -> bool:

@@ -38,6 +38,7 @@ from acpgate.lifecycle.v1 import lifecycle_pb2
 from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import M_INITIALIZE, session_key_for
+from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.link import AdapterLink, seen
 
@@ -142,7 +143,7 @@ class WarmPools:
         if agent is None or agent.warm <= 0:
             return None
         link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(ensure=self.ensure_request(
-            agent, session_key_for(alias, session_id), warm_only=True)))
+            agent, session_key_for(alias, session_id), warm_only=True)), foreign=foreign(agent))
         link.begin()
         params = initialize(agent.autonomy)
         answer = asyncio.ensure_future(link.request(M_INITIALIZE, params, SETUP_TIMEOUT_SECS))

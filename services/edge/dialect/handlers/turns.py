@@ -15,13 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from services.common.attach_protocol import (
-    MSG_OBSERVER,
-    OBSERVER_READ_ONLY,
-    U_PROMPT_RECEIVED,
-)
+from services.common.attach_protocol import U_PROMPT_RECEIVED
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
+    M_SESSION_CANCEL,
     M_SESSION_PROMPT,
     META_PROMPT_QUEUEING,
     MSG_SESSION_BUSY,
@@ -109,8 +106,6 @@ async def _run(session: EdgeSession, turn: TurnState, params: dict[str, Any]) ->
 async def session_cancel(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §7: interrupt the running turn; idle or unknown → {}."""
     sid = session_id(params)  # a request without one is -32602 (§1); notifications: silence
-    if sid in conn.observing and sid not in conn.sessions:
-        raise JsonRpcError(OBSERVER_READ_ONLY, MSG_OBSERVER.format(session_id=sid))
     session = conn.sessions.get(sid)
     if session is not None:
         session.touch()
@@ -128,6 +123,7 @@ async def cancel_request(conn: DialectConnection, params: dict[str, Any]) -> dic
     pending = conn.rpc.serving(request_id)
     if pending is None or pending[0] != M_SESSION_PROMPT:
         return {}
+    conn.refuse_observer(M_SESSION_CANCEL, pending[1])  # as a session/cancel would be
     return await session_cancel(conn, pending[1])
 
 

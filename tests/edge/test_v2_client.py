@@ -8,6 +8,7 @@ option, resume with replay, idempotency keys, batches, v2's errors.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,9 +249,10 @@ def test_resume_replays_from_start(acp: AcpProcess, tmp_path: Path) -> None:
 
 
 def test_batch_answered_as_one_array(acp: AcpProcess, sid: str) -> None:
-    acp.send_raw('[{"jsonrpc":"2.0","id":"b1","method":"session/list","params":{}},'
-                 '{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"%s"}},'
-                 '{"jsonrpc":"2.0","id":"b2","method":"session/list","params":{}}, 5]' % sid)
+    batch = [{"jsonrpc": "2.0", "id": "b1", "method": "session/list", "params": {}},
+             {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}},
+             {"jsonrpc": "2.0", "id": "b2", "method": "session/list", "params": {}}, 5]
+    acp.send_raw(json.dumps(batch))
     acp._sent_methods.update({"b1": "session/list", "b2": "session/list"})
     _, answer = acp.read_until(lambda m: isinstance(m, list))
     by_id = {a["id"]: a for a in answer}

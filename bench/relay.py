@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench.peer import Peer
+from bench.peer import Peer, StreamSink
 from bench.sizes import Sizes
 from bench.stage import WARM_ALIAS, Stage
 from bench.stats import Dist, Row
@@ -41,6 +41,7 @@ async def initialize(peer: Peer, version: int = 1) -> None:
     if version == 2:
         await peer.request(M_INITIALIZE, {"protocolVersion": 2,
                                           "info": {"name": "bench", "version": "1"}})
+        peer.version = 2
         return
     await peer.request(M_INITIALIZE, {"protocolVersion": 1, "clientCapabilities": {}})
 
@@ -67,7 +68,16 @@ async def throughput_round(peer: Peer, sid: str, n: int) -> float:
     t0 = time.monotonic_ns()
     await peer.prompt(sid, f"firehose {n}", WAIT_SECS)
     await asyncio.wait_for(sink.done.wait(), WAIT_SECS)
-    return n / ((max(sink.last_ns, time.monotonic_ns()) - t0) / 1e9)
+    rate = n / ((max(sink.last_ns, time.monotonic_ns()) - t0) / 1e9)
+    await _turn_over(peer, sink)
+    return rate
+
+
+async def _turn_over(peer: Peer, sink: StreamSink) -> None:
+    """A v2 prompt is answered at once: wait for the turn's end (its idle ``state_update``),
+    as a v1 prompt's answer does, before the next round starts."""
+    if peer.version == 2:
+        await asyncio.wait_for(sink.idle.wait(), WAIT_SECS)
 
 
 async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[float]:
@@ -76,6 +86,7 @@ async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[fl
     sink.reset(n, keep_latency=True)
     await peer.prompt(sid, f"pace {n} {pace_ms}", WAIT_SECS)
     await asyncio.wait_for(sink.done.wait(), WAIT_SECS)
+    await _turn_over(peer, sink)
     return [ns / 1e6 for ns in sink.latencies_ns]
 
 

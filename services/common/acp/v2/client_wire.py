@@ -34,6 +34,25 @@ _INVALID_REQUEST = -32600
 _MSG_INVALID_REQUEST = "Invalid Request"
 
 
+#: How acpgate writes a ``session/update`` line, and the starts of an update that is a
+#: message chunk with its ``messageId`` (the relay's common case: passed on unparsed).
+_UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+_UPDATE_KEY = '"update":{'
+_CHUNKS_WITH_ID = tuple(f'"sessionUpdate":"{kind}","messageId":' for kind in (
+    "agent_message_chunk", "agent_thought_chunk"))
+
+
+def _chunk_with_id(line: str) -> bool:
+    """True for a ``session/update`` line whose update is an agent message or thought chunk
+    that names its message first: nothing to translate, so it is not parsed. (A string value
+    cannot hold these unescaped quotes, so the first ``"update":{`` after the session id is
+    the update's.)"""
+    if not line.startswith(_UPDATE_HEAD):
+        return False
+    at = line.find(_UPDATE_KEY, len(_UPDATE_HEAD))
+    return at > 0 and line.startswith(_CHUNKS_WITH_ID, at + len(_UPDATE_KEY))
+
+
 def _line(message: dict[str, Any]) -> str:
     return orjson.dumps(message).decode()
 
@@ -83,8 +102,13 @@ class ClientWire:
 
     def outbound(self, lines: list[str]) -> list[str]:
         """What acpgate sends (v1 lines), as the v2 client is to get it."""
+        if all(map(_chunk_with_id, lines)):  # a run of streamed text: the common case
+            return lines
         out: list[str] = []
         for line in lines:
+            if _chunk_with_id(line):
+                out.append(line)
+                continue
             try:
                 message = orjson.loads(line)
             except orjson.JSONDecodeError:

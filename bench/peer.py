@@ -44,6 +44,8 @@ class StreamSink:
     #: Set when ``chunks`` reaches ``expect`` (0 = never).
     expect: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set by an idle ``state_update`` (a v2 connection: the turn ended).
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def reset(self, expect: int, keep_latency: bool = False) -> None:
         """Start a new measurement."""
@@ -53,10 +55,13 @@ class StreamSink:
         self.expect = expect
         self.keep_latency = keep_latency
         self.done = asyncio.Event()
+        self.idle = asyncio.Event()
 
     def add(self, now_ns: int, update: Any) -> None:
         """Credit one update that arrived at ``now_ns``."""
         if not isinstance(update, dict) or update.get("sessionUpdate") != "agent_message_chunk":
+            if isinstance(update, dict) and update.get("state") == "idle":
+                self.idle.set()
             return
         if not self.chunks:
             self.first_ns = now_ns
@@ -78,6 +83,9 @@ class Peer:
         self._send = send
         self._lines = lines
         self._next_id = 0
+        #: The ACP version ``initialize`` chose (2: the prompt answers at once, the turn ends
+        #: with an idle ``state_update``).
+        self.version = 1
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.sinks: dict[str, StreamSink] = {}
         #: Updates for sessions without a sink (e.g. a session/load replay before the sink).

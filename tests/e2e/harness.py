@@ -170,6 +170,10 @@ class AcpProcess:
         self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         #: Outbound (server → client) requests seen.
         self.outbound: list[dict[str, Any]] = []
+        #: Checks every message in place of the v1 schema when set (a v2 connection: the
+        #: message, and the method a response answers, if known).
+        self.check: Callable[[Any, str | None], None] | None = None
+        self._sent_methods: dict[Any, str] = {}
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -213,6 +217,7 @@ class AcpProcess:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params is not None:
             msg["params"] = params
+        self._sent_methods[rid] = method
         self.send(msg)
         return rid
 
@@ -230,8 +235,17 @@ class AcpProcess:
         msg = self.messages.get(timeout=wait)
         if msg is None:
             raise EOFError("acpgate acp closed stdout; stderr:\n" + "".join(self.stderr[-30:]))
-        model = OUTBOUND_MODELS.get(msg.get("method", ""))
-        if msg.get("method") == "session/update" and \
+        if isinstance(msg, list):  # a v2 batch's answers
+            if self.check is not None:
+                for item in msg:
+                    self.check(item, self._sent_methods.get(item.get("id")))
+            return msg  # type: ignore[unreachable]
+        if self.check is not None:
+            self.check(msg, None if "method" in msg else self._sent_methods.get(msg.get("id")))
+            model = None
+        else:
+            model = OUTBOUND_MODELS.get(msg.get("method", ""))
+        if model is not None and msg.get("method") == "session/update" and \
                 msg["params"].get("update", {}).get("sessionUpdate") not in KNOWN_UPDATES:
             model = None
         if model is not None:
@@ -265,7 +279,7 @@ class AcpProcess:
              wait: float = WAIT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Request and wait for its response; returns (messages before, response)."""
         before, resp = self.response(self.request_async(method, params), wait)
-        model = RESULT_MODELS.get(method)
+        model = RESULT_MODELS.get(method) if self.check is None else None
         if model is not None and "result" in resp:
             TypeAdapter(model).validate_python(resp["result"])
             validate(RESULT_DEFINITIONS[method], resp["result"])

@@ -183,9 +183,10 @@ def test_silent_rows(acp: AcpProcess, row: tuple[str, str]) -> None:
 # ----------------------------------------------------------------- §2
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, None])
-def test_initialize_always_protocol_1(acp: AcpProcess, version: int | None) -> None:
-    """§2: protocolVersion 1 whatever the client sent; the full result shape."""
+@pytest.mark.parametrize("version", [1, "1", None])
+def test_initialize_always_protocol_1(acp: AcpProcess, version: int | str | None) -> None:
+    """§2: protocolVersion 1 for a v1 client (or one naming no version); the full result
+    shape. (2 and above: the v2 dialect, tests/edge/test_v2_client.py.)"""
     params = {} if version is None else {"protocolVersion": version}
     res = acp.result("initialize", params)
     assert res["protocolVersion"] == 1

@@ -15,10 +15,12 @@ that method table.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
+from services.common.acp.v2.client_wire import ClientWire
+from services.common.acp.v2.names import PROTOCOL_V1
 from services.common.attach_protocol import (
     MSG_OBSERVER,
     OBSERVER_METHODS,
@@ -63,7 +65,8 @@ class DialectConnection:
                  remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
                  max_in_flight: int = MAX_IN_FLIGHT,
-                 detach_grace_secs: float = 0.0) -> None:
+                 detach_grace_secs: float = 0.0,
+                 dialects: Mapping[int, Mapping[str, Handler]] | None = None) -> None:
         self.runtime = runtime
         #: Who this connection acts as (services.edge.caller; see serve_connection).
         self.caller = caller
@@ -99,6 +102,13 @@ class DialectConnection:
         self.client_info: dict[str, Any] | None = None
         self._methods = methods
         self._fallback = fallback
+        #: The method table of each protocol version a client may pick in ``initialize``.
+        self._dialects: Mapping[int, Mapping[str, Handler]] = dialects or {PROTOCOL_V1: methods}
+        #: The version ``initialize`` chose (1 until a client picks another).
+        self.protocol_version = PROTOCOL_V1
+        #: A v2 connection's translation of what it sends and reads (None for v1: the v1
+        #: relay path pays nothing for v2).
+        self.wire: ClientWire | None = None
         #: What the connection's agent keeps for this connection alone (credentials of
         #: ``authenticate``, an adapter started before any session; issue 25). Set by the
         #: handlers (``services.edge.dialect.handlers.connection_agent``); closed with the connection.
@@ -138,6 +148,10 @@ class DialectConnection:
         ConnectionError."""
         if self._closed:
             raise ConnectionError("client connection closed")
+        if self.wire is not None:
+            lines = self.wire.outbound(lines)
+            if not lines:
+                return
         if self._raw_send_many is not None:
             await self._raw_send_many(lines)
             return
@@ -146,6 +160,35 @@ class DialectConnection:
                 await self._raw_send(line)
 
     # ------------------------------------------------------------------ inbound
+
+    async def read(self, incoming: AsyncIterator[str]) -> AsyncIterator[str]:
+        """The client's messages as the JSON-RPC peer reads them: as they came on a v1
+        connection; on a v2 one through its wire (a batch split into its entries, and what
+        an answer to a permission request changes in the session's state sent after it)."""
+        async for line in incoming:
+            wire = self.wire
+            if wire is None:
+                yield line
+                continue
+            feed, after = wire.inbound(line)
+            for entry in feed:
+                yield entry
+            if after:
+                try:
+                    await self.send_many(after)
+                except (ConnectionError, OSError):
+                    return
+
+    def use_version(self, version: int) -> None:
+        """Speak ``version`` from now on (``initialize`` chose it): its method table, and
+        for a version above 1 the translation of what is sent and read."""
+        self._methods = self._dialects.get(version, self._methods)
+        self.protocol_version = version
+        self.wire = ClientWire() if version != PROTOCOL_V1 else None
+
+    def speaks(self, version: int) -> bool:
+        """True when a method table for ``version`` was given to this connection."""
+        return version in self._dialects
 
     def handles(self, method: str) -> bool:
         """True when the method table has a handler for ``method``."""

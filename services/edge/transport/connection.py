@@ -21,6 +21,7 @@ from services.edge.caller import LOCAL_OPERATOR, Caller
 from services.edge.dialect.a2a.methods import A2A_ADAPTER_METHODS
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers import METHODS, fallback
+from services.edge.dialect.v2.methods import DIALECTS
 from services.edge.metrics import Metrics
 from services.edge.sessions import runtime as _runtime
 from services.edge.sessions.runtime import EdgeRuntime, StartServices
@@ -92,7 +93,8 @@ async def serve_connection(
     ``drain_secs`` to be answered, and then this returns without waiting for ``incoming``
     to end — the transport then delivers what was sent and closes the connection.
     """
-    conn = DialectConnection(runtime, send, methods=METHODS, fallback=fallback,
+    conn = DialectConnection(runtime, send, methods=METHODS, dialects=DIALECTS,
+                             fallback=fallback,
                              default_agent=default_agent,
                              caller=caller, remote=remote, send_many=send_many,
                              # A gateway client's sessions outlive it a while (issue 27).
@@ -100,7 +102,7 @@ async def serve_connection(
                              if remote else 0.0)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None
     # At most MAX_IN_FLIGHT requests at once; reading waits past it.
-    reading = asyncio.ensure_future(conn.rpc.serve(incoming))
+    reading = asyncio.ensure_future(conn.rpc.serve(conn.read(incoming)))
     stopped = (asyncio.ensure_future(_quiet_when(stopping, conn, drain_secs))
                if stopping is not None else None)
     try:

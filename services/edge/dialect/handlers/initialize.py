@@ -21,6 +21,17 @@ import grpc
 from acpgate.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
+from services.common.acp.v2.handshake import (
+    NoVersionFits,
+    negotiate,
+    v2_client_info,
+    v2_initialize_result,
+)
+from services.common.acp.v2.names import (
+    MSG_UNSUPPORTED_VERSION,
+    PROTOCOL_V1,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
 from services.common.acp.wire import AcpDecodeError
 from services.common.attach_protocol import (
     ATTACH_ROLES,
@@ -85,6 +96,23 @@ async def _external_profile(conn: DialectConnection,
 
 
 async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
+    """``initialize``: the version negotiated (the highest acpgate serves at or below the
+    client's; none fits: -32022 with ``{requested, supported}``), then v1's answer, or the
+    same answer in v2's shape — and from then on the connection speaks that version."""
+    try:
+        version = negotiate(params.get("protocolVersion"))
+    except NoVersionFits as exc:
+        raise JsonRpcError(UNSUPPORTED_PROTOCOL_VERSION, MSG_UNSUPPORTED_VERSION.format(
+            requested=exc.requested), exc.data) from None
+    if version == PROTOCOL_V1 or not conn.speaks(version):
+        conn.use_version(PROTOCOL_V1)
+        return await initialize_v1(conn, params)
+    out = await initialize_v1(conn, {"clientInfo": v2_client_info(params)})
+    conn.use_version(version)
+    return v2_initialize_result(out, version=version)
+
+
+async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §2: always protocol 1; remembers the client's capabilities; the rest as the
     module doc says (MCP transports only as far as ``[gateway] client_mcp_servers`` lets a
     remote client pass them)."""

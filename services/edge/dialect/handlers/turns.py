@@ -51,10 +51,19 @@ _OWN_PROMPT_KEYS = frozenset({"sessionId", "session_id", "prompt"})
 
 async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §4: id, active, busy (slot before blobs), prompt, then the turn."""
+    running = await start_turn(conn, params)
+    return client_result(session_id(params), await asyncio.shield(running))
+
+
+async def start_turn(conn: DialectConnection, params: dict[str, Any], *, queue: bool = False,
+                     message_id: str = "") -> asyncio.Task[TurnOutcome]:
+    """Reserve the session's turn (waiting for the running one when ``queue`` or the agent
+    queues prompts; else -32002 while one runs), tell the session's other clients what was
+    asked (as message ``message_id`` when given) and start the turn; returns its task."""
     sid = session_id(params)
     session = conn.active_session(sid)
     turn = session.reserve_turn()
-    while turn is None and queues_prompts(session):  # as the agent would: after the turn
+    while turn is None and (queue or queues_prompts(session)):  # as the agent would: after
         await session.wait_turn()
         conn.still_served()  # a revoked token's queued prompt never runs
         session = conn.active_session(sid)
@@ -64,13 +73,15 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
     # The session's other clients see what was asked before the answer streams (attach RFD).
     echo = {"sessionUpdate": U_PROMPT_RECEIVED, "prompt": params.get("prompt"),
             "sentBy": session.clients.info_of(conn)}
+    if message_id:
+        echo["messageId"] = message_id
     await session.publish_own([echo], not_for=conn)
     # The turn runs in a task of its own: a connection that goes away (its handlers
     # cancelled) leaves it running when the session detaches (issue 27); a release
     # cancels the turn itself (EdgeRuntime.release).
     running = conn.runtime.spawn(_turn(conn, session, turn, params))
     running.add_done_callback(_seen)  # its failure is the handler's, if one still waits
-    return client_result(sid, await asyncio.shield(running))
+    return running
 
 
 def _seen(task: asyncio.Task[TurnOutcome]) -> None:

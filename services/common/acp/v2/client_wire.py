@@ -1,0 +1,212 @@
+"""The v2 side of one client connection, at the JSON-RPC line level (pure, sans-I/O).
+
+acpgate's session machinery speaks v1 lines; a connection that negotiated v2 passes
+what it sends through :meth:`ClientWire.outbound` and what it reads through
+:meth:`ClientWire.inbound`:
+
+- ``session/update`` notifications are translated per session
+  (:class:`~.updates.SessionTranslator`);
+- ``session/request_permission`` requests get v2's ``title``/``subject``, preceded by a
+  ``requires_action`` state; the client's answer to one is followed by ``running``;
+- JSON-RPC batches (an array of requests and notifications) are split for the peer, and
+  their answers gathered into one array, sent once the last one is ready; an empty
+  batch is one ``Invalid Request`` with id null, an invalid entry its own.
+
+Every other line passes unchanged. Only v2 connections pay for any of this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
+from services.common.acp.v2.requests import permission_request_v2
+from services.common.acp.v2.updates import SessionTranslator
+
+__all__ = ["ClientWire"]
+
+_UPDATE = "session/update"
+_PERMISSION = "session/request_permission"
+_INVALID_REQUEST = -32600
+_MSG_INVALID_REQUEST = "Invalid Request"
+
+
+#: How acpgate writes a ``session/update`` line, and the starts of an update that is a
+#: message chunk with its ``messageId`` (the relay's common case: passed on unparsed).
+_UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+_UPDATE_KEY = '"update":{'
+_CHUNKS_WITH_ID = tuple(f'"sessionUpdate":"{kind}","messageId":' for kind in (
+    "agent_message_chunk", "agent_thought_chunk"))
+
+
+def _chunk_with_id(line: str) -> bool:
+    """True for a ``session/update`` line whose update is an agent message or thought chunk
+    that names its message first: nothing to translate, so it is not parsed. (A string value
+    cannot hold these unescaped quotes, so the first ``"update":{`` after the session id is
+    the update's.)"""
+    if not line.startswith(_UPDATE_HEAD):
+        return False
+    at = line.find(_UPDATE_KEY, len(_UPDATE_HEAD))
+    return at > 0 and line.startswith(_CHUNKS_WITH_ID, at + len(_UPDATE_KEY))
+
+
+def _line(message: dict[str, Any]) -> str:
+    return orjson.dumps(message).decode()
+
+
+def _note(sid: str, update: dict[str, Any]) -> str:
+    return _line({"jsonrpc": "2.0", "method": _UPDATE,
+                  "params": {"sessionId": sid, "update": update}})
+
+
+def _invalid(entry_id: Any = None) -> str:
+    return _line({"jsonrpc": "2.0", "id": entry_id,
+                  "error": {"code": _INVALID_REQUEST, "message": _MSG_INVALID_REQUEST}})
+
+
+def _key(request_id: Any) -> str:
+    return orjson.dumps(request_id).decode()
+
+
+@dataclass
+class _Batch:
+    waiting: set[str]
+    answers: list[str] = field(default_factory=list)
+
+
+class ClientWire:
+    """The v2 translation of one client connection (module doc)."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, SessionTranslator] = {}
+        #: Our permission requests not answered yet: request id key → session id.
+        self._asking: dict[str, str] = {}
+        #: Open batches, and which one each awaited request id belongs to.
+        self._batch_of: dict[str, _Batch] = {}
+
+    def session(self, sid: str) -> SessionTranslator:
+        """The translator of session ``sid`` (made on first use)."""
+        found = self.sessions.get(sid)
+        if found is None:
+            found = self.sessions[sid] = SessionTranslator()
+        return found
+
+    def updates(self, sid: str, updates: list[dict[str, Any]]) -> list[str]:
+        """v2 updates of session ``sid`` as ``session/update`` lines."""
+        return [_note(sid, u) for u in updates]
+
+    # ------------------------------------------------------------------ outbound
+
+    def outbound(self, lines: list[str]) -> list[str]:
+        """What acpgate sends (v1 lines), as the v2 client is to get it."""
+        if all(map(_chunk_with_id, lines)):  # a run of streamed text: the common case
+            return lines
+        out: list[str] = []
+        for line in lines:
+            if _chunk_with_id(line):
+                out.append(line)
+                continue
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                out.append(line)
+                continue
+            if not isinstance(message, dict):
+                out.append(line)
+                continue
+            method = message.get("method")
+            if method == _UPDATE:
+                out.extend(self._update(message, line))
+            elif method == _PERMISSION and "id" in message:
+                out.extend(self._permission(message))
+            elif method is None and self._batch_of:
+                out.extend(self._answer(message, line))
+            else:
+                out.append(line)
+        return out
+
+    def _update(self, message: dict[str, Any], line: str) -> list[str]:
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return [line]
+        sid = params.get("sessionId")
+        update = params.get("update")
+        if not isinstance(sid, str) or not isinstance(update, dict):
+            return [line]
+        translated = self.session(sid).translate(update)
+        if len(translated) == 1 and translated[0] is update:
+            return [line]
+        return self.updates(sid, translated)
+
+    def _permission(self, message: dict[str, Any]) -> list[str]:
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        sid = params.get("sessionId")
+        out: list[str] = []
+        if isinstance(sid, str):
+            self._asking[_key(message["id"])] = sid
+            out = self.updates(sid, self.session(sid).state(STATE_REQUIRES_ACTION))
+        out.append(_line({**message, "params": permission_request_v2(params)}))
+        return out
+
+    def _answer(self, message: dict[str, Any], line: str) -> list[str]:
+        key = _key(message.get("id"))
+        batch = self._batch_of.pop(key, None)
+        if batch is None:
+            return [line]
+        batch.answers.append(line)
+        batch.waiting.discard(key)
+        if batch.waiting:
+            return []
+        return ["[" + ",".join(batch.answers) + "]"]
+
+    # ------------------------------------------------------------------ inbound
+
+    def inbound(self, line: str) -> tuple[list[str], list[str]]:
+        """A line the client sent → (the lines for the JSON-RPC peer, in order; the lines
+        to send the client after they were handed over)."""
+        stripped = line.lstrip() if isinstance(line, str) else line
+        if isinstance(stripped, str) and stripped.startswith("["):
+            return self._batch(line)
+        if self._asking and isinstance(line, str) and '"method"' not in line:
+            return [line], self._answered(line)
+        return [line], []
+
+    def _answered(self, line: str) -> list[str]:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(message, dict) or "method" in message:
+            return []
+        sid = self._asking.pop(_key(message.get("id")), None)
+        if sid is None:
+            return []
+        return self.updates(sid, self.session(sid).state(STATE_RUNNING))
+
+    def _batch(self, line: str) -> tuple[list[str], list[str]]:
+        try:
+            entries = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return [line], []  # the peer answers the parse error
+        if not isinstance(entries, list) or not entries:
+            return [], [_invalid()]
+        feed: list[str] = []
+        invalid: list[str] = []
+        waiting: set[str] = set()
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("method"), str):
+                invalid.append(_invalid())
+                continue
+            if entry.get("id") is not None:
+                waiting.add(_key(entry["id"]))
+            feed.append(_line(entry))
+        if waiting:
+            batch = _Batch(waiting, list(invalid))
+            for key in waiting:
+                self._batch_of[key] = batch
+            return feed, []
+        return feed, (["[" + ",".join(invalid) + "]"] if invalid else [])

@@ -1,0 +1,157 @@
+"""The pure v1 → v2 translation (services/common/acp/v2), each piece alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from services.common.acp.v2.client_wire import ClientWire
+from services.common.acp.v2.config import config_options_v2, mode_option
+from services.common.acp.v2.handshake import (
+    NoVersionFits,
+    negotiate,
+    v2_auth_methods,
+    v2_initialize_result,
+)
+from services.common.acp.v2.requests import BadV2Params, mcp_servers_v1, permission_request_v2
+from services.common.acp.v2.updates import SessionTranslator
+from tests.v2schema import validate_v2
+
+MODES = {"currentModeId": "ask", "availableModes": [
+    {"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code", "description": "edits"}]}
+
+
+def _valid(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for update in updates:
+        validate_v2("SessionUpdate", update)
+    return updates
+
+
+def test_negotiation() -> None:
+    assert [negotiate(v) for v in (1, 2, 3, "2", None, True)] == [1, 2, 2, 1, 1, 1]
+    with pytest.raises(NoVersionFits) as caught:
+        negotiate(0)
+    assert caught.value.data == {"requested": 0, "supported": [1, 2]}
+
+
+def test_initialize_result_v2_shape() -> None:
+    v1 = {"protocolVersion": 1, "agentInfo": {"name": "acpgate", "version": "9"},
+          "agentCapabilities": {"loadSession": True,
+                                "promptCapabilities": {"image": True, "audio": False},
+                                "mcpCapabilities": {"http": True, "sse": True},
+                                "sessionCapabilities": {"resume": {}, "delete": {},
+                                                        "fork": {}}},
+          "authMethods": [{"id": "login", "name": "Log in"}], "_meta": {"zeroclaw": {}}}
+    out = v2_initialize_result(v1, version=2)
+    validate_v2("InitializeResponse", out)
+    session = out["capabilities"]["session"]
+    assert session["prompt"] == {"image": {}, "embeddedContext": {}}
+    assert session["mcp"] == {"stdio": {}, "http": {}} and session["delete"] == {}
+    assert session["_meta"] == {"acpgate": {"fork": {}}} and "additionalDirectories" not in session
+    assert out["authMethods"] == [{"methodId": "login", "name": "Log in", "type": "agent"}]
+    assert out["capabilities"]["auth"] == {}
+
+
+def test_auth_methods_keep_their_type() -> None:
+    assert v2_auth_methods([{"id": "k", "name": "Key", "type": "env_var", "vars": []}, 3,
+                            {"name": "no id"}]) == [
+        {"methodId": "k", "name": "Key", "type": "env_var", "vars": []}]
+
+
+def test_modes_become_a_mode_option() -> None:
+    option = mode_option(MODES)
+    assert option is not None
+    validate_v2("SessionConfigOption", option)
+    assert option["category"] == "mode" and option["currentValue"] == "ask"
+    v1_option = {"id": "model", "name": "Model", "type": "select", "currentValue": "a",
+                 "options": [{"value": "a", "name": "A"}]}
+    both = config_options_v2([v1_option], MODES)
+    assert [o["configId"] for o in both] == ["mode", "model"] and "id" not in both[1]
+
+
+def test_chunks_get_message_ids_per_message() -> None:
+    tr = SessionTranslator()
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "a"}}
+    first, second = tr.translate(chunk)[0], tr.translate(chunk)[0]
+    thought = tr.translate({**chunk, "sessionUpdate": "agent_thought_chunk"})[0]
+    third = tr.translate(chunk)[0]
+    _valid([first, second, thought, third])
+    assert first["messageId"] == second["messageId"] != thought["messageId"]
+    assert third["messageId"] != first["messageId"]
+    given = {**chunk, "messageId": "m-1"}
+    assert tr.translate(given) == [given]
+
+
+def test_tool_calls_plans_and_diffs() -> None:
+    tr = SessionTranslator()
+    call = {"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit", "kind": "edit",
+            "status": "pending", "content": [{"type": "diff", "path": "/w/a.txt",
+                                              "oldText": "x\n", "newText": "y\n"}]}
+    (out,) = _valid(tr.translate(call))
+    assert out["sessionUpdate"] == "tool_call_update" and out["toolCallId"] == "t1"
+    diff = out["content"][0]
+    assert diff["changes"] == [{"operation": "modify", "path": "/w/a.txt", "fileType": "text"}]
+    assert "-x" in diff["patch"]["text"] and "+y" in diff["patch"]["text"]
+    (plan,) = _valid(tr.translate({"sessionUpdate": "plan", "entries": [
+        {"content": "do", "priority": "high", "status": "pending"}]}))
+    assert plan["plan"]["type"] == "items" and plan["plan"]["planId"]
+
+
+def test_mode_updates_are_config_option_updates() -> None:
+    tr = SessionTranslator(modes=MODES)
+    (out,) = _valid(tr.translate({"sessionUpdate": "current_mode_update",
+                                  "currentModeId": "code"}))
+    assert out["sessionUpdate"] == "config_option_update"
+    assert out["configOptions"][0]["currentValue"] == "code"
+
+
+def test_acpgate_kinds_become_lifecycle_or_prefixed() -> None:
+    tr = SessionTranslator()
+    got = _valid(tr.translate({"sessionUpdate": "prompt_received", "messageId": "m",
+                               "prompt": [{"type": "text", "text": "hi"}]}))
+    assert [(u["sessionUpdate"], u.get("state")) for u in got] == [
+        ("state_update", "running"), ("user_message_chunk", None)]
+    (idle,) = _valid(tr.translate({"sessionUpdate": "turn_complete", "stopReason": "end_turn",
+                                   "usage": {"inputTokens": 1}}))
+    assert idle["state"] == "idle" and idle["usage"] == {"inputTokens": 1}
+    assert tr.translate({"sessionUpdate": "client_disconnected", "client": {}})[0][
+        "sessionUpdate"] == "_acpgate_client_disconnected"
+    assert tr.state("idle") == []  # no repeated state
+    (error,) = _valid(tr.idle("end_turn", None, {"code": -32603, "message": "boom"}))
+    assert error["stopReason"] == "error" and error["error"]["code"] == -32603
+
+
+def test_permission_request_and_mcp_entries() -> None:
+    out = permission_request_v2({"sessionId": "s", "toolCall": {"toolCallId": "t",
+                                                               "title": "Run?"},
+                                 "options": [{"optionId": "a", "name": "A",
+                                              "kind": "allow_once"}]})
+    validate_v2("RequestPermissionRequest", out)
+    assert out["title"] == "Run?" and out["subject"]["toolCall"]["toolCallId"] == "t"
+    assert mcp_servers_v1(None) == []
+    assert mcp_servers_v1([{"type": "stdio", "name": "n", "command": "/x"}]) == [
+        {"name": "n", "command": "/x"}]
+    with pytest.raises(BadV2Params):
+        mcp_servers_v1([{"name": "n", "command": "/x"}])
+
+
+def test_wire_batches_and_permission_states() -> None:
+    wire = ClientWire()
+    feed, after = wire.inbound('[{"jsonrpc":"2.0","id":1,"method":"a"},'
+                               '{"jsonrpc":"2.0","method":"n"},7]')
+    assert len(feed) == 2 and after == []
+    assert wire.outbound(['{"jsonrpc":"2.0","id":1,"result":{}}']) == [
+        '[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}},'
+        '{"jsonrpc":"2.0","id":1,"result":{}}]']
+    assert wire.inbound("[]") == ([], [
+        '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}'])
+    asked = wire.outbound([json.dumps({"jsonrpc": "2.0", "id": "zc-out-1",
+                                       "method": "session/request_permission",
+                                       "params": {"sessionId": "s", "options": [],
+                                                  "toolCall": {"toolCallId": "t"}}})])
+    assert [json.loads(x).get("method") for x in asked] == ["session/update",
+                                                             "session/request_permission"]
+    _, after = wire.inbound('{"jsonrpc":"2.0","id":"zc-out-1","result":{}}')
+    assert json.loads(after[0])["params"]["update"]["state"] == "running"

@@ -43,6 +43,7 @@ from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
+from services.edge.sessions.ring_budget import RingBudget
 from services.edge.sessions.session import AdapterMethod, EdgeSession
 from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
@@ -110,6 +111,7 @@ class EdgeRuntime:
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
+        self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
         #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
         self.shares = TokenShares(cfg.acp, cfg.token_db_path)
@@ -264,6 +266,7 @@ class EdgeRuntime:
         if session.row_write is not None:  # "inactive" after "active", never before
             await asyncio.wait((session.row_write,))
         await self.claims.release(session.session_id)
+        session.feed.close()  # its ring no longer counts in the edge's budget
         log.info("session_released", session_id=session.session_id, reason=reason)
 
     def dependents(self, session: EdgeSession) -> list[EdgeSession]:

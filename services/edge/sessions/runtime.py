@@ -1,18 +1,16 @@
 """The edge runtime shared by every client connection of one process.
 
 It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
-version, for both ACP handshakes), the registry of active sessions with the
-``max_sessions`` slots and each token's share of them (SPEC §9), the idle reaper, this
-host's claims on the sessions it serves and their heartbeat, and the one way a session is
-released: its dependents first (the sessions it spawned and those the edge runs for it),
-then adapter detached, lease closed through lifecycle ``CloseSession``, row marked
-inactive and its claim dropped (never deleted). The adapter methods the edge serves
-itself (the session tools) are handed in by whoever composes the runtime.
+version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
+slots and each token's share of them (SPEC §9), the replay rings' one budget, the idle reaper,
+this host's claims on the sessions it serves and their heartbeat, and the one way a session is
+released: its dependents first (the sessions it spawned and those the edge runs for it), then
+adapter detached, lease closed through lifecycle ``CloseSession``, row inactive, claim dropped
+(never deleted), ring let go. The session tools are handed in by whoever composes the runtime.
 
 The edge never starts a service itself. When ``[services]`` leaves an address empty
 (embedded mode), whoever composes the process passes a :data:`StartServices`
-(``acpgate.embedded.start_embedded``) that starts the missing ones; the runtime stops
-them again when it closes.
+(``acpgate.embedded.start_embedded``) that starts the missing ones, stopped at close.
 """
 
 from __future__ import annotations

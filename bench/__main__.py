@@ -2,7 +2,8 @@
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
-``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``history`` (loading
+``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``stalled`` (the edge's
+RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
 a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
 direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine).
 """
@@ -28,11 +29,12 @@ from bench.relay import run_cold, run_relay
 from bench.report import machine, now_utc, render
 from bench.sizes import FULL, QUICK, Sizes
 from bench.stage import REPO, serve, stage
+from bench.stalled import run_stalled
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
-          "history", "capacity")
+          "stalled", "history", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -91,6 +93,14 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
         async with stage() as st, serve(st) as sv:
             _say(f"{sizes.flood_requests} requests from a client that stopped reading")
             rows["flood"] = await run_flood(st.ws_url, sv, st.mint_token(), sizes)
+        incidents += st.failed_starts
+    if "stalled" in wanted:
+        # A fresh gateway: its RSS must be the stalled clients', not an earlier group's.
+        async with stage() as st, serve(st) as sv:
+            _say(f"{sizes.stalled_clients} clients that stopped reading, sessions streaming, "
+                 f"{sizes.stalled_secs:.0f} s")
+            rows["stalled"] = await run_stalled(st, sv, st.mint_token(), sizes.stalled_clients,
+                                                sizes.stalled_secs)
         incidents += st.failed_starts
     if "history" in wanted:
         _say("session/load of sessions with big prompts (edge and agent memory)")

@@ -36,6 +36,9 @@ class Sizes:
     reap_samples: int = 3
     #: Flood: initialize requests from one client that stopped reading (issue 11 item 2).
     flood_requests: int = 60_000
+    #: Clients that stopped reading on streaming sessions: how long the edge is watched.
+    stalled_clients: int = 20
+    stalled_secs: float = 300.0
     #: Big history (issue 23 item 7): prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
     big_history_prompt_mb: int = 15
@@ -49,5 +52,6 @@ FULL = Sizes()
 QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
               concurrent_rounds=1, many_sessions=4, history_items=40, load_samples=1, append_turns=10,
-              reap_leases=10, reap_samples=1, flood_requests=2_000, big_history_prompts=(2,),
+              reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
+              stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25)

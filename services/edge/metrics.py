@@ -26,6 +26,11 @@ class Metrics:
     #: Tokens of the stored turns, as the adapters reported them (prompt result ``usage``).
     input_tokens_total: int = 0
     output_tokens_total: int = 0
+    #: Gauge: what every session's replay ring costs now, and the budget; counter: what the
+    #: budget's trims dropped (services.edge.sessions.ring_budget).
+    replay_ring_chars: int = 0
+    replay_budget_chars: int = 0
+    replay_trimmed_chars_total: int = 0
 
     def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
         """Add one stored turn's token usage."""

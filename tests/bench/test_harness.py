@@ -83,6 +83,7 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert items.count("4") == 5 and items.count("5") == 2 + pg_rows
     assert items.count("6") == 3 + pg_rows
     assert items.count("7") == 2
+    assert items.count("36") == 1  # the edge's RSS under clients that stopped reading
     assert items.count("23.7") == 4  # loading a session of big prompts (issue 23)
     assert items.count("28") == 2  # capacity at one N: delivered updates/s, latency (issue 28)
     assert "Capacity (issue 28)" in text and "| 4 | " in text

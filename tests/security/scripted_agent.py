@@ -12,6 +12,8 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
   ``end_turn`` once it is answered;
 - ``forge <n>``: like ``stream``, each chunk carrying a forged ``_meta.acpgate.eventId``
   (and a ``_meta.vendor`` of its own) — an agent trying to confuse acpgate's replay;
+- ``flood <n> <chars>``: ``n`` message chunks of ``chars`` characters each, written 100
+  at a time without pause, then ``end_turn``;
 - anything else: ``echo: <text>``.
 
 Every ``session/cancel`` it receives is appended as a line (``cancel <sessionId>``) to
@@ -91,6 +93,13 @@ class Agent:
                 "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
             got = await answer
             self.write(self.update(sid, f"answer {json.dumps(got.get('result'))}"))
+            return {"stopReason": "end_turn"}
+        if word == "flood":
+            count, size = int(args[0]), int(args[1])
+            for start in range(0, count, 100):
+                self.write(*(self.update(sid, f"{i:08d}".ljust(size, "x"))
+                             for i in range(start, min(count, start + 100))))
+                await asyncio.sleep(0)
             return {"stopReason": "end_turn"}
         if word == "burst":
             count, secs = int(args[0]), float(args[1])

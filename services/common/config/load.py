@@ -249,7 +249,7 @@ def _validate(cfg: Config, origin: str) -> None:
     if cfg.gateway.detach_grace_secs < 0:
         raise ConfigError(f"{origin}: [gateway] detach_grace_secs: expected an integer "
                           "≥ 0 (0 = sessions are released when their connection goes)")
-    for key in ("replay_chars", "attach_queue_chars"):
+    for key in ("replay_chars", "attach_queue_chars", "replay_budget_chars"):
         if getattr(cfg.gateway, key) < 1:
             raise ConfigError(f"{origin}: [gateway] {key}: expected an integer ≥ 1")
     try:

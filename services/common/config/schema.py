@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from services.common.client_mcp import (
-    CLIENT_MCP_NONE,
-)
+from services.common.client_mcp import CLIENT_MCP_NONE
 from services.common.config.defaults import DEFAULT_AUTO_APPROVE, DEFAULT_FORBIDDEN_PATHS
 from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import (
@@ -113,9 +111,11 @@ class GatewaySection:
     #: "auto" — one per core up to :data:`MAX_AUTO_WORKERS`. 1 (the default): a session
     #: detached on one worker is not reattached by a reconnect landing on another yet.
     workers: int | str = 1
-    #: Characters kept per live session for exact replay / queued per attached client (27).
+    #: Characters kept per live session for exact replay / queued per attached client (27),
+    #: and by every session's ring together, each event counted ~160 more (ring_budget).
     replay_chars: int = 8 * 1024 * 1024
     attach_queue_chars: int = 4 * 1024 * 1024
+    replay_budget_chars: int = 32 * 1024 * 1024
     #: This host's ``/acp`` as clients reach it ("" = none, never derived): -32007 names it (27).
     public_url: str = ""
     tls: TlsSection = field(default_factory=TlsSection)

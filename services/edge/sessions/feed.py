@@ -18,7 +18,8 @@ in microseconds, so a restored session's ids (a new incarnation) are above those
 the one before in practice, and stay below 2**53 (exact in every JSON reader).
 
 :class:`SessionFeed` keeps the newest events in a ring bounded in events and in
-characters (``[gateway] replay_chars``): what a client that comes
+characters (``[gateway] replay_chars``), and the rings of every session of the edge
+together by one budget (:mod:`services.edge.sessions.ring_budget`): what a client that comes
 back with the last event id it saw has missed is replayed from it, exactly — or, when
 the ring no longer reaches back that far, the client is told to take the full
 history instead. The events of the turn not yet stored are marked (``live_from``):
@@ -45,6 +46,7 @@ from services.common.protocol import (
     U_AGENT_MESSAGE,
 )
 from services.edge.adapter.relay_lines import RelayedUpdate, update_prefix
+from services.edge.sessions.ring_budget import EVENT_OVERHEAD, RingBudget
 
 __all__ = ["Event", "SessionFeed", "event_id_of"]
 
@@ -88,8 +90,14 @@ class SessionFeed:
     """The numbered updates of one live session and the ring of the newest (module doc)."""
 
     def __init__(self, session_id: str, *, max_chars: int, max_events: int = MAX_EVENTS,
-                 start_id: int | None = None) -> None:
+                 start_id: int | None = None, budget: RingBudget | None = None,
+                 principal: str = "") -> None:
         self._sid = session_id
+        #: Whose session it is: the budget's fairness is between principals first.
+        self.principal = principal
+        #: The edge's budget for every ring (None: this ring's own bounds only); the ring
+        #: joins it with its first event and leaves it when the session ends (:meth:`close`).
+        self._budget = budget
         self._prefix = update_prefix(session_id)
         self._next = start_id if start_id is not None else int(time.time() * _CLOCK_SCALE)
         self._ring: deque[Event] = deque()
@@ -200,12 +208,50 @@ class SessionFeed:
 
     def _keep(self, events: Iterable[Event]) -> None:
         ring = self._ring
+        before_chars, before_len = self._chars, len(ring)
+        chars = before_chars
         for event in events:
             ring.append(event)
-            self._chars += len(event.line)
-        while ring and (len(ring) > self._max_events or self._chars > self._max_chars):
-            self._chars -= len(ring.popleft().line)
+            chars += len(event.line)
+        while ring and (len(ring) > self._max_events or chars > self._max_chars):
+            chars -= len(ring.popleft().line)
             self.evicted += 1
+        self._chars = chars
+        budget = self._budget
+        if budget is not None:
+            if not before_len:
+                budget.join(self)
+            figures = budget.metrics
+            figures.replay_ring_chars += (chars - before_chars
+                                          + (len(ring) - before_len) * EVENT_OVERHEAD)
+            if figures.replay_ring_chars > budget.limit:
+                budget.trim()
+
+    @property
+    def cost(self) -> int:
+        """What the ring's events cost against the edge's budget: their characters and
+        :data:`~services.edge.sessions.ring_budget.EVENT_OVERHEAD` each."""
+        return self._chars + len(self._ring) * EVENT_OVERHEAD
+
+    def trim_to(self, cost: int) -> int:
+        """Drop the oldest events until the rest cost at most ``cost`` (the budget's trim);
+        returns the cost dropped."""
+        ring = self._ring
+        dropped = 0
+        while ring and self._chars + len(ring) * EVENT_OVERHEAD > cost:
+            size = len(ring.popleft().line)
+            self._chars -= size
+            dropped += size + EVENT_OVERHEAD
+            self.evicted += 1
+        return dropped
+
+    def close(self) -> None:
+        """The session ended: its events are let go and no longer count in the budget."""
+        if self._budget is not None:
+            self._budget.leave(self)
+            self._budget = None
+        self._ring.clear()
+        self._chars = 0
 
     @property
     def kept_chars(self) -> int:

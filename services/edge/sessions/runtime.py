@@ -1,18 +1,16 @@
 """The edge runtime shared by every client connection of one process.
 
 It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
-version, for both ACP handshakes), the registry of active sessions with the
-``max_sessions`` slots and each token's share of them (SPEC §9), the idle reaper, this
-host's claims on the sessions it serves and their heartbeat, and the one way a session is
-released: its dependents first (the sessions it spawned and those the edge runs for it),
-then adapter detached, lease closed through lifecycle ``CloseSession``, row marked
-inactive and its claim dropped (never deleted). The adapter methods the edge serves
-itself (the session tools) are handed in by whoever composes the runtime.
+version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
+slots and each token's share of them (SPEC §9), the replay rings' one budget, the idle reaper,
+this host's claims on the sessions it serves and their heartbeat, and the one way a session is
+released: its dependents first (the sessions it spawned and those the edge runs for it), then
+adapter detached, lease closed through lifecycle ``CloseSession``, row inactive, claim dropped
+(never deleted), ring let go. The session tools are handed in by whoever composes the runtime.
 
 The edge never starts a service itself. When ``[services]`` leaves an address empty
 (embedded mode), whoever composes the process passes a :data:`StartServices`
-(``acpgate.embedded.start_embedded``) that starts the missing ones; the runtime stops
-them again when it closes.
+(``acpgate.embedded.start_embedded``) that starts the missing ones, stopped at close.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
+from services.edge.sessions.ring_budget import RingBudget
 from services.edge.sessions.session import AdapterMethod, EdgeSession
 from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
@@ -110,6 +109,7 @@ class EdgeRuntime:
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
+        self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
         #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
         self.shares = TokenShares(cfg.acp, cfg.token_db_path)
@@ -264,6 +264,7 @@ class EdgeRuntime:
         if session.row_write is not None:  # "inactive" after "active", never before
             await asyncio.wait((session.row_write,))
         await self.claims.release(session.session_id)
+        session.feed.close()  # its ring no longer counts in the edge's budget
         log.info("session_released", session_id=session.session_id, reason=reason)
 
     def dependents(self, session: EdgeSession) -> list[EdgeSession]:

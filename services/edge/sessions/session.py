@@ -102,7 +102,9 @@ class EdgeSession:
         self.asking = FollowingBackChannel(self)
         #: Every relayed update numbered, the newest kept for replay (issue 27).
         gateway = runtime.cfg.gateway
-        self.feed = SessionFeed(row.session_id, max_chars=gateway.replay_chars)
+        self.feed = SessionFeed(row.session_id, max_chars=gateway.replay_chars,
+                                budget=runtime.ring_budget,
+                                principal=principal_of_owner(row.ownership.owner_session_key))
         #: The client connections attached besides ``port`` (session/attach).
         self.clients = SessionClients(self)
         #: Held while a turn is stored, and while a full replay reads the store: what the

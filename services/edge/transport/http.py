@@ -116,6 +116,13 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
     w.metric("acpgate_relayed_updates_total", "counter",
              "session/update notifications relayed to clients.",
              [({}, float(metrics.relayed_updates_total))])
+    w.metric("acpgate_replay_ring_chars", "gauge",
+             "What the replay rings of every live session cost together, and their budget.",
+             [({"of": "held"}, float(metrics.replay_ring_chars)),
+              ({"of": "budget"}, float(metrics.replay_budget_chars))])
+    w.metric("acpgate_replay_trimmed_chars_total", "counter",
+             "What the replay budget's trims dropped from the rings (oldest events first).",
+             [({}, float(metrics.replay_trimmed_chars_total))])
     w.metric("acpgate_permission_requests_total", "counter",
              "Permission requests re-issued to clients.",
              [({}, float(metrics.permission_requests_total))])

@@ -31,7 +31,7 @@ from services.common.acp.v2.names import (
 )
 from services.common.acp.v2.requests import BadV2Params, setup_params_v1
 from services.common.attach_protocol import META_AFTER_EVENT_ID
-from services.common.jsonrpc import JsonRpcError
+from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
@@ -77,10 +77,12 @@ def _setup_result(conn: DialectConnection, sid: str, v1: dict[str, Any], *,
     return out
 
 
-async def session_new(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """v2 ``session/new``: v1's, with v2 MCP entries and a v2 result."""
+async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answered:
+    """v2 ``session/new``: v1's, with v2 MCP entries and a v2 result (the session's updates
+    still follow the answer)."""
     out = await new.session_new(conn, _v1_params(params))
-    return _setup_result(conn, out["sessionId"], out, with_id=True)
+    return Answered(_setup_result(conn, out.result["sessionId"], out.result, with_id=True),
+                    out.then)
 
 
 def _replay_kind(params: dict[str, Any]) -> tuple[str | None, int | None]:

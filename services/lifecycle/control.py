@@ -20,10 +20,13 @@ import hmac
 import os
 import secrets
 import socket
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.fd_channel import MAX_SOCKET_PATH_BYTES
+from services.common.private_files import private_dir
 from services.lifecycle.wrapper_control import (
     EXCHANGE_TIMEOUT_SECS,
     OP_ADOPT,
@@ -35,10 +38,12 @@ from services.lifecycle.wrapper_control import (
     send_line,
 )
 
-__all__ = ["AdoptPolicy", "ControlError", "Exchanged", "exchange", "forget_control"]
+__all__ = ["AdoptPolicy", "ControlError", "Exchanged", "control_dir", "exchange", "forget_control"]
 
 #: Where the wrappers' control sockets live, under the lifecycle state dir.
 RUN_DIR_NAME = "run"
+#: Hex digits of the lease id a control socket is named by.
+SOCKET_NAME_CHARS = 16
 _KEY_LABEL = b"acpgate wrapper adopt key v1\0"
 
 
@@ -52,12 +57,13 @@ class AdoptPolicy:
 
     secs: float
     credential: str = field(repr=False)
-    run_dir: Path
+    #: Where the control sockets live (None: nowhere safe, no adoption window).
+    run_dir: Path | None
 
     @property
     def enabled(self) -> bool:
         """True when wrappers wait for a re-adoption (a window and a credential)."""
-        return self.secs > 0 and bool(self.credential)
+        return self.secs > 0 and bool(self.credential) and self.run_dir is not None
 
     def key(self, lease_id: str) -> bytes:
         """The adopt key of ``lease_id``'s wrapper."""
@@ -65,9 +71,40 @@ class AdoptPolicy:
         return hmac.new(secret, _KEY_LABEL + lease_id.encode(), hashlib.sha256).digest()
 
     def path(self, lease_id: str) -> str | None:
-        """The control socket of ``lease_id``'s wrapper; None when the path is too long."""
-        path = str(self.run_dir / f"{lease_id}.sock")
+        """The control socket of ``lease_id``'s wrapper (named by the first 64 bits of the
+        lease id: a clash only costs the second wrapper its window); None when none."""
+        if self.run_dir is None:
+            return None
+        path = str(self.run_dir / socket_name(lease_id))
         return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES else None
+
+
+def socket_name(lease_id: str) -> str:
+    """A control socket's file name."""
+    return lease_id.replace("-", "")[:SOCKET_NAME_CHARS] + ".sock"
+
+
+def control_dir(state_dir: Path) -> Path | None:
+    """Where this install's control sockets live (blocking): ``<state dir>/run``, owner-only;
+    where that path is too long for a socket, ``<tmp>/acpgate-<uid>-<digest of the state
+    dir>``, used only when it is a real directory of this uid that no one else may enter.
+    None when neither will do (wrappers then get no adoption window)."""
+    longest = len(socket_name("0" * 32)) + 1
+    preferred = state_dir / RUN_DIR_NAME
+    if len(os.fsencode(str(preferred))) + longest <= MAX_SOCKET_PATH_BYTES:
+        return private_dir(preferred)
+    digest = hashlib.sha256(os.fsencode(str(state_dir.absolute()))).hexdigest()[:12]
+    fallback = Path(tempfile.gettempdir()) / f"acpgate-{os.getuid()}-{digest}"
+    with contextlib.suppress(FileExistsError):
+        fallback.mkdir(mode=0o700)
+    try:
+        st = os.lstat(fallback)
+    except OSError:
+        return None
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077
+            or len(os.fsencode(str(fallback))) + longest > MAX_SOCKET_PATH_BYTES):
+        return None
+    return fallback
 
 
 @dataclass

@@ -31,7 +31,7 @@ from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.lifecycle.adopt import adopt_at_start
-from services.lifecycle.control import RUN_DIR_NAME, AdoptPolicy
+from services.lifecycle.control import AdoptPolicy, control_dir
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.fd_grants import FdGrants
 from services.lifecycle.fd_server import FdServer
@@ -68,7 +68,7 @@ async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None,
     an adoption window (:mod:`services.lifecycle.adopt`; none without a credential)."""
     state_dir = cfg.lifecycle_state_dir
     await asyncio.to_thread(private_dir, cfg.data_dir)  # acpgate's state: the owner's alone
-    run_dir = await asyncio.to_thread(private_dir, state_dir / RUN_DIR_NAME)
+    run_dir = await asyncio.to_thread(control_dir, state_dir)
     window = cfg.lifecycle.adopt_secs if adopt_secs is None else adopt_secs
     if slot is None:
         slot = await asyncio.to_thread(acquire_slot, state_dir)

@@ -2,7 +2,8 @@
 
 Standard library only: it is installed beside the wrapper (``acpgate_wrapper_control.py``)
 and loaded by it from there. The wrapper listens on a unix socket of its own,
-``<lifecycle state dir>/run/<lease id>.sock``, in a directory only the owner can enter.
+``<lifecycle state dir>/run/<first 16 hex of the lease id>.sock``, in a directory only the
+owner can enter (services/lifecycle/control.py says where, when that path is too long).
 Every connection is a short exchange of JSON lines (docs/contracts.md, "The wrapper
 control channel"):
 

@@ -121,7 +121,7 @@ async def _serving(address: str) -> bool:
     except grpc.aio.AioRpcError:
         return False
     finally:
-        await channel.close()
+        await channel.close(None)
 
 
 async def kill_lifecycle(gw: Gateway) -> tuple[int, float]:

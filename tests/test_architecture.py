@@ -84,7 +84,7 @@ MAX_LINES = 400
 #: grows or when it falls under the limit (then the entry goes).
 KNOWN_LONG: dict[str, int] = {
     "services/lifecycle/proctable.py": 521,
-    "services/lifecycle/wrapper.py": 485,
+    "services/lifecycle/wrapper.py": 482,
 }
 
 

@@ -38,11 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 if __package__:  # imported as services.lifecycle.wrapper
-    from services.lifecycle.wrapper_control import Control, open_control
+    from services.lifecycle import wrapper_control as wc
     from services.lifecycle.wrapper_log import BoundedLog, proc_scan
 else:  # run as a file: its standard-library parts lie beside it (spawn.WRAPPER_PARTS)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from wrapper_control import Control, open_control  # type: ignore[import-not-found,no-redef]
+    import wrapper_control as wc  # type: ignore[import-not-found,no-redef]
     from wrapper_log import BoundedLog, proc_scan  # type: ignore[import-not-found,no-redef]
 
 __all__ = ["BoundedLog", "Options", "Terminator", "Wrapper", "main", "parse_args"]
@@ -230,9 +230,9 @@ class Wrapper:
         os.set_blocking(self._wake_r, False)
         self._err_r = -1
         #: The control channel (None: no adoption window, the seed's behaviour).
-        self.control: Control | None = None
-        #: When the parent (or adopter) was found gone; None while one is there.
-        self.orphaned_at: float | None = None
+        self.control: wc.Control | None = None
+        #: Without a control channel the window is 0: the seed's immediate cleanup.
+        self.window = wc.AdoptionWindow(opts.adopt_secs, time.monotonic)
 
     # ------------------------------------------------------------------ reporting
 
@@ -270,20 +270,15 @@ class Wrapper:
         """Any change of parent PID means the service is gone; with a control channel,
         ``parent_dead`` only once no service re-adopted it within the window (an
         adopter's link that ends opens a new window)."""
-        if os.getppid() == self.opts.parent_pid:
-            return
-        control, now = self.control, time.monotonic()
-        if control is not None and control.adopter is not None:
-            if self.orphaned_at is not None:
-                self.note("re-adopted by a restarted lifecycle service")
-            self.orphaned_at = None
-            return
-        if self.orphaned_at is None:
-            self.orphaned_at = now
-            if control is not None:
-                self.note(f"parent gone; waiting up to {self.opts.adopt_secs} s for adoption")
-        if control is None or now - self.orphaned_at >= self.opts.adopt_secs:
-            self.parent_dead = True
+        control, window = self.control, self.window
+        was = window.orphaned_at
+        step = window.step(os.getppid() == self.opts.parent_pid,
+                           control is not None and control.adopter is not None)
+        if step == wc.SUPERVISE and was is not None:
+            self.note("re-adopted by a restarted lifecycle service")
+        elif step == wc.WAIT and was is None:
+            self.note(f"parent gone; waiting up to {window.secs} s for adoption")
+        self.parent_dead = step == wc.CLEANUP
 
     def status(self) -> dict[str, object]:
         """What an adopter is told of the adapter."""
@@ -476,8 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         opts.report_fd = -1
     wrapper = Wrapper(opts)
-    wrapper.control = open_control(opts.adopt_secs, opts.control, opts.adopt_key_fd,
+    wrapper.control = wc.open_control(opts.adopt_secs, opts.control, opts.adopt_key_fd,
                                    opts.hold_fds, opts.lease_id, opts.instance_id)
+    if wrapper.control is None:
+        wrapper.window.secs = 0
     return wrapper.run()
 
 

@@ -92,6 +92,33 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
+WAIT = "wait"
+SUPERVISE = "supervise"
+CLEANUP = "cleanup"
+
+
+class AdoptionWindow:
+    """When a wrapper whose parent is gone stops waiting for an adopter (the seed's
+    cleanup then runs). Pure: the clock is passed in, so the same policy runs in the
+    wrapper and in the simulated process table of the tests."""
+
+    def __init__(self, secs: float, now: Callable[[], float]) -> None:
+        self.secs = secs
+        self._now = now
+        #: When the parent (or the adopter) was found gone; None while one is there.
+        self.orphaned_at: float | None = None
+
+    def step(self, parent_alive: bool, adopted: bool) -> str:
+        """:data:`SUPERVISE` while a parent or an adopter is there, :data:`WAIT` while the
+        window runs, :data:`CLEANUP` once it is over (at once with no window)."""
+        if parent_alive or adopted:
+            self.orphaned_at = None
+            return SUPERVISE
+        if self.orphaned_at is None:
+            self.orphaned_at = self._now()
+        return WAIT if self._now() - self.orphaned_at < self.secs else CLEANUP
+
+
 class Control:
     """The wrapper's side: the listening socket, the adopter's link, the held pipe ends."""
 

@@ -25,8 +25,10 @@ async def run_lifecycle_kill(sizes: Sizes) -> list[Row]:
     """The rows of one kill (``sizes.kill_sessions`` sessions)."""
     count = sizes.kill_sessions
     with tempfile.TemporaryDirectory(prefix="acpb-") as tmp:
-        async with running_gateway(Path(tmp), extra=agent_section("scripted"),
-                                   max_sessions=count + 4, per_token=count + 4) as gw:
+        room = count + 4
+        gateway = f"max_connections = {room}\nmax_connections_per_token = {room}\n"
+        async with running_gateway(Path(tmp), extra=agent_section("scripted"), gateway=gateway,
+                                   max_sessions=room, per_token=room) as gw:
             started = await start_turns(gw, count, CHUNKS, "scripted")
             before = agents(gw)
             _, secs = await kill_lifecycle(gw)

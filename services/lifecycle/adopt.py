@@ -13,7 +13,8 @@ pidfd for its end, since it is not this service's child), and a wrapper that die
 reaped as any. Stdout is not read until an attacher relays over the stream: an edge
 may hold the pipes and go on reading them itself.
 
-A lease that cannot be adopted is left to the orphan reap that follows, as before.
+A lease that cannot be adopted is left to the orphan reap that follows, as before; one
+adopted that no attacher re-attaches to in :data:`REATTACH_WAIT_SECS` is closed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ log = get_logger("lifecycle.adopt")
 #: The exit code a channel records for an adopted wrapper that ended without a report
 #: (not this service's child: its real status is its new parent's to read).
 UNREPORTED_EXIT = 255
+#: How long an adopted lease waits for an attacher (the edge re-attaches within 20 s of the
+#: restart); one nobody attaches to had its edge die too, and is closed ("not-reattached").
+REATTACH_WAIT_SECS = 30.0
 
 
 class AdoptedProcess:
@@ -117,6 +121,18 @@ class WrapperLink:
         return True
 
 
+#: The waits of :func:`_close_unless_attached` under way (held, so none is collected).
+_WAITS: set[asyncio.Task[None]] = set()
+
+
+async def _close_unless_attached(controller: LifecycleController, channel: AdapterChannel) -> None:
+    """Close a re-adopted lease nobody attached to within :data:`REATTACH_WAIT_SECS`."""
+    await asyncio.sleep(REATTACH_WAIT_SECS)
+    if channel.generation == 0 and controller.channels.get(channel.lease_id) is channel:
+        log.warning("adopted_lease_not_reattached", lease_id=channel.lease_id)
+        controller.close_later(channel.lease_id, "not-reattached")
+
+
 async def adopt_at_start(controller: LifecycleController) -> list[str]:
     """Re-adopt this slot's live wrappers (module docstring); the lease ids adopted."""
     policy = controller.adoption
@@ -179,5 +195,8 @@ async def adopt_one(controller: LifecycleController, policy: AdoptPolicy, lease:
         await channel.close_stdin()
     controller.channels[lease_id] = channel
     controller.watch(channel)
+    (task := asyncio.create_task(_close_unless_attached(controller, channel))).add_done_callback(
+        _WAITS.discard)
+    _WAITS.add(task)
     log.info("wrapper_adopted", lease_id=lease_id, root_pid=lease.root_pid)
     return True

@@ -131,8 +131,9 @@ def scripts(tmp_path: Path) -> Scripts:
     return Scripts(**out)
 
 
-def make_config(config_dir: Path, *, term_grace_ms: int = 300, adopt_secs: int = 5) -> Config:
-    """A config dir whose ``config.toml`` sets the lifecycle grace and adoption window, with
+def make_config(config_dir: Path, *, term_grace_ms: int = 300, adopt_secs: int = 0) -> Config:
+    """A config dir whose ``config.toml`` sets the lifecycle grace and adoption window (0:
+    the seed's immediate cleanup, unless a test sets one), with
     the tests' service key installed (``tests.launches``: requests sealed with it are the
     session service's)."""
     config_dir.mkdir(parents=True, exist_ok=True)

@@ -117,8 +117,9 @@ async def start_embedded(cfg: Config, live: LiveConfig | None = None) -> Embedde
             services.servers.append(server)
             services.session_addr = server.address
         if not services.lifecycle_addr:
+            # Its client dies with it: no adoption window, the wrappers clean up at once.
             server = await start_lifecycle_server(cfg, f"unix:{services.tempdir}/l.sock",
-                                                  security=security)
+                                                  security=security, adopt_secs=0)
             services.servers.append(server)
             services.lifecycle_addr = server.address
     except BaseException:

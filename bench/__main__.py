@@ -1,7 +1,8 @@
 """``python -m bench`` (``make bench``): run every benchmark and write ``bench/results.md``.
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
-``reap``, ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
+``reap``, ``lifecycle`` (kill -9 of the lifecycle service under streaming
+sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
 ``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``stalled`` (the edge's
 RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
 a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
@@ -22,6 +23,7 @@ from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
 from bench.flood import run_flood
+from bench.lifecycle_kill import run_lifecycle_kill
 from bench.many import run_many
 from bench.pg_bench import run_postgres
 from bench.reap_bench import run_reap
@@ -34,7 +36,7 @@ from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
-          "stalled", "history", "capacity")
+          "stalled", "history", "capacity", "lifecycle")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -88,6 +90,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "reap" in wanted:
         _say(f"startup reap of {sizes.reap_leases} leases")
         rows["reap"] = await run_reap(sizes)
+    if "lifecycle" in wanted:
+        _say(f"kill -9 of the lifecycle service under {sizes.kill_sessions} streaming sessions")
+        rows["lifecycle"] = await run_lifecycle_kill(sizes)
     if "flood" in wanted:
         # A fresh gateway: its peak RSS must be the flood's, not an earlier group's.
         async with stage() as st, serve(st) as sv:

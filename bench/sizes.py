@@ -26,6 +26,8 @@ class Sizes:
     concurrent_rounds: int = 3
     #: Many sessions streaming at once (edge memory).
     many_sessions: int = 200
+    #: Streaming sessions while the lifecycle service is killed.
+    kill_sessions: int = 60
     #: session/load: stored history items and samples.
     history_items: int = 10_000
     load_samples: int = 5
@@ -51,7 +53,8 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
-              concurrent_rounds=1, many_sessions=4, history_items=40, load_samples=1, append_turns=10,
+              concurrent_rounds=1, many_sessions=4, kill_sessions=3,
+              history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25)

@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.logs import get_logger
 from services.common.protocol import MAX_ADAPTER_LINE_BYTES
@@ -50,6 +50,29 @@ READ_CHUNK_BYTES = 256 * 1024
 EXIT_DRAIN_SECS = 1.0
 #: How long the wrapper has to report the adapter's start.
 START_TIMEOUT_SECS = 10.0
+
+
+class WrapperProcess(Protocol):
+    """The wrapper as a channel watches it: this service's child (asyncio's process), or
+    one it re-adopted (:class:`services.lifecycle.adopt.AdoptedProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class StdinHolder(Protocol):
+    """A wrapper that keeps a copy of stdin's write end (its control channel)."""
+
+    async def close_stdin(self) -> bool: ...
 
 
 class AttachBusy(Exception):
@@ -99,7 +122,7 @@ class AdapterChannel:
     def __init__(
         self,
         lease_id: str,
-        process: asyncio.subprocess.Process,
+        process: WrapperProcess,
         report: asyncio.StreamReader,
         stderr_log: Path,
         *,
@@ -107,9 +130,14 @@ class AdapterChannel:
         stdout_fd: int,
         max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        control: StdinHolder | None = None,
+        stdout_handed: bool = False,
     ) -> None:
         """``stdin_fd``, ``stdout_fd``: this service's ends of the adapter's pipes (stdin's
-        write end, stdout's read end), owned by the channel from here."""
+        write end, stdout's read end), owned by the channel from here. ``control``: the
+        wrapper keeps a copy of stdin too, let go through it on :meth:`close_stdin`.
+        ``stdout_handed``: an attacher may hold the pipe already (a re-adopted wrapper):
+        stdout is not read here until an attacher relays (:meth:`StdoutPipe.read_here`)."""
         self.lease_id = lease_id
         self.process = process
         self.stderr_log = stderr_log
@@ -117,6 +145,8 @@ class AdapterChannel:
         #: The adapter's stdout: read here, or handed to an attacher.
         self.stdout = StdoutPipe(lease_id, stdout_fd, max_buffer=max_buffer_bytes,
                                  max_batch=max_batch_bytes, max_line=MAX_LINE_BYTES)
+        self.stdout.handed = stdout_handed
+        self._control = control
         self._stdin_fd = stdin_fd
         self._stdin: asyncio.StreamWriter | None = None
         self._stdin_open = True
@@ -314,7 +344,10 @@ class AdapterChannel:
         """EOF on the adapter's stdin, as far as this service holds it (the process is not
         signalled; an attacher holding a copy closes its own)."""
         async with self._stdin_lock:
+            held = self._stdin_open
             self._close_stdin()
+            if held and self._control is not None:
+                await self._control.close_stdin()
 
     def _close_stdin(self) -> None:
         if not self._stdin_open:

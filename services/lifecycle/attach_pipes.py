@@ -12,14 +12,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from services.lifecycle.attach import AdapterChannel
+from services.lifecycle.controller import Ensured
 from services.lifecycle.convert import exit_to_pb
 from services.lifecycle.fd_grants import FdGrant
+from services.lifecycle.leases import LeaseRecord
 
-__all__ = ["prepend", "relay_exit", "settle"]
+__all__ = ["Opened", "prepend", "relay_exit", "resume", "settle"]
+
+@dataclass
+class Opened:
+    """One Attach stream: its first response, its lease and channel, what its ensure did
+    (None: opened on a lease id) and from which pool, whether a line went either way (or
+    the pipes went to the caller), and whether the caller can take the pipes."""
+
+    first: pb.AttachResponse
+    lease: LeaseRecord
+    channel: AdapterChannel
+    ensured: Ensured | None
+    pool: str
+    touched: bool = False
+    fd_pass: bool = False
+    #: The caller holds the pipes already (``AttachOpen.resume_pipes``).
+    resume_pipes: bool = False
+
 
 #: A request to come from the caller (a pending read of its request stream).
 Pending = asyncio.Future[pb.AttachRequest]
@@ -60,6 +80,16 @@ async def relay_exit(channel: AdapterChannel, iterator: AsyncIterator[pb.AttachR
         pending.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await pump
+
+
+async def resume(channel: AdapterChannel, iterator: AsyncIterator[pb.AttachRequest],
+                 ) -> AsyncIterator[pb.AttachResponse]:
+    """The rest of a stream whose caller holds the pipes from an earlier stream
+    (``AttachOpen.resume_pipes``): stdout is not read here, only the exit goes out."""
+    channel.stdout.keep_off()
+    pending: Pending = asyncio.ensure_future(iterator.__anext__())
+    async for response in relay_exit(channel, iterator, pending):
+        yield response
 
 
 async def _serve_requests(channel: AdapterChannel, iterator: AsyncIterator[pb.AttachRequest],

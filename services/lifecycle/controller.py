@@ -1,11 +1,10 @@
 """The lifecycle controller: leases, spawns, channels and reaping for one gateway.
 
-The gRPC servicer is a thin translation layer over this class; tests and the
-embedded mode can use it directly. One controller per lifecycle state dir.
-Each spawn is watched: a wrapper that dies (SIGKILL, a crash) has its lease
+The gRPC servicer is a thin translation layer over this class; tests and the embedded
+mode use it directly. One controller per lifecycle state dir. Each spawn (and each wrapper
+re-adopted, :mod:`services.lifecycle.adopt`) is watched: a wrapper that dies has its lease
 closed at once, through the same verified reap as any close. The warm pools
-(:mod:`services.lifecycle.warm`) spawn through it and hand their leases to
-``ensure_session``.
+(:mod:`services.lifecycle.warm`) spawn through it and hand their leases to ``ensure_session``.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
+from services.lifecycle.adopt import WrapperLink
 from services.lifecycle.api import (
     EnsureRequest,
     InstanceInfo,
@@ -27,6 +27,7 @@ from services.lifecycle.api import (
     check_spec,
 )
 from services.lifecycle.attach import AdapterChannel
+from services.lifecycle.control import AdoptPolicy, forget_control
 from services.lifecycle.holds import StreamHolds
 from services.lifecycle.launch import Launch, plan_launch
 from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
@@ -38,16 +39,8 @@ from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
 from services.lifecycle.verify import Owner, Verification
 from services.lifecycle.warm import WarmPools
 
-__all__ = [
-    "EnsureRequest",
-    "Ensured",
-    "InstanceInfo",
-    "InvalidRequest",
-    "LeaseNotFound",
-    "LifecycleController",
-    "NoWarmAdapter",
-    "Unavailable",
-]
+__all__ = ["EnsureRequest", "Ensured", "InstanceInfo", "InvalidRequest", "LeaseNotFound",
+           "LifecycleController", "NoWarmAdapter", "Unavailable"]
 
 log = get_logger("lifecycle.controller")
 
@@ -75,8 +68,11 @@ class LifecycleController:
         retention_secs: int,
         install_id: str = "",
         slot: Slot | None = None,
+        adoption: AdoptPolicy | None = None,
     ) -> None:
         self.store = store
+        #: The wrappers' adoption window and control channels (None or 0 s: none).
+        self.adoption = adoption
         self.table = table
         #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
@@ -103,8 +99,6 @@ class LifecycleController:
         self.pools = WarmPools(self)
         self.holds = StreamHolds()  # the leases Attach streams ensured and still hold
 
-    # ------------------------------------------------------------------ identity
-
     def instance(self) -> InstanceInfo:
         """GetInstance."""
         return InstanceInfo(
@@ -115,10 +109,7 @@ class LifecycleController:
     # ------------------------------------------------------------------ ensure
 
     def _key_lock(self, key: str) -> asyncio.Lock:
-        lock = self._key_locks.get(key)
-        if lock is None:
-            lock = self._key_locks[key] = asyncio.Lock()
-        return lock
+        return self._key_locks.setdefault(key, asyncio.Lock())
 
     async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
@@ -172,10 +163,10 @@ class LifecycleController:
             state_dir=self.state_dir,
             term_grace_ms=self.term_grace_ms,
             state=state,
+            adoption=self.adoption,
         )
         lease, channel = await Launch(self, plan).run()
-        self._watch_exit(channel)
-        self._watch_wrapper(channel)
+        self.watch(channel)
         log.info(
             "lease_spawned",
             lease_id=lease.lease_id,
@@ -186,27 +177,33 @@ class LifecycleController:
         )
         return lease
 
+    def control_for(self, lease_id: str, wrapper_pid: int) -> WrapperLink | None:
+        """The control channel of a wrapper spawned with an adoption window (else None)."""
+        return WrapperLink.of(self.adoption, lease_id, wrapper_pid)
+
+    def watch(self, channel: AdapterChannel) -> None:
+        """Watch a channel's adapter exit and its wrapper's death (a spawn's, an adoption's)."""
+        self._watch_exit(channel)
+        self._watch_wrapper(channel)
+
     def _watch_exit(self, channel: AdapterChannel) -> None:
         """Record the adapter's exit on its lease once it is known (in the background)."""
-        task = asyncio.create_task(self._record_exit(channel))
+        (task := asyncio.create_task(self._record_exit(channel))).add_done_callback(
+            self._exit_tasks.discard)
         self._exit_tasks.add(task)
-        task.add_done_callback(self._exit_tasks.discard)
 
     def _watch_wrapper(self, channel: AdapterChannel) -> None:
         """Reap the lease's tree if its wrapper dies (in the background)."""
-        task = asyncio.create_task(self._reap_after_wrapper_death(channel))
+        (task := asyncio.create_task(self._reap_after_wrapper_death(channel))).add_done_callback(
+            self._death_tasks.discard)
         self._death_tasks.add(task)
-        task.add_done_callback(self._death_tasks.discard)
 
     async def _reap_after_wrapper_death(self, channel: AdapterChannel) -> None:
         """A wrapper that died (SIGKILL, a crash) left its tree unsupervised: close the lease.
 
-        The adapter got SIGTERM from its parent-death signal, but it may ignore
-        it, and a detached descendant (its own session, adopted by the wrapper
-        until it died) gets nothing. The close verifies and reaps through the
-        same path as any close: what still carries the lease id in its
-        environment. A wrapper that ended in order (it reported the adapter's
-        exit and cleaned up itself) is left to the client's close.
+        The adapter got SIGTERM from its parent-death signal, but it may ignore it, and a
+        detached descendant gets nothing. The close verifies and reaps like any close. A
+        wrapper that ended in order (it reported the exit) is left to the client's close.
         """
         if not await channel.wrapper_died():
             return
@@ -308,6 +305,8 @@ class LifecycleController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(channel.wrapper_gone.wait(), self.term_grace_ms / 1000 + 1.0)
         result = await self.reaper.close(lease_id, reason)
+        if result.lease is not None and result.lease.state != LeaseState.OPEN:
+            await forget_control(self.adoption, lease_id)
         if channel is not None and result.lease is not None and result.lease.state != LeaseState.OPEN:
             self.channels.pop(lease_id, None)
             # The adapter is gone: let the exit reach any attacher, then stop reading.

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 from services.common.logs import get_logger
 from services.lifecycle.api import EnsureRequest, Unavailable
 from services.lifecycle.attach import START_TIMEOUT_SECS, AdapterChannel, SpawnFailed
+from services.lifecycle.control import AdoptPolicy
 from services.lifecycle.leases import HELD_STATES, LeaseRecord, LeaseState
 from services.lifecycle.proctable import ProcessTableError
 from services.lifecycle.reaper import now_ms
 from services.lifecycle.spawn import (
+    AdoptFds,
     SpawnSpec,
     WrapperPaths,
     spawn_wrapper,
@@ -57,6 +59,15 @@ class LaunchPlan:
     #: The report pipe: the wrapper writes the adapter's start on ``report_w``.
     report_r: int
     report_w: int
+    #: With an adoption window: the pipes and key pipe the argv names.
+    adopt: AdoptFds | None = None
+
+    def close_fds(self) -> None:
+        """Close every descriptor of the plan (a spawn that never happened)."""
+        os.close(self.report_r)
+        os.close(self.report_w)
+        if self.adopt is not None:
+            self.adopt.close()
 
 
 def plan_launch(
@@ -67,6 +78,7 @@ def plan_launch(
     state_dir: Path,
     term_grace_ms: int,
     state: LeaseState = LeaseState.OPEN,
+    adoption: AdoptPolicy | None = None,
 ) -> LaunchPlan:
     """A new lease id, the wrapper's spec and argv, its report pipe and the pending lease.
 
@@ -87,8 +99,18 @@ def plan_launch(
         term_grace_ms=term_grace_ms,
         stderr_log=stderr_log_path(state_dir, lease_id),
     )
-    report_r, report_w = os.pipe()
-    argv = wrapper_argv(wrapper, spec, parent_pid=os.getpid(), report_fd=report_w)
+    control = adoption.path(lease_id) if adoption is not None and adoption.enabled else None
+    adopt: AdoptFds | None = None
+    if adoption is not None and control is not None:
+        spec = replace(spec, adopt_secs=adoption.secs, control_path=control)
+        adopt = AdoptFds.open(adoption.key(lease_id))
+    try:
+        report_r, report_w = os.pipe()
+    except BaseException:
+        if adopt is not None:
+            adopt.close()
+        raise
+    argv = wrapper_argv(wrapper, spec, parent_pid=os.getpid(), report_fd=report_w, adopt=adopt)
     lease = LeaseRecord(
         lease_id=lease_id,
         gateway_instance_id=instance_id,
@@ -99,7 +121,7 @@ def plan_launch(
         started_at=now_ms(),
         state=state,
     )
-    return LaunchPlan(spec, argv, lease, report_r, report_w)
+    return LaunchPlan(spec, argv, lease, report_r, report_w, adopt)
 
 
 class Launch:
@@ -133,8 +155,7 @@ class Launch:
         try:
             await self.controller.store.insert(plan.lease)
         except BaseException:
-            os.close(plan.report_r)
-            os.close(plan.report_w)
+            plan.close_fds()
             raise
 
     async def start_wrapper(self) -> AdapterChannel:
@@ -144,13 +165,15 @@ class Launch:
         """
         plan, controller = self.plan, self.controller
         try:
-            spawned = await spawn_wrapper(plan.argv, plan.spec, plan.report_r, plan.report_w)
+            spawned = await spawn_wrapper(plan.argv, plan.spec, plan.report_r, plan.report_w,
+                                          plan.adopt)
         except OSError as exc:
             await controller.store.transition(plan.lease, LeaseState.LOST, now_ms=now_ms())
             raise Unavailable(f"cannot start the wrapper: {exc}") from None
         lease_id = plan.lease.lease_id
         channel = AdapterChannel(lease_id, spawned.process, spawned.report, plan.spec.stderr_log,
-                                 stdin_fd=spawned.stdin, stdout_fd=spawned.stdout)
+                                 stdin_fd=spawned.stdin, stdout_fd=spawned.stdout,
+                                 control=controller.control_for(lease_id, spawned.process.pid))
         controller.channels[lease_id] = channel
         return channel
 

@@ -3,7 +3,8 @@
 ``start_lifecycle_server(cfg, address)`` takes an instance slot under the data dir
 (:mod:`services.lifecycle.slots`: any number of lifecycle services may share one),
 loads the install's instance id and derives the slot's, opens the lease store,
-installs the wrapper, expires old leases and reaps the live leases of earlier runs
+installs the wrapper, re-adopts the live wrappers an earlier run of its slot left
+(:mod:`services.lifecycle.adopt`), expires old leases and reaps the live leases of earlier runs
 of its slot and of dead slots (:mod:`services.lifecycle.slot_reap`), and on slot 0
 the pre-lease records waiting (:mod:`services.lifecycle.legacy_reap`), *before* it
 serves — never a live slot's. Stopping the returned server closes (verifies and
@@ -29,6 +30,8 @@ from services.common.grpc_server import RunningServer, run_until_signalled, star
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
+from services.lifecycle.adopt import adopt_at_start
+from services.lifecycle.control import AdoptPolicy, control_dir
 from services.lifecycle.controller import LifecycleController
 from services.lifecycle.fd_grants import FdGrants
 from services.lifecycle.fd_server import FdServer
@@ -56,12 +59,17 @@ LEASES_DB_NAME = "leases.db"
 
 
 async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None,
-                          slot: Slot | None = None) -> LifecycleController:
+                          slot: Slot | None = None, credential: str = "",
+                          adopt_secs: int | None = None) -> LifecycleController:
     """Slot, instance id, lease store and wrapper of ``cfg``'s lifecycle state dir, ready
     to use. ``slot`` is one the caller holds (``acpgate serve`` hands its child the one it
-    took); None takes the lowest free one. ``await controller.close()`` gives it up."""
+    took); None takes the lowest free one. ``await controller.close()`` gives it up.
+    ``credential`` and ``adopt_secs`` (default ``[lifecycle] adopt_secs``) give its wrappers
+    an adoption window (:mod:`services.lifecycle.adopt`; none without a credential)."""
     state_dir = cfg.lifecycle_state_dir
     await asyncio.to_thread(private_dir, cfg.data_dir)  # acpgate's state: the owner's alone
+    run_dir = await asyncio.to_thread(control_dir, state_dir)
+    window = cfg.lifecycle.adopt_secs if adopt_secs is None else adopt_secs
     if slot is None:
         slot = await asyncio.to_thread(acquire_slot, state_dir)
     try:
@@ -81,12 +89,14 @@ async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None,
         wrapper=wrapper,
         term_grace_ms=cfg.lifecycle.term_grace_ms,
         retention_secs=cfg.lifecycle.lease_retention_secs,
+        adoption=AdoptPolicy(window, credential, run_dir),
     )
 
 
 async def start_lifecycle_server(
     cfg: Config, address: str, *, proctable: ProcessTable | None = None,
     security: GrpcSecurity | None = None, slot: Slot | None = None,
+    adopt_secs: int | None = None,
 ) -> RunningServer:
     """Reap startup orphans, then serve ``LifecycleService`` on ``address``.
 
@@ -97,7 +107,8 @@ async def start_lifecycle_server(
     slot up.
     """
     sec = await load_security(cfg) if security is None else security
-    controller = await open_controller(cfg, proctable=proctable, slot=slot)
+    controller = await open_controller(cfg, proctable=proctable, slot=slot, credential=sec.token,
+                                       adopt_secs=adopt_secs)
     fds: FdServer | None = None
 
     async def close() -> None:
@@ -110,6 +121,7 @@ async def start_lifecycle_server(
             await controller.close()
 
     try:
+        await adopt_at_start(controller)  # before the reap: what is adopted is not an orphan
         await reap_at_start(controller)
         fds = await _fd_server(cfg, address, sec.token)
         servicer = LifecycleServicer(controller, seal_key=sec.seal_key,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -30,8 +29,8 @@ from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.lifecycle.attach import MAX_LINE_BYTES, AdapterChannel, AttachBusy
-from services.lifecycle.attach_pipes import prepend, relay_exit, settle
+from services.lifecycle.attach import MAX_LINE_BYTES, AttachBusy
+from services.lifecycle.attach_pipes import Opened, prepend, relay_exit, resume, settle
 from services.lifecycle.controller import (
     Ensured,
     EnsureRequest,
@@ -51,7 +50,7 @@ from services.lifecycle.convert import (
     verification_to_pb,
 )
 from services.lifecycle.fd_grants import FdGrant, FdGrants
-from services.lifecycle.leases import LeaseRecord, LeaseState
+from services.lifecycle.leases import LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
 from services.lifecycle.session_logs import forget_session_log, link_session_log
@@ -62,21 +61,6 @@ __all__ = ["LifecycleServicer"]
 log = get_logger("lifecycle.servicer")
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
-
-@dataclass
-class _Opened:
-    """One Attach stream: its first response, its lease and channel, what its ensure did
-    (None: opened on a lease id) and from which pool, whether a line went either way (or
-    the pipes went to the caller), and whether the caller can take the pipes."""
-
-    first: pb.AttachResponse
-    lease: LeaseRecord
-    channel: AdapterChannel
-    ensured: Ensured | None
-    pool: str
-    touched: bool = False
-    fd_pass: bool = False
-
 
 class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
     """Translates the lifecycle RPCs to :class:`LifecycleController` calls."""
@@ -222,6 +206,10 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             with opened.channel.attach():
                 grant = self._offer_pipes(opened)
                 yield opened.first
+                if opened.resume_pipes:  # the caller reads and writes them: only the exit
+                    async for response in resume(opened.channel, iterator):
+                        yield response
+                    return
                 first: pb.AttachRequest | None = None
                 if grant is not None:
                     taken, choice = await settle(grant, iterator)
@@ -269,7 +257,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             if opened.ensured is not None:
                 self._left(opened.ensured, opened.pool, touched=opened.touched)
 
-    def _offer_pipes(self, opened: _Opened) -> FdGrant | None:
+    def _offer_pipes(self, opened: Opened) -> FdGrant | None:
         """A grant for the pipes in the first response, when the caller can take them and
         this service offers them while the adapter runs (else None: the stream relays)."""
         channel = opened.channel
@@ -283,7 +271,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
 
     async def _open_attach(
         self, iterator: AsyncIterator[pb.AttachRequest], context: Ctx
-    ) -> _Opened:
+    ) -> Opened:
         """The stream the first request opens: ``open{lease_id}``, or ``open{ensure}``
         (the lease ensured first).
 
@@ -325,11 +313,12 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"lease {lease_id} is {lease.state.value} and not served by this lifecycle service",
             )
-        return _Opened(response, lease, channel, ensured, request.ensure.warm_pool,
-                       fd_pass=request.fd_pass)
+        return Opened(response, lease, channel, ensured, request.ensure.warm_pool,
+                       fd_pass=request.fd_pass and not request.resume_pipes,
+                       resume_pipes=request.resume_pipes)
 
     async def _pump_stdin(
-        self, iterator: AsyncIterator[pb.AttachRequest], opened: _Opened,
+        self, iterator: AsyncIterator[pb.AttachRequest], opened: Opened,
         first: pb.AttachRequest | None = None,
     ) -> None:
         """Feed stdin lines (and close_stdin) from the client to the adapter, ``first``

@@ -10,6 +10,7 @@ only when it changed); the service runs it as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import uuid
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
 from services.lifecycle import wrapper as wrapper_module
+from services.lifecycle import wrapper_control, wrapper_log
 from services.lifecycle.child_env import child_environment
 from services.lifecycle.session_logs import remove_session_links
 from services.lifecycle.stdout_pipe import grow_pipe
@@ -26,6 +28,8 @@ from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, WRAPPER_INTERPRET
 
 WRAPPER_DIR_NAME = "wrapper"
 WRAPPER_FILE_NAME = "acpgate_wrapper.py"
+#: The wrapper's standard-library parts, installed beside it under their own names.
+WRAPPER_PARTS = (wrapper_control, wrapper_log)
 LOG_DIR_NAME = "logs"
 
 
@@ -52,23 +56,70 @@ class SpawnSpec:
     pass_env: tuple[str, ...] = ()
     stderr_log: Path = Path()
     stderr_max_bytes: int = wrapper_module.DEFAULT_STDERR_MAX_BYTES
+    #: The adoption window (0: none) and the wrapper's control socket.
+    adopt_secs: float = 0.0
+    control_path: str = ""
 
 
-def _install_sync(state_dir: Path) -> WrapperPaths:
-    root = private_dir(state_dir / WRAPPER_DIR_NAME)
-    target = root / WRAPPER_FILE_NAME
-    source = Path(wrapper_module.__file__).read_bytes()
+@dataclass
+class AdoptFds:
+    """A wrapper with an adoption window: the ACP pipes made before its argv (which names
+    the ends it keeps) and the pipe its adopt key comes on (written, then closed here)."""
+
+    in_r: int
+    in_w: int
+    out_r: int
+    out_w: int
+    key_r: int
+
+    @classmethod
+    def open(cls, key: bytes) -> AdoptFds:
+        """Both ACP pipes and the key's pipe, the key in it."""
+        fds: list[int] = []
+        try:
+            for _ in range(3):
+                fds.extend(os.pipe())
+            grow_pipe(fds[2])
+            os.write(fds[5], key.hex().encode())
+            os.close(fds[5])
+        except BaseException:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise
+        return cls(fds[0], fds[1], fds[2], fds[3], fds[4])
+
+    def close(self) -> None:
+        """Close every descriptor still here."""
+        for fd in (self.in_r, self.in_w, self.out_r, self.out_w, self.key_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _install_file(root: Path, source_path: Path, name: str) -> Path:
+    """``source_path`` as ``root/name`` (atomically, only when it changed), owner-only."""
+    target = root / name
+    source = source_path.read_bytes()
     try:
         current = target.read_bytes()
     except FileNotFoundError:
         current = None
     if current != source:
-        tmp = root / f".{WRAPPER_FILE_NAME}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        tmp = root / f".{name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             fh.write(source)
         os.replace(tmp, target)
     tighten(target, PRIVATE_FILE_MODE)
+    return target
+
+
+def _install_sync(state_dir: Path) -> WrapperPaths:
+    root = private_dir(state_dir / WRAPPER_DIR_NAME)
+    target = _install_file(root, Path(wrapper_module.__file__), WRAPPER_FILE_NAME)
+    tighten(target, PRIVATE_FILE_MODE)
+    for part in WRAPPER_PARTS:
+        _install_file(root, Path(str(part.__file__)), Path(str(part.__file__)).name)
     logs = private_dir(state_dir / LOG_DIR_NAME)  # adapters' stderr: the owner's alone
     for log_file in logs.iterdir():  # and what an earlier version left readable
         if log_file.is_file() and not log_file.is_symlink():
@@ -96,8 +147,17 @@ def remove_stderr_logs(state_dir: Path, lease_ids: list[str]) -> None:
             p.unlink(missing_ok=True)
 
 
-def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, report_fd: int) -> list[str]:
-    """The exact argv of the wrapper (its sha256 is the lease's command hash)."""
+def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, report_fd: int,
+                 adopt: AdoptFds | None = None) -> list[str]:
+    """The exact argv of the wrapper (its sha256 is the lease's command hash); with
+    ``adopt``, its adoption window, control socket, key pipe and the pipe ends it keeps."""
+    window = [
+        "--adopt-secs", f"{spec.adopt_secs:g}",
+        "--control", spec.control_path,
+        "--adopt-key-fd", str(adopt.key_r),
+        "--hold-stdin-fd", str(adopt.in_w),
+        "--hold-stdout-fd", str(adopt.out_r),
+    ] if adopt is not None else []
     return [
         sys.executable,
         *WRAPPER_INTERPRETER_FLAGS,
@@ -116,6 +176,7 @@ def wrapper_argv(paths: WrapperPaths, spec: SpawnSpec, *, parent_pid: int, repor
         str(spec.stderr_log),
         "--stderr-max-bytes",
         str(spec.stderr_max_bytes),
+        *window,
         "--",
         spec.command,
         *spec.args,
@@ -144,7 +205,8 @@ class SpawnedWrapper:
 
 
 async def spawn_wrapper(
-    argv: Sequence[str], spec: SpawnSpec, report_r: int, report_w: int
+    argv: Sequence[str], spec: SpawnSpec, report_r: int, report_w: int,
+    adopt: AdoptFds | None = None,
 ) -> SpawnedWrapper:
     """Start the wrapper with ``argv``; the report pipe ends are consumed either way.
 
@@ -153,10 +215,15 @@ async def spawn_wrapper(
     (:meth:`services.lifecycle.attach.AdapterChannel.hand_over`)."""
     loop = asyncio.get_running_loop()
     in_r = in_w = out_r = out_w = -1
+    kept: tuple[int, ...] = ()
     try:
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        grow_pipe(out_r)
+        if adopt is not None:  # made before the argv; the wrapper keeps copies of ours
+            in_r, in_w, out_r, out_w = adopt.in_r, adopt.in_w, adopt.out_r, adopt.out_w
+            kept = (adopt.key_r, in_w, out_r)
+        else:
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            grow_pipe(out_r)
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=in_r,
@@ -164,14 +231,14 @@ async def spawn_wrapper(
             stderr=asyncio.subprocess.DEVNULL,
             cwd=spec.cwd or None,
             env=wrapper_env(spec, os.environ),
-            pass_fds=(report_w,),
+            pass_fds=(report_w, *kept),
         )
     except BaseException:
-        for fd in (report_r, report_w, in_r, in_w, out_r, out_w):
+        for fd in (report_r, report_w, in_r, in_w, out_r, out_w, *kept[:1]):
             if fd >= 0:
                 os.close(fd)
         raise
-    for fd in (report_w, in_r, out_w):  # the wrapper's ends: the adapter holds them now
+    for fd in (report_w, in_r, out_w, *kept[:1]):  # the wrapper's: the adapter holds them now
         os.close(fd)
     reader = asyncio.StreamReader(loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)

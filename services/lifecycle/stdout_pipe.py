@@ -260,6 +260,12 @@ class StdoutPipe(asyncio.Protocol):
         self.data.clear()
         return handed
 
+    def keep_off(self) -> None:
+        """Leave the pipe unread here: an attacher holds it (a re-adopted wrapper's, whose
+        attacher took the pipes before this service started)."""
+        self.handed = True
+        self._flow()
+
     def read_here(self) -> None:
         """Read the pipe here again, after a hand-over (an attacher over the stream).
 

@@ -12,9 +12,11 @@ Run by the lifecycle service as ``python -I -S <wrapper path> OPTIONS -- COMMAND
   ``{"event": "exit", "code", "signal"}`` as JSON lines on ``--report-fd``;
 - forwards SIGINT/SIGTERM/SIGHUP to the adapter's group;
 - notices the death of its parent (any change of parent PID, polled every
-  0.25 s, and PR_SET_PDEATHSIG as a wake-up), then SIGTERMs the group and its
-  adopted descendants, and stays alive until the SIGKILL fallback has fired
-  after ``--term-grace-ms``;
+  0.25 s, and PR_SET_PDEATHSIG as a wake-up) or of the service that adopted it,
+  waits up to ``--adopt-secs`` for a restarted lifecycle service to re-adopt it
+  over its control channel (:mod:`wrapper_control`, beside this file), then
+  SIGTERMs the group and its adopted descendants, and stays alive until the
+  SIGKILL fallback has fired after ``--term-grace-ms``;
 - is a child subreaper, so descendants that lose their parent stay under it.
 
 The adapter is reaped only at the very end: while it is unreaped its PID, and so
@@ -34,6 +36,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+if __package__:  # imported as services.lifecycle.wrapper
+    from services.lifecycle import wrapper_control as wc
+    from services.lifecycle.wrapper_log import BoundedLog, proc_scan
+else:  # run as a file: its standard-library parts lie beside it (spawn.WRAPPER_PARTS)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import wrapper_control as wc  # type: ignore[import-not-found,no-redef]
+    from wrapper_log import BoundedLog, proc_scan  # type: ignore[import-not-found,no-redef]
+
+__all__ = ["BoundedLog", "Options", "Terminator", "Wrapper", "main", "parse_args"]
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -61,6 +73,12 @@ class Options:
     stderr_log: str
     stderr_max_bytes: int
     command: list[str]
+    #: The adoption window (0: the seed's immediate cleanup, no control channel).
+    adopt_secs: float = 0.0
+    control: str = ""
+    adopt_key_fd: int = -1
+    #: The service's ends of the adapter's pipes the wrapper keeps (-1: none).
+    hold_fds: tuple[int, int] = (-1, -1)
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -86,42 +104,11 @@ def parse_args(argv: Sequence[str]) -> Options:
         stderr_log=values.get("stderr-log", ""),
         stderr_max_bytes=int(values.get("stderr-max-bytes", str(DEFAULT_STDERR_MAX_BYTES))),
         command=command,
+        adopt_secs=float(values.get("adopt-secs", "0")),
+        control=values.get("control", ""),
+        adopt_key_fd=int(values.get("adopt-key-fd", "-1")),
+        hold_fds=(int(values.get("hold-stdin-fd", "-1")), int(values.get("hold-stdout-fd", "-1"))),
     )
-
-
-class BoundedLog:
-    """An append-only log that never exceeds ``2 * max_bytes`` (current + ``.1``)."""
-
-    def __init__(self, path: str, max_bytes: int) -> None:
-        self.path = path
-        self.max_bytes = max(1024, max_bytes)
-        self._fd = -1
-        self._size = 0
-        if path:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            self._size = os.fstat(self._fd).st_size
-
-    def write(self, data: bytes) -> None:
-        """Append ``data``, rotating first when the file would grow past the bound."""
-        if self._fd < 0 or not data:
-            return
-        if len(data) > self.max_bytes:
-            data = data[-self.max_bytes :]
-        if self._size + len(data) > self.max_bytes:
-            os.close(self._fd)
-            os.replace(self.path, self.path + ".1")
-            self._fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600
-            )
-            self._size = 0
-        os.write(self._fd, data)
-        self._size += len(data)
-
-    def close(self) -> None:
-        """Close the file."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 class Terminator:
@@ -228,30 +215,6 @@ def _spawn_adapter(command: list[str], env: dict[str, str], err_w: int) -> int:
     return pid
 
 
-def _proc_scan(me: int, pgid: int) -> list[int]:
-    """Live (non-zombie) members of ``pgid`` and live direct children of ``me``."""
-    found: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        if len(rest) < 3 or rest[0] in (b"Z", b"X"):
-            continue
-        pid = int(name)
-        if pid != me and (int(rest[2]) == pgid or int(rest[1]) == me):
-            found.append(pid)
-    return found
-
-
 class Wrapper:
     """One adapter under supervision."""
 
@@ -266,12 +229,19 @@ class Wrapper:
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
         self._err_r = -1
+        #: The control channel (None: no adoption window, the seed's behaviour).
+        self.control: wc.Control | None = None
+        #: Without a control channel the window is 0: the seed's immediate cleanup.
+        self.window = wc.AdoptionWindow(opts.adopt_secs, time.monotonic)
 
     # ------------------------------------------------------------------ reporting
 
     def report(self, **event: object) -> None:
-        """Write one JSON line to the report fd (ignored if the service is gone)."""
-        if self.opts.report_fd < 0:
+        """Write one JSON line to the adopter's link, else the report fd (ignored if the
+        service is gone)."""
+        if self.control is not None and self.control.send_event(event):
+            return
+        if self.opts.report_fd < 0 or os.getppid() != self.opts.parent_pid:
             return
         try:
             os.write(self.opts.report_fd, (json.dumps(event) + "\n").encode())
@@ -297,9 +267,22 @@ class Wrapper:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
     def check_parent(self) -> None:
-        """Any change of parent PID means the service is gone."""
-        if os.getppid() != self.opts.parent_pid:
-            self.parent_dead = True
+        """Any change of parent PID means the service is gone; with a control channel,
+        ``parent_dead`` only once no service re-adopted it within the window (an
+        adopter's link that ends opens a new window)."""
+        control, window = self.control, self.window
+        was = window.orphaned_at
+        step = window.step(os.getppid() == self.opts.parent_pid,
+                           control is not None and control.adopter is not None)
+        if step == wc.SUPERVISE and was is not None:
+            self.note("re-adopted by a restarted lifecycle service")
+        elif step == wc.WAIT and was is None:
+            self.note(f"parent gone; waiting up to {window.secs} s for adoption")
+        self.parent_dead = step == wc.CLEANUP
+
+    def status(self) -> dict[str, object]:
+        """What an adopter is told of the adapter."""
+        return {"adapter_pid": self.adapter_pid, "pgid": self.adapter_pid}
 
     # ------------------------------------------------------------------ spawn
 
@@ -348,10 +331,13 @@ class Wrapper:
     def wait_events(self, timeout: float) -> None:
         """Sleep until stderr output, a signal, or ``timeout``."""
         fds = [self._wake_r] + ([self._err_r] if self._err_r >= 0 else [])
+        fds += self.control.fds() if self.control is not None else []
         try:
             ready, _, _ = select.select(fds, [], [], timeout)
         except InterruptedError:
             ready = []
+        if self.control is not None:
+            self.control.on_ready(ready, self.status)
         if self._wake_r in ready:
             try:
                 while os.read(self._wake_r, 4096):
@@ -393,7 +379,7 @@ class Wrapper:
             os.killpg(self.adapter_pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-        for pid in _proc_scan(self.me, self.adapter_pid):
+        for pid in proc_scan(self.me, self.adapter_pid):
             try:
                 if os.getpgid(pid) != self.adapter_pid:
                     # Direct children are unreaped while we run: their PID is pinned.
@@ -404,7 +390,7 @@ class Wrapper:
     def remaining(self) -> bool:
         """True while any group member or adopted descendant is still alive."""
         self.reap_adopted()
-        return bool(_proc_scan(self.me, self.adapter_pid))
+        return bool(proc_scan(self.me, self.adapter_pid))
 
     def terminate(self) -> None:
         """SIGTERM everything of ours, SIGKILL after the grace."""
@@ -417,8 +403,7 @@ class Wrapper:
     def run(self) -> int:
         """Supervise until the adapter exits or the parent dies; the exit code."""
         self.install_signals()
-        self.check_parent()
-        if self.parent_dead:
+        if os.getppid() != self.opts.parent_pid:
             self.note("parent gone before start; adapter not started")
             return 1
         if not self.spawn():
@@ -434,7 +419,7 @@ class Wrapper:
                     pass
             self.check_parent()
             if self.parent_dead:
-                self.note("parent died; terminating the adapter group")
+                self.note("parent died, not re-adopted; terminating the adapter group")
                 self.terminate()
                 break
             self.reap_adopted()
@@ -455,6 +440,8 @@ class Wrapper:
             os.waitpid(self.adapter_pid, 0)
         except ChildProcessError:
             pass
+        if self.control is not None:
+            self.control.close()
         self.log.close()
         if sig:
             return 128 + sig
@@ -483,7 +470,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno != errno.EBADF:
             raise
         opts.report_fd = -1
-    return Wrapper(opts).run()
+    wrapper = Wrapper(opts)
+    wrapper.control = wc.open_control(opts.adopt_secs, opts.control, opts.adopt_key_fd,
+                                   opts.hold_fds, opts.lease_id, opts.instance_id)
+    if wrapper.control is None:
+        wrapper.window.secs = 0
+    return wrapper.run()
 
 
 if __name__ == "__main__":

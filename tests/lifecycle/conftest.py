@@ -131,13 +131,15 @@ def scripts(tmp_path: Path) -> Scripts:
     return Scripts(**out)
 
 
-def make_config(config_dir: Path, *, term_grace_ms: int = 300) -> Config:
-    """A config dir whose ``config.toml`` sets the lifecycle grace, with the tests' service
-    key installed (``tests.launches``: requests sealed with it are the session service's)."""
+def make_config(config_dir: Path, *, term_grace_ms: int = 300, adopt_secs: int = 0) -> Config:
+    """A config dir whose ``config.toml`` sets the lifecycle grace and adoption window (0:
+    the seed's immediate cleanup, unless a test sets one), with
+    the tests' service key installed (``tests.launches``: requests sealed with it are the
+    session service's)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "config.toml").write_text(
-        f"[lifecycle]\nterm_grace_ms = {term_grace_ms}\n", encoding="utf-8"
-    )
+        f"[lifecycle]\nterm_grace_ms = {term_grace_ms}\nadopt_secs = {adopt_secs}\n",
+        encoding="utf-8")
     cfg = load_config(config_dir, environ=config_environ())
     install_test_key(cfg)
     return cfg

@@ -14,11 +14,16 @@ dead slots' trees were signalled (issue 24).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shlex
 import signal
+import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -48,6 +53,18 @@ from services.lifecycle.verify import (
     command_hash,
 )
 from services.lifecycle.wrapper import Terminator
+from services.lifecycle.wrapper_control import (
+    CLEANUP,
+    OP_ADOPT,
+    ROLE_SERVICE,
+    SUPERVISE,
+    WAIT,
+    AdoptionWindow,
+    Control,
+    proof,
+    recv_line,
+    send_line,
+)
 
 INSTANCE = "gw-aaaa"
 OTHER_INSTANCE = "gw-bbbb"
@@ -872,6 +889,77 @@ def test_parent_death_terminator(name: str, procs: list[FakeProc], expected_sign
 
 
 # ---------------------------------------------------------------------- legacy records
+
+
+ADOPT_SECS = 5.0
+
+
+def _forged_exchange(control: Control, uid_seen: int) -> dict[str, object]:
+    """One connection to ``control`` as a peer without the service credential (a proof
+    under a guessed key), seen by the kernel as ``uid_seen``: the wrapper's answer."""
+    ours, theirs = socket.socketpair()
+    answer: dict[str, object] = {}
+
+    def attacker() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            hello, _ = recv_line(theirs)
+            send_line(theirs, {"op": OP_ADOPT, "nonce": "11" * 16, "proof": proof(
+                b"guessed" * 4, ROLE_SERVICE, OP_ADOPT, LEASE, str(hello["nonce"]), "11" * 16)})
+            answer.update(recv_line(theirs)[0])
+        theirs.close()
+
+    thread = threading.Thread(target=attacker)
+    thread.start()
+    with mock.patch("services.lifecycle.wrapper_control.peer_credentials",
+                    return_value=(4242, uid_seen, uid_seen)):
+        control._exchange(ours, lambda: {"adapter_pid": ADAPTER_PID, "pgid": ADAPTER_PID})
+    thread.join(5)
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("name", "adopted_at", "forged_uid", "expected_signals"),
+    [
+        # A restarted lifecycle service re-adopts it within the window: nothing is signalled.
+        ("lifecycle death, re-adopted within the window", 2.0, None, []),
+        # Nobody restarts it: the seed's cleanup once the window is over, no orphan.
+        ("lifecycle death, no restart: cleanup after the window", None, None, [TERM, KILL]),
+        # A peer of this uid without the credential cannot adopt it: cleanup all the same.
+        ("forged adoption without the credential", None, "same", [TERM, KILL]),
+        # A peer of another uid is not even greeted.
+        ("forged adoption from another uid", None, "other", [TERM, KILL]),
+    ],
+)
+def test_parent_death_adoption_window(tmp_path: Path, name: str, adopted_at: float | None,
+                                      forged_uid: str | None, expected_signals: list[int]) -> None:
+    table = FakeProcessTable([adapter_proc(ignores_term=True), grandchild_proc(ignores_term=True)])
+    clock = VirtualClock()
+    group = FakeGroup(table, ADAPTER_PID, clock)
+    window = AdoptionWindow(ADOPT_SECS, clock.now)
+    control = Control(str(tmp_path / "c.sock"), b"k" * 32, LEASE, INSTANCE, -1, -1)
+    if forged_uid is not None:
+        uid = os.getuid() if forged_uid == "same" else os.getuid() + 1
+        answer = _forged_exchange(control, uid)
+        assert answer == ({"ok": False, "error": "refused"} if forged_uid == "same" else {})
+        assert control.adopter is None and control.refused == 1
+    # The service died at t=0; the wrapper's loop polls every quarter second.
+    step = window.step(parent_alive=False, adopted=False)
+    while step == WAIT:
+        group.wait(0.25)
+        adopted = adopted_at is not None and clock.t >= adopted_at
+        step = window.step(parent_alive=False, adopted=adopted)
+        if adopted:
+            break
+    if step == CLEANUP:
+        assert clock.t >= ADOPT_SECS, "the window ran to its end first"
+        sent = Terminator(group.signal_all, group.remaining, group.wait, now=clock.now).run(
+            GRACE_MS / 1000)
+        assert not group.members(), "no orphan outlives the window"
+    else:
+        assert step == SUPERVISE and clock.t < ADOPT_SECS
+        sent = []
+        assert len(group.members()) == 2, "adopted: the adapter and its child live on"
+    assert sent == expected_signals == group.sent
 
 
 @pytest.mark.parametrize(

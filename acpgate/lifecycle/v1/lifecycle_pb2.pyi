@@ -352,6 +352,7 @@ class AttachOpen(_message.Message):
     LEASE_ID_FIELD_NUMBER: _builtins.int
     ENSURE_FIELD_NUMBER: _builtins.int
     FD_PASS_FIELD_NUMBER: _builtins.int
+    RESUME_PIPES_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """The lease to attach to."""
     fd_pass: _builtins.bool
@@ -364,6 +365,12 @@ class AttachOpen(_message.Message):
     or sends `use_stream` and the stream relays as without fd_pass. Until one
     of the two, the service relays nothing. Taking the pipes counts as touching
     the adapter (a warm one is not given back to its pool).
+    """
+    resume_pipes: _builtins.bool
+    """The caller holds this lease's pipes already (it took them on an earlier stream,
+    which broke: the lifecycle service restarted and re-adopted the wrapper). The
+    stream then carries only the exit and close_stdin, as after a redeemed grant,
+    and the service does not read stdout meanwhile.
     """
     @_builtins.property
     def ensure(self) -> Global___EnsureSessionRequest:
@@ -390,10 +397,11 @@ class AttachOpen(_message.Message):
         lease_id: _builtins.str = ...,
         ensure: Global___EnsureSessionRequest | None = ...,
         fd_pass: _builtins.bool = ...,
+        resume_pipes: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "fd_pass", b"fd_pass", "lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "fd_pass", b"fd_pass", "lease_id", b"lease_id", "resume_pipes", b"resume_pipes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,6 +41,8 @@ from services.common.protocol import (
 from services.common.public_url import public_url_problem
 
 ENV_CONFIG_DIR = "ACPGATE_CONFIG_DIR"
+#: A longer adoption window would keep an unsupervised adapter alive for minutes.
+MAX_ADOPT_SECS = 300
 ENV_PREFIX = "ACPGATE_"
 
 DEFAULT_CONFIG_TOML = f"""\
@@ -268,6 +270,9 @@ def _validate(cfg: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: [gateway] idle_secs: expected an integer ≥ 1")
     if cfg.lifecycle.term_grace_ms < 0:
         raise ConfigError(f"{origin}: [lifecycle] term_grace_ms: expected an integer ≥ 0")
+    if not 0 <= cfg.lifecycle.adopt_secs <= MAX_ADOPT_SECS:
+        raise ConfigError(f"{origin}: [lifecycle] adopt_secs: expected an integer from 0 to "
+                          f"{MAX_ADOPT_SECS}")
     if cfg.store.url and not cfg.store.is_postgres:
         # Never echo the value: a URL may carry a password.
         raise ConfigError(

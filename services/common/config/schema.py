@@ -16,10 +16,7 @@ from pathlib import Path
 from services.common.client_mcp import CLIENT_MCP_NONE
 from services.common.config.defaults import DEFAULT_AUTO_APPROVE, DEFAULT_FORBIDDEN_PATHS
 from services.common.mcp_servers import McpServerSpec
-from services.common.protocol import (
-    DEFAULT_MAX_SESSIONS,
-    DEFAULT_SESSION_TIMEOUT_SECS,
-)
+from services.common.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_SECS
 
 CONFIG_FILE_NAME = "config.toml"
 
@@ -228,10 +225,12 @@ class LoggingSection:
 
 @dataclass(frozen=True)
 class LifecycleSection:
-    """``[lifecycle]``: lease retention and the SIGTERM→SIGKILL grace (SPEC §13)."""
+    """``[lifecycle]``: lease retention, the SIGTERM→SIGKILL grace (SPEC §13), and how long
+    a wrapper whose service died waits to be re-adopted (0: none; ``acpgate acp``: 0)."""
 
     lease_retention_secs: int = 7 * 24 * 3600
     term_grace_ms: int = 3000
+    adopt_secs: int = 5
 
 
 @dataclass(frozen=True)

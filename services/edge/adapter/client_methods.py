@@ -50,7 +50,7 @@ from services.common.protocol import (
     MSG_UNKNOWN_TERMINAL,
     POLICY_REFUSED,
 )
-from services.edge.adapter.link import method_not_found
+from services.edge.adapter.exits import method_not_found
 from services.edge.ports.backchannel import Asking, BackChannelError, ClientErrorAnswer
 
 log = get_logger("edge.client_methods")

@@ -1,14 +1,17 @@
-"""How an adapter's link ended (:class:`AdapterExit`), and the error of a request it left
-unanswered (:class:`AdapterGone`)."""
+"""How an adapter's link ended (:class:`AdapterExit`), the error of a request it left
+unanswered (:class:`AdapterGone`), and the link's small helpers."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from dataclasses import dataclass
+from typing import Any
 
-from services.common.protocol import MSG_AGENT_LINE_TOO_LONG
+from services.common.jsonrpc import JsonRpcError
+from services.common.protocol import METHOD_NOT_FOUND, MSG_AGENT_LINE_TOO_LONG, MSG_METHOD_NOT_FOUND
 
-__all__ = ["AdapterExit", "AdapterGone"]
+__all__ = ["AdapterExit", "AdapterGone", "method_not_found", "seen"]
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,15 @@ class AdapterGone(Exception):
     def __init__(self, exit_info: AdapterExit) -> None:
         super().__init__(exit_info.describe())
         self.exit_info = exit_info
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """Done callback: mark a failed future's exception as retrieved (a failure nobody
+    awaits any more is nobody's error; whoever still awaits it gets it all the same)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def method_not_found(method: str) -> JsonRpcError:
+    """The -32601 answer to an adapter→client method we do not serve."""
+    return JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))

@@ -23,7 +23,8 @@ link takes the adapter's pipes and reads and writes them itself
 carries only the open, the ensure and the exit report. Everything else is the
 same either way: the lines written before the link attached go first, the
 adapter's lines come in order and before its exit, an over-long line gives the
-adapter up.
+adapter up. A stream broken by a lifecycle service restart is opened again
+(:mod:`services.edge.adapter.reattach`).
 """
 
 from __future__ import annotations
@@ -36,16 +37,13 @@ from typing import Any, Protocol
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, integer_ids, notification_line
+from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
-from services.common.protocol import (
-    METHOD_NOT_FOUND,
-    MSG_METHOD_NOT_FOUND,
-)
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
-from services.edge.adapter.exits import AdapterExit, AdapterGone
+from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
 from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
 from services.edge.adapter.pipes import AdapterPipes
+from services.edge.adapter.reattach import STREAM_EOF, reattach
 
 log = get_logger("edge.adapter")
 
@@ -191,35 +189,16 @@ class AdapterLink:
     async def _read_loop(self) -> None:
         exit_info = AdapterExit(lost=True)
         try:
-            async for resp in self._call:
-                which = resp.WhichOneof("msg")
-                if which in ("attached", "ensured"):
-                    if which == "ensured":
-                        self.ensured = resp.ensured
-                        self.lease_id = self._label = resp.ensured.lease.lease_id
-                    await self._settle_via(resp)
-                    if self._attached is not None and not self._attached.done():
-                        self._attached.set_result(None)
-                elif which == "stdout":
-                    if self._peer is None:
-                        await self._bound.wait()
-                    assert self._peer is not None
-                    await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
-                elif which == "exit":
-                    exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
-                                            stderr_tail=resp.exit.stderr_tail)
-                    if self._pipes is not None and self._pipe_reader is not None:
-                        self._pipes.exit_known()  # its last lines come before the exit
-                        await self._pipe_reader
+            while True:
+                try:
+                    exit_info = await self._read_call(exit_info)
                     break
-                elif which == "too_long":
-                    # Framing is broken: what the dropped line meant (an answer?) is lost, so
-                    # every pending request fails saying why, and the adapter is given up.
-                    log.warning("adapter_line_too_long", lease_id=self._label,
-                                count=resp.too_long.count, limit=resp.too_long.limit)
-                    exit_info = AdapterExit(line_limit=resp.too_long.limit)
-                    self._call.cancel()
-                    break
+                except grpc.aio.AioRpcError as exc:
+                    attached = self._attached is not None and self._attached.done()
+                    call = await reattach(self.lease_id, exc, self._reopen) if attached else None
+                    if call is None:
+                        raise
+                    self._call = call
         except grpc.aio.AioRpcError as exc:
             if self._attached is not None and not self._attached.done():
                 # A refused ensure is EnsureSession's refusal, as the caller would have had it.
@@ -235,6 +214,46 @@ class AdapterLink:
             log.exception("attach_reader_failed", lease_id=self._label)
         finally:
             self._finish(exit_info)
+
+    def _reopen(self) -> Any:
+        """A new ``Attach`` call on the lease (after the lifecycle service restarted): only
+        the exit when this link holds the pipes, else the relay as before."""
+        assert self._via is not None and self._via.done()
+        opening = lifecycle_pb2.AttachOpen(lease_id=self.lease_id, resume_pipes=self._via.result())
+        return self._stub.Attach(self._requests(opening))  # type: ignore[arg-type]
+
+    async def _read_call(self, exit_info: AdapterExit) -> AdapterExit:
+        """Read the current call to its end: how the adapter went, ``exit_info`` if unsaid."""
+        while (resp := await self._call.read()) is not STREAM_EOF:
+            which = resp.WhichOneof("msg")
+            if which in ("attached", "ensured"):
+                if which == "ensured":
+                    self.ensured = resp.ensured
+                    self.lease_id = self._label = resp.ensured.lease.lease_id
+                await self._settle_via(resp)
+                if self._attached is not None and not self._attached.done():
+                    self._attached.set_result(None)
+            elif which == "stdout":
+                if self._peer is None:
+                    await self._bound.wait()
+                assert self._peer is not None
+                await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
+            elif which == "exit":
+                exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
+                                        stderr_tail=resp.exit.stderr_tail)
+                if self._pipes is not None and self._pipe_reader is not None:
+                    self._pipes.exit_known()  # its last lines come before the exit
+                    await self._pipe_reader
+                break
+            elif which == "too_long":
+                # Framing is broken: what the dropped line meant (an answer?) is lost, so
+                # every pending request fails saying why, and the adapter is given up.
+                log.warning("adapter_line_too_long", lease_id=self._label,
+                            count=resp.too_long.count, limit=resp.too_long.limit)
+                exit_info = AdapterExit(line_limit=resp.too_long.limit)
+                self._call.cancel()
+                break
+        return exit_info
 
     async def _settle_via(self, first: lifecycle_pb2.AttachResponse) -> None:
         """Take the pipes the first response grants (lines queued meanwhile go into them
@@ -386,14 +405,3 @@ class AdapterLink:
         gets -32800. An unknown or finished id is ignored."""
         self._rpc.withdraw(request_id)
 
-
-def seen(future: asyncio.Future[Any]) -> None:
-    """Done callback: mark a failed future's exception as retrieved (a failure nobody
-    awaits any more is nobody's error; whoever still awaits it gets it all the same)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def method_not_found(method: str) -> JsonRpcError:
-    """The -32601 answer to an adapter→client method we do not serve."""
-    return JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))

@@ -34,7 +34,8 @@ from services.common.protocol import (
 )
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.client_methods import ClientMethods, ask_client
-from services.edge.adapter.link import AdapterExit, method_not_found
+from services.edge.adapter.exits import method_not_found
+from services.edge.adapter.link import AdapterExit
 from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.ports.backchannel import BackChannelError

@@ -126,6 +126,7 @@ class HostLiveness:
     """
 
     def __init__(self, connect: Connect, shown_url: str) -> None:
+        """``connect`` opens the connection the locks are held on (:func:`connector`)."""
         self._connect = connect
         self._shown = shown_url
         self._con: asyncpg.Connection[asyncpg.Record] | None = None
@@ -145,12 +146,15 @@ class HostLiveness:
         """Hold the lock of ``instance_id``'s host from now on (StoreUnavailable when no
         connection can be made: a claim it cannot vouch for is not written)."""
         host = host_of(instance_id)
-        if not host or host in self._held or self._closed:
+        if not host or self._closed or (host in self._held and self._open()):
             return
         self._wanted.add(host)
         if self._keeper is None:
             self._keeper = asyncio.create_task(self._keep(), name="host-liveness")
-        await self._take({host})
+        await self._take(sorted(self._wanted))  # all of them, on a new connection
+
+    def _open(self) -> bool:
+        return self._con is not None and not self._con.is_closed()
 
     async def _take(self, hosts: Collection[str]) -> None:
         async with self._mutex:
@@ -171,7 +175,7 @@ class HostLiveness:
                     f"PostgreSQL store {self._shown} unavailable: {describe(exc)}") from exc
 
     async def _connection(self) -> asyncpg.Connection[asyncpg.Record]:
-        if self._con is not None and not self._con.is_closed():
+        if self._con is not None and self._open():
             return self._con
         self._held.clear()  # a closed connection's locks are gone
         self._con = await self._connect()
@@ -195,7 +199,7 @@ class HostLiveness:
             ticks += 1
             try:
                 con = self._con
-                if con is not None and not con.is_closed() and self._wanted <= self._held:
+                if con is not None and self._open() and self._wanted <= self._held:
                     if ticks % _PROBE_EVERY == 0:  # a half-open connection answers nothing
                         async with self._mutex:
                             await con.fetchval("SELECT 1", timeout=_PROBE_TIMEOUT_SECS)

@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
+from bench.failover import run_failover
 from bench.flood import run_flood
 from bench.many import run_many
 from bench.pg_bench import run_postgres
@@ -31,8 +32,8 @@ from bench.stage import REPO, serve, stage
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
-          "history", "capacity")
+GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "failover",
+          "reap", "flood", "history", "capacity")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -83,6 +84,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "postgres" in wanted:
         _say(f"session/load of {sizes.history_items} messages and AppendTurn on PostgreSQL")
         rows["postgres"] = await run_postgres(sizes, skipped)
+    if "failover" in wanted:
+        _say("failover: killpg -9 of host A mid-turn, host B loads its session")
+        rows["failover"] = await run_failover(sizes, skipped)
     if "reap" in wanted:
         _say(f"startup reap of {sizes.reap_leases} leases")
         rows["reap"] = await run_reap(sizes)

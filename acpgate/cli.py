@@ -215,7 +215,8 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
         from services.session.server import run_session_service
 
         log_startup(cfg, "session", address=default_session_address(cfg))
-        return _run_async(lambda: run_session_service(cfg, _live(cfg, command)), "session")
+        return _run_async(lambda: run_session_service(
+            cfg, _live(cfg, command), host_instance=args.host_instance), "session")
     if command == "lifecycle-service":
         from services.lifecycle.server import run_lifecycle_service
 

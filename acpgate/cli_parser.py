@@ -74,11 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="session service + lifecycle service + WebSocket edge, supervised")
     _add_config_dir(serve)
     add_listen_flags(serve)
-    for name, text in (
-        ("session-service", "run the session service alone"),
-        ("bridge", "stdio <-> gateway WebSocket bridge"),
-    ):
-        _add_config_dir(sub.add_parser(name, help=text))
+    session = sub.add_parser("session-service", help="run the session service alone")
+    _add_config_dir(session)
+    session.add_argument("--host-instance", metavar="ID", default="",
+                         help="the gateway instance id of the host served (acpgate serve "
+                              "passes it): its liveness is held in a PostgreSQL store")
+    _add_config_dir(sub.add_parser("bridge", help="stdio <-> gateway WebSocket bridge"))
     lifecycle = sub.add_parser("lifecycle-service", help="run the lifecycle service alone")
     _add_config_dir(lifecycle)
     lifecycle.add_argument("--slot-fd", type=int, metavar="FD", default=None,

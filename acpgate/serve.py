@@ -61,7 +61,8 @@ from services.common.listeners import bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
-from services.lifecycle.slots import Slot, acquire_slot
+from services.lifecycle.instance import load_or_create_instance_id
+from services.lifecycle.slots import Slot, acquire_slot, slot_instance_id
 
 log = get_logger("serve")
 
@@ -164,6 +165,8 @@ class Supervisor:
         self.lock: ServeLock | None = None
         self.listeners: list[socket.socket] = []
         self.slot: Slot | None = None
+        #: The slot's gateway instance id: the host whose liveness the session service holds.
+        self.instance_id = ""
 
     def argv(self, spec: ChildSpec) -> list[str]:
         """``python -I -m acpgate <command> --config-dir <dir>`` and the descriptors it
@@ -178,9 +181,12 @@ class Supervisor:
         serve lock (every child), the slot (the lifecycle service), the listening
         sockets (every edge worker: the kernel spreads the port's connections over the
         processes accepting on the one socket, and no other process can bind the port,
-        as it could with ``SO_REUSEPORT``); an edge worker's number besides."""
+        as it could with ``SO_REUSEPORT``); an edge worker's number besides, and the
+        session service's host instance id."""
         args: list[str] = []
         fds = [self.lock.fileno()] if self.lock is not None else []
+        if spec.command == "session-service" and self.instance_id:
+            args += ["--host-instance", self.instance_id]
         if spec.command == "lifecycle-service" and self.slot is not None:
             args += ["--slot-fd", str(self.slot.fileno())]
             fds.append(self.slot.fileno())
@@ -202,6 +208,8 @@ class Supervisor:
         # The first line a person at the terminal needs: where to point a client.
         log.info("serving", **served_urls(self.cfg, self.port))
         self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
+        self.instance_id = slot_instance_id(
+            await load_or_create_instance_id(self.cfg.lifecycle_state_dir), self.slot.number)
         log.info("serve_claimed", port=self.port, slot=self.slot.number,
                  lock=str(self.lock.path))
 

@@ -2,7 +2,8 @@
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
 ``reap``, ``lifecycle`` (kill -9 of the lifecycle service under streaming
-sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``relay``,
+sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``failover``
+(killpg -9 of one of two hosts on PostgreSQL mid-turn, the other loads its session), ``relay``,
 ``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``stalled`` (the edge's
 RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
 a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
@@ -22,6 +23,7 @@ from pathlib import Path
 from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
+from bench.failover import run_failover
 from bench.flood import run_flood
 from bench.lifecycle_kill import run_lifecycle_kill
 from bench.many import run_many
@@ -35,8 +37,8 @@ from bench.stalled import run_stalled
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
-GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "reap", "flood",
-          "stalled", "history", "capacity", "lifecycle")
+GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "failover",
+          "reap", "flood", "stalled", "history", "capacity", "lifecycle")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -87,6 +89,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "postgres" in wanted:
         _say(f"session/load of {sizes.history_items} messages and AppendTurn on PostgreSQL")
         rows["postgres"] = await run_postgres(sizes, skipped)
+    if "failover" in wanted:
+        _say("failover: killpg -9 of host A mid-turn, host B loads its session")
+        rows["failover"] = await run_failover(sizes, skipped)
     if "reap" in wanted:
         _say(f"startup reap of {sizes.reap_leases} leases")
         rows["reap"] = await run_reap(sizes)

@@ -8,7 +8,10 @@ the commands that deal with it); one that cannot be created runs in memory, and
 says so on stderr (whatever the log level: nothing will survive this process).
 ``run_session_service(cfg)`` does that on the configured address until
 SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads the config it decides
-with (agents, aliases, autonomy, visibility).
+with (agents, aliases, autonomy, visibility). Given its host's gateway instance id
+(``acpgate serve`` passes ``--host-instance``), it holds that host's liveness in the
+store before it serves (:mod:`.store.pg_liveness`): a restarted session service
+vouches for its host again before anyone judges its claims.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ async def start_session_server(
     clock: Clock = wall_clock_ms,
     security: GrpcSecurity | None = None,
     live: LiveConfig | None = None,
+    host_instance: str = "",
 ) -> RunningServer:
     """Open the store :func:`store_target` names and serve on ``address`` (``unix:/p`` or
     ``host:port``). ``await running.stop()`` stops serving and closes the store.
@@ -91,7 +95,8 @@ async def start_session_server(
     ``security`` (default: the install's service credential and the TLS environment,
     see ``services.common.grpc_auth``) is the credential every call must carry (it also
     seals the launch specs), and TLS. ``live``: the process's config, whose reloads the
-    servicer takes (new sessions resolve against the reloaded agents).
+    servicer takes (new sessions resolve against the reloaded agents). ``host_instance``:
+    the gateway instance id of the host this service serves, whose liveness it holds.
     """
     sec = await load_security(cfg) if security is None else security
     try:
@@ -100,6 +105,11 @@ async def start_session_server(
         raise exc.for_install(_config_dir_flag(cfg.config_dir)) from None
     if not store.status.persistent:
         warn_in_memory(store.status, cfg.config_dir)
+    try:
+        await store.hold_liveness(host_instance)
+    except BaseException:
+        await store.close()
+        raise
     servicer = SessionServicer(cfg, store, seal_key=sec.seal_key)
     if live is not None:  # aliases, agents, policy: each call reads the reloaded config
         live.subscribe(servicer.use_config)
@@ -120,11 +130,12 @@ async def start_session_server(
     return running
 
 
-async def run_session_service(cfg: Config, live: LiveConfig | None = None) -> int:
+async def run_session_service(cfg: Config, live: LiveConfig | None = None,
+                              host_instance: str = "") -> int:
     """Serve until SIGINT or SIGTERM (SIGHUP reloads ``live``); 0 on a clean stop."""
     address = default_session_address(cfg)
     return await run_until_signalled(
-        start_session_server(cfg, address, live=live),
+        start_session_server(cfg, address, live=live, host_instance=host_instance),
         address=address,
         log=log,
         stopped_event="session_service_stopped",

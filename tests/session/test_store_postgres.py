@@ -120,7 +120,9 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
         assert rec.claim.public_url == ""  # v9 (issue 27): no address recorded
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 1)
         assert rec.stored_bytes == len("user") + len("hi")  # v7: counted from its history
-        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+        # The claim was kept: live while its host is (its session service vouches for it).
+        await store.hold_liveness("gw-a")
+        with pytest.raises(SessionActiveElsewhere):
             await store.claim("old", "gw-b", ttl_ms=1000)
         await store.set_agent_capabilities("alpha", '{"loadSession": true}')
         assert await store.get_agent_capabilities("alpha") == '{"loadSession": true}'
@@ -160,7 +162,9 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
         rec = await store.get_session("old")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
-        with pytest.raises(SessionActiveElsewhere):  # still live: the claim was kept
+        # The claim was kept: live while its host is (its session service vouches for it).
+        await store.hold_liveness("gw-a")
+        with pytest.raises(SessionActiveElsewhere):
             await store.claim("old", "gw-b", ttl_ms=1000)
         assert [e.text async for e in store.iter_history("old")] == ["hi"]
         again = await store.claim("old", "gw-a", ttl_ms=1000, public_url="wss://a.example/acp")

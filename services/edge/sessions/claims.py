@@ -9,7 +9,8 @@ a session holds the row's *claim* (session service ``ClaimSession``), and:
 - renews the claims of every session it serves or is setting up, every third
   of the claim's lease time (``StoreStatus.claim_ttl_ms``): the heartbeat. A
   host that dies stops renewing, and after the lease time its sessions may be
-  loaded anywhere;
+  loaded anywhere — at once on PostgreSQL, where the session service holds the
+  host's liveness lock and the server drops it with the dead host's connection;
 - gives a session up at once when the heartbeat says its claim was lost (taken
   over after this host failed to renew in time): two hosts never serve one
   session;
@@ -101,7 +102,8 @@ class HostClaims:
         """Whether a claim this host took at ``taken_at`` (monotonic seconds, read before the
         request that took it went out) is certainly still its own at ``now``: less than one
         heartbeat interval passed, so two thirds of its lease time are left, and no other
-        host can take a claim before it expires."""
+        host can take a claim before it expires (unless this host's liveness lock was lost:
+        the write stays fenced by the claim generation)."""
         return now - taken_at < self.interval_secs
 
     async def claim(self, session_id: str) -> session_pb2.SessionRow:

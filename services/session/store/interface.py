@@ -11,7 +11,10 @@ process serves a session *claims* its row (:meth:`SessionStore.claim`): one
 conditional update, so of two instances racing for one session exactly one
 wins. The holder renews its claims while the sessions are active
 (:meth:`SessionStore.renew_claims`); a claim that was not renewed in time has
-expired — its host is dead or cut off — and any instance may take it over.
+expired — its host is dead or cut off — and any instance may take it over. A
+backend that can tell a dead host at once (PostgreSQL: :mod:`.pg_liveness`) also
+ends the claims of a host whose liveness is gone, without waiting for the lease
+(:meth:`SessionStore.hold_liveness`).
 
 Every claim taken is the row's next *generation* (a renewal keeps it). A holder's
 writes carry the generation it got (``holder`` + ``generation``): the row is
@@ -204,6 +207,13 @@ class SessionStore(ABC):
         """
 
     # -- claims (several hosts, one store)
+
+    async def hold_liveness(self, instance_id: str) -> None:
+        """Vouch for ``instance_id``'s host for as long as this store is open: its claims
+        stay live (until their lease) while this process lives, and end as soon as it dies,
+        where the backend can tell (PostgreSQL); nothing elsewhere (SQLite: one host).
+        The claiming methods call it for the instance they write a claim for."""
+        del instance_id
 
     @abstractmethod
     async def claim(

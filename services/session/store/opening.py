@@ -31,6 +31,7 @@ import asyncpg
 from services.common.logs import get_logger
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.pg_db import PostgresTarget, create_pool, describe
+from services.session.store.pg_liveness import HostLiveness, connector
 from services.session.store.pg_schema import migrate as migrate_pg
 from services.session.store.pg_store import PostgresSessionStore
 from services.session.store.records import SchemaTooNew, StoreError, StoreStatusInfo
@@ -82,7 +83,8 @@ async def _open_postgres(target: PostgresTarget, clock: Clock) -> SessionStore:
     log.info("session_store_opened", backend="postgresql", url=target.shown,
              schema_version=version)
     status = StoreStatusInfo(True, target.shown, "", version, backend="postgresql")
-    return PostgresSessionStore(pool, status, clock)
+    return PostgresSessionStore(pool, status, clock,
+                                HostLiveness(connector(target), target.shown))
 
 
 async def _open_memory(reason: str, clock: Clock) -> SessionStore:

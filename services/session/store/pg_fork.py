@@ -68,6 +68,7 @@ class PgFork(PostgresHistory):
         """A new row with a copy of ``parent_id``'s history, in one transaction."""
         if not storable(parent_id):
             raise SessionNotFound(parent_id)
+        await self.hold_liveness(gateway_instance_id)
         now = self._clock()
 
         async def fork(con: Conn) -> asyncpg.Record:

@@ -21,6 +21,7 @@ services — one per host, or one for many edges — may share the database:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import asyncpg
 
@@ -39,6 +40,12 @@ from services.session.store.pg_db import (
     to_db,
 )
 from services.session.store.pg_fork import PgFork
+from services.session.store.pg_liveness import (
+    HOLDER_LIVE,
+    HostLiveness,
+    dead_holders,
+    pg_claimable,
+)
 from services.session.store.records import (
     SessionExists,
     SessionNotFound,
@@ -76,7 +83,7 @@ _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 _SELECT_SESSION = numbered(SELECT_SESSION)
 _SELECT_BY_SESSION_KEY = numbered(SELECT_BY_SESSION_KEY)
 _TOUCH_SESSION = numbered(TOUCH_SESSION.format(greatest="GREATEST")) + _RETURNING_ROW
-_CLAIM_SESSION = numbered(CLAIM_SESSION) + _RETURNING_ROW
+_CLAIM_SESSION = numbered(pg_claimable(CLAIM_SESSION)) + _RETURNING_ROW
 _SUB_OWNER_BYTES = numbered(SUB_OWNER_BYTES.format(greatest="GREATEST"))
 _UPSERT_CAPABILITIES = numbered(UPSERT_CAPABILITIES)
 _SELECT_CAPABILITIES = numbered(SELECT_CAPABILITIES)
@@ -87,18 +94,29 @@ _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 class PostgresSessionStore(PgFork):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
-    def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:
+    def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock,
+                 liveness: HostLiveness | None = None) -> None:
         self._pool = pool
         self._clock = clock
         self._closed = False
         self.status = status
+        #: The host locks this service holds (None: none, claims end by their lease only).
+        self._liveness = liveness
 
     async def close(self) -> None:
-        """Close the pool (waiting for calls in progress); a second call does nothing."""
+        """Close the pool (waiting for calls in progress) and let the host locks go; a
+        second call does nothing."""
         if self._closed:
             return
         self._closed = True
+        if self._liveness is not None:
+            await self._liveness.close()
         await self._pool.close()
+
+    async def hold_liveness(self, instance_id: str) -> None:
+        """Hold ``instance_id``'s host lock from now on (:mod:`.pg_liveness`)."""
+        if self._liveness is not None and instance_id:
+            await self._liveness.hold(instance_id)
 
     # -- helpers
 
@@ -108,6 +126,22 @@ class PostgresSessionStore(PgFork):
 
     async def _refused(self, con: Conn, session_id: str) -> StoreError:
         return refusal(session_id, await self._fetch_session(con, session_id))
+
+    async def _judged(self, con: Conn, recs: list[SessionRecord]) -> list[SessionRecord]:
+        """``recs`` with the claims of dead hosts shown ended (``until`` 0): a claim is live
+        only while its host's lock is held (:mod:`.pg_liveness`), so nobody is sent there."""
+        now = self._clock()
+        holders = {r.claim.instance_id for r in recs if r.claim.live(now)}
+        dead = await dead_holders(con, holders) if holders else set()
+        if not dead:
+            return recs
+        return [replace(r, claim=replace(r.claim, until=0)) if r.claim.instance_id in dead
+                else r for r in recs]
+
+    async def _fetch_judged(self, con: Conn, sql: str, key: str) -> SessionRecord | None:
+        """The one row ``sql`` selects by ``key``, its claim judged (:meth:`_judged`)."""
+        row = await con.fetchrow(sql, key)
+        return None if row is None else (await self._judged(con, [record_of(row)]))[0]
 
     # -- sessions
 
@@ -140,6 +174,8 @@ class PostgresSessionStore(PgFork):
         async def insert(con: Conn) -> asyncpg.Record | None:
             return await con.fetchrow(_INSERT_SESSION, *values)
 
+        if claim_ttl_ms is not None:
+            await self.hold_liveness(gateway_instance_id)
         # In a transaction: a retry must not meet the row its own lost first try wrote.
         row = await self._transaction(insert)
         if row is None:
@@ -150,7 +186,8 @@ class PostgresSessionStore(PgFork):
         """The row of ``session_id`` or SessionNotFound."""
         rec = None
         if storable(session_id):
-            rec = await self._call(lambda con: self._fetch_session(con, session_id))
+            rec = await self._call(lambda con: self._fetch_judged(
+                con, _SELECT_SESSION, session_id))
         if rec is None:
             raise SessionNotFound(session_id)
         return rec
@@ -159,8 +196,8 @@ class PostgresSessionStore(PgFork):
         """The row whose SPEC §13 session key is ``session_key``, if stored."""
         if not session_key or not storable(session_key):
             return None
-        row = await self._call(lambda con: con.fetchrow(_SELECT_BY_SESSION_KEY, session_key))
-        return record_of(row) if row is not None else None
+        return await self._call(lambda con: self._fetch_judged(
+            con, _SELECT_BY_SESSION_KEY, session_key))
 
     async def update_session(
         self,
@@ -223,6 +260,8 @@ class PostgresSessionStore(PgFork):
         if not storable(session_id):
             return False
         where, args = delete_filter(session_id, holder, self._clock())
+        if holder is not None:  # a dead host's claim does not keep the row
+            where = pg_claimable(where)
 
         async def delete(con: Conn) -> bool:
             # The row first: its condition decides (and locks it), the rest goes only with it.
@@ -250,9 +289,14 @@ class PostgresSessionStore(PgFork):
         if not storable(cwd) or (after is not None and not storable(after[1])):
             return []
         clause, params = list_filter(cwd, after, self._clock() if live else 0)
-        rows = await self._call(lambda con: con.fetch(
-            numbered(LIST_PAGE.format(where=clause)), *params, limit))
-        return [record_of(r) for r in rows]
+        if live:  # only the claims of live hosts (the clause is "WHERE ...": live_at)
+            clause += f" AND {HOLDER_LIVE}"
+
+        async def page(con: Conn) -> list[SessionRecord]:
+            rows = await con.fetch(numbered(LIST_PAGE.format(where=clause)), *params, limit)
+            return await self._judged(con, [record_of(r) for r in rows])
+
+        return await self._call(page)
 
     # -- claims
 
@@ -264,6 +308,7 @@ class PostgresSessionStore(PgFork):
         check_claim(instance_id, host, ttl_ms, public_url)
         if not storable(session_id):
             raise SessionNotFound(session_id)
+        await self.hold_liveness(instance_id)
         now = self._clock()
 
         async def take(con: Conn) -> SessionRecord:
@@ -285,6 +330,7 @@ class PostgresSessionStore(PgFork):
         wanted = [s for s in dict.fromkeys(session_ids) if storable(s)]
         if not wanted:
             return []
+        await self.hold_liveness(instance_id)  # taken again if this service restarted
         until = self._clock() + ttl_ms
         rows = await self._call(lambda con: con.fetch(
             "UPDATE sessions SET active_until = $1 WHERE active_instance_id = $2"

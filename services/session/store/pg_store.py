@@ -38,6 +38,7 @@ from services.session.store.pg_db import (
     storable,
     to_db,
 )
+from services.session.store.pg_events import PgEvents
 from services.session.store.pg_fork import PgFork
 from services.session.store.records import (
     SessionExists,
@@ -84,7 +85,7 @@ _INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _R
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
 
-class PostgresSessionStore(PgFork):
+class PostgresSessionStore(PgFork, PgEvents):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
     def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock) -> None:

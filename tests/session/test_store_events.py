@@ -70,6 +70,18 @@ async def test_a_fenced_part_writes_nothing_and_the_others_are_written(
     ])
     assert refused == [REFUSED_FENCED, REFUSED_FENCED, "", ""]
     assert [e.event_id for e in await read_all(store, "a")] == [4]
+    # Released: the holder's last events still land; after another host's claim, not.
+    assert await store.release_claim("a", "host-a", 1)
+    assert await store.append_events([SessionBatch("a", [ev(5)], holder="host-a",
+                                                   generation=1)]) == [""]
+    await store.claim("a", "host-a", ttl_ms=TTL)  # restored on the same host: generation 2
+    assert await store.append_events([SessionBatch("a", [ev(7)], holder="host-a",
+                                                   generation=1)]) == [""]
+    await store.release_claim("a", "host-a")
+    await store.claim("a", "host-b", ttl_ms=TTL)
+    await store.release_claim("a", "host-b")
+    assert await store.append_events([SessionBatch("a", [ev(6)], holder="host-a",
+                                                   generation=1)]) == [REFUSED_FENCED]
 
 
 async def test_bad_parts_are_refused_whole(store: SessionStore) -> None:
@@ -113,10 +125,19 @@ async def test_running_turns_of_a_dead_instance_are_interrupted(store: SessionSt
     assert await store.turn_states("live") == {1: "interrupted"}
 
 
-async def test_the_log_starts_after_the_turns_stored_before_it(store: SessionStore) -> None:
+async def test_a_new_sessions_log_covers_every_turn(store: SessionStore) -> None:
     await store.create_session("a", "alpha", "/w")
+    await store.append_turn("a", [HistoryEntry(role="user", text="first")])
+    await store.append_events([SessionBatch("a", [ev(1)])])
+    assert await store.log_start("a") == 1
+
+
+async def test_a_forks_log_starts_after_its_copied_turns(store: SessionStore) -> None:
+    await store.create_session("p", "alpha", "/w")
+    await store.append_turn("p", [HistoryEntry(role="user", text="old")])
+    await store.fork_session("p", "a", agent_alias="alpha", gateway_instance_id="i",
+                             claim_ttl_ms=TTL)
     assert await store.log_start("a") == 0
-    await store.append_turn("a", [HistoryEntry(role="user", text="old")])
     await store.append_events([SessionBatch("a", [ev(1)])])
     await store.append_turn("a", [HistoryEntry(role="user", text="new")])
     await store.append_events([SessionBatch("a", [ev(2)])])

@@ -50,6 +50,8 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
         rt.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
     if acc.plan_json is not None:
         request.plan_json = acc.plan_json
+    # The turn's events are stored before the turn: the log covers every stored turn.
+    await rt.event_log.flush()
     try:
         await rt.session_stub.AppendTurn(request)  # the store titles the row from turn one
     except grpc.aio.AioRpcError as exc:

@@ -2,8 +2,8 @@
 
 ``ReadEvents`` is what a replay reads: with ``with_history``, the stored history items
 of the turns written before the session's log began (a session older than its log, or a
-fork), then the logged events. A prompt event of a turn that ended cancelled or
-interrupted carries that stop reason in ``_meta.acpgate.stopReason``: the store knows
+fork), then the logged events. A prompt event of a turn that ended cancelled,
+interrupted or failed carries that stop reason in ``_meta.acpgate.stopReason``: the store knows
 how a turn ended, the event as relayed could not.
 """
 
@@ -29,7 +29,7 @@ __all__ = ["EventRpcs"]
 log = get_logger("session.servicer")
 
 #: Turn ends a replayed prompt is marked with (a completed turn's prompt is as it was).
-_MARKED_ENDS = frozenset({"cancelled", "interrupted"})
+_MARKED_ENDS = frozenset({"cancelled", "interrupted", "failed"})
 
 
 def _batch(part: pb.SessionEvents) -> SessionBatch:

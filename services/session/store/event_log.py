@@ -93,12 +93,16 @@ def batch_problem(batch: SessionBatch) -> str:
 
 
 def held_by(holder: str | None, generation: int, instance: str, claim_generation: int) -> bool:
-    """Whether a write of ``holder`` at ``generation`` passes the row's claim (as a turn's
-    fence: ``check_fence``)."""
+    """Whether a write of ``holder`` at ``generation`` passes the row's claim: as a turn's
+    fence (``check_fence``), and also once the holder released that claim (the last events
+    of a session that ends arrive after its release), or took a newer one itself (it
+    restored the session meanwhile) — a claim another instance took since refuses it."""
     if holder is None:
         return True
     if generation:
-        return instance == holder and claim_generation == generation
+        if instance == holder:
+            return generation <= claim_generation
+        return instance == "" and claim_generation == generation
     return instance in ("", holder)
 
 

@@ -139,7 +139,8 @@ _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAUL
 
 #: v10: as SQLite's — the event log (payload: the bytes as relayed) and turn states.
 _V10_EVENT_LOG = (
-    "ALTER TABLE sessions ADD COLUMN log_from_turn BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN log_from_turn BIGINT NOT NULL DEFAULT 1",
+    "UPDATE sessions SET log_from_turn = 0",
     """CREATE TABLE events (
         session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
         event_id BIGINT NOT NULL,

@@ -168,9 +168,11 @@ _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAUL
 
 #: v10: the session's event log — every relayed update and client action, by event id —
 #: and the state of each turn; ``log_from_turn``: the first history turn the log covers
-#: (0 = nothing logged yet: a replay reads the history alone).
+#: (a new row's log covers all, 1; 0 = a row older than the log, or a fork, until its first
+#: logged event: a replay reads the history alone).
 _V10_EVENT_LOG = (
-    "ALTER TABLE sessions ADD COLUMN log_from_turn INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN log_from_turn INTEGER NOT NULL DEFAULT 1",
+    "UPDATE sessions SET log_from_turn = 0",
     """CREATE TABLE events (
         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
         event_id INTEGER NOT NULL,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from services.session.rpcs.a2a import A2aRpcs
 from services.session.rpcs.activity import ActivityRpcs
 from services.session.rpcs.agents import AgentRpcs
+from services.session.rpcs.events import EventRpcs
 from services.session.rpcs.fork import ForkRpcs
 from services.session.rpcs.history import HistoryRpcs
 from services.session.rpcs.operations import OperationRpcs
@@ -27,7 +28,7 @@ from services.session.rpcs.workers import WorkerRpcs
 __all__ = ["SessionServicer"]
 
 
-class SessionServicer(ForkRpcs, AgentRpcs, HistoryRpcs, A2aRpcs, RowRpcs, ReadRpcs,
+class SessionServicer(ForkRpcs, AgentRpcs, HistoryRpcs, EventRpcs, A2aRpcs, RowRpcs, ReadRpcs,
                       OperationRpcs, ActivityRpcs, WorkerRpcs):
     """Implements ``SessionService`` over a :class:`~services.session.store.SessionStore`
     and the config: ``SessionServicer(cfg, store, seal_key=...)`` (``seal_key`` seals the

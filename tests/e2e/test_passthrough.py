@@ -26,6 +26,8 @@ Through ``acpgate acp``:
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -282,11 +284,13 @@ def test_prompts_queue_when_the_agent_queues_them(acp: AcpProcess, log: Path,
     acp.result("session/close", {"sessionId": sid})
 
 
-def test_builtin_cancelled_turn_keeps_the_dialect_and_is_stored(tmp_path: Path) -> None:
+def test_builtin_cancelled_turn_keeps_the_dialect_and_is_only_logged(tmp_path: Path) -> None:
     """The built-in agent keeps SPEC §7's dialect (the marker update, ``content`` with the
-    marker) and now its usage; the turn is stored with what was streamed and the replay
-    shows it as the client saw it live, the marker last (issue 25)."""
-    proc = AcpProcess(write_config(tmp_path / "cfg", autonomy="full"))
+    marker) and its usage; nothing of the cancelled turn is in its stored conversation
+    (SPEC §7: completed turns only), while the replay — the session's event log — shows
+    it as the client saw it live, the marker last."""
+    cfg = write_config(tmp_path / "cfg", autonomy="full")
+    proc = AcpProcess(cfg)
     try:
         sid = proc.new_session(cwd=_work(tmp_path))
         rid = proc.request_async("session/prompt", {"sessionId": sid, "prompt": "!sleep 30"})
@@ -311,6 +315,10 @@ def test_builtin_cancelled_turn_keeps_the_dialect_and_is_stored(tmp_path: Path) 
         assert ups[0]["_meta"] == {"acpgate": {"stopReason": "cancelled"}}
         assert ups[-2]["status"] == "failed" and ups[-1]["toolCallId"] == f"turn-cancelled-{sid}"
         proc.result("session/close", {"sessionId": sid})
+        with contextlib.closing(sqlite3.connect(cfg / "data" / "sessions" / "acp-sessions.db")) \
+                as db:
+            assert db.execute("SELECT COUNT(*) FROM history WHERE session_id = ?",
+                              (sid,)).fetchone() == (0,)
     finally:
         proc.close()
         proc.kill()

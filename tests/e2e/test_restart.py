@@ -53,10 +53,10 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
         live_done = [u for u in streamed if u["sessionUpdate"] == "tool_call_update"
                      and u.get("status") in ("completed", "failed")]
         calls = [u for u in replayed if u["sessionUpdate"] == "tool_call"]
-        done = [u for u in replayed if u["sessionUpdate"] == "tool_call_update"]
-        assert [(c["toolCallId"], c["name"], c["kind"], c["rawInput"]) for c in calls] == \
-            [(c["toolCallId"], c["name"], c["kind"], c["rawInput"]) for c in live_calls]
-        assert all(c["status"] == "completed" for c in calls)
+        done = [u for u in replayed if u["sessionUpdate"] == "tool_call_update"
+                and u.get("status") in ("completed", "failed")]
+        # The replay is the event log: each update as it streamed (a call's status too).
+        assert calls == live_calls
         assert [(d["toolCallId"], d["status"], d["rawOutput"]) for d in done] == \
             [(d["toolCallId"], d["status"], d["rawOutput"]) for d in live_done]
         assert any("restart contents" in str(d["rawOutput"]) for d in done)

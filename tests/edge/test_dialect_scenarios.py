@@ -420,12 +420,13 @@ def test_close_cancels_turn_and_keeps_record(acp: AcpProcess) -> None:
 
 
 def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_path: Path) -> None:
-    """§8: load replays the stored turns then {}; resume sends only the plan; already active."""
+    """§8: load replays the session's log (what the client saw) then {}; resume sends only
+    the plan; already active."""
     sid = acp.new_session(agentAlias="demo", cwd=str(tmp_path))
     before_plan, plan_resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "plan"})
     plan_updates = [u for u in updates(before_plan, sid) if u["sessionUpdate"] == "plan"]
     assert plan_updates, "the demo agent's plan tool emits a plan update"
-    _, hi_resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "hello there"})
+    before_hi, hi_resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "hello there"})
     err = acp.error("session/load", {"sessionId": sid})
     assert err == {"code": -32602, "message": f"Session already active: {sid}. Call session/close first."}
     acp.result("session/close", {"sessionId": sid})
@@ -444,8 +445,10 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     assert hi_resp["result"]["content"] in assistant and plan_resp["result"]["content"] in assistant
     calls = [u for u in ups if u["sessionUpdate"] == "tool_call"]
     results = [u for u in ups if u["sessionUpdate"] == "tool_call_update"]
-    assert calls and all(c["status"] == "completed" for c in calls)
-    assert {c["toolCallId"] for c in calls} == {r["toolCallId"] for r in results}
+    assert calls and {c["toolCallId"] for c in calls} == {r["toolCallId"] for r in results}
+    # The replay is the event log: each update as the client saw it live, event id and all.
+    live = updates(before_plan, sid) + updates(before_hi, sid)
+    assert [u for u in ups if u["sessionUpdate"] != "user_message_chunk"] == live
     # after load the session takes prompts again, in the stored workspace
     res = acp.result("session/prompt", {"sessionId": sid, "prompt": "after load"})
     assert "after load" in res["content"]
@@ -489,7 +492,8 @@ def test_list_and_inbound_events(acp: AcpProcess, tmp_path: Path, opened: list[s
 
 
 def test_adapter_death_mid_turn(acp: AcpProcess) -> None:
-    """§4 failed turn: -32603 naming the exit; the session stays loadable."""
+    """§4 failed turn: -32603 naming the exit; the session stays loadable, and its load
+    replays the failed turn's prompt (marked failed) with what it streamed."""
     sid = acp.new_session(agentAlias="sdk")
     acp.result("session/prompt", {"sessionId": sid, "prompt": "before death"})
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": "die"})
@@ -500,8 +504,11 @@ def test_adapter_death_mid_turn(acp: AcpProcess) -> None:
         assert time.monotonic() < deadline
     replay, resp = acp.call("session/load", {"sessionId": sid})
     assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
-    assert [u["content"]["text"] for u in updates(replay, sid)
-            if u["sessionUpdate"] == "user_message_chunk"] == ["before death"]
+    prompts = [u for u in updates(replay, sid) if u["sessionUpdate"] == "user_message_chunk"]
+    # The failed turn is replayed as the client saw it, its prompt marked with how it ended.
+    assert [u["content"]["text"] for u in prompts] == ["before death", "die"]
+    assert "_meta" not in prompts[0]
+    assert prompts[1]["_meta"] == {"acpgate": {"stopReason": "failed"}}
     acp.result("session/close", {"sessionId": sid})
 
 

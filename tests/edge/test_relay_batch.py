@@ -114,10 +114,10 @@ def test_a_burst_is_relayed_whole_and_in_order(acp: AcpProcess, tmp_path: Path) 
     assert perm >= SPLIT
     assert before[perm]["params"]["sessionId"] == sid
     assert resp["result"] == {"stopReason": "end_turn"}  # the agent's result, whole
-    # The accumulated turn is the whole text.
+    # The logged turn replays as it streamed: every chunk, in order.
     assert acp.result("session/close", {"sessionId": sid}) == {}
     replay, loaded = acp.call("session/load", {"sessionId": sid})
     assert "result" in loaded, loaded
     texts = [u["content"]["text"] for u in updates(replay, sid)
              if u["sessionUpdate"] == "agent_message_chunk"]
-    assert texts == ["".join(expected)]
+    assert texts == expected

@@ -114,7 +114,7 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 10
         rec = await store.get_session("old")
         assert rec.forked_from == ""  # v8 (issue 25): no stored row is a fork
         assert rec.claim.public_url == ""  # v9 (issue 27): no address recorded
@@ -158,7 +158,7 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 10
         rec = await store.get_session("old")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -171,7 +171,7 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
         assert (again.claim.generation, again.claim.public_url) == (4, "wss://a.example/acp")
     con = await asyncpg.connect(url)
     try:
-        assert await con.fetchval("SELECT version FROM schema_version") == 9
+        assert await con.fetchval("SELECT version FROM schema_version") == 10
     finally:
         await con.close()
 

@@ -279,7 +279,7 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 10
         rec = await s.get_session("v2")
         assert rec.forked_from == ""
         assert rec.claim.public_url == ""
@@ -347,7 +347,7 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await con.commit()
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 9
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 10
         rec = await s.get_session("v2")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -360,6 +360,6 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await s.close()
     con = sqlite3.connect(db)
     try:
-        assert con.execute("SELECT version FROM schema_version").fetchall() == [(9,)]
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(10,)]
     finally:
         con.close()

@@ -1725,6 +1725,247 @@ class StreamHistoryRequest(_message.Message):
 Global___StreamHistoryRequest: _TypeAlias = StreamHistoryRequest  # noqa: Y015
 
 @_typing.final
+class LogEvent(_message.Message):
+    """------------------------------------------------------------------ event log
+
+    One logged event. kind: "update" (a session/update line as clients got it),
+    "prompt" (the client's prompt, as a user_message_chunk session/update line),
+    "permission", "config", "cancel" (the client's action, JSON).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.int
+    turn_id: _builtins.int
+    """The turn it belongs to (the event id its turn started at), 0 = between turns."""
+    kind: _builtins.str
+    payload: _builtins.bytes
+    at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.int = ...,
+        turn_id: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+        at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "event_id", b"event_id", "kind", b"kind", "payload", b"payload", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogEvent: _TypeAlias = LogEvent  # noqa: Y015
+
+@_typing.final
+class TurnMark(_message.Message):
+    """A turn's state: "running", then one of "completed", "cancelled", "failed",
+    "interrupted" (a final state is never changed again).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    turn_id: _builtins.int
+    state: _builtins.str
+    at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        turn_id: _builtins.int = ...,
+        state: _builtins.str = ...,
+        at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "state", b"state", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnMark: _TypeAlias = TurnMark  # noqa: Y015
+
+@_typing.final
+class SessionEvents(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TURNS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    holder_instance_id: _builtins.str
+    claim_generation: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogEvent]: ...
+    @_builtins.property
+    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnMark]: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        holder_instance_id: _builtins.str = ...,
+        claim_generation: _builtins.int = ...,
+        events: _abc.Iterable[Global___LogEvent] | None = ...,
+        turns: _abc.Iterable[Global___TurnMark] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_generation", b"claim_generation", "events", b"events", "holder_instance_id", b"holder_instance_id", "session_id", b"session_id", "turns", b"turns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionEvents: _TypeAlias = SessionEvents  # noqa: Y015
+
+@_typing.final
+class AppendEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionEvents]: ...
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[Global___SessionEvents] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendEventsRequest: _TypeAlias = AppendEventsRequest  # noqa: Y015
+
+@_typing.final
+class AppendEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REFUSED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def refused(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """One per request part, in order: "" written, else "fenced", "not_found" or
+        "invalid: <why>" (nothing of that part written).
+        """
+
+    def __init__(
+        self,
+        *,
+        refused: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["refused", b"refused"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendEventsResponse: _TypeAlias = AppendEventsResponse  # noqa: Y015
+
+@_typing.final
+class ReadEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_EVENT_ID_FIELD_NUMBER: _builtins.int
+    BEFORE_EVENT_ID_FIELD_NUMBER: _builtins.int
+    WITH_HISTORY_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    after_event_id: _builtins.int
+    """Only events with event_id > after_event_id (0 = from the start)."""
+    before_event_id: _builtins.int
+    """Only events with event_id < before_event_id (0 = no bound)."""
+    with_history: _builtins.bool
+    """Also the history items stored before the log began (a full replay)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_event_id: _builtins.int = ...,
+        before_event_id: _builtins.int = ...,
+        with_history: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_event_id", b"after_event_id", "before_event_id", b"before_event_id", "session_id", b"session_id", "with_history", b"with_history"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadEventsRequest: _TypeAlias = ReadEventsRequest  # noqa: Y015
+
+@_typing.final
+class EventPage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryItem]: ...
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogEvent]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___HistoryItem] | None = ...,
+        events: _abc.Iterable[Global___LogEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventPage: _TypeAlias = EventPage  # noqa: Y015
+
+@_typing.final
+class InterruptTurnsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    instance_id: _builtins.str
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        instance_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance_id", b"instance_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InterruptTurnsRequest: _TypeAlias = InterruptTurnsRequest  # noqa: Y015
+
+@_typing.final
+class InterruptTurnsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERRUPTED_FIELD_NUMBER: _builtins.int
+    interrupted: _builtins.int
+    def __init__(
+        self,
+        *,
+        interrupted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interrupted", b"interrupted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InterruptTurnsResponse: _TypeAlias = InterruptTurnsResponse  # noqa: Y015
+
+@_typing.final
 class ListSessionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -135,6 +135,21 @@ class SessionServiceStub:
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.SerializeToString,
                 response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
                 _registered_method=True)
+        self.AppendEvents = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/AppendEvents',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsResponse.FromString,
+                _registered_method=True)
+        self.ReadEvents = channel.unary_stream(
+                '/acpgate.session.v1.SessionService/ReadEvents',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReadEventsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.EventPage.FromString,
+                _registered_method=True)
+        self.InterruptTurns = channel.unary_unary(
+                '/acpgate.session.v1.SessionService/InterruptTurns',
+                request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsRequest.SerializeToString,
+                response_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsResponse.FromString,
+                _registered_method=True)
         self.ListSessions = channel.unary_unary(
                 '/acpgate.session.v1.SessionService/ListSessions',
                 request_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.ListSessionsRequest.SerializeToString,
@@ -357,6 +372,39 @@ class SessionServiceServicer:
         """The whole stored conversation of one session, oldest first (trusted callers),
         in pages: one gRPC message per HistoryPage, never one per item
         (ARCHITECTURE.md, "gRPC streams must batch").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendEvents(self, request, context):
+        """The session's event log: every update the edge relayed (its eventId) and
+        every client action that changed the conversation, appended as it flows.
+        Group commit: one call carries a batch of many sessions, written in one
+        transaction. Each session's part is fenced by its holder's claim generation
+        like AppendTurn; a part refused (fenced, unknown session, bad event) is
+        named in the response and nothing of it written, the others are. An event
+        already stored (same session and event id) is skipped: a batch sent again
+        after an outage writes nothing twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadEvents(self, request, context):
+        """A session's log for a replay, oldest first, in pages (trusted callers):
+        with with_history, first the stored history items of the turns written
+        before the session's first logged event, then the logged events; a prompt
+        event of a cancelled or interrupted turn carries its stop reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InterruptTurns(self, request, context):
+        """A starting host marks the turns its dead predecessor left running (the same
+        instance id, or a session whose claim expired or was dropped) as
+        interrupted; with session_id, that session's running turns only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -589,6 +637,21 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.StreamHistory,
                     request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.FromString,
                     response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.SerializeToString,
+            ),
+            'AppendEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEvents,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'ReadEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadEvents,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.ReadEventsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.EventPage.SerializeToString,
+            ),
+            'InterruptTurns': grpc.unary_unary_rpc_method_handler(
+                    servicer.InterruptTurns,
+                    request_deserializer=acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsRequest.FromString,
+                    response_serializer=acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsResponse.SerializeToString,
             ),
             'ListSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessions,
@@ -1192,6 +1255,87 @@ class SessionService:
             '/acpgate.session.v1.SessionService/StreamHistory',
             acpgate_dot_session_dot_v1_dot_session__pb2.StreamHistoryRequest.SerializeToString,
             acpgate_dot_session_dot_v1_dot_session__pb2.HistoryPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/AppendEvents',
+            acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.AppendEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/ReadEvents',
+            acpgate_dot_session_dot_v1_dot_session__pb2.ReadEventsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.EventPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InterruptTurns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/acpgate.session.v1.SessionService/InterruptTurns',
+            acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsRequest.SerializeToString,
+            acpgate_dot_session_dot_v1_dot_session__pb2.InterruptTurnsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -132,6 +132,27 @@ class SessionServiceStub:
     in pages: one gRPC message per HistoryPage, never one per item
     (ARCHITECTURE.md, "gRPC streams must batch").
     """
+    AppendEvents: _grpc.UnaryUnaryMultiCallable[_session_pb2.AppendEventsRequest, _session_pb2.AppendEventsResponse]
+    """The session's event log: every update the edge relayed (its eventId) and
+    every client action that changed the conversation, appended as it flows.
+    Group commit: one call carries a batch of many sessions, written in one
+    transaction. Each session's part is fenced by its holder's claim generation
+    like AppendTurn; a part refused (fenced, unknown session, bad event) is
+    named in the response and nothing of it written, the others are. An event
+    already stored (same session and event id) is skipped: a batch sent again
+    after an outage writes nothing twice.
+    """
+    ReadEvents: _grpc.UnaryStreamMultiCallable[_session_pb2.ReadEventsRequest, _session_pb2.EventPage]
+    """A session's log for a replay, oldest first, in pages (trusted callers):
+    with with_history, first the stored history items of the turns written
+    before the session's first logged event, then the logged events; a prompt
+    event of a cancelled or interrupted turn carries its stop reason.
+    """
+    InterruptTurns: _grpc.UnaryUnaryMultiCallable[_session_pb2.InterruptTurnsRequest, _session_pb2.InterruptTurnsResponse]
+    """A starting host marks the turns its dead predecessor left running (the same
+    instance id, or a session whose claim expired or was dropped) as
+    interrupted; with session_id, that session's running turns only.
+    """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
     """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
     requester: requester_session_key (a session, or a principal key
@@ -282,6 +303,27 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The whole stored conversation of one session, oldest first (trusted callers),
     in pages: one gRPC message per HistoryPage, never one per item
     (ARCHITECTURE.md, "gRPC streams must batch").
+    """
+    AppendEvents: _aio.UnaryUnaryMultiCallable[_session_pb2.AppendEventsRequest, _session_pb2.AppendEventsResponse]  # type: ignore[assignment]
+    """The session's event log: every update the edge relayed (its eventId) and
+    every client action that changed the conversation, appended as it flows.
+    Group commit: one call carries a batch of many sessions, written in one
+    transaction. Each session's part is fenced by its holder's claim generation
+    like AppendTurn; a part refused (fenced, unknown session, bad event) is
+    named in the response and nothing of it written, the others are. An event
+    already stored (same session and event id) is skipped: a batch sent again
+    after an outage writes nothing twice.
+    """
+    ReadEvents: _aio.UnaryStreamMultiCallable[_session_pb2.ReadEventsRequest, _session_pb2.EventPage]  # type: ignore[assignment]
+    """A session's log for a replay, oldest first, in pages (trusted callers):
+    with with_history, first the stored history items of the turns written
+    before the session's first logged event, then the logged events; a prompt
+    event of a cancelled or interrupted turn carries its stop reason.
+    """
+    InterruptTurns: _aio.UnaryUnaryMultiCallable[_session_pb2.InterruptTurnsRequest, _session_pb2.InterruptTurnsResponse]  # type: ignore[assignment]
+    """A starting host marks the turns its dead predecessor left running (the same
+    instance id, or a session whose claim expired or was dropped) as
+    interrupted; with session_id, that session's running turns only.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
@@ -550,6 +592,45 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """The whole stored conversation of one session, oldest first (trusted callers),
         in pages: one gRPC message per HistoryPage, never one per item
         (ARCHITECTURE.md, "gRPC streams must batch").
+        """
+
+    @_abc_1.abstractmethod
+    def AppendEvents(
+        self,
+        request: _session_pb2.AppendEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.AppendEventsResponse, _abc.Awaitable[_session_pb2.AppendEventsResponse]]:
+        """The session's event log: every update the edge relayed (its eventId) and
+        every client action that changed the conversation, appended as it flows.
+        Group commit: one call carries a batch of many sessions, written in one
+        transaction. Each session's part is fenced by its holder's claim generation
+        like AppendTurn; a part refused (fenced, unknown session, bad event) is
+        named in the response and nothing of it written, the others are. An event
+        already stored (same session and event id) is skipped: a batch sent again
+        after an outage writes nothing twice.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadEvents(
+        self,
+        request: _session_pb2.ReadEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_session_pb2.EventPage], _abc.AsyncIterator[_session_pb2.EventPage]]:
+        """A session's log for a replay, oldest first, in pages (trusted callers):
+        with with_history, first the stored history items of the turns written
+        before the session's first logged event, then the logged events; a prompt
+        event of a cancelled or interrupted turn carries its stop reason.
+        """
+
+    @_abc_1.abstractmethod
+    def InterruptTurns(
+        self,
+        request: _session_pb2.InterruptTurnsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.InterruptTurnsResponse, _abc.Awaitable[_session_pb2.InterruptTurnsResponse]]:
+        """A starting host marks the turns its dead predecessor left running (the same
+        instance id, or a session whose claim expired or was dropped) as
+        interrupted; with session_id, that session's running turns only.
         """
 
     @_abc_1.abstractmethod

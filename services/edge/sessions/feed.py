@@ -100,6 +100,8 @@ class SessionFeed:
         self._budget = budget
         self._prefix = update_prefix(session_id)
         self._next = start_id if start_id is not None else int(time.time() * _CLOCK_SCALE)
+        #: The first event id of this incarnation (a replay of the log stops before it).
+        self.first_id = self._next
         self._ring: deque[Event] = deque()
         self._chars = 0
         self._max_events = max(1, max_events)
@@ -119,6 +121,13 @@ class SessionFeed:
     def last_id(self) -> int:
         """The newest event id given (one below the first, before any)."""
         return self._next - 1
+
+    def reserve_id(self) -> int:
+        """The next event id, for an event that is logged but not relayed (a prompt, a
+        client's action): the ids stay one sequence."""
+        event_id = self._next
+        self._next += 1
+        return event_id
 
     def turn_started(self) -> None:
         """A turn begins: its events are the live part of a full replay until it is stored."""

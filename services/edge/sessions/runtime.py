@@ -2,11 +2,12 @@
 
 It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
 version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
-slots and each token's share of them (SPEC §9), the replay rings' one budget, the idle reaper,
-this host's claims on the sessions it serves and their heartbeat, and the one way a session is
-released: its dependents first (the sessions it spawned and those the edge runs for it), then
-adapter detached, lease closed through lifecycle ``CloseSession``, row inactive, claim dropped
-(never deleted), ring let go. The session tools are handed in by whoever composes the runtime.
+slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
+event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
+and their heartbeat, and the one way a session is released: its dependents first (the
+sessions it spawned and those the edge runs for it), then adapter detached, lease closed
+through lifecycle ``CloseSession``, row inactive, claim dropped (never deleted), ring let
+go. The session tools are handed in by whoever composes the runtime.
 
 The edge never starts a service itself. When ``[services]`` leaves an address empty
 (embedded mode), whoever composes the process passes a :data:`StartServices`
@@ -39,6 +40,7 @@ from services.edge.metrics import Metrics
 from services.edge.sessions import detached
 from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
+from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.hosted import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.ring_budget import RingBudget
@@ -52,8 +54,7 @@ log = get_logger("edge.runtime")
 
 #: Longest pause between idle-reaper sweeps.
 REAPER_MAX_INTERVAL_SECS = 30.0
-#: How long a shutdown waits for the cancelled turns of detached sessions to end (and be
-#: stored) before it releases them all the same.
+#: How long a shutdown waits for detached sessions' cancelled turns to end before release.
 DETACHED_STOP_WAIT_SECS = 5.0
 #: How the edge names itself in ACP ``Implementation`` objects (agentInfo, clientInfo).
 EDGE_NAME = "acpgate"
@@ -124,6 +125,7 @@ class EdgeRuntime:
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
         self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
+        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost)
         #: The gateway tokens, for their operator grants (issue 23).
         self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None
@@ -154,6 +156,7 @@ class EdgeRuntime:
             self.registry.on_change = self.workers.changed
             self._reports = asyncio.create_task(self.workers.run(), name="edge-worker-reports")
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
+        await self.event_log.begin(self.gateway_instance_id)  # a dead predecessor's turns
         self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
         # In the background: the pools fill while the first client connects.
         self.spawn(self.warm.declare_all())
@@ -223,6 +226,7 @@ class EdgeRuntime:
         if self.registry.active.get(session.session_id) is not session:
             return False
         del self.registry.active[session.session_id]
+        self.event_log.forget(session.session_id)
         self.metrics.active_sessions = len(self.registry.active)
         self.registry.changed()
         return True
@@ -314,6 +318,7 @@ class EdgeRuntime:
         sessions = list(self.registry.active.values())
         await asyncio.gather(*(self.deactivate(s, "shutdown") for s in sessions),
                              return_exceptions=True)
+        await self.event_log.close()
         if self._reports is not None and self.workers is not None:
             await self.workers.report()  # what this worker held is free at once
         if self._tasks:

@@ -41,7 +41,7 @@ from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
-from services.edge.sessions import turn_run
+from services.edge.sessions import session_log, turn_run
 from services.edge.sessions.attachment import FollowingBackChannel
 from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
@@ -78,6 +78,10 @@ class TurnState:
     #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
     #: itself: a revoked token, a release, a delete (issue 25).
     keep: bool = True
+    #: The turn's id in the event log (its prompt's event id; 0 until it starts).
+    turn_id: int = 0
+    #: How the turn ended, as its log records it.
+    end_state: str = "failed"
 
 
 class EdgeSession:
@@ -210,6 +214,7 @@ class EdgeSession:
             except Exception:  # never lose the relay over an odd update
                 log.exception("accumulate_failed", session_id=self.session_id)
         events = self.feed.stamp(updates, lines)
+        self.runtime.event_log.updates(self.session_id, turn.turn_id if turn else 0, events)
         self.runtime.metrics.relayed_updates_total += len(events) + len(odd)
         await self.clients.publish(events, odd)
 
@@ -217,7 +222,11 @@ class EdgeSession:
                           not_for: object | None = None) -> None:
         """Send updates acpgate itself makes (``turn_complete``, ``prompt_received``, SPEC
         §7's marker...) to every client but ``not_for``, numbered like the agent's."""
-        await self.clients.publish(self.feed.stamp(updates, None, not_for))
+        events = self.feed.stamp(updates, None, not_for)
+        if not_for is None:  # an echo to the others (of a prompt, a turn's end) is not logged
+            turn = self.turn
+            self.runtime.event_log.updates(self.session_id, turn.turn_id if turn else 0, events)
+        await self.clients.publish(events)
 
     async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter request the edge answers itself (the session tools); any other is
@@ -268,6 +277,7 @@ class EdgeSession:
         finally:
             self._relays.discard(waiter)
             self.touch()
+        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": result})
         if method == M_ELICITATION_CREATE:
             return result if isinstance(result, dict) else fallback
         return relayed_answer(result)
@@ -306,6 +316,7 @@ class EdgeSession:
         if self.turn is not None:
             return None
         self.turn = TurnState()
+        session_log.turn_started(self, self.turn)
         self.feed.turn_started()
         self.touch()
         return self.turn
@@ -313,6 +324,7 @@ class EdgeSession:
     def release_turn(self, turn: TurnState) -> None:
         """Free the turn slot."""
         if self.turn is turn:
+            session_log.turn_ended(self, turn)
             self.turn = None
             self.feed.turn_stored()  # stored, or never to be: not replayed as live any more
         turn.done.set()
@@ -350,6 +362,8 @@ class EdgeSession:
         if turn is not None and not keep:
             turn.keep = False
         if turn is not None and mine:
+            if keep and not seen - {self}:  # the client's own cancel, not a child's
+                session_log.action(self, session_log.KIND_CANCEL, {})
             turn.cancelled = True
             if turn.acc is not None and self.adapter is not None:
                 self.adapter.cancel()

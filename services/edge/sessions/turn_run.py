@@ -3,8 +3,10 @@
 :func:`run_turn` sends the prompt to the session's adapter (an external agent
 with the client's other params as they came), lets the session relay and
 accumulate the streamed updates, and stores the turn in one ``AppendTurn``: a
-completed turn, and a cancelled one with what was streamed before the cancel
-(unless the cancel was acpgate's own: ``TurnState.keep``). It returns a
+completed turn, and an external agent's cancelled one with what was streamed
+before the cancel (unless the cancel was acpgate's own: ``TurnState.keep``); the
+built-in agent's conversation holds completed turns only (SPEC §7). Every event
+of the turn is in the session's event log besides. It returns a
 :class:`~services.edge.sessions.prompt_result.TurnOutcome`, whoever ran the turn.
 """
 
@@ -19,6 +21,7 @@ from services.edge.adapter.failures import prompt_error
 from services.edge.adapter.link import AdapterGone
 from services.edge.adapter.prompt_blocks import AdapterPrompt, carried_blocks
 from services.edge.adapter.requests import read_prompt_result
+from services.edge.sessions import session_log
 from services.edge.sessions.claims import taken_over
 from services.edge.sessions.history_wire import cancel_marker_update
 from services.edge.sessions.prompt_result import TurnOutcome
@@ -28,6 +31,9 @@ from services.edge.sessions.turn_store import store_turn
 if TYPE_CHECKING:
     from services.edge.adapter.client import AdapterClient
     from services.edge.sessions.session import EdgeSession, TurnState
+
+#: A turn's state in the event log once it ended normally.
+TURN_COMPLETED = "completed"
 
 __all__ = ["CANCEL_GRACE_SECS", "UNASKED_CANCEL_EXIT_SECS", "run_turn"]
 
@@ -46,6 +52,7 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
         raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
     sid = session.session_id
     acc = turn.acc = TurnAccumulator(user_text=prompt.text)
+    session_log.prompt(session, turn, prompt.text)
     blocks = carried_blocks(sid, session.pending_history, adapter.builtin or
                             adapter.agent_capabilities.prompt_capabilities.embedded_context)
     blocks.extend(prompt.blocks)
@@ -66,12 +73,18 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
     cancelled = result.stop_reason == STOP_CANCELLED or (turn.cancelled and adapter.builtin)
     if cancelled and adapter.builtin:  # SPEC §7's marker, as the client sees it live
         await session.publish_own([cancel_marker_update(sid)])
-    if not cancelled or turn.keep:
+    lost = session.runtime.event_log.lost.get(sid)
+    if lost:  # the turn streamed, but the store never got it
+        raise JsonRpcError(INTERNAL_ERROR, lost)
+    # The built-in agent's conversation holds completed turns only (SPEC §7); an external
+    # agent's keeps a cancelled one, marked, as a direct connection would.
+    if not cancelled or (turn.keep and not adapter.builtin):
         if cancelled:
             acc.mark(STOP_CANCELLED)
         async with session.storing:  # a full replay reads the store, or sends it live
             await store_turn(session, acc, result, raw)
             session.feed.turn_stored()
+    turn.end_state = STOP_CANCELLED if cancelled else TURN_COMPLETED
     await session.state.flush()  # the turn's mode/config/title changes are stored too
     session.runtime.metrics.turns_total += 1
     stop = STOP_CANCELLED if cancelled else result.stop_reason

@@ -7,12 +7,15 @@ transaction, so a host that was cut off past its lease — and whose session
 another host took over meanwhile — cannot store a turn after the new holder's.
 Such a refusal (ABORTED) ends the session on this host and answers the prompt
 with :func:`~services.edge.sessions.claims.taken_over`; a turn over a storage quota
-(RESOURCE_EXHAUSTED) answers the quota's sentence, nothing of it stored.
+(RESOURCE_EXHAUSTED) answers the quota's sentence, nothing of it stored. A store that
+cannot be reached is waited for (:data:`OUTAGE_WAIT_SECS`): an outage shorter than that
+delays the turn's answer instead of failing it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["store_turn"]
 
 log = get_logger("edge.session")
+
+#: How long a completed turn waits for an unreachable store before it fails.
+OUTAGE_WAIT_SECS: Final = 120.0
 
 
 async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptResponse,
@@ -50,8 +56,10 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
         rt.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
     if acc.plan_json is not None:
         request.plan_json = acc.plan_json
+    # The turn's events are stored before the turn: the log covers every stored turn.
+    await rt.event_log.flush()
     try:
-        await rt.session_stub.AppendTurn(request)  # the store titles the row from turn one
+        await _append(session, request)  # the store titles the row from turn one
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
         if code == grpc.StatusCode.ABORTED:  # fenced: another host holds the claim now
@@ -63,3 +71,21 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
         log.error("append_turn_failed", session_id=sid, code=code.name)
         raise JsonRpcError(INTERNAL_ERROR,
                            f"Turn completed but could not be stored: {code.name}") from None
+
+
+async def _append(session: EdgeSession, request: session_pb2.AppendTurnRequest) -> None:
+    """``AppendTurn``, tried again while the store is unreachable, for at most
+    :data:`OUTAGE_WAIT_SECS` (the turn's events wait in the event log meanwhile)."""
+    deadline = asyncio.get_running_loop().time() + OUTAGE_WAIT_SECS
+    pause = 0.1
+    while True:
+        try:
+            await session.runtime.session_stub.AppendTurn(request)
+            return
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or session.taken_over \
+                    or asyncio.get_running_loop().time() + pause > deadline:
+                raise
+            log.info("append_turn_waiting", session_id=request.session_id)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 2.0)

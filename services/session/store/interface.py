@@ -32,6 +32,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from services.session.store.event_log import EventLogStore
 from services.session.store.records import (
     AppendResult,
     HistoryEntry,
@@ -59,11 +60,12 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SessionStore(ABC):
+class SessionStore(EventLogStore, ABC):
     """Session rows and their history (SPEC §8, §13), whatever holds them.
 
     Every method may be awaited concurrently with the others; a backend
-    serializes what must be serialized. Refusals are the exceptions of
+    serializes what must be serialized. The event log's operations are
+    :class:`~.event_log.EventLogStore`'s. Refusals are the exceptions of
     :mod:`.records`: ``SessionNotFound``, ``SessionExists``, ``InvalidItem``.
     """
 

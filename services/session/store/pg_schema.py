@@ -137,6 +137,31 @@ _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEF
 #: v9 (issue 27, across hosts): as SQLite's — the claim holder's public URL.
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
 
+#: v10: as SQLite's — the event log (payload: the bytes as relayed) and turn states.
+_V10_EVENT_LOG = (
+    "ALTER TABLE sessions ADD COLUMN log_from_turn BIGINT NOT NULL DEFAULT 1",
+    "UPDATE sessions SET log_from_turn = 0",
+    """CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        event_id BIGINT NOT NULL,
+        turn_id BIGINT NOT NULL DEFAULT 0,
+        kind TEXT NOT NULL
+            CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
+        payload BYTEA NOT NULL,
+        at BIGINT NOT NULL,
+        PRIMARY KEY (session_id, event_id))""",
+    """CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        turn_id BIGINT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN
+            ('running', 'completed', 'cancelled', 'failed', 'interrupted')),
+        instance_id TEXT NOT NULL DEFAULT '',
+        started_at BIGINT NOT NULL,
+        ended_at BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (session_id, turn_id))""",
+    "CREATE INDEX turns_running ON turns (state) WHERE state = 'running'",
+)
+
 
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
@@ -183,6 +208,12 @@ async def _add_v9_claim_url(con: Conn) -> None:
     await con.execute(_V9_CLAIM_URL)
 
 
+async def _add_v10_event_log(con: Conn) -> None:
+    """v9 → v10: the event log and turn states; nothing logged for the turns before."""
+    for stmt in _V10_EVENT_LOG:
+        await con.execute(stmt)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
@@ -191,6 +222,7 @@ _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     6: (7, _add_v7_fence_and_bytes),
     7: (8, _add_v8_forked_from),
     8: (9, _add_v9_claim_url),
+    9: (10, _add_v10_event_log),
 }
 
 

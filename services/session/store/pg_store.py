@@ -39,6 +39,7 @@ from services.session.store.pg_db import (
     storable,
     to_db,
 )
+from services.session.store.pg_events import PgEvents
 from services.session.store.pg_fork import PgFork
 from services.session.store.pg_liveness import (
     HOLDER_LIVE,
@@ -91,7 +92,7 @@ _INSERT_SESSION = numbered(INSERT_SESSION) + " ON CONFLICT (id) DO NOTHING" + _R
 _DELETE_SESSION_DATA = tuple(numbered(stmt) for stmt in DELETE_SESSION_DATA)
 
 
-class PostgresSessionStore(PgFork):
+class PostgresSessionStore(PgFork, PgEvents):
     """Session rows and history in a PostgreSQL database, through an asyncpg pool."""
 
     def __init__(self, pool: asyncpg.Pool, status: StoreStatusInfo, clock: Clock,

@@ -33,10 +33,11 @@ COPY_HISTORY: Final = (
     f"INSERT INTO history (session_id, seq, turn, role, {_ITEMS}, created_at)"
     f" SELECT ?, seq, turn, role, {_ITEMS}, created_at FROM history WHERE session_id = ?"
 )
-#: The fork row's copied state; parameters: :attr:`ForkPlan.state`.
+#: The fork row's copied state; parameters: :attr:`ForkPlan.state`. Its log starts after
+#: the copied turns (a replay reads those from the history).
 SET_FORK_STATE: Final = (
     "UPDATE sessions SET plan_json = ?, mode_id = ?, config_json = ?, last_seq = ?,"
-    " last_turn = ?, stored_bytes = ?, forked_from = ? WHERE id = ?"
+    " last_turn = ?, stored_bytes = ?, forked_from = ?, log_from_turn = 0 WHERE id = ?"
 )
 
 

@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 9
+LATEST_SCHEMA_VERSION: Final = 10
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -165,6 +165,34 @@ _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEF
 #: public_url``), where another host tells a client to reconnect; "" for every claim
 #: taken before (unknown until its holder claims again).
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
+
+#: v10: the session's event log — every relayed update and client action, by event id —
+#: and the state of each turn; ``log_from_turn``: the first history turn the log covers
+#: (a new row's log covers all, 1; 0 = a row older than the log, or a fork, until its first
+#: logged event: a replay reads the history alone).
+_V10_EVENT_LOG = (
+    "ALTER TABLE sessions ADD COLUMN log_from_turn INTEGER NOT NULL DEFAULT 1",
+    "UPDATE sessions SET log_from_turn = 0",
+    """CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        event_id INTEGER NOT NULL,
+        turn_id INTEGER NOT NULL DEFAULT 0,
+        kind TEXT NOT NULL
+            CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
+        payload BLOB NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, event_id)) WITHOUT ROWID""",
+    """CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn_id INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN
+            ('running', 'completed', 'cancelled', 'failed', 'interrupted')),
+        instance_id TEXT NOT NULL DEFAULT '',
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (session_id, turn_id)) WITHOUT ROWID""",
+    "CREATE INDEX turns_running ON turns(state) WHERE state = 'running'",
+)
 
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
@@ -309,6 +337,12 @@ async def _migrate_8_to_9(db: aiosqlite.Connection, now: int) -> None:
     await db.execute(_V9_CLAIM_URL)
 
 
+async def _migrate_9_to_10(db: aiosqlite.Connection, now: int) -> None:
+    """v9 → v10: the event log and turn states; nothing logged for the turns before."""
+    for stmt in _V10_EVENT_LOG:
+        await db.execute(stmt)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -319,6 +353,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     6: _migrate_6_to_7,
     7: _migrate_7_to_8,
     8: _migrate_8_to_9,
+    9: _migrate_9_to_10,
 }
 
 

@@ -57,6 +57,7 @@ from services.session.store.sql_rows import (
     update_assignments,
 )
 from services.session.store.sqlite_db import immediate
+from services.session.store.sqlite_events import SqliteEvents
 from services.session.store.sqlite_fork import SqliteFork
 
 __all__ = ["SqliteSessionStore"]
@@ -68,7 +69,7 @@ _SUB_OWNER_BYTES = SUB_OWNER_BYTES.format(greatest="MAX")
 _RETURNING_ROW = f" RETURNING {SESSION_COLUMNS}"
 
 
-class SqliteSessionStore(SqliteFork):
+class SqliteSessionStore(SqliteEvents, SqliteFork):
     """Session rows and history on one aiosqlite connection (a file, or memory).
 
     Calls are serialized on the connection by an asyncio lock, so a transaction

@@ -53,7 +53,7 @@ from services.common.attach_protocol import (
     META_AFTER_EVENT_ID,
     ROLE_CONTROLLER,
 )
-from services.common.jsonrpc import JsonRpcError, notification_line, notification_lines
+from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
 from services.common.principals import principal_of_owner
@@ -89,14 +89,13 @@ from services.edge.params import (
 from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.clients import leave
 from services.edge.sessions.feed import event_id_of
-from services.edge.sessions.history_wire import Replay
 from services.edge.sessions.joining import HISTORY_LIVE, join
+from services.edge.sessions.log_replay import replay_log
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
 from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import (
     carry_over,
-    history_pages,
     restore_external,
     resume_builtin,
 )
@@ -111,8 +110,6 @@ from services.edge.sessions.session_setup import (
 )
 from services.edge.sessions.session_state import reapply
 
-#: Replayed updates written per hold of the send lock (session/load).
-_REPLAY_CHUNK = 500
 #: The params of session/load and resume acpgate reads itself (the rest passes to an
 #: external agent that restores its own session, or opens a fresh one).
 _OWN_RESTORE_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir",
@@ -177,7 +174,10 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                 session.state.on_setup(client.setup_result)
                 await reapply(session.state, client, row)
                 if replay:
-                    await replay_history(conn, session)
+                    await replay_history(conn, session, fresh=True)
+                elif (after := _named_after(params)) is not None:  # from the log
+                    await replay_log(conn.send_many, session, after=after,
+                                     before=session.feed.first_id, with_history=False)
                 else:
                     await _replay_plan(conn, sid, row)
                 await mark_active(
@@ -224,10 +224,15 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
 def _after_event(params: dict[str, Any], delivered: int) -> int:
     """The event id a resume replays after: the client's ``_meta.acpgate.afterEventId``, else
     the newest one handed to the connection that left."""
+    named = _named_after(params)
+    return named if named is not None else delivered
+
+
+def _named_after(params: dict[str, Any]) -> int | None:
+    """The client's ``_meta.acpgate.afterEventId``, if it named one."""
     meta = params.get("_meta")
     ours = meta.get(META_ACPGATE) if isinstance(meta, dict) else None
-    named = event_id_of(ours.get(META_AFTER_EVENT_ID)) if isinstance(ours, dict) else None
-    return named if named is not None else delivered
+    return event_id_of(ours.get(META_AFTER_EVENT_ID)) if isinstance(ours, dict) else None
 
 
 # ---------------------------------------------------------------------- steps
@@ -319,29 +324,18 @@ async def _seed(session: EdgeSession, client: AdapterClient,
         raise restore_error(exc, client.secrets, agent.alias, method) from None
 
 
-async def replay_history(conn: SessionHome, session: EdgeSession) -> None:
-    """session/load: every stored update, in order, as ``session/update`` notifications,
-    read and sent page by page (the client's send queue paces the reading). A history
-    that cannot be read gives the session up. The built-in agent's clients see a
-    cancelled turn end with SPEC §7's marker, as they saw it live."""
-    sid = session.session_id
-    builtin = session.adapter is not None and session.adapter.builtin
-    replay = Replay(sid if builtin else "")
+async def replay_history(conn: SessionHome, session: EdgeSession, *,
+                         fresh: bool = False) -> None:
+    """session/load: what the session's clients saw, in order, from its event log (and the
+    history stored before the log began), read and sent page by page (the client's send
+    queue paces the reading); ``fresh``: a session restored just now, whose own updates
+    went out live. A log that cannot be read gives the session up."""
+    live_from = session.feed.live_from
+    before = session.feed.first_id if fresh else (live_from or 0)
     try:
-        async for items in history_pages(conn.runtime, sid):
-            await _send_replay(conn, sid, replay.updates(items))
-        await _send_replay(conn, sid, replay.finish())
+        await replay_log(conn.send_many, session, before=before)
     except (ConnectionError, OSError):
         return  # the client left: setup notices (mark_active) and releases the session
-
-
-async def _send_replay(conn: SessionHome, sid: str, updates: list[dict[str, Any]]) -> None:
-    """Replayed ``updates`` to the client, in chunks (other sessions on this connection
-    still get a turn)."""
-    lines = notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
-                                                  for u in updates])
-    for start in range(0, len(lines), _REPLAY_CHUNK):
-        await conn.send_many(lines[start:start + _REPLAY_CHUNK])
 
 
 async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:

@@ -1,0 +1,281 @@
+"""The edge's side of the session's event log: every event stored as it flows, by group commit.
+
+Each update the edge relays (its line as the clients got it, with its event id) and
+each client action that changes the conversation is handed to :class:`EventLog`,
+which keeps it in a per-session pending part — a list append on the relay's path,
+nothing encoded or parsed — and sends every session's part in one ``AppendEvents``
+at least every :data:`COMMIT_SECS` (sooner once :data:`COMMIT_BYTES` are pending):
+one transaction for many sessions. A batch acknowledged is durable; a crash loses
+at most the batch not yet sent.
+
+The store unreachable (UNAVAILABLE, or no answer): the parts stay pending, new events
+join them, and the batch is sent again until the store answers — an event already
+stored is skipped there, so nothing is written twice. The pending events are bounded
+(:data:`MAX_PENDING_BYTES`); a session whose events no longer fit loses its log
+here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
+claim generation its events were made under: a host that lost its claim meanwhile
+has its part refused (fenced), drops it and ends the session as taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+import grpc
+
+from acpgate.session.v1 import session_pb2
+from services.common.logs import get_logger
+
+if TYPE_CHECKING:
+    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from services.edge.sessions.feed import Event
+
+__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "EventLog"]
+
+log = get_logger("edge.event_log")
+
+#: The longest an event waits before its batch is sent.
+COMMIT_SECS: Final = 0.05
+#: Pending bytes that send a batch at once.
+COMMIT_BYTES: Final = 64 * 1024
+#: The most bytes kept pending for all sessions (an outage's buffer).
+MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
+#: How long one batch may take before it counts as not answered.
+CALL_SECS: Final = 10.0
+#: Pauses between tries while the store is unreachable.
+RETRY_SECS: Final = (0.1, 0.2, 0.5, 1.0)
+#: A turn whose events could not be kept: the client's error message.
+MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
+                       "no longer fit in the edge's buffer and were not stored")
+_KIND_UPDATE: Final = "update"
+_REFUSED_FENCED: Final = "fenced"
+_TURN_RUNNING: Final = "running"
+
+
+def now_ms() -> int:
+    """Wall clock in milliseconds."""
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Part:
+    """One session's pending events and turn marks, made under one claim generation."""
+
+    holder: str
+    generation: int
+    #: Client actions: (event id, turn id, kind, payload, at).
+    events: list[tuple[int, int, str, bytes, int]] = field(default_factory=list)
+    #: Relayed events as the relay made them: (turn id, at, events), the lines encoded
+    #: only when the batch is sent.
+    relayed: list[tuple[int, int, Sequence[Event]]] = field(default_factory=list)
+    turns: list[tuple[int, str, int]] = field(default_factory=list)
+    size: int = 0
+
+    def message(self, session_id: str) -> session_pb2.SessionEvents:
+        log_event = session_pb2.LogEvent
+        events = [log_event(event_id=e.event_id, turn_id=t, kind=_KIND_UPDATE,
+                            payload=e.line.encode(), at_ms=at)
+                  for t, at, relayed in self.relayed for e in relayed]
+        events.extend(log_event(event_id=e, turn_id=t, kind=k, payload=p, at_ms=at)
+                      for e, t, k, p, at in self.events)
+        turns = [session_pb2.TurnMark(turn_id=t, state=s, at_ms=at) for t, s, at in self.turns]
+        return session_pb2.SessionEvents(
+            session_id=session_id, holder_instance_id=self.holder,
+            claim_generation=self.generation, events=events, turns=turns)
+
+
+class EventLog:
+    """Group commit of the edge's sessions' events (module doc)."""
+
+    def __init__(self, stub: SessionServiceAsyncStub, fence: Callable[[str], tuple[str, int]],
+                 on_fenced: Callable[[str], None], *, max_pending: int = MAX_PENDING_BYTES
+                 ) -> None:
+        self._stub = stub
+        self._fence = fence
+        self._on_fenced = on_fenced
+        self._max_pending = max_pending
+        #: (session id, generation) → its pending part, in the order they were opened.
+        self._pending: dict[tuple[str, int], _Part] = {}
+        self._size = 0
+        #: Sessions whose log was lost here (past the bound): why.
+        self.lost: dict[str, str] = {}
+        self._wake = asyncio.Event()
+        #: Count of events handed in, and of those acknowledged by the store.
+        self._handed = 0
+        self._durable = 0
+        self._progress = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        #: Whether the last batch failed for want of a store (a retry is pending).
+        self.unreachable = False
+        #: The turns running in this process, by session (a session released while its
+        #: turn still ends keeps it here until it has).
+        self.running: dict[str, set[int]] = {}
+
+    # ------------------------------------------------------------------ handing in
+
+    def _part(self, session_id: str) -> _Part | None:
+        if session_id in self.lost:
+            return None
+        holder, generation = self._fence(session_id)
+        key = (session_id, generation)
+        part = self._pending.get(key)
+        if part is None:
+            part = self._pending[key] = _Part(holder, generation)
+        return part
+
+    def _grew(self, session_id: str, part: _Part, size: int) -> None:
+        part.size += size
+        self._size += size
+        self._handed += 1
+        if self._size > self._max_pending:
+            self._lose(session_id)
+        elif self._size >= COMMIT_BYTES:
+            self._wake.set()
+
+    def updates(self, session_id: str, turn_id: int, events: Sequence[Event]) -> None:
+        """Relayed ``events`` of ``session_id`` (turn ``turn_id``, 0 = between turns):
+        kept as they are, sent with the next batch."""
+        part = self._part(session_id)
+        if part is None or not events:
+            return
+        part.relayed.append((turn_id, now_ms(), events))
+        self._grew(session_id, part, sum([len(e.line) for e in events]))
+
+    def action(self, session_id: str, event_id: int, turn_id: int, kind: str,
+               payload: bytes) -> None:
+        """A client action (or prompt) with its own event id."""
+        part = self._part(session_id)
+        if part is not None:
+            part.events.append((event_id, turn_id, kind, payload, now_ms()))
+            self._grew(session_id, part, len(payload))
+
+    def turn(self, session_id: str, turn_id: int, state: str) -> None:
+        """Turn ``turn_id`` of ``session_id`` is in ``state`` from now on."""
+        if state == _TURN_RUNNING:
+            self.running.setdefault(session_id, set()).add(turn_id)
+        elif (mine := self.running.get(session_id)) is not None:
+            mine.discard(turn_id)
+            if not mine:
+                del self.running[session_id]
+        part = self._part(session_id)
+        if part is not None:
+            part.turns.append((turn_id, state, now_ms()))
+            self._grew(session_id, part, 32)
+
+    def _lose(self, session_id: str) -> None:
+        """``session_id``'s events no longer fit: its pending ones are dropped, its log
+        stops here (its running turn fails: :data:`MSG_LOG_LOST`)."""
+        for key in [k for k in self._pending if k[0] == session_id]:
+            self._size -= self._pending.pop(key).size
+        self.lost[session_id] = MSG_LOG_LOST
+        log.error("event_log_lost", session_id=session_id, pending_bytes=self._size)
+
+    def forget(self, session_id: str) -> None:
+        """The session ended here: a later session under its id starts a fresh log."""
+        self.lost.pop(session_id, None)
+
+    # ------------------------------------------------------------------ sending
+
+    async def begin(self, instance_id: str) -> None:
+        """Start sending batches, after the turns this instance's dead predecessor left
+        running are marked interrupted (a store that cannot say is logged, not fatal)."""
+        try:
+            await self._stub.InterruptTurns(
+                session_pb2.InterruptTurnsRequest(instance_id=instance_id), timeout=CALL_SECS)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("interrupt_turns_failed", code=exc.code().name)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="edge-event-log")
+
+    async def close(self, wait_secs: float = 5.0) -> None:
+        """Send what is pending (waiting at most ``wait_secs``), then stop."""
+        with contextlib.suppress(TimeoutError):
+            await self.flush(wait_secs)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def flush(self, wait_secs: float = 5.0) -> bool:
+        """Wait until every event handed in so far is stored (True), or ``wait_secs``
+        passed (False: the store is unreachable)."""
+        target = self._handed
+        if self._durable >= target:
+            return True
+        self._wake.set()
+        try:
+            async with asyncio.timeout(wait_secs), self._progress:
+                await self._progress.wait_for(lambda: self._durable >= target)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _run(self) -> None:
+        tries = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(COMMIT_SECS):
+                    await self._wake.wait()
+            self._wake.clear()
+            if not self._pending:
+                continue
+            if await self._send():
+                tries = 0
+            else:
+                await asyncio.sleep(RETRY_SECS[min(tries, len(RETRY_SECS) - 1)])
+                tries += 1
+
+    async def _send(self) -> bool:
+        """Send every pending part in one batch; False when the store did not answer
+        (the parts stay pending, and are sent again)."""
+        taken, handed = self._pending, self._handed
+        self._pending = {}
+        request = session_pb2.AppendEventsRequest(
+            sessions=[part.message(key[0]) for key, part in taken.items()])
+        try:
+            response = await self._stub.AppendEvents(request, timeout=CALL_SECS)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                              grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+                self._requeue(taken)
+                if not self.unreachable:
+                    log.warning("event_log_unreachable", code=exc.code().name,
+                                pending_bytes=self._size)
+                self.unreachable = True
+                return False
+            log.error("event_log_refused", code=exc.code().name, detail=exc.details())
+            response = session_pb2.AppendEventsResponse(refused=["error"] * len(taken))
+        if self.unreachable:
+            log.info("event_log_reachable", pending_bytes=self._size)
+        self.unreachable = False
+        for ((sid, _), part), why in zip(taken.items(), response.refused, strict=False):
+            self._size -= part.size
+            if why == _REFUSED_FENCED:
+                log.warning("event_log_fenced", session_id=sid, generation=part.generation)
+                if self._fence(sid)[1] == part.generation:  # not a session served since
+                    self._on_fenced(sid)
+            elif why:
+                log.warning("event_log_part_refused", session_id=sid, why=why)
+        async with self._progress:
+            self._durable = max(self._durable, handed)
+            self._progress.notify_all()
+        return True
+
+    def _requeue(self, taken: dict[tuple[str, int], _Part]) -> None:
+        """Put parts not sent back before what was handed in meanwhile."""
+        newer = self._pending
+        self._pending = taken
+        for key, part in newer.items():
+            older = taken.get(key)
+            if older is None:
+                taken[key] = part
+            else:
+                older.events.extend(part.events)
+                older.relayed.extend(part.relayed)
+                older.turns.extend(part.turns)
+                older.size += part.size

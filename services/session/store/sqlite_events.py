@@ -1,0 +1,118 @@
+"""The event log on SQLite: a batch of many sessions in one ``BEGIN IMMEDIATE`` (group commit).
+
+The statements are :mod:`.event_log`'s; the write lock is taken before the fences are
+read, so a takeover cannot slip between a session's check and the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import aiosqlite
+
+from services.session.store.event_log import (
+    END_TURN,
+    EVENT_PAGE,
+    INSERT_EVENT,
+    INTERRUPT_ORPHANS,
+    INTERRUPT_SESSION,
+    MARK_LOG_START,
+    NO_BOUND,
+    REFUSED_FENCED,
+    REFUSED_NOT_FOUND,
+    SELECT_EVENTS,
+    SELECT_LOG_START,
+    SELECT_LOG_TARGET,
+    SELECT_TURN_STATES,
+    START_TURN,
+    TURN_RUNNING,
+    EventLogStore,
+    LoggedEvent,
+    SessionBatch,
+    batch_problem,
+    held_by,
+)
+from services.session.store.interface import Clock
+from services.session.store.records import SessionNotFound
+from services.session.store.sqlite_db import immediate
+
+__all__ = ["SqliteEvents"]
+
+
+class SqliteEvents(EventLogStore):
+    """The event log half of :class:`~.sqlite_store.SqliteSessionStore`."""
+
+    _db: aiosqlite.Connection
+    _lock: asyncio.Lock
+    _clock: Clock
+
+    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+        """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`)."""
+        refused = [batch_problem(batch) for batch in batches]
+        db = self._db
+        async with self._lock, immediate(db):
+            for index, batch in enumerate(batches):
+                if refused[index]:
+                    continue
+                sid = batch.session_id
+                rows = list(await db.execute_fetchall(SELECT_LOG_TARGET, (sid,)))
+                if not rows:
+                    refused[index] = REFUSED_NOT_FOUND
+                    continue
+                if not held_by(batch.holder, batch.generation, str(rows[0][0]),
+                               int(rows[0][1])):
+                    refused[index] = REFUSED_FENCED
+                    continue
+                await db.executemany(INSERT_EVENT, [
+                    (sid, e.event_id, e.turn_id, e.kind, e.payload, e.at) for e in batch.events])
+                holder = batch.holder or ""
+                for mark in batch.turns:
+                    if mark.state == TURN_RUNNING:
+                        await db.execute(START_TURN, (sid, mark.turn_id, holder, mark.at))
+                    else:
+                        await db.execute(END_TURN, (sid, mark.turn_id, mark.state, holder,
+                                                    mark.at, mark.at))
+                await db.execute(MARK_LOG_START, (sid,))
+        return refused
+
+    async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
+                          page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:
+        """The logged events in pages, oldest first."""
+        bound = before or NO_BOUND
+        while True:
+            async with self._lock:
+                rows = list(await self._db.execute_fetchall(
+                    SELECT_EVENTS, (session_id, after, bound, page)))
+            if not rows:
+                return
+            events = [LoggedEvent(int(r[0]), int(r[1]), str(r[2]), bytes(r[3]), int(r[4]))
+                      for r in rows]
+            yield events
+            if len(rows) < page:
+                return
+            after = events[-1].event_id
+
+    async def turn_states(self, session_id: str) -> dict[int, str]:
+        """Every logged turn's state."""
+        async with self._lock:
+            rows = await self._db.execute_fetchall(SELECT_TURN_STATES, (session_id,))
+        return {int(r[0]): str(r[1]) for r in rows}
+
+    async def log_start(self, session_id: str) -> int:
+        """The first history turn the log covers."""
+        async with self._lock:
+            rows = list(await self._db.execute_fetchall(SELECT_LOG_START, (session_id,)))
+        if not rows:
+            raise SessionNotFound(session_id)
+        return int(rows[0][0])
+
+    async def interrupt_turns(self, *, instance_id: str = "", session_id: str = "") -> int:
+        """Running turns nobody will end → interrupted."""
+        now = self._clock()
+        async with self._lock:
+            if session_id:
+                cur = await self._db.execute(INTERRUPT_SESSION, (now, session_id))
+            else:
+                cur = await self._db.execute(INTERRUPT_ORPHANS, (now, instance_id, now))
+            return max(0, cur.rowcount)

@@ -1,0 +1,153 @@
+"""The session's event log in the store, on SQLite and PostgreSQL: batches of many sessions,
+idempotent appends, fenced parts, turn states set once, interrupted turns, replay reads."""
+
+from __future__ import annotations
+
+from services.session.store import HistoryEntry, SessionStore
+from services.session.store.event_log import (
+    REFUSED_FENCED,
+    REFUSED_NOT_FOUND,
+    LoggedEvent,
+    SessionBatch,
+    TurnMark,
+)
+
+TTL = 30_000
+
+
+def ev(event_id: int, turn_id: int = 0, kind: str = "update",
+       payload: bytes = b'{"x":1}') -> LoggedEvent:
+    return LoggedEvent(event_id, turn_id, kind, payload, 1)
+
+
+async def read_all(store: SessionStore, sid: str, **kw: int) -> list[LoggedEvent]:
+    return [e async for page in store.iter_events(sid, **kw) for e in page]
+
+
+async def test_a_batch_of_many_sessions_is_written_and_read_back(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    await store.create_session("b", "alpha", "/w")
+    refused = await store.append_events([
+        SessionBatch("a", [ev(10, 10, "prompt"), ev(11, 10), ev(12, 10, payload=b"\x00\xff")],
+                     [TurnMark(10, "running", 1)]),
+        SessionBatch("b", [ev(5)]),
+        SessionBatch("missing", [ev(1)]),
+    ])
+    assert refused == ["", "", REFUSED_NOT_FOUND]
+    got = await read_all(store, "a")
+    assert [(e.event_id, e.kind, e.payload) for e in got] == [
+        (10, "prompt", b'{"x":1}'), (11, "update", b'{"x":1}'), (12, "update", b"\x00\xff")]
+    assert [e.event_id for e in await read_all(store, "a", after=10, before=12)] == [11]
+    assert await store.turn_states("a") == {10: "running"}
+
+
+async def test_an_event_sent_twice_is_stored_once(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    batch = SessionBatch("a", [ev(1), ev(2)])
+    assert await store.append_events([batch]) == [""]
+    assert await store.append_events([batch, SessionBatch("a", [ev(2), ev(3)])]) == ["", ""]
+    assert [e.event_id for e in await read_all(store, "a")] == [1, 2, 3]
+
+
+async def test_pages_cover_every_event_in_order(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    await store.append_events([SessionBatch("a", [ev(i) for i in range(1, 1202)])])
+    pages = [page async for page in store.iter_events("a", page=500)]
+    assert [len(p) for p in pages] == [500, 500, 201]
+    assert [e.event_id for p in pages for e in p] == list(range(1, 1202))
+
+
+async def test_a_fenced_part_writes_nothing_and_the_others_are_written(
+        store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w", gateway_instance_id="host-a",
+                               claim_ttl_ms=TTL)
+    await store.create_session("b", "alpha", "/w")
+    refused = await store.append_events([
+        SessionBatch("a", [ev(1)], holder="host-b", generation=1),
+        SessionBatch("a", [ev(2)], holder="host-a", generation=2),
+        SessionBatch("b", [ev(3)], holder="host-b", generation=0),
+        SessionBatch("a", [ev(4)], holder="host-a", generation=1),
+    ])
+    assert refused == [REFUSED_FENCED, REFUSED_FENCED, "", ""]
+    assert [e.event_id for e in await read_all(store, "a")] == [4]
+    # Released: the holder's last events still land; after another host's claim, not.
+    assert await store.release_claim("a", "host-a", 1)
+    assert await store.append_events([SessionBatch("a", [ev(5)], holder="host-a",
+                                                   generation=1)]) == [""]
+    await store.claim("a", "host-a", ttl_ms=TTL)  # restored on the same host: generation 2
+    assert await store.append_events([SessionBatch("a", [ev(7)], holder="host-a",
+                                                   generation=1)]) == [""]
+    await store.release_claim("a", "host-a")
+    await store.claim("a", "host-b", ttl_ms=TTL)
+    await store.release_claim("a", "host-b")
+    assert await store.append_events([SessionBatch("a", [ev(6)], holder="host-a",
+                                                   generation=1)]) == [REFUSED_FENCED]
+
+
+async def test_bad_parts_are_refused_whole(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    refused = await store.append_events([
+        SessionBatch("a", [ev(1), ev(2, kind="forged")]),
+        SessionBatch("a", [ev(3)], [TurnMark(3, "done", 1)]),
+        SessionBatch("a", [ev(0)]),
+        SessionBatch("a", [ev(2**53)]),
+    ])
+    assert all(r.startswith("invalid:") for r in refused)
+    assert await read_all(store, "a") == []
+
+
+async def test_a_final_turn_state_is_never_changed(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    await store.append_events([SessionBatch("a", [], [TurnMark(7, "running", 1),
+                                                      TurnMark(7, "completed", 2)])])
+    await store.append_events([SessionBatch("a", [], [TurnMark(7, "running", 3),
+                                                      TurnMark(7, "cancelled", 4)])])
+    assert await store.turn_states("a") == {7: "completed"}
+
+
+async def test_running_turns_of_a_dead_instance_are_interrupted(store: SessionStore) -> None:
+    await store.create_session("mine", "alpha", "/w", gateway_instance_id="slot-0",
+                               claim_ttl_ms=TTL)
+    await store.create_session("live", "alpha", "/w", gateway_instance_id="other",
+                               claim_ttl_ms=TTL)
+    await store.create_session("free", "alpha", "/w")
+    for sid, holder in (("mine", "slot-0"), ("live", "other"), ("free", None)):
+        await store.append_events([SessionBatch(sid, [], [TurnMark(1, "running", 1)],
+                                                holder=holder)])
+    assert await store.interrupt_turns(instance_id="slot-0") == 2
+    assert await store.turn_states("mine") == {1: "interrupted"}
+    assert await store.turn_states("free") == {1: "interrupted"}
+    assert await store.turn_states("live") == {1: "running"}
+    # The dead turn's late end does not change it back.
+    await store.append_events([SessionBatch("mine", [], [TurnMark(1, "completed", 9)])])
+    assert await store.turn_states("mine") == {1: "interrupted"}
+    assert await store.interrupt_turns(session_id="live") == 1
+    assert await store.turn_states("live") == {1: "interrupted"}
+
+
+async def test_a_new_sessions_log_covers_every_turn(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    await store.append_turn("a", [HistoryEntry(role="user", text="first")])
+    await store.append_events([SessionBatch("a", [ev(1)])])
+    assert await store.log_start("a") == 1
+
+
+async def test_a_forks_log_starts_after_its_copied_turns(store: SessionStore) -> None:
+    await store.create_session("p", "alpha", "/w")
+    await store.append_turn("p", [HistoryEntry(role="user", text="old")])
+    await store.fork_session("p", "a", agent_alias="alpha", gateway_instance_id="i",
+                             claim_ttl_ms=TTL)
+    assert await store.log_start("a") == 0
+    await store.append_events([SessionBatch("a", [ev(1)])])
+    await store.append_turn("a", [HistoryEntry(role="user", text="new")])
+    await store.append_events([SessionBatch("a", [ev(2)])])
+    assert await store.log_start("a") == 2
+
+
+async def test_a_deleted_session_takes_its_log_with_it(store: SessionStore) -> None:
+    await store.create_session("a", "alpha", "/w")
+    await store.append_events([SessionBatch("a", [ev(1)], [TurnMark(1, "running", 1)])])
+    assert await store.delete_session("a")
+    await store.create_session("a", "alpha", "/w")
+    assert await read_all(store, "a") == []
+    assert await store.turn_states("a") == {}

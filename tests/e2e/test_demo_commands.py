@@ -35,7 +35,8 @@ def _set_up(acp: AcpProcess, method: str, params: dict[str, Any]) -> tuple[str, 
         assert not found, "advertised before the session/new answer"
         _, msg = acp.read_until(_is_commands(sid))
         found = [msg]
-    (update,) = found
+    # (a load replays the commands the client was sent before, then the restored agent's)
+    update = found[-1]
     return sid, [c["name"] for c in update["params"]["update"]["availableCommands"]]
 
 

@@ -74,9 +74,9 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
 
         replay, resp = second.call("session/resume", {"sessionId": sid})
         assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
-        # The restored agent's commands (the demo model's), then the plan.
+        # The stored plan, then the restored agent's commands (the demo model's).
         assert [u["sessionUpdate"] for u in updates(replay, sid)] == [
-            "available_commands_update", "plan"]
+            "plan", "available_commands_update"]
         assert second.close() == 0
     finally:
         second.kill()

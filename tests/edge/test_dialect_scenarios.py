@@ -433,9 +433,10 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
 
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/ignored"})
     assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
-    commands, *ups = updates(replay, sid)
+    *ups, commands = updates(replay, sid)
     assert len(ups) + 1 == len(replay), "only session/update notifications precede the load result"
-    # The restored agent's commands (the demo model's), then the stored conversation.
+    # The stored conversation, then the restored agent's commands (the demo model's): the
+    # agent's own updates of the restore are new events, after the replayed older ones.
     assert commands["sessionUpdate"] == "available_commands_update"
     kinds = [u["sessionUpdate"] for u in ups]
     assert kinds[0] == "user_message_chunk" and ups[0]["content"]["text"] == "plan"
@@ -457,8 +458,8 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     replay, resp = acp.call("session/resume", {"sessionId": sid})
     assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
     assert [u["sessionUpdate"] for u in updates(replay, sid)] == [
-        "available_commands_update", "plan"]
-    assert updates(replay, sid)[1]["entries"] == plan_updates[-1]["entries"]
+        "plan", "available_commands_update"]
+    assert updates(replay, sid)[0]["entries"] == plan_updates[-1]["entries"]
     acp.result("session/close", {"sessionId": sid})
 
 

@@ -137,10 +137,14 @@ class HostClaims:
         session's holder."""
         return self.instance_id, self.generation(session_id)
 
-    async def release(self, session_id: str) -> None:
-        """Mark the session inactive and drop this host's claim — fenced: never a claim taken
-        since by another host, nor a later one of its own (failures are logged)."""
-        generation = self._generations.pop(session_id, 0)
+    async def release(self, session_id: str, generation: int = 0) -> None:
+        """Mark the session inactive and drop this host's claim ``generation`` (0: the one
+        it holds now) — fenced: never a claim taken since by another host, nor a later one
+        of its own (a session restored again while its old incarnation was still being
+        released keeps the newer claim). Failures are logged."""
+        held = self._generations.get(session_id, 0)
+        if not generation or generation == held:
+            generation = self._generations.pop(session_id, 0)
         try:
             await self._stub.ReleaseSession(session_pb2.ReleaseSessionRequest(
                 session_id=session_id, gateway_instance_id=self.instance_id,

@@ -206,6 +206,7 @@ class EdgeRuntime:
     def activate(self, session: EdgeSession) -> None:
         """Enter a started session into the active set (its slot was reserved)."""
         self.registry.active[session.session_id] = session
+        session.claim_generation = self.claims.generation(session.session_id)
         self.metrics.active_sessions = len(self.registry.active)
         self.registry.changed()
 
@@ -267,7 +268,7 @@ class EdgeRuntime:
         await self.close_lease(session.lease_id, session.session_key, reason)
         if session.row_write is not None:  # "inactive" after "active", never before
             await asyncio.wait((session.row_write,))
-        await self.claims.release(session.session_id)
+        await self.claims.release(session.session_id, session.claim_generation)
         session.feed.close()  # its ring no longer counts in the edge's budget
         log.info("session_released", session_id=session.session_id, reason=reason)
 

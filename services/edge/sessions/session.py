@@ -148,6 +148,10 @@ class EdgeSession:
         self.releasing: asyncio.Task[None] | None = None
         #: When this setup took the row's claim (runtime clock): session/new creates it claimed.
         self.claimed_at: float | None = None
+        #: The generation of this host's claim while this session object serves (set when
+        #: it becomes active): its release drops that claim, never a newer one of a later
+        #: restore of the same session.
+        self.claim_generation = 0
         #: The row's "active" write while it goes on after the answer (``mark_active``).
         self.row_write: asyncio.Future[None] | None = None
         #: Another host took the session over (this host's claim was lost): the running

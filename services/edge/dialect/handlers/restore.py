@@ -167,6 +167,9 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                 raise await with_live_at(conn, sid, exc) from None
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
+                # The agent's own updates meanwhile (its commands, a mode set again) are new
+                # events: they follow the replay of the older ones.
+                session.clients.hold()
                 client = await spawn_adapter(conn, session, agent, policy)
                 adapter_sid = await _seed(session, client, row, agent, policy, mcp, client_mcp,
                                           passed_params(params, _OWN_RESTORE_KEYS),
@@ -180,6 +183,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                                      before=session.feed.first_id, with_history=False)
                 else:
                     await _replay_plan(conn, sid, row)
+                await session.clients.release_held()
                 await mark_active(
                     conn, session, adapter_sid,
                     agent.alias if agent.alias != row.agent_alias else None,

@@ -43,6 +43,9 @@ class Sizes:
     capacity_sessions: tuple[int, ...] = (50, 200)
     capacity_updates: int = 250
     capacity_pace_ms: float = 20.0
+    #: Spread over edge workers: connections opened at once, and rounds.
+    spread_connections: int = 200
+    spread_rounds: int = 3
 
 
 FULL = Sizes()
@@ -50,4 +53,5 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
               concurrent_rounds=1, many_sessions=4, history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, big_history_prompts=(2,),
-              big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25)
+              big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
+              spread_connections=12, spread_rounds=1)

@@ -43,7 +43,7 @@ log = get_logger("edge.balance")
 #: How often a worker writes its heartbeat and count, and a closed door looks again.
 TICK_SECS: Final = 0.05
 #: A sibling whose heartbeat is older than this is not compared with (stopped, dead).
-PEER_FRESH_SECS: Final = 0.5
+PEER_FRESH_SECS: Final = 1.0
 #: A worker closes its door at this many connections above the least loaded sibling…
 SLACK_MIN: Final = 2
 #: … or at this fraction of what it holds, when that is more.

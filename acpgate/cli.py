@@ -241,6 +241,7 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
 
         return _run_async(lambda: run_edge(cfg, version=__version__, ready=listening,
                                            listen_fds=args.listen_fd, worker=worker,
+                                           board_fd=args.board_fd,
                                            live=_live(cfg, command, worker)),
                           "edge")
     if command == "agent":

@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="this edge is worker N of several on one port (acpgate serve "
                            "with [gateway] workers > 1): its limits, counters and sessions' "
                            "claims are shared through the session service")
+    edge.add_argument("--board-fd", type=int, metavar="FD", default=None,
+                      help="the edge workers' board inherited from acpgate serve: each worker "
+                           "says there that it serves, and how many connections it holds")
 
     agent = sub.add_parser("agent", help="the built-in ACP agent on stdio")
     _add_config_dir(agent)

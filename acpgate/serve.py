@@ -13,7 +13,7 @@ inherits what is its own: every child the serve lock, the lifecycle service its
 slot (``--slot-fd``: a restarted child keeps the slot, and with it the instance id
 the edge claims sessions under), the edge the listening sockets (``--listen-fd``:
 a restarted edge never loses the port). serve logs ``serve_ready`` only with the
-port bound.
+port bound and every edge worker serving (:mod:`acpgate.serve_board`).
 
 Start order: session service and lifecycle service (unix sockets under
 ``<data dir>/run`` unless ``[services]`` names addresses), wait for both to
@@ -47,13 +47,11 @@ from dataclasses import dataclass, field
 
 from acpgate.listen_flags import served_urls
 from acpgate.ops.endpoints import announce, unregister
+from acpgate.serve_board import board_for, workers_serving
 from acpgate.serve_children import ChildSpec, child_environment, child_specs
 from acpgate.serve_lock import ServeLock, take_serve_lock
 from acpgate.serve_reload import install_serve_reload
-from services.common.addresses import (
-    gateway_url,
-    service_addresses,
-)
+from services.common.addresses import gateway_url, service_addresses
 from services.common.config import Config, ConfigError, load_config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
@@ -61,6 +59,7 @@ from services.common.listeners import bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import install_stop_signals
+from services.common.worker_board import WorkerBoard
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.slots import Slot, acquire_slot, slot_instance_id
 
@@ -167,6 +166,8 @@ class Supervisor:
         self.slot: Slot | None = None
         #: The slot's gateway instance id: the host whose liveness the session service holds.
         self.instance_id = ""
+        #: What each edge worker is doing (several workers only).
+        self.board: WorkerBoard | None = None
 
     def argv(self, spec: ChildSpec) -> list[str]:
         """``python -I -m acpgate <command> --config-dir <dir>`` and the descriptors it
@@ -193,6 +194,9 @@ class Supervisor:
         if spec.command == "edge":
             if spec.worker:
                 args += ["--worker", str(spec.worker)]
+            if spec.worker and self.board is not None:
+                args += ["--board-fd", str(self.board.fileno())]
+                fds.append(self.board.fileno())
             for sock in self.listeners:
                 args += ["--listen-fd", str(sock.fileno())]
                 fds.append(sock.fileno())
@@ -210,6 +214,7 @@ class Supervisor:
         self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
         self.instance_id = slot_instance_id(
             await load_or_create_instance_id(self.cfg.lifecycle_state_dir), self.slot.number)
+        self.board = board_for([child.spec for child in self.children])
         log.info("serve_claimed", port=self.port, slot=self.slot.number,
                  lock=str(self.lock.path))
 
@@ -225,10 +230,10 @@ class Supervisor:
         for sock in self.listeners:
             sock.close()
         self.listeners = []
-        for held in (self.slot, self.lock):
+        for held in (self.slot, self.lock, self.board):
             if held is not None:
                 held.release()
-        self.slot = self.lock = None
+        self.slot = self.lock = self.board = None
 
     async def _spawn(self, child: _Child) -> None:
         child.process = await spawn_child(self.python, self.argv(child.spec), self.env,
@@ -283,7 +288,14 @@ class Supervisor:
                 return False
         for child in self.children:
             child.task = asyncio.create_task(self._watch(child), name=f"watch-{child.spec.name}")
+        if self.board is not None:
+            await workers_serving(self.board, self.worker_pids, self.options.health_timeout)
         return True
+
+    def worker_pids(self) -> dict[int, int]:
+        """Edge worker number → the PID it runs as now."""
+        return {c.spec.worker: c.process.pid for c in self.children
+                if c.spec.worker and c.process is not None and c.process.returncode is None}
 
     async def _watch(self, child: _Child) -> None:
         """Restart ``child`` with backoff whenever it exits while serve is running."""
@@ -292,6 +304,8 @@ class Supervisor:
             code = await child.process.wait()
             if self.stopping:
                 return
+            if child.spec.worker and self.board is not None:
+                self.board.clear(child.spec.worker)  # /healthz: not serving until its successor
             uptime = time.monotonic() - child.started_at
             if uptime >= self.options.stable_after:
                 child.failures = 0

@@ -7,7 +7,8 @@ sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), `
 ``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``stalled`` (the edge's
 RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
 a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
-direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine).
+direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine),
+``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share).
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from bench.reap_bench import run_reap
 from bench.relay import run_cold, run_relay
 from bench.report import machine, now_utc, render
 from bench.sizes import FULL, QUICK, Sizes
+from bench.spread import run_spread
 from bench.stage import REPO, serve, stage
 from bench.stalled import run_stalled
 from bench.stats import Row
 from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "failover",
-          "reap", "flood", "stalled", "history", "capacity", "lifecycle")
+          "reap", "flood", "stalled", "history", "capacity", "lifecycle",
+          "spread")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -122,6 +125,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
             sizes.capacity_sessions, sizes.capacity_updates, sizes.capacity_pace_ms,
             clients or default_clients(), sections if sections is not None else [], data_path,
             workers)
+    if "spread" in wanted:
+        _say(f"{sizes.spread_connections} connections at once over 2 and 4 edge workers")
+        rows["spread"] = await run_spread(sizes.spread_connections, sizes.spread_rounds)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -48,6 +48,9 @@ class Sizes:
     capacity_sessions: tuple[int, ...] = (50, 200)
     capacity_updates: int = 250
     capacity_pace_ms: float = 20.0
+    #: Spread over edge workers: connections opened at once, and rounds.
+    spread_connections: int = 200
+    spread_rounds: int = 3
 
 
 FULL = Sizes()
@@ -57,4 +60,5 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
               stalled_secs=5.0, big_history_prompts=(2,),
-              big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25)
+              big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
+              spread_connections=12, spread_rounds=1)

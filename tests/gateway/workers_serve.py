@@ -54,6 +54,18 @@ class Served:
         _, _, body = await http_get(f"http://127.0.0.1:{self.port}/healthz")
         return dict(json.loads(body))
 
+    async def health_status(self) -> tuple[int, dict[str, Any]]:
+        """``/healthz``'s status code and body."""
+        status, _, body = await http_get(f"http://127.0.0.1:{self.port}/healthz")
+        return status, dict(json.loads(body))
+
+    async def worker_connections(self) -> dict[int, int]:
+        """``acpgate_worker_connections`` of ``/metrics``: worker → its open connections."""
+        _, _, body = await http_get(f"http://127.0.0.1:{self.port}/metrics")
+        prefix = 'acpgate_worker_connections{worker="'
+        return {int(line[len(prefix):].split('"')[0]): int(float(line.split()[1]))
+                for line in body.splitlines() if line.startswith(prefix)}
+
     async def metric(self, name: str) -> float:
         """One unlabelled sample of ``/metrics``."""
         _, _, body = await http_get(f"http://127.0.0.1:{self.port}/metrics")
@@ -83,11 +95,11 @@ class Served:
 @contextlib.asynccontextmanager
 async def serve_workers(tmp: Path, *, workers: int = 2, gateway: str = "", extra: str = "",
                         env: dict[str, str] | None = None, detach_grace_secs: int = 0,
-                        ) -> AsyncIterator[Served]:
+                        settle: bool = True) -> AsyncIterator[Served]:
     """``acpgate serve`` with ``workers`` edge workers (sessions released at the disconnect
     unless ``detach_grace_secs``;
-    ``gateway``: more ``[gateway]`` lines, ``extra``: more tables), a token minted; every
-    worker reporting before it is yielded."""
+    ``gateway``: more ``[gateway]`` lines, ``extra``: more tables), a token minted; yielded
+    the moment ``/healthz`` answers 200, and — ``settle`` — every worker reporting."""
     port = free_port()
     cfg = write_config(tmp / "cfg", port=port, detach_grace_secs=detach_grace_secs,
                        extra=extra)
@@ -100,7 +112,8 @@ async def serve_workers(tmp: Path, *, workers: int = 2, gateway: str = "", extra
     served = Served(proc, port, cfg, token_id, secret, log)
     try:
         await wait_healthy(port, proc)
-        await served.all_reporting(workers)
+        if settle:
+            await served.all_reporting(workers)
         yield served
     finally:
         for worker in served.workers().values():
@@ -129,9 +142,10 @@ def on_worker(served: Served, number: int) -> Iterator[None]:
                 proc.resume()
 
 
-async def dial(served: Served, secret: str | None = None) -> ClientConnection:
-    """A WebSocket to ``/acp`` with the token."""
-    return await connect(f"ws://127.0.0.1:{served.port}/acp", proxy=None, open_timeout=30,
+async def dial(served: Served, secret: str | None = None, query: str = "") -> ClientConnection:
+    """A WebSocket to ``/acp`` (``?query``) with the token."""
+    url = f"ws://127.0.0.1:{served.port}/acp" + (f"?{query}" if query else "")
+    return await connect(url, proxy=None, open_timeout=30,
                          additional_headers={"Authorization":
                                              f"Bearer {secret or served.secret}"})
 

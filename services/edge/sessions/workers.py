@@ -198,13 +198,15 @@ class WorkerLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), REPORT_SECS)
 
-    async def peers(self) -> list[Mapping[str, int]]:
-        """The last counters of every other live worker of this host (none when the session
-        service cannot be asked: ``/metrics`` then shows this worker's own)."""
+    async def peers(self) -> dict[int, Mapping[str, int]]:
+        """The last counters of every other live worker of this host, by worker number
+        (none when the session service cannot be asked: ``/metrics`` then shows this
+        worker's own)."""
         try:
             resp = await self._stub.ListWorkers(pb.ListWorkersRequest(pool=self._id.pool),
                                                 timeout=_CALL_SECS)
         except grpc.aio.AioRpcError as exc:
             log.info("worker_list_failed", code=exc.code().name)
-            return []
-        return [dict(w.counters) for w in resp.workers if w.worker != self._id.worker]
+            return {}
+        return {split_worker_name(w.worker)[1]: dict(w.counters) for w in resp.workers
+                if w.worker != self._id.worker}

@@ -6,12 +6,15 @@ bound, ``--listen-fd``): a port in use ends the process at once with ``port 4261
 (``[services]`` or the default unix sockets of ``services.common.addresses``; the
 gateway never embeds them), waits for their gRPC health, opens the runtime and the
 :class:`~services.edge.transport.ws_server.EdgeServer` on those sockets, and runs until
-SIGINT/SIGTERM.
+SIGINT/SIGTERM. One of several edge workers (``--worker``, ``--board-fd``) says on the
+board when it serves, and accepts only its share of the connections
+(:mod:`services.edge.transport.balance`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable, Sequence
 
@@ -23,7 +26,9 @@ from services.common.listeners import adopt_listeners, bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import install_reload_signal, install_stop_signals
+from services.common.worker_board import WorkerBoard
 from services.edge.tokens import TokenStore, token_db_path
+from services.edge.transport.balance import Balancer
 from services.edge.transport.connection import open_runtime
 from services.edge.transport.probe import ServiceProbe, wait_for_services
 from services.edge.transport.ws_server import EdgeServer
@@ -47,7 +52,7 @@ async def _listeners(cfg: Config, listen_fds: Sequence[int]) -> list[socket.sock
 async def run_edge(cfg: Config, *, version: str,
                    ready: Callable[[EdgeServer], None] | None = None,
                    listen_fds: Sequence[int] = (), worker: int = 0,
-                   live: LiveConfig | None = None) -> int:
+                   live: LiveConfig | None = None, board_fd: int | None = None) -> int:
     """Serve the gateway until SIGINT/SIGTERM; returns the exit code.
 
     ``version`` is acpgate's, as the ACP handshakes report it. ``listen_fds``: the
@@ -60,8 +65,11 @@ async def run_edge(cfg: Config, *, version: str,
     (0: the only one): its limits, counters and claims are then shared
     (services.edge.sessions.workers). SIGHUP reloads ``live``: the runtime and the server
     take its limits (:meth:`EdgeRuntime.use_config`, :meth:`EdgeServer.use_config`).
+    ``board_fd``: the workers' board serve made (with ``worker``): this worker says there
+    that it serves once it does, and takes only its share of the connections.
     """
     cfg = with_service_addresses(cfg)
+    board = _board(board_fd, worker)
     listeners = await _listeners(cfg, listen_fds)
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
@@ -82,9 +90,12 @@ async def run_edge(cfg: Config, *, version: str,
                             "`acpgate token create` mints one")
         runtime = await open_runtime(cfg, version=version, security=security, worker=worker)
         try:
-            server = EdgeServer(cfg, runtime, probe=probe, token_store=store)
+            balancer = Balancer(board, worker) if board is not None else None
+            server = EdgeServer(cfg, runtime, probe=probe, token_store=store, balancer=balancer)
             serving = True  # from here the server owns the sockets (it closes them)
             await server.start(listeners)
+            if balancer is not None:  # accepting, services answering: /healthz may count it
+                balancer.serving(os.getpid())
             if live is not None:
                 live.subscribe(runtime.use_config)
                 live.subscribe(lambda _: server.use_config(runtime.cfg))
@@ -92,6 +103,8 @@ async def run_edge(cfg: Config, *, version: str,
                 ready(server)
             await stop.wait()
             log.info("edge_shutting_down")
+            if balancer is not None:
+                await balancer.close()
             await server.stop()
         finally:
             await runtime.close()
@@ -103,4 +116,23 @@ async def run_edge(cfg: Config, *, version: str,
             await probe.close()
         remove_signals()
         remove_reload()
+        if board is not None:
+            board.release()
     return 0
+
+
+def _board(fd: int | None, worker: int) -> WorkerBoard | None:
+    """The board inherited as ``fd`` when this is a worker with a slot on it; a board that
+    is none, or has no slot for ``worker``, is logged and left (nothing is shared)."""
+    if fd is None or not worker:
+        return None
+    try:
+        board = WorkerBoard.adopt(fd)
+    except (OSError, ValueError) as exc:
+        log.error("edge_board_unusable", why=str(exc))
+        return None
+    if worker > board.workers:
+        log.error("edge_board_unusable", why=f"no slot for worker {worker}")
+        board.release()
+        return None
+    return board

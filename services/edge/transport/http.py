@@ -32,11 +32,14 @@ class HealthReport:
     workers: int | None = None
     #: The session store when it is not persistent (``{"persistent": false, "reason"}``).
     store: Mapping[str, object] | None = None
+    #: The edge workers of this host that do not serve (yet): 503 until each does.
+    waiting_for: tuple[int, ...] = ()
 
     @property
     def healthy(self) -> bool:
-        """True when every dependency reports SERVING."""
-        return all(state == "SERVING" for state in self.services.values())
+        """True when every dependency reports SERVING and every edge worker serves."""
+        return not self.waiting_for and all(
+            state == "SERVING" for state in self.services.values())
 
     @property
     def status_code(self) -> int:
@@ -45,7 +48,8 @@ class HealthReport:
 
     def body(self) -> str:
         """``{"status": "ok"|"degraded", "edge": "SERVING", "services": {...}}`` (and
-        ``"workers": N`` with several edge workers). A store in memory is degraded too,
+        ``"workers": N`` with several edge workers: those serving, and ``"waiting_for"``
+        naming the others, e.g. ``["edge worker 2"]``). A store in memory is degraded too,
         with ``"store": {"persistent": false, "reason": …}``, though the status code stays
         200: restarting would not bring the store back, and sessions are still served."""
         body: dict[str, object] = {
@@ -55,6 +59,8 @@ class HealthReport:
         }
         if self.workers is not None:
             body["workers"] = self.workers
+        if self.waiting_for:
+            body["waiting_for"] = [f"edge worker {n}" for n in self.waiting_for]
         if self.store is not None:
             body["store"] = dict(self.store)
         return orjson.dumps(body).decode() + "\n"
@@ -80,6 +86,9 @@ class GatewayGauges:
     http_connections_total: int = 0
     http_slow_client_closes_total: int = 0
     sse_streams: int = 0
+    #: Open client connections (WebSocket and Streamable HTTP) by edge worker (several
+    #: workers only; the host's view, filled in after the workers' tables are summed).
+    worker_connections: Mapping[int, int] = field(default_factory=dict)
 
 
 def _fmt(value: float) -> str:
@@ -161,6 +170,10 @@ def render_metrics(metrics: Metrics, gauges: GatewayGauges) -> str:
              [({}, float(gauges.http_slow_client_closes_total))])
     w.metric("acpgate_sse_streams", "gauge", "Open SSE streams (GET /acp).",
              [({}, float(gauges.sse_streams))])
+    if gauges.worker_connections:
+        w.metric("acpgate_worker_connections", "gauge",
+                 "Open client connections (WebSocket and Streamable HTTP) each edge worker holds.",
+                 [({"worker": str(n)}, float(c)) for n, c in sorted(gauges.worker_connections.items())])
     w.metric("acpgate_service_up", "gauge", "gRPC dependency health (1 = SERVING).",
              [({"service": name}, float(up)) for name, up in sorted(gauges.services_up.items())])
     return "\n".join(w.lines) + "\n"

@@ -6,23 +6,32 @@ runtime's counters, and :class:`GatewayCounters`, which the WebSocket and the
 Streamable HTTP sides of the gateway both write. With several edge workers on one
 port (issue 28) both answer for the host: every live worker's counters summed
 (:mod:`services.edge.transport.worker_counters`), and ``/healthz`` says how many
-workers report.
+workers serve — with a board (:mod:`services.common.worker_board`), 503 until every
+worker serves, naming those it waits for — and ``/metrics`` shows each worker's
+connections (``acpgate_worker_connections{worker="k"}``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from services.edge.metrics import Metrics
 from services.edge.sessions.workers import WorkerLink
 from services.edge.transport.admission import LiveConnections
+from services.edge.transport.balance import Balancer
 from services.edge.transport.http import GatewayGauges, HealthReport, render_metrics
 from services.edge.transport.probe import ServiceProbe
 from services.edge.transport.worker_counters import counters_of, summed
 
-__all__ = ["GatewayCounters", "Monitor", "join_workers"]
+__all__ = ["SERVING_STALE_SECS", "GatewayCounters", "Monitor", "join_workers"]
+
+#: A worker whose heartbeat on the board is older than this does not serve (stopped, hung).
+SERVING_STALE_SECS: Final = 10.0
 
 
 @dataclass
@@ -51,16 +60,27 @@ class Monitor:
 
     #: This edge's link to the other workers on its port (None: the only edge).
     workers: WorkerLink | None = None
+    #: This worker's side of the workers' board (None: the only edge, or no board).
+    balancer: Balancer | None = None
 
     async def health(self) -> tuple[int, str]:
-        """(status, body) of ``/healthz``: 200 when both services serve, else 503; with
-        several workers, how many of them report (this one included); the store when it
-        is in memory."""
-        workers = None
-        if self.workers is not None:
+        """(status, body) of ``/healthz``: 200 when both services serve and — with several
+        workers and their board — every worker serves, else 503 naming the workers it waits
+        for; with several workers, how many serve (this one included; without the board,
+        how many report); the store when it is in memory."""
+        workers: int | None = None
+        waiting: tuple[int, ...] = ()
+        if self.balancer is not None:
+            now, stale = time.monotonic_ns(), int(SERVING_STALE_SECS * 1e9)
+            serving = {s.worker for s in self.balancer.board.slots() if s.serves(now, stale)}
+            workers = len(serving)
+            waiting = tuple(n for n in range(1, self.balancer.board.workers + 1)
+                            if n not in serving)
+        elif self.workers is not None:
             workers = 1 + len(await self.workers.peers())
         services, store = await asyncio.gather(self.probe.health(), self.probe.store())
-        report = HealthReport(services=services, workers=workers, store=store)
+        report = HealthReport(services=services, workers=workers, store=store,
+                              waiting_for=waiting)
         return report.status_code, report.body()
 
     def _gauges(self, health: Mapping[str, str] | None = None,
@@ -91,16 +111,24 @@ class Monitor:
         health, leases = await asyncio.gather(self.probe.health(), self.probe.leases_by_state())
         metrics, gauges = self.metrics_of(), self._gauges(health, leases)
         if self.workers is not None:
-            metrics, gauges = summed(metrics, gauges, await self.workers.peers())
+            peers = await self.workers.peers()
+            own = {self.workers.worker: len(self.live)}
+            metrics, gauges = summed(metrics, gauges, peers.values())
+            gauges = dataclasses.replace(gauges, worker_connections={
+                **{n: t.get("connections", 0) + t.get("http_connections", 0)
+                   for n, t in peers.items() if n}, **own})
         return render_metrics(metrics, gauges)
 
 
-def join_workers(link: WorkerLink | None, live: LiveConnections[object], monitor: Monitor) -> None:
+def join_workers(link: WorkerLink | None, live: LiveConnections[object], monitor: Monitor,
+                 balancer: Balancer | None = None) -> None:
     """With several edge workers (``link``): the connections are admitted, and ``/metrics``
-    and ``/healthz`` answered, for the host; the worker's reports carry its connections
-    and counters. Nothing for a lone edge."""
+    and ``/healthz`` answered, for the host (``balancer``: the board, which says which
+    workers serve); the worker's reports carry its connections and counters. Nothing for
+    a lone edge."""
     if link is None:
         return
     live.shared = monitor.workers = link
+    monitor.balancer = balancer
     link.add_picture(live.picture)
     link.set_counters(monitor.worker_counters)

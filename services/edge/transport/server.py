@@ -24,7 +24,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.extensions.permessage_deflate import enable_server_permessage_deflate
@@ -35,6 +35,7 @@ from websockets.typing import Subprotocol
 
 from services.common.config import Config
 from services.common.logs import get_logger
+from services.edge.transport.balance import Balancer
 from services.edge.transport.http1 import Http1Connection
 from services.edge.transport.wiring import App, Wiring
 
@@ -146,13 +147,19 @@ def _connection_handler(server_ref: list[Server], ws: WebSocketOptions
 
 async def serve_front_door(sock: socket.socket, *, app: App, websocket_path: str,
                            ws: WebSocketOptions, max_body: int,
-                           tls: ssl.SSLContext | None) -> FrontDoor:
-    """Serve ``sock`` (already listening): HTTP/1.1, HTTP/2 and WebSocket on ``/acp``."""
+                           tls: ssl.SSLContext | None,
+                           balancer: Balancer | None = None) -> FrontDoor:
+    """Serve ``sock`` (already listening): HTTP/1.1, HTTP/2 and WebSocket on ``/acp``;
+    with a ``balancer`` (one of several edge workers), through its door: accepting only
+    while this worker holds no more than its share (``services.edge.transport.balance``)."""
     server_ref: list[Server] = []
     wiring = Wiring(app=app, websocket=lambda t, raw: None,
                     websocket_paths=frozenset({websocket_path}), max_body=max_body)
 
     async def create_server() -> asyncio.Server:
+        if balancer is not None:
+            door = balancer.door(sock, lambda: Http1Connection(wiring), tls, OPEN_TIMEOUT)
+            return cast(asyncio.Server, door)  # the part of a Server websockets uses
         loop = asyncio.get_running_loop()
         extra: dict[str, Any] = {}
         if tls is not None:

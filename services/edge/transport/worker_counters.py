@@ -24,7 +24,7 @@ from services.edge.transport.http import GatewayGauges
 __all__ = ["counters_of", "summed"]
 
 #: Fields that are the host's own, not a worker's (asked for by whoever renders).
-_HOST_WIDE = frozenset({"leases", "services_up"})
+_HOST_WIDE = frozenset({"leases", "services_up", "worker_connections"})
 #: ``name/label`` separates a labelled field's entries in the table.
 _SEP = "/"
 

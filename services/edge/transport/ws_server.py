@@ -14,8 +14,8 @@ share the connection limit and each token's share of it (503,
 
 Slow clients: what a WebSocket connection sends goes through its bounded
 :class:`~services.edge.transport.outqueue.Outbox`, which closes a client that stops reading;
-a Streamable HTTP connection has the same bounds (``...streamable.streams``). The
-process around this server, ``acpgate edge``, is ``gateway.run_edge`` (it reloads too).
+a Streamable HTTP connection has the same bounds (``...streamable.streams``). The process
+around this server, ``acpgate edge``, is ``gateway.run_edge`` (it reloads, and balances).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from services.edge.transport.auth import (
     extract_token,
     offered_subprotocols,
 )
+from services.edge.transport.balance import Balancer
 from services.edge.transport.exchange import HttpRequest
 from services.edge.transport.handoff.service import Handoff
 from services.edge.transport.monitor import GatewayCounters, Monitor, join_workers
@@ -113,7 +114,7 @@ class EdgeServer:
         queue_messages: int = DEFAULT_QUEUE_MESSAGES,
         slow_client_timeout: float = DEFAULT_SLOW_CLIENT_TIMEOUT,
         close_timeout: float = 5.0,
-        session_lookup_fn: SessionLookup | None = None,
+        session_lookup_fn: SessionLookup | None = None, balancer: Balancer | None = None,
     ) -> None:
         if serve_connection is None:
             from services.edge.transport.connection import serve_connection as default_serve
@@ -146,7 +147,7 @@ class EdgeServer:
         self._origins = OriginPolicy(gw.allowed_origins, tls=gw.tls.enabled)
         self._cookie = affinity_cookie(getattr(runtime, "gateway_instance_id", ""),
                                        tls=gw.tls.enabled)
-        self._handoff = Handoff(cfg, runtime)  # several workers: each its own connections
+        self._handoff, self._balancer = Handoff(cfg, runtime, balancer), balancer  # workers
         #: One front door per listening socket (an address of the host).
         self._doors: list[FrontDoor] = []
         #: Set when the gateway stops: each connection winds down (serve_connection).
@@ -166,7 +167,7 @@ class EdgeServer:
         self._monitor = Monitor(probe, lambda: self.runtime.metrics, self._counters, self._live,
                                 lambda: len(self.http.connections), lambda: self.http.readers,
                                 lambda: self._revocations.closes_total)
-        join_workers(getattr(runtime, "workers", None), self._live, self._monitor)
+        join_workers(getattr(runtime, "workers", None), self._live, self._monitor, balancer)
         self._routes = GatewayRoutes(
             self.acp_path, frozenset({"/healthz", f"{prefix}/healthz"}),
             frozenset({"/metrics", f"{prefix}/metrics"}), self._monitor.health,
@@ -199,7 +200,7 @@ class EdgeServer:
             for sock in listeners:
                 self._doors.append(await serve_front_door(
                     sock, app=self._routes, websocket_path=self.acp_path, ws=ws,
-                    max_body=gw.max_frame_bytes, tls=context))
+                    max_body=gw.max_frame_bytes, tls=context, balancer=self._balancer))
             await self._handoff.start(self._doors)
         except BaseException:
             await self.stop()

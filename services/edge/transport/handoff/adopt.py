@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 
 from services.edge.transport.http1 import Http1Connection
 from services.edge.transport.wiring import Wiring
@@ -34,7 +35,11 @@ class _Resumed(Http1Connection):
             self.data_received(data)
 
 
-async def adopt_connection(wiring: Wiring, client: socket.socket, pre_read: bytes) -> None:
-    """Serve ``client`` (a TCP connection handed in) on this worker's listener ``wiring``."""
+async def adopt_connection(wiring: Wiring, client: socket.socket, pre_read: bytes,
+                           track: Callable[[asyncio.BaseTransport], None] | None = None) -> None:
+    """Serve ``client`` (a TCP connection handed in) on this worker's listener ``wiring``;
+    ``track``: told of its transport (this worker's count of the connections it holds)."""
     loop = asyncio.get_running_loop()
-    await loop.connect_accepted_socket(lambda: _Resumed(wiring, pre_read), client)
+    transport, _ = await loop.connect_accepted_socket(lambda: _Resumed(wiring, pre_read), client)
+    if track is not None:
+        track(transport)

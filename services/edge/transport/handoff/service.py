@@ -23,6 +23,7 @@ from services.common.config.schema import worker_count
 from services.common.grpc_auth import load_security
 from services.common.logs import get_logger
 from services.edge.sessions.workers import split_worker_name
+from services.edge.transport.balance import Balancer
 from services.edge.transport.exchange import HttpRequest
 from services.edge.transport.handoff.adopt import adopt_connection
 from services.edge.transport.handoff.owner import Ownership
@@ -44,8 +45,9 @@ def run_dir(cfg: Config) -> Path:
 class Handoff:
     """This worker's hand-over (inert for a lone edge)."""
 
-    def __init__(self, cfg: Config, runtime: Any) -> None:
+    def __init__(self, cfg: Config, runtime: Any, balancer: Balancer | None = None) -> None:
         self._cfg = cfg
+        self._balancer = balancer  # counts the connections handed in
         link = getattr(runtime, "workers", None)
         self.ownership: Ownership | None = None
         if link is not None and link.worker:
@@ -82,7 +84,8 @@ class Handoff:
             return
         key = handoff_key(security.token)
         self.receiver = HandoffReceiver(path, key, own.worker,
-                                        partial(adopt_connection, doors[0].wiring))
+                                        partial(adopt_connection, doors[0].wiring,
+                                                track=self._balancer.track if self._balancer else None))
         await self.receiver.start()
         self.sender = HandoffSender(run_dir(self._cfg), own.worker, key)
         for door in doors:

@@ -1,0 +1,247 @@
+"""Edge workers share the port's connections evenly: each takes only its share.
+
+Every worker of ``acpgate serve`` accepts on the one listening socket, and the
+kernel wakes them all for each new connection: whichever calls ``accept()`` first
+takes it — and asyncio's own accept loop then takes up to a hundred more at once,
+so a burst lands mostly on one worker. Here a worker accepts on its own terms,
+one connection at a time, and before each it reads the board
+(:mod:`services.common.worker_board`): while it holds at least
+:data:`SLACK_MIN` (or a tenth) more connections than the least loaded live
+sibling, it closes its door (stops watching the socket) and leaves the connection
+to the siblings; it opens again as soon as that is no longer so (checked every
+:data:`TICK_SECS`, when it also writes its heartbeat and count).
+
+Why this and not another: ``SO_REUSEPORT`` spreads by a hash (uneven over a few
+hundred connections) and lets other processes bind the port; ``EPOLLEXCLUSIVE``
+wakes the most recent waiter first (uneven too, and not reachable from asyncio);
+handing excess connections to siblings moves each one twice. Pausing is cheap
+and safe: the least loaded live worker never pauses, so some worker always
+accepts; a sibling that dies, stops or hangs stops refreshing its heartbeat and
+is left out of the comparison after :data:`PEER_FRESH_SECS` (serve also clears
+a dead worker's slot at once), so nobody waits on it. Connections not yet
+accepted wait in the socket's queue, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from services.common.logs import get_logger
+from services.common.worker_board import WorkerBoard
+
+__all__ = ["PEER_FRESH_SECS", "SLACK_MIN", "TICK_SECS", "BalancedDoor", "Balancer", "over_share"]
+
+log = get_logger("edge.balance")
+
+#: How often a worker writes its heartbeat and count, and a closed door looks again.
+TICK_SECS: Final = 0.05
+#: A sibling whose heartbeat is older than this is not compared with (stopped, dead).
+PEER_FRESH_SECS: Final = 1.0
+#: A worker closes its door at this many connections above the least loaded sibling…
+SLACK_MIN: Final = 2
+#: … or at this fraction of what it holds, when that is more.
+SLACK_FRACTION: Final = 0.1
+#: Connections accepted per wake-up at most (then the loop serves the others).
+ACCEPT_BATCH: Final = 8
+#: After running out of descriptors (EMFILE…), how long the door stays closed.
+_ACCEPT_BACKOFF_SECS: Final = 1.0
+_OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def over_share(own: int, siblings: list[int]) -> bool:
+    """Whether a worker holding ``own`` connections leaves the next one to its live
+    ``siblings`` (their counts): only when one of them holds clearly fewer."""
+    if not siblings:
+        return False
+    return own >= min(siblings) + max(SLACK_MIN, int(own * SLACK_FRACTION))
+
+
+class Balancer:
+    """Worker ``worker``'s side of the board: its count, heartbeat and door state."""
+
+    def __init__(self, board: WorkerBoard, worker: int) -> None:
+        self.board = board
+        self.worker = worker
+        self._transports: set[asyncio.BaseTransport] = set()
+        #: Connections accepted whose transport is still being set up (TLS handshake).
+        self.setting_up = 0
+        self._doors: list[BalancedDoor] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self.paused = False
+        self.accepted = 0
+
+    def connections(self) -> int:
+        """The TCP connections this worker holds (a closed one counts until the next tick)."""
+        return len(self._transports) + self.setting_up
+
+    def track(self, transport: asyncio.BaseTransport) -> None:
+        """Count ``transport`` (a connection accepted here or handed in) while it is open."""
+        self._transports.add(transport)
+        self.board.write(self.worker, connections=self.connections())
+
+    def over_share(self) -> bool:
+        """Whether a live sibling holds clearly fewer connections than this worker."""
+        limit = time.monotonic_ns()
+        fresh = int(PEER_FRESH_SECS * 1e9)
+        siblings = [s.connections for s in self.board.slots()
+                    if s.worker != self.worker and s.serving and s.sane() and s.fresh(limit, fresh)]
+        return over_share(self.connections(), siblings)
+
+    def serving(self, pid: int) -> None:
+        """This worker serves: say so on the board and start the heartbeat."""
+        self.board.beat(self.worker, self.connections())
+        self.board.write(self.worker, pid=pid, serving=1)
+        if self._ticker is None:
+            self._ticker = asyncio.create_task(self._tick(), name="edge-balance")
+
+    def door(self, sock: socket.socket, factory: Callable[[], asyncio.Protocol],
+             tls: ssl.SSLContext | None, handshake_secs: float) -> BalancedDoor:
+        """A door for ``sock`` that accepts only while this worker is within its share."""
+        door = BalancedDoor(self, sock, factory, tls, handshake_secs)
+        self._doors.append(door)
+        return door
+
+    def _sweep(self) -> None:
+        self._transports = {t for t in self._transports if not t.is_closing()}
+
+    async def _tick(self) -> None:
+        while True:
+            self._sweep()
+            self.board.beat(self.worker, self.connections())
+            if self.paused and not self.over_share():
+                self._set_paused(False)
+            await asyncio.sleep(TICK_SECS)
+
+    def _set_paused(self, paused: bool) -> None:
+        if paused != self.paused:
+            self.paused = paused
+            for door in self._doors:
+                door.watch(not paused)
+
+    def pause(self) -> None:
+        """Close every door until the next tick finds this worker within its share."""
+        self._set_paused(True)
+
+    async def close(self) -> None:
+        """Stop the heartbeat; the slot says this worker no longer serves."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+            self._ticker = None
+        self.board.write(self.worker, serving=0)
+
+
+class BalancedDoor:
+    """One listening socket's accept loop, standing in for the ``asyncio.Server`` that
+    ``websockets`` wraps (``close``, ``wait_closed``, ``is_serving``, ``sockets``)."""
+
+    def __init__(self, balancer: Balancer, sock: socket.socket,
+                 factory: Callable[[], asyncio.Protocol], tls: ssl.SSLContext | None,
+                 handshake_secs: float) -> None:
+        self._balancer = balancer
+        self._sock = sock
+        self._factory = factory
+        self._tls = tls
+        self._handshake_secs = handshake_secs
+        self._loop = asyncio.get_running_loop()
+        self._closed = False
+        self._watching = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.watch(not balancer.paused)
+
+    # ------------------------------------------------------------ asyncio.Server's face
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        """The listening socket (none once closed)."""
+        return () if self._closed else (self._sock,)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop this door accepts on."""
+        return self._loop
+
+    def is_serving(self) -> bool:
+        """True until :meth:`close` (a door closed for the share still serves)."""
+        return not self._closed
+
+    async def start_serving(self) -> None:
+        """Serving from the start: nothing to do."""
+
+    def close(self) -> None:
+        """Accept nothing more and close this process's copy of the listening socket."""
+        if not self._closed:
+            self.watch(False)
+            self._closed = True
+            self._sock.close()
+
+    async def wait_closed(self) -> None:
+        """Wait for the connections still being set up (a TLS handshake)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------ accepting
+
+    def watch(self, on: bool) -> None:
+        """Watch the socket for connections (or stop)."""
+        if self._closed or on == self._watching:
+            return
+        self._watching = on
+        if on:
+            self._loop.add_reader(self._sock.fileno(), self._readable)
+        else:
+            self._loop.remove_reader(self._sock.fileno())
+
+    def _readable(self) -> None:
+        balancer = self._balancer
+        for _ in range(ACCEPT_BATCH):
+            if balancer.over_share():
+                balancer.pause()
+                return
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return  # a sibling took it
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    log.warning("edge_accept_backoff", why=errno.errorcode.get(exc.errno or 0, "?"))
+                    self.watch(False)
+                    self._loop.call_later(_ACCEPT_BACKOFF_SECS, self._after_backoff)
+                    return
+                continue  # the client gave up before accept (ECONNABORTED…)
+            balancer.accepted += 1
+            self._connect(conn)
+        balancer.board.write(balancer.worker, accepted=balancer.accepted)
+
+    def _after_backoff(self) -> None:
+        self.watch(not self._balancer.paused)
+
+    def _connect(self, conn: socket.socket) -> None:
+        balancer = self._balancer
+        balancer.setting_up += 1
+        task = self._loop.create_task(self._serve(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        balancer = self._balancer
+        try:
+            conn.setblocking(False)
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            extra: dict[str, Any] = {}
+            if self._tls is not None:
+                extra = {"ssl": self._tls, "ssl_handshake_timeout": self._handshake_secs}
+            transport, _ = await self._loop.connect_accepted_socket(self._factory, conn, **extra)
+            balancer.track(transport)
+        except Exception as exc:  # a failed TLS handshake, a reset: this connection only
+            log.debug("edge_accept_failed", why=type(exc).__name__)
+            conn.close()
+        finally:
+            balancer.setting_up -= 1

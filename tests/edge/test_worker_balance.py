@@ -1,0 +1,156 @@
+"""Edge workers sharing one listening socket: the board and each worker's door.
+
+Real parts: a memfd board, real listening and client TCP sockets, two workers'
+doors on one socket (each on its own descriptor of it, as two processes have).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+from services.common.worker_board import WorkerBoard, process_alive
+from services.edge.transport.balance import SLACK_MIN, Balancer, over_share
+from services.edge.transport.gateway import _board
+
+
+class _Held(asyncio.Protocol):
+    """A server-side connection that just stays open."""
+
+
+def test_the_rule_leaves_a_connection_only_to_a_clearly_less_loaded_sibling() -> None:
+    assert not over_share(5, [])  # alone: always accepts
+    assert not over_share(3, [3, 9])
+    assert not over_share(3, [3 - SLACK_MIN + 1])
+    assert over_share(3, [3 - SLACK_MIN])
+    assert not over_share(100, [92])  # a tenth of what it holds, above SLACK_MIN
+    assert over_share(100, [90])
+    # Whatever the counts, the least loaded worker never leaves a connection to others.
+    counts = [7, 3, 12, 3]
+    least = [i for i, c in enumerate(counts) if c == min(counts)]
+    assert all(not over_share(counts[i], counts[:i] + counts[i + 1:]) for i in least)
+
+
+def test_a_board_holds_each_workers_slot() -> None:
+    board = WorkerBoard.create(3)
+    try:
+        twin = WorkerBoard.adopt(os.dup(board.fileno()))
+        assert twin.workers == 3
+        board.write(2, pid=os.getpid(), serving=1)
+        board.beat(2, 7)
+        slot = twin.slot(2)
+        assert slot.serving and slot.connections == 7 and slot.pid == os.getpid()
+        assert slot.serves(time.monotonic_ns(), 10**9)
+        assert not twin.slot(1).serves(time.monotonic_ns(), 10**9)
+        board.clear(2)
+        assert not twin.slot(2).serving
+        twin.release()
+        with pytest.raises(ValueError):
+            board.slot(4)
+    finally:
+        board.release()
+
+
+def test_a_dead_process_does_not_serve() -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert process_alive(proc.pid)
+        proc.kill()
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped: a zombie
+        assert not process_alive(proc.pid)
+    finally:
+        proc.wait()
+    assert not process_alive(proc.pid)
+
+
+def test_a_descriptor_that_is_no_board_is_refused() -> None:
+    fd = os.memfd_create("not-a-board")
+    os.ftruncate(fd, 64 + 64)
+    try:
+        with pytest.raises(ValueError):
+            WorkerBoard.adopt(fd)
+    finally:
+        os.close(fd)
+    # The edge logs it and serves without the board.
+    fd = os.memfd_create("not-a-board")
+    os.write(fd, b"x" * 10)
+    try:
+        assert _board(fd, 1) is None
+    finally:
+        os.close(fd)
+
+
+async def _listening() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def _connections(sock: socket.socket, count: int) -> list[asyncio.StreamWriter]:
+    """``count`` client connections to ``sock``, all at once."""
+    opened = await asyncio.gather(*(asyncio.open_connection(*sock.getsockname())
+                                    for _ in range(count)))
+    return [writer for _, writer in opened]
+
+
+async def _until(check: Callable[[], bool], tries: int = 6000) -> None:
+    for _ in range(tries):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("never happened")
+
+
+async def test_two_workers_on_one_socket_share_a_burst() -> None:
+    board = WorkerBoard.create(2)
+    sock = await _listening()
+    other = sock.dup()  # worker 2's descriptor of the same socket
+    other.setblocking(False)
+    one, two = Balancer(board, 1), Balancer(board, 2)
+    doors = [one.door(sock, _Held, None, 5.0), two.door(other, _Held, None, 5.0)]
+    one.serving(os.getpid())
+    two.serving(os.getpid())
+    burst = 30
+    writers = []
+    try:
+        writers = await _connections(sock, burst)
+        await _until(lambda: one.connections() + two.connections() == burst)
+        assert one.connections() > 0 and two.connections() > 0
+        assert abs(one.connections() - two.connections()) <= burst // 3
+    finally:
+        for w in writers:
+            w.close()
+        for door in doors:
+            door.close()
+        await one.close()
+        await two.close()
+        board.release()
+
+
+async def test_a_stale_sibling_is_not_waited_for() -> None:
+    board = WorkerBoard.create(2)
+    # Worker 2 said it serves with nothing open, then stopped (its heartbeat is old).
+    board.write(2, pid=os.getpid(), serving=1, connections=0, heartbeat=1)
+    sock = await _listening()
+    one = Balancer(board, 1)
+    door = one.door(sock, _Held, None, 5.0)
+    one.serving(os.getpid())
+    writers = []
+    try:
+        writers = await _connections(sock, 10)
+        await _until(lambda: one.connections() == 10)
+        assert not one.paused
+    finally:
+        for w in writers:
+            w.close()
+        door.close()
+        await one.close()
+        board.release()

@@ -17,13 +17,14 @@ __all__ = ["ADAPTER_KEYS", "KNOWN_ADAPTERS", "RUNTIME_HINTS", "adapter_keys", "e
 #: Adapters the README documents, by command name: their npm package and key variables.
 KNOWN_ADAPTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude-agent-acp": ("@agentclientprotocol/claude-agent-acp", ("ANTHROPIC_API_KEY",)),
-    "codex-acp": ("@zed-industries/codex-acp", ("OPENAI_API_KEY", "CODEX_API_KEY")),
+    "codex-acp": ("@agentclientprotocol/codex-acp", ("OPENAI_API_KEY", "CODEX_API_KEY")),
     "gemini": ("@google/gemini-cli", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
 }
 #: The same variables by npm package (``npx`` entries), with the packages' older names.
 ADAPTER_KEYS: dict[str, tuple[str, ...]] = {
     **{package: keys for package, keys in KNOWN_ADAPTERS.values()},
     "@zed-industries/claude-code-acp": ("ANTHROPIC_API_KEY",),
+    "@zed-industries/codex-acp": ("OPENAI_API_KEY", "CODEX_API_KEY"),
 }
 #: How to get a runtime that is missing, by command name.
 RUNTIME_HINTS = {

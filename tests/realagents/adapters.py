@@ -100,9 +100,10 @@ class RealAdapter:
     #: conversation, whichever comes first; acpgate carries the conversation over itself
     #: for the last two.
     restores_itself: bool = True
-    #: Its prompt result reports token usage (``usage`` or ``_meta.quota``); codex-acp 0.16's
-    #: is ``{"stopReason"}`` alone.
+    #: Its prompt result reports token usage (``usage`` or ``_meta.quota``).
     reports_usage: bool = True
+    #: It advertises ``sessionCapabilities.fork``: acpgate's fork runs its own.
+    forks_itself: bool = False
     #: It announces a tool call with a ``tool_call`` update; gemini-cli 0.61 only in the
     #: permission request it sends first (then ``tool_call_update``).
     announces_tool_calls: bool = True
@@ -129,8 +130,10 @@ class RealAdapter:
         return [str(self.command(base)), *self.args]
 
 
-CLAUDE = RealAdapter("claude", "claude-agent-acp", _claude_env, "acceptEdits", ask_mode="default")
-CODEX = RealAdapter("codex", "codex-acp", _codex_env, "auto", reports_usage=False)
+CLAUDE = RealAdapter("claude", "claude-agent-acp", _claude_env, "acceptEdits", ask_mode="default",
+                     forks_itself=True)
+CODEX = RealAdapter("codex", "codex-acp", _codex_env, "workspace-write", ask_mode="read-only",
+                    forks_itself=True)
 GEMINI = RealAdapter("gemini", "gemini", _gemini_env, "autoEdit", args=("--acp",),
                      restores_itself=False, announces_tool_calls=False)
 ADAPTERS = (CLAUDE, CODEX, GEMINI)

@@ -19,8 +19,11 @@ differences are taken out (:func:`comparable`):
   ``sessionCapabilities`` it serves from its store (``list``, ``delete``,
   ``resume``, ``close``, ``additionalDirectories``), ``fork`` (acpgate's for
   every agent: ``test_real_adapters.test_fork``),
-  ``promptCapabilities.embeddedContext`` (always on), ``mcpCapabilities.acp``
-  (not relayed).
+  ``promptCapabilities.embeddedContext`` (always on), and what acpgate withholds
+  because it cannot do what the capability asks of a host
+  (:data:`services.edge.dialect.passed_caps.WITHHELD`: ``mcpCapabilities.acp``,
+  codex-acp 2.6's ``sessionCapabilities.subagents``, …); a capability acpgate
+  does not know is withheld too, and shows up here by name.
 
 Anything else that differs is a loss (or an addition) of acpgate's, and fails
 the tier by name.
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.edge.dialect.passed_caps import WITHHELD
 from tests.e2e.harness import AcpProcess
 from tests.realagents.fake_models import SLOW_TRIGGER, TOOL_TRIGGER
 
@@ -193,7 +197,10 @@ def comparable_initialize(result: dict[str, Any]) -> dict[str, Any]:
     if caps.get("sessionCapabilities") == {}:
         caps.pop("sessionCapabilities")
     caps.get("promptCapabilities", {}).pop("embeddedContext", None)
-    caps.get("mcpCapabilities", {}).pop("acp", None)
+    for name in WITHHELD:
+        parent, _, key = name.partition(".")
+        if isinstance(caps.get(parent), dict):
+            caps[parent].pop(key, None)
     meta = out.get("_meta")
     if isinstance(meta, dict):
         meta.pop("zeroclaw", None)

@@ -83,17 +83,26 @@ def _plan_anthropic(body: dict[str, Any]) -> _Plan:
     return _plan_text(" ".join(_texts(content)), bool(body.get("tools")))
 
 
+def _responses_turn(body: dict[str, Any]) -> bool:
+    """A Responses request is a turn (not a side request) when it offers tools, or asks for
+    no structured output: codex-acp 2.6's side requests (titles) ask for a JSON schema, and
+    its turns on a catalog model (``gpt-6.1-sol``) come without ``tools``."""
+    text = body.get("text")
+    return bool(body.get("tools")) or not (isinstance(text, dict) and text.get("format"))
+
+
 def _plan_responses(body: dict[str, Any]) -> _Plan:
     items = body.get("input") or []
+    turn = _responses_turn(body)
     if isinstance(items, str):
-        return _plan_text(items, bool(body.get("tools")))
+        return _plan_text(items, turn)
     last = items[-1] if items else {}
     if isinstance(last, dict) and last.get("type") == "function_call_output":
         output = last.get("output")
         return _Plan([f"TOOL_DONE: {str(output)[:200]}"])
     users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
     text = " ".join(_texts(users[-1].get("content"))) if users else ""
-    return _plan_text(text, bool(body.get("tools")))
+    return _plan_text(text, turn)
 
 
 def _plan_text(text: str, has_tools: bool = False) -> _Plan:

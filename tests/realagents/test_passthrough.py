@@ -44,8 +44,8 @@ from tests.realagents.fake_gemini import GEMINI_KEY
 from tests.realagents.fake_models import FakeModelServer
 
 pytestmark = pytest.mark.timeout(480)
-#: How long an adapter gets to exit after EOF on its stdin before it is killed: codex-acp
-#: 0.16 never exits on EOF, and its npm wrapper leaves the native binary running.
+#: How long an adapter gets to exit after EOF on its stdin before it is killed (and what it
+#: started: an npm wrapper may leave a native binary running).
 STOP_WAIT = 10.0
 
 

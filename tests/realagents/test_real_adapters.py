@@ -33,10 +33,11 @@ from tests.realagents.fake_models import (
     FakeModelServer,
 )
 
-#: A 1x1 PNG.
+#: An 8x8 red PNG (codex-acp 2.6 leaves out an image it cannot decode, as it did the 1x1
+#: RGBA one this tier used before).
 PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")).decode()
+    "89504e470d0a1a0a0000000d49484452000000080000000808020000004b6d29dc0000001249444154"
+    "789c63f8cfc0801561171db4120028ff3fc16eecdf610000000049454e44ae426082")).decode()
 CLIENT_INFO = {"name": "acpgate-tier", "version": "1"}
 #: Real adapters boot Node/Rust runtimes and their CLIs: generous waits, never asserted on.
 SLOW_WAIT = 120.0
@@ -234,7 +235,7 @@ def test_fork(stack: Stack) -> None:
     # The agent's own result, whole (issue 25), and acpgate's note of the parent.
     assert fork != sid and forked["result"]["_meta"]["acpgate"] == {"forkedFrom": sid}
     assert forked["result"]["modes"]["currentModeId"] == stack.adapter.other_mode, forked
-    native = stack.adapter.alias == "claude"  # claude-agent-acp advertises session/fork
+    native = stack.adapter.forks_itself  # it advertises session/fork
     seen = len(stack.models.requests)
     # A carried-over transcript shares the prompt's message, so the fake model may see the
     # parent's tool trigger there and run the tool again: allow it.

@@ -5,7 +5,7 @@ Every message it reads is appended to ``$RELAY_AGENT_LOG`` as one JSON line (the
 process id with it), so a test sees exactly what reached which adapter process.
 
 - ``initialize``: capabilities acpgate's schema does not know (``sessionCapabilities``
-  ``systemPrompt`` and ``fork``, ``auth.logout``, ``providers``, ``mcpCapabilities.acp``,
+  ``systemPrompt``, ``fork``, ``subagents`` and an unknown one, ``auth.logout``, ``providers``, ``mcpCapabilities.acp``,
   ``_meta``), an auth method ``key`` whose credential comes in
   ``_meta["api-key"]`` (gemini-cli's way) and a top-level ``_meta``;
 - ``authenticate``: ``methodId`` ``key`` with ``_meta["api-key"]`` equal to
@@ -51,7 +51,7 @@ PROFILE = {
         "promptCapabilities": {"image": True, "embeddedContext": True},
         "mcpCapabilities": {"http": True, "sse": False, "acp": True},
         "sessionCapabilities": {"resume": {}, "fork": {}, "systemPrompt": {"mode": {}},
-                                "futureThing": {"x": 1}},
+                                "futureThing": {"x": 1}, "subagents": {}},
         "auth": {"logout": {}},
         "providers": {},
         "_meta": {"claudeCode": {"promptQueueing": True}},

@@ -68,7 +68,8 @@ from services.common.protocol import (
     U_AVAILABLE_COMMANDS,
     U_TOOL_CALL,
 )
-from services.edge.adapter.caps import agent_warnings, env_auth_method, read_initialize_result
+from services.edge.adapter.auto_login import auto_login_method
+from services.edge.adapter.caps import agent_warnings, read_initialize_result
 from services.edge.adapter.client_methods import CLIENT_METHODS
 from services.edge.adapter.link import AdapterExit, AdapterLink, LineFeed
 from services.edge.adapter.relay_lines import RelayedUpdate, UpdateLines
@@ -131,6 +132,8 @@ class AdapterClient:
         self.agent_capabilities = AgentCapabilities()
         #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
         self.auth_methods: list[Any] = []
+        #: The adapter's ``agentInfo.name`` ("" when it sent none).
+        self.agent_name = ""
         #: Its ``initialize`` result as it sent it (what the edge advertises is built on it).
         self.initialize_result: Any = None
         #: The built-in agent speaks acpgate's ``_meta`` and keeps SPEC §4 prompts.
@@ -257,6 +260,7 @@ class AdapterClient:
         answer = read_initialize_result(self.initialize_result)
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
+        self.agent_name = answer.agent_info.name if answer.agent_info is not None else ""
         if self.builtin:  # what the built-in agent found wrong with its config (issue 24)
             for warning in agent_warnings(answer):
                 log.warning("agent_warning", session_id=self.edge_session_id, alias=self.alias,
@@ -299,8 +303,10 @@ class AdapterClient:
         return await self.link.request(method, params, SETUP_TIMEOUT_SECS)
 
     async def _authenticate(self) -> bool:
-        """``authenticate`` with an advertised env_var method whose variables are set."""
-        method_id = env_auth_method(self.auth_methods, self._env, self._pass_env)
+        """``authenticate`` with an advertised method whose key variables are set in the
+        adapter's environment (:mod:`services.edge.adapter.auto_login`): its id alone."""
+        method_id = auto_login_method(self.auth_methods, self.agent_name, self._env,
+                                      self._pass_env)
         if not method_id:
             return False
         self._authenticated = True

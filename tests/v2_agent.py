@@ -52,6 +52,13 @@ def received(log: str) -> list[dict[str, Any]]:
         return []
 
 
+def _record(msg: dict[str, Any]) -> None:
+    """Append one received message to the log (a line is small: written at once)."""
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(msg) + "\n")
+
+
 def _options(mode: str) -> list[dict[str, Any]]:
     return [{"configId": "mode", "name": "Mode", "category": "mode", "type": "select",
              "currentValue": mode, "options": [{"value": "ask", "name": "Ask"},
@@ -229,9 +236,7 @@ class Agent:
 
     async def handle(self, msg: dict[str, Any]) -> None:
         method, params, req_id = msg.get("method"), msg.get("params") or {}, msg.get("id")
-        if LOG:
-            with open(LOG, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(msg) + "\n")
+        _record(msg)
         if method is None:
             future = self._answers.pop(str(req_id), None)
             if future is not None and not future.done():

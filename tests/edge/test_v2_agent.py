@@ -21,7 +21,7 @@ from tests.v2schema import check_sent, check_to_agent
 pytestmark = pytest.mark.slow
 
 
-def _acp(tmp_path: Path, log: Path, mode: str = "v2", protocol: str = "") -> AcpProcess:
+def _acp(tmp_path: Path, log: Path, mode: str = "v2", protocol: str = '"auto"') -> AcpProcess:
     cfg = write_config(tmp_path / "cfg", default_agent="two", max_sessions=10,
                        extra=agent_section("two", str(log), mode, protocol))
     return AcpProcess(cfg)
@@ -194,10 +194,12 @@ def test_v2_client_on_a_v2_agent(acp: AcpProcess, log: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(("mode", "protocol", "expected"), [
-    ("refuse2", "", 1), ("refuse2", "1", 1), ("v2only", "2", 2), ("v2", "1", 1)])
+    ("refuse2", '"auto"', 1), ("refuse2", "1", 1), ("v2only", "2", 2), ("v2", "1", 1),
+    ("v2", "", 1)])
 def test_negotiation(tmp_path: Path, log: Path, mode: str, protocol: str,
                      expected: int) -> None:
-    """auto falls back to v1 when the agent refuses 2; 1 and 2 send only that version."""
+    """auto falls back to v1 when the agent refuses 2; 1 (the default) and 2 send only
+    that version."""
     proc = _acp(tmp_path, log, mode, protocol)
     try:
         proc.result("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
@@ -209,7 +211,7 @@ def test_negotiation(tmp_path: Path, log: Path, mode: str, protocol: str,
         assert text == ("v1 echo: hi" if expected == 1 else "echo: hi")
         offers = [m["params"]["protocolVersion"] for m in received(str(log))
                   if m.get("method") == "initialize"]
-        assert offers == {"": [2, 1], "1": [1], "2": [2]}[protocol]
+        assert offers == {'"auto"': [2, 1], "1": [1], "2": [2], "": [1]}[protocol]
         if expected == 2:
             _sent_to_agent(log)
     finally:

@@ -348,8 +348,8 @@ class ResolvedAgent(_message.Message):
     """
     protocol: _builtins.int
     """The ACP version the edge speaks to the adapter ([agents.<alias>] protocol):
-    0 = auto (offer 2, take what the agent answers), 1 or 2. Always 1 for the
-    built-in agent.
+    -1 = auto (offer 2, take what the agent answers), 2, else (0, 1) v1.
+    Always 1 for the built-in agent.
     """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from services.common.acp.v2.names import PROTOCOL_V1
+from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
@@ -90,7 +90,7 @@ class AdapterLink:
         #: (:mod:`services.edge.adapter.agent_meta`); False for the built-in agent only.
         self.foreign = foreign
         #: An agent that may speak v2 (``protocol`` auto or 2): :mod:`.v2_agent`.
-        self.v2 = V2Agent(protocol) if protocol != PROTOCOL_V1 else None
+        self.v2 = V2Agent(protocol) if protocol in (PROTOCOL_AUTO, PROTOCOL_V2) else None
         self._open = attach
         #: The lease attached to ("" until the lifecycle service ensured one).
         self.lease_id = attach.lease_id

@@ -81,3 +81,41 @@ def check_sent(message: Any, method: str | None = None) -> None:
     definition = RESULT_DEFINITIONS.get(method or "")
     if definition is not None:
         validate_v2(definition, message.get("result"))
+
+
+@functools.cache
+def _agent_side() -> tuple[dict[str, str], dict[str, str]]:
+    """The params definition of each method a client sends a v2 agent, and the result
+    definition of each request an agent sends a client (from the schema's ``x-method``)."""
+    params: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for name, definition in _defs().items():
+        method, side = definition.get("x-method"), definition.get("x-side")
+        if not isinstance(method, str):
+            continue
+        if side == "agent" and name.endswith(("Request", "Notification")):
+            params[method] = name
+        elif side == "client" and name.endswith("Response"):
+            results[method] = name
+    params["$/cancel_request"] = "CancelRequestNotification"
+    return params, results
+
+
+def check_to_agent(message: Any, answers: str | None = None) -> None:
+    """Validate a message acpgate sent a v2 agent: a request or notification by its
+    method's params definition (a method v2 does not have is refused), a response to the
+    agent's request ``answers`` by that request's result definition."""
+    assert isinstance(message, dict) and message.get("jsonrpc") == "2.0", message
+    params, results = _agent_side()
+    sent = message.get("method")
+    if isinstance(sent, str):
+        assert sent in params or sent.startswith("_"), f"v2 agent sent a non-v2 method: {sent}"
+        if sent in params:
+            validate_v2(params[sent], message.get("params"))
+        return
+    if "error" in message:
+        validate_v2("Error", message["error"])
+        return
+    definition = results.get(answers or "")
+    if definition is not None:
+        validate_v2(definition, message.get("result"))

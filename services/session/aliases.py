@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common.acp.v2.names import protocol_number
 from services.common.config import AgentSection, Config
 from services.common.protocol import MSG_AGENT_DISABLED, MSG_ALIAS_REQUIRED, MSG_UNKNOWN_AGENT
 
@@ -69,6 +70,8 @@ class AgentLaunch:
     watch_paths: tuple[str, ...] = ()
     #: Variables (names or ``*`` globs) passed from the lifecycle service's environment.
     pass_env: tuple[str, ...] = ()
+    #: The ACP version spoken to the adapter: 0 = auto (offer 2), 1 or 2.
+    protocol: int = 1
 
 
 def _check_dispatchable(cfg: Config, alias: str) -> AgentSection:
@@ -168,6 +171,7 @@ def launch_in(cfg: Config, alias: str, workspace: Path) -> AgentLaunch:
         warm=agent.warm,
         watch_paths=watch,
         pass_env=pass_env,
+        protocol=protocol_number(agent.protocol) if agent.kind != "builtin" else 1,
     )
 
 

@@ -171,6 +171,7 @@ def launch_to_pb(launch: AgentLaunch, seal_key: bytes) -> pb.ResolvedAgent:
         watch_paths=list(launch.watch_paths),
         launch=seal_launch(launch, seal_key),
         pass_env=list(launch.pass_env),
+        protocol=launch.protocol,
     )
 
 

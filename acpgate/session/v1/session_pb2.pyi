@@ -322,6 +322,7 @@ class ResolvedAgent(_message.Message):
     WATCH_PATHS_FIELD_NUMBER: _builtins.int
     LAUNCH_FIELD_NUMBER: _builtins.int
     PASS_ENV_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """The configured alias ([agents.<alias>])."""
     kind: _builtins.str
@@ -344,6 +345,11 @@ class ResolvedAgent(_message.Message):
     warm: _builtins.int
     """How many adapters of this alias to keep spawned ahead of sessions
     ([agents.<alias>] warm; default 1 for builtin, 0 for acp agents).
+    """
+    protocol: _builtins.int
+    """The ACP version the edge speaks to the adapter ([agents.<alias>] protocol):
+    -1 = auto (offer 2, take what the agent answers), 2, else (0, 1) v1.
+    Always 1 for the built-in agent.
     """
     @_builtins.property
     def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -389,10 +395,11 @@ class ResolvedAgent(_message.Message):
         watch_paths: _abc.Iterable[_builtins.str] | None = ...,
         launch: _launch_pb2.SealedLaunch | None = ...,
         pass_env: _abc.Iterable[_builtins.str] | None = ...,
+        protocol: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["launch", b"launch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind", "launch", b"launch", "pass_env", b"pass_env", "warm", b"warm", "watch_paths", b"watch_paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_capabilities_json", b"adapter_capabilities_json", "agent_workspace", b"agent_workspace", "alias", b"alias", "args", b"args", "autonomy", b"autonomy", "command", b"command", "default_model", b"default_model", "env", b"env", "kind", b"kind", "launch", b"launch", "pass_env", b"pass_env", "protocol", b"protocol", "warm", b"warm", "watch_paths", b"watch_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

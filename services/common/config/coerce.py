@@ -25,6 +25,7 @@ _TYPE_NAMES = {
     "tuple[str, ...]": "array of strings",
     "Mapping[str, str]": "table of strings",
     "tuple[McpServerSpec, ...]": "array of MCP server tables",
+    "AgentProtocol": '1, 2 or "auto"',
 }
 
 _TRUE_WORDS = ("true", "1", "yes", "on")
@@ -91,6 +92,16 @@ def _as_count_or_auto(value: Any, from_text: bool) -> int | str:
     return count
 
 
+def _as_protocol(value: Any, from_text: bool) -> int | str:
+    """``[agents.<alias>] protocol``: "auto" or an ACP version acpgate speaks (1, 2)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    version = _as_int(value, from_text)
+    if version not in (1, 2):
+        raise _Invalid(f': expected 1, 2 or "auto", got {version}')
+    return version
+
+
 def _as_strings(value: Any, from_text: bool) -> tuple[str, ...]:
     if from_text and isinstance(value, str):
         text = value.strip()
@@ -133,6 +144,7 @@ _CHECKS: dict[str, Callable[[Any, bool], Any]] = {
     "tuple[str, ...]": _as_strings,
     "Mapping[str, str]": _as_string_table,
     "tuple[McpServerSpec, ...]": _as_mcp_servers,
+    "AgentProtocol": _as_protocol,
 }
 
 

@@ -24,6 +24,10 @@ CONFIG_FILE_NAME = "config.toml"
 WARM_BY_KIND = -1
 
 
+#: ``[agents.<alias>] protocol``: ``"auto"``, or an ACP version number (1 or 2).
+AgentProtocol = int | str
+
+
 class ConfigError(Exception):
     """A configuration problem, with a message fit for a person (no traceback)."""
 
@@ -275,6 +279,9 @@ class AgentSection:
     #: on top of the clean base (PATH, HOME, locale, TMPDIR…) and ``env``. Nothing else of
     #: acpgate's environment reaches an adapter (issue 23: keys, service addresses).
     pass_env: tuple[str, ...] = ()
+    #: The ACP version spoken to the adapter: ``1`` (the default), ``2``, or ``"auto"``
+    #: (offer 2, take what the agent answers; a refusal falls back to 1).
+    protocol: AgentProtocol = 1
 
     def __post_init__(self) -> None:
         if self.warm == WARM_BY_KIND:  # the kind's default, also for sections built in code

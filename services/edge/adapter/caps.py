@@ -9,7 +9,9 @@ Both directions are the typed ACP models (:mod:`services.common.acp.schema`):
   as it sent it less ``protocolVersion`` and ``agentInfo`` —
   ``{"agentCapabilities", "authMethods", "_meta"}``, raw, so capabilities no
   schema of acpgate's knows yet are kept (issue 25; :func:`recorded_profile`;
-  records of earlier versions hold the ``agentCapabilities`` object alone) — so
+  records of earlier versions hold the ``agentCapabilities`` object alone; a v2
+  agent's profile is the v1 reading of its answer, with ``protocolVersion: 2`` and its
+  own answer under ``v2``) — so
   the edge's own ``initialize`` can advertise what the connection's default
   agent advertised before any session runs;
 - :func:`client_capabilities` is the ``clientCapabilities`` the edge sends the
@@ -38,6 +40,8 @@ from services.common.acp.schema import (
     FileSystemCapabilities,
     InitializeResponse,
 )
+from services.common.acp.v2.agent_init import V2_KEY
+from services.common.acp.v2.names import PROTOCOL_V2
 from services.common.acp.wire import AcpDecodeError
 from services.common.env_names import passes
 from services.common.path_policy import may_run_shell
@@ -89,6 +93,9 @@ def profile_of(result: Any) -> dict[str, Any]:
         out["authMethods"] = result["authMethods"]
     if isinstance(result.get("_meta"), dict):
         out["_meta"] = result["_meta"]
+    if isinstance(result.get(V2_KEY), dict):  # a v2 agent's: its own answer beside
+        out["protocolVersion"] = PROTOCOL_V2
+        out[V2_KEY] = result[V2_KEY]
     return out
 
 

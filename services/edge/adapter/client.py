@@ -164,7 +164,7 @@ class AdapterClient:
     async def on_adapter_lines(self, lines: Sequence[str], feed: LineFeed) -> None:
         """Relay the ``session/update`` lines of the compact shape straight to the host
         (:mod:`services.edge.adapter.relay_lines`); every other line goes through ``feed``."""
-        if self._suppress_updates:
+        if self._suppress_updates or self.link.speaks_v2:  # a v2 agent's are translated
             await feed(list(lines))
             return
         await self._update_lines.relay(lines, self.adapter_session_id, self.edge_session_id,

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
@@ -44,6 +45,7 @@ from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
 from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
 from services.edge.adapter.pipes import AdapterPipes
 from services.edge.adapter.reattach import STREAM_EOF, reattach
+from services.edge.adapter.v2_agent import V2Agent
 
 log = get_logger("edge.adapter")
 
@@ -81,12 +83,14 @@ class AdapterLink:
         self,
         stub: lifecycle_pb2_grpc.LifecycleServiceStub,
         attach: lifecycle_pb2.AttachOpen,
-        *, foreign: bool = True,
+        *, foreign: bool = True, protocol: int = 1,
     ) -> None:
         self._stub = stub
         #: An external agent's: acpgate's ``_meta`` namespace is taken out of what it sends
         #: (:mod:`services.edge.adapter.agent_meta`); False for the built-in agent only.
         self.foreign = foreign
+        #: An agent that may speak v2 (``protocol`` auto or 2): :mod:`.v2_agent`.
+        self.v2 = V2Agent(protocol) if protocol in (PROTOCOL_AUTO, PROTOCOL_V2) else None
         self._open = attach
         #: The lease attached to ("" until the lifecycle service ensured one).
         self.lease_id = attach.lease_id
@@ -333,6 +337,8 @@ class AdapterLink:
         if self._attached is not None and not self._attached.done():
             self._attached.set_exception(AdapterGone(exit_info))
         self._rpc.close_outbound(lambda: AdapterGone(exit_info))
+        if self.v2 is not None:
+            self.v2.gone(AdapterGone(exit_info))
         if self._peer is not None:
             with contextlib.suppress(Exception):
                 self._peer.on_adapter_exit(exit_info)
@@ -380,6 +386,17 @@ class AdapterLink:
         Raises :class:`JsonRpcError` when the adapter answers with an error
         (``data`` kept), :class:`AdapterGone` when it exits first.
         """
+        if self.v2 is not None:
+            return await self.v2.request(self._request, method, params, wait_secs)
+        return await self._request(method, params, wait_secs)
+
+    @property
+    def speaks_v2(self) -> bool:
+        """True once the agent answered ``initialize`` with v2."""
+        return self.v2 is not None and self.v2.active
+
+    async def _request(self, method: str, params: dict[str, Any],
+                       wait_secs: float | None) -> Any:
         if self.foreign:
             return await screened_request(self._rpc, method, params, wait_secs)
         return await self._rpc.request(method, params, wait_secs)
@@ -387,17 +404,25 @@ class AdapterLink:
     def notify(self, method: str, params: dict[str, Any]) -> None:
         """Send a notification (fire and forget)."""
         if self.exit_info is None:
+            if self.v2 is not None:
+                method, params = self.v2.notification(method, params)
             self._write(notification_line(method, params))
 
     async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         assert self._peer is not None  # lines reach the JSON-RPC peer only once bound
-        await self._peer.on_adapter_notifications(screen_batch(batch) if self.foreign else batch)
+        batch = screen_batch(batch) if self.foreign else batch
+        if self.v2 is not None and self.v2.active:
+            await self.v2.notifications(batch, self._peer.on_adapter_notifications)
+        else:
+            await self._peer.on_adapter_notifications(batch)
 
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
         # Notifications go to the peer's notification sink; only requests get here.
         assert self._peer is not None
-        return await self._peer.on_adapter_request(
-            method, screen_params(params) if self.foreign else params)
+        params = screen_params(params) if self.foreign else params
+        if self.v2 is not None:
+            params = self.v2.agent_request(method, params)
+        return await self._peer.on_adapter_request(method, params)
 
     def cancel_inbound(self, request_id: Any) -> None:
         """The adapter withdrew its request ``request_id`` (``$/cancel_request``): stop

@@ -194,7 +194,8 @@ class ConnectionAgent:
         rt = self.conn.runtime
         sid = str(uuid.uuid4())
         link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(ensure=rt.warm.ensure_request(
-            agent, session_key_for(agent.alias, sid), agent.agent_workspace)), foreign=foreign(agent))
+            agent, session_key_for(agent.alias, sid), agent.agent_workspace)), foreign=foreign(agent),
+            protocol=agent.protocol)
         client = AdapterClient(link, sid, _HeldHost(self), agent)
         policy = SecurityPolicy(workspace_dir="", autonomy=agent.autonomy)
         params = initialize_request(self.conn.client_capabilities, rt.implementation,

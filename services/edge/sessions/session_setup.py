@@ -157,7 +157,8 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
     attach = lifecycle_pb2.AttachOpen(
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
     return await _bring_up(conn, session, agent, policy,
-                           AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent)))
+                           AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent),
+                                       protocol=agent.protocol))
 
 
 async def _took(early: TakenAdapter) -> bool:

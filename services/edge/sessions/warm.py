@@ -143,7 +143,8 @@ class WarmPools:
         if agent is None or agent.warm <= 0:
             return None
         link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(ensure=self.ensure_request(
-            agent, session_key_for(alias, session_id), warm_only=True)), foreign=foreign(agent))
+            agent, session_key_for(alias, session_id), warm_only=True)), foreign=foreign(agent),
+            protocol=agent.protocol)
         link.begin()
         params = initialize(agent.autonomy)
         answer = asyncio.ensure_future(link.request(M_INITIALIZE, params, SETUP_TIMEOUT_SECS))

@@ -12,6 +12,15 @@ PROTOCOL_V1: Final = 1
 PROTOCOL_V2: Final = 2
 #: The versions acpgate serves to clients, oldest first.
 SUPPORTED_VERSIONS: Final = (PROTOCOL_V1, PROTOCOL_V2)
+#: An agent's ``protocol = "auto"``: offer 2, speak what the agent answers.
+PROTOCOL_AUTO: Final = -1
+
+
+def protocol_number(value: int | str) -> int:
+    """``[agents.<alias>] protocol`` as a number: :data:`PROTOCOL_AUTO`, 1 or 2."""
+    if isinstance(value, int) and value in SUPPORTED_VERSIONS:
+        return value
+    return PROTOCOL_AUTO if value == "auto" else PROTOCOL_V1
 
 # Methods new or renamed in v2.
 M_AUTH_LOGIN: Final = "auth/login"

@@ -1,0 +1,270 @@
+"""An ACP v2 agent on raw JSON-RPC (no SDK, no acpgate imports) for the v2-agent tests.
+
+Every message it reads is appended to ``$V2_AGENT_LOG`` as one JSON line, so a test can
+check what acpgate sent it against the v2 schema. ``$V2_AGENT_MODE``:
+
+- ``v2`` (default): answers ``initialize`` asking for 2 or more with v2 (``info``,
+  ``capabilities.session``, an ``agent`` auth method ``key``); a request for 1 with v1;
+- ``v2only``: a request below 2 is -32022 ``{requested, supported: [2]}``;
+- ``refuse2``: a v1 agent that refuses a request for 2 with -32022 (the fallback's case)
+  and speaks v1 after a v1 ``initialize``.
+
+As a v2 agent: ``session/new`` answers a mode config option (``ask``/``code``);
+``session/resume`` replays the session's conversation for ``replayFrom: start`` (then
+``replay_complete``), and always sends the idle snapshot before answering;
+``session/set_config_option`` sets the mode; ``auth/login`` with ``key`` succeeds.
+``session/prompt`` echoes the user message and answers ``{messageId}``, then the turn as
+``state_update`` s. Prompt words: ``fail`` (idle with an ``error``), ``slow`` (chunks until
+``session/cancel``: idle ``cancelled``), ``ask`` (a v2 permission request first),
+``mode`` (a ``config_option_update`` to ``code``), ``later`` (after the turn, foreground
+work of its own without a prompt); anything else: a notice, a tool call created by
+``tool_call_update`` with streamed content, a plan, the text ``echo: <text>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+LOG = os.environ.get("V2_AGENT_LOG", "")
+MODE = os.environ.get("V2_AGENT_MODE", "v2")
+INFO = {"name": "v2-test-agent", "version": "1"}
+
+
+def agent_section(alias: str, log: str, mode: str = "v2", protocol: str = "") -> str:
+    """The ``[agents.<alias>]`` config section running this script."""
+    env = f'{{ V2_AGENT_LOG = {json.dumps(log)}, V2_AGENT_MODE = {json.dumps(mode)} }}'
+    line = f"protocol = {protocol}\n" if protocol else ""
+    return (f"\n[agents.{alias}]\nkind = \"acp\"\ncommand = {json.dumps(sys.executable)}\n"
+            f"args = [{json.dumps(os.path.abspath(__file__))}]\nenv = {env}\n{line}")
+
+
+def received(log: str) -> list[dict[str, Any]]:
+    """Every message the agents of ``log`` received, in order."""
+    try:
+        with open(log, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _record(msg: dict[str, Any]) -> None:
+    """Append one received message to the log (a line is small: written at once)."""
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(msg) + "\n")
+
+
+def _options(mode: str) -> list[dict[str, Any]]:
+    return [{"configId": "mode", "name": "Mode", "category": "mode", "type": "select",
+             "currentValue": mode, "options": [{"value": "ask", "name": "Ask"},
+                                               {"value": "code", "name": "Code"}]}]
+
+
+class Agent:
+    """One agent process."""
+
+    def __init__(self) -> None:
+        self._out = sys.stdout.buffer
+        self._ids = itertools.count(1)
+        self._answers: dict[str, asyncio.Future[Any]] = {}
+        self._cancelled: dict[str, asyncio.Event] = {}
+        self._history: dict[str, list[dict[str, Any]]] = {}
+        self._modes: dict[str, str] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.v1 = False
+
+    def write(self, *messages: dict[str, Any]) -> None:
+        self._out.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n"
+                                 for m in messages))
+        self._out.flush()
+
+    def update(self, sid: str, update: dict[str, Any], *, keep: bool = False) -> None:
+        if keep:
+            self._history.setdefault(sid, []).append(update)
+        self.write({"method": "session/update", "params": {"sessionId": sid, "update": update}})
+
+    def state(self, sid: str, state: str, **fields: Any) -> None:
+        self.update(sid, {"sessionUpdate": "state_update", "state": state, **fields})
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        rid = f"a{next(self._ids)}"
+        answer = self._answers[rid] = asyncio.get_running_loop().create_future()
+        self.write({"id": rid, "method": method, "params": params})
+        return dict(await answer)
+
+    # ------------------------------------------------------------------ setup
+
+    def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        asked = params.get("protocolVersion")
+        asked = asked if isinstance(asked, int) else 1
+        if (MODE == "v2only" and asked < 2) or (MODE == "refuse2" and asked >= 2):
+            supported = [2] if MODE == "v2only" else [1]
+            return {"error": {"code": -32022, "message": "Unsupported protocol version",
+                              "data": {"requested": asked, "supported": supported}}}
+        if asked < 2:
+            self.v1 = True
+            return {"result": {"protocolVersion": 1, "agentInfo": INFO,
+                               "agentCapabilities": {"loadSession": False},
+                               "authMethods": []}}
+        return {"result": {"protocolVersion": 2, "info": INFO, "capabilities": {
+            "session": {"prompt": {"embeddedContext": {}, "image": {}},
+                        "mcp": {"stdio": {}, "http": {}}, "delete": {}}},
+            "authMethods": [{"methodId": "key", "type": "agent", "name": "Key"}]}}
+
+    def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        sid = str(params.get("sessionId", ""))
+        if method == "initialize":
+            return self.initialize(params)
+        if method == "session/new":
+            sid = f"agent-{next(self._ids)}"
+            self._modes[sid] = "ask"
+            if self.v1:
+                return {"result": {"sessionId": sid}}
+            return {"result": {"sessionId": sid, "configOptions": _options("ask")}}
+        if method == "session/resume":
+            cursor = params.get("replayFrom")
+            if cursor is not None and cursor.get("type") != "start":
+                return {"error": {"code": -32602, "message": "unknown replayFrom"}}
+            if cursor is not None:
+                for update in self._history.get(sid, []):
+                    self.update(sid, update)
+                self.update(sid, {"sessionUpdate": "replay_complete"})
+            self._modes.setdefault(sid, "ask")
+            self.state(sid, "idle")
+            return {"result": {"configOptions": _options(self._modes[sid])}}
+        if method == "session/set_config_option":
+            if params.get("configId") != "mode" or params.get("type") != "id" \
+                    or params.get("value") not in ("ask", "code"):
+                return {"error": {"code": -32602, "message": "bad config option"}}
+            self._modes[sid] = str(params["value"])
+            return {"result": {"configOptions": _options(self._modes[sid])}}
+        if method == "auth/login":
+            if params.get("methodId") == "key":
+                return {"result": {}}
+            return {"error": {"code": -32602, "message": "unknown method"}}
+        if method in ("auth/logout", "session/close", "session/delete"):
+            return {"result": {}}
+        if method == "session/list":
+            return {"result": {"sessions": []}}
+        return {"error": {"code": -32601, "message": f"Method not found: {method}"}}
+
+    # ------------------------------------------------------------------ turns
+
+    async def turn(self, sid: str, text: str, message_id: str) -> None:
+        cancelled = self._cancelled.setdefault(sid, asyncio.Event())
+        cancelled.clear()
+        word = text.split()[0] if text.split() else ""
+        reply = f"m{next(self._ids)}"
+        if word == "fail":
+            self.state(sid, "idle", stopReason="error",
+                       error={"code": -32099, "message": "model exploded"})
+            return
+        if word == "slow":
+            for n in range(400):
+                self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
+                                  "content": {"type": "text", "text": f"{n} "}}, keep=True)
+                try:
+                    await asyncio.wait_for(cancelled.wait(), 0.05)
+                except TimeoutError:
+                    continue
+                break
+            self.state(sid, "idle", stopReason="cancelled")
+            return
+        if word == "ask":
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-ask",
+                              "title": "Write a file", "kind": "edit", "status": "pending"})
+            self.state(sid, "requires_action")
+            got = await self.ask("session/request_permission", {
+                "sessionId": sid, "title": "Write a file",
+                "subject": {"type": "tool_call", "toolCall": {"toolCallId": "t-ask"}},
+                "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]})
+            self.state(sid, "running")
+            outcome = got.get("result", {}).get("outcome", {})
+            self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
+                              "content": {"type": "text",
+                                          "text": f"permission {json.dumps(outcome)}"}})
+        elif word == "mode":
+            self._modes[sid] = "code"
+            self.update(sid, {"sessionUpdate": "config_option_update",
+                              "configOptions": _options("code")})
+        else:
+            self.update(sid, {"sessionUpdate": "notice", "severity": "info",
+                              "title": "Heads up", "description": "a notice"})
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+                              "title": "Read file", "kind": "read", "status": "in_progress"},
+                        keep=True)
+            self.update(sid, {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t1",
+                              "content": {"type": "content",
+                                          "content": {"type": "text", "text": "line 1"}}})
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+                              "status": "completed"}, keep=True)
+            self.update(sid, {"sessionUpdate": "plan_update", "plan": {
+                "type": "items", "planId": "p1", "entries": [
+                    {"content": "Answer", "priority": "high", "status": "completed"}]}})
+            self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
+                              "content": {"type": "text", "text": f"echo: {text}"}}, keep=True)
+        self.state(sid, "idle", stopReason="end_turn",
+                   usage={"inputTokens": 3, "outputTokens": 2, "totalTokens": 5})
+        if word == "later":
+            self.state(sid, "running")
+            self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "bg",
+                              "content": {"type": "text", "text": "on my own"}})
+            self.state(sid, "idle", stopReason="end_turn")
+
+    async def prompt(self, req_id: Any, params: dict[str, Any]) -> None:
+        sid = str(params.get("sessionId"))
+        blocks = params.get("prompt") or []
+        text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
+        if self.v1:
+            self.write({"method": "session/update", "params": {"sessionId": sid, "update": {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": f"v1 echo: {text}"}}}})
+            self.write({"id": req_id, "result": {"stopReason": "end_turn"}})
+            return
+        message_id = f"u{next(self._ids)}"
+        self.state(sid, "running")
+        for block in blocks:
+            self.update(sid, {"sessionUpdate": "user_message_chunk", "messageId": message_id,
+                              "content": block}, keep=True)
+        self.write({"id": req_id, "result": {"messageId": message_id}})
+        await self.turn(sid, text, message_id)
+
+    async def handle(self, msg: dict[str, Any]) -> None:
+        method, params, req_id = msg.get("method"), msg.get("params") or {}, msg.get("id")
+        _record(msg)
+        if method is None:
+            future = self._answers.pop(str(req_id), None)
+            if future is not None and not future.done():
+                future.set_result(msg)
+            return
+        if method == "session/cancel":
+            self._cancelled.setdefault(str(params.get("sessionId")), asyncio.Event()).set()
+            return
+        if req_id is None:
+            return
+        if method == "session/prompt":
+            await self.prompt(req_id, params)
+            return
+        self.write({"id": req_id, **self.answer(method, params)})
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            task = asyncio.create_task(self.handle(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+if __name__ == "__main__":
+    asyncio.run(Agent().run())

@@ -34,8 +34,15 @@ from tests.chaos.test_edge_worker_death import (
     reattach,
 )
 from tests.gateway.stack import RawClient
+from tests.gateway.workers_serve import (
+    client_on,
+    dial,
+    kill_worker,
+    serve_workers,
+    until,
+    worker_pid,
+)
 from tests.gateway.wsfixtures import mint
-from tests.gateway.workers_serve import client_on, dial, kill_worker, serve_workers, until, worker_pid
 from tests.security.scripted_agent import agent_section
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -39,6 +39,8 @@ class Opened:
     fd_pass: bool = False
     #: The caller holds the pipes already (``AttachOpen.resume_pipes``).
     resume_pipes: bool = False
+    #: Its lease outlives a lost caller for a while (services.lifecycle.kept).
+    keep_on_loss: bool = False
 
 
 #: A request to come from the caller (a pending read of its request stream).

@@ -50,6 +50,7 @@ from services.lifecycle.convert import (
     verification_to_pb,
 )
 from services.lifecycle.fd_grants import FdGrant, FdGrants
+from services.lifecycle.kept import keep_later
 from services.lifecycle.leases import LeaseState
 from services.lifecycle.pool_spec import PoolSpec
 from services.lifecycle.sealed import LaunchRefused, OpenedLaunch, open_launch
@@ -73,6 +74,8 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         #: Opens the launch specs the session service sealed; nothing else is run.
         self._seal_key = seal_key
         self._fds = fd_grants
+        #: Leases kept for a new attacher after theirs was lost (services.lifecycle.kept).
+        self._kept: set[asyncio.Task[None]] = set()
         #: Session log links being written (off the ensure's path: a warm take is on
         #: session/new's critical path).
         self._log_links: set[asyncio.Future[Any]] = set()
@@ -157,7 +160,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         if not task.cancelled() and task.exception() is None:
             self._left(task.result(), pool, touched=False)
 
-    def _left(self, ensured: Ensured, pool: str, *, touched: bool) -> None:
+    def _left(self, ensured: Ensured, pool: str, *, touched: bool, keep: bool = False) -> None:
         """The caller that ensured a lease is gone (its Attach stream ended, or it went
         away before the ensure did): what it spawned or took goes with it — a warm adapter
         nobody touched back to ``pool`` (or closed when the pool does not take it back),
@@ -170,6 +173,8 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             log.info("attacher_gone", lease_id=lease_id, outcome="give-back")
             self._in_logs(forget_session_log, lease_id, ensured.lease.session_key)
             letting_go = self.controller.give_back_later(lease_id, pool)
+        elif keep and (channel := self.controller.channel(lease_id)) is not None:
+            letting_go = keep_later(self.controller, channel, self._kept)
         else:
             log.info("attacher_gone", lease_id=lease_id, outcome="close")
             letting_go = self.controller.close_later(lease_id, "detached")
@@ -254,8 +259,11 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
         finally:
             if grant is not None and self._fds is not None:
                 self._fds.revoke(grant)
+            lost = opened.keep_on_loss
             if opened.ensured is not None:
-                self._left(opened.ensured, opened.pool, touched=opened.touched)
+                self._left(opened.ensured, opened.pool, touched=opened.touched, keep=lost)
+            elif lost:  # a lease attached again after a lost attacher
+                keep_later(self.controller, opened.channel, self._kept)
 
     def _offer_pipes(self, opened: Opened) -> FdGrant | None:
         """A grant for the pipes in the first response, when the caller can take them and
@@ -315,7 +323,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
             )
         return Opened(response, lease, channel, ensured, request.ensure.warm_pool,
                        fd_pass=request.fd_pass and not request.resume_pipes,
-                       resume_pipes=request.resume_pipes)
+                       resume_pipes=request.resume_pipes, keep_on_loss=request.keep_on_loss)
 
     async def _pump_stdin(
         self, iterator: AsyncIterator[pb.AttachRequest], opened: Opened,

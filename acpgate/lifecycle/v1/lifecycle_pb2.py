@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from acpgate.launch.v1 import launch_pb2 as acpgate_dot_launch_dot_v1_dot_launch__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$acpgate/lifecycle/v1/lifecycle.proto\x12\x14\x61\x63pgate.lifecycle.v1\x1a\x1e\x61\x63pgate/launch/v1/launch.proto\"\x14\n\x12GetInstanceRequest\"\x86\x01\n\x08Instance\x12\x1b\n\x13gateway_instance_id\x18\x01 \x01(\t\x12\x11\n\tstate_dir\x18\x02 \x01(\t\x12\x14\n\x0cwrapper_root\x18\x03 \x01(\t\x12\x12\n\nstarted_at\x18\x04 \x01(\x03\x12\x0c\n\x04slot\x18\x05 \x01(\x05\x12\x12\n\ninstall_id\x18\x06 \x01(\t\"\xa8\x03\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x1b\n\x13gateway_instance_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_key\x18\x03 \x01(\t\x12\x14\n\x0cwrapper_root\x18\x04 \x01(\t\x12\x14\n\x0cwrapper_path\x18\x05 \x01(\t\x12\x10\n\x08root_pid\x18\x06 \x01(\x05\x12\x1d\n\x10process_group_id\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x63ommand_hash\x18\x08 \x01(\t\x12\x12\n\nstarted_at\x18\t \x01(\x03\x12/\n\x05state\x18\n \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x17\n\x0froot_start_time\x18\x0b \x01(\x03\x12\x13\n\x0b\x61\x64\x61pter_pid\x18\x0c \x01(\x05\x12\x10\n\x08\x65nded_at\x18\r \x01(\x03\x12\x16\n\texit_code\x18\x0e \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0b\x65xit_signal\x18\x0f \x01(\x05H\x02\x88\x01\x01\x42\x13\n\x11_process_group_idB\x0c\n\n_exit_codeB\x0e\n\x0c_exit_signal\"\xb5\x01\n\x14\x45nsureSessionRequest\x12\x13\n\x0bsession_key\x18\x01 \x01(\t\x12/\n\x06launch\x18\x08 \x01(\x0b\x32\x1f.acpgate.launch.v1.SealedLaunch\x12\x0b\n\x03\x63wd\x18\x05 \x01(\t\x12\x11\n\twarm_pool\x18\x06 \x01(\t\x12\x11\n\twarm_only\x18\x07 \x01(\x08J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07\x63ommandR\x04\x61rgsR\x03\x65nv\"b\n\x15\x45nsureSessionResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\x12\x0f\n\x07spawned\x18\x02 \x01(\x08\x12\x0c\n\x04warm\x18\x03 \x01(\x08\"\xa7\x01\n\x0fKeepWarmRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12/\n\x06launch\x18\x08 \x01(\x0b\x32\x1f.acpgate.launch.v1.SealedLaunch\x12\x0b\n\x03\x63wd\x18\x05 \x01(\t\x12\x13\n\x0bwatch_paths\x18\x06 \x03(\t\x12\r\n\x05\x63ount\x18\x07 \x01(\x05J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07\x63ommandR\x04\x61rgsR\x03\x65nv\"!\n\x10KeepWarmResponse\x12\r\n\x05ready\x18\x01 \x01(\x05\"\x81\x01\n\nAttachOpen\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12:\n\x06\x65nsure\x18\x02 \x01(\x0b\x32*.acpgate.lifecycle.v1.EnsureSessionRequest\x12\x0f\n\x07\x66\x64_pass\x18n \x01(\x08\x12\x14\n\x0cresume_pipes\x18o \x01(\x08\"/\n\x07\x46\x64Grant\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"\x16\n\x05Lines\x12\r\n\x05lines\x18\x01 \x03(\t\"\xa3\x01\n\rAttachRequest\x12\x30\n\x04open\x18\x01 \x01(\x0b\x32 .acpgate.lifecycle.v1.AttachOpenH\x00\x12,\n\x05stdin\x18\x02 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LinesH\x00\x12\x15\n\x0b\x63lose_stdin\x18\x03 \x01(\x08H\x00\x12\x14\n\nuse_stream\x18n \x01(\x08H\x00\x42\x05\n\x03msg\"E\n\x0b\x41\x64\x61pterExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x13\n\x0bstderr_tail\x18\x03 \x01(\t\",\n\x0cLinesTooLong\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x03\"\xd3\x02\n\x0e\x41ttachResponse\x12/\n\x08\x61ttached\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LeaseH\x00\x12-\n\x06stdout\x18\x02 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LinesH\x00\x12\x31\n\x04\x65xit\x18\x03 \x01(\x0b\x32!.acpgate.lifecycle.v1.AdapterExitH\x00\x12>\n\x07\x65nsured\x18\x04 \x01(\x0b\x32+.acpgate.lifecycle.v1.EnsureSessionResponseH\x00\x12\x36\n\x08too_long\x18( \x01(\x0b\x32\".acpgate.lifecycle.v1.LinesTooLongH\x00\x12/\n\x08\x66\x64_grant\x18n \x01(\x0b\x32\x1d.acpgate.lifecycle.v1.FdGrantB\x05\n\x03msg\"L\n\x13\x43loseSessionRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x8e\x01\n\x14\x43loseSessionResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\x12\x17\n\x0fterminated_pids\x18\x02 \x03(\x05\x12\x16\n\x0esurviving_pids\x18\x03 \x03(\x05\x12\x19\n\x11unverified_reason\x18\x04 \x01(\t\"\x14\n\x12ReapOrphansRequest\"\x9b\x01\n\nReapResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\x05state\x18\x02 \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x17\n\x0fterminated_pids\x18\x03 \x03(\x05\x12\x16\n\x0esurviving_pids\x18\x04 \x03(\x05\x12\x19\n\x11unverified_reason\x18\x05 \x01(\t\"H\n\x13ReapOrphansResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .acpgate.lifecycle.v1.ReapResult\"Y\n\x11ListLeasesRequest\x12/\n\x05state\x18\x01 \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\"A\n\x12ListLeasesResponse\x12+\n\x06leases\x18\x01 \x03(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\">\n\x16VerifyOwnedTreeRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nwith_usage\x18Z \x01(\x08\"\x93\x01\n\x0cOwnedProcess\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0c\n\x04ppid\x18\x02 \x01(\x05\x12\x0c\n\x04pgid\x18\x03 \x01(\x05\x12\x12\n\nstart_time\x18\x04 \x01(\x03\x12\x0f\n\x07\x63mdline\x18\x05 \x03(\t\x12\r\n\x05\x64\x65pth\x18\x06 \x01(\x05\x12\x11\n\trss_bytes\x18Z \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18[ \x01(\x01\"\x85\x01\n\x17VerifyOwnedTreeResponse\x12\x10\n\x08verified\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\troot_gone\x18\x03 \x01(\x08\x12\x35\n\tprocesses\x18\x04 \x03(\x0b\x32\".acpgate.lifecycle.v1.OwnedProcess*\x9c\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10LEASE_STATE_OPEN\x10\x01\x12\x17\n\x13LEASE_STATE_CLOSING\x10\x02\x12\x16\n\x12LEASE_STATE_CLOSED\x10\x03\x12\x14\n\x10LEASE_STATE_LOST\x10\x04\x12\x14\n\x10LEASE_STATE_WARM\x10\x05\x32\xa5\x06\n\x10LifecycleService\x12W\n\x0bGetInstance\x12(.acpgate.lifecycle.v1.GetInstanceRequest\x1a\x1e.acpgate.lifecycle.v1.Instance\x12h\n\rEnsureSession\x12*.acpgate.lifecycle.v1.EnsureSessionRequest\x1a+.acpgate.lifecycle.v1.EnsureSessionResponse\x12W\n\x06\x41ttach\x12#.acpgate.lifecycle.v1.AttachRequest\x1a$.acpgate.lifecycle.v1.AttachResponse(\x01\x30\x01\x12Y\n\x08KeepWarm\x12%.acpgate.lifecycle.v1.KeepWarmRequest\x1a&.acpgate.lifecycle.v1.KeepWarmResponse\x12\x65\n\x0c\x43loseSession\x12).acpgate.lifecycle.v1.CloseSessionRequest\x1a*.acpgate.lifecycle.v1.CloseSessionResponse\x12\x62\n\x0bReapOrphans\x12(.acpgate.lifecycle.v1.ReapOrphansRequest\x1a).acpgate.lifecycle.v1.ReapOrphansResponse\x12_\n\nListLeases\x12\'.acpgate.lifecycle.v1.ListLeasesRequest\x1a(.acpgate.lifecycle.v1.ListLeasesResponse\x12n\n\x0fVerifyOwnedTree\x12,.acpgate.lifecycle.v1.VerifyOwnedTreeRequest\x1a-.acpgate.lifecycle.v1.VerifyOwnedTreeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$acpgate/lifecycle/v1/lifecycle.proto\x12\x14\x61\x63pgate.lifecycle.v1\x1a\x1e\x61\x63pgate/launch/v1/launch.proto\"\x14\n\x12GetInstanceRequest\"\x86\x01\n\x08Instance\x12\x1b\n\x13gateway_instance_id\x18\x01 \x01(\t\x12\x11\n\tstate_dir\x18\x02 \x01(\t\x12\x14\n\x0cwrapper_root\x18\x03 \x01(\t\x12\x12\n\nstarted_at\x18\x04 \x01(\x03\x12\x0c\n\x04slot\x18\x05 \x01(\x05\x12\x12\n\ninstall_id\x18\x06 \x01(\t\"\xa8\x03\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x1b\n\x13gateway_instance_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_key\x18\x03 \x01(\t\x12\x14\n\x0cwrapper_root\x18\x04 \x01(\t\x12\x14\n\x0cwrapper_path\x18\x05 \x01(\t\x12\x10\n\x08root_pid\x18\x06 \x01(\x05\x12\x1d\n\x10process_group_id\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x63ommand_hash\x18\x08 \x01(\t\x12\x12\n\nstarted_at\x18\t \x01(\x03\x12/\n\x05state\x18\n \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x17\n\x0froot_start_time\x18\x0b \x01(\x03\x12\x13\n\x0b\x61\x64\x61pter_pid\x18\x0c \x01(\x05\x12\x10\n\x08\x65nded_at\x18\r \x01(\x03\x12\x16\n\texit_code\x18\x0e \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0b\x65xit_signal\x18\x0f \x01(\x05H\x02\x88\x01\x01\x42\x13\n\x11_process_group_idB\x0c\n\n_exit_codeB\x0e\n\x0c_exit_signal\"\xb5\x01\n\x14\x45nsureSessionRequest\x12\x13\n\x0bsession_key\x18\x01 \x01(\t\x12/\n\x06launch\x18\x08 \x01(\x0b\x32\x1f.acpgate.launch.v1.SealedLaunch\x12\x0b\n\x03\x63wd\x18\x05 \x01(\t\x12\x11\n\twarm_pool\x18\x06 \x01(\t\x12\x11\n\twarm_only\x18\x07 \x01(\x08J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07\x63ommandR\x04\x61rgsR\x03\x65nv\"b\n\x15\x45nsureSessionResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\x12\x0f\n\x07spawned\x18\x02 \x01(\x08\x12\x0c\n\x04warm\x18\x03 \x01(\x08\"\xa7\x01\n\x0fKeepWarmRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12/\n\x06launch\x18\x08 \x01(\x0b\x32\x1f.acpgate.launch.v1.SealedLaunch\x12\x0b\n\x03\x63wd\x18\x05 \x01(\t\x12\x13\n\x0bwatch_paths\x18\x06 \x03(\t\x12\r\n\x05\x63ount\x18\x07 \x01(\x05J\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x07\x63ommandR\x04\x61rgsR\x03\x65nv\"!\n\x10KeepWarmResponse\x12\r\n\x05ready\x18\x01 \x01(\x05\"\x97\x01\n\nAttachOpen\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12:\n\x06\x65nsure\x18\x02 \x01(\x0b\x32*.acpgate.lifecycle.v1.EnsureSessionRequest\x12\x0f\n\x07\x66\x64_pass\x18n \x01(\x08\x12\x14\n\x0cresume_pipes\x18o \x01(\x08\x12\x14\n\x0ckeep_on_loss\x18p \x01(\x08\"/\n\x07\x46\x64Grant\x12\x10\n\x08grant_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"\x16\n\x05Lines\x12\r\n\x05lines\x18\x01 \x03(\t\"\xa3\x01\n\rAttachRequest\x12\x30\n\x04open\x18\x01 \x01(\x0b\x32 .acpgate.lifecycle.v1.AttachOpenH\x00\x12,\n\x05stdin\x18\x02 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LinesH\x00\x12\x15\n\x0b\x63lose_stdin\x18\x03 \x01(\x08H\x00\x12\x14\n\nuse_stream\x18n \x01(\x08H\x00\x42\x05\n\x03msg\"E\n\x0b\x41\x64\x61pterExit\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x13\n\x0bstderr_tail\x18\x03 \x01(\t\",\n\x0cLinesTooLong\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x03\"\xd3\x02\n\x0e\x41ttachResponse\x12/\n\x08\x61ttached\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LeaseH\x00\x12-\n\x06stdout\x18\x02 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.LinesH\x00\x12\x31\n\x04\x65xit\x18\x03 \x01(\x0b\x32!.acpgate.lifecycle.v1.AdapterExitH\x00\x12>\n\x07\x65nsured\x18\x04 \x01(\x0b\x32+.acpgate.lifecycle.v1.EnsureSessionResponseH\x00\x12\x36\n\x08too_long\x18( \x01(\x0b\x32\".acpgate.lifecycle.v1.LinesTooLongH\x00\x12/\n\x08\x66\x64_grant\x18n \x01(\x0b\x32\x1d.acpgate.lifecycle.v1.FdGrantB\x05\n\x03msg\"L\n\x13\x43loseSessionRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x8e\x01\n\x14\x43loseSessionResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\x12\x17\n\x0fterminated_pids\x18\x02 \x03(\x05\x12\x16\n\x0esurviving_pids\x18\x03 \x03(\x05\x12\x19\n\x11unverified_reason\x18\x04 \x01(\t\"\x14\n\x12ReapOrphansRequest\"\x9b\x01\n\nReapResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\x05state\x18\x02 \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x17\n\x0fterminated_pids\x18\x03 \x03(\x05\x12\x16\n\x0esurviving_pids\x18\x04 \x03(\x05\x12\x19\n\x11unverified_reason\x18\x05 \x01(\t\"H\n\x13ReapOrphansResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .acpgate.lifecycle.v1.ReapResult\"Y\n\x11ListLeasesRequest\x12/\n\x05state\x18\x01 \x01(\x0e\x32 .acpgate.lifecycle.v1.LeaseState\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\"A\n\x12ListLeasesResponse\x12+\n\x06leases\x18\x01 \x03(\x0b\x32\x1b.acpgate.lifecycle.v1.Lease\">\n\x16VerifyOwnedTreeRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x12\n\nwith_usage\x18Z \x01(\x08\"\x93\x01\n\x0cOwnedProcess\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0c\n\x04ppid\x18\x02 \x01(\x05\x12\x0c\n\x04pgid\x18\x03 \x01(\x05\x12\x12\n\nstart_time\x18\x04 \x01(\x03\x12\x0f\n\x07\x63mdline\x18\x05 \x03(\t\x12\r\n\x05\x64\x65pth\x18\x06 \x01(\x05\x12\x11\n\trss_bytes\x18Z \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18[ \x01(\x01\"\x85\x01\n\x17VerifyOwnedTreeResponse\x12\x10\n\x08verified\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\troot_gone\x18\x03 \x01(\x08\x12\x35\n\tprocesses\x18\x04 \x03(\x0b\x32\".acpgate.lifecycle.v1.OwnedProcess*\x9c\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10LEASE_STATE_OPEN\x10\x01\x12\x17\n\x13LEASE_STATE_CLOSING\x10\x02\x12\x16\n\x12LEASE_STATE_CLOSED\x10\x03\x12\x14\n\x10LEASE_STATE_LOST\x10\x04\x12\x14\n\x10LEASE_STATE_WARM\x10\x05\x32\xa5\x06\n\x10LifecycleService\x12W\n\x0bGetInstance\x12(.acpgate.lifecycle.v1.GetInstanceRequest\x1a\x1e.acpgate.lifecycle.v1.Instance\x12h\n\rEnsureSession\x12*.acpgate.lifecycle.v1.EnsureSessionRequest\x1a+.acpgate.lifecycle.v1.EnsureSessionResponse\x12W\n\x06\x41ttach\x12#.acpgate.lifecycle.v1.AttachRequest\x1a$.acpgate.lifecycle.v1.AttachResponse(\x01\x30\x01\x12Y\n\x08KeepWarm\x12%.acpgate.lifecycle.v1.KeepWarmRequest\x1a&.acpgate.lifecycle.v1.KeepWarmResponse\x12\x65\n\x0c\x43loseSession\x12).acpgate.lifecycle.v1.CloseSessionRequest\x1a*.acpgate.lifecycle.v1.CloseSessionResponse\x12\x62\n\x0bReapOrphans\x12(.acpgate.lifecycle.v1.ReapOrphansRequest\x1a).acpgate.lifecycle.v1.ReapOrphansResponse\x12_\n\nListLeases\x12\'.acpgate.lifecycle.v1.ListLeasesRequest\x1a(.acpgate.lifecycle.v1.ListLeasesResponse\x12n\n\x0fVerifyOwnedTree\x12,.acpgate.lifecycle.v1.VerifyOwnedTreeRequest\x1a-.acpgate.lifecycle.v1.VerifyOwnedTreeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'acpgate.lifecycle.v1.lifecycle_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEASESTATE']._serialized_start=2985
-  _globals['_LEASESTATE']._serialized_end=3141
+  _globals['_LEASESTATE']._serialized_start=3007
+  _globals['_LEASESTATE']._serialized_end=3163
   _globals['_GETINSTANCEREQUEST']._serialized_start=94
   _globals['_GETINSTANCEREQUEST']._serialized_end=114
   _globals['_INSTANCE']._serialized_start=117
@@ -49,39 +49,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KEEPWARMRESPONSE']._serialized_start=1134
   _globals['_KEEPWARMRESPONSE']._serialized_end=1167
   _globals['_ATTACHOPEN']._serialized_start=1170
-  _globals['_ATTACHOPEN']._serialized_end=1299
-  _globals['_FDGRANT']._serialized_start=1301
-  _globals['_FDGRANT']._serialized_end=1348
-  _globals['_LINES']._serialized_start=1350
-  _globals['_LINES']._serialized_end=1372
-  _globals['_ATTACHREQUEST']._serialized_start=1375
-  _globals['_ATTACHREQUEST']._serialized_end=1538
-  _globals['_ADAPTEREXIT']._serialized_start=1540
-  _globals['_ADAPTEREXIT']._serialized_end=1609
-  _globals['_LINESTOOLONG']._serialized_start=1611
-  _globals['_LINESTOOLONG']._serialized_end=1655
-  _globals['_ATTACHRESPONSE']._serialized_start=1658
-  _globals['_ATTACHRESPONSE']._serialized_end=1997
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1999
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=2075
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=2078
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=2220
-  _globals['_REAPORPHANSREQUEST']._serialized_start=2222
-  _globals['_REAPORPHANSREQUEST']._serialized_end=2242
-  _globals['_REAPRESULT']._serialized_start=2245
-  _globals['_REAPRESULT']._serialized_end=2400
-  _globals['_REAPORPHANSRESPONSE']._serialized_start=2402
-  _globals['_REAPORPHANSRESPONSE']._serialized_end=2474
-  _globals['_LISTLEASESREQUEST']._serialized_start=2476
-  _globals['_LISTLEASESREQUEST']._serialized_end=2565
-  _globals['_LISTLEASESRESPONSE']._serialized_start=2567
-  _globals['_LISTLEASESRESPONSE']._serialized_end=2632
-  _globals['_VERIFYOWNEDTREEREQUEST']._serialized_start=2634
-  _globals['_VERIFYOWNEDTREEREQUEST']._serialized_end=2696
-  _globals['_OWNEDPROCESS']._serialized_start=2699
-  _globals['_OWNEDPROCESS']._serialized_end=2846
-  _globals['_VERIFYOWNEDTREERESPONSE']._serialized_start=2849
-  _globals['_VERIFYOWNEDTREERESPONSE']._serialized_end=2982
-  _globals['_LIFECYCLESERVICE']._serialized_start=3144
-  _globals['_LIFECYCLESERVICE']._serialized_end=3949
+  _globals['_ATTACHOPEN']._serialized_end=1321
+  _globals['_FDGRANT']._serialized_start=1323
+  _globals['_FDGRANT']._serialized_end=1370
+  _globals['_LINES']._serialized_start=1372
+  _globals['_LINES']._serialized_end=1394
+  _globals['_ATTACHREQUEST']._serialized_start=1397
+  _globals['_ATTACHREQUEST']._serialized_end=1560
+  _globals['_ADAPTEREXIT']._serialized_start=1562
+  _globals['_ADAPTEREXIT']._serialized_end=1631
+  _globals['_LINESTOOLONG']._serialized_start=1633
+  _globals['_LINESTOOLONG']._serialized_end=1677
+  _globals['_ATTACHRESPONSE']._serialized_start=1680
+  _globals['_ATTACHRESPONSE']._serialized_end=2019
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=2021
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=2097
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=2100
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=2242
+  _globals['_REAPORPHANSREQUEST']._serialized_start=2244
+  _globals['_REAPORPHANSREQUEST']._serialized_end=2264
+  _globals['_REAPRESULT']._serialized_start=2267
+  _globals['_REAPRESULT']._serialized_end=2422
+  _globals['_REAPORPHANSRESPONSE']._serialized_start=2424
+  _globals['_REAPORPHANSRESPONSE']._serialized_end=2496
+  _globals['_LISTLEASESREQUEST']._serialized_start=2498
+  _globals['_LISTLEASESREQUEST']._serialized_end=2587
+  _globals['_LISTLEASESRESPONSE']._serialized_start=2589
+  _globals['_LISTLEASESRESPONSE']._serialized_end=2654
+  _globals['_VERIFYOWNEDTREEREQUEST']._serialized_start=2656
+  _globals['_VERIFYOWNEDTREEREQUEST']._serialized_end=2718
+  _globals['_OWNEDPROCESS']._serialized_start=2721
+  _globals['_OWNEDPROCESS']._serialized_end=2868
+  _globals['_VERIFYOWNEDTREERESPONSE']._serialized_start=2871
+  _globals['_VERIFYOWNEDTREERESPONSE']._serialized_end=3004
+  _globals['_LIFECYCLESERVICE']._serialized_start=3166
+  _globals['_LIFECYCLESERVICE']._serialized_end=3971
 # @@protoc_insertion_point(module_scope)

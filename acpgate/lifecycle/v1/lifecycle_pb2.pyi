@@ -353,6 +353,7 @@ class AttachOpen(_message.Message):
     ENSURE_FIELD_NUMBER: _builtins.int
     FD_PASS_FIELD_NUMBER: _builtins.int
     RESUME_PIPES_FIELD_NUMBER: _builtins.int
+    KEEP_ON_LOSS_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """The lease to attach to."""
     fd_pass: _builtins.bool
@@ -371,6 +372,15 @@ class AttachOpen(_message.Message):
     which broke: the lifecycle service restarted and re-adopted the wrapper). The
     stream then carries only the exit and close_stdin, as after a redeemed grant,
     and the service does not read stdout meanwhile.
+    """
+    keep_on_loss: _builtins.bool
+    """The caller's session outlives the caller's process (a gateway edge worker,
+    which `serve` restarts): when this stream ends although the lease was not
+    closed (the caller died, or its connection to this service broke), the
+    lease stays open, its adapter running and its pipes held here, for up to
+    30 s, waiting for a new attacher on the lease (open{lease_id}); nobody
+    attaching by then, it is closed (reason "detached") as without this flag.
+    A caller that lets its lease go closes it (CloseSession) as always.
     """
     @_builtins.property
     def ensure(self) -> Global___EnsureSessionRequest:
@@ -398,10 +408,11 @@ class AttachOpen(_message.Message):
         ensure: Global___EnsureSessionRequest | None = ...,
         fd_pass: _builtins.bool = ...,
         resume_pipes: _builtins.bool = ...,
+        keep_on_loss: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "fd_pass", b"fd_pass", "lease_id", b"lease_id", "resume_pipes", b"resume_pipes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ensure", b"ensure", "fd_pass", b"fd_pass", "keep_on_loss", b"keep_on_loss", "lease_id", b"lease_id", "resume_pipes", b"resume_pipes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,9 +21,10 @@ from services.common.jsonrpc.wire import JsonRpcError, JsonRpcId
 IdSource = Callable[[], JsonRpcId]
 
 
-def integer_ids() -> IdSource:
-    """0, 1, 2, … (the built-in agent's ids, and the edge's toward adapters)."""
-    return itertools.count().__next__
+def integer_ids(start: int = 0) -> IdSource:
+    """``start``, ``start`` + 1, … (0 by default: the built-in agent's ids, and the edge's
+    toward adapters)."""
+    return itertools.count(start).__next__
 
 
 def prefixed_ids(prefix: str) -> IdSource:

@@ -127,6 +127,9 @@ class JsonRpcPeer:
         #: sends them in order: a burst of withdrawals is one waiting send, not one each).
         self._withdrawals: deque[JsonRpcId] = deque()
         self._withdrawing: asyncio.Task[None] | None = None
+        #: Given each answer to an id this peer never asked (or gave up on), when set: an
+        #: answer to what a predecessor of this connection asked (a re-adopted adapter).
+        self.unmatched: Callable[[dict[str, Any]], None] | None = None
 
     # ------------------------------------------------------------------ inbound
 
@@ -205,6 +208,9 @@ class JsonRpcPeer:
                 self._start(self._serve(None, frame.method, frame.params, True))
         elif kind is FrameKind.RESPONSE:
             if not self.pending.settle(frame.message):
+                if self.unmatched is not None and isinstance(frame.message, dict):
+                    self.unmatched(frame.message)
+                    return
                 log.debug("response_for_unknown_id_dropped", peer=self._label)
         elif kind is FrameKind.ERROR:
             if frame.id is None and not self._answer_unidentified:

@@ -83,8 +83,9 @@ class AdapterLink:
         self,
         stub: lifecycle_pb2_grpc.LifecycleServiceStub,
         attach: lifecycle_pb2.AttachOpen,
-        *, foreign: bool = True, protocol: int = 1,
+        *, foreign: bool = True, protocol: int = 1, first_id: int = 0,
     ) -> None:
+        """``first_id``: its first request id (a re-adopted adapter's is above its last's)."""
         self._stub = stub
         #: An external agent's: acpgate's ``_meta`` namespace is taken out of what it sends
         #: (:mod:`services.edge.adapter.agent_meta`); False for the built-in agent only.
@@ -100,7 +101,7 @@ class AdapterLink:
         self._peer: AdapterPeer | None = None
         self._bound = asyncio.Event()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(),
+        self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(first_id),
                                 notifications=self._notifications,
                                 answer_unidentified=False, label=f"adapter:{self._label}")
         self._call: Any = None
@@ -121,6 +122,11 @@ class AdapterLink:
         self._pipe_reader: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
+
+    def on_unmatched(self, handler: Callable[[dict[str, Any]], None]) -> None:
+        """Give ``handler`` every answer to an id this link never asked: what the adapter
+        answers a dead predecessor's request (a turn's ``session/prompt``)."""
+        self._rpc.unmatched = handler
 
     def bind(self, peer: AdapterPeer) -> None:
         """Serve ``peer`` (the adapter's lines wait for it; bind before any request)."""

@@ -181,12 +181,15 @@ class EventLog:
 
     # ------------------------------------------------------------------ sending
 
-    async def begin(self, instance_id: str) -> None:
+    async def begin(self, instance_id: str, *, interrupt: bool = True) -> None:
         """Start sending batches, after the turns this instance's dead predecessor left
-        running are marked interrupted (a store that cannot say is logged, not fatal)."""
+        running are marked interrupted (a store that cannot say is logged, not fatal) —
+        unless ``interrupt`` is False: its sessions were re-adopted, their turns run on."""
         try:
-            await self._stub.InterruptTurns(
-                session_pb2.InterruptTurnsRequest(instance_id=instance_id), timeout=CALL_SECS)
+            if interrupt:
+                await self._stub.InterruptTurns(
+                    session_pb2.InterruptTurnsRequest(instance_id=instance_id),
+                    timeout=CALL_SECS)
         except grpc.aio.AioRpcError as exc:
             log.warning("interrupt_turns_failed", code=exc.code().name)
         if self._task is None:

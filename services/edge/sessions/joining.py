@@ -39,7 +39,8 @@ from services.common.attach_protocol import (
 from services.common.logs import get_logger
 from services.edge.sessions.attachment import DetachedPort, attach, changed, detach, promote
 from services.edge.sessions.clients import AttachedConnection, Attachment, conn_of
-from services.edge.sessions.feed import Event
+from services.edge.sessions.feed import Event, event_id_of
+from services.edge.sessions.log_replay import replay_log
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
@@ -64,6 +65,20 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     events: list[Event] = []
     if policy == HISTORY_AFTER_MESSAGE:
         found = feed.after_point(after)
+        point = event_id_of(after)
+        if found is None and point is not None and point < feed.first_id and not feed.evicted:
+            # Before this process served the session (it re-adopted it): the log, then the
+            # whole ring (services.edge.sessions.readopt).
+            events, snapshot = feed.held(), feed.last_id
+            _enter(session, att)
+            await replay_log(conn.send_many, session, after=point, before=feed.first_id,
+                             with_history=False)
+            if events:
+                await conn.send_many([e.line for e in events])
+            att.delivered = max(att.delivered, snapshot)
+            att.start()
+            changed(session)
+            return applied
         if found is None:
             applied = fallback
             log.info("replay_fallback", session_id=session.session_id, to=fallback)

@@ -37,7 +37,7 @@ from services.common.logs import get_logger
 from services.common.principals import token_id_of
 from services.edge.adapter.fds import FdDialer, LifecycleStub
 from services.edge.metrics import Metrics
-from services.edge.sessions import detached
+from services.edge.sessions import detached, readopt
 from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.event_log import EventLog
@@ -156,7 +156,11 @@ class EdgeRuntime:
             self.registry.on_change = self.workers.changed
             self._reports = asyncio.create_task(self.workers.run(), name="edge-worker-reports")
         self.claims.configure(self.gateway_instance_id, status.claim_ttl_ms)
-        await self.event_log.begin(self.gateway_instance_id)  # a dead predecessor's turns
+        # A dead predecessor's sessions are taken up (their turns run on), the rest of its
+        # running turns marked interrupted.
+        adopted, given_up = await readopt.readopt(self)
+        await readopt.give_up(self, given_up)
+        await self.event_log.begin(self.gateway_instance_id, interrupt=not adopted)
         self._reaper = asyncio.create_task(self._reap_idle(), name="edge-idle-reaper")
         # In the background: the pools fill while the first client connects.
         self.spawn(self.warm.declare_all())

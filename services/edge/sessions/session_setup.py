@@ -154,8 +154,9 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
             # A held adapter got the connection's calls already; a warm one none yet.
             return await _bring_up(conn, session, agent, policy, early.link, early.answer,
                                    replay=not getattr(early, "replayed", False))
-    attach = lifecycle_pb2.AttachOpen(
-        ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir))
+    attach = lifecycle_pb2.AttachOpen(  # kept for a restarted edge (services.lifecycle.kept)
+        ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir),
+        keep_on_loss=True)
     return await _bring_up(conn, session, agent, policy,
                            AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent),
                                        protocol=agent.protocol))

@@ -1,0 +1,149 @@
+"""A turn a dead edge left running, carried on by the edge that re-adopted its session.
+
+The ``session/prompt`` request went to the adapter from the dead process, and its
+answer can no longer reach the client that asked (that connection is gone). The turn
+itself goes on: :func:`resume` takes it up from the event log — its id (the prompt's
+event id), its prompt and what it streamed so far (so the stored turn is whole) — and
+waits for the adapter's answer to that request, which arrives on the new link as an
+answer to an id it never asked (``AdapterLink.on_unmatched``). The answer ends the turn
+as a turn ends here: stored (fenced by the new claim), its end state logged, and every
+client told with a ``turn_complete`` update — a numbered, logged event that a client
+attaching later replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
+
+import grpc
+import orjson
+
+from acpgate.session.v1 import session_pb2
+from services.common.jsonrpc import JsonRpcError
+from services.common.logs import get_logger
+from services.common.protocol import STOP_CANCELLED
+from services.edge.adapter.requests import read_prompt_result
+from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.turn import TurnAccumulator
+from services.edge.sessions.turn_store import store_turn
+
+if TYPE_CHECKING:
+    from services.edge.sessions.session import EdgeSession, TurnState
+
+__all__ = ["resume"]
+
+log = get_logger("edge.adopted_turn")
+
+_KIND_PROMPT: Final = "prompt"
+_KIND_UPDATE: Final = "update"
+_COMPLETED: Final = "completed"
+_FAILED: Final = "failed"
+#: How long the turn waits for the adapter's answer (a dead adapter ends the session first).
+_ANSWER_WAIT_SECS: Final = 24 * 3600.0
+
+
+async def resume(session: EdgeSession) -> None:
+    """Take up the turn the log shows running for ``session`` (module doc); nothing when
+    the log shows none."""
+    turn_id, text, updates = await _running_turn(session)
+    if not turn_id:
+        return
+    from services.edge.sessions.session import TurnState  # the session module imports this
+
+    turn = TurnState(turn_id=turn_id)
+    turn.acc = TurnAccumulator(user_text=text)
+    turn.acc.add_many(updates)
+    session.turn = turn
+    session.feed.turn_started()
+    rt = session.runtime
+    rt.event_log.running.setdefault(session.session_id, set()).add(turn_id)
+    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    def answered(message: dict[str, Any]) -> None:
+        result = message.get("result")
+        if not answer.done() and (isinstance(result, dict) or "error" in message):
+            answer.set_result(message)
+
+    assert session.adapter is not None
+    session.adapter.link.on_unmatched(answered)
+    rt.spawn(_finish(session, turn, answer))
+    log.info("adopted_turn_running", session_id=session.session_id, turn_id=turn_id,
+             logged_updates=len(updates))
+
+
+async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, Any]]]:
+    """The last turn of the log: its id, its prompt's text and its updates (0: none)."""
+    stream = session.runtime.session_stub.ReadEvents(
+        session_pb2.ReadEventsRequest(session_id=session.session_id))
+    turn_id, text = 0, ""
+    updates: list[dict[str, Any]] = []
+    try:
+        async for page in stream:
+            for event in page.events:
+                if event.kind == _KIND_PROMPT:
+                    turn_id, text, updates = event.turn_id, _text_of(_update_of(event.payload)), []
+                elif event.kind == _KIND_UPDATE and turn_id and event.turn_id == turn_id:
+                    update = _update_of(event.payload)
+                    if isinstance(update, dict):
+                        updates.append(update)
+    except grpc.aio.AioRpcError as exc:
+        log.warning("adopted_turn_unread", session_id=session.session_id, code=exc.code().name)
+    finally:
+        stream.cancel()
+    return turn_id, text, updates
+
+
+def _update_of(payload: bytes) -> Any:
+    """The ``update`` of a logged ``session/update`` line (None when it is not one)."""
+    with contextlib.suppress(ValueError):
+        params = orjson.loads(payload).get("params")
+        if isinstance(params, dict):
+            return params.get("update")
+    return None
+
+
+def _text_of(update: Any) -> str:
+    """A logged prompt's text (its ``user_message_chunk``)."""
+    content = update.get("content") if isinstance(update, dict) else None
+    text = content.get("text") if isinstance(content, dict) else None
+    return text if isinstance(text, str) else ""
+
+
+async def _finish(session: EdgeSession, turn: TurnState,
+                  answer: asyncio.Future[dict[str, Any]]) -> None:
+    """End ``turn`` with the adapter's answer (module doc); a session released first
+    (its adapter died, its grace ended) ends it failed."""
+    assert session.adapter is not None and turn.acc is not None
+    exited: asyncio.Future[Any] = asyncio.ensure_future(
+        session.adapter.link.exited(_ANSWER_WAIT_SECS))
+    either: set[asyncio.Future[Any]] = {answer, exited}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        exited.cancel()
+    stop = ""
+    raw: Any = {}
+    if answer.done() and not session.released:
+        raw = answer.result().get("result")
+        if isinstance(raw, dict):
+            stop = read_prompt_result(raw).stop_reason
+    try:
+        if stop and (stop != STOP_CANCELLED or turn.keep):
+            if stop == STOP_CANCELLED:
+                turn.acc.mark(STOP_CANCELLED)
+            async with session.storing:
+                await store_turn(session, turn.acc, read_prompt_result(raw), raw)
+                session.feed.turn_stored()
+        turn.end_state = (STOP_CANCELLED if stop == STOP_CANCELLED
+                          else _COMPLETED if stop else _FAILED)
+        if stop:
+            await report_turn_end(session, None, turn_complete(stop, raw))
+    except JsonRpcError as exc:
+        log.warning("adopted_turn_not_stored", session_id=session.session_id, why=exc.message)
+        turn.end_state = _FAILED
+    finally:
+        session.release_turn(turn)
+        log.info("adopted_turn_ended", session_id=session.session_id, stop_reason=stop or None,
+                 state=turn.end_state)

@@ -1,0 +1,146 @@
+"""A ``kill -9`` of one edge worker under streaming sessions loses no turn and no chunk.
+
+A real ``acpgate serve`` with two edge workers, a streaming external agent and
+WebSocket clients on worker 2: while every turn streams, worker 2 is killed. Its
+sessions' leases stay open (the lifecycle service keeps them and their pipes), serve
+restarts the worker, and the new worker re-adopts the sessions, detached. Each client
+reconnects with ``?worker=2`` and attaches after the last event id it saw: every chunk
+arrives exactly once, the turn completes (``turn_complete``), no agent's PID changed,
+and after serve stops no agent is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.chaos.lifecycle_kill import alive
+from tests.gateway.stack import RawClient
+from tests.gateway.workers_serve import (
+    Served,
+    client_on,
+    dial,
+    kill_worker,
+    serve_workers,
+    until,
+    worker_pid,
+)
+from tests.security.procs import eventually
+from tests.security.scripted_agent import agent_section
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+SESSIONS = 3
+CHUNKS = 60
+WAIT = 60.0
+
+
+class Stream:
+    """What one client saw of its session: the chunks and the newest event id."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.chunks: list[str] = []
+        self.last_event = 0
+        self.completed: dict[str, Any] | None = None
+
+    def see(self, msg: dict[str, Any]) -> None:
+        if msg.get("method") != "session/update":
+            return
+        update = msg["params"]["update"]
+        event = update.get("_meta", {}).get("acpgate", {}).get("eventId")
+        if isinstance(event, int):
+            self.last_event = max(self.last_event, event)
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            self.chunks.append(update["content"]["text"])
+        elif kind == "turn_complete":
+            self.completed = update
+
+
+def agent_pids(served: Served) -> dict[str, int]:
+    """Lease id → adapter PID of every open lease."""
+    db = sqlite3.connect(served.cfg.data_dir / "lifecycle" / "leases.db")
+    try:
+        rows = db.execute("SELECT lease_id, adapter_pid FROM leases WHERE state = 'open'").fetchall()
+    finally:
+        db.close()
+    return {lease: pid for lease, pid in rows if alive([pid])}
+
+
+async def read_until(client: RawClient, stream: Stream, enough: int) -> None:
+    """Read ``client``'s messages until ``stream`` holds ``enough`` chunks."""
+    while len(stream.chunks) < enough:
+        stream.see(json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)))
+
+
+async def drain_until_closed(client: RawClient, stream: Stream) -> None:
+    """Read what the killed worker still sent, until the connection is gone."""
+    with contextlib.suppress(ConnectionClosed, TimeoutError):
+        while True:
+            stream.see(json.loads(await asyncio.wait_for(client.ws.recv(), WAIT)))
+
+
+async def reattach(served: Served, stream: Stream) -> RawClient:
+    """Reconnect to worker 2 and attach after the last event id seen; read until the turn
+    completes."""
+    client = RawClient(await dial(served, query="worker=2"))
+    await client.result("initialize", {"protocolVersion": 1})
+    req = await client.send("session/attach", {
+        "sessionId": stream.session_id, "role": "controller",
+        "historyPolicy": "after_message", "afterMessageId": stream.last_event})
+    while stream.completed is None:
+        msg = json.loads(await asyncio.wait_for(client.ws.recv(), WAIT))
+        if msg.get("id") == req and "method" not in msg:
+            assert "result" in msg, msg
+            assert msg["result"]["historyPolicy"] == "after_message", msg
+            continue
+        stream.see(msg)
+    return client
+
+
+async def test_kill9_of_an_edge_worker_loses_no_turn_and_no_chunk(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
+                             extra=agent_section("scripted")) as served:
+        started: list[tuple[RawClient, Stream]] = []
+        for _ in range(SESSIONS):
+            client = await client_on(served, 2)
+            assert client is not None
+            sid = (await client.result("session/new", {"cwd": str(work),
+                                                       "agentAlias": "scripted"}))["sessionId"]
+            await client.send("session/prompt", {"sessionId": sid, "prompt": f"stream {CHUNKS}"})
+            started.append((client, Stream(sid)))
+        await asyncio.gather(*(read_until(c, s, 5) for c, s in started))
+        before = agent_pids(served)
+        assert len(before) == SESSIONS
+        old = kill_worker(served, 2)
+        await asyncio.gather(*(drain_until_closed(c, s) for c, s in started))
+        assert all(len(s.chunks) < CHUNKS for _, s in started), "the kill came mid-turn"
+
+        async def restarted() -> bool:
+            with contextlib.suppress(KeyError):
+                return worker_pid(served, 2) != old and (await served.health_status())[0] == 200
+            return False
+        await until(restarted, "worker 2 serving again", tries=1200)
+        streams = [s for _, s in started]
+        clients = await asyncio.gather(*(reattach(served, s) for s in streams))
+        for stream in streams:
+            assert stream.chunks == [f"chunk {i} " for i in range(CHUNKS)], stream.session_id
+            assert stream.completed is not None
+            assert stream.completed.get("stopReason") == "end_turn"
+        assert agent_pids(served) == before, "no agent died or was replaced"
+        assert any(e.get("event") == "sessions_readopted" and e.get("adopted") == SESSIONS
+                   for e in served.events())
+        for client in clients:
+            await client.ws.close()
+        pids = list(before.values())
+    await eventually(lambda: not alive(pids), WAIT, "every agent to be gone")

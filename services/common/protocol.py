@@ -399,7 +399,7 @@ WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
 #: ACP extension methods a client (the web console's host page) calls on ``/acp``: what
 #: ``acpgate ps`` shows, and a live session cancelled or closed. Answered only for a token
 #: holding the ``host`` grant (``acpgate token create --admin``) or the local operator
-#: (``services.edge.dialect.host``).
+#: (``services.edge.dialect.host_view``).
 M_HOST_PS: Final = "_acpgate/host/ps"
 M_HOST_CANCEL: Final = "_acpgate/host/cancel"
 M_HOST_CLOSE: Final = "_acpgate/host/close"

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PROTOS := protos/acpgate/launch/v1/launch.proto protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
-.PHONY: install proto proto-check acp-schema run test test-fast lint bench clean
+.PHONY: install proto proto-check acp-schema config-docs run test test-fast lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ proto-check: $(PY)
 # Regenerate the committed ACP models (services/common/acp/schema.py) from protos/acp/.
 acp-schema: $(PY)
 	$(PY) tools/gen_acp_schema.py
+
+# Regenerate the configuration reference (docs/configuration.md) from the config schema.
+config-docs: $(PY)
+	$(PY) tools/gen_config_docs.py
 
 # Silent (@): stdout is the ACP protocol, nothing may come before the first frame.
 run: $(PY)

@@ -20,8 +20,6 @@ Blocking (file locks, a bounded wait): run off the event loop.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import time
 from dataclasses import dataclass, field
@@ -31,8 +29,9 @@ from typing import IO
 import psutil
 
 from services.common.in_use import AddressInUse
+from services.common.lock_files import open_lock_file, try_lock
 from services.common.logs import get_logger
-from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
+from services.common.private_files import private_dir
 
 __all__ = ["SERVE_LOCK_NAME", "ServeLock", "take_serve_lock"]
 
@@ -65,16 +64,6 @@ class ServeLock:
             file.close()
 
 
-def _lock(file: IO[bytes]) -> bool:
-    try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return False
-        raise
-    return True
-
-
 def _holder(file: IO[bytes], path: Path) -> tuple[int, str]:
     """(PID, port) written by the holder; PID 0 when unreadable or no longer running.
 
@@ -99,13 +88,11 @@ def take_serve_lock(data_dir: Path, port: int,
     the serve that runs there. A lock held with no serve running (its children still
     stopping) is waited for, at most ``wait_secs``."""
     path = private_dir(data_dir / "run") / SERVE_LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    tighten(path, PRIVATE_FILE_MODE)  # one an earlier run or a umask left readable
-    file = os.fdopen(fd, "r+b", buffering=0)
+    file = open_lock_file(path)
     try:
         deadline = time.monotonic() + wait_secs
         waiting = False
-        while not _lock(file):
+        while not try_lock(file):
             pid, held_port = _holder(file, path)
             if pid:
                 raise AddressInUse(f"acpgate serve is already running on {data_dir} "

@@ -34,7 +34,7 @@ from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import M_SESSION_CLOSE, M_SESSION_LOAD
 from services.session.server import store_target
-from services.session.store import HistoryEntry, SessionStore, open_store
+from services.session.store import HistoryEntry, NewSession, SessionStore, open_store
 
 ITEMS_PER_TURN = 20
 USER_TEXT = "please summarise the build log and list the failing tests " * 2
@@ -48,7 +48,7 @@ def _turn_items(n: int) -> list[HistoryEntry]:
 
 async def seed_history(store: SessionStore, session_id: str, workspace: Path, items: int) -> None:
     """A stored session of ``items`` alternating user / assistant messages."""
-    await store.create_session(session_id, ALIAS, str(workspace), state="inactive")
+    await store.create_session(NewSession(session_id, ALIAS, str(workspace), state="inactive"))
     left = items
     while left > 0:
         n = min(ITEMS_PER_TURN, left)
@@ -181,7 +181,7 @@ async def _direct_appends(st: Stage, turns: int) -> list[float]:
     store = await open_store(store_target(cfg) if cfg.store.url else st.root / "direct" / "s.db")
     try:
         sid = str(uuid.uuid4())
-        await store.create_session(sid, ALIAS, str(st.workspace))
+        await store.create_session(NewSession(sid, ALIAS, str(st.workspace)))
         items = _turn_items(2)
         for _ in range(min(20, turns)):
             await store.append_turn(sid, items)

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from services.common.host_view import M_HOST_CANCEL, M_HOST_CLOSE, M_HOST_PS
-from services.common.protocol import M_SESSION_FORK, M_SESSION_LIST
+from services.common.protocol import (
+                                   M_HOST_CANCEL,
+                                   M_HOST_CLOSE,
+                                   M_HOST_PS,
+                                   M_SESSION_FORK,
+                                   M_SESSION_LIST,
+)
 
 #: acpgate: an observer attachment named its session in a method other than
 #: :data:`OBSERVER_METHODS` (observers watch only).

@@ -5,7 +5,8 @@ lifecycle service's fd socket (an adapter's pipes to the edge, issue 28) and an 
 worker's hand-over socket (a client connection to the worker it belongs to). Their
 wire formats differ (:mod:`services.common.fd_channel`,
 ``services.edge.transport.handoff.wire``); binding the socket owner-only, accepting
-on it and receiving a message with its descriptors are the same, and live here.
+on it until closed (:class:`FdSocketListener`), telling who is at the other end and
+receiving a message with its descriptors are the same, and live here.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import contextlib
 import os
 import socket
 import stat
+import struct
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from services.common.logs import get_logger
 
-__all__ = ["LISTEN_BACKLOG", "DescriptorsCut", "accept_each", "bind_private", "recv_fds"]
+__all__ = ["LISTEN_BACKLOG", "DescriptorsCut", "FdSocketListener", "accept_each", "bind_private",
+           "peer_uid", "recv_fds"]
 
 log = get_logger("common.fd_sockets")
 
@@ -75,6 +78,45 @@ async def accept_each(sock: socket.socket,
         task = asyncio.create_task(serve(conn), name=name)
         exchanges.add(task)
         task.add_done_callback(exchanges.discard)
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket (``SO_PEERCRED``)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+class FdSocketListener:
+    """A private unix socket at ``path`` whose every connection ``serve`` handles in a
+    task of its own (named ``name``), from :meth:`start` until :meth:`close`."""
+
+    def __init__(self, path: str, serve: Callable[[socket.socket], Coroutine[Any, Any, None]],
+                 *, name: str) -> None:
+        self.path = path
+        self._serve = serve
+        self._name = name
+        self._sock: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._exchanges: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Bind (replacing a stale socket file of a dead run) and begin accepting."""
+        self._sock = await asyncio.to_thread(bind_private, self.path)
+        self._accepting = asyncio.create_task(
+            accept_each(self._sock, self._serve, self._exchanges, name=self._name),
+            name=f"{self._name}-accept")
+
+    async def close(self) -> None:
+        """Stop accepting, drop the exchanges under way, remove the socket."""
+        tasks = [t for t in (self._accepting, *self._exchanges) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
 
 async def recv_fds(sock: socket.socket, max_bytes: int, max_fds: int,

@@ -1,8 +1,21 @@
 """ACP protocol constants: error codes and messages, option ids, names (SPEC §1–§7).
 
-One place for every constant that crosses the wire, so the edge and the
+The constants that cross the wire live in ``services.common``, so the edge and the
 built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
-SPEC's ``<…>`` slots); the remote transport's are in :mod:`services.common.remote_transport`.
+SPEC's ``<…>`` slots). This module holds ACP v1 and acpgate's own extension methods (the
+host view included); each other family has one module of its own:
+
+- :mod:`services.common.attach_protocol`: live sessions shared by several clients
+  (attach, detach, observers, ``-32006``..``-32008``);
+- :mod:`services.common.remote_transport`: Streamable HTTP headers, content types and
+  the replay-gap notice;
+- :mod:`services.common.client_mcp`: the ``mcpServers`` a gateway client may pass, and
+  the refusals it is told;
+- :mod:`services.common.acp.v2.names`: what ACP v2 adds or renames.
+
+acpgate's internal wire contracts (not ACP) sit beside their code:
+:mod:`services.common.fd_channel`, :mod:`services.common.launch_seal`,
+``services.edge.transport.handoff.wire`` and the gRPC protos.
 """
 
 from __future__ import annotations
@@ -381,6 +394,21 @@ ACPGATE_METHOD_PREFIX: Final = "_acpgate/"
 #: and the default one (``services.edge.dialect.agents_list``; the web console's picker).
 M_AGENTS_LIST: Final = "_acpgate/agents/list"
 WS_SUBPROTOCOL: Final = "zeroclaw.acp.v1"
+
+# ------------------------------------------------------------------ the host view
+#: ACP extension methods a client (the web console's host page) calls on ``/acp``: what
+#: ``acpgate ps`` shows, and a live session cancelled or closed. Answered only for a token
+#: holding the ``host`` grant (``acpgate token create --admin``) or the local operator
+#: (``services.edge.dialect.host_view``).
+M_HOST_PS: Final = "_acpgate/host/ps"
+M_HOST_CANCEL: Final = "_acpgate/host/cancel"
+M_HOST_CLOSE: Final = "_acpgate/host/close"
+#: The refusal of a host method to any other caller (the same whatever the params).
+MSG_HOST_REFUSED: Final = ("Not authorised: host methods need an admin token "
+                           "(`acpgate token create --admin`)")
+#: A host close or cancel of a session another acpgate process serves.
+MSG_HOST_ELSEWHERE: Final = ("Session {session_id} is served by another acpgate process; "
+                             "close or cancel it there")
 
 
 def session_key_for(alias: str, session_id: str) -> str:

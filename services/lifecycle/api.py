@@ -55,7 +55,7 @@ class InstanceInfo:
     state_dir: str
     wrapper_root: str
     started_at: int
-    #: The instance slot this service holds (services.lifecycle.slots).
+    #: The instance slot this service holds (services.lifecycle.instance_slots).
     slot: int = 0
     #: The install's instance id, which the slot's is derived from.
     install_id: str = ""

@@ -29,12 +29,12 @@ from services.lifecycle.api import (
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.control import AdoptPolicy, forget_control
 from services.lifecycle.holds import StreamHolds
+from services.lifecycle.instance_slots import Slot
 from services.lifecycle.launch import Launch, plan_launch
 from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
 from services.lifecycle.pool_spec import launch_reads
 from services.lifecycle.proctable import ProcessTable
 from services.lifecycle.reaper import CloseResult, Reaper, now_ms
-from services.lifecycle.slots import Slot
 from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
 from services.lifecycle.verify import Owner, Verification
 from services.lifecycle.warm import WarmPools
@@ -76,7 +76,7 @@ class LifecycleController:
         self.table = table
         #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
-        #: The install's instance id, which every slot's is derived from (services.lifecycle.slots).
+        #: The install's instance id, which every slot's is derived from (services.lifecycle.instance_slots).
         self.install_id = install_id or instance_id
         #: The slot this service holds for its life (None: a controller outside any slot, tests).
         self.slot = slot

@@ -15,10 +15,8 @@ whole pipes, and the edge gives that link up (``PipesLost``), which ends the str
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-import struct
 
 from services.common.fd_channel import (
     HANDSHAKE_SECS,
@@ -27,7 +25,7 @@ from services.common.fd_channel import (
     encode_header,
     parse_request,
 )
-from services.common.fd_sockets import accept_each, bind_private
+from services.common.fd_sockets import FdSocketListener, peer_uid
 from services.common.logs import get_logger
 from services.lifecycle.attach import Handover
 from services.lifecycle.fd_grants import FdGrants
@@ -43,28 +41,17 @@ REFUSED = "refused"
 NOT_NOW = "the adapter's pipes cannot be handed over now"
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a unix socket (``SO_PEERCRED``)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
 class FdServer:
     """Serves the fd socket of one lifecycle service."""
 
     def __init__(self, path: str, grants: FdGrants) -> None:
         self.path = path
         self.grants = grants
-        self._sock: socket.socket | None = None
-        self._accepting: asyncio.Task[None] | None = None
-        self._exchanges: set[asyncio.Task[None]] = set()
+        self._listener = FdSocketListener(path, self._serve, name="fd-exchange")
 
     async def start(self) -> None:
         """Bind (replacing a stale socket file of a dead run) and begin accepting."""
-        self._sock = await asyncio.to_thread(bind_private, self.path)
-        self._accepting = asyncio.create_task(
-            accept_each(self._sock, self._serve, self._exchanges, name="fd-exchange"),
-            name="fd-socket")
+        await self._listener.start()
         log.info("fd_socket_listening")
 
     async def _serve(self, conn: socket.socket) -> None:
@@ -126,12 +113,4 @@ class FdServer:
 
     async def close(self) -> None:
         """Stop accepting, drop the exchanges under way, remove the socket."""
-        tasks = [t for t in (self._accepting, *self._exchanges) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
+        await self._listener.close()

@@ -10,7 +10,7 @@ transitions of one lease (close, reap) inside this process. Closed and lost
 leases expire after the retention period, so the file stays bounded.
 
 Several lifecycle services share the file: every acpgate process on one data dir
-holds its own instance slot (:mod:`services.lifecycle.slots`) and writes only its
+holds its own instance slot (:mod:`services.lifecycle.instance_slots`) and writes only its
 slot's leases, while SQLite's locks order the writes of all of them. Both
 connections wait for another process's write lock (``busy_timeout``), the switch
 to WAL is retried while another process makes it, and a write transaction's first

@@ -1,7 +1,7 @@
 """Serving the lifecycle service: in-process starter and ``acpgate lifecycle-service``.
 
 ``start_lifecycle_server(cfg, address)`` takes an instance slot under the data dir
-(:mod:`services.lifecycle.slots`: any number of lifecycle services may share one),
+(:mod:`services.lifecycle.instance_slots`: any number of lifecycle services may share one),
 loads the install's instance id and derives the slot's, opens the lease store,
 installs the wrapper, re-adopts the live wrappers an earlier run of its slot left
 (:mod:`services.lifecycle.adopt`), expires old leases and reaps the live leases of earlier runs
@@ -36,11 +36,11 @@ from services.lifecycle.controller import LifecycleController
 from services.lifecycle.fd_grants import FdGrants
 from services.lifecycle.fd_server import FdServer
 from services.lifecycle.instance import load_or_create_instance_id
+from services.lifecycle.instance_slots import Slot, acquire_slot, adopt_slot, slot_instance_id
 from services.lifecycle.leases import LeaseStore
 from services.lifecycle.proctable import ProcessTable, PsutilProcessTable
 from services.lifecycle.servicer import LifecycleServicer
 from services.lifecycle.slot_reap import reap_at_start
-from services.lifecycle.slots import Slot, acquire_slot, adopt_slot, slot_instance_id
 from services.lifecycle.spawn import install_wrapper
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Startup reaping across slots: one's own leftovers, and the leases of dead slots only.
 
 Every lifecycle service on a data dir holds an instance slot
-(:mod:`services.lifecycle.slots`); a slot's leases carry its instance id. At start a
+(:mod:`services.lifecycle.instance_slots`); a slot's leases carry its instance id. At start a
 service reaps (SPEC §13 reapStartupOrphans):
 
 - its own slot's live leases: what the previous holder of the slot left (a killed
@@ -25,10 +25,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from services.common.logs import get_logger
+from services.lifecycle.instance_slots import slot_instance_id, slot_of, try_slot
 from services.lifecycle.leases import LIVE_STATES
 from services.lifecycle.legacy_reap import reap_legacy
 from services.lifecycle.reaper import CloseResult, Reaper
-from services.lifecycle.slots import slot_instance_id, slot_of, try_slot
 from services.lifecycle.verify import Owner
 
 if TYPE_CHECKING:  # the controller calls in here; this module only reads it

@@ -28,7 +28,7 @@ from typing import cast
 
 from services.common.line_split import LineSplitter, lines_of
 from services.common.logs import get_logger
-from services.lifecycle.lines import Block, take_batch
+from services.lifecycle.stdout_batches import Block, take_batch
 
 log = get_logger("lifecycle.attach")
 

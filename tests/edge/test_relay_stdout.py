@@ -1,4 +1,4 @@
-"""The stdio front door's coalescing stdout writer (``services.edge.transport.lines.LineWriter``).
+"""The stdio front door's coalescing stdout writer (``services.edge.transport.stdio_pipes.LineWriter``).
 
 Real pipes (``os.pipe``) and real asyncio pipe transports: lines written in one
 loop iteration leave in one flush, in order; a reader that stops reading makes
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.common.jsonrpc import read_lines
-from services.edge.transport.lines import LineWriter
+from services.edge.transport.stdio_pipes import LineWriter
 
 
 class Pipe:

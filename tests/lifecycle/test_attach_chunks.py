@@ -19,7 +19,7 @@ import pytest
 
 from services.lifecycle import attach
 from services.lifecycle.attach import READ_CHUNK_BYTES, AdapterChannel
-from services.lifecycle.lines import Block, take_batch
+from services.lifecycle.stdout_batches import Block, take_batch
 
 #: Writes each argv file's bytes as a separate, flushed write, with a pause between them.
 WRITER = """

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.lifecycle.controller import LifecycleController
+from services.lifecycle.instance_slots import try_slot
 from services.lifecycle.leases import LeaseStore
 from services.lifecycle.legacy import (
     REASON_FOREIGN_ROOT,
@@ -32,7 +33,6 @@ from services.lifecycle.legacy_reap import reap_legacy
 from services.lifecycle.legacy_store import LegacyStore
 from services.lifecycle.proctable import FakeProc, FakeProcessTable, ProcInfo
 from services.lifecycle.reaper import Reaper
-from services.lifecycle.slots import try_slot
 from services.lifecycle.spawn import WrapperPaths
 from services.lifecycle.verify import (
     LEASE_ENV,

@@ -27,10 +27,10 @@ from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
 from services.lifecycle.instance import load_or_create_instance_id
+from services.lifecycle.instance_slots import acquire_slot
 from services.lifecycle.leases import LeaseRecord, LeaseStore
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.server import start_lifecycle_server
-from services.lifecycle.slots import acquire_slot
 from services.lifecycle.spawn import install_wrapper
 from services.lifecycle.verify import command_hash
 from tests.launches import ensure_request, service_channel

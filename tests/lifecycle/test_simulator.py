@@ -28,11 +28,11 @@ from unittest import mock
 import pytest
 
 from services.lifecycle.controller import LifecycleController
+from services.lifecycle.instance_slots import acquire_slot, slot_instance_id, try_slot
 from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
 from services.lifecycle.proctable import FAKE_SERVICE_UID, FakeProc, FakeProcessTable
 from services.lifecycle.reaper import Reaper
 from services.lifecycle.slot_reap import reap_at_start
-from services.lifecycle.slots import acquire_slot, slot_instance_id, try_slot
 from services.lifecycle.spawn import WrapperPaths
 from services.lifecycle.verify import (
     INSTANCE_ENV,

@@ -29,8 +29,7 @@ from typing import Any
 
 import pytest
 
-from services.common.host_view import MSG_HOST_REFUSED
-from services.common.protocol import WS_SUBPROTOCOL
+from services.common.protocol import MSG_HOST_REFUSED, WS_SUBPROTOCOL
 from services.edge.transport.console import CONSOLE_DIR, load_assets
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import Gateway, Token, running_gateway

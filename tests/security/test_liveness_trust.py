@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from services.session.store import SessionActiveElsewhere, SessionStore, open_store
+from services.session.store import NewSession, SessionActiveElsewhere, SessionStore, open_store
 from services.session.store.pg_db import PostgresTarget
 from services.session.store.pg_liveness import NAMESPACE
 from tests.conftest import fresh_url
@@ -56,7 +56,7 @@ async def test_an_impostor_holding_a_dead_hosts_lock_only_delays_failover(
     a = await open_store(PostgresTarget(url), clock=clock)
     b = await open_store(PostgresTarget(url), clock=clock)
     opened.append(b)
-    await a.create_session("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL)
+    await a.create_session(NewSession("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL))
     await a.close()  # host A died
     impostor = await asyncpg.connect(url)
     try:
@@ -78,7 +78,7 @@ async def test_a_live_hosts_lock_cannot_be_released_by_another_connection(
     a = await open_store(PostgresTarget(url))
     b = await open_store(PostgresTarget(url))
     opened += [a, b]
-    await a.create_session("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL)
+    await a.create_session(NewSession("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL))
     other = await asyncpg.connect(url)
     try:
         assert not await other.fetchval("SELECT pg_advisory_unlock($1, hashtext('gw-a'))",

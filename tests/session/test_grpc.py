@@ -25,7 +25,7 @@ from services.common.protocol import MSG_CWD_REFUSED
 from services.common.urls import redact_url
 from services.lifecycle.sealed import open_launch
 from services.session.server import SERVICE_NAME, store_target
-from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, open_store
+from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, NewSession, open_store
 from tests.launches import dial, seal_key_of
 from tests.session.conftest import make_cfg
 from tests.session.test_visibility import EXPECTED, ROW_ORDER
@@ -398,7 +398,7 @@ async def test_spec8_list_sessions_pagination_and_cwd(serve: ServerFactory, shor
     store = await open_store(store_target(cfg), clock=lambda: clock_now[0])
     for i in range(7):
         clock_now[0] = 1000 + i
-        await store.create_session(f"s{i}", "alpha", "/a" if i % 2 == 0 else "/b")
+        await store.create_session(NewSession(f"s{i}", "alpha", "/a" if i % 2 == 0 else "/b"))
     clock_now[0] = 2000
     await store.append_turn("s1", [HistoryEntry(role="user", text="bump")])
     await store.close()

@@ -19,6 +19,7 @@ from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
     InvalidItem,
+    NewSession,
     SessionExists,
     SessionNotFound,
     SessionStore,
@@ -48,30 +49,30 @@ async def _history(store: SessionStore, sid: str, **kw: int) -> list[HistoryEntr
 
 async def test_spec13_create_session_ownership(store: SessionStore) -> None:
     """SPEC §13: key agent:<alias>:acp:<id>, backend acpx, agent_id = alias, owner defaults."""
-    rec = await store.create_session("s1", "alpha", "/w", gateway_instance_id="gw-1")
+    rec = await store.create_session(NewSession("s1", "alpha", "/w", gateway_instance_id="gw-1"))
     o = rec.ownership
     assert o.session_key == "agent:alpha:acp:s1"
     assert o.owner_session_key == o.session_key
     assert o.backend == "acpx" and o.agent_id == "alpha" and o.gateway_instance_id == "gw-1"
     assert o.created_at == rec.created_at == rec.last_activity
     assert rec.state == "active" and rec.token_count == 0 and rec.message_count == 0
-    child = await store.create_session("s2", "beta", "/w", spawned_by="agent:alpha:acp:s1",
-                                       parent_session_key="agent:alpha:acp:s1")
+    child = await store.create_session(NewSession("s2", "beta", "/w", spawned_by="agent:alpha:acp:s1",
+                                       parent_session_key="agent:alpha:acp:s1"))
     assert child.ownership.owner_session_key == "agent:alpha:acp:s1"
     assert child.ownership.spawned_by == "agent:alpha:acp:s1"
-    explicit = await store.create_session("s3", "beta", "/w", spawned_by="x", owner_session_key="o")
+    explicit = await store.create_session(NewSession("s3", "beta", "/w", spawned_by="x", owner_session_key="o"))
     assert explicit.ownership.owner_session_key == "o"
     with pytest.raises(SessionExists):
-        await store.create_session("s1", "alpha", "/w")
+        await store.create_session(NewSession("s1", "alpha", "/w"))
     with pytest.raises(InvalidItem):
-        await store.create_session("", "alpha", "/w")
+        await store.create_session(NewSession("", "alpha", "/w"))
     assert (await store.find_by_session_key("agent:beta:acp:s2")) == await store.get_session("s2")
     assert await store.find_by_session_key("agent:none:acp:x") is None
 
 
 async def test_spec8_append_turn_round_trip(store: SessionStore) -> None:
     """SPEC §8: a whole turn is stored and read back in order, tool payloads once each."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     r1 = await store.append_turn("s1", _turn("first question"), token_delta=12,
                                  plan_json='[{"content": "x"}]')
     assert (r1.turn, r1.first_seq, r1.last_seq) == (1, 1, 5)
@@ -100,7 +101,7 @@ async def test_spec8_append_turn_round_trip(store: SessionStore) -> None:
 
 async def test_spec8_turn_is_all_or_nothing(store: SessionStore) -> None:
     """SPEC §8: a bad item after good ones rolls the whole turn back; so does an unknown id."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     await store.append_turn("s1", _turn())
     before = await store.get_session("s1")
     bad_items = [
@@ -129,7 +130,7 @@ async def test_spec8_turn_is_all_or_nothing(store: SessionStore) -> None:
 async def test_every_history_role_is_storable(store: SessionStore) -> None:
     """The schema's frozen role CHECK admits every role of HISTORY_ROLES (a new role
     needs a migration), and the roles read back as written."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     items = [HistoryEntry(role=role, text="x", tool_call_id="t", tool_name="shell")
              for role in HISTORY_ROLES]
     await store.append_turn("s1", items)
@@ -146,12 +147,12 @@ def test_item_fields_are_the_history_entry_fields_after_role() -> None:
 
 async def test_spec8_title_is_first_user_message_one_line(store: SessionStore) -> None:
     """session/list title (issue 17): the first prompt's first line, ≤ 80 chars."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     long = "\n  line   one \n\n  line   two " + "x" * 200
     await store.append_turn("s1", [HistoryEntry(role="user", text=long)])
     await store.append_turn("s1", [HistoryEntry(role="user", text="later")])
     assert (await store.get_session("s1")).title == "line one"
-    await store.create_session("s2", "a", "/w")
+    await store.create_session(NewSession("s2", "a", "/w"))
     await store.append_turn("s2", [HistoryEntry(role="user", text="y" * 200 + "\nz")])
     title = (await store.get_session("s2")).title
     assert len(title) == 80 and title.endswith("…")
@@ -162,7 +163,7 @@ async def test_spec8_last_activity_moves_forward(backend: Backend) -> None:
     """last_activity: set at creation, bumped by touch and by each turn, never backwards."""
     clock = FakeClock(1000)
     s = await backend.open(clock)
-    rec = await s.create_session("s1", "a", "/w")
+    rec = await s.create_session(NewSession("s1", "a", "/w"))
     assert rec.last_activity == 1000
     clock.now = 2000
     assert (await s.touch("s1")).last_activity == 2000
@@ -178,7 +179,7 @@ async def test_spec8_last_activity_moves_forward(backend: Backend) -> None:
 
 async def test_update_session_fields(store: SessionStore) -> None:
     """UpdateSession changes only the given fields."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     rec = await store.update_session("s1", state="inactive", lease_id="L1",
                                      adapter_session_id="ad-1", plan_json='{"entries": []}')
     assert (rec.state, rec.lease_id, rec.adapter_session_id) == ("inactive", "L1", "ad-1")
@@ -198,7 +199,7 @@ async def test_list_sessions_order_and_cwd(backend: Backend) -> None:
     s = await backend.open(clock)
     for i, ws in enumerate(["/a", "/b", "/a"]):
         clock.now = 10 + i
-        await s.create_session(f"s{i}", "x", ws)
+        await s.create_session(NewSession(f"s{i}", "x", ws))
     assert [r.session_id for r in await s.list_sessions()] == ["s2", "s1", "s0"]
     assert [r.session_id for r in await s.list_sessions(cwd="/a")] == ["s2", "s0"]
     assert [r.session_id for r in await s.list_sessions(after=(11, "s1"))] == ["s0"]
@@ -209,15 +210,15 @@ async def test_mcp_server_list_per_session(store: SessionStore) -> None:
     """Issue 16: a row keeps the client's MCP server list (a JSON array), replaced when set,
     kept by other updates, refused when it is not an array."""
     listed = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
-    rec = await store.create_session("n1", "a", "/w", mcp_servers_json=listed)
+    rec = await store.create_session(NewSession("n1", "a", "/w", mcp_servers_json=listed))
     assert rec.mcp_servers_json == listed
-    assert (await store.create_session("n0", "a", "/w")).mcp_servers_json == ""
+    assert (await store.create_session(NewSession("n0", "a", "/w"))).mcp_servers_json == ""
     assert (await store.update_session("n1", title="x")).mcp_servers_json == listed  # unchanged
     assert (await store.update_session("n0", mcp_servers_json="[]")).mcp_servers_json == "[]"
     with pytest.raises(InvalidItem, match="must be a JSON array"):
         await store.update_session("n1", mcp_servers_json='{"name": "fs"}')
     with pytest.raises(InvalidItem, match="not valid JSON"):
-        await store.create_session("n2", "a", "/w", mcp_servers_json="[")
+        await store.create_session(NewSession("n2", "a", "/w", mcp_servers_json="["))
     assert (await store.get_session("n1")).mcp_servers_json == listed
 
 
@@ -228,7 +229,7 @@ async def test_spec8_concurrent_appends_from_several_connections(backend: Backen
     """Several connections (as several processes or hosts would) append turns at once: no turn
     is lost, none interleaves, seq numbers stay dense."""
     stores = [await backend.open() for _ in range(4)]
-    await stores[0].create_session("s1", "a", "/w")
+    await stores[0].create_session(NewSession("s1", "a", "/w"))
     turns_each = 10
 
     async def writer(idx: int, s: SessionStore) -> None:
@@ -261,7 +262,7 @@ async def test_concurrent_first_open_migrates_once(backend: Backend) -> None:
     await backend.target()
     stores = await asyncio.gather(*(backend.open() for _ in range(5)))
     assert all(s.status.schema_version == LATEST_SCHEMA_VERSION for s in stores)
-    await stores[0].create_session("s1", "a", "/w")
+    await stores[0].create_session(NewSession("s1", "a", "/w"))
     assert (await stores[4].get_session("s1")).workspace_dir == "/w"
     assert await backend.count("SELECT COUNT(*) FROM schema_version") == 1
 
@@ -273,7 +274,7 @@ async def test_free_text_round_trips_exactly(store: SessionStore) -> None:
     """Whatever a turn carries comes back byte for byte — NUL (a tool's binary output,
     which PostgreSQL text cannot hold as such), the escape code point, any Unicode."""
     odd = "bin\x00ary \ue000 \ue0000 \\x00 é 🚀 \x01\x7f\n"
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     await store.append_turn("s1", [
         HistoryEntry(role="user", text=f"\x00 {odd}"),
         HistoryEntry(role="tool_call", tool_call_id=f"t{odd}", tool_name=odd, tool_kind=odd,
@@ -298,8 +299,8 @@ async def test_nul_in_identifiers_is_refused_or_unknown(store: SessionStore) -> 
     for args, kw in ((("s\x00", "a", "/w"), {}), (("s", "a\x00", "/w"), {}),
                      (("s", "a", "/w\x00"), {}), (("s", "a", "/w"), {"spawned_by": "x\x00"})):
         with pytest.raises(InvalidItem):
-            await store.create_session(*args, **kw)
-    await store.create_session("s", "a", "/w")
+            await store.create_session(NewSession(*args, **kw))
+    await store.create_session(NewSession("s", "a", "/w"))
     with pytest.raises(InvalidItem):
         await store.update_session("s", agent_alias="b\x00")
     for call in (store.get_session("s\x00"), store.touch("s\x00"),

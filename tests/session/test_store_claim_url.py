@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.session.store import InvalidItem
+from services.session.store import InvalidItem, NewSession
 from tests.session.conftest import Backend, FakeClock
 
 TTL = 30_000
@@ -22,8 +22,8 @@ URL_B = "https://b.example.com:8443/gw/acp"
 async def test_every_claim_taken_records_its_holders_url(backend: Backend) -> None:
     clock = FakeClock(1_000_000)
     store = await backend.open(clock)
-    rec = await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                     host="a", claim_ttl_ms=TTL, public_url=URL_A)
+    rec = await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                     host="a", claim_ttl_ms=TTL, public_url=URL_A))
     assert rec.claim.public_url == URL_A
     assert (await store.get_session("s1")).claim.public_url == URL_A
     assert await store.renew_claims("gw-a", ["s1"], ttl_ms=TTL) == ["s1"]
@@ -57,9 +57,9 @@ async def test_every_claim_taken_records_its_holders_url(backend: Backend) -> No
 async def test_a_url_that_could_carry_a_secret_is_refused(backend: Backend, url: str) -> None:
     store = await backend.open(FakeClock(1_000_000))
     with pytest.raises(InvalidItem):
-        await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                   claim_ttl_ms=TTL, public_url=url)
-    await store.create_session("s1", "a", "/w")
+        await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                   claim_ttl_ms=TTL, public_url=url))
+    await store.create_session(NewSession("s1", "a", "/w"))
     with pytest.raises(InvalidItem):
         await store.claim("s1", "gw-a", ttl_ms=TTL, public_url=url)
     rec = await store.get_session("s1")

@@ -16,6 +16,7 @@ import pytest
 from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE
 from services.session.store import (
     InvalidItem,
+    NewSession,
     SessionActiveElsewhere,
     SessionNotFound,
     SessionStore,
@@ -29,7 +30,7 @@ async def test_claim_free_own_expired_and_live(backend: Backend) -> None:
     """Free → taken; own → renewed; another's live claim → refused; expired → taken over."""
     clock = FakeClock(1_000_000)
     store = await backend.open(clock)
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     assert (await store.get_session("s1")).claim.instance_id == ""
     rec = await store.claim("s1", "gw-a", host="host-a", ttl_ms=TTL)
     assert (rec.claim.instance_id, rec.claim.host, rec.claim.until) == ("gw-a", "host-a", 1_030_000)
@@ -60,7 +61,7 @@ async def test_renew_and_release(backend: Backend) -> None:
     clock = FakeClock(5_000)
     store = await backend.open(clock)
     for sid in ("s1", "s2", "s3"):
-        await store.create_session(sid, "a", "/w")
+        await store.create_session(NewSession(sid, "a", "/w"))
     await store.claim("s1", "gw-a", ttl_ms=TTL)
     await store.claim("s2", "gw-a", ttl_ms=TTL)
     await store.claim("s3", "gw-b", ttl_ms=TTL)
@@ -88,7 +89,7 @@ async def test_renew_and_release(backend: Backend) -> None:
 
 async def test_update_with_holder_is_refused_on_another_claim(store: SessionStore) -> None:
     """An update guarded by ``holder`` changes nothing while another instance holds the row."""
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     rec = await store.update_session("s1", lease_id="L0", holder="gw-a")  # unclaimed: fine
     assert rec.lease_id == "L0"
     await store.claim("s1", "gw-b", ttl_ms=TTL)
@@ -110,7 +111,7 @@ async def test_concurrent_claims_exactly_one_wins(backend: Backend) -> None:
     stores = [await backend.open(FakeClock()) for _ in range(hosts)]
     for round_no in range(8):
         sid = f"race-{round_no}"
-        await stores[0].create_session(sid, "a", "/w", state="inactive")
+        await stores[0].create_session(NewSession(sid, "a", "/w", state="inactive"))
 
         async def load(i: int, sid: str = sid) -> str:
             try:
@@ -133,18 +134,18 @@ async def test_create_claimed_and_titled_in_one_write(backend: Backend) -> None:
     leaves no row behind, and a claimed new row is not free for another instance."""
     clock = FakeClock(2_000)
     store = await backend.open(clock)
-    rec = await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a", host="h-a",
-                                     claim_ttl_ms=TTL, title="  fix   the\nbuild  ")
+    rec = await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a", host="h-a",
+                                     claim_ttl_ms=TTL, title="  fix   the\nbuild  "))
     assert (rec.claim.instance_id, rec.claim.host, rec.claim.until) == ("gw-a", "h-a", 32_000)
     assert rec.title == "fix the build"
     assert await store.get_session("s1") == rec
     with pytest.raises(SessionActiveElsewhere):
         await store.claim("s1", "gw-b", ttl_ms=TTL)
-    assert (await store.create_session("s2", "a", "/w", gateway_instance_id="gw-a",
-                                       title=" ")).claim.instance_id == ""
+    assert (await store.create_session(NewSession("s2", "a", "/w", gateway_instance_id="gw-a",
+                                       title=" "))).claim.instance_id == ""
     for instance, host, ttl in (("", "", TTL), ("gw-a", "", 0), ("gw-a", "h\x00", TTL)):
         with pytest.raises(InvalidItem):
-            await store.create_session("s3", "a", "/w", gateway_instance_id=instance,
-                                       host=host, claim_ttl_ms=ttl)
+            await store.create_session(NewSession("s3", "a", "/w", gateway_instance_id=instance,
+                                       host=host, claim_ttl_ms=ttl))
         with pytest.raises(SessionNotFound):
             await store.get_session("s3")

@@ -3,7 +3,7 @@ idempotent appends, fenced parts, turn states set once, interrupted turns, repla
 
 from __future__ import annotations
 
-from services.session.store import HistoryEntry, SessionStore
+from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.event_log import (
     REFUSED_FENCED,
     REFUSED_NOT_FOUND,
@@ -25,8 +25,8 @@ async def read_all(store: SessionStore, sid: str, **kw: int) -> list[LoggedEvent
 
 
 async def test_a_batch_of_many_sessions_is_written_and_read_back(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
-    await store.create_session("b", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    await store.create_session(NewSession("b", "alpha", "/w"))
     refused = await store.append_events([
         SessionBatch("a", [ev(10, 10, "prompt"), ev(11, 10), ev(12, 10, payload=b"\x00\xff")],
                      [TurnMark(10, "running", 1)]),
@@ -42,7 +42,7 @@ async def test_a_batch_of_many_sessions_is_written_and_read_back(store: SessionS
 
 
 async def test_an_event_sent_twice_is_stored_once(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     batch = SessionBatch("a", [ev(1), ev(2)])
     assert await store.append_events([batch]) == [""]
     assert await store.append_events([batch, SessionBatch("a", [ev(2), ev(3)])]) == ["", ""]
@@ -50,7 +50,7 @@ async def test_an_event_sent_twice_is_stored_once(store: SessionStore) -> None:
 
 
 async def test_pages_cover_every_event_in_order(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     await store.append_events([SessionBatch("a", [ev(i) for i in range(1, 1202)])])
     pages = [page async for page in store.iter_events("a", page=500)]
     assert [len(p) for p in pages] == [500, 500, 201]
@@ -59,9 +59,9 @@ async def test_pages_cover_every_event_in_order(store: SessionStore) -> None:
 
 async def test_a_fenced_part_writes_nothing_and_the_others_are_written(
         store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w", gateway_instance_id="host-a",
-                               claim_ttl_ms=TTL)
-    await store.create_session("b", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w", gateway_instance_id="host-a",
+                               claim_ttl_ms=TTL))
+    await store.create_session(NewSession("b", "alpha", "/w"))
     refused = await store.append_events([
         SessionBatch("a", [ev(1)], holder="host-b", generation=1),
         SessionBatch("a", [ev(2)], holder="host-a", generation=2),
@@ -85,7 +85,7 @@ async def test_a_fenced_part_writes_nothing_and_the_others_are_written(
 
 
 async def test_bad_parts_are_refused_whole(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     refused = await store.append_events([
         SessionBatch("a", [ev(1), ev(2, kind="forged")]),
         SessionBatch("a", [ev(3)], [TurnMark(3, "done", 1)]),
@@ -97,7 +97,7 @@ async def test_bad_parts_are_refused_whole(store: SessionStore) -> None:
 
 
 async def test_a_final_turn_state_is_never_changed(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     await store.append_events([SessionBatch("a", [], [TurnMark(7, "running", 1),
                                                       TurnMark(7, "completed", 2)])])
     await store.append_events([SessionBatch("a", [], [TurnMark(7, "running", 3),
@@ -106,11 +106,11 @@ async def test_a_final_turn_state_is_never_changed(store: SessionStore) -> None:
 
 
 async def test_running_turns_of_a_dead_instance_are_interrupted(store: SessionStore) -> None:
-    await store.create_session("mine", "alpha", "/w", gateway_instance_id="slot-0",
-                               claim_ttl_ms=TTL)
-    await store.create_session("live", "alpha", "/w", gateway_instance_id="other",
-                               claim_ttl_ms=TTL)
-    await store.create_session("free", "alpha", "/w")
+    await store.create_session(NewSession("mine", "alpha", "/w", gateway_instance_id="slot-0",
+                               claim_ttl_ms=TTL))
+    await store.create_session(NewSession("live", "alpha", "/w", gateway_instance_id="other",
+                               claim_ttl_ms=TTL))
+    await store.create_session(NewSession("free", "alpha", "/w"))
     for sid, holder in (("mine", "slot-0"), ("live", "other"), ("free", None)):
         await store.append_events([SessionBatch(sid, [], [TurnMark(1, "running", 1)],
                                                 holder=holder)])
@@ -126,14 +126,14 @@ async def test_running_turns_of_a_dead_instance_are_interrupted(store: SessionSt
 
 
 async def test_a_new_sessions_log_covers_every_turn(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     await store.append_turn("a", [HistoryEntry(role="user", text="first")])
     await store.append_events([SessionBatch("a", [ev(1)])])
     assert await store.log_start("a") == 1
 
 
 async def test_a_forks_log_starts_after_its_copied_turns(store: SessionStore) -> None:
-    await store.create_session("p", "alpha", "/w")
+    await store.create_session(NewSession("p", "alpha", "/w"))
     await store.append_turn("p", [HistoryEntry(role="user", text="old")])
     await store.fork_session("p", "a", agent_alias="alpha", gateway_instance_id="i",
                              claim_ttl_ms=TTL)
@@ -145,9 +145,9 @@ async def test_a_forks_log_starts_after_its_copied_turns(store: SessionStore) ->
 
 
 async def test_a_deleted_session_takes_its_log_with_it(store: SessionStore) -> None:
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     await store.append_events([SessionBatch("a", [ev(1)], [TurnMark(1, "running", 1)])])
     assert await store.delete_session("a")
-    await store.create_session("a", "alpha", "/w")
+    await store.create_session(NewSession("a", "alpha", "/w"))
     assert await read_all(store, "a") == []
     assert await store.turn_states("a") == {}

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from services.session.store import HistoryEntry, SessionActiveElsewhere, SessionStore
+from services.session.store import HistoryEntry, NewSession, SessionActiveElsewhere, SessionStore
 from tests.session.conftest import Backend, FakeClock
 
 TTL = 30_000
@@ -32,10 +32,10 @@ async def test_generations_count_claims_taken_not_renewals(backend: Backend) -> 
     instance again, or a takeover after expiry — is the next one."""
     clock = FakeClock(1_000_000)
     store = await backend.open(clock)
-    rec = await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                     claim_ttl_ms=TTL)
+    rec = await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                     claim_ttl_ms=TTL))
     assert rec.claim.generation == 1
-    assert (await store.create_session("s2", "a", "/w")).claim.generation == 0
+    assert (await store.create_session(NewSession("s2", "a", "/w"))).claim.generation == 0
     clock.now += 1_000
     assert await store.renew_claims("gw-a", ["s1"], ttl_ms=TTL) == ["s1"]
     assert (await store.get_session("s1")).claim.generation == 1
@@ -53,8 +53,8 @@ async def test_a_stale_holder_writes_nothing(backend: Backend) -> None:
     writes at its generation go through."""
     clock = FakeClock(1_000_000)
     store = await backend.open(clock)
-    rec = await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                     claim_ttl_ms=TTL)
+    rec = await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                     claim_ttl_ms=TTL))
     g_a = rec.claim.generation
     await store.append_turn("s1", [HistoryEntry(role="user", text="first")],
                             holder="gw-a", generation=g_a)
@@ -83,8 +83,8 @@ async def test_the_same_host_claiming_again_fences_its_older_generation(backend:
     """A claim taken again by the same instance (a new restore there) is a new generation:
     writes of the one before are refused, even without any other host involved."""
     store = await backend.open(FakeClock())
-    old = (await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                      claim_ttl_ms=TTL)).claim.generation
+    old = (await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                      claim_ttl_ms=TTL))).claim.generation
     new = (await store.claim("s1", "gw-a", ttl_ms=TTL)).claim.generation
     with pytest.raises(SessionActiveElsewhere):
         await store.append_turn("s1", TURN, holder="gw-a", generation=old)
@@ -96,8 +96,8 @@ async def test_a_released_claim_takes_no_fenced_write(backend: Backend) -> None:
     """Once the claim is dropped, the old holder's generation no longer writes the row (an
     unfenced write, holder without generation, keeps the older rule: own claim or none)."""
     store = await backend.open(FakeClock())
-    g = (await store.create_session("s1", "a", "/w", gateway_instance_id="gw-a",
-                                     claim_ttl_ms=TTL)).claim.generation
+    g = (await store.create_session(NewSession("s1", "a", "/w", gateway_instance_id="gw-a",
+                                     claim_ttl_ms=TTL))).claim.generation
     assert await store.release_claim("s1", "gw-a", g)
     with pytest.raises(SessionActiveElsewhere):
         await store.append_turn("s1", TURN, holder="gw-a", generation=g)
@@ -115,8 +115,8 @@ async def test_a_stale_turn_racing_the_takeover_is_all_or_nothing(backend: Backe
     host_b = await backend.open(clock)
     for n in range(12):
         sid = f"race-{n}"
-        g_a = (await host_a.create_session(sid, "a", "/w", gateway_instance_id="gw-a",
-                                           claim_ttl_ms=TTL)).claim.generation
+        g_a = (await host_a.create_session(NewSession(sid, "a", "/w", gateway_instance_id="gw-a",
+                                           claim_ttl_ms=TTL))).claim.generation
         clock.now += TTL + 1
         turn = asyncio.ensure_future(host_a.append_turn(sid, TURN, holder="gw-a",
                                                         generation=g_a))

@@ -16,6 +16,7 @@ import pytest
 from services.common.protocol import MSG_TOKEN_QUOTA
 from services.session.store import (
     HistoryEntry,
+    NewSession,
     Quota,
     QuotaExceeded,
     SessionExists,
@@ -49,9 +50,9 @@ async def owner_total(backend: Backend, owner: str) -> int:
 
 
 async def parent_with_turns(store: SessionStore) -> None:
-    await store.create_session("p", "alpha", "/w", owner_session_key="client:t1",
+    await store.create_session(NewSession("p", "alpha", "/w", owner_session_key="client:t1",
                                mcp_servers_json='[{"name": "docs"}]',
-                               additional_directories=("/extra",))
+                               additional_directories=("/extra",)))
     await store.append_turn("p", turn("first message"), token_delta=9,
                             usage=TurnUsage(input_tokens=5, output_tokens=4), plan_json="[1]")
     await store.append_turn("p", turn("second"))
@@ -101,7 +102,7 @@ async def test_fork_takes_given_roots_and_servers(store: SessionStore) -> None:
 async def test_fork_of_a_top_level_local_session_owns_itself(store: SessionStore) -> None:
     """A session that owns itself (stdio) has a fork that owns itself too: the same
     (local) principal, and no session is made the other's owner."""
-    await store.create_session("p", "alpha", "/w")
+    await store.create_session(NewSession("p", "alpha", "/w"))
     fork = await store.fork_session("p", "f", agent_alias="alpha", gateway_instance_id="gw",
                                     claim_ttl_ms=TTL)
     assert fork.ownership.owner_session_key == fork.ownership.session_key == "agent:alpha:acp:f"
@@ -110,10 +111,10 @@ async def test_fork_of_a_top_level_local_session_owns_itself(store: SessionStore
 async def test_fork_of_a_spawned_session_is_its_sibling(store: SessionStore) -> None:
     """Spawner, parent key and owner are the parent's: the fork is capped, listed and
     closed like the session it was forked from, never made that session's child."""
-    await store.create_session("root", "alpha", "/w", owner_session_key="client:t1")
-    await store.create_session("kid", "beta", "/w", spawned_by="agent:alpha:acp:root",
+    await store.create_session(NewSession("root", "alpha", "/w", owner_session_key="client:t1"))
+    await store.create_session(NewSession("kid", "beta", "/w", spawned_by="agent:alpha:acp:root",
                                parent_session_key="agent:alpha:acp:root",
-                               owner_session_key="client:t1")
+                               owner_session_key="client:t1"))
     fork = await store.fork_session("kid", "f", agent_alias="beta", gateway_instance_id="gw",
                                     claim_ttl_ms=TTL)
     o = fork.ownership
@@ -123,7 +124,7 @@ async def test_fork_of_a_spawned_session_is_its_sibling(store: SessionStore) -> 
 
 async def test_fork_refusals_write_nothing(store: SessionStore, backend: Backend) -> None:
     await parent_with_turns(store)
-    await store.create_session("taken", "alpha", "/w", owner_session_key="client:t1")
+    await store.create_session(NewSession("taken", "alpha", "/w", owner_session_key="client:t1"))
     before = await owner_total(backend, "client:t1")
     with pytest.raises(SessionNotFound):
         await store.fork_session("nope", "f", agent_alias="alpha", gateway_instance_id="gw",

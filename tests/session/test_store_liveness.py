@@ -17,6 +17,7 @@ import pytest
 
 from services.session.store import (
     HistoryEntry,
+    NewSession,
     SessionActiveElsewhere,
     SessionStore,
     open_store,
@@ -76,9 +77,9 @@ async def test_a_dead_hosts_claims_are_taken_at_once(url: str,
     B takes the session at once, with a lease far from over, and reads show A's claim
     ended, so nobody is sent to A."""
     a, b = await _open(url, stores), await _open(url, stores)
-    await a.create_session("s1", "x", "/w", gateway_instance_id="gw-a", host="host-a",
-                           claim_ttl_ms=TTL, public_url="ws://a/acp")
-    await a.create_session("s2", "x", "/w")
+    await a.create_session(NewSession("s1", "x", "/w", gateway_instance_id="gw-a", host="host-a",
+                           claim_ttl_ms=TTL, public_url="ws://a/acp"))
+    await a.create_session(NewSession("s2", "x", "/w"))
     await a.claim("s2", "gw-a/w2", ttl_ms=TTL)  # an edge worker of host A
     with pytest.raises(SessionActiveElsewhere):
         await b.claim("s1", "gw-b", ttl_ms=TTL)
@@ -105,7 +106,7 @@ async def test_a_cut_off_host_comes_back_fenced(url: str, stores: list[SessionSt
     monkeypatch.setattr(pg_liveness, "KEEP_SECS", 3600.0)  # A's keeper stays out of it
     a, b = await _open(url, stores), await _open(url, stores)
     for sid in ("s1", "s2"):
-        await a.create_session(sid, "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL)
+        await a.create_session(NewSession(sid, "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL))
     generation = (await a.get_session("s1")).claim.generation
     assert await _cut(url, "gw-a") == 1
     taken = await b.claim("s1", "gw-b", ttl_ms=TTL)
@@ -152,7 +153,7 @@ async def test_a_lock_held_elsewhere_keeps_the_lease_rule(url: str,
     that host's claims live: holding a lock only ever delays a takeover to the lease."""
     a, a_twin, b = (await _open(url, stores), await _open(url, stores),
                     await _open(url, stores))
-    await a.create_session("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL)
+    await a.create_session(NewSession("s1", "x", "/w", gateway_instance_id="gw-a", claim_ttl_ms=TTL))
     await a_twin.hold_liveness("gw-a")  # busy: A holds it; the twin waits its turn
     stores.remove(a)
     await a.close()

@@ -8,7 +8,7 @@ pages, concatenated, are the whole history in order, from any ``after_seq``.
 
 from __future__ import annotations
 
-from services.session.store import HistoryEntry, SessionStore
+from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.interface import HISTORY_PAGE_BYTES
 from services.session.store.records import item_bytes
 from services.session.store.sql_history import page_end
@@ -23,7 +23,7 @@ def test_page_end() -> None:
 
 
 async def test_big_history_pages_are_byte_bounded(store: SessionStore) -> None:
-    await store.create_session("big", "a", "/w")
+    await store.create_session(NewSession("big", "a", "/w"))
     sizes = [3 * MIB, 10, 20, 2 * MIB, 5 * MIB, 30, 1 * MIB, 40]
     for n, size in enumerate(sizes):
         await store.append_turn("big", [HistoryEntry(role="user", text=chr(97 + n) * size)])
@@ -38,7 +38,7 @@ async def test_big_history_pages_are_byte_bounded(store: SessionStore) -> None:
 
 
 async def test_small_history_pages_by_count(store: SessionStore) -> None:
-    await store.create_session("small", "a", "/w")
+    await store.create_session(NewSession("small", "a", "/w"))
     for n in range(7):
         await store.append_turn("small", [HistoryEntry(role="user", text=f"t{n}")])
     pages = [page async for page in store.iter_history_pages("small", page=3)]

@@ -20,6 +20,7 @@ from services.common.urls import redact_url
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
+    NewSession,
     PostgresTarget,
     SessionActiveElsewhere,
     SessionStore,
@@ -54,7 +55,7 @@ async def _assert_memory(store: SessionStore, *parts: str, secret: str = "") -> 
         assert part in store.status.fallback_reason, store.status.fallback_reason
     if secret:
         assert secret not in store.status.fallback_reason
-    await store.create_session("m", "a", "/w")  # memory mode still works
+    await store.create_session(NewSession("m", "a", "/w"))  # memory mode still works
     assert (await store.get_session("m")).workspace_dir == "/w"
 
 
@@ -228,7 +229,7 @@ async def test_waits_for_a_server_that_comes_up(pg_cluster: Cluster) -> None:
     try:
         async with _opened(target) as store:
             assert store.persistent, store.status.fallback_reason
-            await store.create_session("s", "a", "/w")
+            await store.create_session(NewSession("s", "a", "/w"))
     finally:
         server = await later
         server.close()
@@ -265,7 +266,7 @@ async def test_lost_connection_is_unavailable_then_recovers(pg_url: str) -> None
     replaced unnoticed; a call in flight — a turn waiting for its row lock — is
     StoreUnavailable, not a crash, and nothing of it is stored; the next call reconnects."""
     async with _opened(PostgresTarget(pg_url, pool_size=2)) as store:
-        await store.create_session("s", "a", "/w")
+        await store.create_session(NewSession("s", "a", "/w"))
         admin = await asyncpg.connect(pg_url)
         try:
             await _terminate_store_connections(admin)

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA
-from services.session.store import HistoryEntry, Quota, QuotaExceeded, SessionStore
+from services.session.store import HistoryEntry, NewSession, Quota, QuotaExceeded, SessionStore
 from services.session.store.pg_db import PostgresTarget
 from services.session.store.pg_schema import _STEPS
 from services.session.store.records import item_bytes
@@ -48,7 +48,7 @@ def test_item_bytes_are_utf8_bytes() -> None:
 async def test_session_quota(store: SessionStore, backend: Backend) -> None:
     """Under the limit a turn is stored and counted; the turn that would pass it is refused
     whole, saying how much and which key to raise; 0 is unlimited."""
-    await store.create_session("s1", "a", "/w", owner_session_key="client:t1")
+    await store.create_session(NewSession("s1", "a", "/w", owner_session_key="client:t1"))
     first, second = turn("x" * 600), turn("y" * 600)
     limit = size(first) + size(second) - 1
     quota = Quota(session_bytes=limit)
@@ -74,8 +74,8 @@ async def test_owner_quota_spans_sessions_and_spares_other_owners(
     one = turn("z" * 500)
     quota = Quota(owner_bytes=2 * size(one) + 10)
     for sid in ("a1", "a2", "a3"):
-        await store.create_session(sid, "a", "/w", owner_session_key="client:alice")
-    await store.create_session("b1", "a", "/w", owner_session_key="client:bob")
+        await store.create_session(NewSession(sid, "a", "/w", owner_session_key="client:alice"))
+    await store.create_session(NewSession("b1", "a", "/w", owner_session_key="client:bob"))
     await store.append_turn("a1", one, quota=quota)
     await store.append_turn("a2", one, quota=quota)
     with pytest.raises(QuotaExceeded) as refused:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.session.store import HistoryEntry, open_store
+from services.session.store import HistoryEntry, NewSession, open_store
 from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, NOT_A_FILE, OK, diagnose
 from services.session.store.salvage import RepairRefused, repair_store
 
@@ -18,7 +18,7 @@ from services.session.store.salvage import RepairRefused, repair_store
 async def _store(db: Path, sessions: int) -> None:
     store = await open_store(db)
     for i in range(sessions):
-        await store.create_session(f"s{i}", "a", "/w")
+        await store.create_session(NewSession(f"s{i}", "a", "/w"))
         await store.append_turn(f"s{i}", [HistoryEntry(role="user", text=f"hi {i}")])
     await store.close()
 

@@ -12,6 +12,7 @@ import pytest
 from services.session.store import (
     HistoryEntry,
     InvalidItem,
+    NewSession,
     SessionActiveElsewhere,
     SessionNotFound,
     SessionStore,
@@ -28,10 +29,10 @@ def _user(text: str = "hi") -> list[HistoryEntry]:
 
 async def test_additional_directories_mode_and_config_are_stored(store: SessionStore) -> None:
     """Issue 17: additionalDirectories stored on the row; mode and config re-applied on restore."""
-    rec = await store.create_session("s1", "a", "/w", additional_directories=("/x", "/y"))
+    rec = await store.create_session(NewSession("s1", "a", "/w", additional_directories=("/x", "/y")))
     assert rec.additional_directories == ("/x", "/y")
     assert (rec.mode_id, rec.config_json) == ("", "")
-    assert (await store.create_session("s0", "a", "/w")).additional_directories == ()
+    assert (await store.create_session(NewSession("s0", "a", "/w"))).additional_directories == ()
     rec = await store.update_session("s1", mode_id="readonly", config_json='{"model": "m2"}')
     assert (rec.mode_id, rec.config_json) == ("readonly", '{"model": "m2"}')
     rec = await store.update_session("s1", additional_directories=["/z"])
@@ -49,10 +50,10 @@ async def test_a_nul_in_a_directory_or_mode_is_refused(store: SessionStore) -> N
     """Paths and mode ids are identifiers: a NUL is refused alike on every backend (PostgreSQL
     text cannot hold one), and nothing is written."""
     with pytest.raises(InvalidItem, match="NUL"):
-        await store.create_session("s1", "a", "/w", additional_directories=("/x\x00y",))
+        await store.create_session(NewSession("s1", "a", "/w", additional_directories=("/x\x00y",)))
     with pytest.raises(SessionNotFound):
         await store.get_session("s1")
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     with pytest.raises(InvalidItem, match="NUL"):
         await store.update_session("s1", mode_id="a\x00b")
     with pytest.raises(InvalidItem, match="NUL"):
@@ -64,7 +65,7 @@ async def test_a_nul_in_a_directory_or_mode_is_refused(store: SessionStore) -> N
 async def test_usage_is_stored_per_turn_and_totalled(backend: Backend) -> None:
     """Issue 17: the edge records usage per turn; the row has the totals."""
     store = await backend.open()
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     await store.append_turn("s1", _user(), token_delta=15,
                             usage=TurnUsage(input_tokens=10, output_tokens=5, thought_tokens=2))
     await store.append_turn("s1", _user(), token_delta=0)  # an adapter that reports none
@@ -90,8 +91,8 @@ async def test_usage_is_stored_per_turn_and_totalled(backend: Backend) -> None:
 async def test_delete_removes_row_history_and_usage(backend: Backend) -> None:
     """Issue 17 session/delete: the row and its history go in one transaction."""
     store = await backend.open()
-    await store.create_session("s1", "a", "/w")
-    await store.create_session("s2", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
+    await store.create_session(NewSession("s2", "a", "/w"))
     await store.append_turn("s1", _user(), usage=TurnUsage(input_tokens=1))
     await store.append_turn("s2", _user(), usage=TurnUsage(input_tokens=1))
     assert await store.delete_session("s1") is True
@@ -106,7 +107,7 @@ async def test_delete_removes_row_history_and_usage(backend: Backend) -> None:
     assert await backend.count("SELECT COUNT(*) FROM turn_usage WHERE session_id = 's2'") == 1
     assert [r.session_id for r in await store.list_sessions()] == ["s2"]
     # The id is free again: a new session under it starts empty.
-    await store.create_session("s1", "a", "/w")
+    await store.create_session(NewSession("s1", "a", "/w"))
     assert (await store.append_turn("s1", _user())).first_seq == 1
 
 
@@ -117,7 +118,7 @@ async def test_delete_spares_a_session_another_host_serves(backend: Backend) -> 
     clock = FakeClock(1_000_000)
     store = await backend.open(clock)
     for sid in ("own", "free", "theirs"):
-        await store.create_session(sid, "a", "/w")
+        await store.create_session(NewSession(sid, "a", "/w"))
         await store.append_turn(sid, _user())
     await store.claim("own", "gw-a", ttl_ms=TTL)
     await store.claim("theirs", "gw-b", host="host-b", ttl_ms=TTL)

@@ -19,6 +19,7 @@ import pytest
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
+    NewSession,
     SessionActiveElsewhere,
     SessionStore,
     StoreUnusable,
@@ -53,7 +54,7 @@ async def test_spec8_open_creates_wal_db_with_schema_version(tmp_path: Path) -> 
     assert s.status.persistent and s.status.db_path == str(db)
     assert s.status.fallback_reason == ""
     assert s.status.schema_version == LATEST_SCHEMA_VERSION
-    await s.create_session("s1", "a", "/w")
+    await s.create_session(NewSession("s1", "a", "/w"))
     await s.close()
     con = sqlite3.connect(db)
     try:
@@ -169,7 +170,7 @@ async def _assert_memory_store(s: SessionStore, reason_part: str) -> None:
     assert s.status.db_path == ""
     assert reason_part in s.status.fallback_reason
     # Memory mode still works end to end.
-    await s.create_session("m1", "a", "/w")
+    await s.create_session(NewSession("m1", "a", "/w"))
     await s.append_turn("m1", [HistoryEntry(role="user", text="hi")])
     assert len(await _history(s, "m1")) == 1
     await s.close()

@@ -11,7 +11,9 @@ are ``ACPGATE_agents__<alias>__<key>``.
 
 One job per module; this package re-exports the public names of all four:
 
-- :mod:`.schema`: the sections, :class:`Config`, the fixed choices;
+- :mod:`.schema`: the sections, :class:`Config`; each field declared with
+  :func:`.setting.setting` (meaning, bounds, choices, reload), the checks a bound cannot
+  express in :mod:`.checks`, the fixed sets in :mod:`.choices`;
 - :mod:`.coerce`: checking (and parsing env/CLI text into) a value of the schema;
 - :mod:`.load`: the config dir, the first-run default file, the precedence;
 - :mod:`.edit`: ``acpgate config set/get/show`` and ``agents add``'s table, with tomlkit.

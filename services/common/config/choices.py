@@ -1,15 +1,11 @@
-"""The configuration keys limited to a fixed set of values, and those sets.
+"""The fixed sets of values some configuration keys are limited to.
 
-``coerce`` refuses any other value for a key named in :data:`CHOICES`, naming
-the allowed ones; the sets themselves are read wherever a value is interpreted
-(the agent's modes, the log output).
+The schema names each key's set (``setting(choices=…)``) and ``coerce`` refuses any
+other value, naming the allowed ones; the sets themselves are read wherever a value
+is interpreted (the agent's modes, the log output).
 """
 
 from __future__ import annotations
-
-from services.common.client_mcp import (
-    CLIENT_MCP_CHOICES,
-)
 
 AUTONOMY_LEVELS = ("readonly", "supervised", "full")
 VISIBILITY_LEVELS = ("self", "tree", "agent", "all")
@@ -24,16 +20,3 @@ LOG_FORMATS = ("", "json", "text")
 #: ``[services] data_path``: the adapter's pipes handed to the edge where they
 #: share a host (``auto``), or every byte over the lifecycle's Attach stream.
 DATA_PATHS = ("auto", "grpc")
-
-#: Keys whose value must be one of a fixed set.
-CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("autonomy", "level"): AUTONOMY_LEVELS,
-    ("sessions", "visibility"): VISIBILITY_LEVELS,
-    ("gateway", "client_mcp_servers"): CLIENT_MCP_CHOICES,
-    ("agents", "kind"): AGENT_KINDS,
-    ("agents", "autonomy"): ("", *AUTONOMY_LEVELS),
-    ("agents", "provider"): ("", *PROVIDERS),
-    ("logging", "level"): LOG_LEVELS,
-    ("logging", "format"): LOG_FORMATS,
-    ("services", "data_path"): DATA_PATHS,
-}

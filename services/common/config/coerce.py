@@ -12,12 +12,11 @@ import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common.config.choices import CHOICES
-from services.common.config.schema import MAX_WORKERS, ConfigError, field_types
+from services.common.config.schema import SECTIONS, AgentSection, ConfigError, field_types, settings
 from services.common.mcp_servers import McpServerError, McpServerSpec, parse_server
 
 #: How a field annotation is named in an error message.
-_TYPE_NAMES = {
+TYPE_NAMES = {
     "int": "integer",
     "int | str": 'integer or "auto"',
     "bool": "boolean",
@@ -83,13 +82,10 @@ def _as_str(value: Any, from_text: bool) -> str:
 
 
 def _as_count_or_auto(value: Any, from_text: bool) -> int | str:
-    """A positive count (up to ``MAX_WORKERS``) or "auto" (``[gateway] workers``)."""
+    """A count or "auto" (``[gateway] workers``; its bounds are the field's)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
-    count = _as_int(value, from_text)
-    if not 1 <= count <= MAX_WORKERS:
-        raise _Invalid(f": expected 1 to {MAX_WORKERS} or \"auto\", got {count}")
-    return count
+    return _as_int(value, from_text)
 
 
 def _as_protocol(value: Any, from_text: bool) -> int | str:
@@ -156,16 +152,19 @@ def coerce_value(value: Any, type_name: str, where: str, *, from_text: bool) -> 
     try:
         return check(value, from_text)
     except _Mismatch as bad:
-        expected = _TYPE_NAMES.get(type_name, type_name)
+        expected = TYPE_NAMES.get(type_name, type_name)
         raise ConfigError(f"{where}: expected {expected}, got {bad.value!r}") from None
     except _Invalid as exc:
         raise ConfigError(f"{where}{exc}") from None
 
 
 def check_choice(section: str, key: str, value: Any, where: str) -> None:
-    """Refuse a value outside the fixed set of ``section.key``, if it has one."""
-    choices = CHOICES.get((section, key))
-    if choices is not None and value not in choices:
+    """Refuse a text value outside the fixed set of ``section.key``, if it has one
+    (``section`` is ``agents`` for every agent entry)."""
+    cls = AgentSection if section == "agents" else SECTIONS.get(section)
+    declared = settings(cls).get(key) if cls is not None else None
+    choices = declared.choices if declared is not None else ()
+    if choices and isinstance(value, str) and value not in choices:
         shown = ", ".join(repr(c) for c in choices if c)
         raise ConfigError(f"{where}: expected one of {shown}, got {value!r}")
 

@@ -2,8 +2,8 @@
 
 A reload (``SIGHUP``, ``acpgate config set``) compares the running config with the
 one just loaded, key by key (dotted names: ``acp.max_sessions``, ``agents.new`` for an
-agent added or removed, ``agents.x.command`` for one key of one). The keys that
-:data:`RELOADABLE` names are taken from the new config; every other changed key
+agent added or removed, ``agents.x.command`` for one key of one). The keys whose field
+declares ``reload=True`` (:data:`RELOADABLE`) are taken from the new config; every other changed key
 keeps its running value until the process restarts (what was bound, opened or spawned
 from it — ports, the data dir, the store, the workers — cannot change under it), and
 is reported as needing a restart. Only key names are reported, never values (an
@@ -15,30 +15,30 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
-from services.common.config.schema import Config
+from services.common.config.schema import SECTIONS, AgentSection, Config, settings
 
 __all__ = ["RELOADABLE", "ConfigChange", "changed_keys", "describe", "needs_restart",
            "reloaded"]
 
+def _reloadable_keys() -> frozenset[str]:
+    """The keys whose field declares ``reload=True``; a section (``agents`` too) every key
+    of which does is reloadable whole, so adding or removing an agent applies as well."""
+    out: set[str] = set()
+    tables: dict[str, type] = {**SECTIONS, "agents": AgentSection}
+    for name, cls in tables.items():
+        declared = settings(cls)
+        live = {key for key, setting in declared.items() if setting.reload}
+        if live and live == set(declared):
+            out.add(name)
+        else:
+            out |= {f"{name}.{key}" for key in live}
+    return frozenset(out)
+
+
 #: The keys (a whole section, or ``section.key``) a running process applies. Agents:
 #: the session service resolves every new session against them (new sessions use the
 #: new entry, running ones keep their agent process).
-RELOADABLE: frozenset[str] = frozenset({
-    "agents",
-    "acp",
-    "autonomy",
-    "sessions",
-    "a2a",
-    "logging",
-    "gateway.max_connections",
-    "gateway.max_connections_per_token",
-    "gateway.client_mcp_servers",
-    "gateway.client_mcp_allow_hosts",
-    "gateway.detach_grace_secs",
-    "gateway.attach_queue_chars",
-    "store.max_session_bytes",
-    "store.max_token_bytes",
-})
+RELOADABLE: frozenset[str] = _reloadable_keys()
 
 
 def needs_restart(key: str) -> bool:

@@ -6,14 +6,14 @@
   the table of futures waiting for answers;
 - :mod:`~services.common.jsonrpc.peer`: :class:`JsonRpcPeer`, one connection
   over an injected transport;
-- :mod:`~services.common.jsonrpc.lines`: lines from a byte stream (stdin).
+- :mod:`~services.common.jsonrpc.line_reader`: lines from a byte stream (stdin).
 
 The edge (toward clients and toward adapters) and the built-in agent each
 configure a :class:`JsonRpcPeer`; none of them parses or encodes a message
 itself.
 """
 
-from services.common.jsonrpc.lines import (
+from services.common.jsonrpc.line_reader import (
     MAX_LINE_BYTES,
     READ_CHUNK_BYTES,
     ChunkReader,

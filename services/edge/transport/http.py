@@ -17,7 +17,6 @@ import orjson
 from services.edge.metrics import Metrics
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-JSON_CONTENT_TYPE = "application/json"
 #: Lease states as lowercase names (SPEC §13), always rendered, zero included.
 LEASE_STATES = ("open", "closing", "closed", "lost")
 

@@ -1,7 +1,7 @@
 """``acpgate acp``: the dialect over stdin/stdout (SPEC §0, §1).
 
 stdin lines go to :func:`serve_connection`; every message is written to stdout
-as one line (the pipe plumbing is ``services.edge.transport.lines``). The next line is
+as one line (the pipe plumbing is ``services.edge.transport.stdio_pipes``). The next line is
 read only while the output backlog is under its bound: a client that stops
 reading stdout stops stdin too, instead of growing this process. EOF (or
 SIGTERM/SIGINT) closes every session, stops the embedded services and returns
@@ -32,7 +32,7 @@ from services.edge.transport.connection import (
     open_runtime,
     serve_connection,
 )
-from services.edge.transport.lines import stdin_reader, stdout_writer
+from services.edge.transport.stdio_pipes import stdin_reader, stdout_writer
 
 log = get_logger("edge.stdio")
 

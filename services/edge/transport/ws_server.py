@@ -51,6 +51,7 @@ from services.edge.transport.auth import (
 )
 from services.edge.transport.balance import Balancer
 from services.edge.transport.exchange import HttpRequest
+from services.edge.transport.gateway_needs import RuntimeLike, ServeConnection, SessionLookup
 from services.edge.transport.handoff.service import Handoff
 from services.edge.transport.monitor import GatewayCounters, Monitor, join_workers
 from services.edge.transport.origin import OriginPolicy
@@ -60,7 +61,6 @@ from services.edge.transport.outqueue import (
     DEFAULT_SLOW_CLIENT_TIMEOUT,
     Outbox,
 )
-from services.edge.transport.ports import RuntimeLike, ServeConnection, SessionLookup
 from services.edge.transport.probe import ServiceProbe
 from services.edge.transport.revocation import RevocationWatch
 from services.edge.transport.routes import UNAUTHORIZED_BODY, GatewayRoutes

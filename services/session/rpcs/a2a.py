@@ -43,7 +43,7 @@ from services.session.policy import policy_for
 from services.session.rpcs.base import Ctx
 from services.session.rpcs.reads import ReadRpcs
 from services.session.rpcs.rows import RowRpcs
-from services.session.store import SessionNotFound, SessionRecord
+from services.session.store import NewSession, SessionNotFound, SessionRecord
 from services.session.workspace import WorkspaceError
 
 __all__ = ["A2aRpcs"]
@@ -87,12 +87,12 @@ class A2aRpcs(RowRpcs, ReadRpcs):
         policy = cap_policy(policy_for(self._cfg, alias, workspace),
                             lower_autonomy(configured, acting))
         owner = parent.ownership.owner_session_key or parent.ownership.session_key
-        rec = await self._create(
-            context, request.session_id, alias, workspace,
+        rec = await self._create(context, NewSession(
+            request.session_id, alias, workspace,
             gateway_instance_id=request.gateway_instance_id, host=request.host,
             public_url=request.public_url,
             title=request.label, spawned_by=key, parent_session_key=key,
-            owner_session_key=owner)
+            owner_session_key=owner))
         log.info("session_spawned", session_id=rec.session_id, agent=alias,
                  parent_session_id=parent.session_id, autonomy=policy.autonomy)
         return pb.SpawnSessionResponse(

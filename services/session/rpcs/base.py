@@ -7,6 +7,7 @@ servicer; :class:`services.session.servicer.SessionServicer` inherits them all.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeAlias
 
@@ -21,6 +22,7 @@ from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.store import (
     InvalidItem,
+    NewSession,
     SessionExists,
     SessionNotFound,
     SessionRecord,
@@ -77,8 +79,8 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
                           ) -> SessionRecord:
         """The row ``request`` asks for, of ``alias`` in ``workspace_dir`` with those extra
         roots (CreateSession's own fields, or those ResolveNewSession decided)."""
-        rec = await self._create(
-            context, request.session_id, alias, workspace_dir,
+        rec = await self._create(context, NewSession(
+            request.session_id, alias, workspace_dir,
             spawned_by=request.spawned_by,
             parent_session_key=request.parent_session_key,
             owner_session_key=request.owner_session_key,
@@ -86,26 +88,20 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
             host=request.host,
             public_url=request.public_url,
             mcp_servers_json=request.mcp_servers_json,
-            additional_directories=additional_directories,
-        )
+            additional_directories=tuple(additional_directories),
+        ))
         log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
         return rec
 
-    async def _create(self, context: Ctx, session_id: str, alias: str, workspace_dir: str, *,
-                      gateway_instance_id: str, host: str, title: str = "",
-                      public_url: str = "",
-                      additional_directories: Sequence[str] = (),
-                      **fields: str) -> SessionRecord:
-        """A new row (INVALID_ARGUMENT / ALREADY_EXISTS when refused), titled if ``title``,
-        claimed by ``gateway_instance_id`` when one is given; ``fields`` are the store's
-        other text columns (ownership, MCP servers). CreateSession and SpawnSession
+    async def _create(self, context: Ctx, new: NewSession) -> SessionRecord:
+        """The row ``new`` describes (INVALID_ARGUMENT / ALREADY_EXISTS when refused), claimed
+        by its ``gateway_instance_id`` when it names one. CreateSession and SpawnSession
         both write rows through here."""
+        claim_ttl_ms = self._claim_ttl_ms if new.gateway_instance_id else None
         try:
             # Titled and claimed in the insert itself: one store transaction.
             return await self._store.create_session(
-                session_id, alias, workspace_dir, gateway_instance_id=gateway_instance_id,
-                additional_directories=tuple(additional_directories), title=title, host=host,
-                public_url=public_url, claim_ttl_ms=self._claim_ttl_ms if gateway_instance_id else None, **fields)
+                dataclasses.replace(new, claim_ttl_ms=claim_ttl_ms))
         except InvalidItem as exc:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except SessionExists as exc:

@@ -1,6 +1,6 @@
 """Edge workers' shared limits and counters (issue 28): TakeSlot, ReportWorker, ListWorkers.
 
-The decisions are :class:`~services.session.workers.WorkerLedger`'s (in memory);
+The decisions are :class:`~services.session.worker_ledger.WorkerLedger`'s (in memory);
 like every RPC here they are behind the service credential: only the install's
 own processes call them.
 """
@@ -14,7 +14,7 @@ from services.common.config import Config
 from services.common.grpc_server import abort
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import SessionStore, wall_clock_ms
-from services.session.workers import WorkerLedger
+from services.session.worker_ledger import WorkerLedger
 
 __all__ = ["WorkerRpcs"]
 

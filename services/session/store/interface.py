@@ -36,6 +36,7 @@ from services.session.store.event_log import EventLogStore
 from services.session.store.records import (
     AppendResult,
     HistoryEntry,
+    NewSession,
     Quota,
     SessionRecord,
     StoreStatusInfo,
@@ -84,32 +85,9 @@ class SessionStore(EventLogStore, ABC):
     # -- sessions
 
     @abstractmethod
-    async def create_session(
-        self,
-        session_id: str,
-        agent_alias: str,
-        workspace_dir: str,
-        *,
-        spawned_by: str = "",
-        parent_session_key: str = "",
-        owner_session_key: str = "",
-        gateway_instance_id: str = "",
-        state: str = "active",
-        mcp_servers_json: str = "",
-        additional_directories: Sequence[str] = (),
-        title: str = "",
-        host: str = "",
-        claim_ttl_ms: int | None = None,
-        public_url: str = "",
-    ) -> SessionRecord:
-        """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself.
-
-        ``additional_directories`` are the session's extra roots (already resolved); a
-        non-blank ``title`` goes through ``make_title``. With ``claim_ttl_ms`` the row is
-        written claimed by ``gateway_instance_id`` on ``host`` (reachable at
-        ``public_url``) for that long, as
-        :meth:`claim` would take it, in the same statement (a new id: nobody else can
-        hold it yet).
+    async def create_session(self, new: NewSession) -> SessionRecord:
+        """Write the row ``new`` describes (its claim, if any, in the same statement: a new
+        id, nobody else can hold it yet).
 
         InvalidItem when an id, the alias or the workspace is empty, the state is
         unknown, ``mcp_servers_json`` is not a JSON array or the claim is one

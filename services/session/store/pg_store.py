@@ -48,6 +48,7 @@ from services.session.store.pg_liveness import (
     pg_claimable,
 )
 from services.session.store.records import (
+    NewSession,
     SessionExists,
     SessionNotFound,
     SessionRecord,
@@ -146,41 +147,19 @@ class PostgresSessionStore(PgFork, PgEvents):
 
     # -- sessions
 
-    async def create_session(
-        self,
-        session_id: str,
-        agent_alias: str,
-        workspace_dir: str,
-        *,
-        spawned_by: str = "",
-        parent_session_key: str = "",
-        owner_session_key: str = "",
-        gateway_instance_id: str = "",
-        state: str = "active",
-        mcp_servers_json: str = "",
-        additional_directories: Sequence[str] = (),
-        title: str = "",
-        host: str = "",
-        claim_ttl_ms: int | None = None,
-        public_url: str = "",
-    ) -> SessionRecord:
-        """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        values = new_row_values(
-            session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
-            parent_session_key=parent_session_key, owner_session_key=owner_session_key,
-            gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
-            additional_directories=additional_directories, title=title, host=host,
-            public_url=public_url, claim_ttl_ms=claim_ttl_ms, text=to_db)
+    async def create_session(self, new: NewSession) -> SessionRecord:
+        """Write the row ``new`` describes, claimed as it asks."""
+        values = new_row_values(new, self._clock(), text=to_db)
 
         async def insert(con: Conn) -> asyncpg.Record | None:
             return await con.fetchrow(_INSERT_SESSION, *values)
 
-        if claim_ttl_ms is not None:
-            await self.hold_liveness(gateway_instance_id)
+        if new.claim_ttl_ms is not None:
+            await self.hold_liveness(new.gateway_instance_id)
         # In a transaction: a retry must not meet the row its own lost first try wrote.
         row = await self._transaction(insert)
         if row is None:
-            raise SessionExists(f"Session already exists: {session_id}")
+            raise SessionExists(f"Session already exists: {new.session_id}")
         return record_of(row)
 
     async def get_session(self, session_id: str) -> SessionRecord:

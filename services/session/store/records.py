@@ -9,6 +9,7 @@ database is underneath, so a new backend reuses them instead of restating them.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -32,6 +33,7 @@ __all__ = [
     "Claim",
     "HistoryEntry",
     "InvalidItem",
+    "NewSession",
     "Ownership",
     "Quota",
     "QuotaExceeded",
@@ -131,6 +133,33 @@ class QuotaExceeded(StoreError):
 
 
 # ------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session row to create (``SessionStore.create_session``).
+
+    The owner defaults to ``spawned_by``, else the session itself (SPEC §13);
+    ``additional_directories`` are its extra roots, already resolved; a non-blank
+    ``title`` goes through :func:`make_title`. With ``claim_ttl_ms`` the row is written
+    claimed by ``gateway_instance_id`` on ``host`` (reachable at ``public_url``) for that
+    long, as ``claim`` would take it.
+    """
+
+    session_id: str
+    agent_alias: str
+    workspace_dir: str
+    spawned_by: str = ""
+    parent_session_key: str = ""
+    owner_session_key: str = ""
+    gateway_instance_id: str = ""
+    state: str = "active"
+    mcp_servers_json: str = ""
+    additional_directories: Sequence[str] = ()
+    title: str = ""
+    host: str = ""
+    claim_ttl_ms: int | None = None
+    public_url: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from services.session.store.records import ITEM_FIELDS, SessionRecord, session_key_for
+from services.session.store.records import ITEM_FIELDS, NewSession, SessionRecord, session_key_for
 from services.session.store.sql_rows import SESSION_COLUMNS, new_row_values
 
 __all__ = ["COPY_HISTORY", "FORK_SOURCE", "LAST_TURN_AT", "SET_FORK_STATE", "ForkPlan",
@@ -75,8 +75,8 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
     for the backend."""
     o = parent.ownership
     owner = fork_owner(parent, session_key_for(agent_alias, session_id))
-    insert = new_row_values(
-        session_id, agent_alias, parent.workspace_dir, "active", now,
+    insert = new_row_values(NewSession(
+        session_id, agent_alias, parent.workspace_dir,
         spawned_by=o.spawned_by, parent_session_key=o.parent_session_key,
         owner_session_key=owner, gateway_instance_id=gateway_instance_id,
         mcp_servers_json=parent.mcp_servers_json if mcp_servers_json is None
@@ -84,7 +84,7 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
         additional_directories=parent.additional_directories if additional_directories is None
         else additional_directories,
         title=parent.title, host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms,
-        text=text)
+    ), now, text=text)
     state = (parent.plan_json, parent.mode_id, parent.config_json, parent.message_count,
              last_turn, parent.stored_bytes, parent.session_id, session_id)
     return ForkPlan(insert, owner, parent.stored_bytes, state)

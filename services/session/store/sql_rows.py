@@ -25,6 +25,7 @@ from services.session.store.records import (
     ITEM_FIELDS,
     Claim,
     HistoryEntry,
+    NewSession,
     Ownership,
     SessionRecord,
     TurnUsage,
@@ -203,33 +204,27 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
     )
 
 
-def new_row_values(
-    session_id: str, agent_alias: str, workspace_dir: str, state: str, now: int, *,
-    spawned_by: str, parent_session_key: str, owner_session_key: str, gateway_instance_id: str,
-    mcp_servers_json: str, additional_directories: Sequence[str], title: str = "",
-    host: str = "", claim_ttl_ms: int | None = None, text: Callable[[str], str] = str,
-    public_url: str = "",
-) -> tuple[Any, ...]:
-    """The :data:`INSERT_SESSION` parameters of a new row with SPEC §13 ownership: the owner
-    defaults to ``spawned_by``, else the session itself (InvalidItem for a row
-    :func:`~.checks.check_new_session` refuses). A blank ``title`` leaves it untitled;
-    with ``claim_ttl_ms`` the row is created claimed by ``gateway_instance_id`` on ``host``
-    reachable at ``public_url`` (refused like :func:`~.checks.check_claim`); ``text`` encodes the title."""
-    check_new_session(session_id, agent_alias, workspace_dir, state, spawned_by,
-                      parent_session_key, owner_session_key, gateway_instance_id,
-                      mcp_servers_json=mcp_servers_json,
-                      additional_directories=additional_directories)
+def new_row_values(new: NewSession, now: int, *,
+                   text: Callable[[str], str] = str) -> tuple[Any, ...]:
+    """The :data:`INSERT_SESSION` parameters of the row ``new`` describes, written at
+    ``now`` (InvalidItem for a row :func:`~.checks.check_new_session` or a claim
+    :func:`~.checks.check_claim` refuses); ``text`` encodes the title."""
+    check_new_session(new.session_id, new.agent_alias, new.workspace_dir, new.state,
+                      new.spawned_by, new.parent_session_key, new.owner_session_key,
+                      new.gateway_instance_id, mcp_servers_json=new.mcp_servers_json,
+                      additional_directories=new.additional_directories)
     claim: tuple[str, str, int, int, str] = ("", "", 0, 0, "")
-    if claim_ttl_ms is not None:
-        check_claim(gateway_instance_id, host, claim_ttl_ms, public_url)
+    if new.claim_ttl_ms is not None:
+        check_claim(new.gateway_instance_id, new.host, new.claim_ttl_ms, new.public_url)
         # Its first generation.
-        claim = (gateway_instance_id, host, now + claim_ttl_ms, 1, public_url)
-    key = session_key_for(agent_alias, session_id)
-    owner = owner_session_key or spawned_by or key
-    return (session_id, agent_alias, workspace_dir, now, now, state, key, spawned_by,
-            parent_session_key, owner, agent_alias, BACKEND, gateway_instance_id, now,
-            mcp_servers_json, dirs_json(additional_directories),
-            text(make_title(title)) if title.strip() else "", *claim)
+        claim = (new.gateway_instance_id, new.host, now + new.claim_ttl_ms, 1, new.public_url)
+    key = session_key_for(new.agent_alias, new.session_id)
+    owner = new.owner_session_key or new.spawned_by or key
+    title = text(make_title(new.title)) if new.title.strip() else ""
+    return (new.session_id, new.agent_alias, new.workspace_dir, now, now, new.state, key,
+            new.spawned_by, new.parent_session_key, owner, new.agent_alias, BACKEND,
+            new.gateway_instance_id, now, new.mcp_servers_json,
+            dirs_json(new.additional_directories), title, *claim)
 
 
 def dirs_json(directories: Sequence[str]) -> str:

@@ -27,6 +27,7 @@ from services.session.store.interface import (
     Clock,
 )
 from services.session.store.records import (
+    NewSession,
     SessionExists,
     SessionNotFound,
     SessionRecord,
@@ -121,36 +122,14 @@ class SqliteSessionStore(SqliteEvents, SqliteFork):
 
     # -- sessions
 
-    async def create_session(
-        self,
-        session_id: str,
-        agent_alias: str,
-        workspace_dir: str,
-        *,
-        spawned_by: str = "",
-        parent_session_key: str = "",
-        owner_session_key: str = "",
-        gateway_instance_id: str = "",
-        state: str = "active",
-        mcp_servers_json: str = "",
-        additional_directories: Sequence[str] = (),
-        title: str = "",
-        host: str = "",
-        claim_ttl_ms: int | None = None,
-        public_url: str = "",
-    ) -> SessionRecord:
-        """Write a new row with SPEC §13 ownership; owner defaults to spawned_by, else itself."""
-        values = new_row_values(
-            session_id, agent_alias, workspace_dir, state, self._clock(), spawned_by=spawned_by,
-            parent_session_key=parent_session_key, owner_session_key=owner_session_key,
-            gateway_instance_id=gateway_instance_id, mcp_servers_json=mcp_servers_json,
-            additional_directories=additional_directories, title=title, host=host,
-            public_url=public_url, claim_ttl_ms=claim_ttl_ms)
+    async def create_session(self, new: NewSession) -> SessionRecord:
+        """Write the row ``new`` describes, claimed as it asks."""
+        values = new_row_values(new, self._clock())
         async with self._lock:
             try:
                 rec = await self._write_row(INSERT_SESSION, values)
             except sqlite3.IntegrityError:
-                raise SessionExists(f"Session already exists: {session_id}") from None
+                raise SessionExists(f"Session already exists: {new.session_id}") from None
         assert rec is not None
         return rec
 

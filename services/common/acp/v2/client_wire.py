@@ -25,12 +25,10 @@ import orjson
 from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
 from services.common.acp.v2.requests import permission_request_v2
 from services.common.acp.v2.updates import SessionTranslator
+from services.common.protocol import INVALID_REQUEST, M_REQUEST_PERMISSION, M_SESSION_UPDATE
 
 __all__ = ["ClientWire"]
 
-_UPDATE = "session/update"
-_PERMISSION = "session/request_permission"
-_INVALID_REQUEST = -32600
 _MSG_INVALID_REQUEST = "Invalid Request"
 
 
@@ -58,13 +56,13 @@ def _line(message: dict[str, Any]) -> str:
 
 
 def _note(sid: str, update: dict[str, Any]) -> str:
-    return _line({"jsonrpc": "2.0", "method": _UPDATE,
+    return _line({"jsonrpc": "2.0", "method": M_SESSION_UPDATE,
                   "params": {"sessionId": sid, "update": update}})
 
 
 def _invalid(entry_id: Any = None) -> str:
     return _line({"jsonrpc": "2.0", "id": entry_id,
-                  "error": {"code": _INVALID_REQUEST, "message": _MSG_INVALID_REQUEST}})
+                  "error": {"code": INVALID_REQUEST, "message": _MSG_INVALID_REQUEST}})
 
 
 def _key(request_id: Any) -> str:
@@ -118,9 +116,9 @@ class ClientWire:
                 out.append(line)
                 continue
             method = message.get("method")
-            if method == _UPDATE:
+            if method == M_SESSION_UPDATE:
                 out.extend(self._update(message, line))
-            elif method == _PERMISSION and "id" in message:
+            elif method == M_REQUEST_PERMISSION and "id" in message:
                 out.extend(self._permission(message))
             elif method is None and self._batch_of:
                 out.extend(self._answer(message, line))

@@ -56,7 +56,7 @@ from services.edge.dialect.handlers import (
     stored,
     turns,
 )
-from services.edge.dialect.host import HOST_METHODS
+from services.edge.dialect.host_view import HOST_METHODS
 
 #: Method name → handler, for every method a client may call.
 METHODS: Mapping[str, Handler] = {
@@ -82,7 +82,7 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_EVENT: stored.session_event,
     # The agents a client may start (the console's agent picker; any caller).
     M_AGENTS_LIST: agents_list,
-    # The console's host view (issue 31): admin tokens only (services.edge.dialect.host).
+    # The console's host view (issue 31): admin tokens only (services.edge.dialect.host_view).
     **HOST_METHODS,
 }
 

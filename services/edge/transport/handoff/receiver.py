@@ -12,14 +12,12 @@ it — and the sibling is told :data:`~.wire.ACCEPTED`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from services.common.fd_sockets import DescriptorsCut, accept_each, bind_private, recv_fds
+from services.common.fd_sockets import DescriptorsCut, FdSocketListener, peer_uid, recv_fds
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.edge.transport.handoff.wire import (
@@ -39,12 +37,6 @@ Adopt = Callable[[socket.socket, bytes], Awaitable[None]]
 #: recvmsg flag: descriptors received close-on-exec (0 where the platform lacks it).
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a unix socket (``SO_PEERCRED``)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
 class HandoffReceiver:
     """Serves worker ``worker``'s hand-over socket at ``path``."""
 
@@ -53,9 +45,7 @@ class HandoffReceiver:
         self._key = key
         self.worker = worker
         self._adopt = adopt
-        self._sock: socket.socket | None = None
-        self._accepting: asyncio.Task[None] | None = None
-        self._exchanges: set[asyncio.Task[None]] = set()
+        self._listener = FdSocketListener(path, self._serve, name="edge-handoff-in")
         #: Connections taken in, and hand-overs refused (metrics, tests).
         self.adopted = 0
         self.refused = 0
@@ -65,15 +55,9 @@ class HandoffReceiver:
 
     async def start(self) -> None:
         """Bind (replacing a stale socket of a dead incarnation), then accept."""
-        self._sock = await asyncio.to_thread(self._bind)
-        self._accepting = asyncio.create_task(
-            accept_each(self._sock, self._serve, self._exchanges, name="edge-handoff-in"),
-            name="edge-handoff-socket")
+        await asyncio.to_thread(private_dir, Path(self.path).parent)
+        await self._listener.start()
         log.info("handoff_socket_listening", worker=self.worker)
-
-    def _bind(self) -> socket.socket:
-        private_dir(Path(self.path).parent)
-        return bind_private(self.path)
 
     async def _serve(self, conn: socket.socket) -> None:
         client: socket.socket | None = None
@@ -137,12 +121,4 @@ class HandoffReceiver:
 
     async def close(self) -> None:
         """Stop accepting, drop the exchanges under way, remove the socket."""
-        tasks = [t for t in (self._accepting, *self._exchanges) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
+        await self._listener.close()

@@ -28,16 +28,16 @@ import grpc
 
 from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb
 from acpgate.session.v1 import session_pb2 as spb
-from services.common.host_view import (
+from services.common.jsonrpc import JsonRpcError
+from services.common.principals import owner_label
+from services.common.protocol import (
+    AUTH_REQUIRED,
     M_HOST_CANCEL,
     M_HOST_CLOSE,
     M_HOST_PS,
     MSG_HOST_ELSEWHERE,
     MSG_HOST_REFUSED,
 )
-from services.common.jsonrpc import JsonRpcError
-from services.common.principals import owner_label
-from services.common.protocol import AUTH_REQUIRED
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.errors import grpc_error, not_found
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id

@@ -27,8 +27,6 @@ Blocking (file-system calls and locks): run off the event loop.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import re
 from dataclasses import dataclass, field
@@ -36,7 +34,8 @@ from pathlib import Path
 from typing import IO
 
 from services.common.config import ConfigError
-from services.common.private_files import PRIVATE_FILE_MODE, private_dir, tighten
+from services.common.lock_files import open_lock_file, try_lock
+from services.common.private_files import private_dir
 
 __all__ = [
     "MAX_SLOTS",
@@ -114,24 +113,6 @@ def slots_dir(state_dir: Path) -> Path:
     return state_dir / SLOTS_DIR_NAME
 
 
-def _open_lock(path: Path) -> IO[bytes]:
-    """The lock file at ``path``, opened read-write, created owner-only, never a link."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    tighten(path, PRIVATE_FILE_MODE)  # one an earlier run or a umask left readable
-    return os.fdopen(fd, "r+b", buffering=0)
-
-
-def _lock(file: IO[bytes]) -> bool:
-    """Take the exclusive lock without waiting; False when another open file holds it."""
-    try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return False
-        raise
-    return True
-
-
 def _note_holder(file: IO[bytes]) -> None:
     """Write this process's PID into the held lock file (for a person reading it)."""
     with contextlib.suppress(OSError):
@@ -144,9 +125,9 @@ def try_slot(state_dir: Path, number: int) -> Slot | None:
     """Slot ``number``, locked for the caller, or None while a live process holds it."""
     directory = private_dir(slots_dir(state_dir))
     path = directory / f"{number}.lock"
-    file = _open_lock(path)
+    file = open_lock_file(path)
     try:
-        if not _lock(file):
+        if not try_lock(file):
             file.close()
             return None
     except BaseException:
@@ -195,7 +176,7 @@ def adopt_slot(state_dir: Path, fd: int) -> Slot:
     file = os.fdopen(fd, "r+b", buffering=0)
     try:
         # The open file serve locked: re-locking it succeeds at once. Another's lock fails.
-        if not _lock(file):
+        if not try_lock(file):
             raise SlotError(f"--slot-fd {fd}: slot {number} is held by another process")
     except BaseException:
         file.close()

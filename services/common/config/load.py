@@ -279,7 +279,7 @@ def _validate(cfg: Config, origin: str) -> None:
             f"{origin}: [store] url: expected '' (SQLite in the data dir) or a "
             "postgresql://user@host:port/database URL"
         )
-    for key in ("lease_secs", "pool_size", "connect_timeout_secs"):
+    for key in ("lease_secs", "pool_size", "connect_timeout_secs", "outage_buffer_bytes"):
         if getattr(cfg.store, key) < 1:
             raise ConfigError(f"{origin}: [store] {key}: expected an integer ≥ 1")
     for key in ("max_session_bytes", "max_token_bytes"):

@@ -169,6 +169,9 @@ class StoreSection:
     max_session_bytes: int = 256 * 1024 * 1024
     #: Bytes of history all sessions of one owner (a gateway token) may store (0 = unlimited).
     max_token_bytes: int = 1024 * 1024 * 1024
+    #: Bytes of events an edge keeps while the store is unreachable, sent once it answers
+    #: (past them a session's log stops and its running turn fails).
+    outage_buffer_bytes: int = 64 * 1024 * 1024
 
     @property
     def is_postgres(self) -> bool:

@@ -89,6 +89,8 @@ class Cluster:
     bins: dict[str, str]
     user: pwd.struct_passwd | None
     _names: int = field(default=0, repr=False)
+    #: The server's options (``pg_ctl -o``), to start it again the same way.
+    options: str = field(default="", repr=False)
 
     @property
     def socket_dir(self) -> Path:
@@ -143,6 +145,16 @@ class Cluster:
             return "\n".join((self.root / "server.log").read_text().splitlines()[-lines:])
         return ""
 
+    def halt(self) -> None:
+        """Stop the server (fast: clients are disconnected), keeping its data: an outage."""
+        self.run([self.bins["pg_ctl"], "-D", str(self.data_dir), "-m", "fast", "-w", "-t",
+                  "60", "stop"])
+
+    def start_again(self) -> None:
+        """Start a halted server on the same socket, port and data."""
+        self.run([self.bins["pg_ctl"], "-D", str(self.data_dir), "-l",
+                  str(self.root / "server.log"), "-o", self.options, "-w", "-t", "60", "start"])
+
     def stop(self) -> None:
         """Stop the server (immediate) and remove its directory; a second call is harmless."""
         if (self.data_dir / "postmaster.pid").exists():
@@ -175,11 +187,10 @@ def start_cluster(settings: Sequence[str] = FAST_SETTINGS) -> Cluster:
                      "--pwfile", str(pwfile), "--auth-local=trust",
                      "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"])
         pwfile.unlink()
-        options = " ".join([f"-k {root}", "-c listen_addresses=127.0.0.1", f"-p {cluster.port}",
-                            *(f"-c {s}" for s in settings)])
+        cluster.options = " ".join([f"-k {root}", "-c listen_addresses=127.0.0.1",
+                                    f"-p {cluster.port}", *(f"-c {s}" for s in settings)])
         try:
-            cluster.run([bins["pg_ctl"], "-D", str(cluster.data_dir), "-l",
-                         str(root / "server.log"), "-o", options, "-w", "-t", "60", "start"])
+            cluster.start_again()
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"postgres did not start: {exc.stderr}\n{cluster.log_tail()}") from None
     except BaseException:

@@ -68,3 +68,41 @@ async def test_a_stream_cut_mid_turn_resumes_without_loss_or_duplicates(tmp_path
             assert (await c.delete()).status_code == 202
         finally:
             await c.aclose()
+
+
+async def test_a_resume_past_the_streams_buffer_is_filled_from_the_sessions_log(
+        tmp_path: Path) -> None:
+    """The reader got more than the stream keeps but the client lost it (in transit): a
+    ``Last-Event-ID`` the stream no longer holds gets the events between from the session's
+    event log (no ``_acpgate/replay_gap``), then the stream's own — each chunk once."""
+    from tests.security.scripted_agent import agent_section
+
+    count = 800
+    cfg = write_config(tmp_path / "cfg", extra=agent_section("flood"))
+    _, token = mint(cfg)
+    cwd = workspace_beside_config(tmp_path)
+    async with full_stack(cfg) as st:
+        c = RemoteClient(st.edge.http_url, token)
+        try:
+            await c.initialize()
+            async with c.stream() as conn_stream:
+                await c.post({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                              "params": {"cwd": str(cwd), "mcpServers": [],
+                                         "agentAlias": "flood"}})
+                sid = (await conn_stream.next()).data["result"]["sessionId"]
+            prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
+                "sessionId": sid, "prompt": [{"type": "text", "text": f"flood {count} 40"}]}}
+            async with c.stream(session=sid) as stream:
+                assert (await c.post(prompt, session=sid)).status_code == 202
+                everything = await stream.until(lambda d: d.get("id") == 2)
+            kept = everything[:40]  # what the client really had
+            async with c.stream(session=sid, last_event_id=kept[-1].id) as stream:
+                rest = await stream.until(lambda d: d.get("id") == 2)
+            assert not [e for e in rest if e.event == "error"], "no gap: filled from the log"
+            texts = [e.data["params"]["update"]["content"]["text"][:8] for e in kept + rest
+                     if e.data.get("method") == "session/update"
+                     and e.data["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]
+            assert texts == [f"{i:08d}" for i in range(count)], "each chunk once, in order"
+            assert rest[-1].data["result"]["stopReason"] == "end_turn"
+        finally:
+            await c.aclose()

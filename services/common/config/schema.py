@@ -200,6 +200,9 @@ class StoreSection:
     max_token_bytes: int = setting(
         1024 * 1024 * 1024, "history all sessions of one gateway token may store", min=0,
         zero="unlimited", reload=True)
+    outage_buffer_bytes: int = setting(
+        64 * 1024 * 1024, "events an edge keeps while the store is unreachable, sent once it "
+        "answers (past them a session's log stops and its running turn fails)", min=1)
 
     @property
     def is_postgres(self) -> bool:

@@ -164,7 +164,7 @@ async def _served_here(conn: DialectConnection, params: dict[str, Any]) -> EdgeS
 async def host_cancel(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """``_acpgate/host/cancel``: cancel the running turn of a session this edge serves."""
     session = await _served_here(conn, params)
-    return {"cancelled": session.cancel()}
+    return {"cancelled": session.cancel(asked_by=M_HOST_CANCEL)}
 
 
 async def host_close(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:

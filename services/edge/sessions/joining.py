@@ -5,9 +5,13 @@
 
 - ``after_message``: the ring's events after the given event id (or after the last
   chunk of the given message id, one acpgate assigned: an agent's own ``messageId`` is
-  not a resume point) — exactly what the client has not seen; when the
-  ring no longer reaches back that far, the policy falls back (``full`` for
-  ``session/attach``, as the RFD says; the live turn for a resume);
+  not a resume point) — exactly what the client has not seen. When the ring no longer
+  reaches back to an event id, the session's log in the store gives what lies between
+  it and the ring's oldest event (the edge's pending events written first), then the
+  ring — an event id of an earlier incarnation of the session too. Only a point neither
+  holds (a message id the ring lost, an id never given, a store that cannot be written)
+  falls back (``full`` for ``session/attach``, as the RFD says; the live turn for a
+  resume);
 - ``full``: the stored history (read under the session's ``storing`` lock, so a turn
   being stored meanwhile is either in what is read or in the live part, never in both)
   followed by the live turn's events;
@@ -51,6 +55,8 @@ log = get_logger("edge.joining")
 
 #: A resume's fallback: the live turn's events only (its client holds the stored history).
 HISTORY_LIVE = "live"
+#: How long a replay from the log waits for the edge's pending events to be stored.
+_FLUSH_SECS = 5.0
 
 
 async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, policy: str,
@@ -63,28 +69,21 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     feed = session.feed
     applied = policy
     events: list[Event] = []
+    from_log: int | None = None
     if policy == HISTORY_AFTER_MESSAGE:
         found = feed.after_point(after)
-        point = event_id_of(after)
-        if found is None and point is not None and point < feed.first_id and not feed.evicted:
-            # Before this process served the session (it re-adopted it): the log, then the
-            # whole ring (services.edge.sessions.readopt).
-            events, snapshot = feed.held(), feed.last_id
-            _enter(session, att)
-            await replay_log(conn.send_many, session, after=point, before=feed.first_id,
-                             with_history=False)
-            if events:
-                await conn.send_many([e.line for e in events])
-            att.delivered = max(att.delivered, snapshot)
-            att.start()
-            changed(session)
-            return applied
-        if found is None:
+        if found is not None:
+            events = found
+        elif (from_log := await _logged_point(session, after)) is None:
             applied = fallback
             log.info("replay_fallback", session_id=session.session_id, to=fallback)
-        else:
-            events = found
-    if applied in (HISTORY_FULL, HISTORY_LIVE):
+    if from_log is not None:  # the store up to the ring's oldest event, then the ring
+        events = [e for e in feed.held() if e.event_id > from_log]
+        snapshot = feed.last_id
+        _enter(session, att)
+        await replay_log(conn.send_many, session, after=from_log, with_history=False,
+                         before=events[0].event_id if events else snapshot + 1)
+    elif applied in (HISTORY_FULL, HISTORY_LIVE):
         async with session.storing:
             live = feed.live_turn()
             if live is None:  # the ring lost the live turn's oldest events: what it holds
@@ -106,6 +105,18 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     att.start()
     changed(session)  # a pending permission request is asked of a new controller now
     return applied
+
+
+async def _logged_point(session: EdgeSession, after: Any) -> int | None:
+    """``after`` as an event id the session's log is read after (module doc), once the
+    edge's pending events are stored; None when it is no such point."""
+    event_id = event_id_of(after)
+    if event_id is None or not 0 <= event_id < session.feed.last_id:
+        return None
+    if not await session.runtime.event_log.flush(_FLUSH_SECS):
+        log.warning("replay_log_unflushed", session_id=session.session_id)
+        return None
+    return event_id
 
 
 def _heir(session: EdgeSession, conn: object) -> Attachment | None:

@@ -14,8 +14,8 @@ left them so).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
@@ -29,7 +29,7 @@ from services.edge.sessions.history_wire import Replay
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["REPLAYED_KINDS", "replay_log"]
+__all__ = ["REPLAYED_KINDS", "read_log_lines", "replay_log"]
 
 log = get_logger("edge.log_replay")
 
@@ -84,3 +84,21 @@ async def replay_log(send: Send, session: EdgeSession, *, after: int = 0, before
 def _update_lines(sid: str, updates: list[dict[str, object]]) -> list[str]:
     return notification_lines(M_SESSION_UPDATE, [{"sessionId": sid, "update": u}
                                                  for u in updates])
+
+
+async def read_log_lines(rt: Any, sid: str, after: int, before: int
+                         ) -> AsyncIterator[list[str]]:
+    """The replayed lines of ``sid``'s log with ``after < event id < before``, page by page,
+    once the edge's pending events are stored (a Streamable HTTP stream's gap)."""
+    if not await rt.event_log.flush(_FLUSH_SECS):
+        log.warning("replay_unflushed", session_id=sid)
+    stream = rt.session_stub.ReadEvents(session_pb2.ReadEventsRequest(
+        session_id=sid, after_event_id=after, before_event_id=before, with_history=False))
+    try:
+        async for page in stream:
+            lines = [e.payload.decode(errors="replace") for e in page.events
+                     if e.kind in REPLAYED_KINDS]
+            if lines:
+                yield lines
+    finally:
+        stream.cancel()

@@ -125,7 +125,8 @@ class EdgeRuntime:
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
         self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
-        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost)
+        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost,
+                                  max_pending=cfg.store.outage_buffer_bytes)
         #: The gateway tokens, for their operator grants (issue 23).
         self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None

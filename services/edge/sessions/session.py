@@ -281,10 +281,12 @@ class EdgeSession:
         finally:
             self._relays.discard(waiter)
             self.touch()
-        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": result})
-        if method == M_ELICITATION_CREATE:
-            return result if isinstance(result, dict) else fallback
-        return relayed_answer(result)
+        # What the agent gets is what is logged: never the client's own bytes, which may
+        # say more than (or the opposite of) what was relayed.
+        answer = (result if isinstance(result, dict) else fallback) \
+            if method == M_ELICITATION_CREATE else relayed_answer(result)
+        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": answer})
+        return answer
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter's fs/terminal request (decided by the session service first)."""
@@ -350,15 +352,19 @@ class EdgeSession:
         self.taken_over = True
         self.runtime.spawn(self.runtime.deactivate(self, "claim_lost"))
 
-    def cancel(self, *, keep: bool = True) -> bool:
+    def cancel(self, *, keep: bool = True, asked_by: str = "") -> bool:
         """Interrupt the running turn (SPEC §7), and the running turns of this session's
         children and of the turns it asked other sessions for (issue 13; they stay
         open). False when this session itself runs no turn.
 
         ``keep``: the turns are stored with what they streamed (a client's cancel, issue
         25); False for acpgate's own cancels (a revoked token, a release, a delete), whose
-        turns are never stored."""
-        return self._cancel_tree({self}, keep)
+        turns are never stored. ``asked_by``: the method a client asked it with — logged as
+        the client's action when a turn of this session was cancelled ("": acpgate's own)."""
+        mine = self._cancel_tree({self}, keep)
+        if mine and asked_by:
+            session_log.action(self, session_log.KIND_CANCEL, {"method": asked_by})
+        return mine
 
     def _cancel_tree(self, seen: set[EdgeSession], keep: bool) -> bool:
         turn = self.turn
@@ -366,8 +372,6 @@ class EdgeSession:
         if turn is not None and not keep:
             turn.keep = False
         if turn is not None and mine:
-            if keep and not seen - {self}:  # the client's own cancel, not a child's
-                session_log.action(self, session_log.KIND_CANCEL, {})
             turn.cancelled = True
             if turn.acc is not None and self.adapter is not None:
                 self.adapter.cancel()

@@ -3,8 +3,9 @@
 The relayed updates themselves go from :meth:`EdgeSession._relay` straight to
 :meth:`~services.edge.sessions.event_log.EventLog.updates`; this module covers the
 rest. A prompt is logged as the ``user_message_chunk`` a replay sends for it, under
-an event id of its own (the turn's id); an action (a cancel, a permission answer, a
-mode or config change) as JSON under an event id of its own. Ids come from the
+an event id of its own (the turn's id); an action (a client's cancel, the permission
+answer the agent got, a mode, config or model change the agent accepted) as JSON under an
+event id of its own — what acpgate did, never what a client merely claimed. Ids come from the
 session's feed, so the log is one sequence with what the clients saw.
 """
 
@@ -21,7 +22,7 @@ from services.edge.adapter.relay_lines import update_prefix
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession, TurnState
 
-__all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "action", "prompt",
+__all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "action", "config", "prompt",
            "turn_ended", "turn_started"]
 
 KIND_PROMPT: Final = "prompt"
@@ -63,3 +64,9 @@ def action(session: EdgeSession, kind: str, payload: dict[str, Any]) -> None:
         body = orjson.dumps({"unencodable": True})
     session.runtime.event_log.action(session.session_id, session.feed.reserve_id(),
                                      turn.turn_id if turn is not None else 0, kind, body)
+
+
+def config(session: EdgeSession, method: str, **accepted: str | bool) -> None:
+    """A mode, config option or model change the agent accepted (``method``: the client's
+    request): the values acpgate relayed and the agent took, never the client's other params."""
+    action(session, KIND_CONFIG, {"method": method, **accepted})

@@ -1,9 +1,8 @@
 """The gateway: ``/acp`` on one port — WebSocket and Streamable HTTP (SPEC §11, ACP RFD).
 
 A client connection — a WebSocket, or a Streamable HTTP ``Acp-Connection-Id``
-(``services.edge.transport.streamable``) — is one dialect server
-(``serve_connection``) with its own ``zc-out-`` counter and its own sessions; a
-disconnect (or DELETE, or the idle timeout) releases them. The front door
+(``services.edge.transport.streamable``) — is one dialect server (``serve_connection``) with
+its own ``zc-out-`` counter and sessions; a disconnect (DELETE, idle timeout) releases them. The front door
 (``services.edge.transport.server``) speaks HTTP/1.1 and HTTP/2 on each listening
 socket and hands WebSocket upgrades on ``/acp`` to ``process_request`` / ``_handle``
 here; plain HTTP goes to ``services.edge.transport.routes``. Both sides check the
@@ -73,6 +72,7 @@ from services.edge.transport.server import (
 from services.edge.transport.streamable.connection import StreamableConnection
 from services.edge.transport.streamable.dialect import (
     affinity_cookie,
+    log_reader,
     run_dialect,
     session_lookup,
 )
@@ -163,7 +163,7 @@ class EdgeServer:
             knows_session=session_lookup_fn or session_lookup(runtime),
             cookie=lambda request: [("set-cookie", self._cookie)],
             on_slow_client=self._count_http_slow_client, stopping=self._stopping,
-            new_id=self._handoff.new_id)
+            new_id=self._handoff.new_id, read_log=log_reader(runtime))
         self._monitor = Monitor(probe, lambda: self.runtime.metrics, self._counters, self._live,
                                 lambda: len(self.http.connections), lambda: self.http.readers,
                                 lambda: self._revocations.closes_total)

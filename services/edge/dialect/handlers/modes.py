@@ -5,8 +5,9 @@ The adapter decides (it offered the modes, options and models in its
 session/new, load or resume result); the edge passes the client's request on
 whole under the adapter's session id (:func:`services.edge.dialect.handlers.relay.forward`),
 answers with the adapter's result, and stores the accepted value on the row so
-a restore sets it again (:mod:`services.edge.sessions.session_state`). An adapter's
-refusal reaches the client with the adapter's code, message and data.
+a restore sets it again (:mod:`services.edge.sessions.session_state`) and logs the change in
+the session's event log. An adapter's refusal reaches the client with the adapter's code,
+message and data (and nothing is logged).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.common.protocol import (
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.relay import forward
 from services.edge.params import first_str, session_id
+from services.edge.sessions import session_log
 
 
 def _missing(name: str) -> JsonRpcError:
@@ -44,6 +46,7 @@ async def session_set_mode(conn: DialectConnection, params: dict[str, Any]) -> A
         raise _missing("modeId")
     result = await forward(session, M_SESSION_SET_MODE, _sent(params, session.session_id))
     session.state.mode_accepted(mode_id)
+    session_log.config(session, M_SESSION_SET_MODE, modeId=mode_id)
     await session.state.flush()
     return result
 
@@ -62,6 +65,7 @@ async def session_set_config_option(conn: DialectConnection, params: dict[str, A
         sent.setdefault("type", "boolean")
     result = await forward(session, M_SESSION_SET_CONFIG_OPTION, sent)
     session.state.config_accepted(result)
+    session_log.config(session, M_SESSION_SET_CONFIG_OPTION, configId=config_id, value=value)
     await session.state.flush()
     return result
 
@@ -74,5 +78,6 @@ async def session_set_model(conn: DialectConnection, params: dict[str, Any]) -> 
         raise _missing("modelId")
     result = await forward(session, M_SESSION_SET_MODEL, _sent(params, session.session_id))
     session.state.model_accepted(model_id)
+    session_log.config(session, M_SESSION_SET_MODEL, modelId=model_id)
     await session.state.flush()
     return result

@@ -334,8 +334,10 @@ async def replay_history(conn: SessionHome, session: EdgeSession, *,
     history stored before the log began), read and sent page by page (the client's send
     queue paces the reading); ``fresh``: a session restored just now, whose own updates
     went out live. A log that cannot be read gives the session up."""
-    live_from = session.feed.live_from
-    before = session.feed.first_id if fresh else (live_from or 0)
+    feed = session.feed
+    # A live session's replay stops where its attachment's held-back events begin: the
+    # live turn's first event, else the newest event now (what follows is sent live).
+    before = feed.first_id if fresh else (feed.live_from or feed.last_id + 1)
     try:
         await replay_log(conn.send_many, session, before=before)
     except (ConnectionError, OSError):

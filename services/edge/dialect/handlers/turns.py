@@ -19,6 +19,7 @@ from services.common.attach_protocol import U_PROMPT_RECEIVED
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_SESSION_CANCEL,
+    M_SESSION_CLOSE,
     M_SESSION_PROMPT,
     META_PROMPT_QUEUEING,
     MSG_SESSION_BUSY,
@@ -120,7 +121,7 @@ async def session_cancel(conn: DialectConnection, params: dict[str, Any]) -> dic
     session = conn.sessions.get(sid)
     if session is not None:
         session.touch()
-        session.cancel()
+        session.cancel(asked_by=M_SESSION_CANCEL)
     return {}
 
 
@@ -164,7 +165,7 @@ async def session_close(conn: DialectConnection, params: dict[str, Any]) -> dict
     session = conn.active_session(sid)
     conn.runtime.remove(session)
     conn.sessions.pop(sid, None)
-    session.cancel()
+    session.cancel(asked_by=M_SESSION_CLOSE)
     await session.wait_turn()
     await conn.runtime.release(session, "close")
     return {}

@@ -6,10 +6,11 @@
 - no ``replayFrom``: v1 ``session/resume`` (nothing replayed);
 - ``{"type": "start"}``: v1 ``session/load`` (the stored history, then a live turn's
   updates), translated to v2 like any update;
-- ``{"type": "_acpgate_event", "eventId": N}``: the updates of a live (detached) session
-  from its event N on (``_meta.acpgate.eventId`` of what the client saw), exactly, from
-  the session's ring; a session that is not live any more has no ring: the stored history
-  is replayed instead (``_meta.acpgate.replay`` says which: ``events`` or ``full``).
+- ``{"type": "_acpgate_event", "eventId": N}``: the session's events from its event N on
+  (``_meta.acpgate.eventId`` of what the client saw), exactly: v1 ``session/resume`` after
+  N - 1 — of a live (detached) session from its ring, and from its log in the store where
+  the ring no longer reaches; of a session no longer live (on any host sharing the store)
+  from its log (``_meta.acpgate.replay``: ``events``).
 
 A replay ends with ``replay_complete``; every resume then sends the current
 ``state_update`` before its answer. Results carry ``configOptions`` (with the agent's
@@ -108,8 +109,7 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     kind, event = _replay_kind(params)
     v1 = _v1_params(params)
     replayed = ""
-    if kind == REPLAY_ACPGATE_EVENT and event is not None \
-            and conn.runtime.registry.active.get(sid) is not None:
+    if kind == REPLAY_ACPGATE_EVENT and event is not None:
         meta = v1.get("_meta")
         meta = dict(meta) if isinstance(meta, dict) else {}
         ours = meta.get(META_ACPGATE)

@@ -24,7 +24,9 @@ from typing import Any, Final
 
 import orjson
 
+from services.common.attach_protocol import META_EVENT_ID
 from services.common.logs import get_logger
+from services.common.protocol import M_SESSION_UPDATE, META_ACPGATE
 from services.edge.caller import Caller
 from services.edge.transport.outqueue import DEFAULT_SLOW_CLIENT_TIMEOUT, PutResult
 from services.edge.transport.streamable.routing import (
@@ -42,6 +44,18 @@ __all__ = ["ConnectionGone", "StreamableConnection"]
 INBOX_MESSAGES: Final = 64
 
 log = get_logger("edge.http")
+
+
+def _event_id(message: Any) -> int:
+    """A ``session/update``'s ``_meta.acpgate.eventId`` (acpgate's own: an agent's never
+    reaches a client), else 0."""
+    if not isinstance(message, dict) or message.get("method") != M_SESSION_UPDATE:
+        return 0
+    try:
+        value = message["params"]["update"]["_meta"][META_ACPGATE][META_EVENT_ID]
+    except (KeyError, TypeError):
+        return 0
+    return value if type(value) is int and value > 0 else 0
 
 
 class ConnectionGone(Exception):
@@ -106,7 +120,7 @@ class StreamableConnection:
         """Route messages in order onto their streams, charged to the budget."""
         if self.closed:
             return
-        routed: list[tuple[StreamKey, str]] = []
+        routed: list[tuple[StreamKey, str, int]] = []
         for line in lines:
             try:
                 message = orjson.loads(line)
@@ -117,15 +131,15 @@ class StreamableConnection:
                 if not self._initialized.done():
                     self._initialized.set_result(message)
                 continue
-            routed.append((key, line))
+            routed.append((key, line, _event_id(message)))
         if not routed:
             return
 
         def commit() -> None:
-            for key, line in routed:
-                self.stream(key).append(line)
+            for key, line, event_id in routed:
+                self.stream(key).append(line, event_id)
 
-        result = await self.budget.admit(sum(len(line) for _, line in routed), len(routed),
+        result = await self.budget.admit(sum(len(line) for _, line, _ in routed), len(routed),
                                          commit, self._slow_client_timeout)
         if result in (PutResult.TIMED_OUT, PutResult.OVERFLOW) and not self.closed:
             log.warning("http_slow_client", conn=self.id[:8], why=result.value,

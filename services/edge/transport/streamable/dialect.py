@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from services.common.jsonrpc import JsonRpcError
 from services.common.remote_transport import AFFINITY_COOKIE
 from services.edge.caller import Caller
+from services.edge.sessions.log_replay import read_log_lines
 from services.edge.sessions.workers import split_worker_name
 from services.edge.transport.handoff.owner import cookie_value
 from services.edge.transport.streamable.connection import StreamableConnection
 
-__all__ = ["affinity_cookie", "run_dialect", "session_lookup"]
+__all__ = ["affinity_cookie", "log_reader", "run_dialect", "session_lookup"]
 
 
 async def run_dialect(conn: StreamableConnection, agent: str, *, runtime: Any,
@@ -54,6 +56,12 @@ def session_lookup(runtime: Any) -> Callable[[Caller, str], Awaitable[bool]]:
         return True
 
     return knows
+
+
+def log_reader(runtime: Any) -> Callable[[str, int, int], AsyncIterator[list[str]]]:
+    """What fills a session stream's gap: the session's log between two event ids (the
+    caller may reach the session: its stream exists)."""
+    return partial(read_log_lines, runtime)
 
 
 def affinity_cookie(instance_id: str, *, tls: bool) -> str:

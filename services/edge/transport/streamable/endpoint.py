@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,7 +39,7 @@ from services.edge.transport.exchange import HttpRequest, HttpResponse, respond
 from services.edge.transport.streamable.connection import ConnectionGone, StreamableConnection
 from services.edge.transport.streamable.routing import CONNECTION, MAX_SESSION_STREAMS, classify
 from services.edge.transport.streamable.sse import gap_event, pump
-from services.edge.transport.streamable.streams import Budget
+from services.edge.transport.streamable.streams import Budget, EventStream, Gap
 
 __all__ = ["EndpointSettings", "StreamableEndpoint"]
 
@@ -55,6 +55,8 @@ Headers = Sequence[tuple[str, str]]
 RunDialect = Callable[[StreamableConnection, str], Awaitable[None]]
 #: True when a session id names a session the caller may bring to a connection.
 KnowsSession = Callable[[Caller, str], Awaitable[bool]]
+#: A session's logged events with ``after < event id < before``, as lines, page by page.
+ReadLog = Callable[[str, int, int], AsyncIterator[list[str]]]
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,11 @@ class StreamableEndpoint:
                  cookie: Callable[[HttpRequest], Headers] = lambda r: (),
                  on_slow_client: Callable[[], None] = lambda: None,
                  stopping: asyncio.Event | None = None,
-                 new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+                 read_log: ReadLog | None = None) -> None:
         self.settings = settings
+        #: Fills a session stream's gap from the session's event log (None: a gap is told).
+        self._read_log = read_log
         #: Set when the gateway stops: no new connection from then on.
         self._stopping = stopping if stopping is not None else asyncio.Event()
         self._live = live
@@ -268,6 +273,9 @@ class StreamableEndpoint:
         except ValueError as exc:
             await respond(response, 400, f"{exc}\n", headers=headers)
             return
+        fill = None
+        if gap is not None and sid is not None and self._read_log is not None:
+            fill = self._fill(sid, stream, gap)
         conn.reading(+1)
         self.readers += 1
         try:
@@ -276,7 +284,8 @@ class StreamableEndpoint:
                                        ("x-accel-buffering", "no")])
             await self._read_out(conn, response, pump(
                 stream, token, response, keepalive_secs=self.settings.keepalive_secs,
-                written=conn.written, first=gap_event(gap) if gap is not None else b""))
+                written=conn.written, first=gap_event(gap) if gap is not None else b"",
+                fill=fill))
             if not response.closed.is_set():
                 await response.end()
         except ConnectionError:
@@ -285,6 +294,19 @@ class StreamableEndpoint:
             stream.detach(token)
             conn.reading(-1)
             self.readers -= 1
+
+    def _fill(self, sid: str, stream: EventStream, gap: Gap) -> AsyncIterator[list[str]] | None:
+        """The session's logged events the gap lost: after the one the client's
+        ``Last-Event-ID`` stood at, before the first the stream still holds (None when the
+        stream no longer knows where that was: the gap is told)."""
+        assert self._read_log is not None
+        after = stream.session_point(gap.last_event_id)
+        before = stream.session_after(gap.missed_to + 1)
+        if after is None:
+            return None
+        if not after:
+            after = stream.session_after(0) - 1
+        return self._read_log(sid, after, before)
 
     async def _read_out(self, conn: StreamableConnection, response: HttpResponse,
                         pumping: Coroutine[Any, Any, None]) -> None:

@@ -13,17 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import orjson
 
+from services.common.logs import get_logger
 from services.common.remote_transport import M_REPLAY_GAP
 from services.edge.transport.exchange import HttpResponse
 from services.edge.transport.outqueue import WRITE_RUN_CHARS
 from services.edge.transport.streamable.streams import Event, EventStream, Gap
 
-__all__ = ["KEEPALIVE", "encode_event", "gap_event", "pump"]
+__all__ = ["KEEPALIVE", "encode_data", "encode_event", "gap_event", "pump"]
+
+log = get_logger("edge.http")
 
 #: An SSE comment: keeps proxies and load balancers from timing out a quiet stream.
 KEEPALIVE: Final = b": keepalive\n\n"
@@ -38,6 +41,13 @@ def encode_event(event: Event) -> bytes:
     return f"id: {event.id}\ndata: {data}\n\n".encode()
 
 
+def encode_data(data: str) -> bytes:
+    """A message as an SSE event without an ``id`` (one a gap lost, from the session's log)."""
+    if "\n" in data or "\r" in data:
+        data = "\ndata: ".join(_LINE_BREAK.split(data))
+    return f"data: {data}\n\n".encode()
+
+
 def gap_event(gap: Gap) -> bytes:
     """An ``event: error`` whose data is an ACP extension notification naming what was lost
     (a client that does not read ``event:`` ignores an unknown ``_`` method)."""
@@ -50,16 +60,34 @@ def gap_event(gap: Gap) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(note) + b"\n\n"
 
 
+async def _write_fill(response: HttpResponse, fill: AsyncIterator[list[str]],
+                      gap: bytes) -> None:
+    """The events a gap lost, read from the session's log, as SSE events without an id (the
+    client's ``Last-Event-ID`` stays where it was until the stream's own events follow); a log
+    that cannot be read is told as the gap (``gap``)."""
+    try:
+        async for lines in fill:
+            await response.write(b"".join(encode_data(line) for line in lines))
+    except ConnectionError:
+        raise
+    except Exception as exc:  # the store unreachable, the session gone: say what was lost
+        log.warning("sse_fill_failed", why=type(exc).__name__)
+        await response.write(gap)
+
+
 async def pump(stream: EventStream, token: object, response: HttpResponse, *,
                keepalive_secs: float, written: Callable[[int, int], None],
-               first: bytes = b"") -> None:
+               first: bytes = b"", fill: AsyncIterator[list[str]] | None = None) -> None:
     """Write ``stream``'s events to ``response`` while ``token`` is its reader and the client
     reads; ``written(chars, count)`` returns what was sent for the first time to the budget.
+    ``first``: a gap's note, sent first — unless ``fill`` gives the gap's events instead.
     Ends (without ending the response) when the stream closes, another reader takes it, or
     the client goes away (``ConnectionError`` is not raised)."""
     gone = asyncio.ensure_future(response.closed.wait())
     try:
-        if first:
+        if fill is not None:
+            await _write_fill(response, fill, first)
+        elif first:
             await response.write(first)
         while stream.reader is token and not stream.closed:
             events, chars, count = stream.take(WRITE_RUN_CHARS)

@@ -36,6 +36,9 @@ __all__ = ["REPLAY_CHARS", "REPLAY_EVENTS", "Budget", "Event", "EventStream", "G
 #: Events (and their characters) one stream keeps after writing them, for a resuming reader.
 REPLAY_EVENTS: Final = 512
 REPLAY_CHARS: Final = 512 * 1024
+#: Runs of (SSE id, session event id) a stream keeps to find, for a ``Last-Event-ID`` it no
+#: longer holds, the session's event it stood at (a run: both ids rising together).
+MAX_RUNS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class EventStream:
         #: Set when something changes a reader waits for: events, a new reader, the close.
         self.wake = asyncio.Event()
         self.closed = False
+        #: (first SSE id, its session event id, length) of the session updates put on it.
+        self._runs: deque[tuple[int, int, int]] = deque()
+        self._runs_dropped = False
 
     @property
     def pending(self) -> bool:
@@ -83,11 +89,45 @@ class EventStream:
         """No reader and nothing pending: the stream may be dropped."""
         return self.reader is None and not self.pending
 
-    def append(self, data: str) -> None:
-        """Put one message on the stream (the caller charged the connection's budget)."""
+    def append(self, data: str, event_id: int = 0) -> None:
+        """Put one message on the stream (the caller charged the connection's budget);
+        ``event_id``: the session's event id of a ``session/update`` (0: none)."""
+        if event_id:
+            runs = self._runs
+            if runs and runs[-1][0] + runs[-1][2] == self.next_id \
+                    and runs[-1][1] + runs[-1][2] == event_id:
+                start, first, length = runs.pop()
+                runs.append((start, first, length + 1))
+            else:
+                runs.append((self.next_id, event_id, 1))
+                if len(runs) > MAX_RUNS:
+                    runs.popleft()
+                    self._runs_dropped = True
         self._log.append(Event(self.next_id, data))
         self.next_id += 1
         self.wake.set()
+
+    def session_point(self, sse_id: int) -> int | None:
+        """The newest session event id put on the stream at or before ``sse_id`` (0: none
+        was); None when the stream no longer knows."""
+        point = 0
+        for start, first, length in self._runs:
+            if start > sse_id:
+                break
+            point = first + min(length, sse_id - start + 1) - 1
+        if not point and self._runs_dropped:
+            return None
+        return point
+
+    def session_after(self, sse_id: int) -> int:
+        """The first session event id put on the stream at or after ``sse_id``; else one
+        above the newest put on it (what comes later is above that)."""
+        newest = 0
+        for start, first, length in self._runs:
+            if start + length > sse_id:
+                return first + max(0, sse_id - start)
+            newest = first + length - 1
+        return newest + 1
 
     def attach(self, last_event_id: int | None) -> tuple[object, Gap | None]:
         """A new reader (the old one, if any, stops): its token, and the gap when

@@ -41,6 +41,8 @@ if __package__:  # imported as services.lifecycle.wrapper
     from services.lifecycle import wrapper_control as wc
     from services.lifecycle.wrapper_log import BoundedLog, proc_scan
 else:  # run as a file: its standard-library parts lie beside it (spawn.WRAPPER_PARTS)
+    # No __pycache__ beside them: the wrapper dir is acpgate's owner-only state.
+    sys.dont_write_bytecode = True
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import wrapper_control as wc  # type: ignore[import-not-found,no-redef]
     from wrapper_log import BoundedLog, proc_scan  # type: ignore[import-not-found,no-redef]

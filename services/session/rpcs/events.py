@@ -21,8 +21,7 @@ from services.common.protocol import META_ACPGATE, META_STOP_REASON
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import SessionNotFound
-from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
+from services.session.store import LoggedEvent, SessionBatch, SessionNotFound, TurnMark
 
 __all__ = ["EventRpcs"]
 

@@ -15,11 +15,14 @@
 - :mod:`.sql_rows` — the statements and row decoding both SQL backends share;
   :mod:`.sql_claims` — their claim statements and the fence of a holder's write;
   :mod:`.sql_history` — their history pages, bounded by count and by bytes;
-  :mod:`.sql_fork` — what a fork writes.
+  :mod:`.sql_fork` — what a fork writes;
+- :mod:`.event_log` — the session's event log: its records, the fence of a batch, and
+  :mod:`.sqlite_events` / :mod:`.pg_events` behind the same interface.
 
 Import from here; the names below are the store's public surface.
 """
 
+from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
 from services.session.store.pg_db import PostgresTarget
@@ -56,6 +59,7 @@ __all__ = [
     "Clock",
     "HistoryEntry",
     "InvalidItem",
+    "LoggedEvent",
     "NewSession",
     "Ownership",
     "PostgresTarget",
@@ -63,6 +67,7 @@ __all__ = [
     "QuotaExceeded",
     "SchemaTooNew",
     "SessionActiveElsewhere",
+    "SessionBatch",
     "SessionExists",
     "SessionNotFound",
     "SessionRecord",
@@ -72,6 +77,7 @@ __all__ = [
     "StoreTarget",
     "StoreUnavailable",
     "StoreUnusable",
+    "TurnMark",
     "TurnUsage",
     "make_title",
     "open_store",

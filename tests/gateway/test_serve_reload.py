@@ -95,13 +95,16 @@ async def test_sighup_and_config_set_reload_serve_and_its_children(tmp_path: Pat
         cfg.config_file.write_text(good, encoding="utf-8")  # (the built-in agent reads it too)
         other = (await client.result("session/new", {"agent": "new"}))["sessionId"]
 
-        # A limit, through `config set`: the token's share (a quarter of max_sessions = 2)
-        # is full with two sessions; raised to three, a third session starts.
+        # A limit, through `config set`: a token's share set to two is full with two
+        # sessions; raised to three, a third session starts.
+        out = await config_set(cfg.config_dir, "acp.max_sessions_per_token", "2")
+        assert f"applied by serve[{proc.pid}]: acp.max_sessions_per_token" in out, out
+        await reloads_seen(log, 2)
         _, full = await client.call("session/new", {"agent": "new"})
         assert full["error"]["code"] == -32001, full
         out = await config_set(cfg.config_dir, "acp.max_sessions_per_token", "3")
         assert f"applied by serve[{proc.pid}]: acp.max_sessions_per_token" in out, out
-        await reloads_seen(log, 2)
+        await reloads_seen(log, 3)
         third = (await client.result("session/new", {"agent": "new"}))["sessionId"]
         assert len({sid, other, third}) == 3
 
@@ -109,7 +112,7 @@ async def test_sighup_and_config_set_reload_serve_and_its_children(tmp_path: Pat
         out = await config_set(cfg.config_dir, "gateway.ping_interval_secs", "7")
         assert f"needs a restart of serve[{proc.pid}] to take effect: " \
                "gateway.ping_interval_secs" in out, out
-        last = await reloads_seen(log, 3)
+        last = await reloads_seen(log, 4)
         assert all(e["restart_needed"] == ["gateway.ping_interval_secs"]
                    for e in last.values()), last
         assert proc.returncode is None

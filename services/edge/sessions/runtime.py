@@ -175,6 +175,7 @@ class EdgeRuntime:
         self.cfg = reloaded(self.cfg, cfg)
         self.registry.max_sessions = self.cfg.acp.max_sessions
         self.registry.per_token = token_session_share(self.cfg.acp)
+        self.shares.use(self.cfg.acp)
         if self._reaper is not None:  # started: the services answer
             self.spawn(self.warm.redeclare())
 

@@ -66,6 +66,10 @@ class TokenShares:
             self._active = max(1, len(ids))
         return token_session_share(self._acp, self._active)
 
+    def use(self, acp: AcpSection) -> None:
+        """A reloaded ``[acp]``: its share rule holds from the next session on."""
+        self._acp = acp
+
     def close(self) -> None:
         """Close the store's read connection."""
         self._watch.close()

@@ -8,7 +8,9 @@ sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), `
 RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
 a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gateway against
 direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine),
-``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share).
+``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share),
+``eventlog`` (relay throughput with the session's event log on vs off, its cost per event,
+and ``kill -9`` of ``acpgate acp`` at random points of a streaming turn, then load).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
+from bench.event_log_bench import run_crash, run_log_cost
 from bench.failover import run_failover
 from bench.flood import run_flood
 from bench.lifecycle_kill import run_lifecycle_kill
@@ -41,7 +44,7 @@ from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "failover",
           "reap", "flood", "stalled", "history", "capacity", "lifecycle",
-          "spread")
+          "spread", "eventlog")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -128,6 +131,10 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "spread" in wanted:
         _say(f"{sizes.spread_connections} connections at once over 2 and 4 edge workers")
         rows["spread"] = await run_spread(sizes.spread_connections, sizes.spread_rounds)
+    if "eventlog" in wanted:
+        _say("event log: relay throughput on / off, its cost per event, kill -9 at "
+             f"{sizes.crash_points} random points")
+        rows["eventlog"] = await run_log_cost(sizes) + await run_crash(sizes.crash_points)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -40,6 +40,8 @@ class Sizes:
     flood_requests: int = 60_000
     #: Clients that stopped reading on streaming sessions: how long the edge is watched.
     stalled_clients: int = 20
+    #: The event log's crash benchmark: kill -9 points of a streaming turn.
+    crash_points: int = 20
     stalled_secs: float = 300.0
     #: Big history (issue 23 item 7): prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
@@ -59,6 +61,7 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               concurrent_rounds=1, many_sessions=4, kill_sessions=3,
               history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
+              crash_points=2,
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
               spread_connections=12, spread_rounds=1)

@@ -20,8 +20,8 @@ import pytest
 
 from acpgate.session.v1 import session_pb2
 from services.common.jsonrpc import notification_lines
+from services.common.turn_items import TurnAccumulator
 from services.edge.adapter.relay_lines import RelayedUpdate, UpdateLines, update_prefix
-from services.edge.sessions.turn import TurnAccumulator
 
 ADAPTER_ID = "adapter-own-id"
 EDGE_ID = "0b0c5e0e-1234-4567-89ab-0123456789ab"

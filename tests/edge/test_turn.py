@@ -172,3 +172,23 @@ def test_model_output_is_stored_beside_the_human_summary() -> None:
     assert replay_updates(acc.items)[2]["rawOutput"] == "Delivered a.pdf (3 bytes)"
     meta = history_meta(acc.items)
     assert meta[2]["text"] == model_view and meta[2]["output"] == "Delivered a.pdf (3 bytes)"
+
+
+def test_past_keep_chars_the_accumulator_spills_but_still_hands_back_other_updates() -> None:
+    acc = TurnAccumulator(user_text="go", keep_chars=1000)
+    chunk = "x" * 20
+    others = acc.add_many([chunk] * (TEXT_BLOCK_CHUNKS * 2)
+                          + [{"sessionUpdate": "current_mode_update", "currentModeId": "a"}])
+    assert acc.spilled
+    assert others == [{"sessionUpdate": "current_mode_update", "currentModeId": "a"}]
+    assert [i.text for i in acc.items] == ["go"], "nothing of the turn kept but its user item"
+    assert acc.text == ("x" * 20 * TEXT_BLOCK_CHUNKS)[:1000]
+    acc.add({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "t"}})
+    assert len(acc.items) == 1
+
+
+def test_without_keep_chars_nothing_spills() -> None:
+    acc = TurnAccumulator(user_text="go")
+    acc.add_many(["x" * 100] * (TEXT_BLOCK_CHUNKS * 4))
+    assert not acc.spilled
+    assert len(acc.items[1].text) == 100 * TEXT_BLOCK_CHUNKS * 4

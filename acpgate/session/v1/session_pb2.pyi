@@ -1575,6 +1575,7 @@ class AppendTurnRequest(_message.Message):
     TOKEN_DELTA_FIELD_NUMBER: _builtins.int
     PLAN_JSON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    LOG_TURN_ID_FIELD_NUMBER: _builtins.int
     HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
@@ -1582,6 +1583,12 @@ class AppendTurnRequest(_message.Message):
     """Tokens the turn used (added to the row's token_count)."""
     plan_json: _builtins.str
     """The plan after the turn, if it changed."""
+    log_turn_id: _builtins.int
+    """When set, the turn's items after the first (the user item, sent in items)
+    are built by the service from the event log's updates of this turn (its
+    prompt's event id): the edge keeps no whole turn in memory. The turn's
+    events are stored before the turn.
+    """
     holder_instance_id: _builtins.str
     """The instance that ran the turn and the claim generation it holds: when set,
     the turn is stored only while the row's claim is that instance's at that
@@ -1605,12 +1612,13 @@ class AppendTurnRequest(_message.Message):
         token_delta: _builtins.int = ...,
         plan_json: _builtins.str | None = ...,
         usage: Global___TurnUsage | None = ...,
+        log_turn_id: _builtins.int = ...,
         holder_instance_id: _builtins.str = ...,
         claim_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "plan_json", b"plan_json", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "claim_generation", b"claim_generation", "holder_instance_id", b"holder_instance_id", "items", b"items", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json", "claim_generation", b"claim_generation", "holder_instance_id", b"holder_instance_id", "items", b"items", "log_turn_id", b"log_turn_id", "plan_json", b"plan_json", "session_id", b"session_id", "token_delta", b"token_delta", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__plan_json: _TypeAlias = _typing.Literal["plan_json"]  # noqa: Y015
     _WhichOneofArgType__plan_json: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json"]  # noqa: Y015

@@ -15,12 +15,17 @@ stored is skipped there, so nothing is written twice. The pending events are bou
 here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
 claim generation its events were made under: a host that lost its claim meanwhile
 has its part refused (fenced), drops it and ends the session as taken over.
+
+For measurement only (``make bench``'s log-off rows), :data:`OFF_ENV` = ``1`` in the
+edge's environment turns the log off: nothing is written, and a later ``session/load``
+replays nothing of the turns run meanwhile. It is no configuration key on purpose.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +40,8 @@ if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
     from services.edge.sessions.feed import Event
 
-__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "EventLog"]
+__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "OFF_ENV",
+           "EventLog"]
 
 log = get_logger("edge.event_log")
 
@@ -52,6 +58,8 @@ RETRY_SECS: Final = (0.1, 0.2, 0.5, 1.0)
 #: A turn whose events could not be kept: the client's error message.
 MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
                        "no longer fit in the edge's buffer and were not stored")
+#: ``1``: the log is off (benchmarks' baseline only; module doc).
+OFF_ENV: Final = "ACPGATE_BENCH_EVENT_LOG_OFF"
 _KIND_UPDATE: Final = "update"
 _REFUSED_FENCED: Final = "fenced"
 _TURN_RUNNING: Final = "running"
@@ -115,11 +123,13 @@ class EventLog:
         #: The turns running in this process, by session (a session released while its
         #: turn still ends keeps it here until it has).
         self.running: dict[str, set[int]] = {}
+        #: False only with :data:`OFF_ENV` set (module doc).
+        self.enabled = os.environ.get(OFF_ENV, "") != "1"
 
     # ------------------------------------------------------------------ handing in
 
     def _part(self, session_id: str) -> _Part | None:
-        if session_id in self.lost:
+        if session_id in self.lost or not self.enabled:
             return None
         holder, generation = self._fence(session_id)
         key = (session_id, generation)
@@ -140,8 +150,10 @@ class EventLog:
     def updates(self, session_id: str, turn_id: int, events: Sequence[Event]) -> None:
         """Relayed ``events`` of ``session_id`` (turn ``turn_id``, 0 = between turns):
         kept as they are, sent with the next batch."""
+        if not events or not self.enabled:
+            return
         part = self._part(session_id)
-        if part is None or not events:
+        if part is None:
             return
         part.relayed.append((turn_id, now_ms(), events))
         self._grew(session_id, part, sum([len(e.line) for e in events]))

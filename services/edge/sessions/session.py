@@ -32,6 +32,7 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     session_key_for,
 )
+from services.common.turn_items import TurnAccumulator
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.client_methods import ClientMethods, ask_client
 from services.edge.adapter.exits import method_not_found
@@ -47,7 +48,6 @@ from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.sessions.turn import TurnAccumulator
 
 if TYPE_CHECKING:
     from services.edge.sessions.hosted import HostedPort

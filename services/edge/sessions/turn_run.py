@@ -25,7 +25,7 @@ from services.edge.sessions import session_log
 from services.edge.sessions.claims import taken_over
 from services.edge.sessions.history_wire import cancel_marker_update
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.turn import TurnAccumulator
+from services.edge.sessions.turn import TURN_KEEP_CHARS, TurnAccumulator
 from services.edge.sessions.turn_store import store_turn
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
     if adapter is None:
         raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
     sid = session.session_id
-    acc = turn.acc = TurnAccumulator(user_text=prompt.text)
+    # With the event log on, a long turn's text is not all kept here (it spills to the log).
+    keep = TURN_KEEP_CHARS if session.runtime.event_log.enabled else 0
+    acc = turn.acc = TurnAccumulator(user_text=prompt.text, keep_chars=keep)
     session_log.prompt(session, turn, prompt.text)
     blocks = carried_blocks(sid, session.pending_history, adapter.builtin or
                             adapter.agent_capabilities.prompt_capabilities.embedded_context)
@@ -82,7 +84,7 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
         if cancelled:
             acc.mark(STOP_CANCELLED)
         async with session.storing:  # a full replay reads the store, or sends it live
-            await store_turn(session, acc, result, raw)
+            await store_turn(session, acc, result, raw, turn.turn_id)
             session.feed.turn_stored()
     turn.end_state = STOP_CANCELLED if cancelled else TURN_COMPLETED
     await session.state.flush()  # the turn's mode/config/title changes are stored too

@@ -39,10 +39,11 @@ OUTAGE_WAIT_SECS: Final = 120.0
 
 
 async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptResponse,
-                     raw: Any = None) -> None:
+                     raw: Any = None, turn_id: int = 0) -> None:
     """Append the turn ``acc`` accumulated (with ``result``'s usage — or, without one, the
     tokens in ``raw``'s ``_meta.quota``: ``raw`` is the result as the adapter sent it); the
-    errors above."""
+    errors above. A turn that spilled (``acc.spilled``) is sent as its user item and its
+    log id ``turn_id``: the session service builds the rest from the log."""
     rt = session.runtime
     sid = session.session_id
     usage = turn_usage(result, raw)
@@ -57,7 +58,11 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
     if acc.plan_json is not None:
         request.plan_json = acc.plan_json
     # The turn's events are stored before the turn: the log covers every stored turn.
-    await rt.event_log.flush()
+    if acc.spilled and turn_id:
+        request.log_turn_id = turn_id
+        await _flushed(session)
+    else:
+        await rt.event_log.flush()
     try:
         await _append(session, request)  # the store titles the row from turn one
     except grpc.aio.AioRpcError as exc:
@@ -71,6 +76,18 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
         log.error("append_turn_failed", session_id=sid, code=code.name)
         raise JsonRpcError(INTERNAL_ERROR,
                            f"Turn completed but could not be stored: {code.name}") from None
+
+
+async def _flushed(session: EdgeSession) -> None:
+    """Wait until the event log holds every event handed in so far (a spilled turn's items
+    are built from it), for at most :data:`OUTAGE_WAIT_SECS`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + OUTAGE_WAIT_SECS
+    while not await session.runtime.event_log.flush():
+        if session.taken_over or loop.time() > deadline:
+            raise JsonRpcError(INTERNAL_ERROR, "Turn completed but could not be stored: "
+                                               "UNAVAILABLE")
+        log.info("event_log_waiting", session_id=session.session_id)
 
 
 async def _append(session: EdgeSession, request: session_pb2.AppendTurnRequest) -> None:

@@ -18,6 +18,7 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionNotFound,
 )
+from services.session.turn_from_log import turn_items_from_log
 
 __all__ = ["HistoryRpcs"]
 
@@ -33,12 +34,19 @@ class HistoryRpcs(RpcBase):
         """One completed turn in one transaction (SPEC §8): fenced by the holder's claim
         generation (ABORTED), within the byte quotas (RESOURCE_EXHAUSTED)."""
         store = self._cfg.store
+        items = list(request.items)
+        plan_json = request.plan_json if request.HasField("plan_json") else None
+        if request.log_turn_id:  # a turn the edge did not keep: its items from the log
+            logged, logged_plan = await turn_items_from_log(
+                self._store, request.session_id, request.log_turn_id)
+            items = items[:1] + logged
+            plan_json = plan_json if plan_json is not None else logged_plan
         try:
             result = await self._store.append_turn(
                 request.session_id,
-                [pb_to_entry(i) for i in request.items],
+                [pb_to_entry(i) for i in items],
                 token_delta=request.token_delta,
-                plan_json=request.plan_json if request.HasField("plan_json") else None,
+                plan_json=plan_json,
                 usage=usage_from_pb(request.usage) if request.HasField("usage") else None,
                 holder=request.holder_instance_id or None,
                 generation=request.claim_generation,

@@ -1,0 +1,214 @@
+"""The session's event log: what it costs on the relay, and what a ``kill -9`` loses.
+
+- Relay throughput with the log on against the same build with it off (the edge's
+  measurement-only switch, ``services.edge.sessions.event_log.OFF_ENV``), over
+  ``acpgate acp`` and the gateway, rounds interleaved; the gateway's session service CPU
+  and store bytes per event over the log-on rounds (SQLite).
+- A crash benchmark: ``acpgate acp`` streaming a paced turn is killed (``kill -9`` of
+  its process group) at random points; a fresh one loads the session. Events the client
+  had that the replay lacks are compared with those the client got in its last 50 ms
+  (the log's commit window); events replayed twice are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.relay import open_session, throughput_round
+from bench.sizes import Sizes
+from bench.stage import ACPGATE, REPO, Stage, child_env, serve, stage
+from bench.stats import Dist, Row
+from services.edge.sessions.event_log import COMMIT_SECS, OFF_ENV
+
+#: The crash benchmark's stream: one update every PACE_MS (500 updates/s).
+PACE_MS = 2.0
+WAIT_SECS = 120.0
+
+
+def _store_bytes(data_dir: Path) -> int:
+    db = data_dir / "sessions" / "acp-sessions.db"
+    return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
+
+
+def _payload_bytes(data_dir: Path) -> tuple[int, int]:
+    db = data_dir / "sessions" / "acp-sessions.db"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        count, size = conn.execute("SELECT count(*), coalesce(sum(length(payload)), 0) "
+                                   "FROM events").fetchone()
+    return int(count), int(size)
+
+
+async def run_log_cost(sizes: Sizes) -> list[Row]:
+    """Throughput with the log on vs off, and the session service's cost per event."""
+    n = sizes.throughput_n
+    async with stage() as on, stage() as off:
+        off.env = {OFF_ENV: "1"}
+        async with serve(on) as sv_on, serve(off):
+            eps = {("acp", True): await on.acp(), ("acp", False): await off.acp(),
+                   ("ws", True): await on.ws(on.mint_token()),
+                   ("ws", False): await off.ws(off.mint_token())}
+            try:
+                sids = {k: await open_session(ep, on.workspace) for k, ep in eps.items()}
+                for k, ep in eps.items():
+                    await throughput_round(ep.peer, sids[k], min(n, 1000))
+                rates: dict[tuple[str, bool], list[float]] = {k: [] for k in eps}
+                session = sv_on.children()["session"]
+                cpu0 = sum(session.cpu_times()[:2])
+                bytes0 = _store_bytes(on.data_dir("serve"))
+                ws_events = 0
+                for _ in range(sizes.throughput_rounds):
+                    for k, ep in eps.items():
+                        rates[k].append(await throughput_round(ep.peer, sids[k], n))
+                        ws_events += n if k == ("ws", True) else 0
+                await asyncio.sleep(COMMIT_SECS * 4)
+                cpu = sum(session.cpu_times()[:2]) - cpu0
+                grown = _store_bytes(on.data_dir("serve")) - bytes0
+                logged, payload = _payload_bytes(on.data_dir("serve"))
+            finally:
+                for ep in eps.values():
+                    await ep.close()
+    rows = []
+    for path, label in (("acp", "`acpgate acp` (stdio)"), ("ws", "gateway (WebSocket)")):
+        d_on = Dist.of(rates[path, True], higher_is_better=True)
+        d_off = Dist.of(rates[path, False], higher_is_better=True)
+        rows.append(Row("36", f"relay throughput with the event log, {label}, {n:,} "
+                        "updates/prompt", "updates/s", d_on, "the same build, log off", d_off,
+                        "≥ 0.9× of log off", d_on.median >= 0.9 * d_off.median,
+                        f"{sizes.throughput_rounds} prompts each, rounds interleaved"))
+    rows.append(Row("36", "session service CPU per logged event (gateway, log on)", "µs",
+                    Dist.of([cpu * 1e6 / max(ws_events, 1)]), "—", None,
+                    note=f"{cpu:.2f} s CPU over {ws_events:,} relayed updates (user+system)"))
+    rows.append(Row("36", "store bytes per logged event (SQLite, db + WAL growth)", "B",
+                    Dist.of([grown / max(ws_events, 1)]), "—", None,
+                    note=f"payload {payload / max(logged, 1):.0f} B/event on average over "
+                    f"{logged:,} stored events"))
+    return rows
+
+
+class _Acp:
+    """``acpgate acp`` in a process group of its own, spoken to in JSON lines."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._id = 0
+
+    @classmethod
+    async def start(cls, st: Stage) -> _Acp:
+        env = child_env(st.env)
+        env["ACPGATE_paths__data_dir"] = str(st.acp_data_dir)
+        proc = await asyncio.create_subprocess_exec(
+            *ACPGATE, "acp", "--config-dir", str(st.config_dir), env=env, cwd=str(REPO),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, limit=1 << 24)
+        return cls(proc)
+
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        assert self.proc.stdin is not None
+        self._id += 1
+        self.proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": self._id, "method": method,
+                                            "params": params}) + b"\n")
+        await self.proc.stdin.drain()
+        return self._id
+
+    async def message(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), WAIT_SECS)
+        if not line:
+            raise ConnectionError("acpgate acp closed its stdout")
+        out: dict[str, Any] = orjson.loads(line)
+        return out
+
+    async def call(self, method: str, params: dict[str, Any]
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        rid = await self.send(method, params)
+        seen: list[dict[str, Any]] = []
+        while True:
+            msg = await self.message()
+            if msg.get("id") == rid and "method" not in msg:
+                return seen, msg
+            seen.append(msg)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.kill()
+            await self.proc.wait()
+
+
+def _ids(messages: list[dict[str, Any]], sid: str) -> list[int]:
+    return [int(m["params"]["update"]["_meta"]["acpgate"]["eventId"]) for m in messages
+            if m.get("method") == "session/update" and m["params"]["sessionId"] == sid
+            and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk"]
+
+
+async def _one_crash(st: Stage, rng: random.Random) -> tuple[int, int, int, int]:
+    """One kill at a random point; (events had, lost, in the last 50 ms, duplicated)."""
+    first = await _Acp.start(st)
+    try:
+        await first.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        _, new = await first.call("session/new", {"cwd": str(st.workspace), "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        await first.send("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "text", "text": f"pace 100000 {PACE_MS}"}]})
+        point = rng.randrange(20, 1500)
+        had: list[tuple[int, int]] = []
+        while len(had) < point:
+            msg = await first.message()
+            ids = _ids([msg], sid)
+            if ids:
+                had.append((ids[0], time.monotonic_ns()))
+        first.kill()
+        await first.proc.wait()
+    finally:
+        first.kill()
+    second = await _Acp.start(st)
+    try:
+        await second.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        replay, _ = await second.call("session/load", {
+            "sessionId": sid, "cwd": str(st.workspace), "mcpServers": []})
+        await second.close()
+    finally:
+        second.kill()
+    replayed = _ids(replay, sid)
+    got = set(replayed)
+    last = had[-1][1]
+    lost = sum(1 for i, _ in had if i not in got)
+    window = sum(1 for _, at in had if last - at <= COMMIT_SECS * 1e9)
+    return len(had), lost, window, len(replayed) - len(got)
+
+
+async def run_crash(points: int, seed: int = 36) -> list[Row]:
+    """``kill -9`` of ``acpgate acp`` at ``points`` random points of a streaming turn."""
+    rng = random.Random(seed)
+    results = []
+    async with stage() as st:
+        for _ in range(points):
+            results.append(await _one_crash(st, rng))
+    lost = [r[1] for r in results]
+    over = sum(1 for r in results if r[1] > r[2])
+    dups = sum(r[3] for r in results)
+    return [Row("36", f"events the client had but the store lost, kill -9 of `acpgate acp` at "
+                f"{points} random points of a {1000 / PACE_MS:.0f} updates/s turn", "events",
+                Dist.of([float(x) for x in lost]), "events the client got in its last 50 ms",
+                Dist.of([float(r[2]) for r in results]),
+                "≤ the last 50 ms' events, 0 duplicated", over == 0 and dups == 0,
+                f"{over} of {points} kills lost more than the last 50 ms; {dups} events "
+                f"replayed twice; the client had {min(r[0] for r in results)}–"
+                f"{max(r[0] for r in results)} events at the kill")]

@@ -1,0 +1,60 @@
+"""A turn's history items built from the session's event log.
+
+The edge keeps at most a bounded part of a running turn's text; a longer turn
+*spills*, and its ``AppendTurn`` names the turn's log id instead of carrying its items.
+The service reads that turn's ``update`` events (stored before the turn: the edge
+flushes its log first) and runs them through the same
+:class:`~services.common.turn_items.TurnAccumulator` the edge would have, so the
+stored items are the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from acpgate.session.v1 import session_pb2 as pb
+from services.common.logs import get_logger
+from services.common.turn_items import TurnAccumulator
+from services.session.store.event_log import EventLogStore
+
+__all__ = ["turn_items_from_log"]
+
+log = get_logger("session.turn_from_log")
+
+_KIND_UPDATE: Final = "update"
+
+
+def _update_of(payload: bytes) -> dict[str, Any] | None:
+    """The ``params.update`` object of a logged ``session/update`` line, or None."""
+    try:
+        message = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    update = params.get("update") if isinstance(params, dict) else None
+    return update if isinstance(update, dict) else None
+
+
+async def turn_items_from_log(store: EventLogStore, session_id: str, turn_id: int
+                              ) -> tuple[list[pb.HistoryItem], str | None]:
+    """The items of turn ``turn_id`` after its user item, and its last plan (JSON, or
+    None), from the logged updates of that turn in event order."""
+    acc = TurnAccumulator(user_text="")
+    skipped = 0
+    async for events in store.iter_events(session_id, after=turn_id):
+        updates = []
+        for event in events:
+            if event.turn_id != turn_id or event.kind != _KIND_UPDATE:
+                continue
+            update = _update_of(event.payload)
+            if update is None:
+                skipped += 1
+            else:
+                updates.append(update)
+        acc.add_many(updates)
+    if skipped:
+        log.warning("turn_events_unreadable", session_id=session_id, turn_id=turn_id,
+                    count=skipped)
+    return acc.items[1:], acc.plan_json

@@ -40,12 +40,14 @@ def _store_bytes(data_dir: Path) -> int:
     return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
 
 
-def _payload_bytes(data_dir: Path) -> tuple[int, int]:
+def _payload_bytes(data_dir: Path) -> tuple[int, int, int]:
+    """Events logged, their payload bytes, and the rows (chunks) they are stored in."""
     db = data_dir / "sessions" / "acp-sessions.db"
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        count, size = conn.execute("SELECT count(*), coalesce(sum(length(payload)), 0) "
-                                   "FROM events").fetchone()
-    return int(count), int(size)
+        count, size, rows = conn.execute(
+            "SELECT coalesce(sum(last_event_id - first_event_id + 1), 0),"
+            " coalesce(sum(length(payload)), 0), count(*) FROM event_chunks").fetchone()
+    return int(count), int(size), int(rows)
 
 
 async def run_log_cost(sizes: Sizes) -> list[Row]:
@@ -73,7 +75,7 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
                 await asyncio.sleep(COMMIT_SECS * 4)
                 cpu = sum(session.cpu_times()[:2]) - cpu0
                 grown = _store_bytes(on.data_dir("serve")) - bytes0
-                logged, payload = _payload_bytes(on.data_dir("serve"))
+                logged, payload, chunks = _payload_bytes(on.data_dir("serve"))
             finally:
                 for ep in eps.values():
                     await ep.close()
@@ -91,7 +93,7 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
     rows.append(Row("36", "store bytes per logged event (SQLite, db + WAL growth)", "B",
                     Dist.of([grown / max(ws_events, 1)]), "—", None,
                     note=f"payload {payload / max(logged, 1):.0f} B/event on average over "
-                    f"{logged:,} stored events"))
+                    f"{logged:,} stored events in {chunks:,} rows"))
     return rows
 
 

@@ -1808,33 +1808,74 @@ class TurnMark(_message.Message):
 Global___TurnMark: _TypeAlias = TurnMark  # noqa: Y015
 
 @_typing.final
+class EventChunk(_message.Message):
+    """Events of one session with consecutive ids first_event_id..last_event_id, all of
+    one turn and one kind, sent (and stored) as one record: payload is their payloads
+    joined by "\\n" (a single event's is its payload as is; a logged line holds no raw
+    newline). The edge packs what it relays in a commit window into such chunks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_EVENT_ID_FIELD_NUMBER: _builtins.int
+    LAST_EVENT_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    first_event_id: _builtins.int
+    last_event_id: _builtins.int
+    turn_id: _builtins.int
+    kind: _builtins.str
+    payload: _builtins.bytes
+    at_ms: _builtins.int
+    """When the chunk's first event was handed to the log."""
+    def __init__(
+        self,
+        *,
+        first_event_id: _builtins.int = ...,
+        last_event_id: _builtins.int = ...,
+        turn_id: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+        at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "first_event_id", b"first_event_id", "kind", b"kind", "last_event_id", b"last_event_id", "payload", b"payload", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventChunk: _TypeAlias = EventChunk  # noqa: Y015
+
+@_typing.final
 class SessionEvents(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     HOLDER_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
-    EVENTS_FIELD_NUMBER: _builtins.int
     TURNS_FIELD_NUMBER: _builtins.int
+    CHUNKS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     holder_instance_id: _builtins.str
     claim_generation: _builtins.int
     @_builtins.property
-    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogEvent]: ...
-    @_builtins.property
     def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnMark]: ...
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventChunk]: ...
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         holder_instance_id: _builtins.str = ...,
         claim_generation: _builtins.int = ...,
-        events: _abc.Iterable[Global___LogEvent] | None = ...,
         turns: _abc.Iterable[Global___TurnMark] | None = ...,
+        chunks: _abc.Iterable[Global___EventChunk] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_generation", b"claim_generation", "events", b"events", "holder_instance_id", b"holder_instance_id", "session_id", b"session_id", "turns", b"turns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "claim_generation", b"claim_generation", "holder_instance_id", b"holder_instance_id", "session_id", b"session_id", "turns", b"turns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,12 +5,15 @@ each client action that changes the conversation is handed to :class:`EventLog`,
 which keeps it in a per-session pending part — a list append on the relay's path,
 nothing encoded or parsed — and sends every session's part in one ``AppendEvents``
 at least every :data:`COMMIT_SECS` (sooner once :data:`COMMIT_BYTES` are pending):
-one transaction for many sessions. A batch acknowledged is durable; a crash loses
-at most the batch not yet sent.
+one transaction for many sessions. A part goes as a few chunks, not a message per
+event: the relayed lines of consecutive ids joined as they are
+(:mod:`~services.edge.sessions.log_chunks`), stored as one row each. A batch
+acknowledged is durable; a crash loses at most the batch not yet sent.
 
 The store unreachable (UNAVAILABLE, or no answer): the parts stay pending, new events
 join them, and the batch is sent again until the store answers — an event already
-stored is skipped there, so nothing is written twice. The pending events are bounded
+stored is skipped there (a chunk is sent again with the same bounds), so nothing is
+written twice. The pending events are bounded
 (:data:`MAX_PENDING_BYTES`); a session whose events no longer fit loses its log
 here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
 claim generation its events were made under: a host that lost its claim meanwhile
@@ -35,6 +38,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
+from services.edge.sessions.log_chunks import pack_relayed
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
@@ -60,7 +64,6 @@ MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this tur
                        "no longer fit in the edge's buffer and were not stored")
 #: ``1``: the log is off (benchmarks' baseline only; module doc).
 OFF_ENV: Final = "ACPGATE_BENCH_EVENT_LOG_OFF"
-_KIND_UPDATE: Final = "update"
 _REFUSED_FENCED: Final = "fenced"
 _TURN_RUNNING: Final = "running"
 
@@ -78,23 +81,35 @@ class _Part:
     generation: int
     #: Client actions: (event id, turn id, kind, payload, at).
     events: list[tuple[int, int, str, bytes, int]] = field(default_factory=list)
-    #: Relayed events as the relay made them: (turn id, at, events), the lines encoded
-    #: only when the batch is sent.
-    relayed: list[tuple[int, int, Sequence[Event]]] = field(default_factory=list)
+    #: Relayed events as the relay made them: (turn id, at, events, their characters),
+    #: packed only when the batch is sent.
+    relayed: list[tuple[int, int, Sequence[Event], int]] = field(default_factory=list)
     turns: list[tuple[int, str, int]] = field(default_factory=list)
+    #: Chunks packed for a send that did not get through: sent again exactly so (the
+    #: store skips a chunk it has by its first event id).
+    packed: list[session_pb2.EventChunk] = field(default_factory=list)
     size: int = 0
 
     def message(self, session_id: str) -> session_pb2.SessionEvents:
-        log_event = session_pb2.LogEvent
-        events = [log_event(event_id=e.event_id, turn_id=t, kind=_KIND_UPDATE,
-                            payload=e.line.encode(), at_ms=at)
-                  for t, at, relayed in self.relayed for e in relayed]
-        events.extend(log_event(event_id=e, turn_id=t, kind=k, payload=p, at_ms=at)
-                      for e, t, k, p, at in self.events)
+        """The part on the wire; what was handed in is packed from now on."""
+        chunk = session_pb2.EventChunk
+        packed = self.packed
+        packed.extend(chunk(first_event_id=e, last_event_id=e, turn_id=t, kind=k, payload=p,
+                            at_ms=at) for e, t, k, p, at in self.events)
+        packed.extend(pack_relayed(self.relayed))
+        self.events, self.relayed = [], []
         turns = [session_pb2.TurnMark(turn_id=t, state=s, at_ms=at) for t, s, at in self.turns]
         return session_pb2.SessionEvents(
             session_id=session_id, holder_instance_id=self.holder,
-            claim_generation=self.generation, events=events, turns=turns)
+            claim_generation=self.generation, chunks=packed, turns=turns)
+
+    def join(self, newer: _Part) -> None:
+        """``newer`` (handed in after this part was taken) goes after it."""
+        self.events.extend(newer.events)
+        self.relayed.extend(newer.relayed)
+        self.turns.extend(newer.turns)
+        self.packed.extend(newer.packed)
+        self.size += newer.size
 
 
 class EventLog:
@@ -155,8 +170,9 @@ class EventLog:
         part = self._part(session_id)
         if part is None:
             return
-        part.relayed.append((turn_id, now_ms(), events))
-        self._grew(session_id, part, sum([len(e.line) for e in events]))
+        size = sum([len(e.line) for e in events])
+        part.relayed.append((turn_id, now_ms(), events, size))
+        self._grew(session_id, part, size)
 
     def action(self, session_id: str, event_id: int, turn_id: int, kind: str,
                payload: bytes) -> None:
@@ -290,7 +306,4 @@ class EventLog:
             if older is None:
                 taken[key] = part
             else:
-                older.events.extend(part.events)
-                older.relayed.extend(part.relayed)
-                older.turns.extend(part.turns)
-                older.size += part.size
+                older.join(part)

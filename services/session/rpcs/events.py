@@ -21,7 +21,13 @@ from services.common.protocol import META_ACPGATE, META_STOP_REASON
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import LoggedEvent, SessionBatch, SessionNotFound, TurnMark
+from services.session.store import (
+    EventChunk,
+    LoggedEvent,
+    SessionBatch,
+    SessionNotFound,
+    TurnMark,
+)
 
 __all__ = ["EventRpcs"]
 
@@ -32,11 +38,12 @@ _MARKED_ENDS = frozenset({"cancelled", "interrupted", "failed"})
 
 
 def _batch(part: pb.SessionEvents) -> SessionBatch:
+    """A session's part as the store takes it: its chunks as they came (not split)."""
     return SessionBatch(
-        part.session_id,
-        [LoggedEvent(e.event_id, e.turn_id, e.kind, e.payload, e.at_ms) for e in part.events],
-        [TurnMark(t.turn_id, t.state, t.at_ms) for t in part.turns],
-        holder=part.holder_instance_id or None, generation=part.claim_generation)
+        part.session_id, (), [TurnMark(t.turn_id, t.state, t.at_ms) for t in part.turns],
+        holder=part.holder_instance_id or None, generation=part.claim_generation,
+        chunks=[EventChunk(c.first_event_id, c.last_event_id, c.turn_id, c.kind, c.payload,
+                           c.at_ms) for c in part.chunks])
 
 
 def marked_prompt(payload: bytes, state: str) -> bytes:

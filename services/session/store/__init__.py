@@ -22,7 +22,7 @@
 Import from here; the names below are the store's public surface.
 """
 
-from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
+from services.session.store.event_log import EventChunk, LoggedEvent, SessionBatch, TurnMark
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
 from services.session.store.pg_db import PostgresTarget
@@ -57,6 +57,7 @@ __all__ = [
     "AppendResult",
     "Claim",
     "Clock",
+    "EventChunk",
     "HistoryEntry",
     "InvalidItem",
     "LoggedEvent",

@@ -1,26 +1,31 @@
 """The session's event log in the store: records, checks and the statements both backends run.
 
 Every update the edge relayed (with the event id its clients saw) and every client
-action that changed the conversation is a row of ``events`` keyed by
-``(session_id, event_id)``; each turn's state is a row of ``turns``. The edge sends
-them in batches of many sessions (group commit); a batch is one transaction and each
+action that changed the conversation is logged; each turn's state is a row of
+``turns``. Events are stored in chunks (:class:`EventChunk`): a row of ``event_chunks``
+holds the events of consecutive ids ``first_event_id..last_event_id`` of one turn and
+kind, their payloads joined by a newline — what the edge relayed in one commit window
+is one row, not one per update; a client action is a chunk of one. Reads split them:
+a reader gets the same events, one by one, as if each had a row. The edge sends them
+in batches of many sessions (group commit); a batch is one transaction and each
 session's part of it is fenced by the holder's claim generation, like a turn. Writing
-an event that is already there does nothing, so a batch sent again (after an outage,
-after a lost answer) never stores an event twice. A turn's final state is never
-changed once set: a turn a restarted host marked ``interrupted`` stays so.
+a chunk that is already there (its first event id) does nothing — the edge sends a
+chunk again with the same bounds — so a batch sent again (after an outage, after a
+lost answer) never stores an event twice. A turn's final state is never changed once
+set: a turn a restarted host marked ``interrupted`` stays so.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "EVENT_KINDS", "FINAL_TURN_STATES", "MAX_EVENT_BYTES", "REFUSED_FENCED",
-    "REFUSED_NOT_FOUND", "TURN_INTERRUPTED", "TURN_RUNNING", "TURN_STATES", "EventLogStore",
-    "LoggedEvent", "SessionBatch", "TurnMark", "batch_problem",
+    "REFUSED_NOT_FOUND", "TURN_INTERRUPTED", "TURN_RUNNING", "TURN_STATES", "EventChunk",
+    "EventLogStore", "LoggedEvent", "SessionBatch", "TurnMark", "batch_problem", "chunk_of", "read_pages",
 ]
 
 #: What a logged event is: an update as relayed, or one of the client's actions.
@@ -50,6 +55,39 @@ class LoggedEvent:
     at: int
 
 
+#: What joins the payloads of a chunk's events (a logged line holds no raw newline).
+CHUNK_SEPARATOR: Final = b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class EventChunk:
+    """Events of consecutive ids ``first..last``, of one turn and one kind, as one record:
+    ``payload`` is their payloads joined by :data:`CHUNK_SEPARATOR` (a chunk of one event:
+    its payload as it is, whatever bytes it holds)."""
+
+    first: int
+    last: int
+    turn_id: int
+    kind: str
+    payload: bytes
+    #: When its first event was handed to the log (ms).
+    at: int
+
+    @classmethod
+    def of(cls, event: LoggedEvent) -> EventChunk:
+        """``event`` alone."""
+        return cls(event.event_id, event.event_id, event.turn_id, event.kind, event.payload,
+                   event.at)
+
+    def split(self) -> list[LoggedEvent]:
+        """Its events, oldest first."""
+        first, turn_id, kind, at = self.first, self.turn_id, self.kind, self.at
+        if self.last == first:
+            return [LoggedEvent(first, turn_id, kind, self.payload, at)]
+        return [LoggedEvent(first + i, turn_id, kind, payload, at)
+                for i, payload in enumerate(self.payload.split(CHUNK_SEPARATOR))]
+
+
 @dataclass(frozen=True, slots=True)
 class TurnMark:
     """A turn's state from ``at`` on."""
@@ -70,6 +108,12 @@ class SessionBatch:
     generation: int = 0
     #: Set by the store: why nothing of it was written ("" = written).
     refused: str = field(default="")
+    #: Events already packed in chunks (the edge's), written beside ``events``.
+    chunks: Sequence[EventChunk] = ()
+
+    def rows(self) -> list[EventChunk]:
+        """Every chunk to write: ``chunks``, then each of ``events`` as a chunk of one."""
+        return [*self.chunks, *map(EventChunk.of, self.events)]
 
 
 def batch_problem(batch: SessionBatch) -> str:
@@ -77,13 +121,16 @@ def batch_problem(batch: SessionBatch) -> str:
     part is written whole or not at all."""
     if not batch.session_id or "\x00" in batch.session_id:
         return "invalid: empty session id"
-    for event in batch.events:
-        if event.kind not in EVENT_KINDS:
-            return f"invalid: unknown event kind {event.kind[:40]!r}"
-        if not 0 < event.event_id < _MAX_ID or not 0 <= event.turn_id < _MAX_ID:
+    for chunk in batch.rows():
+        if chunk.kind not in EVENT_KINDS:
+            return f"invalid: unknown event kind {chunk.kind[:40]!r}"
+        if not 0 < chunk.first <= chunk.last < _MAX_ID or not 0 <= chunk.turn_id < _MAX_ID:
             return "invalid: event id out of range"
-        if len(event.payload) > MAX_EVENT_BYTES:
+        if len(chunk.payload) > MAX_EVENT_BYTES:
             return "invalid: event too large"
+        if chunk.last > chunk.first and \
+                chunk.payload.count(CHUNK_SEPARATOR) != chunk.last - chunk.first:
+            return "invalid: a chunk's payloads do not match its event ids"
     for mark in batch.turns:
         if mark.state not in TURN_STATES:
             return f"invalid: unknown turn state {mark.state[:40]!r}"
@@ -109,9 +156,10 @@ def held_by(holder: str | None, generation: int, instance: str, claim_generation
 #: A session's claim, for the fence (parameter: the session id).
 SELECT_LOG_TARGET: Final = (
     "SELECT active_instance_id, claim_generation FROM sessions WHERE id = ?")
-INSERT_EVENT: Final = (
-    "INSERT INTO events (session_id, event_id, turn_id, kind, payload, at)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, event_id) DO NOTHING")
+INSERT_CHUNK: Final = (
+    "INSERT INTO event_chunks (session_id, first_event_id, last_event_id, turn_id, kind,"
+    " payload, at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (session_id, first_event_id) DO NOTHING")
 #: A turn starts running (a second start of the same turn changes nothing).
 START_TURN: Final = (
     "INSERT INTO turns (session_id, turn_id, state, instance_id, started_at)"
@@ -125,9 +173,14 @@ END_TURN: Final = (
 MARK_LOG_START: Final = (
     "UPDATE sessions SET log_from_turn = last_turn + 1 WHERE id = ? AND log_from_turn = 0")
 SELECT_LOG_START: Final = "SELECT log_from_turn FROM sessions WHERE id = ?"
-SELECT_EVENTS: Final = (
-    "SELECT event_id, turn_id, kind, payload, at FROM events WHERE session_id = ?"
-    " AND event_id > ? AND event_id < ? ORDER BY event_id LIMIT ?")
+#: The chunks holding events with ``after < event_id < before``, oldest first: from the
+#: one that starts at or below ``after`` (chunks never overlap), both bounds on the key
+#: (parameters: session id, session id, after, after, before, limit).
+SELECT_CHUNKS: Final = (
+    "SELECT first_event_id, last_event_id, turn_id, kind, payload, at FROM event_chunks"
+    " WHERE session_id = ? AND first_event_id >= (SELECT coalesce(max(first_event_id), 0)"
+    " FROM event_chunks WHERE session_id = ? AND first_event_id <= ?)"
+    " AND last_event_id > ? AND first_event_id < ? ORDER BY first_event_id LIMIT ?")
 SELECT_TURN_STATES: Final = "SELECT turn_id, state FROM turns WHERE session_id = ?"
 #: Running turns of one session → interrupted (parameters: now, session id).
 INTERRUPT_SESSION: Final = (
@@ -141,8 +194,41 @@ INTERRUPT_ORPHANS: Final = (
     " WHERE active_instance_id = '' OR active_until < ?))")
 #: Events read per page.
 EVENT_PAGE: Final = 500
+#: Chunks read per query (the edge keeps a chunk near 64 KiB: a query's rows stay small).
+CHUNK_PAGE: Final = 64
 #: No upper bound on the event ids read.
 NO_BOUND: Final = _MAX_ID
+
+
+def chunk_of(row: Any) -> EventChunk:
+    """A :data:`SELECT_CHUNKS` row (a tuple, or a PostgreSQL record)."""
+    first, last, turn_id, kind, payload, at = row
+    return EventChunk(int(first), int(last), int(turn_id), str(kind), bytes(payload), int(at))
+
+
+async def read_pages(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,
+                     before: int, page: int) -> AsyncIterator[list[LoggedEvent]]:
+    """The events with ``after < event_id < before`` (0: no bound) in pages of ``page``
+    (the last one shorter), oldest first; ``fetch(after, before)`` reads the next
+    :data:`CHUNK_PAGE` chunks. An event id is given once, whatever the chunks hold."""
+    bound = before or NO_BOUND
+    seen, cursor = after, after
+    pending: list[LoggedEvent] = []
+    while True:
+        chunks = await fetch(cursor, bound)
+        for chunk in chunks:
+            for event in chunk.split():
+                if seen < event.event_id < bound:
+                    pending.append(event)
+                    seen = event.event_id
+        while len(pending) >= page:
+            yield pending[:page]
+            pending = pending[page:]
+        if len(chunks) < CHUNK_PAGE or seen + 1 >= bound:
+            break
+        cursor = max(cursor, chunks[-1].last)
+    if pending:
+        yield pending
 
 
 class EventLogStore(ABC):

@@ -12,26 +12,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from services.session.store.event_log import (
+    CHUNK_PAGE,
     END_TURN,
     EVENT_PAGE,
-    INSERT_EVENT,
+    INSERT_CHUNK,
     INTERRUPT_ORPHANS,
     INTERRUPT_SESSION,
     MARK_LOG_START,
-    NO_BOUND,
     REFUSED_FENCED,
     REFUSED_NOT_FOUND,
-    SELECT_EVENTS,
+    SELECT_CHUNKS,
     SELECT_LOG_START,
     SELECT_LOG_TARGET,
     SELECT_TURN_STATES,
     START_TURN,
     TURN_RUNNING,
+    EventChunk,
     EventLogStore,
     LoggedEvent,
     SessionBatch,
     batch_problem,
+    chunk_of,
     held_by,
+    read_pages,
 )
 from services.session.store.interface import Clock
 from services.session.store.pg_db import Conn
@@ -43,12 +46,12 @@ __all__ = ["PgEvents"]
 T = TypeVar("T")
 
 _SELECT_LOG_TARGET = numbered(SELECT_LOG_TARGET) + " FOR UPDATE"
-_INSERT_EVENT = numbered(INSERT_EVENT)
+_INSERT_CHUNK = numbered(INSERT_CHUNK)
 _START_TURN = numbered(START_TURN)
 _END_TURN = numbered(END_TURN)
 _MARK_LOG_START = numbered(MARK_LOG_START)
 _SELECT_LOG_START = numbered(SELECT_LOG_START)
-_SELECT_EVENTS = numbered(SELECT_EVENTS)
+_SELECT_CHUNKS = numbered(SELECT_CHUNKS)
 _SELECT_TURN_STATES = numbered(SELECT_TURN_STATES)
 _INTERRUPT_SESSION = numbered(INTERRUPT_SESSION)
 _INTERRUPT_ORPHANS = numbered(INTERRUPT_ORPHANS)
@@ -81,10 +84,11 @@ class PgEvents(EventLogStore):
                 if not held_by(batch.holder, batch.generation, str(row[0]), int(row[1])):
                     refused[index] = REFUSED_FENCED
                     continue
-                if batch.events:
-                    await con.executemany(_INSERT_EVENT, [
-                        (sid, e.event_id, e.turn_id, e.kind, e.payload, e.at)
-                        for e in batch.events])
+                chunks = batch.rows()
+                if chunks:
+                    await con.executemany(_INSERT_CHUNK, [
+                        (sid, c.first, c.last, c.turn_id, c.kind, c.payload, c.at)
+                        for c in chunks])
                 holder = batch.holder or ""
                 for mark in batch.turns:
                     if mark.state == TURN_RUNNING:
@@ -101,23 +105,16 @@ class PgEvents(EventLogStore):
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:
-        """The logged events in pages, oldest first (a connection held per page only)."""
-        bound = before or NO_BOUND
-        while True:
-            low = after
+        """The logged events in pages, oldest first (chunks split; a connection held per
+        query only)."""
 
-            async def read(con: Conn, low: int = low) -> list[LoggedEvent]:
-                rows = await con.fetch(_SELECT_EVENTS, session_id, low, bound, page)
-                return [LoggedEvent(int(r[0]), int(r[1]), str(r[2]), bytes(r[3]), int(r[4]))
-                        for r in rows]
+        async def fetch(low: int, bound: int) -> list[EventChunk]:
+            rows = await self._call(lambda con: con.fetch(
+                _SELECT_CHUNKS, session_id, session_id, low, low, bound, CHUNK_PAGE))
+            return [chunk_of(r) for r in rows]
 
-            events = await self._call(read)
-            if not events:
-                return
+        async for events in read_pages(fetch, after, before, page):
             yield events
-            if len(events) < page:
-                return
-            after = events[-1].event_id
 
     async def turn_states(self, session_id: str) -> dict[int, str]:
         """Every logged turn's state."""

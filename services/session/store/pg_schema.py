@@ -137,19 +137,22 @@ _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEF
 #: v9 (issue 27, across hosts): as SQLite's — the claim holder's public URL.
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
 
-#: v10: as SQLite's — the event log (payload: the bytes as relayed) and turn states.
+#: v10: as SQLite's — the event log in chunks (payload: the bytes as relayed) and turn
+#: states.
 _V10_EVENT_LOG = (
     "ALTER TABLE sessions ADD COLUMN log_from_turn BIGINT NOT NULL DEFAULT 1",
     "UPDATE sessions SET log_from_turn = 0",
-    """CREATE TABLE events (
+    """CREATE TABLE event_chunks (
         session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-        event_id BIGINT NOT NULL,
+        first_event_id BIGINT NOT NULL,
+        last_event_id BIGINT NOT NULL,
         turn_id BIGINT NOT NULL DEFAULT 0,
         kind TEXT NOT NULL
             CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
         payload BYTEA NOT NULL,
         at BIGINT NOT NULL,
-        PRIMARY KEY (session_id, event_id))""",
+        CHECK (last_event_id >= first_event_id),
+        PRIMARY KEY (session_id, first_event_id))""",
     """CREATE TABLE turns (
         session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
         turn_id BIGINT NOT NULL,

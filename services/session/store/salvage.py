@@ -50,11 +50,12 @@ from services.session.store.sqlite_schema import _V7_FENCE_AND_BYTES, migrate
 __all__ = ["RepairRefused", "Repaired", "check_repairable", "repair_store", "salvage_into"]
 
 #: The tables copied, parents first (history and usage need their session row).
-_TABLES: Final = ("sessions", "history", "turn_usage", "events", "turns", "agent_capabilities",
-                  "legacy_messages_v1")
+_TABLES: Final = ("sessions", "history", "turn_usage", "event_chunks", "turns",
+                  "agent_capabilities", "legacy_messages_v1")
 #: The key each table is read in (row values compare in that order).
 _KEYS: Final = {"history": ("session_id", "seq"), "turn_usage": ("session_id", "turn"),
-                 "events": ("session_id", "event_id"), "turns": ("session_id", "turn_id")}
+                 "event_chunks": ("session_id", "first_event_id"),
+                 "turns": ("session_id", "turn_id")}
 #: How long the sqlite3 shell may take over one file.
 RECOVER_TIMEOUT_SECS: Final = 600.0
 #: Every claim and activity of the damaged store is void after a repair.

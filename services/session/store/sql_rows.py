@@ -121,7 +121,7 @@ INSERT_USAGE: Final = (
 DELETE_SESSION_DATA: Final = (
     "DELETE FROM history WHERE session_id = ?",
     "DELETE FROM turn_usage WHERE session_id = ?",
-    "DELETE FROM events WHERE session_id = ?",
+    "DELETE FROM event_chunks WHERE session_id = ?",
     "DELETE FROM turns WHERE session_id = ?",
 )
 #: Record alias ``?``'s adapter capabilities ``?`` at time ``?``, replacing what was there.

@@ -12,26 +12,29 @@ from collections.abc import AsyncIterator, Sequence
 import aiosqlite
 
 from services.session.store.event_log import (
+    CHUNK_PAGE,
     END_TURN,
     EVENT_PAGE,
-    INSERT_EVENT,
+    INSERT_CHUNK,
     INTERRUPT_ORPHANS,
     INTERRUPT_SESSION,
     MARK_LOG_START,
-    NO_BOUND,
     REFUSED_FENCED,
     REFUSED_NOT_FOUND,
-    SELECT_EVENTS,
+    SELECT_CHUNKS,
     SELECT_LOG_START,
     SELECT_LOG_TARGET,
     SELECT_TURN_STATES,
     START_TURN,
     TURN_RUNNING,
+    EventChunk,
     EventLogStore,
     LoggedEvent,
     SessionBatch,
     batch_problem,
+    chunk_of,
     held_by,
+    read_pages,
 )
 from services.session.store.interface import Clock
 from services.session.store.records import SessionNotFound
@@ -64,8 +67,11 @@ class SqliteEvents(EventLogStore):
                                int(rows[0][1])):
                     refused[index] = REFUSED_FENCED
                     continue
-                await db.executemany(INSERT_EVENT, [
-                    (sid, e.event_id, e.turn_id, e.kind, e.payload, e.at) for e in batch.events])
+                chunks = batch.rows()
+                if chunks:
+                    await db.executemany(INSERT_CHUNK, [
+                        (sid, c.first, c.last, c.turn_id, c.kind, c.payload, c.at)
+                        for c in chunks])
                 holder = batch.holder or ""
                 for mark in batch.turns:
                     if mark.state == TURN_RUNNING:
@@ -78,20 +84,16 @@ class SqliteEvents(EventLogStore):
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:
-        """The logged events in pages, oldest first."""
-        bound = before or NO_BOUND
-        while True:
+        """The logged events in pages, oldest first (chunks split)."""
+
+        async def fetch(low: int, bound: int) -> list[EventChunk]:
             async with self._lock:
-                rows = list(await self._db.execute_fetchall(
-                    SELECT_EVENTS, (session_id, after, bound, page)))
-            if not rows:
-                return
-            events = [LoggedEvent(int(r[0]), int(r[1]), str(r[2]), bytes(r[3]), int(r[4]))
-                      for r in rows]
+                rows = await self._db.execute_fetchall(
+                    SELECT_CHUNKS, (session_id, session_id, low, low, bound, CHUNK_PAGE))
+            return [chunk_of(r) for r in rows]
+
+        async for events in read_pages(fetch, after, before, page):
             yield events
-            if len(rows) < page:
-                return
-            after = events[-1].event_id
 
     async def turn_states(self, session_id: str) -> dict[int, str]:
         """Every logged turn's state."""

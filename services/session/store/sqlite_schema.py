@@ -166,22 +166,25 @@ _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEF
 #: taken before (unknown until its holder claims again).
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
 
-#: v10: the session's event log — every relayed update and client action, by event id —
+#: v10: the session's event log — every relayed update and client action, by event id, in
+#: chunks of consecutive ids (one row per commit window's run, not per update) —
 #: and the state of each turn; ``log_from_turn``: the first history turn the log covers
 #: (a new row's log covers all, 1; 0 = a row older than the log, or a fork, until its first
 #: logged event: a replay reads the history alone).
 _V10_EVENT_LOG = (
     "ALTER TABLE sessions ADD COLUMN log_from_turn INTEGER NOT NULL DEFAULT 1",
     "UPDATE sessions SET log_from_turn = 0",
-    """CREATE TABLE events (
+    """CREATE TABLE event_chunks (
         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-        event_id INTEGER NOT NULL,
+        first_event_id INTEGER NOT NULL,
+        last_event_id INTEGER NOT NULL,
         turn_id INTEGER NOT NULL DEFAULT 0,
         kind TEXT NOT NULL
             CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
         payload BLOB NOT NULL,
         at INTEGER NOT NULL,
-        PRIMARY KEY (session_id, event_id)) WITHOUT ROWID""",
+        CHECK (last_event_id >= first_event_id),
+        PRIMARY KEY (session_id, first_event_id))""",
     """CREATE TABLE turns (
         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
         turn_id INTEGER NOT NULL,

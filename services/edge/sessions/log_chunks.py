@@ -1,0 +1,91 @@
+"""Packing relayed events into the event log's chunks: one record per run, not per update.
+
+A chunk (``session_pb2.EventChunk``) holds events of consecutive ids, of one turn, as
+their lines joined by a newline — the relay's own strings, encoded once for the lot, no
+message per update. The relay numbers a burst's events one after the other, so what a
+session relays in a commit window is a handful of chunks: a run goes on while the
+next burst's first id follows the last one's and the turn is the same, and is cut near
+:data:`CHUNK_CHARS` so that a reader of the log reads small rows. A line that holds a
+raw newline (none that the relay makes does) goes as a chunk of its own, whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Final
+
+from acpgate.session.v1 import session_pb2
+
+if TYPE_CHECKING:
+    from services.edge.sessions.feed import Event
+
+__all__ = ["CHUNK_CHARS", "pack_relayed"]
+
+#: A chunk is cut once its lines reach this many characters (a single longer line is a
+#: chunk of its own).
+CHUNK_CHARS: Final = 64 * 1024
+_KIND_UPDATE: Final = "update"
+_SEPARATOR: Final = "\n"
+
+
+class _Packer:
+    """The chunks of one part's relayed runs, in order."""
+
+    def __init__(self) -> None:
+        self.out: list[session_pb2.EventChunk] = []
+        self._lines: list[str] = []
+        self._first = self._next = self._turn = self._at = self._chars = 0
+
+    def add(self, turn_id: int, at: int, lines: list[str], first: int, chars: int) -> None:
+        """Lines of consecutive ids from ``first``, of turn ``turn_id``."""
+        if self._lines and (turn_id != self._turn or first != self._next
+                            or self._chars + chars > CHUNK_CHARS):
+            self.close()
+        if not self._lines:
+            self._first, self._turn, self._at, self._chars = first, turn_id, at, 0
+        self._lines.extend(lines)
+        self._chars += chars
+        self._next = first + len(lines)
+
+    def close(self) -> None:
+        """The chunk being built is done."""
+        lines = self._lines
+        if not lines:
+            return
+        self._lines = []
+        text = _SEPARATOR.join(lines)
+        if text.count(_SEPARATOR) == len(lines) - 1:
+            self._chunk(self._first, self._first + len(lines) - 1, text)
+        else:  # a line with a newline of its own: each line whole, on its own
+            for offset, line in enumerate(lines):
+                self._chunk(self._first + offset, self._first + offset, line)
+
+    def _chunk(self, first: int, last: int, text: str) -> None:
+        self.out.append(session_pb2.EventChunk(
+            first_event_id=first, last_event_id=last, turn_id=self._turn, kind=_KIND_UPDATE,
+            payload=text.encode(), at_ms=self._at))
+
+
+def pack_relayed(runs: Iterable[tuple[int, int, Sequence[Event], int]]
+                 ) -> list[session_pb2.EventChunk]:
+    """``runs`` (turn id, when, events, their characters; in the order relayed) as chunks."""
+    packer = _Packer()
+    for turn_id, at, events, chars in runs:
+        count = len(events)
+        if not count:
+            continue
+        first = events[0].event_id
+        if events[-1].event_id - first != count - 1:  # not one after the other: one by one
+            for event in events:
+                packer.add(turn_id, at, [event.line], event.event_id, len(event.line))
+            continue
+        lines = [event.line for event in events]
+        if chars <= CHUNK_CHARS:
+            packer.add(turn_id, at, lines, first, chars)
+            continue
+        step = max(1, count * CHUNK_CHARS // chars)  # a long burst: cut on the average
+        for start in range(0, count, step):
+            part = lines[start:start + step]
+            packer.add(turn_id, at, part, first + start, sum(map(len, part)))
+    packer.close()
+    return packer.out

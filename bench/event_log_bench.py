@@ -40,14 +40,18 @@ def _store_bytes(data_dir: Path) -> int:
     return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
 
 
-def _payload_bytes(data_dir: Path) -> tuple[int, int, int]:
-    """Events logged, their payload bytes, and the rows (chunks) they are stored in."""
+def _payload_bytes(data_dir: Path) -> tuple[int, int, int, int]:
+    """Events logged, their lines' bytes, the bytes those take in their rows (each chunk's
+    shared prefix once), and the rows (chunks)."""
     db = data_dir / "sessions" / "acp-sessions.db"
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        count, size, rows = conn.execute(
+        count, lines, stored, rows = conn.execute(
             "SELECT coalesce(sum(last_event_id - first_event_id + 1), 0),"
-            " coalesce(sum(length(payload)), 0), count(*) FROM event_chunks").fetchone()
-    return int(count), int(size), int(rows)
+            " coalesce(sum(length(payload) - (last_event_id - first_event_id)"
+            " + (last_event_id - first_event_id + 1) * length(prefix)), 0),"
+            " coalesce(sum(length(payload) + length(prefix)), 0), count(*)"
+            " FROM event_chunks").fetchone()
+    return int(count), int(lines), int(stored), int(rows)
 
 
 async def run_log_cost(sizes: Sizes) -> list[Row]:
@@ -75,7 +79,7 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
                 await asyncio.sleep(COMMIT_SECS * 4)
                 cpu = sum(session.cpu_times()[:2]) - cpu0
                 grown = _store_bytes(on.data_dir("serve")) - bytes0
-                logged, payload, chunks = _payload_bytes(on.data_dir("serve"))
+                logged, payload, stored, chunks = _payload_bytes(on.data_dir("serve"))
             finally:
                 for ep in eps.values():
                     await ep.close()
@@ -92,8 +96,9 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
                     note=f"{cpu:.2f} s CPU over {ws_events:,} relayed updates (user+system)"))
     rows.append(Row("36", "store bytes per logged event (SQLite, db + WAL growth)", "B",
                     Dist.of([grown / max(ws_events, 1)]), "—", None,
-                    note=f"payload {payload / max(logged, 1):.0f} B/event on average over "
-                    f"{logged:,} stored events in {chunks:,} rows"))
+                    note=f"lines {payload / max(logged, 1):.0f} B/event on average, stored in "
+                    f"{stored / max(logged, 1):.0f} B/event (a chunk's shared start once): "
+                    f"{logged:,} events in {chunks:,} rows"))
     return rows
 
 

@@ -52,7 +52,7 @@ log = get_logger("edge.event_log")
 #: The longest an event waits before its batch is sent.
 COMMIT_SECS: Final = 0.05
 #: Pending bytes that send a batch at once.
-COMMIT_BYTES: Final = 64 * 1024
+COMMIT_BYTES: Final = 1024 * 1024
 #: The most bytes kept pending for all sessions (an outage's buffer).
 MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
 #: How long one batch may take before it counts as not answered.

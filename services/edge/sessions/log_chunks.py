@@ -2,7 +2,10 @@
 
 A chunk (``session_pb2.EventChunk``) holds events of consecutive ids, of one turn, as
 their lines joined by a newline — the relay's own strings, encoded once for the lot, no
-message per update. The relay numbers a burst's events one after the other, so what a
+message per update. What the lines share at their start (the ``session/update`` head up
+to the event id: most of a text chunk's line) goes once, as the chunk's prefix, and each
+line's rest in the payload: a third or less of the bytes to send and store, for a
+slice per line. The relay numbers a burst's events one after the other, so what a
 session relays in a commit window is a handful of chunks: a run goes on while the
 next burst's first id follows the last one's and the turn is the same, and is cut near
 :data:`CHUNK_CHARS` so that a reader of the log reads small rows. A line that holds a
@@ -24,6 +27,8 @@ __all__ = ["CHUNK_CHARS", "pack_relayed"]
 #: A chunk is cut once its lines reach this many characters (a single longer line is a
 #: chunk of its own).
 CHUNK_CHARS: Final = 64 * 1024
+#: A shared start shorter than this is not worth a slice per line.
+MIN_PREFIX: Final = 16
 _KIND_UPDATE: Final = "update"
 _SEPARATOR: Final = "\n"
 
@@ -53,17 +58,35 @@ class _Packer:
         if not lines:
             return
         self._lines = []
+        prefix = ""
+        if len(lines) > 1:  # the sorted first and last share what all of them share
+            cut = _shared_start(min(lines), max(lines))
+            if cut >= MIN_PREFIX:
+                prefix = lines[0][:cut]
+                lines = [line[cut:] for line in lines]
         text = _SEPARATOR.join(lines)
         if text.count(_SEPARATOR) == len(lines) - 1:
-            self._chunk(self._first, self._first + len(lines) - 1, text)
+            self._chunk(self._first, self._first + len(lines) - 1, prefix, text)
         else:  # a line with a newline of its own: each line whole, on its own
             for offset, line in enumerate(lines):
-                self._chunk(self._first + offset, self._first + offset, line)
+                self._chunk(self._first + offset, self._first + offset, "", prefix + line)
 
-    def _chunk(self, first: int, last: int, text: str) -> None:
+    def _chunk(self, first: int, last: int, prefix: str, text: str) -> None:
         self.out.append(session_pb2.EventChunk(
             first_event_id=first, last_event_id=last, turn_id=self._turn, kind=_KIND_UPDATE,
-            payload=text.encode(), at_ms=self._at))
+            prefix=prefix.encode(), payload=text.encode(), at_ms=self._at))
+
+
+def _shared_start(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their start (slices compared whole)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def pack_relayed(runs: Iterable[tuple[int, int, Sequence[Event], int]]

@@ -62,8 +62,10 @@ CHUNK_SEPARATOR: Final = b"\n"
 @dataclass(frozen=True, slots=True)
 class EventChunk:
     """Events of consecutive ids ``first..last``, of one turn and one kind, as one record:
-    ``payload`` is their payloads joined by :data:`CHUNK_SEPARATOR` (a chunk of one event:
-    its payload as it is, whatever bytes it holds)."""
+    each event's payload is ``prefix`` followed by its part of ``payload``, the parts
+    joined by :data:`CHUNK_SEPARATOR` (a chunk of one event: the rest of its payload as it
+    is, whatever bytes it holds). ``prefix`` holds once what the events' lines share at
+    their start (a relayed line's head)."""
 
     first: int
     last: int
@@ -72,6 +74,7 @@ class EventChunk:
     payload: bytes
     #: When its first event was handed to the log (ms).
     at: int
+    prefix: bytes = b""
 
     @classmethod
     def of(cls, event: LoggedEvent) -> EventChunk:
@@ -81,11 +84,12 @@ class EventChunk:
 
     def split(self) -> list[LoggedEvent]:
         """Its events, oldest first."""
-        first, turn_id, kind, at = self.first, self.turn_id, self.kind, self.at
-        if self.last == first:
-            return [LoggedEvent(first, turn_id, kind, self.payload, at)]
-        return [LoggedEvent(first + i, turn_id, kind, payload, at)
-                for i, payload in enumerate(self.payload.split(CHUNK_SEPARATOR))]
+        first, turn_id, kind, at, prefix = self.first, self.turn_id, self.kind, self.at, \
+            self.prefix
+        parts = [self.payload] if self.last == first else \
+            self.payload.split(CHUNK_SEPARATOR)
+        return [LoggedEvent(first + i, turn_id, kind, prefix + part, at)
+                for i, part in enumerate(parts)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,7 @@ def batch_problem(batch: SessionBatch) -> str:
             return f"invalid: unknown event kind {chunk.kind[:40]!r}"
         if not 0 < chunk.first <= chunk.last < _MAX_ID or not 0 <= chunk.turn_id < _MAX_ID:
             return "invalid: event id out of range"
-        if len(chunk.payload) > MAX_EVENT_BYTES:
+        if len(chunk.payload) + len(chunk.prefix) > MAX_EVENT_BYTES:
             return "invalid: event too large"
         if chunk.last > chunk.first and \
                 chunk.payload.count(CHUNK_SEPARATOR) != chunk.last - chunk.first:
@@ -158,7 +162,7 @@ SELECT_LOG_TARGET: Final = (
     "SELECT active_instance_id, claim_generation FROM sessions WHERE id = ?")
 INSERT_CHUNK: Final = (
     "INSERT INTO event_chunks (session_id, first_event_id, last_event_id, turn_id, kind,"
-    " payload, at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " prefix, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id, first_event_id) DO NOTHING")
 #: A turn starts running (a second start of the same turn changes nothing).
 START_TURN: Final = (
@@ -177,7 +181,7 @@ SELECT_LOG_START: Final = "SELECT log_from_turn FROM sessions WHERE id = ?"
 #: one that starts at or below ``after`` (chunks never overlap), both bounds on the key
 #: (parameters: session id, session id, after, after, before, limit).
 SELECT_CHUNKS: Final = (
-    "SELECT first_event_id, last_event_id, turn_id, kind, payload, at FROM event_chunks"
+    "SELECT first_event_id, last_event_id, turn_id, kind, payload, at, prefix FROM event_chunks"
     " WHERE session_id = ? AND first_event_id >= (SELECT coalesce(max(first_event_id), 0)"
     " FROM event_chunks WHERE session_id = ? AND first_event_id <= ?)"
     " AND last_event_id > ? AND first_event_id < ? ORDER BY first_event_id LIMIT ?")
@@ -202,8 +206,9 @@ NO_BOUND: Final = _MAX_ID
 
 def chunk_of(row: Any) -> EventChunk:
     """A :data:`SELECT_CHUNKS` row (a tuple, or a PostgreSQL record)."""
-    first, last, turn_id, kind, payload, at = row
-    return EventChunk(int(first), int(last), int(turn_id), str(kind), bytes(payload), int(at))
+    first, last, turn_id, kind, payload, at, prefix = row
+    return EventChunk(int(first), int(last), int(turn_id), str(kind), bytes(payload), int(at),
+                      bytes(prefix))
 
 
 async def read_pages(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,

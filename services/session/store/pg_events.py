@@ -87,7 +87,7 @@ class PgEvents(EventLogStore):
                 chunks = batch.rows()
                 if chunks:
                     await con.executemany(_INSERT_CHUNK, [
-                        (sid, c.first, c.last, c.turn_id, c.kind, c.payload, c.at)
+                        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at)
                         for c in chunks])
                 holder = batch.holder or ""
                 for mark in batch.turns:

@@ -149,6 +149,7 @@ _V10_EVENT_LOG = (
         turn_id BIGINT NOT NULL DEFAULT 0,
         kind TEXT NOT NULL
             CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
+        prefix BYTEA NOT NULL DEFAULT '',
         payload BYTEA NOT NULL,
         at BIGINT NOT NULL,
         CHECK (last_event_id >= first_event_id),

@@ -181,6 +181,7 @@ _V10_EVENT_LOG = (
         turn_id INTEGER NOT NULL DEFAULT 0,
         kind TEXT NOT NULL
             CHECK (kind IN ('update', 'prompt', 'permission', 'config', 'cancel')),
+        prefix BLOB NOT NULL DEFAULT X'',
         payload BLOB NOT NULL,
         at INTEGER NOT NULL,
         CHECK (last_event_id >= first_event_id),

@@ -124,6 +124,7 @@ async def _scenario(st: Stage, sv: Serve, token: str, prompts: int,
         session_before = await asyncio.to_thread(_status_kb, session_service, "VmRSS:")
         await asyncio.to_thread(_reset_peak, session_service)
         sink = peer.sink(sid)
+        sink.messages = set()  # a turn's reply may come in several chunks: one message
         outcome = "ok"
         try:
             await peer.request("session/load", {"sessionId": sid, "cwd": str(st.workspace)},
@@ -134,7 +135,7 @@ async def _scenario(st: Stage, sv: Serve, token: str, prompts: int,
         load_agent_peak = await _agents_peak(sv)
         session_peak = await asyncio.to_thread(_status_kb, session_service, "VmHWM:")
         if outcome == "ok":  # one assistant message replayed per stored turn
-            outcome = f"ok, {sink.chunks} of {prompts} turns replayed"
+            outcome = f"ok, {len(sink.messages)} of {prompts} turns replayed"
         return _Measured(before, peak, prompts_agent_peak, load_agent_peak, session_before,
                          session_peak, outcome)
     finally:

@@ -46,6 +46,8 @@ class StreamSink:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set by an idle ``state_update`` (a v2 connection: the turn ended).
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The ``messageId`` of every chunk, when counted (None: not, the throughput runs').
+    messages: set[str] | None = None
 
     def reset(self, expect: int, keep_latency: bool = False) -> None:
         """Start a new measurement."""
@@ -67,6 +69,8 @@ class StreamSink:
             self.first_ns = now_ns
         self.last_ns = now_ns
         self.chunks += 1
+        if self.messages is not None:
+            self.messages.add(str(update.get("messageId", "")))
         if self.keep_latency:
             text = update.get("content", {}).get("text", "")
             _, _, stamp = text.partition(":")

@@ -1,8 +1,8 @@
 """Items 5 and 6a of the issue: ``session/load`` of a long history, AppendTurn throughput.
 
 ``session/load``: the SQLite store is seeded directly through the session store
-API (alternating user / assistant items, 20 per turn), then ``session/load``
-is timed through ``acpgate acp`` until its result — which arrives after the
+API (alternating user / assistant items, 20 per turn; a session from before the
+event log, so a load replays its history), then ``session/load`` is timed through ``acpgate acp`` until its result — which arrives after the
 whole history has been replayed as ``session/update`` notifications. Baseline:
 reading the same items straight from the store in this process.
 
@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+import asyncpg
 
 from acpgate.session.v1 import session_pb2, session_pb2_grpc
 from bench.relay import WAIT_SECS, initialize
@@ -34,7 +37,7 @@ from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import M_SESSION_CLOSE, M_SESSION_LOAD
 from services.session.server import store_target
-from services.session.store import HistoryEntry, NewSession, SessionStore, open_store
+from services.session.store import HistoryEntry, NewSession, SessionStore, StoreTarget, open_store
 
 ITEMS_PER_TURN = 20
 USER_TEXT = "please summarise the build log and list the failing tests " * 2
@@ -56,6 +59,27 @@ async def seed_history(store: SessionStore, session_id: str, workspace: Path, it
         left -= n
 
 
+#: Mark a session as one from before the event log (its history is what a load replays).
+_BEFORE_THE_LOG = "UPDATE sessions SET log_from_turn = 0 WHERE id = "
+
+
+async def before_the_log(target: StoreTarget, session_id: str) -> None:
+    """``session_id`` (seeded through the store API, which logs nothing) as a session from
+    before its event log: ``session/load`` replays the stored history."""
+    if isinstance(target, Path):
+        def mark() -> None:
+            with contextlib.closing(sqlite3.connect(target)) as con, con:
+                con.execute(_BEFORE_THE_LOG + "?", (session_id,))
+
+        await asyncio.to_thread(mark)
+    elif target is not None:
+        con = await asyncpg.connect(target.url)
+        try:
+            await con.execute(_BEFORE_THE_LOG + "$1", session_id)
+        finally:
+            await con.close()
+
+
 async def _read_all(store: SessionStore, session_id: str) -> int:
     return sum([1 async for _ in store.iter_history(session_id)])
 
@@ -69,7 +93,8 @@ async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
     """Item 5."""
     cfg = st.acp_config()  # the store `acpgate acp` loads from
     sid = str(uuid.uuid4())
-    store = await open_store(store_target(cfg))
+    target = store_target(cfg)
+    store = await open_store(target)
     reads: list[float] = []
     try:
         await seed_history(store, sid, st.workspace, sizes.history_items)
@@ -80,6 +105,7 @@ async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
             assert count == sizes.history_items, count
     finally:
         await store.close()
+    await before_the_log(target, sid)
     streams = await _stream_history(st, sid, max(3, sizes.load_samples), sizes.history_items)
     ep = await st.acp()
     loads: list[float] = []

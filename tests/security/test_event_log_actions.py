@@ -20,12 +20,16 @@ def _logged(cfg: Path, sid: str) -> list[tuple[int, str, dict[str, Any] | str]]:
     actions decoded)."""
     con = sqlite3.connect(cfg / "data" / "sessions" / "acp-sessions.db")
     try:
-        rows = con.execute("SELECT event_id, kind, payload FROM events WHERE session_id = ?"
-                           " ORDER BY event_id", (sid,)).fetchall()
+        rows = con.execute("SELECT first_event_id, last_event_id, kind, prefix, payload"
+                           " FROM event_chunks WHERE session_id = ? ORDER BY first_event_id",
+                           (sid,)).fetchall()
     finally:
         con.close()
-    return [(eid, kind, json.loads(bytes(p)) if kind not in ("update", "prompt")
-             else bytes(p).decode()) for eid, kind, p in rows]
+    events = [(first + i, kind, bytes(prefix) + part) for first, last, kind, prefix, payload
+              in rows for i, part in enumerate(
+                  [bytes(payload)] if last == first else bytes(payload).split(b"\n"))]
+    return [(eid, kind, json.loads(p) if kind not in ("update", "prompt") else p.decode())
+            for eid, kind, p in events]
 
 
 def test_a_client_cannot_log_an_action_acpgate_did_not_take(tmp_path: Path) -> None:

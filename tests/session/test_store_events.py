@@ -7,10 +7,12 @@ from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.event_log import (
     REFUSED_FENCED,
     REFUSED_NOT_FOUND,
+    EventChunk,
     LoggedEvent,
     SessionBatch,
     TurnMark,
 )
+from tests.session.conftest import Backend
 
 TTL = 30_000
 
@@ -151,3 +153,60 @@ async def test_a_deleted_session_takes_its_log_with_it(store: SessionStore) -> N
     await store.create_session(NewSession("a", "alpha", "/w"))
     assert await read_all(store, "a") == []
     assert await store.turn_states("a") == {}
+
+
+def chunk(first: int, lines: list[bytes], prefix: bytes = b"", turn_id: int = 1) -> EventChunk:
+    return EventChunk(first, first + len(lines) - 1, turn_id, "update", b"\n".join(lines), 1,
+                      prefix)
+
+
+async def test_a_chunk_is_read_back_as_its_events_one_by_one(store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    head = b'{"params":{"update":{"eventId":'
+    relayed = [b"10}}}", b"11,\"t\":\"\xc3\xa9\"}}}", b"12}}}"]
+    refused = await store.append_events([SessionBatch(
+        "a", [ev(9, 9, "prompt"), ev(13, 9, "cancel")], [TurnMark(9, "running", 1)],
+        chunks=[chunk(10, relayed, head, turn_id=9), chunk(14, [b"x", b"y"], turn_id=9)])])
+    assert refused == [""]
+    got = await read_all(store, "a")
+    assert [(e.event_id, e.turn_id, e.kind, e.payload) for e in got] == [
+        (9, 9, "prompt", b'{"x":1}'), *[(10 + i, 9, "update", head + line)
+                                        for i, line in enumerate(relayed)],
+        (13, 9, "cancel", b'{"x":1}'), (14, 9, "update", b"x"), (15, 9, "update", b"y")]
+    # Bounds inside a chunk cut it there; pages count events, not chunks.
+    assert [e.event_id for e in await read_all(store, "a", after=10, before=15)] == \
+        [11, 12, 13, 14]
+    assert [e.event_id for e in await read_all(store, "a", after=11, before=12)] == []
+    pages = [[e.event_id for e in p] async for p in store.iter_events("a", page=4)]
+    assert pages == [[9, 10, 11, 12], [13, 14, 15]]
+
+
+async def test_a_chunk_sent_again_is_stored_once(store: SessionStore, backend: Backend) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    first = SessionBatch("a", chunks=[chunk(1, [b"a", b"b"])])
+    assert await store.append_events([first]) == [""]
+    assert await store.append_events([first, SessionBatch(
+        "a", chunks=[chunk(1, [b"a", b"b"]), chunk(3, [b"c"])])]) == ["", ""]
+    assert [e.payload for e in await read_all(store, "a")] == [b"a", b"b", b"c"]
+    assert await backend.count("SELECT count(*) FROM event_chunks") == 2
+
+
+async def test_many_chunks_are_read_in_order_across_queries(store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    chunks = [chunk(1 + 3 * i, [b"%d" % (1 + 3 * i + j) for j in range(3)])
+              for i in range(150)]
+    await store.append_events([SessionBatch("a", chunks=chunks)])
+    got = await read_all(store, "a", after=5, before=440)
+    assert [e.event_id for e in got] == list(range(6, 440))
+    assert all(e.payload == b"%d" % e.event_id for e in got)
+
+
+async def test_a_chunk_whose_payload_does_not_match_its_ids_is_refused(
+        store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    bad = EventChunk(1, 3, 0, "update", b"one\ntwo", 1)
+    backwards = EventChunk(5, 4, 0, "update", b"", 1)
+    refused = await store.append_events([SessionBatch("a", chunks=[bad]),
+                                         SessionBatch("a", chunks=[backwards])])
+    assert all(r.startswith("invalid:") for r in refused), refused
+    assert await read_all(store, "a") == []

@@ -38,7 +38,7 @@ import grpc
 
 from acpgate.session.v1 import session_pb2
 from services.common.logs import get_logger
-from services.edge.sessions.log_chunks import pack_relayed
+from services.edge.sessions.log_chunks import Chunk, pack_relayed
 
 if TYPE_CHECKING:
     from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
@@ -87,21 +87,26 @@ class _Part:
     turns: list[tuple[int, str, int]] = field(default_factory=list)
     #: Chunks packed for a send that did not get through: sent again exactly so (the
     #: store skips a chunk it has by its first event id).
-    packed: list[session_pb2.EventChunk] = field(default_factory=list)
+    packed: list[Chunk] = field(default_factory=list)
     size: int = 0
 
-    def message(self, session_id: str) -> session_pb2.SessionEvents:
-        """The part on the wire; what was handed in is packed from now on."""
-        chunk = session_pb2.EventChunk
+    def write(self, session_id: str, out: session_pb2.SessionEvents) -> None:
+        """The part into ``out`` (one copy of its bytes, into the request itself); what was
+        handed in is packed from now on."""
         packed = self.packed
-        packed.extend(chunk(first_event_id=e, last_event_id=e, turn_id=t, kind=k, payload=p,
-                            at_ms=at) for e, t, k, p, at in self.events)
+        packed.extend((e, e, t, k, b"", p, at) for e, t, k, p, at in self.events)
         packed.extend(pack_relayed(self.relayed))
         self.events, self.relayed = [], []
-        turns = [session_pb2.TurnMark(turn_id=t, state=s, at_ms=at) for t, s, at in self.turns]
-        return session_pb2.SessionEvents(
-            session_id=session_id, holder_instance_id=self.holder,
-            claim_generation=self.generation, chunks=packed, turns=turns)
+        out.session_id = session_id
+        out.holder_instance_id = self.holder
+        out.claim_generation = self.generation
+        add_chunk = out.chunks.add
+        for first, last, turn_id, kind, prefix, payload, at in packed:
+            add_chunk(first_event_id=first, last_event_id=last, turn_id=turn_id, kind=kind,
+                      prefix=prefix, payload=payload, at_ms=at)
+        add_turn = out.turns.add
+        for turn_id, state, at in self.turns:
+            add_turn(turn_id=turn_id, state=state, at_ms=at)
 
     def join(self, newer: _Part) -> None:
         """``newer`` (handed in after this part was taken) goes after it."""
@@ -266,8 +271,10 @@ class EventLog:
         (the parts stay pending, and are sent again)."""
         taken, handed = self._pending, self._handed
         self._pending = {}
-        request = session_pb2.AppendEventsRequest(
-            sessions=[part.message(key[0]) for key, part in taken.items()])
+        request = session_pb2.AppendEventsRequest()
+        add_part = request.sessions.add
+        for (sid, _), part in taken.items():
+            part.write(sid, add_part())
         try:
             response = await self._stub.AppendEvents(request, timeout=CALL_SECS)
         except grpc.aio.AioRpcError as exc:

@@ -1,6 +1,6 @@
 """Packing relayed events into the event log's chunks: one record per run, not per update.
 
-A chunk (``session_pb2.EventChunk``) holds events of consecutive ids, of one turn, as
+A chunk (``session_pb2.EventChunk``, kept as :data:`Chunk` until it is sent) holds events of consecutive ids, of one turn, as
 their lines joined by a newline — the relay's own strings, encoded once for the lot, no
 message per update. What the lines share at their start (the ``session/update`` head up
 to the event id: most of a text chunk's line) goes once, as the chunk's prefix, and each
@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from acpgate.session.v1 import session_pb2
-
 if TYPE_CHECKING:
     from services.edge.sessions.feed import Event
 
-__all__ = ["CHUNK_CHARS", "pack_relayed"]
+__all__ = ["CHUNK_CHARS", "Chunk", "pack_relayed"]
+
+#: A packed chunk, the fields of ``session_pb2.EventChunk``: first and last event id, turn
+#: id, kind, prefix, payload, when (ms). Plain values: a part sent again is written into
+#: its new request as it is, its bytes copied once.
+Chunk = tuple[int, int, int, str, bytes, bytes, int]
 
 #: A chunk is cut once its lines reach this many characters (a single longer line is a
 #: chunk of its own).
@@ -37,7 +40,7 @@ class _Packer:
     """The chunks of one part's relayed runs, in order."""
 
     def __init__(self) -> None:
-        self.out: list[session_pb2.EventChunk] = []
+        self.out: list[Chunk] = []
         self._lines: list[str] = []
         self._first = self._next = self._turn = self._at = self._chars = 0
 
@@ -72,9 +75,8 @@ class _Packer:
                 self._chunk(self._first + offset, self._first + offset, "", prefix + line)
 
     def _chunk(self, first: int, last: int, prefix: str, text: str) -> None:
-        self.out.append(session_pb2.EventChunk(
-            first_event_id=first, last_event_id=last, turn_id=self._turn, kind=_KIND_UPDATE,
-            prefix=prefix.encode(), payload=text.encode(), at_ms=self._at))
+        self.out.append((first, last, self._turn, _KIND_UPDATE, prefix.encode(), text.encode(),
+                         self._at))
 
 
 def _shared_start(a: str, b: str) -> int:
@@ -89,8 +91,7 @@ def _shared_start(a: str, b: str) -> int:
     return low
 
 
-def pack_relayed(runs: Iterable[tuple[int, int, Sequence[Event], int]]
-                 ) -> list[session_pb2.EventChunk]:
+def pack_relayed(runs: Iterable[tuple[int, int, Sequence[Event], int]]) -> list[Chunk]:
     """``runs`` (turn id, when, events, their characters; in the order relayed) as chunks."""
     packer = _Packer()
     for turn_id, at, events, chars in runs:

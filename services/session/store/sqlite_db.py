@@ -3,16 +3,17 @@
 A file that is not a SQLite database is refused before it is opened, so it is
 never overwritten; a connection gets the SPEC §8 settings (WAL, a busy timeout,
 foreign keys on) and autocommit, so a single statement is its own transaction and
-several go in an explicit ``BEGIN IMMEDIATE`` taken by :func:`immediate`.
+several go in an explicit ``BEGIN IMMEDIATE`` taken by :func:`immediate` — or, for a
+hot one, by a function run whole on the connection's thread (:func:`in_connection`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 import aiosqlite
 
@@ -20,7 +21,10 @@ from services.common.private_files import private_dir, private_file
 from services.common.sqlite_wal import switch_to_wal
 from services.session.store.records import StoreError
 
-__all__ = ["BUSY_TIMEOUT_MS", "MEMORY", "SQLITE_HEADER", "connect", "immediate", "prepare_file"]
+__all__ = ["BUSY_TIMEOUT_MS", "MEMORY", "SQLITE_HEADER", "connect", "immediate", "in_connection",
+           "prepare_file"]
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS: Final = 10_000
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
@@ -88,3 +92,12 @@ async def immediate(db: aiosqlite.Connection) -> AsyncIterator[None]:
     except BaseException:
         await db.execute("ROLLBACK")
         raise
+
+
+async def in_connection(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(connection, *args)`` run on ``db``'s own thread, with its ``sqlite3`` connection:
+    a transaction of many statements handed over once, instead of once per statement (each
+    hand-over wakes the event loop; a batch of the event log is several). ``fn`` blocks
+    that thread only; whatever it leaves open is the caller's to close in it."""
+    # aiosqlite runs its own methods so; it has no public call for a whole function.
+    return cast(T, await db._execute(fn, db._conn, *args))

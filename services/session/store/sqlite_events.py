@@ -7,6 +7,7 @@ read, so a takeover cannot slip between a session's check and the commit.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 
 import aiosqlite
@@ -38,9 +39,46 @@ from services.session.store.event_log import (
 )
 from services.session.store.interface import Clock
 from services.session.store.records import SessionNotFound
-from services.session.store.sqlite_db import immediate
+from services.session.store.sqlite_db import in_connection
 
 __all__ = ["SqliteEvents"]
+
+
+def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
+            refused: list[str]) -> list[str]:
+    """The batch's transaction, on the connection's own thread (``refused``: the parts
+    already found invalid; the others are filled in)."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        for index, batch in enumerate(batches):
+            if refused[index]:
+                continue
+            sid = batch.session_id
+            row = con.execute(SELECT_LOG_TARGET, (sid,)).fetchone()
+            if row is None:
+                refused[index] = REFUSED_NOT_FOUND
+                continue
+            if not held_by(batch.holder, batch.generation, str(row[0]), int(row[1])):
+                refused[index] = REFUSED_FENCED
+                continue
+            chunks = batch.rows()
+            if chunks:
+                con.executemany(INSERT_CHUNK, [
+                    (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at)
+                    for c in chunks])
+            holder = batch.holder or ""
+            for mark in batch.turns:
+                if mark.state == TURN_RUNNING:
+                    con.execute(START_TURN, (sid, mark.turn_id, holder, mark.at))
+                else:
+                    con.execute(END_TURN, (sid, mark.turn_id, mark.state, holder, mark.at,
+                                           mark.at))
+            con.execute(MARK_LOG_START, (sid,))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return refused
 
 
 class SqliteEvents(EventLogStore):
@@ -51,36 +89,11 @@ class SqliteEvents(EventLogStore):
     _clock: Clock
 
     async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
-        """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`)."""
+        """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`), run
+        whole on the connection's thread: one hand-over, not one per statement."""
         refused = [batch_problem(batch) for batch in batches]
-        db = self._db
-        async with self._lock, immediate(db):
-            for index, batch in enumerate(batches):
-                if refused[index]:
-                    continue
-                sid = batch.session_id
-                rows = list(await db.execute_fetchall(SELECT_LOG_TARGET, (sid,)))
-                if not rows:
-                    refused[index] = REFUSED_NOT_FOUND
-                    continue
-                if not held_by(batch.holder, batch.generation, str(rows[0][0]),
-                               int(rows[0][1])):
-                    refused[index] = REFUSED_FENCED
-                    continue
-                chunks = batch.rows()
-                if chunks:
-                    await db.executemany(INSERT_CHUNK, [
-                        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at)
-                        for c in chunks])
-                holder = batch.holder or ""
-                for mark in batch.turns:
-                    if mark.state == TURN_RUNNING:
-                        await db.execute(START_TURN, (sid, mark.turn_id, holder, mark.at))
-                    else:
-                        await db.execute(END_TURN, (sid, mark.turn_id, mark.state, holder,
-                                                    mark.at, mark.at))
-                await db.execute(MARK_LOG_START, (sid,))
-        return refused
+        async with self._lock:
+            return await in_connection(self._db, _append, batches, refused)
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.edge.sessions.feed import Event
+from services.common.log_forms import FORM_LINES, FORM_TEXT_CHUNKS, text_chunk_lines
+from services.edge.sessions.feed import Event, SessionFeed
 from services.edge.sessions.log_chunks import CHUNK_CHARS, Chunk, pack_relayed
 
 HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{'
@@ -22,9 +23,13 @@ def run(turn: int, evs: Sequence[Event]) -> tuple[int, int, Sequence[Event], int
 
 def lines_of(chunk: Chunk) -> list[tuple[int, str]]:
     """The chunk's events as a reader gets them: (event id, line)."""
-    first, last, _, _, prefix, payload, _ = chunk
+    first, last, _, _, prefix, payload, _, form = chunk
     parts = [payload] if first == last else payload.split(b"\n")
     assert len(parts) == last - first + 1
+    if form == FORM_TEXT_CHUNKS:
+        return [(first + i, line.decode())
+                for i, line in enumerate(text_chunk_lines(prefix, first, parts))]
+    assert form == FORM_LINES
     return [(first + i, (prefix + p).decode()) for i, p in enumerate(parts)]
 
 
@@ -79,3 +84,25 @@ def test_lines_sharing_little_are_sent_without_a_prefix() -> None:
     evs = [Event(1, '{"a":1}', ""), Event(2, '{"b":2}', "")]
     (chunk,) = pack_relayed([run(0, evs)])
     assert chunk[4:6] == (b"", b'{"a":1}\n{"b":2}')
+
+
+def test_text_chunks_of_one_message_are_stored_as_their_texts() -> None:
+    feed = SessionFeed("s", max_chars=1 << 20, start_id=500)
+    a = feed.stamp(["one", "two ✓"], None)
+    b = feed.stamp(["three"], None)
+    tool = feed.stamp([{"sessionUpdate": "tool_call", "toolCallId": "t"}], None)
+    c = feed.stamp(["four"], None)  # a new message after the tool call
+    chunks = pack_relayed([run(1, a), run(1, b), run(1, tool), run(1, c)])
+    assert [(ch[0], ch[1], ch[7]) for ch in chunks] == [
+        (500, 502, FORM_TEXT_CHUNKS), (503, 503, FORM_LINES), (504, 504, FORM_TEXT_CHUNKS)]
+    assert chunks[0][5] == "one\ntwo ✓\nthree".encode()
+    assert [pair for ch in chunks for pair in lines_of(ch)] == \
+        [(e.event_id, e.line) for e in a + b + tool + c]
+
+
+def test_a_burst_of_text_chunks_and_other_updates_is_stored_as_lines() -> None:
+    feed = SessionFeed("s", max_chars=1 << 20, start_id=1)
+    mixed = feed.stamp(["a", {"sessionUpdate": "plan", "entries": []}, "b"], None)
+    (chunk,) = pack_relayed([run(0, mixed)])
+    assert chunk[7] == FORM_LINES
+    assert lines_of(chunk) == [(e.event_id, e.line) for e in mixed]

@@ -3,6 +3,7 @@ idempotent appends, fenced parts, turn states set once, interrupted turns, repla
 
 from __future__ import annotations
 
+from services.common.log_forms import FORM_TEXT_CHUNKS, TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
 from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.event_log import (
     REFUSED_FENCED,
@@ -201,12 +202,25 @@ async def test_many_chunks_are_read_in_order_across_queries(store: SessionStore)
     assert all(e.payload == b"%d" % e.event_id for e in got)
 
 
+async def test_a_chunk_of_text_chunks_is_read_back_as_their_lines(store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    head = b'{"params":{"update":{"_meta":{"acpgate":{"eventId":'
+    texts = [b"hello", b"w\xc3\xb6rld"]
+    await store.append_events([SessionBatch("a", chunks=[EventChunk(
+        41, 42, 7, "update", b"\n".join(texts), 1, head, FORM_TEXT_CHUNKS)])])
+    assert [(e.event_id, e.payload) for e in await read_all(store, "a")] == [
+        (41 + i, head + b"%d" % (41 + i) + TEXT_CHUNK_MID.encode() + text
+         + TEXT_CHUNK_TAIL.encode()) for i, text in enumerate(texts)]
+
+
 async def test_a_chunk_whose_payload_does_not_match_its_ids_is_refused(
         store: SessionStore) -> None:
     await store.create_session(NewSession("a", "alpha", "/w"))
     bad = EventChunk(1, 3, 0, "update", b"one\ntwo", 1)
     backwards = EventChunk(5, 4, 0, "update", b"", 1)
-    refused = await store.append_events([SessionBatch("a", chunks=[bad]),
-                                         SessionBatch("a", chunks=[backwards])])
+    no_form = EventChunk(6, 6, 0, "update", b"x", 1, b"", 9)
+    prompt_text = EventChunk(7, 7, 0, "prompt", b"x", 1, b"", FORM_TEXT_CHUNKS)
+    refused = await store.append_events([SessionBatch("a", chunks=[c]) for c in
+                                         (bad, backwards, no_form, prompt_text)])
     assert all(r.startswith("invalid:") for r in refused), refused
     assert await read_all(store, "a") == []

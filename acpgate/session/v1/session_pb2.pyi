@@ -1810,11 +1810,13 @@ Global___TurnMark: _TypeAlias = TurnMark  # noqa: Y015
 @_typing.final
 class EventChunk(_message.Message):
     """Events of one session with consecutive ids first_event_id..last_event_id, all of
-    one turn and one kind, sent (and stored) as one record: each event's payload is
-    prefix followed by its part of payload, the parts joined by "\\n" (a single event's
-    part is the rest of its payload as is; a logged line holds no raw newline). The edge
-    packs what it relays in a commit window into such chunks, the bytes its lines share
-    at their start (the message's head) in prefix once.
+    one turn and one kind, sent (and stored) as one record: payload is the events' parts
+    joined by "\\n" (a single event's part is the rest of its payload as is; a logged
+    line holds no raw newline), and form says how a part makes the event's payload
+    (services/common/log_forms.py): 0, prefix followed by the part (prefix: what the
+    lines share at their start); 1, an assistant text chunk whose text the part is, its
+    line rebuilt from prefix (its head up to the event id), the id and the text. The edge
+    packs what it relays in a commit window into such chunks.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1826,6 +1828,7 @@ class EventChunk(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     AT_MS_FIELD_NUMBER: _builtins.int
     PREFIX_FIELD_NUMBER: _builtins.int
+    FORM_FIELD_NUMBER: _builtins.int
     first_event_id: _builtins.int
     last_event_id: _builtins.int
     turn_id: _builtins.int
@@ -1834,6 +1837,7 @@ class EventChunk(_message.Message):
     at_ms: _builtins.int
     """When the chunk's first event was handed to the log."""
     prefix: _builtins.bytes
+    form: _builtins.int
     def __init__(
         self,
         *,
@@ -1844,10 +1848,11 @@ class EventChunk(_message.Message):
         payload: _builtins.bytes = ...,
         at_ms: _builtins.int = ...,
         prefix: _builtins.bytes = ...,
+        form: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "first_event_id", b"first_event_id", "kind", b"kind", "last_event_id", b"last_event_id", "payload", b"payload", "prefix", b"prefix", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "first_event_id", b"first_event_id", "form", b"form", "kind", b"kind", "last_event_id", b"last_event_id", "payload", b"payload", "prefix", b"prefix", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

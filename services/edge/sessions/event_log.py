@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Final
 import grpc
 
 from acpgate.session.v1 import session_pb2
+from services.common.log_forms import FORM_LINES
 from services.common.logs import get_logger
 from services.edge.sessions.log_chunks import Chunk, pack_relayed
 
@@ -52,7 +53,7 @@ log = get_logger("edge.event_log")
 #: The longest an event waits before its batch is sent.
 COMMIT_SECS: Final = 0.05
 #: Pending bytes that send a batch at once.
-COMMIT_BYTES: Final = 1024 * 1024
+COMMIT_BYTES: Final = 4 * 1024 * 1024
 #: The most bytes kept pending for all sessions (an outage's buffer).
 MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
 #: How long one batch may take before it counts as not answered.
@@ -94,16 +95,16 @@ class _Part:
         """The part into ``out`` (one copy of its bytes, into the request itself); what was
         handed in is packed from now on."""
         packed = self.packed
-        packed.extend((e, e, t, k, b"", p, at) for e, t, k, p, at in self.events)
+        packed.extend((e, e, t, k, b"", p, at, FORM_LINES) for e, t, k, p, at in self.events)
         packed.extend(pack_relayed(self.relayed))
         self.events, self.relayed = [], []
         out.session_id = session_id
         out.holder_instance_id = self.holder
         out.claim_generation = self.generation
         add_chunk = out.chunks.add
-        for first, last, turn_id, kind, prefix, payload, at in packed:
+        for first, last, turn_id, kind, prefix, payload, at, form in packed:
             add_chunk(first_event_id=first, last_event_id=last, turn_id=turn_id, kind=kind,
-                      prefix=prefix, payload=payload, at_ms=at)
+                      prefix=prefix, payload=payload, at_ms=at, form=form)
         add_turn = out.turns.add
         for turn_id, state, at in self.turns:
             add_turn(turn_id=turn_id, state=state, at_ms=at)

@@ -41,6 +41,7 @@ from services.common.attach_protocol import (
     MESSAGE_CHUNKS,
     META_EVENT_ID,
 )
+from services.common.log_forms import TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
 from services.common.protocol import (
     META_ACPGATE,
     U_AGENT_MESSAGE,
@@ -50,9 +51,10 @@ from services.edge.sessions.ring_budget import EVENT_OVERHEAD, RingBudget
 
 __all__ = ["Event", "SessionFeed", "event_id_of"]
 
-#: A text chunk line after its event id, and after its text.
-_CHUNK_MID = '}},"content":{"type":"text","text":"'
-_CHUNK_TAIL = '"}}}}'
+#: A text chunk line after its event id, and after its text (the event log rebuilds such
+#: lines from their text: ``services.common.log_forms.text_chunk_line``).
+_CHUNK_MID = TEXT_CHUNK_MID
+_CHUNK_TAIL = TEXT_CHUNK_TAIL
 #: The most events a ring holds, whatever their size (``replay_chars`` bounds it first).
 MAX_EVENTS = 100_000
 #: JSON's exact integers end at 2**53; ids start from the clock in microseconds (below it).
@@ -73,6 +75,10 @@ class Event:
     not_for: object | None = None
     #: ``message_id`` is one acpgate assigned (a resume point), not the agent's own.
     assigned: bool = False
+    #: An assistant text chunk read without parsing: its text, and its line's head (the
+    #: line is ``text_chunk_line(head, event_id, text)``); None for any other update.
+    text: str | None = None
+    head: str = ""
 
 
 def event_id_of(value: Any) -> int | None:
@@ -153,8 +159,9 @@ class SessionFeed:
         self._next += 1
         if isinstance(update, str):  # an assistant text chunk read without parsing
             message_id, assigned = self._message_id(U_AGENT_MESSAGE, None)
-            return Event(event_id, f'{self._chunk_head(message_id)}{event_id}{_CHUNK_MID}'
-                         f'{update}{_CHUNK_TAIL}', message_id, not_for, assigned)
+            head = self._chunk_head(message_id)
+            return Event(event_id, f'{head}{event_id}{_CHUNK_MID}{update}{_CHUNK_TAIL}',
+                         message_id, not_for, assigned, update, head)
         kind = update.get("sessionUpdate")
         given: Any = update.get("messageId")
         message_id, assigned = "", False

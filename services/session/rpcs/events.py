@@ -43,7 +43,7 @@ def _batch(part: pb.SessionEvents) -> SessionBatch:
         part.session_id, (), [TurnMark(t.turn_id, t.state, t.at_ms) for t in part.turns],
         holder=part.holder_instance_id or None, generation=part.claim_generation,
         chunks=[EventChunk(c.first_event_id, c.last_event_id, c.turn_id, c.kind, c.payload,
-                           c.at_ms, c.prefix) for c in part.chunks])
+                           c.at_ms, c.prefix, c.form) for c in part.chunks])
 
 
 def marked_prompt(payload: bytes, state: str) -> bytes:

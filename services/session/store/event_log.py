@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from services.common.log_forms import FORM_LINES, FORM_TEXT_CHUNKS, FORMS, text_chunk_lines
+
 __all__ = [
     "EVENT_KINDS", "FINAL_TURN_STATES", "MAX_EVENT_BYTES", "REFUSED_FENCED",
     "REFUSED_NOT_FOUND", "TURN_INTERRUPTED", "TURN_RUNNING", "TURN_STATES", "EventChunk",
@@ -62,10 +64,10 @@ CHUNK_SEPARATOR: Final = b"\n"
 @dataclass(frozen=True, slots=True)
 class EventChunk:
     """Events of consecutive ids ``first..last``, of one turn and one kind, as one record:
-    each event's payload is ``prefix`` followed by its part of ``payload``, the parts
-    joined by :data:`CHUNK_SEPARATOR` (a chunk of one event: the rest of its payload as it
-    is, whatever bytes it holds). ``prefix`` holds once what the events' lines share at
-    their start (a relayed line's head)."""
+    ``payload`` is their parts joined by :data:`CHUNK_SEPARATOR` (a chunk of one event:
+    the rest of its payload as it is, whatever bytes it holds); ``form`` says how a part
+    makes the event's payload (:mod:`services.common.log_forms`): ``prefix`` followed by
+    it, or the text chunk line of ``prefix`` (its head), the event id and the part."""
 
     first: int
     last: int
@@ -75,6 +77,7 @@ class EventChunk:
     #: When its first event was handed to the log (ms).
     at: int
     prefix: bytes = b""
+    form: int = FORM_LINES
 
     @classmethod
     def of(cls, event: LoggedEvent) -> EventChunk:
@@ -88,8 +91,12 @@ class EventChunk:
             self.prefix
         parts = [self.payload] if self.last == first else \
             self.payload.split(CHUNK_SEPARATOR)
-        return [LoggedEvent(first + i, turn_id, kind, prefix + part, at)
-                for i, part in enumerate(parts)]
+        if self.form == FORM_TEXT_CHUNKS:
+            payloads = text_chunk_lines(prefix, first, parts)
+        else:
+            payloads = [prefix + part for part in parts]
+        return [LoggedEvent(first + i, turn_id, kind, payload, at)
+                for i, payload in enumerate(payloads)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +142,8 @@ def batch_problem(batch: SessionBatch) -> str:
         if chunk.last > chunk.first and \
                 chunk.payload.count(CHUNK_SEPARATOR) != chunk.last - chunk.first:
             return "invalid: a chunk's payloads do not match its event ids"
+        if chunk.form not in FORMS or (chunk.form != FORM_LINES and chunk.kind != "update"):
+            return "invalid: unknown chunk form"
     for mark in batch.turns:
         if mark.state not in TURN_STATES:
             return f"invalid: unknown turn state {mark.state[:40]!r}"
@@ -159,10 +168,10 @@ def held_by(holder: str | None, generation: int, instance: str, claim_generation
 
 #: A session's claim, for the fence (parameter: the session id).
 SELECT_LOG_TARGET: Final = (
-    "SELECT active_instance_id, claim_generation FROM sessions WHERE id = ?")
+    "SELECT active_instance_id, claim_generation, log_from_turn FROM sessions WHERE id = ?")
 INSERT_CHUNK: Final = (
     "INSERT INTO event_chunks (session_id, first_event_id, last_event_id, turn_id, kind,"
-    " prefix, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " prefix, payload, at, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id, first_event_id) DO NOTHING")
 #: A turn starts running (a second start of the same turn changes nothing).
 START_TURN: Final = (
@@ -173,7 +182,8 @@ END_TURN: Final = (
     "INSERT INTO turns (session_id, turn_id, state, instance_id, started_at, ended_at)"
     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id) DO UPDATE"
     " SET state = excluded.state, ended_at = excluded.ended_at WHERE turns.state = 'running'")
-#: The first history turn the log covers, set by the session's first logged batch.
+#: The first history turn the log covers, set by the session's first logged batch (run
+#: only while the row's ``log_from_turn`` is 0).
 MARK_LOG_START: Final = (
     "UPDATE sessions SET log_from_turn = last_turn + 1 WHERE id = ? AND log_from_turn = 0")
 SELECT_LOG_START: Final = "SELECT log_from_turn FROM sessions WHERE id = ?"
@@ -181,7 +191,8 @@ SELECT_LOG_START: Final = "SELECT log_from_turn FROM sessions WHERE id = ?"
 #: one that starts at or below ``after`` (chunks never overlap), both bounds on the key
 #: (parameters: session id, session id, after, after, before, limit).
 SELECT_CHUNKS: Final = (
-    "SELECT first_event_id, last_event_id, turn_id, kind, payload, at, prefix FROM event_chunks"
+    "SELECT first_event_id, last_event_id, turn_id, kind, payload, at, prefix, form"
+    " FROM event_chunks"
     " WHERE session_id = ? AND first_event_id >= (SELECT coalesce(max(first_event_id), 0)"
     " FROM event_chunks WHERE session_id = ? AND first_event_id <= ?)"
     " AND last_event_id > ? AND first_event_id < ? ORDER BY first_event_id LIMIT ?")
@@ -198,17 +209,17 @@ INTERRUPT_ORPHANS: Final = (
     " WHERE active_instance_id = '' OR active_until < ?))")
 #: Events read per page.
 EVENT_PAGE: Final = 500
-#: Chunks read per query (the edge keeps a chunk near 64 KiB: a query's rows stay small).
-CHUNK_PAGE: Final = 64
+#: Chunks read per query (the edge cuts a chunk near 256 KiB of lines: a query stays a few MiB).
+CHUNK_PAGE: Final = 32
 #: No upper bound on the event ids read.
 NO_BOUND: Final = _MAX_ID
 
 
 def chunk_of(row: Any) -> EventChunk:
     """A :data:`SELECT_CHUNKS` row (a tuple, or a PostgreSQL record)."""
-    first, last, turn_id, kind, payload, at, prefix = row
+    first, last, turn_id, kind, payload, at, prefix, form = row
     return EventChunk(int(first), int(last), int(turn_id), str(kind), bytes(payload), int(at),
-                      bytes(prefix))
+                      bytes(prefix), int(form))
 
 
 async def read_pages(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,

@@ -87,7 +87,7 @@ class PgEvents(EventLogStore):
                 chunks = batch.rows()
                 if chunks:
                     await con.executemany(_INSERT_CHUNK, [
-                        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at)
+                        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
                         for c in chunks])
                 holder = batch.holder or ""
                 for mark in batch.turns:
@@ -96,7 +96,8 @@ class PgEvents(EventLogStore):
                     else:
                         await con.execute(_END_TURN, sid, mark.turn_id, mark.state, holder,
                                           mark.at, mark.at)
-                await con.execute(_MARK_LOG_START, sid)
+                if not row[2]:
+                    await con.execute(_MARK_LOG_START, sid)
             return refused
 
         if all(problems):

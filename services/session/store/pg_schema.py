@@ -152,6 +152,7 @@ _V10_EVENT_LOG = (
         prefix BYTEA NOT NULL DEFAULT '',
         payload BYTEA NOT NULL,
         at BIGINT NOT NULL,
+        form INTEGER NOT NULL DEFAULT 0 CHECK (form IN (0, 1)),
         CHECK (last_event_id >= first_event_id),
         PRIMARY KEY (session_id, first_event_id))""",
     """CREATE TABLE turns (

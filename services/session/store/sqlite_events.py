@@ -64,7 +64,7 @@ def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
             chunks = batch.rows()
             if chunks:
                 con.executemany(INSERT_CHUNK, [
-                    (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at)
+                    (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
                     for c in chunks])
             holder = batch.holder or ""
             for mark in batch.turns:
@@ -73,7 +73,8 @@ def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
                 else:
                     con.execute(END_TURN, (sid, mark.turn_id, mark.state, holder, mark.at,
                                            mark.at))
-            con.execute(MARK_LOG_START, (sid,))
+            if not row[2]:
+                con.execute(MARK_LOG_START, (sid,))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -184,6 +184,7 @@ _V10_EVENT_LOG = (
         prefix BLOB NOT NULL DEFAULT X'',
         payload BLOB NOT NULL,
         at INTEGER NOT NULL,
+        form INTEGER NOT NULL DEFAULT 0 CHECK (form IN (0, 1)),
         CHECK (last_event_id >= first_event_id),
         PRIMARY KEY (session_id, first_event_id))""",
     """CREATE TABLE turns (

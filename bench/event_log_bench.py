@@ -28,6 +28,7 @@ from bench.relay import open_session, throughput_round
 from bench.sizes import Sizes
 from bench.stage import ACPGATE, REPO, Stage, child_env, serve, stage
 from bench.stats import Dist, Row
+from services.common.log_forms import FORM_TEXT_CHUNKS, TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
 from services.edge.sessions.event_log import COMMIT_SECS, OFF_ENV
 
 #: The crash benchmark's stream: one update every PACE_MS (500 updates/s).
@@ -41,16 +42,20 @@ def _store_bytes(data_dir: Path) -> int:
 
 
 def _payload_bytes(data_dir: Path) -> tuple[int, int, int, int]:
-    """Events logged, their lines' bytes, the bytes those take in their rows (each chunk's
-    shared prefix once), and the rows (chunks)."""
+    """Events logged, their lines' bytes (as a replay gives them), the bytes their rows hold,
+    and the rows (chunks)."""
     db = data_dir / "sessions" / "acp-sessions.db"
+    # A row's events: each its prefix and its part, plus (text chunks, form 1) the line's
+    # event id and the template around the text.
+    template = len(TEXT_CHUNK_MID) + len(TEXT_CHUNK_TAIL)
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         count, lines, stored, rows = conn.execute(
             "SELECT coalesce(sum(last_event_id - first_event_id + 1), 0),"
             " coalesce(sum(length(payload) - (last_event_id - first_event_id)"
-            " + (last_event_id - first_event_id + 1) * length(prefix)), 0),"
+            " + (last_event_id - first_event_id + 1) * (length(prefix) + CASE form WHEN ?"
+            " THEN ? + length(CAST(first_event_id AS TEXT)) ELSE 0 END)), 0),"
             " coalesce(sum(length(payload) + length(prefix)), 0), count(*)"
-            " FROM event_chunks").fetchone()
+            " FROM event_chunks", (FORM_TEXT_CHUNKS, template)).fetchone()
     return int(count), int(lines), int(stored), int(rows)
 
 
@@ -97,7 +102,7 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
     rows.append(Row("36", "store bytes per logged event (SQLite, db + WAL growth)", "B",
                     Dist.of([grown / max(ws_events, 1)]), "—", None,
                     note=f"lines {payload / max(logged, 1):.0f} B/event on average, stored in "
-                    f"{stored / max(logged, 1):.0f} B/event (a chunk's shared start once): "
+                    f"{stored / max(logged, 1):.0f} B/event (chunks of consecutive events): "
                     f"{logged:,} events in {chunks:,} rows"))
     return rows
 

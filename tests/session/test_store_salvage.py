@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from services.session.store import HistoryEntry, NewSession, open_store
+from services.common.log_forms import FORM_TEXT_CHUNKS
+from services.session.store import EventChunk, HistoryEntry, NewSession, SessionBatch, open_store
 from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, NOT_A_FILE, OK, diagnose
-from services.session.store.salvage import RepairRefused, repair_store
+from services.session.store.salvage import RepairRefused, repair_store, salvage_into
 
 
 async def _store(db: Path, sessions: int) -> None:
@@ -67,3 +68,23 @@ async def test_a_file_with_nothing_readable_becomes_an_empty_store(tmp_path: Pat
     assert store.persistent
     await store.close()
     assert sorted(p.name for p in db.parent.iterdir() if ".repair-" in p.name) == []
+
+
+async def test_the_event_logs_chunks_are_salvaged_whole(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    store = await open_store(db)
+    await store.create_session(NewSession("s", "a", "/w"))
+    await store.append_events([SessionBatch("s", chunks=[
+        EventChunk(10, 12, 10, "update", b"a\nb\nc", 1, b"line "),
+        EventChunk(13, 14, 10, "update", b"x\ny", 1, b"head:", FORM_TEXT_CHUNKS)])])
+    before = [e async for page in store.iter_events("s") for e in page]
+    await store.close()
+    fresh = db.with_name("fresh.db")
+    await (await open_store(fresh)).close()
+    salvage_into(db, fresh)
+    copy = await open_store(fresh)
+    try:
+        assert [e async for page in copy.iter_events("s") for e in page] == before
+        assert [e.event_id for e in before] == [10, 11, 12, 13, 14]
+    finally:
+        await copy.close()

@@ -128,9 +128,8 @@ def _add_run(packer: _Packer, turn_id: int, at: int, events: Sequence[Event], ch
         return
     step = max(1, count * CHUNK_CHARS // chars)  # a long burst: cut on the average
     for start in range(0, count, step):
-        piece = events[start:start + step]
-        packer.add(turn_id, at, parts[start:start + step], first + start,
-                   sum(len(e.line) for e in piece), form, head)
+        piece = parts[start:start + step]
+        packer.add(turn_id, at, piece, first + start, chars * len(piece) // count, form, head)
 
 
 def pack_relayed(runs: Iterable[tuple[int, int, Sequence[Event], int]]) -> list[Chunk]:

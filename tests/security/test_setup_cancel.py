@@ -96,7 +96,9 @@ def test_a_setup_cancelled_at_any_await_leaves_no_lease(
     rng = random.Random()
 
     async def new(conn: DialectConnection) -> Any:
-        return await session_new(conn, {"agentAlias": "demo", "cwd": str(work)})
+        answered = await session_new(conn, {"agentAlias": "demo", "cwd": str(work)})
+        await answered.then()  # as the peer does once the answer is written
+        return answered.result
 
     async def scenario() -> None:
         conn = DialectConnection(runtime, _ignore, methods={}, caller=LOCAL_OPERATOR)

@@ -277,7 +277,7 @@ class Supervisor:
         self.security = await load_security(self.cfg)
         await self.claim()
         workers = sum(1 for c in self.children if c.spec.worker)
-        if workers:  # what several edges still cannot do (README, "What runs where")
+        if workers:  # what several edges still cannot do (docs/operating.md, "Edge workers")
             log.warning("serve_edge_workers", workers=workers,
                         caveat="a WebSocket client without the affinity cookie is told to "
                                "reconnect to its session's worker (?worker=k); with TLS, "

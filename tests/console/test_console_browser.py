@@ -14,7 +14,7 @@ a plain token; the New session form (the header's buttons only once signed in, t
 agents the token may start in a select, a project directory sent as ``cwd``, a relative
 or refused one shown by its field). Skipped with the reason where no browser or Playwright is found.
 A failure saves the pages' screenshots to a temporary folder it names;
-``ACPGATE_CONSOLE_SCREENSHOTS=docs/console`` saves each step's (the README's).
+``ACPGATE_CONSOLE_SCREENSHOTS=docs/console`` saves each step's (docs/console.md's).
 """
 
 from __future__ import annotations

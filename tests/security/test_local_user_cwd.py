@@ -11,7 +11,7 @@ refused, and the local user is told which path and the exact config line that
 would allow it. On the gateway — also with ``require_auth = false``, whose
 connections are remote, not the OS user — such a cwd stays refused and no path of
 acpgate's is named. The config dir itself is the install-root placeholder: the
-agent workspace (SPEC §3), as the README says.
+agent workspace (SPEC §3), as docs/security.md says.
 
 Real ``acpgate acp`` (and ``acpgate serve``) processes, a real ``HOME``.
 """
@@ -142,7 +142,7 @@ def test_the_state_itself_is_refused_naming_the_path_and_the_line(home: Path,
         error = acp.error("session/new", {"agentAlias": "demo", "cwd": str(cwd)})
         assert error == {"code": -32602, "message": local_refusal(
             relation, what, guarded, cwd, config)}, cwd
-    # The install root is the placeholder for the agent workspace (SPEC §3; the README).
+    # The install root is the placeholder for the agent workspace (SPEC §3; docs/security.md).
     workspace = os.path.realpath(config / "agents" / "demo" / "workspace")
     result = acp.result("session/new", {"agentAlias": "demo", "cwd": str(config)})
     assert result["workspaceDir"] == workspace

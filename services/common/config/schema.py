@@ -248,7 +248,7 @@ class A2aSection:
 
 @dataclass(frozen=True)
 class LoggingSection:
-    """``[logging]``: what acpgate's own processes log, how, and where (README "Logs")."""
+    """``[logging]``: what acpgate's own processes log, how, and where (docs/operating.md "Logs")."""
 
     level: str = setting(
         "", "that level everywhere (empty: info to the file and a service's stderr, warnings "

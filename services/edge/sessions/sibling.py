@@ -8,7 +8,7 @@ Rather than relay that connection's traffic through a second worker for its whol
 life, the refusal names the worker and how to reach it (its cookie, or
 ``/acp?worker=<k>``, which the front door hands to that worker) in
 ``data.acpgate.liveAt`` — the shape a session live on another host is named in (issue
-27), plus ``worker`` and ``query``: see README, "[gateway] workers".
+27), plus ``worker`` and ``query``: see docs/operating.md, "Edge workers".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ it mints the ``Acp-Connection-Id`` of this worker (:meth:`Handoff.new_id`), and
 once the listeners serve (:meth:`Handoff.start`) takes connections in from its
 siblings and hands theirs to them. It does nothing for a lone edge (no
 ``--worker``), and nothing over TLS: a TLS session cannot move to another process
-(a TLS client negotiates HTTP/2 — one connection — anyway; see README).
+(a TLS client negotiates HTTP/2 — one connection — anyway; see docs/operating.md, "Edge workers").
 """
 
 from __future__ import annotations

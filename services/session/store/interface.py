@@ -180,8 +180,8 @@ class SessionStore(EventLogStore, ABC):
         it), keeps its title, plan, mode and config values, its extra roots and MCP server
         list unless given, and records ``forked_from``; it is created active and claimed by
         ``gateway_instance_id`` (generation 1). Its token totals start at 0 (the parent's
-        turns were not its spending); its ``stored_bytes`` are the parent's, added to its
-        owner's total — QuotaExceeded (nothing written) when ``quota`` refuses them.
+        turns were not its spending); its ``stored_bytes`` are the parent's history's (not
+        its event log's, which is not copied), added to its owner's total — QuotaExceeded (nothing written) when ``quota`` refuses them.
         SessionNotFound for an unknown parent; SessionExists when ``session_id`` is taken;
         InvalidItem as :meth:`create_session` refuses.
         """

@@ -17,10 +17,9 @@ import aiosqlite
 import asyncpg
 import pytest
 
-from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA
+from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA, REFUSED_QUOTA
 from services.session.store import HistoryEntry, NewSession, Quota, QuotaExceeded, SessionStore
 from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
-from services.session.store.log_quota import REFUSED_QUOTA
 from services.session.store.pg_db import PostgresTarget
 from services.session.store.pg_schema import _STEPS
 from services.session.store.records import item_bytes

@@ -17,13 +17,12 @@ import orjson
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.common.protocol import META_ACPGATE, META_STOP_REASON
+from services.common.protocol import META_ACPGATE, META_STOP_REASON, REFUSED_QUOTA
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import SessionNotFound
 from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
-from services.session.store.log_quota import REFUSED_QUOTA
 from services.session.store.records import Quota
 
 __all__ = ["EventRpcs"]

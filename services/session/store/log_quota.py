@@ -5,8 +5,8 @@ A logged event's payload counts against the same totals as the stored history â€
 session row's ``stored_bytes`` and its owner's ``owner_usage`` â€”, so the quotas bound
 everything a session keeps in the store, and ``session/delete`` gives it all back. An
 event already stored counts once: a batch sent again adds nothing. A part that would
-pass a quota writes none of its events (refused :data:`REFUSED_QUOTA` with the quota's
-sentence); its turn ends are still written to turns already started, which adds no
+pass a quota writes none of its events (refused ``protocol.REFUSED_QUOTA`` with the
+quota's sentence); its turn ends are still written to turns already started, which adds no
 bytes, so a turn's state stays true.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from services.common.protocol import REFUSED_QUOTA
 from services.session.store.checks import check_owner_quota, check_session_quota
 from services.session.store.event_log import LoggedEvent
 from services.session.store.records import Quota, QuotaExceeded
@@ -22,8 +23,6 @@ from services.session.store.records import Quota, QuotaExceeded
 __all__ = ["ADD_SESSION_BYTES", "END_STARTED_TURN", "REFUSED_QUOTA", "SELECT_LOGGED_IDS",
            "SELECT_OWNER_BYTES", "id_range", "quota_refusal", "unlogged"]
 
-#: Why a part was refused when it would pass a quota: this prefix, then the sentence.
-REFUSED_QUOTA: Final = "quota: "
 #: The ids already logged in a range (parameters: session id, lowest, highest).
 SELECT_LOGGED_IDS: Final = (
     "SELECT event_id FROM events WHERE session_id = ? AND event_id >= ? AND event_id <= ?")
@@ -58,7 +57,7 @@ def unlogged(events: Sequence[LoggedEvent], logged: Iterable[int]) -> list[Logge
 def quota_refusal(stored: int, adding: int, owner: str, owner_total: int,
                   quota: Quota | None) -> str:
     """"" when ``adding`` bytes fit the session (holding ``stored``) and its owner
-    (holding ``owner_total``); else :data:`REFUSED_QUOTA` and the quota's sentence."""
+    (holding ``owner_total``); else ``REFUSED_QUOTA`` and the quota's sentence."""
     try:
         check_session_quota(stored, adding, quota)
         check_owner_quota(owner, owner_total + adding, quota)

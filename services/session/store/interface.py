@@ -22,8 +22,8 @@ written only while that instance still holds the claim at that generation,
 checked in the write's own transaction, so a host cut off past its lease can
 never write after the host that took over (split brain).
 
-History counts against two byte quotas (:class:`~.records.Quota`): a running
-total per row and per owner (``owner_usage``), checked in the turn's transaction.
+History and the event log count against two byte quotas (:class:`~.records.Quota`): a
+running total per row and per owner (``owner_usage``), checked in the write's transaction.
 """
 
 from __future__ import annotations

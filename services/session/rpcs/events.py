@@ -21,9 +21,8 @@ from services.common.protocol import META_ACPGATE, META_STOP_REASON, REFUSED_QUO
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import SessionNotFound
+from services.session.store import Quota, SessionNotFound
 from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
-from services.session.store.records import Quota
 
 __all__ = ["EventRpcs"]
 

@@ -149,6 +149,9 @@ MSG_TOKEN_QUOTA: Final = (
     "Token storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
     "[store] max_token_bytes"
 )
+#: AppendEvents: a session's part refused because its events would pass a quota — this
+#: prefix, then the quota's sentence (the session service's answer, read by the edge).
+REFUSED_QUOTA: Final = "quota: "
 #: SESSION_TAKEN_OVER: a turn refused (or cut off) because another host holds the claim.
 MSG_SESSION_TAKEN_OVER: Final = (
     "Session {session_id} was taken over by another host; this turn was not stored"

@@ -389,6 +389,29 @@ def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict
     return out
 
 
+def message_texts(ups: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(sessionUpdate, text)`` per message of ``ups`` (:func:`updates`' output): the text
+    chunks of one message — consecutive updates of the same kind and ``messageId`` — joined,
+    as a client shows them however the agent cut its stream (a chunk without a
+    ``messageId``, such as a replayed prompt, is a message of its own); other updates are
+    left out."""
+    out: list[tuple[str, str]] = []
+    last: tuple[str, Any] | None = None
+    for u in ups:
+        content = u.get("content")
+        if not str(u.get("sessionUpdate", "")).endswith("_chunk") or not isinstance(content, dict) \
+                or "text" not in content:
+            last = None
+            continue
+        key = (u["sessionUpdate"], u.get("messageId"))
+        if key == last and key[1] is not None:
+            out[-1] = (out[-1][0], out[-1][1] + content["text"])
+        else:
+            out.append((u["sessionUpdate"], content["text"]))
+        last = key
+    return out
+
+
 def listed_lineage(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """session/list rows' ``_meta.acpgate`` by session id, less the token ``usage`` and the
     running ``state`` that share the object (asserted present): what is left is the agent

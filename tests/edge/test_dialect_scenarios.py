@@ -435,11 +435,13 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
     *ups, commands = updates(replay, sid)
     assert len(ups) + 1 == len(replay), "only session/update notifications precede the load result"
-    # The stored conversation, then the restored agent's commands (the demo model's): the
-    # agent's own updates of the restore are new events, after the replayed older ones.
+    # The log — the commands the demo agent sent after session/new, then the turns —, then
+    # the restored agent's commands: the agent's own updates of the restore are new events,
+    # after the replayed older ones.
     assert commands["sessionUpdate"] == "available_commands_update"
     kinds = [u["sessionUpdate"] for u in ups]
-    assert kinds[0] == "user_message_chunk" and ups[0]["content"]["text"] == "plan"
+    assert kinds[:2] == ["available_commands_update", "user_message_chunk"]
+    assert ups[1]["content"]["text"] == "plan"
     users = [u["content"]["text"] for u in ups if u["sessionUpdate"] == "user_message_chunk"]
     assert users == ["plan", "hello there"]
     assistant = "".join(u["content"]["text"] for u in ups if u["sessionUpdate"] == "agent_message_chunk")

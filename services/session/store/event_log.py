@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from services.session.store.records import Quota
+
 __all__ = [
     "EVENT_KINDS", "FINAL_TURN_STATES", "MAX_EVENT_BYTES", "REFUSED_FENCED",
     "REFUSED_NOT_FOUND", "TURN_INTERRUPTED", "TURN_RUNNING", "TURN_STATES", "EventLogStore",
@@ -108,7 +110,8 @@ def held_by(holder: str | None, generation: int, instance: str, claim_generation
 
 #: A session's claim, for the fence (parameter: the session id).
 SELECT_LOG_TARGET: Final = (
-    "SELECT active_instance_id, claim_generation FROM sessions WHERE id = ?")
+    "SELECT active_instance_id, claim_generation, stored_bytes, owner_session_key"
+    " FROM sessions WHERE id = ?")
 INSERT_EVENT: Final = (
     "INSERT INTO events (session_id, event_id, turn_id, kind, payload, at)"
     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, event_id) DO NOTHING")
@@ -149,9 +152,12 @@ class EventLogStore(ABC):
     """What a store does with the event log (module doc)."""
 
     @abstractmethod
-    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+    async def append_events(self, batches: Sequence[SessionBatch], *,
+                            quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction; per batch, "" (written) or why it was not
-        (:data:`REFUSED_FENCED`, :data:`REFUSED_NOT_FOUND`, "invalid: ..."), in order."""
+        (:data:`REFUSED_FENCED`, :data:`REFUSED_NOT_FOUND`, "invalid: ...", or over
+        ``quota``: ``log_quota.REFUSED_QUOTA`` and the quota's sentence), in order. The
+        events' payload bytes count against ``quota`` like history (:mod:`.log_quota`)."""
 
     @abstractmethod
     def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,

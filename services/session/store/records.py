@@ -236,7 +236,8 @@ class SessionRecord:
     #: Token totals over the stored turns.
     input_tokens: int = 0
     output_tokens: int = 0
-    #: Bytes of the stored history items (:func:`item_bytes` summed): what the quotas count.
+    #: Bytes of the stored history items (:func:`item_bytes` summed) and of the logged events'
+    #: payloads: what the quotas count.
     stored_bytes: int = 0
     #: The session this one was forked from (ACP ``session/fork``; "" = not a fork).
     forked_from: str = ""

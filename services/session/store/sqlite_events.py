@@ -34,7 +34,17 @@ from services.session.store.event_log import (
     held_by,
 )
 from services.session.store.interface import Clock
-from services.session.store.records import SessionNotFound
+from services.session.store.log_quota import (
+    ADD_SESSION_BYTES,
+    END_STARTED_TURN,
+    SELECT_LOGGED_IDS,
+    SELECT_OWNER_BYTES,
+    id_range,
+    quota_refusal,
+    unlogged,
+)
+from services.session.store.records import Quota, SessionNotFound
+from services.session.store.sql_rows import ADD_OWNER_BYTES
 from services.session.store.sqlite_db import immediate
 
 __all__ = ["SqliteEvents"]
@@ -47,7 +57,8 @@ class SqliteEvents(EventLogStore):
     _lock: asyncio.Lock
     _clock: Clock
 
-    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+    async def append_events(self, batches: Sequence[SessionBatch], *,
+                            quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`)."""
         refused = [batch_problem(batch) for batch in batches]
         db = self._db
@@ -60,12 +71,17 @@ class SqliteEvents(EventLogStore):
                 if not rows:
                     refused[index] = REFUSED_NOT_FOUND
                     continue
-                if not held_by(batch.holder, batch.generation, str(rows[0][0]),
-                               int(rows[0][1])):
+                target = rows[0]
+                if not held_by(batch.holder, batch.generation, str(target[0]), int(target[1])):
                     refused[index] = REFUSED_FENCED
                     continue
-                await db.executemany(INSERT_EVENT, [
-                    (sid, e.event_id, e.turn_id, e.kind, e.payload, e.at) for e in batch.events])
+                refused[index] = await self._charge(batch, int(target[2]), str(target[3]), quota)
+                if refused[index]:
+                    for mark in batch.turns:
+                        if mark.state != TURN_RUNNING:
+                            await db.execute(END_STARTED_TURN,
+                                             (mark.state, mark.at, sid, mark.turn_id))
+                    continue
                 holder = batch.holder or ""
                 for mark in batch.turns:
                     if mark.state == TURN_RUNNING:
@@ -75,6 +91,29 @@ class SqliteEvents(EventLogStore):
                                                     mark.at, mark.at))
                 await db.execute(MARK_LOG_START, (sid,))
         return refused
+
+    async def _charge(self, batch: SessionBatch, stored: int, owner: str,
+                      quota: Quota | None) -> str:
+        """Write ``batch``'s events not yet logged and add their bytes to the session's and
+        its owner's totals — or nothing, and why, when they would pass ``quota``."""
+        if not batch.events:
+            return ""
+        db, sid = self._db, batch.session_id
+        low, high = id_range(batch.events)
+        logged = await db.execute_fetchall(SELECT_LOGGED_IDS, (sid, low, high))
+        events = unlogged(batch.events, (int(r[0]) for r in logged))
+        adding = sum(len(e.payload) for e in events)
+        if not adding:
+            return ""
+        totals = list(await db.execute_fetchall(SELECT_OWNER_BYTES, (owner,)))
+        why = quota_refusal(stored, adding, owner, int(totals[0][0]) if totals else 0, quota)
+        if why:
+            return why
+        await db.executemany(INSERT_EVENT, [
+            (sid, e.event_id, e.turn_id, e.kind, e.payload, e.at) for e in events])
+        await db.execute(ADD_SESSION_BYTES, (adding, sid))
+        await db.execute_fetchall(ADD_OWNER_BYTES, (owner, adding))
+        return ""
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:

@@ -13,7 +13,7 @@ the prompt to the last update), the p50/p99 relay latency of every update
 over the processes of a kind, 100 % = one core).
 
 On a 2-core machine the clients, the adapters and acpgate share both cores,
-so the ratio to direct is what counts there (issue 28).
+so the ratio to direct is what counts there.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class Rule:
     allowed: tuple[str, ...] = ()
 
 
-#: The edge's parts, top to bottom (ARCHITECTURE; issue 26): what a client connects to, what
+#: The edge's parts, top to bottom (ARCHITECTURE): what a client connects to, what
 #: the ACP dialect decides, the live sessions, the edge as the ACP client of one adapter, and
 #: the ports sessions and adapters talk back to the client through. A part imports only parts
 #: below it and the edge-wide modules.

@@ -3,7 +3,7 @@
 The client's ``clientCapabilities`` decide two things for every later session of
 the connection: whether questions may go out as form-mode ``elicitation/create``,
 and whether the session tools are offered (the acpgate edge serves their
-extension methods and says so in ``_meta.acpgate.sessionTools``, issue 13).
+extension methods and says so in ``_meta.acpgate.sessionTools``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ when the buffer is full it stops reading the pipe, so the adapter blocks on its 
 writes instead of this process growing without bound). An attacher takes whatever
 lines are ready as one batch (:meth:`AdapterChannel.next_batch` never waits to fill a
 batch), or takes the pipes themselves (:meth:`AdapterChannel.hand_over`, the edge on
-this host, issue 28). When the adapter exits, the remaining lines are delivered, then
+this host). When the adapter exits, the remaining lines are delivered, then
 :attr:`exit_info`. One attacher at a time (:meth:`AdapterChannel.attach`). EOF on the
 wrapper's report pipe tells that the wrapper itself is gone, and whether it died
 (:meth:`AdapterChannel.wrapper_died`), even while an orphaned adapter still holds the

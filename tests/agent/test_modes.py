@@ -1,4 +1,4 @@
-"""The built-in agent's modes (autonomy) and model option, and its usage reports (issue 17).
+"""The built-in agent's modes (autonomy) and model option, and its usage reports.
 
 - modes: readonly / supervised / full, never above the policy the edge sent;
 - config option ``model`` (category ``model``) over the configured models;

@@ -1,4 +1,4 @@
-"""A dropped early take never hands its adapter to the session's own ensure (issue 24 item 7).
+"""A dropped early take never hands its adapter to the session's own ensure.
 
 ``session/new`` takes a warm adapter early, on a stream of its own
 (``Attach{open.ensure{warm_only}}``), while the session service decides the

@@ -1,4 +1,4 @@
-"""ACP ``session/fork`` for every agent, through ``acpgate acp`` (issue 25).
+"""ACP ``session/fork`` for every agent, through ``acpgate acp``.
 
 - The built-in agent (on a local fake model): the fork's first model call carries the
   parent's conversation, and from then on the two conversations go their own ways — in

@@ -1,4 +1,4 @@
-"""MCP servers end to end (issue 16): the client's ``mcpServers`` through `acpgate acp`.
+"""MCP servers end to end: the client's ``mcpServers`` through `acpgate acp`.
 
 Everything is real except the model: `acpgate acp` with its embedded services,
 the lifecycle wrapper, the built-in agent, and MCP servers written with the SDK

@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine (issue 30).
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
 Reads the compose files and the Dockerfile and checks the deployment rules (one
 container per service from one build, the state volume and the projects dir

@@ -102,7 +102,7 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
         kinds = [k for k, _ in replayed]
         assert "user_message_chunk" in kinds and "agent_message_chunk" in kinds
         users = [u.content.text for k, u in replayed if k == "user_message_chunk"]
-        # The cancelled turn is stored and replayed as it went, its marker last (issue 25).
+        # The cancelled turn is stored and replayed as it went, its marker last.
         assert users == ["hello over websocket", "!echo hi"]
         assert getattr(replayed[-1][1], "tool_call_id", "") == f"turn-cancelled-{sid}"
         resp = await conn.prompt(session_id=sid, prompt=[text_block("after load")])

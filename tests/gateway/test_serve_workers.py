@@ -57,7 +57,7 @@ async def test_two_workers_answer_for_the_host(tmp_path: Path) -> None:
         # A session is its creator's: a load through the other worker is refused.
         _, resp = await on_2.call("session/load", {"sessionId": sid_1})
         assert resp["error"]["code"] == INVALID_PARAMS
-        # ... naming the worker that serves it, and how to reach it (issue 28).
+        # ... naming the worker that serves it, and how to reach it.
         assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(
             session_id=sid_1) + MSG_SESSION_ON_SIBLING_WORKER.format(worker=1)
         assert {k: v for k, v in resp["error"]["data"]["acpgate"]["liveAt"].items()

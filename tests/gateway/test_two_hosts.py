@@ -1,4 +1,4 @@
-"""Two gateway hosts sharing one PostgreSQL store, in one test process (issue 14, SPEC §8).
+"""Two gateway hosts sharing one PostgreSQL store, in one test process (SPEC §8).
 
 Each "host" is a full stack of its own — session service, lifecycle service
 (its own gateway instance id and leases), runtime and WebSocket edge — with its
@@ -91,7 +91,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
                 _, resp = await on_b.call("session/load", {"sessionId": sid})
                 assert resp["error"]["code"] == -32602
                 assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid)
-                # ...saying where it is live, so the client can attach it there (issue 27).
+                # ...saying where it is live, so the client can attach it there.
                 assert resp["error"]["data"]["acpgate"]["liveAt"] == {
                     "host": a.runtime.claims.host, "instanceId": a.runtime.claims.instance_id}
             async with client(b, stranger) as other:

@@ -1,4 +1,4 @@
-"""A client that stops reading cannot grow the edge without bound (issue 11, item 2).
+"""A client that stops reading cannot grow the edge without bound.
 
 The issue's flood against a real ``acpgate serve``: one WebSocket client stops
 reading and sends 60,000 ``initialize`` requests. Every request has an answer

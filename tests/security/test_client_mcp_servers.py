@@ -1,4 +1,4 @@
-"""A gateway client's ``mcpServers`` never run host commands or reach the host's network (issue 23, item 1).
+"""A gateway client's ``mcpServers`` never run host commands or reach the host's network.
 
 Any token holder could pass ``session/new {"mcpServers":[{"command":"/bin/sh",
 "args":["-c","id > $HOME/pwned"], ...}]}``: the built-in agent started it as the

@@ -1,4 +1,4 @@
-"""``session/fork`` from the attacker's side (issue 25): a fork is a new way in to a session.
+"""``session/fork`` from the attacker's side: a fork is a new way in to a session.
 
 A real ``acpgate serve`` with tokens:
 

@@ -1,4 +1,4 @@
-"""``acpgate serve`` and ``acpgate edge`` with the gateway port taken (issue 24 item 3).
+"""``acpgate serve`` and ``acpgate edge`` with the gateway port taken.
 
 Another process listens on the port: ``serve`` used to log ``serve_ready`` and then
 restart its edge forever on ``edge_bind_failed``. Now it binds the port before

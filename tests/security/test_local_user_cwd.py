@@ -1,4 +1,4 @@
-"""The local user's home is a workspace; acpgate's state inside it is not (issue 24 item 4).
+"""The local user's home is a workspace; acpgate's state inside it is not.
 
 An editor opened at ``~`` starts ``acpgate acp`` there, and ``~`` contains
 acpgate's own state (``~/.acpgate``) and the credential stores (``~/.ssh``).

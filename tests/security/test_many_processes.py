@@ -1,4 +1,4 @@
-"""Any number of acpgate processes on one config dir (issue 24 item 2).
+"""Any number of acpgate processes on one config dir.
 
 Two editor windows each start ``acpgate acp`` on the same config dir and ``acpgate
 serve`` runs beside them. Each runs a long shell command on the demo model (the

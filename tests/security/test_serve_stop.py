@@ -1,4 +1,4 @@
-"""Ctrl-C on ``acpgate serve`` with a turn running (issue 24 item 6).
+"""Ctrl-C on ``acpgate serve`` with a turn running.
 
 The stop used to close every WebSocket at once (1001) and then wait, without a word,
 up to 15 s for the requests those connections had read — a running turn went on
@@ -82,7 +82,7 @@ async def test_ctrl_c_cancels_the_running_turn_and_answers_it_before_the_close(
 
 async def test_ctrl_c_answers_a_streamable_http_turn_before_its_streams_end(
         tmp_path: Path) -> None:
-    """The same stop for a Streamable HTTP client (issue 26): its prompt's ``cancelled``
+    """The same stop for a Streamable HTTP client: its prompt's ``cancelled``
     answer comes on the session stream, then every stream of the connection ends."""
     async with running_gateway(tmp_path) as gw:
         token = await gw.token("stopper")

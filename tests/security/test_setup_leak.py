@@ -1,4 +1,4 @@
-"""Sessions whose setup is cut short leak no agent, outside ``max_sessions`` or not (issue 23 item 3).
+"""Sessions whose setup is cut short leak no agent, outside ``max_sessions`` or not.
 
 The issue's attacks against a real ``acpgate serve``, looped with random timing:
 
@@ -137,7 +137,7 @@ async def test_setups_cut_short_at_random_leave_no_agent_behind(tmp_path: Path) 
     rng = random.Random()
     # One token races every setup: its share is the whole gateway.
     async with running_gateway(tmp_path, max_sessions=40, per_token=40,
-                               # The trees whose client left detach (issue 27): after
+                               # The trees whose client left detach: after
                                # the grace they are released like any disconnect's.
                                gateway="max_connections_per_token = 40\n"
                                        "detach_grace_secs = 2\n") as gw:

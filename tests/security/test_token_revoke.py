@@ -1,4 +1,4 @@
-"""Revoking a token closes its open connections, across processes (issue 11, item 4).
+"""Revoking a token closes its open connections, across processes.
 
 ``acpgate token revoke`` is another process than the edge: it only writes the
 token store. The edge notices within its poll interval (a quarter second; the

@@ -1,4 +1,4 @@
-"""kill -9 of a wrapper leaves nothing behind (issue 11 item 3, SPEC §13).
+"""kill -9 of a wrapper leaves nothing behind (SPEC §13).
 
 The attack, end to end through ``acpgate acp``: in full autonomy a local fake
 model server makes the built-in agent's shell tool run

@@ -484,7 +484,7 @@ async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2
                 st = await status
                 assert st.session.session_id == sid and st.message_count == 4, where
             else:
-                # Exactly the answer of a missing row (issue 13): nothing to probe for.
+                # Exactly the answer of a missing row: nothing to probe for.
                 hidden = (grpc.StatusCode.NOT_FOUND, f"Session not found: {sid}")
                 assert await _code(_items(hist)) == hidden, where
                 assert await _code(status) == hidden, where
@@ -548,7 +548,7 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
 
 
 async def test_calls_without_the_credential_are_refused(short_dir: Path) -> None:
-    """Every call must carry the service credential (issue 23); health stays open."""
+    """Every call must carry the service credential; health stays open."""
     from services.session.server import start_session_server
 
     cfg = make_cfg(short_dir)

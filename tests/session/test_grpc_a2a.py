@@ -1,4 +1,4 @@
-"""Agent-to-agent sessions in the session service (issue 13, SPEC §12–§14), over real gRPC.
+"""Agent-to-agent sessions in the session service (SPEC §12–§14), over real gRPC.
 
 SpawnSession decides a child's agent, workspace, policy and ownership; SendToSession
 is the "send" check; GetPolicy caps a stored child's autonomy on every restore;

@@ -51,7 +51,7 @@ async def test_unusable_additional_directories_are_refused(stub: Stub, tmp_path:
 async def test_extra_roots_are_confined_like_the_cwd(serve, short_dir: Path) -> None:
     """An extra root that is, lies inside or contains acpgate's own state is refused as a
     cwd would be (the reason named, never the guarded path); one inside an agent workspace
-    is fine; ``[autonomy] allow_cwd`` opts an exact directory in (issue 11, item 1)."""
+    is fine; ``[autonomy] allow_cwd`` opts an exact directory in."""
     cfg = make_cfg(short_dir)
     cfg.data_dir.mkdir(parents=True)
     (short_dir / "proj").mkdir()

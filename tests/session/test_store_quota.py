@@ -1,4 +1,4 @@
-"""Storage quotas (issue 23, item 7), on every backend.
+"""Storage quotas, on every backend.
 
 A running byte total per row (``stored_bytes``) and per owner (``owner_usage``),
 counted from the stored items (:func:`item_bytes`: UTF-8 bytes of the role and the

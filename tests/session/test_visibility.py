@@ -1,5 +1,5 @@
 """SPEC §14: visibility as a pure function over row metadata — the table-driven matrix
-(all rows of one principal) — and the principal boundary around it (issue 23)."""
+(all rows of one principal) — and the principal boundary around it."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_spec14_property_tree_implies_all(row: VisibilityRow, requester: str,
         assert sees["all"]
 
 
-# ------------------------------------------------------------------ principals (issue 23)
+# ------------------------------------------------------------------ principals
 
 ALICE = "client:alice"
 BOB = "client:bob"

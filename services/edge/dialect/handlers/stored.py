@@ -43,7 +43,7 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
         raise grpc_error(exc) from None
     sessions = [session_info(row) for row in resp.sessions]
     for info, row in zip(sessions, resp.sessions, strict=True):
-        # Running here or elsewhere (the console's state column; issue 31).
+        # Running here or elsewhere (the console's state column).
         live = conn.runtime.registry.active.get(row.session_id)
         info["_meta"][META_ACPGATE]["state"] = state_of(row, live)
     out: dict[str, Any] = {"sessions": sessions}

@@ -55,7 +55,7 @@ def read_client_offer(params: dict[str, Any]) -> ClientOffer:
 
 def initialize_result(alias: str, version: str, warnings: Sequence[str] = ()) -> dict[str, Any]:
     """The agent's ``initialize`` result as alias ``alias``, reporting ``version``, and
-    what is wrong with its configuration (``_meta.acpgate.warnings``, issue 24: the edge
+    what is wrong with its configuration (``_meta.acpgate.warnings``: the edge
     logs them at session start, where the operator looks)."""
     return InitializeResponse(
         protocol_version=PROTOCOL_VERSION,

@@ -63,7 +63,7 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
-#: Issue 23 item 6: one token's share of max_sessions is used up (others may still start).
+#: One token's share of max_sessions is used up (others may still start).
 MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
 MSG_MISSING_SESSION_ID: Final = "Missing required parameter: sessionId"
@@ -160,7 +160,7 @@ MSG_SPAWN_AGENT_REQUIRED: Final = (
     "sessions_spawn requires `agent` (alias of a configured [agents.<alias>] entry)"
 )
 MSG_SPAWN_UNKNOWN_REQUESTER: Final = "the spawning session is not a stored session"
-#: Issue 23: a session's turn started by another session runs at most at the sender's
+#: A session's turn started by another session runs at most at the sender's
 #: autonomy; an external agent's turn cannot be capped, so one above it is refused
 #: (sessions_send to it, sessions_spawn of it).
 MSG_SEND_ABOVE_AUTONOMY: Final = (
@@ -171,7 +171,7 @@ MSG_SPAWN_ABOVE_AUTONOMY: Final = (
     "Refused: the external agent `{agent}` runs at autonomy {target}, above this "
     "session's {sender}; acpgate cannot cap an external agent's turn"
 )
-#: Issue 23: every visibility-filtered read names its requester; none is never the operator.
+#: Every visibility-filtered read names its requester; none is never the operator.
 MSG_REQUESTER_REQUIRED: Final = (
     "requester_session_key is required (or operator = true for the machine's operator)"
 )
@@ -334,7 +334,7 @@ MSG_MISSING_POLICY: Final = (
 )
 MSG_BAD_POLICY: Final = "Invalid _meta.acpgate.policy: {reason}"
 #: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding, the
-#: whole history in one message: what edges before issue 23 sent; still read).
+#: whole history in one message: what older edges sent; still read).
 META_HISTORY: Final = "history"
 #: `_meta.acpgate.clientMcp` in session/new|resume toward the built-in agent: how the
 #: client's ``mcpServers`` run (``{"remote": bool, "servers": "none"|"http"|"all",

@@ -113,7 +113,7 @@ def _capped(sid: str, text: str, cap: Any) -> dict[str, Any]:
 
 
 async def test_a_turn_cap_holds_for_that_turn_only(tmp_path: Path, ws: Path) -> None:
-    """Issue 23 item 5: ``_meta.acpgate.autonomyCap`` (a turn another session started)
+    """``_meta.acpgate.autonomyCap`` (a turn another session started)
     runs that one turn at the capped level — a `full` session capped `readonly` offers no
     shell, and its shell call is refused; the next turn runs at its mode again, and the
     session's mode never changed."""

@@ -250,7 +250,7 @@ def test_cli_config_dir_before_or_after_the_action(tmp_path: Path, flag_first: b
 
 
 def test_agent_mcp_servers_from_file_env_and_show(tmp_path: Path) -> None:
-    """Issue 16: ``[agents.<alias>] mcp_servers`` in the ACP shapes; values never shown."""
+    """``[agents.<alias>] mcp_servers`` in the ACP shapes; values never shown."""
     write(tmp_path, """
 [agents.a]
 provider = "demo"

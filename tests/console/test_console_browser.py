@@ -215,7 +215,7 @@ async def test_watch_a_session_another_client_started(tmp_path: Path) -> None:
         if not attach:
             await ws.close()
             pytest.skip("the gateway does not advertise sessionCapabilities.attach "
-                        "(session/attach, issue 27): watching another client's session "
+                        "(session/attach): watching another client's session "
                         "waits for it")
         sid = (await other.result("session/new", {"cwd": ""}))["sessionId"]
         await other.say(sid, "first from the editor")

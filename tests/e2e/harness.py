@@ -320,7 +320,7 @@ class AcpProcess:
 
     def say(self, sid: str, prompt: Any) -> str:
         """session/prompt (asserting success); the assistant text streamed by the turn (an
-        external agent's result carries no ``content``: issue 25)."""
+        external agent's result carries no ``content``: it is passed whole)."""
         before, resp = self.call("session/prompt", {"sessionId": sid, "prompt": prompt})
         assert "result" in resp, resp
         return streamed_text(before, sid)

@@ -54,7 +54,7 @@ def fork(acp: AcpProcess, sid: str, **params: Any) -> dict[str, Any]:
 
 def says(acp: AcpProcess, sid: str, prompt: str) -> str:
     """The reply text of one prompt turn, as streamed (an external agent's result carries no
-    ``content``: issue 25)."""
+    ``content``: it is passed whole)."""
     before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": prompt})
     assert resp["result"]["stopReason"] == "end_turn", resp
     return streamed_text(before, sid)

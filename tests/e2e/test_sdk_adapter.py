@@ -98,7 +98,7 @@ def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> No
     acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
     acp.result("session/close", {"sessionId": sid})
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/"})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17: the agent's own
+    assert set(resp["result"]) == {"modes", "configOptions"}  # the agent's own
     # only the edge's replay from the store: the adapter's own replay is suppressed
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(replay)] == [
         ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]

@@ -237,7 +237,7 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
         res = acp.result("session/new", {"agentAlias": "sdk", **params})
         opened.append(res["sessionId"])
         assert workspace_of(res) == expected, params
-    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace;
+    # A directory inside the install root is acpgate's own state, not a workspace;
     # the local user is told which state and the line that would allow it.
     error = acp.error("session/new", {"agentAlias": "sdk", "cwd": "proj"})
     proj = os.path.realpath(cfg_dir / "proj")
@@ -432,7 +432,7 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     acp.result("session/close", {"sessionId": sid})
 
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/ignored"})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     *ups, commands = updates(replay, sid)
     assert len(ups) + 1 == len(replay), "only session/update notifications precede the load result"
     # The stored conversation, then the restored agent's commands (the demo model's): the
@@ -456,7 +456,7 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     acp.result("session/close", {"sessionId": sid})
 
     replay, resp = acp.call("session/resume", {"sessionId": sid})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     assert [u["sessionUpdate"] for u in updates(replay, sid)] == [
         "plan", "available_commands_update"]
     assert updates(replay, sid)[0]["entries"] == plan_updates[-1]["entries"]
@@ -504,7 +504,7 @@ def test_adapter_death_mid_turn(acp: AcpProcess) -> None:
             "code") != -32000:
         assert time.monotonic() < deadline
     replay, resp = acp.call("session/load", {"sessionId": sid})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     prompts = [u for u in updates(replay, sid) if u["sessionUpdate"] == "user_message_chunk"]
     # The failed turn is replayed as the client saw it, its prompt marked with how it ended.
     assert [u["content"]["text"] for u in prompts] == ["before death", "die"]

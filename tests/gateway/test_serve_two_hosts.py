@@ -142,7 +142,7 @@ async def test_two_serve_stacks_one_store_and_a_host_crash(tmp_path: Path,
             await on_a.result("session/close", {"sessionId": moved})
         async with client(b, secret) as on_b:
             seen, resp = await on_b.call("session/load", {"sessionId": moved})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert replayed(seen, "user_message_chunk") == ["!echo written-on-a"]
             updates = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
             assert any("written-on-a" in str(u.get("rawOutput")) for u in updates

@@ -135,7 +135,7 @@ async def test_identify_and_principal(tmp_path: Path) -> None:
 
 
 def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
-    """Issue 11: the edge's cheap look at the store notices a revoke by `acpgate token revoke`."""
+    """The edge's cheap look at the store notices a revoke by `acpgate token revoke`."""
     import subprocess
     import sys
 

@@ -104,7 +104,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
 
         async with client(b, secret) as on_b:
             seen, resp = await on_b.call("session/load", {"sessionId": sid})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert updates(seen, "user_message_chunk") == ["hello from host A"]
             assert "hello from host A" in "".join(updates(seen, "agent_message_chunk"))
             assert (await row(a, sid)).claim.instance_id == b.runtime.gateway_instance_id
@@ -188,7 +188,7 @@ async def test_a_host_that_lost_its_claim_stops_serving(tmp_path: Path, pg_url: 
 
 
 async def test_delete_spares_a_session_another_host_serves(tmp_path: Path, pg_url: str) -> None:
-    """Issue 17 ``session/delete`` with several hosts: a client that may not see the session
+    """``session/delete`` with several hosts: a client that may not see the session
     gets "not found" (visibility first); while host A serves it, host B answers "Session
     already active" and removes nothing; once A closed it, B deletes row and history."""
     token_db = tmp_path / "shared" / "tokens.db"

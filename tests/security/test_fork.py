@@ -49,7 +49,7 @@ SECRET = "swordfish-fork-91c2"
 
 async def prompt(client: RawClient, sid: str, text: str) -> str:
     """The text the turn streamed (an external agent's result carries no ``content``:
-    issue 25)."""
+    it is passed whole)."""
     return await client.say(sid, text)
 
 

@@ -114,7 +114,7 @@ PROBE = textwrap.dedent('''
             "ensure": code(lambda: l.EnsureSession(lpb.EnsureSessionRequest(
                 session_key="agent:x:acp:evil", launch=sealed), timeout=5)),
             "leases": code(lambda: l.ListLeases(lpb.ListLeasesRequest(), timeout=5)),
-            # What acpgate ps reads and what the edges report (issue 31).
+            # What acpgate ps reads and what the edges report.
             "live": code(lambda: s.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=5)),
             "report": code(lambda: s.ReportActivity(spb.ReportActivityRequest(
                 gateway_instance_id="forged"), timeout=5)),

@@ -1,6 +1,6 @@
 """Sessions whose setup is cut short leak no agent, outside ``max_sessions`` or not.
 
-The issue's attacks against a real ``acpgate serve``, looped with random timing:
+The attacks, against a real ``acpgate serve``, looped with random timing:
 
 - ``session/new`` (and ``session/load``/``resume`` of a stored session) naming an
   MCP server that never answers (``/bin/sleep 1000``: the agent waits 30 s for it,
@@ -42,9 +42,9 @@ from tests.security.procs import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-#: The issue's MCP server: it never speaks, so the agent's session/new waits 30 s for it.
+#: The attacker's MCP server: it never speaks, so the agent's session/new waits 30 s for it.
 SLOW_MCP = [{"name": "slow", "command": "/bin/sleep", "args": ["1000"], "env": []}]
-#: A parent that spawns a child that spawns a grandchild, neither waiting (issue 13 tools).
+#: A parent that spawns a child that spawns a grandchild, neither waiting (the session tools).
 TREE = call_message("sessions_spawn", {
     "agent": "attacker", "wait": False, "label": "child",
     "prompt": call_message("sessions_spawn", {"agent": "attacker", "wait": False,

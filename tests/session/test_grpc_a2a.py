@@ -288,7 +288,7 @@ async def test_history_limit_and_list_query(stub: Stub, workspace: Path) -> None
 
 async def test_a_sent_turn_is_capped_at_the_senders_autonomy(
         serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
-    """Issue 23 item 5: SendToSession answers the sender's acting autonomy as the turn's
+    """SendToSession answers the sender's acting autonomy as the turn's
     cap (lowered by the sender's own turn cap); an external target above it is refused —
     acpgate cannot cap its turn — and so is spawning an external alias above it."""
     cfg = _cfg(short_dir, StoreSection(), alpha="readonly", beta="full", ext="full")
@@ -324,7 +324,7 @@ async def test_a_sent_turn_is_capped_at_the_senders_autonomy(
 
 
 async def test_only_a_stored_session_sends(stub: Stub, workspace: Path) -> None:
-    """Issue 23: SendToSession acts for a session, never for a principal or an empty
+    """SendToSession acts for a session, never for a principal or an empty
     requester (which is not the operator)."""
     await _parent(stub, workspace)
     for key in ("", OWNER, "local", "agent:alpha:acp:ghost"):

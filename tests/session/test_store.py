@@ -207,7 +207,7 @@ async def test_list_sessions_order_and_cwd(backend: Backend) -> None:
 
 
 async def test_mcp_server_list_per_session(store: SessionStore) -> None:
-    """Issue 16: a row keeps the client's MCP server list (a JSON array), replaced when set,
+    """A row keeps the client's MCP server list (a JSON array), replaced when set,
     kept by other updates, refused when it is not an array."""
     listed = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
     rec = await store.create_session(NewSession("n1", "a", "/w", mcp_servers_json=listed))

@@ -96,7 +96,7 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
 
 async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
         pg_cluster: Cluster) -> None:
-    """v4 → v5 → v6: a database issue 14's release created (claims, no capability
+    """v4 → v5 → v6: a database as v4 shipped it (claims, no capability
     table) keeps its rows, history and live claims, gets the agent_capabilities table (v5),
     and every row no extra roots, mode, config or token totals, its old turns no usage (v6)."""
     url = await fresh_url(pg_cluster)

@@ -111,7 +111,7 @@ async def test_migration_computes_the_totals_of_stored_history(backend: Backend)
 
 
 async def _write_v6(backend: Backend, rows: dict[str, tuple[str, list[str]]]) -> None:
-    """The database at schema v6 (as issue 17's release left it), holding ``rows``."""
+    """The database at schema v6, holding ``rows``."""
     target = await backend.target()
     inserts = []
     for sid, (owner, texts) in rows.items():

@@ -252,8 +252,8 @@ async def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
 
 
 def _write_v2(path: Path) -> None:
-    """A v2 database with one session row and one turn, as the releases before issue 16
-    and the claims left it."""
+    """A v2 database with one session row and one turn, as schema v2 wrote
+    it."""
     con = sqlite3.connect(path)
     con.executescript("\n".join(f"{stmt};" for stmt in _V2_TABLES) + """
         INSERT INTO schema_version VALUES (2);
@@ -302,7 +302,7 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
 
 
 async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path: Path) -> None:
-    """v4 → v5: a file with claim columns (as issue 14's release left it) keeps
+    """v4 → v5: a file with claim columns (schema v4) keeps
     its rows and live claims and gets the agent_capabilities table."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()

@@ -306,7 +306,7 @@ _owners = st.sampled_from(["", REQ, "agent:alpha:acp:x", ALICE, BOB])
 def test_property_principal_boundary_and_tree_implies_all(
         row: VisibilityRow, key: str, principal: str, see_all: bool, policy: A2aPolicy,
         action: str) -> None:
-    """Issue 23 over random rows: within a principal SPEC §14's invariants hold (tree ⇒
+    """Over random rows: within a principal SPEC §14's invariants hold (tree ⇒
     all, self ⇒ tree); another principal's row is seen only with the grant, only to read."""
     who = Requester(key=key, principal=principal, see_all=see_all)
     sees = {v: can_see(row, who, v, policy, action) for v in ("self", "tree", "agent", "all")}

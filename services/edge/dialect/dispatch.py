@@ -73,8 +73,8 @@ class DialectConnection:
         #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
         #: be follows ``[gateway] client_mcp_servers`` (services/edge/dialect/mcp_admission.py).
         self.remote = remote
-        #: How long the sessions this connection used outlive it, detached (issue 27;
-        #: ``[gateway] detach_grace_secs`` for a gateway connection, 0 for stdio: released).
+        #: How long the sessions this connection used outlive it, detached
+        #: (``[gateway] detach_grace_secs`` for a gateway connection, 0 for stdio: released).
         self.detach_grace_secs = detach_grace_secs
         #: Its sessions' agents' requests of methods acpgate does not know reach it.
         self.passes_unknown = True

@@ -116,7 +116,7 @@ class HostClaims:
                 public_url=self.public_url))
         except grpc.aio.AioRpcError as exc:
             error = refusal(exc, session_id)
-            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? named
+            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? name it
                 error = await on_sibling(self._stub, self.instance_id, session_id, error)
             raise error from None
         self.held(row)

@@ -137,7 +137,7 @@ class AgentRpcs(RpcBase):
                               local_user: bool) -> SecurityPolicy:
         """GetPolicy's decision for ``alias`` in ``workspace_dir`` with the roots ``extra``
         (INVALID_ARGUMENT when one may not be a root now, under the local user's rule when
-        ``local_user``: issue 24); with ``rec``, capped by the stored ancestors of that
+        ``local_user``); with ``rec``, capped by the stored ancestors of that
         session (and of any session sharing them: a fork)."""
         if not workspace_dir:
             await abort(

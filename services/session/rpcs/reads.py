@@ -95,7 +95,7 @@ class _Viewer:
         self.a2a = a2a
 
     def sees(self, rec: SessionRecord, action: str = "list") -> bool:
-        """The issue 23 / SPEC §14 check of one row for ``action``."""
+        """The SPEC §14 check of one row for ``action``."""
         return can_see(visibility_row(rec), self.requester, self.visibility, self.a2a, action)
 
 

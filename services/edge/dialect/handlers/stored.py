@@ -62,8 +62,8 @@ def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
     if row.title:
         info["title"] = row.title
     info["updatedAt"] = iso(row.last_activity or row.created_at)
-    # One _meta.acpgate: who the session runs as and, for a spawned one, its lineage
-    # (issue 13), and its stored token totals.
+    # One _meta.acpgate: who the session runs as and, for a spawned one, its lineage,
+    # and its stored token totals.
     info["_meta"] = {META_ACPGATE: {**lineage(row), "usage": {
         "inputTokens": row.input_tokens, "outputTokens": row.output_tokens,
         "totalTokens": row.token_count}}}

@@ -4,10 +4,10 @@
 ``max_sessions_per_token`` (default: ``max_sessions`` divided among the active
 tokens, :func:`token_session_share`) bounds those of one gateway token's principal,
 so that one token — or one spawn chain, whose children belong to their root's
-token — cannot take every slot and lock the other tokens out. Counted per principal: the active sessions
-whose row it owns (hosted ones too: sessions the edge runs for another session
-run adapters like any) plus the slots reserved for it while a session is set
-up (new, load/resume, spawn). The local principal (stdio, a gateway without
+token — cannot take every slot and lock the other tokens out. Counted per principal:
+the active sessions whose row it owns (hosted ones too: sessions the edge runs for
+another session run adapters like any) plus the slots reserved for it while a
+session is set up (new, load/resume, spawn). The local principal (stdio, a gateway without
 auth) has no share of its own: ``max_sessions`` bounds it.
 """
 

@@ -186,8 +186,8 @@ async def test_a_child_never_has_more_autonomy_than_its_parent(
 
 async def test_a_parent_made_more_careful_by_set_mode_caps_its_children(
         serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
-    """A built-in parent configured `full` that a client put in mode `supervised` (issue
-    17's session/set_mode, stored as the row's mode) spawns `full` agents as supervised,
+    """A built-in parent configured `full` that a client put in mode `supervised`
+    (session/set_mode, stored as the row's mode) spawns `full` agents as supervised,
     and its stored children are capped by that mode on restore; an external agent's mode
     ids are its own, not autonomy levels, so they cap nothing."""
     _, stub = await serve(_cfg(short_dir, StoreSection(), alpha="full", beta="full",

@@ -1,6 +1,6 @@
 """``acpgate serve``: the session service, the lifecycle service and the edge as
 supervised child processes on one host (SPEC §0, §11); ``[gateway] workers`` edge
-processes (issue 28), all serving the one port.
+processes, all serving the one port.
 
 Before any child starts, serve takes what the three will run on, so that a
 conflict ends it at once with one clear sentence (exit 2) instead of a child
@@ -173,7 +173,7 @@ class Supervisor:
         """``python -I -m acpgate <command> --config-dir <dir>`` and the descriptors it
         inherits (:meth:`handed`): isolated mode, so the directory serve was started from
         (a clone with an ``acpgate/`` of its own) and ``PYTHON*`` variables never decide
-        which code runs (issue 24)."""
+        which code runs."""
         return [self.python, "-I", "-m", "acpgate", spec.command,
                 "--config-dir", str(self.cfg.config_dir), *self.handed(spec)[0]]
 

@@ -1,7 +1,7 @@
 """The I/O of acpgate's descriptor-passing unix sockets (``SCM_RIGHTS``).
 
 Two local exchanges hand file descriptors between acpgate's own processes: the
-lifecycle service's fd socket (an adapter's pipes to the edge, issue 28) and an edge
+lifecycle service's fd socket (an adapter's pipes to the edge) and an edge
 worker's hand-over socket (a client connection to the worker it belongs to). Their
 wire formats differ (:mod:`services.common.fd_channel`,
 ``services.edge.transport.handoff.wire``); binding the socket owner-only, accepting

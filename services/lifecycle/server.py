@@ -12,7 +12,7 @@ reaps) every lease it still holds, then gives the slot up.
 
 On a unix address, with ``[services] data_path = "auto"``, it also serves the fd
 socket beside it (:mod:`services.lifecycle.fd_server`): an edge on this host takes
-the adapters' pipes there instead of having every line relayed (issue 28).
+the adapters' pipes there instead of having every line relayed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Transparent by default (issue 25), against an external agent speaking ACP's newer surface.
+"""Transparent by default, against an external agent speaking ACP's newer surface.
 
 ``relay_agent.py`` (raw JSON-RPC, no SDK) advertises capabilities acpgate's schema
 does not know, an auth method carrying its credential in ``_meta``, models,
@@ -185,7 +185,7 @@ def test_cancelled_turn_is_stored_and_replayed(acp: AcpProcess, tmp_path: Path) 
     acp.read_until(lambda m: m.get("method") == "session/update")
     acp.notify("session/cancel", {"sessionId": sid})
     rest, resp = acp.response(rid)
-    # The agent's result whole: its stop reason and its usage (issue 25).
+    # The agent's result whole: its stop reason and its usage.
     assert resp["result"] == {"stopReason": "cancelled", "usage": {
         "inputTokens": 5, "outputTokens": 2, "totalTokens": 7}}
     streamed = "chunk 0 " + streamed_text(rest)

@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine (issue 30).
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
 Reads the compose files and the Dockerfile and checks the deployment rules (one
 container per service from one build, the state volume and the projects dir
@@ -214,7 +214,7 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path, pg_cluster: Clust
         async with connect(url_b, proxy=None, additional_headers=headers) as ws:
             client = RawClient(ws, select("allow-once"))
             seen, resp = await client.call("session/load", {"sessionId": new["sessionId"]})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert any(m.get("method") == "session/update" for m in seen)
 
         # The shared token guards the gRPC services over TCP.

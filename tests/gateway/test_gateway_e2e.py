@@ -204,7 +204,7 @@ async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
         _, _, body = await http_get(f"http://127.0.0.1:{stack.edge.port}/metrics")
         assert "acpgate_active_sessions 2" in body and 'acpgate_leases{state="open"} 2' in body
         assert "acpgate_turns_total 1" in body
-        # issue 17: the turns' token usage, as the agent reported it, totalled in /metrics
+        # The turns' token usage, as the agent reported it, totalled in /metrics
         tokens = dict(re.findall(r'acpgate_tokens_total\{kind="(\w+)"\} (\S+)', body))
         assert float(tokens["input"]) > 0 and float(tokens["output"]) > 0
 
@@ -228,7 +228,7 @@ async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
         async with connect(stack.edge.url, proxy=None, additional_headers=auth(secret)) as ws2:
             c2 = RawClient(ws2)
             seen, resp = await c2.call("session/load", {"sessionId": sids[0]})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             texts = [m["params"]["update"].get("content", {}).get("text") for m in seen
                      if m.get("method") == "session/update"]
             assert "hi" in texts

@@ -1,4 +1,4 @@
-"""``acpgate serve`` with several edge workers on one port, for the tests of issue 28.
+"""``acpgate serve`` with several edge workers on one port, for the tests of edge workers.
 
 Which worker accepts a connection is the kernel's choice; :func:`on_worker` makes it
 the test's: every other worker is stopped (SIGSTOP) while the connection is made, so

@@ -1,4 +1,4 @@
-"""A session with a big history can still be loaded (issue 23, item 7).
+"""A session with a big history can still be loaded.
 
 Five 15 MB prompts made ``session/load`` fail ("agent process connection lost"):
 the edge sent the built-in agent the whole history as one JSON-RPC line, past

@@ -1,4 +1,4 @@
-"""``session/fork`` from the attacker's side (issue 25): a fork is a new way in to a session.
+"""``session/fork`` from the attacker's side: a fork is a new way in to a session.
 
 A real ``acpgate serve`` with tokens:
 
@@ -49,7 +49,7 @@ SECRET = "swordfish-fork-91c2"
 
 async def prompt(client: RawClient, sid: str, text: str) -> str:
     """The text the turn streamed (an external agent's result carries no ``content``:
-    issue 25)."""
+    it is passed whole)."""
     return await client.say(sid, text)
 
 

@@ -1,4 +1,4 @@
-"""The local user's home is a workspace; acpgate's state inside it is not (issue 24 item 4).
+"""The local user's home is a workspace; acpgate's state inside it is not.
 
 An editor opened at ``~`` starts ``acpgate acp`` there, and ``~`` contains
 acpgate's own state (``~/.acpgate``) and the credential stores (``~/.ssh``).
@@ -66,7 +66,7 @@ def acp(home: Path) -> Iterator[AcpProcess]:
 def said(acp: AcpProcess, sid: str, prompt: str) -> str:
     """What the agent answered to ``prompt`` (the demo model reports its tool's output;
     the SDK agent what its fs request got), as streamed (an external agent's result carries
-    no ``content``: issue 25)."""
+    no ``content``: it is passed whole)."""
     return acp.say(sid, prompt)
 
 

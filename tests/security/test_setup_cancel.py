@@ -1,4 +1,4 @@
-"""A setup cancelled at any await leaves no lease behind (issue 23 item 3).
+"""A setup cancelled at any await leaves no lease behind.
 
 The attacker's lever is timing: a client that disconnects while its session is
 being set up gets that setup cancelled (once the connection's drain runs out),

@@ -1,4 +1,4 @@
-"""A token cannot fill the store: per-session and per-token byte quotas (issue 23, item 7).
+"""A token cannot fill the store: per-session and per-token byte quotas.
 
 Five 15 MB prompts grew the store by 195 MB in twelve turns, with no limit. A real
 ``acpgate serve`` with small ``[store] max_session_bytes`` and ``max_token_bytes``:

@@ -1,4 +1,4 @@
-"""Storage quotas (issue 23, item 7), on every backend.
+"""Storage quotas, on every backend.
 
 A running byte total per row (``stored_bytes``) and per owner (``owner_usage``),
 counted from the stored items (:func:`item_bytes`: UTF-8 bytes of the role and the
@@ -115,7 +115,7 @@ async def test_migration_computes_the_totals_of_stored_history(backend: Backend)
 
 
 async def _write_v6(backend: Backend, rows: dict[str, tuple[str, list[str]]]) -> None:
-    """The database at schema v6 (as issue 17's release left it), holding ``rows``."""
+    """The database at schema v6, holding ``rows``."""
     target = await backend.target()
     inserts = []
     for sid, (owner, texts) in rows.items():

@@ -1,4 +1,4 @@
-"""An adapter's stdin and stdout held by the edge itself (issue 28).
+"""An adapter's stdin and stdout held by the edge itself.
 
 Once the lifecycle service handed the pipes over (:mod:`services.edge.adapter.fds`),
 :class:`AdapterPipes` is the link's data path: lines written go straight into the

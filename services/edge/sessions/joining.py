@@ -1,4 +1,4 @@
-"""A client connection joins a live session: what it has not seen, then the live tail (issue 27).
+"""A client connection joins a live session: what it has not seen, then the live tail.
 
 :func:`join` attaches a connection (``session/attach``, or a ``session/load`` /
 ``session/resume`` of a detached session) and replays, by its history policy:

@@ -1,4 +1,4 @@
-"""One prompt turn of an edge session, start to end (SPEC §4, §7; issue 25).
+"""One prompt turn of an edge session, start to end (SPEC §4, §7).
 
 :func:`run_turn` sends the prompt to the session's adapter (an external agent
 with the client's other params as they came), lets the session relay and

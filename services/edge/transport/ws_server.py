@@ -240,7 +240,7 @@ class EdgeServer:
         """Stop accepting; let every connection cancel its running turns and answer what it
         read — its client gets each prompt's ``cancelled`` result before the close — at
         most :data:`STOP_WAIT_SECS`; close every connection (1001) and wait for their
-        sessions to be released. What it waits for is logged (issue 24)."""
+        sessions to be released. What it waits for is logged."""
         if not self._doors:
             return
         doors, self._doors = self._doors, []

@@ -1,4 +1,4 @@
-"""What both SQL backends share to fork a session (ACP ``session/fork``, issue 25).
+"""What both SQL backends share to fork a session (ACP ``session/fork``).
 
 A fork is one transaction: the parent's row is read (PostgreSQL locks it ``FOR
 SHARE``, SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), the copied

@@ -1,4 +1,4 @@
-"""One edge worker's hand-over: its marks on connections, its socket, its sends (issue 28).
+"""One edge worker's hand-over: its marks on connections, its socket, its sends.
 
 :class:`Handoff` is what the gateway (``services.edge.transport.ws_server``) holds:
 it mints the ``Acp-Connection-Id`` of this worker (:meth:`Handoff.new_id`), and

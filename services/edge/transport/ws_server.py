@@ -243,15 +243,12 @@ class EdgeServer:
         sessions to be released. What it waits for is logged (issue 24)."""
         if not self._doors:
             return
-        doors, self._doors = self._doors, []
-        await self._handoff.close()
+        doors = await self.stop_accepting()  # no new connection; those open wind down
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        for door in doors:  # no new connection; those open wind down
-            door.server.close(close_connections=False)
         handlers = {task for task in self._handlers | self.http.tasks if not task.done()}
         log.info("edge_stopping", connections=len(handlers), wait_secs=STOP_WAIT_SECS)
         self._stopping.set()
@@ -272,6 +269,15 @@ class EdgeServer:
         for door in doors:
             await door.server.wait_closed()
         log.info("edge_stopped", waited_secs=round(loop.time() - started, 2))
+
+    async def stop_accepting(self) -> list[FrontDoor]:
+        """Accept no new connection (nor hand-over) on this process's copies of the
+        listening sockets; the connections open stay. Returns the doors let go."""
+        doors, self._doors = self._doors, []
+        await self._handoff.close()
+        for door in doors:
+            door.server.close(close_connections=False)
+        return doors
 
     # ------------------------------------------------------------ who may connect
 

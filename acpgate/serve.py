@@ -55,25 +55,23 @@ from acpgate.ops.endpoints import announce, unregister
 from acpgate.serve_board import board_for, workers_serving
 from acpgate.serve_children import ChildSpec, child_environment, child_specs
 from acpgate.serve_handover import HandoverServer
-from acpgate.serve_lock import ServeLock, adopt_serve_lock, take_serve_lock
+from acpgate.serve_lock import ServeLock, take_serve_lock
 from acpgate.serve_reload import install_serve_reload
 from acpgate.serve_replace import Takeover, request_takeover, start_successor
+from acpgate.serve_spawn import spawn_child
 from services.common.addresses import gateway_url, service_addresses
 from services.common.config import Config, ConfigError, load_config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
-from services.common.listeners import adopt_listeners, bind_listeners
+from services.common.listeners import bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import REPLACE_SIGNAL, install_signal, install_stop_signals
 from services.common.worker_board import WorkerBoard
 from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.instance_slots import Slot, acquire_slot, adopt_slot, slot_instance_id
+from services.lifecycle.instance_slots import Slot, acquire_slot, slot_instance_id
 
 log = get_logger("serve")
-
-_PR_SET_PDEATHSIG = 1
-
 
 @dataclass(frozen=True)
 class SupervisorOptions:
@@ -98,53 +96,6 @@ class _Child:
     restarts: int = 0
     failures: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-
-#: Runs in the child before the real command: arm the parent-death signal, give up if
-#: serve already died (the signal would never come), ignore SIGHUP until the command
-#: handles it (a reload forwarded while it starts must not end it: an ignored signal stays
-#: ignored across exec), then exec the command in place (same PID, same process group).
-#: ``sys.argv[1]`` is serve's PID, the rest the argv.
-_PDEATHSIG_EXEC = (
-    "import os,signal,sys\n"
-    "signal.signal(signal.SIGHUP,signal.SIG_IGN)\n"
-    "try:\n"
-    " import ctypes\n"
-    f" ctypes.CDLL(None,use_errno=True).prctl({_PR_SET_PDEATHSIG},int(signal.SIGTERM),0,0,0)\n"
-    "except (OSError,AttributeError):\n"
-    " pass\n"
-    "if os.getppid()!=int(sys.argv[1]):\n"
-    " os._exit(1)\n"
-    "os.execv(sys.argv[2],sys.argv[2:])\n"
-)
-
-
-def with_parent_death_signal(python: str, argv: Sequence[str], parent_pid: int) -> list[str]:
-    """``argv`` run through a tiny exec trampoline that sets PR_SET_PDEATHSIG=SIGTERM.
-
-    Why not a ``preexec_fn``: that forces a real fork() of serve, which runs gRPC's
-    fork handlers in the child of a process whose gRPC threads are busy (the health
-    checks); the child then dies before exec now and then (SIGSEGV/SIGABRT, logged
-    as "skipping fork() handlers" and "epoll_wait error: Bad file descriptor"). Without
-    it, subprocess uses vfork+exec, which runs no fork handlers at all.
-    """
-    return [python, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(parent_pid), *argv]
-
-
-async def spawn_child(
-    python: str, argv: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
-) -> asyncio.subprocess.Process:
-    """Start ``argv`` in its own process group with the parent-death signal, never
-    forking serve (no ``preexec_fn``: see :func:`with_parent_death_signal`); ``pass_fds``
-    are inherited under the same numbers."""
-    return await asyncio.create_subprocess_exec(
-        *with_parent_death_signal(python, argv, os.getpid()),
-        env=dict(env),
-        stdin=asyncio.subprocess.DEVNULL,
-        # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
-        process_group=0,
-        pass_fds=tuple(pass_fds),
-    )
 
 
 class Supervisor:
@@ -217,25 +168,24 @@ class Supervisor:
         the serve lock, the gateway port (bound), a lifecycle slot."""
         if self.replace:
             self.takeover = await request_takeover(self.cfg.data_dir, self.security.token)
-        if (took := self.takeover) is not None:  # the old serve's own, never free between
-            self.lock = await asyncio.to_thread(adopt_serve_lock, self.cfg.data_dir,
-                                                took.lock_fd, took.port)
-            self.listeners = await asyncio.to_thread(adopt_listeners, took.listen_fds)
-            self.slot = await asyncio.to_thread(adopt_slot, self.cfg.lifecycle_state_dir,
-                                                took.slot_fd)
+        if self.takeover is not None:  # the old serve's own, never free in between
+            lock, self.listeners, slot = await asyncio.to_thread(
+                self.takeover.adopt, self.cfg.data_dir, self.cfg.lifecycle_state_dir)
         else:
-            self.lock = await asyncio.to_thread(take_serve_lock, self.cfg.data_dir,
-                                                self.cfg.gateway.port)
+            lock = await asyncio.to_thread(take_serve_lock, self.cfg.data_dir,
+                                           self.cfg.gateway.port)
+            self.lock = lock
             self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
                                                      self.cfg.gateway.port)
-            self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
+            slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
+        self.lock, self.slot = lock, slot
         # The first line a person at the terminal needs: where to point a client.
         log.info("serving", **served_urls(self.cfg, self.port))
         self.instance_id = slot_instance_id(
-            await load_or_create_instance_id(self.cfg.lifecycle_state_dir), self.slot.number)
+            await load_or_create_instance_id(self.cfg.lifecycle_state_dir), slot.number)
         self.board = board_for([child.spec for child in self.children])
-        log.info("serve_claimed", port=self.port, slot=self.slot.number,
-                 lock=str(self.lock.path))
+        log.info("serve_claimed", port=self.port, slot=slot.number, lock=str(lock.path),
+                 took_over=self.takeover.old_pid if self.takeover is not None else None)
 
     @property
     def port(self) -> int:

@@ -34,8 +34,11 @@ from acpgate.handover_wire import (
     new_nonce,
     proof,
 )
+from acpgate.serve_lock import ServeLock, adopt_serve_lock
 from services.common.config import ConfigError
+from services.common.listeners import adopt_listeners
 from services.common.logs import get_logger
+from services.lifecycle.instance_slots import Slot, adopt_slot
 
 __all__ = ["Takeover", "TakeoverRefused", "request_takeover", "start_successor"]
 
@@ -81,9 +84,26 @@ class Takeover:
             raise TakeoverRefused(f"the serve being replaced (pid {self.old_pid}) broke off "
                                   f"the hot restart: {message.get('error') or message}")
 
+    def adopt(self, data_dir: Path, state_dir: Path) -> tuple[ServeLock, list[socket.socket],
+                                                               Slot]:
+        """The serve lock, the listening sockets and the slot handed over, checked and
+        held by this serve (blocking: run off the loop)."""
+        fds, self.lock_fd, self.slot_fd, self.listen_fds = \
+            [self.lock_fd, self.slot_fd, *self.listen_fds], -1, -1, []
+        lock = adopt_serve_lock(data_dir, fds[0], self.port)
+        try:
+            listeners = adopt_listeners(fds[2:])
+            return lock, listeners, adopt_slot(state_dir, fds[1])
+        except BaseException:
+            lock.release()
+            raise
+
     def close(self) -> None:
         """End the exchange (the old serve, if not done, serves on)."""
         self.channel.close()
+        close_fds([fd for fd in (self.lock_fd, self.slot_fd, *self.listen_fds) if fd >= 0])
+        self.lock_fd = self.slot_fd = -1
+        self.listen_fds = []
 
 
 async def request_takeover(data_dir: Path, credential: str) -> Takeover | None:

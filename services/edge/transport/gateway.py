@@ -115,7 +115,7 @@ async def run_edge(cfg: Config, *, version: str,
             if balancer is not None:
                 await balancer.close()
             if stepping.is_set():
-                await step_down(server, runtime.event_log)  # exits, sessions left running
+                await step_down(server, runtime)  # exits, sessions left running
             await server.stop()
         finally:
             await runtime.close()

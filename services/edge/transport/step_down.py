@@ -9,7 +9,8 @@ The edge then, in order:
 2. stops reading every adapter's stdout for good (what it did not read stays in the pipe
    for the successor, which re-adopts the session) and lets what it read be delivered;
 3. writes its event log (every event a client may not have seen is then in the store,
-   for ``session/attach`` ``after_message``);
+   for ``session/attach`` ``after_message``), and a note of the sessions whose turn runs
+   for its successor (:mod:`services.edge.sessions.running_note`);
 4. closes every WebSocket connection with :data:`CLOSE_SERVICE_RESTART` (1012, "service
    restart") and exits at once, 0, *without* closing a session: their leases stay open
    (``keep_on_loss``), their claims stay under this edge's name, which the successor
@@ -31,11 +32,12 @@ from typing import TYPE_CHECKING, Final
 from services.common.logs import get_logger
 from services.common.signals import exit_now
 from services.edge.adapter.pipes import hold_every_stdout
+from services.edge.sessions.running_note import note_path, write_note
 
 if TYPE_CHECKING:
     from websockets.asyncio.server import ServerConnection
 
-    from services.edge.sessions.event_log import EventLog
+    from services.edge.sessions.runtime import EdgeRuntime
     from services.edge.transport.ws_server import EdgeServer
 
 __all__ = ["CLOSE_SERVICE_RESTART", "step_down"]
@@ -52,7 +54,7 @@ FLUSH_SECS: Final = 10.0
 _LOOK_SECS: Final = 0.01
 
 
-async def step_down(server: EdgeServer, event_log: EventLog) -> None:
+async def step_down(server: EdgeServer, runtime: EdgeRuntime) -> None:
     """Stop accepting, hold every adapter's output, write the log, close the WebSockets
     with 1012 and exit 0 (never returns)."""
     doors = await server.stop_accepting()
@@ -61,7 +63,12 @@ async def step_down(server: EdgeServer, event_log: EventLog) -> None:
         if all(pipes.settled for pipes in held):
             break
         await asyncio.sleep(_LOOK_SECS)
-    written = await event_log.flush(FLUSH_SECS)
+    written = await runtime.event_log.flush(FLUSH_SECS)
+    name = runtime.gateway_instance_id
+    if name:
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(write_note, note_path(runtime.cfg.data_dir, name), name,
+                                    list(runtime.event_log.running))
     connections = [ws for door in doors for ws in list(door.server.connections)]
     log.info("edge_stepped_down", adapters_held=len(held), log_written=written,
              websockets=len(connections))

@@ -160,3 +160,26 @@ async def test_serve_replace_keeps_every_turn_agent_and_connection(tmp_path: Pat
             if new.returncode is None:
                 new.kill()
                 await new.wait()
+
+
+async def test_sigusr2_starts_the_successor_itself(tmp_path: Path) -> None:
+    async with serve_workers(tmp_path, workers=1) as served:
+        lock = served.cfg.data_dir / "run" / "serve.lock"
+        served.proc.send_signal(signal.SIGUSR2)
+        assert await asyncio.wait_for(served.proc.wait(), WAIT * 2) == 0
+        holder = int(lock.read_text().split()[0])
+        assert holder != served.proc.pid
+        try:
+            async def serving() -> bool:
+                with contextlib.suppress(OSError):
+                    status, _, _ = await http_get(f"http://127.0.0.1:{served.port}/healthz")
+                    return status == 200
+                return False
+            await until(serving, "the successor serving", tries=2400)
+            children = tree(holder)
+            assert children
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder, signal.SIGTERM)
+        await eventually(lambda: not alive([holder, *children]), WAIT,
+                         "the successor and its children to be gone")

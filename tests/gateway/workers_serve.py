@@ -42,7 +42,11 @@ class Served:
     def workers(self) -> dict[int, psutil.Process]:
         """Edge worker number → its process."""
         out: dict[int, psutil.Process] = {}
-        for child in psutil.Process(self.proc.pid).children():
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:  # serve is gone (replaced by a hot restart)
+            return out
+        for child in children:
             with contextlib.suppress(psutil.Error):
                 cmd = child.cmdline()
                 if "edge" in cmd and "--worker" in cmd:

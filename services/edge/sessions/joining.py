@@ -78,6 +78,7 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
             applied = fallback
             log.info("replay_fallback", session_id=session.session_id, to=fallback)
     if from_log is not None:  # the store up to the ring's oldest event, then the ring
+        log.info("replay_from_log", session_id=session.session_id, after=from_log)
         events = [e for e in feed.held() if e.event_id > from_log]
         snapshot = feed.last_id
         _enter(session, att)

@@ -209,8 +209,8 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
                         session_addr=default_session_address(cfg),
                         lifecycle_addr=default_lifecycle_address(cfg))
 
-        return _run_async(lambda: run_serve(cfg, on_ready=serving,
-                                            live=_live(cfg, command)), "serve")
+        return _run_async(lambda: run_serve(cfg, on_ready=serving, live=_live(cfg, command),
+                                            replace=args.replace), "serve")
     if command == "session-service":
         from services.session.server import run_session_service
 

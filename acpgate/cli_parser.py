@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="session service + lifecycle service + WebSocket edge, supervised")
     _add_config_dir(serve)
     add_listen_flags(serve)
+    serve.add_argument("--replace", action="store_true",
+                       help="hot restart: take over the listening port and the live sessions "
+                            "of the serve running on this data dir, which then exits "
+                            "(none running: start as usual)")
     session = sub.add_parser("session-service", help="run the session service alone")
     _add_config_dir(session)
     session.add_argument("--host-instance", metavar="ID", default="",

@@ -6,7 +6,7 @@ paths are limited to ~100 bytes, so not under the data dir) for other clients,
 while the edge of this process reaches it through an in-process channel
 (``services.common.inproc``): the same generated stub and servicer, the
 same contract, without serializing every message and carrying it over the
-socket to itself (bench/PROFILE.md, §11). Only the lifecycle service still
+socket to itself (bench/PROFILE.md). Only the lifecycle service still
 touches processes (ARCHITECTURE rule 1): the edge reaches an adapter through
 the very ``Attach`` servicer, with the same batches. :data:`IN_PROCESS` turns
 the in-process channel off (the edge then dials the sockets).
@@ -87,7 +87,7 @@ class EmbeddedServices:
 async def embedded_security(cfg: Config) -> GrpcSecurity:
     """The install's service credential; when its key file cannot be read or made (a
     read-only data dir), one for this process alone — its own services then answer
-    nobody else, which is all an embedded edge needs (issue 23)."""
+    nobody else, which is all an embedded edge needs."""
     try:
         return await load_security(cfg)
     except ServiceKeyError as exc:

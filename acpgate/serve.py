@@ -1,6 +1,6 @@
 """``acpgate serve``: the session service, the lifecycle service and the edge as
 supervised child processes on one host (SPEC §0, §11); ``[gateway] workers`` edge
-processes (issue 28), all serving the one port.
+processes, all serving the one port.
 
 Before any child starts, serve takes what the three will run on, so that a
 conflict ends it at once with one clear sentence (exit 2) instead of a child
@@ -24,6 +24,11 @@ backoff (reset after it has stayed up for a while) and the event is logged.
 
 SIGHUP (and ``acpgate config set``) reloads the config here and in every child
 (:mod:`acpgate.serve_reload`).
+
+``--replace`` (or SIGUSR2 to a running serve, which starts ``serve --replace`` itself):
+a hot restart — the running serve hands this one its lock, slot and listening sockets
+and steps down leaving sessions and agents running (:mod:`acpgate.serve_handover`,
+:mod:`acpgate.serve_replace`).
 
 SIGINT/SIGTERM: graceful shutdown in dependency order — edge first (stops
 accepting, closes its connections and their sessions), then the lifecycle
@@ -49,8 +54,11 @@ from acpgate.listen_flags import served_urls
 from acpgate.ops.endpoints import announce, unregister
 from acpgate.serve_board import board_for, workers_serving
 from acpgate.serve_children import ChildSpec, child_environment, child_specs
+from acpgate.serve_handover import HandoverServer
 from acpgate.serve_lock import ServeLock, take_serve_lock
 from acpgate.serve_reload import install_serve_reload
+from acpgate.serve_replace import Takeover, request_takeover, start_successor
+from acpgate.serve_spawn import spawn_child
 from services.common.addresses import gateway_url, service_addresses
 from services.common.config import Config, ConfigError, load_config
 from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
@@ -58,15 +66,12 @@ from services.common.grpc_channel import wait_healthy
 from services.common.listeners import bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
-from services.common.signals import install_stop_signals
+from services.common.signals import REPLACE_SIGNAL, install_signal, install_stop_signals
 from services.common.worker_board import WorkerBoard
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.instance_slots import Slot, acquire_slot, slot_instance_id
 
 log = get_logger("serve")
-
-_PR_SET_PDEATHSIG = 1
-
 
 @dataclass(frozen=True)
 class SupervisorOptions:
@@ -91,53 +96,6 @@ class _Child:
     restarts: int = 0
     failures: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-
-#: Runs in the child before the real command: arm the parent-death signal, give up if
-#: serve already died (the signal would never come), ignore SIGHUP until the command
-#: handles it (a reload forwarded while it starts must not end it: an ignored signal stays
-#: ignored across exec), then exec the command in place (same PID, same process group).
-#: ``sys.argv[1]`` is serve's PID, the rest the argv.
-_PDEATHSIG_EXEC = (
-    "import os,signal,sys\n"
-    "signal.signal(signal.SIGHUP,signal.SIG_IGN)\n"
-    "try:\n"
-    " import ctypes\n"
-    f" ctypes.CDLL(None,use_errno=True).prctl({_PR_SET_PDEATHSIG},int(signal.SIGTERM),0,0,0)\n"
-    "except (OSError,AttributeError):\n"
-    " pass\n"
-    "if os.getppid()!=int(sys.argv[1]):\n"
-    " os._exit(1)\n"
-    "os.execv(sys.argv[2],sys.argv[2:])\n"
-)
-
-
-def with_parent_death_signal(python: str, argv: Sequence[str], parent_pid: int) -> list[str]:
-    """``argv`` run through a tiny exec trampoline that sets PR_SET_PDEATHSIG=SIGTERM.
-
-    Why not a ``preexec_fn``: that forces a real fork() of serve, which runs gRPC's
-    fork handlers in the child of a process whose gRPC threads are busy (the health
-    checks); the child then dies before exec now and then (SIGSEGV/SIGABRT, logged
-    as "skipping fork() handlers" and "epoll_wait error: Bad file descriptor"). Without
-    it, subprocess uses vfork+exec, which runs no fork handlers at all.
-    """
-    return [python, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(parent_pid), *argv]
-
-
-async def spawn_child(
-    python: str, argv: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int] = ()
-) -> asyncio.subprocess.Process:
-    """Start ``argv`` in its own process group with the parent-death signal, never
-    forking serve (no ``preexec_fn``: see :func:`with_parent_death_signal`); ``pass_fds``
-    are inherited under the same numbers."""
-    return await asyncio.create_subprocess_exec(
-        *with_parent_death_signal(python, argv, os.getpid()),
-        env=dict(env),
-        stdin=asyncio.subprocess.DEVNULL,
-        # Own process group: a terminal's Ctrl-C reaches serve only, which keeps the order.
-        process_group=0,
-        pass_fds=tuple(pass_fds),
-    )
 
 
 class Supervisor:
@@ -168,12 +126,15 @@ class Supervisor:
         self.instance_id = ""
         #: What each edge worker is doing (several workers only).
         self.board: WorkerBoard | None = None
+        #: ``--replace``: take over from the running serve of the data dir, if one runs.
+        self.replace = False
+        self.takeover: Takeover | None = None
 
     def argv(self, spec: ChildSpec) -> list[str]:
         """``python -I -m acpgate <command> --config-dir <dir>`` and the descriptors it
         inherits (:meth:`handed`): isolated mode, so the directory serve was started from
         (a clone with an ``acpgate/`` of its own) and ``PYTHON*`` variables never decide
-        which code runs (issue 24)."""
+        which code runs."""
         return [self.python, "-I", "-m", "acpgate", spec.command,
                 "--config-dir", str(self.cfg.config_dir), *self.handed(spec)[0]]
 
@@ -205,18 +166,26 @@ class Supervisor:
     async def claim(self) -> None:
         """Take what the children run on, or raise the ConfigError that says why not:
         the serve lock, the gateway port (bound), a lifecycle slot."""
-        self.lock = await asyncio.to_thread(take_serve_lock, self.cfg.data_dir,
-                                            self.cfg.gateway.port)
-        self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
-                                                 self.cfg.gateway.port)
+        if self.replace:
+            self.takeover = await request_takeover(self.cfg.data_dir, self.security.token)
+        if self.takeover is not None:  # the old serve's own, never free in between
+            lock, self.listeners, slot = await asyncio.to_thread(
+                self.takeover.adopt, self.cfg.data_dir, self.cfg.lifecycle_state_dir)
+        else:
+            lock = await asyncio.to_thread(take_serve_lock, self.cfg.data_dir,
+                                           self.cfg.gateway.port)
+            self.lock = lock
+            self.listeners = await asyncio.to_thread(bind_listeners, self.cfg.gateway.host,
+                                                     self.cfg.gateway.port)
+            slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
+        self.lock, self.slot = lock, slot
         # The first line a person at the terminal needs: where to point a client.
         log.info("serving", **served_urls(self.cfg, self.port))
-        self.slot = await asyncio.to_thread(acquire_slot, self.cfg.lifecycle_state_dir)
         self.instance_id = slot_instance_id(
-            await load_or_create_instance_id(self.cfg.lifecycle_state_dir), self.slot.number)
+            await load_or_create_instance_id(self.cfg.lifecycle_state_dir), slot.number)
         self.board = board_for([child.spec for child in self.children])
-        log.info("serve_claimed", port=self.port, slot=self.slot.number,
-                 lock=str(self.lock.path))
+        log.info("serve_claimed", port=self.port, slot=slot.number, lock=str(lock.path),
+                 took_over=self.takeover.old_pid if self.takeover is not None else None)
 
     @property
     def port(self) -> int:
@@ -277,20 +246,42 @@ class Supervisor:
         self.security = await load_security(self.cfg)
         await self.claim()
         workers = sum(1 for c in self.children if c.spec.worker)
-        if workers:  # what several edges still cannot do (README, "What runs where")
+        if workers:  # what several edges still cannot do (docs/operating.md, "Edge workers")
             log.warning("serve_edge_workers", workers=workers,
                         caveat="a WebSocket client without the affinity cookie is told to "
                                "reconnect to its session's worker (?worker=k); with TLS, "
                                "Streamable HTTP over HTTP/1.1 needs one worker")
         for child in self.children:
+            if self.takeover is not None:  # the old serve's child of that kind must go first
+                await self.takeover.before(child.spec.command)
             await self._spawn(child)
             if not await self._wait_healthy(child):
                 return False
-        for child in self.children:
-            child.task = asyncio.create_task(self._watch(child), name=f"watch-{child.spec.name}")
+        await self.resume_restarts()
         if self.board is not None:
             await workers_serving(self.board, self.worker_pids, self.options.health_timeout)
         return True
+
+    async def pause_restarts(self) -> None:
+        """Restart no child that exits (a hot restart is stepping them down)."""
+        for child in self.children:
+            if child.task is not None:
+                child.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await child.task
+                child.task = None
+
+    async def resume_restarts(self) -> None:
+        """Start again, in order, each child that is not running, then watch them all."""
+        for child in self.children:
+            if self.stopping:
+                return
+            if child.process is not None and child.process.returncode is not None:
+                await self._spawn(child)
+                await self._wait_healthy(child)
+            if child.task is None:
+                child.task = asyncio.create_task(self._watch(child),
+                                                 name=f"watch-{child.spec.name}")
 
     def worker_pids(self) -> dict[int, int]:
         """Edge worker number → the PID it runs as now."""
@@ -358,10 +349,13 @@ async def run_serve(
     options: SupervisorOptions | None = None,
     on_ready: Callable[[Supervisor], None] | None = None,
     live: LiveConfig | None = None,
+    replace: bool = False,
 ) -> int:
     """``acpgate serve``: run the children until SIGINT/SIGTERM; 0 on a clean stop.
     SIGHUP reloads ``live`` (default: ``cfg`` as loaded from its config dir) here and in
-    every child.
+    every child. ``replace``: take over from the serve running on the data dir, if any
+    (a hot restart); SIGUSR2 starts such a successor, and a successor's takeover ends
+    this serve (0) with its sessions and agents left running for it.
 
     What refuses the start before any child runs (a port in use, another serve on the
     data dir, no service key, no slot) is logged and raised as the ConfigError that
@@ -369,6 +363,9 @@ async def run_serve(
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop)
     supervisor = Supervisor(cfg, options=options)
+    supervisor.replace = replace
+    remove_replace = install_signal(REPLACE_SIGNAL, start_successor)
+    handover: HandoverServer | None = None
     remove_reload = install_serve_reload(
         supervisor, live or LiveConfig(cfg, lambda: load_config(cfg.config_dir)))
     code = 0
@@ -385,6 +382,8 @@ async def run_serve(
                          slot=supervisor.slot.number if supervisor.slot is not None else None)
                 endpoint = await announce(cfg.data_dir, "serve", *service_addresses(cfg),
                                           gateway=gateway_url(cfg, supervisor.port))
+                handover = HandoverServer(supervisor, supervisor.security.token, stop.set)
+                await handover.start()
                 if on_ready is not None:
                     on_ready(supervisor)
                 await stopper
@@ -399,11 +398,16 @@ async def run_serve(
         log.error("serve_refused", error=str(exc))
         raise
     finally:
+        if handover is not None:
+            await handover.close()
+        if supervisor.takeover is not None:
+            supervisor.takeover.close()
         if endpoint is not None:
             await asyncio.to_thread(unregister, endpoint)
         await supervisor.stop()
         remove_signals()
         remove_reload()
+        remove_replace()
     log.info("serve_stopped", exit_code=code)
     return code
 

@@ -1,6 +1,6 @@
 """What ``acpgate serve`` supervises: its children, one :class:`ChildSpec` each, in start
 order — the session service, the lifecycle service, and the edge, or with ``[gateway]
-workers`` above one that many edge workers on the one port (issue 28) — and the
+workers`` above one that many edge workers on the one port — and the
 environment they run in."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def child_environment(cfg: Config, base: Mapping[str, str]) -> dict[str, str]:
 
 def edge_specs(cfg: Config, cores: int | None = None) -> list[ChildSpec]:
     """The edge children: one ``edge``, or with ``[gateway] workers`` above one, ``edge-1``
-    … ``edge-N``, every one on the same inherited listening sockets (issue 28)."""
+    … ``edge-N``, every one on the same inherited listening sockets."""
     count = worker_count(cfg.gateway.workers, os.cpu_count() if cores is None else cores)
     if count <= 1:
         return [ChildSpec("edge", "edge")]

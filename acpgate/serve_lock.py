@@ -14,6 +14,10 @@ until serve *and* every child are gone. So after a ``kill -9`` of serve, whose
 children then stop on their own (parent-death signal), a new serve waits for
 them — their sockets and leases — instead of failing on sockets still served.
 
+A hot restart (``acpgate serve --replace``) does not wait: the serve it replaces hands
+it the locked file itself (``SCM_RIGHTS``: the same open file, so the same lock, never
+released in between), and :func:`adopt_serve_lock` writes the new PID in.
+
 Blocking (file locks, a bounded wait): run off the event loop.
 """
 
@@ -33,7 +37,7 @@ from services.common.lock_files import open_lock_file, try_lock
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 
-__all__ = ["SERVE_LOCK_NAME", "ServeLock", "take_serve_lock"]
+__all__ = ["SERVE_LOCK_NAME", "ServeLock", "adopt_serve_lock", "take_serve_lock"]
 
 SERVE_LOCK_NAME = "serve.lock"
 #: How long a new serve waits for the children of a killed one to finish stopping
@@ -104,9 +108,34 @@ def take_serve_lock(data_dir: Path, port: int,
                 log.warning("serve_waiting_for_previous", lock=str(path))
                 waiting = True
             time.sleep(_POLL_SECS)
-        file.seek(0)
-        file.truncate()
-        file.write(f"{os.getpid()} {port}\n".encode())
+        _note_holder(file, port)
+    except BaseException:
+        file.close()
+        raise
+    return ServeLock(path, file)
+
+
+def _note_holder(file: IO[bytes], port: int) -> None:
+    """Write this serve's PID and port into the held lock file."""
+    file.seek(0)
+    file.truncate()
+    file.write(f"{os.getpid()} {port}\n".encode())
+
+
+def adopt_serve_lock(data_dir: Path, fd: int, port: int) -> ServeLock:
+    """The serve lock handed over as ``fd`` by the serve this one replaces: it must be
+    ``<data_dir>/run/serve.lock`` and locked (the open file the old serve locked), else
+    AddressInUse says why. Writes this serve's PID and ``port`` in."""
+    path = data_dir / "run" / SERVE_LOCK_NAME
+    file = os.fdopen(fd, "r+b", buffering=0)
+    try:
+        st, on_disk = os.fstat(fd), path.stat()
+        if (st.st_dev, st.st_ino) != (on_disk.st_dev, on_disk.st_ino) or not try_lock(file):
+            raise AddressInUse(f"the serve lock handed over is not the held {path}")
+        _note_holder(file, port)
+    except OSError as exc:
+        file.close()
+        raise AddressInUse(f"the serve lock handed over is unusable: {exc}") from None
     except BaseException:
         file.close()
         raise

@@ -55,7 +55,7 @@ def _say(text: str) -> None:
 async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
                   skipped: list[str], sections: list[str] | None = None,
                   clients: int = 0, data_path: str = "", workers: int = 0) -> list[Row]:
-    """Run the chosen groups; rows in the issue's order; failed serve starts go to
+    """Run the chosen groups; rows in report order (#); failed serve starts go to
     ``incidents``, rows that could not run (and why) to ``skipped``, tables of their own
     (capacity) to ``sections``; ``clients``: the capacity run's client processes (0: as
     many as suit this machine); ``data_path``: its gateway's ``[services] data_path``;

@@ -1,4 +1,4 @@
-"""Issue 23, item 7: memory when a session with a big history is loaded.
+"""Memory when a session with a big history is loaded.
 
 Five 15 MB prompts made ``session/load`` fail ("agent process connection lost")
 with the edge at 454 MB (1,083 MB after twelve). The scenario: ``acpgate serve``
@@ -143,7 +143,7 @@ async def _scenario(st: Stage, sv: Serve, token: str, prompts: int,
 
 
 async def run_big_history(sizes: Sizes) -> list[Row]:
-    """Item 23.7 rows: one per history size."""
+    """Rows #23.7: one per history size."""
     rows: list[Row] = []
     for prompts in sizes.big_history_prompts:
         async with stage() as st:

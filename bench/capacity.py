@@ -1,4 +1,4 @@
-"""Issue 28: one host at capacity — N sessions streaming at 50 updates/s each.
+"""One host at capacity — N sessions streaming at 50 updates/s each.
 
 For each N: N sessions through one ``acpgate serve`` (firehose adapter,
 ``pace 250 20``: 250 updates, one every 20 ms, so 50 updates/s for 5 s per
@@ -13,7 +13,7 @@ the prompt to the last update), the p50/p99 relay latency of every update
 over the processes of a kind, 100 % = one core).
 
 On a 2-core machine the clients, the adapters and acpgate share both cores,
-so the ratio to direct is what counts there (issue 28).
+so the ratio to direct is what counts there.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from bench.stats import Dist, Row, fmt, percentile
 
 #: The kinds of process whose CPU is reported, in table order.
 KINDS = ("edge", "lifecycle", "session", "clients", "adapters", "wrappers")
-#: Most client processes (the issue's 16-core run used 12).
+#: Most client processes (a 16-core run used 12).
 MAX_CLIENTS = 12
 
 
@@ -287,10 +287,10 @@ def rows_of(work: Workload, gateway: Measurement, direct: Measurement) -> list[R
 
 def table_of(pairs: Sequence[tuple[Measurement, Measurement]], data_path: str = "",
              workers: int = 0) -> list[str]:
-    """The issue's capacity table: one line per N."""
+    """The capacity table: one line per N."""
     path = f", `[services] data_path = \"{data_path}\"`" if data_path else ""
     path += f", `[gateway] workers = {workers}` (edge CPU: all of them)" if workers else ""
-    lines = ["", "Capacity (issue 28): N sessions × 50 updates/s, CPU per process over the "
+    lines = ["", "Capacity: N sessions × 50 updates/s, CPU per process over the "
              f"stream (100 % = one core){path}", "",
              "| sessions | gateway updates/s | p50 / p99 ms | edge CPU | lifecycle CPU | "
              "session CPU | clients CPU | adapters + wrappers CPU | direct updates/s | "

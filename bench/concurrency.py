@@ -1,4 +1,4 @@
-"""Item 4 of the issue: 50 concurrent sessions streaming at once.
+"""Report rows #4: 50 concurrent sessions streaming at once.
 
 Through the gateway: one WebSocket connection per session (50 clients); first
 50 concurrent cold ``session/new``, closed again, then 50 concurrent ones that
@@ -134,7 +134,7 @@ async def close_all(peer: Peer) -> None:
 
 
 async def run_concurrency(st: Stage, serve: Serve, token: str, sizes: Sizes) -> list[Row]:
-    """Item 4 rows."""
+    """Rows #4."""
     edge_idle = (await asyncio.to_thread(_tree_rss, serve))[0]
     sampler = RssSampler(serve)
     sampler.start()

@@ -1,4 +1,4 @@
-"""Issue 11, item 2: the edge's memory under a request flood from a client that stopped reading.
+"""The edge's memory under a request flood from a client that stopped reading.
 
 One WebSocket client connects, stops reading (a small socket receive buffer
 and a one-frame client queue, so the kernel and the client library hold
@@ -115,7 +115,7 @@ def _rss_mb(pid: int) -> tuple[float, float]:
 
 
 async def run_flood(url: str, serve: Serve, token: str, sizes: Sizes) -> list[Row]:
-    """Item 7 rows: the edge's peak and settled RSS under the flood."""
+    """Rows #7: the edge's peak and settled RSS under the flood."""
     edge = serve.children()["edge"]
     idle, _ = await asyncio.to_thread(_rss_mb, edge.pid)
     async with non_reading_client(url, token) as ws:

@@ -1,4 +1,4 @@
-"""uvloop against the standard event loop, per acpgate process (issue 15, bench/PROFILE.md §11).
+"""uvloop against the standard event loop, per acpgate process (bench/PROFILE.md).
 
 ``python -m bench.loop_ab [--rounds N] [--updates N] [--turns N]`` prints a table.
 

@@ -1,4 +1,5 @@
-"""Item 4, larger: 200 sessions streaming at once through the gateway, and the edge's memory.
+"""Report rows #4, larger: 200 sessions streaming at once through the gateway, and the
+edge's memory.
 
 One WebSocket connection per session, the sessions opened a batch at a time
 (cold spawns: this row is about holding many sessions, not starting them),

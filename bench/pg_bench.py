@@ -1,4 +1,4 @@
-"""Items 5 and 6 on PostgreSQL: the same load and AppendTurn runs on the shared store.
+"""Report rows #5 and #6 on PostgreSQL: the same load and AppendTurn runs on the shared store.
 
 A throwaway PostgreSQL cluster (:mod:`tests.pg_cluster`, the one the tests
 use) with the server's default durability — ``fsync`` and
@@ -27,7 +27,7 @@ BENCH_DATABASE = "acpgate_bench"
 
 
 async def run_postgres(sizes: Sizes, skipped: list[str]) -> list[Row]:
-    """The PostgreSQL rows of items 5 and 6 (none, with the reason in ``skipped``, when
+    """The PostgreSQL rows #5 and #6 (none, with the reason in ``skipped``, when
     the server binaries are absent)."""
     reason = missing_reason()
     if reason:

@@ -1,4 +1,4 @@
-"""Item 6b of the issue: startup reap of 500 open leases on the fake process table.
+"""Report rows #6 (reap): startup reap of 500 open leases on the fake process table.
 
 Each lease has a live wrapper and adapter in a :class:`FakeProcessTable`
 (cmdline, birth time, environment marks and process group exactly as a real
@@ -87,7 +87,7 @@ async def _floor_once(workdir: Path, n: int) -> float:
 
 
 async def run_reap(sizes: Sizes) -> list[Row]:
-    """Item 6b."""
+    """Rows #6: the startup reap."""
     reaps: list[float] = []
     floors: list[float] = []
     closed = 0

@@ -1,5 +1,5 @@
 """Cut-and-reattach runs against a real ``acpgate serve``; memory per detached session and
-per attached observer (issue 27).
+per attached observer.
 
 ``python -m bench.reattach [--runs 20]``. Each run starts a turn of the scripted agent
 that streams 30 chunks 0.1 s apart, reads a random number of them, cuts the socket

@@ -1,4 +1,4 @@
-"""Items 1–3 of the issue: relay throughput, relay latency, cold ``session/new``.
+"""Report rows #1–#3: relay throughput, relay latency, cold ``session/new``.
 
 Three paths to the same firehose adapter script, measured in interleaved
 rounds so that background load on the (shared) machine hits all of them alike:
@@ -91,7 +91,7 @@ async def latency_round(peer: Peer, sid: str, n: int, pace_ms: float) -> list[fl
 
 
 async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
-    """Items 1 and 2, all three paths open at once, rounds interleaved."""
+    """Rows #1 and #2, all three paths open at once, rounds interleaved."""
     cwd = st.workspace
     endpoints = {DIRECT: await st.adapter(), ACP: await st.acp(), ACP_V2: await st.acp(),
                  WS: await st.ws(token),
@@ -208,7 +208,7 @@ async def _pools_settled(st: Stage) -> None:
 
 
 async def run_cold(st: Stage, token: str, sizes: Sizes) -> list[Row]:
-    """Item 3: cold and warm ``session/new`` and ``session/new`` → first chunk, vs a bare
+    """Rows #3: cold and warm ``session/new`` and ``session/new`` → first chunk, vs a bare
     spawn. Every sample waits (untimed) until both pools hold an adapter again: a warm
     take's refill would otherwise spawn during the next cold sample."""
     edges = {ACP: await st.acp(), WS: await st.ws(token)}

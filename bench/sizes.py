@@ -36,17 +36,17 @@ class Sizes:
     #: Startup reap: open leases and samples.
     reap_leases: int = 500
     reap_samples: int = 3
-    #: Flood: initialize requests from one client that stopped reading (issue 11 item 2).
+    #: Flood: initialize requests from one client that stopped reading.
     flood_requests: int = 60_000
     #: Clients that stopped reading on streaming sessions: how long the edge is watched.
     stalled_clients: int = 20
     #: The event log's crash benchmark: kill -9 points of a streaming turn.
     crash_points: int = 20
     stalled_secs: float = 300.0
-    #: Big history (issue 23 item 7): prompts per session, one run each, and their size.
+    #: Big history: prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
     big_history_prompt_mb: int = 15
-    #: Capacity (issue 28): sessions per run, and each session's stream (``pace N MS``).
+    #: Capacity: sessions per run, and each session's stream (``pace N MS``).
     capacity_sessions: tuple[int, ...] = (50, 200)
     capacity_updates: int = 250
     capacity_pace_ms: float = 20.0

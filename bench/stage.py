@@ -234,7 +234,7 @@ async def _healthy(port: int) -> bool:
     """``GET /healthz`` answers 200: the edge serves and both services are up.
 
     An open port is not enough: ``acpgate serve`` binds the gateway port itself
-    before it starts the edge (issue 24), so the port accepts before the edge runs.
+    before it starts the edge, so the port accepts before the edge runs.
     """
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

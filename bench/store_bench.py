@@ -1,4 +1,4 @@
-"""Items 5 and 6a of the issue: ``session/load`` of a long history, AppendTurn throughput.
+"""Report rows #5 and #6: ``session/load`` of a long history, AppendTurn throughput.
 
 ``session/load``: the SQLite store is seeded directly through the session store
 API (alternating user / assistant items, 20 per turn; a session from before the
@@ -90,7 +90,7 @@ def _on(backend: str) -> str:
 
 
 async def run_load(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
-    """Item 5."""
+    """Rows #5: ``session/load`` of a long history."""
     cfg = st.acp_config()  # the store `acpgate acp` loads from
     sid = str(uuid.uuid4())
     target = store_target(cfg)
@@ -229,7 +229,7 @@ def _rate(latencies_ms: list[float]) -> Dist:
 
 
 async def run_append(st: Stage, sizes: Sizes, backend: str = "") -> list[Row]:
-    """Item 6a: per-call latency and sequential throughput, gRPC vs store."""
+    """Rows #6 (AppendTurn): per-call latency and sequential throughput, gRPC vs store."""
     direct = await _direct_appends(st, sizes.append_turns)
     grpc_ms = await _grpc_appends(st, sizes.append_turns)
     return [

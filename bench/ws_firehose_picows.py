@@ -2,8 +2,8 @@
 
 ``python -m bench.ws_firehose_picows PORT`` answers exactly what
 ``bench.ws_firehose`` answers (same prompts, same frames, one text frame per
-update, no compression) on ``ws://127.0.0.1:PORT/``, with picows (issue 15:
-measure a fast WebSocket server against ``websockets`` before switching the
+update, no compression) on ``ws://127.0.0.1:PORT/``, with picows
+(measure a fast WebSocket server against ``websockets`` before switching the
 gateway). picows calls back per frame and sends synchronously into the
 asyncio transport, so the stream pauses while the transport is over its high
 water mark (``pause_writing`` / ``resume_writing``), as a relay must.

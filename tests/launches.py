@@ -1,4 +1,4 @@
-"""Test helpers for talking to acpgate's gRPC services as acpgate itself does (issue 23).
+"""Test helpers for talking to acpgate's gRPC services as acpgate itself does.
 
 Every call to a service carries the install's service credential, and the
 lifecycle service runs only launch specs the session service sealed. Tests that
@@ -97,7 +97,7 @@ def service_channel(address: str) -> grpc.aio.Channel:
     return open_service_channel(TEST_SECURITY, address)
 
 
-#: The environment variable that picks the adapters' data path (issue 28).
+#: The environment variable that picks the adapters' data path.
 DATA_PATH_ENV = "ACPGATE_services__data_path"
 
 

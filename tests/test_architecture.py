@@ -13,6 +13,9 @@ composition (which process runs which service) lives in ``acpgate/``.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,7 @@ class Rule:
     allowed: tuple[str, ...] = ()
 
 
-#: The edge's parts, top to bottom (ARCHITECTURE; issue 26): what a client connects to, what
+#: The edge's parts, top to bottom (ARCHITECTURE): what a client connects to, what
 #: the ACP dialect decides, the live sessions, the edge as the ACP client of one adapter, and
 #: the ports sessions and adapters talk back to the client through. A part imports only parts
 #: below it and the edge-wide modules.
@@ -240,3 +243,77 @@ def test_every_package_has_an_init_that_says_what_it_owns() -> None:
                if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
                and not (d / "__init__.py").exists()]
     assert not missing, f"packages without an __init__.py: {missing}"
+
+
+#: Where no comment or docstring may point into the issue tracker.
+HISTORY_FREE = ("services", "acpgate", "tools", "tests", "bench")
+#: A tracker reference (the word issue or issues, then a number) or a numbered section of
+#: bench/PROFILE.md.
+TRACKER_REFERENCE = re.compile(r"\b[Ii]ssues?\s+#?\d|PROFILE\.md,?\s*(?:§|section\s+\d)")
+
+
+def comments_and_docstrings(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every comment and docstring in ``source``: a docstring is a string
+    literal standing alone as a statement. Other string literals (wire messages, test
+    data) are not yielded."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    starts_statement = True
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+        if tok.type in (tokenize.COMMENT, tokenize.NL):
+            continue
+        if tok.type == tokenize.STRING and starts_statement:
+            after = next(t for t in tokens[i + 1:] if t.type not in (tokenize.COMMENT, tokenize.NL))
+            if after.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                yield tok.start[0], tok.string
+        starts_statement = tok.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+
+
+def tracker_references(name: str, source: str) -> list[str]:
+    """``name:line: text`` for each tracker reference in the comments and docstrings."""
+    found = []
+    for line, text in comments_and_docstrings(source):
+        for m in TRACKER_REFERENCE.finditer(text):
+            at = line + text.count("\n", 0, m.start())
+            found.append(f"{name}:{at}: {text.splitlines()[at - line].strip()}")
+    return found
+
+
+def test_no_comment_or_docstring_points_into_the_tracker() -> None:
+    """A comment or docstring says what the code does and what its caller must do; which
+    issue asked for it is history, for the commit message. A reader of the repository
+    cannot follow ``issue <number>``, nor a section number of the profiling notes."""
+    found = []
+    for top in HISTORY_FREE:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if top in CHECKED and not hand_written(path):
+                continue
+            found += tracker_references(str(path.relative_to(ROOT)),
+                                        path.read_text(encoding="utf-8"))
+    assert not found, "tracker references in comments and docstrings (say what holds " \
+        "instead):\n" + "\n".join(found)
+
+
+HISTORY_PROBE = '''\
+"""A module (issue 12)."""
+MESSAGE = "see issue 12"  # the text a client gets
+SECTION = {"title": """issue 12"""}
+
+
+def f() -> None:
+    """Measured in bench/PROFILE.md §3.
+
+    As issues 4, 5 decided."""
+    x = 1  # see issue 7
+'''
+
+
+def test_the_tracker_check_reads_only_comments_and_docstrings() -> None:
+    """The checker itself: string data is never read, every comment and docstring is."""
+    assert tracker_references("probe.py", HISTORY_PROBE) == [
+        'probe.py:1: """A module (issue 12)."""',
+        'probe.py:7: """Measured in bench/PROFILE.md §3.',
+        "probe.py:9: As issues 4, 5 decided.\"\"\"",
+        "probe.py:10: # see issue 7",
+    ]

@@ -42,7 +42,8 @@ values checked against this reference).
 
 **Reload**: `at once` keys are applied by a running process on `SIGHUP` or
 `acpgate config set`; `restart` keys keep their running value until the process restarts
-(see README, "Changing the config of running processes").
+(see [Changing the config of running
+processes](operating.md#changing-the-config-of-running-processes)).
 """
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["ADAPTER_KEYS", "KNOWN_ADAPTERS", "RUNTIME_HINTS", "adapter_keys", "exact_version",
            "install_hint", "npx_package", "split_npm_spec"]
 
-#: Adapters the README documents, by command name: their npm package and key variables.
+#: Adapters docs/agents.md documents, by command name: their npm package and key variables.
 KNOWN_ADAPTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude-agent-acp": ("@agentclientprotocol/claude-agent-acp", ("ANTHROPIC_API_KEY",)),
     "codex-acp": ("@agentclientprotocol/codex-acp", ("OPENAI_API_KEY", "CODEX_API_KEY")),

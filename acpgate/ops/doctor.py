@@ -1,4 +1,4 @@
-"""``acpgate doctor [--json]``: check this install and say what to do about it (issue 31).
+"""``acpgate doctor [--json]``: check this install and say what to do about it.
 
 In order: the config (parsed and checked against the schema: the error names
 the key), the permissions of acpgate's state, the gateway port, the running

@@ -1,4 +1,4 @@
-"""``acpgate ps``: what this install runs now, gathered from its services (issue 31).
+"""``acpgate ps``: what this install runs now, gathered from its services.
 
 From each running target (:func:`acpgate.ops.client.find_targets`), at once:
 the live sessions and what their edges last reported of them (the session
@@ -125,7 +125,7 @@ class SessionView:
     served_by: str
     log: str
     lease: LeaseView | None = None
-    #: Client connections attached now (0 while detached; issue 27).
+    #: Client connections attached now (0 while detached).
     clients: int = 1
 
 
@@ -271,7 +271,7 @@ async def gather(cfg: Config, *, with_leases: bool = False) -> PsReport:
 
 def _served_by(served_by: dict[str, str], row: spb.SessionRow) -> str:
     """Which target serves the row: its name (with the edge worker's number when one of
-    several holds it, issue 28), else the claim's host."""
+    several holds it), else the claim's host."""
     instance, worker = split_worker_name(row.claim.instance_id)
     name = served_by.get(instance)
     if name is None:

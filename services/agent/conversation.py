@@ -110,7 +110,7 @@ def close_cancelled(messages: list[Message]) -> None:
     """End a turn the client cancelled the way the model is told of it: the marker
     ``[turn cancelled via client]`` after what the turn produced (appended to its last
     assistant text, or as an assistant message of its own). The live session and a
-    conversation seeded from the edge's stored history do the same (issue 25)."""
+    conversation seeded from the edge's stored history do the same."""
     last = messages[-1] if messages else None
     if last is not None and last.role == "assistant" and not last.tool_calls:
         last.text = f"{last.text}\n\n{CANCEL_MARKER}" if last.text else CANCEL_MARKER

@@ -3,7 +3,7 @@
 The client's ``clientCapabilities`` decide two things for every later session of
 the connection: whether questions may go out as form-mode ``elicitation/create``,
 and whether the session tools are offered (the acpgate edge serves their
-extension methods and says so in ``_meta.acpgate.sessionTools``, issue 13).
+extension methods and says so in ``_meta.acpgate.sessionTools``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def read_client_offer(params: dict[str, Any]) -> ClientOffer:
 
 def initialize_result(alias: str, version: str, warnings: Sequence[str] = ()) -> dict[str, Any]:
     """The agent's ``initialize`` result as alias ``alias``, reporting ``version``, and
-    what is wrong with its configuration (``_meta.acpgate.warnings``, issue 24: the edge
+    what is wrong with its configuration (``_meta.acpgate.warnings``: the edge
     logs them at session start, where the operator looks)."""
     return InitializeResponse(
         protocol_version=PROTOCOL_VERSION,

@@ -6,8 +6,8 @@ A history item, as the edge builds it (docs/contracts.md)::
      "text"?, "toolCallId"?, "toolName"?, "toolKind"?, "title"?,
      "arguments"? (object), "output"?, "status"?}
 
-A user item with ``"status": "cancelled"`` starts a turn the client cancelled
-(issue 25): the turn is seeded with what it produced and ends with the cancel
+A user item with ``"status": "cancelled"`` starts a turn the client cancelled:
+the turn is seeded with what it produced and ends with the cancel
 marker, as the live session keeps it (:func:`~services.agent.conversation.close_cancelled`).
 
 The items come in chunks (``_acpgate/history_append``, after a ``session/resume``

@@ -6,8 +6,8 @@
   a client can make a session more careful, never more powerful than configured.
 - **Config option** ``model`` (category ``model``): the agent's configured
   ``model`` and its ``models`` list.
-- **A turn's cap** (``_meta.acpgate.autonomyCap`` of a ``session/prompt``, issue
-  23): a turn another session started runs at most at the sender's level, for
+- **A turn's cap** (``_meta.acpgate.autonomyCap`` of a ``session/prompt``):
+  a turn another session started runs at most at the sender's level, for
   that turn only (:meth:`AgentSession.cap_turn`); tools needing more are denied
   or asked for as the capped level says.
 """

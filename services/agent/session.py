@@ -22,7 +22,7 @@ class AgentSession:
     ``ceiling`` is the policy the edge sent; ``chosen`` the one its mode put in
     force, which a ``session/set_mode`` may make more careful (services.agent.modes);
     ``policy`` the one the tools obey now: ``chosen`` under the running turn's
-    ``turn_cap`` (issue 23: a turn another session started runs at most at the
+    ``turn_cap`` (a turn another session started runs at most at the
     sender's autonomy). ``model`` is the session's model (config option ``model``).
     """
 

@@ -80,7 +80,7 @@ class TurnRunner:
         On a failure the turn's messages are dropped from the session again,
         matching the edge, which stores no failed turn. A cancelled turn is kept
         with what it produced until the cancel and the cancel marker, as the edge
-        stores it (issue 25; :func:`~services.agent.conversation.close_cancelled`).
+        stores it (:func:`~services.agent.conversation.close_cancelled`).
         The turns no model call could see any more (beyond the context budget)
         are dropped first: the session holds about its budget, not its history.
         """

@@ -1,4 +1,4 @@
-"""Wire constants of live sessions shared by several clients (issue 27; multi-client attach
+"""Wire constants of live sessions shared by several clients (multi-client attach
 RFD, Message ID RFD): methods, update kinds, roles, history policies, ``_meta`` keys, error
 codes and messages. The rest of ACP's constants are in :mod:`services.common.protocol`.
 """
@@ -19,13 +19,13 @@ from services.common.protocol import (
 #: :data:`OBSERVER_METHODS` (observers watch only).
 OBSERVER_READ_ONLY: Final = -32006
 #: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
-#: says where to attach it (issue 27, across hosts).
+#: says where to attach it (across hosts).
 SESSION_LIVE_ELSEWHERE: Final = -32007
 #: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
 #: restarted): ``session/load`` or ``session/resume`` brings it back.
 SESSION_NOT_RUNNING: Final = -32008
 
-#: Multi-client attach RFD (issue 27): join a live session as controller or observer, and
+#: Multi-client attach RFD: join a live session as controller or observer, and
 #: leave it again without ending it.
 M_SESSION_ATTACH: Final = "session/attach"
 M_SESSION_DETACH: Final = "session/detach"
@@ -34,7 +34,7 @@ M_SESSION_DETACH: Final = "session/detach"
 M_ATTACHMENT_CLOSED: Final = "_acpgate/attachment_closed"
 
 #: Multi-client attach RFD: another controller's prompt, and a permission request answered
-#: by another controller (issue 27).
+#: by another controller.
 U_PROMPT_RECEIVED: Final = "prompt_received"
 U_PERMISSION_RESOLVED: Final = "permission_resolved"
 #: Multi-client attach RFD: a client left the session (``client``: its clientInfo, role).
@@ -43,7 +43,7 @@ U_CLIENT_DISCONNECTED: Final = "client_disconnected"
 MESSAGE_CHUNKS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk",
                                    "user_message_chunk"})
 
-# ------------------------------------------------------------------ session attach (issue 27)
+# ------------------------------------------------------------------ session attach
 ROLE_CONTROLLER: Final = "controller"
 ROLE_OBSERVER: Final = "observer"
 ATTACH_ROLES: Final = (ROLE_CONTROLLER, ROLE_OBSERVER)
@@ -81,7 +81,7 @@ MSG_LIVE_ELSEWHERE_RECONNECT: Final = "reconnect to {url} and attach it there"
 #: … and without one (none is ever guessed from a bind address).
 MSG_LIVE_ELSEWHERE_NO_URL: Final = ("attach it there (that host has no [gateway] public_url "
                                     "configured)")
-#: … and when a sibling edge worker of this host serves it (issue 28): the front door hands
+#: … and when a sibling edge worker of this host serves it: the front door hands
 #: a connection carrying the worker's affinity cookie or ``?worker=k`` to that worker.
 MSG_ATTACH_ON_SIBLING_WORKER: Final = (
     "Session {session_id} is live on edge worker {worker} of this host: reconnect with its "

@@ -1,4 +1,4 @@
-"""Protocol constants of the client-supplied MCP servers policy (issue 23): the ``[gateway]
+"""Protocol constants of the client-supplied MCP servers policy: the ``[gateway]
 client_mcp_servers`` values and the refusals' messages (-32602 on session/new, load, resume).
 """
 

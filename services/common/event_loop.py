@@ -1,4 +1,4 @@
-"""Which asyncio event loop each acpgate process runs on (issue 15).
+"""Which asyncio event loop each acpgate process runs on.
 
 uvloop (a Linux dependency) replaces the standard loop only in the processes
 where ``bench/PROFILE.md`` measured a win, listed in :data:`UVLOOP_BY_DEFAULT`;
@@ -35,7 +35,7 @@ LOOPS = (UVLOOP, ASYNCIO)
 #: does not offer (no ``process_group``).
 PROCESSES = ("acp", "edge", "session", "lifecycle", "agent", "bridge")
 
-#: Where uvloop won its measurement (bench/PROFILE.md, section 11): the edge
+#: Where uvloop won its measurement (bench/PROFILE.md): the edge
 #: (gateway relay rate +27–31 %), the session service (CPU per turn −10–14 %)
 #: and the built-in agent (CPU per turn −12–15 %). ``acpgate acp`` (+15–21 %
 #: CPU per relayed update) and the lifecycle service (+50 %) lost and keep the

@@ -5,7 +5,7 @@ service over a unix socket (``[services] data_path = "auto"``, the default) the
 lifecycle service also listens on a second unix socket beside it
 (:func:`fd_socket_path`), over which it hands an attached edge the adapter's
 stdin and stdout (``SCM_RIGHTS``): the adapter's updates then go adapter →
-edge, not through the lifecycle process and a gRPC stream (issue 28). The
+edge, not through the lifecycle process and a gRPC stream. The
 ``Attach`` stream stays the control channel (the open, the ensure, the exit
 report with its stderr tail) and the whole data path where fds cannot pass.
 

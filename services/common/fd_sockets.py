@@ -1,7 +1,7 @@
 """The I/O of acpgate's descriptor-passing unix sockets (``SCM_RIGHTS``).
 
 Two local exchanges hand file descriptors between acpgate's own processes: the
-lifecycle service's fd socket (an adapter's pipes to the edge, issue 28) and an edge
+lifecycle service's fd socket (an adapter's pipes to the edge) and an edge
 worker's hand-over socket (a client connection to the worker it belongs to). Their
 wire formats differ (:mod:`services.common.fd_channel`,
 ``services.edge.transport.handoff.wire``); binding the socket owner-only, accepting
@@ -106,8 +106,9 @@ class FdSocketListener:
             accept_each(self._sock, self._serve, self._exchanges, name=self._name),
             name=f"{self._name}-accept")
 
-    async def close(self) -> None:
-        """Stop accepting, drop the exchanges under way, remove the socket."""
+    async def close(self, *, unlink: bool = True) -> None:
+        """Stop accepting, drop the exchanges under way, remove the socket file (unless
+        ``unlink`` is False: the path may be another process's by now)."""
         tasks = [t for t in (self._accepting, *self._exchanges) if t is not None]
         for task in tasks:
             task.cancel()
@@ -115,8 +116,9 @@ class FdSocketListener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
+            if unlink:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
 
 
 async def recv_fds(sock: socket.socket, max_bytes: int, max_fds: int,

@@ -3,7 +3,7 @@
 The session and lifecycle services decide and spawn for whoever calls them, so
 no call is served without the install's **service credential**
 (:mod:`services.common.service_key`: ``[services] token_env``'s variable, else
-the per-install key file), on TCP and unix sockets alike (issue 23: a shell
+the per-install key file), on TCP and unix sockets alike (a shell
 command an agent runs can reach the sockets, and must get nothing there). Every
 call carries ``authorization: Bearer <credential>`` metadata, compared in
 constant time; anything else is ``UNAUTHENTICATED``. Health checks stay open so

@@ -4,7 +4,7 @@ Embedded mode (``acpgate acp``) runs the edge and both services in one process.
 Over a unix socket every message the edge and a service exchange is
 serialized, framed as HTTP/2, written, read, parsed and handed between gRPC's
 own threads and the event loop — measured as the largest share of the relay
-that can be removed (bench/PROFILE.md, §11). :class:`InProcessChannel` keeps
+that can be removed (bench/PROFILE.md). :class:`InProcessChannel` keeps
 the contract and skips the transport: a service registers on it exactly as on
 a ``grpc.aio.Server`` (the generated ``add_*Servicer_to_server``), the
 generated stub is built on it exactly as on a ``grpc.aio.Channel``, and each
@@ -76,7 +76,7 @@ class _StreamCall:
 
     Each ``read`` runs the servicer's generator up to its next message in the reader's
     own task: no producer task and no queue between them, so a message reaches the caller
-    in the loop iteration it is produced in (bench/PROFILE.md §19: one task switch less
+    in the loop iteration it is produced in (bench/PROFILE.md: one task switch less
     per relayed batch), and the servicer produces only as fast as the caller reads, as
     gRPC's flow control makes a remote one.
     """

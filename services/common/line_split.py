@@ -9,7 +9,7 @@ longer than ``max_line`` bytes is dropped, up to its newline, without losing
 its neighbours.
 
 The lifecycle service splits an adapter's stdout with it while it reads the pipe itself,
-and the edge once the pipe was handed to it (issue 28): :meth:`LineSplitter.state` is
+and the edge once the pipe was handed to it: :meth:`LineSplitter.state` is
 where the one left off, which the other goes on from.
 """
 

@@ -1,4 +1,4 @@
-"""Binding the gateway's TCP port before anything says it is ready (issue 24).
+"""Binding the gateway's TCP port before anything says it is ready.
 
 ``acpgate serve`` binds ``[gateway] host``/``port`` itself, before it starts any
 child, and hands the listening sockets to its edge child (``acpgate edge

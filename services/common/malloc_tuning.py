@@ -1,4 +1,4 @@
-"""glibc malloc options for the edge process (issue 15, bench/PROFILE.md section 18).
+"""glibc malloc options for the edge process (bench/PROFILE.md).
 
 With 200 sessions streaming, a third of the edge's malloc heap was free memory
 that glibc kept resident (25–45 MB of 70–90 MB): every gRPC thread got its own
@@ -50,7 +50,7 @@ class MallocOption:
     env: str
 
 
-#: What the edge runs with (measured in bench/PROFILE.md section 18).
+#: What the edge runs with (measured in bench/PROFILE.md).
 EDGE_MALLOC: tuple[MallocOption, ...] = (
     MallocOption(M_MMAP_THRESHOLD, 64 * 1024, "MALLOC_MMAP_THRESHOLD_"),
     MallocOption(M_ARENA_MAX, 2, "MALLOC_ARENA_MAX"),

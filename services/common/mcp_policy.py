@@ -1,4 +1,4 @@
-"""Which client-supplied MCP servers may run, and how (issue 23).
+"""Which client-supplied MCP servers may run, and how.
 
 A client's ``mcpServers`` are commands and URLs that acpgate's processes start
 and connect to. Who passed them decides what they may be:

@@ -2,7 +2,7 @@
 
 An ``mcpServers`` entry of a remote client names a URL that acpgate's own
 processes connect to: pointed at ``http://127.0.0.1:<port>/…`` or a private
-address it would make the gateway host a proxy into its own network (issue 23).
+address it would make the gateway host a proxy into its own network.
 So every address the URL's host resolves to must be a global one — not
 loopback, link-local, private (RFC 1918, ULA), shared (CGNAT ``100.64/10``),
 unspecified, multicast or otherwise reserved — unless ``[gateway]

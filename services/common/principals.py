@@ -1,4 +1,4 @@
-"""Principals: who a session belongs to (issue 23), as pure functions over owner keys.
+"""Principals: who a session belongs to, as pure functions over owner keys.
 
 A principal is the party sessions are owned by and visibility widens within:
 

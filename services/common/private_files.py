@@ -1,4 +1,4 @@
-"""acpgate's own state on disk is private to the user it runs as (issue 23).
+"""acpgate's own state on disk is private to the user it runs as.
 
 Session stores, lease databases, tokens, the service key, instance ids and adapter
 logs hold conversations, credentials and process identities: another user on the

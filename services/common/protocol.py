@@ -63,7 +63,7 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
-#: Issue 23 item 6: one token's share of max_sessions is used up (others may still start).
+#: One token's share of max_sessions is used up (others may still start).
 MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
 MSG_MISSING_SESSION_ID: Final = "Missing required parameter: sessionId"
@@ -84,7 +84,7 @@ MSG_CWD_REFUSED: Final = (
     CWD_REFUSED_PREFIX + "it {relation} {what}; an operator may allow the directory with "
     "[autonomy] allow_cwd"
 )
-#: The same to the local user of `acpgate acp` (issue 24), who owns every file: the
+#: The same to the local user of `acpgate acp`, who owns every file: the
 #: guarded path and the exact line that allows the directory (a remote principal is never
 #: told acpgate's paths: MSG_CWD_REFUSED).
 MSG_CWD_REFUSED_LOCAL: Final = (
@@ -97,7 +97,7 @@ MSG_BLOB_TOO_LARGE: Final = "Embedded resource exceeds 10 MB limit ({n} bytes)"
 MSG_PROMPT_EMPTY: Final = "Parameter 'prompt' array must contain at least one text part"
 MSG_PROMPT_MISSING: Final = "Missing required parameter: prompt (must be string or array of parts)"
 MSG_SESSION_ALREADY_ACTIVE: Final = "Session already active: {session_id}. Call session/close first."
-#: Appended to it when a sibling edge worker of this host serves the session (issue 28):
+#: Appended to it when a sibling edge worker of this host serves the session:
 #: a WebSocket cannot move mid-stream, the client reconnects to that worker instead.
 MSG_SESSION_ON_SIBLING_WORKER: Final = (
     " It is served by edge worker {worker} of this host: reconnect with its affinity cookie, "
@@ -108,11 +108,11 @@ MSG_UNKNOWN_TERMINAL: Final = "Unknown terminal: {terminal_id}"
 MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 #: acpgate's own failures around an adapter (it exited, its stream broke, a setup step of the
 #: edge failed). An adapter's own error answer is passed on exactly instead (its code,
-#: message and data), with what acpgate was doing in ``data.acpgate`` (issue 25).
+#: message and data), with what acpgate was doing in ``data.acpgate``.
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
-#: session/fork (issue 25): the fork's adapter could not be brought up with its history.
+#: session/fork: the fork's adapter could not be brought up with its history.
 MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
 #: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a
 #: fork into another working directory; acpgate does, so a fork never moves a session —
@@ -135,7 +135,7 @@ MSG_SESSION_BEING_SET_UP: Final = "Session is being set up: {session_id}"
 #: A request read on a connection whose token was revoked meanwhile (AUTH_REQUIRED).
 MSG_TOKEN_REVOKED: Final = "Token revoked"
 #: A request read while the gateway stops (INTERNAL_ERROR): its running turns are being
-#: cancelled and its connection closed (issue 24).
+#: cancelled and its connection closed.
 MSG_SHUTTING_DOWN: Final = "acpgate is shutting down"
 #: A line over the reader's limit (stdin of `acpgate acp` and of the built-in agent): it is
 #: skipped up to its newline, never buffered whole, and answered -32700 with id null.
@@ -149,18 +149,21 @@ MSG_TOKEN_QUOTA: Final = (
     "Token storage quota exceeded ({used}/{limit} bytes): delete old sessions or raise "
     "[store] max_token_bytes"
 )
+#: AppendEvents: a session's part refused because its events would pass a quota — this
+#: prefix, then the quota's sentence (the session service's answer, read by the edge).
+REFUSED_QUOTA: Final = "quota: "
 #: SESSION_TAKEN_OVER: a turn refused (or cut off) because another host holds the claim.
 MSG_SESSION_TAKEN_OVER: Final = (
     "Session {session_id} was taken over by another host; this turn was not stored"
 )
-#: sessions_spawn refusals (issue 13): a cwd that leaves the spawning session's
+#: sessions_spawn refusals: a cwd that leaves the spawning session's
 #: workspace, no agent named, a requester that is no stored session.
 MSG_SPAWN_CWD_OUTSIDE: Final = "cwd must lie inside the spawning session's workspace: {cwd}"
 MSG_SPAWN_AGENT_REQUIRED: Final = (
     "sessions_spawn requires `agent` (alias of a configured [agents.<alias>] entry)"
 )
 MSG_SPAWN_UNKNOWN_REQUESTER: Final = "the spawning session is not a stored session"
-#: Issue 23: a session's turn started by another session runs at most at the sender's
+#: A session's turn started by another session runs at most at the sender's
 #: autonomy; an external agent's turn cannot be capped, so one above it is refused
 #: (sessions_send to it, sessions_spawn of it).
 MSG_SEND_ABOVE_AUTONOMY: Final = (
@@ -171,7 +174,7 @@ MSG_SPAWN_ABOVE_AUTONOMY: Final = (
     "Refused: the external agent `{agent}` runs at autonomy {target}, above this "
     "session's {sender}; acpgate cannot cap an external agent's turn"
 )
-#: Issue 23: every visibility-filtered read names its requester; none is never the operator.
+#: Every visibility-filtered read names its requester; none is never the operator.
 MSG_REQUESTER_REQUIRED: Final = (
     "requester_session_key is required (or operator = true for the machine's operator)"
 )
@@ -238,14 +241,14 @@ M_SESSION_EVENT: Final = "session/event"
 M_SESSION_SET_MODE: Final = "session/set_mode"
 M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
 M_SESSION_DELETE: Final = "session/delete"
-#: ACP (unstable): choose the session's model; relayed, and the choice stored (issue 25).
+#: ACP (unstable): choose the session's model; relayed, and the choice stored.
 M_SESSION_SET_MODEL: Final = "session/set_model"
-#: ACP (unstable) session/fork: a new session with the history of a stored one (issue 25).
+#: ACP (unstable) session/fork: a new session with the history of a stored one.
 #: It creates a session, so the edge serves it itself: never passed through by the
 #: generic relay.
 M_SESSION_FORK: Final = "session/fork"
 #: ACP connection-level methods of the agent (no session): relayed to the connection's
-#: agent, and replayed to every adapter of it the connection starts (issue 25).
+#: agent, and replayed to every adapter of it the connection starts.
 M_LOGOUT: Final = "logout"
 M_PROVIDERS_LIST: Final = "providers/list"
 M_PROVIDERS_SET: Final = "providers/set"
@@ -265,7 +268,7 @@ M_TERMINAL_RELEASE: Final = "terminal/release"
 M_TERMINAL_FOLLOWUPS: Final = (M_TERMINAL_OUTPUT, M_TERMINAL_WAIT, M_TERMINAL_KILL,
                                M_TERMINAL_RELEASE)
 
-# ------------------------------------------------------------------ agent-to-agent (issue 13)
+# ------------------------------------------------------------------ agent-to-agent
 #: ACP extension methods (underscore-prefixed, ACP "Extensibility") an adapter sends to the
 #: edge for the built-in agent's session tools; each names the calling session.
 M_A2A_SPAWN: Final = "_acpgate/sessions_spawn"
@@ -284,7 +287,7 @@ META_AGENT: Final = "agent"
 META_PARENT_SESSION_ID: Final = "parentSessionId"
 META_SPAWNED_BY: Final = "spawnedBy"
 #: `_meta.acpgate.forkedFrom` of a session/fork result and of a fork's session/list row: the
-#: id of the session it was forked from (issue 25).
+#: id of the session it was forked from.
 META_FORKED_FROM: Final = "forkedFrom"
 #: The prefix of a relayed permission request's title: "[<agent> · session <id>] ".
 A2A_LABEL: Final = "[{agent} · session {session_id}] "
@@ -301,7 +304,7 @@ U_CURRENT_MODE: Final = "current_mode_update"
 U_CONFIG_OPTION: Final = "config_option_update"
 U_SESSION_INFO: Final = "session_info_update"
 U_USAGE: Final = "usage_update"
-U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt (issue 27)
+U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (
@@ -334,13 +337,13 @@ MSG_MISSING_POLICY: Final = (
 )
 MSG_BAD_POLICY: Final = "Invalid _meta.acpgate.policy: {reason}"
 #: `_meta.acpgate.history` in session/resume toward the built-in agent (restore seeding, the
-#: whole history in one message: what edges before issue 23 sent; still read).
+#: whole history in one message: what older edges sent; still read).
 META_HISTORY: Final = "history"
 #: `_meta.acpgate.clientMcp` in session/new|resume toward the built-in agent: how the
 #: client's ``mcpServers`` run (``{"remote": bool, "servers": "none"|"http"|"all",
 #: "allowHosts": [...]}``; services/common/mcp_policy.py).
 META_CLIENT_MCP: Final = "clientMcp"
-#: `_meta.acpgate.autonomyCap` in session/prompt toward the built-in agent (issue 23): a
+#: `_meta.acpgate.autonomyCap` in session/prompt toward the built-in agent: a
 #: turn another session started (sessions_send) runs at most at this autonomy level.
 META_AUTONOMY_CAP: Final = "autonomyCap"
 MSG_BAD_AUTONOMY_CAP: Final = "Invalid _meta.acpgate.autonomyCap: must be one of {levels}"
@@ -367,19 +370,19 @@ META_MODEL_OUTPUT: Final = "modelOutput"
 #: with its own configuration (sentences, never a secret), logged by the edge at session start.
 META_WARNINGS: Final = "warnings"
 #: The built-in agent's provider names an API key variable that is unset (or empty): the
-#: first prompt fails with this (issue 24), before anything goes to the provider.
+#: first prompt fails with this, before anything goes to the provider.
 MSG_API_KEY_MISSING: Final = "{variable} (agents.{alias}.api_key_env) is not set"
 #: `error.data.acpgate` of an adapter failure relayed to the client: how it exited, its stderr.
 META_EXIT: Final = "exit"
 META_STDERR: Final = "stderrTail"
-#: `error.data.acpgate` of an adapter's own error passed on (issue 25): the request acpgate
+#: `error.data.acpgate` of an adapter's own error passed on: the request acpgate
 #: was making (`during`: a method name) and the agent's alias.
 META_DURING: Final = "during"
-#: `_meta.acpgate.workspaceDir` of an external agent's session/new result (issue 25: the
+#: `_meta.acpgate.workspaceDir` of an external agent's session/new result (the
 #: agent's result is passed whole; acpgate's additions go under `_meta.acpgate`).
 META_WORKSPACE_DIR: Final = "workspaceDir"
 #: `_meta.acpgate.stopReason` on the replayed `user_message_chunk` of a stored turn that did
-#: not end with end_turn (a cancelled turn is stored with what was streamed, issue 25).
+#: not end with end_turn (a cancelled turn is stored with what was streamed).
 META_STOP_REASON: Final = "stopReason"
 #: `agentCapabilities._meta` path by which claude-agent-acp says it queues a prompt sent
 #: while a turn runs (acpgate then queues it too instead of answering -32002).

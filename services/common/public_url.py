@@ -1,4 +1,4 @@
-"""``[gateway] public_url``: the address clients reach this gateway's ``/acp`` at (issue 27).
+"""``[gateway] public_url``: the address clients reach this gateway's ``/acp`` at.
 
 Several hosts may serve one store; a session is live on the host holding its claim, and
 the claim records that host's public URL, so another host can tell a client where to

@@ -1,5 +1,5 @@
 """The install's service credential: what every gRPC call between acpgate's own
-processes carries (ARCHITECTURE.md "Trust model", issue 23).
+processes carries (ARCHITECTURE.md "Trust model").
 
 The session and lifecycle services accept a call only with this secret, on TCP
 and on unix sockets alike: a shell command an agent runs, which can reach the

@@ -91,7 +91,7 @@ def _as_text(value: Any) -> str:
 
 
 #: Chunks a text run keeps as separate strings before joining them into one block (a
-#: 20-character chunk costs ~72 B as a str: bench/PROFILE.md section 18).
+#: 20-character chunk costs ~72 B as a str: bench/PROFILE.md).
 TEXT_BLOCK_CHUNKS = 128
 
 
@@ -140,7 +140,7 @@ class TurnAccumulator:
 
     def mark(self, stop_reason: str) -> None:
         """Mark the turn as ended by ``stop_reason`` other than ``end_turn`` (a cancelled
-        turn is stored with what was streamed: the user item's ``status``, issue 25)."""
+        turn is stored with what was streamed: the user item's ``status``)."""
         first = self._entries[0]
         if isinstance(first, session_pb2.HistoryItem):
             first.status = stop_reason

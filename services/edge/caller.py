@@ -1,4 +1,4 @@
-"""Who a client connection acts as (issue 23): its principal, and whether it is the operator.
+"""Who a client connection acts as: its principal, and whether it is the operator.
 
 Every connection has a :class:`Caller`, set by its front door and never
 guessed from an absence:

@@ -32,7 +32,7 @@ def grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
     code = exc.code()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
-    if code == grpc.StatusCode.PERMISSION_DENIED:  # a rule refused it (issue 23: autonomy)
+    if code == grpc.StatusCode.PERMISSION_DENIED:  # a rule refused it (autonomy)
         return JsonRpcError(POLICY_REFUSED, exc.details() or "Refused")
     if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
         return not_found(sid)

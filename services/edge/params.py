@@ -86,7 +86,7 @@ def encode_mcp_servers(servers: list[Any]) -> str:
 
 def without_acpgate_meta(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` without ``_meta.acpgate`` (a shallow copy when there was one): acpgate's
-    own namespace is the edge's to write toward an agent, never a client's (issue 25)."""
+    own namespace is the edge's to write toward an agent, never a client's."""
     meta = params.get("_meta")
     if not isinstance(meta, dict) or META_ACPGATE not in meta:
         return params

@@ -13,7 +13,7 @@ revoke by ``acpgate token revoke`` in another process takes effect on the next
 check without any cache to invalidate. Connections that are already open are
 the :class:`TokenWatch`'s business: it tells cheaply when the table changed.
 
-Operator grants (issue 23) live beside the tokens, in table ``grants`` (schema
+Operator grants live beside the tokens, in table ``grants`` (schema
 version 2; a store from before gets the empty table on its next open, its
 tokens untouched). One grant is :data:`GRANT_HOST` (the host view, below); the other is
 :data:`GRANT_SEE_ALL`: the token's clients,
@@ -44,7 +44,7 @@ SECRET_BYTES = 32
 
 #: The operator grant that shows other principals' sessions, read-only.
 GRANT_SEE_ALL = "see-all"
-#: The operator grant of the host view (issue 31): ``_acpgate/host/*`` on ``/acp`` — every
+#: The operator grant of the host view: ``_acpgate/host/*`` on ``/acp`` — every
 #: live session of the install, its owner and processes, and closing or cancelling them.
 #: ``acpgate token create --admin`` mints a token holding it.
 GRANT_HOST = "host"

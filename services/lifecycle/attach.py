@@ -6,7 +6,7 @@ when the buffer is full it stops reading the pipe, so the adapter blocks on its 
 writes instead of this process growing without bound). An attacher takes whatever
 lines are ready as one batch (:meth:`AdapterChannel.next_batch` never waits to fill a
 batch), or takes the pipes themselves (:meth:`AdapterChannel.hand_over`, the edge on
-this host, issue 28). When the adapter exits, the remaining lines are delivered, then
+this host). When the adapter exits, the remaining lines are delivered, then
 :attr:`exit_info`. One attacher at a time (:meth:`AdapterChannel.attach`). EOF on the
 wrapper's report pipe tells that the wrapper itself is gone, and whether it died
 (:meth:`AdapterChannel.wrapper_died`), even while an orphaned adapter still holds the
@@ -39,8 +39,8 @@ DEFAULT_MAX_BUFFER_BYTES = 4 * 1024 * 1024
 #: Upper bound of one batch (one gRPC message); at least one line is always sent. A batch is
 #: in flight in the attacher at once, per session: 128 KiB (~500 updates) keeps the batching
 #: gain (ARCHITECTURE: 64 lines per message already carry ~318k lines/s) while 200 sessions
-#: streaming into slow clients no longer hold up to 1 MiB each in the edge (bench/PROFILE.md
-#: §11: edge peak 192 -> 160 MB with 200 sessions; relay CPU per update unchanged).
+#: streaming into slow clients hold far less than 1 MiB each in the edge (bench/PROFILE.md:
+#: edge peak 192 -> 160 MB with 200 sessions against 1 MiB; relay CPU per update the same).
 DEFAULT_MAX_BATCH_BYTES = 128 * 1024
 #: Longest accepted stdout line (a 10 MiB blob in base64 plus framing fits).
 MAX_LINE_BYTES = MAX_ADAPTER_LINE_BYTES

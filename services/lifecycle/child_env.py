@@ -1,4 +1,4 @@
-"""The environment an adapter starts with (issue 23 item 9): a clean base, never ours.
+"""The environment an adapter starts with: a clean base, never ours.
 
 The lifecycle service's own environment holds what no agent may learn: the
 service addresses and credential variables, the store's password variable, the

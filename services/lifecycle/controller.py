@@ -118,7 +118,7 @@ class LifecycleController:
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on
-        session/new's critical path; bench/PROFILE.md §21).
+        session/new's critical path; bench/PROFILE.md).
         """
         if not req.session_key:
             raise InvalidRequest("session_key is required")

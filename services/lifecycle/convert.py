@@ -96,7 +96,7 @@ def stdout_response(lines: list[str]) -> pb.AttachResponse:
 
     Filled with ``extend``: ``AttachResponse(stdout=Lines(lines=...))`` builds the
     ``Lines`` and then copies it into the response, line by line through a slow
-    generic path (~18× the cost per line, measured; bench/PROFILE.md §16).
+    generic path (~18× the cost per line, measured; bench/PROFILE.md).
     """
     response = pb.AttachResponse()
     response.stdout.lines.extend(lines)

@@ -1,4 +1,4 @@
-"""One-shot grants to take an attach's pipes over the fd socket (issue 28).
+"""One-shot grants to take an attach's pipes over the fd socket.
 
 An ``Attach`` stream opened with ``fd_pass`` gets a :class:`FdGrant` with its
 first response: a random id, bound to the lease and to the attach (the

@@ -1,4 +1,4 @@
-"""Leases an Attach stream holds until it has let them go (issue 24 item 7).
+"""Leases an Attach stream holds until it has let them go.
 
 ``Attach{open.ensure}`` ensures a session's lease and attaches in one stream, and
 a lease that stream spawned or took lives as long as the stream: when it ends,

@@ -349,6 +349,6 @@ class LeaseStore:
 
 def _private_db(path: Path) -> None:
     """The lease database and its dir, owner-only: leases name the processes acpgate may
-    signal (issue 23). Blocking."""
+    signal. Blocking."""
     private_dir(path.parent)
     private_file(path, sqlite=True)

@@ -1,4 +1,4 @@
-"""Opening a sealed launch spec (issue 23): the lifecycle service's half of the seal.
+"""Opening a sealed launch spec: the lifecycle service's half of the seal.
 
 ``EnsureSession``, ``Attach{open.ensure}`` and ``KeepWarm`` name what to run only
 as a ``SealedLaunch`` the session service made (``services.common.launch_seal``).

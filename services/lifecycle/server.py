@@ -12,7 +12,11 @@ reaps) every lease it still holds, then gives the slot up.
 
 On a unix address, with ``[services] data_path = "auto"``, it also serves the fd
 socket beside it (:mod:`services.lifecycle.fd_server`): an edge on this host takes
-the adapters' pipes there instead of having every line relayed (issue 28).
+the adapters' pipes there instead of having every line relayed.
+
+``acpgate serve``'s step-down signal (a hot restart) ends ``acpgate lifecycle-service`` at
+once, exit 0, closing no lease: each wrapper waits its adoption window, and the
+successor on the same slot adopts it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from services.common.grpc_server import RunningServer, run_until_signalled, star
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
+from services.common.signals import STEP_DOWN_SIGNAL, exit_now, install_signal
 from services.lifecycle.adopt import adopt_at_start
 from services.lifecycle.control import AdoptPolicy, control_dir
 from services.lifecycle.controller import LifecycleController
@@ -173,10 +178,21 @@ async def run_lifecycle_service(cfg: Config, *, slot_fd: int | None = None,
     slot = None
     if slot_fd is not None:
         slot = await asyncio.to_thread(adopt_slot, cfg.lifecycle_state_dir, slot_fd)
-    return await run_until_signalled(
-        start_lifecycle_server(cfg, address, slot=slot),
-        address=address,
-        log=log,
-        stopped_event="lifecycle_service_stopped",
-        on_reload=live.reload_soon if live is not None else None,
-    )
+    remove_step = install_signal(STEP_DOWN_SIGNAL, _step_down)
+    try:
+        return await run_until_signalled(
+            start_lifecycle_server(cfg, address, slot=slot),
+            address=address,
+            log=log,
+            stopped_event="lifecycle_service_stopped",
+            on_reload=live.reload_soon if live is not None else None,
+        )
+    finally:
+        remove_step()
+
+
+def _step_down() -> None:
+    """A hot restart: leave now, every lease open and every wrapper running (they wait
+    ``[lifecycle] adopt_secs`` for the successor of this slot to adopt them)."""
+    log.info("lifecycle_stepped_down")
+    exit_now(0)

@@ -96,7 +96,7 @@ class LifecycleServicer(lifecycle_pb2_grpc.LifecycleServiceServicer):
 
     async def _opened(self, sealed: launch_pb2.SealedLaunch, context: Ctx) -> OpenedLaunch:
         """The launch spec ``sealed`` carries; PERMISSION_DENIED unless the session service
-        sealed it (issue 23: a caller never names a command of its own)."""
+        sealed it (a caller never names a command of its own)."""
         try:
             return open_launch(sealed, self._seal_key)
         except LaunchRefused as exc:

@@ -10,7 +10,7 @@ back (one read at most) until there is room.
 
 :meth:`hand_over` stops reading at once and gives back a duplicate of the pipe's read
 end with everything read and not delivered yet — the whole lines, then the start of the
-next one — so that whoever reads the pipe next (the edge, issue 28) goes on exactly
+next one — so that whoever reads the pipe next (the edge) goes on exactly
 where this reader stopped. From then on the pipe is not read here, until
 :meth:`read_here` (an attacher over the ``Attach`` stream) takes it back.
 """

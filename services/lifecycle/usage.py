@@ -1,4 +1,4 @@
-"""How much memory and CPU the processes of a verified tree use (issue 31, ``acpgate ps``).
+"""How much memory and CPU the processes of a verified tree use (``acpgate ps``).
 
 Read from ``/proc/<pid>/stat`` and ``statm`` for the processes a verification
 just proved to be a lease's (``VerifyOwnedTree`` with ``with_usage``): each is

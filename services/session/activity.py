@@ -1,4 +1,4 @@
-"""What the edges last reported their sessions to be doing (issue 31): in memory only.
+"""What the edges last reported their sessions to be doing: in memory only.
 
 Each instance's report (``ReportActivity``) is the whole picture of what it
 serves and replaces the one before; a report older than a claim's lease time

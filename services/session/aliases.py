@@ -30,7 +30,7 @@ __all__ = [
 
 #: The built-in agent is acpgate's own code: isolated mode (``-I``: no working directory
 #: or script dir on ``sys.path``, no ``PYTHON*`` variables, no user site), so a session
-#: ``cwd`` holding ``services/agent/__main__.py`` never runs in its place (issue 24).
+#: ``cwd`` holding ``services/agent/__main__.py`` never runs in its place.
 BUILTIN_INTERPRETER_FLAGS = ("-I",)
 
 #: What the built-in agent reads from acpgate's environment besides its API key variable:

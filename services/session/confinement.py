@@ -19,7 +19,7 @@ Even then the agent's tools keep away from the guarded paths inside them
 (``services.agent.enforce``, ``services.agent.sandbox``): opting a directory in
 makes it a session workspace, it does not open what it contains.
 
-The local user of ``acpgate acp`` (issue 24: ``local_user``) owns every file
+The local user of ``acpgate acp`` (``local_user``) owns every file
 already, and an editor opened at ``~`` must get a session: for that requester a
 directory that *contains* guarded paths is a workspace like any (they stay
 forbidden inside it, as for an opted-in one); one that is or lies inside a

@@ -1,4 +1,4 @@
-"""Sealing what an alias launches (issue 23): the session service's half of the seal.
+"""Sealing what an alias launches: the session service's half of the seal.
 
 The lifecycle service runs only launch specs this service resolved from
 configuration and sealed (``services.common.launch_seal``); every

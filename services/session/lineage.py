@@ -1,4 +1,4 @@
-"""What the session service decides for a spawned (child) session (issue 13, SPEC §12–§14).
+"""What the session service decides for a spawned (child) session (SPEC §12–§14).
 
 A session may spawn child sessions of any configured agent. Three decisions
 are made here, from the config and the stored rows alone:
@@ -73,7 +73,7 @@ async def effective_autonomy(cfg: Config, store: SessionStore, rec: SessionRecor
 
 async def acting_autonomy(cfg: Config, store: SessionStore, rec: SessionRecord,
                           turn_cap: str = "") -> str:
-    """The level ``rec`` acts at when it spawns or sends (issue 23): its chain's ceiling
+    """The level ``rec`` acts at when it spawns or sends: its chain's ceiling
     (:func:`effective_autonomy`), lowered by the mode it runs in now and by ``turn_cap``,
     the cap of the turn it runs (one another session started: "" = none) — so a capped
     turn cannot launder its cap through a third session."""

@@ -1,4 +1,4 @@
-"""Session visibility (SPEC §14, issue 23): pure functions over row metadata, no lookups.
+"""Session visibility (SPEC §14): pure functions over row metadata, no lookups.
 
 :func:`can_see` decides whether a :class:`Requester` may act on (list, read the
 history of, send to, or ask the status of) a session row. It draws the

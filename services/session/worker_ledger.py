@@ -1,4 +1,4 @@
-"""The limits one host's edge workers share (issue 28): in memory only.
+"""The limits one host's edge workers share: in memory only.
 
 ``acpgate serve`` may run several edge processes on one port; ``[gateway]
 max_connections`` / ``max_connections_per_token`` and ``[acp] max_sessions`` /

@@ -8,7 +8,7 @@
 - A real path that is, lies inside or contains acpgate's own state or a
   credential store is refused (``services.session.confinement``), unless
   ``[autonomy] allow_cwd`` lists it; for the local user of ``acpgate acp``
-  (``local_user``) only one that is or lies inside one (issue 24).
+  (``local_user``) only one that is or lies inside one.
 - Otherwise the exact real path is the session boundary, never widened.
 - An omitted cwd means the agent workspace — never the daemon's start dir.
 

@@ -67,7 +67,7 @@ async def test_cancel_kills_running_shell_group(tmp_path: Path) -> None:
         assert c.kinds()[-1] == "tool_call_update"  # nothing after the cancel
         assert len(provider.calls) == 1  # the model was not called again
         # The session stays usable; the cancelled turn stays in its context as far as it
-        # went, marked, as the edge stores it and seeds it again (issue 25).
+        # went, marked, as the edge stores it and seeds it again.
         provider.script = [say("fresh")]
         assert (await c.prompt(sid, "again"))["stopReason"] == "end_turn"
         assert [(m.role, m.text) for m in provider.calls[1][1]] == [

@@ -161,7 +161,7 @@ def test_spec12_forbidden_beats_everything_but_roots(tmp_path: Path, ws: Path) -
 
 
 def test_a_root_never_reaches_a_forbidden_path_inside_it(tmp_path: Path) -> None:
-    """Issue 11: a root containing the data dir (or ~/.ssh) still does not reach it."""
+    """A root containing the data dir (or ~/.ssh) still does not reach it."""
     root = tmp_path / "project"
     data = root / "cfg" / "data"
     agent_ws = root / "cfg" / "agents" / "a" / "workspace"
@@ -230,7 +230,7 @@ def test_spec12_needs_approval() -> None:
 
 
 def test_approval_patterns_match_mcp_tool_names() -> None:
-    """Issue 16: auto_approve/always_ask are patterns over ``<server>__<tool>`` names."""
+    """Auto_approve/always_ask are patterns over ``<server>__<tool>`` names."""
     p = SecurityPolicy(workspace_dir="/w", auto_approve=("docs__*", "file_read"),
                        always_ask=("docs__delete*",))
     assert not needs_approval(p, "docs__search")

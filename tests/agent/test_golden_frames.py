@@ -1,4 +1,4 @@
-"""The built-in agent against the golden wire fixtures the edge tests use too (issue 12 item 5).
+"""The built-in agent against the golden wire fixtures the edge tests use too.
 
 What the edge sends the agent (its ``initialize``, its permission answers) is fed
 in exactly as the edge's own tests pin it; what the agent answers must be the

@@ -1,4 +1,4 @@
-"""The built-in agent seeded with a long history in chunks, within its budget (issue 23, item 7).
+"""The built-in agent seeded with a long history in chunks, within its budget.
 
 The edge restores a built-in session with ``session/resume`` and
 ``_meta.acpgate.historyFollows``, then the stored history in
@@ -125,7 +125,7 @@ def test_a_result_the_model_saw_differently_is_seeded_as_the_model_saw_it() -> N
 
 
 def test_a_cancelled_turn_is_seeded_with_its_marker() -> None:
-    """A stored cancelled turn (issue 25) comes back as far as it went, then the cancel marker,
+    """A stored cancelled turn comes back as far as it went, then the cancel marker,
     as the live session keeps it — in the middle of the history and as its last turn, whatever
     the chunks; a tool call it left without a result gets a placeholder."""
     cancelled: list[dict[str, Any]] = [

@@ -1,5 +1,5 @@
 """MCP servers that fail: a clear tool error for the model and the client, and the session
-goes on (issue 16). Also the HTTP transports and restarting on resume.
+goes on. Also the HTTP transports and restarting on resume.
 
 Real SDK servers as child processes (and over HTTP on an OS-chosen port); scripted model.
 """

@@ -1,4 +1,4 @@
-"""MCP tool results → model text and ACP tool-call content (issue 16, SPEC §4 for blobs).
+"""MCP tool results → model text and ACP tool-call content (SPEC §4 for blobs).
 
 Pure mapping tests on SDK result objects; every client block is checked against
 the official ACP schema's ToolCallContent.

@@ -1,4 +1,4 @@
-"""MCP servers from ``session/new`` become the session's tools (issue 16), in-process agent.
+"""MCP servers from ``session/new`` become the session's tools, in-process agent.
 
 A real MCP server written with the SDK (``tests/agent/mcp_server.py``) runs as a
 child process; the model is scripted. What is checked: names and schemas

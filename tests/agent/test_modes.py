@@ -1,4 +1,4 @@
-"""The built-in agent's modes (autonomy) and model option, and its usage reports (issue 17).
+"""The built-in agent's modes (autonomy) and model option, and its usage reports.
 
 - modes: readonly / supervised / full, never above the policy the edge sent;
 - config option ``model`` (category ``model``) over the configured models;
@@ -113,7 +113,7 @@ def _capped(sid: str, text: str, cap: Any) -> dict[str, Any]:
 
 
 async def test_a_turn_cap_holds_for_that_turn_only(tmp_path: Path, ws: Path) -> None:
-    """Issue 23 item 5: ``_meta.acpgate.autonomyCap`` (a turn another session started)
+    """``_meta.acpgate.autonomyCap`` (a turn another session started)
     runs that one turn at the capped level — a `full` session capped `readonly` offers no
     shell, and its shell call is refused; the next turn runs at its mode again, and the
     session's mode never changed."""

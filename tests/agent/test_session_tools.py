@@ -1,4 +1,4 @@
-"""The built-in agent's session tools (issue 13): offered only when the client serves them,
+"""The built-in agent's session tools: offered only when the client serves them,
 one ACP extension request per call, the edge's answer or refusal handed to the model."""
 
 from __future__ import annotations

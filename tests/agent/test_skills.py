@@ -1,4 +1,4 @@
-"""Skills from the agent workspace (issue 29 item 2): `skills/<name>/SKILL.md` with a front
+"""Skills from the agent workspace: `skills/<name>/SKILL.md` with a front
 matter name and description, listed in the system prompt, loaded with `skill_load`; a broken
 skill is skipped with a log line, and no skill path leaves `skills/`."""
 

@@ -231,9 +231,9 @@ async def test_eof_answers_requests_already_read_and_cancels_turns(tmp_path: Pat
 async def test_sigterm_while_stdin_open_exits_cleanly(tmp_path: Path) -> None:
     """The lifecycle wrapper SIGTERMs an idle agent whose stdin is still open.
 
-    Regression: the stdin reader thread used to sit inside the buffered reader,
-    and interpreter shutdown then aborted the process (SIGABRT, "Fatal Python
-    error: _enter_buffered_busy") instead of exiting 0.
+    It exits 0: interpreter shutdown must not abort it (SIGABRT, "Fatal Python
+    error: _enter_buffered_busy"), as it would with the stdin reader thread still
+    inside the buffered reader.
     """
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.toml").write_text(CONFIG)

@@ -66,7 +66,7 @@ def test_kinds() -> None:
         "shell": "execute", "file_read": "read", "file_write": "edit", "file_edit": "edit",
         "glob": "search", "content_search": "search", "deliver_file": "other",
         "ask_user": "other", "escalate_to_human": "other", "skill_load": "read", "todo": "other",
-        # issue 13: the session tools (offered only behind the edge)
+        # the session tools (offered only behind the edge)
         "sessions_spawn": "other", "sessions_send": "other", "sessions_list": "read",
         "sessions_history": "read", "session_status": "read"}
     assert tool_kind("whatever") == "other"

@@ -87,11 +87,11 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     # over two paths, its CPU and bytes per event, the crash benchmark.
     assert items.count("36") == 6
     assert "0 events replayed twice" in text
-    assert items.count("23.7") == 4  # loading a session of big prompts (issue 23)
-    assert items.count("28") == 2  # capacity at one N: delivered updates/s, latency (issue 28)
+    assert items.count("23.7") == 4  # loading a session of big prompts
+    assert items.count("28") == 2  # capacity at one N: delivered updates/s, latency
     assert items.count("8") == 2  # the spread of a burst over 2 and 4 edge workers
     assert "`?worker=4` got 101" in text
-    assert "Capacity (issue 28)" in text and "| 4 | " in text
+    assert "Capacity: N sessions" in text and "| 4 | " in text
     assert "2 of 2 turns replayed" in text
     assert ("PostgreSQL store" in text) is bool(pg_rows)
     assert ("Not run:" in text) is not bool(pg_rows)

@@ -1,4 +1,4 @@
-"""The typed ACP models (services/common/acp): generated, faithful to the schema (issue 12 item 5)."""
+"""The typed ACP models (services/common/acp): generated, faithful to the schema."""
 
 from __future__ import annotations
 

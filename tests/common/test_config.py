@@ -24,7 +24,7 @@ def test_defaults_without_file(tmp_path: Path) -> None:
     assert cfg.gateway.port == 42617
     assert cfg.gateway.host == "127.0.0.1"
     assert cfg.gateway.require_auth is True
-    # A gateway client's mcpServers: none by default (issue 23).
+    # A gateway client's mcpServers: none by default.
     assert cfg.gateway.client_mcp_servers == "none"
     assert cfg.gateway.client_mcp_allow_hosts == ()
     assert cfg.data_dir == tmp_path / "data"
@@ -250,7 +250,7 @@ def test_cli_config_dir_before_or_after_the_action(tmp_path: Path, flag_first: b
 
 
 def test_agent_mcp_servers_from_file_env_and_show(tmp_path: Path) -> None:
-    """Issue 16: ``[agents.<alias>] mcp_servers`` in the ACP shapes; values never shown."""
+    """``[agents.<alias>] mcp_servers`` in the ACP shapes; values never shown."""
     write(tmp_path, """
 [agents.a]
 provider = "demo"

@@ -1,4 +1,4 @@
-"""Which event loop a process runs on (services.common.event_loop, issue 15)."""
+"""Which event loop a process runs on (services.common.event_loop)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The loader and interpreter variables a gateway client's stdio server never gets (issue 23)."""
+"""The loader and interpreter variables a gateway client's stdio server never gets."""
 
 from __future__ import annotations
 

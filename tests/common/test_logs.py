@@ -1,4 +1,4 @@
-"""acpgate's own logs (issue 31): the text format, redaction, the plan per process, the
+"""acpgate's own logs: the text format, redaction, the plan per process, the
 shared rotating file (real processes writing at once) and the writer thread."""
 
 from __future__ import annotations

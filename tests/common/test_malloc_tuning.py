@@ -1,4 +1,4 @@
-"""The edge's glibc malloc options (services.common.malloc_tuning, bench/PROFILE.md §18).
+"""The edge's glibc malloc options (services.common.malloc_tuning, bench/PROFILE.md).
 
 Each check runs in a fresh interpreter: mallopt changes the whole process, and
 the dynamic mmap threshold these tests probe is per process state.

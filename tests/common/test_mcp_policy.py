@@ -1,4 +1,4 @@
-"""The rules for a client's mcpServers, and their `_meta.acpgate.clientMcp` form (issue 23)."""
+"""The rules for a client's mcpServers, and their `_meta.acpgate.clientMcp` form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ACP ``McpServer`` shapes (issue 16): what clients pass and what config.toml holds."""
+"""ACP ``McpServer`` shapes: what clients pass and what config.toml holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which addresses a gateway client's HTTP/SSE MCP server may point at (issue 23)."""
+"""Which addresses a gateway client's HTTP/SSE MCP server may point at."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``[gateway] public_url`` (issue 27, across hosts): checked when the config loads.
+"""``[gateway] public_url`` (across hosts): checked when the config loads.
 
 The URL is sent to every client that attaches to one of this host's sessions through
 another host, so it must be an address a client can reconnect to (ws, wss, http or

@@ -1,4 +1,4 @@
-"""``[gateway] workers`` (issue 28): a count or "auto", and the edge children serve runs."""
+"""``[gateway] workers``: a count or "auto", and the edge children serve runs."""
 
 from __future__ import annotations
 

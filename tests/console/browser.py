@@ -5,7 +5,7 @@
 console tests cannot run here (no Playwright, no browser) — they are skipped with it.
 :func:`open_browser` launches it; :class:`Shots` saves screenshots: every step's
 when ``ACPGATE_CONSOLE_SCREENSHOTS`` names a folder (``docs/console`` regenerates the
-README's pictures), and the page as it was when a step failed, in a temporary folder
+pictures in docs/console.md), and the page as it was when a step failed, in a temporary folder
 the failure names.
 """
 

@@ -1,4 +1,4 @@
-"""The web console in a real browser against a real ``acpgate serve`` (issue 31).
+"""The web console in a real browser against a real ``acpgate serve``.
 
 Headless Chromium from the system packages, driven by Playwright, loads
 ``http://127.0.0.1:<port>/`` of a gateway whose built-in agent talks to the local
@@ -14,7 +14,7 @@ a plain token; the New session form (the header's buttons only once signed in, t
 agents the token may start in a select, a project directory sent as ``cwd``, a relative
 or refused one shown by its field). Skipped with the reason where no browser or Playwright is found.
 A failure saves the pages' screenshots to a temporary folder it names;
-``ACPGATE_CONSOLE_SCREENSHOTS=docs/console`` saves each step's (the README's).
+``ACPGATE_CONSOLE_SCREENSHOTS=docs/console`` saves each step's (docs/console.md's).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ async def test_sign_in_stream_markdown_permission_and_history(tmp_path: Path) ->
         await expect(page.locator("#signin")).to_be_visible()
         assert await page.evaluate("Object.keys(sessionStorage).length") == 0
 
-        # Signed in again: the session the reload left detached (issue 27) is attached as its
+        # Signed in again: the session the reload left detached is attached as its
         # controller, its whole history replayed (session/attach, historyPolicy "full").
         await sign_in(page, token)
         await page.locator("#session-table tbody tr").first.get_by_role(
@@ -215,7 +215,7 @@ async def test_watch_a_session_another_client_started(tmp_path: Path) -> None:
         if not attach:
             await ws.close()
             pytest.skip("the gateway does not advertise sessionCapabilities.attach "
-                        "(session/attach, issue 27): watching another client's session "
+                        "(session/attach): watching another client's session "
                         "waits for it")
         sid = (await other.result("session/new", {"cwd": ""}))["sessionId"]
         await other.say(sid, "first from the editor")

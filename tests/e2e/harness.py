@@ -128,7 +128,7 @@ env = {{ SDK_AGENT_STATE = {json.dumps(str(state))}, SDK_AGENT_RESTORE = "{resto
 def workspace_beside_config(tmp_path: Path) -> Path:
     """A fresh session workspace next to the test's config dir, not its parent: a ``cwd``
     containing acpgate's own state is refused on the gateway (SPEC §12, cwd confinement;
-    ``acpgate acp`` accepts it, issue 24), so tests use one that neither rule refuses."""
+    ``acpgate acp`` accepts it), so tests use one that neither rule refuses."""
     work = tmp_path / "work"
     work.mkdir()
     return work
@@ -320,7 +320,7 @@ class AcpProcess:
 
     def say(self, sid: str, prompt: Any) -> str:
         """session/prompt (asserting success); the assistant text streamed by the turn (an
-        external agent's result carries no ``content``: issue 25)."""
+        external agent's result carries no ``content``: it is passed whole)."""
         before, resp = self.call("session/prompt", {"sessionId": sid, "prompt": prompt})
         assert "result" in resp, resp
         return streamed_text(before, sid)
@@ -361,8 +361,8 @@ class AcpProcess:
 
 def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict[str, Any]]:
     """The ``update`` objects of session/update notifications (optionally of one session),
-    as the agent sent them: the event id acpgate numbers each with (issue 27:
-    ``_meta.acpgate.eventId``, increasing per session where present) taken off again."""
+    as the agent sent them: the event id acpgate numbers each with
+    (``_meta.acpgate.eventId``, increasing per session where present) taken off again."""
     out: list[dict[str, Any]] = []
     last: dict[str, int] = {}
     for m in messages:
@@ -386,6 +386,29 @@ def updates(messages: list[dict[str, Any]], sid: str | None = None) -> list[dict
             else:
                 update.pop("_meta", None)
         out.append(update)
+    return out
+
+
+def message_texts(ups: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(sessionUpdate, text)`` per message of ``ups`` (:func:`updates`' output): the text
+    chunks of one message — consecutive updates of the same kind and ``messageId`` — joined,
+    as a client shows them however the agent cut its stream (a chunk without a
+    ``messageId``, such as a replayed prompt, is a message of its own); other updates are
+    left out."""
+    out: list[tuple[str, str]] = []
+    last: tuple[str, Any] | None = None
+    for u in ups:
+        content = u.get("content")
+        if not str(u.get("sessionUpdate", "")).endswith("_chunk") or not isinstance(content, dict) \
+                or "text" not in content:
+            last = None
+            continue
+        key = (u["sessionUpdate"], u.get("messageId"))
+        if key == last and key[1] is not None:
+            out[-1] = (out[-1][0], out[-1][1] + content["text"])
+        else:
+            out.append((u["sessionUpdate"], content["text"]))
+        last = key
     return out
 
 
@@ -419,7 +442,7 @@ def gone(pids: list[int], wait: float = 15.0) -> bool:
 def streamed_text(messages: list[dict[str, Any]], sid: str | None = None) -> str:
     """The assistant text streamed in ``messages`` (``agent_message_chunk`` text blocks): what
     a client reads of an external agent's answer, whose prompt result carries no ``content``
-    (issue 25: the agent's result is passed whole)."""
+    (the agent's result is passed whole)."""
     return "".join(u["content"].get("text", "") for u in updates(messages, sid)
                    if u.get("sessionUpdate") == "agent_message_chunk"
                    and isinstance(u.get("content"), dict))
@@ -427,7 +450,7 @@ def streamed_text(messages: list[dict[str, Any]], sid: str | None = None) -> str
 
 def workspace_of(result: dict[str, Any]) -> str:
     """A session/new result's workspace: SPEC §3's ``workspaceDir`` (the built-in agent), or
-    ``_meta.acpgate.workspaceDir`` beside an external agent's own result (issue 25)."""
+    ``_meta.acpgate.workspaceDir`` beside an external agent's own result."""
     if "workspaceDir" in result:
         return str(result["workspaceDir"])
     return str(result["_meta"]["acpgate"]["workspaceDir"])

@@ -1,4 +1,4 @@
-"""Agent-to-agent sessions end to end (issue 13): `acpgate acp`, a built-in parent on the fake
+"""Agent-to-agent sessions end to end: `acpgate acp`, a built-in parent on the fake
 model issuing the session tools, a child on another alias (the SDK test agent, kind "acp").
 
 The parent spawns the child, sends to it, reads its history and status, lists sessions;
@@ -233,7 +233,7 @@ def test_cancel_of_the_parent_cancels_the_child_turn_and_keeps_the_child(
             items = json.loads(out["sessions_history"])["items"]
             assert [(i["role"], i.get("text")) for i in items[:3]] == [
                 ("user", "hello"), ("assistant", "echo: hello"), ("user", "perm")]
-            # The child's turn is stored as its agent ended it (issue 25): this one answered
+            # The child's turn is stored as its agent ended it: this one answered
             # its cancelled question and ended the turn itself (end_turn).
             assert ("assistant", "permission: cancelled") in [
                 (i["role"], i.get("text")) for i in items]

@@ -1,4 +1,4 @@
-"""SPEC §14's visibility matrix through the built-in agent's real session tools (issue 13).
+"""SPEC §14's visibility matrix through the built-in agent's real session tools.
 
 The seed's rows are made once as real sessions, seen from a requesting session R of agent
 ``alpha`` whose model (the fake model server) issues the tool calls — R spawns its two

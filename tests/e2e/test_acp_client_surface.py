@@ -1,6 +1,6 @@
-"""Issue 17, "Toward the client (stable ACP v1)", through a real `acpgate acp`.
+"""The stable ACP v1 surface toward the client, through a real `acpgate acp`.
 
-Each test names the bullet it checks. The external adapter is tests/e2e/sdk_agent.py
+Each test names the part of that surface it checks. The external adapter is tests/e2e/sdk_agent.py
 (the official ACP Python SDK, kind = "acp"); the built-in agent is the demo one.
 """
 
@@ -53,7 +53,7 @@ def _say(acp: AcpProcess, sid: str, prompt: str) -> str:
 
 def test_modes_and_config_options_are_relayed_stored_and_reapplied(acp: AcpProcess,
                                                                     cfg: Path) -> None:
-    """Bullet: set_mode, set_config_option (string and boolean), modes/configOptions in
+    """set_mode, set_config_option (string and boolean), modes/configOptions in
     new/load/resume results, relayed to the adapter, stored, re-applied on load/resume."""
     created = acp.result("session/new", {"agentAlias": "sdk"})
     sid = created["sessionId"]
@@ -84,7 +84,7 @@ def test_modes_and_config_options_are_relayed_stored_and_reapplied(acp: AcpProce
 
 
 def test_builtin_agent_mode_is_reapplied_on_load(acp: AcpProcess) -> None:
-    """Bullet: the built-in agent's autonomy mode, never above the configured level."""
+    """The built-in agent's autonomy mode, never above the configured level."""
     created = acp.result("session/new", {"agentAlias": "demo"})
     sid = created["sessionId"]
     assert [m["id"] for m in created["modes"]["availableModes"]] == ["readonly", "supervised"]
@@ -102,7 +102,7 @@ def test_builtin_agent_mode_is_reapplied_on_load(acp: AcpProcess) -> None:
 
 
 def test_every_update_kind_is_relayed_unchanged_and_state_is_stored(acp: AcpProcess) -> None:
-    """Bullet: every session/update kind relayed unchanged except the session id (unknown
+    """Every session/update kind relayed unchanged except the session id (unknown
     future kinds too), stored where it matters for replay (title, mode, config)."""
     sid = acp.new_session(agentAlias="sdk")
     acp.result("session/prompt", {"sessionId": sid, "prompt": "first prompt line\nmore"})
@@ -130,7 +130,7 @@ def test_every_update_kind_is_relayed_unchanged_and_state_is_stored(acp: AcpProc
 
 
 def test_usage_is_relayed_recorded_per_turn_and_totalled(acp: AcpProcess, cfg: Path) -> None:
-    """Bullet: usage on the prompt result and usage_update; recorded per turn, totals in
+    """Usage on the prompt result and usage_update; recorded per turn, totals in
     session/list _meta."""
     sid = acp.new_session(agentAlias="sdk")
     before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "usage"})
@@ -162,7 +162,7 @@ def test_usage_is_relayed_recorded_per_turn_and_totalled(acp: AcpProcess, cfg: P
 
 def test_list_pages_with_cursor_and_filters_by_cwd(acp: AcpProcess, cfg: Path,
                                                    tmp_path: Path) -> None:
-    """Bullet: session/list with cwd filter, cursor/nextCursor paging, title, updatedAt."""
+    """session/list with cwd filter, cursor/nextCursor paging, title, updatedAt."""
     ws = str(tmp_path.resolve())
     with _db(cfg) as con:  # 130 stored sessions in one workspace, written as the store would
         for i in range(130):
@@ -185,7 +185,7 @@ def test_list_pages_with_cursor_and_filters_by_cwd(acp: AcpProcess, cfg: Path,
 
 def test_delete_closes_an_active_session_and_removes_everything(acp: AcpProcess,
                                                                cfg: Path) -> None:
-    """Bullet: session/delete removes the row and its history in one transaction, closes it
+    """session/delete removes the row and its history in one transaction, closes it
     first if active; visibility-checked like load."""
     sid = acp.new_session(agentAlias="sdk")
     acp.result("session/prompt", {"sessionId": sid, "prompt": "keep me"})
@@ -205,7 +205,7 @@ def test_delete_closes_an_active_session_and_removes_everything(acp: AcpProcess,
 
 def test_additional_directories_are_roots_stored_and_passed_on(acp: AcpProcess,
                                                                tmp_path: Path) -> None:
-    """Bullet: additionalDirectories on new/load/resume: extra roots, same realpath/forbidden
+    """additionalDirectories on new/load/resume: extra roots, same realpath/forbidden
     rules as cwd, stored on the row, enforced by policy, passed to the adapter."""
     ws, extra, other = tmp_path / "ws", tmp_path / "extra", tmp_path / "other"
     for d in (ws, extra, other):
@@ -243,7 +243,7 @@ def test_additional_directories_are_roots_stored_and_passed_on(acp: AcpProcess,
 
 
 def test_cancel_request_of_a_prompt_is_a_turn_cancel(acp: AcpProcess) -> None:
-    """Bullet: $/cancel_request, client → acpgate: a pending session/prompt is cancelled."""
+    """$/cancel_request, client → acpgate: a pending session/prompt is cancelled."""
     sid = acp.new_session(agentAlias="sdk")
     rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "slow"})
     acp.read_until(lambda m: m.get("method") == "session/update")
@@ -255,7 +255,7 @@ def test_cancel_request_of_a_prompt_is_a_turn_cancel(acp: AcpProcess) -> None:
 
 
 def test_cancel_request_toward_the_client(acp: AcpProcess) -> None:
-    """Bullet: $/cancel_request, acpgate → client: a relayed permission request the turn no
+    """$/cancel_request, acpgate → client: a relayed permission request the turn no
     longer waits for is withdrawn; the adapter's own withdrawal reaches the client too."""
     sid = acp.new_session(agentAlias="sdk")
     acp.handlers["session/request_permission"] = lambda p: None  # never answered
@@ -282,7 +282,7 @@ def test_cancel_request_toward_the_client(acp: AcpProcess) -> None:
 
 
 def test_url_elicitation_and_its_completion_are_relayed(acp: AcpProcess) -> None:
-    """Bullet: elicitation (form and url) relayed both ways, incl. elicitation/complete."""
+    """Elicitation (form and url) relayed both ways, incl. elicitation/complete."""
     sid = acp.new_session(agentAlias="sdk")
     acp.handlers["elicitation/create"] = lambda p: {"action": "accept"}
     try:

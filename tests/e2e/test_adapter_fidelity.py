@@ -1,4 +1,4 @@
-"""Toward external adapters at full fidelity (issue 17), against the ACP SDK test agent.
+"""Toward external adapters at full fidelity, against the ACP SDK test agent.
 
 What the adapter advertised decides the prompt it gets; its ``fs/*`` and
 ``terminal/*`` requests are decided by the session service and then relayed
@@ -140,7 +140,7 @@ def test_fs_and_terminal_relayed_to_a_capable_client(cfg: Path, tmp_path: Path) 
 
 def test_setup_error_keeps_code_and_data(acp: AcpProcess) -> None:
     err = acp.error("session/new", {"agentAlias": "sdkfail"})
-    # The agent's error exactly; acpgate's context beside its data (issue 25).
+    # The agent's error exactly; acpgate's context beside its data.
     assert err == {"code": -32603, "message": "Internal error",
                    "data": {"details": "Query closed before response received",
                             "acpgate": {"during": "session/new", "agent": "sdkfail"}}}

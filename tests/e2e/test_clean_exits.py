@@ -1,4 +1,4 @@
-"""``acpgate acp`` exits cleanly however it ends (issue 24 item 6).
+"""``acpgate acp`` exits cleanly however it ends.
 
 Every exit printed ``Exception in callback SubprocessStreamProtocol.pipe_connection_lost
 … InvalidStateError`` (the lifecycle service's wait for an adapter's stdin to close,

@@ -1,4 +1,4 @@
-"""A dropped early take never hands its adapter to the session's own ensure (issue 24 item 7).
+"""A dropped early take never hands its adapter to the session's own ensure.
 
 ``session/new`` takes a warm adapter early, on a stream of its own
 (``Attach{open.ensure{warm_only}}``), while the session service decides the
@@ -104,7 +104,7 @@ async def test_the_sessions_own_ensure_waits_for_the_dropped_take(
     await reached(log_path, answer)
     early.call.cancel()  # the edge drops the early take
 
-    got = (await answer).ensured  # before the fix: FAILED_PRECONDITION, or the early lease
+    got = (await answer).ensured  # neither FAILED_PRECONDITION nor the early lease
     assert got.spawned  # a lease of its own, never one another stream still held
     guard.track(got.lease.root_pid)
     guard.track(got.lease.adapter_pid)

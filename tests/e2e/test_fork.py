@@ -1,4 +1,4 @@
-"""ACP ``session/fork`` for every agent, through ``acpgate acp`` (issue 25).
+"""ACP ``session/fork`` for every agent, through ``acpgate acp``.
 
 - The built-in agent (on a local fake model): the fork's first model call carries the
   parent's conversation, and from then on the two conversations go their own ways — in
@@ -54,7 +54,7 @@ def fork(acp: AcpProcess, sid: str, **params: Any) -> dict[str, Any]:
 
 def says(acp: AcpProcess, sid: str, prompt: str) -> str:
     """The reply text of one prompt turn, as streamed (an external agent's result carries no
-    ``content``: issue 25)."""
+    ``content``: it is passed whole)."""
     before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": prompt})
     assert resp["result"]["stopReason"] == "end_turn", resp
     return streamed_text(before, sid)

@@ -1,4 +1,4 @@
-"""MCP servers end to end (issue 16): the client's ``mcpServers`` through `acpgate acp`.
+"""MCP servers end to end: the client's ``mcpServers`` through `acpgate acp`.
 
 Everything is real except the model: `acpgate acp` with its embedded services,
 the lifecycle wrapper, the built-in agent, and MCP servers written with the SDK
@@ -125,7 +125,7 @@ def test_http_server_on_a_local_port_through_acpgate_acp(tmp_path: Path,
 
 
 def test_http_and_sse_are_promised_only_for_a_builtin_default_agent(tmp_path: Path) -> None:
-    """§2 + issue 16: an external default agent's MCP transports are unknown: stdio only."""
+    """SPEC §2: an external default agent's MCP transports are unknown: stdio only."""
     acp = AcpProcess(write_config(tmp_path / "cfg", default_agent="sdk"))
     try:
         init = acp.result("initialize", {"protocolVersion": 1})

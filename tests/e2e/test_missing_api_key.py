@@ -1,4 +1,4 @@
-"""A built-in agent whose ``api_key_env`` names an unset variable says so (issue 24 item 5).
+"""A built-in agent whose ``api_key_env`` names an unset variable says so.
 
 Before, the request went out without a key and the user saw only the provider's
 401. Against a real ``acpgate acp`` and a local model server: the first prompt
@@ -56,7 +56,7 @@ max_retries = 0
         try:
             sid = acp.new_session(cwd=str(workspace_beside_config(tmp_path)))
             error = acp.error("session/prompt", {"sessionId": sid, "prompt": "hello"})
-            # The agent's error exactly, acpgate's context beside it (issue 25).
+            # The agent's error exactly, acpgate's context beside it.
             assert error == {"code": -32603, "message": PROBLEM, "data": {"acpgate": {
                 "during": "session/prompt", "agent": "keyless"}}}, error
             assert model.requests == []  # nothing went out without a key

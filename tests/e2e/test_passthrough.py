@@ -1,4 +1,4 @@
-"""Transparent by default (issue 25), against an external agent speaking ACP's newer surface.
+"""Transparent by default, against an external agent speaking ACP's newer surface.
 
 ``relay_agent.py`` (raw JSON-RPC, no SDK) advertises capabilities acpgate's schema
 does not know, an auth method carrying its credential in ``_meta``, models,
@@ -185,7 +185,7 @@ def test_cancelled_turn_is_stored_and_replayed(acp: AcpProcess, tmp_path: Path) 
     acp.read_until(lambda m: m.get("method") == "session/update")
     acp.notify("session/cancel", {"sessionId": sid})
     rest, resp = acp.response(rid)
-    # The agent's result whole: its stop reason and its usage (issue 25).
+    # The agent's result whole: its stop reason and its usage.
     assert resp["result"] == {"stopReason": "cancelled", "usage": {
         "inputTokens": 5, "outputTokens": 2, "totalTokens": 7}}
     streamed = "chunk 0 " + streamed_text(rest)
@@ -295,8 +295,8 @@ def test_builtin_cancelled_turn_keeps_the_dialect_and_is_only_logged(tmp_path: P
     try:
         sid = proc.new_session(cwd=_work(tmp_path))
         rid = proc.request_async("session/prompt", {"sessionId": sid, "prompt": "!sleep 30"})
-        proc.read_until(lambda m: m.get("method") == "session/update"
-                        and m["params"]["update"]["sessionUpdate"] == "tool_call")
+        early, call = proc.read_until(lambda m: m.get("method") == "session/update"
+                                      and m["params"]["update"]["sessionUpdate"] == "tool_call")
         proc.notify("session/cancel", {"sessionId": sid})
         live, resp = proc.response(rid)
         result = resp["result"]
@@ -305,16 +305,22 @@ def test_builtin_cancelled_turn_keeps_the_dialect_and_is_only_logged(tmp_path: P
             "[demo model] Running `sleep 30` in the shell.\n\n[turn cancelled via client]"
         assert "inputTokens" in result["usage"]
         assert updates(live, sid)[-1]["toolCallId"] == f"turn-cancelled-{sid}"
-        seen = ["tool_call"] + [u["sessionUpdate"] for u in updates(live, sid)]
+        seen = updates([*early, call, *live], sid)  # all the client got, from session/new on
+        assert [u["sessionUpdate"] for u in seen[-3:]] == [
+            "tool_call", "tool_call_update", "tool_call"]
         proc.result("session/close", {"sessionId": sid})
         replay, _ = proc.call("session/load", {"sessionId": sid})
-        commands, *ups = updates(replay, sid)  # the restored demo agent's commands first
+        *logged, commands = updates(replay, sid)  # the restored demo agent's commands last
         assert commands["sessionUpdate"] == "available_commands_update"
-        kinds = [u["sessionUpdate"] for u in ups]
-        assert kinds[0] == "user_message_chunk" and kinds[-3:] == seen[-3:] == [
-            "tool_call", "tool_call_update", "tool_call"]
-        assert ups[0]["_meta"] == {"acpgate": {"stopReason": "cancelled"}}
-        assert ups[-2]["status"] == "failed" and ups[-1]["toolCallId"] == f"turn-cancelled-{sid}"
+        prompts = [u for u in logged if u["sessionUpdate"] == "user_message_chunk"]
+        assert prompts == [{"sessionUpdate": "user_message_chunk",
+                            "content": {"type": "text", "text": "!sleep 30"},
+                            "_meta": {"acpgate": {"stopReason": "cancelled"}}}]
+        # the log: the commands sent after session/new, the prompt, then every update
+        # exactly as the client got it live, the failed tool call and the marker last
+        assert logged[1] is prompts[0] and [logged[0], *logged[2:]] == seen
+        assert logged[-2]["status"] == "failed"
+        assert logged[-1]["toolCallId"] == f"turn-cancelled-{sid}"
         proc.result("session/close", {"sessionId": sid})
         with contextlib.closing(sqlite3.connect(cfg / "data" / "sessions" / "acp-sessions.db")) \
                 as db:

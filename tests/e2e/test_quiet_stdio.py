@@ -1,4 +1,4 @@
-"""`acpgate acp` is quiet on stderr unless asked, and its log file has the rest (issue 31).
+"""`acpgate acp` is quiet on stderr unless asked, and its log file has the rest.
 
 Editors read an agent's stderr — Emacs' acp.el turns every chunk into an error
 event — so a real ``acpgate acp`` session (new + prompt, the built-in agent on

@@ -39,7 +39,7 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
     second = AcpProcess(cfg)
     try:
         replay, resp = second.call("session/load", {"sessionId": sid})
-        assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+        assert set(resp["result"]) == {"modes", "configOptions"}
         replayed = updates(replay, sid)
         users = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
         assert users == prompts
@@ -73,7 +73,7 @@ def test_load_after_restart_replays_exact_turns(tmp_path: Path) -> None:
         second.result("session/close", {"sessionId": sid})
 
         replay, resp = second.call("session/resume", {"sessionId": sid})
-        assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+        assert set(resp["result"]) == {"modes", "configOptions"}
         # The stored plan, then the restored agent's commands (the demo model's).
         assert [u["sessionUpdate"] for u in updates(replay, sid)] == [
             "plan", "available_commands_update"]

@@ -3,7 +3,7 @@
 Prompt, permission relay, cancel and all three restore paths (the adapter's own
 session/resume, its session/load with its replay suppressed, and a fresh
 session seeded with the prior conversation as an embedded resource). The
-adapter's results reach the client whole (issue 25): no dialect fields.
+adapter's results reach the client whole: no dialect fields.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import AcpProcess, streamed_text, updates, write_config
+from tests.e2e.harness import AcpProcess, message_texts, streamed_text, updates, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_permission_relay(acp: AcpProcess) -> None:
     assert [o["optionId"] for o in req["params"]["options"]] == ["yes", "no"]
     assert streamed_text(before) == "permission: yes"
     # no answer at all but a cancel: the adapter gets "cancelled" and ends its turn as it
-    # chooses (this one: end_turn, as a direct client would see it; issue 25)
+    # chooses (this one: end_turn, as a direct client would see it)
     acp.handlers["session/request_permission"] = lambda p: None
     try:
         rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "perm"})
@@ -74,7 +74,7 @@ def test_cancel(acp: AcpProcess) -> None:
     acp.notify("session/cancel", {"session_id": sid})
     before, resp = acp.response(rid)
     assert resp["result"] == {"stopReason": "cancelled"}
-    # The cancelled turn is stored with what was streamed (issue 25): the load replays it.
+    # The cancelled turn is stored with what was streamed: the load replays it.
     streamed = "s0 " + streamed_text(before)
     acp.result("session/close", {"sessionId": sid})
     replay, _ = acp.call("session/load", {"sessionId": sid})
@@ -95,12 +95,18 @@ def test_cancel(acp: AcpProcess) -> None:
 )
 def test_restore(acp: AcpProcess, alias: str, expect: str, tmp_path: Path) -> None:
     sid = acp.new_session(agentAlias=alias, cwd=str(tmp_path))
-    acp.result("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    live, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": "first message"})
+    assert resp["result"] == {"stopReason": "end_turn"}
     acp.result("session/close", {"sessionId": sid})
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/"})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17: the agent's own
-    # only the edge's replay from the store: the adapter's own replay is suppressed
-    assert [(u["sessionUpdate"], u["content"]["text"]) for u in updates(replay)] == [
+    assert set(resp["result"]) == {"modes", "configOptions"}  # the agent's own
+    # only the edge's replay from the store (the adapter's own replay is suppressed): the
+    # prompt, then each update exactly as the client got it live, event ids and all
+    prompt, *rest = replay
+    assert updates([prompt]) == [{"sessionUpdate": "user_message_chunk",
+                                  "content": {"type": "text", "text": "first message"}}]
+    assert rest == live
+    assert message_texts(updates(replay)) == [
         ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]
     assert acp.say(sid, "recall") == expect
     # the embedded prior conversation is sent once, not with every prompt
@@ -117,15 +123,22 @@ def test_policy_refused_read_and_failed_turn(acp: AcpProcess) -> None:
     sid = acp.new_session(agentAlias="sdk")
     assert acp.say(sid, "fsread") == "fs error -32003"
     err = acp.error("session/prompt", {"sessionId": sid, "prompt": "fail"})
-    # the agent's error exactly; what acpgate was doing beside it (issue 25)
+    # the agent's error exactly; what acpgate was doing beside it
     assert err == {"code": -32603, "message": "sdk agent failed on purpose",
                    "data": {"acpgate": {"during": "session/prompt", "agent": "sdk"}}}
-    # a failed turn is not persisted and the session keeps working
+    # the session keeps working; the replay (the event log) shows the failed turn's prompt
+    # as the client sent it, marked failed, and nothing the agent did not stream
     assert acp.say(sid, "still here") == "echo: still here"
     acp.result("session/close", {"sessionId": sid})
     replay, _ = acp.call("session/load", {"sessionId": sid})
-    assert [u["content"]["text"] for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"] \
-        == ["fsread", "still here"]
+    prompts = [u for u in updates(replay) if u["sessionUpdate"] == "user_message_chunk"]
+    assert [u["content"]["text"] for u in prompts] == ["fsread", "fail", "still here"]
+    assert [u.get("_meta") for u in prompts] == [
+        None, {"acpgate": {"stopReason": "failed"}}, None]
+    assert message_texts(updates(replay)) == [
+        ("user_message_chunk", "fsread"), ("agent_message_chunk", "fs error -32003"),
+        ("user_message_chunk", "fail"),
+        ("user_message_chunk", "still here"), ("agent_message_chunk", "echo: still here")]
     acp.result("session/close", {"sessionId": sid})
 
 
@@ -167,15 +180,15 @@ def test_load_that_replays_nothing_falls_back(acp: AcpProcess) -> None:
     state.write_text(json.dumps(sessions))
     replay, resp = acp.call("session/load", {"sessionId": sid})
     assert "result" in resp, resp
-    assert [u["content"]["text"] for u in updates(replay)] == ["first message",
-                                                               "echo: first message"]
+    assert message_texts(updates(replay)) == [
+        ("user_message_chunk", "first message"), ("agent_message_chunk", "echo: first message")]
     assert acp.say(sid, "recall") == "remembered 0 [] text:prior-ok"
     acp.result("session/close", {"sessionId": sid})
 
 
 def test_cancel_with_nothing_streamed_is_the_agents_answer(acp: AcpProcess) -> None:
     """An external agent's cancelled turn answers as the agent did; SPEC §7's marker and
-    ``content`` are the built-in agent's dialect (issue 25)."""
+    ``content`` are the built-in agent's dialect."""
     sid = acp.new_session(agentAlias="sdk")
     rid = acp.request_async("session/prompt", {"sessionId": sid, "prompt": "hang"})
     acp.read_until(lambda m: m.get("method") == "session/update")

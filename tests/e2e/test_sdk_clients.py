@@ -3,7 +3,7 @@
 The SDK's own client connection spawns ``acpgate acp`` (stdio) or ``acpgate
 bridge`` (stdio to a real ``acpgate serve`` gateway over WebSocket) and runs a
 session: initialize, session/new, a prompt whose tool asks permission (relayed
-to this client), session/fork (issue 25), session/list, session/close. The SDK
+to this client), session/fork, session/list, session/close. The SDK
 validates every message against its schema, so a frame acpgate got wrong fails here.
 """
 

@@ -1,5 +1,5 @@
 """The store cannot be opened (SPEC §2's in-memory fallback): load, resume *and close* answer
-SESSION_NOT_FOUND, as the seed lists all three (issue 29, item 3).
+SESSION_NOT_FOUND, as the seed lists all three.
 
 `session/close` deactivates a session to its stored record, to be loaded again; without a
 store there is none, the capability is not advertised, and the seed's close answers -32000.

@@ -31,10 +31,10 @@ def expected_initialize(max_sessions: int = 3, timeout: int = 3600) -> dict[str,
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-            # The default agent is built-in, which speaks MCP over HTTP and SSE (issue 16).
+            # The default agent is built-in, which speaks MCP over HTTP and SSE.
             "mcpCapabilities": {"http": True, "sse": True},
-            # SPEC §2's three, plus delete and additionalDirectories (issue 17), and fork
-            # (issue 25: acpgate forks any agent's sessions itself)
+            # SPEC §2's three, plus delete and additionalDirectories, and fork
+            # (acpgate forks any agent's sessions itself)
             "sessionCapabilities": {"resume": {}, "close": {}, "list": {}, "delete": {},
                                     "additionalDirectories": {}, "fork": {}},
         },

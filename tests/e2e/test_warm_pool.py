@@ -1,4 +1,4 @@
-"""Warm adapters behind `acpgate acp`, real processes throughout (issue 15).
+"""Warm adapters behind `acpgate acp`, real processes throughout.
 
 The built-in agent keeps one adapter warm by default: ``session/new`` takes it
 (the session's lease is the one that was warm), the pool refills, a warm adapter

@@ -1,4 +1,4 @@
-"""The edge's pure parts of agent-to-agent sessions (issue 13): how a relayed request is
+"""The edge's pure parts of agent-to-agent sessions: how a relayed request is
 labelled, how session keys and rows are shown."""
 
 from __future__ import annotations

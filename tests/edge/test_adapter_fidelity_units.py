@@ -1,4 +1,4 @@
-"""Units of the edge toward external adapters (issue 17): prompt blocks by capability,
+"""Units of the edge toward external adapters: prompt blocks by capability,
 what the edge promises the adapter, and adapter failures as client errors."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_adapter_caps_from_initialize_and_env_auth(monkeypatch: pytest.MonkeyPat
     assert env_auth_method(methods, {"K2": "v"}) == ""  # K3 missing: never a partial method
     assert env_auth_method(methods, {"K2": "v", "K3": "w"}) == "k2"
     monkeypatch.setenv("K1", "from the environment")
-    # acpgate's own environment reaches an adapter only where pass_env names it (issue 23).
+    # acpgate's own environment reaches an adapter only where pass_env names it.
     assert env_auth_method(methods, {}) == ""
     assert env_auth_method(methods, {}, ["K1"]) == "k1"
     assert env_auth_method(methods, {}, ["K*"]) == "k1"
@@ -159,7 +159,7 @@ def test_stderr_tail_is_bounded() -> None:
 
 def test_adapter_failures_become_whole_errors() -> None:
     # The adapter's error answer, as the link raises it: code and message exactly, acpgate's
-    # context beside the agent's data (issue 25).
+    # context beside the agent's data.
     rpc = JsonRpcError(-32000, "Authentication required", {"authMethods": ["x"]})
     err = setup_error("codex", rpc)
     assert (err.code, err.message, err.data) == (

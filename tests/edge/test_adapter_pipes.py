@@ -1,4 +1,4 @@
-"""The edge holding an adapter's pipes itself (issue 28): services/edge/adapter/pipes.py and
+"""The edge holding an adapter's pipes itself: services/edge/adapter/pipes.py and
 the redemption in services/edge/adapter/fds.py.
 
 Real pipes stand in for the adapter's: what the lifecycle service had read comes first

@@ -120,7 +120,7 @@ def test_metrics_count(loop: asyncio.AbstractEventLoop, runtime: EdgeRuntime) ->
 
 
 async def test_requests_in_flight_are_bounded_and_reading_waits() -> None:
-    """Issue 11: at ``max_in_flight`` running requests the connection reads no further line."""
+    """At ``max_in_flight`` running requests the connection reads no further line."""
     from services.edge.dialect.dispatch import DialectConnection
 
     release = asyncio.Event()

@@ -190,7 +190,7 @@ def test_initialize_always_protocol_1(acp: AcpProcess, version: int | str | None
     params = {} if version is None else {"protocolVersion": version}
     res = acp.result("initialize", params)
     assert res["protocolVersion"] == 1
-    # SPEC §2's three, plus delete and additionalDirectories (issue 17), and fork (issue 25)
+    # SPEC §2's three, plus delete and additionalDirectories, and fork
     assert res["agentCapabilities"]["sessionCapabilities"] == {
         "resume": {}, "close": {}, "list": {}, "delete": {}, "additionalDirectories": {},
         "fork": {}}
@@ -237,8 +237,8 @@ def test_cwd_rules(acp: AcpProcess, cfg_dir: Path, tmp_path: Path, opened: list[
         res = acp.result("session/new", {"agentAlias": "sdk", **params})
         opened.append(res["sessionId"])
         assert workspace_of(res) == expected, params
-    # Issue 11: a directory inside the install root is acpgate's own state, not a workspace;
-    # the local user is told which state and the line that would allow it (issue 24).
+    # A directory inside the install root is acpgate's own state, not a workspace;
+    # the local user is told which state and the line that would allow it.
     error = acp.error("session/new", {"agentAlias": "sdk", "cwd": "proj"})
     proj = os.path.realpath(cfg_dir / "proj")
     assert error == {"code": -32602, "message": MSG_CWD_REFUSED_LOCAL.format(
@@ -332,7 +332,7 @@ def test_symlinked_uploads_refused(acp: AcpProcess, tmp_path: Path, opened: list
 
 def test_busy_cancel_and_slot(acp: AcpProcess, cfg_dir: Path, opened: list[str]) -> None:
     """§4 -32002 before blob checks; §7 cancel mid-stream of an external agent: its own
-    answer, whole, and the turn stored with what was streamed (issue 25; the built-in
+    answer, whole, and the turn stored with what was streamed (the built-in
     agent's marker and content: tests/e2e/test_passthrough.py)."""
     sid = acp.new_session(agentAlias="sdk")
     opened.append(sid)
@@ -432,14 +432,16 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     acp.result("session/close", {"sessionId": sid})
 
     replay, resp = acp.call("session/load", {"sessionId": sid, "cwd": "/ignored"})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     *ups, commands = updates(replay, sid)
     assert len(ups) + 1 == len(replay), "only session/update notifications precede the load result"
-    # The stored conversation, then the restored agent's commands (the demo model's): the
-    # agent's own updates of the restore are new events, after the replayed older ones.
+    # The log — the commands the demo agent sent after session/new, then the turns —, then
+    # the restored agent's commands: the agent's own updates of the restore are new events,
+    # after the replayed older ones.
     assert commands["sessionUpdate"] == "available_commands_update"
     kinds = [u["sessionUpdate"] for u in ups]
-    assert kinds[0] == "user_message_chunk" and ups[0]["content"]["text"] == "plan"
+    assert kinds[:2] == ["available_commands_update", "user_message_chunk"]
+    assert ups[1]["content"]["text"] == "plan"
     users = [u["content"]["text"] for u in ups if u["sessionUpdate"] == "user_message_chunk"]
     assert users == ["plan", "hello there"]
     assistant = "".join(u["content"]["text"] for u in ups if u["sessionUpdate"] == "agent_message_chunk")
@@ -456,7 +458,7 @@ def test_load_replays_and_resume_plan_only(acp: AcpProcess, cfg_dir: Path, tmp_p
     acp.result("session/close", {"sessionId": sid})
 
     replay, resp = acp.call("session/resume", {"sessionId": sid})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     assert [u["sessionUpdate"] for u in updates(replay, sid)] == [
         "plan", "available_commands_update"]
     assert updates(replay, sid)[0]["entries"] == plan_updates[-1]["entries"]
@@ -504,7 +506,7 @@ def test_adapter_death_mid_turn(acp: AcpProcess) -> None:
             "code") != -32000:
         assert time.monotonic() < deadline
     replay, resp = acp.call("session/load", {"sessionId": sid})
-    assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+    assert set(resp["result"]) == {"modes", "configOptions"}
     prompts = [u for u in updates(replay, sid) if u["sessionUpdate"] == "user_message_chunk"]
     # The failed turn is replayed as the client saw it, its prompt marked with how it ended.
     assert [u["content"]["text"] for u in prompts] == ["before death", "die"]

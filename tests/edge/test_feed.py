@@ -1,4 +1,4 @@
-"""The session's numbered updates and their ring (issue 27, ``services.edge.sessions.feed``)."""
+"""The session's numbered updates and their ring (``services.edge.sessions.feed``)."""
 
 from __future__ import annotations
 

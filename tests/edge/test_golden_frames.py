@@ -1,4 +1,4 @@
-"""The edge against the golden wire fixtures the agent tests use too (issue 12 item 5).
+"""The edge against the golden wire fixtures the agent tests use too.
 
 The frames the edge builds toward adapters (``initialize``, permission answers)
 are the exact fixtures the built-in agent's tests feed in; the agent's prompt

@@ -1,4 +1,4 @@
-"""The edge's check of a client's mcpServers (issue 23): what passes on, and the refusals."""
+"""The edge's check of a client's mcpServers: what passes on, and the refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which MCP servers a restored session starts (issue 16): the passed list, else the stored one
+"""Which MCP servers a restored session starts: the passed list, else the stored one
 (and whether it was passed: a passed list becomes the stored one)."""
 
 from __future__ import annotations

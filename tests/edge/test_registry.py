@@ -1,4 +1,4 @@
-"""Session slots: ``max_sessions`` and each token's share of it (SPEC §9, issue 23 item 6)."""
+"""Session slots: ``max_sessions`` and each token's share of it (SPEC §9)."""
 
 from __future__ import annotations
 

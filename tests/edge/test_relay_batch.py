@@ -3,7 +3,7 @@
 A real ``acpgate acp`` with a small external ACP adapter that answers a prompt
 with one single write holding hundreds of updates, noise the edge must drop
 (non-JSON, a stale request id), a notification of a method acpgate does not know
-(passed on, in its place: issue 25), a permission request
+(passed on, in its place), a permission request
 in the middle (which splits the burst) and the prompt's result. The client must
 see every update in order, with the edge's session id, the permission request
 not before the updates written ahead of it, and the result last, as the agent

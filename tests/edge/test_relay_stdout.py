@@ -158,7 +158,7 @@ async def test_send_after_the_reader_is_gone_raises(pipe: Pipe) -> None:
 
 
 async def test_room_waits_while_the_backlog_is_over_the_mark(pipe: Pipe) -> None:
-    """Issue 11: the stdio front door reads its next line only once ``room`` returns."""
+    """The stdio front door reads its next line only once ``room`` returns."""
     high_water = 64 * 1024
     writer = await pipe.open(high_water=high_water)
     assert await asyncio.wait_for(writer.room(), 1.0) is None  # nothing pending: room

@@ -1,4 +1,4 @@
-"""session/new's steps (SPEC §3, issue 15): the decision and the warm adapter at once.
+"""session/new's steps (SPEC §3): the decision and the warm adapter at once.
 
 While the session service decides the session and writes its row (one
 ``ResolveNewSession``), the edge already takes a warm adapter of the alias the

@@ -1,4 +1,4 @@
-"""Helpers of the live-session tests (issue 27): reading a session's numbered updates."""
+"""Helpers of the live-session tests: reading a session's numbered updates."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ class RawClient:
 
     async def say(self, sid: str, prompt: Any) -> str:
         """session/prompt (asserting success); the assistant text it streamed (an external
-        agent's result carries no ``content``: issue 25)."""
+        agent's result carries no ``content``: it is passed whole)."""
         seen, resp = await self.call("session/prompt", {"sessionId": sid, "prompt": prompt})
         assert "result" in resp, resp
         return "".join(m["params"]["update"]["content"].get("text", "") for m in seen

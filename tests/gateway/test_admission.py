@@ -1,4 +1,4 @@
-"""Issue 11, item 6: the global connection limit and each token's share of it."""
+"""The global connection limit and each token's share of it."""
 
 from __future__ import annotations
 

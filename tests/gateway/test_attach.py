@@ -1,4 +1,4 @@
-"""Live sessions: exact replay and several clients on one session (issue 27).
+"""Live sessions: exact replay and several clients on one session.
 
 A real ``acpgate serve`` (built-in agent, fake model). Every update carries the
 session's event id; a client cut mid-turn (no close frame) comes back with

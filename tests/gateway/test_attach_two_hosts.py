@@ -1,4 +1,4 @@
-"""Attaching on host B to a session live on host A (issue 27, across hosts).
+"""Attaching on host B to a session live on host A (across hosts).
 
 Two gateway hosts share one PostgreSQL store (``tests.gateway.test_two_hosts``). An edge
 does not relay a client to another host's session: ``session/attach`` on B of a session A

@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine (issue 30).
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
 Reads the compose files and the Dockerfile and checks the deployment rules (one
 container per service from one build, the state volume and the projects dir
@@ -162,11 +162,11 @@ def test_every_acpgate_variable_of_the_compose_files_is_a_config_key() -> None:
             assert section in SECTIONS and key in field_types(SECTIONS[section]), name
 
 
-def test_readme_documents_the_container_deployment() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_docs_describe_the_container_deployment() -> None:
+    page = (REPO / "docs" / "deployment.md").read_text()
     for needle in ("docker-compose.agents.yml", "ACPGATE_PROJECTS_DIR", PROJECTS_TARGET,
                    "docker build --target agents", "TLS"):
-        assert needle in readme, needle
+        assert needle in page, needle
 
 
 async def test_compose_smoke_as_host_processes(tmp_path: Path, pg_cluster: Cluster) -> None:
@@ -214,7 +214,7 @@ async def test_compose_smoke_as_host_processes(tmp_path: Path, pg_cluster: Clust
         async with connect(url_b, proxy=None, additional_headers=headers) as ws:
             client = RawClient(ws, select("allow-once"))
             seen, resp = await client.call("session/load", {"sessionId": new["sessionId"]})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert any(m.get("method") == "session/update" for m in seen)
 
         # The shared token guards the gRPC services over TCP.

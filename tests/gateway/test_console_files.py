@@ -1,4 +1,4 @@
-"""The web console's static files on a real ``acpgate serve`` (issue 31).
+"""The web console's static files on a real ``acpgate serve``.
 
 ``GET /`` is the page and ``GET /console/<file>`` its ES modules, CSS and icon —
 shipped in the package, served without a token, each with its content type, a

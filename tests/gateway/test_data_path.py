@@ -1,4 +1,4 @@
-"""``[services] data_path`` through a real ``acpgate serve`` (issue 28).
+"""``[services] data_path`` through a real ``acpgate serve``.
 
 ``"auto"`` (the default): the lifecycle service serves its fd socket beside its unix
 socket and the edge takes every adapter's pipes there — the lines never pass through

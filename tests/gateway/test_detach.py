@@ -1,4 +1,4 @@
-"""A gateway session outlives its connection (issue 27): detach, wait, reattach.
+"""A gateway session outlives its connection: detach, wait, reattach.
 
 A real ``acpgate serve`` (built-in agent, fake model). A client cut mid-turn —
 the socket closed without a close frame — leaves its session detached: the

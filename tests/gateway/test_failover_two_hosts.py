@@ -8,8 +8,9 @@ another host takes over here it takes because the dead host's liveness lock is g
   liveness connection — a partition: B loads A's session; when A resumes, the turn
   it was running is not stored (-32005 to A's client, the claim generation fences
   it) and B's session goes on.
-- Host A killed (SIGKILL of its whole stack) mid-turn: B loads A's session with what
-  A's client had, and no answer of B ever sends a client to A.
+- Host A killed (SIGKILL of its whole stack) mid-turn: its lock goes by itself with its
+  session service's connection; from then on B loads A's session with what A's client
+  had, and no answer of B ever sends a client to A.
 """
 
 from __future__ import annotations
@@ -70,21 +71,44 @@ def signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+#: The host lock of the instance id in ``$2`` (``$1``: :data:`NAMESPACE`) in ``pg_locks``.
+LOCK_OF = ("locktype = 'advisory' AND classid = $1::oid AND objsubid = 2"
+           " AND objid = hashtext($2)::oid")
+
+
+async def lock_gone(con: asyncpg.Connection[asyncpg.Record], instance_id: str) -> None:
+    """Wait until nobody holds the host lock of ``instance_id`` (bounded: it must go by
+    itself with its connection, long before the lease)."""
+    for _ in range(TRIES):
+        if not await con.fetchval(f"SELECT count(*) FROM pg_locks WHERE {LOCK_OF}",
+                                  NAMESPACE, host_of(instance_id)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the liveness connection did not end")
+
+
 async def cut_liveness(url: str, instance_id: str) -> None:
     """End, from the server's side, the connection holding the host's liveness lock (as the
     server does once keepalives find a vanished peer), and wait until it is gone."""
     con = await asyncpg.connect(url)
     try:
-        where = ("locktype = 'advisory' AND classid = $1::oid AND objsubid = 2"
-                 " AND objid = hashtext($2)::oid")
-        args = (NAMESPACE, host_of(instance_id))
         assert await con.fetchval(
-            f"SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE {where}", *args) == 1
-        for _ in range(TRIES):
-            if not await con.fetchval(f"SELECT count(*) FROM pg_locks WHERE {where}", *args):
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError("the liveness connection did not end")
+            f"SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE {LOCK_OF}",
+            NAMESPACE, host_of(instance_id)) == 1
+        await lock_gone(con, instance_id)
+    finally:
+        await con.close()
+
+
+async def crashed(url: str, host: Host, instance_id: str) -> None:
+    """Kill ``host``'s whole stack (:meth:`Host.crash`) and wait until PostgreSQL has seen its
+    session service's connection end. ``kill`` returns before the kernel has torn the killed
+    process down and the server has read the end of its connection: until then the host's
+    lock is still held and another host rightly still names it."""
+    con = await asyncpg.connect(url)
+    try:
+        host.crash()
+        await lock_gone(con, instance_id)
     finally:
         await con.close()
 
@@ -151,7 +175,7 @@ async def test_a_paused_host_is_fenced_and_a_killed_host_fails_over(
             answer = await running_turn(on_a, held, "!sleep 30", asked)
             _, resp = await on_b.call("session/attach", {"sessionId": held})
             assert resp["error"]["data"]["acpgate"]["liveAt"]["url"] == a.url  # A lives
-            a.crash()
+            await crashed(url, a, id_a)  # nobody ended its connection but the kernel
             seen = await load_on(on_b, held, a.url)
             assert replayed(seen, "user_message_chunk")[0] == "before the crash"
             res = await on_b.result("session/prompt", {"sessionId": held, "prompt": "after"})

@@ -1,4 +1,4 @@
-"""A spawned session as a gateway client sees it (issue 13, SPEC §8 session/list, §13, §14).
+"""A spawned session as a gateway client sees it (SPEC §8 session/list, §13, §14).
 
 The real stack (session + lifecycle services on unix sockets, the WebSocket gateway with
 token auth); alice's session runs the built-in agent on the fake model, which spawns a
@@ -6,7 +6,7 @@ child on another alias (the demo agent) with ``sessions_spawn``. The child is ow
 alice — her session's owner, her token's principal — so it is in her ``session/list``
 (her principal's sessions) with its lineage in ``_meta.acpgate``, in the ``tree`` and
 ``all`` lists of the same requester alike (``all`` never shows less than ``tree``), and
-nowhere for bob, where it answers like a session that does not exist (issue 23: no
+nowhere for bob, where it answers like a session that does not exist (no
 visibility crosses tokens). Closing alice's session reaps the child's lease.
 """
 
@@ -151,6 +151,6 @@ async def test_cancel_of_an_idle_parent_cancels_a_background_child_turn_and_keep
                 history = [item async for page in stack.runtime.session_stub.GetHistory(
                     session_pb2.GetHistoryRequest(session_id=child.session_id, operator=True))
                     for item in page.items]
-                # The cancelled turn is stored with what it streamed, marked (issue 25).
+                # The cancelled turn is stored with what it streamed, marked.
                 assert [(i.role, i.text, i.status) for i in history[:1]] == [
                     (session_pb2.HistoryItem.ROLE_USER, "hang", "cancelled")]

@@ -93,17 +93,25 @@ async def test_sdk_websocket_client_initialize_prompt_cancel_load(tmp_path: Path
 
         # Disconnect released the session; a fresh connection loads it with replay.
         await eventually(lambda: _no_active(stack), "session released after disconnect")
+        live = [u.model_dump(by_alias=True) for s, u in updates if s == sid]
         updates.clear()
         transport = await create_websocket_stream(stack.edge.url, headers=auth(secret))
         conn = connect_to_agent(Client(), transport)  # type: ignore[arg-type]
         await conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities())
         await conn.load_session(cwd=str(project), session_id=sid, mcp_servers=[])
-        replayed = [(getattr(u, "session_update", ""), u) for s, u in updates if s == sid]
+        *replayed, commands = [(getattr(u, "session_update", ""), u) for s, u in updates
+                               if s == sid]
+        assert commands[0] == "available_commands_update"  # the restored agent's, last
         kinds = [k for k, _ in replayed]
         assert "user_message_chunk" in kinds and "agent_message_chunk" in kinds
-        users = [u.content.text for k, u in replayed if k == "user_message_chunk"]
-        # The cancelled turn is stored and replayed as it went, its marker last (issue 25).
-        assert users == ["hello over websocket", "!echo hi"]
+        users = [u for k, u in replayed if k == "user_message_chunk"]
+        # The replay is the event log: the prompts, and every update exactly as this client
+        # got it live, the cancelled turn's prompt marked and its marker last (SPEC §7).
+        assert [u.content.text for u in users] == ["hello over websocket", "!echo hi"]
+        assert [(u.field_meta or {})["acpgate"].get("stopReason") for u in users] \
+            == [None, "cancelled"]
+        assert [u.model_dump(by_alias=True) for k, u in replayed
+                if k != "user_message_chunk"] == live
         assert getattr(replayed[-1][1], "tool_call_id", "") == f"turn-cancelled-{sid}"
         resp = await conn.prompt(session_id=sid, prompt=[text_block("after load")])
         assert resp.stop_reason == "end_turn"
@@ -196,7 +204,7 @@ async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
         _, _, body = await http_get(f"http://127.0.0.1:{stack.edge.port}/metrics")
         assert "acpgate_active_sessions 2" in body and 'acpgate_leases{state="open"} 2' in body
         assert "acpgate_turns_total 1" in body
-        # issue 17: the turns' token usage, as the agent reported it, totalled in /metrics
+        # The turns' token usage, as the agent reported it, totalled in /metrics
         tokens = dict(re.findall(r'acpgate_tokens_total\{kind="(\w+)"\} (\S+)', body))
         assert float(tokens["input"]) > 0 and float(tokens["output"]) > 0
 
@@ -220,7 +228,7 @@ async def test_disconnect_releases_sessions_and_leases(tmp_path: Path) -> None:
         async with connect(stack.edge.url, proxy=None, additional_headers=auth(secret)) as ws2:
             c2 = RawClient(ws2)
             seen, resp = await c2.call("session/load", {"sessionId": sids[0]})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             texts = [m["params"]["update"].get("content", {}).get("text") for m in seen
                      if m.get("method") == "session/update"]
             assert "hi" in texts

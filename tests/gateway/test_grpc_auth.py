@@ -1,4 +1,4 @@
-"""The service credential, its interceptors and TLS (services/common/grpc_auth, issue 23)."""
+"""The service credential, its interceptors and TLS (services/common/grpc_auth)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ async def test_put_many_stays_together_in_order_and_waits_for_the_rest() -> None
 
 
 async def test_what_waits_behind_a_full_queue_is_bounded_in_sends_and_chars() -> None:
-    """Issue 11: past the bound a send is refused at once (the connection is then closed)."""
+    """Past the bound a send is refused at once (the connection is then closed)."""
     q = OutgoingQueue(max_chars=10, max_messages=1, max_waiting=3, max_waiting_chars=20)
     assert await q.put("full", 1.0) is PutResult.QUEUED
     # The oldest waiting send may be of any size (a 10 MiB blob still passes alone) ...
@@ -161,9 +161,9 @@ async def test_a_cancelled_waiting_send_gives_its_chars_back() -> None:
 
 
 async def test_a_withdrawn_waiting_send_stops_counting_at_once() -> None:
-    """Issue 23: a relayed request the agent withdrew while its send waited behind the full
-    queue no longer counts as an answer waiting (it did until it reached the head, so a
-    burst of withdrawn requests closed a client that was reading)."""
+    """A relayed request the agent withdrew while its send waited behind the full queue
+    stops counting as an answer waiting at once, not when it reaches the head: a burst
+    of withdrawn requests never closes a client that is reading."""
     q = OutgoingQueue(max_chars=10, max_messages=1, max_waiting=2, max_waiting_chars=100)
     assert await q.put("full", 1.0) is PutResult.QUEUED
     oldest = asyncio.create_task(q.put("o", 30.0))

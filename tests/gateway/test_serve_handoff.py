@@ -1,4 +1,4 @@
-"""Issue 28: a connection a sibling edge worker accepted is handed to the worker it belongs to.
+"""A connection a sibling edge worker accepted is handed to the worker it belongs to.
 
 Real ``acpgate serve`` with ``workers = 2``, real sockets. Which worker accepts is
 made the test's where it must be (``pinned``: a keep-alive client whose connection

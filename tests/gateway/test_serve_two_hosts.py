@@ -1,4 +1,4 @@
-"""Two `acpgate serve` stacks — two gateway hosts — sharing one PostgreSQL store (issue 14).
+"""Two `acpgate serve` stacks — two gateway hosts — sharing one PostgreSQL store.
 
 Each stack has its own config and data dir (so its own gateway instance id,
 leases and lifecycle service) and OS-chosen ports; both get the same
@@ -49,7 +49,7 @@ class Host:
         self.port = free_port()
         self.cfg = write_config(root / name / "cfg", port=self.port)
         self.log = root / f"{name}.log"
-        #: Where clients reach it (issue 27: another host's -32007 names it).
+        #: Where clients reach it (another host's -32007 names it).
         self.url = f"ws://127.0.0.1:{self.port}/acp"
         self.env = {**env, "ACPGATE_gateway__public_url": self.url}
         self.proc: asyncio.subprocess.Process | None = None
@@ -142,7 +142,7 @@ async def test_two_serve_stacks_one_store_and_a_host_crash(tmp_path: Path,
             await on_a.result("session/close", {"sessionId": moved})
         async with client(b, secret) as on_b:
             seen, resp = await on_b.call("session/load", {"sessionId": moved})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert replayed(seen, "user_message_chunk") == ["!echo written-on-a"]
             updates = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
             assert any("written-on-a" in str(u.get("rawOutput")) for u in updates
@@ -161,7 +161,7 @@ async def test_two_serve_stacks_one_store_and_a_host_crash(tmp_path: Path,
             on_b = await on_a_scope.enter_async_context(client(b, secret))
             _, resp = await on_b.call("session/load", {"sessionId": held})
             assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=held)
-            # Attaching on B names A's public_url (issue 27); following it attaches on A.
+            # Attaching on B names A's public_url; following it attaches on A.
             _, resp = await on_b.call("session/attach", {"sessionId": held})
             assert resp["error"]["code"] == SESSION_LIVE_ELSEWHERE, resp
             assert resp["error"]["data"]["acpgate"]["liveAt"]["url"] == a.url != b.url

@@ -1,4 +1,4 @@
-"""Issue 28: ``acpgate serve`` runs ``[gateway] workers`` edge processes on one port.
+"""``acpgate serve`` runs ``[gateway] workers`` edge processes on one port.
 
 Real processes: each worker inherits serve's listening socket and serves its own
 connections (which one accepts is made the test's choice by stopping the others,
@@ -57,12 +57,12 @@ async def test_two_workers_answer_for_the_host(tmp_path: Path) -> None:
         # A session is its creator's: a load through the other worker is refused.
         _, resp = await on_2.call("session/load", {"sessionId": sid_1})
         assert resp["error"]["code"] == INVALID_PARAMS
-        # ... naming the worker that serves it, and how to reach it (issue 28).
+        # ... naming the worker that serves it, and how to reach it.
         assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(
             session_id=sid_1) + MSG_SESSION_ON_SIBLING_WORKER.format(worker=1)
         assert {k: v for k, v in resp["error"]["data"]["acpgate"]["liveAt"].items()
                 if k in ("worker", "query")} == {"worker": 1, "query": "worker=1"}
-        # session/attach through the other worker: -32007 naming the worker (issue 27's
+        # session/attach through the other worker: -32007 naming the worker (the
         # answer for a session live elsewhere, here a sibling worker of the same host).
         _, resp = await on_2.call("session/attach", {"sessionId": sid_1, "role": "observer",
                                                      "historyPolicy": "none"})

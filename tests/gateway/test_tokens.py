@@ -1,5 +1,5 @@
 """Token store (SPEC §11): minted once, stored hashed, listed, revoked, verified; operator
-grants (issue 23)."""
+grants."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ async def test_identify_and_principal(tmp_path: Path) -> None:
 
 
 def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
-    """Issue 11: the edge's cheap look at the store notices a revoke by `acpgate token revoke`."""
+    """The edge's cheap look at the store notices a revoke by `acpgate token revoke`."""
     import subprocess
     import sys
 
@@ -156,7 +156,7 @@ def test_token_watch_sees_changes_from_another_process(tmp_path: Path) -> None:
     assert not path.with_name("tokens.db-journal").exists()  # it only ever reads
 
 
-# ------------------------------------------------------------------ operator grants (issue 23)
+# ------------------------------------------------------------------ operator grants
 
 
 def test_grants_given_taken_and_only_for_active_tokens(tmp_path: Path) -> None:
@@ -230,7 +230,7 @@ def test_cli_grants(tmp_path: Path) -> None:
     assert run("grant", "nope", "see-all").returncode == 2
     assert run("create", "--name", "x", "--grant", "root").returncode == 2
     assert len(run("list").stdout.splitlines()) == 2
-    # --admin: the host grant of the console's host page (issue 31), once with --grant host.
+    # --admin: the host grant of the console's host page, once with --grant host.
     admin = run("create", "--name", "admin", "--admin", "--grant", "host")
     admin_id = admin.stderr.split("token id:", 1)[1].split()[0]
     rows = {line.split("\t")[0]: line.split("\t") for line in run("list").stdout.splitlines()}

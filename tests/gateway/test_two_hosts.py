@@ -1,4 +1,4 @@
-"""Two gateway hosts sharing one PostgreSQL store, in one test process (issue 14, SPEC §8).
+"""Two gateway hosts sharing one PostgreSQL store, in one test process (SPEC §8).
 
 Each "host" is a full stack of its own — session service, lifecycle service
 (its own gateway instance id and leases), runtime and WebSocket edge — with its
@@ -91,7 +91,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
                 _, resp = await on_b.call("session/load", {"sessionId": sid})
                 assert resp["error"]["code"] == -32602
                 assert resp["error"]["message"] == MSG_SESSION_ALREADY_ACTIVE.format(session_id=sid)
-                # ...saying where it is live, so the client can attach it there (issue 27).
+                # ...saying where it is live, so the client can attach it there.
                 assert resp["error"]["data"]["acpgate"]["liveAt"] == {
                     "host": a.runtime.claims.host, "instanceId": a.runtime.claims.instance_id}
             async with client(b, stranger) as other:
@@ -104,7 +104,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
 
         async with client(b, secret) as on_b:
             seen, resp = await on_b.call("session/load", {"sessionId": sid})
-            assert set(resp["result"]) == {"modes", "configOptions"}  # issue 17
+            assert set(resp["result"]) == {"modes", "configOptions"}
             assert updates(seen, "user_message_chunk") == ["hello from host A"]
             assert "hello from host A" in "".join(updates(seen, "agent_message_chunk"))
             assert (await row(a, sid)).claim.instance_id == b.runtime.gateway_instance_id
@@ -188,7 +188,7 @@ async def test_a_host_that_lost_its_claim_stops_serving(tmp_path: Path, pg_url: 
 
 
 async def test_delete_spares_a_session_another_host_serves(tmp_path: Path, pg_url: str) -> None:
-    """Issue 17 ``session/delete`` with several hosts: a client that may not see the session
+    """``session/delete`` with several hosts: a client that may not see the session
     gets "not found" (visibility first); while host A serves it, host B answers "Session
     already active" and removes nothing; once A closed it, B deletes row and history."""
     token_db = tmp_path / "shared" / "tokens.db"

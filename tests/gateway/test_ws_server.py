@@ -173,7 +173,7 @@ async def test_paths_prefix_and_agent_default(tmp_path: Path, services: tuple[st
 
 async def test_connection_acts_as_its_token(tmp_path: Path, services: tuple[str, str]) -> None:
     """Each token is its own principal (`client:<token id>`); auth off = the local operator.
-    Either way it is a remote client, never the local stdio user (its mcpServers, issue 23)."""
+    Either way it is a remote client, never the local stdio user (its mcpServers)."""
     cfg = write_config(tmp_path / "cfg")
     tid, secret = mint(cfg)
     tid2, secret2 = mint(cfg, "other")

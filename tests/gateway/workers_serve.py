@@ -1,4 +1,4 @@
-"""``acpgate serve`` with several edge workers on one port, for the tests of issue 28.
+"""``acpgate serve`` with several edge workers on one port, for the tests of edge workers.
 
 Which worker accepts a connection is the kernel's choice; :func:`on_worker` makes it
 the test's: every other worker is stopped (SIGSTOP) while the connection is made, so
@@ -42,7 +42,11 @@ class Served:
     def workers(self) -> dict[int, psutil.Process]:
         """Edge worker number → its process."""
         out: dict[int, psutil.Process] = {}
-        for child in psutil.Process(self.proc.pid).children():
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:  # serve is gone (replaced by a hot restart)
+            return out
+        for child in children:
             with contextlib.suppress(psutil.Error):
                 cmd = child.cmdline()
                 if "edge" in cmd and "--worker" in cmd:

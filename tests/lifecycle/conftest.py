@@ -229,7 +229,7 @@ async def start_service_process(config_dir: Path, log_path: Path, env: dict[str,
 
 class Attacher:
     """One Attach stream driven by a queue of requests; opened on ``lease_id``, or with
-    ``ensure`` (``AttachOpen.ensure``); ``fd_pass``: able to take the pipes (issue 28)."""
+    ``ensure`` (``AttachOpen.ensure``); ``fd_pass``: able to take the pipes."""
 
     def __init__(self, stub: lifecycle_pb2_grpc.LifecycleServiceAsyncStub, lease_id: str = "",
                  *, ensure: pb.EnsureSessionRequest | None = None, fd_pass: bool = False) -> None:

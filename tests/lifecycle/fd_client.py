@@ -1,4 +1,4 @@
-"""A raw client of the lifecycle service's fd socket (issue 28), for tests on both sides.
+"""A raw client of the lifecycle service's fd socket, for tests on both sides.
 
 :func:`redeem` sends one request line — well formed, or forged field by field — and
 returns what came back: the header, the descriptors attached to it and the stdout

@@ -1,4 +1,4 @@
-"""Attach opened with ``ensure`` (lifecycle proto ``AttachOpen.ensure``, issue 15).
+"""Attach opened with ``ensure`` (lifecycle proto ``AttachOpen.ensure``).
 
 One stream ensures the session's lease exactly as EnsureSession does — the live
 lease of the key, a warm adapter of the named pool, or a spawn — and attaches
@@ -93,7 +93,7 @@ async def test_without_a_pool_it_spawns_and_the_lease_lives_as_long_as_the_strea
     first.send("one")
     assert await first.read_lines(1) == ["one"]
     # The lease is the stream's: another ensure of the key is never handed it while the
-    # stream holds it (it would be closed under it when the stream ends, issue 24): that
+    # stream holds it (it would be closed under it when the stream ends): that
     # ensure waits for the stream's let-go (tests/e2e/test_early_take.py pins the order).
     second = Attacher(stub, ensure=ensure(scripts.echo, "agent:e:acp:1", tmp_path))
     waiting = asyncio.ensure_future(second.read())

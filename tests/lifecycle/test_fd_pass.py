@@ -1,5 +1,4 @@
-"""An attacher on this host takes the adapter's pipes (lifecycle ``AttachOpen.fd_pass``,
-issue 28).
+"""An attacher on this host takes the adapter's pipes (lifecycle ``AttachOpen.fd_pass``).
 
 The first response of a stream opened with ``fd_pass`` carries a one-shot grant;
 redeemed on the fd socket, it brings the adapter's stdin and stdout — and what the

@@ -1,4 +1,4 @@
-"""Pre-lease record files: what is read, what is refused and why (issue 29 item 4).
+"""Pre-lease record files: what is read, what is refused and why.
 
 The file format an operator migrating from a lease-less system drops into
 ``<data dir>/lifecycle/legacy/`` (:mod:`services.lifecycle.legacy_file`): every line is

@@ -1,4 +1,4 @@
-"""Legacy records from file to outcome, on the simulated process table (issue 29 item 4).
+"""Legacy records from file to outcome, on the simulated process table.
 
 What the startup of slot 0 does with the pre-lease records waiting in
 ``<state>/legacy/`` (:mod:`services.lifecycle.legacy_reap`): import once, reap through

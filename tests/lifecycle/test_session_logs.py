@@ -1,4 +1,4 @@
-"""Adapter logs found by session id (issue 31): ``logs/sessions/<session id>.log``.
+"""Adapter logs found by session id: ``logs/sessions/<session id>.log``.
 
 Against a real ``acpgate acp``: a built-in session (a warm adapter taken) and an
 external one (spawned for it) each get a link named by their session id to

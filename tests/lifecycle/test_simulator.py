@@ -8,7 +8,7 @@ signalled, in which order, and where the lease ended up.
 The several-process rows (:data:`SLOT_CASES`) hold real slot locks for the
 processes that live, let a starting one take its slot and run its startup reap
 (its own slot's leftovers, then the dead slots'), and check that exactly the
-dead slots' trees were signalled (issue 24).
+dead slots' trees were signalled.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ asyncio.run(main())
 async def test_several_processes_write_one_lease_store(tmp_path: Path) -> None:
     """Every lifecycle service on a data dir writes the one leases.db (each its own slot's
     leases): several real processes opening a fresh file at once and writing as fast as
-    they can all succeed, and every write is there (issue 24)."""
+    they can all succeed, and every write is there."""
     import os
     import sys
 

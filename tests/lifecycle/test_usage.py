@@ -1,4 +1,4 @@
-"""Memory and CPU of a verified process, only while it is still that process (issue 31)."""
+"""Memory and CPU of a verified process, only while it is still that process."""
 
 from __future__ import annotations
 

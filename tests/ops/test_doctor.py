@@ -1,4 +1,4 @@
-"""``acpgate doctor`` against real processes (issue 31).
+"""``acpgate doctor`` against real processes.
 
 A running ``acpgate serve`` (its port, services and store all ok), the same
 install stopped (port free, no service: the store file checked read-only), a

@@ -1,4 +1,4 @@
-"""The running processes' endpoints in the data dir (issue 31): what ps and doctor reach."""
+"""The running processes' endpoints in the data dir: what ps and doctor reach."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``acpgate ps`` against a real ``acpgate serve`` and a real ``acpgate acp`` (issue 31).
+"""``acpgate ps`` against a real ``acpgate serve`` and a real ``acpgate acp``.
 
 Two live sessions of one gateway token on the built-in agent (the local fake
 model server), and one of an editor's ``acpgate acp`` on the same config dir:

@@ -1,4 +1,4 @@
-"""``acpgate ps`` shows a detached session (issue 31 with issue 27's live sessions).
+"""``acpgate ps`` shows a detached session (a live session whose client dropped).
 
 A gateway client's session outlives its dropped connection, detached for
 ``[gateway] detach_grace_secs``: ``acpgate ps`` shows it ``detached`` with no client

@@ -1,4 +1,4 @@
-"""``acpgate sessions list|show|delete`` through a real ``acpgate serve`` (issue 31).
+"""``acpgate sessions list|show|delete`` through a real ``acpgate serve``.
 
 The operator lists every principal's stored sessions (owners by token label),
 reads one's history readably, and deletes a stored one; a session being

@@ -6,7 +6,7 @@ The tier installs npm packages into one cache directory (``.ci/run`` does it,
 writes its ``[agents.<alias>]`` entry, with its model traffic pointed at the
 local fake provider (:mod:`tests.realagents.fake_models`) and its state
 (home, config) inside the test's own directory. These entries are the ones
-the README documents, with the fake URLs and keys in place of real ones.
+docs/agents.md documents, with the fake URLs and keys in place of real ones.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Transparent by default (issue 25): each real adapter, driven directly and through acpgate.
+"""Transparent by default: each real adapter, driven directly and through acpgate.
 
 The same scripted steps (:mod:`tests.realagents.compare`) run against the adapter
 on stdio and against ``acpgate acp`` with the adapter as its default agent,

@@ -5,7 +5,7 @@ JSON lines like an editor would: initialize, session/new, a streamed text
 prompt, a tool call whose permission request is relayed to the client (in the
 mode that asks: claude-agent-acp starts in ``auto``, which does not), an image
 passed through as an ACP image block, set_mode and a config option relayed to
-the adapter (and set again after the restore), session/fork (issue 25: the
+the adapter (and set again after the restore), session/fork (the
 adapter's own fork where it advertises one — claude — else acpgate's), cancel,
 close, and a restart of acpgate followed by session/load. The same steps run
 directly against each adapter and are compared in ``test_passthrough.py``.
@@ -115,7 +115,7 @@ def test_initialize_new_and_recorded_capabilities(stack: Stack) -> None:
     assert "result" in res, res
     _SID[stack.adapter.alias] = res["result"]["sessionId"]
     _NEW[stack.adapter.alias] = res["result"]
-    # The adapter's modes come back unchanged (issue 17: modes/configOptions in results).
+    # The adapter's modes come back unchanged (modes/configOptions in results).
     modes = res["result"].get("modes") or {}
     assert stack.adapter.other_mode in [m["id"] for m in modes.get("availableModes", [])], res
     again = _init(stack.acp)
@@ -232,7 +232,7 @@ def test_fork(stack: Stack) -> None:
                                              "mcpServers": []}, SLOW_WAIT)[1]
     assert "result" in forked, forked
     fork = forked["result"]["sessionId"]
-    # The agent's own result, whole (issue 25), and acpgate's note of the parent.
+    # The agent's own result, whole, and acpgate's note of the parent.
     assert fork != sid and forked["result"]["_meta"]["acpgate"] == {"forkedFrom": sid}
     assert forked["result"]["modes"]["currentModeId"] == stack.adapter.other_mode, forked
     native = stack.adapter.forks_itself  # it advertises session/fork

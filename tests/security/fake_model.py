@@ -8,7 +8,7 @@ object>`` any tool with those arguments (the session tools: ``call
 sessions_send {"sessionId": …, "message": …}``); a tool result is reported
 back verbatim, after the marker :data:`RESULT_MARKER`; anything else is echoed.
 ``stream <n>`` makes the model answer in ``n`` chunks (``w0 w1 …``), and so does a tool
-result holding ``STREAM <n>`` (issue 27: many updates in one turn, after a wait).
+result holding ``STREAM <n>`` (many updates in one turn, after a wait).
 """
 
 from __future__ import annotations

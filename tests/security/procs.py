@@ -49,7 +49,7 @@ while True:
 """
 
 # argv: pidfile stubborn.py — an adapter that survives SIGTERM (its parent-death signal
-# too; it records every catchable signal in <pidfile>.signals) and, like the issue's
+# too; it records every catchable signal in <pidfile>.signals) and, like a hostile
 # shell, detaches a grandchild with setsid from a shell that exits at once: the
 # grandchild is adopted by the wrapper (a subreaper) and lands on PID 1 without it.
 DETACHER = r"""

@@ -1,5 +1,5 @@
 """An external ACP agent on raw JSON-RPC (no SDK, no acpgate imports) for the pass-through
-tests (issue 25): it records every message it receives and uses ACP's newer surface.
+tests: it records every message it receives and uses ACP's newer surface.
 
 Every message it reads is appended to ``$RELAY_AGENT_LOG`` as one JSON line (the
 process id with it), so a test sees exactly what reached which adapter process.

@@ -1,4 +1,4 @@
-"""``session/attach`` from the attacker's side (issue 27).
+"""``session/attach`` from the attacker's side.
 
 A real ``acpgate serve`` with real tokens. Attach is a new way into a *live*
 session, so:

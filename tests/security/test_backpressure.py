@@ -1,13 +1,12 @@
-"""A client that stops reading cannot grow the edge without bound (issue 11, item 2).
+"""A client that stops reading cannot grow the edge without bound.
 
-The issue's flood against a real ``acpgate serve``: one WebSocket client stops
+The flood, against a real ``acpgate serve``: one WebSocket client stops
 reading and sends 60,000 ``initialize`` requests. Every request has an answer
-that must wait somewhere; the edge held all of them (1.4 GB). Now the answers
-waiting behind the connection's full queue are bounded (sends and bytes): past
-the bound the edge closes the connection (1008 — or, as the client does not
-read the close frame either, aborts it), stops reading its requests, and
-releases everything it held, its session included. The figures (peak RSS
-before/after) are ``python -m bench --only flood``'s; this test pins the
+that must wait somewhere; the answers waiting behind the connection's full
+queue are bounded (sends and bytes): past the bound the edge closes the
+connection (1008 — or, as the client does not read the close frame either,
+aborts it), stops reading its requests, and releases everything it held, its
+session included. The figures (peak RSS) are ``python -m bench --only flood``'s; this test pins the
 behaviour.
 """
 

@@ -1,4 +1,4 @@
-"""A session with a big history can still be loaded (issue 23, item 7).
+"""A session with a big history can still be loaded.
 
 Five 15 MB prompts made ``session/load`` fail ("agent process connection lost"):
 the edge sent the built-in agent the whole history as one JSON-RPC line, past
@@ -14,10 +14,11 @@ takes is measured by ``make bench`` (group ``history``), not asserted here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.harness import AcpProcess, write_config
+from tests.e2e.harness import AcpProcess, message_texts, updates, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -38,20 +39,25 @@ def test_a_session_of_big_prompts_loads_whole(tmp_path: Path) -> None:
     acp = AcpProcess(cfg)
     try:
         sid = acp.result("session/new", {"cwd": str(work)})["sessionId"]
+        live: list[dict[str, Any]] = []
         for n in range(PROMPTS):
-            _, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": big_prompt(n)},
-                               wait=WAIT)
+            before, resp = acp.call("session/prompt",
+                                    {"sessionId": sid, "prompt": big_prompt(n)}, wait=WAIT)
             assert resp["result"]["stopReason"] == "end_turn", resp
+            live.extend(updates(before, sid))
         assert acp.result("session/close", {"sessionId": sid}) == {}
 
         seen, resp = acp.call("session/load", {"sessionId": sid, "cwd": str(work)}, wait=WAIT)
         assert "result" in resp, resp
-        replayed = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
+        *replayed, commands = updates(seen, sid)  # the restored agent's commands last
+        assert commands["sessionUpdate"] == "available_commands_update"
         users = [u["content"]["text"] for u in replayed
                  if u["sessionUpdate"] == "user_message_chunk"]
         assert users == [big_prompt(n) for n in range(PROMPTS)]
-        echoes = [u["content"]["text"] for u in replayed
-                  if u["sessionUpdate"] == "agent_message_chunk"]
+        # every update as it was streamed, each echo's chunks joined into its message
+        assert [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"] == live
+        echoes = [text for kind, text in message_texts(replayed)
+                  if kind == "agent_message_chunk"]
         assert len(echoes) == PROMPTS and all(big_prompt(n) in echoes[n] for n in range(PROMPTS))
 
         # The restored agent carries on (the demo model says how long the prompt was).

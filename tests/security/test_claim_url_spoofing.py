@@ -1,4 +1,4 @@
-"""The reconnect address another host names (-32007 ``liveAt.url``, issue 27) — attacks.
+"""The reconnect address another host names (-32007 ``liveAt.url``) — attacks.
 
 Two gateway hosts share one PostgreSQL store; a session live on A is answered on B with
 A's ``[gateway] public_url``, which its claim records. Written from the attacker's side:

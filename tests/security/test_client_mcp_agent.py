@@ -1,4 +1,4 @@
-"""The built-in agent's side of a gateway client's MCP servers (issue 23, item 1).
+"""The built-in agent's side of a gateway client's MCP servers.
 
 The edge refuses what ``[gateway] client_mcp_servers`` does not allow; what it
 allows, the built-in agent runs under the rules the edge sends in

@@ -1,4 +1,4 @@
-"""A gateway client's ``mcpServers`` never run host commands or reach the host's network (issue 23, item 1).
+"""A gateway client's ``mcpServers`` never run host commands or reach the host's network.
 
 Any token holder could pass ``session/new {"mcpServers":[{"command":"/bin/sh",
 "args":["-c","id > $HOME/pwned"], ...}]}``: the built-in agent started it as the
@@ -6,7 +6,7 @@ gateway's user, unconfined, whatever the autonomy; an HTTP entry made the host
 POST to its own loopback. Against a real ``acpgate serve`` with real tokens:
 
 - the default gateway (``[gateway] client_mcp_servers = "none"``) refuses the
-  issue's stdio entry and an HTTP one with -32602 naming the server, the reason
+  attacker's stdio entry and an HTTP one with -32602 naming the server, the reason
   and the config key — no marker, no row, no session adapter, no request seen
   by the local HTTP server — and ``initialize`` promises no MCP transport;
 - a session whose stored list holds such a server (the store's own form) is
@@ -39,7 +39,7 @@ from tests.security.procs import read_leases
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-#: The issue's entry: a shell writing a marker into the gateway user's HOME.
+#: The attacker's entry: a shell writing a marker into the gateway user's HOME.
 PWN = {"name": "x", "command": "/bin/sh", "args": ["-c", "id > $HOME/pwned"],
        "env": [{"name": "LD_PRELOAD", "value": "/nonexistent/evil.so"}]}
 

@@ -1,4 +1,4 @@
-"""One token cannot hold every connection of the gateway (issue 11, item 6).
+"""One token cannot hold every connection of the gateway.
 
 ``[gateway] max_connections`` is global: one token holding all 64 sockets
 locked every other client out. ``max_connections_per_token`` (default: a

@@ -1,4 +1,4 @@
-"""The web console from the attacker's side (issue 31).
+"""The web console from the attacker's side.
 
 - Its static files: no request target — ``..``, encoded, doubled slashes, absolute
   form — reads anything but the shipped files; a symlink planted among them is never

@@ -1,4 +1,4 @@
-"""A session's cwd can never be acpgate's own state or a credential store (issue 11, item 1).
+"""A session's cwd can never be acpgate's own state or a credential store.
 
 Roots beat forbidden paths (SPEC §12), so a session rooted at the data dir
 could read every other principal's conversations and the gateway tokens with

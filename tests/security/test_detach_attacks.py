@@ -1,4 +1,4 @@
-"""Detached sessions from the attacker's side (issue 27).
+"""Detached sessions from the attacker's side.
 
 A real ``acpgate serve`` with the default ``[gateway] detach_grace_secs`` (600):
 

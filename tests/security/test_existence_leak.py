@@ -1,11 +1,11 @@
-"""Another principal's session is reported exactly like one that does not exist (issue 11, item 5).
+"""Another principal's session is reported exactly like one that does not exist.
 
 Token A asking ``session/load`` or ``session/resume`` for token B's *active*
 session got "Session already active: <id>", which tells A that the id exists
 and is in use. It must get what an unknown id gets: -32000 ``Session not
 found: <id>`` (SPEC §8 "visible to the caller", §14). B itself keeps SPEC §8's
 order: a load of its own active session is -32602 "already active"; a resume of it
-answers at once with the session's state (issue 25: as the agent itself would).
+answers at once with the session's state (as the agent itself would).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ async def test_another_tokens_active_session_looks_unknown(tmp_path: Path) -> No
                 got = await error_of(a, method, sid)
                 assert got == {"code": -32000, "message": f"Session not found: {sid}"}, got
             # The owner still hears SPEC §8's answer for a load of its own active session;
-            # its resume is idempotent (issue 25) — for the owner's connection only.
+            # its resume is idempotent — for the owner's connection only.
             if method == "session/load":
                 own = await error_of(b, method, active)
                 assert own == {"code": -32602, "message": f"Session already active: {active}. "

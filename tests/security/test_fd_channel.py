@@ -1,4 +1,4 @@
-"""The lifecycle service's fd socket, from the attacker's side (issue 28).
+"""The lifecycle service's fd socket, from the attacker's side.
 
 The fd socket hands an attached edge an adapter's stdin and stdout — a new door to
 every adapter's conversation. Against a real lifecycle service and its socket:

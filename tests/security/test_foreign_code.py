@@ -1,4 +1,4 @@
-"""No repository's code ever runs as acpgate's own (issue 24 item 1; issue 23's trust model).
+"""No repository's code ever runs as acpgate's own (ARCHITECTURE.md "Trust model").
 
 ``python -m services.agent`` with the session ``cwd`` as working directory puts
 that directory first on ``sys.path``: a cloned repository holding

@@ -1,4 +1,4 @@
-"""Forged leases are never signalled (issue 11, "make sure of what held"; SPEC §13).
+"""Forged leases are never signalled ("make sure of what held"; SPEC §13).
 
 A lease row can name any process, with the right PID and birth time and a
 command hash made to match its argv: the row proves nothing on its own. Each

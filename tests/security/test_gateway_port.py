@@ -1,7 +1,7 @@
-"""``acpgate serve`` and ``acpgate edge`` with the gateway port taken (issue 24 item 3).
+"""``acpgate serve`` and ``acpgate edge`` with the gateway port taken.
 
-Another process listens on the port: ``serve`` used to log ``serve_ready`` and then
-restart its edge forever on ``edge_bind_failed``. Now it binds the port before
+Another process listens on the port: ``serve`` never logs ``serve_ready`` and then
+restarts its edge forever on ``edge_bind_failed``. It binds the port before
 anything else, and exits non-zero at once with ``port N on 127.0.0.1 is in use (by
 pid P)``, no child started; ``acpgate edge`` alone does the same. And a running
 serve keeps its port across a crash of its edge: the restarted edge serves the

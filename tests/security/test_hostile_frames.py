@@ -1,4 +1,4 @@
-"""20,000 hostile frames on stdio: each answered exactly once, memory bounded (issue 11).
+"""20,000 hostile frames on stdio: each answered exactly once, memory bounded.
 
 A real ``acpgate acp`` gets 20,000 frames an attacker would send — unknown
 methods with long names, requests for sessions that do not exist, wrong

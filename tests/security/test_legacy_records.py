@@ -1,5 +1,5 @@
 """Pre-lease records reach the fail-safe path end to end, and it never hits a stranger
-(issue 29 item 4; SPEC §13 "Legacy records").
+(SPEC §13 "Legacy records").
 
 Record files are dropped into a real install's ``<data dir>/lifecycle/legacy/``, then a
 real ``acpgate lifecycle-service`` starts: the holder of slot 0 imports them and reaps

@@ -1,4 +1,4 @@
-"""The local user's home is a workspace; acpgate's state inside it is not (issue 24 item 4).
+"""The local user's home is a workspace; acpgate's state inside it is not.
 
 An editor opened at ``~`` starts ``acpgate acp`` there, and ``~`` contains
 acpgate's own state (``~/.acpgate``) and the credential stores (``~/.ssh``).
@@ -11,7 +11,7 @@ refused, and the local user is told which path and the exact config line that
 would allow it. On the gateway — also with ``require_auth = false``, whose
 connections are remote, not the OS user — such a cwd stays refused and no path of
 acpgate's is named. The config dir itself is the install-root placeholder: the
-agent workspace (SPEC §3), as the README says.
+agent workspace (SPEC §3), as docs/security.md says.
 
 Real ``acpgate acp`` (and ``acpgate serve``) processes, a real ``HOME``.
 """
@@ -66,7 +66,7 @@ def acp(home: Path) -> Iterator[AcpProcess]:
 def said(acp: AcpProcess, sid: str, prompt: str) -> str:
     """What the agent answered to ``prompt`` (the demo model reports its tool's output;
     the SDK agent what its fs request got), as streamed (an external agent's result carries
-    no ``content``: issue 25)."""
+    no ``content``: it is passed whole)."""
     return acp.say(sid, prompt)
 
 
@@ -142,7 +142,7 @@ def test_the_state_itself_is_refused_naming_the_path_and_the_line(home: Path,
         error = acp.error("session/new", {"agentAlias": "demo", "cwd": str(cwd)})
         assert error == {"code": -32602, "message": local_refusal(
             relation, what, guarded, cwd, config)}, cwd
-    # The install root is the placeholder for the agent workspace (SPEC §3; the README).
+    # The install root is the placeholder for the agent workspace (SPEC §3; docs/security.md).
     workspace = os.path.realpath(config / "agents" / "demo" / "workspace")
     result = acp.result("session/new", {"agentAlias": "demo", "cwd": str(config)})
     assert result["workspaceDir"] == workspace

@@ -1,10 +1,10 @@
-"""Any number of acpgate processes on one config dir (issue 24 item 2).
+"""Any number of acpgate processes on one config dir.
 
 Two editor windows each start ``acpgate acp`` on the same config dir and ``acpgate
 serve`` runs beside them. Each runs a long shell command on the demo model (the
 prompt ``!sleep 6; echo done``, autonomy ``full``: no approval asked) while the
 others start; every command ends with exit code 0 — no process's startup reap
-ends another's work (it used to: exit code -15). Then one ``acp`` is SIGKILLed
+ends another's work (which would show as exit code -15). Then one ``acp`` is SIGKILLed
 together with its wrapper, a detached command of its agent still running (its
 orphan: it carries its lease in its environment), the others keep running
 commands, and the next ``acp`` takes the dead one's instance slot and reaps
@@ -50,7 +50,7 @@ __all__ = ["guard"]  # the shared fixture: imported so that pytest finds it here
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 INIT = {"protocolVersion": 1, "clientCapabilities": {}}
-#: The issue's command: long enough for the other processes to start meanwhile.
+#: The attacker's command: long enough for the other processes to start meanwhile.
 LONG = "!sleep 6; echo done"
 #: A command whose processes outlive a SIGKILLed acpgate: a detached sleeper and a long sleep.
 ORPHANS = "!setsid sleep 4001 >/dev/null 2>&1 </dev/null & sleep 120"

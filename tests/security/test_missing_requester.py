@@ -1,4 +1,4 @@
-"""No RPC treats a missing requester as the operator (issue 23, from item 2).
+"""No RPC treats a missing requester as the operator.
 
 A real session service on a unix socket holds sessions of two tokens and of the
 local user. Every RPC that takes a requester is called the way a careless or

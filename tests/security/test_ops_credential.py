@@ -1,4 +1,4 @@
-"""What ``acpgate ps`` reads is the operator's alone (issue 31), from the attacker's side.
+"""What ``acpgate ps`` reads is the operator's alone, from the attacker's side.
 
 The live sessions, what each edge reports of them, the leases and the
 processes' memory and CPU are answered only to callers holding the install's

@@ -1,4 +1,4 @@
-"""A line over the limit is answered, skipped without being held, and wedges nothing (issue 23).
+"""A line over the limit is answered, skipped without being held, and wedges nothing.
 
 A 100 MB stdio line got no answer at all. Every line reader must answer an
 over-long line — a parse error with id null, "line too long (<n> bytes, limit

@@ -1,4 +1,4 @@
-"""The pass-through relay from the attacker's side (issue 25).
+"""The pass-through relay from the attacker's side.
 
 A real ``acpgate serve`` with the recording agent (``relay_agent.py``) as the
 connections' default agent (``?agent=relay``) and two tokens. acpgate now passes

@@ -1,4 +1,4 @@
-"""An agent's burst of permission requests, withdrawn again, never closes a reading client (issue 23).
+"""An agent's burst of permission requests, withdrawn again, never closes a reading client.
 
 A hostile external agent (``tests/security/scripted_agent.py``) sends thousands of
 ``session/request_permission`` requests at once and then withdraws every one

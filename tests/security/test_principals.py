@@ -1,4 +1,4 @@
-"""Visibility never crosses gateway tokens; a grant reads, it never drives (issue 23 item 4).
+"""Visibility never crosses gateway tokens; a grant reads, it never drives.
 
 A real ``acpgate serve`` with ``[sessions] visibility = "all"`` (a2a on) or
 ``"agent"``, three tokens. Token B's client has a live session (holding a

@@ -2,10 +2,10 @@
 
 A real ``acpgate serve`` under a tiny budget. One token's sessions stream a flood
 many times the budget: the rings together stay within it (``/metrics``), the
-flooder's own oldest events are what goes (its replay from there falls back to
-the full history, as documented), and another token's session that streamed a
-little keeps its replay whole — one token cannot push another's replay out of
-the ring.
+flooder's own oldest events are what goes (its replay from there is read from the
+session's event log in the store — exact all the same), and another token's session
+that streamed a little keeps its replay in the ring — one token cannot push
+another's replay out of memory.
 """
 
 from __future__ import annotations
@@ -71,12 +71,25 @@ async def test_one_tokens_flood_cannot_push_another_tokens_replay_out(tmp_path: 
         assert 0 < metrics['acpgate_replay_ring_chars{of="held"}'] <= BUDGET, metrics
         assert metrics["acpgate_replay_trimmed_chars_total"] > 3 * BUDGET, metrics
 
-        # The flooder's own oldest events went: its replay from there is the full history.
-        policy, _ = await _attach_after(gw, flooder_token, floods[0][1], first_flooded)
-        assert policy == "full"
-        # The victim's replay is whole: exactly what followed its first event, in order.
+        # The flooder's own oldest events left the ring: its replay from there is read from
+        # the log, exact all the same.
+        policy, flooded = await _attach_after(gw, flooder_token, floods[0][1], first_flooded)
+        assert policy == "after_message"
+        ids = event_ids(flooded)
+        assert ids[:3] == [first_flooded + 1, first_flooded + 2, first_flooded + 3], ids[:3]
+        # The victim's replay is whole, and from the ring: exactly what followed its first
+        # event, in order.
         policy, replayed = await _attach_after(gw, victim_token, sid, mine[0])
         assert policy == "after_message"
+
+        def from_log(session_id: str) -> bool:
+            return any(e.get("event") == "replay_from_log" and e.get("session_id") == session_id
+                       for e in gw.events())
+        for _ in range(100):  # (log lines are written by a thread of their own)
+            if from_log(floods[0][1]):
+                break
+            await asyncio.sleep(0.05)
+        assert from_log(floods[0][1]) and not from_log(sid)
         ids = event_ids(replayed)
         assert ids[:4] == mine[1:] and ids == list(range(mine[1], mine[1] + len(ids))), ids
         assert [m["params"]["update"]["content"]["text"] for m in replayed

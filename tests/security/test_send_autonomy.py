@@ -1,4 +1,4 @@
-"""A turn one session starts in another runs at most at the sender's autonomy (issue 23 item 5).
+"""A turn one session starts in another runs at most at the sender's autonomy.
 
 A real ``acpgate serve``, one token, ``[sessions] visibility = "all"``. The
 token's sessions: ``full`` built-in ones (the attacker's model), a

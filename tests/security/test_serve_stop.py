@@ -1,9 +1,9 @@
-"""Ctrl-C on ``acpgate serve`` with a turn running (issue 24 item 6).
+"""Ctrl-C on ``acpgate serve`` with a turn running.
 
-The stop used to close every WebSocket at once (1001) and then wait, without a word,
-up to 15 s for the requests those connections had read — a running turn went on
-until it ended or the wait ran out, and its client never got the prompt's answer.
-Now the edge says what it waits for, cancels the running turns (ACP
+The stop never closes every WebSocket at once (1001) to wait, without a word, up to
+15 s for the requests those connections had read — a running turn would go on until
+it ended or the wait ran out, and its client would never get the prompt's answer.
+The edge says what it waits for, cancels the running turns (ACP
 ``session/cancel``), so each client gets its prompt's result (``stopReason:
 cancelled``) before its connection closes with 1001, and the wait ends as soon as
 everything read is answered. A real ``acpgate serve``, a real WebSocket client, a
@@ -82,7 +82,7 @@ async def test_ctrl_c_cancels_the_running_turn_and_answers_it_before_the_close(
 
 async def test_ctrl_c_answers_a_streamable_http_turn_before_its_streams_end(
         tmp_path: Path) -> None:
-    """The same stop for a Streamable HTTP client (issue 26): its prompt's ``cancelled``
+    """The same stop for a Streamable HTTP client: its prompt's ``cancelled``
     answer comes on the session stream, then every stream of the connection ends."""
     async with running_gateway(tmp_path) as gw:
         token = await gw.token("stopper")

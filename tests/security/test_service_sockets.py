@@ -1,4 +1,4 @@
-"""A shell command an agent runs gets nothing from acpgate's own services (issue 23 item 2, 9).
+"""A shell command an agent runs gets nothing from acpgate's own services.
 
 The session and lifecycle services listen on unix sockets the agent's shell can
 reach (Landlock does not govern ``connect()`` on a socket path), and a shell
@@ -13,7 +13,7 @@ approval asked):
   (``UNAUTHENTICATED``): no other token's sessions listed, no history read, no
   session deleted, no process spawned — health checks answer SERVING, nothing
   more;
-- connects to the lifecycle service's fd socket (issue 28) too, asks for an
+- connects to the lifecycle service's fd socket too, asks for an
   adapter's pipes with a made-up grant and no credential, and is refused without a
   descriptor (``tests/security/test_fd_channel.py`` has the rest of that door);
 - even a caller that holds the credential (the operator's own tools) cannot make
@@ -114,7 +114,7 @@ PROBE = textwrap.dedent('''
             "ensure": code(lambda: l.EnsureSession(lpb.EnsureSessionRequest(
                 session_key="agent:x:acp:evil", launch=sealed), timeout=5)),
             "leases": code(lambda: l.ListLeases(lpb.ListLeasesRequest(), timeout=5)),
-            # What acpgate ps reads and what the edges report (issue 31).
+            # What acpgate ps reads and what the edges report.
             "live": code(lambda: s.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=5)),
             "report": code(lambda: s.ReportActivity(spb.ReportActivityRequest(
                 gateway_instance_id="forged"), timeout=5)),

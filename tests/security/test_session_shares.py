@@ -1,4 +1,4 @@
-"""One token cannot take every session slot (issue 23 item 6).
+"""One token cannot take every session slot.
 
 A real ``acpgate serve`` with ``max_sessions = 4`` and the default share
 (``max_sessions`` divided among the two tokens: 2 each). Token A opens sessions

@@ -1,4 +1,4 @@
-"""A setup cancelled at any await leaves no lease behind (issue 23 item 3).
+"""A setup cancelled at any await leaves no lease behind.
 
 The attacker's lever is timing: a client that disconnects while its session is
 being set up gets that setup cancelled (once the connection's drain runs out),
@@ -96,7 +96,9 @@ def test_a_setup_cancelled_at_any_await_leaves_no_lease(
     rng = random.Random()
 
     async def new(conn: DialectConnection) -> Any:
-        return await session_new(conn, {"agentAlias": "demo", "cwd": str(work)})
+        answered = await session_new(conn, {"agentAlias": "demo", "cwd": str(work)})
+        await answered.then()  # as the peer does once the answer is written
+        return answered.result
 
     async def scenario() -> None:
         conn = DialectConnection(runtime, _ignore, methods={}, caller=LOCAL_OPERATOR)

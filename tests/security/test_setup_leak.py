@@ -1,6 +1,6 @@
-"""Sessions whose setup is cut short leak no agent, outside ``max_sessions`` or not (issue 23 item 3).
+"""Sessions whose setup is cut short leak no agent, outside ``max_sessions`` or not.
 
-The issue's attacks against a real ``acpgate serve``, looped with random timing:
+The attacks, against a real ``acpgate serve``, looped with random timing:
 
 - ``session/new`` (and ``session/load``/``resume`` of a stored session) naming an
   MCP server that never answers (``/bin/sleep 1000``: the agent waits 30 s for it,
@@ -42,9 +42,9 @@ from tests.security.procs import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-#: The issue's MCP server: it never speaks, so the agent's session/new waits 30 s for it.
+#: The attacker's MCP server: it never speaks, so the agent's session/new waits 30 s for it.
 SLOW_MCP = [{"name": "slow", "command": "/bin/sleep", "args": ["1000"], "env": []}]
-#: A parent that spawns a child that spawns a grandchild, neither waiting (issue 13 tools).
+#: A parent that spawns a child that spawns a grandchild, neither waiting (the session tools).
 TREE = call_message("sessions_spawn", {
     "agent": "attacker", "wait": False, "label": "child",
     "prompt": call_message("sessions_spawn", {"agent": "attacker", "wait": False,
@@ -137,7 +137,7 @@ async def test_setups_cut_short_at_random_leave_no_agent_behind(tmp_path: Path) 
     rng = random.Random()
     # One token races every setup: its share is the whole gateway.
     async with running_gateway(tmp_path, max_sessions=40, per_token=40,
-                               # The trees whose client left detach (issue 27): after
+                               # The trees whose client left detach: after
                                # the grace they are released like any disconnect's.
                                gateway="max_connections_per_token = 40\n"
                                        "detach_grace_secs = 2\n") as gw:

@@ -1,4 +1,4 @@
-"""Split brain after a store outage longer than the claim's lease (issue 23, item 8).
+"""Split brain after a store outage longer than the claim's lease.
 
 Two gateway hosts share one real PostgreSQL store (``tests.gateway.stack``: each a
 session service, lifecycle service, runtime and WebSocket edge of its own). Host A

@@ -1,4 +1,4 @@
-"""acpgate's state is its user's alone (issue 23, Low): every state file 0600, every dir 0700.
+"""acpgate's state is its user's alone: every state file 0600, every dir 0700.
 
 Session stores hold conversations, the lease database names the processes acpgate
 may signal, the token store and the service key are credentials, ``config.toml``

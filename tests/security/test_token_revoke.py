@@ -1,4 +1,4 @@
-"""Revoking a token closes its open connections, across processes (issue 11, item 4).
+"""Revoking a token closes its open connections, across processes.
 
 ``acpgate token revoke`` is another process than the edge: it only writes the
 token store. The edge notices within its poll interval (a quarter second; the
@@ -60,7 +60,8 @@ async def test_revoke_closes_that_tokens_live_connections(tmp_path: Path) -> Non
 
 
 async def test_revoke_cancels_the_streaming_turn_and_stores_none_of_it(tmp_path: Path) -> None:
-    """Issue 23: the revoked token's turn ran on through the 15 s drain and was stored."""
+    """Revoking a token cancels its streaming turn (the agent gets session/cancel) instead
+    of letting it run on through the 15 s drain, and stores none of it."""
     received = tmp_path / "agent-received.log"
     async with running_gateway(tmp_path, extra=agent_section("scripted", str(received))) as gw:
         doomed = await gw.token("doomed")

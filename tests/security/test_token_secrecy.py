@@ -1,4 +1,4 @@
-"""Gateway tokens are compared in constant time and never logged (SPEC §11, issue 11).
+"""Gateway tokens are compared in constant time and never logged (SPEC §11).
 
 Against a real ``acpgate serve`` logging at debug: tokens presented every way
 a client can (header, subprotocol, query), good, bad, near misses, revoked,

@@ -1,4 +1,4 @@
-"""Two installs on one host never touch each other's processes (issue 11; SPEC §13).
+"""Two installs on one host never touch each other's processes (SPEC §13).
 
 Two lifecycle services run as real processes, each with its own config dir,
 instance id and wrapper root, each with a lease whose adapter survives SIGTERM
@@ -151,7 +151,7 @@ async def test_two_installs_never_touch_each_other(tmp_path: Path, guard: Proces
                       wrapper_root=inst_a.wrapper_root, wrapper_path=tree_a.lease.wrapper_path,
                       command_hash=command_hash(b_wrapper_argv)),
             # The same under a slot of A's that nobody holds: A's next start reaps that slot
-            # as a dead one's (issue 24), and must still prove nothing of B's is its.
+            # as a dead one's, and must still prove nothing of B's is its.
             record_of(tree_b.lease, lease_id="dead-slot-points-at-b",
                       gateway_instance_id=f"{inst_a.install_id}-s5",
                       wrapper_root=inst_a.wrapper_root, wrapper_path=tree_a.lease.wrapper_path,

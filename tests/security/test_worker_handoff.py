@@ -1,4 +1,4 @@
-"""Issue 28, from the attacker's side: the edge workers' hand-over of connections.
+"""From the attacker's side: the edge workers' hand-over of connections.
 
 A worker takes a client's socket in from whoever proves, on its owner-only unix
 socket, that it holds the install's service credential; a marked request

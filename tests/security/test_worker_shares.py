@@ -1,8 +1,8 @@
-"""Issue 28, from the attacker's side: a token spreading its connections and sessions
+"""From the attacker's side: a token spreading its connections and sessions
 over every edge worker of one ``acpgate serve`` gets no more than its shares.
 
-Each worker alone would admit the token's whole share (the limits used to live in
-one edge's memory); the session service counts every worker's together. A worker
+Each worker alone would admit the token's whole share (were the limits kept in one
+edge's memory); the session service counts every worker's together. A worker
 killed with SIGKILL keeps nothing: its restarted successor's first report replaces
 what it held, long before the lease time (set far above the test's waits here).
 """

@@ -1,4 +1,4 @@
-"""kill -9 of a wrapper leaves nothing behind (issue 11 item 3, SPEC §13).
+"""kill -9 of a wrapper leaves nothing behind (SPEC §13).
 
 The attack, end to end through ``acpgate acp``: in full autonomy a local fake
 model server makes the built-in agent's shell tool run
@@ -89,7 +89,7 @@ os.replace(pidfile + ".tmp", pidfile)
 sys.stdin.read()
 """
 
-#: The issue's reproduction, verbatim.
+#: A shell command that starts a sleeper in a session of its own (setsid) and exits.
 DETACH = "setsid sleep 4001 >/dev/null 2>&1 </dev/null & sleep 0.5"
 #: The sleeper's argv, as the kernel shows it.
 SLEEPER = ["sleep", "4001"]
@@ -332,10 +332,10 @@ async def test_close_reaps_what_a_wrapper_that_ended_in_order_left_behind(
 ])
 async def test_a_turn_whose_wrapper_is_killed_reports_the_agent_killed(
         tmp_path: Path, alias: str, prompt: str) -> None:
-    """Issue 23: SIGKILL of the wrapper mid-turn answered the prompt "[turn cancelled via
-    client]". The client cancelled nothing: the prompt fails -32603 saying the agent was
-    killed (the signal named, ``data.acpgate.exit`` as for setup failures); nothing of the
-    turn is stored."""
+    """SIGKILL of the wrapper mid-turn is never reported as the client's cancel ("[turn
+    cancelled via client]"): the prompt fails -32603 saying the agent was killed (the
+    signal named, ``data.acpgate.exit`` as for setup failures); nothing of the turn is
+    stored."""
     async with running_gateway(tmp_path, extra=agent_section("scripted")) as gw:
         client = RawClient(await gw.connect(await gw.token("t")))
         sid = (await client.result("session/new", {"agentAlias": alias}))["sessionId"]

@@ -1,4 +1,4 @@
-"""SPEC §14's invariant as a property of the session service itself (issue 13):
+"""SPEC §14's invariant as a property of the session service itself:
 for every action — list, history, send, status — whatever ``tree`` shows, ``all`` shows.
 
 Hypothesis builds forests of sessions through the real RPCs (CreateSession for top-level
@@ -172,7 +172,7 @@ def test_spec14_property_tree_within_all_for_every_action(
             for r in rows:
                 if r.ownership.spawned_by == key:
                     assert r.session_id in tree["list"], (key, r.session_id)
-            # Nothing of another principal, under any level (issue 23).
+            # Nothing of another principal, under any level.
             mine = principal_of(rows, key)
             for r in rows:
                 if principal_of_owner(r.ownership.owner_session_key) != mine:

@@ -1,4 +1,4 @@
-"""The edges' activity reports, kept in memory by the session service (issue 31)."""
+"""The edges' activity reports, kept in memory by the session service."""
 
 from __future__ import annotations
 

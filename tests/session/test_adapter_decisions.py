@@ -1,4 +1,4 @@
-"""The session service's answers for external adapters (issue 17): CheckOperation and the
+"""The session service's answers for external adapters: CheckOperation and the
 capabilities recorded per alias (SPEC §12 path rules; ARCHITECTURE rule 3)."""
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ async def test_launch_builtin_and_acp(tmp_path: Path) -> None:
     )
     bi = await launch_spec(cfg, "bi")
     assert bi.command == sys.executable
-    # Isolated mode: the session's cwd and PYTHON* variables never pick the code (issue 24).
+    # Isolated mode: the session's cwd and PYTHON* variables never pick the code.
     assert bi.args == ("-I", "-m", "services.agent", "--config-dir", str(cfg.config_dir),
                        "--alias", "bi")
     assert bi.kind == "builtin" and bi.autonomy == "readonly" and bi.default_model == "demo/demo"
@@ -171,7 +171,7 @@ async def test_spec3_explicit_cwd_real_path_never_widened(cfg: Config, tmp_path:
     rel = await resolve_workspace(cfg, "a", "sub", base_dir=str(proj))
     assert rel.workspace_dir == str((proj / "sub").resolve())
     # A subdirectory of the install root is not the placeholder either: it is acpgate's
-    # own state, refused (issue 11) unless [autonomy] allow_cwd names it, and then exact.
+    # own state, refused unless [autonomy] allow_cwd names it, and then exact.
     inner = cfg.config_dir / "inner"
     inner.mkdir()
     with pytest.raises(WorkspaceError, match="lies inside acpgate's own state"):

@@ -1,4 +1,4 @@
-"""Issue 11: a session workspace is never acpgate's own state nor a credential store.
+"""A session workspace is never acpgate's own state nor a credential store.
 
 ``workspace_refusal`` over real directories: the relation (is / lies inside /
 contains) to the config dir, the data dir and the credential stores among the
@@ -106,7 +106,7 @@ def test_a_token_store_kept_elsewhere_is_own_state_too(tmp_path: Path, home: Pat
 
 def test_the_local_user_may_work_in_a_directory_holding_guarded_paths(
         tmp_path: Path, home: Path) -> None:
-    """Issue 24: for the local user of ``acpgate acp`` only; the default is the gateway's."""
+    """For the local user of ``acpgate acp`` only; the default is the gateway's."""
     cfg = make(tmp_path, forbidden_paths=("~/.ssh",))
     data = tmp_path / "elsewhere" / "data"
     assert why(cfg, tmp_path) == ("contains", OWN_STATE)

@@ -95,7 +95,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_servicer_sees_the_store_only_through_its_interface() -> None:
     """The RPC code imports the store package, its interface and records, never a backend
-    (issue 14 adds a second one behind the same SessionStore)."""
+    (SQLite and PostgreSQL both sit behind the same SessionStore)."""
     session = REPO / "services" / "session"
     allowed = {"services.session.store", "services.session.store.interface",
                "services.session.store.records"}

@@ -212,7 +212,7 @@ async def test_spec3_resolve_workspace(stub: Stub, short_dir: Path) -> None:
 
 async def test_get_policy_refuses_a_workspace_of_acpgate_state(stub: Stub,
                                                                 short_dir: Path) -> None:
-    """Issue 11: every session comes up through GetPolicy, so a stored workspace that is
+    """Every session comes up through GetPolicy, so a stored workspace that is
     acpgate's own state is refused there with session/new's message; the agent workspace
     (inside the config dir) is not."""
     for workspace, relation in ((short_dir / "data", "is"), (short_dir, "contains"),
@@ -277,7 +277,7 @@ async def test_spec8_spec13_rows_and_turns(store_stub: Stub) -> None:
         pb.SESSION_STATE_INACTIVE, "L", "ad")
     upd = await store_stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1", lease_id=""))
     assert upd.lease_id == "" and upd.adapter_session_id == "ad"
-    # Issue 16: the client's MCP server list is kept per session, replaced when set.
+    # The client's MCP server list is kept per session, replaced when set.
     servers = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
     upd = await store_stub.UpdateSession(pb.UpdateSessionRequest(session_id="s1",
                                                                  mcp_servers_json=servers))
@@ -484,7 +484,7 @@ async def test_spec14_matrix_over_grpc(serve: ServerFactory, short_dir: Path, a2
                 st = await status
                 assert st.session.session_id == sid and st.message_count == 4, where
             else:
-                # Exactly the answer of a missing row (issue 13): nothing to probe for.
+                # Exactly the answer of a missing row: nothing to probe for.
                 hidden = (grpc.StatusCode.NOT_FOUND, f"Session not found: {sid}")
                 assert await _code(_items(hist)) == hidden, where
                 assert await _code(status) == hidden, where
@@ -548,7 +548,7 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
 
 
 async def test_calls_without_the_credential_are_refused(short_dir: Path) -> None:
-    """Every call must carry the service credential (issue 23); health stays open."""
+    """Every call must carry the service credential; health stays open."""
     from services.session.server import start_session_server
 
     cfg = make_cfg(short_dir)

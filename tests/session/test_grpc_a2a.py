@@ -1,4 +1,4 @@
-"""Agent-to-agent sessions in the session service (issue 13, SPEC §12–§14), over real gRPC.
+"""Agent-to-agent sessions in the session service (SPEC §12–§14), over real gRPC.
 
 SpawnSession decides a child's agent, workspace, policy and ownership; SendToSession
 is the "send" check; GetPolicy caps a stored child's autonomy on every restore;
@@ -186,8 +186,8 @@ async def test_a_child_never_has_more_autonomy_than_its_parent(
 
 async def test_a_parent_made_more_careful_by_set_mode_caps_its_children(
         serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
-    """A built-in parent configured `full` that a client put in mode `supervised` (issue
-    17's session/set_mode, stored as the row's mode) spawns `full` agents as supervised,
+    """A built-in parent configured `full` that a client put in mode `supervised`
+    (session/set_mode, stored as the row's mode) spawns `full` agents as supervised,
     and its stored children are capped by that mode on restore; an external agent's mode
     ids are its own, not autonomy levels, so they cap nothing."""
     _, stub = await serve(_cfg(short_dir, StoreSection(), alpha="full", beta="full",
@@ -288,7 +288,7 @@ async def test_history_limit_and_list_query(stub: Stub, workspace: Path) -> None
 
 async def test_a_sent_turn_is_capped_at_the_senders_autonomy(
         serve: ServerFactory, short_dir: Path, workspace: Path) -> None:
-    """Issue 23 item 5: SendToSession answers the sender's acting autonomy as the turn's
+    """SendToSession answers the sender's acting autonomy as the turn's
     cap (lowered by the sender's own turn cap); an external target above it is refused —
     acpgate cannot cap its turn — and so is spawning an external alias above it."""
     cfg = _cfg(short_dir, StoreSection(), alpha="readonly", beta="full", ext="full")
@@ -324,7 +324,7 @@ async def test_a_sent_turn_is_capped_at_the_senders_autonomy(
 
 
 async def test_only_a_stored_session_sends(stub: Stub, workspace: Path) -> None:
-    """Issue 23: SendToSession acts for a session, never for a principal or an empty
+    """SendToSession acts for a session, never for a principal or an empty
     requester (which is not the operator)."""
     await _parent(stub, workspace)
     for key in ("", OWNER, "local", "agent:alpha:acp:ghost"):

@@ -1,4 +1,4 @@
-"""Claims over gRPC: several hosts' session services on one store (issue 14, SPEC §8, §13).
+"""Claims over gRPC: several hosts' session services on one store (SPEC §8, §13).
 
 Real session servers on real sockets, on each store backend. CreateSession and
 ClaimSession take a session's claim for a gateway instance; another
@@ -84,8 +84,8 @@ async def test_claim_renew_release_over_grpc(store_stub: Stub) -> None:
 
 
 async def test_the_claim_carries_the_claiming_edges_public_url(store_stub: Stub) -> None:
-    """CreateSession and ClaimSession record the edge's ``public_url`` in the claim (issue
-    27), and the row reports it; one that could carry a secret is INVALID_ARGUMENT, the
+    """CreateSession and ClaimSession record the edge's ``public_url`` in the claim,
+    and the row reports it; one that could carry a secret is INVALID_ARGUMENT, the
     value never echoed, nothing written."""
     row = await store_stub.CreateSession(pb.CreateSessionRequest(
         session_id="s1", agent_alias="alpha", workspace_dir="/w", gateway_instance_id="gw-a",
@@ -146,7 +146,7 @@ async def test_postgres_gone_is_unavailable_and_no_password_leaks(
     """A session service on a PostgreSQL server over TCP, password from ``[store]
     password_env``: it works; the server stops; every RPC that needs the database is
     UNAVAILABLE with the URL shown without its password, and no log line has it; an
-    agent still resolves (issue 17: without its recorded adapter capabilities)."""
+    agent still resolves (without its recorded adapter capabilities)."""
     caplog.set_level(logging.INFO, logger="acpgate")
     with running_cluster() as cluster:
         monkeypatch.setenv("ACPG_TEST_STORE_PASSWORD", cluster.password)

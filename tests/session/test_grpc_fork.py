@@ -1,4 +1,4 @@
-"""``ForkSession`` over real gRPC (issue 25): who may fork, what the fork is, what it costs.
+"""``ForkSession`` over real gRPC: who may fork, what the fork is, what it costs.
 
 The requester is a principal or the operator; another principal's session, and
 one that does not exist, get the very same NOT_FOUND. The fork belongs to the

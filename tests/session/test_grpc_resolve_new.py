@@ -1,5 +1,5 @@
 """ResolveNewSession: session/new's ResolveAgent, ResolveWorkspace and GetPolicy in one round
-trip, over a real server (SPEC §3, §12; issue 15). Each answer is the one its own RPC gives,
+trip, over a real server (SPEC §3, §12). Each answer is the one its own RPC gives,
 and the first refusal is the refusal."""
 
 from __future__ import annotations

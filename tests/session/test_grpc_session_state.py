@@ -1,4 +1,4 @@
-"""Issue 17 through the session service's gRPC API: extra roots, policy, delete, usage."""
+"""A session's state through the session service's gRPC API: extra roots, policy, delete, usage."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _resolve(alias: str, cwd: str, *extra: str) -> pb.ResolveWorkspaceRequest:
 
 
 async def test_additional_directories_resolve_like_cwd(stub: Stub, tmp_path: Path) -> None:
-    """Issue 17: real paths (symlinks resolved), order kept, duplicates and the workspace dropped."""
+    """Real paths (symlinks resolved), order kept, duplicates and the workspace dropped."""
     ws, a, b = tmp_path / "ws", tmp_path / "a", tmp_path / "b"
     for d in (ws, a, b):
         d.mkdir()
@@ -51,7 +51,7 @@ async def test_unusable_additional_directories_are_refused(stub: Stub, tmp_path:
 async def test_extra_roots_are_confined_like_the_cwd(serve, short_dir: Path) -> None:
     """An extra root that is, lies inside or contains acpgate's own state is refused as a
     cwd would be (the reason named, never the guarded path); one inside an agent workspace
-    is fine; ``[autonomy] allow_cwd`` opts an exact directory in (issue 11, item 1)."""
+    is fine; ``[autonomy] allow_cwd`` opts an exact directory in."""
     cfg = make_cfg(short_dir)
     cfg.data_dir.mkdir(parents=True)
     (short_dir / "proj").mkdir()
@@ -88,14 +88,15 @@ async def test_policy_refuses_a_stored_extra_root_no_longer_allowed(stub: Stub,
 
 
 async def test_policy_allows_the_additional_directories(stub: Stub, tmp_path: Path) -> None:
-    """Issue 17: the extra roots are allowed roots of the policy (enforce.py and Landlock)."""
+    """The extra roots are allowed roots of the policy (enforce.py and Landlock)."""
     policy = await stub.GetPolicy(pb.GetPolicyRequest(
         alias="alpha", workspace_dir=str(tmp_path), additional_directories=["/x", "/y"]))
     assert list(policy.allowed_roots)[1:] == ["/x", "/y"]
 
 
 async def test_delete_session_and_usage_over_grpc(store_stub: Stub) -> None:
-    """The issue-17 row fields and DeleteSession through gRPC, on every store backend."""
+    """A row's title, mode, config, extra roots and usage totals, and DeleteSession,
+    through gRPC on every store backend."""
     stub = store_stub
     await stub.CreateSession(pb.CreateSessionRequest(
         session_id="d1", agent_alias="alpha", workspace_dir="/w", additional_directories=["/x"]))

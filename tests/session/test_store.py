@@ -146,7 +146,7 @@ def test_item_fields_are_the_history_entry_fields_after_role() -> None:
 
 
 async def test_spec8_title_is_first_user_message_one_line(store: SessionStore) -> None:
-    """session/list title (issue 17): the first prompt's first line, ≤ 80 chars."""
+    """session/list title: the first prompt's first line, ≤ 80 chars."""
     await store.create_session(NewSession("s1", "a", "/w"))
     long = "\n  line   one \n\n  line   two " + "x" * 200
     await store.append_turn("s1", [HistoryEntry(role="user", text=long)])
@@ -207,7 +207,7 @@ async def test_list_sessions_order_and_cwd(backend: Backend) -> None:
 
 
 async def test_mcp_server_list_per_session(store: SessionStore) -> None:
-    """Issue 16: a row keeps the client's MCP server list (a JSON array), replaced when set,
+    """A row keeps the client's MCP server list (a JSON array), replaced when set,
     kept by other updates, refused when it is not an array."""
     listed = '[{"name": "fs", "command": "/bin/fs", "args": [], "env": []}]'
     rec = await store.create_session(NewSession("n1", "a", "/w", mcp_servers_json=listed))

@@ -1,4 +1,4 @@
-"""A claim records its holder's public URL (issue 27, across hosts), on every backend.
+"""A claim records its holder's public URL (across hosts), on every backend.
 
 Whoever takes a session's claim — created claimed, ``claim``, a takeover after expiry,
 a fork — records the ``[gateway] public_url`` its edge sent; another host reads it from

@@ -1,4 +1,4 @@
-"""Claim generations fence a holder's writes (issue 23, item 8), on every backend.
+"""Claim generations fence a holder's writes, on every backend.
 
 Each claim taken is the row's next generation (a renewal keeps it). A holder's
 turn, row update and release carry the generation it got and are refused —

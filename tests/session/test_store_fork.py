@@ -1,4 +1,4 @@
-"""ACP ``session/fork`` in the store (issue 25), on every backend.
+"""ACP ``session/fork`` in the store, on every backend.
 
 A fork is a new row whose history is a copy of the parent's, written in one
 transaction: items, turn numbers and times as the parent's; the parent's title,

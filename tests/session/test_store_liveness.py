@@ -21,9 +21,10 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionStore,
     open_store,
+    pg_db,
     pg_liveness,
 )
-from services.session.store.pg_db import PostgresTarget
+from services.session.store.pg_db import PostgresTarget, create_pool
 from services.session.store.pg_liveness import NAMESPACE, host_of
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
@@ -160,3 +161,41 @@ async def test_a_lock_held_elsewhere_keeps_the_lease_rule(url: str,
     assert await _eventually_held(url, "gw-a")  # the twin has it now
     with pytest.raises(SessionActiveElsewhere):
         await b.claim("s1", "gw-b", ttl_ms=TTL)
+
+
+async def test_a_host_frozen_mid_transaction_does_not_keep_its_session(
+        url: str, stores: list[SessionStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A is cut off while a connection of its pool sits in a transaction that wrote the
+    session's row (a host frozen between two statements): the server ends that connection,
+    so B's claim, which waits on the row's lock, goes through instead of waiting on A
+    forever; A's frozen transaction wrote nothing."""
+    monkeypatch.setattr(pg_liveness, "KEEP_SECS", 3600.0)  # A's keeper stays out of it
+    monkeypatch.setattr(pg_db, "IDLE_IN_TRANSACTION_SECS", 0.5)
+    a, b = await _open(url, stores), await _open(url, stores)
+    await a.create_session(NewSession("s1", "x", "/w", gateway_instance_id="gw-a",
+                                      claim_ttl_ms=TTL))
+    pool = await create_pool(PostgresTarget(url))  # what A's store opens, settings and all
+    try:
+        frozen = await pool.acquire()
+        backend = frozen.get_server_pid()
+        await frozen.execute("BEGIN")
+        await frozen.execute("UPDATE sessions SET stored_bytes = stored_bytes + 1"
+                             " WHERE id = 's1'")
+        assert await _cut(url, "gw-a") == 1
+        # Bounded only so that a regression fails instead of hanging.
+        taken = await asyncio.wait_for(b.claim("s1", "gw-b", ttl_ms=TTL), 30)
+        assert taken.claim.instance_id == "gw-b"
+        con = await asyncpg.connect(url)
+        try:  # the server ended A's frozen connection (its backend exits a moment later)
+            for _ in range(100):
+                if not await con.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend):
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("A's frozen connection was not ended")
+        finally:
+            await con.close()
+    finally:
+        pool.terminate()
+    assert (await b.get_session("s1")).stored_bytes == 0

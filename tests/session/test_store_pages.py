@@ -1,4 +1,4 @@
-"""A big history is read in byte-bounded pages (issue 23, item 7), on every backend.
+"""A big history is read in byte-bounded pages, on every backend.
 
 Pages are at most 500 items; for a session storing more than ``HISTORY_PAGE_BYTES``
 they are also at most that many item bytes (a larger item alone), so the session

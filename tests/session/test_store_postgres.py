@@ -96,7 +96,7 @@ async def test_schema_is_created_at_the_latest_version(pg_url: str) -> None:
 
 async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
         pg_cluster: Cluster) -> None:
-    """v4 → v5 → v6 (issue 17): a database issue 14's release created (claims, no capability
+    """v4 → v5 → v6: a database as v4 shipped it (claims, no capability
     table) keeps its rows, history and live claims, gets the agent_capabilities table (v5),
     and every row no extra roots, mode, config or token totals, its old turns no usage (v6)."""
     url = await fresh_url(pg_cluster)
@@ -117,8 +117,8 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     async with _opened(PostgresTarget(url)) as store:
         assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 10
         rec = await store.get_session("old")
-        assert rec.forked_from == ""  # v8 (issue 25): no stored row is a fork
-        assert rec.claim.public_url == ""  # v9 (issue 27): no address recorded
+        assert rec.forked_from == ""  # v8: no stored row is a fork
+        assert rec.claim.public_url == ""  # v9: no address recorded
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 1)
         assert rec.stored_bytes == len("user") + len("hi")  # v7: counted from its history
         # The claim was kept: live while its host is (its session service vouches for it).
@@ -138,7 +138,7 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
 
 async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
         pg_cluster: Cluster) -> None:
-    """v8 → v9 (issue 27): a database as v8 shipped it (v4 created, every step up to v8
+    """v8 → v9: a database as v8 shipped it (v4 created, every step up to v8
     run) keeps its live claim, generation and history; the claim records no public URL
     until its holder claims again, and that claim records one."""
     url = await fresh_url(pg_cluster)

@@ -1,21 +1,25 @@
-"""Storage quotas (issue 23, item 7), on every backend.
+"""Storage quotas, on every backend.
 
 A running byte total per row (``stored_bytes``) and per owner (``owner_usage``),
 counted from the stored items (:func:`item_bytes`: UTF-8 bytes of the role and the
 item fields). A turn that would take its session or its owner over a limit is
 refused in the turn's own transaction — QuotaExceeded, with the client-facing
 sentence, nothing written; other owners are not affected; a deleted session's
-bytes leave its owner's total; a v6 database gets its totals computed.
+bytes leave its owner's total; a v6 database gets its totals computed. The event log's
+events count in the same totals (a part past a quota writes none of them).
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
 
 import aiosqlite
 import asyncpg
 import pytest
 
-from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA
+from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA, REFUSED_QUOTA
 from services.session.store import HistoryEntry, NewSession, Quota, QuotaExceeded, SessionStore
+from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
 from services.session.store.pg_db import PostgresTarget
 from services.session.store.pg_schema import _STEPS
 from services.session.store.records import item_bytes
@@ -111,7 +115,7 @@ async def test_migration_computes_the_totals_of_stored_history(backend: Backend)
 
 
 async def _write_v6(backend: Backend, rows: dict[str, tuple[str, list[str]]]) -> None:
-    """The database at schema v6 (as issue 17's release left it), holding ``rows``."""
+    """The database at schema v6, holding ``rows``."""
     target = await backend.target()
     inserts = []
     for sid, (owner, texts) in rows.items():
@@ -144,3 +148,58 @@ async def _write_v6(backend: Backend, rows: dict[str, tuple[str, list[str]]]) ->
             await db.execute(sql.replace("$1", "?").replace("$2", "?").replace("$3", "?"), args)
     finally:
         await db.close()
+
+
+def logged(event_id: int, size: int, turn_id: int = 0) -> LoggedEvent:
+    return LoggedEvent(event_id, turn_id, "update", b"u" * size, 1)
+
+
+async def test_logged_events_count_against_the_quotas(store: SessionStore,
+                                                      backend: Backend) -> None:
+    """The event log counts like history: a part that would pass a quota writes none of
+    its events (the quota's sentence says why) while the batch's other parts are written;
+    its turn ends still end the turns already started; a part sent again adds nothing."""
+    for sid in ("s1", "s2"):
+        await store.create_session(NewSession(sid, "a", "/w", owner_session_key="client:t1"))
+    first = turn("x" * 600)
+    quota = Quota(session_bytes=size(first) + 1000, owner_bytes=10_000)
+    await store.append_turn("s1", first, quota=quota)
+    batch = SessionBatch("s1", [logged(1, 400, 1), logged(2, 500, 1)],
+                         [TurnMark(1, "running", 1)])
+    assert await store.append_events([batch], quota=quota) == [""]
+    assert await store.append_events([batch], quota=quota) == [""]  # sent again: counted once
+    rec = await store.get_session("s1")
+    assert rec.stored_bytes == size(first) + 900
+    assert await owner_total(backend, "client:t1") == size(first) + 900
+
+    over = SessionBatch("s1", [logged(3, 101, 1)], [TurnMark(1, "failed", 2)])
+    other = SessionBatch("s2", [logged(1, 101)])
+    refused, written = await store.append_events([over, other], quota=quota)
+    assert refused == REFUSED_QUOTA + MSG_SESSION_QUOTA.format(
+        used=size(first) + 1001, limit=size(first) + 1000)
+    assert written == ""
+    assert [e.event_id async for e in _events(store, "s1")] == [1, 2]
+    assert await store.turn_states("s1") == {1: "failed"}
+    assert (await store.get_session("s1")).stored_bytes == size(first) + 900
+    assert await owner_total(backend, "client:t1") == size(first) + 1001
+
+    # the owner's quota: s2 has room of its own, its owner has not
+    tight = Quota(owner_bytes=size(first) + 1001 + 99)
+    (refused,) = await store.append_events([SessionBatch("s2", [logged(2, 100)])], quota=tight)
+    assert refused == REFUSED_QUOTA + MSG_TOKEN_QUOTA.format(used=size(first) + 1101,
+                                                             limit=size(first) + 1100)
+    assert await store.append_events([SessionBatch("s2", [logged(2, 99)])], quota=tight) == [""]
+
+    # a fork copies the history, not the log: it counts the history's bytes only
+    fork = await store.fork_session("s1", "f1", agent_alias="a", gateway_instance_id="gw",
+                                    claim_ttl_ms=30_000)
+    assert fork.stored_bytes == size(first)
+    # deleting gives everything back, log included
+    assert await store.delete_session("s1")
+    assert await owner_total(backend, "client:t1") == 200 + size(first)
+
+
+async def _events(store: SessionStore, sid: str) -> AsyncIterator[LoggedEvent]:
+    async for page in store.iter_events(sid):
+        for event in page:
+            yield event

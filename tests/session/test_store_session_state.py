@@ -1,4 +1,4 @@
-"""The store's issue-17 state: extra roots, mode and config values, usage per turn, delete.
+"""A session's state in the store: extra roots, mode and config values, usage per turn, delete.
 
 Runs on every backend (``backend`` / ``store`` fixtures): each must hold these the
 same way (services/session/store/interface.py). The migrations that bring older
@@ -28,7 +28,7 @@ def _user(text: str = "hi") -> list[HistoryEntry]:
 
 
 async def test_additional_directories_mode_and_config_are_stored(store: SessionStore) -> None:
-    """Issue 17: additionalDirectories stored on the row; mode and config re-applied on restore."""
+    """``additionalDirectories`` stored on the row; mode and config re-applied on restore."""
     rec = await store.create_session(NewSession("s1", "a", "/w", additional_directories=("/x", "/y")))
     assert rec.additional_directories == ("/x", "/y")
     assert (rec.mode_id, rec.config_json) == ("", "")
@@ -63,7 +63,7 @@ async def test_a_nul_in_a_directory_or_mode_is_refused(store: SessionStore) -> N
 
 
 async def test_usage_is_stored_per_turn_and_totalled(backend: Backend) -> None:
-    """Issue 17: the edge records usage per turn; the row has the totals."""
+    """The edge records usage per turn; the row has the totals."""
     store = await backend.open()
     await store.create_session(NewSession("s1", "a", "/w"))
     await store.append_turn("s1", _user(), token_delta=15,
@@ -89,7 +89,7 @@ async def test_usage_is_stored_per_turn_and_totalled(backend: Backend) -> None:
 
 
 async def test_delete_removes_row_history_and_usage(backend: Backend) -> None:
-    """Issue 17 session/delete: the row and its history go in one transaction."""
+    """session/delete: the row and its history go in one transaction."""
     store = await backend.open()
     await store.create_session(NewSession("s1", "a", "/w"))
     await store.create_session(NewSession("s2", "a", "/w"))

@@ -252,8 +252,8 @@ async def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
 
 
 def _write_v2(path: Path) -> None:
-    """A v2 database with one session row and one turn, as the releases before issue 16
-    and the claims (issue 14) left it."""
+    """A v2 database with one session row and one turn, as schema v2 wrote
+    it."""
     con = sqlite3.connect(path)
     con.executescript("\n".join(f"{stmt};" for stmt in _V2_TABLES) + """
         INSERT INTO schema_version VALUES (2);
@@ -271,10 +271,10 @@ def _write_v2(path: Path) -> None:
 
 async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
     """v2 → … → v8: rows and history stay; every row has no MCP server list stored
-    (v3, issue 16), starts unclaimed (v4, issue 14), has no adapter capabilities recorded
-    (v5, issue 17) and no extra roots, mode, config or token totals, its old turns no usage
-    (v6, issue 17); its stored bytes are counted from its history (v7, issue 23); it is no
-    fork (v8, issue 25); its claim records no public URL (v9, issue 27)."""
+    (v3), starts unclaimed (v4), has no adapter capabilities recorded
+    (v5) and no extra roots, mode, config or token totals, its old turns no usage
+    (v6); its stored bytes are counted from its history (v7); it is no
+    fork (v8); its claim records no public URL (v9)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
@@ -302,7 +302,7 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
 
 
 async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path: Path) -> None:
-    """v4 → v5 (issue 17): a file with claim columns (as issue 14's release left it) keeps
+    """v4 → v5: a file with claim columns (schema v4) keeps
     its rows and live claims and gets the agent_capabilities table."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
@@ -333,7 +333,7 @@ async def test_v4_file_keeps_its_claims_and_gains_adapter_capabilities(tmp_path:
 
 
 async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Path) -> None:
-    """v8 → v9 (issue 27): a file as v8 shipped it (every step up to v8 run on a v2 file)
+    """v8 → v9: a file as v8 shipped it (every step up to v8 run on a v2 file)
     keeps its live claim, generation and history; the claim records no public URL (its
     holder's address is not known until it claims again), and the next claim records one."""
     db = tmp_path / "sessions" / "acp-sessions.db"

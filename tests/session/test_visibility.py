@@ -1,5 +1,5 @@
 """SPEC §14: visibility as a pure function over row metadata — the table-driven matrix
-(all rows of one principal) — and the principal boundary around it (issue 23)."""
+(all rows of one principal) — and the principal boundary around it."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_spec14_property_tree_implies_all(row: VisibilityRow, requester: str,
         assert sees["all"]
 
 
-# ------------------------------------------------------------------ principals (issue 23)
+# ------------------------------------------------------------------ principals
 
 ALICE = "client:alice"
 BOB = "client:bob"
@@ -306,7 +306,7 @@ _owners = st.sampled_from(["", REQ, "agent:alpha:acp:x", ALICE, BOB])
 def test_property_principal_boundary_and_tree_implies_all(
         row: VisibilityRow, key: str, principal: str, see_all: bool, policy: A2aPolicy,
         action: str) -> None:
-    """Issue 23 over random rows: within a principal SPEC §14's invariants hold (tree ⇒
+    """Over random rows: within a principal SPEC §14's invariants hold (tree ⇒
     all, self ⇒ tree); another principal's row is seen only with the grant, only to read."""
     who = Requester(key=key, principal=principal, see_all=see_all)
     sees = {v: can_see(row, who, v, policy, action) for v in ("self", "tree", "agent", "all")}

@@ -1,4 +1,4 @@
-"""The session service's count of the edge workers' slots (issue 28): each race between a
+"""The session service's count of the edge workers' slots: each race between a
 worker's takes and its reports counts a slot twice for a moment, never zero times."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the lifecycle service carries out (ARCHITECTURE.md, rules 1 and 3).
 
 The session service resolves a LaunchSpec from configuration ([agents.<alias>])
 and seals it; the edge passes the sealed bytes on unchanged; the lifecycle
-service verifies the seal and runs nothing else (issue 23: a caller of the
+service verifies the seal and runs nothing else (a caller of the
 lifecycle service never names a command of its own). The seal is an
 HMAC-SHA256 under a key derived from the install's service credential, which
 no agent-side process ever sees.

@@ -538,7 +538,7 @@ class ResolveWorkspaceRequest(_message.Message):
     """Directory relative paths resolve against (the edge server's cwd)."""
     local_user: _builtins.bool
     """The requester is the local OS user of `acpgate acp` (stdio), who owns every
-    file already (issue 24): a directory that *contains* acpgate's own state or a
+    file already: a directory that *contains* acpgate's own state or a
     credential store may be a root (they stay forbidden inside it: file tools,
     CheckOperation, Landlock), and a refusal names the guarded path and the exact
     `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
@@ -613,7 +613,7 @@ class ResolveNewSessionRequest(_message.Message):
     base_dir: _builtins.str
     local_user: _builtins.bool
     """The requester is the local OS user of `acpgate acp` (stdio), who owns every
-    file already (issue 24): a directory that *contains* acpgate's own state or a
+    file already: a directory that *contains* acpgate's own state or a
     credential store may be a root (they stay forbidden inside it: file tools,
     CheckOperation, Landlock), and a refusal names the guarded path and the exact
     `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
@@ -704,7 +704,7 @@ class GetPolicyRequest(_message.Message):
     """
     local_user: _builtins.bool
     """The requester is the local OS user of `acpgate acp` (stdio), who owns every
-    file already (issue 24): a directory that *contains* acpgate's own state or a
+    file already: a directory that *contains* acpgate's own state or a
     credential store may be a root (they stay forbidden inside it: file tools,
     CheckOperation, Landlock), and a refusal names the guarded path and the exact
     `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
@@ -948,7 +948,7 @@ class Claim(_message.Message):
     """
     public_url: _builtins.str
     """The holder's [gateway] public_url as its edge sent it when taking the claim ("" =
-    none configured): where a client reconnects to reach the session (issue 27).
+    none configured): where a client reconnects to reach the session.
     """
     def __init__(
         self,
@@ -1535,7 +1535,7 @@ class HistoryItem(_message.Message):
     output: _builtins.str
     """tool result: output text and final status ("completed" / "failed"). user: the
     turn's end when it is not a normal one: "cancelled" (a turn the client cancelled,
-    stored with what was streamed before the cancel; issue 25), else "".
+    stored with what was streamed before the cancel), else "".
     """
     status: _builtins.str
     content_json: _builtins.str
@@ -2319,7 +2319,7 @@ class SpawnSessionRequest(_message.Message):
     """
     local_user: _builtins.bool
     """The requester is the local OS user of `acpgate acp` (stdio), who owns every
-    file already (issue 24): a directory that *contains* acpgate's own state or a
+    file already: a directory that *contains* acpgate's own state or a
     credential store may be a root (they stay forbidden inside it: file tools,
     CheckOperation, Landlock), and a refusal names the guarded path and the exact
     `[autonomy] allow_cwd` line. false — the default, and every gateway connection,
@@ -2493,7 +2493,7 @@ class ForkSessionRequest(_message.Message):
     parent's stored list.
     """
     local_user: _builtins.bool
-    """The local user of acpgate acp asks (issue 24): its cwd rules (false: a remote
+    """The local user of acpgate acp asks: its cwd rules (false: a remote
     principal's, the strict ones).
     """
     @_builtins.property
@@ -2588,10 +2588,10 @@ class SessionActivity(_message.Message):
     lease_id: _builtins.str
     """The lease serving the session on the reporting instance ("" while set up)."""
     attached_clients: _builtins.int
-    """Client connections attached to the session now (issue 31; 0 while detached)."""
+    """Client connections attached to the session now (0 while detached)."""
     detached: _builtins.bool
     """Its client connection went and it waits, its turn running on, for its owner's
-    next connection ([gateway] detach_grace_secs; issue 27).
+    next connection ([gateway] detach_grace_secs).
     """
     def __init__(
         self,

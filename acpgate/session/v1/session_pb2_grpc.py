@@ -411,7 +411,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+        """Visibility-filtered reads (SPEC §14). Every request names its
         requester: requester_session_key (a session, or a principal key
         "client:<token id>" / "local" for a client connection), or operator = true
         (the machine's operator, who sees every row). Neither, or both, is
@@ -447,7 +447,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SpawnSession(self, request, context):
-        """Agent-to-agent sessions (issue 13). A session creates a child session of
+        """Agent-to-agent sessions. A session creates a child session of
         any configured agent, owned by it: spawnedBy and parentSessionKey are the
         requester's key, ownerSessionKey the requester's owner (SPEC §13). The
         service decides the child's agent, workspace (inside the requester's) and
@@ -471,7 +471,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForkSession(self, request, context):
-        """ACP session/fork (issue 25): a new session whose history starts as a copy
+        """ACP session/fork: a new session whose history starts as a copy
         of a stored session's. Acts for a principal (or the operator) exactly as a
         restore does: another principal's session is NOT_FOUND like a missing one,
         whatever grant the requester holds. The fork belongs to the parent's
@@ -489,7 +489,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportActivity(self, request, context):
-        """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+        """Operators' view of what runs (acpgate ps). An edge reports what
         each session it serves or sets up is doing — a turn running, a question to
         the client waiting — whenever that changes and with every heartbeat; the
         service keeps the instance's latest report in memory only (never stored,
@@ -508,7 +508,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def TakeSlot(self, request, context):
-        """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+        """Edge workers: the edge processes of one `acpgate serve` share one
         port, and their limits are one host's. A worker counts a connection or a
         session locally, then takes it here: the slot is granted only while every
         live worker of the pool together stays within the limit and the principal

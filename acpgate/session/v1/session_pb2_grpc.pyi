@@ -154,7 +154,7 @@ class SessionServiceStub:
     interrupted; with session_id, that session's running turns only.
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
-    """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+    """Visibility-filtered reads (SPEC §14). Every request names its
     requester: requester_session_key (a session, or a principal key
     "client:<token id>" / "local" for a client connection), or operator = true
     (the machine's operator, who sees every row). Neither, or both, is
@@ -172,7 +172,7 @@ class SessionServiceStub:
     CheckAccess: _grpc.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]
     """The same check for an action without a payload (e.g. "send")."""
     SpawnSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.SpawnSessionRequest, _session_pb2.SpawnSessionResponse]
-    """Agent-to-agent sessions (issue 13). A session creates a child session of
+    """Agent-to-agent sessions. A session creates a child session of
     any configured agent, owned by it: spawnedBy and parentSessionKey are the
     requester's key, ownerSessionKey the requester's owner (SPEC §13). The
     service decides the child's agent, workspace (inside the requester's) and
@@ -188,7 +188,7 @@ class SessionServiceStub:
     within one principal: another principal's session is NOT_FOUND.
     """
     ForkSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]
-    """ACP session/fork (issue 25): a new session whose history starts as a copy
+    """ACP session/fork: a new session whose history starts as a copy
     of a stored session's. Acts for a principal (or the operator) exactly as a
     restore does: another principal's session is NOT_FOUND like a missing one,
     whatever grant the requester holds. The fork belongs to the parent's
@@ -202,7 +202,7 @@ class SessionServiceStub:
     session another host serves is forked as far as its turns are stored.
     """
     ReportActivity: _grpc.UnaryUnaryMultiCallable[_session_pb2.ReportActivityRequest, _session_pb2.ReportActivityResponse]
-    """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+    """Operators' view of what runs (acpgate ps). An edge reports what
     each session it serves or sets up is doing — a turn running, a question to
     the client waiting — whenever that changes and with every heartbeat; the
     service keeps the instance's latest report in memory only (never stored,
@@ -213,7 +213,7 @@ class SessionServiceStub:
     instance last reported of it to this service.
     """
     TakeSlot: _grpc.UnaryUnaryMultiCallable[_session_pb2.TakeSlotRequest, _session_pb2.TakeSlotResponse]
-    """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+    """Edge workers: the edge processes of one `acpgate serve` share one
     port, and their limits are one host's. A worker counts a connection or a
     session locally, then takes it here: the slot is granted only while every
     live worker of the pool together stays within the limit and the principal
@@ -326,7 +326,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     interrupted; with session_id, that session's running turns only.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
-    """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+    """Visibility-filtered reads (SPEC §14). Every request names its
     requester: requester_session_key (a session, or a principal key
     "client:<token id>" / "local" for a client connection), or operator = true
     (the machine's operator, who sees every row). Neither, or both, is
@@ -344,7 +344,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     CheckAccess: _aio.UnaryUnaryMultiCallable[_session_pb2.CheckAccessRequest, _session_pb2.CheckAccessResponse]  # type: ignore[assignment]
     """The same check for an action without a payload (e.g. "send")."""
     SpawnSession: _aio.UnaryUnaryMultiCallable[_session_pb2.SpawnSessionRequest, _session_pb2.SpawnSessionResponse]  # type: ignore[assignment]
-    """Agent-to-agent sessions (issue 13). A session creates a child session of
+    """Agent-to-agent sessions. A session creates a child session of
     any configured agent, owned by it: spawnedBy and parentSessionKey are the
     requester's key, ownerSessionKey the requester's owner (SPEC §13). The
     service decides the child's agent, workspace (inside the requester's) and
@@ -360,7 +360,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     within one principal: another principal's session is NOT_FOUND.
     """
     ForkSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.ForkSessionResponse]  # type: ignore[assignment]
-    """ACP session/fork (issue 25): a new session whose history starts as a copy
+    """ACP session/fork: a new session whose history starts as a copy
     of a stored session's. Acts for a principal (or the operator) exactly as a
     restore does: another principal's session is NOT_FOUND like a missing one,
     whatever grant the requester holds. The fork belongs to the parent's
@@ -374,7 +374,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     session another host serves is forked as far as its turns are stored.
     """
     ReportActivity: _aio.UnaryUnaryMultiCallable[_session_pb2.ReportActivityRequest, _session_pb2.ReportActivityResponse]  # type: ignore[assignment]
-    """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+    """Operators' view of what runs (acpgate ps). An edge reports what
     each session it serves or sets up is doing — a turn running, a question to
     the client waiting — whenever that changes and with every heartbeat; the
     service keeps the instance's latest report in memory only (never stored,
@@ -385,7 +385,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     instance last reported of it to this service.
     """
     TakeSlot: _aio.UnaryUnaryMultiCallable[_session_pb2.TakeSlotRequest, _session_pb2.TakeSlotResponse]  # type: ignore[assignment]
-    """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+    """Edge workers: the edge processes of one `acpgate serve` share one
     port, and their limits are one host's. A worker counts a connection or a
     session locally, then takes it here: the slot is granted only while every
     live worker of the pool together stays within the limit and the principal
@@ -639,7 +639,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.ListSessionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.ListSessionsResponse, _abc.Awaitable[_session_pb2.ListSessionsResponse]]:
-        """Visibility-filtered reads (SPEC §14, issue 23). Every request names its
+        """Visibility-filtered reads (SPEC §14). Every request names its
         requester: requester_session_key (a session, or a principal key
         "client:<token id>" / "local" for a client connection), or operator = true
         (the machine's operator, who sees every row). Neither, or both, is
@@ -681,7 +681,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.SpawnSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SpawnSessionResponse, _abc.Awaitable[_session_pb2.SpawnSessionResponse]]:
-        """Agent-to-agent sessions (issue 13). A session creates a child session of
+        """Agent-to-agent sessions. A session creates a child session of
         any configured agent, owned by it: spawnedBy and parentSessionKey are the
         requester's key, ownerSessionKey the requester's owner (SPEC §13). The
         service decides the child's agent, workspace (inside the requester's) and
@@ -709,7 +709,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.ForkSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.ForkSessionResponse, _abc.Awaitable[_session_pb2.ForkSessionResponse]]:
-        """ACP session/fork (issue 25): a new session whose history starts as a copy
+        """ACP session/fork: a new session whose history starts as a copy
         of a stored session's. Acts for a principal (or the operator) exactly as a
         restore does: another principal's session is NOT_FOUND like a missing one,
         whatever grant the requester holds. The fork belongs to the parent's
@@ -729,7 +729,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.ReportActivityRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.ReportActivityResponse, _abc.Awaitable[_session_pb2.ReportActivityResponse]]:
-        """Operators' view of what runs (issue 31, acpgate ps). An edge reports what
+        """Operators' view of what runs (acpgate ps). An edge reports what
         each session it serves or sets up is doing — a turn running, a question to
         the client waiting — whenever that changes and with every heartbeat; the
         service keeps the instance's latest report in memory only (never stored,
@@ -752,7 +752,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_pb2.TakeSlotRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.TakeSlotResponse, _abc.Awaitable[_session_pb2.TakeSlotResponse]]:
-        """Edge workers (issue 28): the edge processes of one `acpgate serve` share one
+        """Edge workers: the edge processes of one `acpgate serve` share one
         port, and their limits are one host's. A worker counts a connection or a
         session locally, then takes it here: the slot is granted only while every
         live worker of the pool together stays within the limit and the principal

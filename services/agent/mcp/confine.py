@@ -1,4 +1,4 @@
-"""A gateway client's stdio MCP server: when it may start, and how it is started (issue 23).
+"""A gateway client's stdio MCP server: when it may start, and how it is started.
 
 A stdio server is a command. One that a gateway client passed (allowed only
 with ``[gateway] client_mcp_servers = "all"``) is therefore treated like the

@@ -1,4 +1,4 @@
-"""HTTP clients for the MCP transports; a gateway client's only reach addresses it may (issue 23).
+"""HTTP clients for the MCP transports; a gateway client's only reach addresses it may.
 
 The edge checked a gateway client's HTTP/SSE URL when the session was set up,
 but a host name may resolve elsewhere by the time the agent connects (DNS

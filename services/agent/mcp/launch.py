@@ -26,7 +26,7 @@ Approve = Callable[[McpStdioServer], Awaitable[str | None]]
 
 @dataclass(frozen=True)
 class ClientGuard:
-    """What a gateway client's servers run under in one session (issue 23): stdio ones
+    """What a gateway client's servers run under in one session: stdio ones
     confined to the session's policy and approved by the client, HTTP ones connected only
     to addresses they may reach (``services/agent/mcp/confine.py``, ``http_guard.py``)."""
 

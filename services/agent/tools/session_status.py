@@ -1,4 +1,4 @@
-"""session_status: how a session this one may see is doing (issue 13, SPEC §14 "status")."""
+"""session_status: how a session this one may see is doing (SPEC §14 "status")."""
 
 from __future__ import annotations
 

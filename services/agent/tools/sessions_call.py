@@ -1,4 +1,4 @@
-"""What the session tools share: one ACP extension request to the edge per call (issue 13).
+"""What the session tools share: one ACP extension request to the edge per call.
 
 The built-in agent runs only its own sessions; sessions of other agents are the
 edge's to run and the session service's to decide on (ARCHITECTURE.md: only

@@ -1,4 +1,4 @@
-"""sessions_history: the stored conversation of a session this one may see (issue 13)."""
+"""sessions_history: the stored conversation of a session this one may see."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""sessions_list: the sessions this one may see (issue 13, SPEC §14 "list")."""
+"""sessions_list: the sessions this one may see (SPEC §14 "list")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""sessions_send: a message to another session, run there as a turn (issue 13).
+"""sessions_send: a message to another session, run there as a turn.
 
 Only a session this one may "send" to (SPEC §14, the configured visibility) is
 reachable; any other answers "Session not found", exactly like a missing one.

@@ -1,4 +1,4 @@
-"""sessions_spawn: start a session of another agent that works for this one (issue 13).
+"""sessions_spawn: start a session of another agent that works for this one.
 
 The new session belongs to this one (its ``spawnedBy`` and ``parentSessionKey``
 are this session's key), works in this session's workspace (or a directory

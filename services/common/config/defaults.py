@@ -5,8 +5,8 @@ from __future__ import annotations
 
 #: Tools that only read; they never ask in supervised mode unless listed in always_ask.
 DEFAULT_AUTO_APPROVE = ("file_read", "glob", "content_search", "todo", "deliver_file",
-                        "skill_load",  # reads the agent's own skills/ (issue 29)
-                        # what SPEC §14 visibility already lets a session see (issue 13)
+                        "skill_load",  # reads the agent's own skills/
+                        # what SPEC §14 visibility already lets a session see
                         "sessions_list", "sessions_history", "session_status")
 #: Paths no agent touches unless they lie inside an allowed root: credentials
 #: and kernel interfaces (``/proc/<pid>/environ`` holds API keys). Not all of

@@ -195,10 +195,12 @@ class StoreSection:
     connect_timeout_secs: int = setting(
         10, "how long the session service waits at start for PostgreSQL", min=1)
     max_session_bytes: int = setting(
-        256 * 1024 * 1024, "history one session may store (a turn past it is refused)", min=0,
+        256 * 1024 * 1024, "history and event log one session may store (a turn past it is "
+        "refused)", min=0,
         zero="unlimited", reload=True)
     max_token_bytes: int = setting(
-        1024 * 1024 * 1024, "history all sessions of one gateway token may store", min=0,
+        1024 * 1024 * 1024, "history and event log all sessions of one gateway token may "
+        "store", min=0,
         zero="unlimited", reload=True)
     outage_buffer_bytes: int = setting(
         64 * 1024 * 1024, "events an edge keeps while the store is unreachable, sent once it "
@@ -248,7 +250,7 @@ class A2aSection:
 
 @dataclass(frozen=True)
 class LoggingSection:
-    """``[logging]``: what acpgate's own processes log, how, and where (README "Logs")."""
+    """``[logging]``: what acpgate's own processes log, how, and where (docs/operating.md "Logs")."""
 
     level: str = setting(
         "", "that level everywhere (empty: info to the file and a service's stderr, warnings "

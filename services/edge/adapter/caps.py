@@ -1,4 +1,4 @@
-"""What an adapter can do, and what the edge tells it the client side can do (issue 17).
+"""What an adapter can do, and what the edge tells it the client side can do.
 
 Both directions are the typed ACP models (:mod:`services.common.acp.schema`):
 
@@ -8,7 +8,7 @@ Both directions are the typed ACP models (:mod:`services.common.acp.schema`):
   (:func:`recorded_json`) is the adapter's *profile*, its ``initialize`` result
   as it sent it less ``protocolVersion`` and ``agentInfo`` —
   ``{"agentCapabilities", "authMethods", "_meta"}``, raw, so capabilities no
-  schema of acpgate's knows yet are kept (issue 25; :func:`recorded_profile`;
+  schema of acpgate's knows yet are kept (:func:`recorded_profile`;
   records of earlier versions hold the ``agentCapabilities`` object alone; a v2
   agent's profile is the v1 reading of its answer, with ``protocolVersion: 2`` and its
   own answer under ``v2``) — so

@@ -16,8 +16,8 @@ Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 ``session/request_permission`` and ``elicitation/create`` are relayed to the
 client; ``fs/*`` and ``terminal/*`` are decided by the session service and
 relayed or served (:mod:`services.edge.adapter.client_methods`); any other method is
-the host's to serve (the session tools' extension methods, issue 13) or to
-pass on to the client (issue 25). The handshake advertises the session tools'
+the host's to serve (the session tools' extension methods) or to
+pass on to the client. The handshake advertises the session tools'
 methods as ``clientCapabilities._meta.acpgate.sessionTools``. Of the adapter's
 notifications, ``session/update`` reaches the client, ``$/cancel_request``
 withdraws one of the adapter's own pending requests, and any other goes to the
@@ -261,7 +261,7 @@ class AdapterClient:
         self.agent_capabilities = answer.agent_capabilities
         self.auth_methods = list(answer.auth_methods)
         self.agent_name = answer.agent_info.name if answer.agent_info is not None else ""
-        if self.builtin:  # what the built-in agent found wrong with its config (issue 24)
+        if self.builtin:  # what the built-in agent found wrong with its config
             for warning in agent_warnings(answer):
                 log.warning("agent_warning", session_id=self.edge_session_id, alias=self.alias,
                             warning=warning)
@@ -354,7 +354,7 @@ class AdapterClient:
         sent it (``read_prompt_result`` reads it). ``extra``: the client's other params
         (its ``_meta``, fields of later ACP versions), passed to an external agent as they
         came. ``autonomy_cap`` ("" = none) caps this turn's autonomy: the built-in agent
-        gets it as ``_meta.acpgate.autonomyCap`` (issue 23); an external agent cannot be
+        gets it as ``_meta.acpgate.autonomyCap``; an external agent cannot be
         capped (the session service refuses such a turn before it gets here)."""
         params: dict[str, Any] = {} if self.builtin or not extra else dict(extra)
         params.update({"sessionId": self.adapter_session_id, "prompt": blocks})

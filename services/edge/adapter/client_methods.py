@@ -1,4 +1,4 @@
-"""An adapter's ``fs/*`` and ``terminal/*`` requests: decided, then relayed or served (issue 17).
+"""An adapter's ``fs/*`` and ``terminal/*`` requests: decided, then relayed or served.
 
 ACP lets an agent ask its client to read and write text files and to run
 commands in terminals. Behind the edge, each such request is first put to the

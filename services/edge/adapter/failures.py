@@ -1,4 +1,4 @@
-"""Adapter failures as client errors, whole: code, message, ``data`` and stderr (issues 17, 25).
+"""Adapter failures as client errors, whole: code, message, ``data`` and stderr.
 
 A direct connection shows the client the adapter's own error (claude's
 ``data.details``, codex's ``Authentication required``); behind the edge the

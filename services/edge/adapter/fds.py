@@ -1,4 +1,4 @@
-"""Taking an adapter's pipes over the lifecycle service's fd socket (issue 28).
+"""Taking an adapter's pipes over the lifecycle service's fd socket.
 
 Where the edge reaches the lifecycle service over a unix socket and ``[services]
 data_path`` is ``"auto"``, its lifecycle stub is a :class:`LifecycleStub` carrying

@@ -1,4 +1,4 @@
-"""An adapter's stdin and stdout held by the edge itself (issue 28).
+"""An adapter's stdin and stdout held by the edge itself.
 
 Once the lifecycle service handed the pipes over (:mod:`services.edge.adapter.fds`),
 :class:`AdapterPipes` is the link's data path: lines written go straight into the
@@ -13,6 +13,10 @@ ends the reading: the adapter broke ACP's framing (:attr:`PipesEnd.too_long`).
 After the adapter's exit is known (:meth:`AdapterPipes.exit_known`) stdout is
 read to its end — or until it stays silent for ``EXIT_DRAIN_SECS``: a descendant
 may hold it open — so every line comes before the exit, as over the stream.
+
+A hot restart's edge stops reading every adapter's stdout for good
+(:func:`hold_every_stdout`): what it read is still delivered (and logged), what it did
+not read stays in the pipe for the successor that takes the adapter up.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -27,7 +32,7 @@ from services.common.line_split import LineSplitter, lines_of
 from services.common.protocol import MAX_ADAPTER_LINE_BYTES
 from services.edge.adapter.fds import TakenPipes
 
-__all__ = ["EXIT_DRAIN_SECS", "AdapterPipes", "PipesEnd"]
+__all__ = ["EXIT_DRAIN_SECS", "AdapterPipes", "PipesEnd", "hold_every_stdout"]
 
 #: After the adapter's exit is known, how long stdout may stay silent before it is left.
 EXIT_DRAIN_SECS = 1.0
@@ -56,6 +61,8 @@ class _Stdout(asyncio.Protocol):
         self.eof = False
         self.transport: asyncio.ReadTransport | None = None
         self._paused = False
+        #: Reading stopped for good (:meth:`hold`): :meth:`take` never resumes it.
+        self.held = False
         self._waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,10 +109,18 @@ class _Stdout(asyncio.Protocol):
         data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
         self.chunks.clear()
         self._size = 0
-        if self._paused and self.transport is not None:
+        if self._paused and not self.held and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
         return data
+
+    def hold(self) -> None:
+        """Read nothing more from the pipe (what was read stays to be taken)."""
+        self.held = True
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            with contextlib.suppress(RuntimeError):  # already closing
+                self.transport.pause_reading()
 
 
 class AdapterPipes:
@@ -123,6 +138,8 @@ class AdapterPipes:
         self._flush_scheduled = False
         self._exit_known = asyncio.Event()
         self._closed = False
+        self._delivering = False
+        _OPEN.add(self)
 
     def _dropped(self) -> None:
         self._too_long += 1
@@ -202,8 +219,17 @@ class AdapterPipes:
             for text in self._splitter.feed(stdout.take()):
                 lines += lines_of(text)
             if lines:
-                await self._deliver(lines)
+                self._delivering = True
+                try:
+                    await self._deliver(lines)
+                finally:
+                    self._delivering = False
         return PipesEnd(too_long=MAX_ADAPTER_LINE_BYTES if self._too_long else 0)
+
+    @property
+    def settled(self) -> bool:
+        """Everything read from stdout was delivered (held: nothing more will be)."""
+        return not self._stdout.chunks and not self._delivering
 
     def close(self) -> None:
         """Let both pipes go (queued stdin lines are still written)."""
@@ -214,3 +240,17 @@ class AdapterPipes:
             self.close_stdin()
         if self._stdout.transport is not None:
             self._stdout.transport.close()
+
+
+#: Every pipe pair this process opened and still references (for a hot restart's hold).
+_OPEN: weakref.WeakSet[AdapterPipes] = weakref.WeakSet()
+
+
+def hold_every_stdout() -> list[AdapterPipes]:
+    """Stop reading every open adapter's stdout in this process, for good: the bytes not
+    read stay in each pipe for whoever takes the adapter up next. Returns the pipes held
+    (each :attr:`AdapterPipes.settled` once what it had read is delivered)."""
+    held = [pipes for pipes in list(_OPEN) if not pipes._closed]
+    for pipes in held:
+        pipes._stdout.hold()
+    return held

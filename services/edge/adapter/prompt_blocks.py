@@ -4,7 +4,7 @@ The built-in agent keeps SPEC §4 exactly: one text block, parts joined, blobs
 written to ``uploads/<sha256>`` and replaced by markers (:mod:`services.edge.adapter.blobs`).
 
 An external adapter gets the client's blocks as sent, each kind that it
-advertised (issue 17): ``text`` and ``resource_link`` always (every ACP agent
+advertised: ``text`` and ``resource_link`` always (every ACP agent
 takes them), ``image`` with ``promptCapabilities.image``, ``audio`` with
 ``audio``, an embedded ``resource`` with ``embeddedContext``. Only what it
 lacks falls back to the SPEC §4 rule: an embedded text resource becomes its

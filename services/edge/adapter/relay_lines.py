@@ -3,7 +3,7 @@
 The edge relays every ``session/update`` of an adapter with the session id
 rewritten (SPEC §1, §5). Parsing the whole line into dicts, replacing
 ``params.sessionId`` and encoding the message again was the largest share of
-``acpgate acp``'s CPU per relayed update (bench/PROFILE.md §16). Most adapters
+``acpgate acp``'s CPU per relayed update (bench/PROFILE.md). Most adapters
 (the built-in agent, the ACP SDKs) write every update in one compact shape::
 
     {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"<id>","update":U}}

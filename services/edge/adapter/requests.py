@@ -48,7 +48,7 @@ def initialize_request(client: ClientCapabilities, client_info: Implementation,
     """The edge's ``initialize`` toward an adapter, for a client that can do ``client``,
     promising what the client and the edge will honour under ``policy``
     (:func:`services.edge.adapter.caps.client_capabilities`), and that the edge serves the
-    session tools' extension methods (issue 13)."""
+    session tools' extension methods."""
     caps = dataclasses.replace(client_capabilities(client, policy),
                                meta={META_ACPGATE: {META_SESSION_TOOLS: True}})
     return InitializeRequest(

@@ -1,4 +1,4 @@
-"""What the edge's ``initialize`` advertises for an external default agent (issue 25).
+"""What the edge's ``initialize`` advertises for an external default agent.
 
 A client speaking to acpgate should see what the connection's default agent
 advertised — its profile, recorded at its last start
@@ -18,7 +18,7 @@ acpgate does not forward, is withheld) and decides what acpgate must decide:
 - ``promptCapabilities``: the agent's (``embeddedContext`` always, acpgate
   converts what the agent does not take);
 - ``mcpCapabilities``: ``http``/``sse`` as the agent said and the gateway lets the
-  client pass (issue 23); ``acp`` (MCP over ACP) never — its client-side
+  client pass; ``acp`` (MCP over ACP) never — its client-side
   ``mcp/*`` messages name no session and are not routed.
 
 The result's ``authMethods`` are the agent's, and its ``_meta`` is the agent's

@@ -1,5 +1,5 @@
 """The connection's own agent: what a client sets up with its default agent before, and
-beside, any session (issue 25).
+beside, any session.
 
 A direct ACP connection has one agent process for everything; behind acpgate each
 session has an adapter of its own. :class:`ConnectionAgent` keeps, for one client

@@ -7,7 +7,7 @@ The peer classifies lines, routes responses, runs every request and
 notification in its own task (a ``session/cancel`` is answered while a prompt
 streams) and answers each request exactly once — at most :data:`MAX_IN_FLIGHT`
 at a time: past that the peer reads no further line until one is answered, so a
-client cannot pile up requests faster than they are answered (issue 11). What
+client cannot pile up requests faster than they are answered. What
 each method does lives in ``services.edge.dialect.handlers``; the connection is handed
 that method table.
 """
@@ -48,7 +48,7 @@ from services.edge.sessions.session import EdgeSession
 #: One dialect method: the connection it arrived on and its params → the result.
 Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
 #: What serves a method the table has no handler for: the connection, the method, its
-#: params and whether it is a notification → the result (issue 25: the relay).
+#: params and whether it is a notification → the result (the relay).
 Fallback = Callable[["DialectConnection", str, dict[str, Any], bool], Awaitable[Any]]
 
 #: Requests (and notifications) of one connection that may run at once; reading waits
@@ -73,10 +73,10 @@ class DialectConnection:
         #: A gateway (remote) client, not the local stdio user: what its ``mcpServers`` may
         #: be follows ``[gateway] client_mcp_servers`` (services/edge/dialect/mcp_admission.py).
         self.remote = remote
-        #: How long the sessions this connection used outlive it, detached (issue 27;
-        #: ``[gateway] detach_grace_secs`` for a gateway connection, 0 for stdio: released).
+        #: How long the sessions this connection used outlive it, detached
+        #: (``[gateway] detach_grace_secs`` for a gateway connection, 0 for stdio: released).
         self.detach_grace_secs = detach_grace_secs
-        #: Its sessions' agents' requests of methods acpgate does not know reach it (issue 25).
+        #: Its sessions' agents' requests of methods acpgate does not know reach it.
         self.passes_unknown = True
         self._raw_send = send
         #: The transport's own batch send, which keeps order and bounds what waits
@@ -94,7 +94,7 @@ class DialectConnection:
         #: What the client said it can do in ``initialize`` (passed on to adapters).
         self.client_capabilities = ClientCapabilities()
         #: The sessions this connection drives: those it set up, and those it attached as
-        #: a controller (issue 27).
+        #: a controller.
         self.sessions: dict[str, EdgeSession] = {}
         #: The sessions it attached as an observer: it only watches them.
         self.observing: dict[str, EdgeSession] = {}
@@ -110,7 +110,7 @@ class DialectConnection:
         #: relay path pays nothing for v2).
         self.wire: ClientWire | None = None
         #: What the connection's agent keeps for this connection alone (credentials of
-        #: ``authenticate``, an adapter started before any session; issue 25). Set by the
+        #: ``authenticate``, an adapter started before any session). Set by the
         #: handlers (``services.edge.dialect.handlers.connection_agent``); closed with the connection.
         self.agent_state: Any = None
         #: Set once the drain is over: from then on a setup that finishes is released, not
@@ -261,7 +261,7 @@ class DialectConnection:
             session.cancel(keep=False)
 
     def stop(self) -> list[str]:
-        """The gateway stops (issue 24): what the client asks from now on is refused, and
+        """The gateway stops: what the client asks from now on is refused, and
         the running turns are cancelled at once (ACP ``session/cancel``, as the client's own
         cancel would; their prompts answer ``cancelled``, before the connection closes).
         Returns the ids of the sessions whose turn was cancelled."""
@@ -280,8 +280,8 @@ class DialectConnection:
         closed, rows kept), so a request still running never loses its session.
 
         Unless the connection's token was revoked or the gateway stops, the connection
-        first leaves the sessions it is attached to (issue 27,
-        :func:`services.edge.sessions.clients.leave`): one it joined with
+        first leaves the sessions it is attached to
+        (:func:`services.edge.sessions.clients.leave`): one it joined with
         ``session/attach`` goes on with its other clients; one it holds passes to another
         controller attached to it, else — a gateway connection (``detach_grace_secs`` > 0)
         whose client used it — detaches (its turn runs on, its permission requests wait

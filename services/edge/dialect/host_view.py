@@ -1,4 +1,4 @@
-"""The host view over ACP (issue 31): ``_acpgate/host/ps``, ``…/cancel``, ``…/close``.
+"""The host view over ACP: ``_acpgate/host/ps``, ``…/cancel``, ``…/close``.
 
 The web console's host page is a client of ``/acp`` like any other, so what
 ``acpgate ps`` shows reaches it as ACP extension methods. They are answered
@@ -12,8 +12,8 @@ before the params are even read — whatever they name, they learn nothing.
 sessions with what their edges last reported (``ListLiveSessions``), the live
 leases (``ListLeases``) and each one's verified process tree with memory and CPU
 (``VerifyOwnedTree``). This edge adds what only it knows of its own sessions:
-whether a client is attached (a detached one waits for its owner to come back;
-issue 27). ``cancel`` and ``close`` act on a session this edge serves, whoever's
+whether a client is attached (a detached one waits for its owner to come back).
+``cancel`` and ``close`` act on a session this edge serves, whoever's
 connection it is on: cancel as the owner's ``session/cancel`` would, close as
 ``session/close`` (the turn cancelled, the adapter released, the row kept).
 """

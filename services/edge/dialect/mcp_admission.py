@@ -1,4 +1,4 @@
-"""Which of a client's ``mcpServers`` a session may start: the edge's check (issue 23).
+"""Which of a client's ``mcpServers`` a session may start: the edge's check.
 
 ``session/new``, ``session/load`` and ``session/resume`` pass their list — the
 one the request carries, or the session's stored one a restore would send

@@ -1,4 +1,4 @@
-"""Who asks the session service about stored sessions for a connection (SPEC §8, §14, issue 23).
+"""Who asks the session service about stored sessions for a connection (SPEC §8, §14).
 
 The session service decides what a requester may see; this module only says
 who asks, explicitly (an empty requester is never the operator):

@@ -18,11 +18,11 @@ __all__ = ["ClientPort"]
 class ClientPort(Protocol):
     """The owning client connection, as a session sees it (or the session it runs for)."""
 
-    remote: bool  # a gateway client, not the local stdio user (issue 23: its MCP servers)
+    remote: bool  # a gateway client, not the local stdio user (its MCP servers)
     #: An agent's requests and notifications of methods acpgate does not know are passed to
     #: this port's client (a client connection; not the stand-in of a hosted session).
     passes_unknown: bool
-    #: How long the sessions of this port outlive it, detached (issue 27); 0: they do not.
+    #: How long the sessions of this port outlive it, detached; 0: they do not.
     detach_grace_secs: float
 
     @property

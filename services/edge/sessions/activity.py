@@ -1,4 +1,4 @@
-"""What each session this edge serves is doing, as its heartbeat reports it (issue 31).
+"""What each session this edge serves is doing, as its heartbeat reports it.
 
 The session service keeps every instance's latest report in memory
 (``ReportActivity``) and hands it to operators with the live sessions
@@ -7,7 +7,7 @@ or waits for the client's answer. Reported, per session: being set up, idle, a
 turn running, or a turn waiting for the client (permission requests and
 elicitations open), with the session's last activity and its lease, and whether a
 many clients are attached: a session whose connections went waits detached for its
-owner's next one (issue 27) — then none is; otherwise its connection and every
+owner's next one — then none is; otherwise its connection and every
 client that joined it with ``session/attach`` (observers included).
 """
 

@@ -1,4 +1,4 @@
-"""A session that outlives its client connection (issue 27): detach, wait, reattach.
+"""A session that outlives its client connection: detach, wait, reattach.
 
 When a gateway connection goes away, its sessions the client has used are not
 released but *detached*: their port becomes a :class:`DetachedPort` (what the

@@ -74,7 +74,7 @@ class HostClaims:
     def __init__(self, stub: SessionServiceAsyncStub, public_url: str = "") -> None:
         self._stub = stub
         #: Where clients reach this host (``[gateway] public_url``; "" = none configured),
-        #: recorded in every claim it takes: another host's -32007 names it (issue 27).
+        #: recorded in every claim it takes: another host's -32007 names it.
         self.public_url = public_url
         #: This host's lifecycle service's instance id ("" until the runtime starts).
         self.instance_id = ""
@@ -116,7 +116,7 @@ class HostClaims:
                 public_url=self.public_url))
         except grpc.aio.AioRpcError as exc:
             error = refusal(exc, session_id)
-            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? named (issue 28)
+            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? name it
                 error = await on_sibling(self._stub, self.instance_id, session_id, error)
             raise error from None
         self.held(row)

@@ -1,4 +1,4 @@
-"""The client connections of one live session: fan-out, attach, leave (issue 27).
+"""The client connections of one live session: fan-out, attach, leave.
 
 A live session has one *primary* port (``EdgeSession.port``: the connection that
 created or restored it, an :class:`Attachment` that took over, or a

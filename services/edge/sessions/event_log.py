@@ -17,7 +17,9 @@ written twice. The pending events are bounded
 (:data:`MAX_PENDING_BYTES`); a session whose events no longer fit loses its log
 here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
 claim generation its events were made under: a host that lost its claim meanwhile
-has its part refused (fenced), drops it and ends the session as taken over.
+has its part refused (fenced), drops it and ends the session as taken over. A part
+past a storage quota is refused too (none of its events stored): the turns it had
+events of answer the quota's sentence (:meth:`EventLog.quota_refusal`).
 
 For measurement only (``make bench``'s log-off rows), :data:`OFF_ENV` = ``1`` in the
 edge's environment turns the log off: nothing is written, and a later ``session/load``
@@ -39,6 +41,7 @@ import grpc
 from acpgate.session.v1 import session_pb2
 from services.common.log_forms import FORM_LINES
 from services.common.logs import get_logger
+from services.common.protocol import REFUSED_QUOTA
 from services.edge.sessions.log_chunks import Chunk, pack_relayed
 
 if TYPE_CHECKING:
@@ -133,6 +136,8 @@ class EventLog:
         self._size = 0
         #: Sessions whose log was lost here (past the bound): why.
         self.lost: dict[str, str] = {}
+        #: Turns some of whose events a storage quota refused, by session: the sentence.
+        self._over_quota: dict[str, dict[int, str]] = {}
         self._wake = asyncio.Event()
         #: Count of events handed in, and of those acknowledged by the store.
         self._handed = 0
@@ -212,6 +217,24 @@ class EventLog:
     def forget(self, session_id: str) -> None:
         """The session ended here: a later session under its id starts a fresh log."""
         self.lost.pop(session_id, None)
+        self._over_quota.pop(session_id, None)
+
+    def quota_refusal(self, session_id: str, turn_id: int) -> str:
+        """The storage quota's sentence when events of turn ``turn_id`` were refused for
+        it ("" when none was; asked once, after the turn's events were sent)."""
+        turns = self._over_quota.get(session_id)
+        why = turns.pop(turn_id, "") if turns else ""
+        if turns is not None and not turns:
+            del self._over_quota[session_id]
+        return why
+
+    def _refused_for_quota(self, session_id: str, part: _Part, why: str) -> None:
+        turns = {chunk[2] for chunk in part.packed}  # every event of it was packed to send
+        turns.discard(0)
+        mine = self._over_quota.setdefault(session_id, {})
+        for turn_id in turns:
+            mine[turn_id] = why
+        log.warning("event_log_over_quota", session_id=session_id, turns=len(turns))
 
     # ------------------------------------------------------------------ sending
 
@@ -298,6 +321,8 @@ class EventLog:
                 log.warning("event_log_fenced", session_id=sid, generation=part.generation)
                 if self._fence(sid)[1] == part.generation:  # not a session served since
                     self._on_fenced(sid)
+            elif why.startswith(REFUSED_QUOTA):
+                self._refused_for_quota(sid, part, why.removeprefix(REFUSED_QUOTA))
             elif why:
                 log.warning("event_log_part_refused", session_id=sid, why=why)
         async with self._progress:

@@ -1,4 +1,4 @@
-"""Every update relayed for a session, numbered, and the newest kept for exact replay (issue 27).
+"""Every update relayed for a session, numbered, and the newest kept for exact replay.
 
 Each ``session/update`` the edge relays for a live session gets the session's next
 event id, carried in ``update._meta.acpgate.eventId`` (any ``_meta`` the agent sent

@@ -1,4 +1,4 @@
-"""Stored history back on the wire, one page at a time (SPEC §8, issue 23).
+"""Stored history back on the wire, one page at a time (SPEC §8).
 
 A restore reads the stored conversation as the session service's pages
 (``StreamHistory``: at most 500 items and about 1 MiB each, a larger item alone)
@@ -85,7 +85,7 @@ class Replay:
     A tool result names its call; the call may be on an earlier page, so its name, title
     and kind are remembered (not the call itself: its arguments may be large).
 
-    A turn stored as cancelled (its user item's ``status``, issue 25) replays what was
+    A turn stored as cancelled (its user item's ``status``) replays what was
     streamed before the cancel; its ``user_message_chunk`` carries
     ``_meta.acpgate.stopReason: "cancelled"``, and with ``marker_for`` (the built-in
     agent's dialect: the session id) the turn ends with the SPEC §7 ``turn-cancelled``
@@ -184,7 +184,7 @@ def history_meta(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any
         if item.role == ROLE_TOOL_RESULT:
             entry["output"] = item.output
             entry["status"] = item.status or "completed"
-        elif item.role == ROLE_USER and item.status:  # a cancelled turn (issue 25)
+        elif item.role == ROLE_USER and item.status:  # a cancelled turn
             entry["status"] = item.status
         out.append(entry)
     return out
@@ -194,7 +194,7 @@ def _line(item: session_pb2.HistoryItem) -> str | None:
     """One item of the plain transcript (None: not part of it)."""
     role = item.role
     if role == ROLE_USER:
-        if item.status:  # a cancelled turn (issue 25)
+        if item.status:  # a cancelled turn
             return f"User ({item.status} turn): {item.text}"
         return f"User: {item.text}"
     if role == ROLE_ASSISTANT:

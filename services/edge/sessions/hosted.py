@@ -1,4 +1,4 @@
-"""Where the edge keeps sessions that no client connection drives (issue 13).
+"""Where the edge keeps sessions that no client connection drives.
 
 A session spawned by another session's ``sessions_spawn`` — or brought up again
 for a ``sessions_send`` — has no client of its own. It lives in the
@@ -89,18 +89,18 @@ class HostedPort:
         self.host = host
         self.runtime: EdgeRuntime = host.runtime
         #: Acts for the host's principal, never as the operator: a restore for the host
-        #: (sessions_send) reads the row as that principal (issue 23).
+        #: (sessions_send) reads the row as that principal.
         self.caller = Caller(host.principal)
         #: The sessions running for ``host``, by id (setup enters them here).
         self.sessions: dict[str, EdgeSession] = {}
         self.backchannel = _RelayToHost(self)
         #: The human's client is a gateway client: the ``mcpServers`` a session restored
-        #: for the host may start follow that client's rules (issue 23).
+        #: for the host may start follow that client's rules.
         self.remote = host.port.remote
         #: A hosted session's requests of methods acpgate does not know are not passed up
-        #: to the host's client: they are not the host's session's (issue 25).
+        #: to the host's client: they are not the host's session's.
         self.passes_unknown = False
-        #: A hosted session goes with its host, never detached on its own (issue 27).
+        #: A hosted session goes with its host, never detached on its own.
         self.detach_grace_secs = 0.0
         #: Connection-level agent calls are the host's client's own, never replayed here.
         self.agent_state = None

@@ -1,4 +1,4 @@
-"""A client connection joins a live session: what it has not seen, then the live tail (issue 27).
+"""A client connection joins a live session: what it has not seen, then the live tail.
 
 :func:`join` attaches a connection (``session/attach``, or a ``session/load`` /
 ``session/resume`` of a detached session) and replays, by its history policy:
@@ -78,6 +78,7 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
             applied = fallback
             log.info("replay_fallback", session_id=session.session_id, to=fallback)
     if from_log is not None:  # the store up to the ring's oldest event, then the ring
+        log.info("replay_from_log", session_id=session.session_id, after=from_log)
         events = [e for e in feed.held() if e.event_id > from_log]
         snapshot = feed.last_id
         _enter(session, att)

@@ -1,5 +1,5 @@
 """How a turn ended, and the results a client gets for a turn and a session's setup
-(SPEC §3, §4, §7, §8, issue 25).
+(SPEC §3, §4, §7, §8).
 
 :class:`TurnOutcome` is what :meth:`services.edge.sessions.session.EdgeSession.run_turn`
 returns to whoever ran the turn (a client's ``session/prompt``, the session

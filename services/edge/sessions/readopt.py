@@ -17,7 +17,9 @@ claimed under its name and re-adopts each (:func:`readopt`):
   from the clock, continue above what was logged) and leaves it *detached*, exactly as
   a dropped connection does: its owner re-attaches with ``session/attach``
   (``after_message``: the log replays what the ring of this process never held);
-- a turn running when the predecessor died runs on (:mod:`services.edge.sessions.adopted_turn`):
+- a turn running when the predecessor died (as the session service's report says, or
+  the note a predecessor that stepped down for a hot restart left:
+  :mod:`services.edge.sessions.running_note`) runs on (:mod:`services.edge.sessions.adopted_turn`):
   the agent's answer to the lost ``session/prompt`` ends it — logged, stored, and told
   to the clients as ``turn_complete``.
 
@@ -43,6 +45,7 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
 from services.edge.sessions import adopted_turn
 from services.edge.sessions.attachment import DetachedPort, detach
+from services.edge.sessions.running_note import note_path, take_note
 from services.edge.sessions.session import EdgeSession
 
 if TYPE_CHECKING:
@@ -68,6 +71,8 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
     re-adopted, and those given up (their turns to mark interrupted)."""
     if not rt.gateway_instance_id:
         return [], []
+    noted = await asyncio.to_thread(take_note, note_path(rt.cfg.data_dir, rt.gateway_instance_id),
+                                    rt.gateway_instance_id)
     try:
         live = await rt.session_stub.ListLiveSessions(session_pb2.ListLiveSessionsRequest())
     except grpc.aio.AioRpcError as exc:
@@ -77,7 +82,8 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
             if s.session.claim.instance_id == rt.gateway_instance_id]
     if not mine:
         return [], []
-    done = await asyncio.gather(*(_readopt_one(rt, s) for s in mine), return_exceptions=True)
+    done = await asyncio.gather(*(_readopt_one(rt, s, s.session.session_id in noted)
+                                  for s in mine), return_exceptions=True)
     adopted = [s.session.session_id for s, ok in zip(mine, done, strict=True) if ok is True]
     lost = [s.session.session_id for s, ok in zip(mine, done, strict=True) if ok is not True]
     for s, ok in zip(mine, done, strict=True):
@@ -88,7 +94,7 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
     return adopted, lost
 
 
-async def _readopt_one(rt: EdgeRuntime, live: session_pb2.LiveSession) -> bool:
+async def _readopt_one(rt: EdgeRuntime, live: session_pb2.LiveSession, noted: bool) -> bool:
     row = live.session
     sid = row.session_id
     if not row.lease_id or not row.adapter_session_id:
@@ -111,7 +117,7 @@ async def _readopt_one(rt: EdgeRuntime, live: session_pb2.LiveSession) -> bool:
     except BaseException:
         await rt.claims.release(sid)
         raise
-    if live.activity.state in _TURN_STATES:
+    if live.activity.state in _TURN_STATES or noted:
         await adopted_turn.resume(session)
     rt.activate(session)
     detach(session, float(rt.cfg.gateway.detach_grace_secs))

@@ -4,10 +4,10 @@
 ``max_sessions_per_token`` (default: ``max_sessions`` divided among the active
 tokens, :func:`token_session_share`) bounds those of one gateway token's principal,
 so that one token — or one spawn chain, whose children belong to their root's
-token — cannot take every slot and lock the other tokens out (issue 23 item 6). Counted per principal: the active sessions
-whose row it owns (hosted ones too: sessions the edge runs for another session
-run adapters like any) plus the slots reserved for it while a session is set
-up (new, load/resume, spawn). The local principal (stdio, a gateway without
+token — cannot take every slot and lock the other tokens out. Counted per principal:
+the active sessions whose row it owns (hosted ones too: sessions the edge runs for
+another session run adapters like any) plus the slots reserved for it while a
+session is set up (new, load/resume, spawn). The local principal (stdio, a gateway without
 auth) has no share of its own: ``max_sessions`` bounds it.
 """
 
@@ -63,12 +63,12 @@ class SessionRegistry:
     #: Session ids of new sessions being set up.
     creating: set[str] = field(default_factory=set)
     #: Called when a slot is let go or a session starts (an edge worker then reports at
-    #: once, issue 28).
+    #: once).
     on_change: Callable[[], None] | None = None
 
     def picture(self) -> Counter[tuple[int, str]]:
         """The sessions held — active and reserved — by principal, as
-        ``(SLOT_KIND_SESSION, principal)`` (an edge worker's report, issue 28)."""
+        ``(SLOT_KIND_SESSION, principal)`` (an edge worker's report)."""
         held = Counter(s.principal for s in self.active.values())
         held.update(self.reserved_by)
         return Counter({(session_pb2.SLOT_KIND_SESSION, p): n for p, n in held.items() if n})

@@ -127,7 +127,7 @@ class EdgeRuntime:
         self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
         self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost,
                                   max_pending=cfg.store.outage_buffer_bytes)
-        #: The gateway tokens, for their operator grants (issue 23).
+        #: The gateway tokens, for their operator grants.
         self._tokens = TokenStore(cfg.token_db_path)
         self._hosted: ServiceHost | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -250,7 +250,7 @@ class EdgeRuntime:
 
         The work runs in a runtime task, so it is never stopped half-way: a caller that is
         cancelled (a connection's drain ran out, a setup given up) stops waiting, and the
-        lease is closed all the same (issue 23 item 3)."""
+        lease is closed all the same."""
         if session.releasing is None:
             session.released = True
             session.releasing = self.spawn(self._release(session, reason))
@@ -279,7 +279,7 @@ class EdgeRuntime:
         log.info("session_released", session_id=session.session_id, reason=reason)
 
     def dependents(self, session: EdgeSession) -> list[EdgeSession]:
-        """The live sessions that close with ``session`` (issue 13): those it spawned (by
+        """The live sessions that close with ``session``: those it spawned (by
         their stored parent key) and those the edge runs for it."""
         return [other for other in self.registry.active.values()
                 if other is not session and (

@@ -1,6 +1,6 @@
-"""How a fresh adapter gets a stored conversation: shared by restore (SPEC §8) and fork (issue 25).
+"""How a fresh adapter gets a stored conversation: shared by restore (SPEC §8) and fork.
 
-The history is never held whole (issue 23): :func:`history_pages` reads the
+The history is never held whole: :func:`history_pages` reads the
 stored pages (``StreamHistory``) one at a time, and each consumer passes a page
 on before the next is read —
 
@@ -17,7 +17,7 @@ with the replay suppressed: the edge replays from the store) and
 :func:`fork_external` (its ``session/fork``). Either is False when the agent
 cannot or refuses, and the caller carries the transcript over instead. The
 client's params acpgate does not read (``extra``) go to the agent's own
-request as they came (issue 25).
+request as they came.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ it: streams the adapter's updates to the owning client in order, accumulates
 the turn, relays permission requests with ``zc-out-N`` ids, applies cancel,
 and writes each completed turn in one ``AppendTurn``.
 
-Agent-to-agent sessions (issue 13): a session knows its stored key and its
+Agent-to-agent sessions: a session knows its stored key and its
 parent's; the adapter's extension requests (the session tools) go to the
 runtime's table of adapter methods; cancelling a session also cancels the
 running turns of its children and the turns it asked other sessions for.
@@ -73,10 +73,10 @@ class TurnState:
     #: cancelling that session cancels this turn too.
     requested_by: EdgeSession | None = None
     #: The autonomy this turn runs at most at ("" = the session's own): a turn another
-    #: session started runs at most at the sender's level (issue 23).
+    #: session started runs at most at the sender's level.
     autonomy_cap: str = ""
     #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
-    #: itself: a revoked token, a release, a delete (issue 25).
+    #: itself: a revoked token, a release, a delete.
     keep: bool = True
     #: The turn's id in the event log (its prompt's event id; 0 until it starts).
     turn_id: int = 0
@@ -96,7 +96,7 @@ class EdgeSession:
     ) -> None:
         self.runtime = runtime
         #: The client connection serving the session now (a ``DetachedPort`` while none
-        #: does: services.edge.sessions.attachment, issue 27).
+        #: does: services.edge.sessions.attachment).
         self.port = port
         #: Set while a client connection is attached (cleared while detached).
         self.attached = asyncio.Event()
@@ -105,7 +105,7 @@ class EdgeSession:
         self.port_moved = asyncio.Event()
         #: Requests to the human, following the session across a detach and reattach.
         self.asking = FollowingBackChannel(self)
-        #: Every relayed update numbered, the newest kept for replay (issue 27).
+        #: Every relayed update numbered, the newest kept for replay.
         gateway = runtime.cfg.gateway
         self.feed = SessionFeed(row.session_id, max_chars=gateway.replay_chars,
                                 budget=runtime.ring_budget,
@@ -117,7 +117,7 @@ class EdgeSession:
         self.storing = asyncio.Lock()
         #: The client has used the session after its setup answer (a later request named
         #: it): only such a session is detached when its connection goes, so a client cannot
-        #: park agents by disconnecting mid-setup (issue 27).
+        #: park agents by disconnecting mid-setup.
         self.confirmed = False
         self.session_id = row.session_id
         self.alias = row.agent_alias
@@ -130,7 +130,7 @@ class EdgeSession:
         self.store_key = self.session_key
         #: The session that spawned this one ("" for a top-level session).
         self.parent_key = row.ownership.parent_session_key
-        #: The principal the session belongs to: its row owner's (issue 23).
+        #: The principal the session belongs to: its row owner's.
         self.principal = principal_of_owner(row.ownership.owner_session_key)
         #: Where the sessions the edge runs for this one live (made on first use).
         self.hosted: HostedPort | None = None
@@ -234,7 +234,7 @@ class EdgeSession:
 
     async def serve_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter request the edge answers itself (the session tools); any other is
-        passed to the client (issue 25: ``sessionId``, if any, is this session's already),
+        passed to the client (``sessionId``, if any, is this session's already),
         its answer back whole — never acpgate's own ``_acpgate/*`` methods, nor from a
         hosted session (-32601)."""
         handler = self.adapter_methods.get(method)
@@ -354,11 +354,11 @@ class EdgeSession:
 
     def cancel(self, *, keep: bool = True, asked_by: str = "") -> bool:
         """Interrupt the running turn (SPEC §7), and the running turns of this session's
-        children and of the turns it asked other sessions for (issue 13; they stay
+        children and of the turns it asked other sessions for (they stay
         open). False when this session itself runs no turn.
 
-        ``keep``: the turns are stored with what they streamed (a client's cancel, issue
-        25); False for acpgate's own cancels (a revoked token, a release, a delete), whose
+        ``keep``: the turns are stored with what they streamed (a client's cancel);
+        False for acpgate's own cancels (a revoked token, a release, a delete), whose
         turns are never stored. ``asked_by``: the method a client asked it with — logged as
         the client's action when a turn of this session was cancelled ("": acpgate's own)."""
         mine = self._cancel_tree({self}, keep)

@@ -10,7 +10,7 @@ connection, unless its adapter or its client went away meanwhile.
 Everything from the session's row to that entry runs inside :func:`setting_up`:
 a setup ends with the session entered, or released (adapter and lease closed,
 row inactive) — whatever ended it, a cancellation at any await included — so no
-lease outlives a session nobody holds (issue 23 item 3).
+lease outlives a session nobody holds.
 """
 
 from __future__ import annotations
@@ -120,9 +120,9 @@ async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
                          additional_directories: Sequence[str] = (),
                          session_id: str = "", *, local_user: bool = False) -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
-    extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy,
-    issue 13), for the local user of ``acpgate acp`` or else a remote principal (issue 24:
-    the workspace rules differ)."""
+    extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy),
+    for the local user of ``acpgate acp`` or else a remote principal
+    (the workspace rules differ)."""
     p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
         alias=alias, workspace_dir=workspace_dir,
         additional_directories=list(additional_directories), session_id=session_id,

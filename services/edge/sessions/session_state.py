@@ -9,7 +9,7 @@ announces changes of its own (``current_mode_update``, ``config_option_update``,
 latest word as it said it (raw JSON, relayed unchanged), and writes what
 matters for a restore to the session row: the current mode, the current config
 values ``{configId: value}`` — with the current model under the key
-``_acpgate/model`` (issue 25: one more setting of the same kind, in the same
+``_acpgate/model`` (one more setting of the same kind, in the same
 JSON, so no schema change) — and the title. One writer per session, always the
 latest state, so quick changes cannot land out of order; :meth:`~AdapterSessionState.flush`
 waits for it (a prompt or set request answers only once its changes are stored).

@@ -1,4 +1,4 @@
-"""Which sibling edge worker serves a session this worker could not claim (issue 28).
+"""Which sibling edge worker serves a session this worker could not claim.
 
 With ``[gateway] workers`` above one, a session is claimed by the worker serving
 it (``<instance>/w<k>``). A WebSocket client reconnecting without the affinity
@@ -7,8 +7,8 @@ cookie may land on another worker; its ``session/load``/``resume`` there is refu
 Rather than relay that connection's traffic through a second worker for its whole
 life, the refusal names the worker and how to reach it (its cookie, or
 ``/acp?worker=<k>``, which the front door hands to that worker) in
-``data.acpgate.liveAt`` — the shape a session live on another host is named in (issue
-27), plus ``worker`` and ``query``: see README, "[gateway] workers".
+``data.acpgate.liveAt`` — the shape a session live on another host is named in,
+plus ``worker`` and ``query``: see docs/operating.md, "Edge workers".
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id
 
 def sibling_where(claim: session_pb2.Claim, worker: int) -> dict[str, object]:
     """``data.acpgate.liveAt`` of a session a sibling worker of this host serves: as for
-    another host (issue 27), plus the worker and the query that reaches it."""
+    another host, plus the worker and the query that reaches it."""
     where: dict[str, object] = {"host": claim.host, "instanceId": claim.instance_id,
                                 "worker": worker, "query": f"worker={worker}"}
     if claim.public_url:

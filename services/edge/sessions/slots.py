@@ -1,6 +1,6 @@
 """Session slots: ``[acp] max_sessions`` and each token's share, held while a session is
-set up (SPEC §9, issue 23 item 6) — with several edge workers on one port, the host's
-(issue 28: the session service counts every worker's, services.edge.sessions.workers).
+set up (SPEC §9) — with several edge workers on one port, the host's
+(the session service counts every worker's, services.edge.sessions.workers).
 
 A principal at its share or at the host's limit gets room from its own detached idle
 sessions first (:mod:`services.edge.sessions.shares`); the -32001 that remains says the

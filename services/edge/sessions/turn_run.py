@@ -1,4 +1,4 @@
-"""One prompt turn of an edge session, start to end (SPEC §4, §7; issue 25).
+"""One prompt turn of an edge session, start to end (SPEC §4, §7).
 
 :func:`run_turn` sends the prompt to the session's adapter (an external agent
 with the client's other params as they came), lets the session relay and
@@ -16,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import INTERNAL_ERROR, STOP_CANCELLED
+from services.common.protocol import INTERNAL_ERROR, STOP_CANCELLED, STORAGE_QUOTA_EXCEEDED
 from services.edge.adapter.failures import prompt_error
 from services.edge.adapter.link import AdapterGone
 from services.edge.adapter.prompt_blocks import AdapterPrompt, carried_blocks
@@ -75,12 +75,19 @@ async def run_turn(session: EdgeSession, turn: TurnState, prompt: AdapterPrompt,
     cancelled = result.stop_reason == STOP_CANCELLED or (turn.cancelled and adapter.builtin)
     if cancelled and adapter.builtin:  # SPEC §7's marker, as the client sees it live
         await session.publish_own([cancel_marker_update(sid)])
-    lost = session.runtime.event_log.lost.get(sid)
-    if lost:  # the turn streamed, but the store never got it
-        raise JsonRpcError(INTERNAL_ERROR, lost)
     # The built-in agent's conversation holds completed turns only (SPEC §7); an external
     # agent's keeps a cancelled one, marked, as a direct connection would.
-    if not cancelled or (turn.keep and not adapter.builtin):
+    stored = not cancelled or (turn.keep and not adapter.builtin)
+    event_log = session.runtime.event_log
+    if stored:  # its events are stored before it: the log covers every stored turn
+        await event_log.flush()
+    lost = event_log.lost.get(sid)
+    if lost:  # the turn streamed, but the store never got it
+        raise JsonRpcError(INTERNAL_ERROR, lost)
+    over_quota = event_log.quota_refusal(sid, turn.turn_id)
+    if over_quota:  # the turn streamed, but a storage quota refused its events
+        raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, over_quota)
+    if stored:
         if cancelled:
             acc.mark(STOP_CANCELLED)
         async with session.storing:  # a full replay reads the store, or sends it live

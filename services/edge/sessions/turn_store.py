@@ -1,4 +1,4 @@
-"""Storing a completed turn: one ``AppendTurn``, fenced by this host's claim (SPEC §8, issue 23).
+"""Storing a completed turn: one ``AppendTurn``, fenced by this host's claim (SPEC §8).
 
 The turn goes to the session service with this host's instance id and the
 generation of its claim on the session (:meth:`services.edge.sessions.claims.HostClaims.fence`).

@@ -1,4 +1,4 @@
-"""One edge worker among several on one port (issue 28): its side of the shared limits.
+"""One edge worker among several on one port: its side of the shared limits.
 
 ``acpgate serve`` with ``[gateway] workers`` above one runs that many edges
 on the one listening socket; a connection lands on whichever accepts it. The

@@ -91,7 +91,7 @@ class Authenticator:
 
         With auth on, a connection is the principal ``client:<token id>``: the
         sessions it creates are owned by that key, and session/list or a load
-        sees only those (SPEC §8 "visible to the caller", §14, issue 23). With
+        sees only those (SPEC §8 "visible to the caller", §14). With
         auth off every connection is the local operator, as on stdio: whoever
         may connect may run agents on this machine anyway.
         """

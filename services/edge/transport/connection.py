@@ -36,7 +36,7 @@ async def open_runtime(cfg: Config, *, version: str, start_services: StartServic
                        health_timeout: float = 10.0,
                        security: GrpcSecurity | None = None, worker: int = 0) -> EdgeRuntime:
     """The edge runtime (``services.edge.sessions.runtime.open_runtime``) serving the session tools'
-    extension methods to its adapters (issue 13); ``worker``: the edge's number among
+    extension methods to its adapters; ``worker``: the edge's number among
     several on one port (0: the only one)."""
     return await _runtime.open_runtime(cfg, version=version, start_services=start_services,
                                        health_timeout=health_timeout,
@@ -73,11 +73,11 @@ async def serve_connection(
     ``LOCAL_OPERATOR`` for the machine's local user (stdio, a gateway without
     auth), ``client_caller(<token id>)`` for an authenticated gateway client,
     whose sessions are owned by ``client:<token id>`` and who sees only those
-    (SPEC §8 session/list "visible to the caller", §14, issue 23).
+    (SPEC §8 session/list "visible to the caller", §14).
 
     ``remote`` is True for a gateway client (any WebSocket connection, with or
     without auth) and False for the local stdio user: a remote client's
-    ``mcpServers`` are bound by ``[gateway] client_mcp_servers`` (issue 23).
+    ``mcpServers`` are bound by ``[gateway] client_mcp_servers``.
 
     ``send_many``, when the transport has one, writes several messages in order
     and together without a lock here; the transport then sees (and bounds)
@@ -87,7 +87,7 @@ async def serve_connection(
     it): its running turns are cancelled at once and nothing of them is stored, and
     whatever it still sends is refused (``DialectConnection.revoke``).
 
-    ``stopping`` is set when the gateway stops (issue 24): the connection's running
+    ``stopping`` is set when the gateway stops: the connection's running
     turns are cancelled at once (ACP ``session/cancel``; their prompts answer
     ``cancelled``), what it asks from then on is refused, the requests it read get
     ``drain_secs`` to be answered, and then this returns without waiting for ``incoming``
@@ -97,7 +97,7 @@ async def serve_connection(
                              fallback=fallback,
                              default_agent=default_agent,
                              caller=caller, remote=remote, send_many=send_many,
-                             # A gateway client's sessions outlive it a while (issue 27).
+                             # A gateway client's sessions outlive it a while.
                              detach_grace_secs=float(runtime.cfg.gateway.detach_grace_secs)
                              if remote else 0.0)
     watch = asyncio.ensure_future(_revoke_when(revoked, conn)) if revoked is not None else None

@@ -1,4 +1,4 @@
-"""The web console's static files: ``GET /`` and ``GET /console/<file>`` (issue 31).
+"""The web console's static files: ``GET /`` and ``GET /console/<file>``.
 
 The console is a plain page of ES modules and CSS shipped in the package
 (``console_files/``, package data): no build step, no CDN, works offline. It is a

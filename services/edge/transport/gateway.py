@@ -6,7 +6,8 @@ bound, ``--listen-fd``): a port in use ends the process at once with ``port 4261
 (``[services]`` or the default unix sockets of ``services.common.addresses``; the
 gateway never embeds them), waits for their gRPC health, opens the runtime and the
 :class:`~services.edge.transport.ws_server.EdgeServer` on those sockets, and runs until
-SIGINT/SIGTERM. One of several edge workers (``--worker``, ``--board-fd``) says on the
+SIGINT/SIGTERM — or, on serve's step-down signal (a hot restart), leaves its sessions
+to its successor (:mod:`services.edge.transport.step_down`). One of several edge workers (``--worker``, ``--board-fd``) says on the
 board when it serves, and accepts only its share of the connections
 (:mod:`services.edge.transport.balance`).
 """
@@ -25,12 +26,18 @@ from services.common.in_use import AddressInUse
 from services.common.listeners import adopt_listeners, bind_listeners
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
-from services.common.signals import install_reload_signal, install_stop_signals
+from services.common.signals import (
+    STEP_DOWN_SIGNAL,
+    install_reload_signal,
+    install_signal,
+    install_stop_signals,
+)
 from services.common.worker_board import WorkerBoard
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.balance import Balancer
 from services.edge.transport.connection import open_runtime
 from services.edge.transport.probe import ServiceProbe, wait_for_services
+from services.edge.transport.step_down import step_down
 from services.edge.transport.ws_server import EdgeServer
 
 log = get_logger("edge.ws")
@@ -75,6 +82,8 @@ async def run_edge(cfg: Config, *, version: str,
     remove_signals = install_stop_signals(stop)
     # SIGHUP from the start (its default would end the process); applied once serving.
     remove_reload = install_reload_signal(live.reload_soon if live else lambda: None)
+    stepping = asyncio.Event()  # serve's hot restart: go, the sessions live on
+    remove_step = install_signal(STEP_DOWN_SIGNAL, stepping.set)
     probe: ServiceProbe | None = None
     serving = False
     try:
@@ -101,10 +110,12 @@ async def run_edge(cfg: Config, *, version: str,
                 live.subscribe(lambda _: server.use_config(runtime.cfg))
             if ready is not None:
                 ready(server)
-            await stop.wait()
-            log.info("edge_shutting_down")
+            await _first(stop, stepping)
+            log.info("edge_shutting_down", step_down=stepping.is_set())
             if balancer is not None:
                 await balancer.close()
+            if stepping.is_set():
+                await step_down(server, runtime)  # exits, sessions left running
             await server.stop()
         finally:
             await runtime.close()
@@ -116,9 +127,20 @@ async def run_edge(cfg: Config, *, version: str,
             await probe.close()
         remove_signals()
         remove_reload()
+        remove_step()
         if board is not None:
             board.release()
     return 0
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Until one of ``events`` is set."""
+    waits = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
 
 
 def _board(fd: int | None, worker: int) -> WorkerBoard | None:

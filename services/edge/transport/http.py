@@ -27,7 +27,7 @@ class HealthReport:
 
     #: service name → "SERVING", "NOT_SERVING", "UNKNOWN" or "UNREACHABLE".
     services: Mapping[str, str]
-    #: Edge workers reporting on this port (None: a lone edge; issue 28).
+    #: Edge workers reporting on this port (None: a lone edge).
     workers: int | None = None
     #: The session store when it is not persistent (``{"persistent": false, "reason"}``).
     store: Mapping[str, object] | None = None

@@ -191,7 +191,7 @@ class Http1Connection(asyncio.Protocol):
                 and not self._transport.get_write_buffer_size() \
                 and hasattr(self._h11, "_receive_buffer") \
                 and (owner := self._w.handoff.owner(request)):
-            self._hand_off(event, owner)  # a sibling worker's connection (issue 28)
+            self._hand_off(event, owner)  # a sibling worker's connection
             return True
         upgrade = headers.tokens("upgrade")
         if "websocket" in upgrade and request.path in self._w.websocket_paths:

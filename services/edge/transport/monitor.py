@@ -4,7 +4,7 @@ Pure rendering stays in ``services.edge.transport.http``; this gathers the value
 services' health and leases (:class:`~services.edge.transport.probe.ServiceProbe`), the
 runtime's counters, and :class:`GatewayCounters`, which the WebSocket and the
 Streamable HTTP sides of the gateway both write. With several edge workers on one
-port (issue 28) both answer for the host: every live worker's counters summed
+port both answer for the host: every live worker's counters summed
 (:mod:`services.edge.transport.worker_counters`), and ``/healthz`` says how many
 workers serve — with a board (:mod:`services.common.worker_board`), 503 until every
 worker serves, naming those it waits for — and ``/metrics`` shows each worker's

@@ -8,7 +8,7 @@ and read (``Acp-Connection-Id``), and credentials, so the affinity cookie
 travels — and its preflight (``OPTIONS``) is answered. Nothing is ever opened to
 an origin that is not listed: no CORS header at all is sent for it.
 
-The gateway's own console (``GET /``, issue 31) is a browser page of the gateway's
+The gateway's own console (``GET /``) is a browser page of the gateway's
 origin: a WebSocket upgrade whose ``Origin`` is exactly the origin it was sent to
 (scheme and ``Host``) is admitted too — but only when that host is an IP literal or
 ``localhost``, names no DNS record an attacker controls. (Streamable HTTP, which the

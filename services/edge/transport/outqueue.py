@@ -200,7 +200,7 @@ class OutgoingQueue:
     def _give_up(self, waiting: _Waiting) -> None:
         """A send that stopped waiting (its caller was cancelled — e.g. a relayed request
         the agent withdrew — or it timed out): what it still held no longer waits, and
-        no longer counts against the bound at once (not only once it reaches the head)."""
+        stops counting against the bound at once, not when it reaches the head."""
         try:
             self._waiters.remove(waiting)
         except ValueError:

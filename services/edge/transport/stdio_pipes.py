@@ -112,7 +112,8 @@ class LineWriter:
             self._loop.call_soon(self.flush)
             if not self._transport.get_write_buffer_size():
                 # The first lines of an iteration into an idle pipe go out at once: waiting
-                # for the flush would cost a paced update one more loop iteration (§19).
+                # for the flush would cost a paced update one more loop iteration
+                # (bench/PROFILE.md).
                 self._write_pending()
 
     async def room(self) -> None:

@@ -21,8 +21,8 @@ App = Callable[[HttpRequest, HttpResponse], Awaitable[None]]
 
 
 class HandOff(Protocol):
-    """Where a request that belongs to a sibling edge worker goes (issue 28:
-    ``services.edge.transport.handoff``)."""
+    """Where a request that belongs to a sibling edge worker goes
+    (``services.edge.transport.handoff``)."""
 
     def owner(self, request: HttpRequest) -> int:
         """The sibling worker ``request`` belongs to, or 0: answered here."""

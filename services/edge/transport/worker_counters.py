@@ -1,4 +1,4 @@
-"""``/metrics`` across edge workers (issue 28): one worker's counters as a flat table,
+"""``/metrics`` across edge workers: one worker's counters as a flat table,
 and every worker's tables summed back into what :func:`~services.edge.transport.http.
 render_metrics` renders.
 

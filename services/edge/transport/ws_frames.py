@@ -4,7 +4,7 @@ Every relayed JSON-RPC message is still its own text frame; what changes is how
 they reach the socket. ``ServerConnection.send`` costs ~10 µs of CPU per frame
 on its own (an async context manager, a ``Frame`` object, and one
 ``transport.write`` — one ``send(2)`` on an idle socket — per frame), which was
-about half of the gateway's CPU per relayed update (bench/PROFILE.md §15). A
+about half of the gateway's CPU per relayed update (bench/PROFILE.md). A
 :class:`TextFrames` writes a run of messages that are already queued as one
 ``transport.write``: frames are built directly (RFC 6455 §5.2: a server's
 frames are unmasked) when no extension is negotiated, through websockets'

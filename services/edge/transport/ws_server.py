@@ -240,18 +240,15 @@ class EdgeServer:
         """Stop accepting; let every connection cancel its running turns and answer what it
         read — its client gets each prompt's ``cancelled`` result before the close — at
         most :data:`STOP_WAIT_SECS`; close every connection (1001) and wait for their
-        sessions to be released. What it waits for is logged (issue 24)."""
+        sessions to be released. What it waits for is logged."""
         if not self._doors:
             return
-        doors, self._doors = self._doors, []
-        await self._handoff.close()
+        doors = await self.stop_accepting()  # no new connection; those open wind down
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        for door in doors:  # no new connection; those open wind down
-            door.server.close(close_connections=False)
         handlers = {task for task in self._handlers | self.http.tasks if not task.done()}
         log.info("edge_stopping", connections=len(handlers), wait_secs=STOP_WAIT_SECS)
         self._stopping.set()
@@ -273,6 +270,14 @@ class EdgeServer:
             await door.server.wait_closed()
         log.info("edge_stopped", waited_secs=round(loop.time() - started, 2))
 
+    async def stop_accepting(self) -> list[FrontDoor]:
+        """No new connection or hand-over here (those open stay); the doors let go."""
+        doors, self._doors = self._doors, []
+        await self._handoff.close()
+        for door in doors:
+            door.server.close(close_connections=False)
+        return doors
+
     # ------------------------------------------------------------ who may connect
 
     async def _authenticate_http(self, request: HttpRequest) -> Caller | None:
@@ -284,9 +289,8 @@ class EdgeServer:
                         source=token.source.value if token else "none")
         return caller
 
-    def _select_subprotocol(
-        self, connection: ServerConnection, subprotocols: Any
-    ) -> Subprotocol | None:
+    def _select_subprotocol(self, connection: ServerConnection,
+                            subprotocols: Any) -> Subprotocol | None:
         chosen = choose_subprotocol(subprotocols, WS_SUBPROTOCOL)
         return Subprotocol(chosen) if chosen is not None else None
 
@@ -296,7 +300,7 @@ class EdgeServer:
         if urlsplit(request.path).path != self.acp_path:
             return connection.respond(http.HTTPStatus.NOT_FOUND, "Not Found\n")
         if not self._origins.admits(*(_first(request.headers, h) for h in ("Origin", "Host"))):
-            log.warning("ws_origin_refused", remote=_remote(connection))
+            log.warning("ws_origin_refused", remote=peer_name(connection.transport))
             return connection.respond(http.HTTPStatus.FORBIDDEN, "Origin not allowed\n")
         token = extract_token(
             _first(request.headers, "Authorization"),
@@ -306,7 +310,7 @@ class EdgeServer:
         caller = await self._auth.caller(token)
         if caller is None:
             self._counters.rejected_unauthorized_total += 1
-            log.warning("ws_unauthorized", remote=_remote(connection),
+            log.warning("ws_unauthorized", remote=peer_name(connection.transport),
                         source=token.source.value if token else "none")
             response = connection.respond(http.HTTPStatus.UNAUTHORIZED, UNAUTHORIZED_BODY)
             response.headers["WWW-Authenticate"] = 'Bearer realm="acpgate"'
@@ -344,7 +348,7 @@ class EdgeServer:
         self._counters.connections_total += 1
         query = parse_qs(urlsplit(ws.request.path if ws.request else "").query)
         default_agent = next((a.strip() for a in query.get("agent", []) if a.strip()), "")
-        log.info("ws_open", conn=conn_id, acp_conn=acp_id[:8], remote=_remote(ws),
+        log.info("ws_open", conn=conn_id, acp_conn=acp_id[:8], remote=peer_name(ws.transport),
                  agent=default_agent or None,
                  subprotocol=ws.subprotocol if ws.subprotocol == WS_SUBPROTOCOL else None)
         outbox = Outbox(ws, conn_id=conn_id, max_chars=self._queue_chars,
@@ -394,7 +398,3 @@ class EdgeServer:
     async def _close_revoked(self, conn: Any) -> None:
         if isinstance(conn, StreamableConnection):
             conn.close("token revoked")
-
-
-def _remote(ws: ServerConnection) -> str:
-    return peer_name(ws.transport)

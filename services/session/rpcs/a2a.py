@@ -1,4 +1,4 @@
-"""Agent-to-agent session RPCs (issue 13): spawn a child session, send to a session.
+"""Agent-to-agent session RPCs: spawn a child session, send to a session.
 
 ``SpawnSession`` decides everything about a child (:mod:`services.session.lineage`):
 its agent, its workspace inside the requester's, its policy with autonomy at
@@ -10,7 +10,7 @@ edge's to run (this service never speaks ACP); the edge stores it like any turn.
 
 Both act for the requesting *session* (never a principal, never the operator)
 and never cross principals: a send to another principal's session is NOT_FOUND
-like a missing row, whatever grant the principal holds (issue 23). A turn one
+like a missing row, whatever grant the principal holds. A turn one
 session starts in another runs at most at the sender's acting autonomy
 (:func:`services.session.lineage.acting_autonomy`): SendToSession answers that
 cap for the edge to pass to a built-in target, and refuses a target on an

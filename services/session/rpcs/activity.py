@@ -1,4 +1,4 @@
-"""Operators' view of what runs (issue 31): ReportActivity and ListLiveSessions.
+"""Operators' view of what runs: ReportActivity and ListLiveSessions.
 
 The edges report what their sessions are doing (:mod:`services.session.activity`
 keeps it in memory); ``acpgate ps`` lists the sessions an instance's live claim

@@ -124,8 +124,7 @@ class AgentRpcs(RpcBase):
         Every session comes up through here, new or restored, so a workspace or an
         additional directory that must not be one (a stored row from before the rule,
         a config changed since) is refused here too, with the message session/new gives.
-        With ``session_id`` the autonomy is capped by the session's stored ancestors
-        (issue 13).
+        With ``session_id`` the autonomy is capped by the session's stored ancestors.
         """
         await self._require_alias(request.alias, context)
         rec = await self._get(request.session_id, context) if request.session_id else None
@@ -138,7 +137,7 @@ class AgentRpcs(RpcBase):
                               local_user: bool) -> SecurityPolicy:
         """GetPolicy's decision for ``alias`` in ``workspace_dir`` with the roots ``extra``
         (INVALID_ARGUMENT when one may not be a root now, under the local user's rule when
-        ``local_user``: issue 24); with ``rec``, capped by the stored ancestors of that
+        ``local_user``); with ``rec``, capped by the stored ancestors of that
         session (and of any session sharing them: a fork)."""
         if not workspace_dir:
             await abort(
@@ -166,8 +165,8 @@ class AgentRpcs(RpcBase):
         """session/new's ResolveAgent, ResolveWorkspace and GetPolicy in one round trip, each
         deciding as on its own (the first refusal is the answer). Their file-system work is
         one thread hop beside the capabilities read, and each root is confined once, not
-        once by the workspace rules and again by the policy (bench/PROFILE.md §17). With
-        ``create``, the row is written once all three are decided (bench/PROFILE.md §21)."""
+        once by the workspace rules and again by the policy (bench/PROFILE.md). With
+        ``create``, the row is written once all three are decided (bench/PROFILE.md)."""
         try:
             alias = resolve_alias(self._cfg, request.agent.explicit_alias,
                                   request.agent.connection_default)

@@ -17,13 +17,14 @@ import orjson
 from acpgate.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.common.protocol import META_ACPGATE, META_STOP_REASON
+from services.common.protocol import META_ACPGATE, META_STOP_REASON, REFUSED_QUOTA
 from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import (
     EventChunk,
     LoggedEvent,
+    Quota,
     SessionBatch,
     SessionNotFound,
     TurnMark,
@@ -81,9 +82,15 @@ class EventRpcs(RpcBase):
     async def AppendEvents(self, request: pb.AppendEventsRequest,
                            context: Ctx) -> pb.AppendEventsResponse:
         """A batch of many sessions' events in one transaction (group commit)."""
-        refused = await self._store.append_events([_batch(p) for p in request.sessions])
+        store = self._cfg.store
+        refused = await self._store.append_events(
+            [_batch(p) for p in request.sessions],
+            quota=Quota(store.max_session_bytes, store.max_token_bytes))
         for part, why in zip(request.sessions, refused, strict=True):
-            if why:
+            if why.startswith(REFUSED_QUOTA):
+                log.warning("events_over_quota", session_id=part.session_id,
+                            reason=why.removeprefix(REFUSED_QUOTA))
+            elif why:
                 log.warning("events_refused", session_id=part.session_id, why=why,
                             holder=part.holder_instance_id, generation=part.claim_generation)
         return pb.AppendEventsResponse(refused=refused)

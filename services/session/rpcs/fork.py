@@ -1,4 +1,4 @@
-"""ACP ``session/fork`` in the session service (issue 25): ``ForkSession``.
+"""ACP ``session/fork`` in the session service: ``ForkSession``.
 
 Everything about a fork is decided here, once, from the config and the stored
 rows; the edge then brings the fork's adapter up (the service never speaks ACP):

@@ -58,6 +58,6 @@ class OperationRpcs(RpcBase):
                         f"agent {rec.agent_alias} is no longer configured")
         policy = policy_for(self._cfg, rec.agent_alias, rec.workspace_dir,
                             rec.additional_directories)
-        # A spawned session never has more autonomy than its ancestors (issue 13).
+        # A spawned session never has more autonomy than its ancestors.
         policy = cap_policy(policy, await effective_autonomy(self._cfg, self._store, rec))
         return await asyncio.to_thread(decide, policy, request.operation, request.path)

@@ -8,7 +8,7 @@ is left out of a list and, asked for by id, answers exactly like a missing one
 (NOT_FOUND ``Session not found: <id>``; CheckAccess: not allowed, the same
 reason), so a requester cannot even learn that the row exists. A request with
 no requester at all is refused (INVALID_ARGUMENT): an empty key is never the
-operator (issue 23).
+operator.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class _Viewer:
         self.a2a = a2a
 
     def sees(self, rec: SessionRecord, action: str = "list") -> bool:
-        """The issue 23 / SPEC §14 check of one row for ``action``."""
+        """The SPEC §14 check of one row for ``action``."""
         return can_see(visibility_row(rec), self.requester, self.visibility, self.a2a, action)
 
 

@@ -1,4 +1,4 @@
-"""Edge workers' shared limits and counters (issue 28): TakeSlot, ReportWorker, ListWorkers.
+"""Edge workers' shared limits and counters: TakeSlot, ReportWorker, ListWorkers.
 
 The decisions are :class:`~services.session.worker_ledger.WorkerLedger`'s (in memory);
 like every RPC here they are behind the service credential: only the install's

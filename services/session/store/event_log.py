@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from services.common.log_forms import FORM_LINES, FORM_TEXT_CHUNKS, FORMS, text_chunk_lines
+from services.session.store.records import Quota
 
 __all__ = [
     "EVENT_KINDS", "FINAL_TURN_STATES", "MAX_EVENT_BYTES", "REFUSED_FENCED",
@@ -168,7 +169,8 @@ def held_by(holder: str | None, generation: int, instance: str, claim_generation
 
 #: A session's claim, for the fence (parameter: the session id).
 SELECT_LOG_TARGET: Final = (
-    "SELECT active_instance_id, claim_generation, log_from_turn FROM sessions WHERE id = ?")
+    "SELECT active_instance_id, claim_generation, stored_bytes, owner_session_key,"
+    " log_from_turn FROM sessions WHERE id = ?")
 INSERT_CHUNK: Final = (
     "INSERT INTO event_chunks (session_id, first_event_id, last_event_id, turn_id, kind,"
     " prefix, payload, at, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -251,9 +253,12 @@ class EventLogStore(ABC):
     """What a store does with the event log (module doc)."""
 
     @abstractmethod
-    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+    async def append_events(self, batches: Sequence[SessionBatch], *,
+                            quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction; per batch, "" (written) or why it was not
-        (:data:`REFUSED_FENCED`, :data:`REFUSED_NOT_FOUND`, "invalid: ..."), in order."""
+        (:data:`REFUSED_FENCED`, :data:`REFUSED_NOT_FOUND`, "invalid: ...", or over
+        ``quota``: ``log_quota.REFUSED_QUOTA`` and the quota's sentence), in order. The
+        bytes its rows keep count against ``quota`` like history (:mod:`.log_quota`)."""
 
     @abstractmethod
     def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,

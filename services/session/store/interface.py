@@ -22,8 +22,8 @@ written only while that instance still holds the claim at that generation,
 checked in the write's own transaction, so a host cut off past its lease can
 never write after the host that took over (split brain).
 
-History counts against two byte quotas (:class:`~.records.Quota`): a running
-total per row and per owner (``owner_usage``), checked in the turn's transaction.
+History and the event log count against two byte quotas (:class:`~.records.Quota`): a
+running total per row and per owner (``owner_usage``), checked in the write's transaction.
 """
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ class SessionStore(EventLogStore, ABC):
         it), keeps its title, plan, mode and config values, its extra roots and MCP server
         list unless given, and records ``forked_from``; it is created active and claimed by
         ``gateway_instance_id`` (generation 1). Its token totals start at 0 (the parent's
-        turns were not its spending); its ``stored_bytes`` are the parent's, added to its
-        owner's total — QuotaExceeded (nothing written) when ``quota`` refuses them.
+        turns were not its spending); its ``stored_bytes`` are the parent's history's (not
+        its event log's, which is not copied), added to its owner's total — QuotaExceeded (nothing written) when ``quota`` refuses them.
         SessionNotFound for an unknown parent; SessionExists when ``session_id`` is taken;
         InvalidItem as :meth:`create_session` refuses.
         """

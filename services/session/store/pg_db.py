@@ -8,7 +8,10 @@ rows in compiled code — the history load and AppendTurn are its hot paths.
   how to reach it; the password may come from the environment, and
   :func:`~services.common.urls.redact_url` is the only form of the URL that is
   ever shown or logged;
-- :func:`create_pool` — a pool, retrying while the server is not up yet;
+- :func:`create_pool` — a pool, retrying while the server is not up yet; the server
+  ends a pooled connection whose transaction stops mid-way (:data:`IDLE_IN_TRANSACTION_SECS`)
+  or whose peer vanished (:data:`KEEPALIVES`), so a frozen or cut-off host's open
+  transaction cannot keep its session's row locked from the host taking it over;
 - :func:`call` and :func:`in_transaction` — one operation on a pooled
   connection, tried once more on a fresh one when the first was found broken
   before anything ran (the server restarted while it sat idle); other
@@ -49,6 +52,8 @@ from services.session.store.sql_history import (
 from services.session.store.sql_rows import numbered, record_from_row
 
 __all__ = [
+    "IDLE_IN_TRANSACTION_SECS",
+    "KEEPALIVES",
     "Conn",
     "PostgresTarget",
     "call",
@@ -98,6 +103,16 @@ _UNREACHABLE: Final = (
     asyncpg.exceptions.InternalClientError,
 )
 
+#: The server's TCP keepalives on every connection of the store: a peer gone silently
+#: (power loss, a cut network) is dropped after about idle + interval × count seconds.
+KEEPALIVES: Final = {"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "1",
+                     "tcp_keepalives_count": "3"}
+#: How long the server lets a pooled connection sit in a transaction without a statement
+#: before it ends the connection. The store's transactions send their statements back to
+#: back; one that stops is a frozen (paused, partitioned) host whose row locks would
+#: otherwise block the claim of the host taking its sessions over.
+IDLE_IN_TRANSACTION_SECS: Final = 5.0
+
 
 @dataclass(frozen=True)
 class PostgresTarget:
@@ -143,7 +158,9 @@ async def create_pool(target: PostgresTarget) -> asyncpg.Pool:
                 max_size=target.pool_size,
                 # Each attempt gets the time that is left, at least a second.
                 timeout=max(1.0, deadline - time.monotonic()),
-                server_settings={"application_name": "acpgate-session"},
+                server_settings={"application_name": "acpgate-session", **KEEPALIVES,
+                                 "idle_in_transaction_session_timeout":
+                                     str(int(IDLE_IN_TRANSACTION_SECS * 1000))},
             )
         except Exception as exc:
             remaining = deadline - time.monotonic()

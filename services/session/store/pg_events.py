@@ -37,9 +37,19 @@ from services.session.store.event_log import (
     read_pages,
 )
 from services.session.store.interface import Clock
+from services.session.store.log_quota import (
+    ADD_SESSION_BYTES,
+    END_STARTED_TURN,
+    SELECT_LOGGED_IDS,
+    SELECT_OWNER_BYTES,
+    id_range,
+    quota_refusal,
+    stored_bytes,
+    unlogged,
+)
 from services.session.store.pg_db import Conn
-from services.session.store.records import SessionNotFound
-from services.session.store.sql_rows import numbered
+from services.session.store.records import Quota, SessionNotFound
+from services.session.store.sql_rows import ADD_OWNER_BYTES, numbered
 
 __all__ = ["PgEvents"]
 
@@ -56,6 +66,40 @@ _SELECT_TURN_STATES = numbered(SELECT_TURN_STATES)
 _INTERRUPT_SESSION = numbered(INTERRUPT_SESSION)
 _INTERRUPT_ORPHANS = numbered(INTERRUPT_ORPHANS)
 
+_SELECT_LOGGED_IDS = numbered(SELECT_LOGGED_IDS)
+#: The owner's total, locked as ``ADD_OWNER_BYTES`` would lock it (after the session row,
+#: as a turn does), so two hosts' batches of one owner cannot both pass its quota.
+_SELECT_OWNER_BYTES = numbered(SELECT_OWNER_BYTES) + " FOR UPDATE"
+_ADD_SESSION_BYTES = numbered(ADD_SESSION_BYTES)
+_ADD_OWNER_BYTES = numbered(ADD_OWNER_BYTES)
+_END_STARTED_TURN = numbered(END_STARTED_TURN)
+
+
+async def _charge(con: Conn, batch: SessionBatch, stored: int, owner: str,
+                  quota: Quota | None) -> str:
+    """Write ``batch``'s chunks not yet logged and add their bytes to the session's and its
+    owner's totals — or nothing, and why, when they would pass ``quota``."""
+    chunks = batch.rows()
+    if not chunks:
+        return ""
+    sid = batch.session_id
+    low, high = id_range(chunks)
+    logged = await con.fetch(_SELECT_LOGGED_IDS, sid, low, high)
+    chunks = unlogged(chunks, (int(r[0]) for r in logged))
+    if not chunks:
+        return ""
+    adding = stored_bytes(chunks)
+    total = await con.fetchval(_SELECT_OWNER_BYTES, owner)
+    why = quota_refusal(stored, adding, owner, int(total or 0), quota)
+    if why:
+        return why
+    await con.executemany(_INSERT_CHUNK, [
+        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
+        for c in chunks])
+    await con.execute(_ADD_SESSION_BYTES, adding, sid)
+    await con.fetchval(_ADD_OWNER_BYTES, owner, adding)
+    return ""
+
 
 class PgEvents(EventLogStore):
     """The event log half of :class:`~.pg_store.PostgresSessionStore`."""
@@ -67,7 +111,8 @@ class PgEvents(EventLogStore):
 
         async def _transaction(self, op: Callable[[Conn], Awaitable[T]]) -> T: ...
 
-    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+    async def append_events(self, batches: Sequence[SessionBatch], *,
+                            quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`)."""
         problems = [batch_problem(batch) for batch in batches]
 
@@ -84,11 +129,13 @@ class PgEvents(EventLogStore):
                 if not held_by(batch.holder, batch.generation, str(row[0]), int(row[1])):
                     refused[index] = REFUSED_FENCED
                     continue
-                chunks = batch.rows()
-                if chunks:
-                    await con.executemany(_INSERT_CHUNK, [
-                        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
-                        for c in chunks])
+                refused[index] = await _charge(con, batch, int(row[2]), str(row[3]), quota)
+                if refused[index]:
+                    for mark in batch.turns:
+                        if mark.state != TURN_RUNNING:
+                            await con.execute(_END_STARTED_TURN, mark.state, mark.at, sid,
+                                              mark.turn_id)
+                    continue
                 holder = batch.holder or ""
                 for mark in batch.turns:
                     if mark.state == TURN_RUNNING:
@@ -96,7 +143,7 @@ class PgEvents(EventLogStore):
                     else:
                         await con.execute(_END_TURN, sid, mark.turn_id, mark.state, holder,
                                           mark.at, mark.at)
-                if not row[2]:
+                if not row[4]:
                     await con.execute(_MARK_LOG_START, sid)
             return refused
 

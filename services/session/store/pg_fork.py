@@ -28,6 +28,7 @@ from services.session.store.sql_fork import (
     COPY_HISTORY,
     FORK_SOURCE,
     LAST_TURN_AT,
+    LOG_BYTES_AT,
     SET_FORK_STATE,
     fork_plan,
 )
@@ -79,7 +80,8 @@ class PgFork(PostgresHistory):
                              agent_alias=agent_alias, gateway_instance_id=gateway_instance_id,
                              host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms, now=now,
                              additional_directories=additional_directories,
-                             mcp_servers_json=mcp_servers_json, text=to_db)
+                             mcp_servers_json=mcp_servers_json, text=to_db,
+                             log_bytes=int(row[LOG_BYTES_AT]))
             check_session_quota(0, plan.copied_bytes, quota)
             total = await con.fetchval(_ADD_OWNER_BYTES, plan.owner, plan.copied_bytes)
             check_owner_quota(plan.owner, int(total), quota)

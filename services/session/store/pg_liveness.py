@@ -38,7 +38,7 @@ from typing import Final
 import asyncpg
 
 from services.common.logs import get_logger
-from services.session.store.pg_db import Conn, PostgresTarget, describe
+from services.session.store.pg_db import KEEPALIVES, Conn, PostgresTarget, describe
 from services.session.store.records import StoreUnavailable
 from services.session.store.sql_claims import CLAIMABLE
 
@@ -54,10 +54,6 @@ KEEP_SECS: Final = 0.5
 #: Every how many looks the keeper also asks the server something, and how long it waits.
 _PROBE_EVERY: Final = 4
 _PROBE_TIMEOUT_SECS: Final = 5.0
-#: The server's TCP keepalives on the liveness connection: a peer gone silently (power
-#: loss, a cut network) is dropped after about idle + interval × count seconds.
-_KEEPALIVES: Final = {"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "1",
-                      "tcp_keepalives_count": "3"}
 _WORKER_SUFFIX: Final = re.compile(r"/w[0-9]+\Z")
 
 
@@ -112,7 +108,7 @@ def connector(target: PostgresTarget) -> Connect:
         return asyncpg.connect(
             target.url, password=target.password or None,
             timeout=max(1.0, target.connect_timeout_secs),
-            server_settings={"application_name": "acpgate-liveness", **_KEEPALIVES})
+            server_settings={"application_name": "acpgate-liveness", **KEEPALIVES})
     return connect
 
 

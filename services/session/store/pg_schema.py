@@ -84,13 +84,13 @@ _V4_TABLES = (
         PRIMARY KEY (session_id, seq))""",
 )
 
-#: v5: the agentCapabilities each alias's adapter advertised (issue 17).
+#: v5: the agentCapabilities each alias's adapter advertised.
 _V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
     alias TEXT PRIMARY KEY,
     capabilities_json TEXT NOT NULL,
     recorded_at BIGINT NOT NULL)"""
 
-#: v6 (issue 17): a session's extra roots, mode and config values, token totals, and the
+#: v6: a session's extra roots, mode and config values, token totals, and the
 #: usage of each turn.
 _V6_SESSION_STATE = (
     "ALTER TABLE sessions ADD COLUMN additional_dirs_json TEXT NOT NULL DEFAULT '[]'",
@@ -111,7 +111,7 @@ _V6_SESSION_STATE = (
 )
 
 
-#: v7 (issue 23): as SQLite's — the claim's generation, the stored bytes per row and per
+#: v7: as SQLite's — the claim's generation, the stored bytes per row and per
 #: owner, computed from the history already stored (``octet_length``: UTF-8 bytes).
 _V7_FENCE_AND_BYTES = (
     "ALTER TABLE sessions ADD COLUMN claim_generation BIGINT NOT NULL DEFAULT 0",
@@ -131,10 +131,10 @@ _V7_FENCE_AND_BYTES = (
 )
 
 
-#: v8 (issue 25, session/fork): as SQLite's — the session a row was forked from.
+#: v8 (session/fork): as SQLite's — the session a row was forked from.
 _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
 
-#: v9 (issue 27, across hosts): as SQLite's — the claim holder's public URL.
+#: v9 (across hosts): as SQLite's — the claim holder's public URL.
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
 
 #: v10: as SQLite's — the event log in chunks (payload: the bytes as relayed) and turn
@@ -186,13 +186,13 @@ async def _create_v4(con: Conn) -> None:
 
 
 async def _add_v5_capabilities(con: Conn) -> None:
-    """v4 → v5: what each alias's adapter advertised when it last started (issue 17)."""
+    """v4 → v5: what each alias's adapter advertised when it last started."""
     await con.execute(_V5_CAPABILITIES)
 
 
 async def _add_v6_session_state(con: Conn) -> None:
     """v5 → v6: a session's extra roots, mode, config values and token totals, with neutral
-    defaults; the turns stored before have no usage rows (issue 17)."""
+    defaults; the turns stored before have no usage rows."""
     for stmt in _V6_SESSION_STATE:
         await con.execute(stmt)
 
@@ -204,12 +204,12 @@ async def _add_v7_fence_and_bytes(con: Conn) -> None:
 
 
 async def _add_v8_forked_from(con: Conn) -> None:
-    """v7 → v8: the fork lineage column (issue 25); no stored row is a fork."""
+    """v7 → v8: the fork lineage column; no stored row is a fork."""
     await con.execute(_V8_FORKED_FROM)
 
 
 async def _add_v9_claim_url(con: Conn) -> None:
-    """v8 → v9: the claim holder's public URL (issue 27); none recorded for older claims."""
+    """v8 → v9: the claim holder's public URL; none recorded for older claims."""
     await con.execute(_V9_CLAIM_URL)
 
 

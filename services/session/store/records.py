@@ -58,7 +58,7 @@ BACKEND: Final = "acpx"
 STATES: Final = ("active", "inactive")
 TOOL_STATUSES: Final = ("", "pending", "in_progress", "completed", "failed")
 #: A user item's status: "" for a turn that ended normally, "cancelled" for a turn the
-#: client cancelled, stored with what was streamed before the cancel (issue 25).
+#: client cancelled, stored with what was streamed before the cancel.
 TURN_STATUSES: Final = ("", "cancelled")
 TITLE_MAX: Final = 80
 
@@ -194,7 +194,7 @@ class Claim:
     #: writes carry, so a host that lost the claim cannot write after the new holder.
     generation: int = 0
     #: The holder's ``[gateway] public_url`` when it took the claim ("" = none configured):
-    #: where a client reconnects to reach the session (issue 27).
+    #: where a client reconnects to reach the session.
     public_url: str = ""
 
     def live(self, now: int) -> bool:
@@ -236,7 +236,8 @@ class SessionRecord:
     #: Token totals over the stored turns.
     input_tokens: int = 0
     output_tokens: int = 0
-    #: Bytes of the stored history items (:func:`item_bytes` summed): what the quotas count.
+    #: Bytes of the stored history items (:func:`item_bytes` summed) and of the logged events'
+    #: payloads: what the quotas count.
     stored_bytes: int = 0
     #: The session this one was forked from (ACP ``session/fork``; "" = not a fork).
     forked_from: str = ""

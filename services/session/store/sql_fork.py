@@ -1,4 +1,4 @@
-"""What both SQL backends share to fork a session (ACP ``session/fork``, issue 25).
+"""What both SQL backends share to fork a session (ACP ``session/fork``).
 
 A fork is one transaction: the parent's row is read (PostgreSQL locks it ``FOR
 SHARE``, SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), the copied
@@ -18,14 +18,21 @@ from typing import Any, Final
 from services.session.store.records import ITEM_FIELDS, NewSession, SessionRecord, session_key_for
 from services.session.store.sql_rows import SESSION_COLUMNS, new_row_values
 
-__all__ = ["COPY_HISTORY", "FORK_SOURCE", "LAST_TURN_AT", "SET_FORK_STATE", "ForkPlan",
-           "fork_owner", "fork_plan"]
+__all__ = ["COPY_HISTORY", "FORK_SOURCE", "LAST_TURN_AT", "LOG_BYTES_AT", "SET_FORK_STATE",
+           "ForkPlan", "fork_owner", "fork_plan"]
 
-#: The parent row and its turn counter (``last_turn`` is no record field): the
-#: :data:`SESSION_COLUMNS`, then ``last_turn`` at :data:`LAST_TURN_AT`.
-FORK_SOURCE: Final = f"SELECT {SESSION_COLUMNS}, last_turn FROM sessions WHERE id = ?"
+#: The parent row, its turn counter (``last_turn`` is no record field) and the bytes of
+#: its event log (counted in its ``stored_bytes``, not copied): the
+#: :data:`SESSION_COLUMNS`, then ``last_turn`` at :data:`LAST_TURN_AT`, the log's bytes
+#: at :data:`LOG_BYTES_AT`.
+FORK_SOURCE: Final = (
+    f"SELECT {SESSION_COLUMNS}, last_turn, (SELECT COALESCE(SUM(length(payload)"
+    " + length(prefix)), 0) FROM event_chunks WHERE event_chunks.session_id = sessions.id)"
+    " FROM sessions WHERE id = ?")
 #: Where ``last_turn`` is in a :data:`FORK_SOURCE` row.
 LAST_TURN_AT: Final = SESSION_COLUMNS.count(",") + 1
+#: Where the parent's log bytes are in a :data:`FORK_SOURCE` row.
+LOG_BYTES_AT: Final = LAST_TURN_AT + 1
 _ITEMS: Final = ", ".join(ITEM_FIELDS)
 #: Copy every history item of session ``?`` (the parent, second parameter) to session ``?``
 #: (the fork, first), seq, turn and times kept: the fork's history reads like the parent's.
@@ -49,7 +56,7 @@ class ForkPlan:
     insert: tuple[Any, ...]
     #: The owner whose total the copied bytes add to (the quotas' principal).
     owner: str
-    #: The bytes of the copied history (the parent's ``stored_bytes``).
+    #: The bytes of the copied history (the parent's ``stored_bytes`` less its log's).
     copied_bytes: int
     #: :data:`SET_FORK_STATE` parameters.
     state: tuple[Any, ...]
@@ -69,10 +76,11 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
               gateway_instance_id: str, host: str, claim_ttl_ms: int, now: int,
               public_url: str = "",
               additional_directories: Sequence[str] | None,
-              mcp_servers_json: str | None, text: Callable[[str], str] = str) -> ForkPlan:
-    """What a fork of ``parent`` (its turn counter ``last_turn``) as ``session_id`` writes
-    (InvalidItem as :func:`~.sql_rows.new_row_values` refuses); ``text`` encodes free text
-    for the backend."""
+              mcp_servers_json: str | None, text: Callable[[str], str] = str,
+              log_bytes: int = 0) -> ForkPlan:
+    """What a fork of ``parent`` (its turn counter ``last_turn``, ``log_bytes`` of event
+    log) as ``session_id`` writes (InvalidItem as :func:`~.sql_rows.new_row_values`
+    refuses); ``text`` encodes free text for the backend."""
     o = parent.ownership
     owner = fork_owner(parent, session_key_for(agent_alias, session_id))
     insert = new_row_values(NewSession(
@@ -85,6 +93,7 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
         else additional_directories,
         title=parent.title, host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms,
     ), now, text=text)
+    copied = max(0, parent.stored_bytes - log_bytes)
     state = (parent.plan_json, parent.mode_id, parent.config_json, parent.message_count,
-             last_turn, parent.stored_bytes, parent.session_id, session_id)
-    return ForkPlan(insert, owner, parent.stored_bytes, state)
+             last_turn, copied, parent.session_id, session_id)
+    return ForkPlan(insert, owner, copied, state)

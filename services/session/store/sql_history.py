@@ -6,7 +6,7 @@ bound) a page is also at most ``max_bytes`` of item bytes (a larger item alone):
 the first query reads only the sizes of the next items (:data:`SELECT_HISTORY_SIZES`,
 a few numbers), the second the rows that fit (:data:`SELECT_HISTORY_RANGE`), so a
 history of fifteen-megabyte prompts never sits in the session service five
-hundred items at a time (issue 23). ``?`` placeholders, numbered for PostgreSQL
+hundred items at a time. ``?`` placeholders, numbered for PostgreSQL
 with :func:`~.sql_rows.numbered`; ``{size}`` is the backend's :func:`item_bytes_sql`.
 """
 

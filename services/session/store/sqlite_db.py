@@ -38,7 +38,7 @@ def prepare_file(db_path: Path) -> None:
     if parent.exists() and not parent.is_dir():
         raise StoreError(f"{parent} exists and is not a directory")
     try:
-        private_dir(parent)  # conversations: the owner's alone (issue 23)
+        private_dir(parent)  # conversations: the owner's alone
     except OSError as exc:
         raise StoreError(f"cannot create {parent}: {exc.strerror or exc}") from None
     if db_path.exists():

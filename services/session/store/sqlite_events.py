@@ -38,14 +38,25 @@ from services.session.store.event_log import (
     read_pages,
 )
 from services.session.store.interface import Clock
-from services.session.store.records import SessionNotFound
+from services.session.store.log_quota import (
+    ADD_SESSION_BYTES,
+    END_STARTED_TURN,
+    SELECT_LOGGED_IDS,
+    SELECT_OWNER_BYTES,
+    id_range,
+    quota_refusal,
+    stored_bytes,
+    unlogged,
+)
+from services.session.store.records import Quota, SessionNotFound
+from services.session.store.sql_rows import ADD_OWNER_BYTES
 from services.session.store.sqlite_db import in_connection
 
 __all__ = ["SqliteEvents"]
 
 
-def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
-            refused: list[str]) -> list[str]:
+def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch], refused: list[str],
+            quota: Quota | None) -> list[str]:
     """The batch's transaction, on the connection's own thread (``refused``: the parts
     already found invalid; the others are filled in)."""
     con.execute("BEGIN IMMEDIATE")
@@ -61,11 +72,12 @@ def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
             if not held_by(batch.holder, batch.generation, str(row[0]), int(row[1])):
                 refused[index] = REFUSED_FENCED
                 continue
-            chunks = batch.rows()
-            if chunks:
-                con.executemany(INSERT_CHUNK, [
-                    (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
-                    for c in chunks])
+            refused[index] = _charge(con, batch, int(row[2]), str(row[3]), quota)
+            if refused[index]:  # its turn ends still hold (they add no bytes)
+                for mark in batch.turns:
+                    if mark.state != TURN_RUNNING:
+                        con.execute(END_STARTED_TURN, (mark.state, mark.at, sid, mark.turn_id))
+                continue
             holder = batch.holder or ""
             for mark in batch.turns:
                 if mark.state == TURN_RUNNING:
@@ -73,13 +85,39 @@ def _append(con: sqlite3.Connection, batches: Sequence[SessionBatch],
                 else:
                     con.execute(END_TURN, (sid, mark.turn_id, mark.state, holder, mark.at,
                                            mark.at))
-            if not row[2]:
+            if not row[4]:
                 con.execute(MARK_LOG_START, (sid,))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     return refused
+
+
+def _charge(con: sqlite3.Connection, batch: SessionBatch, stored: int, owner: str,
+            quota: Quota | None) -> str:
+    """Write ``batch``'s chunks not yet logged and add their bytes to the session's and its
+    owner's totals — or nothing, and why, when they would pass ``quota``."""
+    chunks = batch.rows()
+    if not chunks:
+        return ""
+    sid = batch.session_id
+    low, high = id_range(chunks)
+    chunks = unlogged(chunks, (int(r[0]) for r in con.execute(SELECT_LOGGED_IDS,
+                                                              (sid, low, high))))
+    if not chunks:
+        return ""
+    adding = stored_bytes(chunks)
+    total = con.execute(SELECT_OWNER_BYTES, (owner,)).fetchone()
+    why = quota_refusal(stored, adding, owner, int(total[0]) if total else 0, quota)
+    if why:
+        return why
+    con.executemany(INSERT_CHUNK, [
+        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
+        for c in chunks])
+    con.execute(ADD_SESSION_BYTES, (adding, sid))
+    con.execute(ADD_OWNER_BYTES, (owner, adding)).fetchall()
+    return ""
 
 
 class SqliteEvents(EventLogStore):
@@ -89,12 +127,13 @@ class SqliteEvents(EventLogStore):
     _lock: asyncio.Lock
     _clock: Clock
 
-    async def append_events(self, batches: Sequence[SessionBatch]) -> list[str]:
+    async def append_events(self, batches: Sequence[SessionBatch], *,
+                            quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`), run
         whole on the connection's thread: one hand-over, not one per statement."""
         refused = [batch_problem(batch) for batch in batches]
         async with self._lock:
-            return await in_connection(self._db, _append, batches, refused)
+            return await in_connection(self._db, _append, batches, refused, quota)
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:

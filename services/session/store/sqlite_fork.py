@@ -23,6 +23,7 @@ from services.session.store.sql_fork import (
     COPY_HISTORY,
     FORK_SOURCE,
     LAST_TURN_AT,
+    LOG_BYTES_AT,
     SET_FORK_STATE,
     fork_plan,
 )
@@ -70,7 +71,8 @@ class SqliteFork(SqliteHistory):
                         agent_alias=agent_alias, gateway_instance_id=gateway_instance_id,
                         host=host, public_url=public_url, claim_ttl_ms=claim_ttl_ms, now=now,
                         additional_directories=additional_directories,
-                        mcp_servers_json=mcp_servers_json)
+                        mcp_servers_json=mcp_servers_json,
+                        log_bytes=int(rows[0][LOG_BYTES_AT]))
                     check_session_quota(0, plan.copied_bytes, quota)
                     totals = list(await self._db.execute_fetchall(
                         ADD_OWNER_BYTES, (plan.owner, plan.copied_bytes)))

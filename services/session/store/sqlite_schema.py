@@ -107,13 +107,13 @@ _V4_CLAIM = (
     "CREATE INDEX sessions_by_claim ON sessions(active_instance_id)",
 )
 
-#: v5: the agentCapabilities each alias's adapter advertised (issue 17).
+#: v5: the agentCapabilities each alias's adapter advertised.
 _V5_CAPABILITIES = """CREATE TABLE agent_capabilities (
     alias TEXT PRIMARY KEY,
     capabilities_json TEXT NOT NULL,
     recorded_at INTEGER NOT NULL)"""
 
-#: v6 (issue 17): a session's extra roots, mode and config values, token totals, and the
+#: v6: a session's extra roots, mode and config values, token totals, and the
 #: usage of each turn.
 _V6_SESSION_STATE = (
     "ALTER TABLE sessions ADD COLUMN additional_dirs_json TEXT NOT NULL DEFAULT '[]'",
@@ -133,7 +133,7 @@ _V6_SESSION_STATE = (
         PRIMARY KEY (session_id, turn)) WITHOUT ROWID""",
 )
 
-#: v7 (issue 23): the claim's generation (the fence of a holder's writes) and the bytes of
+#: v7: the claim's generation (the fence of a holder's writes) and the bytes of
 #: the stored history, per row and per owner (the quotas). Claimed rows start at generation
 #: 1; the byte totals are computed from the history already stored.
 _V7_FENCE_AND_BYTES = (
@@ -156,12 +156,12 @@ _V7_FENCE_AND_BYTES = (
         SELECT owner_session_key, SUM(stored_bytes) FROM sessions GROUP BY owner_session_key""",
 )
 
-#: v8 (issue 25, session/fork): the session a row was forked from ("" for every row before).
+#: v8 (session/fork): the session a row was forked from ("" for every row before).
 #: A migration step of its own: another v8 step of the same release may be renumbered
 #: around it on merge.
 _V8_FORKED_FROM = "ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''"
 
-#: v9 (issue 27, across hosts): the public URL of the claim's holder (its ``[gateway]
+#: v9 (across hosts): the public URL of the claim's holder (its ``[gateway]
 #: public_url``), where another host tells a client to reconnect; "" for every claim
 #: taken before (unknown until its holder claims again).
 _V9_CLAIM_URL = "ALTER TABLE sessions ADD COLUMN active_url TEXT NOT NULL DEFAULT ''"
@@ -304,7 +304,7 @@ async def _migrate_1_to_2(db: aiosqlite.Connection, now: int) -> None:
 
 
 async def _migrate_2_to_3(db: aiosqlite.Connection, now: int) -> None:
-    """v2 → v3: the session's MCP server list (issue 16); existing rows have none stored."""
+    """v2 → v3: the session's MCP server list; existing rows have none stored."""
     await db.execute("ALTER TABLE sessions ADD COLUMN mcp_servers_json TEXT NOT NULL DEFAULT ''")
 
 
@@ -315,7 +315,7 @@ async def _migrate_3_to_4(db: aiosqlite.Connection, now: int) -> None:
 
 
 async def _migrate_4_to_5(db: aiosqlite.Connection, now: int) -> None:
-    """v4 → v5: what each alias's adapter advertised when it last started (issue 17)."""
+    """v4 → v5: what each alias's adapter advertised when it last started."""
     await db.execute(_V5_CAPABILITIES)
 
 
@@ -333,12 +333,12 @@ async def _migrate_6_to_7(db: aiosqlite.Connection, now: int) -> None:
 
 
 async def _migrate_7_to_8(db: aiosqlite.Connection, now: int) -> None:
-    """v7 → v8: the fork lineage column (issue 25); no stored row is a fork."""
+    """v7 → v8: the fork lineage column; no stored row is a fork."""
     await db.execute(_V8_FORKED_FROM)
 
 
 async def _migrate_8_to_9(db: aiosqlite.Connection, now: int) -> None:
-    """v8 → v9: the claim holder's public URL (issue 27); none recorded for older claims."""
+    """v8 → v9: the claim holder's public URL; none recorded for older claims."""
     await db.execute(_V9_CLAIM_URL)
 
 

@@ -107,7 +107,7 @@ class SqliteSessionStore(SqliteEvents, SqliteFork):
 
     # One write statement is its own transaction (the connection autocommits): atomic,
     # and it takes the write lock before it reads anything, as BEGIN IMMEDIATE would —
-    # which would only add two hops to the connection's thread (bench/PROFILE.md §21).
+    # which would only add two hops to the connection's thread (bench/PROFILE.md).
 
     async def _write(self, sql: str, params: Sequence[Any]) -> int:
         """One write statement, its own transaction; returns the changed row count."""

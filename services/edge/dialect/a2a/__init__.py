@@ -1,3 +1,3 @@
-"""Agent-to-agent sessions at the edge (issue 13): the session tools' extension methods
+"""Agent-to-agent sessions at the edge: the session tools' extension methods
 (:mod:`.methods`), the runner of spawned and sent-to sessions (:mod:`.runner`) and the
 views the tools and session/list show (:mod:`.views`)."""

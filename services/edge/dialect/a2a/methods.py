@@ -1,4 +1,4 @@
-"""The session tools' extension methods, as the edge serves them (issue 13).
+"""The session tools' extension methods, as the edge serves them.
 
 An adapter (the built-in agent's ``sessions_*`` tools) sends
 ``_acpgate/sessions_spawn``, ``…_list``, ``…_history``, ``…_send`` or

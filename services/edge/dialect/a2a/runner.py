@@ -1,4 +1,4 @@
-"""The edge's session runner: the turns of ``sessions_spawn`` and ``sessions_send`` (issue 13).
+"""The edge's session runner: the turns of ``sessions_spawn`` and ``sessions_send``.
 
 The session service decides (SpawnSession: the child's agent, workspace,
 capped policy and ownership; SendToSession: whether the requester may send);
@@ -19,7 +19,7 @@ AppendTurn when it completes) with ``requested_by`` = the requester, so a
 cancel of the requester cancels it. ``wait: false`` runs it in the background
 (a runtime task) and answers at once.
 
-Autonomy (issue 23): a sent turn runs at most at the sender's level — the cap
+Autonomy: a sent turn runs at most at the sender's level — the cap
 SendToSession answers, carried in ``TurnState.autonomy_cap`` to the built-in
 agent; a spawned child's policy is capped by SpawnSession itself. Both calls
 pass the requester's own turn cap, when another session started the turn it

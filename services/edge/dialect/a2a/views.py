@@ -1,4 +1,4 @@
-"""How sessions look to a requesting agent and in session/list (issue 13).
+"""How sessions look to a requesting agent and in session/list.
 
 The rows come from the session service's visibility-filtered reads; this module
 only shapes them: the session tools' JSON views (one row, its status, its
@@ -43,7 +43,7 @@ def session_id_of_key(key: str) -> str:
 def lineage(row: session_pb2.SessionRow) -> dict[str, str]:
     """``_meta.acpgate`` of a session/list row: its agent, for a spawned session its
     parent's id and the key of the session that spawned it, for a fork the id of the
-    session it was forked from (issue 25)."""
+    session it was forked from."""
     out = {META_AGENT: row.agent_alias}
     if row.forked_from:
         out[META_FORKED_FROM] = row.forked_from

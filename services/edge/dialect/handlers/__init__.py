@@ -5,7 +5,7 @@ request arrived on and the request's params, validates in the order the SPEC
 gives, and returns the result or raises a :class:`JsonRpcError`; the
 connection answers. :data:`METHODS` is the table a connection is handed, and
 :func:`fallback` what serves a method it has no handler for: the relay to the
-agent (issue 25, :mod:`services.edge.dialect.handlers.relay`) — except the methods of
+agent (:mod:`services.edge.dialect.handlers.relay`) — except the methods of
 :data:`UNRELAYED`, which acpgate must understand and which stay -32601 until this
 table serves them. The table is the one place that decides which methods
 acpgate serves itself (and so what ``initialize`` advertises of them).
@@ -82,7 +82,7 @@ METHODS: Mapping[str, Handler] = {
     M_SESSION_EVENT: stored.session_event,
     # The agents a client may start (the console's agent picker; any caller).
     M_AGENTS_LIST: agents_list,
-    # The console's host view (issue 31): admin tokens only (services.edge.dialect.host_view).
+    # The console's host view: admin tokens only (services.edge.dialect.host_view).
     **HOST_METHODS,
 }
 

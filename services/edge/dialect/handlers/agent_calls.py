@@ -1,4 +1,4 @@
-"""The client's calls to its agent that name no session (issue 25): ``authenticate``,
+"""The client's calls to its agent that name no session: ``authenticate``,
 ``logout``, ``providers/*`` and ``_``-prefixed extension methods without a ``sessionId``.
 
 Each goes to the connection's default agent — the alias the client's

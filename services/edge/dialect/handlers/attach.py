@@ -1,4 +1,4 @@
-"""``session/attach`` and ``session/detach`` (multi-client attach RFD; issue 27).
+"""``session/attach`` and ``session/detach`` (multi-client attach RFD).
 
 A connection attaches a *live* session of its own principal — exactly the token
 that owns it, whatever ``[sessions] visibility`` or an operator grant says: any other

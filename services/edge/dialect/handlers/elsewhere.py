@@ -1,4 +1,4 @@
-"""A session live on another host or edge worker: where to attach it (issue 27, across hosts).
+"""A session live on another host or edge worker: where to attach it (across hosts).
 
 Several hosts (or edge workers) may share one store; a session is live where its
 adapter runs, on the host whose claim the row holds (the claim identity this edge's
@@ -101,7 +101,7 @@ async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, object], 
         return None
     here, _ = split_worker_name(rt.claims.instance_id)
     there, worker = split_worker_name(claim.instance_id)
-    if worker and there == here:  # a sibling edge worker of this host (issue 28)
+    if worker and there == here:  # a sibling edge worker of this host
         return sibling_where(claim, worker), MSG_ATTACH_ON_SIBLING_WORKER.format(
             session_id=sid, worker=worker)
     where: dict[str, object] = {"host": claim.host, "instanceId": claim.instance_id}

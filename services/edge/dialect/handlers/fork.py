@@ -1,4 +1,4 @@
-"""ACP ``session/fork`` (issue 25): a new session with a stored session's history, any agent.
+"""ACP ``session/fork``: a new session with a stored session's history, any agent.
 
 :func:`session_fork` runs the steps in order: reserve a slot → read the parent
 row, if this connection may act on it (another principal's session is "not
@@ -12,7 +12,7 @@ the fork's row with a copy of the parent's history in one transaction, claimed
 by this host (over the token's storage quota: -32004, nothing written) → a
 fresh adapter for the fork, under its own lease → seed it → set the parent's
 stored mode and config values again → mark the fork active. The result is
-the agent's own, whole (issue 25: an external agent's fork or fresh session
+the agent's own, whole (an external agent's fork or fresh session
 result, ``modes``, ``configOptions``, ``models``, ``_meta`` …; the built-in
 agent's state fields), with the fork's ``sessionId`` and
 ``_meta.acpgate.forkedFrom`` (:func:`services.edge.sessions.prompt_result.fork_result`).

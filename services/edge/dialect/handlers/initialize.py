@@ -7,7 +7,7 @@ and the session capabilities it serves from its store (none without a persistent
 connection's default agent: the built-in agent's own features (HTTP/SSE MCP
 servers, no image or audio, no auth methods); an external agent's profile as it
 advertised it at its last start — capabilities, ``authMethods`` and ``_meta`` —
-wherever acpgate can honour or relay it (:mod:`services.edge.dialect.advertised`; issue 25).
+wherever acpgate can honour or relay it (:mod:`services.edge.dialect.advertised`).
 When the external agent never ran here, the connection's held adapter is started
 to learn it (:mod:`services.edge.dialect.conn_agent`; the next ``session/new`` takes it).
 """
@@ -66,7 +66,7 @@ def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
 def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabilities:
     """What the connection's default agent takes in prompts and MCP servers.
 
-    The built-in agent speaks MCP over HTTP and SSE (issue 16) and keeps SPEC §4,
+    The built-in agent speaks MCP over HTTP and SSE and keeps SPEC §4,
     where image and audio blocks are ignored. An external adapter gets prompts
     and ``mcpServers`` as the client sent them, so what its adapter advertised
     at its last start (recorded by the session service) is passed on — nothing
@@ -132,7 +132,7 @@ async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict
     profile = await _external_profile(conn, agent) \
         if agent is not None and agent.kind != AGENT_KIND_BUILTIN else None
     takes = default_agent_takes(agent)
-    # Never promise a remote client what the gateway would refuse (issue 23).
+    # Never promise a remote client what the gateway would refuse.
     mcp_http = client_mcp_rules(conn).allows_http
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
@@ -145,7 +145,7 @@ async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict
         agent_capabilities=agent_capabilities(
             load_session=persistent, resume=persistent, close=persistent,
             list_sessions=persistent, delete=persistent, additional_directories=persistent,
-            # acpgate forks any agent's sessions itself (issue 25), while its method table
+            # acpgate forks any agent's sessions itself, while its method table
             # serves session/fork (the table decides what acpgate serves).
             fork=persistent and conn.handles(M_SESSION_FORK),
             image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,

@@ -71,7 +71,7 @@ async def session_set_config_option(conn: DialectConnection, params: dict[str, A
 
 
 async def session_set_model(conn: DialectConnection, params: dict[str, Any]) -> Any:
-    """ACP (unstable) session/set_model: relayed whole; the chosen model is stored (issue 25)."""
+    """ACP (unstable) session/set_model: relayed whole; the chosen model is stored."""
     session = conn.active_session(session_id(params))
     model_id = first_str(params, "modelId")
     if not model_id:

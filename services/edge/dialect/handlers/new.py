@@ -86,8 +86,8 @@ def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
         agent=session_pb2.ResolveAgentRequest(explicit_alias=alias,
                                               connection_default=conn.default_agent),
         cwd=cwd, base_dir=os.getcwd(), additional_directories=extra,
-        # The local user of acpgate acp may work in a directory holding acpgate's state
-        # (issue 24); a gateway client, with or without auth, is not the OS user.
+        # The local user of acpgate acp may work in a directory holding acpgate's state;
+        # a gateway client, with or without auth, is not the OS user.
         local_user=not conn.remote,
         # The MCP list is stored: a later load/resume without one starts the same servers.
         create=session_pb2.CreateSessionRequest(

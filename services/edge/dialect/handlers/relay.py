@@ -1,4 +1,4 @@
-"""Everything acpgate does not need to understand passes through (issue 25): the relay of a
+"""Everything acpgate does not need to understand passes through: the relay of a
 client's requests that no handler of the method table serves.
 
 A request (or notification) whose method has no handler, and that carries the

@@ -18,10 +18,10 @@ earlier steps took. The result is the adapter's own, whole, with its ``modes``,
 
 ``session/resume`` of a session this very connection holds already is answered
 at once with the session's current state (what an agent answers a resume of a
-session it has open; issue 25); anyone else's still gets "Session already
+session it has open); anyone else's still gets "Session already
 active", and a ``session/load`` always does.
 
-The history is never held whole (issue 23): seeding and replay each read the
+The history is never held whole: seeding and replay each read the
 stored pages (``StreamHistory``) one at a time and pass each one on before the
 next is read — to the agent, answered chunk by chunk; to the client, through its
 bounded send queue (:mod:`services.edge.sessions.history_wire`).
@@ -163,7 +163,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
             policy = await _policy(rt, agent, row, local_user=not conn.remote)
             try:
                 await rt.claims.claim(sid)
-            except JsonRpcError as exc:  # live elsewhere: say where (issue 27)
+            except JsonRpcError as exc:  # live elsewhere: say where
                 raise await with_live_at(conn, sid, exc) from None
             session = _restored_session(conn, row, agent)
             async with setting_up(conn, session):  # a failure from here drops the claim too
@@ -196,8 +196,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
 
 async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[str, Any], *,
                     replay: bool) -> dict[str, Any]:
-    """Attach a detached session of the caller's own principal to ``conn`` as its controller
-    (issue 27): ``session/load`` replays the stored history and the live turn's updates;
+    """Attach a detached session of the caller's own principal to ``conn`` as its controller:
+    ``session/load`` replays the stored history and the live turn's updates;
     ``session/resume`` what the connection that left was not handed (after
     ``_meta.acpgate.afterEventId``, when the client names the last update it saw) — then
     what it streams from now on (:func:`services.edge.sessions.joining.join`)."""
@@ -289,7 +289,7 @@ def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb
 async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
                   row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
-    spawned session comes back no freer than its parent (issue 13)."""
+    spawned session comes back no freer than its parent."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
                                     row.additional_directories, row.session_id,

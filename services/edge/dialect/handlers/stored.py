@@ -43,7 +43,7 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
         raise grpc_error(exc) from None
     sessions = [session_info(row) for row in resp.sessions]
     for info, row in zip(sessions, resp.sessions, strict=True):
-        # Running here or elsewhere (the console's state column; issue 31).
+        # Running here or elsewhere (the console's state column).
         live = conn.runtime.registry.active.get(row.session_id)
         info["_meta"][META_ACPGATE]["state"] = state_of(row, live)
     out: dict[str, Any] = {"sessions": sessions}
@@ -62,8 +62,8 @@ def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
     if row.title:
         info["title"] = row.title
     info["updatedAt"] = iso(row.last_activity or row.created_at)
-    # One _meta.acpgate: who the session runs as and, for a spawned one, its lineage
-    # (issue 13), and its stored token totals.
+    # One _meta.acpgate: who the session runs as and, for a spawned one, its lineage,
+    # and its stored token totals.
     info["_meta"] = {META_ACPGATE: {**lineage(row), "usage": {
         "inputTokens": row.input_tokens, "outputTokens": row.output_tokens,
         "totalTokens": row.token_count}}}

@@ -37,7 +37,7 @@ from services.edge.sessions.session import EdgeSession, TurnState
 def queues_prompts(session: EdgeSession) -> bool:
     """Whether the session's agent advertised that it queues a prompt sent while a turn runs
     (claude-agent-acp's ``agentCapabilities._meta.claudeCode.promptQueueing``): acpgate then
-    queues it too (it runs once the turn ends) instead of answering -32002 (issue 25)."""
+    queues it too (it runs once the turn ends) instead of answering -32002."""
     adapter = session.adapter
     if adapter is None or adapter.builtin:
         return False
@@ -78,7 +78,7 @@ async def start_turn(conn: DialectConnection, params: dict[str, Any], *, queue: 
         echo["messageId"] = message_id
     await session.publish_own([echo], not_for=conn)
     # The turn runs in a task of its own: a connection that goes away (its handlers
-    # cancelled) leaves it running when the session detaches (issue 27); a release
+    # cancelled) leaves it running when the session detaches; a release
     # cancels the turn itself (EdgeRuntime.release).
     running = conn.runtime.spawn(_turn(conn, session, turn, params))
     running.add_done_callback(_seen)  # its failure is the handler's, if one still waits
@@ -95,7 +95,7 @@ def _seen(task: asyncio.Task[TurnOutcome]) -> None:
 async def _turn(conn: DialectConnection, session: EdgeSession, turn: TurnState,
                 params: dict[str, Any]) -> TurnOutcome:
     """Read the prompt and run the turn (:func:`session_prompt`); the slot is freed after,
-    and a client attached since (not ``conn``) is told the turn ended (issue 27)."""
+    and a client attached since (not ``conn``) is told the turn ended."""
     outcome = await _run(session, turn, params)
     await report_turn_end(session, conn, turn_complete(outcome.stop_reason, outcome.result))
     return outcome

@@ -1,4 +1,4 @@
-"""Handing an accepted connection to the edge worker it belongs to (issue 28).
+"""Handing an accepted connection to the edge worker it belongs to.
 
 With ``[gateway] workers`` above one, the kernel gives each TCP connection to
 any worker. :mod:`.owner` tells from a request's head which worker a request

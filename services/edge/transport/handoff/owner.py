@@ -1,4 +1,4 @@
-"""Which edge worker a request belongs to, from its head alone (issue 28).
+"""Which edge worker a request belongs to, from its head alone.
 
 Three marks name a worker, each minted by that worker:
 

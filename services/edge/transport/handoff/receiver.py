@@ -1,4 +1,4 @@
-"""The owning worker's side: take in a connection a sibling accepted (issue 28).
+"""The owning worker's side: take in a connection a sibling accepted.
 
 Listens on this worker's :func:`~.wire.handoff_socket_path` (owner-only, ``0600``,
 in the private run dir), one exchange per connection: a peer of another uid is

@@ -1,11 +1,11 @@
-"""One edge worker's hand-over: its marks on connections, its socket, its sends (issue 28).
+"""One edge worker's hand-over: its marks on connections, its socket, its sends.
 
 :class:`Handoff` is what the gateway (``services.edge.transport.ws_server``) holds:
 it mints the ``Acp-Connection-Id`` of this worker (:meth:`Handoff.new_id`), and
 once the listeners serve (:meth:`Handoff.start`) takes connections in from its
 siblings and hands theirs to them. It does nothing for a lone edge (no
 ``--worker``), and nothing over TLS: a TLS session cannot move to another process
-(a TLS client negotiates HTTP/2 — one connection — anyway; see README).
+(a TLS client negotiates HTTP/2 — one connection — anyway; see docs/operating.md, "Edge workers").
 """
 
 from __future__ import annotations

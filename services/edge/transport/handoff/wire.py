@@ -1,4 +1,4 @@
-"""The hand-over exchange between two edge workers of one host (issue 28).
+"""The hand-over exchange between two edge workers of one host.
 
 Each worker listens on its own unix socket, :func:`handoff_socket_path` (``0600``
 in the install's private run dir; a peer of another uid is dropped unread,

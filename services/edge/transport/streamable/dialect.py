@@ -66,7 +66,7 @@ def log_reader(runtime: Any) -> Callable[[str, int, int], AsyncIterator[list[str
 
 def affinity_cookie(instance_id: str, *, tls: bool) -> str:
     """``Set-Cookie`` value naming this host (a digest of its instance id, or a random id)
-    and, with several edge workers, the worker (``-w<k>``, issue 28):
+    and, with several edge workers, the worker (``-w<k>``):
     cross-site pages may send it over TLS only (SameSite=None needs Secure)."""
     value = cookie_value(*split_worker_name(instance_id)) if instance_id \
         else secrets.token_hex(8)

@@ -4,10 +4,10 @@ The lease (``[store] lease_secs``) is 300 s, longer than this test runs: whateve
 another host takes over here it takes because the dead host's liveness lock is gone
 (its session service's connection ended), never because a claim expired.
 
-- Host A paused (SIGSTOP of its whole stack) mid-turn while the server drops its
-  liveness connection — a partition: B loads A's session; when A resumes, the turn
-  it was running is not stored (-32005 to A's client, the claim generation fences
-  it) and B's session goes on.
+- Host A paused (SIGSTOP of its whole stack) mid-turn while the server drops every
+  connection of A's session service, as its TCP keepalives do for a host cut off — a
+  partition: B loads A's session; when A resumes, the turn it was running is not
+  stored (-32005 to A's client, the claim generation fences it) and B's session goes on.
 - Host A killed (SIGKILL of its whole stack) mid-turn: its lock goes by itself with its
   session service's connection; from then on B loads A's session with what A's client
   had, and no answer of B ever sends a client to A.
@@ -21,8 +21,10 @@ import os
 import signal
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
+import psutil
 import pytest
 
 from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
@@ -32,6 +34,7 @@ from services.session.store.pg_liveness import NAMESPACE, host_of
 from tests.pg_cluster import Cluster
 
 from .stack import RawClient
+from .test_serve import children_by_command
 from .test_serve_two_hosts import Host, client, replayed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -87,14 +90,27 @@ async def lock_gone(con: asyncpg.Connection[asyncpg.Record], instance_id: str) -
     raise AssertionError("the liveness connection did not end")
 
 
-async def cut_liveness(url: str, instance_id: str) -> None:
-    """End, from the server's side, the connection holding the host's liveness lock (as the
-    server does once keepalives find a vanished peer), and wait until it is gone."""
+def session_service(host: Host) -> int:
+    """The pid of ``host``'s session service."""
+    return children_by_command(host.pid)["session-service"]
+
+
+async def partition(url: str, host: Host, instance_id: str) -> None:
+    """End, from the server's side, every connection of ``host``'s session service — its
+    liveness connection and its pool's, as the server's keepalives do for a host cut off —
+    and wait until its host lock is gone. (Ending only the liveness connection would leave
+    a paused transaction of the pool holding a session's row, which the taking host's
+    claim then waits on.)"""
+    ports = [c.laddr.port for c in psutil.Process(session_service(host)).net_connections("tcp")
+             if c.raddr and c.raddr.port == urlsplit(url).port]
     con = await asyncpg.connect(url)
     try:
-        assert await con.fetchval(
-            f"SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE {LOCK_OF}",
-            NAMESPACE, host_of(instance_id)) == 1
+        holder = await con.fetchval(f"SELECT pid FROM pg_locks WHERE {LOCK_OF}",
+                                    NAMESPACE, host_of(instance_id))
+        ended = await con.fetch("SELECT pid, pg_terminate_backend(pid) AS ended"
+                                " FROM pg_stat_activity WHERE client_port = ANY($1::int[])",
+                                ports)
+        assert all(r["ended"] for r in ended) and holder in {r["pid"] for r in ended}, ended
         await lock_gone(con, instance_id)
     finally:
         await con.close()
@@ -132,9 +148,11 @@ async def load_on(on_b: RawClient, sid: str, dead_url: str) -> list[dict[str, An
 
 async def test_a_paused_host_is_fenced_and_a_killed_host_fails_over(
         tmp_path: Path, pg_cluster: Cluster) -> None:
-    from tests.conftest import fresh_url
+    from tests.conftest import TEST_DATABASE, fresh_url
 
-    url = await fresh_url(pg_cluster)
+    # Over TCP, as hosts reach a shared server: keepalives, and each connection's port.
+    schema = parse_qs(urlsplit(await fresh_url(pg_cluster)).query)["search_path"][0]
+    url = pg_cluster.dsn(TEST_DATABASE, schema=schema, tcp=True, password=True)
     tokens = tmp_path / "shared" / "tokens.db"
     env = {"ACPGATE_store__url": url, "ACPGATE_store__lease_secs": str(LEASE_SECS),
            "ACPGATE_gateway__token_db": str(tokens)}
@@ -152,7 +170,7 @@ async def test_a_paused_host_is_fenced_and_a_killed_host_fails_over(
             answer = await running_turn(on_a, cut_off, "!sleep 3", asked)
             paused = a.tree()
             signal_all(paused, signal.SIGSTOP)
-            await cut_liveness(url, id_a)
+            await partition(url, a, id_a)
             await load_on(on_b, cut_off, a.url)
             res = await on_b.result("session/prompt", {"sessionId": cut_off, "prompt": "on b"})
             assert res["stopReason"] == "end_turn"

@@ -9,9 +9,9 @@ rows in compiled code — the history load and AppendTurn are its hot paths.
   :func:`~services.common.urls.redact_url` is the only form of the URL that is
   ever shown or logged;
 - :func:`create_pool` — a pool, retrying while the server is not up yet; the server
-  ends a pooled connection whose transaction stops mid-way (:data:`IDLE_IN_TRANSACTION_SECS`)
-  or whose peer vanished (:data:`KEEPALIVES`), so a frozen or cut-off host's open
-  transaction cannot keep its session's row locked from the host taking it over;
+  ends a pooled connection whose peer vanished (:data:`KEEPALIVES`) or whose transaction
+  stalls between statements (:data:`IDLE_IN_TRANSACTION_SECS`), so a cut-off host's open
+  transaction does not keep its session's row locked from the host taking it over;
 - :func:`call` and :func:`in_transaction` — one operation on a pooled
   connection, tried once more on a fresh one when the first was found broken
   before anything ran (the server restarted while it sat idle); other
@@ -109,8 +109,8 @@ KEEPALIVES: Final = {"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "1",
                      "tcp_keepalives_count": "3"}
 #: How long the server lets a pooled connection sit in a transaction without a statement
 #: before it ends the connection. The store's transactions send their statements back to
-#: back; one that stops is a frozen (paused, partitioned) host whose row locks would
-#: otherwise block the claim of the host taking its sessions over.
+#: back; one that stops is a stalled or cut-off host whose row locks would otherwise block
+#: the claim of the host taking its sessions over.
 IDLE_IN_TRANSACTION_SECS: Final = 5.0
 
 

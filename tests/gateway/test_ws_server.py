@@ -361,8 +361,9 @@ async def test_keepalive_drops_a_silent_client(tmp_path: Path, services: tuple[s
                            additional_headers={"Authorization": f"Bearer {secret}"})
         assert await whoami(ws) == ""
         ws.transport.pause_reading()  # the peer stops answering pings (a dead network path)
+        # (the dialect ends first, then the connection's bookkeeping: wait for both)
         for _ in range(200):
-            if dialect.finished:
+            if dialect.finished and edge.connection_count == 0:
                 break
             await asyncio.sleep(0.05)
         assert dialect.finished == 1, "the gateway dropped the connection after a missed pong"

@@ -70,5 +70,3 @@ CATEGORY_MODE: Final = "mode"
 V1_PLAN_ID: Final = "plan"
 #: A permission request's title when the v1 request names no tool call title.
 DEFAULT_PERMISSION_TITLE: Final = "Permission requested"
-#: v1 ``initialize`` fields a v2 client must not see.
-V1_INIT_FIELDS: Final = ("agentCapabilities", "agentInfo", "authMethods")

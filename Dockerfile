@@ -24,6 +24,7 @@ WORKDIR /opt/acpgate
 COPY pyproject.toml README.md ./
 COPY protos ./protos
 COPY acpgate ./acpgate
+COPY acpgate_contracts ./acpgate_contracts
 COPY services ./services
 # Runtime dependencies only: the code generator (grpcio-tools) is a dev dependency.
 RUN pip install . \

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-PROTOS := protos/acpgate/launch/v1/launch.proto protos/acpgate/session/v1/session.proto protos/acpgate/lifecycle/v1/lifecycle.proto
+PROTOS := protos/acpgate_contracts/launch/v1/launch.proto protos/acpgate_contracts/session/v1/session.proto protos/acpgate_contracts/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
 .PHONY: install proto proto-check acp-schema config-docs run test test-fast lint bench clean
@@ -25,7 +25,7 @@ proto: $(PY)
 proto-check: $(PY)
 	@tmp=$$(mktemp -d) && \
 	PATH=$(abspath $(BIN)):$$PATH $(PY) -m grpc_tools.protoc $(call PROTO_FLAGS,$$tmp) $(PROTOS) >/dev/null 2>&1 && \
-	for f in $$(cd $$tmp && find acpgate -type f); do \
+	for f in $$(cd $$tmp && find acpgate_contracts -type f); do \
 	  cmp -s $$tmp/$$f $$f || { echo "generated code is stale or missing: $$f (run 'make proto')"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated gRPC code is up to date"
 

@@ -1,12 +1,12 @@
 """acpgate: an ACP session host.
 
-This package holds the command line (:mod:`acpgate.cli`), the composition of
+This package holds the command line (:mod:`acpgate.cli`) and the composition of
 processes (:mod:`acpgate.serve` supervises the three services as children,
-:mod:`acpgate.embedded` runs the two gRPC services inside ``acpgate acp``) and
-the gRPC code generated from ``protos/`` (``acpgate.session.v1``,
-``acpgate.lifecycle.v1``). The services themselves live in the ``services``
-package and import nothing from here but the generated contracts; the CLI
-passes them what they need (the version, the embedded-service starter).
+:mod:`acpgate.embedded` runs the two gRPC services inside ``acpgate acp``). The
+services live in the ``services`` package and import nothing from here; the
+contracts between them are generated into ``acpgate_contracts`` from
+``protos/``. The CLI passes the services what they need (the version, the
+embedded-service starter).
 """
 
 from importlib.metadata import PackageNotFoundError, version

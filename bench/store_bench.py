@@ -28,7 +28,7 @@ from pathlib import Path
 
 import asyncpg
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from bench.relay import WAIT_SECS, initialize
 from bench.sizes import Sizes
 from bench.stage import ACPGATE, ALIAS, REPO, Stage, child_env

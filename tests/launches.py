@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 
-from acpgate.launch.v1 import launch_pb2
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.launch.v1 import launch_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, grpc_security, open_service_channel
 from services.common.grpc_server import RunningServer

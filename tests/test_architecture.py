@@ -5,9 +5,10 @@ every import counts — at the top, inside a function (lazy), under
 ``TYPE_CHECKING``, or through ``importlib.import_module``/``__import__`` with a
 literal name. A failure names the module, the line and the rule it breaks.
 
-The services meet only through the generated gRPC contracts
-(``acpgate.session.v1``, ``acpgate.lifecycle.v1``) and ``services.common``;
-composition (which process runs which service) lives in ``acpgate/``.
+The services meet only through the generated gRPC contracts (the
+``acpgate_contracts`` package) and ``services.common``; composition (which
+process runs which service) lives in ``acpgate/``, and nothing imports it but
+the command line's own modules.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The packages whose modules are checked.
-CHECKED = ("services", "acpgate")
+CHECKED = ("services", "acpgate", "acpgate_contracts")
 #: Generated gRPC code: the contracts every service may import, never checked for size.
-GENERATED = ("acpgate.session.v1", "acpgate.lifecycle.v1", "acpgate.launch.v1")
+GENERATED = ("acpgate_contracts",)
 #: Other generated modules (``make acp-schema``: the typed ACP models), never checked for size.
 GENERATED_MODELS = ("services.common.acp.schema",)
 
@@ -45,8 +46,8 @@ class Rule:
 #: below it and the edge-wide modules.
 EDGE_LAYERS = ("transport", "dialect", "sessions", "adapter", "ports")
 #: Edge-wide modules, below every part: error answers, request params, who a connection acts
-#: as, counters, the token store.
-EDGE_WIDE = ("errors", "params", "caller", "metrics", "tokens")
+#: as, counters, the token store, the typed clients of the two services.
+EDGE_WIDE = ("errors", "params", "caller", "metrics", "tokens", "backends")
 
 
 def _edge_layer_rules() -> tuple[Rule, ...]:
@@ -67,8 +68,9 @@ FORBIDDEN: tuple[Rule, ...] = (
     Rule("services.edge", "services.lifecycle", "the edge calls the lifecycle service over gRPC only"),
     Rule("services.agent", "services.session", "the agent gets its policy from _meta, not the session service"),
     Rule("services.agent", "services.lifecycle", "the agent is a plain ACP process the lifecycle service runs"),
-    Rule("services", "acpgate", "composition lives in acpgate/; services import only the generated contracts",
-         allowed=GENERATED),
+    Rule("services", "acpgate", "composition lives in acpgate/; services never import it"),
+    Rule("acpgate_contracts", "acpgate", "the contracts are generated from protos/ and import only each other"),
+    Rule("acpgate_contracts", "services", "the contracts are generated from protos/ and import only each other"),
     Rule("services.session", "services.lifecycle", "the two services meet only through their gRPC contracts"),
     Rule("services.lifecycle", "services.session", "the two services meet only through their gRPC contracts"),
     Rule("services.common", "services.edge", "common code is shared by every service and imports none"),
@@ -172,7 +174,7 @@ def test_no_module_imports_across_a_forbidden_edge() -> None:
 
 PROBE = """\
 import importlib
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common import jsonrpc
 
 
@@ -195,8 +197,7 @@ def test_the_check_sees_lazy_relative_and_dynamic_imports() -> None:
         "forbidden: services.edge → services.agent (the edge speaks ACP to every agent alike, "
         "the built-in one too)",
         "services/edge/probe.py:12: `from acpgate import cli` imports acpgate.cli — forbidden: "
-        "services → acpgate (composition lives in acpgate/; services import only the generated "
-        "contracts)",
+        "services → acpgate (composition lives in acpgate/; services never import it)",
         "services/edge/probe.py:7: `from services.session import store` imports "
         "services.session.store — forbidden: services.edge → services.session (the edge calls "
         "the session service over gRPC only)",

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
 from acpgate.ops.endpoints import live_endpoints
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.addresses import default_lifecycle_address, default_session_address
 from services.common.config import Config
 from services.common.grpc_auth import GrpcSecurity, grpc_security, open_service_channel

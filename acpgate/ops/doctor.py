@@ -26,7 +26,6 @@ from pathlib import Path
 import grpc
 
 from acpgate import __version__
-from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb
 from acpgate.ops.client import (
     CALL_TIMEOUT_SECS,
     OpsError,
@@ -49,7 +48,8 @@ from acpgate.ops.doctor_checks import (
     port_check,
 )
 from acpgate.ops.node_engines import NodeRequirement, node_requirement, satisfies
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common import config as config_mod
 from services.common.config import Config, ConfigError
 from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, diagnose

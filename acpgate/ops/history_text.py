@@ -12,7 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterable, Iterator
 
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 
 __all__ = ["history_lines"]
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb
 from acpgate.ops.client import (
     CALL_TIMEOUT_SECS,
     Connected,
@@ -31,7 +30,8 @@ from acpgate.ops.client import (
     find_targets,
     operator_security,
 )
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common import principals
 from services.common.config import Config
 from services.edge.sessions.workers import split_worker_name

@@ -33,7 +33,7 @@ from acpgate.ops.client import (
 from acpgate.ops.history_text import history_lines
 from acpgate.ops.ps import owner_label, owner_names
 from acpgate.ops.render import cut, duration, table, terminal_width
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common.config import Config
 
 __all__ = ["run_sessions"]

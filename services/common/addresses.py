@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import Config
 
 #: Full gRPC names of the services, as health checking and reflection know them.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.protocol import (
     HISTORY_ROLE_ASSISTANT,
     HISTORY_ROLE_THOUGHT,

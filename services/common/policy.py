@@ -20,7 +20,7 @@ from services.common.config import AUTONOMY_LEVELS
 if TYPE_CHECKING:
     # Only for the annotation: reading the message needs no protobuf import, so the
     # agent (which never speaks gRPC) does not load the generated code.
-    from acpgate.session.v1 import session_pb2
+    from acpgate_contracts.session.v1 import session_pb2
 
 __all__ = ["SecurityPolicy", "autonomy_above", "cap_policy", "lower_autonomy"]
 

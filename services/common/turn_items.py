@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import (
     META_ACPGATE,

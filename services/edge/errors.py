@@ -1,8 +1,8 @@
 """The dialect's error answers for failures behind it (SPEC §1, §3, §8).
 
-A gRPC refusal of the session service becomes a JSON-RPC error with the
-service's message forwarded verbatim; a session id the caller may not see is
-reported exactly like one that does not exist.
+A refusal of the session service (:class:`~services.edge.backends.errors.ServiceError`)
+becomes a JSON-RPC error with the service's message forwarded verbatim; a session id the
+caller may not see is reported exactly like one that does not exist.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from services.common.protocol import (
     POLICY_REFUSED,
     SESSION_NOT_FOUND,
 )
+from services.edge.backends.errors import Failure, ServiceError
 
 log = get_logger("edge.dialect")
 
@@ -42,10 +43,30 @@ def grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
     return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
 
 
+def service_error(exc: ServiceError, sid: str = "") -> JsonRpcError:
+    """The JSON-RPC answer for a failed service call (messages forwarded verbatim).
+
+    With ``sid``, a session the service does not have (or will not show) is -32000
+    "Session not found", exactly like an id that never existed.
+    """
+    if exc.kind is Failure.INVALID:
+        return JsonRpcError(INVALID_PARAMS, exc.detail or "Invalid params")
+    if exc.kind is Failure.REFUSED:  # a rule refused it (autonomy)
+        return JsonRpcError(POLICY_REFUSED, exc.detail or "Refused")
+    if exc.kind in (Failure.NOT_FOUND, Failure.PRECONDITION) and sid:
+        return not_found(sid)
+    if exc.kind is Failure.PRECONDITION:  # e.g. the agent workspace cannot be created
+        return JsonRpcError(INTERNAL_ERROR, exc.detail or "Internal error")
+    log.error("service_call_failed", code=exc.code, detail=exc.detail)
+    return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({exc.code})")
+
+
 def cause(exc: BaseException) -> str:
     """One line saying why ``exc`` happened, for an error message to the client."""
     if isinstance(exc, JsonRpcError):
         return exc.message
+    if isinstance(exc, ServiceError):
+        return exc.detail or exc.code
     if isinstance(exc, grpc.aio.AioRpcError):
         return exc.details() or exc.code().name
     text = str(exc)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.lifecycle.attach import AdapterChannel
 from services.lifecycle.controller import Ensured
 from services.lifecycle.convert import exit_to_pb

@@ -6,7 +6,7 @@ builds answers with these.
 
 from __future__ import annotations
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.lifecycle.attach import ExitInfo
 from services.lifecycle.controller import Ensured
 from services.lifecycle.leases import LeaseRecord, LeaseState

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from acpgate.launch.v1 import launch_pb2
+from acpgate_contracts.launch.v1 import launch_pb2
 from services.common.launch_seal import sealed_by
 
 __all__ = ["LaunchRefused", "OpenedLaunch", "open_launch"]

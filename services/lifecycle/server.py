@@ -25,7 +25,7 @@ import asyncio
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import default_lifecycle_address
 from services.common.config import Config
 from services.common.fd_channel import DATA_PATH_AUTO, fd_socket_path

@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-from acpgate.launch.v1 import launch_pb2
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.launch.v1 import launch_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.lifecycle.attach import MAX_LINE_BYTES, AttachBusy

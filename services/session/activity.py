@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 
 __all__ = ["MAX_INSTANCES", "MAX_SESSIONS_PER_REPORT", "ActivityBoard"]
 

@@ -8,7 +8,7 @@ on unchanged to ``EnsureSession``/``KeepWarm``.
 
 from __future__ import annotations
 
-from acpgate.launch.v1 import launch_pb2
+from acpgate_contracts.launch.v1 import launch_pb2
 from services.common.launch_seal import seal_of
 from services.session.aliases import AgentLaunch
 

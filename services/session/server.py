@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import default_session_address
 from services.common.config import Config, resolve_config_dir
 from services.common.grpc_auth import GrpcSecurity, load_security

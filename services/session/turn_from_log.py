@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.logs import get_logger
 from services.common.turn_items import TurnAccumulator
 from services.session.store.event_log import EventLogStore

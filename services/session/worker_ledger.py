@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 
 __all__ = ["MAX_WORKERS_KEPT", "Grant", "WorkerLedger"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.policy import SecurityPolicy
 
 

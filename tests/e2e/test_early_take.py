@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from tests.launches import service_channel
 from tests.lifecycle.conftest import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.edge.dialect.a2a.views import (
     MAX_TEXT_CHARS,
     history_view,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.edge.adapter.client import AdapterClient
 
 

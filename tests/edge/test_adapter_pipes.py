@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.common.config import PathsSection, ServicesSection, load_config, with_overrides
 from services.common.grpc_auth import GrpcSecurity
 from services.edge.adapter import pipes as adapter_pipes

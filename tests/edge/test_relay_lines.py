@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import notification_lines
 from services.common.turn_items import TurnAccumulator
 from services.edge.adapter.relay_lines import RelayedUpdate, UpdateLines, update_prefix

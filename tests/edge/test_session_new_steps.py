@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS
 from services.edge.dialect.dispatch import DialectConnection

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.edge.sessions.history_wire import history_meta, replay_updates, transcript
 from services.edge.sessions.turn import TEXT_BLOCK_CHUNKS, TurnAccumulator
 

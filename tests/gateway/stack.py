@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from acpgate import __version__
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
 from services.edge.transport.connection import EdgeRuntime, open_runtime
 from services.edge.transport.probe import ServiceProbe

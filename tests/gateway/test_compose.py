@@ -24,7 +24,7 @@ import grpc
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.config import load_config
 from services.common.config.load import ENV_PREFIX
 from services.common.config.schema import SECTIONS, AgentSection, field_types

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from tests.e2e.fake_model import API_KEY_ENV, ModelServer, agent_entry, text_reply, tool_reply
 from tests.e2e.harness import SDK_AGENT, listed_lineage, updates
 

@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 
 from .stack import RawClient, Stack, full_stack, select
 from .wsfixtures import http_get, mint, write_config

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from services.common.config import load_config
 from services.edge.transport.outqueue import OutgoingQueue, PutResult
 from tests.launches import config_environ

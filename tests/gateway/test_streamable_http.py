@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import Caller
 from services.edge.transport.ws_server import EdgeServer
 

@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from services.edge.transport.streamable.streams import REPLAY_EVENTS
 
 from .script_dialect import ScriptDialect

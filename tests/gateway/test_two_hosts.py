@@ -22,8 +22,8 @@ import asyncpg
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import Config
 from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE, MSG_SESSION_NOT_FOUND
 

@@ -20,7 +20,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import Caller
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.outqueue import SLOW_CLIENT_CLOSE_CODE, OutgoingQueue, PutResult

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.config import Config, load_config
 from services.common.grpc_auth import grpc_security

@@ -23,8 +23,8 @@ import grpc
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.server import start_lifecycle_server

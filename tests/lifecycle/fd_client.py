@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.common.fd_channel import channel_key, grant_proof
 from tests.launches import TEST_SERVICE_KEY
 

@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import load_config
 from services.common.grpc_server import RunningServer
 from services.lifecycle.controller import EnsureRequest

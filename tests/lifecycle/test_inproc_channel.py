@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.inproc import InProcessChannel
 from services.lifecycle.server import open_controller
 from services.lifecycle.servicer import LifecycleServicer

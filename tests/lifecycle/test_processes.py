@@ -22,8 +22,8 @@ import grpc
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
 from services.lifecycle.instance import load_or_create_instance_id

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.lifecycle.usage import add_usage, measure
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")

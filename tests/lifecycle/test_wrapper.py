@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.lifecycle.server import start_lifecycle_server
 from services.lifecycle.wrapper import BoundedLog, parse_args
 from tests.launches import ensure_request

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.lifecycle.proctable import PsutilProcessTable
 from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
 from tests.launches import KeySource, ensure_request

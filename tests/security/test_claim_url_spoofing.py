@@ -31,7 +31,7 @@ import grpc
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from tests.gateway.stack import RawClient, Stack, full_stack, select

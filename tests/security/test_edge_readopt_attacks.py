@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.fd_channel import channel_key, encode_request, parse_header
 from tests.chaos.test_edge_worker_death import (
     CHUNKS,

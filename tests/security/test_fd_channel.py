@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from bench.transports import ws_peer
 from services.common.config import load_config
 from services.common.fd_channel import channel_key, grant_proof

@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.lifecycle.instance import load_or_create_instance_id
 from services.lifecycle.leases import LeaseRecord, LeaseStore
 from services.lifecycle.proctable import PsutilProcessTable

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.protocol import (
     MSG_SESSION_LIMIT_TOKEN,
     MSG_TOKEN_QUOTA,

@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_channel import wait_healthy
 from services.lifecycle.legacy import REASON_FOREIGN_ROOT, REASON_LEASED, REASON_PROTECTED

@@ -312,7 +312,7 @@ async def test_kill_9_of_serve_or_its_lifecycle_child_leaves_no_orphan(
     lifecycle_addr = f"unix:{cfg.data_dir}/run/lifecycle.sock"
 
     async def instance() -> Any:
-        from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+        from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 
         async with dial(cfg, lifecycle_addr) as channel:
             await grpc_healthy(channel, within=60.0)

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 
-from acpgate.session.v1 import session_pb2 as pb
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.protocol import MSG_REQUESTER_REQUIRED, MSG_SEND_REQUESTER
 from services.session.server import start_session_server
 from tests.session.conftest import make_cfg
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.service_key import service_key_path
 from tests.gateway.stack import RawClient

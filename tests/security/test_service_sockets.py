@@ -37,9 +37,9 @@ import grpc
 import psutil
 import pytest
 
-from acpgate.launch.v1 import launch_pb2
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.launch.v1 import launch_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.agent.sandbox import landlock_abi
 from services.common.config import DEFAULT_FORBIDDEN_PATHS, load_config
 from services.common.service_key import service_key_path
@@ -56,9 +56,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PROBE = textwrap.dedent('''
     import glob, json, os, socket, sys
     import grpc
-    from acpgate.launch.v1 import launch_pb2
-    from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb, lifecycle_pb2_grpc as lgrpc
-    from acpgate.session.v1 import session_pb2 as spb, session_pb2_grpc as sgrpc
+    from acpgate_contracts.launch.v1 import launch_pb2
+    from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb, lifecycle_pb2_grpc as lgrpc
+    from acpgate_contracts.session.v1 import session_pb2 as spb, session_pb2_grpc as sgrpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     data_dir, victim, marker, *socket_dirs = sys.argv[1:]

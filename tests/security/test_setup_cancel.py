@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from services.edge.caller import LOCAL_OPERATOR
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.new import session_new

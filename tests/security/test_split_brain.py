@@ -28,8 +28,8 @@ import asyncpg
 import pytest
 from websockets.asyncio.client import connect
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.protocol import MSG_SESSION_TAKEN_OVER, SESSION_TAKEN_OVER
 from tests.gateway.stack import RawClient, RequestHandler, Stack, full_stack
 from tests.gateway.test_two_hosts import host_config

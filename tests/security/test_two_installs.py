@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_channel import wait_healthy
 from services.common.service_key import service_key_path

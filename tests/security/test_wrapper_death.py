@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 import pytest
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as pb
-from acpgate.lifecycle.v1 import lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from services.lifecycle.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse

@@ -16,7 +16,7 @@ import asyncpg
 import grpc
 import pytest
 
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import (
     A2aSection,
     AcpSection,
@@ -33,7 +33,7 @@ from services.session.store.pg_db import PostgresTarget
 from tests.conftest import fresh_url
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
 
     ServerFactory = Callable[[Config], Awaitable[tuple[RunningServer, Stub]]]
 

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from acpgate.session.v1 import session_pb2 as pb
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, AgentSection, Config
 from services.common.grpc_server import RunningServer
 from services.common.principals import principal_of_owner

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.session.activity import MAX_INSTANCES, ActivityBoard
 
 

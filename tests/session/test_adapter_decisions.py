@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import grpc
 import pytest
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import AutonomySection
 from services.session.store import InvalidItem
 from tests.session.conftest import make_cfg
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import Backend, ServerFactory
 
 

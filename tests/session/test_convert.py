@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
 from services.common.policy import SecurityPolicy
 from services.common.protocol import HISTORY_ROLES

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
 
 
 async def _read(stub: Stub, sid: str, after: int = 0, before: int = 0) -> list[pb.LogEvent]:

@@ -16,8 +16,8 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from acpgate.session.v1 import session_pb2 as pb
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, StoreSection, load_config
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.grpc_channel import wait_healthy
@@ -31,7 +31,7 @@ from tests.session.conftest import make_cfg
 from tests.session.test_visibility import EXPECTED, ROW_ORDER
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import ServerFactory
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import grpc
 import pytest
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import A2aSection, Config, StoreSection
 from services.common.protocol import (
     MSG_AGENT_DISABLED,
@@ -31,7 +31,7 @@ from tests.session.conftest import make_cfg
 from tests.session.test_grpc import _code
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import ServerFactory
 
 OWNER = "client:tok1"

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import StoreSection
 from services.common.protocol import MSG_FORK_CWD, MSG_FORK_REQUESTER, MSG_SESSION_NOT_FOUND
 from tests.session.conftest import make_cfg
 from tests.session.test_grpc import _code, _pages
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
     from tests.session.conftest import ServerFactory
 
 OWNER = "client:tok1"

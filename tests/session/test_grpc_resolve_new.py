@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.protocol import MSG_CWD_REFUSED
 from tests.session.test_grpc import _code
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as Stub
 
 
 async def test_the_three_answers_are_those_of_the_three_rpcs(stub: Stub, short_dir: Path) -> None:

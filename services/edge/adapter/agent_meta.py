@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.protocol import AGENT_KIND_BUILTIN, META_ACPGATE
 

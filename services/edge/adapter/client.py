@@ -32,7 +32,7 @@ import contextlib
 from collections.abc import AsyncIterable, Sequence
 from typing import Any, Protocol
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,

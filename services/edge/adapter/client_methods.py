@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.fd_channel import (
     DATA_PATH_AUTO,

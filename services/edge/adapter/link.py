@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import grpc_error
 

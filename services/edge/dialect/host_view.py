@@ -26,8 +26,8 @@ from typing import Any
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as lpb
-from acpgate.session.v1 import session_pb2 as spb
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
+from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import owner_label
 from services.common.protocol import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.edge.caller import Caller
 from services.edge.errors import grpc_error, not_found
 from services.edge.sessions.runtime import EdgeRuntime

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 import orjson
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED

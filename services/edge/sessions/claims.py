@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -51,7 +51,7 @@ from services.edge.sessions.activity import changed
 from services.edge.sessions.sibling import on_sibling
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
 __all__ = ["DEFAULT_CLAIM_TTL_MS", "HostClaims", "refusal", "taken_over"]
 

@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.log_forms import FORM_LINES
 from services.common.logs import get_logger
 from services.common.protocol import REFUSED_QUOTA
 from services.edge.sessions.log_chunks import Chunk, pack_relayed
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
     from services.edge.sessions.feed import Event
 
 __all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "OFF_ENV",

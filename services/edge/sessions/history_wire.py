@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.protocol import (
     CANCEL_MARKER,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import M_SESSION_UPDATE

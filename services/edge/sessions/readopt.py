@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import foreign

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
 from services.edge.sessions.activity import activity_of, setting_up

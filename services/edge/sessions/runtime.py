@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config

@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.mcp_policy import ClientMcpRules

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger

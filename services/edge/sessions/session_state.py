@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import grpc
 import orjson
 
-from acpgate.session.v1 import session_pb2, session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.logs import get_logger
 from services.common.protocol import (
     CONFIG_MODEL_KEY,

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.logs import get_logger
 from services.edge.sessions.attachment import DetachedPort

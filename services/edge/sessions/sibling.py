@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
 from services.edge.sessions.workers import split_worker_name
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
 __all__ = ["on_sibling", "sibling_where"]
 

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import token_id_of
 from services.edge.sessions.limit_error import limit_error

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.turn_items import TEXT_BLOCK_CHUNKS, TurnAccumulator
 

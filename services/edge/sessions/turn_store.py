@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from acpgate.lifecycle.v1 import lifecycle_pb2
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import M_INITIALIZE, session_key_for
 from services.edge.adapter.agent_meta import foreign
@@ -43,8 +43,8 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.link import AdapterLink, seen
 
 if TYPE_CHECKING:
-    from acpgate.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from acpgate_contracts.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
 log = get_logger("edge.warm")
 

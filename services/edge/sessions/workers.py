@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Final, cast
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.logs import get_logger
 
 if TYPE_CHECKING:
-    from acpgate.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
 __all__ = ["REPORT_SECS", "Held", "SharedRefusal", "WorkerLink", "split_worker_name",
            "worker_name"]

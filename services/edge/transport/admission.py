@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import GatewaySection
 from services.edge.sessions.workers import Held, WorkerLink
 

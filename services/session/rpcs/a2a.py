@@ -24,7 +24,7 @@ import dataclasses
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.policy import autonomy_above, cap_policy, lower_autonomy

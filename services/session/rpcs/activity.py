@@ -9,7 +9,7 @@ can read its service key call them.
 
 from __future__ import annotations
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import Config
 from services.session.activity import ActivityBoard
 from services.session.convert import row_to_pb

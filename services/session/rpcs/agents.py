@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy, cap_policy

@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
-from acpgate.session.v1 import session_pb2_grpc
+from acpgate_contracts.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_server import abort
 from services.common.logs import get_logger

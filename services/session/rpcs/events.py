@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable
 import grpc
 import orjson
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.protocol import META_ACPGATE, META_STOP_REASON, REFUSED_QUOTA

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.session.convert import append_result_to_pb, pb_to_entry, usage_from_pb

@@ -16,7 +16,7 @@ import asyncio
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.path_policy import PolicyViolation, check_read, check_write, may_run_shell
 from services.common.policy import SecurityPolicy, cap_policy

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import VISIBILITY_LEVELS
 from services.common.grpc_server import abort
 from services.common.logs import get_logger

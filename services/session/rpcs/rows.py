@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.session.convert import row_to_pb, state_from_pb

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from acpgate.session.v1 import session_pb2 as pb
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import Config
 from services.common.grpc_server import abort
 from services.session.rpcs.base import Ctx, RpcBase

@@ -12,7 +12,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.protocol import (
     META_AGENT,
     META_FORKED_FROM,

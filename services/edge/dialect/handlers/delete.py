@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_SESSION_BEING_SET_UP
 from services.edge.dialect.dispatch import DialectConnection

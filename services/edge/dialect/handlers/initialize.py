@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
 from services.common.acp.v2.handshake import (

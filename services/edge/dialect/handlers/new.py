@@ -33,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.edge.adapter.failures import setup_error

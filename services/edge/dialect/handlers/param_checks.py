@@ -17,7 +17,7 @@ import os
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_FORK_CWD, SESSION_NOT_FOUND
 from services.edge.dialect.dispatch import DialectConnection

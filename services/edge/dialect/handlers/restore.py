@@ -46,7 +46,7 @@ from typing import Any
 import grpc
 import orjson
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.attach_protocol import (
     HISTORY_AFTER_MESSAGE,
     HISTORY_FULL,

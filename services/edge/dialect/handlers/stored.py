@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from acpgate.session.v1 import session_pb2
+from acpgate_contracts.session.v1 import session_pb2
 from services.common.protocol import META_ACPGATE
 from services.edge.dialect.a2a.views import iso, lineage, state_of
 from services.edge.dialect.dispatch import DialectConnection

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in acpgate/lifecycle/v1/lifecycle_pb2_grpc.py depends on'
+        + ' but the generated code in acpgate_contracts/lifecycle/v1/lifecycle_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,43 +36,43 @@ class LifecycleServiceStub:
         """
         self.GetInstance = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/GetInstance',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.FromString,
                 _registered_method=True)
         self.EnsureSession = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/EnsureSession',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.FromString,
                 _registered_method=True)
         self.Attach = channel.stream_stream(
                 '/acpgate.lifecycle.v1.LifecycleService/Attach',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
                 _registered_method=True)
         self.KeepWarm = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/KeepWarm',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
                 _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/CloseSession',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
         self.ReapOrphans = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/ReapOrphans',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.FromString,
                 _registered_method=True)
         self.ListLeases = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/ListLeases',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.FromString,
                 _registered_method=True)
         self.VerifyOwnedTree = channel.unary_unary(
                 '/acpgate.lifecycle.v1.LifecycleService/VerifyOwnedTree',
-                request_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.SerializeToString,
-                response_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.FromString,
+                request_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.SerializeToString,
+                response_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.FromString,
                 _registered_method=True)
 
 
@@ -146,43 +146,43 @@ def add_LifecycleServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetInstance': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInstance,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.SerializeToString,
             ),
             'EnsureSession': grpc.unary_unary_rpc_method_handler(
                     servicer.EnsureSession,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.SerializeToString,
             ),
             'Attach': grpc.stream_stream_rpc_method_handler(
                     servicer.Attach,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.SerializeToString,
             ),
             'KeepWarm': grpc.unary_unary_rpc_method_handler(
                     servicer.KeepWarm,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.SerializeToString,
             ),
             'ReapOrphans': grpc.unary_unary_rpc_method_handler(
                     servicer.ReapOrphans,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.SerializeToString,
             ),
             'ListLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLeases,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.SerializeToString,
             ),
             'VerifyOwnedTree': grpc.unary_unary_rpc_method_handler(
                     servicer.VerifyOwnedTree,
-                    request_deserializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.FromString,
-                    response_serializer=acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.SerializeToString,
+                    request_deserializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.FromString,
+                    response_serializer=acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -210,8 +210,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/GetInstance',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetInstanceRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.Instance.FromString,
             options,
             channel_credentials,
             insecure,
@@ -237,8 +237,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/EnsureSession',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.EnsureSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -264,8 +264,8 @@ class LifecycleService:
             request_iterator,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/Attach',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.AttachResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -291,8 +291,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/KeepWarm',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.KeepWarmResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -318,8 +318,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/CloseSession',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CloseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -345,8 +345,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/ReapOrphans',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ReapOrphansResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -372,8 +372,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/ListLeases',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -399,8 +399,8 @@ class LifecycleService:
             request,
             target,
             '/acpgate.lifecycle.v1.LifecycleService/VerifyOwnedTree',
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.SerializeToString,
-            acpgate_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.FromString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeRequest.SerializeToString,
+            acpgate__contracts_dot_lifecycle_dot_v1_dot_lifecycle__pb2.VerifyOwnedTreeResponse.FromString,
             options,
             channel_credentials,
             insecure,

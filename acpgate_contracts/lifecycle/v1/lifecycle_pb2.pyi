@@ -27,7 +27,7 @@ or a lease that is not open, UNAVAILABLE spawn failure, PERMISSION_DENIED a
 launch spec the session service did not seal).
 """
 
-from acpgate.launch.v1 import launch_pb2 as _launch_pb2
+from acpgate_contracts.launch.v1 import launch_pb2 as _launch_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

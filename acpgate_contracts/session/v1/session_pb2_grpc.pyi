@@ -31,7 +31,7 @@ nothing written, unless the row's claim is still that instance's at that
 generation: a host cut off past its lease cannot write after the new holder.
 """
 
-from acpgate.session.v1 import session_pb2 as _session_pb2
+from acpgate_contracts.session.v1 import session_pb2 as _session_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1

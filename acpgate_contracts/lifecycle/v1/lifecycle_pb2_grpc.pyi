@@ -27,7 +27,7 @@ or a lease that is not open, UNAVAILABLE spawn failure, PERMISSION_DENIED a
 launch spec the session service did not seal).
 """
 
-from acpgate.lifecycle.v1 import lifecycle_pb2 as _lifecycle_pb2
+from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as _lifecycle_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1

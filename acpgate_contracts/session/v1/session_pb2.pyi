@@ -31,7 +31,7 @@ nothing written, unless the row's claim is still that instance's at that
 generation: a host cut off past its lease cannot write after the new holder.
 """
 
-from acpgate.launch.v1 import launch_pb2 as _launch_pb2
+from acpgate_contracts.launch.v1 import launch_pb2 as _launch_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -1,7 +1,7 @@
 """Opening the session store: SQLite or PostgreSQL; memory only when neither can be made.
 
 - No ``[store] url``: ``<data dir>/sessions/acp-sessions.db`` is the store
-  (SPEC §8). A file that exists but cannot be used — damaged, not a database,
+  (SPEC §8), its WAL checkpointed in the background (:mod:`.sqlite_checkpoint`). A file that exists but cannot be used — damaged, not a database,
   of a newer schema, unreadable — is refused (:class:`~.unusable.StoreUnusable`,
   the file left as it was): the service does not start on it. Only when the file
   does not exist and cannot be created (a read-only dir, ``sessions`` is a
@@ -35,6 +35,7 @@ from services.session.store.pg_liveness import HostLiveness, connector
 from services.session.store.pg_schema import migrate as migrate_pg
 from services.session.store.pg_store import PostgresSessionStore
 from services.session.store.records import SchemaTooNew, StoreError, StoreStatusInfo
+from services.session.store.sqlite_checkpoint import take_over
 from services.session.store.sqlite_db import MEMORY, connect, prepare_file
 from services.session.store.sqlite_schema import migrate
 from services.session.store.sqlite_store import SqliteSessionStore
@@ -56,13 +57,15 @@ async def _open_file(db_path: Path, clock: Clock) -> SessionStore:
         await asyncio.to_thread(prepare_file, db_path)
         db = await connect(str(db_path))
         version = await migrate(db, clock())
+        checkpointer = await take_over(db, db_path)
     except BaseException:
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 await db.close()
         raise
     log.info("session_store_opened", db_path=str(db_path), schema_version=version)
-    return SqliteSessionStore(db, StoreStatusInfo(True, str(db_path), "", version), clock)
+    return SqliteSessionStore(db, StoreStatusInfo(True, str(db_path), "", version), clock,
+                              checkpointer)
 
 
 async def _open_postgres(target: PostgresTarget, clock: Clock) -> SessionStore:

@@ -6,7 +6,8 @@ brought up to date. Every write is one transaction: a single statement on its ow
 (the connection autocommits), several in one ``BEGIN IMMEDIATE``; a turn is
 appended in one, all items or none (SPEC §8) — turns and history are the
 half in :mod:`.sqlite_history`, a fork (its row and its copied history) :mod:`.sqlite_fork`. The same class serves the file and the
-in-memory database of the fallback (:mod:`.opening`).
+in-memory database of the fallback (:mod:`.opening`); a file's WAL is checkpointed by the
+:class:`~.sqlite_checkpoint.Checkpointer` it is given, which it stops when it closes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from services.session.store.sql_rows import (
     record_from_row,
     update_assignments,
 )
+from services.session.store.sqlite_checkpoint import Checkpointer
 from services.session.store.sqlite_db import immediate
 from services.session.store.sqlite_events import SqliteEvents
 from services.session.store.sqlite_fork import SqliteFork
@@ -78,19 +80,24 @@ class SqliteSessionStore(SqliteEvents, SqliteFork):
     (other connections to the same file) are serialized by SQLite's own locks.
     """
 
-    def __init__(self, db: aiosqlite.Connection, status: StoreStatusInfo, clock: Clock) -> None:
+    def __init__(self, db: aiosqlite.Connection, status: StoreStatusInfo, clock: Clock,
+                 checkpointer: Checkpointer | None = None) -> None:
         self._db = db
+        self.checkpointer = checkpointer
         self._clock = clock
         self._lock = asyncio.Lock()
         self._closed = False
         self.status = status
 
     async def close(self) -> None:
-        """Close the connection (checkpointing WAL); a second call does nothing."""
+        """Stop the checkpointer, then close the connection (checkpointing WAL); a second
+        call does nothing."""
         async with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if self.checkpointer is not None:
+                await self.checkpointer.stop()
             await self._db.close()
 
     # -- helpers

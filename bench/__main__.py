@@ -10,7 +10,8 @@ a session of big prompts), ``capacity`` (N sessions at 50 updates/s each, gatewa
 direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it to the machine),
 ``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share),
 ``eventlog`` (relay throughput with the session's event log on vs off, its cost per event,
-and ``kill -9`` of ``acpgate acp`` at random points of a streaming turn, then load).
+and ``kill -9`` of ``acpgate acp`` at random points of a streaming turn, then load; on
+SQLite, then on PostgreSQL when its server binaries are installed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
-from bench.event_log_bench import run_crash, run_log_cost
+from bench.event_log_bench import run_crash, run_log_cost, run_postgres_log
 from bench.failover import run_failover
 from bench.flood import run_flood
 from bench.lifecycle_kill import run_lifecycle_kill
@@ -135,6 +136,8 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
         _say("event log: relay throughput on / off, its cost per event, kill -9 at "
              f"{sizes.crash_points} random points")
         rows["eventlog"] = await run_log_cost(sizes) + await run_crash(sizes.crash_points)
+        _say("event log on PostgreSQL: the same rows")
+        rows["eventlog"] += await run_postgres_log(sizes, skipped)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

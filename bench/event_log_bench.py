@@ -2,12 +2,15 @@
 
 - Relay throughput with the log on against the same build with it off (the edge's
   measurement-only switch, ``services.edge.sessions.event_log.OFF_ENV``), over
-  ``acpgate acp`` and the gateway, rounds interleaved; the gateway's session service CPU
-  and store bytes per event over the log-on rounds (SQLite).
+  ``acpgate acp`` and the gateway, rounds interleaved (each pair's order alternates);
+  the gateway's session service CPU and store bytes per event over the log-on rounds.
 - A crash benchmark: ``acpgate acp`` streaming a paced turn is killed (``kill -9`` of
   its process group) at random points; a fresh one loads the session. Events the client
   had that the replay lacks are compared with those the client got in its last 50 ms
   (the log's commit window); events replayed twice are counted.
+
+Every row names its store: SQLite (the data dir's file) or PostgreSQL
+(:func:`run_postgres_log`, on a throwaway cluster as :mod:`bench.pg_bench` starts one).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import orjson
+import psutil
 
 from bench.relay import open_session, throughput_round
 from bench.sizes import Sizes
@@ -30,10 +35,25 @@ from bench.stage import ACPGATE, REPO, Stage, child_env, serve, stage
 from bench.stats import Dist, Row
 from services.common.log_forms import FORM_TEXT_CHUNKS, TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
 from services.edge.sessions.event_log import COMMIT_SECS, OFF_ENV
+from tests.pg_cluster import Cluster, missing_reason, running_cluster
 
 #: The crash benchmark's stream: one update every PACE_MS (500 updates/s).
 PACE_MS = 2.0
 WAIT_SECS = 120.0
+SQLITE = "SQLite"
+POSTGRES = "PostgreSQL"
+#: The benchmark cluster: PostgreSQL's defaults (fsync, synchronous_commit on).
+PG_SETTINGS = ("max_connections=100",)
+#: A chunk's events, the bytes of their lines as a replay gives them, the bytes its row
+#: holds, and the rows (``?`` / ``$n``: the text-chunk form and its template's length).
+_PAYLOAD_SQL = (
+    "SELECT coalesce(sum(last_event_id - first_event_id + 1), 0),"
+    " coalesce(sum(length(payload) - (last_event_id - first_event_id)"
+    " + (last_event_id - first_event_id + 1) * (length(prefix) + CASE form WHEN {form}"
+    " THEN {template} + length(CAST(first_event_id AS TEXT)) ELSE 0 END)), 0),"
+    " coalesce(sum(length(payload) + length(prefix)), 0), count(*)"
+    " FROM event_chunks")
+_TEMPLATE = len(TEXT_CHUNK_MID) + len(TEXT_CHUNK_TAIL)
 
 
 def _store_bytes(data_dir: Path) -> int:
@@ -43,27 +63,74 @@ def _store_bytes(data_dir: Path) -> int:
 
 def _payload_bytes(data_dir: Path) -> tuple[int, int, int, int]:
     """Events logged, their lines' bytes (as a replay gives them), the bytes their rows hold,
-    and the rows (chunks)."""
+    and the rows (chunks), in the SQLite store of ``data_dir``."""
     db = data_dir / "sessions" / "acp-sessions.db"
     # A row's events: each its prefix and its part, plus (text chunks, form 1) the line's
     # event id and the template around the text.
-    template = len(TEXT_CHUNK_MID) + len(TEXT_CHUNK_TAIL)
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         count, lines, stored, rows = conn.execute(
-            "SELECT coalesce(sum(last_event_id - first_event_id + 1), 0),"
-            " coalesce(sum(length(payload) - (last_event_id - first_event_id)"
-            " + (last_event_id - first_event_id + 1) * (length(prefix) + CASE form WHEN ?"
-            " THEN ? + length(CAST(first_event_id AS TEXT)) ELSE 0 END)), 0),"
-            " coalesce(sum(length(payload) + length(prefix)), 0), count(*)"
-            " FROM event_chunks", (FORM_TEXT_CHUNKS, template)).fetchone()
+            _PAYLOAD_SQL.format(form="?", template="?"),
+            (FORM_TEXT_CHUNKS, _TEMPLATE)).fetchone()
     return int(count), int(lines), int(stored), int(rows)
 
 
-async def run_log_cost(sizes: Sizes) -> list[Row]:
-    """Throughput with the log on vs off, and the session service's cost per event."""
+class _Store:
+    """The log-on side's store, measured: its bytes, what its rows hold, its server's CPU."""
+
+    def __init__(self, backend: str, data_dir: Path, url: str = "",
+                 cluster: Cluster | None = None) -> None:
+        self.backend = backend
+        self._data_dir = data_dir
+        self._url = url
+        self._cluster = cluster
+
+    async def size(self) -> int:
+        """SQLite: the file and its WAL; PostgreSQL: the database (tables, indexes, TOAST)."""
+        if self._url:
+            con = await asyncpg.connect(self._url)
+            try:
+                return int(await con.fetchval("SELECT pg_database_size(current_database())"))
+            finally:
+                await con.close()
+        return _store_bytes(self._data_dir)
+
+    async def payload(self) -> tuple[int, int, int, int]:
+        """:func:`_payload_bytes` of this store."""
+        if not self._url:
+            return await asyncio.to_thread(_payload_bytes, self._data_dir)
+        con = await asyncpg.connect(self._url)
+        try:
+            row = await con.fetchrow(_PAYLOAD_SQL.format(form="$1::integer", template="$2"),
+                                     FORM_TEXT_CHUNKS, _TEMPLATE)
+        finally:
+            await con.close()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    def server_cpu(self) -> float:
+        """CPU seconds (user+system) of the PostgreSQL server's processes so far (0: SQLite)."""
+        if self._cluster is None:
+            return 0.0
+        pid = int((self._cluster.data_dir / "postmaster.pid").read_text().split()[0])
+        total = 0.0
+        with contextlib.suppress(psutil.NoSuchProcess):
+            main = psutil.Process(pid)
+            for proc in [main, *main.children()]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    total += sum(proc.cpu_times()[:2])
+        return total
+
+
+async def run_log_cost(sizes: Sizes, store: tuple[str, str] = ("", ""),
+                       cluster: Cluster | None = None) -> list[Row]:
+    """Throughput with the log on vs off, and the session service's cost per event; on the
+    stages' own SQLite files, or on the PostgreSQL databases ``store`` names (log on, off)
+    in ``cluster``."""
     n = sizes.throughput_n
-    async with stage() as on, stage() as off:
+    async with stage(store_url=store[0]) as on, stage(store_url=store[1]) as off:
         off.env = {OFF_ENV: "1"}
+        measured = _Store(POSTGRES if store[0] else SQLITE, on.data_dir("serve"), store[0],
+                          cluster)
         async with serve(on) as sv_on, serve(off):
             eps = {("acp", True): await on.acp(), ("acp", False): await off.acp(),
                    ("ws", True): await on.ws(on.mint_token()),
@@ -75,36 +142,68 @@ async def run_log_cost(sizes: Sizes) -> list[Row]:
                 rates: dict[tuple[str, bool], list[float]] = {k: [] for k in eps}
                 session = sv_on.children()["session"]
                 cpu0 = sum(session.cpu_times()[:2])
-                bytes0 = _store_bytes(on.data_dir("serve"))
+                server0 = measured.server_cpu()
+                bytes0 = await measured.size()
                 ws_events = 0
-                for _ in range(sizes.throughput_rounds):
-                    for k, ep in eps.items():
-                        rates[k].append(await throughput_round(ep.peer, sids[k], n))
+                for i in range(sizes.log_rounds):
+                    # Each pair's order alternates, so a drift of the machine's load
+                    # favours neither side.
+                    order = list(eps) if i % 2 == 0 else list(reversed(eps))
+                    for k in order:
+                        rates[k].append(await throughput_round(eps[k].peer, sids[k], n))
                         ws_events += n if k == ("ws", True) else 0
                 await asyncio.sleep(COMMIT_SECS * 4)
                 cpu = sum(session.cpu_times()[:2]) - cpu0
-                grown = _store_bytes(on.data_dir("serve")) - bytes0
-                logged, payload, stored, chunks = _payload_bytes(on.data_dir("serve"))
+                server = measured.server_cpu() - server0
+                grown = await measured.size() - bytes0
+                logged, payload, stored, chunks = await measured.payload()
             finally:
                 for ep in eps.values():
                     await ep.close()
+    backend = measured.backend
     rows = []
     for path, label in (("acp", "`acpgate acp` (stdio)"), ("ws", "gateway (WebSocket)")):
         d_on = Dist.of(rates[path, True], higher_is_better=True)
         d_off = Dist.of(rates[path, False], higher_is_better=True)
+        pairs = [a / b for a, b in zip(rates[path, True], rates[path, False], strict=True)]
         rows.append(Row("36", f"relay throughput with the event log, {label}, {n:,} "
-                        "updates/prompt", "updates/s", d_on, "the same build, log off", d_off,
+                        f"updates/prompt, {backend} store", "updates/s", d_on,
+                        "the same build, log off", d_off,
                         "≥ 0.9× of log off", d_on.median >= 0.9 * d_off.median,
-                        f"{sizes.throughput_rounds} prompts each, rounds interleaved"))
-    rows.append(Row("36", "session service CPU per logged event (gateway, log on)", "µs",
-                    Dist.of([cpu * 1e6 / max(ws_events, 1)]), "—", None,
-                    note=f"{cpu:.2f} s CPU over {ws_events:,} relayed updates (user+system)"))
-    rows.append(Row("36", "store bytes per logged event (SQLite, db + WAL growth)", "B",
+                        f"{sizes.log_rounds} prompts each, rounds interleaved; on/off of "
+                        f"each pair {min(pairs):.2f}–{max(pairs):.2f}×"))
+    server_note = (f"; the PostgreSQL server's processes {server * 1e6 / max(ws_events, 1):.1f}"
+                   " µs/event more" if cluster is not None else "")
+    rows.append(Row("36", f"session service CPU per logged event (gateway, log on), {backend} "
+                    "store", "µs", Dist.of([cpu * 1e6 / max(ws_events, 1)]), "—", None,
+                    note=f"{cpu:.2f} s CPU over {ws_events:,} relayed updates (user+system)"
+                    f"{server_note}"))
+    grown_what = "database growth" if cluster is not None else "db + WAL growth"
+    rows.append(Row("36", f"store bytes per logged event ({backend}, {grown_what})", "B",
                     Dist.of([grown / max(ws_events, 1)]), "—", None,
                     note=f"lines {payload / max(logged, 1):.0f} B/event on average, stored in "
                     f"{stored / max(logged, 1):.0f} B/event (chunks of consecutive events): "
                     f"{logged:,} events in {chunks:,} rows"))
     return rows
+
+
+async def run_postgres_log(sizes: Sizes, skipped: list[str]) -> list[Row]:
+    """:func:`run_log_cost` and :func:`run_crash` with the store on a throwaway PostgreSQL
+    cluster (none, with the reason in ``skipped``, without the server binaries)."""
+    reason = missing_reason()
+    if reason:
+        skipped.append(f"event log rows on PostgreSQL (issue 36): {reason}")
+        return []
+    with running_cluster(PG_SETTINGS) as cluster:
+        names = ("acpgate_log_on", "acpgate_log_off", "acpgate_log_crash")
+        for name in names:
+            await asyncio.to_thread(cluster.create_database, name)
+        rows = await run_log_cost(sizes, (cluster.dsn(names[0]), cluster.dsn(names[1])),
+                                  cluster)
+        rows += await run_crash(sizes.crash_points, store_url=cluster.dsn(names[2]))
+    note = "PostgreSQL 15, default durability (fsync, synchronous_commit on), unix socket"
+    return [Row(r.item, r.measure, r.unit, r.value, r.baseline_label, r.baseline, r.target,
+                r.met, f"{r.note}; {note}" if r.note else note) for r in rows]
 
 
 class _Acp:
@@ -206,18 +305,20 @@ async def _one_crash(st: Stage, rng: random.Random) -> tuple[int, int, int, int]
     return len(had), lost, window, len(replayed) - len(got)
 
 
-async def run_crash(points: int, seed: int = 36) -> list[Row]:
-    """``kill -9`` of ``acpgate acp`` at ``points`` random points of a streaming turn."""
+async def run_crash(points: int, seed: int = 36, store_url: str = "") -> list[Row]:
+    """``kill -9`` of ``acpgate acp`` at ``points`` random points of a streaming turn, on
+    the stage's SQLite file or the PostgreSQL database ``store_url`` names."""
     rng = random.Random(seed)
     results = []
-    async with stage() as st:
+    async with stage(store_url=store_url) as st:
         for _ in range(points):
             results.append(await _one_crash(st, rng))
     lost = [r[1] for r in results]
     over = sum(1 for r in results if r[1] > r[2])
     dups = sum(r[3] for r in results)
     return [Row("36", f"events the client had but the store lost, kill -9 of `acpgate acp` at "
-                f"{points} random points of a {1000 / PACE_MS:.0f} updates/s turn", "events",
+                f"{points} random points of a {1000 / PACE_MS:.0f} updates/s turn, "
+                f"{POSTGRES if store_url else SQLITE} store", "events",
                 Dist.of([float(x) for x in lost]), "events the client got in its last 50 ms",
                 Dist.of([float(r[2]) for r in results]),
                 "≤ the last 50 ms' events, 0 duplicated", over == 0 and dups == 0,

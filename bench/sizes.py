@@ -42,6 +42,8 @@ class Sizes:
     stalled_clients: int = 20
     #: The event log's crash benchmark: kill -9 points of a streaming turn.
     crash_points: int = 20
+    #: The event log's cost: on/off pairs of throughput rounds per path.
+    log_rounds: int = 10
     stalled_secs: float = 300.0
     #: Big history: prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
@@ -61,7 +63,7 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               concurrent_rounds=1, many_sessions=4, kill_sessions=3,
               history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
-              crash_points=2,
+              crash_points=2, log_rounds=1,
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
               spread_connections=12, spread_rounds=1)

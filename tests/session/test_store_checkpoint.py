@@ -17,7 +17,12 @@ import pytest
 from services.session.store import NewSession, open_store
 from services.session.store.interface import wall_clock_ms
 from services.session.store.records import StoreStatusInfo
-from services.session.store.sqlite_checkpoint import PASSIVE, WRITER_PRAGMAS, Checkpointer
+from services.session.store.sqlite_checkpoint import (
+    PASSIVE,
+    TRIGGER_BYTES,
+    WRITER_PRAGMAS,
+    Checkpointer,
+)
 from services.session.store.sqlite_db import connect, prepare_file
 from services.session.store.sqlite_schema import migrate
 from services.session.store.sqlite_store import SqliteSessionStore
@@ -108,6 +113,31 @@ async def test_wal_is_checkpointed_while_writes_go_on_and_reused(db_path: Path) 
     assert largest < written // 4
     await store.close()
     assert await asyncio.to_thread(_rows, db_path) == ("ok", bursts * rows)
+
+
+async def test_writes_that_never_pause_still_get_the_wal_started_over(db_path: Path) -> None:
+    """A writer that never pauses finds the WAL never wholly copied back, so it never starts
+    it over by itself: past the cap the checkpointer RESTARTs it, and the writer's next
+    commits cut the file back instead of growing it by everything written."""
+    cap = ROW_BYTES * 16
+    store = await _store(db_path, trigger_bytes=ROW_BYTES * 4, interval=0.05, idle=3600,
+                         cap_bytes=cap)
+    cp = store.checkpointer
+    assert cp is not None
+    written = 0
+    while cp.counts.restart == 0:
+        await _fill(store, 1)
+        written += 1
+        assert written < 2_000, "no RESTART however large the WAL grew"
+    limit = TRIGGER_BYTES + 64 * ROW_BYTES  # the writer's journal_size_limit, and what
+    for _ in range(2_000):                  # it wrote since
+        if _wal_bytes(db_path) <= limit:
+            break
+        await _fill(store, 1)
+        written += 1
+    assert _wal_bytes(db_path) <= limit
+    await store.close()
+    assert await asyncio.to_thread(_rows, db_path) == ("ok", written)
 
 
 async def test_an_idle_wal_is_truncated_and_writes_go_on_after(db_path: Path) -> None:

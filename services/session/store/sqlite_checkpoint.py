@@ -13,10 +13,12 @@ and a connection of its own, so nothing of it runs on the event loop or in a com
 - TRUNCATE (the file back to zero bytes) once the WAL has not changed for
   :attr:`~Checkpointer.idle`, without a busy wait: a writer in the way makes it a
   try for the next idle spell;
-- RESTART with a short busy wait (writers wait at most that long) when readers that
-  overlap one another keep PASSIVE from ever catching up and the WAL has passed
-  :attr:`~Checkpointer.cap_bytes`; a reader that holds one snapshot for long still
-  pins the WAL, as it would with SQLite's own checkpoints, and is logged.
+- RESTART with a short busy wait (writers wait at most that long, for the frames the
+  PASSIVE before it left) once the WAL has passed :attr:`~Checkpointer.cap_bytes`:
+  a writer starts the WAL over only when it finds all of it copied back, which writes
+  that never pause, or readers that overlap one another, can keep from ever happening;
+  a reader that holds one snapshot for long still pins the WAL, as it would with
+  SQLite's own checkpoints, and is logged.
 
 The caller opens it with :meth:`Checkpointer.start` (which fails, leaving SQLite's
 automatic checkpoint as it was, if its connection cannot be opened) and awaits
@@ -52,7 +54,7 @@ INTERVAL_SECS: Final = 0.5
 #: How long the WAL must stay unchanged before it is truncated.
 IDLE_SECS: Final = 5.0
 #: Past this, readers that keep a PASSIVE checkpoint from catching up get a RESTART.
-CAP_BYTES: Final = 64 << 20
+CAP_BYTES: Final = 16 << 20
 #: How long a RESTART waits for readers (and holds new writers up) at most.
 RESTART_WAIT_MS: Final = 100
 #: How often the thread looks at the WAL file (a stat; no lock, no SQL).
@@ -153,7 +155,12 @@ class Checkpointer:
                     or now - last_checkpoint >= self.interval):
                 before = self._look()
                 done = self._checkpoint(PASSIVE)
-                if not done and size >= self.cap_bytes:
+                if done and self._look() != before:  # a write came in meanwhile: its few
+                    before = self._look()            # frames, so it may find all copied
+                    done = self._checkpoint(PASSIVE)
+                if size >= self.cap_bytes:
+                    # PASSIVE alone never got the WAL started over: writes that never
+                    # pause (each finds frames not yet copied back) or overlapping readers.
                     done = self._checkpoint(RESTART, RESTART_WAIT_MS)
                     if not done and not pinned_warned:
                         log.warning("wal_pinned_by_reader", wal_bytes=size)

@@ -11,7 +11,7 @@ direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it t
 ``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share),
 ``eventlog`` (relay throughput with the session's event log on vs off, its cost per event,
 and ``kill -9`` of ``acpgate acp`` at random points of a streaming turn, then load; on
-SQLite, then on PostgreSQL when its server binaries are installed).
+SQLite, then (full sizes) on PostgreSQL when its server binaries are installed).
 """
 
 from __future__ import annotations
@@ -136,8 +136,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
         _say("event log: relay throughput on / off, its cost per event, kill -9 at "
              f"{sizes.crash_points} random points")
         rows["eventlog"] = await run_log_cost(sizes) + await run_crash(sizes.crash_points)
-        _say("event log on PostgreSQL: the same rows")
-        rows["eventlog"] += await run_postgres_log(sizes, skipped)
+        if sizes.log_on_postgres:
+            _say("event log on PostgreSQL: the same rows")
+            rows["eventlog"] += await run_postgres_log(sizes, skipped)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -44,6 +44,9 @@ class Sizes:
     crash_points: int = 20
     #: The event log's cost: on/off pairs of throughput rounds per path.
     log_rounds: int = 10
+    #: The event log's rows on PostgreSQL too (a cluster and two more gateways: left out of
+    #: the smoke test's time).
+    log_on_postgres: bool = True
     stalled_secs: float = 300.0
     #: Big history: prompts per session, one run each, and their size.
     big_history_prompts: tuple[int, ...] = (5, 12)
@@ -63,7 +66,7 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               concurrent_rounds=1, many_sessions=4, kill_sessions=3,
               history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
-              crash_points=2, log_rounds=1,
+              crash_points=2, log_rounds=1, log_on_postgres=False,
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
               spread_connections=12, spread_rounds=1)

@@ -5,7 +5,8 @@ The edge keeps at most a bounded part of a running turn's text; a longer turn
 The service reads that turn's ``update`` events (stored before the turn: the edge
 flushes its log first) and runs them through the same
 :class:`~services.common.turn_items.TurnAccumulator` the edge would have, so the
-stored items are the same either way.
+stored items are the same either way; a chunk of assistant text chunks gives its texts
+as stored, the way the edge hands the accumulator a text it already took out.
 """
 
 from __future__ import annotations
@@ -43,16 +44,23 @@ async def turn_items_from_log(store: EventLogStore, session_id: str, turn_id: in
     None), from the logged updates of that turn in event order."""
     acc = TurnAccumulator(user_text="")
     skipped = 0
-    async for events in store.iter_events(session_id, after=turn_id):
-        updates = []
-        for event in events:
-            if event.turn_id != turn_id or event.kind != _KIND_UPDATE:
+    async for chunks in store.iter_chunks(session_id, after=turn_id):
+        updates: list[dict[str, Any] | str] = []
+        for chunk in chunks:
+            if chunk.turn_id != turn_id or chunk.kind != _KIND_UPDATE:
                 continue
-            update = _update_of(event.payload)
-            if update is None:
-                skipped += 1
-            else:
-                updates.append(update)
+            # Assistant text chunks as stored: their texts, without rebuilding and parsing
+            # each one's line (a long turn is mostly these).
+            texts = chunk.texts()
+            if texts is not None:
+                updates.extend(texts)
+                continue
+            for event in chunk.split():
+                update = _update_of(event.payload)
+                if update is None:
+                    skipped += 1
+                else:
+                    updates.append(update)
         acc.add_many(updates)
     if skipped:
         log.warning("turn_events_unreadable", session_id=session_id, turn_id=turn_id,

@@ -3,7 +3,11 @@ idempotent appends, fenced parts, turn states set once, interrupted turns, repla
 
 from __future__ import annotations
 
+import orjson
+
+from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.log_forms import FORM_TEXT_CHUNKS, TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
+from services.common.turn_items import TurnAccumulator
 from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.event_log import (
     REFUSED_FENCED,
@@ -13,6 +17,7 @@ from services.session.store.event_log import (
     SessionBatch,
     TurnMark,
 )
+from services.session.turn_from_log import turn_items_from_log
 from tests.session.conftest import Backend
 
 TTL = 30_000
@@ -224,3 +229,34 @@ async def test_a_chunk_whose_payload_does_not_match_its_ids_is_refused(
                                          (bad, backwards, no_form, prompt_text)])
     assert all(r.startswith("invalid:") for r in refused), refused
     assert await read_all(store, "a") == []
+
+
+async def test_a_turn_is_built_from_its_chunks_as_from_their_lines(store: SessionStore) -> None:
+    """A spilled turn's items come from the log: a chunk of assistant text chunks gives its
+    texts as stored, and the items are those its lines, parsed one by one, give; events
+    of other turns are left out, an unreadable line is skipped either way."""
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    head = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":'
+            b'{"sessionUpdate":"agent_message_chunk","messageId":"m1","_meta":{"acpgate":'
+            b'{"eventId":')
+    tool = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":'
+            b'{"sessionUpdate":"tool_call","toolCallId":"t1","title":"look","status":"pending"}}}')
+    await store.append_events([SessionBatch("a", [
+        ev(10, 10, "prompt"), ev(14, 10, payload=tool), ev(17, 20, payload=tool),
+        ev(18, 10, payload=b"not json")], [TurnMark(10, "running", 1)], chunks=[
+        EventChunk(11, 13, 10, "update", "Hello, \nw\u00f6rld\n!".encode(), 1, head,
+                   FORM_TEXT_CHUNKS),
+        EventChunk(15, 16, 10, "update", b"more\ntext", 1, head, FORM_TEXT_CHUNKS)])])
+    items, plan = await turn_items_from_log(store, "a", 10)
+    reference = TurnAccumulator(user_text="")
+    for e in await read_all(store, "a", after=10):
+        if e.turn_id == 10 and e.kind == "update" and e.payload.startswith(b"{"):
+            reference.add_many([orjson.loads(e.payload)["params"]["update"]])
+    assert items == reference.items[1:] and plan is None
+    texts = [i.text for i in items if i.role == pb.HistoryItem.ROLE_ASSISTANT]
+    assert len(texts) == 2 and "Hello, w\u00f6rld!" in texts[0] and "moretext" in texts[1]
+    # Read as chunks, a range is cut to its bounds, inside a chunk too.
+    cut = [(c.first, c.last, c.parts()) async for page in store.iter_chunks(
+        "a", after=11, before=16) for c in page]
+    assert cut == [(12, 13, ["w\u00f6rld".encode(), b"!"]), (14, 14, [tool]),
+                   (15, 15, [b"more"])]

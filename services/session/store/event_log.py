@@ -28,7 +28,8 @@ from services.session.store.records import Quota
 __all__ = [
     "EVENT_KINDS", "FINAL_TURN_STATES", "MAX_EVENT_BYTES", "REFUSED_FENCED",
     "REFUSED_NOT_FOUND", "TURN_INTERRUPTED", "TURN_RUNNING", "TURN_STATES", "EventChunk",
-    "EventLogStore", "LoggedEvent", "SessionBatch", "TurnMark", "batch_problem", "chunk_of", "read_pages",
+    "EventLogStore", "LoggedEvent", "SessionBatch", "TurnMark", "batch_problem", "chunk_of", "read_chunks",
+    "read_pages",
 ]
 
 #: What a logged event is: an update as relayed, or one of the client's actions.
@@ -86,12 +87,40 @@ class EventChunk:
         return cls(event.event_id, event.event_id, event.turn_id, event.kind, event.payload,
                    event.at)
 
+    def parts(self) -> list[bytes]:
+        """Each event's part of the payload, oldest first."""
+        return [self.payload] if self.last == self.first else \
+            self.payload.split(CHUNK_SEPARATOR)
+
+    def within(self, seen: int, bound: int) -> EventChunk | None:
+        """The chunk of its events with ``seen < event_id < bound`` (itself when all are;
+        None when none is)."""
+        low, high = max(self.first, seen + 1), min(self.last, bound - 1)
+        if low > high:
+            return None
+        if (low, high) == (self.first, self.last):
+            return self
+        kept = self.parts()[low - self.first:high - self.first + 1]
+        return EventChunk(low, high, self.turn_id, self.kind, CHUNK_SEPARATOR.join(kept),
+                          self.at, self.prefix, self.form)
+
+    def texts(self) -> list[str] | None:
+        """The texts of its events when each is an assistant text chunk
+        (:data:`~services.common.log_forms.FORM_TEXT_CHUNKS`: the part is the text as it
+        is), without rebuilding their lines; None for another form, or a part that is not
+        UTF-8 (its line would not parse either)."""
+        if self.form != FORM_TEXT_CHUNKS:
+            return None
+        try:
+            return [part.decode() for part in self.parts()]
+        except UnicodeDecodeError:
+            return None
+
     def split(self) -> list[LoggedEvent]:
         """Its events, oldest first."""
         first, turn_id, kind, at, prefix = self.first, self.turn_id, self.kind, self.at, \
             self.prefix
-        parts = [self.payload] if self.last == first else \
-            self.payload.split(CHUNK_SEPARATOR)
+        parts = self.parts()
         if self.form == FORM_TEXT_CHUNKS:
             payloads = text_chunk_lines(prefix, first, parts)
         else:
@@ -224,27 +253,39 @@ def chunk_of(row: Any) -> EventChunk:
                       bytes(prefix), int(form))
 
 
-async def read_pages(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,
-                     before: int, page: int) -> AsyncIterator[list[LoggedEvent]]:
-    """The events with ``after < event_id < before`` (0: no bound) in pages of ``page``
-    (the last one shorter), oldest first; ``fetch(after, before)`` reads the next
-    :data:`CHUNK_PAGE` chunks. An event id is given once, whatever the chunks hold."""
+async def read_chunks(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,
+                      before: int) -> AsyncIterator[list[EventChunk]]:
+    """The chunks of the events with ``after < event_id < before`` (0: no bound), cut to
+    those bounds, oldest first, as ``fetch(after, before)`` reads them (:data:`CHUNK_PAGE`
+    at a time). An event id is given once, whatever the chunks hold."""
     bound = before or NO_BOUND
     seen, cursor = after, after
-    pending: list[LoggedEvent] = []
     while True:
         chunks = await fetch(cursor, bound)
+        kept = []
         for chunk in chunks:
-            for event in chunk.split():
-                if seen < event.event_id < bound:
-                    pending.append(event)
-                    seen = event.event_id
-        while len(pending) >= page:
-            yield pending[:page]
-            pending = pending[page:]
+            part = chunk.within(seen, bound)
+            if part is not None:
+                kept.append(part)
+                seen = part.last
+        if kept:
+            yield kept
         if len(chunks) < CHUNK_PAGE or seen + 1 >= bound:
             break
         cursor = max(cursor, chunks[-1].last)
+
+
+async def read_pages(fetch: Callable[[int, int], Awaitable[list[EventChunk]]], after: int,
+                     before: int, page: int) -> AsyncIterator[list[LoggedEvent]]:
+    """The events with ``after < event_id < before`` (0: no bound) in pages of ``page``
+    (the last one shorter), oldest first: :func:`read_chunks`, split."""
+    pending: list[LoggedEvent] = []
+    async for chunks in read_chunks(fetch, after, before):
+        for chunk in chunks:
+            pending.extend(chunk.split())
+        while len(pending) >= page:
+            yield pending[:page]
+            pending = pending[page:]
     if pending:
         yield pending
 
@@ -265,6 +306,12 @@ class EventLogStore(ABC):
                     page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:
         """The logged events of ``session_id`` with ``after < event_id < before`` (0: no
         upper bound), oldest first, in pages of at most ``page``."""
+
+    @abstractmethod
+    def iter_chunks(self, session_id: str, *, after: int = 0, before: int = 0
+                    ) -> AsyncIterator[list[EventChunk]]:
+        """:meth:`iter_events` as the chunks that hold them (cut to the bounds), for a
+        reader that takes a chunk whole."""
 
     @abstractmethod
     async def turn_states(self, session_id: str) -> dict[int, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import aiosqlite
 
@@ -35,6 +36,7 @@ from services.session.store.event_log import (
     batch_problem,
     chunk_of,
     held_by,
+    read_chunks,
     read_pages,
 )
 from services.session.store.interface import Clock
@@ -138,15 +140,21 @@ class SqliteEvents(EventLogStore):
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,
                           page: int = EVENT_PAGE) -> AsyncIterator[list[LoggedEvent]]:
         """The logged events in pages, oldest first (chunks split)."""
-
-        async def fetch(low: int, bound: int) -> list[EventChunk]:
-            async with self._lock:
-                rows = await self._db.execute_fetchall(
-                    SELECT_CHUNKS, (session_id, session_id, low, low, bound, CHUNK_PAGE))
-            return [chunk_of(r) for r in rows]
-
-        async for events in read_pages(fetch, after, before, page):
+        async for events in read_pages(partial(self._chunks, session_id), after, before,
+                                       page):
             yield events
+
+    async def iter_chunks(self, session_id: str, *, after: int = 0, before: int = 0
+                          ) -> AsyncIterator[list[EventChunk]]:
+        """The chunks of the logged events, oldest first (cut to the bounds)."""
+        async for chunks in read_chunks(partial(self._chunks, session_id), after, before):
+            yield chunks
+
+    async def _chunks(self, session_id: str, low: int, bound: int) -> list[EventChunk]:
+        async with self._lock:
+            rows = await self._db.execute_fetchall(
+                SELECT_CHUNKS, (session_id, session_id, low, low, bound, CHUNK_PAGE))
+        return [chunk_of(r) for r in rows]
 
     async def turn_states(self, session_id: str) -> dict[int, str]:
         """Every logged turn's state."""

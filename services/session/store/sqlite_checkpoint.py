@@ -8,8 +8,9 @@ and a connection of its own, so nothing of it runs on the event loop or in a com
 
 - PASSIVE (it never waits for a lock, so writers and readers go on) when the WAL has
   grown by :attr:`~Checkpointer.trigger_bytes` since the last checkpoint, or every
-  :attr:`~Checkpointer.interval` while it changes; once all of it is copied back, the
-  next writer starts the WAL over from its beginning instead of appending;
+  :attr:`~Checkpointer.interval` while it changes, with one more quick pass when a
+  write came in during it; once all of it is copied back, the next writer starts the
+  WAL over from its beginning instead of appending;
 - TRUNCATE (the file back to zero bytes) once the WAL has not changed for
   :attr:`~Checkpointer.idle`, without a busy wait: a writer in the way makes it a
   try for the next idle spell;
@@ -53,7 +54,8 @@ TRIGGER_BYTES: Final = 4 << 20
 INTERVAL_SECS: Final = 0.5
 #: How long the WAL must stay unchanged before it is truncated.
 IDLE_SECS: Final = 5.0
-#: Past this, readers that keep a PASSIVE checkpoint from catching up get a RESTART.
+#: Past this, a RESTART follows the PASSIVE (see the module doc for why PASSIVE alone may
+#: never get the WAL started over).
 CAP_BYTES: Final = 16 << 20
 #: How long a RESTART waits for readers (and holds new writers up) at most.
 RESTART_WAIT_MS: Final = 100
@@ -71,7 +73,7 @@ TRUNCATE: Final = "TRUNCATE"
 
 @dataclass
 class CheckpointCounts:
-    """What the checkpointer did so far (read by tests and the benchmark)."""
+    """What the checkpointer did so far (for tests and measurements)."""
 
     passive: int = 0
     restart: int = 0

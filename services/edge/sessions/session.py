@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
-from services.common.jsonrpc import JsonRpcError, notification_lines
+from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
 from services.common.logs import get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
@@ -29,6 +29,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
+    M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     session_key_for,
 )
@@ -251,10 +252,20 @@ class EdgeSession:
         """The runtime's table of adapter methods."""
         return self.runtime.adapter_methods
 
-    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Re-issue an adapter request to the client; fall back to a denial on any failure."""
+    async def relay_to_client(self, method: str, params: dict[str, Any], *,
+                              request_id: JsonRpcId | None = None) -> Any:
+        """Re-issue an adapter request to the client; fall back to a denial on any failure.
+
+        ``request_id``: the adapter's id of the request (by default the one being served
+        in this task). A permission request is logged with it before it is relayed, and
+        its answer after, so an edge that re-adopts the session asks again what is open
+        (:mod:`services.edge.sessions.open_questions`)."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
+        rid = request_id if request_id is not None else serving_id()
+        if method == M_REQUEST_PERMISSION and rid is not None and request_id is None:
+            session_log.action(self, session_log.KIND_PERMISSION,
+                               {"method": method, "requestId": rid, "params": params})
         fallback: dict[str, Any] = (
             {"action": "cancel"} if method == M_ELICITATION_CREATE
             else cancelled_answer()
@@ -269,23 +280,28 @@ class EdgeSession:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise
-            return fallback  # the turn was cancelled while the question was open
+            answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
             log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
             if method == M_ELICITATION_CREATE:
-                return fallback
-            # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            reason = denial_reason(exc)
-            waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
-            return cancelled_answer(reason, timeout_secs=waited)
+                answer = fallback
+            else:
+                # Tell the adapter why, so it does not blame the user (docs/contracts.md).
+                reason = denial_reason(exc)
+                waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
+                answer = cancelled_answer(reason, timeout_secs=waited)
+        else:
+            # What the agent gets is what is logged: never the client's own bytes, which may
+            # say more than (or the opposite of) what was relayed.
+            answer = (result if isinstance(result, dict) else fallback) \
+                if method == M_ELICITATION_CREATE else relayed_answer(result)
         finally:
             self._relays.discard(waiter)
             self.touch()
-        # What the agent gets is what is logged: never the client's own bytes, which may
-        # say more than (or the opposite of) what was relayed.
-        answer = (result if isinstance(result, dict) else fallback) \
-            if method == M_ELICITATION_CREATE else relayed_answer(result)
-        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": answer})
+        logged: dict[str, Any] = {"method": method, "answer": answer}
+        if rid is not None:
+            logged["requestId"] = rid
+        session_log.action(self, session_log.KIND_PERMISSION, logged)
         return answer
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:

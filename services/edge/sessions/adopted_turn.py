@@ -81,10 +81,11 @@ async def resume(session: EdgeSession) -> None:
 
 async def _running_turn(session: EdgeSession, questions: OpenQuestions,
                         ) -> tuple[int, str, list[dict[str, Any]]]:
-    """The last turn of the log: its id, its prompt's text and its updates (0: none);
-    its permission requests and answers go to ``questions``."""
+    """The turn the store marks running: its id, its prompt's text and its updates (0:
+    none runs); its permission requests and answers go to ``questions``. Only that turn's
+    events are read, however long the session's log."""
     stream = session.runtime.session_stub.ReadEvents(
-        session_pb2.ReadEventsRequest(session_id=session.session_id))
+        session_pb2.ReadEventsRequest(session_id=session.session_id, running_turn_only=True))
     turn_id, text = 0, ""
     updates: list[dict[str, Any]] = []
     try:

@@ -144,3 +144,73 @@ async def test_kill9_of_an_edge_worker_loses_no_turn_and_no_chunk(tmp_path: Path
             await client.ws.close()
         pids = list(before.values())
     await eventually(lambda: not alive(pids), WAIT, "every agent to be gone")
+
+
+def logged_permission_requests(served: Served) -> int:
+    """How many permission requests (not answers) the session store holds."""
+    db = sqlite3.connect(served.cfg.data_dir / "sessions" / "acp-sessions.db")
+    try:
+        rows = db.execute("SELECT payload FROM event_chunks WHERE kind = 'permission'").fetchall()
+    finally:
+        db.close()
+    return sum(1 for (payload,) in rows if "answer" not in json.loads(bytes(payload)))
+
+
+async def test_a_permission_request_open_at_the_kill_is_asked_again(tmp_path: Path) -> None:
+    """The agent asked the worker that died; the re-attached client is asked the same
+    question under a new id, and its answer reaches the agent under the agent's own."""
+    work = tmp_path / "work"
+    work.mkdir()
+    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
+                             extra=agent_section("scripted")) as served:
+        client = await client_on(served, 2)
+        assert client is not None
+        sid = (await client.result("session/new", {"cwd": str(work),
+                                                   "agentAlias": "scripted"}))["sessionId"]
+        await client.send("session/prompt", {"sessionId": sid, "prompt": "ask"})
+        first = None
+        while first is None:
+            msg = json.loads(await asyncio.wait_for(client.ws.recv(), WAIT))
+            if msg.get("method") == "session/request_permission":
+                first = msg
+        await until(lambda: asyncio.to_thread(logged_permission_requests, served),
+                    "the request to be logged")
+        before = agent_pids(served)
+        old = kill_worker(served, 2)
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            while True:
+                await asyncio.wait_for(client.ws.recv(), WAIT)
+
+        async def restarted() -> bool:
+            with contextlib.suppress(KeyError):
+                return worker_pid(served, 2) != old and (await served.health_status())[0] == 200
+            return False
+        await until(restarted, "worker 2 serving again", tries=1200)
+
+        again = RawClient(await dial(served, query="worker=2"))
+        await again.result("initialize", {"protocolVersion": 1})
+        await again.send("session/attach", {"sessionId": sid, "role": "controller",
+                                            "historyPolicy": "after_message",
+                                            "afterMessageId": 0})
+        stream = Stream(sid)
+        asked: dict[str, Any] | None = None
+        while stream.completed is None:
+            msg = json.loads(await asyncio.wait_for(again.ws.recv(), WAIT))
+            if msg.get("method") == "session/request_permission":
+                assert asked is None, "asked once"
+                asked = msg
+                await again.ws.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                    "outcome": {"outcome": "selected", "optionId": "allow"}}}))
+                continue
+            stream.see(msg)
+        assert asked is not None
+        assert asked["params"]["sessionId"] == sid
+        assert asked["params"]["toolCall"] == first["params"]["toolCall"]
+        assert asked["params"]["options"] == first["params"]["options"]
+        assert stream.completed.get("stopReason") == "end_turn"
+        texts = "".join(stream.chunks)
+        assert '"optionId": "allow"' in texts and '"selected"' in texts, texts
+        assert agent_pids(served) == before, "the agent was not replaced"
+        await again.ws.close()
+        pids = list(before.values())
+    await eventually(lambda: not alive(pids), WAIT, "every agent to be gone")

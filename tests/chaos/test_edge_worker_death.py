@@ -1,12 +1,13 @@
 """A ``kill -9`` of one edge worker under streaming sessions loses no turn and no chunk.
 
 A real ``acpgate serve`` with two edge workers, a streaming external agent and
-WebSocket clients on worker 2: while every turn streams, worker 2 is killed. Its
+WebSocket clients on worker 2 (8 sessions): while every turn streams, worker 2 is killed. Its
 sessions' leases stay open (the lifecycle service keeps them and their pipes), serve
 restarts the worker, and the new worker re-adopts the sessions, detached. Each client
 reconnects with ``?worker=2`` and attaches after the last event id it saw: every chunk
 arrives exactly once, the turn completes (``turn_complete``), no agent's PID changed,
-and after serve stops no agent is left.
+and after serve stops no agent is left. A permission request open at the kill is asked
+again of the client that re-attaches.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from tests.chaos.edge_worker_kill import (
     WAIT,
     Stream,
     agent_pids,
-    drain_until_closed,
-    read_until,
-    reattach,
+    kill_and_reattach,
+    room,
+    start_streams,
 )
 from tests.chaos.lifecycle_kill import alive
 from tests.gateway.stack import RawClient
@@ -46,37 +47,23 @@ from tests.security.scripted_agent import agent_section
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-SESSIONS = 3
+SESSIONS = 8
 
 
 async def test_kill9_of_an_edge_worker_loses_no_turn_and_no_chunk(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
-                             extra=agent_section("scripted")) as served:
-        started: list[tuple[RawClient, Stream]] = []
-        for _ in range(SESSIONS):
-            client = await client_on(served, 2)
-            assert client is not None
-            sid = (await client.result("session/new", {"cwd": str(work),
-                                                       "agentAlias": "scripted"}))["sessionId"]
-            await client.send("session/prompt", {"sessionId": sid, "prompt": f"stream {CHUNKS}"})
-            started.append((client, Stream(sid)))
-        await asyncio.gather(*(read_until(c, s, 5) for c, s in started))
+    gateway, acp = room(SESSIONS)
+    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600, gateway=gateway,
+                             acp=acp, extra=agent_section("scripted")) as served:
+        started = await start_streams(served, SESSIONS, work)
         before = agent_pids(served)
         assert len(before) == SESSIONS
-        old = kill_worker(served, 2)
-        await asyncio.gather(*(drain_until_closed(c, s) for c, s in started))
-        assert all(len(s.chunks) < CHUNKS for _, s in started), "the kill came mid-turn"
-
-        async def restarted() -> bool:
-            with contextlib.suppress(KeyError):
-                return worker_pid(served, 2) != old and (await served.health_status())[0] == 200
-            return False
-        await until(restarted, "worker 2 serving again", tries=1200)
-        streams = [s for _, s in started]
-        clients = await asyncio.gather(*(reattach(served, s) for s in streams))
-        for stream in streams:
+        outcome, clients = await kill_and_reattach(served, started)
+        assert outcome.mid_turn == SESSIONS, "the kill came mid-turn"
+        assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0, outcome
+        assert len(outcome.reattach_secs) == SESSIONS
+        for _, stream in started:
             assert stream.chunks == [f"chunk {i} " for i in range(CHUNKS)], stream.session_id
             assert stream.completed is not None
             assert stream.completed.get("stopReason") == "end_turn"

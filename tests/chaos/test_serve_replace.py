@@ -26,7 +26,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.chaos.lifecycle_kill import alive
-from tests.chaos.test_edge_worker_death import WAIT, Stream, agent_pids, read_until
+from tests.chaos.edge_worker_kill import WAIT, Stream, agent_pids, read_until
 from tests.gateway.stack import RawClient
 from tests.gateway.workers_serve import Served, dial, serve_workers, until
 from tests.gateway.wsfixtures import http_get

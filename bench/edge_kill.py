@@ -34,8 +34,8 @@ async def run_edge_kill(sizes: Sizes) -> list[Row]:
         gateway, acp = room(count)
         async with serve_workers(root, workers=2, detach_grace_secs=600, gateway=gateway,
                                  acp=acp, extra=agent_section("scripted")) as served:
-            started = await start_streams(served, count, work)
-            outcome, clients = await kill_and_reattach(served, started)
+            started = await start_streams(served, count, work, sizes.edge_kill_chunks)
+            outcome, clients = await kill_and_reattach(served, started, sizes.edge_kill_chunks)
             for client in clients:
                 await client.ws.close()
     item = f"kill -9 edge worker, {count} streaming sessions"

@@ -279,6 +279,8 @@ class EdgeSession:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
+                if request_id is None and rid is not None:  # the peer answers it an error
+                    self._log_answer(method, rid, None)
                 raise
             answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
@@ -298,11 +300,16 @@ class EdgeSession:
         finally:
             self._relays.discard(waiter)
             self.touch()
+        self._log_answer(method, rid, answer)
+        return answer
+
+    def _log_answer(self, method: str, rid: JsonRpcId | None, answer: Any) -> None:
+        """The answer the agent got to its request ``rid`` (None: an error answer, the
+        request withdrawn or its link gone), logged."""
         logged: dict[str, Any] = {"method": method, "answer": answer}
         if rid is not None:
             logged["requestId"] = rid
         session_log.action(self, session_log.KIND_PERMISSION, logged)
-        return answer
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter's fs/terminal request (decided by the session service first)."""

@@ -22,9 +22,15 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   marked ``_meta.acpgate.notice`` — secondary text every v1 client shows, and not part of
   the answer; a ``state_update`` outside a prompt (agent-initiated work) passes when it
   changes the state (a resume's repeated snapshot does not). Every other kind
-  (``terminal_update``, ``terminal_output_chunk``, ``subagent_update``, ``agent_message``,
-  ``usage_update``, ``compaction_*``…) passes as it came: v1 clients ignore kinds they do
-  not know, as ACP asks.
+  (``terminal_update``, ``terminal_output_chunk``, ``agent_message``, ``usage_update``,
+  ``compaction_*``…) passes as it came: v1 clients ignore kinds they do not know, as ACP
+  asks.
+- **child sessions** (subagents): what the agent sends on a child it announced is carried
+  on the parent's stream under acpgate's ids (:mod:`.subagents`).
+- **background work**: a ``state_update``'s ``background`` list is kept per session; when
+  it changes while a prompt runs (whose own states are dropped), a ``state_update``
+  ``running`` carrying it passes, so the list reaches the session's clients and its event
+  log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
   ``toolCall``.
 """
@@ -41,17 +47,20 @@ from services.common.acp.v2.names import (
     MODE_CONFIG_ID,
     REPLAY_START,
     STATE_IDLE,
+    STATE_RUNNING,
     STOP_ERROR,
     U2_CONFIG_OPTION,
     U2_NOTICE,
     U2_PLAN_UPDATE,
     U2_REPLAY_COMPLETE,
     U2_STATE,
+    U2_SUBAGENT_UPDATE,
     U2_TOOL_CALL_CONTENT_CHUNK,
     U2_TOOL_CALL_UPDATE,
     U2_USER_MESSAGE,
     U2_USER_MESSAGE_CHUNK,
 )
+from services.common.acp.v2.subagents import Children
 
 __all__ = ["AgentWire", "TurnEnd"]
 
@@ -87,6 +96,8 @@ class _Session:
     #: Each tool call's content so far (chunks append to it), and the ids v1 knows.
     calls: dict[str, list[Any]] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
+    #: The last ``background`` list reported (None: never reported).
+    background: Any = None
 
 
 def _mcp_v2(servers: Any) -> Any:
@@ -146,6 +157,14 @@ class AgentWire:
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
+        #: The child sessions the agent announced (:mod:`.subagents`).
+        self.children = Children()
+
+    def bind(self, agent_sid: str, edge_sid: str) -> None:
+        """The agent's session ``agent_sid`` is acpgate's ``edge_sid`` (the ids a child's
+        messages may name)."""
+        if agent_sid:
+            self.children.edge_ids[agent_sid] = edge_sid
 
     def _session(self, sid: Any) -> _Session:
         key = sid if isinstance(sid, str) else ""
@@ -237,8 +256,19 @@ class AgentWire:
         sid = params.get("sessionId")
         if not isinstance(update, dict) or not isinstance(sid, str):
             return [params], None
-        session = self._session(sid)
         kind = update.get("sessionUpdate")
+        child = self.children.of_raw(sid)
+        if child is not None:  # a child's: carried on its top session's stream
+            carried = self.children.announce(sid, update) if kind == U2_SUBAGENT_UPDATE \
+                else self.children.carried(child, update)
+            return ([{**params, "sessionId": child.root, "update": carried}]
+                    if carried is not None else []), None
+        if kind == U2_SUBAGENT_UPDATE:
+            announced = self.children.announce(sid, update)
+            return ([{**params, "update": announced}] if announced is not None else []), None
+        update = self.children.mapped(update, sid)
+        params = {**params, "update": update}
+        session = self._session(sid)
         if kind == U2_STATE:
             return self._state(sid, session, params, update)
         if kind in (U2_USER_MESSAGE_CHUNK, U2_USER_MESSAGE) and session.turn:
@@ -253,12 +283,19 @@ class AgentWire:
         state = update.get("state")
         changed = state != session.state
         session.state = state if isinstance(state, str) else session.state
+        background = update.get("background")
+        moved = background is not None and background != session.background
+        if background is not None:
+            session.background = background
         if session.turn:
+            # The prompt's own states are acpgate's to report; a new background list passes.
+            out = [{**params, "update": {"sessionUpdate": U2_STATE, "state": STATE_RUNNING,
+                                         "background": background}}] if moved else []
             if state != STATE_IDLE:
-                return [], None
+                return out, None
             session.turn = False
-            return [], self._turn_end(sid, update)
-        return ([params] if changed else []), None
+            return out, self._turn_end(sid, update)
+        return ([params] if changed or moved else []), None
 
     @staticmethod
     def _turn_end(sid: str, update: dict[str, Any]) -> TurnEnd:

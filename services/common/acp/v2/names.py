@@ -28,6 +28,11 @@ M_AUTH_LOGOUT: Final = "auth/logout"
 M_TOOL_CALL_CANCEL: Final = "tool_call/cancel"
 M_TERMINAL_CANCEL: Final = "terminal/cancel"
 
+#: What a v2 client's ``tool_call/cancel`` / ``terminal/cancel`` gets on a v1 agent.
+MSG_NO_V1_CANCEL: Final = ("{method} is not available: the session's agent speaks ACP v1, "
+                           "which cannot cancel one tool call or terminal (session/cancel "
+                           "cancels the turn)")
+
 # Error codes v2 names.
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 RESOURCE_NOT_FOUND: Final = -32002
@@ -47,6 +52,12 @@ U2_CONFIG_OPTION: Final = "config_option_update"
 U2_AVAILABLE_COMMANDS: Final = "available_commands_update"
 U2_NOTICE: Final = "notice"
 U2_REPLAY_COMPLETE: Final = "replay_complete"
+U2_SUBAGENT_UPDATE: Final = "subagent_update"
+U2_SESSION_MESSAGE: Final = "session_message"
+U2_SESSION_MESSAGE_CHUNK: Final = "session_message_chunk"
+#: acpgate's own kind (v1 side) carrying an update of a v2 agent's child session on its
+#: parent's stream: ``{sessionId: <acpgate's child id>, update: <the child's v2 update>}``.
+OWN_CHILD_UPDATE: Final = "subagent_session_update"
 #: acpgate's own update kinds, as a v2 client gets them: v2 reserves names without a
 #: leading ``_`` for the protocol, so each one is prefixed.
 OWN_KIND_PREFIX: Final = "_acpgate_"

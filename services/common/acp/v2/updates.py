@@ -15,7 +15,9 @@
   ``_acpgate_`` prefix v2 keeps for implementations.
 
 The foreground state is tracked here too (:meth:`state`), so a repeated state is not
-sent twice.
+sent twice, and so is the agent's ``background`` list: a v2 agent's ``state_update`` passes
+(its list kept), and every ``state_update`` sent after one carried a list carries it too
+(v2: an agent that reports background work includes it on every state update).
 """
 
 from __future__ import annotations
@@ -114,17 +116,33 @@ class SessionTranslator:
         self.modes: Any = modes
         self.config_options: Any = config_options
         self.foreground = STATE_IDLE
+        #: The agent's last ``background`` list (None: none reported).
+        self.background: Any = None
         self._message: tuple[str, str] = ("", "")
 
     # ------------------------------------------------------------------ state
 
     def state(self, state: str, **fields: Any) -> list[dict[str, Any]]:
         """A ``state_update`` to ``state`` (none when it is the state already and nothing
-        more is said)."""
+        more is said), with the background list when one was reported."""
         if state == self.foreground and not fields:
             return []
         self.foreground = state
+        if self.background is not None:
+            fields.setdefault("background", self.background)
         return [{"sessionUpdate": U2_STATE, "state": state, **fields}]
+
+    def _agent_state(self, update: dict[str, Any]) -> list[dict[str, Any]]:
+        """A v2 agent's own ``state_update`` (work without a prompt, a new background
+        list): passed, the state and list kept."""
+        if isinstance(update.get("background"), list):
+            self.background = update["background"]
+        state = update.get("state")
+        if isinstance(state, str):
+            self.foreground = state
+        if self.background is not None and "background" not in update:
+            return [{**update, "background": self.background}]
+        return [update]
 
     def idle(self, stop_reason: str, result: Any = None,
              error: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -140,7 +158,10 @@ class SessionTranslator:
 
     def snapshot(self) -> dict[str, Any]:
         """The current ``state_update`` (what a resume ends with)."""
-        return {"sessionUpdate": U2_STATE, "state": self.foreground}
+        out: dict[str, Any] = {"sessionUpdate": U2_STATE, "state": self.foreground}
+        if self.background is not None:
+            out["background"] = self.background
+        return out
 
     def user_message(self, prompt: Any, message_id: str) -> list[dict[str, Any]]:
         """The user message of a prompt: one ``user_message_chunk`` per block."""
@@ -196,6 +217,8 @@ class SessionTranslator:
         if kind == _OWN_TURN_COMPLETE:
             stop = update.get("stopReason")
             return self.idle(stop if isinstance(stop, str) else "end_turn", update)
+        if kind == U2_STATE:
+            return self._agent_state(update)
         if kind in _OWN_KINDS:
             return [{**update, "sessionUpdate": f"{OWN_KIND_PREFIX}{kind}"}]
         return [update]

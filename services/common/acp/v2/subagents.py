@@ -1,0 +1,233 @@
+"""A v2 agent's child sessions (subagents) as acpgate carries them (pure, sans-I/O).
+
+A v2 agent announces a child with ``subagent_update`` on the parent session
+(``update.sessionId`` names the child) and then sends the child's updates as
+``session/update`` s under the child's id; ``session_message`` (and ``_chunk``) name
+sessions as sender and recipient, and a background list may name a child.
+
+:class:`Children` maps each child the agent announced to a session id of acpgate's own
+(minted here; the agent's ids never reach a client), and turns the child's traffic into
+updates of the *parent* session, so the parent's relay, event log, replay and clients
+carry them like any other update of the session:
+
+- ``subagent_update``: passes on the parent under acpgate's child id (ACP's own kind, the
+  same in v1's subagents draft), marked ``_meta.acpgate.subagent`` (``sessionId``, and
+  ``parentSessionId`` for a child of a child);
+- a child's text (its message, thought and user message chunks): an
+  ``agent_thought_chunk`` of the parent marked ``_meta.acpgate.subagent`` (``sessionId``,
+  the original ``sessionUpdate``) — text every v1 client shows as secondary, never part
+  of the answer;
+- every other update of a child: acpgate's own kind :data:`OWN_CHILD_UPDATE`
+  (``sessionId``: acpgate's child id, ``update``: the child's v2 update), which v1 clients
+  ignore as ACP asks;
+- ids in ``session_message`` (``senderSessionId``, ``recipientSessionId``) and in background
+  lists: a child's become acpgate's, the parent's the edge's; any other is left out.
+
+:func:`unwrap` is the other way, for a v2 client: the parent-session update carrying a
+child's becomes the child's own ``session/update`` (session id, update), as the agent
+meant it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.acp.v2.names import (
+    OWN_CHILD_UPDATE,
+    U2_AGENT_MESSAGE_CHUNK,
+    U2_AGENT_THOUGHT_CHUNK,
+    U2_SESSION_MESSAGE,
+    U2_SESSION_MESSAGE_CHUNK,
+    U2_STATE,
+    U2_SUBAGENT_UPDATE,
+    U2_USER_MESSAGE_CHUNK,
+)
+
+__all__ = ["META_SUBAGENT", "Child", "Children", "unwrap"]
+
+_ACPGATE = "acpgate"
+#: The key under ``_meta.acpgate`` that marks a child's update carried by its parent.
+META_SUBAGENT = "subagent"
+#: A child's updates shown to v1 clients as the parent's thoughts.
+_TEXT_KINDS = frozenset({U2_AGENT_MESSAGE_CHUNK, U2_AGENT_THOUGHT_CHUNK, U2_USER_MESSAGE_CHUNK})
+_MESSAGE_KINDS = frozenset({U2_SESSION_MESSAGE, U2_SESSION_MESSAGE_CHUNK})
+_MESSAGE_IDS = ("senderSessionId", "recipientSessionId")
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass
+class Child:
+    """One child session: acpgate's id, the agent's, and where it hangs."""
+
+    session_id: str
+    raw: str
+    #: The agent's id of the top session the child's chain starts at (the adapter's own).
+    root: str
+    #: acpgate's id of its parent when that is a child too ("" = the top session).
+    parent: str = ""
+
+
+def _meta_with(update: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    meta = update.get("_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    acpgate = meta.get(_ACPGATE)
+    meta[_ACPGATE] = {**(acpgate if isinstance(acpgate, dict) else {}), META_SUBAGENT: ours}
+    return meta
+
+
+class Children:
+    """The child sessions of one agent's sessions (module doc)."""
+
+    def __init__(self, mint: Callable[[], str] = _new_id) -> None:
+        self._mint = mint
+        self._by_raw: dict[str, Child] = {}
+        self._by_id: dict[str, Child] = {}
+        #: The edge's id of the agent's top sessions (agent id → acpgate id), when known.
+        self.edge_ids: dict[str, str] = {}
+
+    def of_raw(self, raw: Any) -> Child | None:
+        """The child the agent calls ``raw``, if announced."""
+        return self._by_raw.get(raw) if isinstance(raw, str) else None
+
+    def of_id(self, session_id: str) -> Child | None:
+        """The child acpgate calls ``session_id``, if any."""
+        return self._by_id.get(session_id)
+
+    def all(self) -> list[Child]:
+        """Every child announced so far, in order."""
+        return list(self._by_id.values())
+
+    # ------------------------------------------------------------------ ids
+
+    def _acpgate_id(self, raw: Any, here: str) -> str | None:
+        """acpgate's id for the agent's session ``raw`` seen on session ``here`` (the
+        agent's top session id), or None when it names no session of this chain."""
+        child = self.of_raw(raw)
+        if child is not None:
+            return child.session_id
+        if isinstance(raw, str) and raw == here:
+            return self.edge_ids.get(raw)
+        return None
+
+    def _background(self, items: Any, root: str) -> Any:
+        if not isinstance(items, list):
+            return items
+        out = []
+        for item in items:
+            if isinstance(item, dict) and "sessionId" in item:
+                mapped = self._acpgate_id(item["sessionId"], root)
+                if mapped is None:
+                    continue  # never pass an id of the agent's on
+                item = {**item, "sessionId": mapped}
+            out.append(item)
+        return out
+
+    def _state(self, state: Any, root: str) -> Any:
+        if isinstance(state, dict) and "background" in state:
+            return {**state, "background": self._background(state["background"], root)}
+        return state
+
+    def mapped(self, update: dict[str, Any], root: str) -> dict[str, Any]:
+        """``update`` with the session ids it names (messages, background lists) as
+        acpgate's; an id naming no session of this chain is left out."""
+        kind = update.get("sessionUpdate")
+        if kind in _MESSAGE_KINDS:
+            out = dict(update)
+            for key in _MESSAGE_IDS:
+                if key in out:
+                    mapped = self._acpgate_id(out[key], root)
+                    if mapped is None:
+                        del out[key]
+                    else:
+                        out[key] = mapped
+            return out
+        if kind == U2_STATE and "background" in update:
+            return {**update, "background": self._background(update["background"], root)}
+        return update
+
+    # ------------------------------------------------------------------ updates
+
+    def announce(self, here: str, update: dict[str, Any]) -> dict[str, Any] | None:
+        """A ``subagent_update`` the agent sent on its session ``here``, as the parent's
+        update acpgate carries (None: it names no child acpgate can take)."""
+        raw = update.get("sessionId")
+        if not isinstance(raw, str) or not raw:
+            return None
+        via = self.of_raw(here)
+        root = via.root if via is not None else here
+        child = self.of_raw(raw)
+        if child is None:
+            if raw == root or raw in self.edge_ids:
+                return None  # a session is no child of its own
+            child = Child(self._mint(), raw, root, via.session_id if via is not None else "")
+            self._by_raw[raw] = child
+            self._by_id[child.session_id] = child
+        elif child.root != root:
+            return None  # a child never moves to another session's tree
+        ours: dict[str, Any] = {"sessionId": child.session_id}
+        if child.parent:
+            ours["parentSessionId"] = child.parent
+        out = {**update, "sessionId": child.session_id, "_meta": _meta_with(update, ours)}
+        if "state" in out:
+            out["state"] = self._state(out["state"], root)
+        return out
+
+    def carried(self, child: Child, update: dict[str, Any]) -> dict[str, Any]:
+        """An update the agent sent on ``child``'s session, as the top session's."""
+        kind = update.get("sessionUpdate")
+        inner = self.mapped(update, child.root)
+        if kind in _TEXT_KINDS:
+            body = {k: v for k, v in inner.items() if k not in ("sessionUpdate", "_meta")}
+            ours = {"sessionId": child.session_id, "sessionUpdate": kind}
+            return {"sessionUpdate": U2_AGENT_THOUGHT_CHUNK,
+                    "_meta": _meta_with(inner, ours), **body}
+        return {"sessionUpdate": OWN_CHILD_UPDATE, "sessionId": child.session_id,
+                "update": inner}
+
+
+def unwrap(update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A parent-session update carrying a child's (module doc), as the child's own: its
+    session id and update, acpgate's ``_meta`` (the event id) kept; None for any other
+    update. A ``subagent_update`` of a child of a child goes on its parent's session."""
+    kind = update.get("sessionUpdate")
+    if kind == OWN_CHILD_UPDATE:
+        sid, inner = update.get("sessionId"), update.get("update")
+        if not isinstance(sid, str) or not isinstance(inner, dict):
+            return None
+        meta = update.get("_meta")
+        ours = meta.get(_ACPGATE) if isinstance(meta, dict) else None
+        if isinstance(ours, dict):
+            inner_meta = inner.get("_meta")
+            inner_meta = dict(inner_meta) if isinstance(inner_meta, dict) else {}
+            theirs = inner_meta.get(_ACPGATE)
+            inner_meta[_ACPGATE] = {**(theirs if isinstance(theirs, dict) else {}), **ours}
+            inner = {**inner, "_meta": inner_meta}
+        return sid, inner
+    meta = update.get("_meta")
+    if not isinstance(meta, dict) or not isinstance(ours := meta.get(_ACPGATE), dict):
+        return None
+    marker = ours.get(META_SUBAGENT)
+    if not isinstance(marker, dict):
+        return None
+    if kind == U2_SUBAGENT_UPDATE:
+        parent = marker.get("parentSessionId")
+        return (parent, update) if isinstance(parent, str) and parent else None
+    original = marker.get("sessionUpdate")
+    sid = marker.get("sessionId")
+    if kind != U2_AGENT_THOUGHT_CHUNK or original not in _TEXT_KINDS or not isinstance(sid, str):
+        return None
+    rest = {k: v for k, v in ours.items() if k != META_SUBAGENT}
+    inner_meta = {k: v for k, v in meta.items() if k != _ACPGATE}
+    if rest:
+        inner_meta[_ACPGATE] = rest
+    inner = {k: v for k, v in update.items() if k not in ("sessionUpdate", "_meta")}
+    out = {"sessionUpdate": original, **inner}
+    if inner_meta:
+        out["_meta"] = inner_meta
+    return sid, out

@@ -127,7 +127,7 @@ class AdapterClient:
         agent: session_pb2.ResolvedAgent,
     ) -> None:
         self.edge_session_id = edge_session_id
-        self.adapter_session_id = ""
+        self._adapter_session_id = ""
         #: What the adapter advertised in its initialize result.
         self.agent_capabilities = AgentCapabilities()
         #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
@@ -158,6 +158,17 @@ class AdapterClient:
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
+
+    @property
+    def adapter_session_id(self) -> str:
+        """The adapter's own id of the session ("" until its setup answered)."""
+        return self._adapter_session_id
+
+    @adapter_session_id.setter
+    def adapter_session_id(self, value: str) -> None:
+        self._adapter_session_id = value
+        if self.link.v2 is not None:  # a v2 agent's child messages may name it
+            self.link.v2.wire.bind(value, self.edge_session_id)
 
     # ------------------------------------------------------------------ AdapterPeer
 

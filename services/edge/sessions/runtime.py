@@ -307,7 +307,8 @@ class EdgeRuntime:
             timeout = float(self.cfg.acp.session_timeout_secs)
             await asyncio.sleep(max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS)))
             for session in list(self.registry.active.values()):
-                if session.turn is None and session.idle_for() >= timeout:
+                if session.turn is None and session.idle_for() >= timeout \
+                        and not session.work.alive:  # background work keeps it alive
                     log.info("session_idle", session_id=session.session_id)
                     self.spawn(self.deactivate(session, "idle"))
 

@@ -48,6 +48,7 @@ from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
+from services.edge.sessions.subagents import SessionWork, store_child
 
 if TYPE_CHECKING:
     from services.edge.sessions.hosted import HostedPort
@@ -132,6 +133,9 @@ class EdgeSession:
         self.parent_key = row.ownership.parent_session_key
         #: The principal the session belongs to: its row owner's.
         self.principal = principal_of_owner(row.ownership.owner_session_key)
+        self.owner_key = row.ownership.owner_session_key
+        #: A v2 agent's child sessions and background work (:mod:`.subagents`).
+        self.work = SessionWork()
         #: Where the sessions the edge runs for this one live (made on first use).
         self.hosted: HostedPort | None = None
         self.lease_id = ""
@@ -195,6 +199,8 @@ class EdgeSession:
         objects = [update for params in updates
                    if type(update := params.get("update")) is dict]
         odd = [params for params in updates if type(params.get("update")) is not dict]
+        for announced in self.work.observe(objects):
+            self.runtime.spawn(store_child(self, announced))
         await self._relay(objects, None, notification_lines(M_SESSION_UPDATE, odd))
 
     async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],

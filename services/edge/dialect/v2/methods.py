@@ -6,6 +6,8 @@ handlers of this package or by v1's where the shapes agree. v1's methods that v2
 removed (``authenticate``, ``logout``, ``session/load``, ``session/set_mode``) are -32601
 for a v2 client, never relayed to the agent. acpgate's own methods (``session/fork``,
 ``session/attach``/``detach``, ``session/stop``, ``_acpgate/*``) stay as they are.
+``tool_call/cancel``, ``terminal/cancel`` and ``session/cancel`` of a child session go to
+the agent (:mod:`.background`).
 
 Every v2 handler answers "session not found" as v2 says: -32002 with ``data.sessionId``.
 """
@@ -18,6 +20,8 @@ from typing import Any
 from services.common.acp.v2.names import (
     M_AUTH_LOGIN,
     M_AUTH_LOGOUT,
+    M_TERMINAL_CANCEL,
+    M_TOOL_CALL_CANCEL,
     MSG_V2_SESSION_NOT_FOUND,
     PROTOCOL_V1,
     PROTOCOL_V2,
@@ -27,6 +31,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_AUTHENTICATE,
     M_LOGOUT,
+    M_SESSION_CANCEL,
     M_SESSION_LOAD,
     M_SESSION_NEW,
     M_SESSION_PROMPT,
@@ -40,7 +45,7 @@ from services.common.protocol import (
 )
 from services.edge.dialect.dispatch import DialectConnection, Handler
 from services.edge.dialect.handlers import METHODS
-from services.edge.dialect.v2 import prompt, setup
+from services.edge.dialect.v2 import background, prompt, setup
 
 __all__ = ["DIALECTS", "METHODS_V2", "v2_errors"]
 
@@ -82,6 +87,9 @@ def _table() -> dict[str, Handler]:
         M_SESSION_SET_CONFIG_OPTION: v2_errors(setup.session_set_config_option),
         M_AUTH_LOGIN: setup.auth_login,
         M_AUTH_LOGOUT: setup.auth_logout,
+        M_SESSION_CANCEL: v2_errors(background.session_cancel),
+        M_TOOL_CALL_CANCEL: v2_errors(background.tool_call_cancel),
+        M_TERMINAL_CANCEL: v2_errors(background.terminal_cancel),
     })
     return table
 

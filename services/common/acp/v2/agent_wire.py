@@ -15,8 +15,10 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   (``stopReason``, ``usage``, ``_meta``) or the error of a failed turn.
 - **updates**: the first ``tool_call_update`` of an id is v1's ``tool_call`` (with a
   ``title``), ``tool_call_content_chunk`` s are folded into a ``tool_call_update`` with
-  the whole content so far, v2 diffs (changes and a patch, no texts) become text content
-  with the patch, ``plan_update`` is ``plan``, ``config_option_update`` is v1's (and a
+  the whole content so far (the chunk itself kept in ``_meta.acpgate.contentChunk``), v2
+  diffs (changes and a patch, no texts) become text content with the patch (the diff kept
+  in ``_meta.acpgate.diff``), ``plan_update`` is ``plan`` (the v2 plan kept in
+  ``_meta.acpgate.plan``), ``config_option_update`` is v1's (and a
   ``current_mode_update`` when the mode option changed), ``replay_complete`` is dropped;
   a ``notice`` becomes an ``agent_thought_chunk`` (text: its title and description)
   marked ``_meta.acpgate.notice`` — secondary text every v1 client shows, and not part of
@@ -40,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PLAN
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
@@ -61,6 +64,7 @@ from services.common.acp.v2.names import (
     U2_USER_MESSAGE_CHUNK,
 )
 from services.common.acp.v2.subagents import Children
+from services.common.protocol import META_ACPGATE
 
 __all__ = ["AgentWire", "TurnEnd"]
 
@@ -98,6 +102,14 @@ class _Session:
     created: set[str] = field(default_factory=set)
     #: The last ``background`` list reported (None: never reported).
     background: Any = None
+
+
+def _with_ours(meta: Any, key: str, value: Any) -> dict[str, Any]:
+    """``meta`` (the agent's ``_meta``, screened) with ``acpgate.<key>`` set."""
+    out = dict(meta) if isinstance(meta, dict) else {}
+    ours = out.get(META_ACPGATE)
+    out[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}), key: value}
+    return out
 
 
 def _mcp_v2(servers: Any) -> Any:
@@ -321,8 +333,8 @@ class AgentWire:
             plan = update.get("plan")
             if isinstance(plan, dict) and plan.get("type") == "items":
                 out = {"sessionUpdate": "plan", "entries": plan.get("entries") or []}
-                if isinstance(update.get("_meta"), dict):
-                    out["_meta"] = update["_meta"]
+                # The agent's plan whole, for a v2 client (planId and all).
+                out["_meta"] = _with_ours(update.get("_meta"), META_PLAN, plan)
                 return [out]
             return [update]
         if kind == U2_CONFIG_OPTION:
@@ -361,7 +373,10 @@ class AgentWire:
         if key not in session.created:
             session.created.add(key)
             return [{"sessionUpdate": "tool_call", **out, "title": key}]
-        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out}]
+        # The chunk as it came, for a v2 client (v1 gets the whole content so far).
+        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out,
+                 "_meta": _with_ours(update.get("_meta"), META_CONTENT_CHUNK,
+                                     update.get("content"))}]
 
     def _options_update(self, session: _Session,
                         update: dict[str, Any]) -> list[dict[str, Any]]:

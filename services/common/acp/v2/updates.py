@@ -4,6 +4,8 @@
 
 - message chunks carry a ``messageId`` (kept when the v1 agent or acpgate gave one;
   consecutive chunks of one kind are one message otherwise);
+- a v2 agent's update that v1 could not carry as it came (a notice, a plan with its id,
+  a content chunk, a v2 diff) is given back as the agent sent it (:mod:`.agent_forms`);
 - ``tool_call`` becomes ``tool_call_update`` (v2's first update of an id creates it), its
   content's v1 diffs (``path``/``oldText``/``newText``) v2's ``changes`` and a patch;
 - ``plan`` becomes ``plan_update`` (one plan per session: :data:`~.names.V1_PLAN_ID`);
@@ -26,6 +28,7 @@ import difflib
 import uuid
 from typing import Any
 
+from services.common.acp.v2.agent_forms import agent_form, content_item
 from services.common.acp.v2.config import config_options_v2
 from services.common.acp.v2.names import (
     OWN_KIND_PREFIX,
@@ -83,11 +86,19 @@ def _diff_v2(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _item_v2(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "diff":
+        return _diff_v2(item)
+    kept = content_item(item) if "_meta" in item else None  # a v2 agent's own diff
+    return kept if kept is not None else item
+
+
 def _content_v2(content: Any) -> Any:
     if not isinstance(content, list):
         return content
-    return [_diff_v2(c) if isinstance(c, dict) and c.get("type") == "diff" else c
-            for c in content]
+    return [_item_v2(c) for c in content]
 
 
 def tool_call_v2(call: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +199,9 @@ class SessionTranslator:
     def translate(self, update: dict[str, Any]) -> list[dict[str, Any]]:
         """``update`` (a v1 payload, or acpgate's own) as the v2 updates it means."""
         kind = update.get("sessionUpdate")
+        if "_meta" in update and (kept := agent_form(update)) is not None:
+            self._message = ("", "")
+            return [kept]  # a v2 agent's update as it sent it
         if kind in _CHUNKS:
             return [self._chunk(str(kind), update)]
         self._message = ("", "")

@@ -4,7 +4,8 @@ A real ``acpgate serve`` with ``detach_grace_secs = 1`` and the v2 test agent
 (``tests/v2_agent.py``): after a turn that leaves a tool call running in the background
 (``bg``), the client is cut. Several graces later the session is still held (no
 ``session_detach_expired``); a new connection resumes it and cancels the background
-call (``tool_call/cancel``, relayed to the agent); once the agent reports its list empty
+call (``tool_call/cancel``, relayed to the agent; the resume's state carries the agent's
+list); once the agent reports its list empty
 and that connection is cut too, the grace runs out and the session is released.
 """
 
@@ -43,10 +44,16 @@ async def test_background_work_keeps_a_detached_session_until_it_ends(tmp_path: 
         assert not any(e.get("event") == "session_detach_expired" for e in gw.events())
         assert await active_sessions(gw) == 1
 
+        # A v2 client resuming it gets the agent's list on the state before the answer.
         again = RawClient(await gw.connect(token))
-        await again.result("initialize", initialize("laptop"))
-        _, resumed = await again.call("session/resume", {"sessionId": sid})
+        await again.result("initialize", {"protocolVersion": 2,
+                                          "info": {"name": "laptop", "version": "1"}})
+        before, resumed = await again.call("session/resume", {
+            "sessionId": sid, "cwd": "/", "mcpServers": []})  # cwd: checked, not used
         assert "result" in resumed, resumed
+        states = [m["params"]["update"] for m in before if m.get("method") == "session/update"
+                  and m["params"]["update"]["sessionUpdate"] == "state_update"]
+        assert states[-1]["background"] == [{"type": "tool_call", "toolCallId": "t-bg"}]
         assert await again.result("tool_call/cancel", {"sessionId": sid,
                                                        "toolCallId": "t-bg"}) == {}
         cut(again.ws)

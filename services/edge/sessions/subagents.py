@@ -58,7 +58,8 @@ class SessionWork:
         self.children: dict[str, str] = {}
         #: Each child's last reported state (absent: none reported).
         self._child_states: dict[str, str] = {}
-        self._background = False
+        #: The agent's last ``background`` list (None: it reported none).
+        self.background: list[Any] | None = None
         #: Set while no background work runs.
         self._quiet = asyncio.Event()
         self._quiet.set()
@@ -66,7 +67,7 @@ class SessionWork:
     @property
     def alive(self) -> bool:
         """Whether background work runs (module doc)."""
-        return self._background or any(s != STATE_IDLE for s in self._child_states.values())
+        return bool(self.background) or any(s != STATE_IDLE for s in self._child_states.values())
 
     async def quiet(self) -> None:
         """Return once no background work runs."""
@@ -84,7 +85,7 @@ class SessionWork:
             kind = update["sessionUpdate"]
             if kind == U2_STATE:
                 if isinstance(update.get("background"), list):
-                    self._background = bool(update["background"])
+                    self.background = update["background"]
             elif kind == U2_SUBAGENT_UPDATE:
                 child = update.get("sessionId")
                 if not isinstance(child, str):

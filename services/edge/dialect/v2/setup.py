@@ -13,7 +13,8 @@
   from its log (``_meta.acpgate.replay``: ``events``).
 
 A replay ends with ``replay_complete``; every resume then sends the current
-``state_update`` before its answer. Results carry ``configOptions`` (with the agent's
+``state_update`` before its answer (with the agent's background list, when it reported
+one). Results carry ``configOptions`` (with the agent's
 modes as a ``category: "mode"`` option), never ``modes``.
 """
 
@@ -128,6 +129,8 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     translator = wire.session(sid)
     translator.foreground = STATE_RUNNING if session is not None and session.turn is not None \
         else STATE_IDLE
+    if session is not None and session.work.background is not None:
+        translator.background = session.work.background  # the agent's list, now
     tail = [{"sessionUpdate": U2_REPLAY_COMPLETE}] if replayed else []
     await conn.send_many(wire.updates(sid, [*tail, translator.snapshot()]))
     if replayed:

@@ -25,8 +25,9 @@ Subagents and background work, on demand: ``sub`` announces a child session
 answers ``child: <text>`` with a tool call of its own, announces a grandchild, and goes
 idle; ``subrun`` leaves such a child running (idle on ``session/cancel`` of the child);
 ``bg`` leaves a cancellable tool call running in the background (``tool_call/cancel``
-ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` announces a
-child under the agent-chosen id ``<id>`` and sends updates and a message naming it.
+ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` sends an update
+on a session it never announced, announces a child under the agent-chosen id ``<id>``
+and sends updates and a message naming it.
 From the first background report on, every ``state_update`` carries the session's list.
 """
 
@@ -253,6 +254,7 @@ class Agent:
             self.text(sid, reply, f"parent: {text}")
         elif word == "claim":
             victim = text.split()[1] if len(text.split()) > 1 else ""
+            self.text("ghost", "ghost", "from a session never announced")
             self.subagent(sid, victim, title="Mine now", state={"state": "running"})
             self.text(victim, "evil", "injected")
             self.update(sid, {"sessionUpdate": "session_message", "messageId": "evil-m",

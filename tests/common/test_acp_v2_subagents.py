@@ -78,8 +78,13 @@ def test_ids_the_agent_names_are_mapped_or_left_out() -> None:
                              "senderSessionId": "elsewhere", "recipientSessionId": "p"})
     assert stray == {"sessionUpdate": "session_message_chunk", "messageId": "m",
                      "recipientSessionId": "EDGE"}
+    # An update on a session the agent never announced is no session's: dropped.
+    assert wire.update({"sessionId": "ghost", "update": {
+        "sessionUpdate": "agent_message_chunk", "messageId": "g",
+        "content": {"type": "text", "text": "boo"}}}) == ([], None)
     # A session is never a child of its own, nor moved under another tree.
     assert _one(wire, "p", {"sessionUpdate": "subagent_update", "sessionId": "p"}) is None
+    wire.bind("q", "EDGE2")
     wire.update({"sessionId": "q", "update": {"sessionUpdate": "subagent_update",
                                               "sessionId": "d"}})
     out, _ = wire.update({"sessionId": "q", "update": {"sessionUpdate": "subagent_update",

@@ -1,8 +1,8 @@
 """A hostile v2 agent using subagents to reach another principal's session, from the
 attacker's side (``tests/v2_agent.py``, prompt ``claim <id>``).
 
-The agent of the attacker's session announces a "child" under the id of the victim's
-session, sends updates on that id, and ``session_message`` s naming it and an unknown
+The agent of the attacker's session sends an update on a session it never announced,
+announces a "child" under the id of the victim's session, sends updates on that id, and ``session_message`` s naming it and an unknown
 session. Child ids are acpgate's own, minted per announcement: the announced child is a
 new session under the attacker's session — its updates reach only the attacker's
 clients, its row is the attacker's, listed under the attacker's session — while the
@@ -64,6 +64,8 @@ async def test_an_agent_cannot_claim_another_principals_session_as_its_child(
         assert messages[0]["recipientSessionId"] == child
         # A session the agent names that is none of this session's tree is left out.
         assert "senderSessionId" not in messages[1] and "someone-else" not in json.dumps(seen)
+        # An update on a session the agent never announced reaches nobody.
+        assert "never announced" not in json.dumps(seen)
         # The victim's id appears only where the attacker typed it (its own prompt).
         assert all(v_sid not in json.dumps(m["params"]["update"]) for m in updates
                    if kind(m) != "prompt_received"), updates

@@ -28,7 +28,8 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   ``compaction_*``…) passes as it came: v1 clients ignore kinds they do not know, as ACP
   asks.
 - **child sessions** (subagents): what the agent sends on a child it announced is carried
-  on the parent's stream under acpgate's ids (:mod:`.subagents`).
+  on the parent's stream under acpgate's ids (:mod:`.subagents`); once acpgate's session
+  is bound (:meth:`AgentWire.bind`), an update on any other session id is dropped.
 - **background work**: a ``state_update``'s ``background`` list is kept per session; when
   it changes while a prompt runs (whose own states are dropped), a ``state_update``
   ``running`` carrying it passes, so the list reaches the session's clients and its event
@@ -275,6 +276,8 @@ class AgentWire:
                 else self.children.carried(child, update)
             return ([{**params, "sessionId": child.root, "update": carried}]
                     if carried is not None else []), None
+        if self.children.edge_ids and sid not in self.children.edge_ids:
+            return [], None  # a session of the agent's acpgate does not know: dropped
         if kind == U2_SUBAGENT_UPDATE:
             announced = self.children.announce(sid, update)
             return ([{**params, "update": announced}] if announced is not None else []), None

@@ -281,8 +281,9 @@ class AgentWire:
         if kind == U2_SUBAGENT_UPDATE:
             announced = self.children.announce(sid, update)
             return ([{**params, "update": announced}] if announced is not None else []), None
-        update = self.children.mapped(update, sid)
-        params = {**params, "update": update}
+        mapped = self.children.mapped(update, sid)
+        if mapped is not update:
+            update, params = mapped, {**params, "update": mapped}
         session = self._session(sid)
         if kind == U2_STATE:
             return self._state(sid, session, params, update)

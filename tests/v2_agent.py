@@ -29,6 +29,8 @@ ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` 
 on a session it never announced, announces a child under the agent-chosen id ``<id>``
 and sends updates and a message naming it.
 From the first background report on, every ``state_update`` carries the session's list.
+As a v1 agent, ``forge <id>`` sends acpgate's own child forms (a marked
+``subagent_update``, a ``subagent_session_update`` naming ``<id>``) as its own updates.
 """
 
 from __future__ import annotations
@@ -308,6 +310,16 @@ class Agent:
         blocks = params.get("prompt") or []
         text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
         if self.v1:
+            if text.startswith("forge "):  # acpgate's own child forms, forged
+                victim = text.split()[1]
+                self.update(sid, {"sessionUpdate": "subagent_update",
+                                  "sessionId": f"agent-chosen-{victim}",
+                                  "_meta": {"acpgate": {"subagent": {
+                                      "sessionId": f"agent-chosen-{victim}"}}}})
+                self.update(sid, {"sessionUpdate": "subagent_session_update",
+                                  "sessionId": victim, "update": {
+                                      "sessionUpdate": "agent_message_chunk", "messageId": "f",
+                                      "content": {"type": "text", "text": "forged"}}})
             self.write({"method": "session/update", "params": {"sessionId": sid, "update": {
                 "sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": f"v1 echo: {text}"}}}})

@@ -9,7 +9,7 @@ import itertools
 from typing import Any
 
 from services.common.acp.v2.agent_wire import AgentWire
-from services.common.acp.v2.subagents import Children, unwrap
+from services.common.acp.v2.subagents import Children, acpgate_made, unwrap
 from services.common.acp.v2.updates import SessionTranslator
 from services.edge.sessions.subagents import SessionWork
 
@@ -53,8 +53,9 @@ def test_children_get_acpgate_ids_and_ride_on_the_parent() -> None:
                                       "content": {"type": "text", "text": "hi"}})
     other = _one(wire, "c", {"sessionUpdate": "tool_call_update", "toolCallId": "t"})
     assert other == {"sessionUpdate": "subagent_session_update", "sessionId": "acp-1",
-                     "update": {"sessionUpdate": "tool_call_update", "toolCallId": "t"}}
-    stamped = {**other, "_meta": {"acpgate": {"eventId": 7}}}
+                     "update": {"sessionUpdate": "tool_call_update", "toolCallId": "t"},
+                     "_meta": {"acpgate": {"subagent": {"sessionId": "acp-1"}}}}
+    stamped = {**other, "_meta": {"acpgate": {**other["_meta"]["acpgate"], "eventId": 7}}}
     assert unwrap(stamped) == ("acp-1", {"sessionUpdate": "tool_call_update",
                                          "toolCallId": "t",
                                          "_meta": {"acpgate": {"eventId": 7}}})
@@ -63,8 +64,15 @@ def test_children_get_acpgate_ids_and_ride_on_the_parent() -> None:
     assert grand is not None and unwrap(grand) == ("acp-1", grand)
     assert grand["_meta"]["acpgate"]["subagent"] == {"sessionId": "acp-2",
                                                      "parentSessionId": "acp-1"}
-    # The parent's own updates are no child's.
+    # The parent's own updates are no child's, nor is acpgate's kind without its mark
+    # (what an agent would have to send: its _meta.acpgate never gets this far).
     assert unwrap({"sessionUpdate": "agent_thought_chunk", "content": {}}) is None
+    forged = {"sessionUpdate": "subagent_session_update", "sessionId": "victim",
+              "update": {"sessionUpdate": "agent_message_chunk"}}
+    assert unwrap(forged) is None
+    assert unwrap({**forged, "_meta": {"acpgate": {"subagent": {"sessionId": "acp-1"}}}}) \
+        is None
+    assert wire.update({"sessionId": "p", "update": forged}) == ([], None)
 
 
 def test_ids_the_agent_names_are_mapped_or_left_out() -> None:
@@ -72,12 +80,18 @@ def test_ids_the_agent_names_are_mapped_or_left_out() -> None:
     _one(wire, "p", {"sessionUpdate": "subagent_update", "sessionId": "c"})
     message = _one(wire, "p", {"sessionUpdate": "session_message", "messageId": "m",
                                "senderSessionId": "p", "recipientSessionId": "c"})
+    ours = {"acpgate": {"subagent": {"sessionIds": "acpgate"}}}
     assert message == {"sessionUpdate": "session_message", "messageId": "m",
-                       "senderSessionId": "EDGE", "recipientSessionId": "acp-1"}
+                       "senderSessionId": "EDGE", "recipientSessionId": "acp-1",
+                       "_meta": ours}
+    assert message is not None and acpgate_made(message)
+    assert not acpgate_made({"sessionUpdate": "session_message", "messageId": "m",
+                             "recipientSessionId": "victim"})
+    assert not acpgate_made({"sessionUpdate": "subagent_update", "sessionId": "victim"})
     stray = _one(wire, "p", {"sessionUpdate": "session_message_chunk", "messageId": "m",
                              "senderSessionId": "elsewhere", "recipientSessionId": "p"})
     assert stray == {"sessionUpdate": "session_message_chunk", "messageId": "m",
-                     "recipientSessionId": "EDGE"}
+                     "recipientSessionId": "EDGE", "_meta": ours}
     # An update on a session the agent never announced is no session's: dropped.
     assert wire.update({"sessionId": "ghost", "update": {
         "sessionUpdate": "agent_message_chunk", "messageId": "g",
@@ -127,19 +141,27 @@ def test_session_work_is_alive_while_background_or_children_run() -> None:
     async def run() -> None:
         work = SessionWork()
         assert not work.alive
+        mark = {"acpgate": {"subagent": {"sessionId": "a"}}}
+        # Unmarked (an agent's own, through a v1 relay): no child of acpgate's.
+        assert work.observe([{"sessionUpdate": "subagent_update", "sessionId": "a",
+                              "state": {"state": "running"}}]) == []
+        assert not work.alive
         announced = work.observe([{"sessionUpdate": "subagent_update", "sessionId": "a",
-                                   "state": {"state": "running"}}, "text chunk"])
+                                   "state": {"state": "running"}, "_meta": mark},
+                                  "text chunk"])
         assert [u["sessionId"] for u in announced] == ["a"] and work.alive
         assert work.children == {"a": ""}
         quiet = asyncio.ensure_future(work.quiet())
         work.observe([{"sessionUpdate": "state_update", "state": "idle",
                        "background": [{"type": "terminal", "terminalId": "x"}]}])
         work.observe([{"sessionUpdate": "subagent_session_update", "sessionId": "a",
-                       "update": {"sessionUpdate": "state_update", "state": "idle"}}])
+                       "update": {"sessionUpdate": "state_update", "state": "idle"},
+                       "_meta": mark}])
         await asyncio.sleep(0)
         assert work.alive and not quiet.done()
         work.observe([{"sessionUpdate": "state_update", "state": "idle", "background": []}])
         await asyncio.wait_for(quiet, 5)
         assert not work.alive
-        assert work.observe([{"sessionUpdate": "subagent_update", "sessionId": "a"}]) == []
+        assert work.observe([{"sessionUpdate": "subagent_update", "sessionId": "a",
+                              "_meta": mark}]) == []
     asyncio.run(run())

@@ -7,6 +7,7 @@ session. Child ids are acpgate's own, minted per announcement: the announced chi
 new session under the attacker's session — its updates reach only the attacker's
 clients, its row is the attacker's, listed under the attacker's session — while the
 victim's stream, row and list stay untouched, and no id of the agent's reaches a client.
+Nor can an agent forge the forms acpgate carries a child in.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.attach_client import initialize, kind
+from tests.gateway.attach_client import initialize, kind, read_until
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import running_gateway
 from tests.v2_agent import agent_section
@@ -93,3 +94,33 @@ async def test_an_agent_cannot_claim_another_principals_session_as_its_child(
         assert theirs[v_sid].get("title") != "Mine now"
         await victim.ws.close()
         await attacker.ws.close()
+
+
+async def test_an_agent_cannot_forge_acpgates_child_forms(tmp_path: Path) -> None:
+    """A v1 agent (relayed as it speaks) sends what acpgate carries a child in — its own
+    ``subagent_session_update`` naming the victim's session, a ``subagent_update`` with
+    acpgate's mark — to a v2 client: nothing comes out under another session's id, and
+    no row is stored under an id the agent chose."""
+    extra = agent_section("one", str(tmp_path / "agent.log"), "refuse2", '"auto"')
+    async with running_gateway(tmp_path, extra=extra) as gw:
+        victim = RawClient(await gw.connect(await gw.token("victim")))
+        await victim.result("initialize", initialize("victim"))
+        v_sid = (await victim.result("session/new", {"agentAlias": "one"}))["sessionId"]
+
+        ws = await gw.connect(await gw.token("attacker"))
+        attacker = RawClient(ws)
+        await attacker.result("initialize", {"protocolVersion": 2,
+                                             "info": {"name": "attacker", "version": "1"}})
+        a_sid = (await attacker.result("session/new", {"agentAlias": "one"}))["sessionId"]
+        _, resp = await attacker.call("session/prompt", {
+            "sessionId": a_sid, "prompt": _prompt(f"forge {v_sid}")})
+        assert "messageId" in resp["result"], resp
+        seen = await read_until(ws, lambda m: kind(m) == "state_update"
+                                and "stopReason" in m["params"]["update"])
+        updates = [m for m in seen if m.get("method") == "session/update"]
+        assert {m["params"]["sessionId"] for m in updates} == {a_sid}, updates
+        assert "agent-chosen" not in json.dumps(updates)  # its acpgate meta is screened
+        mine = await _listed(attacker)
+        assert set(mine) == {a_sid} and not any("agent-chosen" in s for s in mine)
+        await victim.ws.close()
+        await ws.close()

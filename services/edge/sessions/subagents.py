@@ -4,7 +4,8 @@
 already carried a child's traffic on its parent's stream under acpgate's ids:
 :mod:`services.common.acp.v2.subagents`) and keeps:
 
-- the **child sessions** announced (``subagent_update``), each stored as a session row of
+- the **child sessions** announced (``subagent_update`` s acpgate marked: an agent's own
+  ``subagent_update`` through a v1 relay is no child of acpgate's), each stored as a session row of
   its own, linked to its parent (``parentSessionKey``, ``spawnedBy``) and owned by the
   parent's owner — so ``session/list`` shows it under its parent to exactly those who see
   the parent — with the child's title when it has one (:func:`store_child`);
@@ -31,6 +32,7 @@ from services.common.acp.v2.names import (
     U2_STATE,
     U2_SUBAGENT_UPDATE,
 )
+from services.common.acp.v2.subagents import marker
 from services.common.logs import get_logger
 from services.common.protocol import session_key_for
 
@@ -86,25 +88,22 @@ class SessionWork:
             if kind == U2_STATE:
                 if isinstance(update.get("background"), list):
                     self.background = update["background"]
-            elif kind == U2_SUBAGENT_UPDATE:
-                child = update.get("sessionId")
-                if not isinstance(child, str):
-                    continue
+                continue
+            # A child's only with acpgate's mark (an agent cannot write it): the id is ours.
+            mark = marker(update)
+            child = update.get("sessionId")
+            if mark is None or not isinstance(child, str) or mark.get("sessionId") != child:
+                continue
+            if kind == U2_SUBAGENT_UPDATE:
                 if child not in self.children:
-                    meta = update.get("_meta")
-                    ours = meta.get("acpgate") if isinstance(meta, dict) else None
-                    marker = ours.get("subagent") if isinstance(ours, dict) else None
-                    parent = marker.get("parentSessionId") if isinstance(marker, dict) else ""
+                    parent = mark.get("parentSessionId")
                     self.children[child] = parent if isinstance(parent, str) else ""
                     announced.append(update)
                 if "state" in update:
                     self._child_state(child, _state_of(update["state"]))
-            else:
-                inner = update.get("update")
-                child = update.get("sessionId")
-                if isinstance(inner, dict) and inner.get("sessionUpdate") == U2_STATE \
-                        and isinstance(child, str):
-                    self._child_state(child, _state_of(inner))
+            elif isinstance(inner := update.get("update"), dict) \
+                    and inner.get("sessionUpdate") == U2_STATE:
+                self._child_state(child, _state_of(inner))
         if not self.alive:
             self._quiet.set()
         return announced

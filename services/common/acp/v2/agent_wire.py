@@ -49,6 +49,7 @@ from services.common.acp.v2.names import (
     M_AUTH_LOGIN,
     M_AUTH_LOGOUT,
     MODE_CONFIG_ID,
+    OWN_CHILD_UPDATE,
     REPLAY_START,
     STATE_IDLE,
     STATE_RUNNING,
@@ -270,6 +271,8 @@ class AgentWire:
         if not isinstance(update, dict) or not isinstance(sid, str):
             return [params], None
         kind = update.get("sessionUpdate")
+        if kind == OWN_CHILD_UPDATE:
+            return [], None  # acpgate's own kind: never the agent's to send
         child = self.children.of_raw(sid)
         if child is not None:  # a child's: carried on its top session's stream
             carried = self.children.announce(sid, update) if kind == U2_SUBAGENT_UPDATE \

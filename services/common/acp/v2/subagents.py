@@ -20,8 +20,13 @@ carry them like any other update of the session:
 - every other update of a child: acpgate's own kind :data:`OWN_CHILD_UPDATE`
   (``sessionId``: acpgate's child id, ``update``: the child's v2 update), which v1 clients
   ignore as ACP asks;
-- ids in ``session_message`` (``senderSessionId``, ``recipientSessionId``) and in background
-  lists: a child's become acpgate's, the parent's the edge's; any other is left out.
+- ids in ``session_message`` (``senderSessionId``, ``recipientSessionId``; the message
+  marked ``_meta.acpgate.subagent``) and in background lists: a child's become acpgate's,
+  the parent's the edge's; any other is left out.
+
+Only what carries acpgate's mark is a child's (:func:`marker`): an agent cannot write
+``_meta.acpgate``, so a ``subagent_update`` or ``session_message`` a v1 agent sends (its ids
+its own) is none, and a v2 client does not get it (:func:`acpgate_made`).
 
 :func:`unwrap` is the other way, for a v2 client: the parent-session update carrying a
 child's becomes the child's own ``session/update`` (session id, update), as the agent
@@ -46,7 +51,7 @@ from services.common.acp.v2.names import (
     U2_USER_MESSAGE_CHUNK,
 )
 
-__all__ = ["META_SUBAGENT", "Child", "Children", "unwrap"]
+__all__ = ["META_SUBAGENT", "Child", "Children", "acpgate_made", "marker", "unwrap"]
 
 _ACPGATE = "acpgate"
 #: The key under ``_meta.acpgate`` that marks a child's update carried by its parent.
@@ -138,7 +143,7 @@ class Children:
         acpgate's; an id naming no session of this chain is left out."""
         kind = update.get("sessionUpdate")
         if kind in _MESSAGE_KINDS:
-            out = dict(update)
+            out = {**update, "_meta": _meta_with(update, {"sessionIds": "acpgate"})}
             for key in _MESSAGE_IDS:
                 if key in out:
                     mapped = self._acpgate_id(out[key], root)
@@ -188,41 +193,59 @@ class Children:
             return {"sessionUpdate": U2_AGENT_THOUGHT_CHUNK,
                     "_meta": _meta_with(inner, ours), **body}
         return {"sessionUpdate": OWN_CHILD_UPDATE, "sessionId": child.session_id,
-                "update": inner}
+                "update": inner,
+                "_meta": {_ACPGATE: {META_SUBAGENT: {"sessionId": child.session_id}}}}
+
+
+def marker(update: dict[str, Any]) -> dict[str, Any] | None:
+    """``_meta.acpgate.subagent`` of ``update``: present only on what acpgate carries for a
+    child (an agent's ``_meta.acpgate`` never gets this far)."""
+    meta = update.get("_meta")
+    ours = meta.get(_ACPGATE) if type(meta) is dict else None
+    found = ours.get(META_SUBAGENT) if type(ours) is dict else None
+    return found if type(found) is dict else None
+
+
+def acpgate_made(update: dict[str, Any]) -> bool:
+    """False for a subagent kind (``subagent_update``, ``session_message``, ``_chunk``, the
+    carried child update) without acpgate's mark: its session ids are an agent's own."""
+    kind = update.get("sessionUpdate")
+    if kind in _MESSAGE_KINDS or kind in (U2_SUBAGENT_UPDATE, OWN_CHILD_UPDATE):
+        return marker(update) is not None
+    return True
 
 
 def unwrap(update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """A parent-session update carrying a child's (module doc), as the child's own: its
     session id and update, acpgate's ``_meta`` (the event id) kept; None for any other
-    update. A ``subagent_update`` of a child of a child goes on its parent's session."""
+    update — one without acpgate's mark above all, whatever its kind. A ``subagent_update``
+    of a child of a child goes on its parent's session."""
+    mark = marker(update)
+    if mark is None:
+        return None
     kind = update.get("sessionUpdate")
+    meta: dict[str, Any] = update["_meta"]
+    ours: dict[str, Any] = meta[_ACPGATE]
+    rest = {k: v for k, v in ours.items() if k != META_SUBAGENT}
     if kind == OWN_CHILD_UPDATE:
         sid, inner = update.get("sessionId"), update.get("update")
-        if not isinstance(sid, str) or not isinstance(inner, dict):
+        if not isinstance(sid, str) or sid != mark.get("sessionId") \
+                or not isinstance(inner, dict):
             return None
-        meta = update.get("_meta")
-        ours = meta.get(_ACPGATE) if isinstance(meta, dict) else None
-        if isinstance(ours, dict):
+        if rest:
             inner_meta = inner.get("_meta")
             inner_meta = dict(inner_meta) if isinstance(inner_meta, dict) else {}
             theirs = inner_meta.get(_ACPGATE)
-            inner_meta[_ACPGATE] = {**(theirs if isinstance(theirs, dict) else {}), **ours}
+            inner_meta[_ACPGATE] = {**(theirs if isinstance(theirs, dict) else {}), **rest}
             inner = {**inner, "_meta": inner_meta}
         return sid, inner
-    meta = update.get("_meta")
-    if not isinstance(meta, dict) or not isinstance(ours := meta.get(_ACPGATE), dict):
-        return None
-    marker = ours.get(META_SUBAGENT)
-    if not isinstance(marker, dict):
-        return None
     if kind == U2_SUBAGENT_UPDATE:
-        parent = marker.get("parentSessionId")
+        parent = mark.get("parentSessionId")
         return (parent, update) if isinstance(parent, str) and parent else None
-    original = marker.get("sessionUpdate")
-    sid = marker.get("sessionId")
+    original = mark.get("sessionUpdate")
+    sid = mark.get("sessionId")
     if kind != U2_AGENT_THOUGHT_CHUNK or original not in _TEXT_KINDS or not isinstance(sid, str):
         return None
-    rest = {k: v for k, v in ours.items() if k != META_SUBAGENT}
     inner_meta = {k: v for k, v in meta.items() if k != _ACPGATE}
     if rest:
         inner_meta[_ACPGATE] = rest

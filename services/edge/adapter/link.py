@@ -17,7 +17,7 @@ be opened before it knows whom it serves (:meth:`AdapterLink.bind`): the edge
 takes a warm adapter while the session service decides the session.
 
 Where the lifecycle service shares this host (its stub carries an fd dialer,
-:mod:`services.edge.adapter.fds`), the stream is opened with ``fd_pass`` and the
+:mod:`services.edge.backends.fds`), the stream is opened with ``fd_pass`` and the
 link takes the adapter's pipes and reads and writes them itself
 (:mod:`services.edge.adapter.pipes`): updates go adapter → edge, and the stream
 carries only the open, the ensure and the exit report. Everything else is the
@@ -42,7 +42,7 @@ from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
 from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
-from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
+from services.edge.backends.fds import LifecycleStub, PipesLost, PipesNotTaken
 from services.edge.adapter.pipes import AdapterPipes
 from services.edge.adapter.reattach import STREAM_EOF, reattach
 from services.edge.adapter.v2_agent import V2Agent

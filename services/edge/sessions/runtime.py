@@ -35,7 +35,7 @@ from services.common.grpc_auth import GrpcSecurity, load_security, open_service_
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.common.principals import token_id_of
-from services.edge.adapter.fds import FdDialer, LifecycleStub
+from services.edge.backends.fds import FdDialer, LifecycleStub
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
 from services.edge.sessions.attachment import DetachedPort

@@ -1,0 +1,180 @@
+"""The edge's client of the lifecycle service: services/edge/backends/lifecycle.py.
+
+Against a real lifecycle service on a real unix socket, with real adapter processes
+(an echo script): answers come as the backend's records, every failure as a
+ServiceError of the kind the caller matches on, and the ``Attach`` stream as domain
+events — attached (with the ensure and the fd grant), stdout lines, the exit — with
+the pipes taken over the fd socket where the grant is offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common.config import load_config
+from services.common.fd_channel import fd_socket_path
+from services.common.grpc_auth import open_service_channel
+from services.common.grpc_server import RunningServer
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.fds import FdDialer
+from services.edge.backends.lifecycle import (
+    AdapterExited,
+    Attached,
+    AttachEvent,
+    AttachSpec,
+    Control,
+    Ensured,
+    EnsureSpec,
+    LeaseState,
+    LifecycleBackend,
+    StdoutLines,
+)
+from services.lifecycle.server import start_lifecycle_server
+from tests.launches import TEST_SECURITY, TEST_SERVICE_KEY, install_test_key, sealed
+from tests.lifecycle.conftest import ECHO, ProcessGuard
+
+KEY = "agent:echo:acp:s1"
+
+
+@dataclass
+class Served:
+    """A lifecycle service, the backend dialled to it, and a sealed echo adapter."""
+
+    server: RunningServer
+    backend: LifecycleBackend
+    echo: bytes
+
+
+@pytest.fixture
+def guard() -> Iterator[ProcessGuard]:
+    """The adapters a test started, killed at teardown if still there."""
+    g = ProcessGuard()
+    yield g
+    g.cleanup()
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    """A lifecycle service on a unix socket (its data path the default: pipes offered)."""
+    config_dir = tmp_path / "gw"
+    config_dir.mkdir()
+    (config_dir / "config.toml").write_text("[lifecycle]\nterm_grace_ms = 300\n",
+                                            encoding="utf-8")
+    cfg = load_config(config_dir, environ={})
+    install_test_key(cfg)
+    script = tmp_path / "echo.py"
+    script.write_text(ECHO, encoding="utf-8")
+    server = await start_lifecycle_server(cfg, f"unix:{tmp_path}/lifecycle.sock")
+    channel = server.dial()
+    echo = sealed(None, sys.executable, [str(script)]).SerializeToString()
+    try:
+        yield Served(server, LifecycleBackend(channel), echo)
+    finally:
+        await channel.close(None)
+        await server.stop()
+
+
+def ensure_echo(s: Served, key: str = KEY, **fields: Any) -> EnsureSpec:
+    return EnsureSpec(session_key=key, launch=s.echo, cwd=str(Path.cwd()), **fields)
+
+
+async def outgoing(queue: asyncio.Queue[list[str] | Control | None],
+                   ) -> AsyncIterator[list[str] | Control]:
+    while (item := await queue.get()) is not None:
+        yield item
+
+
+async def test_answers_are_records(served: Served, guard: ProcessGuard) -> None:
+    lc = served.backend
+    instance = await lc.get_instance()
+    assert instance.gateway_instance_id and instance.state_dir
+    ensured = await lc.ensure(ensure_echo(served))
+    assert isinstance(ensured, Ensured) and ensured.spawned and not ensured.warm
+    lease = ensured.lease
+    assert (lease.session_key, lease.state) == (KEY, LeaseState.OPEN) and lease.root_pid > 0
+    guard.track(lease.root_pid)
+    again = await lc.ensure(ensure_echo(served))  # idempotent: the live lease, not a spawn
+    assert again.lease.lease_id == lease.lease_id and not again.spawned
+    assert [x.lease_id for x in await lc.list_leases(LeaseState.OPEN, KEY)] == [lease.lease_id]
+    tree = await lc.verify_owned_tree(lease.lease_id, with_usage=True, wait_secs=5.0)
+    assert tree.verified and min(tree.processes, key=lambda p: p.depth).pid == lease.root_pid
+    closed = await lc.close_session(lease_id=lease.lease_id, reason="test")
+    assert closed.lease.state is LeaseState.CLOSED and not closed.unverified_reason
+    assert await lc.list_leases(LeaseState.OPEN, KEY) == []
+
+
+async def test_failures_are_service_errors_of_their_kind(served: Served, tmp_path: Path) -> None:
+    lc = served.backend
+    with pytest.raises(ServiceError) as unknown:
+        await lc.close_session(lease_id="no-such-lease", reason="test")
+    assert unknown.value.kind is Failure.NOT_FOUND and unknown.value.code == "NOT_FOUND"
+    with pytest.raises(ServiceError) as unsealed:  # a launch the session service never sealed
+        await lc.ensure(EnsureSpec(session_key=KEY, launch=b"", cwd=str(tmp_path)))
+    assert unsealed.value.kind is Failure.REFUSED
+    with pytest.raises(ServiceError) as cold:  # warm only, and no pool: never a spawn
+        await lc.ensure(ensure_echo(served, warm_pool="agent:none", warm_only=True))
+    assert cold.value.kind is Failure.PRECONDITION
+    with pytest.raises(ServiceError) as garbage:  # not even a sealed spec: said, not crashed
+        await lc.keep_warm("agent:x", b"\xff\xff", str(tmp_path), [], 1)
+    assert garbage.value.kind is Failure.INVALID
+    nobody = LifecycleBackend(open_service_channel(TEST_SECURITY, f"unix:{tmp_path}/none.sock"))
+    with pytest.raises(ServiceError) as down:
+        await nobody.get_instance()
+    assert down.value.kind is Failure.UNAVAILABLE
+
+
+async def test_the_attach_stream_as_domain_events(served: Served, guard: ProcessGuard) -> None:
+    queue: asyncio.Queue[list[str] | Control | None] = asyncio.Queue()
+    queue.put_nowait(["one", "two"])  # written before the attach: they go first
+    stream = served.backend.attach(AttachSpec(ensure=ensure_echo(served)), outgoing(queue))
+    first = await asyncio.wait_for(stream.read(), 30)
+    assert isinstance(first, Attached) and first.ensured is not None and first.grant is None
+    assert first.ensured.spawned and first.lease.session_key == KEY
+    guard.track(first.lease.root_pid)
+    lines: list[str] = []
+    while len(lines) < 2:
+        event = await asyncio.wait_for(stream.read(), 10)
+        assert isinstance(event, StdoutLines)
+        lines += event.lines
+    assert lines == ["one", "two"]
+    queue.put_nowait(Control.CLOSE_STDIN)
+    exited: AttachEvent | None = await asyncio.wait_for(stream.read(), 10)
+    assert isinstance(exited, AdapterExited) and exited.exit_code == 0
+    assert "stdin closed, bye" in exited.stderr_tail
+    assert await asyncio.wait_for(stream.read(), 10) is None
+    queue.put_nowait(None)
+    with pytest.raises(ServiceError) as refused:  # an attach's refusal: at its first read
+        await served.backend.attach(AttachSpec(lease_id="no-such-lease"), outgoing(queue)).read()
+    assert refused.value.kind is Failure.NOT_FOUND
+
+
+async def test_the_pipes_are_taken_with_the_grant(served: Served, guard: ProcessGuard) -> None:
+    lc = served.backend
+    path = fd_socket_path(served.server.address)
+    assert path is not None
+    lc.fds = FdDialer(path, TEST_SERVICE_KEY)
+    queue: asyncio.Queue[list[str] | Control | None] = asyncio.Queue()
+    stream = lc.attach(AttachSpec(ensure=ensure_echo(served), fd_pass=True), outgoing(queue))
+    first = await asyncio.wait_for(stream.read(), 30)
+    assert isinstance(first, Attached) and first.grant is not None
+    guard.track(first.lease.root_pid)
+    taken = await lc.take_pipes(first.lease.lease_id, first.grant)
+    try:
+        os.set_blocking(taken.stdout, True)  # read in a thread here, not on the loop
+        os.write(taken.stdin, b"through the pipe\n")
+        echoed = await asyncio.wait_for(asyncio.to_thread(os.read, taken.stdout, 1024), 10)
+        assert echoed == b"through the pipe\n"
+    finally:
+        taken.close()
+    queue.put_nowait(Control.CLOSE_STDIN)  # the service's copy of stdin: now the adapter's EOF
+    exited = await asyncio.wait_for(stream.read(), 10)
+    assert isinstance(exited, AdapterExited) and exited.exit_code == 0
+    queue.put_nowait(None)

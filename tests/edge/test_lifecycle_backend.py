@@ -4,12 +4,14 @@ Against a real lifecycle service on a real unix socket, with real adapter proces
 (an echo script): answers come as the backend's records, every failure as a
 ServiceError of the kind the caller matches on, and the ``Attach`` stream as domain
 events — attached (with the ensure and the fd grant), stdout lines, the exit — with
-the pipes taken over the fd socket where the grant is offered.
+the pipes taken over the fd socket where the grant is offered. Last, an adapter link
+driven by a fake backend: the edge's code above the backend needs no gRPC at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +25,9 @@ from services.common.config import load_config
 from services.common.fd_channel import fd_socket_path
 from services.common.grpc_auth import open_service_channel
 from services.common.grpc_server import RunningServer
+from services.common.jsonrpc import JsonRpcError
+from services.edge.adapter.exits import AdapterExit
+from services.edge.adapter.link import AdapterLink, LineFeed
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.fds import FdDialer
 from services.edge.backends.lifecycle import (
@@ -33,6 +38,7 @@ from services.edge.backends.lifecycle import (
     Control,
     Ensured,
     EnsureSpec,
+    Lease,
     LeaseState,
     LifecycleBackend,
     StdoutLines,
@@ -178,3 +184,89 @@ async def test_the_pipes_are_taken_with_the_grant(served: Served, guard: Process
     exited = await asyncio.wait_for(stream.read(), 10)
     assert isinstance(exited, AdapterExited) and exited.exit_code == 0
     queue.put_nowait(None)
+
+
+class FakeAdapterStream:
+    """An ``Attach`` stream with a JSON-RPC adapter behind it that answers every request
+    with its params, and on a ``quit`` notification says goodbye (a notification) and
+    exits with code 3."""
+
+    def __init__(self, sent: AsyncIterator[list[str] | Control]) -> None:
+        lease = Lease(lease_id="lease-1", session_key=KEY, state=LeaseState.OPEN)
+        self.events: asyncio.Queue[AttachEvent | None] = asyncio.Queue()
+        self.events.put_nowait(Attached(lease, Ensured(lease, spawned=True, warm=False)))
+        self.task = asyncio.ensure_future(self._adapter(sent))
+
+    async def _adapter(self, sent: AsyncIterator[list[str] | Control]) -> None:
+        async for item in sent:
+            if not isinstance(item, list):
+                continue
+            for msg in map(json.loads, item):
+                if "id" in msg:
+                    answer = {"jsonrpc": "2.0", "id": msg["id"], "result": msg["params"]}
+                    self.events.put_nowait(StdoutLines([json.dumps(answer)]))
+                elif msg["method"] == "quit":
+                    bye = {"jsonrpc": "2.0", "method": "bye", "params": {}}
+                    self.events.put_nowait(StdoutLines([json.dumps(bye)]))
+                    self.events.put_nowait(AdapterExited(exit_code=3, signal=0,
+                                                         stderr_tail="bye"))
+                    self.events.put_nowait(None)
+                    return
+
+    async def read(self) -> AttachEvent | None:
+        return await self.events.get()
+
+    def cancel(self) -> None:
+        self.task.cancel()
+        self.events.put_nowait(None)
+
+
+class FakeLifecycle:
+    """A lifecycle backend without a service: every attach reaches a fake adapter."""
+
+    fds = None
+
+    def __init__(self) -> None:
+        self.opened: list[AttachSpec] = []
+
+    def attach(self, spec: AttachSpec, sent: AsyncIterator[list[str] | Control],
+               ) -> FakeAdapterStream:
+        self.opened.append(spec)
+        return FakeAdapterStream(sent)
+
+
+class Peer:
+    """The session a link serves: what reached it."""
+
+    def __init__(self) -> None:
+        self.notified: list[str] = []
+        self.exits: list[AdapterExit] = []
+
+    async def on_adapter_notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        self.notified += [method for method, _ in batch]
+
+    async def on_adapter_request(self, method: str, params: dict[str, Any]) -> Any:
+        raise JsonRpcError(-32601, "Method not found")
+
+    def on_adapter_exit(self, exit_info: AdapterExit) -> None:
+        self.exits.append(exit_info)
+
+    async def on_adapter_lines(self, lines: Any, feed: LineFeed) -> None:
+        await feed(list(lines))
+
+
+async def test_an_adapter_link_runs_on_a_fake_backend() -> None:
+    fake = FakeLifecycle()
+    spec = AttachSpec(ensure=EnsureSpec(session_key=KEY, launch=b"opaque"), keep_on_loss=True)
+    link = AdapterLink(fake, spec, foreign=False)  # type: ignore[arg-type]
+    peer = Peer()
+    link.bind(peer)
+    link.begin()
+    await asyncio.wait_for(link.attached(), 10)
+    assert fake.opened == [spec]  # no pipes to take here: the spec as given, no fd_pass
+    assert link.lease_id == "lease-1" and link.ensured is not None and link.ensured.spawned
+    assert await asyncio.wait_for(link.request("echo/this", {"n": 1}), 10) == {"n": 1}
+    link.notify("quit", {})
+    gone = AdapterExit(exit_code=3, stderr_tail="bye")
+    assert await asyncio.wait_for(link.exited(10), 15) == gone
+    assert peer.notified == ["bye"] and peer.exits == [gone]  # its last lines, then its exit

@@ -1,7 +1,7 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
-version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
+It holds the session service's stub and the lifecycle service's client, who this edge is
+(name and version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
 slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
 event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
 and their heartbeat, and the one way a session is released: its dependents first (the

@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 
+from acpgate import __version__
+from acpgate.embedded import start_embedded
 from services.common.config import load_config
 from services.common.fd_channel import fd_socket_path
 from services.common.grpc_auth import open_service_channel
 from services.common.grpc_server import RunningServer
 from services.common.jsonrpc import JsonRpcError
+from services.common.protocol import INTERNAL_ERROR
 from services.edge.adapter.exits import AdapterExit
 from services.edge.adapter.link import AdapterLink, LineFeed
 from services.edge.backends.errors import Failure, ServiceError
@@ -43,8 +46,20 @@ from services.edge.backends.lifecycle import (
     LifecycleBackend,
     StdoutLines,
 )
+from services.edge.caller import LOCAL_OPERATOR
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.dialect.handlers.agent_calls import authenticate
+from services.edge.dialect.handlers.initialize import initialize
+from services.edge.transport.connection import open_runtime
 from services.lifecycle.server import start_lifecycle_server
-from tests.launches import TEST_SECURITY, TEST_SERVICE_KEY, install_test_key, sealed
+from tests.e2e.harness import write_config
+from tests.launches import (
+    TEST_SECURITY,
+    TEST_SERVICE_KEY,
+    config_environ,
+    install_test_key,
+    sealed,
+)
 from tests.lifecycle.conftest import ECHO, ProcessGuard
 
 KEY = "agent:echo:acp:s1"
@@ -160,6 +175,31 @@ async def test_the_attach_stream_as_domain_events(served: Served, guard: Process
     with pytest.raises(ServiceError) as refused:  # an attach's refusal: at its first read
         await served.backend.attach(AttachSpec(lease_id="no-such-lease"), outgoing(queue)).read()
     assert refused.value.kind is Failure.NOT_FOUND
+
+
+async def test_an_adapter_that_cannot_be_spawned_is_the_clients_error(tmp_path: Path) -> None:
+    # The connection's default agent runs a command that does not exist: the lifecycle
+    # service refuses its spawn (a ServiceError through the backend), and the client learns
+    # that from acpgate's own answers, not from a failed request.
+    broken = '[agents.broken]\nkind = "acp"\ncommand = "/nonexistent/acpgate-adapter"\n'
+    cfg_dir = write_config(tmp_path / "cfg", default_agent="broken", extra=broken)
+    rt = await open_runtime(load_config(cfg_dir, environ=config_environ()),
+                            version=__version__, start_services=start_embedded)
+
+    async def ignore(line: str) -> None:
+        pass
+
+    conn = DialectConnection(rt, ignore, methods={}, caller=LOCAL_OPERATOR)
+    try:
+        answer = await initialize(conn, {"protocolVersion": 1, "clientCapabilities": {}})
+        assert answer["protocolVersion"] == 1  # acpgate's own answer, the agent unstarted
+        with pytest.raises(JsonRpcError) as refused:
+            await authenticate(conn, {"methodId": "any"})
+        assert refused.value.code == INTERNAL_ERROR
+        assert refused.value.message.startswith("Failed to start agent `broken`: ")
+    finally:
+        await conn.close()
+        await rt.close()
 
 
 async def test_the_pipes_are_taken_with_the_grant(served: Served, guard: ProcessGuard) -> None:

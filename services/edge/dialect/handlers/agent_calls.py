@@ -40,6 +40,7 @@ from services.common.protocol import (
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
 from services.edge.adapter.link import AdapterGone
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.conn_agent import REPLAYED, ConnectionAgent, HeldAdapter
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import grpc_error
@@ -76,7 +77,7 @@ async def held_adapter(conn: DialectConnection, agent: session_pb2.ResolvedAgent
     """The connection's held adapter of ``agent``; a failed start is the client's error."""
     try:
         return await connection_agent(conn).held_for(agent)
-    except (JsonRpcError, AdapterGone, ConnectionError, grpc.aio.AioRpcError) as exc:
+    except (JsonRpcError, AdapterGone, ConnectionError, ServiceError) as exc:
         raise setup_error(agent.alias, exc, tuple(agent.env.values()), "initialize") from None
 
 

@@ -30,6 +30,7 @@ from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INTERNAL_ERROR,
     M_AUTHENTICATE,
+    M_INITIALIZE,
     M_LOGOUT,
     M_PROVIDERS_DISABLE,
     M_PROVIDERS_LIST,
@@ -77,7 +78,7 @@ async def held_adapter(conn: DialectConnection, agent: session_pb2.ResolvedAgent
     try:
         return await connection_agent(conn).held_for(agent)
     except (JsonRpcError, AdapterGone, ConnectionError, grpc.aio.AioRpcError) as exc:
-        raise setup_error(agent.alias, exc, tuple(agent.env.values()), "initialize") from None
+        raise setup_error(agent.alias, exc, tuple(agent.env.values()), M_INITIALIZE) from None
 
 
 async def _call(held: HeldAdapter, method: str, params: dict[str, Any]) -> Any:

@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from typing import Final
 
+from services.common.acp.names import (
+    M_SESSION_LOAD,
+    M_SESSION_RESUME,
+    U_AGENT_MESSAGE_CHUNK,
+    U_AGENT_THOUGHT_CHUNK,
+    U_USER_MESSAGE_CHUNK,
+)
+
 #: acpgate: an observer attachment named its session in a method an observer may not call
 #: (observers watch only; the edge's method table says which methods they may call).
 OBSERVER_READ_ONLY: Final = -32006
@@ -32,8 +40,8 @@ U_PERMISSION_RESOLVED: Final = "permission_resolved"
 #: Multi-client attach RFD: a client left the session (``client``: its clientInfo, role).
 U_CLIENT_DISCONNECTED: Final = "client_disconnected"
 #: The chunk updates that carry a ``messageId`` (Message ID RFD).
-MESSAGE_CHUNKS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk",
-                                   "user_message_chunk"})
+MESSAGE_CHUNKS: Final = frozenset({U_AGENT_MESSAGE_CHUNK, U_AGENT_THOUGHT_CHUNK,
+                                   U_USER_MESSAGE_CHUNK})
 
 # ------------------------------------------------------------------ session attach
 ROLE_CONTROLLER: Final = "controller"
@@ -75,7 +83,7 @@ MSG_SESSION_NOT_RUNNING: Final = (
     "Session {session_id} is stored but not running (it ended with its last connection or an "
     "acpgate restart): restore it with session/load or session/resume")
 #: The methods that bring a stored session back (``data.acpgate.restoreWith``).
-RESTORE_METHODS: Final = ("session/load", "session/resume")
+RESTORE_METHODS: Final = (M_SESSION_LOAD, M_SESSION_RESUME)
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"
 #: An attach again as observer by the one controller of a session that cannot be detached.
 MSG_ONLY_CONTROLLER: Final = (

@@ -85,6 +85,10 @@ def _version(version: int, methods: dict[str, str], kinds: list[str],
         out += ["", f"#: Every v{version} {side}-side method.",
                 f"{side.upper()}_METHODS_{tag}: Final = frozenset({{"]
         out += [f"    {constant(m, n)}," for n in names] + ["})"]
+    if unstable:
+        out += ["", f"#: The v{version} methods that are not in the stable schema yet.",
+                f"UNSTABLE_METHODS_{tag}: Final = frozenset({{"]
+        out += [f"    {constant(m, n)}," for n in sorted(unstable)] + ["})"]
     out += _section(f"v{version}: session/update kinds")
     out += [f"{constant(u, k)}: Final = {json.dumps(k)}" for k in kinds]
     out += ["", f"#: Every v{version} session/update kind, in the schema's order.",

@@ -96,6 +96,15 @@ PROTOCOL_METHODS_V1: Final = frozenset({
     M_CANCEL_REQUEST,
 })
 
+#: The v1 methods that are not in the stable schema yet.
+UNSTABLE_METHODS_V1: Final = frozenset({
+    M_PROVIDERS_DISABLE,
+    M_PROVIDERS_LIST,
+    M_PROVIDERS_SET,
+    M_SESSION_FORK,
+    M_SESSION_SET_MODEL,
+})
+
 
 # ------------------------------------------------------------------------ v1: session/update kinds
 U_USER_MESSAGE_CHUNK: Final = "user_message_chunk"

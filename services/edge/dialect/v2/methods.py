@@ -12,6 +12,7 @@ never relayed to the agent (:func:`refused`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from services.common.acp.v2.names import MSG_V2_SESSION_NOT_FOUND, RESOURCE_NOT_FOUND
@@ -41,8 +42,7 @@ def v2_errors(handler: Handler) -> Handler:
             sid = exc.message[len(_NOT_FOUND_HEAD):]
             raise JsonRpcError(RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
                 session_id=sid), {"sessionId": sid}) from None
-    served.__name__ = getattr(handler, "__name__", "served")
-    return served
+    return functools.update_wrapper(served, handler)
 
 
 def refused(method: str) -> Handler:

@@ -37,9 +37,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from services.common.acp.schema import SessionCapabilities
 from services.edge.dialect.passed_caps import passed_capabilities
 
-__all__ = ["Capability", "V2Place", "merged_capabilities", "own_capabilities", "session_keys"]
+__all__ = ["Capability", "V2Place", "merged_capabilities", "own_capabilities",
+           "own_session_capabilities", "session_keys"]
 
 #: The prefix of a capability under ``agentCapabilities.sessionCapabilities``.
 SESSION_CAPS = "sessionCapabilities."
@@ -89,6 +91,15 @@ UNRELAYED_MCP = frozenset({"acp"})
 
 def _object(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
+
+
+def own_session_capabilities(own: frozenset[str]) -> dict[str, Any]:
+    """The ``sessionCapabilities`` object promising the ``own`` keys (of
+    :func:`own_capabilities`): ACP's in the schema's order, each as its typed model writes
+    it, then acpgate's own (``attach``) as ``{}``, by name."""
+    keys = {k[len(SESSION_CAPS):] for k in own if k.startswith(SESSION_CAPS)}
+    typed = SessionCapabilities.from_json({k: {} for k in keys}).to_json()
+    return {**typed, **{k: {} for k in sorted(keys - typed.keys())}}
 
 
 def session_keys(capabilities: Iterable[Capability],

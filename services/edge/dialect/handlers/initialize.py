@@ -47,6 +47,7 @@ from services.edge.dialect.advertised import (
     V2Place,
     merged_capabilities,
     own_capabilities,
+    own_session_capabilities,
     session_keys,
 )
 from services.edge.dialect.dispatch import DialectConnection
@@ -144,28 +145,22 @@ async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict
     persistent = rt.persistent
     caps = conn.dialect.capabilities
     own = own_capabilities(caps, persistent=persistent, remote=conn.remote)
-
-    def says(name: str) -> bool:
-        return f"sessionCapabilities.{name}" in own
     own_meta: dict[str, Any] = {META_ZEROCLAW: zeroclaw}
     if not persistent:  # said where a client looks, not only in a log nobody reads
         own_meta[META_ACPGATE] = {"store": {"persistent": False, "reason": rt.store_reason}}
     out = InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=agent_capabilities(
-            load_session="loadSession" in own, resume=says("resume"), close=says("close"),
-            list_sessions=says("list"), delete=says("delete"),
-            additional_directories=says("additionalDirectories"), fork=says("fork"),
-            image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
+            load_session="loadSession" in own, image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http and mcp_http,
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),
         agent_info=rt.implementation,
         auth_methods=[],
         meta=own_meta,
     ).to_json()
-    if says("attach"):  # several clients, one live session
-        out["agentCapabilities"].setdefault("sessionCapabilities", {})["attach"] = {
-            "roles": list(ATTACH_ROLES)}
+    session = out["agentCapabilities"]["sessionCapabilities"] = own_session_capabilities(own)
+    if "attach" in session:  # several clients, one live session: the roles they may take
+        session["attach"] = {"roles": list(ATTACH_ROLES)}
     if profile is None:
         return out
     out["agentCapabilities"] = merged_capabilities(

@@ -147,8 +147,8 @@ def _both(name: str, handler: Handler | None = None, **kw: Any) -> Method:
     return Method(name, name, handler, **kw)
 
 
-#: ``sessionCapabilities.<key>`` served from acpgate's store.
 def _stored(key: str, v2: V2Place = V2Place.BASELINE) -> Capability:
+    """``sessionCapabilities.<key>``, served from acpgate's store."""
     return Capability(f"sessionCapabilities.{key}", v2=v2)
 
 

@@ -13,8 +13,14 @@ from services.common.acp import names
 from services.common.acp.v2.names import PROTOCOL_V1, PROTOCOL_V2
 from services.common.protocol import ACPGATE_METHOD_PREFIX
 from services.edge.dialect.advertised import V2Place, own_capabilities, session_keys
-from services.edge.dialect.handlers import agent_calls
-from services.edge.dialect.method_table import DIALECTS, METHODS, UNRELAYED, Method, Route
+from services.edge.dialect.method_table import (
+    DIALECTS,
+    METHODS,
+    TO_AGENT,
+    UNRELAYED,
+    Method,
+    Route,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = (PROTOCOL_V1, PROTOCOL_V2)
@@ -92,10 +98,10 @@ def test_names_are_the_schemas_or_acpgates_own() -> None:
                 assert name in schema, name
 
 
-def test_relayed_rows_reach_the_connections_agent() -> None:
-    """A relayed row without a session goes to the connection's agent, never -32601."""
-    relayed = {n for m in METHODS if m.route is Route.RELAYED for n in (m.v1, m.v2) if n}
-    assert relayed <= agent_calls.CONNECTION_METHODS
+def test_the_relay_reads_its_rows() -> None:
+    """Relayed rows are what a session-less call may pass to the connection's agent;
+    acpgate's session-creating rows are never relayed."""
+    assert TO_AGENT == {"logout", "providers/list", "providers/set", "providers/disable"}
     assert UNRELAYED == {"session/fork", "session/attach", "session/detach"}
 
 

@@ -12,7 +12,8 @@ read from :data:`METHODS`:
   (handlers by wire name, the observer's methods, the capabilities), which
   ``initialize`` picks and reads;
 - :func:`fallback`: what serves a method no handler serves (the relay), never passing
-  on the methods :data:`UNRELAYED`.
+  on the methods :data:`UNRELAYED`, and passing a session-less one to the connection's
+  agent only when :data:`TO_AGENT` (or ``_`` prefixed).
 
 A v1 method v2 removed (``authenticate``, ``logout``, ``session/load``,
 ``session/set_mode``) is -32601 for a v2 client, never relayed; a v2-only method on a
@@ -37,6 +38,7 @@ from services.common.acp.v2.names import (
     PROTOCOL_V2,
 )
 from services.common.attach_protocol import M_SESSION_ATTACH, M_SESSION_DETACH
+from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_AGENTS_LIST,
     M_AUTHENTICATE,
@@ -64,6 +66,8 @@ from services.common.protocol import (
     M_SESSION_SET_MODEL,
     M_SESSION_STOP,
     M_SESSION_UPDATE,
+    METHOD_NOT_FOUND,
+    MSG_METHOD_NOT_FOUND,
 )
 from services.edge.dialect import host_view
 from services.edge.dialect.advertised import Capability, V2Place
@@ -85,7 +89,7 @@ from services.edge.dialect.handlers import (
 from services.edge.dialect.v2 import prompt, setup
 from services.edge.dialect.v2.methods import refused, v2_errors
 
-__all__ = ["DIALECTS", "METHODS", "UNRELAYED", "Method", "Route", "fallback"]
+__all__ = ["DIALECTS", "METHODS", "TO_AGENT", "UNRELAYED", "Method", "Route", "fallback"]
 
 
 class Route(enum.Enum):
@@ -199,6 +203,10 @@ METHODS: tuple[Method, ...] = (
     _both(M_HOST_CLOSE, host_view.host_close, observer=True),
 )
 
+#: Session-less methods the relay passes to the connection's agent (:attr:`Route.RELAYED`;
+#: ``_`` extension methods too), whatever a version calls them.
+TO_AGENT: frozenset[str] = frozenset(
+    name for m in METHODS if m.route is Route.RELAYED for name in (m.v1, m.v2) if name)
 #: Methods the relay never passes on (:attr:`Route.OWN`), whatever a version calls them.
 UNRELAYED: frozenset[str] = frozenset(
     name for m in METHODS if m.route is Route.OWN for name in (m.v1, m.v2) if name)
@@ -227,10 +235,21 @@ DIALECTS: Mapping[int, Dialect] = {PROTOCOL_V1: _dialect(PROTOCOL_V1),
                                    PROTOCOL_V2: _dialect(PROTOCOL_V2)}
 
 
+async def _to_agent(conn: DialectConnection, method: str, params: dict[str, Any],
+                    notification: bool) -> Any:
+    """A session-less method: the connection's agent's when :data:`TO_AGENT` or ``_``
+    prefixed, else -32601 (a notification: nothing)."""
+    if method in TO_AGENT or method.startswith("_"):
+        return await agent_calls.connection_call(conn, method, params, notification)
+    if notification:
+        return None
+    raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+
+
 async def fallback(conn: DialectConnection, method: str, params: dict[str, Any],
                    notification: bool) -> Any:
     """A method no handler of the connection's dialect serves: relayed to the session's
     adapter, or to the connection's agent
     (:func:`services.edge.dialect.handlers.relay.relay_unknown`)."""
     return await relay.relay_unknown(conn, method, params, notification, unrelayed=UNRELAYED,
-                                     connection_level=agent_calls.connection_call)
+                                     connection_level=_to_agent)

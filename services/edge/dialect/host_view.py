@@ -32,21 +32,19 @@ from services.common.principals import owner_label
 from services.common.protocol import (
     AUTH_REQUIRED,
     M_HOST_CANCEL,
-    M_HOST_CLOSE,
-    M_HOST_PS,
     MSG_HOST_ELSEWHERE,
     MSG_HOST_REFUSED,
 )
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import Lease, LeaseState
-from services.edge.dialect.dispatch import DialectConnection, Handler
+from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import grpc_error, not_found, service_error
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id
 from services.edge.sessions.activity import activity_of
 from services.edge.sessions.session import EdgeSession
 from services.edge.tokens import GRANT_HOST, TokenStore
 
-__all__ = ["HOST_METHODS", "host_ps"]
+__all__ = ["host_cancel", "host_close", "host_ps"]
 
 _LIVE_LEASES = (LeaseState.OPEN, LeaseState.CLOSING, LeaseState.WARM)
 _ACTIVITY = {spb.ACTIVITY_STATE_SETTING_UP: "setting-up", spb.ACTIVITY_STATE_IDLE: "idle",
@@ -179,7 +177,3 @@ async def host_close(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     await rt.release(session, "host_close")
     return {}
 
-
-#: The host view's methods, for the dialect's method table.
-HOST_METHODS: dict[str, Handler] = {M_HOST_PS: host_ps, M_HOST_CANCEL: host_cancel,
-                                    M_HOST_CLOSE: host_close}

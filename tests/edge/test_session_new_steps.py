@@ -20,20 +20,20 @@ from typing import Any
 
 import pytest
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS
+from services.edge.backends.lifecycle import EnsureSpec, Lease, LeaseState
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.new import session_new
 from services.edge.sessions.claims import HostClaims
-from services.edge.sessions.warm import EarlyTake
+from services.edge.sessions.warm import EarlyTake, sealed_launch
 from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime
 from tests.e2e.harness import workspace_beside_config
 
-WARM = lifecycle_pb2.LEASE_STATE_WARM
-OPEN = lifecycle_pb2.LEASE_STATE_OPEN
-CLOSED = lifecycle_pb2.LEASE_STATE_CLOSED
+WARM = LeaseState.WARM
+OPEN = LeaseState.OPEN
+CLOSED = LeaseState.CLOSED
 
 
 async def _ignore(line: str) -> None:
@@ -43,20 +43,19 @@ async def _ignore(line: str) -> None:
 async def _warm_lease_ids(rt: EdgeRuntime) -> set[str]:
     """The demo pool's ready adapters (waits until there is one)."""
     for _ in range(600):
-        reply = await rt.lifecycle_stub.ListLeases(lifecycle_pb2.ListLeasesRequest(state=WARM))
-        ready = {lease.lease_id for lease in reply.leases if lease.adapter_pid > 0}
+        ready = {lease.lease_id for lease in await rt.lifecycle.list_leases(WARM)
+                 if lease.adapter_pid > 0}
         if ready:
             return ready
         await asyncio.sleep(0.05)
     raise AssertionError("the demo pool never held a warm adapter")
 
 
-async def _lease(rt: EdgeRuntime, lease_id: str) -> lifecycle_pb2.Lease:
-    reply = await rt.lifecycle_stub.ListLeases(lifecycle_pb2.ListLeasesRequest())
-    return next(lease for lease in reply.leases if lease.lease_id == lease_id)
+async def _lease(rt: EdgeRuntime, lease_id: str) -> Lease:
+    return next(lease for lease in await rt.lifecycle.list_leases() if lease.lease_id == lease_id)
 
 
-async def _let_go(rt: EdgeRuntime, lease_id: str) -> int:
+async def _let_go(rt: EdgeRuntime, lease_id: str) -> LeaseState:
     """Wait until an early-taken adapter was let go: closed, or back in its pool when its
     stream never reached it (it heard nothing of the session); its state then."""
     for _ in range(400):
@@ -172,8 +171,9 @@ def test_an_empty_pool_falls_back_to_a_spawn(
         warm = await _warm_lease_ids(runtime)
         agent = runtime.warm._agents["demo"]
         # Someone else takes the pool's only adapter first.
-        other = await runtime.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
-            session_key="agent:demo:acp:other", launch=agent.launch, warm_pool="agent:demo"))
+        other = await runtime.lifecycle.ensure(EnsureSpec(
+            session_key="agent:demo:acp:other", launch=sealed_launch(agent),
+            warm_pool="agent:demo"))
         assert other.warm
         sid = await _new(conn, work)
         lease = await _lease(runtime, conn.sessions[sid].lease_id)

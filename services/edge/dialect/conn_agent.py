@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -57,6 +56,7 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterExit, AdapterLink
 from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.adapter.requests import initialize_request
+from services.edge.backends.lifecycle import AttachSpec
 from services.edge.ports.permission import cancelled_answer
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class ConnectionAgent:
     async def _start(self, agent: session_pb2.ResolvedAgent) -> HeldAdapter:
         rt = self.conn.runtime
         sid = str(uuid.uuid4())
-        link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(ensure=rt.warm.ensure_request(
+        link = AdapterLink(rt.lifecycle, AttachSpec(ensure=rt.warm.ensure_request(
             agent, session_key_for(agent.alias, sid), agent.agent_workspace)), foreign=foreign(agent),
             protocol=agent.protocol)
         client = AdapterClient(link, sid, _HeldHost(self), agent)

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.logs import get_logger
@@ -43,6 +42,7 @@ from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.caps import recorded_capabilities
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
+from services.edge.backends.lifecycle import AttachSpec
 from services.edge.sessions import adopted_turn
 from services.edge.sessions.attachment import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
@@ -104,7 +104,7 @@ async def _readopt_one(rt: EdgeRuntime, live: session_pb2.LiveSession, noted: bo
         session_pb2.ResolveRestoreAgentRequest(session_id=sid))
     session = EdgeSession(rt, DetachedPort(ClientCapabilities()), row, rt.clock)
     session.confirmed = True
-    link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(
+    link = AdapterLink(rt.lifecycle, AttachSpec(
         lease_id=row.lease_id, keep_on_loss=True), foreign=foreign(agent), first_id=_first_id())
     client = AdapterClient(link, sid, session, agent)
     client.adapter_session_id = row.adapter_session_id

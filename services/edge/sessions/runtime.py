@@ -1,7 +1,7 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
-version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
+It holds the session service's stub and the lifecycle service's client, who this edge is
+(name and version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
 slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
 event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
 and their heartbeat, and the one way a session is released: its dependents first (the
@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
@@ -35,7 +34,9 @@ from services.common.grpc_auth import GrpcSecurity, load_security, open_service_
 from services.common.grpc_channel import wait_healthy
 from services.common.logs import get_logger
 from services.common.principals import token_id_of
-from services.edge.adapter.fds import FdDialer, LifecycleStub
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.fds import FdDialer
+from services.edge.backends.lifecycle import LifecycleBackend
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
 from services.edge.sessions.attachment import DetachedPort
@@ -108,7 +109,7 @@ class EdgeRuntime:
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
-        self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
+        self.lifecycle = LifecycleBackend(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
@@ -118,7 +119,7 @@ class EdgeRuntime:
         #: others, through the session service (services.edge.sessions.workers); None: the only edge.
         self.workers = WorkerLink(self.session_stub, worker) if worker else None
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
-        self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
+        self.warm = WarmPools(self.session_stub, self.lifecycle)
         self.persistent = True
         #: Why the session service keeps sessions in memory ("" when it stores them).
         self.store_reason = ""
@@ -147,7 +148,7 @@ class EdgeRuntime:
         self.store_reason = "" if status.persistent else status.fallback_reason
         if not status.persistent:
             log.warning("store_in_memory", reason=status.fallback_reason)
-        instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
+        instance = await self.lifecycle.get_instance()
         self.gateway_instance_id = instance.gateway_instance_id
         if self.workers is not None:  # its sessions are claimed by this worker, not its host
             self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
@@ -291,16 +292,16 @@ class EdgeRuntime:
         if not lease_id and not session_key:
             return
         try:
-            resp = await self.lifecycle_stub.CloseSession(lifecycle_pb2.CloseSessionRequest(
+            closed = await self.lifecycle.close_session(
                 lease_id=lease_id, session_key=session_key if not lease_id else "",
-                reason=reason))
-            if resp.unverified_reason:
-                log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
-        except grpc.aio.AioRpcError as exc:
-            if not lease_id and exc.code() == grpc.StatusCode.NOT_FOUND:
+                reason=reason)
+            if closed.unverified_reason:
+                log.warning("close_unverified", lease_id=lease_id, why=closed.unverified_reason)
+        except ServiceError as exc:
+            if not lease_id and exc.kind is Failure.NOT_FOUND:
                 return  # the session never got a lease (its ensure was refused)
-            log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
-                        detail=exc.details())
+            log.warning("close_session_failed", lease_id=lease_id, code=exc.code,
+                        detail=exc.detail)
 
     async def _reap_idle(self) -> None:
         while True:  # the timeout read per sweep: a reload may change it
@@ -396,7 +397,7 @@ async def open_runtime(
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
                           adapter_methods=adapter_methods, worker=worker)
     runtime._hosted = hosted
-    runtime.lifecycle_stub.fds = FdDialer.of(  # where the adapters' pipes can come here
+    runtime.lifecycle.fds = FdDialer.of(  # where the adapters' pipes can come here
         cfg, lifecycle_addr, hosted.security if hosted else security)
     try:
         await runtime._start()

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -34,6 +33,8 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
 from services.edge.adapter.link import AdapterLink
 from services.edge.adapter.requests import agent_secrets, initialize_request
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import AttachSpec
 from services.edge.caller import Caller
 from services.edge.ports.client_port import ClientPort
 from services.edge.sessions.claims import refusal
@@ -140,7 +141,7 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
     serves the session when it is what the session calls for and the pool had one, else
     it is let go (:func:`drop_early`) and the lease is ensured as usual.
 
-    Raises what failed (a refused ensure as the lifecycle service's gRPC error), with
+    Raises what failed (a refused ensure as the lifecycle service's ServiceError), with
     ``session.lease_id`` set when a lease was ensured; the session's
     :func:`setting_up` releases it.
     """
@@ -154,11 +155,11 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
             # A held adapter got the connection's calls already; a warm one none yet.
             return await _bring_up(conn, session, agent, policy, early.link, early.answer,
                                    replay=not getattr(early, "replayed", False))
-    attach = lifecycle_pb2.AttachOpen(  # kept for a restarted edge (services.lifecycle.kept)
+    attach = AttachSpec(  # kept for a restarted edge (services.lifecycle.kept)
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir),
         keep_on_loss=True)
     return await _bring_up(conn, session, agent, policy,
-                           AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent),
+                           AdapterLink(rt.lifecycle, attach, foreign=foreign(agent),
                                        protocol=agent.protocol))
 
 
@@ -170,7 +171,7 @@ async def _took(early: TakenAdapter) -> bool:
     try:
         await early.link.attached(SETUP_TIMEOUT_SECS)
     except Exception as exc:
-        why = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        why = exc.detail if isinstance(exc, ServiceError) else str(exc)
         log.info("warm_take_failed", alias=early.agent.alias, why=why)
         return False
     return True

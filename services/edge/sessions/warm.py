@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import M_INITIALIZE, session_key_for
 from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.link import AdapterLink, seen
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import AttachSpec, EnsureSpec, LifecycleBackend
 
 if TYPE_CHECKING:
-    from acpgate_contracts.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
     from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
 
 log = get_logger("edge.warm")
@@ -57,21 +57,19 @@ def pool_name(alias: str) -> str:
     return f"agent:{alias}"
 
 
-def keep_request(agent: session_pb2.ResolvedAgent) -> lifecycle_pb2.KeepWarmRequest:
-    """``KeepWarm`` for a resolved agent: its sealed launch spec, in its agent workspace."""
-    return lifecycle_pb2.KeepWarmRequest(
-        pool=pool_name(agent.alias), launch=agent.launch, cwd=agent.agent_workspace,
-        watch_paths=list(agent.watch_paths), count=agent.warm)
+def sealed_launch(agent: session_pb2.ResolvedAgent) -> bytes:
+    """The agent's sealed launch spec as the lifecycle service takes it (opaque here)."""
+    return agent.launch.SerializeToString()
 
 
 class WarmPools:
     """Declares the pools of one edge runtime and keeps them declared."""
 
     def __init__(self, session_stub: SessionServiceAsyncStub,
-                 lifecycle_stub: LifecycleServiceAsyncStub,
+                 lifecycle: LifecycleBackend,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._session = session_stub
-        self._lifecycle = lifecycle_stub
+        self._lifecycle = lifecycle
         self._clock = clock
         self._declared: dict[str, float] = {}
         #: The launch spec each declared pool was given, by alias.
@@ -109,18 +107,19 @@ class WarmPools:
         self._declared[agent.alias] = self._clock()
         self._agents[agent.alias] = agent
         try:
-            await self._lifecycle.KeepWarm(keep_request(agent))
-        except grpc.aio.AioRpcError as exc:
-            log.warning("keep_warm_failed", alias=agent.alias, code=exc.code().name,
-                        detail=exc.details())
+            await self._lifecycle.keep_warm(
+                pool_name(agent.alias), sealed_launch(agent), agent.agent_workspace,
+                agent.watch_paths, agent.warm)
+        except ServiceError as exc:
+            log.warning("keep_warm_failed", alias=agent.alias, code=exc.code,
+                        detail=exc.detail)
 
     def ensure_request(self, agent: session_pb2.ResolvedAgent, session_key: str, cwd: str = "",
-                       *, warm_only: bool = False) -> lifecycle_pb2.EnsureSessionRequest:
+                       *, warm_only: bool = False) -> EnsureSpec:
         """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter of ``agent``'s pool
         when it keeps one, else a fresh spawn in ``cwd`` (``warm_only``: never a spawn)."""
-        return lifecycle_pb2.EnsureSessionRequest(
-            session_key=session_key, launch=agent.launch, cwd=cwd,
-            warm_pool=self.pool_for(agent), warm_only=warm_only)
+        return EnsureSpec(session_key=session_key, launch=sealed_launch(agent), cwd=cwd,
+                          warm_pool=self.pool_for(agent), warm_only=warm_only)
 
     def pool_for(self, agent: session_pb2.ResolvedAgent) -> str:
         """The pool an ``EnsureSession`` for ``agent`` names ("" when it keeps none warm)."""
@@ -142,7 +141,7 @@ class WarmPools:
         agent = self._agents.get(alias)
         if agent is None or agent.warm <= 0:
             return None
-        link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(ensure=self.ensure_request(
+        link = AdapterLink(self._lifecycle, AttachSpec(ensure=self.ensure_request(
             agent, session_key_for(alias, session_id), warm_only=True)), foreign=foreign(agent),
             protocol=agent.protocol)
         link.begin()

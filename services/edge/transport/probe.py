@@ -13,11 +13,12 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.logs import get_logger
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import LifecycleBackend
 
 log = get_logger("edge.ws")
 
@@ -30,6 +31,7 @@ class ServiceProbe:
             "session": (open_service_channel(sec, session_addr), SESSION_SERVICE),
             "lifecycle": (open_service_channel(sec, lifecycle_addr), LIFECYCLE_SERVICE),
         }
+        self._lifecycle = LifecycleBackend(self._channels["lifecycle"][0])
 
     async def _check(self, channel: grpc.aio.Channel, service: str) -> str:
         try:
@@ -61,17 +63,13 @@ class ServiceProbe:
 
     async def leases_by_state(self) -> dict[str, int] | None:
         """Lease counts by lowercase state name, or ``None`` when the service is unreachable."""
-        channel = self._channels["lifecycle"][0]
         try:
-            reply = await lifecycle_pb2_grpc.LifecycleServiceStub(channel).ListLeases(
-                lifecycle_pb2.ListLeasesRequest(), timeout=3.0
-            )
-        except grpc.aio.AioRpcError:
+            leases = await self._lifecycle.list_leases(wait_secs=3.0)
+        except ServiceError:
             return None
         out: dict[str, int] = {}
-        for lease in reply.leases:
-            name = lifecycle_pb2.LeaseState.Name(lease.state).removeprefix("LEASE_STATE_").lower()
-            out[name] = out.get(name, 0) + 1
+        for lease in leases:
+            out[lease.state.value] = out.get(lease.state.value, 0) + 1
         return out
 
     async def close(self) -> None:

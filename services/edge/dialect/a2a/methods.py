@@ -21,7 +21,6 @@ from typing import Any
 
 import grpc
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
@@ -32,6 +31,7 @@ from services.common.protocol import (
     M_A2A_SPAWN,
     M_A2A_STATUS,
 )
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.a2a import runner
 from services.edge.dialect.a2a.views import history_view, iso, row_view, session_id_of_key, state_of
 from services.edge.errors import grpc_error, not_found
@@ -153,15 +153,13 @@ async def _lease_state(requester: EdgeSession, row: session_pb2.SessionRow,
     "none" when it has none here)."""
     key = live.session_key if live is not None else row.ownership.session_key
     try:
-        resp = await requester.runtime.lifecycle_stub.ListLeases(
-            lifecycle_pb2.ListLeasesRequest(session_key=key))
-    except grpc.aio.AioRpcError:
+        found = await requester.runtime.lifecycle.list_leases(session_key=key)
+    except ServiceError:
         return "unknown"
-    leases = sorted(resp.leases, key=lambda lease: (lease.lease_id == row.lease_id,
-                                                    lease.started_at))
+    leases = sorted(found, key=lambda lease: (lease.lease_id == row.lease_id, lease.started_at))
     if not leases:
         return "none"
-    return lifecycle_pb2.LeaseState.Name(leases[-1].state).removeprefix("LEASE_STATE_").lower()
+    return leases[-1].state.value
 
 
 #: The adapter requests the edge serves for the session tools.

@@ -30,16 +30,15 @@ from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INTERNAL_ERROR,
     M_AUTHENTICATE,
+    M_INITIALIZE,
     M_LOGOUT,
-    M_PROVIDERS_DISABLE,
-    M_PROVIDERS_LIST,
-    M_PROVIDERS_SET,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
 )
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
 from services.edge.adapter.link import AdapterGone
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.conn_agent import REPLAYED, ConnectionAgent, HeldAdapter
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import grpc_error
@@ -48,11 +47,6 @@ from services.edge.params import without_acpgate_meta
 log = get_logger("edge.agent_calls")
 
 __all__ = ["authenticate", "connection_agent", "connection_call", "default_agent"]
-
-#: Connection-level methods of ACP (besides ``_`` extension methods) passed to the agent.
-CONNECTION_METHODS = frozenset({M_AUTHENTICATE, M_LOGOUT, M_PROVIDERS_LIST, M_PROVIDERS_SET,
-                                M_PROVIDERS_DISABLE})
-
 
 def connection_agent(conn: DialectConnection) -> ConnectionAgent:
     """The connection's :class:`ConnectionAgent` (made on first use)."""
@@ -76,8 +70,8 @@ async def held_adapter(conn: DialectConnection, agent: session_pb2.ResolvedAgent
     """The connection's held adapter of ``agent``; a failed start is the client's error."""
     try:
         return await connection_agent(conn).held_for(agent)
-    except (JsonRpcError, AdapterGone, ConnectionError, grpc.aio.AioRpcError) as exc:
-        raise setup_error(agent.alias, exc, tuple(agent.env.values()), "initialize") from None
+    except (JsonRpcError, AdapterGone, ConnectionError, ServiceError) as exc:
+        raise setup_error(agent.alias, exc, tuple(agent.env.values()), M_INITIALIZE) from None
 
 
 async def _call(held: HeldAdapter, method: str, params: dict[str, Any]) -> Any:
@@ -132,13 +126,9 @@ async def _agent_call(conn: DialectConnection, agent: session_pb2.ResolvedAgent,
 
 async def connection_call(conn: DialectConnection, method: str, params: dict[str, Any],
                           notification: bool) -> Any:
-    """A session-less method the method table does not serve (the relay's fallback for
-    them): ``logout``, ``providers/*`` and ``_`` extension methods go to the connection's
-    default agent; anything else is -32601."""
-    if method not in CONNECTION_METHODS and not method.startswith("_"):
-        if notification:
-            return None
-        raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+    """A session-less method the relay passes to the connection's default agent (the method
+    table decides which: its relayed rows, ``logout`` and ``providers/*``, and ``_``
+    extension methods)."""
     agent = await default_agent(conn)
     if agent.kind == AGENT_KIND_BUILTIN:
         if notification:

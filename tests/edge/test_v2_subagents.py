@@ -124,6 +124,10 @@ def test_v2_client_gets_child_sessions(acp: AcpProcess, log: Path, tmp_path: Pat
     assert listed[child]["_meta"]["acpgate"]["parentSessionId"] == sid
     assert listed[child]["title"] == "Helper"
     assert listed[grand]["_meta"]["acpgate"]["parentSessionId"] == child
+    # A child is no session to resume: its updates come with its parent's.
+    refused = acp.error("session/resume", {"sessionId": child, "cwd": _work(tmp_path),
+                                           "mcpServers": []})
+    assert refused["code"] == -32602 and sid in refused["message"], refused
     # Replayed from the event log: the child's updates come back as the child's.
     acp.result("session/close", {"sessionId": sid})
     before, resp = acp.call("session/resume", {

@@ -37,6 +37,10 @@ MSG_NO_V1_CANCEL: Final = ("{method} is not available: the session's agent speak
                            "which cannot cancel one tool call or terminal (session/cancel "
                            "cancels the turn)")
 
+#: A v2 client's ``session/resume`` of a child session.
+MSG_CHILD_SETUP: Final = ("Session {session_id} is a subagent session of {parent}: its "
+                          "updates come with its parent's (resume {parent})")
+
 # Error codes v2 names.
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 RESOURCE_NOT_FOUND: Final = -32002

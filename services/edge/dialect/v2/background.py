@@ -8,7 +8,8 @@ answer comes back whole (its ``-32602`` for an unknown or final tool call includ
 session whose agent speaks v1 has no such controls: ``tool_call/cancel`` and
 ``terminal/cancel`` are refused with -32601 saying so (v1's one equivalent is
 ``session/cancel`` of the whole turn). An id naming no session of this connection, nor a
-child of one, is "session not found" — never relayed.
+child of one, is "session not found" — never relayed. A child has no setup of its own:
+``session/resume`` of one is refused (:func:`refuse_child`) while its parent is live here.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from typing import Any
 from services.common.acp.v2.names import (
     M_TERMINAL_CANCEL,
     M_TOOL_CALL_CANCEL,
+    MSG_CHILD_SETUP,
     MSG_NO_V1_CANCEL,
 )
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import INTERNAL_ERROR, M_SESSION_CANCEL, METHOD_NOT_FOUND
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    M_SESSION_CANCEL,
+    METHOD_NOT_FOUND,
+)
 from services.edge.adapter.failures import agent_error, exit_data
 from services.edge.adapter.link import AdapterGone
 from services.edge.dialect.dispatch import DialectConnection
@@ -30,7 +37,7 @@ from services.edge.errors import not_found
 from services.edge.params import session_id, without_acpgate_meta
 from services.edge.sessions.session import EdgeSession
 
-__all__ = ["session_cancel", "terminal_cancel", "tool_call_cancel"]
+__all__ = ["refuse_child", "session_cancel", "terminal_cancel", "tool_call_cancel"]
 
 
 def _child_of(conn: DialectConnection, sid: str) -> tuple[EdgeSession, str] | None:
@@ -43,6 +50,21 @@ def _child_of(conn: DialectConnection, sid: str) -> tuple[EdgeSession, str] | No
         if child is not None:
             return session, child.raw
     return None
+
+
+def refuse_child(conn: DialectConnection, sid: str) -> None:
+    """Raise when ``sid`` is a child session of a session live on this edge that the
+    caller's principal holds: a child has no setup of its own (its updates come with its
+    parent's). A child of another principal's session is left to the caller's "not
+    found"."""
+    for session in conn.runtime.registry.active.values():
+        adapter = session.adapter
+        v2 = adapter.link.v2 if adapter is not None else None
+        if v2 is None or not v2.active or session.principal != conn.caller.principal:
+            continue
+        if v2.wire.children.of_id(sid) is not None:
+            raise JsonRpcError(INVALID_PARAMS, MSG_CHILD_SETUP.format(
+                session_id=sid, parent=session.session_id))
 
 
 def _target(conn: DialectConnection, sid: str) -> tuple[EdgeSession, str]:

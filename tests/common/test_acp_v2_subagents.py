@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from typing import Any
 
 from services.common.acp.v2.agent_wire import AgentWire
-from services.common.acp.v2.subagents import Children, acpgate_made, unwrap
+from services.common.acp.v2.subagents import Children, acpgate_made, child_id, unwrap
 from services.common.acp.v2.updates import SessionTranslator
 from services.edge.sessions.subagents import SessionWork
 
@@ -17,7 +18,7 @@ from services.edge.sessions.subagents import SessionWork
 def _wire() -> AgentWire:
     wire = AgentWire()
     ids = itertools.count(1)
-    wire.children = Children(mint=lambda: f"acp-{next(ids)}")
+    wire.children = Children(mint=lambda parent, raw: f"acp-{next(ids)}")
     wire.bind("p", "EDGE")
     return wire
 
@@ -165,3 +166,17 @@ def test_session_work_is_alive_while_background_or_children_run() -> None:
         assert work.observe([{"sessionUpdate": "subagent_update", "sessionId": "a",
                               "_meta": mark}]) == []
     asyncio.run(run())
+
+
+def test_child_ids_are_acpgates_and_stable_per_parent() -> None:
+    """The same child of the same parent is the same session (announced again after a
+    restore); another parent's, or another child, another; never an id the agent chose,
+    never a random (v4) session id's shape."""
+    first = child_id("EDGE", "c")
+    assert first == child_id("EDGE", "c") != child_id("EDGE", "d") != child_id("OTHER", "c")
+    assert uuid.UUID(first).version == 5 and first not in ("c", "EDGE")
+    wire = AgentWire()
+    wire.bind("p", "EDGE")
+    out, _ = wire.update({"sessionId": "p", "update": {"sessionUpdate": "subagent_update",
+                                                        "sessionId": "c"}})
+    assert out[0]["update"]["sessionId"] == first

@@ -117,7 +117,9 @@ class SessionWork:
 
 async def store_child(session: EdgeSession, update: dict[str, Any]) -> None:
     """Store the child a ``subagent_update`` announced as a session row of its own (module
-    doc); a failure is logged (the child's updates still reach the parent's clients)."""
+    doc); a failure is logged (the child's updates still reach the parent's clients). A
+    child stored already (its id is derived from its parent's and the agent's: announced
+    again after the parent was restored) keeps its row."""
     child = str(update.get("sessionId"))
     parent = session.work.children.get(child, "")
     parent_key = session_key_for(session.alias, parent) if parent else session.session_key
@@ -133,6 +135,9 @@ async def store_child(session: EdgeSession, update: dict[str, Any]) -> None:
             await stub.UpdateSession(session_pb2.UpdateSessionRequest(
                 session_id=child, title=title))
     except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:  # announced again after a restore
+            log.info("subagent_known", session_id=session.session_id, child=child)
+            return
         log.warning("subagent_store_failed", session_id=session.session_id, child=child,
                     code=exc.code().name)
         return

@@ -6,7 +6,8 @@ A v2 agent announces a child with ``subagent_update`` on the parent session
 sessions as sender and recipient, and a background list may name a child.
 
 :class:`Children` maps each child the agent announced to a session id of acpgate's own
-(minted here; the agent's ids never reach a client), and turns the child's traffic into
+(:func:`child_id`, derived from its parent's and the agent's; the agent's ids never
+reach a client), and turns the child's traffic into
 updates of the *parent* session, so the parent's relay, event log, replay and clients
 carry them like any other update of the session:
 
@@ -51,7 +52,8 @@ from services.common.acp.v2.names import (
     U2_USER_MESSAGE_CHUNK,
 )
 
-__all__ = ["META_SUBAGENT", "Child", "Children", "acpgate_made", "marker", "unwrap"]
+__all__ = ["META_SUBAGENT", "Child", "Children", "acpgate_made", "child_id", "marker",
+           "unwrap"]
 
 _ACPGATE = "acpgate"
 #: The key under ``_meta.acpgate`` that marks a child's update carried by its parent.
@@ -62,8 +64,19 @@ _MESSAGE_KINDS = frozenset({U2_SESSION_MESSAGE, U2_SESSION_MESSAGE_CHUNK})
 _MESSAGE_IDS = ("senderSessionId", "recipientSessionId")
 
 
-def _new_id() -> str:
-    return str(uuid.uuid4())
+#: The namespace of child ids (:func:`child_id`).
+_CHILD_IDS = uuid.UUID("5f0c1e9a-7b2d-4c3e-9a41-acd9a7e5b2a0")
+
+
+def child_id(parent: str, raw: str) -> str:
+    """acpgate's id of the child the agent calls ``raw`` under acpgate's session ``parent``:
+    a name-based UUID (version 5) of the two, so the same child announced again (after the
+    parent was restored on a fresh agent process) is the same session. It is never an id
+    the agent chose, and never any other session's: acpgate's own session ids are random
+    UUIDs (version 4). Without ``parent`` (the top session not bound yet): a random one."""
+    if not parent:
+        return str(uuid.uuid4())
+    return str(uuid.uuid5(_CHILD_IDS, f"{parent}\n{raw}"))
 
 
 @dataclass
@@ -89,7 +102,7 @@ def _meta_with(update: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
 class Children:
     """The child sessions of one agent's sessions (module doc)."""
 
-    def __init__(self, mint: Callable[[], str] = _new_id) -> None:
+    def __init__(self, mint: Callable[[str, str], str] = child_id) -> None:
         self._mint = mint
         self._by_raw: dict[str, Child] = {}
         self._by_id: dict[str, Child] = {}
@@ -170,7 +183,9 @@ class Children:
         if child is None:
             if raw == root or raw in self.edge_ids:
                 return None  # a session is no child of its own
-            child = Child(self._mint(), raw, root, via.session_id if via is not None else "")
+            parent = via.session_id if via is not None else ""
+            child = Child(self._mint(parent or self.edge_ids.get(root, ""), raw), raw, root,
+                          parent)
             self._by_raw[raw] = child
             self._by_id[child.session_id] = child
         elif child.root != root:

@@ -18,7 +18,9 @@ from services.edge.adapter.client import AdapterClient
 
 
 class _Link:
-    """Just enough of an AdapterLink: it binds its peer."""
+    """Just enough of an AdapterLink: it binds its peer (a v1 agent's: no v2 state)."""
+
+    v2 = None
 
     def bind(self, peer: Any) -> None:
         self.peer = peer

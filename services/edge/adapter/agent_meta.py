@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.protocol import AGENT_KIND_BUILTIN, META_ACPGATE
+from services.edge.backends.session_types import ResolvedAgent
 
 __all__ = ["carries_ours", "foreign", "screen_batch", "screen_params", "screened_request"]
 
 
-def foreign(agent: session_pb2.ResolvedAgent) -> bool:
+def foreign(agent: ResolvedAgent) -> bool:
     """Whether what ``agent`` sends is screened: every agent but the built-in one."""
     return agent.kind != AGENT_KIND_BUILTIN
 

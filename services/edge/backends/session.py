@@ -3,13 +3,14 @@
 :class:`SessionBackend` wraps the service's stub on a channel that already carries the
 service credential. Each method takes domain arguments, returns domain values
 (:mod:`.session_types`), and raises :class:`~.errors.ServiceError` for every failed call;
-stream calls are async iterators. ``deadline_secs`` is the gRPC deadline the call carries
+stream calls are async generators (close one, e.g. with :func:`contextlib.aclosing`, to
+end its call at once). ``deadline_secs`` is the gRPC deadline the call carries
 (None: none). The caller owns the channel and closes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 
 import grpc
 
@@ -62,6 +63,13 @@ class SessionBackend:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         #: The generated stub: for tests and tools that speak the contract itself.
         self.stub = session_pb2_grpc.SessionServiceStub(channel)
+
+    @classmethod
+    def of_stub(cls, stub: session_pb2_grpc.SessionServiceAsyncStub) -> SessionBackend:
+        """The backend over a stub made elsewhere (a test's, on its own channel)."""
+        backend = cls.__new__(cls)
+        backend.stub = stub
+        return backend
 
     # ------------------------------------------------------------------ store and agents
 
@@ -267,7 +275,12 @@ class SessionBackend:
                               sessions: Iterable[SessionActivity]) -> None:
         try:
             await self.stub.ReportActivity(pb.ReportActivityRequest(
-                gateway_instance_id=gateway_instance_id, host=host, sessions=sessions))
+                gateway_instance_id=gateway_instance_id, host=host,
+                sessions=[pb.SessionActivity(
+                    session_id=a.session_id, state=a.state,  # type: ignore[arg-type]
+                    waiting_requests=a.waiting_requests, last_activity=a.last_activity,
+                    lease_id=a.lease_id, attached_clients=a.attached_clients,
+                    detached=a.detached) for a in sessions]))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
 
@@ -277,7 +290,8 @@ class SessionBackend:
                                                     timeout=deadline_secs)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return [LiveSession(SessionRow.of(s.session), s.activity, s.reported_at)
+        return [LiveSession(SessionRow.of(s.session), SessionActivity.of(s.activity),
+                            s.reported_at)
                 for s in resp.sessions]
 
     # ------------------------------------------------------------------ history and log
@@ -291,7 +305,11 @@ class SessionBackend:
             holder_instance_id=holder_instance_id, claim_generation=claim_generation,
             log_turn_id=log_turn_id)
         if usage is not None:
-            request.usage.CopyFrom(usage)
+            request.usage.CopyFrom(pb.TurnUsage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                thought_tokens=usage.thought_tokens,
+                cached_read_tokens=usage.cached_read_tokens,
+                cached_write_tokens=usage.cached_write_tokens))
         if plan_json is not None:
             request.plan_json = plan_json
         try:
@@ -299,7 +317,7 @@ class SessionBackend:
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
 
-    async def stream_history(self, session_id: str) -> AsyncIterator[Sequence[HistoryItem]]:
+    async def stream_history(self, session_id: str) -> AsyncGenerator[Sequence[HistoryItem]]:
         """The stored history of ``session_id``, a page at a time."""
         stream = self.stub.StreamHistory(pb.StreamHistoryRequest(session_id=session_id))
         try:
@@ -307,9 +325,11 @@ class SessionBackend:
                 yield page.items
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
+        finally:
+            stream.cancel()  # a reader that stops early ends the call at once
 
     async def get_history(self, session_id: str, reader: Reader, limit: int
-                          ) -> AsyncIterator[Sequence[HistoryItem]]:
+                          ) -> AsyncGenerator[Sequence[HistoryItem]]:
         """At most ``limit`` of the last history items of a session ``reader`` may read."""
         stream = self.stub.GetHistory(pb.GetHistoryRequest(
             session_id=session_id, limit=limit, **_reader(reader)))  # type: ignore[arg-type]
@@ -318,10 +338,12 @@ class SessionBackend:
                 yield page.items
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
+        finally:
+            stream.cancel()  # a reader that stops early ends the call at once
 
     async def read_events(self, session_id: str, *, after_event_id: int = 0,
                           before_event_id: int = 0, with_history: bool = False
-                          ) -> AsyncIterator[EventPage]:
+                          ) -> AsyncGenerator[EventPage]:
         """The session's event log between the two ids (0: open), a page at a time."""
         stream = self.stub.ReadEvents(pb.ReadEventsRequest(
             session_id=session_id, after_event_id=after_event_id,
@@ -331,6 +353,8 @@ class SessionBackend:
                 yield EventPage(page.items, page.events)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
+        finally:
+            stream.cancel()  # a reader that stops early ends the call at once
 
     async def append_events(self, batches: Iterable[EventBatch], *,
                             deadline_secs: float | None = None) -> list[str]:

@@ -3,8 +3,8 @@
 :class:`SessionRow` (with its :class:`Claim` and :class:`Ownership`) and the composite
 answers are frozen dataclasses, converted once by :mod:`.session`. The messages the edge
 builds or reads item by item on hot paths (``ResolvedAgent``, whose sealed launch goes on
-to the lifecycle service; ``HistoryItem``; ``SessionActivity``; ``TurnUsage``; ``LogEvent``;
-``AgentSummary``) are the contract's own types, named here so that callers import them from
+to the lifecycle service; ``HistoryItem``; ``LogEvent``; ``AgentSummary``) are the
+contract's own types, named here so that callers import them from
 the backend rather than from the generated code. Enum values are the contract's numbers.
 """
 
@@ -31,8 +31,6 @@ __all__ = [
 # The contract's messages the edge uses as they are (see the module doc).
 ResolvedAgent = session_pb2.ResolvedAgent
 HistoryItem = session_pb2.HistoryItem
-SessionActivity = session_pb2.SessionActivity
-TurnUsage = session_pb2.TurnUsage
 LogEvent = session_pb2.LogEvent
 AgentSummary = session_pb2.AgentSummary
 
@@ -125,6 +123,37 @@ class SessionRow:
             mode_id=r.mode_id, config_json=r.config_json, input_tokens=r.input_tokens,
             output_tokens=r.output_tokens, stored_bytes=r.stored_bytes,
             forked_from=r.forked_from)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionActivity:
+    """What a session served here is doing, as reported to the session service."""
+
+    session_id: str
+    state: int = 0
+    #: Questions to its client still open.
+    waiting_requests: int = 0
+    #: Wall clock, milliseconds.
+    last_activity: int = 0
+    lease_id: str = ""
+    attached_clients: int = 0
+    detached: bool = False
+
+    @classmethod
+    def of(cls, a: session_pb2.SessionActivity) -> SessionActivity:
+        return cls(a.session_id, a.state, a.waiting_requests, a.last_activity, a.lease_id,
+                   a.attached_clients, a.detached)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """The tokens one turn used."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    thought_tokens: int = 0
+    cached_read_tokens: int = 0
+    cached_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,6 @@ from typing import Any
 import grpc
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
-from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import owner_label
 from services.common.protocol import (
@@ -38,8 +37,16 @@ from services.common.protocol import (
     MSG_HOST_ELSEWHERE,
     MSG_HOST_REFUSED,
 )
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import (
+    ACTIVITY_IDLE,
+    ACTIVITY_SETTING_UP,
+    ACTIVITY_TURN,
+    ACTIVITY_WAITING,
+    LiveSession,
+)
 from services.edge.dialect.dispatch import DialectConnection, Handler
-from services.edge.errors import grpc_error, not_found
+from services.edge.errors import grpc_error, not_found, service_error
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id
 from services.edge.sessions.activity import activity_of
 from services.edge.sessions.session import EdgeSession
@@ -50,8 +57,8 @@ __all__ = ["HOST_METHODS", "host_ps"]
 _LIVE_LEASES = (lpb.LEASE_STATE_OPEN, lpb.LEASE_STATE_CLOSING, lpb.LEASE_STATE_WARM)
 _LEASE_STATE = {lpb.LEASE_STATE_OPEN: "open", lpb.LEASE_STATE_CLOSING: "closing",
                 lpb.LEASE_STATE_WARM: "warm"}
-_ACTIVITY = {spb.ACTIVITY_STATE_SETTING_UP: "setting-up", spb.ACTIVITY_STATE_IDLE: "idle",
-             spb.ACTIVITY_STATE_TURN: "turn", spb.ACTIVITY_STATE_WAITING: "waiting"}
+_ACTIVITY = {ACTIVITY_SETTING_UP: "setting-up", ACTIVITY_IDLE: "idle",
+             ACTIVITY_TURN: "turn", ACTIVITY_WAITING: "waiting"}
 #: Seconds each service call of ``ps`` may take.
 _CALL_SECS = 5.0
 #: Leases verified at once (each one reads the process table).
@@ -97,7 +104,7 @@ async def _processes(conn: DialectConnection, lease: lpb.Lease) -> dict[str, Any
     return view
 
 
-def _session_view(live: spb.LiveSession, names: dict[str, str],
+def _session_view(live: LiveSession, names: dict[str, str],
                   here: EdgeSession | None) -> dict[str, Any]:
     row = live.session
     # What this edge serves it knows now; of another process's, its last report.
@@ -121,8 +128,10 @@ async def host_ps(conn: DialectConnection, params: dict[str, Any]) -> dict[str, 
     rt = conn.runtime
     try:
         live, leases = await asyncio.gather(
-            rt.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=_CALL_SECS),
+            rt.session_service.list_live_sessions(deadline_secs=_CALL_SECS),
             rt.lifecycle_stub.ListLeases(lpb.ListLeasesRequest(), timeout=_CALL_SECS))
+    except ServiceError as exc:
+        raise service_error(exc) from None
     except grpc.aio.AioRpcError as exc:
         raise grpc_error(exc) from None
     gate = asyncio.Semaphore(_VERIFY_AT_ONCE)
@@ -133,7 +142,7 @@ async def host_ps(conn: DialectConnection, params: dict[str, Any]) -> dict[str, 
     wanted = [x for x in leases.leases if x.state in _LIVE_LEASES]
     trees = {v["leaseId"]: v for v in await asyncio.gather(*map(verified, wanted))}
     sessions: dict[str, dict[str, Any]] = {}
-    for entry in sorted(live.sessions, key=lambda e: e.reported_at):  # freshest report wins
+    for entry in sorted(live, key=lambda e: e.reported_at):  # freshest report wins
         sid = entry.session.session_id
         sessions[sid] = _session_view(entry, names, rt.registry.active.get(sid))
     for view in sessions.values():
@@ -152,11 +161,10 @@ async def _served_here(conn: DialectConnection, params: dict[str, Any]) -> EdgeS
     if session is not None and not session.released:
         return session
     try:
-        live = await conn.runtime.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(),
-                                                                timeout=_CALL_SECS)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
-    if any(e.session.session_id == sid for e in live.sessions):
+        live = await conn.runtime.session_service.list_live_sessions(deadline_secs=_CALL_SECS)
+    except ServiceError as exc:
+        raise service_error(exc) from None
+    if any(e.session.session_id == sid for e in live):
         raise JsonRpcError(AUTH_REQUIRED, MSG_HOST_ELSEWHERE.format(session_id=sid))
     raise not_found(sid)
 

@@ -35,20 +35,20 @@ LogEvent = session_pb2.LogEvent
 AgentSummary = session_pb2.AgentSummary
 
 #: ``SessionRow.state`` of a session some host serves.
-SESSION_ACTIVE: Final = session_pb2.SESSION_STATE_ACTIVE
+SESSION_ACTIVE: Final[int] = session_pb2.SESSION_STATE_ACTIVE
 #: What a session is doing, in ``SessionActivity.state``.
-ACTIVITY_SETTING_UP: Final = session_pb2.ACTIVITY_STATE_SETTING_UP
-ACTIVITY_IDLE: Final = session_pb2.ACTIVITY_STATE_IDLE
-ACTIVITY_TURN: Final = session_pb2.ACTIVITY_STATE_TURN
-ACTIVITY_WAITING: Final = session_pb2.ACTIVITY_STATE_WAITING
+ACTIVITY_SETTING_UP: Final[int] = session_pb2.ACTIVITY_STATE_SETTING_UP
+ACTIVITY_IDLE: Final[int] = session_pb2.ACTIVITY_STATE_IDLE
+ACTIVITY_TURN: Final[int] = session_pb2.ACTIVITY_STATE_TURN
+ACTIVITY_WAITING: Final[int] = session_pb2.ACTIVITY_STATE_WAITING
 #: What a slot shared by several edge workers counts.
-SLOT_CONNECTION: Final = session_pb2.SLOT_KIND_CONNECTION
-SLOT_SESSION: Final = session_pb2.SLOT_KIND_SESSION
-SLOT_SESSION_RELEASABLE: Final = session_pb2.SLOT_KIND_SESSION_RELEASABLE
+SLOT_CONNECTION: Final[int] = session_pb2.SLOT_KIND_CONNECTION
+SLOT_SESSION: Final[int] = session_pb2.SLOT_KIND_SESSION
+SLOT_SESSION_RELEASABLE: Final[int] = session_pb2.SLOT_KIND_SESSION_RELEASABLE
 #: The operations ``CheckOperation`` judges.
-OPERATION_READ: Final = session_pb2.OPERATION_READ
-OPERATION_WRITE: Final = session_pb2.OPERATION_WRITE
-OPERATION_EXECUTE: Final = session_pb2.OPERATION_EXECUTE
+OPERATION_READ: Final[int] = session_pb2.OPERATION_READ
+OPERATION_WRITE: Final[int] = session_pb2.OPERATION_WRITE
+OPERATION_EXECUTE: Final[int] = session_pb2.OPERATION_EXECUTE
 
 
 @dataclass(frozen=True, slots=True)

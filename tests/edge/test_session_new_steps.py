@@ -109,7 +109,7 @@ def test_a_warm_session_new_uses_the_adapter_taken_early(
         assert session.lease_id in warm
         lease = await _lease(runtime, session.lease_id)
         assert (lease.state, lease.session_key) == (OPEN, session.session_key)
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
         assert row.claim.instance_id == runtime.gateway_instance_id
 
     loop.run_until_complete(scenario())
@@ -214,7 +214,7 @@ def test_the_active_write_after_the_answer_lands_before_the_release(
         session = conn.sessions[sid]
         assert session.row_write is not None  # the claim was fresh: written after the answer
         await runtime.deactivate(session, "test")  # at once, the write perhaps still going
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
         assert row.state == session_pb2.SESSION_STATE_INACTIVE and not row.claim.instance_id
         assert row.lease_id == session.lease_id and row.adapter_session_id  # and it did land
 
@@ -229,7 +229,7 @@ def test_a_claim_not_certainly_held_is_written_before_the_answer(
     async def scenario() -> None:
         sid = await _new(conn, work)
         assert conn.sessions[sid].row_write is None
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
         assert row.lease_id == conn.sessions[sid].lease_id and row.adapter_session_id
 
     loop.run_until_complete(scenario())

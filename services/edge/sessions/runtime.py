@@ -109,7 +109,6 @@ class EdgeRuntime:
         self.clock = clock
         #: The session service (store, aliases, visibility, policy).
         self.session_service = SessionBackend(session_channel)
-        self.session_stub = self.session_service.stub  # callers not yet on the backend
         self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)

@@ -61,7 +61,7 @@ async def open_leases(stack: Stack, sid: str) -> list[lifecycle_pb2.Lease]:
 
 
 async def row(stack: Stack, sid: str) -> session_pb2.SessionRow:
-    return await stack.runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+    return await stack.runtime.session_service.get_session(sid)
 
 
 async def test_a_session_moves_between_hosts_and_one_host_serves_it(

@@ -66,7 +66,7 @@ class HeldAnswer:
 
 
 async def row(stack: Stack, sid: str) -> session_pb2.SessionRow:
-    return await stack.runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+    return await stack.runtime.session_service.get_session(sid)
 
 
 async def user_texts(stack: Stack, sid: str) -> list[str]:

@@ -20,6 +20,7 @@ from services.common.policy import SecurityPolicy
 from services.edge.backends.errors import from_rpc
 from services.edge.backends.session_types import (
     AgentList,
+    AgentSummary,
     EventBatch,
     EventPage,
     Forked,
@@ -83,17 +84,19 @@ class SessionBackend:
     async def resolve_agent(self, explicit_alias: str = "", connection_default: str = ""
                             ) -> ResolvedAgent:
         try:
-            return await self.stub.ResolveAgent(pb.ResolveAgentRequest(
+            agent = await self.stub.ResolveAgent(pb.ResolveAgentRequest(
                 explicit_alias=explicit_alias, connection_default=connection_default))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
+        return ResolvedAgent.of(agent)
 
     async def resolve_restore_agent(self, session_id: str) -> ResolvedAgent:
         try:
-            return await self.stub.ResolveRestoreAgent(
+            agent = await self.stub.ResolveRestoreAgent(
                 pb.ResolveRestoreAgentRequest(session_id=session_id))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
+        return ResolvedAgent.of(agent)
 
     async def resolve_workspace(self, alias: str, cwd: str, *, base_dir: str = "",
                                 additional_directories: Sequence[str] = (),
@@ -140,7 +143,7 @@ class SessionBackend:
             resp = await self.stub.ListWarmAgents(pb.ListWarmAgentsRequest())
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return list(resp.agents)
+        return [ResolvedAgent.of(a) for a in resp.agents]
 
     async def list_agents(self, connection_default: str) -> AgentList:
         try:
@@ -148,7 +151,8 @@ class SessionBackend:
                 pb.ListAgentsRequest(connection_default=connection_default))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return AgentList(tuple(resp.agents), resp.default_alias)
+        return AgentList(tuple(AgentSummary(a.alias, a.kind, a.description, a.default_model)
+                               for a in resp.agents), resp.default_alias)
 
     # ------------------------------------------------------------------ rows
 
@@ -171,7 +175,7 @@ class SessionBackend:
                     mcp_servers_json=mcp_servers_json)))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return NewSession(got.agent, _workspace(got.workspace),
+        return NewSession(ResolvedAgent.of(got.agent), _workspace(got.workspace),
                           SecurityPolicy.from_proto(got.policy), SessionRow.of(got.row))
 
     async def get_session(self, session_id: str, *, deadline_secs: float | None = None
@@ -237,7 +241,7 @@ class SessionBackend:
             got = await self.stub.ForkSession(request)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return Forked(SessionRow.of(got.session), got.agent,
+        return Forked(SessionRow.of(got.session), ResolvedAgent.of(got.agent),
                       SecurityPolicy.from_proto(got.policy), SessionRow.of(got.parent))
 
     # ------------------------------------------------------------------ claims and activity
@@ -421,7 +425,7 @@ class SessionBackend:
                 requester_turn_cap=requester_turn_cap, local_user=local_user))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
-        return Spawned(SessionRow.of(got.session), got.agent,
+        return Spawned(SessionRow.of(got.session), ResolvedAgent.of(got.agent),
                        SecurityPolicy.from_proto(got.policy))
 
     async def send_to_session(self, requester_session_key: str, session_id: str, *,

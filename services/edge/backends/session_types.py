@@ -2,18 +2,21 @@
 
 :class:`SessionRow` (with its :class:`Claim` and :class:`Ownership`) and the composite
 answers are frozen dataclasses, converted once by :mod:`.session`. The messages the edge
-builds or reads item by item on hot paths (``ResolvedAgent``, whose sealed launch goes on
-to the lifecycle service; ``HistoryItem``; ``LogEvent``; ``AgentSummary``) are the
-contract's own types, named here so that callers import them from
-the backend rather than from the generated code. Enum values are the contract's numbers.
+builds or reads item by item on hot paths (``HistoryItem``, which the shared turn
+accumulator builds; ``LogEvent``, read by the thousand in a replay) are the contract's own
+types, named here so that callers import them from the backend rather than from the
+generated code. A resolved agent's sealed launch spec is carried as the contract's opaque
+``SealedLaunch``: the edge only hands it on to the lifecycle service. Enum values are the
+contract's numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from acpgate_contracts.launch.v1 import launch_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.policy import SecurityPolicy
 
@@ -29,10 +32,8 @@ __all__ = [
 ]
 
 # The contract's messages the edge uses as they are (see the module doc).
-ResolvedAgent = session_pb2.ResolvedAgent
 HistoryItem = session_pb2.HistoryItem
 LogEvent = session_pb2.LogEvent
-AgentSummary = session_pb2.AgentSummary
 
 #: ``SessionRow.state`` of a session some host serves.
 SESSION_ACTIVE: Final[int] = session_pb2.SESSION_STATE_ACTIVE
@@ -49,6 +50,52 @@ SLOT_SESSION_RELEASABLE: Final[int] = session_pb2.SLOT_KIND_SESSION_RELEASABLE
 OPERATION_READ: Final[int] = session_pb2.OPERATION_READ
 OPERATION_WRITE: Final[int] = session_pb2.OPERATION_WRITE
 OPERATION_EXECUTE: Final[int] = session_pb2.OPERATION_EXECUTE
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedAgent:
+    """An agent alias as the session service resolved it for a session or a pool."""
+
+    alias: str = ""
+    #: ``builtin`` or ``acp`` (services.common.protocol's agent kinds).
+    kind: str = ""
+    command: str = ""
+    args: tuple[str, ...] = ()
+    #: The configured environment values (secrets: scrubbed from the adapter's stderr).
+    env: Mapping[str, str] = field(default_factory=dict)
+    agent_workspace: str = ""
+    autonomy: str = ""
+    default_model: str = ""
+    #: What the alias's adapter advertised last, as the service recorded it ("" none).
+    adapter_capabilities_json: str = ""
+    #: Warm adapters its pool keeps (0: none).
+    warm: int = 0
+    watch_paths: tuple[str, ...] = ()
+    #: The sealed launch spec, handed on to the lifecycle service as it is.
+    launch: launch_pb2.SealedLaunch = field(default_factory=launch_pb2.SealedLaunch)
+    pass_env: tuple[str, ...] = ()
+    #: The ACP protocol version the adapter speaks (0: the default).
+    protocol: int = 0
+
+    @classmethod
+    def of(cls, a: session_pb2.ResolvedAgent) -> ResolvedAgent:
+        return cls(
+            alias=a.alias, kind=a.kind, command=a.command, args=tuple(a.args),
+            env=dict(a.env), agent_workspace=a.agent_workspace, autonomy=a.autonomy,
+            default_model=a.default_model,
+            adapter_capabilities_json=a.adapter_capabilities_json, warm=a.warm,
+            watch_paths=tuple(a.watch_paths), launch=a.launch, pass_env=tuple(a.pass_env),
+            protocol=a.protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSummary:
+    """One agent a connection may choose."""
+
+    alias: str
+    kind: str
+    description: str
+    default_model: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ the stream never reached it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,10 +100,7 @@ class WarmPools:
             return  # the pools stay as they are
         for alias, agent in before.items():
             if alias not in kept:
-                gone = ResolvedAgent()
-                gone.CopyFrom(agent)
-                gone.warm = 0
-                await self.declare(gone)
+                await self.declare(dataclasses.replace(agent, warm=0))
                 del self._agents[alias]
 
     async def declare(self, agent: ResolvedAgent) -> None:

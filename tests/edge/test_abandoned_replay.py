@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.edge.adapter.client import AdapterClient
+from services.edge.backends.session_types import ResolvedAgent
 
 
 class _Link:
@@ -46,7 +46,7 @@ def _update(session_id: str, text: str) -> tuple[str, dict[str, Any]]:
 
 def test_a_late_replay_of_an_abandoned_restore_reaches_nobody() -> None:
     host = _Host()
-    agent = session_pb2.ResolvedAgent(alias="gemini", kind="acp")
+    agent = ResolvedAgent(alias="gemini", kind="acp")
     client = AdapterClient(_Link(), "edge-1", host, agent)  # type: ignore[arg-type]
     client.abandoned_sessions.add("old")  # what restore_external does when it gives up
     client.adapter_session_id = "new"  # the carried-over session
@@ -58,7 +58,7 @@ def test_a_late_replay_of_an_abandoned_restore_reaches_nobody() -> None:
 
 def test_its_own_session_is_relayed_whatever_was_abandoned_before() -> None:
     host = _Host()
-    agent = session_pb2.ResolvedAgent(alias="gemini", kind="acp")
+    agent = ResolvedAgent(alias="gemini", kind="acp")
     client = AdapterClient(_Link(), "edge-1", host, agent)  # type: ignore[arg-type]
     client.abandoned_sessions.add("s1")
     client.adapter_session_id = "s1"

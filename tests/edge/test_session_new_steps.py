@@ -14,6 +14,7 @@ services and a real warm pool of the built-in agent throughout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def test_a_warm_session_new_uses_the_adapter_taken_early(
         assert session.lease_id in warm
         lease = await _lease(runtime, session.lease_id)
         assert (lease.state, lease.session_key) == (OPEN, session.session_key)
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.claim.instance_id == runtime.gateway_instance_id
 
     loop.run_until_complete(scenario())
@@ -143,9 +144,7 @@ def test_an_early_adapter_initialized_for_another_policy_is_let_go(
         declared = runtime.warm._agents["demo"]
         # As if the edge had the pool declared while the config said readonly: the
         # initialize it sends ahead promises no writes, the session's policy allows them.
-        runtime.warm._agents["demo"] = session_pb2.ResolvedAgent()
-        runtime.warm._agents["demo"].CopyFrom(declared)
-        runtime.warm._agents["demo"].autonomy = "readonly"
+        runtime.warm._agents["demo"] = dataclasses.replace(declared, autonomy="readonly")
         taken: list[EarlyTake | None] = []
         _spy(runtime, taken)
         try:
@@ -214,7 +213,7 @@ def test_the_active_write_after_the_answer_lands_before_the_release(
         session = conn.sessions[sid]
         assert session.row_write is not None  # the claim was fresh: written after the answer
         await runtime.deactivate(session, "test")  # at once, the write perhaps still going
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.state == session_pb2.SESSION_STATE_INACTIVE and not row.claim.instance_id
         assert row.lease_id == session.lease_id and row.adapter_session_id  # and it did land
 
@@ -229,7 +228,7 @@ def test_a_claim_not_certainly_held_is_written_before_the_answer(
     async def scenario() -> None:
         sid = await _new(conn, work)
         assert conn.sessions[sid].row_write is None
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.lease_id == conn.sessions[sid].lease_id and row.adapter_session_id
 
     loop.run_until_complete(scenario())

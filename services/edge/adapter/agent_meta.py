@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.attach_protocol import U_PROMPT_RECEIVED
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer
 from services.common.logs import get_logger
@@ -34,6 +33,7 @@ from services.common.protocol import (
     META_ACPGATE,
     U_TURN_COMPLETE,
 )
+from services.edge.backends.session_types import ResolvedAgent
 
 __all__ = ["ACPGATE_KINDS", "carries_ours", "foreign", "screen_batch", "screen_params",
            "screened_request"]
@@ -44,7 +44,7 @@ log = get_logger("edge.adapter")
 ACPGATE_KINDS = frozenset({U_TURN_COMPLETE, U_PROMPT_RECEIVED})
 
 
-def foreign(agent: session_pb2.ResolvedAgent) -> bool:
+def foreign(agent: ResolvedAgent) -> bool:
     """Whether what ``agent`` sends is screened: every agent but the built-in one."""
     return agent.kind != AGENT_KIND_BUILTIN
 

@@ -32,7 +32,6 @@ import contextlib
 from collections.abc import AsyncIterable, Sequence
 from typing import Any, Protocol
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
@@ -78,6 +77,7 @@ from services.edge.adapter.requests import (
     initialize_request,
     setup_params,
 )
+from services.edge.backends.session_types import ResolvedAgent
 from services.edge.errors import not_found
 
 log = get_logger("edge.adapter")
@@ -124,7 +124,7 @@ class AdapterClient:
         link: AdapterLink,
         edge_session_id: str,
         host: AdapterHost,
-        agent: session_pb2.ResolvedAgent,
+        agent: ResolvedAgent,
     ) -> None:
         self.edge_session_id = edge_session_id
         self._adapter_session_id = ""

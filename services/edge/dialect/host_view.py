@@ -24,9 +24,6 @@ import asyncio
 import sqlite3
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import owner_label
 from services.common.protocol import (
@@ -37,8 +34,15 @@ from services.common.protocol import (
 )
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import Lease, LeaseState
+from services.edge.backends.session_types import (
+    ACTIVITY_IDLE,
+    ACTIVITY_SETTING_UP,
+    ACTIVITY_TURN,
+    ACTIVITY_WAITING,
+    LiveSession,
+)
 from services.edge.dialect.dispatch import DialectConnection
-from services.edge.errors import grpc_error, not_found, service_error
+from services.edge.errors import not_found, service_error
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id
 from services.edge.sessions.activity import activity_of
 from services.edge.sessions.session import EdgeSession
@@ -47,8 +51,8 @@ from services.edge.tokens import GRANT_HOST, TokenStore
 __all__ = ["host_cancel", "host_close", "host_ps"]
 
 _LIVE_LEASES = (LeaseState.OPEN, LeaseState.CLOSING, LeaseState.WARM)
-_ACTIVITY = {spb.ACTIVITY_STATE_SETTING_UP: "setting-up", spb.ACTIVITY_STATE_IDLE: "idle",
-             spb.ACTIVITY_STATE_TURN: "turn", spb.ACTIVITY_STATE_WAITING: "waiting"}
+_ACTIVITY = {ACTIVITY_SETTING_UP: "setting-up", ACTIVITY_IDLE: "idle",
+             ACTIVITY_TURN: "turn", ACTIVITY_WAITING: "waiting"}
 #: Seconds each service call of ``ps`` may take.
 _CALL_SECS = 5.0
 #: Leases verified at once (each one reads the process table).
@@ -94,7 +98,7 @@ async def _processes(conn: DialectConnection, lease: Lease) -> dict[str, Any]:
     return view
 
 
-def _session_view(live: spb.LiveSession, names: dict[str, str],
+def _session_view(live: LiveSession, names: dict[str, str],
                   here: EdgeSession | None) -> dict[str, Any]:
     row = live.session
     # What this edge serves it knows now; of another process's, its last report.
@@ -118,10 +122,8 @@ async def host_ps(conn: DialectConnection, params: dict[str, Any]) -> dict[str, 
     rt = conn.runtime
     try:
         live, leases = await asyncio.gather(
-            rt.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=_CALL_SECS),
+            rt.session_service.list_live_sessions(deadline_secs=_CALL_SECS),
             rt.lifecycle.list_leases(wait_secs=_CALL_SECS))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
     except ServiceError as exc:
         raise service_error(exc) from None
     gate = asyncio.Semaphore(_VERIFY_AT_ONCE)
@@ -132,7 +134,7 @@ async def host_ps(conn: DialectConnection, params: dict[str, Any]) -> dict[str, 
     wanted = [x for x in leases if x.state in _LIVE_LEASES]
     trees = {v["leaseId"]: v for v in await asyncio.gather(*map(verified, wanted))}
     sessions: dict[str, dict[str, Any]] = {}
-    for entry in sorted(live.sessions, key=lambda e: e.reported_at):  # freshest report wins
+    for entry in sorted(live, key=lambda e: e.reported_at):  # freshest report wins
         sid = entry.session.session_id
         sessions[sid] = _session_view(entry, names, rt.registry.active.get(sid))
     for view in sessions.values():
@@ -151,11 +153,10 @@ async def _served_here(conn: DialectConnection, params: dict[str, Any]) -> EdgeS
     if session is not None and not session.released:
         return session
     try:
-        live = await conn.runtime.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(),
-                                                                timeout=_CALL_SECS)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
-    if any(e.session.session_id == sid for e in live.sessions):
+        live = await conn.runtime.session_service.list_live_sessions(deadline_secs=_CALL_SECS)
+    except ServiceError as exc:
+        raise service_error(exc) from None
+    if any(e.session.session_id == sid for e in live):
         raise JsonRpcError(AUTH_REQUIRED, MSG_HOST_ELSEWHERE.format(session_id=sid))
     raise not_found(sid)
 

@@ -1,7 +1,7 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the session service's stub and the lifecycle service's client, who this edge is
-(name and version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
+It holds the clients of the session and lifecycle services, who this edge is (name and
+version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
 slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
 event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
 and their heartbeat, and the one way a session is released: its dependents first (the
@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import grpc
 
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
@@ -37,6 +36,7 @@ from services.common.principals import token_id_of
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.fds import FdDialer
 from services.edge.backends.lifecycle import LifecycleBackend
+from services.edge.backends.session import SessionBackend
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
 from services.edge.sessions.attachment import DetachedPort
@@ -108,7 +108,8 @@ class EdgeRuntime:
         self.version = version
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
+        #: The session service (store, aliases, visibility, policy).
+        self.session_service = SessionBackend(session_channel)
         self.lifecycle = LifecycleBackend(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
@@ -117,16 +118,16 @@ class EdgeRuntime:
         self.shares = TokenShares(cfg.acp, cfg.token_db_path)
         #: With several edge workers on one port (``--worker``): this one's link to the
         #: others, through the session service (services.edge.sessions.workers); None: the only edge.
-        self.workers = WorkerLink(self.session_stub, worker) if worker else None
+        self.workers = WorkerLink(self.session_service, worker) if worker else None
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
-        self.warm = WarmPools(self.session_stub, self.lifecycle)
+        self.warm = WarmPools(self.session_service, self.lifecycle)
         self.persistent = True
         #: Why the session service keeps sessions in memory ("" when it stores them).
         self.store_reason = ""
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
-        self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
-        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost,
+        self.claims = HostClaims(self.session_service, cfg.gateway.public_url)
+        self.event_log = EventLog(self.session_service, self.claims.fence, self._claim_lost,
                                   max_pending=cfg.store.outage_buffer_bytes)
         #: The gateway tokens, for their operator grants.
         self._tokens = TokenStore(cfg.token_db_path)
@@ -143,7 +144,7 @@ class EdgeRuntime:
         return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
 
     async def _start(self) -> None:
-        status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
+        status = await self.session_service.store_status()
         self.persistent = status.persistent
         self.store_reason = "" if status.persistent else status.fallback_reason
         if not status.persistent:

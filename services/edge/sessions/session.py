@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
@@ -39,6 +38,7 @@ from services.edge.adapter.exits import method_not_found
 from services.edge.adapter.link import AdapterExit
 from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.adapter.relay_lines import RelayedUpdate
+from services.edge.backends.session_types import SessionRow
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
@@ -92,7 +92,7 @@ class EdgeSession:
         self,
         runtime: EdgeRuntime,
         port: ClientPort,
-        row: session_pb2.SessionRow,
+        row: SessionRow,
         clock: Callable[[], float],
     ) -> None:
         self.runtime = runtime
@@ -164,7 +164,7 @@ class EdgeSession:
         self._relays: set[asyncio.Future[Any]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         claims, sid = runtime.claims, row.session_id
-        self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
+        self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
                                          fence=lambda: claims.fence(sid))
 
     # ------------------------------------------------------------------ activity
@@ -181,7 +181,7 @@ class EdgeSession:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
         self._client_methods = ClientMethods(
-            self.runtime.session_stub, self.session_id, self.asking, client_caps,
+            self.runtime.session_service, self.session_id, self.asking, client_caps,
             float(self.runtime.cfg.acp.session_timeout_secs))
 
     # ------------------------------------------------------------------ AdapterHost

@@ -23,9 +23,6 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.v2.names import (
     OWN_CHILD_UPDATE,
     STATE_IDLE,
@@ -35,6 +32,8 @@ from services.common.acp.v2.names import (
 from services.common.acp.v2.subagents import marker
 from services.common.logs import get_logger
 from services.common.protocol import session_key_for
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import RowUpdate
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
@@ -123,22 +122,20 @@ async def store_child(session: EdgeSession, update: dict[str, Any]) -> None:
     child = str(update.get("sessionId"))
     parent = session.work.children.get(child, "")
     parent_key = session_key_for(session.alias, parent) if parent else session.session_key
-    stub = session.runtime.session_stub
+    service = session.runtime.session_service
     try:
-        await stub.CreateSession(session_pb2.CreateSessionRequest(
-            session_id=child, agent_alias=session.alias, workspace_dir=session.workspace_dir,
-            spawned_by=parent_key, parent_session_key=parent_key,
-            owner_session_key=session.owner_key,
-            additional_directories=session.additional_directories))
+        await service.create_child_session(
+            child, agent_alias=session.alias, workspace_dir=session.workspace_dir,
+            parent_session_key=parent_key, owner_session_key=session.owner_key,
+            additional_directories=session.additional_directories)
         title = update.get("title")
         if isinstance(title, str) and title:
-            await stub.UpdateSession(session_pb2.UpdateSessionRequest(
-                session_id=child, title=title))
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:  # announced again after a restore
+            await service.update_session(RowUpdate(session_id=child, title=title))
+    except ServiceError as exc:
+        if exc.kind is Failure.CONFLICT:  # announced again after a restore
             log.info("subagent_known", session_id=session.session_id, child=child)
             return
         log.warning("subagent_store_failed", session_id=session.session_id, child=child,
-                    code=exc.code().name)
+                    code=exc.code)
         return
     log.info("subagent_stored", session_id=session.session_id, child=child)

@@ -13,12 +13,12 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.logs import get_logger
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import LifecycleBackend
+from services.edge.backends.session import SessionBackend
 
 log = get_logger("edge.ws")
 
@@ -53,9 +53,8 @@ class ServiceProbe:
         memory; None when it stores them (or does not answer: its health says so)."""
         channel = self._channels["session"][0]
         try:
-            status = await session_pb2_grpc.SessionServiceStub(channel).GetStoreStatus(
-                session_pb2.GetStoreStatusRequest(), timeout=2.0)
-        except grpc.aio.AioRpcError:
+            status = await SessionBackend(channel).store_status(deadline_secs=2.0)
+        except ServiceError:
             return None
         if status.persistent:
             return None

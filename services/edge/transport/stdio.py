@@ -62,6 +62,8 @@ def _tune_gc() -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ServiceError):
+        return exc.detail
     if isinstance(exc, grpc.aio.AioRpcError):
         return exc.details() or ""
     if isinstance(exc, ServiceError):

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
 from services.common.acp.v2.handshake import (
@@ -43,6 +40,8 @@ from services.common.protocol import (
     PROTOCOL_VERSION,
 )
 from services.edge.adapter.caps import profile_of, recorded_capabilities, recorded_profile
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import ResolvedAgent
 from services.edge.dialect.advertised import (
     V2Place,
     merged_capabilities,
@@ -65,7 +64,7 @@ def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
         return ClientCapabilities()
 
 
-def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabilities:
+def default_agent_takes(agent: ResolvedAgent | None) -> AgentCapabilities:
     """What the connection's default agent takes in prompts and MCP servers.
 
     The built-in agent speaks MCP over HTTP and SSE and keeps SPEC §4,
@@ -83,7 +82,7 @@ def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabil
 
 
 async def _external_profile(conn: DialectConnection,
-                            agent: session_pb2.ResolvedAgent) -> dict[str, Any] | None:
+                            agent: ResolvedAgent) -> dict[str, Any] | None:
     """The external default agent's profile: recorded, else learnt from the connection's
     held adapter (None when it cannot be started: acpgate's own answer then)."""
     profile = recorded_profile(agent.adapter_capabilities_json)
@@ -127,13 +126,12 @@ async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict
     conn.client_info = info if isinstance(info, dict) else None
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
-    agent: session_pb2.ResolvedAgent | None = None
+    agent: ResolvedAgent | None = None
     try:
-        agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
-            connection_default=conn.default_agent))
+        agent = await rt.session_service.resolve_agent(connection_default=conn.default_agent)
         if agent.default_model:
             zeroclaw["defaultModel"] = agent.default_model
-    except grpc.aio.AioRpcError:
+    except ServiceError:
         pass  # no resolvable default agent: defaultModel omitted
     profile = await _external_profile(conn, agent) \
         if agent is not None and agent.kind != AGENT_KIND_BUILTIN else None

@@ -23,16 +23,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
-import grpc
-
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
 from services.common.config.reload import reloaded
-from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
-from services.common.grpc_channel import wait_healthy
+from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.logs import get_logger
 from services.common.principals import token_id_of
+from services.edge.backends.channels import Channel, dial, wait_serving
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.fds import FdDialer
 from services.edge.backends.lifecycle import LifecycleBackend
@@ -74,7 +72,7 @@ class ServiceHost(Protocol):
     #: The service credential (and TLS) to dial both addresses with.
     security: GrpcSecurity
 
-    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+    def local_channel(self, address: str) -> Channel | None:
         """A channel straight into the service this host runs at ``address`` (no socket
         between the edge and it), or None to dial the address."""
 
@@ -92,8 +90,8 @@ class EdgeRuntime:
     def __init__(
         self,
         cfg: Config,
-        session_channel: grpc.aio.Channel,
-        lifecycle_channel: grpc.aio.Channel,
+        session_channel: Channel,
+        lifecycle_channel: Channel,
         *,
         version: str,
         metrics: Metrics | None = None,
@@ -368,8 +366,8 @@ async def open_runtime(
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
     lifecycle_addr = cfg.services.lifecycle_addr
-    session_channel: grpc.aio.Channel | None = None
-    lifecycle_channel: grpc.aio.Channel | None = None
+    session_channel: Channel | None = None
+    lifecycle_channel: Channel | None = None
     try:
         if not session_addr or not lifecycle_addr:
             if start_services is None:
@@ -381,11 +379,11 @@ async def open_runtime(
                  for a in (session_addr, lifecycle_addr)]
         if None in local and security is None:  # dialled: the credential is needed
             security = hosted.security if hosted is not None else await load_security(cfg)
-        session_channel = local[0] or _dial(security, session_addr)
-        lifecycle_channel = local[1] or _dial(security, lifecycle_addr)
+        session_channel = local[0] or dial(security, session_addr)
+        lifecycle_channel = local[1] or dial(security, lifecycle_addr)
         for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
             if in_process is None:  # an in-process channel reaches a service already started
-                await wait_healthy(dialled, within=health_timeout)
+                await wait_serving(dialled, within=health_timeout)
     except BaseException:
         for opened in (session_channel, lifecycle_channel):
             if opened is not None:
@@ -407,9 +405,3 @@ async def open_runtime(
         raise
     return runtime
 
-
-def _dial(security: GrpcSecurity | None, address: str) -> grpc.aio.Channel:
-    """A channel to a service at ``address``, every call carrying ``security``'s credential."""
-    if security is None:
-        raise ValueError(f"no service credential to dial {address}")
-    return open_service_channel(security, address)

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
-from services.common.grpc_auth import GrpcSecurity, open_service_channel
+from services.common.grpc_auth import GrpcSecurity
 from services.common.logs import get_logger
+from services.edge.backends.channels import Channel, dial, serving_status
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import LifecycleBackend
 from services.edge.backends.session import SessionBackend
@@ -28,19 +26,13 @@ class ServiceProbe:
 
     def __init__(self, sec: GrpcSecurity, session_addr: str, lifecycle_addr: str) -> None:
         self._channels = {
-            "session": (open_service_channel(sec, session_addr), SESSION_SERVICE),
-            "lifecycle": (open_service_channel(sec, lifecycle_addr), LIFECYCLE_SERVICE),
+            "session": (dial(sec, session_addr), SESSION_SERVICE),
+            "lifecycle": (dial(sec, lifecycle_addr), LIFECYCLE_SERVICE),
         }
         self._lifecycle = LifecycleBackend(self._channels["lifecycle"][0])
 
-    async def _check(self, channel: grpc.aio.Channel, service: str) -> str:
-        try:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=2.0
-            )
-        except grpc.aio.AioRpcError:
-            return "UNREACHABLE"
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    async def _check(self, channel: Channel, service: str) -> str:
+        return await serving_status(channel, service, wait_secs=2.0)
 
     async def health(self) -> dict[str, str]:
         """service name → serving status."""

@@ -13,15 +13,20 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from acpgate_contracts.session.v1 import session_pb2_grpc
 from bench.sizes import Sizes
 from bench.stats import Dist, Row
 from services.common.config import AcpSection, AgentSection, Config, PathsSection
+from services.edge.backends.session import SessionBackend
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
 from services.session.server import start_session_server
+
+if TYPE_CHECKING:
+    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as AsyncStub
 
 __all__ = ["run_readopt_read"]
 
@@ -29,12 +34,12 @@ ROUNDS = 5
 _SID = "long-history"
 
 
-async def _fill(stub: session_pb2_grpc.SessionServiceStub, turns: int, chunks: int,
+async def _fill(stub: AsyncStub, turns: int, chunks: int,
                 workspace: Path) -> None:
     """The session: ``turns`` turns of ``chunks`` chunks, all ended but the last."""
-    await stub.CreateSession(pb.CreateSessionRequest(  # type: ignore[misc]
+    await stub.CreateSession(pb.CreateSessionRequest(
         session_id=_SID, agent_alias="alpha", workspace_dir=str(workspace)))
-    log = EventLog(stub, lambda _sid: ("", 0), lambda _sid: None)  # type: ignore[arg-type]
+    log = EventLog(SessionBackend.of_stub(stub), lambda _sid: ("", 0), lambda _sid: None)
     await log.begin("bench-readopt", interrupt=False)
     feed = SessionFeed(_SID, max_chars=1 << 30, start_id=1000)
     try:
@@ -54,12 +59,12 @@ async def _fill(stub: session_pb2_grpc.SessionServiceStub, turns: int, chunks: i
         await log.close()
 
 
-async def _read(stub: session_pb2_grpc.SessionServiceStub, running_only: bool
+async def _read(stub: AsyncStub, running_only: bool
                 ) -> tuple[float, int]:
     """Seconds to read what re-adoption reads, and the events read."""
     began = time.perf_counter()
     count = 0
-    async for page in stub.ReadEvents(  # type: ignore[attr-defined]
+    async for page in stub.ReadEvents(
             pb.ReadEventsRequest(session_id=_SID, running_turn_only=running_only)):
         count += len(page.events)
     return time.perf_counter() - began, count
@@ -78,7 +83,7 @@ async def run_readopt_read(sizes: Sizes) -> list[Row]:
         running = await start_session_server(cfg, f"unix:{root}/s.sock")
         channel = running.dial()
         try:
-            stub = session_pb2_grpc.SessionServiceStub(channel)
+            stub: AsyncStub = session_pb2_grpc.SessionServiceStub(channel)
             await _fill(stub, turns, chunks, root)
             whole: list[float] = []
             only: list[float] = []

@@ -25,7 +25,7 @@ Import from here; the names below are the store's public surface.
 from services.session.store.event_log import EventChunk, LoggedEvent, SessionBatch, TurnMark
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
-from services.session.store.pg_db import PostgresTarget
+from services.session.store.postgres.db import PostgresTarget
 from services.session.store.records import (
     BACKEND,
     AppendResult,
@@ -48,7 +48,7 @@ from services.session.store.records import (
     make_title,
     session_key_for,
 )
-from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
 from services.session.store.unusable import StoreUnusable
 
 __all__ = [

@@ -30,14 +30,14 @@ import asyncpg
 
 from services.common.logs import get_logger
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
-from services.session.store.pg_db import PostgresTarget, create_pool, describe
-from services.session.store.pg_liveness import HostLiveness, connector
-from services.session.store.pg_schema import migrate as migrate_pg
-from services.session.store.pg_store import PostgresSessionStore
+from services.session.store.postgres.db import PostgresTarget, create_pool, describe
+from services.session.store.postgres.liveness import HostLiveness, connector
+from services.session.store.postgres.schema import migrate as migrate_pg
+from services.session.store.postgres.store import PostgresSessionStore
 from services.session.store.records import SchemaTooNew, StoreError, StoreStatusInfo
-from services.session.store.sqlite_db import MEMORY, connect, prepare_file
-from services.session.store.sqlite_schema import migrate
-from services.session.store.sqlite_store import SqliteSessionStore
+from services.session.store.sqlite.db import MEMORY, connect, prepare_file
+from services.session.store.sqlite.schema import migrate
+from services.session.store.sqlite.store import SqliteSessionStore
 from services.session.store.unusable import StoreUnusable
 
 __all__ = ["StoreTarget", "open_store"]

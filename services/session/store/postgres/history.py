@@ -29,7 +29,7 @@ from services.session.store.interface import (
     Clock,
     SessionStore,
 )
-from services.session.store.pg_db import (
+from services.session.store.postgres.db import (
     Conn,
     call,
     from_db,
@@ -48,8 +48,8 @@ from services.session.store.records import (
     TurnUsage,
     item_bytes,
 )
-from services.session.store.sql_history import history_pages
-from services.session.store.sql_rows import (
+from services.session.store.sql.history import history_pages
+from services.session.store.sql.rows import (
     ADD_OWNER_BYTES,
     INSERT_ITEM,
     INSERT_USAGE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from services.session.store.records import ITEM_FIELDS, NewSession, SessionRecord, session_key_for
-from services.session.store.sql_rows import SESSION_COLUMNS, new_row_values
+from services.session.store.sql.rows import SESSION_COLUMNS, new_row_values
 
 __all__ = ["COPY_HISTORY", "FORK_SOURCE", "LAST_TURN_AT", "LOG_BYTES_AT", "SET_FORK_STATE",
            "ForkPlan", "fork_owner", "fork_plan"]

@@ -38,9 +38,9 @@ from typing import Final
 import asyncpg
 
 from services.common.logs import get_logger
-from services.session.store.pg_db import KEEPALIVES, Conn, PostgresTarget, describe
+from services.session.store.postgres.db import KEEPALIVES, Conn, PostgresTarget, describe
 from services.session.store.records import StoreUnavailable
-from services.session.store.sql_claims import CLAIMABLE
+from services.session.store.sql.claims import CLAIMABLE
 
 __all__ = ["HOLDER_LIVE", "NAMESPACE", "HostLiveness", "connector", "dead_holders",
            "holder_live", "host_of", "pg_claimable"]

@@ -35,14 +35,14 @@ from services.session.store.records import (
     TurnUsage,
     item_bytes,
 )
-from services.session.store.sql_history import (
+from services.session.store.sql.history import (
     SELECT_HISTORY_PAGE,
     SELECT_HISTORY_RANGE,
     SELECT_HISTORY_SIZES,
     history_pages,
     item_bytes_sql,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql.rows import (
     ADD_OWNER_BYTES,
     INSERT_ITEM,
     INSERT_USAGE,
@@ -52,7 +52,7 @@ from services.session.store.sql_rows import (
     turn_target,
     usage_values,
 )
-from services.session.store.sqlite_db import immediate
+from services.session.store.sqlite.db import immediate
 
 __all__ = ["SqliteHistory"]
 

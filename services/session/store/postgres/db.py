@@ -43,13 +43,13 @@ from services.session.store.records import (
     SessionRecord,
     StoreUnavailable,
 )
-from services.session.store.sql_history import (
+from services.session.store.sql.history import (
     SELECT_HISTORY_PAGE,
     SELECT_HISTORY_RANGE,
     SELECT_HISTORY_SIZES,
     item_bytes_sql,
 )
-from services.session.store.sql_rows import numbered, record_from_row
+from services.session.store.sql.rows import numbered, record_from_row
 
 __all__ = [
     "IDLE_IN_TRANSACTION_SECS",

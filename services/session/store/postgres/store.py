@@ -33,15 +33,15 @@ from services.session.store.checks import (
 from services.session.store.interface import (
     Clock,
 )
-from services.session.store.pg_db import (
+from services.session.store.postgres.db import (
     Conn,
     record_of,
     storable,
     to_db,
 )
-from services.session.store.pg_events import PgEvents
-from services.session.store.pg_fork import PgFork
-from services.session.store.pg_liveness import (
+from services.session.store.postgres.events import PgEvents
+from services.session.store.postgres.fork import PgFork
+from services.session.store.postgres.liveness import (
     HOLDER_LIVE,
     HostLiveness,
     dead_holders,
@@ -56,13 +56,13 @@ from services.session.store.records import (
     StoreStatusInfo,
     refusal,
 )
-from services.session.store.sql_claims import (
+from services.session.store.sql.claims import (
     CLAIM_SESSION,
     delete_filter,
     release_statement,
     row_filter,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql.rows import (
     DELETE_SESSION_DATA,
     INSERT_SESSION,
     LIST_PAGE,

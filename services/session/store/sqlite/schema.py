@@ -23,7 +23,7 @@ from services.common.protocol import (
     HISTORY_ROLE_USER,
 )
 from services.session.store.records import SchemaTooNew, make_title
-from services.session.store.sqlite_db import immediate
+from services.session.store.sqlite.db import immediate
 
 __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 

@@ -43,9 +43,9 @@ from services.common.private_files import (
     private_file,
     tighten,
 )
-from services.session.store.diagnosis import DAMAGED, Diagnosis, diagnose, read_only
-from services.session.store.sqlite_db import connect
-from services.session.store.sqlite_schema import _V7_FENCE_AND_BYTES, migrate
+from services.session.store.sqlite.db import connect
+from services.session.store.sqlite.diagnosis import DAMAGED, Diagnosis, diagnose, read_only
+from services.session.store.sqlite.schema import _V7_FENCE_AND_BYTES, migrate
 
 __all__ = ["RepairRefused", "Repaired", "check_repairable", "repair_store", "salvage_into"]
 

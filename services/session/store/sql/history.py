@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 from services.session.store.records import ITEM_FIELDS, HistoryEntry
-from services.session.store.sql_rows import HISTORY_COLUMNS
+from services.session.store.sql.rows import HISTORY_COLUMNS
 
 __all__ = [
     "SELECT_HISTORY_PAGE",

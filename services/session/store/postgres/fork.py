@@ -16,15 +16,15 @@ from collections.abc import Sequence
 import asyncpg
 
 from services.session.store.checks import check_owner_quota, check_session_quota
-from services.session.store.pg_db import Conn, record_of, storable, to_db
-from services.session.store.pg_history import PostgresHistory
+from services.session.store.postgres.db import Conn, record_of, storable, to_db
+from services.session.store.postgres.history import PostgresHistory
 from services.session.store.records import (
     Quota,
     SessionExists,
     SessionNotFound,
     SessionRecord,
 )
-from services.session.store.sql_fork import (
+from services.session.store.sql.fork import (
     COPY_HISTORY,
     FORK_SOURCE,
     LAST_TURN_AT,
@@ -32,7 +32,7 @@ from services.session.store.sql_fork import (
     SET_FORK_STATE,
     fork_plan,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql.rows import (
     ADD_OWNER_BYTES,
     INSERT_SESSION,
     SESSION_COLUMNS,

@@ -49,8 +49,8 @@ from services.session.store.log_quota import (
     unlogged,
 )
 from services.session.store.records import Quota, SessionNotFound
-from services.session.store.sql_rows import ADD_OWNER_BYTES
-from services.session.store.sqlite_db import in_connection
+from services.session.store.sql.rows import ADD_OWNER_BYTES
+from services.session.store.sqlite.db import in_connection
 
 __all__ = ["SqliteEvents"]
 

@@ -19,7 +19,7 @@ from services.session.store.records import (
     SessionNotFound,
     SessionRecord,
 )
-from services.session.store.sql_fork import (
+from services.session.store.sql.fork import (
     COPY_HISTORY,
     FORK_SOURCE,
     LAST_TURN_AT,
@@ -27,14 +27,14 @@ from services.session.store.sql_fork import (
     SET_FORK_STATE,
     fork_plan,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql.rows import (
     ADD_OWNER_BYTES,
     INSERT_SESSION,
     SESSION_COLUMNS,
     record_from_row,
 )
-from services.session.store.sqlite_db import immediate
-from services.session.store.sqlite_history import SqliteHistory
+from services.session.store.sqlite.db import immediate
+from services.session.store.sqlite.history import SqliteHistory
 
 __all__ = ["SqliteFork"]
 

@@ -35,13 +35,13 @@ from services.session.store.records import (
     StoreStatusInfo,
     refusal,
 )
-from services.session.store.sql_claims import (
+from services.session.store.sql.claims import (
     CLAIM_SESSION,
     delete_filter,
     release_statement,
     row_filter,
 )
-from services.session.store.sql_rows import (
+from services.session.store.sql.rows import (
     DELETE_SESSION_DATA,
     INSERT_SESSION,
     LIST_PAGE,
@@ -57,9 +57,9 @@ from services.session.store.sql_rows import (
     record_from_row,
     update_assignments,
 )
-from services.session.store.sqlite_db import immediate
-from services.session.store.sqlite_events import SqliteEvents
-from services.session.store.sqlite_fork import SqliteFork
+from services.session.store.sqlite.db import immediate
+from services.session.store.sqlite.events import SqliteEvents
+from services.session.store.sqlite.fork import SqliteFork
 
 __all__ = ["SqliteSessionStore"]
 

@@ -47,9 +47,9 @@ from services.session.store.log_quota import (
     stored_bytes,
     unlogged,
 )
-from services.session.store.pg_db import Conn
+from services.session.store.postgres.db import Conn
 from services.session.store.records import Quota, SessionNotFound
-from services.session.store.sql_rows import ADD_OWNER_BYTES, numbered
+from services.session.store.sql.rows import ADD_OWNER_BYTES, numbered
 
 __all__ = ["PgEvents"]
 

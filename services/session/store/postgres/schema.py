@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from services.common.logs import get_logger
-from services.session.store.pg_db import Conn
+from services.session.store.postgres.db import Conn
 from services.session.store.records import SchemaTooNew, StoreError
-from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
 
 __all__ = ["FIRST_VERSION", "LATEST_SCHEMA_VERSION", "migrate", "read_version"]
 

@@ -8,7 +8,7 @@ failing, or looping, later: the install's service credential; ``<data
 dir>/run/serve.lock`` (one serve per data dir: a second is refused naming the
 first's PID, :mod:`acpgate.serve_lock`); the gateway port, bound here (``port
 42617 on 127.0.0.1 is in use (by pid N)``, :mod:`services.common.listeners`);
-and a lifecycle instance slot (:mod:`services.lifecycle.instance_slots`). Each child
+and a lifecycle instance slot (:mod:`services.lifecycle.leases.instance_slots`). Each child
 inherits what is its own: every child the serve lock, the lifecycle service its
 slot (``--slot-fd``: a restarted child keeps the slot, and with it the instance id
 the edge claims sessions under), the edge the listening sockets (``--listen-fd``:
@@ -68,8 +68,8 @@ from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import REPLACE_SIGNAL, install_signal, install_stop_signals
 from services.common.worker_board import WorkerBoard
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.instance_slots import Slot, acquire_slot, slot_instance_id
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.instance_slots import Slot, acquire_slot, slot_instance_id
 
 log = get_logger("serve")
 

@@ -2,9 +2,9 @@
 
 The gRPC servicer is a thin translation layer over this class; tests and the embedded
 mode use it directly. One controller per lifecycle state dir. Each spawn (and each wrapper
-re-adopted, :mod:`services.lifecycle.adopt`) is watched: a wrapper that dies has its lease
+re-adopted, :mod:`services.lifecycle.adapters.adopt`) is watched: a wrapper that dies has its lease
 closed at once, through the same verified reap as any close. The warm pools
-(:mod:`services.lifecycle.warm`) spawn through it and hand their leases to ``ensure_session``.
+(:mod:`services.lifecycle.adapters.warm`) spawn through it and hand their leases to ``ensure_session``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,20 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
-from services.lifecycle.adopt import WrapperLink
-from services.lifecycle.api import (
+from services.lifecycle.adapters.adopt import WrapperLink
+from services.lifecycle.adapters.control_channel import AdoptPolicy, forget_control
+from services.lifecycle.adapters.launch import Launch, plan_launch
+from services.lifecycle.adapters.pool_spec import launch_reads
+from services.lifecycle.adapters.spawn import WrapperPaths, remove_stderr_logs
+from services.lifecycle.adapters.warm import WarmPools
+from services.lifecycle.attach.channel import AdapterChannel
+from services.lifecycle.leases.holds import StreamHolds
+from services.lifecycle.leases.instance_slots import Slot
+from services.lifecycle.leases.store import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import ProcessTable
+from services.lifecycle.processes.verify import Owner, Verification
+from services.lifecycle.reaping.reaper import CloseResult, Reaper, now_ms
+from services.lifecycle.requests import (
     EnsureRequest,
     InstanceInfo,
     InvalidRequest,
@@ -26,18 +38,6 @@ from services.lifecycle.api import (
     Unavailable,
     check_spec,
 )
-from services.lifecycle.attach import AdapterChannel
-from services.lifecycle.control import AdoptPolicy, forget_control
-from services.lifecycle.holds import StreamHolds
-from services.lifecycle.instance_slots import Slot
-from services.lifecycle.launch import Launch, plan_launch
-from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.pool_spec import launch_reads
-from services.lifecycle.proctable import ProcessTable
-from services.lifecycle.reaper import CloseResult, Reaper, now_ms
-from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
-from services.lifecycle.verify import Owner, Verification
-from services.lifecycle.warm import WarmPools
 
 __all__ = ["EnsureRequest", "Ensured", "InstanceInfo", "InvalidRequest", "LeaseNotFound",
            "LifecycleController", "NoWarmAdapter", "Unavailable"]
@@ -76,7 +76,7 @@ class LifecycleController:
         self.table = table
         #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
-        #: The install's instance id, which every slot's is derived from (services.lifecycle.instance_slots).
+        #: The install's instance id, which every slot's is derived from (services.lifecycle.leases.instance_slots).
         self.install_id = install_id or instance_id
         #: The slot this service holds for its life (None: a controller outside any slot, tests).
         self.slot = slot
@@ -155,7 +155,7 @@ class LifecycleController:
         return await self._spawn(req, LeaseState.WARM)
 
     async def _spawn(self, req: EnsureRequest, state: LeaseState = LeaseState.OPEN) -> LeaseRecord:
-        """A new lease and its tree for ``req`` (:class:`~services.lifecycle.launch.Launch`)."""
+        """A new lease and its tree for ``req`` (:class:`~services.lifecycle.adapters.launch.Launch`)."""
         plan = plan_launch(
             req,
             instance_id=self.instance_id,

@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.api import EnsureRequest, Unavailable
+from services.lifecycle.adapters.launch import BIRTH_READ_ATTEMPTS, Launch, LaunchPlan, plan_launch
+from services.lifecycle.adapters.spawn import WrapperPaths
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.launch import BIRTH_READ_ATTEMPTS, Launch, LaunchPlan, plan_launch
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable, ProcessTableError, ProcInfo
-from services.lifecycle.spawn import WrapperPaths
-from services.lifecycle.verify import command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import (
+    FakeProc,
+    FakeProcessTable,
+    ProcessTableError,
+    ProcInfo,
+)
+from services.lifecycle.processes.verify import command_hash
+from services.lifecycle.requests import EnsureRequest, Unavailable
 from tests.lifecycle.test_simulator import INSTANCE, ROOT, WRAPPER
 
 REQ = EnsureRequest(session_key="agent:a:acp:s1", command="/bin/agent", args=("--acp",))

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
-from services.lifecycle.adapters.adopt import WrapperLink
-from services.lifecycle.adapters.control_channel import AdoptPolicy, forget_control
+from services.lifecycle.adapters.control_channel import AdoptPolicy, WrapperLink, forget_control
 from services.lifecycle.adapters.launch import Launch, plan_launch
 from services.lifecycle.adapters.pool_spec import launch_reads
 from services.lifecycle.adapters.spawn import WrapperPaths, remove_stderr_logs

@@ -37,12 +37,12 @@ from services.lifecycle.attach.channel import AdapterChannel, StartReport
 from services.lifecycle.leases.store import LeaseRecord, LeaseState
 from services.lifecycle.processes.snapshot import ProcSnapshot
 from services.lifecycle.processes.verify import verify_owned_tree
-from services.lifecycle.wrapper.control import OP_ADOPT, OP_CLOSE_STDIN
+from services.lifecycle.wrapper.control import OP_ADOPT
 
 if TYPE_CHECKING:  # the controller calls in here; this module only reads it
     from services.lifecycle.controller import LifecycleController
 
-__all__ = ["AdoptedProcess", "WrapperLink", "adopt_at_start"]
+__all__ = ["AdoptedProcess", "adopt_at_start"]
 
 log = get_logger("lifecycle.adopt")
 
@@ -96,34 +96,6 @@ class AdoptedProcess:
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-class WrapperLink:
-    """One wrapper's control channel as the channel uses it later: ``close_stdin``."""
-
-    def __init__(self, policy: AdoptPolicy, lease_id: str, wrapper_pid: int) -> None:
-        self._policy = policy
-        self._lease_id = lease_id
-        self._pid = wrapper_pid
-
-    @classmethod
-    def of(cls, policy: AdoptPolicy | None, lease_id: str, wrapper_pid: int) -> WrapperLink | None:
-        """The link of a wrapper spawned under ``policy``; None without an adoption window."""
-        return cls(policy, lease_id, wrapper_pid) if policy is not None and policy.enabled else None
-
-    async def close_stdin(self) -> bool:
-        """Ask the wrapper to let its copy of stdin go; False (logged) when it cannot."""
-        path = self._policy.path(self._lease_id)
-        if path is None:
-            return False
-        try:
-            done = await asyncio.to_thread(exchange, path, self._policy.key(self._lease_id),
-                                           self._lease_id, self._pid, OP_CLOSE_STDIN)
-        except ControlError as exc:
-            log.info("wrapper_close_stdin_failed", lease_id=self._lease_id, why=str(exc))
-            return False
-        done.close()
-        return True
 
 
 #: The waits of :func:`_close_unless_attached` under way (held, so none is collected).

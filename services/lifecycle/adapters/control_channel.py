@@ -8,7 +8,8 @@ derives it again from the lease alone and no key is ever stored. :func:`exchange
 is one connection to a wrapper (blocking: run it in a thread); the service checks
 that the peer is the lease's wrapper (``SO_PEERCRED`` PID = the lease's root PID) and
 that it holds the key (its proof), besides the verification of the six facts the
-caller has done.
+caller has done. :class:`WrapperLink` is one wrapper's channel as its adapter channel uses
+it later (``close_stdin``), whether the wrapper was spawned or adopted.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.fd_channel import MAX_SOCKET_PATH_BYTES
+from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.lifecycle.wrapper.control import (
     EXCHANGE_TIMEOUT_SECS,
     OP_ADOPT,
+    OP_CLOSE_STDIN,
     ROLE_SERVICE,
     ROLE_WRAPPER,
     peer_credentials,
@@ -38,7 +41,11 @@ from services.lifecycle.wrapper.control import (
     send_line,
 )
 
-__all__ = ["AdoptPolicy", "ControlError", "Exchanged", "control_dir", "exchange", "forget_control"]
+__all__ = ["AdoptPolicy", "ControlError", "Exchanged", "WrapperLink", "control_dir", "exchange",
+           "forget_control"]
+
+#: Its events are the adoption's: a link is what an adopted or adoptable wrapper keeps.
+log = get_logger("lifecycle.adopt")
 
 #: Where the wrappers' control sockets live, under the lifecycle state dir.
 RUN_DIR_NAME = "run"
@@ -189,3 +196,31 @@ async def forget_control(policy: AdoptPolicy | None, lease_id: str) -> None:
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+class WrapperLink:
+    """One wrapper's control channel as the channel uses it later: ``close_stdin``."""
+
+    def __init__(self, policy: AdoptPolicy, lease_id: str, wrapper_pid: int) -> None:
+        self._policy = policy
+        self._lease_id = lease_id
+        self._pid = wrapper_pid
+
+    @classmethod
+    def of(cls, policy: AdoptPolicy | None, lease_id: str, wrapper_pid: int) -> WrapperLink | None:
+        """The link of a wrapper spawned under ``policy``; None without an adoption window."""
+        return cls(policy, lease_id, wrapper_pid) if policy is not None and policy.enabled else None
+
+    async def close_stdin(self) -> bool:
+        """Ask the wrapper to let its copy of stdin go; False (logged) when it cannot."""
+        path = self._policy.path(self._lease_id)
+        if path is None:
+            return False
+        try:
+            done = await asyncio.to_thread(exchange, path, self._policy.key(self._lease_id),
+                                           self._lease_id, self._pid, OP_CLOSE_STDIN)
+        except ControlError as exc:
+            log.info("wrapper_close_stdin_failed", lease_id=self._lease_id, why=str(exc))
+            return False
+        done.close()
+        return True

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
 from services.lifecycle.adapters.control_channel import AdoptPolicy, WrapperLink, forget_control
-from services.lifecycle.adapters.launch import Launch, plan_launch
+from services.lifecycle.adapters.launch import Launch, LaunchContext, plan_launch
 from services.lifecycle.adapters.pool_spec import launch_reads
 from services.lifecycle.adapters.spawn import WrapperPaths, remove_stderr_logs
 from services.lifecycle.adapters.warm import WarmPools
@@ -164,7 +164,7 @@ class LifecycleController:
             state=state,
             adoption=self.adoption,
         )
-        lease, channel = await Launch(self, plan).run()
+        lease, channel = await Launch(self.launch_context(), plan).run()
         self.watch(channel)
         log.info(
             "lease_spawned",
@@ -175,6 +175,14 @@ class LifecycleController:
             adapter_pid=lease.adapter_pid,
         )
         return lease
+
+    def launch_context(self) -> LaunchContext:
+        """What a :class:`~services.lifecycle.adapters.launch.Launch` may use of this
+        controller (its collections shared, the rest as they are now)."""
+        return LaunchContext(
+            store=self.store, table=self.table, reaper=self.reaper,
+            term_grace_ms=self.term_grace_ms, spawning=self.spawning, channels=self.channels,
+            adoption=self.adoption, close_session=self.close_session)
 
     def control_for(self, lease_id: str, wrapper_pid: int) -> WrapperLink | None:
         """The control channel of a wrapper spawned with an adoption window (else None)."""

@@ -117,7 +117,7 @@ async def test_insert_pending_closes_the_report_pipe_when_the_lease_cannot_be_wr
         plan = plan_for(tmp_path)
         ids = pipe_ids(plan)
         with pytest.raises(RuntimeError, match="disk full"):
-            await Launch(controller, plan).run()
+            await Launch(controller.launch_context(), plan).run()
         assert not still_open(ids)
         assert controller.spawning == set()  # no longer in flight
         assert controller.channels == {}
@@ -133,7 +133,7 @@ async def test_a_wrapper_that_cannot_start_ends_its_lease_as_lost(
 ) -> None:
     controller = controller_for(store, FakeProcessTable(), tmp_path)
     plan = plan_for(tmp_path, EnsureRequest("k", "/bin/agent", cwd=str(tmp_path / "absent")))
-    launch = Launch(controller, plan)
+    launch = Launch(controller.launch_context(), plan)
     ids = pipe_ids(plan)
     await launch.insert_pending()
     with pytest.raises(Unavailable, match="cannot start the wrapper"):
@@ -170,7 +170,7 @@ async def test_read_birth_retries_until_the_identity_is_readable(
     tmp_path: Path, store: LeaseStore, how: str
 ) -> None:
     table = FlakyGetTable([FakeProc(4242, 1, 4242, 777)], bad=BIRTH_READ_ATTEMPTS - 1, how=how)
-    launch = Launch(controller_for(store, table, tmp_path), plan_for(tmp_path))
+    launch = Launch(controller_for(store, table, tmp_path).launch_context(), plan_for(tmp_path))
     try:
         assert await launch.read_birth(4242) == 777
         assert table.calls == BIRTH_READ_ATTEMPTS
@@ -186,7 +186,7 @@ async def test_read_birth_never_settles_for_an_unknown_identity(
     tmp_path: Path, store: LeaseStore, how: str, why: str
 ) -> None:
     table = FlakyGetTable([FakeProc(4242, 1, 4242, 777)], bad=BIRTH_READ_ATTEMPTS, how=how)
-    launch = Launch(controller_for(store, table, tmp_path), plan_for(tmp_path))
+    launch = Launch(controller_for(store, table, tmp_path).launch_context(), plan_for(tmp_path))
     try:
         with pytest.raises(ProcessTableError) as err:
             await launch.read_birth(4242)

@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import os
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from services.common.logs import get_logger
-from services.lifecycle.adapters.control_channel import AdoptPolicy
+from services.lifecycle.adapters.control_channel import AdoptPolicy, WrapperLink
 from services.lifecycle.adapters.spawn import (
     AdoptFds,
     SpawnSpec,
@@ -30,14 +31,11 @@ from services.lifecycle.adapters.spawn import (
     wrapper_argv,
 )
 from services.lifecycle.attach.channel import START_TIMEOUT_SECS, AdapterChannel, SpawnFailed
-from services.lifecycle.leases.store import HELD_STATES, LeaseRecord, LeaseState
-from services.lifecycle.processes.table import ProcessTableError
+from services.lifecycle.leases.store import HELD_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import ProcessTable, ProcessTableError
 from services.lifecycle.processes.verify import command_hash
-from services.lifecycle.reaping.reaper import now_ms
+from services.lifecycle.reaping.reaper import Reaper, now_ms
 from services.lifecycle.requests import EnsureRequest, Unavailable
-
-if TYPE_CHECKING:  # the controller runs launches; a launch only calls back into it
-    from services.lifecycle.controller import LifecycleController
 
 #: The controller's logger: a spawn is part of the controller's story in the logs.
 log = get_logger("lifecycle.controller")
@@ -45,6 +43,34 @@ log = get_logger("lifecycle.controller")
 #: Reads of a just-spawned wrapper's birth identity before the spawn is given up.
 BIRTH_READ_ATTEMPTS = 5
 BIRTH_READ_RETRY_SECS = 0.05
+
+
+class CloseLease(Protocol):
+    """Close a lease through the verified reap, as a ``CloseSession`` would."""
+
+    def __call__(self, *, lease_id: str, reason: str) -> Awaitable[object]: ...
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What a launch uses of the controller that runs it, and nothing more.
+
+    ``spawning`` and ``channels`` are the controller's own collections, shared: a launch
+    adds its lease id to the first while it runs, and its channel to the second.
+    """
+
+    store: LeaseStore
+    table: ProcessTable
+    reaper: Reaper
+    term_grace_ms: int
+    #: Lease ids of the spawns in flight: an orphan reap leaves their pending leases alone.
+    spawning: set[str]
+    #: The live channels by lease id.
+    channels: dict[str, AdapterChannel]
+    #: The wrappers' adoption window (None: none); a wrapper spawned under it gets a link.
+    adoption: AdoptPolicy | None
+    #: The close a spawn whose adapter never started goes through.
+    close_session: CloseLease
 
 
 @dataclass(frozen=True)
@@ -125,19 +151,19 @@ def plan_launch(
 
 
 class Launch:
-    """Runs one :class:`LaunchPlan` for a controller."""
+    """Runs one :class:`LaunchPlan` in a controller's :class:`LaunchContext`."""
 
-    def __init__(self, controller: LifecycleController, plan: LaunchPlan) -> None:
-        self.controller = controller
+    def __init__(self, context: LaunchContext, plan: LaunchPlan) -> None:
+        self.context = context
         self.plan = plan
 
     async def run(self) -> tuple[LeaseRecord, AdapterChannel]:
         """The spawn, step by step: the lease as completed, and the adapter's channel.
 
-        While it runs the lease id is in the controller's ``spawning`` set, so an
+        While it runs the lease id is in the context's ``spawning`` set, so an
         orphan reap never takes the pending lease for an earlier run's leftover.
         """
-        spawning = self.controller.spawning
+        spawning = self.context.spawning
         lease_id = self.plan.lease.lease_id
         spawning.add(lease_id)
         try:
@@ -153,28 +179,29 @@ class Launch:
         """Step 1: the pending lease, durable before the wrapper exists."""
         plan = self.plan
         try:
-            await self.controller.store.insert(plan.lease)
+            await self.context.store.insert(plan.lease)
         except BaseException:
             plan.close_fds()
             raise
 
     async def start_wrapper(self) -> AdapterChannel:
-        """Step 2: start the wrapper; its channel, registered with the controller.
+        """Step 2: start the wrapper; its channel, registered in the context.
 
         A wrapper that cannot be started at all ends its lease as lost.
         """
-        plan, controller = self.plan, self.controller
+        plan, context = self.plan, self.context
         try:
             spawned = await spawn_wrapper(plan.argv, plan.spec, plan.report_r, plan.report_w,
                                           plan.adopt)
         except OSError as exc:
-            await controller.store.transition(plan.lease, LeaseState.LOST, now_ms=now_ms())
+            await context.store.transition(plan.lease, LeaseState.LOST, now_ms=now_ms())
             raise Unavailable(f"cannot start the wrapper: {exc}") from None
         lease_id = plan.lease.lease_id
         channel = AdapterChannel(lease_id, spawned.process, spawned.report, plan.spec.stderr_log,
                                  stdin_fd=spawned.stdin, stdout_fd=spawned.stdout,
-                                 control=controller.control_for(lease_id, spawned.process.pid))
-        controller.channels[lease_id] = channel
+                                 control=WrapperLink.of(context.adoption, lease_id,
+                                                        spawned.process.pid))
+        context.channels[lease_id] = channel
         return channel
 
     async def record_root(self, channel: AdapterChannel) -> LeaseRecord:
@@ -199,13 +226,13 @@ class Launch:
         An adapter that fails to start (or is not reported in time) is closed
         through the verified reap path and the spawn fails.
         """
-        controller = self.controller
+        context = self.context
         try:
             started = await asyncio.wait_for(asyncio.shield(channel.started), START_TIMEOUT_SECS)
         except (SpawnFailed, TimeoutError) as exc:
             reason = str(exc) or "the wrapper did not report the adapter's start"
-            await controller.close_session(lease_id=lease.lease_id, reason="spawn-failed")
-            controller.channels.pop(lease.lease_id, None)
+            await context.close_session(lease_id=lease.lease_id, reason="spawn-failed")
+            context.channels.pop(lease.lease_id, None)
             await channel.aclose()
             raise Unavailable(f"cannot start adapter: {reason}") from None
         return await self.complete(
@@ -221,7 +248,7 @@ class Launch:
         would end lost with its wrapper never signalled). Raises
         :class:`ProcessTableError` when it still cannot be read.
         """
-        table = self.controller.table
+        table = self.context.table
         why = ""
         for attempt in range(BIRTH_READ_ATTEMPTS):
             if attempt:
@@ -247,13 +274,13 @@ class Launch:
         through the handle is safe. SIGTERM lets the wrapper stop its adapter
         group itself; SIGKILL only if it does not exit in time.
         """
-        store = self.controller.store
+        store = self.context.store
         process = channel.process
         log.warning("wrapper_birth_unreadable", lease_id=lease.lease_id, why=why)
         with contextlib.suppress(ProcessLookupError):
             process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), self.controller.term_grace_ms / 1000 + 2.0)
+            await asyncio.wait_for(process.wait(), self.context.term_grace_ms / 1000 + 2.0)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -276,7 +303,7 @@ class Launch:
         close runs meanwhile); when it fails, the just-spawned tree is stopped
         through the verified reap path and the spawn fails with Unavailable.
         """
-        store = self.controller.store
+        store = self.context.store
         changes: dict[str, Any] = {
             "root_pid": lease.root_pid,
             "root_start_time": lease.root_start_time,
@@ -288,7 +315,7 @@ class Launch:
                 lease.lease_id, expect=[self.plan.lease.state], **changes)
             if completed is not None:
                 return completed
-            result = await self.controller.reaper.stop_stray(lease, reason="closed-during-spawn")
+            result = await self.context.reaper.stop_stray(lease, reason="closed-during-spawn")
         process = channel.process
         if result.unverified_reason and process.returncode is None:
             # Unverifiable now, but the wrapper is our unreaped child (its PID
@@ -311,10 +338,10 @@ class Launch:
 
     async def retire_channel(self, channel: AdapterChannel) -> None:
         """Forget a channel whose processes were stopped; let its exit land, stop reading."""
-        controller = self.controller
-        controller.channels.pop(channel.lease_id, None)
+        context = self.context
+        context.channels.pop(channel.lease_id, None)
         try:
-            await asyncio.wait_for(channel.finished.wait(), controller.term_grace_ms / 1000 + 3.0)
+            await asyncio.wait_for(channel.finished.wait(), context.term_grace_ms / 1000 + 3.0)
         except TimeoutError:
             log.warning("channel_not_finished_after_close", lease_id=channel.lease_id)
         await channel.aclose()

@@ -8,14 +8,13 @@ with survivors is re-verified against a fresh listing of its own right before
 its SIGKILL; the final states are written in one transaction.
 
 The primitives (verification, identity-checked signals, liveness polling) are
-the :class:`~services.lifecycle.reaping.reaper.Reaper`'s; this module orders them.
+:class:`~services.lifecycle.reaping.steps.ReapSteps`; this module orders them.
 """
 
 from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from services.common.logs import get_logger
 from services.lifecycle.leases.store import HELD_STATES, LeaseRecord, LeaseState
@@ -29,9 +28,7 @@ from services.lifecycle.reaping.results import (
     tally,
     unverified_outcome,
 )
-
-if TYPE_CHECKING:  # the Reaper runs passes; a pass only calls back into it
-    from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.reaping.steps import ReapSteps
 
 #: The reaper's logger: a pass is part of the reaper's story in the logs.
 log = get_logger("lifecycle.reaper")
@@ -69,9 +66,9 @@ class Ledger:
 
 
 class ReapPass:
-    """Reaps ``leases`` (their locks held by the caller) with one reaper, in one pass."""
+    """Reaps ``leases`` (their locks held by the caller) with one reaper's steps, in one pass."""
 
-    def __init__(self, reaper: Reaper, reason: str) -> None:
+    def __init__(self, reaper: ReapSteps, reason: str) -> None:
         self.reaper = reaper
         self.reason = reason
         self.ledger = Ledger()

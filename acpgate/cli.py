@@ -35,7 +35,7 @@ from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
 
 if TYPE_CHECKING:
     from acpgate.embedded import EmbeddedServices
-    from acpgate.serve import Supervisor
+    from acpgate.serve_supervisor import Supervisor
     from services.edge.tokens import TokenStore
     from services.edge.transport.ws_server import EdgeServer
 

@@ -6,13 +6,13 @@
   the file left as it was): the service does not start on it. Only when the file
   does not exist and cannot be created (a read-only dir, ``sessions`` is a
   file) does the store run in memory (SPEC §2).
-- A ``postgresql://`` URL (a :class:`~.pg_db.PostgresTarget`): a pool on that
+- A ``postgresql://`` URL (a :class:`~.postgres.db.PostgresTarget`): a pool on that
   database, migrated as needed. A database that answers with a schema this
   acpgate cannot use (a newer one, someone else's tables) is refused the same
   way; one that does not answer within the target's connect timeout, or refuses
   the login, leaves the store in memory.
 
-In memory, the :class:`~.sqlite_store.SqliteSessionStore` runs on an in-memory
+In memory, the :class:`~.sqlite.store.SqliteSessionStore` runs on an in-memory
 SQLite database, and its :attr:`~.interface.SessionStore.status` says why — in
 words that never include a password.
 """

@@ -266,7 +266,7 @@ def storable(key: str) -> bool:
 
 
 def record_of(row: asyncpg.Record) -> SessionRecord:
-    """A ``sessions`` row (:data:`~.sql_rows.SESSION_COLUMNS`) as a record, text unescaped."""
+    """A ``sessions`` row (:data:`~.sql.rows.SESSION_COLUMNS`) as a record, text unescaped."""
     return record_from_row(row, from_db)
 
 
@@ -274,7 +274,7 @@ _SELECT_HISTORY_PAGE: Final = numbered(SELECT_HISTORY_PAGE)
 _SELECT_HISTORY_RANGE: Final = numbered(SELECT_HISTORY_RANGE)
 _SELECT_HISTORY_SIZES: Final = numbered(SELECT_HISTORY_SIZES.format(
     size=item_bytes_sql(lambda column: f"octet_length({column})")))
-#: Where the item fields of a history row (:data:`~.sql_rows.HISTORY_COLUMNS`) end.
+#: Where the item fields of a history row (:data:`~.sql.rows.HISTORY_COLUMNS`) end.
 _ITEM_END: Final = 1 + len(ITEM_FIELDS)
 
 

@@ -1,7 +1,7 @@
 """``session/fork`` on the PostgreSQL store: the new row and the copy of the parent's history
-in one transaction (:mod:`.sql_fork` says what is written).
+in one transaction (:mod:`.sql.fork` says what is written).
 
-:class:`PgFork` is a base of :class:`~.pg_store.PostgresSessionStore`. The parent's
+:class:`PgFork` is a base of :class:`~.postgres.store.PostgresSessionStore`. The parent's
 row is read ``FOR SHARE``: a turn of the parent that is being appended (its
 transaction holds the row ``FOR UPDATE``) commits first and is copied whole, and
 none starts before the copy commits; a turn from any host is either in the fork or

@@ -1,12 +1,12 @@
 """The history half of the PostgreSQL store: turns in one transaction each, history in pages.
 
-:class:`PostgresHistory` is the base of :class:`~.pg_store.PostgresSessionStore`
+:class:`PostgresHistory` is the base of :class:`~.postgres.store.PostgresSessionStore`
 and holds the pooled calls both halves make (:meth:`~PostgresHistory._call`,
 :meth:`~PostgresHistory._transaction`). A turn's transaction locks the session
 row first (``FOR UPDATE``), so concurrent turns queue up on it and a takeover —
 a claim, an update of that row — waits for the turn's commit or is seen by it
 (the fence); the owner's byte total is an upserted row, locked too (the quotas).
-The history is read in pages, byte-bounded for a big session (:mod:`.sql_history`).
+The history is read in pages, byte-bounded for a big session (:mod:`.sql.history`).
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ class PostgresHistory(SessionStore):
     _clock: Clock
 
     async def _call(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """A repeatable operation on a pooled connection (see :func:`.pg_db.call`)."""
+        """A repeatable operation on a pooled connection (see :func:`.postgres.db.call`)."""
         return await call(self._pool, self.status.db_path, op)
 
     async def _transaction(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """An operation in one transaction (see :func:`.pg_db.in_transaction`)."""
+        """An operation in one transaction (see :func:`.postgres.db.in_transaction`)."""
         return await in_transaction(self._pool, self.status.db_path, op)
 
     async def append_turn(

@@ -74,14 +74,14 @@ def holder_live(column: str) -> str:
 
 #: SQL: the row's claim holder's host is alive.
 HOLDER_LIVE: Final = holder_live("active_instance_id")
-#: :data:`~.sql_claims.CLAIMABLE` on PostgreSQL: also when the holder's host is dead.
+#: :data:`~.sql.claims.CLAIMABLE` on PostgreSQL: also when the holder's host is dead.
 _CLAIMABLE_PG: Final = f"{CLAIMABLE[:-1]} OR NOT {HOLDER_LIVE})"
 _TRY_LOCK: Final = f"SELECT pg_try_advisory_lock({NAMESPACE}, {_key('$1::text')})"
 _DEAD: Final = (f"SELECT h FROM unnest($1::text[]) AS h WHERE NOT {holder_live('h')}")
 
 
 def pg_claimable(sql: str) -> str:
-    """``sql`` (a statement or ``WHERE`` built on :data:`~.sql_claims.CLAIMABLE`) with a
+    """``sql`` (a statement or ``WHERE`` built on :data:`~.sql.claims.CLAIMABLE`) with a
     dead host's claim claimable too; the parameters are unchanged."""
     assert CLAIMABLE in sql, "not a claim condition"
     return sql.replace(CLAIMABLE, _CLAIMABLE_PG)

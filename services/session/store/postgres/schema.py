@@ -1,6 +1,6 @@
 """The PostgreSQL schema of the session store and its forward migrations.
 
-The tables and columns are SQLite's (:mod:`.sqlite_schema`), with the same
+The tables and columns are SQLite's (:mod:`.sqlite.schema`), with the same
 checks, so both backends hold the same rows; the version numbers are shared
 too. PostgreSQL support starts at version 4 (the first with claims, which
 several hosts need), so an empty database is created at 4 in one step; later

@@ -1,13 +1,13 @@
 """The session store on PostgreSQL: rows and history shared by several gateway hosts.
 
 Implements :class:`~services.session.store.interface.SessionStore` on an
-asyncpg pool (:mod:`.pg_db`) whose database :mod:`.pg_schema` has brought up
-to date, with the statements SQLite uses (:mod:`.sql_rows`). Several session
+asyncpg pool (:mod:`.postgres.db`) whose database :mod:`.postgres.schema` has brought up
+to date, with the statements SQLite uses (:mod:`.sql.rows`). Several session
 services — one per host, or one for many edges — may share the database:
 
 - a turn is one transaction that locks the session row (``FOR UPDATE``), so
   turns appended from anywhere get dense, unique seq numbers (turns and history
-  are the half in :mod:`.pg_history`, a fork with its copied history :mod:`.pg_fork`);
+  are the half in :mod:`.postgres.history`, a fork with its copied history :mod:`.postgres.fork`);
 - a claim is one conditional ``UPDATE``: under READ COMMITTED, a concurrent
   second update waits for the first and re-checks its ``WHERE`` against the
   committed row, so of two instances racing for one session exactly one wins;
@@ -116,7 +116,7 @@ class PostgresSessionStore(PgFork, PgEvents):
         await self._pool.close()
 
     async def hold_liveness(self, instance_id: str) -> None:
-        """Hold ``instance_id``'s host lock from now on (:mod:`.pg_liveness`)."""
+        """Hold ``instance_id``'s host lock from now on (:mod:`.postgres.liveness`)."""
         if self._liveness is not None and instance_id:
             await self._liveness.hold(instance_id)
 
@@ -131,7 +131,7 @@ class PostgresSessionStore(PgFork, PgEvents):
 
     async def _judged(self, con: Conn, recs: list[SessionRecord]) -> list[SessionRecord]:
         """``recs`` with the claims of dead hosts shown ended (``until`` 0): a claim is live
-        only while its host's lock is held (:mod:`.pg_liveness`), so nobody is sent there."""
+        only while its host's lock is held (:mod:`.postgres.liveness`), so nobody is sent there."""
         now = self._clock()
         holders = {r.claim.instance_id for r in recs if r.claim.live(now)}
         dead = await dead_holders(con, holders) if holders else set()

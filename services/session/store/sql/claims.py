@@ -4,7 +4,7 @@ A row's claim says which gateway instance serves the session (several hosts, one
 store). These are the conditions and statements that take and drop it, and the
 ``WHERE`` clauses that keep a holder's write off a row another instance — or a
 later generation of the claim — holds (the fence). ``?`` placeholders,
-numbered for PostgreSQL with :func:`~.sql_rows.numbered`.
+numbered for PostgreSQL with :func:`~.sql.rows.numbered`.
 """
 
 from __future__ import annotations

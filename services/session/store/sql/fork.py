@@ -3,7 +3,7 @@
 A fork is one transaction: the parent's row is read (PostgreSQL locks it ``FOR
 SHARE``, SQLite's ``BEGIN IMMEDIATE`` already holds the write lock), the copied
 bytes are added to the owner's total and checked against the quotas, the new
-row is inserted as :data:`~.sql_rows.INSERT_SESSION` inserts any, the parent's
+row is inserted as :data:`~.sql.rows.INSERT_SESSION` inserts any, the parent's
 history is copied row for row inside the database (never through the process),
 and the new row gets the parent's counters and state. :func:`fork_plan` says
 what goes where; the statements use ``?`` placeholders (PostgreSQL numbers them).
@@ -52,7 +52,7 @@ SET_FORK_STATE: Final = (
 class ForkPlan:
     """The writes of one fork, decided from the parent row as the transaction read it."""
 
-    #: :data:`~.sql_rows.INSERT_SESSION` parameters of the new row.
+    #: :data:`~.sql.rows.INSERT_SESSION` parameters of the new row.
     insert: tuple[Any, ...]
     #: The owner whose total the copied bytes add to (the quotas' principal).
     owner: str
@@ -79,7 +79,7 @@ def fork_plan(parent: SessionRecord, last_turn: int, session_id: str, *, agent_a
               mcp_servers_json: str | None, text: Callable[[str], str] = str,
               log_bytes: int = 0) -> ForkPlan:
     """What a fork of ``parent`` (its turn counter ``last_turn``, ``log_bytes`` of event
-    log) as ``session_id`` writes (InvalidItem as :func:`~.sql_rows.new_row_values`
+    log) as ``session_id`` writes (InvalidItem as :func:`~.sql.rows.new_row_values`
     refuses); ``text`` encodes free text for the backend."""
     o = parent.ownership
     owner = fork_owner(parent, session_key_for(agent_alias, session_id))

@@ -7,7 +7,7 @@ the first query reads only the sizes of the next items (:data:`SELECT_HISTORY_SI
 a few numbers), the second the rows that fit (:data:`SELECT_HISTORY_RANGE`), so a
 history of fifteen-megabyte prompts never sits in the session service five
 hundred items at a time. ``?`` placeholders, numbered for PostgreSQL
-with :func:`~.sql_rows.numbered`; ``{size}`` is the backend's :func:`item_bytes_sql`.
+with :func:`~.sql.rows.numbered`; ``{size}`` is the backend's :func:`item_bytes_sql`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``session/fork`` on the SQLite store: the new row and the copy of the parent's history in
-one ``BEGIN IMMEDIATE`` transaction (:mod:`.sql_fork` says what is written).
+one ``BEGIN IMMEDIATE`` transaction (:mod:`.sql.fork` says what is written).
 
-:class:`SqliteFork` is a base of :class:`~.sqlite_store.SqliteSessionStore`, on the
+:class:`SqliteFork` is a base of :class:`~.sqlite.store.SqliteSessionStore`, on the
 same connection and lock. The write lock is taken before the parent is read, so no
 turn of the parent lands between the read and the copy, and the owner's total the
 quota checks cannot change before the commit.

@@ -1,10 +1,10 @@
 """The history half of the SQLite store: turns in one transaction each, history in pages.
 
-:class:`SqliteHistory` is the base of :class:`~.sqlite_store.SqliteSessionStore`,
+:class:`SqliteHistory` is the base of :class:`~.sqlite.store.SqliteSessionStore`,
 on the same connection and lock: a turn is appended in one ``BEGIN IMMEDIATE``
 — the write lock taken before anything is read, so the claim (the fence) and
 the byte totals (the quotas) it checks cannot change before the commit — and
-the history is read in pages, byte-bounded for a big session (:mod:`.sql_history`).
+the history is read in pages, byte-bounded for a big session (:mod:`.sql.history`).
 """
 
 from __future__ import annotations

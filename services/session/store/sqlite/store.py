@@ -1,11 +1,11 @@
 """The session store on SQLite: rows and history on one aiosqlite connection.
 
 Implements :class:`~services.session.store.interface.SessionStore` on a
-connection from :mod:`.sqlite_db` whose schema :mod:`.sqlite_schema` has
+connection from :mod:`.sqlite.db` whose schema :mod:`.sqlite.schema` has
 brought up to date. Every write is one transaction: a single statement on its own
 (the connection autocommits), several in one ``BEGIN IMMEDIATE``; a turn is
 appended in one, all items or none (SPEC §8) — turns and history are the
-half in :mod:`.sqlite_history`, a fork (its row and its copied history) :mod:`.sqlite_fork`. The same class serves the file and the
+half in :mod:`.sqlite.history`, a fork (its row and its copied history) :mod:`.sqlite.fork`. The same class serves the file and the
 in-memory database of the fallback (:mod:`.opening`).
 """
 

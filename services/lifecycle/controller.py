@@ -113,7 +113,7 @@ class LifecycleController:
     async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
         else a new spawn; ``hold`` (an Attach stream's): held until the stream let it go. A
-        lease another stream holds is not handed out: its let-go is waited for (holds.py).
+        lease another stream holds is not handed out: its let-go is waited for (:mod:`.leases.holds`).
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on

@@ -1,7 +1,7 @@
 """The named steps of a batched reap pass and the outcome rules, one contract each (SPEC §13).
 
 test_reap_pass.py runs whole passes; here each step of ReapPass and each rule
-of services/lifecycle/results is held to its own promise.
+of services/lifecycle/reaping/results is held to its own promise.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 The wrapper root is ``<lifecycle state dir>/wrapper``: each install (state
 dir) has its own, so the live command of a wrapper names the gateway that
-spawned it. :func:`install_wrapper` copies ``wrapper.py`` there (atomically,
-only when it changed); the service runs it as
+spawned it. :func:`install_wrapper` copies the wrapper
+(:mod:`services.lifecycle.wrapper`) there, the supervisor as ``acpgate_wrapper.py`` and
+its parts beside it under the names it imports them by (atomically, only when changed);
+the service runs it as
 ``<python> -I -S <wrapper path> --lease-id … -- <command> <args…>``.
 """
 

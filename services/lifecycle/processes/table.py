@@ -110,7 +110,7 @@ class ProcessTable(Protocol):
         ...
 
     async def runs_as_service(self, info: ProcInfo) -> bool:
-        """Whether it runs entirely as this service's user (:mod:`.proc_reads`); False
+        """Whether it runs entirely as this service's user (:mod:`.proc_files`); False
         when not, or when that cannot be told (gone, another birth, unreadable)."""
         ...
 

@@ -1,7 +1,8 @@
 """The wrapper's bookkeeping: the adapter's stderr log (bounded, rotated once) and its
 scan of ``/proc`` for what is left of the adapter's tree.
 
-Standard library only: installed beside the wrapper and loaded by it from there.
+Standard library only: installed beside the wrapper (as ``wrapper_log.py``) and loaded by it
+from there.
 """
 
 from __future__ import annotations

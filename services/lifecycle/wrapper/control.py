@@ -1,6 +1,6 @@
 """The wrapper's control channel: how a restarted lifecycle service re-adopts a wrapper.
 
-Standard library only: it is installed beside the wrapper (``acpgate_wrapper_control.py``)
+Standard library only: it is installed beside the wrapper (as ``wrapper_control.py``)
 and loaded by it from there. The wrapper listens on a unix socket of its own,
 ``<lifecycle state dir>/run/<first 16 hex of the lease id>.sock``, in a directory only the
 owner can enter (services/lifecycle/adapters/control_channel.py says where, when that path is too long).

@@ -460,7 +460,7 @@ def _decode(status: int | None) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python wrapper.py OPTIONS -- COMMAND ARGS``."""
+    """Entry point: ``python acpgate_wrapper.py OPTIONS -- COMMAND ARGS``."""
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
     except (ValueError, KeyError) as exc:

@@ -2,7 +2,7 @@
 
 The gRPC servicer is a thin translation layer over this class; tests and the embedded
 mode use it directly. One controller per lifecycle state dir. Each spawn (and each wrapper
-re-adopted, :mod:`services.lifecycle.adapters.adopt`) is watched: a wrapper that dies has its lease
+re-adopted, :mod:`services.lifecycle.startup.adopt`) is watched: a wrapper that dies has its lease
 closed at once, through the same verified reap as any close. The warm pools
 (:mod:`services.lifecycle.adapters.warm`) spawn through it and hand their leases to ``ensure_session``.
 """

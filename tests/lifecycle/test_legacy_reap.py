@@ -1,7 +1,7 @@
 """Legacy records from file to outcome, on the simulated process table.
 
 What the startup of slot 0 does with the pre-lease records waiting in
-``<state>/legacy/`` (:mod:`services.lifecycle.reaping.legacy_at_start`): import once, reap through
+``<state>/legacy/`` (:mod:`services.lifecycle.startup.legacy_records`): import once, reap through
 the fail-safe path, store every outcome (closed / lost / left, with the reason), never
 process an ended record again — and what no other slot does. The guards beyond the
 seed's rules (a lease's process, the service's own tree, another install's wrapper root)
@@ -38,11 +38,11 @@ from services.lifecycle.reaping.legacy import (
     LegacyRecord,
     LegacyState,
 )
-from services.lifecycle.reaping.legacy_at_start import reap_legacy
 from services.lifecycle.reaping.legacy_files import LEGACY_DIR_NAME, parse_records
 from services.lifecycle.reaping.legacy_files import LegacyFile as ReadFile
 from services.lifecycle.reaping.legacy_table import LegacyStore
 from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.startup.legacy_records import reap_legacy
 
 INSTANCE = "gw-aaaa"
 ROOT = "/srv/gw-a/lifecycle/wrapper"

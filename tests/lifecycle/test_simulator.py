@@ -50,8 +50,8 @@ from services.lifecycle.processes.verify import (
     Owner,
     command_hash,
 )
-from services.lifecycle.reaping.at_start import reap_at_start
 from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.startup.reap import reap_at_start
 from services.lifecycle.wrapper.control import (
     CLEANUP,
     OP_ADOPT,

@@ -4,9 +4,9 @@
 (:mod:`services.lifecycle.leases.instance_slots`: any number of lifecycle services may share one),
 loads the install's instance id and derives the slot's, opens the lease store,
 installs the wrapper, re-adopts the live wrappers an earlier run of its slot left
-(:mod:`services.lifecycle.adapters.adopt`), expires old leases and reaps the live leases of earlier runs
-of its slot and of dead slots (:mod:`services.lifecycle.reaping.at_start`), and on slot 0
-the pre-lease records waiting (:mod:`services.lifecycle.reaping.legacy_at_start`), *before* it
+(:mod:`services.lifecycle.startup.adopt`), expires old leases and reaps the live leases of earlier runs
+of its slot and of dead slots (:mod:`services.lifecycle.startup.reap`), and on slot 0
+the pre-lease records waiting (:mod:`services.lifecycle.startup.legacy_records`), *before* it
 serves — never a live slot's. Stopping the returned server closes (verifies and
 reaps) every lease it still holds, then gives the slot up.
 
@@ -35,7 +35,6 @@ from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.private_files import private_dir
 from services.common.signals import STEP_DOWN_SIGNAL, exit_now, install_signal
-from services.lifecycle.adapters.adopt import adopt_at_start
 from services.lifecycle.adapters.control_channel import AdoptPolicy, control_dir
 from services.lifecycle.adapters.spawn import install_wrapper
 from services.lifecycle.api.servicer import LifecycleServicer
@@ -51,7 +50,8 @@ from services.lifecycle.leases.instance_slots import (
 )
 from services.lifecycle.leases.store import LeaseStore
 from services.lifecycle.processes.table import ProcessTable, PsutilProcessTable
-from services.lifecycle.reaping.at_start import reap_at_start
+from services.lifecycle.startup.adopt import adopt_at_start
+from services.lifecycle.startup.reap import reap_at_start
 
 __all__ = [
     "SERVICE_NAME",
@@ -75,7 +75,7 @@ async def open_controller(cfg: Config, *, proctable: ProcessTable | None = None,
     to use. ``slot`` is one the caller holds (``acpgate serve`` hands its child the one it
     took); None takes the lowest free one. ``await controller.close()`` gives it up.
     ``credential`` and ``adopt_secs`` (default ``[lifecycle] adopt_secs``) give its wrappers
-    an adoption window (:mod:`services.lifecycle.adapters.adopt`; none without a credential)."""
+    an adoption window (:mod:`services.lifecycle.startup.adopt`; none without a credential)."""
     state_dir = cfg.lifecycle_state_dir
     await asyncio.to_thread(private_dir, cfg.data_dir)  # acpgate's state: the owner's alone
     run_dir = await asyncio.to_thread(control_dir, state_dir)

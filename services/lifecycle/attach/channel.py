@@ -54,7 +54,7 @@ START_TIMEOUT_SECS = 10.0
 
 class WrapperProcess(Protocol):
     """The wrapper as a channel watches it: this service's child (asyncio's process), or
-    one it re-adopted (:class:`services.lifecycle.adapters.adopt.AdoptedProcess`)."""
+    one it re-adopted (:class:`services.lifecycle.startup.adopt.AdoptedProcess`)."""
 
     @property
     def pid(self) -> int: ...

@@ -7,7 +7,7 @@ command. Anything else is left alone.
 
 Where the records come from: the pre-lease record files an operator drops into
 ``<data dir>/lifecycle/legacy/`` (:mod:`services.lifecycle.reaping.legacy_files`), imported
-and processed once by the service holding slot 0 (:mod:`services.lifecycle.reaping.legacy_at_start`).
+and processed once by the service holding slot 0 (:mod:`services.lifecycle.startup.legacy_records`).
 
 On top of the seed's rules, a live root is never a legacy record's when
 - its tree carries a lease id in its environment: it is a lease's (a live slot's

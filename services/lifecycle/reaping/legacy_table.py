@@ -5,7 +5,7 @@ One row per imported record (:mod:`services.lifecycle.reaping.legacy_files`), un
 file's content digest and its line, so importing the same file again adds nothing. A
 row is pending until processed, then closed, lost or left with the reason
 (:class:`~services.lifecycle.reaping.legacy.LegacyState`) and never processed again. Only the
-service holding slot 0 opens the table, at its start (:mod:`services.lifecycle.reaping.legacy_at_start`),
+service holding slot 0 opens the table, at its start (:mod:`services.lifecycle.startup.legacy_records`),
 on a connection of its own to ``leases.db`` (the lease store's file, its locks and WAL).
 """
 

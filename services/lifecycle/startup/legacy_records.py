@@ -2,7 +2,7 @@
 
 A record without a lease id has no instance slot, so exactly one service looks after
 them: the one holding slot 0, at its start, once its own and the dead slots' leases are
-reaped (:func:`services.lifecycle.reaping.at_start.reap_at_start`), before it serves. Slot 0's
+reaped (:func:`services.lifecycle.startup.reap.reap_at_start`), before it serves. Slot 0's
 lock makes that one process at a time; any other slot's service never reads them.
 
 1. Every ``*.jsonl`` file in ``<lifecycle state dir>/legacy/`` is read

@@ -16,7 +16,7 @@ service reaps (SPEC §13 reapStartupOrphans):
 
 Leases written before slots existed carry the install's id, which is slot 0's. Records
 written before leases existed (no lease id, no slot) are slot 0's holder's to import and
-reap, after all that (:mod:`services.lifecycle.reaping.legacy_at_start`).
+reap, after all that (:mod:`services.lifecycle.startup.legacy_records`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from services.common.logs import get_logger
 from services.lifecycle.leases.instance_slots import slot_instance_id, slot_of, try_slot
 from services.lifecycle.leases.store import LIVE_STATES
 from services.lifecycle.processes.verify import Owner
-from services.lifecycle.reaping.legacy_at_start import reap_legacy
 from services.lifecycle.reaping.reaper import CloseResult, Reaper
+from services.lifecycle.startup.legacy_records import reap_legacy
 
 if TYPE_CHECKING:  # the controller calls in here; this module only reads it
     from services.lifecycle.controller import LifecycleController

@@ -7,7 +7,8 @@ and a permission request waits for a client to come back
 (:class:`FollowingBackChannel`). A detached session is still active — it keeps
 its slot, so it counts against its token's share — and is released as before
 (``deactivate(..., "disconnect")``) once ``[gateway] detach_grace_secs`` pass
-without a client attaching it again. A connection of the session's own
+without a client attaching it again — counted from the end of its background work, when
+a v2 agent reports some (:mod:`services.edge.sessions.subagents`). A connection of the session's own
 principal attaches it again with ``session/attach``, ``session/load`` or
 ``session/resume`` (``services.edge.dialect.handlers.attach`` / ``restore``) and gets
 what it missed from the session's event ring (:mod:`services.edge.sessions.feed`).
@@ -247,6 +248,11 @@ def _move(session: EdgeSession, port: ClientPort) -> None:
 
 async def _expire(session: EdgeSession, port: DetachedPort, grace_secs: float) -> None:
     await asyncio.sleep(grace_secs)
+    while session.work.alive and session.port is port:
+        # Background work (a v2 agent's) keeps a detached session: its grace starts over
+        # once the work ended.
+        await session.work.quiet()
+        await asyncio.sleep(grace_secs)
     if session.port is port and not session.released:
         log.info("session_detach_expired", session_id=session.session_id)
         await session.runtime.deactivate(session, "disconnect")

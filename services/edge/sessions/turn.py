@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.turn_items import TEXT_BLOCK_CHUNKS, TurnAccumulator
+from services.edge.backends.session_types import TurnUsage
 
 __all__ = ["TEXT_BLOCK_CHUNKS", "TURN_KEEP_CHARS", "TurnAccumulator", "turn_usage"]
 
@@ -20,7 +20,7 @@ __all__ = ["TEXT_BLOCK_CHUNKS", "TURN_KEEP_CHARS", "TurnAccumulator", "turn_usag
 TURN_KEEP_CHARS: Final = 1 << 20
 
 
-def _quota_usage(raw: Any) -> session_pb2.TurnUsage | None:
+def _quota_usage(raw: Any) -> TurnUsage | None:
     """The tokens of a prompt result's ``_meta.quota.token_count`` (gemini-cli reports its
     usage there, not in ``usage``), or None."""
     meta = raw.get("_meta") if isinstance(raw, dict) else None
@@ -33,17 +33,17 @@ def _quota_usage(raw: Any) -> session_pb2.TurnUsage | None:
               (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"))]
     if not all(type(n) is int for n in tokens):
         return None
-    return session_pb2.TurnUsage(input_tokens=max(0, tokens[0] or 0),
+    return TurnUsage(input_tokens=max(0, tokens[0] or 0),
                                  output_tokens=max(0, tokens[1] or 0))
 
 
-def turn_usage(result: PromptResponse, raw: Any = None) -> session_pb2.TurnUsage | None:
+def turn_usage(result: PromptResponse, raw: Any = None) -> TurnUsage | None:
     """The prompt result's ``usage`` as the store records it (negative counts as 0); without
     one, the tokens of its ``_meta.quota`` (``raw``: the result as the adapter sent it)."""
     usage = result.usage
     if usage is None:
         return _quota_usage(raw)
-    return session_pb2.TurnUsage(
+    return TurnUsage(
         input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
         thought_tokens=max(0, usage.thought_tokens or 0),
         cached_read_tokens=max(0, usage.cached_read_tokens or 0),

@@ -15,15 +15,14 @@ delays the turn's answer instead of failing it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, STORAGE_QUOTA_EXCEEDED
+from services.edge.backends.errors import Failure, ServiceError
 from services.edge.sessions.claims import taken_over
 from services.edge.sessions.turn import TurnAccumulator, turn_usage
 
@@ -48,34 +47,34 @@ async def store_turn(session: EdgeSession, acc: TurnAccumulator, result: PromptR
     sid = session.session_id
     usage = turn_usage(result, raw)
     holder, generation = rt.claims.fence(sid)
-    request = session_pb2.AppendTurnRequest(
-        session_id=sid, items=acc.items,
-        token_delta=usage.input_tokens + usage.output_tokens if usage else 0,
-        holder_instance_id=holder, claim_generation=generation)
+    items, plan_json = acc.items, acc.plan_json
     if usage is not None:
-        request.usage.CopyFrom(usage)
         rt.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
-    if acc.plan_json is not None:
-        request.plan_json = acc.plan_json
     # The turn's events are stored before the turn: the log covers every stored turn.
-    if acc.spilled and turn_id:
-        request.log_turn_id = turn_id
+    log_turn_id = turn_id if acc.spilled and turn_id else 0
+    if log_turn_id:
         await _flushed(session)
     else:
         await rt.event_log.flush()
+
+    def append() -> Awaitable[None]:
+        return rt.session_service.append_turn(
+            sid, items, token_delta=usage.input_tokens + usage.output_tokens if usage else 0,
+            holder_instance_id=holder, claim_generation=generation, usage=usage,
+            plan_json=plan_json, log_turn_id=log_turn_id)
+
     try:
-        await _append(session, request)  # the store titles the row from turn one
-    except grpc.aio.AioRpcError as exc:
-        code = exc.code()
-        if code == grpc.StatusCode.ABORTED:  # fenced: another host holds the claim now
+        await _append(session, append)  # the store titles the row from turn one
+    except ServiceError as exc:
+        if exc.kind is Failure.CONFLICT:  # fenced: another host holds the claim now
             log.warning("turn_fenced", session_id=sid, generation=generation)
             session.lose()
             raise taken_over(sid) from None
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.details() or "") from None
-        log.error("append_turn_failed", session_id=sid, code=code.name)
+        if exc.kind is Failure.EXHAUSTED:
+            raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.detail) from None
+        log.error("append_turn_failed", session_id=sid, code=exc.code)
         raise JsonRpcError(INTERNAL_ERROR,
-                           f"Turn completed but could not be stored: {code.name}") from None
+                           f"Turn completed but could not be stored: {exc.code}") from None
 
 
 async def _flushed(session: EdgeSession) -> None:
@@ -90,19 +89,19 @@ async def _flushed(session: EdgeSession) -> None:
         log.info("event_log_waiting", session_id=session.session_id)
 
 
-async def _append(session: EdgeSession, request: session_pb2.AppendTurnRequest) -> None:
+async def _append(session: EdgeSession, append: Callable[[], Awaitable[None]]) -> None:
     """``AppendTurn``, tried again while the store is unreachable, for at most
     :data:`OUTAGE_WAIT_SECS` (the turn's events wait in the event log meanwhile)."""
     deadline = asyncio.get_running_loop().time() + OUTAGE_WAIT_SECS
     pause = 0.1
     while True:
         try:
-            await session.runtime.session_stub.AppendTurn(request)
+            await append()
             return
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or session.taken_over \
+        except ServiceError as exc:
+            if exc.kind is not Failure.UNAVAILABLE or session.taken_over \
                     or asyncio.get_running_loop().time() + pause > deadline:
                 raise
-            log.info("append_turn_waiting", session_id=request.session_id)
+            log.info("append_turn_waiting", session_id=session.session_id)
         await asyncio.sleep(pause)
         pause = min(pause * 2, 2.0)

@@ -2,7 +2,7 @@
 
 ``acpgate serve`` restarts an edge worker that dies (``kill -9``, a crash). Its
 sessions' adapters did not die with it: their leases were opened with
-``keep_on_loss`` (services.lifecycle.kept), so the lifecycle service keeps them and
+``keep_on_loss`` (services.lifecycle.api.keep_on_loss), so the lifecycle service keeps them and
 their pipes for a while, and the session rows still carry this worker's claim (its
 name, ``<instance>/w<k>``, is its successor's). At start, before its event log marks a
 dead predecessor's running turns interrupted, the new edge lists the live sessions

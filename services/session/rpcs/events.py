@@ -23,6 +23,7 @@ from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import (
+    TURN_RUNNING,
     EventChunk,
     LoggedEvent,
     Quota,
@@ -30,7 +31,6 @@ from services.session.store import (
     SessionNotFound,
     TurnMark,
 )
-from services.session.store.event_log import TURN_RUNNING
 
 __all__ = ["EventRpcs"]
 

@@ -16,7 +16,13 @@
 Import from here; the names below are the store's public surface.
 """
 
-from services.session.store.event_log import EventChunk, LoggedEvent, SessionBatch, TurnMark
+from services.session.store.event_log import (
+    TURN_RUNNING,
+    EventChunk,
+    LoggedEvent,
+    SessionBatch,
+    TurnMark,
+)
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
 from services.session.store.postgres.db import PostgresTarget
@@ -48,6 +54,7 @@ from services.session.store.unusable import StoreUnusable
 __all__ = [
     "BACKEND",
     "LATEST_SCHEMA_VERSION",
+    "TURN_RUNNING",
     "AppendResult",
     "Claim",
     "Clock",

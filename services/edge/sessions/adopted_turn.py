@@ -5,7 +5,8 @@ answer can no longer reach the client that asked (that connection is gone). The 
 itself goes on: :func:`resume` takes it up from the event log — its id (the prompt's
 event id), its prompt and what it streamed so far (so the stored turn is whole) — and
 waits for the adapter's answer to that request, which arrives on the new link as an
-answer to an id it never asked (``AdapterLink.on_unmatched``). The answer ends the turn
+answer to an id it never asked (``AdapterLink.on_unmatched``) — a v2 agent's turn ends
+at its ``idle`` state instead, as a prompt's does there. The answer ends the turn
 as a turn ends here: stored (fenced by the new claim), its end state logged, and every
 client told with a ``turn_complete`` update — a numbered, logged event that a client
 attaching later replays.
@@ -29,6 +30,7 @@ from services.edge.sessions.turn import TurnAccumulator
 from services.edge.sessions.turn_store import store_turn
 
 if TYPE_CHECKING:
+    from services.common.acp.v2.agent_wire import TurnEnd
     from services.edge.sessions.session import EdgeSession, TurnState
 
 __all__ = ["resume"]
@@ -66,10 +68,21 @@ async def resume(session: EdgeSession) -> None:
             answer.set_result(message)
 
     assert session.adapter is not None
-    session.adapter.link.on_unmatched(answered)
+    link = session.adapter.link
+    if link.v2 is not None and link.speaks_v2:  # v2: the turn ends at the agent's idle
+        ended = link.v2.adopt_turn(session.adapter.adapter_session_id, updates)
+        ended.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
+                                answered(_v1_answer(f.result())))
+    else:
+        link.on_unmatched(answered)
     rt.spawn(_finish(session, turn, answer))
     log.info("adopted_turn_running", session_id=session.session_id, turn_id=turn_id,
              logged_updates=len(updates))
+
+
+def _v1_answer(end: TurnEnd) -> dict[str, Any]:
+    """A v2 agent's turn end as the answer to the prompt a v1 agent would have sent."""
+    return {"error": end.error} if end.error is not None else {"result": end.result}
 
 
 async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, Any]]]:

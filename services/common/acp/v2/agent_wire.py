@@ -40,6 +40,7 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,8 @@ _AUTHENTICATE = "authenticate"
 _LOGOUT = "logout"
 _PERMISSION = "session/request_permission"
 _SETUP = (_NEW, _LOAD, _RESUME)
+#: The v1 update kinds that create or change a tool call.
+_V1_CALLS = ("tool_call", "tool_call_update")
 _INTERNAL_ERROR = -32603
 
 
@@ -252,6 +255,23 @@ class AgentWire:
         """A prompt of session ``sid`` went to the agent: its turn runs until ``idle``."""
         session = self._session(sid)
         session.turn = True
+
+    def adopt_turn(self, sid: str, logged: Sequence[Any]) -> None:
+        """Session ``sid``'s turn, started by a predecessor's prompt, runs until ``idle``;
+        ``logged`` is what its clients were told of it so far (v1 updates): the tool calls
+        they know stay known (a later update of one is not a second ``tool_call``), with
+        their content so far (later chunks append to it)."""
+        session = self._session(sid)
+        session.turn = True
+        for update in logged:
+            if not isinstance(update, dict) or update.get("sessionUpdate") not in _V1_CALLS:
+                continue
+            call_id = update.get("toolCallId")
+            if not isinstance(call_id, str):
+                continue
+            session.created.add(call_id)
+            if isinstance(update.get("content"), list):
+                session.calls[call_id] = list(update["content"])
 
     def prompt_failed(self, sid: str) -> None:
         """The agent refused the prompt (an error answer): no turn runs."""

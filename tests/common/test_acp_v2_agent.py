@@ -42,6 +42,32 @@ def test_read_answer() -> None:
         read_answer({"protocolVersion": 1}, 2)
 
 
+def test_the_v1_reading_keeps_what_v1_can_say() -> None:
+    """What the real adapters answer a v2 offer (claude-agent-acp 0.101, codex-acp 2.6):
+    every capability v1 has a name for is kept in the v1 reading."""
+    _, claude = read_answer({"protocolVersion": 2, "info": {"name": "c", "version": "1"},
+                             "capabilities": {
+                                 "session": {"prompt": {"image": {}}, "mcp": {"http": {}},
+                                             "delete": {}, "fork": {},
+                                             "systemPrompt": {"mode": {"override": {}}}},
+                                 "providers": {}, "_meta": {"claudeCode": {}}},
+                             "authMethods": []}, PROTOCOL_AUTO)
+    caps = claude["agentCapabilities"]
+    assert caps["providers"] == {} and "auth" not in caps
+    assert caps["sessionCapabilities"]["systemPrompt"] == {"mode": {"override": {}}}
+    assert set(caps["sessionCapabilities"]) == {"list", "resume", "close", "delete", "fork",
+                                                "systemPrompt"}
+    _, codex = read_answer({"protocolVersion": 2, "info": {"name": "x", "version": "2"},
+                            "capabilities": {"auth": {"_meta": {"authStatus": {}}},
+                                             "providers": {},
+                                             "session": {"title": {}, "systemPrompt": {}}},
+                            "authMethods": [{"methodId": "api-key", "type": "agent",
+                                             "name": "API Key"}]}, PROTOCOL_AUTO)
+    caps = codex["agentCapabilities"]
+    assert caps["auth"] == {"_meta": {"authStatus": {}}, "logout": {}}
+    assert caps["sessionCapabilities"]["title"] == {} and caps["providers"] == {}
+
+
 def test_requests_v1_to_v2() -> None:
     wire = AgentWire()
     method, params = wire.request("session/load", {"sessionId": "s", "cwd": "/w",

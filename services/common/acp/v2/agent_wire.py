@@ -35,7 +35,7 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   ``running`` carrying it passes, so the list reaches the session's clients and its event
   log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
-  ``toolCall``.
+  ``toolCall`` (its ``title`` and ``description`` kept in ``_meta.acpgate.permission``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PLAN
+from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PERMISSION, META_PLAN
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
@@ -451,7 +451,11 @@ class AgentWire:
             tool_call.setdefault("title", title)
         if "content" in tool_call:
             tool_call["content"] = _content_v1(tool_call["content"])
-        out = {k: v for k, v in params.items() if k != "subject"}
+        out = {k: v for k, v in params.items() if k not in ("subject", "description")}
         out["toolCall"] = tool_call
+        # The agent's own words, for a v2 client (v1 has the tool call's title alone).
+        asked = {k: params[k] for k in ("title", "description") if isinstance(params.get(k), str)}
+        if asked:
+            out["_meta"] = _with_ours(params.get("_meta"), META_PERMISSION, asked)
         return out
 

@@ -1,8 +1,8 @@
 """A ``kill -9`` of an edge worker mid-turn on a v2 agent: the re-adopted session is still
 translated, and its turn completes for v1 and v2 clients alike.
 
-A real ``acpgate serve`` with two edge workers and the v2 test agent (``protocol =
-"auto"``, so only the alias's recorded profile says the agent answered v2): a v1 client
+A real ``acpgate serve`` with two edge workers and the v2 test agent (``protocol = 2``,
+and ``"auto"``, where only the alias's recorded profile says the agent answered v2): a v1 client
 and a v2 client on worker 2 each start a streaming turn (a tool call, then chunks); worker
 2 is killed mid-turn and serve restarts it, which re-adopts both sessions without asking
 the agent ``initialize`` again. The v1 client re-attaches after the last event it saw and
@@ -35,7 +35,7 @@ from tests.gateway.workers_serve import (
     until,
     worker_pid,
 )
-from tests.v2_agent import agent_section
+from tests.v2_agent import agent_section, received
 from tests.v2schema import check_sent
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -133,10 +133,12 @@ def check_turn(seen: Seen, v2: bool) -> None:
     assert seen.tool_calls[-1].get("status") == "completed", seen.tool_calls
 
 
-async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ['"auto"', "2"])
+async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path,
+                                                              protocol: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    agent = agent_section("two", str(tmp_path / "agent.log"), "v2", '"auto"')
+    agent = agent_section("two", str(tmp_path / "agent.log"), "v2", protocol)
     async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
                              extra=agent) as served:
         v1 = await client_on(served, 2)
@@ -189,6 +191,9 @@ async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path) ->
         check_turn(v2_seen, True)
 
         assert agent_pids(served) == before, "no agent died or was replaced"
+        asked = [m for m in received(str(tmp_path / "agent.log"))
+                 if m.get("method") == "initialize"]
+        assert len(asked) == 2, "each adapter was asked initialize once, before the kill"
         assert any(e.get("event") == "sessions_readopted" and e.get("adopted") == 2
                    for e in served.events())
         await again.ws.close()

@@ -116,6 +116,11 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: session/load or resume of a child session an agent runs (a v2 agent's subagent): it has
+#: no agent session of its own; its updates come back with its parent's.
+MSG_SUBAGENT_RESTORE: Final = (
+    "Session {session_id} is a subagent session its agent runs under session {parent}: it "
+    "cannot be restored on its own; restore {parent} instead")
 #: session/fork: the fork's adapter could not be brought up with its history.
 MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
 #: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a
@@ -295,6 +300,8 @@ META_CHILD_SESSION_ID: Final = "childSessionId"
 META_AGENT: Final = "agent"
 META_PARENT_SESSION_ID: Final = "parentSessionId"
 META_SPAWNED_BY: Final = "spawnedBy"
+#: `_meta.acpgate.subagent: true` of a session/list row of a child session an agent runs.
+META_SUBAGENT_ROW: Final = "subagent"
 #: `_meta.acpgate.forkedFrom` of a session/fork result and of a fork's session/list row: the
 #: id of the session it was forked from.
 META_FORKED_FROM: Final = "forkedFrom"

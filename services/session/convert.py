@@ -97,6 +97,7 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         output_tokens=rec.output_tokens,
         stored_bytes=rec.stored_bytes,
         forked_from=rec.forked_from,
+        subagent=rec.subagent,
     )
 
 

@@ -192,14 +192,15 @@ class SessionBackend:
                                    owner_session_key: str,
                                    additional_directories: Sequence[str] = ()) -> None:
         """Store a row for a child session an agent started under ``parent_session_key``
-        (spawned by it, owned by ``owner_session_key``). A row of that id already stored:
+        (spawned by it, owned by ``owner_session_key``), marked as one (never restored
+        itself: its parent is). A row of that id already stored:
         :class:`ServiceError` ``CONFLICT``."""
         try:
             await self.stub.CreateSession(pb.CreateSessionRequest(
                 session_id=session_id, agent_alias=agent_alias, workspace_dir=workspace_dir,
                 spawned_by=parent_session_key, parent_session_key=parent_session_key,
                 owner_session_key=owner_session_key,
-                additional_directories=list(additional_directories)))
+                additional_directories=list(additional_directories), subagent=True))
         except grpc.aio.AioRpcError as exc:
             raise from_rpc(exc) from None
 

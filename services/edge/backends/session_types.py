@@ -156,6 +156,8 @@ class SessionRow:
     output_tokens: int = 0
     stored_bytes: int = 0
     forked_from: str = ""
+    #: A child session an agent runs under its parent: never restored itself.
+    subagent: bool = False
 
     @classmethod
     def of(cls, r: session_pb2.SessionRow) -> SessionRow:
@@ -168,7 +170,7 @@ class SessionRow:
             claim=Claim.of(r.claim), additional_directories=tuple(r.additional_directories),
             mode_id=r.mode_id, config_json=r.config_json, input_tokens=r.input_tokens,
             output_tokens=r.output_tokens, stored_bytes=r.stored_bytes,
-            forked_from=r.forked_from)
+            forked_from=r.forked_from, subagent=r.subagent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ class RpcBase(session_pb2_grpc.SessionServiceServicer):
             public_url=request.public_url,
             mcp_servers_json=request.mcp_servers_json,
             additional_directories=tuple(additional_directories),
+            subagent=request.subagent,
         ))
         log.info("session_created", session_id=rec.session_id, agent=rec.agent_alias)
         return rec

@@ -160,6 +160,9 @@ class NewSession:
     host: str = ""
     claim_ttl_ms: int | None = None
     public_url: str = ""
+    #: A child session an agent runs under its parent (a v2 agent's subagent): no agent
+    #: session of its own to restore.
+    subagent: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,8 @@ class SessionRecord:
     stored_bytes: int = 0
     #: The session this one was forked from (ACP ``session/fork``; "" = not a fork).
     forked_from: str = ""
+    #: A child session an agent runs under its parent (:attr:`NewSession.subagent`).
+    subagent: bool = False
 
 
 @dataclass(frozen=True)

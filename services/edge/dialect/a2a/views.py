@@ -3,7 +3,7 @@
 The rows come from the session service's visibility-filtered reads; this module
 only shapes them: the session tools' JSON views (one row, its status, its
 history) and the ``_meta.acpgate`` lineage every session/list row carries
-(``parentSessionId``, ``spawnedBy``, ``agent``).
+(``parentSessionId``, ``spawnedBy``, ``subagent``, ``agent``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from services.common.protocol import (
     META_FORKED_FROM,
     META_PARENT_SESSION_ID,
     META_SPAWNED_BY,
+    META_SUBAGENT_ROW,
 )
 from services.edge.backends.session_types import SESSION_ACTIVE, HistoryItem, SessionRow
 from services.edge.sessions.history_wire import history_meta
@@ -40,11 +41,11 @@ def session_id_of_key(key: str) -> str:
     return key.rsplit(_KEY_MARK, 1)[1] if key.startswith("agent:") and _KEY_MARK in key else ""
 
 
-def lineage(row: SessionRow) -> dict[str, str]:
+def lineage(row: SessionRow) -> dict[str, Any]:
     """``_meta.acpgate`` of a session/list row: its agent, for a spawned session its
-    parent's id and the key of the session that spawned it, for a fork the id of the
-    session it was forked from."""
-    out = {META_AGENT: row.agent_alias}
+    parent's id and the key of the session that spawned it (and ``subagent: true`` for a
+    child session its agent runs), for a fork the id of the session it was forked from."""
+    out: dict[str, Any] = {META_AGENT: row.agent_alias}
     if row.forked_from:
         out[META_FORKED_FROM] = row.forked_from
     parent = session_id_of_key(row.ownership.parent_session_key)
@@ -52,6 +53,8 @@ def lineage(row: SessionRow) -> dict[str, str]:
         out[META_PARENT_SESSION_ID] = parent
     if row.ownership.spawned_by:
         out[META_SPAWNED_BY] = row.ownership.spawned_by
+    if row.subagent:
+        out[META_SUBAGENT_ROW] = True
     return out
 
 

@@ -1,8 +1,9 @@
 """SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
 
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
-connection may see it (a session it may not see is "not found", active or not),
-and count the slot against the principal it belongs to → check the MCP servers
+connection may see it (a session it may not see is "not found", active or not;
+a child session an agent runs is refused naming its parent, which is what
+restores it), and count the slot against the principal it belongs to → check the MCP servers
 it would start (the list the request passes, else the stored one;
 :mod:`services.edge.dialect.mcp_admission`) → mark the id as being restored here (no
 second restore of it may race this one) → resolve the agent, the session's
@@ -64,8 +65,10 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_PARENT_SESSION_ID,
     MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
+    MSG_SUBAGENT_RESTORE,
     U_PLAN,
     session_key_for,
 )
@@ -73,6 +76,7 @@ from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import restore_error
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import ResolvedAgent, SessionRow
+from services.edge.dialect.a2a.views import session_id_of_key
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.elsewhere import with_live_at
 from services.edge.dialect.handlers.param_checks import check_restore
@@ -152,6 +156,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
                              validate=checks) as slot:
         row = await visible_row(rt, conn.caller, sid)
+        if row.subagent:
+            raise _subagent_refused(row)
         # The operator may restore any principal's session: it counts against that one.
         await slot.charge(principal_of_owner(row.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
@@ -224,6 +230,14 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
     return setup_result(adapter.setup_result, session.state.result_fields(),
                         builtin=adapter.builtin,
                         restored_id=sid if adapter.restored_itself else "")
+
+
+def _subagent_refused(row: SessionRow) -> JsonRpcError:
+    """The answer to a restore of a child session an agent runs: it has no agent session of
+    its own (a fresh adapter would give an empty session), so its parent is named."""
+    parent = session_id_of_key(row.ownership.parent_session_key)
+    return JsonRpcError(INVALID_PARAMS, MSG_SUBAGENT_RESTORE.format(
+        session_id=row.session_id, parent=parent), {META_PARENT_SESSION_ID: parent})
 
 
 def _after_event(params: dict[str, Any], delivered: int) -> int:

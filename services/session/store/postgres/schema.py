@@ -168,6 +168,10 @@ _V10_EVENT_LOG = (
 )
 
 
+#: v11 (subagents): as SQLite's — the mark of a child session an agent runs.
+_V11_SUBAGENT = "ALTER TABLE sessions ADD COLUMN subagent INTEGER NOT NULL DEFAULT 0"
+
+
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
     exists = await con.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
@@ -219,6 +223,11 @@ async def _add_v10_event_log(con: Conn) -> None:
         await con.execute(stmt)
 
 
+async def _add_v11_subagent(con: Conn) -> None:
+    """v10 → v11: the subagent mark; no stored row is marked."""
+    await con.execute(_V11_SUBAGENT)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
@@ -228,6 +237,7 @@ _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     7: (8, _add_v8_forked_from),
     8: (9, _add_v9_claim_url),
     9: (10, _add_v10_event_log),
+    10: (11, _add_v11_subagent),
 }
 
 

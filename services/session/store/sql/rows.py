@@ -72,7 +72,7 @@ SESSION_COLUMNS: Final = (
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
     " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
     " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes,"
-    " forked_from, active_url"
+    " forked_from, active_url, subagent"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
@@ -86,8 +86,8 @@ INSERT_SESSION: Final = (
     "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity, state,"
     " session_key, spawned_by, parent_session_key, owner_session_key, agent_id, backend,"
     " gateway_instance_id, owner_created_at, mcp_servers_json, additional_dirs_json, title,"
-    " active_instance_id, active_host, active_until, claim_generation, active_url)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " active_instance_id, active_host, active_until, claim_generation, active_url, subagent)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The row's counters, title, totals, stored bytes and plan after a turn; ``{greatest}`` is
 #: the backend's two-argument maximum (SQLite ``MAX``, PostgreSQL ``GREATEST``).
@@ -201,6 +201,7 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         output_tokens=int(r[28]),
         stored_bytes=int(r[30]),
         forked_from=r[31],
+        subagent=bool(r[33]),
     )
 
 
@@ -224,7 +225,7 @@ def new_row_values(new: NewSession, now: int, *,
     return (new.session_id, new.agent_alias, new.workspace_dir, now, now, new.state, key,
             new.spawned_by, new.parent_session_key, owner, new.agent_alias, BACKEND,
             new.gateway_instance_id, now, new.mcp_servers_json,
-            dirs_json(new.additional_directories), title, *claim)
+            dirs_json(new.additional_directories), title, *claim, int(new.subagent))
 
 
 def dirs_json(directories: Sequence[str]) -> str:

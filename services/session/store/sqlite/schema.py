@@ -29,7 +29,7 @@ __all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
 
 log = get_logger("session.store")
 
-LATEST_SCHEMA_VERSION: Final = 10
+LATEST_SCHEMA_VERSION: Final = 11
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (
@@ -199,6 +199,11 @@ _V10_EVENT_LOG = (
     "CREATE INDEX turns_running ON turns(state) WHERE state = 'running'",
 )
 
+#: v11 (subagents): 1 on a row of a child session an agent runs (a v2 agent's subagent,
+#: stored under its parent): it has no agent session of its own to restore. No row
+#: stored before is one (a child stored by v10 cannot be told apart; it stays 0).
+_V11_SUBAGENT = "ALTER TABLE sessions ADD COLUMN subagent INTEGER NOT NULL DEFAULT 0"
+
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
     "user": HISTORY_ROLE_USER,
@@ -348,6 +353,11 @@ async def _migrate_9_to_10(db: aiosqlite.Connection, now: int) -> None:
         await db.execute(stmt)
 
 
+async def _migrate_10_to_11(db: aiosqlite.Connection, now: int) -> None:
+    """v10 → v11: the subagent mark; no stored row is marked."""
+    await db.execute(_V11_SUBAGENT)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -359,6 +369,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     7: _migrate_7_to_8,
     8: _migrate_8_to_9,
     9: _migrate_9_to_10,
+    10: _migrate_10_to_11,
 }
 
 

@@ -122,6 +122,8 @@ def test_v2_client_gets_child_sessions(acp: AcpProcess, log: Path, tmp_path: Pat
     # Stored under their parent: listed with their lineage and the child's title.
     listed = _listed(acp, {child, grand})
     assert listed[child]["_meta"]["acpgate"]["parentSessionId"] == sid
+    assert listed[child]["_meta"]["acpgate"]["subagent"] is True
+    assert "subagent" not in listed[sid]["_meta"]["acpgate"]
     assert listed[child]["title"] == "Helper"
     assert listed[grand]["_meta"]["acpgate"]["parentSessionId"] == child
     # A child is no session to resume: its updates come with its parent's.
@@ -130,6 +132,11 @@ def test_v2_client_gets_child_sessions(acp: AcpProcess, log: Path, tmp_path: Pat
     assert refused["code"] == -32602 and sid in refused["message"], refused
     # Replayed from the event log: the child's updates come back as the child's.
     acp.result("session/close", {"sessionId": sid})
+    # Its parent gone, it is still no session to resume on its own: its parent is named.
+    refused = acp.error("session/resume", {"sessionId": child, "cwd": _work(tmp_path),
+                                           "mcpServers": [], "replayFrom": {"type": "start"}})
+    assert refused["code"] == -32602 and sid in refused["message"], refused
+    assert refused["data"]["parentSessionId"] == sid
     before, resp = acp.call("session/resume", {
         "sessionId": sid, "cwd": _work(tmp_path), "mcpServers": [],
         "replayFrom": {"type": "_acpgate_event", "eventId": 1}})
@@ -164,6 +171,18 @@ def test_v1_client_gets_child_text_as_marked_thoughts(acp: AcpProcess, log: Path
     assert carried and carried[0]["sessionId"] == child
     assert carried[0]["update"]["toolCallId"] == "ct1"
     assert "child-" not in json.dumps(before)
+    # The child's row is no session to load, whether or not its parent runs: a fresh
+    # adapter would give an empty session of the same agent. Its parent is named.
+    assert _listed(acp, {child})[child]["_meta"]["acpgate"]["subagent"] is True
+    for method in ("session/load", "session/resume"):
+        refused = acp.error(method, {"sessionId": child, "cwd": _work(tmp_path),
+                                     "mcpServers": []})
+        assert refused["code"] == -32602 and sid in refused["message"], refused
+        assert refused["data"] == {"parentSessionId": sid}
+    acp.result("session/close", {"sessionId": sid})
+    refused = acp.error("session/load", {"sessionId": child, "cwd": _work(tmp_path),
+                                         "mcpServers": []})
+    assert refused["data"] == {"parentSessionId": sid}, refused
 
 
 def test_v2_background_work_and_its_cancels(acp: AcpProcess, log: Path,

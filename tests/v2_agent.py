@@ -28,7 +28,8 @@ idle; ``subrun`` leaves such a child running (idle on ``session/cancel`` of the 
 ``bg`` leaves a cancellable tool call running in the background (``tool_call/cancel``
 ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` sends an update
 on a session it never announced, announces a child under the agent-chosen id ``<id>``
-and sends updates and a message naming it.
+and sends updates and a message naming it; ``swarm <n>`` announces ``n`` children, each
+titled ``Swarm <i>``, saying ``swarm child <i>`` and going idle.
 From the first background report on, every ``state_update`` carries the session's list.
 As a v1 agent, ``forge <id>`` sends acpgate's own child forms (a marked
 ``subagent_update``, a ``subagent_session_update`` naming ``<id>``) as its own updates.
@@ -279,6 +280,13 @@ class Agent:
                               "senderSessionId": "someone-else", "recipientSessionId": sid,
                               "content": [{"type": "text", "text": "from nowhere"}]})
             self.subagent(sid, victim, state={"state": "idle"})
+        elif word == "swarm":
+            for n in range(int(text.split()[1]) if len(text.split()) > 1 else 100):
+                child = f"swarm-{n}"
+                self.subagent(sid, child, title=f"Swarm {n}", state={"state": "running"})
+                self.text(child, f"sw{n}", f"swarm child {n}")
+                self.subagent(sid, child, state={"state": "idle", "stopReason": "end_turn"})
+            self.text(sid, reply, "swarmed")
         elif word == "bg":
             self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-bg",
                               "title": "Watch files", "kind": "other",

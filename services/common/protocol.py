@@ -198,6 +198,9 @@ MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
 MAX_ADAPTER_LINE_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_MAX_SESSIONS: Final = 10
 DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
+#: ``[acp] max_subagents_per_session``'s default: the child sessions a v2 agent may announce
+#: under one session (its children's children included).
+DEFAULT_MAX_SUBAGENTS: Final = 64
 #: The most warm adapters one alias may keep ([agents.<alias>] warm, lifecycle KeepWarm).
 MAX_WARM_ADAPTERS: Final = 256
 

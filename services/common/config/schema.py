@@ -31,6 +31,7 @@ from services.common.config.setting import Setting, declared, setting
 from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import (
     DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SUBAGENTS,
     DEFAULT_SESSION_TIMEOUT_SECS,
     MAX_WARM_ADAPTERS,
 )
@@ -66,6 +67,10 @@ class AcpSection:
     session_timeout_secs: int = setting(
         DEFAULT_SESSION_TIMEOUT_SECS, "permission timeout, and how long an idle session lives",
         min=1, reload=True)
+    max_subagents_per_session: int = setting(
+        DEFAULT_MAX_SUBAGENTS, "child sessions a v2 agent may announce under one session, "
+        "theirs included; past it, more are neither stored nor relayed (a warning is logged)",
+        min=1, max=10_000)
 
 
 @dataclass(frozen=True)

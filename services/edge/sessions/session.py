@@ -49,7 +49,7 @@ from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.sessions.subagents import SessionWork, store_child
+from services.edge.sessions.subagents import SessionWork, bound_children, store_child
 
 if TYPE_CHECKING:
     from services.edge.sessions.hosted import HostedPort
@@ -181,6 +181,7 @@ class EdgeSession:
     def bind_adapter(self, adapter: AdapterClient, client_caps: ClientCapabilities) -> None:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
+        bound_children(self.session_id, adapter, self.runtime.cfg.acp.max_subagents_per_session)
         self._client_methods = ClientMethods(
             self.runtime.session_service, self.session_id, self.asking, client_caps,
             float(self.runtime.cfg.acp.session_timeout_secs))

@@ -12,6 +12,10 @@ already carried a child's traffic on its parent's stream under acpgate's ids:
 - whether **background work** runs: a non-empty ``background`` list on the agent's last
   ``state_update``, or a child whose last reported state is not ``idle``.
 
+A session's children are bounded (``[acp] max_subagents_per_session``, set on its adapter's
+translation by :func:`bound_children`): one announced past the bound is neither stored nor
+relayed, and a warning is logged once.
+
 A session with background work counts as alive: the idle reaper passes it by and a
 detached session's grace waits for the work to end (:meth:`SessionWork.quiet`). The
 caller must feed every relayed update object to :meth:`SessionWork.observe`.
@@ -36,9 +40,10 @@ from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import RowUpdate
 
 if TYPE_CHECKING:
+    from services.edge.adapter.client import AdapterClient
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["SessionWork", "store_child"]
+__all__ = ["SessionWork", "bound_children", "store_child"]
 
 log = get_logger("edge.subagents")
 
@@ -112,6 +117,21 @@ class SessionWork:
             self._child_states.pop(child, None)
         else:
             self._child_states[child] = state
+
+
+def bound_children(session_id: str, adapter: AdapterClient, limit: int) -> None:
+    """Bound the children a v2 agent may announce under session ``session_id`` served by
+    ``adapter`` to ``limit`` (module doc); nothing for an agent that cannot speak v2."""
+    v2 = adapter.link.v2
+    if v2 is None:
+        return
+    children = v2.wire.children
+    children.limit = limit
+
+    def refused(root: str) -> None:
+        log.warning("subagents_over_limit", session_id=session_id, limit=limit)
+
+    children.on_limit = refused
 
 
 async def store_child(session: EdgeSession, update: dict[str, Any]) -> None:

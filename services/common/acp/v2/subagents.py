@@ -25,6 +25,11 @@ carry them like any other update of the session:
   marked ``_meta.acpgate.subagent``) and in background lists: a child's become acpgate's,
   the parent's the edge's; any other is left out.
 
+A top session's children (its children's children included) are bounded
+(:attr:`Children.limit`): a child announced past the bound is not taken — its
+``subagent_update`` and every later update of it are dropped like those of a session
+never announced — and :attr:`Children.on_limit` is told once per top session.
+
 Only what carries acpgate's mark is a child's (:func:`marker`): an agent cannot write
 ``_meta.acpgate``, so a ``subagent_update`` or ``session_message`` a v1 agent sends (its ids
 its own) is none, and a v2 client does not get it (:func:`acpgate_made`).
@@ -51,6 +56,7 @@ from services.common.acp.v2.names import (
     U2_SUBAGENT_UPDATE,
     U2_USER_MESSAGE_CHUNK,
 )
+from services.common.protocol import DEFAULT_MAX_SUBAGENTS
 
 __all__ = ["META_SUBAGENT", "Child", "Children", "acpgate_made", "child_id", "marker",
            "unwrap"]
@@ -102,10 +108,20 @@ def _meta_with(update: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
 class Children:
     """The child sessions of one agent's sessions (module doc)."""
 
-    def __init__(self, mint: Callable[[str, str], str] = child_id) -> None:
+    def __init__(self, mint: Callable[[str, str], str] = child_id,
+                 limit: int = DEFAULT_MAX_SUBAGENTS) -> None:
         self._mint = mint
         self._by_raw: dict[str, Child] = {}
         self._by_id: dict[str, Child] = {}
+        #: The most children one top session may have, its children's included.
+        self.limit = limit
+        #: Called with the agent's id of a top session the first time a child past
+        #: :attr:`limit` is announced under it (the caller logs it).
+        self.on_limit: Callable[[str], None] | None = None
+        #: How many children each top session (the agent's id) has.
+        self._counts: dict[str, int] = {}
+        #: The top sessions whose bound was reached (told once).
+        self._full: set[str] = set()
         #: The edge's id of the agent's top sessions (agent id → acpgate id), when known.
         self.edge_ids: dict[str, str] = {}
 
@@ -183,6 +199,10 @@ class Children:
         if child is None:
             if raw == root or raw in self.edge_ids:
                 return None  # a session is no child of its own
+            if self._counts.get(root, 0) >= self.limit:
+                self._refuse(root)
+                return None
+            self._counts[root] = self._counts.get(root, 0) + 1
             parent = via.session_id if via is not None else ""
             child = Child(self._mint(parent or self.edge_ids.get(root, ""), raw), raw, root,
                           parent)
@@ -197,6 +217,12 @@ class Children:
         if "state" in out:
             out["state"] = self._state(out["state"], root)
         return out
+
+    def _refuse(self, root: str) -> None:
+        if root not in self._full:
+            self._full.add(root)
+            if self.on_limit is not None:
+                self.on_limit(root)
 
     def carried(self, child: Child, update: dict[str, Any]) -> dict[str, Any]:
         """An update the agent sent on ``child``'s session, as the top session's."""

@@ -180,3 +180,27 @@ def test_child_ids_are_acpgates_and_stable_per_parent() -> None:
     out, _ = wire.update({"sessionId": "p", "update": {"sessionUpdate": "subagent_update",
                                                         "sessionId": "c"}})
     assert out[0]["update"]["sessionId"] == first
+
+
+def test_children_of_one_top_session_are_bounded() -> None:
+    """Past the bound (grandchildren counted with the top session's children) a child is
+    not taken: its announcement and its updates are dropped, the caller told once; a
+    child taken before still works, and another top session has a bound of its own."""
+    wire = _wire()
+    wire.bind("q", "EDGE-Q")
+    full: list[str] = []
+    wire.children.limit = 2
+    wire.children.on_limit = full.append
+    assert _one(wire, "p", {"sessionUpdate": "subagent_update", "sessionId": "c1"})
+    assert _one(wire, "c1", {"sessionUpdate": "subagent_update", "sessionId": "g1"})
+    for raw in ("c2", "c3"):
+        assert _one(wire, "p", {"sessionUpdate": "subagent_update", "sessionId": raw}) is None
+        assert _one(wire, raw, {"sessionUpdate": "agent_message_chunk", "messageId": "m",
+                                "content": {"type": "text", "text": "x"}}) is None
+    assert full == ["p"]
+    assert [c.raw for c in wire.children.all()] == ["c1", "g1"]
+    assert _one(wire, "p", {"sessionUpdate": "subagent_update", "sessionId": "c1",
+                            "state": {"state": "idle"}}) is not None
+    out, _ = wire.update({"sessionId": "q", "update": {"sessionUpdate": "subagent_update",
+                                                       "sessionId": "d1"}})
+    assert out and out[0]["update"]["sessionId"] == "acp-3"

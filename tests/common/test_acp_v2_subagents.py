@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from typing import Any
 
 from services.common.acp.v2.agent_wire import AgentWire
+from services.common.acp.v2.child_cards import is_card
+from services.common.acp.v2.client_wire import ClientWire
 from services.common.acp.v2.subagents import Children, acpgate_made, child_id, unwrap
 from services.common.acp.v2.updates import SessionTranslator
 from services.edge.sessions.subagents import SessionWork
@@ -26,6 +29,7 @@ def _wire() -> AgentWire:
 def _one(wire: AgentWire, sid: str, update: dict[str, Any]) -> dict[str, Any] | None:
     out, end = wire.update({"sessionId": sid, "update": update})
     assert end is None
+    out = [p for p in out if not is_card(p["update"])]  # the cards: their own test
     assert len(out) <= 1
     if not out:
         return None
@@ -204,3 +208,49 @@ def test_children_of_one_top_session_are_bounded() -> None:
     out, _ = wire.update({"sessionId": "q", "update": {"sessionUpdate": "subagent_update",
                                                        "sessionId": "d1"}})
     assert out and out[0]["update"]["sessionId"] == "acp-3"
+
+
+def test_v1_clients_get_a_card_per_child() -> None:
+    """Each child gets a tool-call card on its parent: created when announced (its title,
+    kind think, in progress), retitled, completed with its answer's text when idle (failed
+    on an error), in progress again when it runs again; a v2 client never gets one."""
+    wire = _wire()
+
+    def cards(sid: str, update: dict[str, Any]) -> list[dict[str, Any]]:
+        out, _ = wire.update({"sessionId": sid, "update": update})
+        assert all(p["sessionId"] == "p" for p in out)
+        return [p["update"] for p in out if is_card(p["update"])]
+
+    mark = {"acpgate": {"subagent": {"sessionId": "acp-1", "card": True}}}
+    assert cards("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                       "state": {"state": "running"}}) == [
+        {"sessionUpdate": "tool_call", "toolCallId": "acpgate-subagent-acp-1",
+         "title": "Subagent", "kind": "think", "status": "in_progress", "_meta": mark}]
+    assert cards("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                       "title": "Helper"}) == [
+        {"sessionUpdate": "tool_call_update", "toolCallId": "acpgate-subagent-acp-1",
+         "title": "Helper", "_meta": mark}]
+    for text, kind in (("thinking", "agent_thought_chunk"), ("ans", "agent_message_chunk"),
+                       ("wer", "agent_message_chunk")):
+        assert cards("c", {"sessionUpdate": kind, "messageId": "m",
+                           "content": {"type": "text", "text": text}}) == []
+    done = cards("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                       "state": {"state": "idle", "stopReason": "end_turn"}})
+    assert done == [{"sessionUpdate": "tool_call_update",
+                     "toolCallId": "acpgate-subagent-acp-1", "status": "completed",
+                     "content": [{"type": "content",
+                                  "content": {"type": "text", "text": "answer"}}],
+                     "_meta": mark}]
+    assert cards("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                       "state": {"state": "idle"}}) == []  # no change: no update
+    assert [c["status"] for c in cards("p", {"sessionUpdate": "subagent_update",
+                                             "sessionId": "c",
+                                             "state": {"state": "running"}})] == ["in_progress"]
+    failed = cards("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                         "state": {"state": "idle", "stopReason": "error"}})
+    assert failed[0]["status"] == "failed" and failed[0]["content"][0]["content"]["text"] == ""
+    # A v2 client gets the child's own session instead: the card is left out.
+    client = ClientWire()
+    line = json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                       "params": {"sessionId": "EDGE", "update": done[0]}})
+    assert client.outbound([line]) == []

@@ -2,7 +2,8 @@
 
 A v2 client gets each child session the agent announces under an id of acpgate's, and
 the child's updates as that session's own; a v1 client on the same agent gets the
-child's text as thoughts of the parent marked ``_meta.acpgate.subagent``. Children are
+child's text as thoughts of the parent marked ``_meta.acpgate.subagent`` and a tool-call
+card per child. Children are
 stored under their parent (``session/list``) and replayed from the event log. Background
 lists reach a v2 client on every ``state_update``; ``tool_call/cancel``,
 ``terminal/cancel`` and ``session/cancel`` of a child reach the agent under its own ids.
@@ -117,8 +118,8 @@ def test_v2_client_gets_child_sessions(acp: AcpProcess, log: Path, tmp_path: Pat
     texts = [u["content"]["text"] for u in updates(seen, sid)
              if u["sessionUpdate"] == "agent_message_chunk"]
     assert texts == ["parent: sub task"]
-    # No id of the agent's reaches the client.
-    assert "child-" not in json.dumps(seen)
+    # No id of the agent's reaches the client, nor the cards made for v1 clients.
+    assert "child-" not in json.dumps(seen) and "acpgate-subagent-" not in json.dumps(seen)
     # Stored under their parent: listed with their lineage and the child's title.
     listed = _listed(acp, {child, grand})
     assert listed[child]["_meta"]["acpgate"]["parentSessionId"] == sid
@@ -171,6 +172,17 @@ def test_v1_client_gets_child_text_as_marked_thoughts(acp: AcpProcess, log: Path
     assert carried and carried[0]["sessionId"] == child
     assert carried[0]["update"]["toolCallId"] == "ct1"
     assert "child-" not in json.dumps(before)
+    # Each child is a tool-call card too: titled, in progress, completed with its answer.
+    card = f"acpgate-subagent-{child}"
+    cards = [u for u in seen if u.get("toolCallId", "").startswith("acpgate-subagent-")]
+    mine = [u for u in cards if u["toolCallId"] == card]
+    assert [(u["sessionUpdate"], u.get("title"), u.get("kind"), u.get("status"))
+            for u in mine] == [("tool_call", "Helper", "think", "in_progress"),
+                               ("tool_call_update", None, None, "completed")]
+    assert mine[1]["content"] == [{"type": "content", "content": {
+        "type": "text", "text": "child: sub task"}}]
+    grand = [u for u in cards if u["toolCallId"] != card]
+    assert [(u["title"], u["status"]) for u in grand] == [("Grandchild", "in_progress")]
     # The child's row is no session to load, whether or not its parent runs: a fresh
     # adapter would give an empty session of the same agent. Its parent is named.
     assert _listed(acp, {child})[child]["_meta"]["acpgate"]["subagent"] is True

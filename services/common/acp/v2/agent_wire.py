@@ -28,7 +28,8 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   ``compaction_*``…) passes as it came: v1 clients ignore kinds they do not know, as ACP
   asks.
 - **child sessions** (subagents): what the agent sends on a child it announced is carried
-  on the parent's stream under acpgate's ids (:mod:`.subagents`); once acpgate's session
+  on the parent's stream under acpgate's ids (:mod:`.subagents`), each child with a
+  tool-call card for v1 clients (:mod:`.child_cards`); once acpgate's session
   is bound (:meth:`AgentWire.bind`), an update on any other session id is dropped.
 - **background work**: a ``state_update``'s ``background`` list is kept per session; when
   it changes while a prompt runs (whose own states are dropped), a ``state_update``
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PERMISSION, META_PLAN
+from services.common.acp.v2.child_cards import ChildCards
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
@@ -176,6 +178,8 @@ class AgentWire:
         self._sessions: dict[str, _Session] = {}
         #: The child sessions the agent announced (:mod:`.subagents`).
         self.children = Children()
+        #: Their cards for v1 clients (:mod:`.child_cards`).
+        self.cards = ChildCards()
 
     def bind(self, agent_sid: str, edge_sid: str) -> None:
         """The agent's session ``agent_sid`` is acpgate's ``edge_sid`` (the ids a child's
@@ -283,6 +287,13 @@ class AgentWire:
 
     # ------------------------------------------------------------------ updates
 
+    def _with_cards(self, params: dict[str, Any],
+                    carried: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """A child's update carried on ``params``' session, then its card's (:mod:`.child_cards`)."""
+        if carried is None:
+            return []
+        return [{**params, "update": u} for u in (carried, *self.cards.of(carried))]
+
     def update(self, params: dict[str, Any]) -> tuple[list[dict[str, Any]], TurnEnd | None]:
         """A v2 ``session/update``'s params as v1's (none, one or more), and the end of
         the prompt's turn when this update ended it."""
@@ -297,13 +308,11 @@ class AgentWire:
         if child is not None:  # a child's: carried on its top session's stream
             carried = self.children.announce(sid, update) if kind == U2_SUBAGENT_UPDATE \
                 else self.children.carried(child, update)
-            return ([{**params, "sessionId": child.root, "update": carried}]
-                    if carried is not None else []), None
+            return self._with_cards({**params, "sessionId": child.root}, carried), None
         if self.children.edge_ids and sid not in self.children.edge_ids:
             return [], None  # a session of the agent's acpgate does not know: dropped
         if kind == U2_SUBAGENT_UPDATE:
-            announced = self.children.announce(sid, update)
-            return ([{**params, "update": announced}] if announced is not None else []), None
+            return self._with_cards(params, self.children.announce(sid, update)), None
         mapped = self.children.mapped(update, sid)
         if mapped is not update:
             update, params = mapped, {**params, "update": mapped}

@@ -8,7 +8,8 @@ what it sends through :meth:`ClientWire.outbound` and what it reads through
   (:class:`~.updates.SessionTranslator`);
 - an update of a v2 agent's child session, carried on its parent's stream, is sent as
   the child's own ``session/update`` (:func:`~.subagents.unwrap`); a subagent form
-  acpgate did not make (a v1 agent's, its ids its own) is not sent;
+  acpgate did not make (a v1 agent's, its ids its own), or a child's card made for v1
+  clients (:mod:`.child_cards`), is not sent;
 - ``session/request_permission`` requests get v2's ``title``/``subject``, preceded by a
   ``requires_action`` state; the client's answer to one is followed by ``running``;
 - JSON-RPC batches (an array of requests and notifications) are split for the peer, and
@@ -25,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from services.common.acp.v2.child_cards import is_card
 from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
 from services.common.acp.v2.requests import permission_request_v2
 from services.common.acp.v2.subagents import acpgate_made, unwrap
@@ -138,6 +140,8 @@ class ClientWire:
         update = params.get("update")
         if not isinstance(sid, str) or not isinstance(update, dict):
             return [line]
+        if is_card(update):
+            return []  # a v1 client's view of a child: this client gets the child's session
         child = unwrap(update)
         if child is not None:
             return self.updates(child[0], [child[1]])

@@ -72,6 +72,18 @@ OWN_CHILD_UPDATE: Final = "subagent_session_update"
 #: leading ``_`` for the protocol, so each one is prefixed.
 OWN_KIND_PREFIX: Final = "_acpgate_"
 
+#: A v1 client's card of a child session (:mod:`.child_cards`): a tool call acpgate makes
+#: on the parent, its id acpgate's prefix and the child's id; its title when the child has
+#: none; the most characters of the child's answer it shows (the last ones).
+CHILD_CARD_KIND: Final = "think"
+CHILD_CARD_ID_PREFIX: Final = "acpgate-subagent-"
+CHILD_CARD_TITLE: Final = "Subagent"
+CHILD_CARD_TEXT_CHARS: Final = 16_000
+#: v1 tool call statuses a card takes.
+TOOL_IN_PROGRESS: Final = "in_progress"
+TOOL_COMPLETED: Final = "completed"
+TOOL_FAILED: Final = "failed"
+
 # state_update states.
 STATE_RUNNING: Final = "running"
 STATE_IDLE: Final = "idle"

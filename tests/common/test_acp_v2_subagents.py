@@ -15,6 +15,14 @@ from services.common.acp.v2.child_cards import is_card
 from services.common.acp.v2.client_wire import ClientWire
 from services.common.acp.v2.subagents import Children, acpgate_made, child_id, unwrap
 from services.common.acp.v2.updates import SessionTranslator
+from services.common.turn_items import (
+    ROLE_ASSISTANT,
+    ROLE_THOUGHT,
+    ROLE_TOOL_CALL,
+    ROLE_TOOL_RESULT,
+    ROLE_USER,
+    TurnAccumulator,
+)
 from services.edge.sessions.subagents import SessionWork
 
 
@@ -254,3 +262,34 @@ def test_v1_clients_get_a_card_per_child() -> None:
     line = json.dumps({"jsonrpc": "2.0", "method": "session/update",
                        "params": {"sessionId": "EDGE", "update": done[0]}})
     assert client.outbound([line]) == []
+
+
+def test_a_childs_text_is_not_stored_as_the_parents_thinking() -> None:
+    """The parent's turn history holds its own thoughts and answer, and the child as its
+    card — a tool call whose result is the child's answer — never the child's text as
+    thoughts of the parent."""
+    wire = _wire()
+    acc = TurnAccumulator(user_text="go")
+    for sid, update in (
+            ("p", {"sessionUpdate": "agent_thought_chunk", "messageId": "t",
+                   "content": {"type": "text", "text": "mine"}}),
+            ("p", {"sessionUpdate": "subagent_update", "sessionId": "c", "title": "Helper",
+                   "state": {"state": "running"}}),
+            ("c", {"sessionUpdate": "agent_thought_chunk", "messageId": "ct",
+                   "content": {"type": "text", "text": "child thinks"}}),
+            ("c", {"sessionUpdate": "agent_message_chunk", "messageId": "cm",
+                   "content": {"type": "text", "text": "child says"}}),
+            ("p", {"sessionUpdate": "subagent_update", "sessionId": "c",
+                   "state": {"state": "idle", "stopReason": "end_turn"}}),
+            ("p", {"sessionUpdate": "agent_message_chunk", "messageId": "m",
+                   "content": {"type": "text", "text": "done"}})):
+        out, _ = wire.update({"sessionId": sid, "update": update})
+        acc.add_many([p["update"] for p in out])
+    items = [(i.role, i.text or i.output, i.title) for i in acc.items]
+    assert items == [
+        (ROLE_USER, "go", ""),
+        (ROLE_THOUGHT, "mine", ""),
+        (ROLE_TOOL_CALL, "", "Helper"),
+        (ROLE_TOOL_RESULT, "child says", "Helper"),
+        (ROLE_ASSISTANT, "done", ""),
+    ], items

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+
 import pytest
 
 from services.common.protocol import DEFAULT_MAX_SUBAGENTS

@@ -131,13 +131,14 @@ def test_v2_client_gets_child_sessions(acp: AcpProcess, log: Path, tmp_path: Pat
     refused = acp.error("session/resume", {"sessionId": child, "cwd": _work(tmp_path),
                                            "mcpServers": []})
     assert refused["code"] == -32602 and sid in refused["message"], refused
-    # Replayed from the event log: the child's updates come back as the child's.
+    assert refused["data"]["parentSessionId"] == sid
     acp.result("session/close", {"sessionId": sid})
     # Its parent gone, it is still no session to resume on its own: its parent is named.
     refused = acp.error("session/resume", {"sessionId": child, "cwd": _work(tmp_path),
                                            "mcpServers": [], "replayFrom": {"type": "start"}})
     assert refused["code"] == -32602 and sid in refused["message"], refused
     assert refused["data"]["parentSessionId"] == sid
+    # Replayed from the event log: the child's updates come back as the child's.
     before, resp = acp.call("session/resume", {
         "sessionId": sid, "cwd": _work(tmp_path), "mcpServers": [],
         "replayFrom": {"type": "_acpgate_event", "eventId": 1}})

@@ -27,6 +27,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     M_SESSION_CANCEL,
+    META_PARENT_SESSION_ID,
     METHOD_NOT_FOUND,
 )
 from services.edge.adapter.failures import agent_error, exit_data
@@ -64,7 +65,8 @@ def refuse_child(conn: DialectConnection, sid: str) -> None:
             continue
         if v2.wire.children.of_id(sid) is not None:
             raise JsonRpcError(INVALID_PARAMS, MSG_CHILD_SETUP.format(
-                session_id=sid, parent=session.session_id))
+                session_id=sid, parent=session.session_id),
+                {META_PARENT_SESSION_ID: session.session_id})
 
 
 def _target(conn: DialectConnection, sid: str) -> tuple[EdgeSession, str]:

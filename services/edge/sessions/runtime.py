@@ -41,13 +41,13 @@ from services.edge.sessions import detached, readopt
 from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.event_log import EventLog
-from services.edge.sessions.hosted import HostedPort
+from services.edge.sessions.hosted_port import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share
 from services.edge.sessions.ring_budget import RingBudget
 from services.edge.sessions.session import AdapterMethod, EdgeSession
 from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
-from services.edge.sessions.workers import WorkerLink
+from services.edge.sessions.worker_link import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore
 
 log = get_logger("edge.runtime")
@@ -115,7 +115,7 @@ class EdgeRuntime:
         #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
         self.shares = TokenShares(cfg.acp, cfg.token_db_path)
         #: With several edge workers on one port (``--worker``): this one's link to the
-        #: others, through the session service (services.edge.sessions.workers); None: the only edge.
+        #: others, through the session service (services.edge.sessions.worker_link); None: the only edge.
         self.workers = WorkerLink(self.session_stub, worker) if worker else None
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
         self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
@@ -360,7 +360,7 @@ async def open_runtime(
     session tools'). A dialled service is called with ``security``'s credential (default:
     the started services', else the install's, :func:`~services.common.grpc_auth.
     load_security`); an in-process channel needs none. ``worker``: this edge's number
-    among several on one port (0: the only one; services.edge.sessions.workers).
+    among several on one port (0: the only one; services.edge.sessions.worker_link).
     """
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr

@@ -50,7 +50,7 @@ from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 
 if TYPE_CHECKING:
-    from services.edge.sessions.hosted import HostedPort
+    from services.edge.sessions.hosted_port import HostedPort
     from services.edge.sessions.runtime import EdgeRuntime
 
 log = get_logger("edge.session")

@@ -39,11 +39,11 @@ from services.edge.ports.client_port import ClientPort
 from services.edge.sessions.claims import refusal
 from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.session import EdgeSession
-from services.edge.sessions.slots import Slot, creating, reserved_slot
+from services.edge.sessions.slot_reservation import Slot, creating, reserved_slot
 
 log = get_logger("edge.dialect")
 
-#: The slots a setup holds live in services.edge.sessions.slots; named here too, where the
+#: The slots a setup holds live in services.edge.sessions.slot_reservation; named here too, where the
 #: dialect's handlers import the rest of a setup from.
 __all__ = ["Slot", "creating", "reserved_slot"]
 
@@ -79,7 +79,7 @@ class AgentState(Protocol):
 class SessionHome(ClientPort, Protocol):
     """What a session is set up for and lives in: a client connection
     (``DialectConnection``), or the stand-in of a session the edge runs for another
-    one (``services.edge.sessions.hosted.HostedPort``)."""
+    one (``services.edge.sessions.hosted_port.HostedPort``)."""
 
     runtime: EdgeRuntime
     #: Who the home acts as (services.edge.caller; see ``serve_connection``).

@@ -20,7 +20,7 @@ import grpc
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 
 if TYPE_CHECKING:
     from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub

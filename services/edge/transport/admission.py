@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import GatewaySection
-from services.edge.sessions.workers import Held, WorkerLink
+from services.edge.sessions.worker_link import Held, WorkerLink
 
 __all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal", "token_share"]
 

@@ -8,7 +8,7 @@ and session/prompt take:
 - **spawn**: a slot against ``max_sessions`` and the requester's principal's
   share (a child belongs to its root's token), the row from SpawnSession, a lease
   and the child's adapter (``session/new`` with the decided policy), the child
-  entered active in the requester's :class:`~services.edge.sessions.hosted.HostedPort`,
+  entered active in the requester's :class:`~services.edge.sessions.hosted_port.HostedPort`,
   then its first turn;
 - **send**: the target as it runs now — on a client's connection, or hosted —
   or, when it runs nowhere, restored (``session/resume`` seeded with the stored
@@ -49,7 +49,7 @@ from services.edge.adapter.failures import setup_error
 from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.dialect.handlers.restore import restore
 from services.edge.errors import cause, grpc_error
-from services.edge.sessions.hosted import hosted_port
+from services.edge.sessions.hosted_port import hosted_port
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session import EdgeSession, TurnState
 from services.edge.sessions.session_setup import (

@@ -40,7 +40,7 @@ from services.common.protocol import INVALID_PARAMS, META_ACPGATE
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
 from services.edge.sessions.sibling import sibling_where
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 
 __all__ = ["live_elsewhere", "stored_not_running", "with_live_at"]
 

@@ -1,6 +1,6 @@
 """Session slots: ``[acp] max_sessions`` and each token's share, held while a session is
 set up (SPEC §9) — with several edge workers on one port, the host's
-(the session service counts every worker's, services.edge.sessions.workers).
+(the session service counts every worker's, services.edge.sessions.worker_link).
 
 A principal at its share or at the host's limit gets room from its own detached idle
 sessions first (:mod:`services.edge.sessions.shares`); the -32001 that remains says the
@@ -29,7 +29,7 @@ Validate = Callable[[], Awaitable[None]]
 
 class Slot:
     """One reserved slot, counted against a principal (services.edge.sessions.registry) —
-    with several edge workers, the host's slot too (services.edge.sessions.workers)."""
+    with several edge workers, the host's slot too (services.edge.sessions.worker_link)."""
 
     def __init__(self, runtime: EdgeRuntime, principal: str, *, explain: bool = False) -> None:
         self._runtime = runtime

@@ -3,10 +3,11 @@
 The constants that cross the wire live in ``services.common``, so the edge and the
 built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
 SPEC's ``<…>`` slots). This module holds ACP v1 and acpgate's own extension methods (the
-host view included); each other family has one module of its own:
+host view included), and every JSON-RPC error code and every ``_meta`` key whatever its
+family; each other family keeps its methods, names and messages in one module of its own:
 
 - :mod:`services.common.attach_protocol`: live sessions shared by several clients
-  (attach, detach, observers, ``-32006``..``-32008``);
+  (attach, detach, observers; their codes ``-32006``..``-32008`` are here);
 - :mod:`services.common.remote_transport`: Streamable HTTP headers, content types and
   the replay-gap notice;
 - :mod:`services.common.client_mcp`: the ``mcpServers`` a gateway client may pass, and
@@ -48,10 +49,22 @@ STORAGE_QUOTA_EXCEEDED: Final = -32004
 #: acpgate: another host took the session over (its claim expired here); the turn was not
 #: stored and the session ended on this host.
 SESSION_TAKEN_OVER: Final = -32005
+#: acpgate: an observer attachment named its session in a method other than
+#: :data:`~services.common.attach_protocol.OBSERVER_METHODS` (observers watch only).
+OBSERVER_READ_ONLY: Final = -32006
+#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
+#: says where to attach it (across hosts).
+SESSION_LIVE_ELSEWHERE: Final = -32007
+#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
+#: restarted): ``session/load`` or ``session/resume`` brings it back.
+SESSION_NOT_RUNNING: Final = -32008
+#: ACP v2: the client asked for a protocol version acpgate does not speak.
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
 MSG_INVALID_VERSION: Final = "Invalid JSON-RPC version"
+MSG_INVALID_REQUEST: Final = "Invalid Request"
 MSG_INVALID_ID: Final = "Invalid Request: id must be a string or a number"
 MSG_INVALID_METHOD: Final = "Invalid Request: method must be a string"
 #: A handler failed unexpectedly (the cause is logged, never sent: it may hold secrets).
@@ -328,6 +341,12 @@ HISTORY_ROLES: Final = (
 # ------------------------------------------------------------------ _meta namespaces
 META_ZEROCLAW: Final = "zeroclaw"
 META_ACPGATE: Final = "acpgate"
+#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
+META_EVENT_ID: Final = "eventId"
+#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
+META_AFTER_EVENT_ID: Final = "afterEventId"
+#: ``data.acpgate.liveAt`` of a -32007: the host (or edge worker) where the session is live.
+META_LIVE_AT: Final = "liveAt"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
 #: The built-in agent behind the edge got a session/new (or restoring resume) without one.

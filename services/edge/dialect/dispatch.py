@@ -21,11 +21,7 @@ from typing import Any
 from services.common.acp.schema import ClientCapabilities
 from services.common.acp.v2.client_wire import ClientWire
 from services.common.acp.v2.names import PROTOCOL_V1
-from services.common.attach_protocol import (
-    MSG_OBSERVER,
-    OBSERVER_METHODS,
-    OBSERVER_READ_ONLY,
-)
+from services.common.attach_protocol import MSG_OBSERVER, OBSERVER_METHODS
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     AUTH_REQUIRED,
@@ -35,6 +31,7 @@ from services.common.protocol import (
     MSG_METHOD_NOT_FOUND,
     MSG_SHUTTING_DOWN,
     MSG_TOKEN_REVOKED,
+    OBSERVER_READ_ONLY,
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.caller import Caller

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from services.common.attach_protocol import META_EVENT_ID
-from services.common.protocol import META_ACPGATE, U_USER_MESSAGE
+from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_USER_MESSAGE
 from services.edge.adapter.relay_lines import update_prefix
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import grpc
 
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
+from services.common.protocol import META_ACPGATE, META_LIVE_AT, MSG_SESSION_ON_SIBLING_WORKER
 from services.edge.sessions.worker_link import split_worker_name
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id
     if holder_host != host or not worker or worker == me:
         return error
     return JsonRpcError(error.code, error.message + MSG_SESSION_ON_SIBLING_WORKER.format(
-        worker=worker), {META_ACPGATE: {"liveAt": sibling_where(row.claim, worker)}})
+        worker=worker), {META_ACPGATE: {META_LIVE_AT: sibling_where(row.claim, worker)}})
 
 
 def sibling_where(claim: session_pb2.Claim, worker: int) -> dict[str, object]:

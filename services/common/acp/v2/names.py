@@ -1,4 +1,5 @@
-"""ACP v2 names acpgate uses (methods, update kinds, states, codes) — one place.
+"""ACP v2 names acpgate uses (methods, update kinds, states, messages); its error codes are in
+:mod:`services.common.protocol` with every other code.
 
 Normative source: the v2 schema of ``@agentclientprotocol/sdk`` 2.4.0
 (``schema/v2/schema.json``, vendored under ``protos/acp/v2/``).
@@ -28,9 +29,7 @@ M_AUTH_LOGOUT: Final = "auth/logout"
 M_TOOL_CALL_CANCEL: Final = "tool_call/cancel"
 M_TERMINAL_CANCEL: Final = "terminal/cancel"
 
-# Error codes v2 names.
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
-RESOURCE_NOT_FOUND: Final = -32002
+# Error messages v2 names (its codes are in services.common.protocol).
 MSG_UNSUPPORTED_VERSION: Final = "Unsupported protocol version {requested}"
 MSG_V2_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 

@@ -27,16 +27,9 @@ from services.common.acp.v2.handshake import (
     v2_client_info,
     v2_initialize_result,
 )
-from services.common.acp.v2.names import (
-    MSG_UNSUPPORTED_VERSION,
-    PROTOCOL_V1,
-    UNSUPPORTED_PROTOCOL_VERSION,
-)
+from services.common.acp.v2.names import MSG_UNSUPPORTED_VERSION, PROTOCOL_V1
 from services.common.acp.wire import AcpDecodeError
-from services.common.attach_protocol import (
-    ATTACH_ROLES,
-    M_SESSION_ATTACH,
-)
+from services.common.attach_protocol import ATTACH_ROLES, M_SESSION_ATTACH
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -45,6 +38,7 @@ from services.common.protocol import (
     META_ACPGATE,
     META_ZEROCLAW,
     PROTOCOL_VERSION,
+    UNSUPPORTED_PROTOCOL_VERSION,
 )
 from services.edge.adapter.caps import profile_of, recorded_capabilities, recorded_profile
 from services.edge.dialect.advertised import merged_capabilities

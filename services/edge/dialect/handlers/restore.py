@@ -47,12 +47,7 @@ import grpc
 import orjson
 
 from acpgate_contracts.session.v1 import session_pb2
-from services.common.attach_protocol import (
-    HISTORY_AFTER_MESSAGE,
-    HISTORY_FULL,
-    META_AFTER_EVENT_ID,
-    ROLE_CONTROLLER,
-)
+from services.common.attach_protocol import HISTORY_AFTER_MESSAGE, HISTORY_FULL, ROLE_CONTROLLER
 from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
@@ -65,6 +60,7 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
     MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
     U_PLAN,

@@ -21,10 +21,10 @@ from services.common.acp.v2.names import (
     MSG_V2_SESSION_NOT_FOUND,
     PROTOCOL_V1,
     PROTOCOL_V2,
-    RESOURCE_NOT_FOUND,
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
+    ACP_RESOURCE_NOT_FOUND,
     M_AUTHENTICATE,
     M_LOGOUT,
     M_SESSION_LOAD,
@@ -60,7 +60,7 @@ def v2_errors(handler: Handler) -> Handler:
             if exc.code != SESSION_NOT_FOUND or not exc.message.startswith(_NOT_FOUND_HEAD):
                 raise
             sid = exc.message[len(_NOT_FOUND_HEAD):]
-            raise JsonRpcError(RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
+            raise JsonRpcError(ACP_RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
                 session_id=sid), {"sessionId": sid}) from None
     served.__name__ = getattr(handler, "__name__", "served")
     return served

@@ -31,13 +31,13 @@ from services.common.acp.v2.names import (
     U2_REPLAY_COMPLETE,
 )
 from services.common.acp.v2.requests import BadV2Params, setup_params_v1
-from services.common.attach_protocol import META_AFTER_EVENT_ID
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
     M_LOGOUT,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
     META_WORKSPACE_DIR,
 )
 from services.edge.dialect.dispatch import DialectConnection

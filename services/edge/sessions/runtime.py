@@ -196,7 +196,9 @@ class EdgeRuntime:
     async def sees_all(self, principal: str) -> bool:
         """Whether ``principal``'s token (active) holds the operator grant ``see-all``. Read
         per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
-        cannot be read grants nothing."""
+        cannot be read grants nothing. A fact about the caller's credential, like its
+        principal (the edge holds the token store): what the grant lets it see is the
+        session service's decision (``services.session.visibility``)."""
         token_id = token_id_of(principal)
         if not token_id:
             return False

@@ -26,11 +26,10 @@ from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
 from services.edge.adapter.requests import read_prompt_result
 from services.edge.sessions.attachment import report_turn_end, turn_complete
-from services.edge.sessions.turn import TurnAccumulator
-from services.edge.sessions.turn_store import store_turn
+from services.edge.sessions.turn import TurnAccumulator, TurnState, store_turn
 
 if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession, TurnState
+    from services.edge.sessions.session import EdgeSession
 
 __all__ = ["resume"]
 
@@ -50,8 +49,6 @@ async def resume(session: EdgeSession) -> None:
     turn_id, text, updates = await _running_turn(session)
     if not turn_id:
         return
-    from services.edge.sessions.session import TurnState  # the session module imports this
-
     turn = TurnState(turn_id=turn_id)
     turn.acc = TurnAccumulator(user_text=text)
     turn.acc.add_many(updates)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acpgate_contracts.session.v1 import session_pb2
@@ -32,7 +31,6 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     session_key_for,
 )
-from services.common.turn_items import TurnAccumulator
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.client_methods import ClientMethods, ask_client
 from services.edge.adapter.exits import method_not_found
@@ -42,12 +40,13 @@ from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
-from services.edge.sessions import session_log, turn_run
+from services.edge.sessions import session_log
 from services.edge.sessions.attachment import FollowingBackChannel
 from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
+from services.edge.sessions.turn import TurnState, run_turn
 
 if TYPE_CHECKING:
     from services.edge.sessions.hosted_port import HostedPort
@@ -60,28 +59,6 @@ log = get_logger("edge.session")
 #: An adapter→client request the edge serves itself (the session tools' extension
 #: methods): the session it came from and its params → the result.
 AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
-
-
-@dataclass
-class TurnState:
-    """The reserved turn slot of a session and, once started, its accumulation."""
-
-    acc: TurnAccumulator | None = None
-    cancelled: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The session whose session tool started this turn (sessions_spawn/sessions_send):
-    #: cancelling that session cancels this turn too.
-    requested_by: EdgeSession | None = None
-    #: The autonomy this turn runs at most at ("" = the session's own): a turn another
-    #: session started runs at most at the sender's level.
-    autonomy_cap: str = ""
-    #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
-    #: itself: a revoked token, a release, a delete.
-    keep: bool = True
-    #: The turn's id in the event log (its prompt's event id; 0 until it starts).
-    turn_id: int = 0
-    #: How the turn ended, as its log records it.
-    end_state: str = "failed"
 
 
 class EdgeSession:
@@ -340,8 +317,8 @@ class EdgeSession:
                        extra: dict[str, Any] | None = None) -> TurnOutcome:
         """Send the prompt (with ``extra``: the client's other params, for an external
         agent), stream, store the turn; return how it ended
-        (:func:`services.edge.sessions.turn_run.run_turn`)."""
-        return await turn_run.run_turn(self, turn, prompt, extra)
+        (:func:`services.edge.sessions.turn.run_turn`)."""
+        return await run_turn(self, turn, prompt, extra)
 
     def lose(self) -> None:
         """Another host took this session over: end it here (its adapter closed, its lease

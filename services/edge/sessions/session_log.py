@@ -19,7 +19,8 @@ from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_USER_MESSAGE
 from services.edge.adapter.relay_lines import update_prefix
 
 if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession, TurnState
+    from services.edge.sessions.session import EdgeSession
+    from services.edge.sessions.turn import TurnState
 
 __all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "action", "config", "prompt",
            "turn_ended", "turn_started"]

@@ -51,7 +51,7 @@ from services.edge.dialect.handlers.restore import restore
 from services.edge.errors import cause, grpc_error
 from services.edge.sessions.hosted_port import hosted_port
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.session import EdgeSession, TurnState
+from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.session_setup import (
     creating,
     mark_active,
@@ -59,6 +59,7 @@ from services.edge.sessions.session_setup import (
     setting_up,
     spawn_adapter,
 )
+from services.edge.sessions.turn import TurnState
 
 __all__ = ["SpawnArgs", "send", "spawn"]
 

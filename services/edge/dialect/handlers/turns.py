@@ -31,7 +31,8 @@ from services.edge.errors import not_found
 from services.edge.params import passed_params, session_id
 from services.edge.sessions.attachment import report_turn_end, turn_complete
 from services.edge.sessions.prompt_result import TurnOutcome, client_result
-from services.edge.sessions.session import EdgeSession, TurnState
+from services.edge.sessions.session import EdgeSession
+from services.edge.sessions.turn import TurnState
 
 
 def queues_prompts(session: EdgeSession) -> bool:

@@ -26,7 +26,7 @@ from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
 from services.edge.adapter.requests import read_prompt_result
 from services.edge.sessions.attachment import report_turn_end, turn_complete
-from services.edge.sessions.turn import TurnAccumulator, TurnState, store_turn
+from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
@@ -37,8 +37,6 @@ log = get_logger("edge.adopted_turn")
 
 _KIND_PROMPT: Final = "prompt"
 _KIND_UPDATE: Final = "update"
-_COMPLETED: Final = "completed"
-_FAILED: Final = "failed"
 #: How long the turn waits for the adapter's answer (a dead adapter ends the session first).
 _ANSWER_WAIT_SECS: Final = 24 * 3600.0
 
@@ -49,7 +47,7 @@ async def resume(session: EdgeSession) -> None:
     turn_id, text, updates = await _running_turn(session)
     if not turn_id:
         return
-    turn = TurnState(turn_id=turn_id)
+    turn = Turn(session.turn_context, turn_id=turn_id)
     turn.acc = TurnAccumulator(user_text=text)
     turn.acc.add_many(updates)
     session.turn = turn
@@ -108,7 +106,7 @@ def _text_of(update: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-async def _finish(session: EdgeSession, turn: TurnState,
+async def _finish(session: EdgeSession, turn: Turn,
                   answer: asyncio.Future[dict[str, Any]]) -> None:
     """End ``turn`` with the adapter's answer (module doc); a session released first
     (its adapter died, its grace ended) ends it failed."""
@@ -130,16 +128,14 @@ async def _finish(session: EdgeSession, turn: TurnState,
         if stop and (stop != STOP_CANCELLED or turn.keep):
             if stop == STOP_CANCELLED:
                 turn.acc.mark(STOP_CANCELLED)
-            async with session.storing:
-                await store_turn(session, turn.acc, read_prompt_result(raw), raw)
-                session.feed.turn_stored()
+            await turn.store(read_prompt_result(raw), raw)
         turn.end_state = (STOP_CANCELLED if stop == STOP_CANCELLED
-                          else _COMPLETED if stop else _FAILED)
+                          else TURN_COMPLETED if stop else TURN_FAILED)
         if stop:
             await report_turn_end(session, None, turn_complete(stop, raw))
     except JsonRpcError as exc:
         log.warning("adopted_turn_not_stored", session_id=session.session_id, why=exc.message)
-        turn.end_state = _FAILED
+        turn.end_state = TURN_FAILED
     finally:
         session.release_turn(turn)
         log.info("adopted_turn_ended", session_id=session.session_id, stop_reason=stop or None,

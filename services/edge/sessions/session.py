@@ -40,13 +40,13 @@ from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
-from services.edge.sessions import session_log
 from services.edge.sessions.attachment import FollowingBackChannel
 from services.edge.sessions.clients import SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
+from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
-from services.edge.sessions.turn import TurnState, run_turn
+from services.edge.sessions.turn import Turn, TurnContext
 
 if TYPE_CHECKING:
     from services.edge.sessions.hosted_port import HostedPort
@@ -92,6 +92,9 @@ class EdgeSession:
         #: Held while a turn is stored, and while a full replay reads the store: what the
         #: replay reads and the live turn's events it sends then never overlap.
         self.storing = asyncio.Lock()
+        #: What the session hands its event log besides the relayed updates.
+        self.log = SessionLog(runtime.event_log, row.session_id, self.feed,
+                              lambda: self.turn.turn_id if self.turn is not None else 0)
         #: The client has used the session after its setup answer (a later request named
         #: it): only such a session is detached when its connection goes, so a client cannot
         #: park agents by disconnecting mid-setup.
@@ -114,11 +117,9 @@ class EdgeSession:
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
         self._client_methods: ClientMethods | None = None
-        self.turn: TurnState | None = None
+        self.turn: Turn | None = None
         self._clock = clock
         self.last_activity = clock()
-        #: Prior conversation for an external adapter that could not restore itself.
-        self.pending_history: str | None = None
         self.released = False
         #: The release that ``released`` announced, running in a runtime task
         #: (``EdgeRuntime.release``: never stopped half-way by a cancelled caller).
@@ -139,6 +140,21 @@ class EdgeSession:
         claims, sid = runtime.claims, row.session_id
         self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
                                          fence=lambda: claims.fence(sid))
+        #: What every turn of this session runs with (services.edge.sessions.turn).
+        self.turn_context = TurnContext(
+            sid, self.feed, self.log, runtime.event_log, self.state, claims,
+            runtime.session_stub, runtime.metrics, self.storing,
+            publish=self.publish_own, taken_over=lambda: self.taken_over, lose=self.lose)
+
+    @property
+    def pending_history(self) -> str | None:
+        """Prior conversation for an external adapter that could not restore itself: the
+        next prompt carries it."""
+        return self.turn_context.pending_history
+
+    @pending_history.setter
+    def pending_history(self, text: str | None) -> None:
+        self.turn_context.pending_history = text
 
     # ------------------------------------------------------------------ activity
 
@@ -262,7 +278,7 @@ class EdgeSession:
         # say more than (or the opposite of) what was relayed.
         answer = (result if isinstance(result, dict) else fallback) \
             if method == M_ELICITATION_CREATE else relayed_answer(result)
-        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": answer})
+        self.log.action(KIND_PERMISSION, {"method": method, "answer": answer})
         return answer
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
@@ -294,31 +310,34 @@ class EdgeSession:
 
     # ------------------------------------------------------------------ turns
 
-    def reserve_turn(self) -> TurnState | None:
+    def reserve_turn(self) -> Turn | None:
         """Take the turn slot; None when a turn already runs (SPEC §4 -32002)."""
         if self.turn is not None:
             return None
-        self.turn = TurnState()
-        session_log.turn_started(self, self.turn)
+        self.turn = Turn(self.turn_context)
+        self.turn.start()
         self.feed.turn_started()
         self.touch()
         return self.turn
 
-    def release_turn(self, turn: TurnState) -> None:
+    def release_turn(self, turn: Turn) -> None:
         """Free the turn slot."""
         if self.turn is turn:
-            session_log.turn_ended(self, turn)
+            turn.end()
             self.turn = None
             self.feed.turn_stored()  # stored, or never to be: not replayed as live any more
         turn.done.set()
         self.touch()
 
-    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt,
+    async def run_turn(self, turn: Turn, prompt: AdapterPrompt,
                        extra: dict[str, Any] | None = None) -> TurnOutcome:
         """Send the prompt (with ``extra``: the client's other params, for an external
-        agent), stream, store the turn; return how it ended
-        (:func:`services.edge.sessions.turn.run_turn`)."""
-        return await run_turn(self, turn, prompt, extra)
+        agent) to this session's adapter, stream, store the turn; return how it ended
+        (:meth:`services.edge.sessions.turn.Turn.run`)."""
+        adapter = self.adapter
+        if adapter is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
+        return await turn.run(adapter, prompt, extra)
 
     def lose(self) -> None:
         """Another host took this session over: end it here (its adapter closed, its lease
@@ -340,7 +359,7 @@ class EdgeSession:
         the client's action when a turn of this session was cancelled ("": acpgate's own)."""
         mine = self._cancel_tree({self}, keep)
         if mine and asked_by:
-            session_log.action(self, session_log.KIND_CANCEL, {"method": asked_by})
+            self.log.action(KIND_CANCEL, {"method": asked_by})
         return mine
 
     def _cancel_tree(self, seen: set[EdgeSession], keep: bool) -> bool:

@@ -20,7 +20,7 @@ cancel of the requester cancels it. ``wait: false`` runs it in the background
 (a runtime task) and answers at once.
 
 Autonomy: a sent turn runs at most at the sender's level — the cap
-SendToSession answers, carried in ``TurnState.autonomy_cap`` to the built-in
+SendToSession answers, carried in ``Turn.autonomy_cap`` to the built-in
 agent; a spawned child's policy is capped by SpawnSession itself. Both calls
 pass the requester's own turn cap, when another session started the turn it
 runs, so that cap carries on down a chain of sends.
@@ -59,7 +59,7 @@ from services.edge.sessions.session_setup import (
     setting_up,
     spawn_adapter,
 )
-from services.edge.sessions.turn import TurnState
+from services.edge.sessions.turn import Turn
 
 __all__ = ["SpawnArgs", "send", "spawn"]
 
@@ -162,14 +162,14 @@ async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bo
             "stopReason": stop, "reply": result.text}
 
 
-async def _run(target: EdgeSession, turn: TurnState, text: str) -> TurnOutcome:
+async def _run(target: EdgeSession, turn: Turn, text: str) -> TurnOutcome:
     try:  # a tool's message is plain text: one text block, stored as it is
         return await target.run_turn(turn, AdapterPrompt([{"type": "text", "text": text}], text))
     finally:
         target.release_turn(turn)
 
 
-async def _background(target: EdgeSession, turn: TurnState, text: str) -> None:
+async def _background(target: EdgeSession, turn: Turn, text: str) -> None:
     """A ``wait: false`` turn: its outcome is in the store (or the log), nobody awaits it."""
     try:
         result = await _run(target, turn, text)

@@ -282,7 +282,7 @@ class DialectConnection:
         ``session/attach`` goes on with its other clients; one it holds passes to another
         controller attached to it, else — a gateway connection (``detach_grace_secs`` > 0)
         whose client used it — detaches (its turn runs on, its permission requests wait
-        for the next controller; :mod:`services.edge.sessions.attachment`). A session whose
+        for the next controller; :mod:`services.edge.sessions.clients`). A session whose
         setup the client never saw answered is released as before.
         """
         self._input_ended = True

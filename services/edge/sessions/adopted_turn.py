@@ -25,7 +25,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
 from services.edge.adapter.requests import read_prompt_result
-from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.clients import report_turn_end, turn_complete
 from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
 if TYPE_CHECKING:

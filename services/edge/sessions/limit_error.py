@@ -24,7 +24,7 @@ from services.common.protocol import (
     MSG_SESSION_LIMIT_TOKEN,
     SESSION_LIMIT,
 )
-from services.edge.sessions.attachment import DetachedPort
+from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.registry import SessionRegistry, SlotRefusal
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ from services.edge.adapter.caps import recorded_capabilities
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
 from services.edge.sessions import adopted_turn
-from services.edge.sessions.attachment import DetachedPort, detach
+from services.edge.sessions.clients import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
 from services.edge.sessions.session import EdgeSession
 

@@ -38,8 +38,8 @@ from services.common.principals import token_id_of
 from services.edge.adapter.fds import FdDialer, LifecycleStub
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
-from services.edge.sessions.attachment import DetachedPort
 from services.edge.sessions.claims import HostClaims
+from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.hosted_port import HostedPort
 from services.edge.sessions.registry import SessionRegistry, token_session_share

@@ -40,8 +40,7 @@ from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
-from services.edge.sessions.attachment import FollowingBackChannel
-from services.edge.sessions.clients import SessionClients
+from services.edge.sessions.clients import FollowingBackChannel, SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
@@ -73,7 +72,7 @@ class EdgeSession:
     ) -> None:
         self.runtime = runtime
         #: The client connection serving the session now (a ``DetachedPort`` while none
-        #: does: services.edge.sessions.attachment).
+        #: does: services.edge.sessions.clients).
         self.port = port
         #: Set while a client connection is attached (cleared while detached).
         self.attached = asyncio.Event()

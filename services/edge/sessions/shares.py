@@ -10,7 +10,7 @@ store (``TokenWatch``: one cheap ``PRAGMA data_version`` when nothing changed), 
 token already above a smaller share keeps its sessions and opens no more.
 
 **Room.** A session whose client connection went waits detached for
-``[gateway] detach_grace_secs`` (:mod:`services.edge.sessions.attachment`) and keeps
+``[gateway] detach_grace_secs`` (:mod:`services.edge.sessions.clients`) and keeps
 its slot. When its principal's next session would pass the share or the host's
 limit, the principal's detached *idle* sessions (no turn running, so no permission
 request pending either) go first, the longest detached first, released exactly as the
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.logs import get_logger
-from services.edge.sessions.attachment import DetachedPort
+from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.registry import token_session_share
 from services.edge.tokens import TokenWatch
 

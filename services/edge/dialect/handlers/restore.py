@@ -82,8 +82,7 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.sessions.attachment import DetachedPort
-from services.edge.sessions.clients import leave
+from services.edge.sessions.clients import DetachedPort, leave
 from services.edge.sessions.feed import event_id_of
 from services.edge.sessions.joining import HISTORY_LIVE, join
 from services.edge.sessions.log_replay import replay_log

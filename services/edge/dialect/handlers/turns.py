@@ -29,7 +29,7 @@ from services.edge.adapter.prompt_blocks import adapter_prompt, spec4_prompt
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import not_found
 from services.edge.params import passed_params, session_id
-from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.clients import report_turn_end, turn_complete
 from services.edge.sessions.prompt_result import TurnOutcome, client_result
 from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.turn import Turn

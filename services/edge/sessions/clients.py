@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from services.common.acp.schema import ClientCapabilities
@@ -69,9 +69,8 @@ from services.edge.sessions.feed import Event
 if TYPE_CHECKING:
     from services.edge.ports.backchannel import Asking
     from services.edge.ports.client_port import ClientPort
-    from services.edge.sessions.session import EdgeSession
 
-__all__ = ["Attachment", "DetachedPort", "FollowingBackChannel", "SessionClients", "attach",
+__all__ = ["Attachment", "DetachedPort", "FollowingBackChannel", "Served", "SessionClients", "attach",
            "changed", "conn_of", "detach", "leave", "promote", "report_turn_end", "turn_complete"]
 
 log = get_logger("edge.clients")
@@ -113,6 +112,52 @@ class AttachedConnection(Protocol):
 
     def forget_session(self, session_id: str) -> None:
         """The connection no longer serves ``session_id`` (its attachment was closed)."""
+
+
+class Served(Protocol):
+    """What a session's client connections need of the session they serve (an
+    ``EdgeSession``): its primary port, which they move (and wake whoever waits for it to
+    move), whether it is attached, confirmed or released, its attachments, its own
+    updates, and the runtime's tasks, clock and release."""
+
+    port: ClientPort
+    port_moved: asyncio.Event
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+
+    @property
+    def attached(self) -> asyncio.Event:
+        """Set while a controller connection holds the session."""
+
+    @property
+    def confirmed(self) -> bool:
+        """The client has used the session after its setup answer."""
+
+    @property
+    def released(self) -> bool:
+        """The session is being released."""
+
+    @property
+    def clients(self) -> SessionClients:
+        """Its attachments besides the primary port."""
+
+    async def publish_own(self, updates: list[dict[str, Any]], *,
+                          not_for: object | None = None) -> None:
+        """Send updates acpgate makes to every client but ``not_for``, numbered."""
+
+    def touch(self) -> None:
+        """Mark activity now."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task of the runtime."""
+
+    def now(self) -> float:
+        """The runtime's clock."""
+
+    async def deactivate(self, reason: str) -> None:
+        """Remove the session and release it (the stored record stays)."""
 
 
 def conn_of(port: object) -> object:
@@ -179,7 +224,7 @@ class Attachment:
     def start(self) -> None:
         """Begin writing what was queued (after the attach's replay went out)."""
         if self._writer is None and not self.closed:
-            self._writer = self._clients.session.runtime.spawn(self._pump())
+            self._writer = self._clients.session.spawn(self._pump())
             self._wake.set()
 
     async def _pump(self) -> None:
@@ -210,7 +255,7 @@ class Attachment:
 class SessionClients:
     """The attachments of one session besides its primary port, and the fan-out."""
 
-    def __init__(self, session: EdgeSession) -> None:
+    def __init__(self, session: Served) -> None:
         self.session = session
         self.extra: list[Attachment] = []
         #: The newest event id handed to a primary port that is a plain connection.
@@ -299,7 +344,7 @@ class SessionClients:
             _left(session)
         elif session.port is attachment and not session.released and \
                 not leave(session, attachment.conn, grace_secs=attachment.detach_grace_secs):
-            session.runtime.spawn(session.runtime.deactivate(session, "disconnect"))
+            session.spawn(session.deactivate("disconnect"))
 
     def drop(self, attachment: Attachment, reason: str) -> None:
         """Close ``attachment`` for ``reason`` and tell its client so (best effort: a client
@@ -309,7 +354,7 @@ class SessionClients:
         self.remove(attachment)
         notice = notification_line(M_ATTACHMENT_CLOSED, {
             "sessionId": self.session.session_id, "reason": reason})
-        self.session.runtime.spawn(_tell(attachment.conn.send_many, [notice]))
+        self.session.spawn(_tell(attachment.conn.send_many, [notice]))
 
     def close_all(self, reason: str) -> None:
         """The session ends: every attachment is closed and told ``reason``."""
@@ -317,7 +362,7 @@ class SessionClients:
             self.drop(attachment, reason)
 
 
-def _left(session: EdgeSession) -> None:
+def _left(session: Served) -> None:
     """An attachment left: a pending request to the human looks at the controllers again
     (the one that left is no longer asked, its copy withdrawn)."""
     changed(session)
@@ -328,7 +373,7 @@ async def _tell(send: Callable[[list[str]], Awaitable[None]], lines: list[str]) 
         await asyncio.wait_for(send(lines), 5.0)
 
 
-def leave(session: EdgeSession, conn: object, *, grace_secs: float) -> bool:
+def leave(session: Served, conn: object, *, grace_secs: float) -> bool:
     """Client connection ``conn`` no longer serves ``session``: an attachment of it is
     removed; as the primary port, another controller takes its place, else the session
     detaches for ``grace_secs`` (> 0). The clients that stay are told
@@ -359,7 +404,7 @@ def leave(session: EdgeSession, conn: object, *, grace_secs: float) -> bool:
     if roles and (clients.extra or not isinstance(session.port, DetachedPort)):
         gone = {"sessionUpdate": U_CLIENT_DISCONNECTED,
                 "client": {**clients.info_of(conn), "role": roles[-1]}}
-        session.runtime.spawn(session.publish_own([gone]))
+        session.spawn(session.publish_own([gone]))
     return True
 
 
@@ -417,7 +462,7 @@ class FollowingBackChannel:
     answer wins; across a detach, asked again of the next controller that attaches, within
     the one ``wait_secs`` the request was given (module doc)."""
 
-    def __init__(self, session: EdgeSession) -> None:
+    def __init__(self, session: Served) -> None:
         self._session = session
 
     async def request(self, method: str, params: dict[str, Any], wait_secs: float) -> Any:
@@ -496,22 +541,22 @@ class FollowingBackChannel:
             update["outcome"] = outcome.get("outcome")
             if isinstance(outcome.get("optionId"), str):
                 update["chosenOptionId"] = outcome["optionId"]
-        session.runtime.spawn(session.publish_own([update], not_for=winner))
+        session.spawn(session.publish_own([update], not_for=winner))
 
 
-def detach(session: EdgeSession, grace_secs: float, *, delivered: int = 0) -> None:
+def detach(session: Served, grace_secs: float, *, delivered: int = 0) -> None:
     """Detach ``session`` from its controller connection, which is gone; release it (as a
     disconnect always did) unless a controller attaches it within ``grace_secs``.
     ``delivered``: the newest event id handed to that connection."""
     port = DetachedPort(session.port.client_capabilities, delivered)
-    port.detached_at = session.runtime.clock()
+    port.detached_at = session.now()
     _move(session, port)
     session.attached.clear()
-    port.expiry = session.runtime.spawn(_expire(session, port, grace_secs))
+    port.expiry = session.spawn(_expire(session, port, grace_secs))
     log.info("session_detached", session_id=session.session_id, grace_secs=grace_secs)
 
 
-def attach(session: EdgeSession, port: ClientPort) -> None:
+def attach(session: Served, port: ClientPort) -> None:
     """Serve ``session`` to controller ``port`` from now on (a client attached it again)."""
     old = session.port
     if isinstance(old, DetachedPort):
@@ -524,13 +569,13 @@ def attach(session: EdgeSession, port: ClientPort) -> None:
     session.touch()
 
 
-def promote(session: EdgeSession, heir: Attachment) -> None:
+def promote(session: Served, heir: Attachment) -> None:
     """The primary connection left: controller attachment ``heir`` takes its place."""
     log.info("session_promoted", session_id=session.session_id)
     _move(session, heir)
 
 
-def changed(session: EdgeSession) -> None:
+def changed(session: Served) -> None:
     """A controller joined or left: whoever waits for one (a pending request) looks again."""
     moved, session.port_moved = session.port_moved, asyncio.Event()
     moved.set()
@@ -546,21 +591,21 @@ def turn_complete(stop_reason: str, result: dict[str, Any]) -> dict[str, Any]:
     return update
 
 
-async def report_turn_end(session: EdgeSession, prompter: object,
+async def report_turn_end(session: Served, prompter: object,
                           update: dict[str, Any]) -> None:
     """A turn ended: every client but ``prompter`` (who gets the ``session/prompt`` answer)
     is told with ``update``, a numbered event — a client attaching later replays it."""
     await session.publish_own([update], not_for=prompter)
 
 
-def _move(session: EdgeSession, port: ClientPort) -> None:
+def _move(session: Served, port: ClientPort) -> None:
     """Point ``session`` at ``port``; whoever waited for it to move is woken."""
     session.port = port
     changed(session)
 
 
-async def _expire(session: EdgeSession, port: DetachedPort, grace_secs: float) -> None:
+async def _expire(session: Served, port: DetachedPort, grace_secs: float) -> None:
     await asyncio.sleep(grace_secs)
     if session.port is port and not session.released:
         log.info("session_detach_expired", session_id=session.session_id)
-        await session.runtime.deactivate(session, "disconnect")
+        await session.deactivate("disconnect")

@@ -14,7 +14,7 @@ running turns of its children and the turns it asked other sessions for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from acpgate_contracts.session.v1 import session_pb2
@@ -160,6 +160,20 @@ class EdgeSession:
     def touch(self) -> None:
         """Mark activity now (idle reaper)."""
         self.last_activity = self._clock()
+
+    def now(self) -> float:
+        """The runtime's clock."""
+        return self._clock()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a background task of the runtime (kept referenced, awaited on
+        close)."""
+        return self.runtime.spawn(coro)
+
+    async def deactivate(self, reason: str) -> None:
+        """Remove this session from the runtime and release its adapter (the stored record
+        stays)."""
+        await self.runtime.deactivate(self, reason)
 
     def idle_for(self) -> float:
         """Seconds since the last activity."""

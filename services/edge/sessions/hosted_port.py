@@ -129,6 +129,7 @@ class HostedPort:
 
 def hosted_port(host: EdgeSession) -> HostedPort:
     """The :class:`HostedPort` of ``host``, made on first use."""
-    if host.hosted is None:
-        host.hosted = HostedPort(host)
-    return host.hosted
+    port = host.hosted
+    if not isinstance(port, HostedPort):
+        port = host.hosted = HostedPort(host)
+    return port

@@ -48,7 +48,6 @@ from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionSt
 from services.edge.sessions.turn import Turn, TurnContext
 
 if TYPE_CHECKING:
-    from services.edge.sessions.hosted_port import HostedPort
     from services.edge.sessions.runtime import EdgeRuntime
 
 log = get_logger("edge.session")
@@ -111,8 +110,9 @@ class EdgeSession:
         self.parent_key = row.ownership.parent_session_key
         #: The principal the session belongs to: its row owner's.
         self.principal = principal_of_owner(row.ownership.owner_session_key)
-        #: Where the sessions the edge runs for this one live (made on first use).
-        self.hosted: HostedPort | None = None
+        #: Where the sessions the edge runs for this one live (made on first use:
+        #: services.edge.sessions.hosted_port).
+        self.hosted: ClientPort | None = None
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
         self._client_methods: ClientMethods | None = None

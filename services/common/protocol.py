@@ -76,6 +76,9 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+#: A turn whose events could not be kept (the store was unreachable past the edge's buffer).
+MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
+                       "no longer fit in the edge's buffer and were not stored")
 #: One token's share of max_sessions is used up (others may still start).
 MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"

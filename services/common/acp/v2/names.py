@@ -61,6 +61,7 @@ REPLAY_START: Final = "start"
 #: acpgate's own cursor: ``{"type": "_acpgate_event", "eventId": N}`` replays from event N
 #: (inclusive) of a live session's numbered updates (``_meta.acpgate.eventId``).
 REPLAY_ACPGATE_EVENT: Final = "_acpgate_event"
+MSG_BAD_REPLAY: Final = "Unsupported replayFrom: the types are start and " + REPLAY_ACPGATE_EVENT
 
 #: The mode config option acpgate makes of a v1 agent's ``modes``.
 MODE_CONFIG_ID: Final = "mode"

@@ -20,8 +20,8 @@ KNOWN: Mapping[frozenset[str], str] = {
         "services.edge.sessions.registry", "services.edge.sessions.shares",
         "services.edge.sessions.readopt", "services.edge.sessions.adopted_turn",
         "services.edge.sessions.detached", "services.edge.sessions.hosted_port",
-    }): "an EdgeSession holds its EdgeRuntime (types only); the runtime calls the modules "
-        "that release, re-adopt and host sessions with itself",
+    }): "an EdgeSession holds its EdgeRuntime (a type-only import), and the runtime calls "
+        "readopt and shares with itself",
     frozenset({"services.lifecycle.reaper", "services.lifecycle.reap_pass"}):
         "a reap pass calls back into the reaper",
     frozenset({"services.lifecycle.launch", "services.lifecycle.controller",

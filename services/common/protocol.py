@@ -2,9 +2,11 @@
 
 The constants that cross the wire live in ``services.common``, so the edge and the
 built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
-SPEC's ``<…>`` slots). This module holds ACP v1 and acpgate's own extension methods (the
-host view included), and every JSON-RPC error code and every ``_meta`` key whatever its
-family; each other family keeps its methods, names and messages in one module of its own:
+SPEC's ``<…>`` slots). This module holds ACP v1's constants and acpgate's own extension
+methods (the host view included), and every JSON-RPC error code and every ``_meta`` key
+whatever its family; ACP's method names and update kinds are generated from the schemas
+(:mod:`services.common.acp.names`) and kept here under acpgate's short names. Each other
+family keeps its methods, names and messages in one module of its own:
 
 - :mod:`services.common.attach_protocol`: live sessions shared by several clients
   (attach, detach, observers; their codes ``-32006``..``-32008`` are here);
@@ -22,6 +24,8 @@ acpgate's internal wire contracts (not ACP) sit beside their code:
 from __future__ import annotations
 
 from typing import Final
+
+from services.common.acp import names as acp_names
 
 PROTOCOL_VERSION: Final = 1
 JSONRPC_VERSION: Final = "2.0"
@@ -49,8 +53,8 @@ STORAGE_QUOTA_EXCEEDED: Final = -32004
 #: acpgate: another host took the session over (its claim expired here); the turn was not
 #: stored and the session ended on this host.
 SESSION_TAKEN_OVER: Final = -32005
-#: acpgate: an observer attachment named its session in a method other than
-#: :data:`~services.common.attach_protocol.OBSERVER_METHODS` (observers watch only).
+#: acpgate: an observer attachment named its session in a method an observer may not call
+#: (observers watch only; the edge's method table says which methods they may call).
 OBSERVER_READ_ONLY: Final = -32006
 #: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
 #: says where to attach it (across hosts).
@@ -242,44 +246,49 @@ STOP_MAX_TOKENS: Final = "max_tokens"
 STOP_REFUSAL: Final = "refusal"
 
 # ------------------------------------------------------------------ methods
-M_INITIALIZE: Final = "initialize"
-M_AUTHENTICATE: Final = "authenticate"
-M_SESSION_NEW: Final = "session/new"
-M_SESSION_PROMPT: Final = "session/prompt"
-M_SESSION_CANCEL: Final = "session/cancel"
-M_SESSION_STOP: Final = "session/stop"
-M_SESSION_CLOSE: Final = "session/close"
-M_SESSION_LOAD: Final = "session/load"
-M_SESSION_RESUME: Final = "session/resume"
-M_SESSION_LIST: Final = "session/list"
-M_SESSION_UPDATE: Final = "session/update"
-M_SESSION_EVENT: Final = "session/event"
-M_SESSION_SET_MODE: Final = "session/set_mode"
-M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
-M_SESSION_DELETE: Final = "session/delete"
+# ACP's names come from the schemas (services.common.acp.names, generated); the short
+# names acpgate has always used are kept for them here.
+M_INITIALIZE: Final = acp_names.M_INITIALIZE
+M_AUTHENTICATE: Final = acp_names.M_AUTHENTICATE
+M_SESSION_NEW: Final = acp_names.M_SESSION_NEW
+M_SESSION_PROMPT: Final = acp_names.M_SESSION_PROMPT
+M_SESSION_CANCEL: Final = acp_names.M_SESSION_CANCEL
+M_SESSION_CLOSE: Final = acp_names.M_SESSION_CLOSE
+M_SESSION_LOAD: Final = acp_names.M_SESSION_LOAD
+M_SESSION_RESUME: Final = acp_names.M_SESSION_RESUME
+M_SESSION_LIST: Final = acp_names.M_SESSION_LIST
+M_SESSION_UPDATE: Final = acp_names.M_SESSION_UPDATE
+M_SESSION_SET_MODE: Final = acp_names.M_SESSION_SET_MODE
+M_SESSION_SET_CONFIG_OPTION: Final = acp_names.M_SESSION_SET_CONFIG_OPTION
+M_SESSION_DELETE: Final = acp_names.M_SESSION_DELETE
 #: ACP (unstable): choose the session's model; relayed, and the choice stored.
-M_SESSION_SET_MODEL: Final = "session/set_model"
+M_SESSION_SET_MODEL: Final = acp_names.M_SESSION_SET_MODEL
 #: ACP (unstable) session/fork: a new session with the history of a stored one.
 #: It creates a session, so the edge serves it itself: never passed through by the
 #: generic relay.
-M_SESSION_FORK: Final = "session/fork"
+M_SESSION_FORK: Final = acp_names.M_SESSION_FORK
 #: ACP connection-level methods of the agent (no session): relayed to the connection's
 #: agent, and replayed to every adapter of it the connection starts.
-M_LOGOUT: Final = "logout"
-M_PROVIDERS_LIST: Final = "providers/list"
-M_PROVIDERS_SET: Final = "providers/set"
-M_PROVIDERS_DISABLE: Final = "providers/disable"
-M_CANCEL_REQUEST: Final = "$/cancel_request"
-M_ELICITATION_COMPLETE: Final = "elicitation/complete"
-M_REQUEST_PERMISSION: Final = "session/request_permission"
-M_ELICITATION_CREATE: Final = "elicitation/create"
-M_FS_READ: Final = "fs/read_text_file"
-M_FS_WRITE: Final = "fs/write_text_file"
-M_TERMINAL_CREATE: Final = "terminal/create"
-M_TERMINAL_OUTPUT: Final = "terminal/output"
-M_TERMINAL_WAIT: Final = "terminal/wait_for_exit"
-M_TERMINAL_KILL: Final = "terminal/kill"
-M_TERMINAL_RELEASE: Final = "terminal/release"
+M_LOGOUT: Final = acp_names.M_LOGOUT
+M_PROVIDERS_LIST: Final = acp_names.M_PROVIDERS_LIST
+M_PROVIDERS_SET: Final = acp_names.M_PROVIDERS_SET
+M_PROVIDERS_DISABLE: Final = acp_names.M_PROVIDERS_DISABLE
+M_CANCEL_REQUEST: Final = acp_names.M_CANCEL_REQUEST
+M_ELICITATION_COMPLETE: Final = acp_names.M_ELICITATION_COMPLETE
+M_REQUEST_PERMISSION: Final = acp_names.M_SESSION_REQUEST_PERMISSION
+M_ELICITATION_CREATE: Final = acp_names.M_ELICITATION_CREATE
+M_FS_READ: Final = acp_names.M_FS_READ_TEXT_FILE
+M_FS_WRITE: Final = acp_names.M_FS_WRITE_TEXT_FILE
+M_TERMINAL_CREATE: Final = acp_names.M_TERMINAL_CREATE
+M_TERMINAL_OUTPUT: Final = acp_names.M_TERMINAL_OUTPUT
+M_TERMINAL_WAIT: Final = acp_names.M_TERMINAL_WAIT_FOR_EXIT
+M_TERMINAL_KILL: Final = acp_names.M_TERMINAL_KILL
+M_TERMINAL_RELEASE: Final = acp_names.M_TERMINAL_RELEASE
+#: acpgate's own (SPEC §7, no ACP method): leave the active set, let the turn finish, release.
+M_SESSION_STOP: Final = "session/stop"
+#: acpgate's own (SPEC §8): a client's event that touches its session, as an inbound
+#: session/update does.
+M_SESSION_EVENT: Final = "session/event"
 #: The terminal methods that name an existing terminal (all but create).
 M_TERMINAL_FOLLOWUPS: Final = (M_TERMINAL_OUTPUT, M_TERMINAL_WAIT, M_TERMINAL_KILL,
                                M_TERMINAL_RELEASE)
@@ -309,18 +318,19 @@ META_FORKED_FROM: Final = "forkedFrom"
 A2A_LABEL: Final = "[{agent} · session {session_id}] "
 
 # ------------------------------------------------------------------ session/update kinds (SPEC §5)
-U_AGENT_MESSAGE: Final = "agent_message_chunk"
-U_AGENT_THOUGHT: Final = "agent_thought_chunk"
-U_USER_MESSAGE: Final = "user_message_chunk"
-U_TOOL_CALL: Final = "tool_call"
-U_TOOL_CALL_UPDATE: Final = "tool_call_update"
-U_PLAN: Final = "plan"
-U_AVAILABLE_COMMANDS: Final = "available_commands_update"
-U_CURRENT_MODE: Final = "current_mode_update"
-U_CONFIG_OPTION: Final = "config_option_update"
-U_SESSION_INFO: Final = "session_info_update"
-U_USAGE: Final = "usage_update"
-U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt
+U_AGENT_MESSAGE: Final = acp_names.U_AGENT_MESSAGE_CHUNK
+U_AGENT_THOUGHT: Final = acp_names.U_AGENT_THOUGHT_CHUNK
+U_USER_MESSAGE: Final = acp_names.U_USER_MESSAGE_CHUNK
+U_TOOL_CALL: Final = acp_names.U_TOOL_CALL
+U_TOOL_CALL_UPDATE: Final = acp_names.U_TOOL_CALL_UPDATE
+U_PLAN: Final = acp_names.U_PLAN
+U_AVAILABLE_COMMANDS: Final = acp_names.U_AVAILABLE_COMMANDS_UPDATE
+U_CURRENT_MODE: Final = acp_names.U_CURRENT_MODE_UPDATE
+U_CONFIG_OPTION: Final = acp_names.U_CONFIG_OPTION_UPDATE
+U_SESSION_INFO: Final = acp_names.U_SESSION_INFO_UPDATE
+U_USAGE: Final = acp_names.U_USAGE_UPDATE
+#: acpgate's own kind, to a client that did not prompt.
+U_TURN_COMPLETE: Final = "turn_complete"
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (

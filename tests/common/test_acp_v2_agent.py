@@ -7,6 +7,7 @@ import pytest
 from services.common.acp.v2.agent_init import AgentSpeaksV1, offer, read_answer
 from services.common.acp.v2.agent_wire import AgentWire
 from services.common.acp.v2.names import PROTOCOL_AUTO
+from services.common.acp.v2.updates import SessionTranslator
 from tests.v2schema import validate_v2
 
 V1_INIT = {"protocolVersion": 1, "clientInfo": {"name": "acpgate", "version": "9"},
@@ -85,7 +86,8 @@ def test_turn_and_upserts() -> None:
     assert content[0]["content"] == {"type": "text", "text": "+x"}
     plan, _ = wire.update(_update({"sessionUpdate": "plan_update", "plan": {
         "type": "items", "planId": "p", "entries": []}}))
-    assert plan[0]["update"] == {"sessionUpdate": "plan", "entries": []}
+    assert plan[0]["update"] == {"sessionUpdate": "plan", "entries": [], "_meta": {
+        "acpgate": {"plan": {"type": "items", "planId": "p", "entries": []}}}}
     out, end = wire.update(_update({"sessionUpdate": "state_update", "state": "idle",
                                     "stopReason": "end_turn", "usage": {"totalTokens": 1}}))
     assert out == [] and end is not None
@@ -107,3 +109,41 @@ def test_failed_turn_and_permission() -> None:
         "sessionId": "s", "title": "Run", "options": [],
         "subject": {"type": "tool_call", "toolCall": {"toolCallId": "t"}}})
     assert asked["toolCall"] == {"toolCallId": "t", "title": "Run"} and "subject" not in asked
+
+
+def test_a_v2_client_gets_the_agents_own_forms_back() -> None:
+    """What v1 cannot carry as it came (a notice, a plan's id, a content chunk, a v2 diff)
+    is kept under ``_meta.acpgate`` on the way in and given back to a v2 client as the
+    agent sent it, acpgate's event id kept."""
+    wire = AgentWire()
+    translator = SessionTranslator()
+
+    def there_and_back(update: dict[str, object]) -> list[dict[str, object]]:
+        out, _ = wire.update(_update(update))
+        stamped = [{**u["update"], "_meta": {**u["update"].get("_meta", {}), "acpgate": {
+            **u["update"].get("_meta", {}).get("acpgate", {}), "eventId": 3}}} for u in out]
+        return [v for u in stamped for v in translator.translate(u)]
+
+    def without_event_id(update: dict[str, object]) -> dict[str, object]:
+        meta = dict(update["_meta"])  # type: ignore[arg-type]
+        assert meta.pop("acpgate") == {"eventId": 3}
+        return {**{k: v for k, v in update.items() if k != "_meta"},
+                **({"_meta": meta} if meta else {})}
+
+    notice = {"sessionUpdate": "notice", "severity": "info", "title": "T",
+              "description": "d", "_meta": {"vendor": 1}}
+    plan = {"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "p7",
+                                                     "entries": []}}
+    diff = {"type": "diff", "changes": [{"operation": "add", "path": "/a"}],
+            "patch": {"format": "git_patch", "text": "+x"}}
+    call = {"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "Edit",
+            "content": [diff]}
+    chunk = {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t",
+             "content": {"type": "content", "content": {"type": "text", "text": "more"}}}
+    created = there_and_back(call)
+    assert [without_event_id(u) for u in created] == [call], created
+    for sent in (notice, plan, chunk):
+        got = there_and_back(sent)
+        assert [without_event_id(u) for u in got] == [sent], got
+    for update in (*there_and_back(notice), *there_and_back(plan), *created):
+        validate_v2("SessionUpdate", update)

@@ -63,7 +63,7 @@ async def spoofing_client(stack: Stack, secret: str) -> AsyncIterator[RawClient]
 
 
 async def stored_url(stack: Stack, sid: str) -> str:
-    row = await stack.runtime.session_stub.GetSession(session_pb2.GetSessionRequest(
+    row = await stack.runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(
         session_id=sid))
     return row.claim.public_url
 

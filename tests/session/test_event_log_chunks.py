@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
+from services.edge.backends.session import SessionBackend
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
 
@@ -24,7 +25,7 @@ async def test_relayed_lines_and_actions_are_read_back_as_relayed(
     sid = "chunked"
     await store_stub.CreateSession(pb.CreateSessionRequest(
         session_id=sid, agent_alias="alpha", workspace_dir=str(tmp_path)))
-    log = EventLog(store_stub, lambda _sid: ("", 0), lambda _sid: None)
+    log = EventLog(SessionBackend.of_stub(store_stub), lambda _sid: ("", 0), lambda _sid: None)
     await log.begin("edge-test", interrupt=False)
     try:
         feed = SessionFeed(sid, max_chars=1 << 20, start_id=1000)

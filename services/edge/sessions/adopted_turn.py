@@ -17,14 +17,13 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
 import orjson
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
 from services.edge.adapter.requests import read_prompt_result
+from services.edge.backends.errors import ServiceError
 from services.edge.sessions.clients import report_turn_end, turn_complete
 from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
@@ -70,12 +69,11 @@ async def resume(session: EdgeSession) -> None:
 
 async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, Any]]]:
     """The last turn of the log: its id, its prompt's text and its updates (0: none)."""
-    stream = session.runtime.session_stub.ReadEvents(
-        session_pb2.ReadEventsRequest(session_id=session.session_id))
+    pages = session.runtime.session_service.read_events(session.session_id)
     turn_id, text = 0, ""
     updates: list[dict[str, Any]] = []
     try:
-        async for page in stream:
+        async for page in pages:
             for event in page.events:
                 if event.kind == _KIND_PROMPT:
                     turn_id, text, updates = event.turn_id, _text_of(_update_of(event.payload)), []
@@ -83,10 +81,10 @@ async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, 
                     update = _update_of(event.payload)
                     if isinstance(update, dict):
                         updates.append(update)
-    except grpc.aio.AioRpcError as exc:
-        log.warning("adopted_turn_unread", session_id=session.session_id, code=exc.code().name)
+    except ServiceError as exc:
+        log.warning("adopted_turn_unread", session_id=session.session_id, code=exc.code)
     finally:
-        stream.cancel()
+        await pages.aclose()
     return turn_id, text, updates
 
 

@@ -26,8 +26,9 @@ and a permission request waits for a client to come back
 (:class:`FollowingBackChannel`). A detached session is still active — it keeps
 its slot, so it counts against its token's share — and is released as before
 (``deactivate(..., "disconnect")``) once ``[gateway] detach_grace_secs`` pass
-without a client attaching it again. A connection of the session's own
-principal attaches it again with ``session/attach``, ``session/load`` or
+without a client attaching it again — counted from the end of its background work, when
+a v2 agent reports some (:mod:`services.edge.sessions.subagents`). A connection of the
+session's own principal attaches it again with ``session/attach``, ``session/load`` or
 ``session/resume`` (``services.edge.dialect.handlers.attach`` / ``restore``) and gets
 what it missed from the session's event ring (:mod:`services.edge.sessions.feed`).
 
@@ -69,6 +70,7 @@ from services.edge.sessions.feed import Event
 if TYPE_CHECKING:
     from services.edge.ports.backchannel import Asking
     from services.edge.ports.client_port import ClientPort
+    from services.edge.sessions.subagents import SessionWork
 
 __all__ = ["Attachment", "DetachedPort", "FollowingBackChannel", "Served", "SessionClients", "attach",
            "changed", "conn_of", "detach", "leave", "promote", "report_turn_end", "turn_complete"]
@@ -117,8 +119,8 @@ class AttachedConnection(Protocol):
 class Served(Protocol):
     """What a session's client connections need of the session they serve (an
     ``EdgeSession``): its primary port, which they move (and wake whoever waits for it to
-    move), whether it is attached, confirmed or released, its attachments, its own
-    updates, and the runtime's tasks, clock and release."""
+    move), whether it is attached, confirmed or released, its attachments, its agent's
+    background work, its own updates, and the runtime's tasks, clock and release."""
 
     port: ClientPort
     port_moved: asyncio.Event
@@ -142,6 +144,10 @@ class Served(Protocol):
     @property
     def clients(self) -> SessionClients:
         """Its attachments besides the primary port."""
+
+    @property
+    def work(self) -> SessionWork:
+        """Its agent's background work (a detached session's grace waits for it)."""
 
     async def publish_own(self, updates: list[dict[str, Any]], *,
                           not_for: object | None = None) -> None:
@@ -606,6 +612,11 @@ def _move(session: Served, port: ClientPort) -> None:
 
 async def _expire(session: Served, port: DetachedPort, grace_secs: float) -> None:
     await asyncio.sleep(grace_secs)
+    while session.work.alive and session.port is port:
+        # Background work (a v2 agent's) keeps a detached session: its grace starts over
+        # once the work ended.
+        await session.work.quiet()
+        await asyncio.sleep(grace_secs)
     if session.port is port and not session.released:
         log.info("session_detach_expired", session_id=session.session_id)
         await session.deactivate("disconnect")

@@ -33,16 +33,15 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Final
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.caps import recorded_capabilities
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import AttachSpec
+from services.edge.backends.session_types import ACTIVITY_TURN, ACTIVITY_WAITING, LiveSession
 from services.edge.sessions import adopted_turn
 from services.edge.sessions.clients import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
@@ -62,8 +61,7 @@ def _first_id() -> int:
 
 
 #: What the session service reports of a session whose turn runs.
-_TURN_STATES: Final = frozenset({session_pb2.ACTIVITY_STATE_TURN,
-                                 session_pb2.ACTIVITY_STATE_WAITING})
+_TURN_STATES: Final = frozenset({ACTIVITY_TURN, ACTIVITY_WAITING})
 
 
 async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
@@ -74,11 +72,11 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
     noted = await asyncio.to_thread(take_note, note_path(rt.cfg.data_dir, rt.gateway_instance_id),
                                     rt.gateway_instance_id)
     try:
-        live = await rt.session_stub.ListLiveSessions(session_pb2.ListLiveSessionsRequest())
-    except grpc.aio.AioRpcError as exc:
-        log.warning("readopt_listing_failed", code=exc.code().name)
+        live = await rt.session_service.list_live_sessions()
+    except ServiceError as exc:
+        log.warning("readopt_listing_failed", code=exc.code)
         return [], []
-    mine = [s for s in live.sessions
+    mine = [s for s in live
             if s.session.claim.instance_id == rt.gateway_instance_id]
     if not mine:
         return [], []
@@ -94,17 +92,16 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
     return adopted, lost
 
 
-async def _readopt_one(rt: EdgeRuntime, live: session_pb2.LiveSession, noted: bool) -> bool:
+async def _readopt_one(rt: EdgeRuntime, live: LiveSession, noted: bool) -> bool:
     row = live.session
     sid = row.session_id
     if not row.lease_id or not row.adapter_session_id:
         raise ValueError("the row names no lease or adapter session")
     row = await rt.claims.claim(sid)  # a new generation: the dead process's writes are fenced
-    agent = await rt.session_stub.ResolveRestoreAgent(
-        session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+    agent = await rt.session_service.resolve_restore_agent(sid)
     session = EdgeSession(rt, DetachedPort(ClientCapabilities()), row, rt.clock)
     session.confirmed = True
-    link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(
+    link = AdapterLink(rt.lifecycle, AttachSpec(
         lease_id=row.lease_id, keep_on_loss=True), foreign=foreign(agent), first_id=_first_id())
     client = AdapterClient(link, sid, session, agent)
     client.adapter_session_id = row.adapter_session_id
@@ -130,8 +127,7 @@ async def give_up(rt: EdgeRuntime, session_ids: list[str]) -> None:
     """Sessions not re-adopted: their running turns interrupted, their claims dropped."""
     for sid in session_ids:
         try:
-            await rt.session_stub.InterruptTurns(
-                session_pb2.InterruptTurnsRequest(session_id=sid))
-        except grpc.aio.AioRpcError as exc:
-            log.warning("interrupt_turns_failed", session_id=sid, code=exc.code().name)
+            await rt.session_service.interrupt_turns(session_id=sid)
+        except ServiceError as exc:
+            log.warning("interrupt_turns_failed", session_id=sid, code=exc.code)
         await rt.claims.release(sid)

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
+from services.edge.backends.session_types import SLOT_SESSION, SessionActivity
 from services.edge.sessions.activity import activity_of, setting_up
 
 if TYPE_CHECKING:
@@ -71,14 +71,14 @@ class SessionRegistry:
         ``(SLOT_KIND_SESSION, principal)`` (an edge worker's report)."""
         held = Counter(s.principal for s in self.active.values())
         held.update(self.reserved_by)
-        return Counter({(session_pb2.SLOT_KIND_SESSION, p): n for p, n in held.items() if n})
+        return Counter({(SLOT_SESSION, p): n for p, n in held.items() if n})
 
     def changed(self) -> None:
         """A slot was let go, or a session started."""
         if self.on_change is not None:
             self.on_change()
 
-    def serving(self) -> dict[str, session_pb2.SessionActivity]:
+    def serving(self) -> dict[str, SessionActivity]:
         """Every session this edge serves or is setting up — the claims it must renew —
         with what each is doing (what the heartbeat reports, services.edge.sessions.activity)."""
         out = {sid: activity_of(session) for sid, session in self.active.items()}

@@ -1,6 +1,6 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
+It holds the clients of the session and lifecycle services, who this edge is (name and
 version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
 slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
 event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
@@ -23,19 +23,18 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
 from services.common.config.reload import reloaded
-from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
-from services.common.grpc_channel import wait_healthy
+from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.logs import get_logger
 from services.common.principals import token_id_of
-from services.edge.adapter.fds import FdDialer, LifecycleStub
+from services.edge.backends.channels import Channel, dial, wait_serving
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.fds import FdDialer
+from services.edge.backends.lifecycle import LifecycleBackend
+from services.edge.backends.session import SessionBackend
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
 from services.edge.sessions.claims import HostClaims
@@ -73,7 +72,7 @@ class ServiceHost(Protocol):
     #: The service credential (and TLS) to dial both addresses with.
     security: GrpcSecurity
 
-    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+    def local_channel(self, address: str) -> Channel | None:
         """A channel straight into the service this host runs at ``address`` (no socket
         between the edge and it), or None to dial the address."""
 
@@ -91,8 +90,8 @@ class EdgeRuntime:
     def __init__(
         self,
         cfg: Config,
-        session_channel: grpc.aio.Channel,
-        lifecycle_channel: grpc.aio.Channel,
+        session_channel: Channel,
+        lifecycle_channel: Channel,
         *,
         version: str,
         metrics: Metrics | None = None,
@@ -107,8 +106,9 @@ class EdgeRuntime:
         self.version = version
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
-        self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
+        #: The session service (store, aliases, visibility, policy).
+        self.session_service = SessionBackend(session_channel)
+        self.lifecycle = LifecycleBackend(lifecycle_channel)  # its fds: see open_runtime
         self._channels = [session_channel, lifecycle_channel]
         self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
         self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
@@ -116,16 +116,16 @@ class EdgeRuntime:
         self.shares = TokenShares(cfg.acp, cfg.token_db_path)
         #: With several edge workers on one port (``--worker``): this one's link to the
         #: others, through the session service (services.edge.sessions.worker_link); None: the only edge.
-        self.workers = WorkerLink(self.session_stub, worker) if worker else None
+        self.workers = WorkerLink(self.session_service, worker) if worker else None
         #: The warm adapter pools this edge declared (services.edge.sessions.warm).
-        self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
+        self.warm = WarmPools(self.session_service, self.lifecycle)
         self.persistent = True
         #: Why the session service keeps sessions in memory ("" when it stores them).
         self.store_reason = ""
         self.gateway_instance_id = ""
         #: This host's claims on the sessions it serves (several hosts, one store).
-        self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
-        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost,
+        self.claims = HostClaims(self.session_service, cfg.gateway.public_url)
+        self.event_log = EventLog(self.session_service, self.claims.fence, self._claim_lost,
                                   max_pending=cfg.store.outage_buffer_bytes)
         #: The gateway tokens, for their operator grants.
         self._tokens = TokenStore(cfg.token_db_path)
@@ -142,12 +142,12 @@ class EdgeRuntime:
         return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
 
     async def _start(self) -> None:
-        status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
+        status = await self.session_service.store_status()
         self.persistent = status.persistent
         self.store_reason = "" if status.persistent else status.fallback_reason
         if not status.persistent:
             log.warning("store_in_memory", reason=status.fallback_reason)
-        instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
+        instance = await self.lifecycle.get_instance()
         self.gateway_instance_id = instance.gateway_instance_id
         if self.workers is not None:  # its sessions are claimed by this worker, not its host
             self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
@@ -293,23 +293,24 @@ class EdgeRuntime:
         if not lease_id and not session_key:
             return
         try:
-            resp = await self.lifecycle_stub.CloseSession(lifecycle_pb2.CloseSessionRequest(
+            closed = await self.lifecycle.close_session(
                 lease_id=lease_id, session_key=session_key if not lease_id else "",
-                reason=reason))
-            if resp.unverified_reason:
-                log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
-        except grpc.aio.AioRpcError as exc:
-            if not lease_id and exc.code() == grpc.StatusCode.NOT_FOUND:
+                reason=reason)
+            if closed.unverified_reason:
+                log.warning("close_unverified", lease_id=lease_id, why=closed.unverified_reason)
+        except ServiceError as exc:
+            if not lease_id and exc.kind is Failure.NOT_FOUND:
                 return  # the session never got a lease (its ensure was refused)
-            log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
-                        detail=exc.details())
+            log.warning("close_session_failed", lease_id=lease_id, code=exc.code,
+                        detail=exc.detail)
 
     async def _reap_idle(self) -> None:
         while True:  # the timeout read per sweep: a reload may change it
             timeout = float(self.cfg.acp.session_timeout_secs)
             await asyncio.sleep(max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS)))
             for session in list(self.registry.active.values()):
-                if session.turn is None and session.idle_for() >= timeout:
+                if session.turn is None and session.idle_for() >= timeout \
+                        and not session.work.alive:  # background work keeps it alive
                     log.info("session_idle", session_id=session.session_id)
                     self.spawn(self.deactivate(session, "idle"))
 
@@ -367,8 +368,8 @@ async def open_runtime(
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
     lifecycle_addr = cfg.services.lifecycle_addr
-    session_channel: grpc.aio.Channel | None = None
-    lifecycle_channel: grpc.aio.Channel | None = None
+    session_channel: Channel | None = None
+    lifecycle_channel: Channel | None = None
     try:
         if not session_addr or not lifecycle_addr:
             if start_services is None:
@@ -380,11 +381,11 @@ async def open_runtime(
                  for a in (session_addr, lifecycle_addr)]
         if None in local and security is None:  # dialled: the credential is needed
             security = hosted.security if hosted is not None else await load_security(cfg)
-        session_channel = local[0] or _dial(security, session_addr)
-        lifecycle_channel = local[1] or _dial(security, lifecycle_addr)
+        session_channel = local[0] or dial(security, session_addr)
+        lifecycle_channel = local[1] or dial(security, lifecycle_addr)
         for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
             if in_process is None:  # an in-process channel reaches a service already started
-                await wait_healthy(dialled, within=health_timeout)
+                await wait_serving(dialled, within=health_timeout)
     except BaseException:
         for opened in (session_channel, lifecycle_channel):
             if opened is not None:
@@ -397,7 +398,7 @@ async def open_runtime(
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
                           adapter_methods=adapter_methods, worker=worker)
     runtime._hosted = hosted
-    runtime.lifecycle_stub.fds = FdDialer.of(  # where the adapters' pipes can come here
+    runtime.lifecycle.fds = FdDialer.of(  # where the adapters' pipes can come here
         cfg, lifecycle_addr, hosted.security if hosted else security)
     try:
         await runtime._start()
@@ -406,9 +407,3 @@ async def open_runtime(
         raise
     return runtime
 
-
-def _dial(security: GrpcSecurity | None, address: str) -> grpc.aio.Channel:
-    """A channel to a service at ``address``, every call carrying ``security``'s credential."""
-    if security is None:
-        raise ValueError(f"no service credential to dial {address}")
-    return open_service_channel(security, address)

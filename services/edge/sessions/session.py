@@ -17,7 +17,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, notification_lines
 from services.common.logs import get_logger
@@ -37,6 +36,7 @@ from services.edge.adapter.exits import method_not_found
 from services.edge.adapter.link import AdapterExit
 from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.adapter.relay_lines import RelayedUpdate
+from services.edge.backends.session_types import SessionRow
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
@@ -45,6 +45,7 @@ from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
+from services.edge.sessions.subagents import SessionWork, store_child
 from services.edge.sessions.turn import Turn, TurnContext
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class EdgeSession:
         self,
         runtime: EdgeRuntime,
         port: ClientPort,
-        row: session_pb2.SessionRow,
+        row: SessionRow,
         clock: Callable[[], float],
     ) -> None:
         self.runtime = runtime
@@ -109,7 +110,10 @@ class EdgeSession:
         #: The session that spawned this one ("" for a top-level session).
         self.parent_key = row.ownership.parent_session_key
         #: The principal the session belongs to: its row owner's.
-        self.principal = principal_of_owner(row.ownership.owner_session_key)
+        self.principal: str = principal_of_owner(row.ownership.owner_session_key)
+        self.owner_key = row.ownership.owner_session_key
+        #: A v2 agent's child sessions and background work (:mod:`.subagents`).
+        self.work = SessionWork()
         #: Where the sessions the edge runs for this one live (made on first use:
         #: services.edge.sessions.hosted_port).
         self.hosted: ClientPort | None = None
@@ -137,12 +141,12 @@ class EdgeSession:
         self._relays: set[asyncio.Future[Any]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         claims, sid = runtime.claims, row.session_id
-        self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
+        self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
                                          fence=lambda: claims.fence(sid))
         #: What every turn of this session runs with (services.edge.sessions.turn).
         self.turn_context = TurnContext(
             sid, self.feed, self.log, runtime.event_log, self.state, claims,
-            runtime.session_stub, runtime.metrics, self.storing,
+            runtime.session_service, runtime.metrics, self.storing,
             publish=self.publish_own, taken_over=lambda: self.taken_over, lose=self.lose)
 
     @property
@@ -183,7 +187,7 @@ class EdgeSession:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
         self._client_methods = ClientMethods(
-            self.runtime.session_stub, self.session_id, self.asking, client_caps,
+            self.runtime.session_service, self.session_id, self.asking, client_caps,
             float(self.runtime.cfg.acp.session_timeout_secs))
 
     # ------------------------------------------------------------------ AdapterHost
@@ -201,6 +205,8 @@ class EdgeSession:
         objects = [update for params in updates
                    if type(update := params.get("update")) is dict]
         odd = [params for params in updates if type(params.get("update")) is not dict]
+        for announced in self.work.observe(objects):
+            self.runtime.spawn(store_child(self, announced))
         await self._relay(objects, None, notification_lines(M_SESSION_UPDATE, odd))
 
     async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],

@@ -29,9 +29,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.logs import get_logger
+from services.edge.backends.session_types import SLOT_SESSION_RELEASABLE
 from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.registry import token_session_share
 from services.edge.tokens import TokenWatch
@@ -111,7 +111,7 @@ def releasable_picture(registry: SessionRegistry) -> Counter[tuple[int, str]]:
     held: Counter[tuple[int, str]] = Counter()
     for session in registry.active.values():
         if detached_idle(session):
-            held[(session_pb2.SLOT_KIND_SESSION_RELEASABLE, session.principal)] += 1
+            held[(SLOT_SESSION_RELEASABLE, session.principal)] += 1
     return held
 
 

@@ -13,9 +13,9 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import token_id_of
+from services.edge.backends.session_types import SLOT_SESSION
 from services.edge.sessions.limit_error import limit_error
 from services.edge.sessions.registry import SessionRegistry, SlotRefusal
 from services.edge.sessions.runtime import EdgeRuntime
@@ -52,7 +52,7 @@ class Slot:
             return
         registry = self._registry
         refused = await link.take_making_room(
-            session_pb2.SLOT_KIND_SESSION, self.principal, link.counted(),
+            SLOT_SESSION, self.principal, link.counted(),
             limit=registry.max_sessions if total else 0,
             share=registry.per_token if token_id_of(self.principal) else 0)
         if refused is not None:

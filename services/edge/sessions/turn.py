@@ -35,9 +35,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import PromptResponse
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -47,6 +44,8 @@ from services.edge.adapter.failures import prompt_error
 from services.edge.adapter.link import AdapterGone
 from services.edge.adapter.prompt_blocks import AdapterPrompt, carried_blocks
 from services.edge.adapter.requests import read_prompt_result
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import TurnUsage
 from services.edge.sessions.claims import taken_over
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
@@ -56,8 +55,8 @@ from services.edge.sessions.session_log import SessionLog
 from services.edge.sessions.session_state import AdapterSessionState
 
 if TYPE_CHECKING:
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
     from services.edge.adapter.client import AdapterClient
+    from services.edge.backends.session import SessionBackend
     from services.edge.metrics import Metrics
     from services.edge.sessions.claims import HostClaims
 
@@ -71,7 +70,7 @@ log = get_logger("edge.session")
 TURN_KEEP_CHARS: Final = 1 << 20
 
 
-def _quota_usage(raw: Any) -> session_pb2.TurnUsage | None:
+def _quota_usage(raw: Any) -> TurnUsage | None:
     """The tokens of a prompt result's ``_meta.quota.token_count`` (gemini-cli reports its
     usage there, not in ``usage``), or None."""
     meta = raw.get("_meta") if isinstance(raw, dict) else None
@@ -84,17 +83,17 @@ def _quota_usage(raw: Any) -> session_pb2.TurnUsage | None:
               (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"))]
     if not all(type(n) is int for n in tokens):
         return None
-    return session_pb2.TurnUsage(input_tokens=max(0, tokens[0] or 0),
-                                 output_tokens=max(0, tokens[1] or 0))
+    return TurnUsage(input_tokens=max(0, tokens[0] or 0),
+                     output_tokens=max(0, tokens[1] or 0))
 
 
-def turn_usage(result: PromptResponse, raw: Any = None) -> session_pb2.TurnUsage | None:
+def turn_usage(result: PromptResponse, raw: Any = None) -> TurnUsage | None:
     """The prompt result's ``usage`` as the store records it (negative counts as 0); without
     one, the tokens of its ``_meta.quota`` (``raw``: the result as the adapter sent it)."""
     usage = result.usage
     if usage is None:
         return _quota_usage(raw)
-    return session_pb2.TurnUsage(
+    return TurnUsage(
         input_tokens=max(0, usage.input_tokens), output_tokens=max(0, usage.output_tokens),
         thought_tokens=max(0, usage.thought_tokens or 0),
         cached_read_tokens=max(0, usage.cached_read_tokens or 0),
@@ -130,7 +129,7 @@ class TurnContext:
     state: AdapterSessionState
     #: This host's claims (the fence every stored turn carries) and the store.
     claims: HostClaims
-    stub: SessionServiceAsyncStub
+    service: SessionBackend
     metrics: Metrics
     #: Held while a turn is stored, and while a full replay reads the store: what the
     #: replay reads and the live turn's events it sends then never overlap.
@@ -274,34 +273,34 @@ class Turn:
         turn_id = self.turn_id
         usage = turn_usage(result, raw)
         holder, generation = ctx.claims.fence(sid)
-        request = session_pb2.AppendTurnRequest(
-            session_id=sid, items=acc.items,
-            token_delta=usage.input_tokens + usage.output_tokens if usage else 0,
-            holder_instance_id=holder, claim_generation=generation)
+        items, plan_json = acc.items, acc.plan_json
         if usage is not None:
-            request.usage.CopyFrom(usage)
             ctx.metrics.count_tokens(usage.input_tokens, usage.output_tokens)
-        if acc.plan_json is not None:
-            request.plan_json = acc.plan_json
         # The turn's events are stored before the turn: the log covers every stored turn.
-        if acc.spilled and turn_id:
-            request.log_turn_id = turn_id
+        log_turn_id = turn_id if acc.spilled and turn_id else 0
+        if log_turn_id:
             await self._flushed()
         else:
             await ctx.event_log.flush()
+
+        def append() -> Awaitable[None]:
+            return ctx.service.append_turn(
+                sid, items, token_delta=usage.input_tokens + usage.output_tokens if usage else 0,
+                holder_instance_id=holder, claim_generation=generation, usage=usage,
+                plan_json=plan_json, log_turn_id=log_turn_id)
+
         try:
-            await self._append(request)  # the store titles the row from turn one
-        except grpc.aio.AioRpcError as exc:
-            code = exc.code()
-            if code == grpc.StatusCode.ABORTED:  # fenced: another host holds the claim now
+            await self._append(append)  # the store titles the row from turn one
+        except ServiceError as exc:
+            if exc.kind is Failure.CONFLICT:  # fenced: another host holds the claim now
                 log.warning("turn_fenced", session_id=sid, generation=generation)
                 ctx.lose()
                 raise taken_over(sid) from None
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.details() or "") from None
-            log.error("append_turn_failed", session_id=sid, code=code.name)
+            if exc.kind is Failure.EXHAUSTED:
+                raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.detail) from None
+            log.error("append_turn_failed", session_id=sid, code=exc.code)
             raise JsonRpcError(INTERNAL_ERROR,
-                               f"Turn completed but could not be stored: {code.name}") from None
+                               f"Turn completed but could not be stored: {exc.code}") from None
 
     async def _flushed(self) -> None:
         """Wait until the event log holds every event handed in so far (a spilled turn's items
@@ -315,7 +314,7 @@ class Turn:
                                                    "UNAVAILABLE")
             log.info("event_log_waiting", session_id=ctx.session_id)
 
-    async def _append(self, request: session_pb2.AppendTurnRequest) -> None:
+    async def _append(self, append: Callable[[], Awaitable[None]]) -> None:
         """``AppendTurn``, tried again while the store is unreachable, for at most
         :data:`OUTAGE_WAIT_SECS` (the turn's events wait in the event log meanwhile)."""
         ctx = self._ctx
@@ -323,12 +322,12 @@ class Turn:
         pause = 0.1
         while True:
             try:
-                await ctx.stub.AppendTurn(request)
+                await append()
                 return
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or ctx.taken_over() \
+            except ServiceError as exc:
+                if exc.kind is not Failure.UNAVAILABLE or ctx.taken_over() \
                         or asyncio.get_running_loop().time() + pause > deadline:
                     raise
-                log.info("append_turn_waiting", session_id=request.session_id)
+                log.info("append_turn_waiting", session_id=ctx.session_id)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)

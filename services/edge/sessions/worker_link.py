@@ -36,15 +36,13 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.logs import get_logger
+from services.edge.backends.errors import ServiceError
 
 if TYPE_CHECKING:
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from services.edge.backends.session import SessionBackend
 
 __all__ = ["REPORT_SECS", "Held", "SharedRefusal", "WorkerLink", "split_worker_name",
            "worker_name"]
@@ -91,10 +89,14 @@ class SharedRefusal:
 class WorkerLink:
     """This worker's reports to, and takes from, the session service."""
 
-    def __init__(self, stub: SessionServiceAsyncStub, worker: int) -> None:
-        self._stub = stub
+    def __init__(self, service: SessionBackend, worker: int) -> None:
+        self._service = service
         self.worker = worker
-        self._id = pb.WorkerId(incarnation=uuid.uuid4().hex)
+        #: This worker in its pool: the pool (its host's instance id), its name, and this
+        #: process's run of it (a restarted worker is a new incarnation).
+        self._pool = ""
+        self._name = ""
+        self._incarnation = uuid.uuid4().hex
         #: The change number: one more at every local count that is then taken.
         self.seq = 0
         self._pictures: list[Callable[[], Held]] = []
@@ -104,14 +106,14 @@ class WorkerLink:
 
     def configure(self, instance_id: str) -> str:
         """Join the pool of the host ``instance_id``; returns this worker's name."""
-        self._id.pool = instance_id
-        self._id.worker = worker_name(instance_id, self.worker)
-        return self._id.worker
+        self._pool = instance_id
+        self._name = worker_name(instance_id, self.worker)
+        return self._name
 
     @property
     def name(self) -> str:
         """This worker's name ("" before :meth:`configure`)."""
-        return self._id.worker
+        return self._name
 
     def add_picture(self, picture: Callable[[], Held]) -> None:
         """One more source of what this worker holds (its sessions; its connections)."""
@@ -135,24 +137,24 @@ class WorkerLink:
         """Something was let go: report at once."""
         self._changed.set()
 
-    async def take(self, kind: pb.SlotKind.ValueType, principal: str, seq: int, *,
+    async def take(self, kind: int, principal: str, seq: int, *,
                    limit: int, share: int) -> SharedRefusal | None:
         """Take the slot counted locally at ``seq`` for ``principal`` (``limit`` 0: the
         total is not checked; ``share`` 0 or principal "": no share); the refusal, or
         None. A session service that cannot be asked refuses nothing (logged): the
         worker's own limits still hold, and nothing is set up without that service."""
         try:
-            resp = await self._stub.TakeSlot(pb.TakeSlotRequest(
-                worker=self._id, kind=kind, principal=principal, limit=limit, share=share,
-                seq=seq), timeout=_CALL_SECS)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("worker_take_failed", code=exc.code().name)
+            resp = await self._service.take_slot(
+                self._pool, self._name, self._incarnation, kind=kind, principal=principal,
+                limit=limit, share=share, seq=seq, deadline_secs=_CALL_SECS)
+        except ServiceError as exc:
+            log.warning("worker_take_failed", code=exc.code)
             return None
         if resp.granted:
             return None
         return SharedRefusal(resp.limit, resp.per_principal, resp.releasing)
 
-    async def take_making_room(self, kind: pb.SlotKind.ValueType, principal: str, seq: int, *,
+    async def take_making_room(self, kind: int, principal: str, seq: int, *,
                                limit: int, share: int) -> SharedRefusal | None:
         """:meth:`take`, taken again while a session of the principal is being released for
         it (on whichever worker holds one), until granted or refused outright."""
@@ -176,18 +178,17 @@ class WorkerLink:
         seq, held = self.seq, self.picture()  # one tick: the picture holds every seq ≤ it
         counters = dict(self._counters()) if self._counters is not None else {}
         try:
-            resp = await self._stub.ReportWorker(pb.ReportWorkerRequest(
-                worker=self._id, seq=seq, counters=counters,
-                held=[pb.HeldSlots(kind=cast("pb.SlotKind.ValueType", kind),
-                                   principal=principal, count=n)
-                      for (kind, principal), n in sorted(held.items()) if n > 0]),
-                timeout=_CALL_SECS)
-        except grpc.aio.AioRpcError as exc:
-            log.info("worker_report_failed", code=exc.code().name)
+            release = await self._service.report_worker(
+                self._pool, self._name, self._incarnation, seq=seq, counters=counters,
+                held=[(kind, principal, n)
+                      for (kind, principal), n in sorted(held.items()) if n > 0],
+                deadline_secs=_CALL_SECS)
+        except ServiceError as exc:
+            log.info("worker_report_failed", code=exc.code)
             return
-        for order in resp.release:
-            if self._releaser is not None and order.count:
-                self._releaser(order.principal, order.count)
+        for principal, count in release:
+            if self._releaser is not None and count:
+                self._releaser(principal, count)
 
     async def run(self) -> None:
         """Report at once (this worker joins its pool), then every :data:`REPORT_SECS` and
@@ -203,10 +204,9 @@ class WorkerLink:
         (none when the session service cannot be asked: ``/metrics`` then shows this
         worker's own)."""
         try:
-            resp = await self._stub.ListWorkers(pb.ListWorkersRequest(pool=self._id.pool),
-                                                timeout=_CALL_SECS)
-        except grpc.aio.AioRpcError as exc:
-            log.info("worker_list_failed", code=exc.code().name)
+            workers = await self._service.list_workers(self._pool, deadline_secs=_CALL_SECS)
+        except ServiceError as exc:
+            log.info("worker_list_failed", code=exc.code)
             return {}
-        return {split_worker_name(w.worker)[1]: dict(w.counters) for w in resp.workers
-                if w.worker != self._id.worker}
+        return {split_worker_name(w.worker)[1]: w.counters for w in workers
+                if w.worker != self._name}

@@ -15,16 +15,25 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   (``stopReason``, ``usage``, ``_meta``) or the error of a failed turn.
 - **updates**: the first ``tool_call_update`` of an id is v1's ``tool_call`` (with a
   ``title``), ``tool_call_content_chunk`` s are folded into a ``tool_call_update`` with
-  the whole content so far, v2 diffs (changes and a patch, no texts) become text content
-  with the patch, ``plan_update`` is ``plan``, ``config_option_update`` is v1's (and a
+  the whole content so far (the chunk itself kept in ``_meta.acpgate.contentChunk``), v2
+  diffs (changes and a patch, no texts) become text content with the patch (the diff kept
+  in ``_meta.acpgate.diff``), ``plan_update`` is ``plan`` (the v2 plan kept in
+  ``_meta.acpgate.plan``), ``config_option_update`` is v1's (and a
   ``current_mode_update`` when the mode option changed), ``replay_complete`` is dropped;
   a ``notice`` becomes an ``agent_thought_chunk`` (text: its title and description)
   marked ``_meta.acpgate.notice`` — secondary text every v1 client shows, and not part of
   the answer; a ``state_update`` outside a prompt (agent-initiated work) passes when it
   changes the state (a resume's repeated snapshot does not). Every other kind
-  (``terminal_update``, ``terminal_output_chunk``, ``subagent_update``, ``agent_message``,
-  ``usage_update``, ``compaction_*``…) passes as it came: v1 clients ignore kinds they do
-  not know, as ACP asks.
+  (``terminal_update``, ``terminal_output_chunk``, ``agent_message``, ``usage_update``,
+  ``compaction_*``…) passes as it came: v1 clients ignore kinds they do not know, as ACP
+  asks.
+- **child sessions** (subagents): what the agent sends on a child it announced is carried
+  on the parent's stream under acpgate's ids (:mod:`.subagents`); once acpgate's session
+  is bound (:meth:`AgentWire.bind`), an update on any other session id is dropped.
+- **background work**: a ``state_update``'s ``background`` list is kept per session; when
+  it changes while a prompt runs (whose own states are dropped), a ``state_update``
+  ``running`` carrying it passes, so the list reaches the session's clients and its event
+  log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
   ``toolCall``.
 """
@@ -34,24 +43,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PLAN
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
     M_AUTH_LOGOUT,
     MODE_CONFIG_ID,
+    OWN_CHILD_UPDATE,
     REPLAY_START,
     STATE_IDLE,
+    STATE_RUNNING,
     STOP_ERROR,
     U2_CONFIG_OPTION,
     U2_NOTICE,
     U2_PLAN_UPDATE,
     U2_REPLAY_COMPLETE,
     U2_STATE,
+    U2_SUBAGENT_UPDATE,
     U2_TOOL_CALL_CONTENT_CHUNK,
     U2_TOOL_CALL_UPDATE,
     U2_USER_MESSAGE,
     U2_USER_MESSAGE_CHUNK,
 )
+from services.common.acp.v2.subagents import Children
 from services.common.protocol import (
     INTERNAL_ERROR,
     M_AUTHENTICATE,
@@ -62,6 +76,7 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
+    META_ACPGATE,
 )
 
 __all__ = ["AgentWire", "TurnEnd"]
@@ -89,6 +104,16 @@ class _Session:
     #: Each tool call's content so far (chunks append to it), and the ids v1 knows.
     calls: dict[str, list[Any]] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
+    #: The last ``background`` list reported (None: never reported).
+    background: Any = None
+
+
+def _with_ours(meta: Any, key: str, value: Any) -> dict[str, Any]:
+    """``meta`` (the agent's ``_meta``, screened) with ``acpgate.<key>`` set."""
+    out = dict(meta) if isinstance(meta, dict) else {}
+    ours = out.get(META_ACPGATE)
+    out[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}), key: value}
+    return out
 
 
 def _mcp_v2(servers: Any) -> Any:
@@ -148,6 +173,14 @@ class AgentWire:
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
+        #: The child sessions the agent announced (:mod:`.subagents`).
+        self.children = Children()
+
+    def bind(self, agent_sid: str, edge_sid: str) -> None:
+        """The agent's session ``agent_sid`` is acpgate's ``edge_sid`` (the ids a child's
+        messages may name)."""
+        if agent_sid:
+            self.children.edge_ids[agent_sid] = edge_sid
 
     def _session(self, sid: Any) -> _Session:
         key = sid if isinstance(sid, str) else ""
@@ -239,8 +272,24 @@ class AgentWire:
         sid = params.get("sessionId")
         if not isinstance(update, dict) or not isinstance(sid, str):
             return [params], None
-        session = self._session(sid)
         kind = update.get("sessionUpdate")
+        if kind == OWN_CHILD_UPDATE:
+            return [], None  # acpgate's own kind: never the agent's to send
+        child = self.children.of_raw(sid)
+        if child is not None:  # a child's: carried on its top session's stream
+            carried = self.children.announce(sid, update) if kind == U2_SUBAGENT_UPDATE \
+                else self.children.carried(child, update)
+            return ([{**params, "sessionId": child.root, "update": carried}]
+                    if carried is not None else []), None
+        if self.children.edge_ids and sid not in self.children.edge_ids:
+            return [], None  # a session of the agent's acpgate does not know: dropped
+        if kind == U2_SUBAGENT_UPDATE:
+            announced = self.children.announce(sid, update)
+            return ([{**params, "update": announced}] if announced is not None else []), None
+        mapped = self.children.mapped(update, sid)
+        if mapped is not update:
+            update, params = mapped, {**params, "update": mapped}
+        session = self._session(sid)
         if kind == U2_STATE:
             return self._state(sid, session, params, update)
         if kind in (U2_USER_MESSAGE_CHUNK, U2_USER_MESSAGE) and session.turn:
@@ -255,12 +304,19 @@ class AgentWire:
         state = update.get("state")
         changed = state != session.state
         session.state = state if isinstance(state, str) else session.state
+        background = update.get("background")
+        moved = background is not None and background != session.background
+        if background is not None:
+            session.background = background
         if session.turn:
+            # The prompt's own states are acpgate's to report; a new background list passes.
+            out = [{**params, "update": {"sessionUpdate": U2_STATE, "state": STATE_RUNNING,
+                                         "background": background}}] if moved else []
             if state != STATE_IDLE:
-                return [], None
+                return out, None
             session.turn = False
-            return [], self._turn_end(sid, update)
-        return ([params] if changed else []), None
+            return out, self._turn_end(sid, update)
+        return ([params] if changed or moved else []), None
 
     @staticmethod
     def _turn_end(sid: str, update: dict[str, Any]) -> TurnEnd:
@@ -286,8 +342,8 @@ class AgentWire:
             plan = update.get("plan")
             if isinstance(plan, dict) and plan.get("type") == "items":
                 out = {"sessionUpdate": "plan", "entries": plan.get("entries") or []}
-                if isinstance(update.get("_meta"), dict):
-                    out["_meta"] = update["_meta"]
+                # The agent's plan whole, for a v2 client (planId and all).
+                out["_meta"] = _with_ours(update.get("_meta"), META_PLAN, plan)
                 return [out]
             return [update]
         if kind == U2_CONFIG_OPTION:
@@ -326,7 +382,10 @@ class AgentWire:
         if key not in session.created:
             session.created.add(key)
             return [{"sessionUpdate": "tool_call", **out, "title": key}]
-        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out}]
+        # The chunk as it came, for a v2 client (v1 gets the whole content so far).
+        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out,
+                 "_meta": _with_ours(update.get("_meta"), META_CONTENT_CHUNK,
+                                     update.get("content"))}]
 
     def _options_update(self, session: _Session,
                         update: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,6 +6,9 @@ what it sends through :meth:`ClientWire.outbound` and what it reads through
 
 - ``session/update`` notifications are translated per session
   (:class:`~.updates.SessionTranslator`);
+- an update of a v2 agent's child session, carried on its parent's stream, is sent as
+  the child's own ``session/update`` (:func:`~.subagents.unwrap`); a subagent form
+  acpgate did not make (a v1 agent's, its ids its own) is not sent;
 - ``session/request_permission`` requests get v2's ``title``/``subject``, preceded by a
   ``requires_action`` state; the client's answer to one is followed by ``running``;
 - JSON-RPC batches (an array of requests and notifications) are split for the peer, and
@@ -24,6 +27,7 @@ import orjson
 
 from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
 from services.common.acp.v2.requests import permission_request_v2
+from services.common.acp.v2.subagents import acpgate_made, unwrap
 from services.common.acp.v2.updates import SessionTranslator
 from services.common.protocol import (
     INVALID_REQUEST,
@@ -137,6 +141,11 @@ class ClientWire:
         update = params.get("update")
         if not isinstance(sid, str) or not isinstance(update, dict):
             return [line]
+        child = unwrap(update)
+        if child is not None:
+            return self.updates(child[0], [child[1]])
+        if not acpgate_made(update):
+            return []  # an agent's own subagent form: its ids are no sessions of acpgate's
         translated = self.session(sid).translate(update)
         if len(translated) == 1 and translated[0] is update:
             return [line]

@@ -8,11 +8,13 @@ A ``protocolVersion`` that is not an integer reads as 1, as acpgate always read 
 :func:`v2_initialize_result` reshapes the v1 answer acpgate builds (capabilities of the
 connection's default agent and of acpgate's store) into v2's: ``info`` and
 ``capabilities`` with ``session{…}`` object markers, ``authMethods`` with ``methodId`` and
-a ``type``. What v2 has no place for (fork, attach) goes under ``_meta.acpgate``.
+a ``type``. Which of acpgate's ``sessionCapabilities`` v2 marks, and which it has no place
+for (those go under ``_meta.acpgate``), the caller names (the edge reads its method table).
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 from services.common.acp.v2.names import SUPPORTED_VERSIONS
@@ -76,8 +78,12 @@ def v2_auth_methods(methods: Any) -> list[dict[str, Any]]:
     return out
 
 
-def v2_initialize_result(v1: dict[str, Any], *, version: int) -> dict[str, Any]:
-    """The v2 ``initialize`` result for the v1 one acpgate built (module doc)."""
+def v2_initialize_result(v1: dict[str, Any], *, version: int, markers: Set[str],
+                         under_meta: Set[str]) -> dict[str, Any]:
+    """The v2 ``initialize`` result for the v1 one acpgate built (module doc): the v1
+    ``sessionCapabilities`` named in ``markers`` as ``capabilities.session.<key>: {}``,
+    those in ``under_meta`` under ``capabilities.session._meta.acpgate``, the rest dropped (v2's
+    baseline)."""
     caps = v1.get("agentCapabilities")
     caps = caps if isinstance(caps, dict) else {}
     prompt = caps.get("promptCapabilities")
@@ -92,10 +98,9 @@ def v2_initialize_result(v1: dict[str, Any], *, version: int) -> dict[str, Any]:
                    "embeddedContext": {}},
         # stdio MCP servers are v1's baseline; HTTP as the v1 answer says.
         "mcp": {"stdio": {}, **_markers({"http": mcp.get("http")})},
-        **_markers({"delete": "delete" in sessions,
-                    "additionalDirectories": "additionalDirectories" in sessions}),
+        **{k: {} for k in sessions if k in markers},
     }
-    extras = {k: v for k, v in sessions.items() if k in ("fork", "attach")}
+    extras = {k: v for k, v in sessions.items() if k in under_meta}
     if extras:
         session["_meta"] = {META_ACPGATE: extras}
     info = v1.get("agentInfo")

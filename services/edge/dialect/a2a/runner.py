@@ -32,12 +32,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
-from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
     MSG_REQUESTER_CANCELLED,
@@ -47,8 +43,9 @@ from services.common.protocol import (
 )
 from services.edge.adapter.failures import setup_error
 from services.edge.adapter.prompt_blocks import AdapterPrompt
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.handlers.restore import restore
-from services.edge.errors import cause, grpc_error
+from services.edge.errors import cause, service_error
 from services.edge.sessions.hosted_port import hosted_port
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session import EdgeSession
@@ -84,22 +81,21 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     sid = str(uuid.uuid4())
     async with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
         try:
-            got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
-                requester_session_key=requester.store_key, session_id=sid,
-                agent_alias=args.agent, cwd=args.cwd, label=args.label,
-                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-                public_url=rt.claims.public_url,
+            got = await rt.session_service.spawn_session(
+                requester.store_key, sid, agent_alias=args.agent, cwd=args.cwd,
+                label=args.label, gateway_instance_id=rt.gateway_instance_id,
+                host=rt.claims.host, public_url=rt.claims.public_url,
                 requester_turn_cap=_turn_cap(requester),
                 # The child works where the requester does, for the requester's user.
-                local_user=not home.remote))
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_error(exc) from None
+                local_user=not home.remote)
+        except ServiceError as exc:
+            raise service_error(exc) from None
         except BaseException:  # given up half-way: the row may exist (it stays, inactive)
             rt.spawn(rt.claims.release(sid))
             raise
         rt.claims.held(got.session)  # the generation its writes are fenced by
         child = EdgeSession(rt, home, got.session, rt.clock)
-        policy = SecurityPolicy.from_proto(got.policy)
+        policy = got.policy
         async with setting_up(home, child):
             client = await spawn_adapter(home, child, got.agent, policy)
             try:
@@ -118,11 +114,10 @@ async def send(requester: EdgeSession, target_id: str, message: str,
     """``message`` as a turn of session ``target_id``, if ``requester`` may send to it."""
     rt = requester.runtime
     try:
-        sent = await rt.session_stub.SendToSession(session_pb2.SendToSessionRequest(
-            requester_session_key=requester.store_key, session_id=target_id,
-            requester_turn_cap=_turn_cap(requester)))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, target_id) from None  # hidden or missing: "Session not found"
+        sent = await rt.session_service.send_to_session(
+            requester.store_key, target_id, requester_turn_cap=_turn_cap(requester))
+    except ServiceError as exc:
+        raise service_error(exc, target_id) from None  # hidden or missing: "Session not found"
     target = rt.registry.active.get(target_id)
     if target is None:  # it runs nowhere: bring it up for the requester
         await restore(hosted_port(requester), {"sessionId": target_id}, replay=False)

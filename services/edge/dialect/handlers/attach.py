@@ -9,7 +9,7 @@ Attaching takes no slot of the token's share: the session has its slot already.
 
 ``role``: ``controller`` (default; prompts, cancels, answers permission requests — the
 first answer among the controllers wins) or ``observer`` (watches only: every method
-naming the session but those of ``OBSERVER_METHODS`` is refused -32006 —
+naming the session but those the method table lets an observer call is refused -32006 —
 :meth:`DialectConnection.refuse_observer` — and it is never asked a permission request).
 ``historyPolicy``: ``full`` (default), ``pending_only``, ``none`` or ``after_message``
 with ``afterMessageId`` (a message id, or the ``_meta.acpgate.eventId`` of the last

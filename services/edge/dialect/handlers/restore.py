@@ -40,13 +40,12 @@ newest part of the transcript is carried over into its first prompt.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import orjson
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.attach_protocol import HISTORY_AFTER_MESSAGE, HISTORY_FULL, ROLE_CONTROLLER
 from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.mcp_policy import ClientMcpRules
@@ -68,12 +67,14 @@ from services.common.protocol import (
 )
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import restore_error
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import ResolvedAgent, SessionRow
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.elsewhere import with_live_at
 from services.edge.dialect.handlers.param_checks import check_restore
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
-from services.edge.errors import grpc_error, not_found
+from services.edge.errors import not_found, service_error
 from services.edge.params import (
     additional_directories,
     client_cwd,
@@ -249,52 +250,42 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
         registry.restoring.discard(sid)
 
 
-async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+async def _resolve_agent(rt: EdgeRuntime, row: SessionRow, extra: list[str] | None,
                          *, local_user: bool,
-                         ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
+                         ) -> tuple[ResolvedAgent, SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
     restore uses it: with the request's additional directories, if it gave any (resolved
     here, under the local user's rule when ``local_user``; stored only once the session is
     active on this host)."""
     sid = row.session_id
     try:
-        agent = await rt.session_stub.ResolveRestoreAgent(
-            session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+        agent = await rt.session_service.resolve_restore_agent(sid)
         if extra is not None:
-            ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
-                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra,
-                local_user=local_user))
-            row = _with_roots(row, ws.additional_directories)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            raise grpc_error(exc) from None  # an unusable directory: say which
-        raise grpc_error(exc, sid) from None
+            ws = await rt.session_service.resolve_workspace(
+                agent.alias, row.workspace_dir, additional_directories=extra,
+                local_user=local_user)
+            row = dataclasses.replace(row, additional_directories=ws.additional_directories)
+    except ServiceError as exc:
+        if exc.kind is Failure.INVALID:
+            raise service_error(exc) from None  # an unusable directory: say which
+        raise service_error(exc, sid) from None
     return agent, row
 
 
-def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb2.SessionRow:
-    """A copy of ``row`` whose additional directories are ``roots``."""
-    out = session_pb2.SessionRow()
-    out.CopyFrom(row)
-    del out.additional_directories[:]
-    out.additional_directories.extend(roots)
-    return out
-
-
-async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                  row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
+async def _policy(rt: EdgeRuntime, agent: ResolvedAgent,
+                  row: SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
                                     row.additional_directories, row.session_id,
                                     local_user=local_user)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, row.session_id) from None
+    except ServiceError as exc:
+        raise service_error(exc, row.session_id) from None
 
 
-def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
-                      agent: session_pb2.ResolvedAgent) -> EdgeSession:
+def _restored_session(conn: SessionHome, row: SessionRow,
+                      agent: ResolvedAgent) -> EdgeSession:
     """The edge session for ``row``; restored onto another agent, it gets a new key."""
     session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
     session.alias = agent.alias
@@ -304,7 +295,7 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
 
 
 async def _seed(session: EdgeSession, client: AdapterClient,
-                row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
+                row: SessionRow, agent: ResolvedAgent,
                 policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules,
                 extra: dict[str, Any], method: str) -> str:
     """Give the adapter the conversation (an external one: with ``extra``, the client's
@@ -339,7 +330,7 @@ async def replay_history(conn: SessionHome, session: EdgeSession, *,
         return  # the client left: setup notices (mark_active) and releases the session
 
 
-async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:
+async def _replay_plan(conn: SessionHome, sid: str, row: SessionRow) -> None:
     """session/resume: only the stored plan, if there is a readable one."""
     if not row.plan_json:
         return

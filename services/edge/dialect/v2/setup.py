@@ -12,8 +12,10 @@
   the ring no longer reaches; of a session no longer live (on any host sharing the store)
   from its log (``_meta.acpgate.replay``: ``events``).
 
-A replay ends with ``replay_complete``; every resume then sends the current
-``state_update`` before its answer. Results carry ``configOptions`` (with the agent's
+A v2 agent's child session is no session to resume (refused while its parent is live:
+:func:`~.background.refuse_child`). A replay ends with ``replay_complete``; every resume then sends the current
+``state_update`` before its answer (with the agent's background list, when it reported
+one). Results carry ``configOptions`` (with the agent's
 modes as a ``category: "mode"`` option), never ``modes``.
 """
 
@@ -43,6 +45,7 @@ from services.common.protocol import (
 )
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers import agent_calls, modes, new, restore
+from services.edge.dialect.v2 import background
 from services.edge.params import session_id
 from services.edge.sessions.feed import event_id_of
 
@@ -105,6 +108,7 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     wire = conn.wire
     assert wire is not None
     sid = session_id(params)
+    background.refuse_child(conn, sid)
     kind, event = _replay_kind(params)
     v1 = _v1_params(params)
     replayed = ""
@@ -127,6 +131,8 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     translator = wire.session(sid)
     translator.foreground = STATE_RUNNING if session is not None and session.turn is not None \
         else STATE_IDLE
+    if session is not None and session.work.background is not None:
+        translator.background = session.work.background  # the agent's list, now
     tail = [{"sessionUpdate": U2_REPLAY_COMPLETE}] if replayed else []
     await conn.send_many(wire.updates(sid, [*tail, translator.snapshot()]))
     if replayed:

@@ -1,10 +1,10 @@
 """Taking an adapter's pipes over the lifecycle service's fd socket.
 
 Where the edge reaches the lifecycle service over a unix socket and ``[services]
-data_path`` is ``"auto"``, its lifecycle stub is a :class:`LifecycleStub` carrying
-an :class:`FdDialer`: each :class:`~services.edge.adapter.link.AdapterLink` then
-opens its ``Attach`` stream with ``fd_pass`` and redeems the grant of the first
-response here (:meth:`FdDialer.redeem`), getting the adapter's stdin and stdout
+data_path`` is ``"auto"``, its lifecycle backend carries an :class:`FdDialer`
+(``LifecycleBackend.fds``): each adapter link then opens its ``Attach`` stream with
+``fd_pass`` and redeems the :class:`FdGrant` of the first response here
+(:meth:`FdDialer.redeem`), getting the adapter's stdin and stdout
 (and what the lifecycle service had read of stdout already) to read and write
 itself. The exchange is :mod:`services.common.fd_channel`'s.
 
@@ -21,11 +21,7 @@ import contextlib
 import os
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.fd_channel import (
     DATA_PATH_AUTO,
@@ -39,9 +35,16 @@ from services.common.fd_channel import (
 from services.common.fd_sockets import DescriptorsCut, recv_fds
 from services.common.grpc_auth import GrpcSecurity
 
-__all__ = ["FdDialer", "LifecycleStub", "PipesLost", "PipesNotTaken", "TakenPipes"]
+__all__ = ["FdDialer", "FdGrant", "PipesLost", "PipesNotTaken", "TakenPipes"]
 
 
+@dataclass(frozen=True, slots=True)
+class FdGrant:
+    """A one-shot permission to take one attach's pipes (``AttachResponse.fd_grant``)."""
+
+    grant_id: str
+    #: The attach (counted per lease) the grant is for.
+    generation: int
 
 class PipesNotTaken(Exception):
     """The pipes stayed with the lifecycle service: relay over the stream instead."""
@@ -91,7 +94,7 @@ class FdDialer:
         path = fd_socket_path(lifecycle_addr)
         return cls(path, security.token) if path is not None else None
 
-    async def redeem(self, lease_id: str, grant: lifecycle_pb2.FdGrant) -> TakenPipes:
+    async def redeem(self, lease_id: str, grant: FdGrant) -> TakenPipes:
         """The pipes ``grant`` (of ``lease_id``'s attach) stands for: see the module
         docstring for :class:`PipesNotTaken` and :class:`PipesLost`."""
         loop = asyncio.get_running_loop()
@@ -142,18 +145,3 @@ async def _answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Taken
         pipes.close()
         raise
     return pipes
-
-
-if TYPE_CHECKING:  # what the generated stub is on an aio channel (its stub types only that)
-    _Stub = lifecycle_pb2_grpc.LifecycleServiceAsyncStub
-else:
-    _Stub = lifecycle_pb2_grpc.LifecycleServiceStub
-
-
-class LifecycleStub(_Stub):
-    """The lifecycle service's stub, and its fd socket when this edge can take pipes there
-    (:attr:`fds`, set by whoever composes the runtime; None: every link relays)."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        super().__init__(channel)
-        self.fds: FdDialer | None = None

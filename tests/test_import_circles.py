@@ -20,10 +20,8 @@ KNOWN: Mapping[frozenset[str], str] = {
         "services.edge.sessions.registry", "services.edge.sessions.shares",
         "services.edge.sessions.readopt", "services.edge.sessions.adopted_turn",
         "services.edge.sessions.detached", "services.edge.sessions.hosted_port",
-        "services.edge.sessions.subagents", "services.edge.sessions.clients",
     }): "an EdgeSession holds its EdgeRuntime (a type-only import), and the runtime calls "
-        "readopt and shares with itself; storing a v2 agent's child reads the EdgeSession "
-        "(subagents), whose background work the client connections wait for",
+        "readopt and shares with itself",
     frozenset({"services.lifecycle.reaper", "services.lifecycle.reap_pass"}):
         "a reap pass calls back into the reaper",
     frozenset({"services.lifecycle.launch", "services.lifecycle.controller",

@@ -206,7 +206,7 @@ class EdgeSession:
                    if type(update := params.get("update")) is dict]
         odd = [params for params in updates if type(params.get("update")) is not dict]
         for announced in self.work.observe(objects):
-            self.runtime.spawn(store_child(self, announced))
+            self.runtime.spawn(store_child(self.runtime.session_service, self, announced))
         await self._relay(objects, None, notification_lines(M_SESSION_UPDATE, odd))
 
     async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],

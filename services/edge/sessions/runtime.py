@@ -41,10 +41,10 @@ from services.edge.sessions.claims import HostClaims
 from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.hosted_port import HostedPort
-from services.edge.sessions.registry import SessionRegistry, token_session_share
+from services.edge.sessions.registry import SessionRegistry, TokenShares, token_session_share
 from services.edge.sessions.ring_budget import RingBudget
 from services.edge.sessions.session import AdapterMethod, EdgeSession
-from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
+from services.edge.sessions.shares import releasable_picture, release_ordered
 from services.edge.sessions.warm import WarmPools
 from services.edge.sessions.worker_link import WorkerLink
 from services.edge.tokens import GRANT_SEE_ALL, TokenStore

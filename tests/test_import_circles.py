@@ -15,13 +15,6 @@ from tests.test_architecture import KNOWN_MODULES, imports_in, module_name, sour
 
 #: The circles not opened yet, and what ties each.
 KNOWN: Mapping[frozenset[str], str] = {
-    frozenset({
-        "services.edge.sessions.runtime", "services.edge.sessions.session",
-        "services.edge.sessions.registry", "services.edge.sessions.shares",
-        "services.edge.sessions.readopt", "services.edge.sessions.adopted_turn",
-        "services.edge.sessions.detached", "services.edge.sessions.hosted_port",
-    }): "an EdgeSession holds its EdgeRuntime (a type-only import), and the runtime calls "
-        "readopt and shares with itself",
     frozenset({"services.lifecycle.reaper", "services.lifecycle.reap_pass"}):
         "a reap pass calls back into the reaper",
     frozenset({"services.lifecycle.launch", "services.lifecycle.controller",

@@ -25,18 +25,27 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
 from services.edge.backends.session_types import SLOT_SESSION, SessionActivity
-from services.edge.sessions.activity import activity_of, setting_up
+from services.edge.sessions.activity import Reported, activity_of, setting_up
 from services.edge.tokens import TokenWatch
 
-if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession
+__all__ = ["Registered", "SessionRegistry", "SlotRefusal", "TokenShares", "token_session_share"]
 
-__all__ = ["SessionRegistry", "SlotRefusal", "TokenShares", "token_session_share"]
+
+class Registered(Reported, Protocol):
+    """What the registry reads of an active session (an ``EdgeSession``): what its
+    heartbeat reports, and the principal its slot counts against."""
+
+    @property
+    def principal(self) -> str:
+        """The principal the session belongs to."""
+
+
+R = TypeVar("R", bound=Registered)
 
 
 def token_session_share(acp: AcpSection, active_tokens: int = 1) -> int:
@@ -85,14 +94,14 @@ class SlotRefusal:
 
 
 @dataclass
-class SessionRegistry:
+class SessionRegistry(Generic[R]):
     """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
 
     max_sessions: int
     #: The share of one token's principal (``token_session_share``; kept current by
     #: ``TokenShares`` before each reservation).
     per_token: int = 0
-    active: dict[str, EdgeSession] = field(default_factory=dict)
+    active: dict[str, R] = field(default_factory=dict)
     reserved: int = 0
     #: Reserved slots by the principal they count against.
     reserved_by: Counter[str] = field(default_factory=Counter)

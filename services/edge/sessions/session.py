@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, notification_lines
@@ -42,14 +42,12 @@ from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
 from services.edge.sessions.clients import FollowingBackChannel, SessionClients
 from services.edge.sessions.feed import SessionFeed
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.sessions.subagents import SessionWork, store_child
 from services.edge.sessions.turn import Turn, TurnContext
-
-if TYPE_CHECKING:
-    from services.edge.sessions.runtime import EdgeRuntime
 
 log = get_logger("edge.session")
 
@@ -65,7 +63,7 @@ class EdgeSession:
 
     def __init__(
         self,
-        runtime: EdgeRuntime,
+        runtime: EdgeHub[EdgeSession],
         port: ClientPort,
         row: SessionRow,
         clock: Callable[[], float],

@@ -25,8 +25,8 @@ from services.edge.backends.session_types import SLOT_SESSION_RELEASABLE
 from services.edge.sessions.clients import DetachedPort
 
 if TYPE_CHECKING:
+    from services.edge.sessions.hub import EdgeHub
     from services.edge.sessions.registry import SessionRegistry
-    from services.edge.sessions.runtime import EdgeRuntime
     from services.edge.sessions.session import EdgeSession
 
 __all__ = ["detached_idle", "let_go_for_room", "releasable_picture",
@@ -42,7 +42,7 @@ def detached_idle(session: EdgeSession) -> bool:
         and not session.released and session.adapter is not None
 
 
-def releasable(registry: SessionRegistry, principal: str) -> list[EdgeSession]:
+def releasable(registry: SessionRegistry[EdgeSession], principal: str) -> list[EdgeSession]:
     """``principal``'s detached idle sessions, the longest detached first."""
     found = [s for s in registry.active.values()
              if s.principal == principal and detached_idle(s)]
@@ -50,7 +50,7 @@ def releasable(registry: SessionRegistry, principal: str) -> list[EdgeSession]:
     return found
 
 
-def let_go_for_room(runtime: EdgeRuntime, principal: str) -> asyncio.Task[None] | None:
+def let_go_for_room(runtime: EdgeHub[EdgeSession], principal: str) -> asyncio.Task[None] | None:
     """Release ``principal``'s longest-detached idle session to make room for its next one
     (module doc); its slot is free when this returns, the release (adapter, lease, row)
     goes on in the task returned. None: it has no such session here."""
@@ -66,7 +66,7 @@ def let_go_for_room(runtime: EdgeRuntime, principal: str) -> asyncio.Task[None] 
     return runtime.spawn(runtime.release(session, "disconnect"))
 
 
-def releasable_picture(registry: SessionRegistry) -> Counter[tuple[int, str]]:
+def releasable_picture(registry: SessionRegistry[EdgeSession]) -> Counter[tuple[int, str]]:
     """The detached idle sessions here, by principal, as an edge worker reports them."""
     held: Counter[tuple[int, str]] = Counter()
     for session in registry.active.values():
@@ -75,7 +75,7 @@ def releasable_picture(registry: SessionRegistry) -> Counter[tuple[int, str]]:
     return held
 
 
-def release_ordered(runtime: EdgeRuntime, principal: str, count: int) -> None:
+def release_ordered(runtime: EdgeHub[EdgeSession], principal: str, count: int) -> None:
     """Release up to ``count`` of ``principal``'s detached idle sessions here, for a take
     of that principal's on another worker (the session service ordered it)."""
     for _ in range(count):

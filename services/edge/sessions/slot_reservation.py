@@ -16,9 +16,10 @@ from contextlib import asynccontextmanager
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import token_id_of
 from services.edge.backends.session_types import SLOT_SESSION
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.limit_error import limit_error
 from services.edge.sessions.registry import SessionRegistry, SlotRefusal
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.shares import let_go_for_room
 
 __all__ = ["Slot", "creating", "reserved_slot"]
@@ -31,7 +32,7 @@ class Slot:
     """One reserved slot, counted against a principal (services.edge.sessions.registry) —
     with several edge workers, the host's slot too (services.edge.sessions.worker_link)."""
 
-    def __init__(self, runtime: EdgeRuntime, principal: str, *, explain: bool = False) -> None:
+    def __init__(self, runtime: EdgeHub[EdgeSession], principal: str, *, explain: bool = False) -> None:
         self._runtime = runtime
         self._registry = runtime.registry
         self.principal = principal
@@ -77,7 +78,7 @@ class Slot:
 
 
 @asynccontextmanager
-async def reserved_slot(runtime: EdgeRuntime, principal: str, *, explain: bool = False,
+async def reserved_slot(runtime: EdgeHub[EdgeSession], principal: str, *, explain: bool = False,
                         validate: Validate | None = None) -> AsyncIterator[Slot]:
     """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
     up; -32001 when the edge (with several workers: the host) is full, or when that token's

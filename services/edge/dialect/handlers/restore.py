@@ -85,11 +85,11 @@ from services.edge.params import (
 )
 from services.edge.sessions.clients import DetachedPort, leave
 from services.edge.sessions.feed import event_id_of
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.joining import HISTORY_LIVE, join
 from services.edge.sessions.log_replay import replay_log
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
-from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import (
     carry_over,
     restore_external,
@@ -250,7 +250,7 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
         registry.restoring.discard(sid)
 
 
-async def _resolve_agent(rt: EdgeRuntime, row: SessionRow, extra: list[str] | None,
+async def _resolve_agent(rt: EdgeHub[EdgeSession], row: SessionRow, extra: list[str] | None,
                          *, local_user: bool,
                          ) -> tuple[ResolvedAgent, SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
@@ -272,7 +272,7 @@ async def _resolve_agent(rt: EdgeRuntime, row: SessionRow, extra: list[str] | No
     return agent, row
 
 
-async def _policy(rt: EdgeRuntime, agent: ResolvedAgent,
+async def _policy(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
                   row: SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent."""

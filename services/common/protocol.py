@@ -360,6 +360,16 @@ META_EVENT_ID: Final = "eventId"
 META_AFTER_EVENT_ID: Final = "afterEventId"
 #: ``data.acpgate.liveAt`` of a -32007: the host (or edge worker) where the session is live.
 META_LIVE_AT: Final = "liveAt"
+#: ``_meta.acpgate.subagent`` marks a v2 agent's child update carried on its parent's stream
+#: (services.common.acp.v2.subagents).
+META_SUBAGENT: Final = "subagent"
+#: ``_meta.acpgate`` keys keeping a v2 agent's own form of an update v1 cannot carry, given
+#: back to a v2 client (services.common.acp.v2.agent_forms): a notice, a plan with its id, a
+#: tool call content chunk, a v2 diff.
+META_NOTICE: Final = "notice"
+META_PLAN: Final = "plan"
+META_CONTENT_CHUNK: Final = "contentChunk"
+META_DIFF: Final = "diff"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
 #: The built-in agent behind the edge got a session/new (or restoring resume) without one.

@@ -31,7 +31,7 @@ from services.common.acp.v2.names import (
 )
 from services.common.acp.v2.subagents import marker
 from services.common.logs import get_logger
-from services.common.protocol import session_key_for
+from services.common.protocol import META_PARENT_SESSION_ID, session_key_for
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import RowUpdate
 
@@ -95,7 +95,7 @@ class SessionWork:
                 continue
             if kind == U2_SUBAGENT_UPDATE:
                 if child not in self.children:
-                    parent = mark.get("parentSessionId")
+                    parent = mark.get(META_PARENT_SESSION_ID)
                     self.children[child] = parent if isinstance(parent, str) else ""
                     announced.append(update)
                 if "state" in update:

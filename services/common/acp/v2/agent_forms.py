@@ -28,15 +28,16 @@ from services.common.acp.v2.names import (
     U2_TOOL_CALL_CONTENT_CHUNK,
     U2_TOOL_CALL_UPDATE,
 )
-from services.common.protocol import META_ACPGATE
+from services.common.protocol import (
+    META_ACPGATE,
+    META_CONTENT_CHUNK,
+    META_DIFF,
+    META_NOTICE,
+    META_PLAN,
+)
 
-__all__ = ["META_CONTENT_CHUNK", "META_DIFF", "META_NOTICE", "META_PLAN", "agent_form",
-           "content_item"]
+__all__ = ["agent_form", "content_item"]
 
-META_NOTICE = "notice"
-META_PLAN = "plan"
-META_CONTENT_CHUNK = "contentChunk"
-META_DIFF = "diff"
 _KEPT = frozenset({META_NOTICE, META_PLAN, META_CONTENT_CHUNK, META_DIFF})
 _V1_THOUGHT = "agent_thought_chunk"
 _V1_PLAN = "plan"

@@ -43,7 +43,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PLAN
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
@@ -77,6 +76,8 @@ from services.common.protocol import (
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
     META_ACPGATE,
+    META_CONTENT_CHUNK,
+    META_PLAN,
 )
 
 __all__ = ["AgentWire", "TurnEnd"]

@@ -10,7 +10,7 @@ says so on stderr (whatever the log level: nothing will survive this process).
 SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads the config it decides
 with (agents, aliases, autonomy, visibility). Given its host's gateway instance id
 (``acpgate serve`` passes ``--host-instance``), it holds that host's liveness in the
-store before it serves (:mod:`.store.pg_liveness`): a restarted session service
+store before it serves (:mod:`.store.postgres.liveness`): a restarted session service
 vouches for its host again before anyone judges its claims.
 """
 

@@ -51,7 +51,7 @@ from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.agent_calls import authenticate
 from services.edge.dialect.handlers.initialize import initialize
 from services.edge.transport.connection import open_runtime
-from services.lifecycle.server import start_lifecycle_server
+from services.lifecycle.api.server import start_lifecycle_server
 from tests.e2e.harness import write_config
 from tests.launches import (
     TEST_SECURITY,

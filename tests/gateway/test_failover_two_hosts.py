@@ -33,7 +33,7 @@ from services.common.protocol import (
     SESSION_TAKEN_OVER,
 )
 from services.edge.tokens import TokenStore
-from services.session.store.pg_liveness import NAMESPACE, host_of
+from services.session.store.postgres.liveness import NAMESPACE, host_of
 from tests.pg_cluster import Cluster
 
 from .stack import RawClient

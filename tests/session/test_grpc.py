@@ -23,7 +23,7 @@ from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import MSG_CWD_REFUSED
 from services.common.urls import redact_url
-from services.lifecycle.sealed import open_launch
+from services.lifecycle.adapters.sealed import open_launch
 from services.session.server import SERVICE_NAME, store_target
 from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, NewSession, open_store
 from tests.launches import dial, seal_key_of

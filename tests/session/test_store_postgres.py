@@ -29,7 +29,7 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.pg_schema import _STEPS, _V4_TABLES
+from services.session.store.postgres.schema import _STEPS, _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 

@@ -26,8 +26,8 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.sqlite_db import connect
-from services.session.store.sqlite_schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
+from services.session.store.sqlite.db import connect
+from services.session.store.sqlite.schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
 
 
 async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:

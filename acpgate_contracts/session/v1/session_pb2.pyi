@@ -1943,6 +1943,7 @@ class ReadEventsRequest(_message.Message):
     AFTER_EVENT_ID_FIELD_NUMBER: _builtins.int
     BEFORE_EVENT_ID_FIELD_NUMBER: _builtins.int
     WITH_HISTORY_FIELD_NUMBER: _builtins.int
+    RUNNING_TURN_ONLY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     after_event_id: _builtins.int
     """Only events with event_id > after_event_id (0 = from the start)."""
@@ -1950,6 +1951,11 @@ class ReadEventsRequest(_message.Message):
     """Only events with event_id < before_event_id (0 = no bound)."""
     with_history: _builtins.bool
     """Also the history items stored before the log began (a full replay)."""
+    running_turn_only: _builtins.bool
+    """Only the session's running turn: its events from its prompt's event id on
+    (the newest turn the store marks running; nothing when none runs). What an
+    edge re-adopting the session reads, whatever the length of its log.
+    """
     def __init__(
         self,
         *,
@@ -1957,10 +1963,11 @@ class ReadEventsRequest(_message.Message):
         after_event_id: _builtins.int = ...,
         before_event_id: _builtins.int = ...,
         with_history: _builtins.bool = ...,
+        running_turn_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_event_id", b"after_event_id", "before_event_id", b"before_event_id", "session_id", b"session_id", "with_history", b"with_history"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_event_id", b"after_event_id", "before_event_id", b"before_event_id", "running_turn_only", b"running_turn_only", "session_id", b"session_id", "with_history", b"with_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

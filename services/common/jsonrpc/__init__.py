@@ -26,7 +26,14 @@ from services.common.jsonrpc.outbound import (
     integer_ids,
     prefixed_ids,
 )
-from services.common.jsonrpc.peer import Handler, JsonRpcPeer, Notes, NotificationSink, Send
+from services.common.jsonrpc.peer import (
+    Handler,
+    JsonRpcPeer,
+    Notes,
+    NotificationSink,
+    Send,
+    serving_id,
+)
 from services.common.jsonrpc.wire import (
     OVERSIZE_LINE,
     Answered,
@@ -75,4 +82,5 @@ __all__ = [
     "read_lines",
     "request_line",
     "result_line",
+    "serving_id",
 ]

@@ -36,7 +36,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
-from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
+from services.common.jsonrpc import (
+    JsonRpcId,
+    JsonRpcPeer,
+    integer_ids,
+    notification_line,
+    result_line,
+)
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
 from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
@@ -424,6 +430,12 @@ class AdapterLink:
             if self.v2 is not None:
                 method, params = self.v2.notification(method, params)
             self._write(notification_line(method, params))
+
+    def answer(self, request_id: JsonRpcId, result: Any) -> None:
+        """Answer the adapter's request ``request_id`` with ``result``: one a predecessor
+        link read and never answered (a re-adopted adapter's open question)."""
+        if self.exit_info is None:
+            self._write(result_line(request_id, result))
 
     async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         assert self._peer is not None  # lines reach the JSON-RPC peer only once bound

@@ -362,12 +362,14 @@ class SessionBackend:
             stream.cancel()  # a reader that stops early ends the call at once
 
     async def read_events(self, session_id: str, *, after_event_id: int = 0,
-                          before_event_id: int = 0, with_history: bool = False
-                          ) -> AsyncGenerator[EventPage]:
-        """The session's event log between the two ids (0: open), a page at a time."""
+                          before_event_id: int = 0, with_history: bool = False,
+                          running_turn_only: bool = False) -> AsyncGenerator[EventPage]:
+        """The session's event log between the two ids (0: open), a page at a time;
+        ``running_turn_only``: from the running turn's first event on (none: nothing)."""
         stream = self.stub.ReadEvents(pb.ReadEventsRequest(
             session_id=session_id, after_event_id=after_event_id,
-            before_event_id=before_event_id, with_history=with_history))
+            before_event_id=before_event_id, with_history=with_history,
+            running_turn_only=running_turn_only))
         try:
             async for page in stream:
                 yield EventPage(page.items, page.events)

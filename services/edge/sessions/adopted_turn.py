@@ -5,7 +5,8 @@ answer can no longer reach the client that asked (that connection is gone). The 
 itself goes on: :func:`resume` takes it up from the event log — its id (the prompt's
 event id), its prompt and what it streamed so far (so the stored turn is whole) — and
 waits for the adapter's answer to that request, which arrives on the new link as an
-answer to an id it never asked (``AdapterLink.on_unmatched``). The answer ends the turn
+answer to an id it never asked (``AdapterLink.on_unmatched``); a permission request of the
+turn still open is asked again (:mod:`services.edge.sessions.open_questions`). The answer ends the turn
 as a turn ends here: stored (fenced by the new claim), its end state logged, and every
 client told with a ``turn_complete`` update — a numbered, logged event that a client
 attaching later replays.
@@ -24,7 +25,9 @@ from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
 from services.edge.adapter.requests import read_prompt_result
 from services.edge.backends.errors import ServiceError
+from services.edge.sessions import open_questions
 from services.edge.sessions.clients import report_turn_end, turn_complete
+from services.edge.sessions.open_questions import OpenQuestions
 from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
 if TYPE_CHECKING:
@@ -43,7 +46,8 @@ _ANSWER_WAIT_SECS: Final = 24 * 3600.0
 async def resume(session: EdgeSession) -> None:
     """Take up the turn the log shows running for ``session`` (module doc); nothing when
     the log shows none."""
-    turn_id, text, updates = await _running_turn(session)
+    questions = OpenQuestions()
+    turn_id, text, updates = await _running_turn(session, questions)
     if not turn_id:
         return
     turn = Turn(session.turn_context, turn_id=turn_id)
@@ -63,13 +67,19 @@ async def resume(session: EdgeSession) -> None:
     assert session.adapter is not None
     session.adapter.link.on_unmatched(answered)
     rt.spawn(_finish(session, turn, answer))
+    asked = questions.open()
+    open_questions.ask_again(session, asked)
     log.info("adopted_turn_running", session_id=session.session_id, turn_id=turn_id,
-             logged_updates=len(updates))
+             logged_updates=len(updates), open_questions=len(asked))
 
 
-async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, Any]]]:
-    """The last turn of the log: its id, its prompt's text and its updates (0: none)."""
-    pages = session.runtime.session_service.read_events(session.session_id)
+async def _running_turn(session: EdgeSession, questions: OpenQuestions,
+                        ) -> tuple[int, str, list[dict[str, Any]]]:
+    """The turn the store marks running: its id, its prompt's text and its updates (0:
+    none runs); its permission requests and answers go to ``questions``. Only that turn's
+    events are read, however long the session's log."""
+    pages = session.runtime.session_service.read_events(session.session_id,
+                                                        running_turn_only=True)
     turn_id, text = 0, ""
     updates: list[dict[str, Any]] = []
     try:
@@ -77,10 +87,13 @@ async def _running_turn(session: EdgeSession) -> tuple[int, str, list[dict[str, 
             for event in page.events:
                 if event.kind == _KIND_PROMPT:
                     turn_id, text, updates = event.turn_id, _text_of(_update_of(event.payload)), []
+                    questions.clear()
                 elif event.kind == _KIND_UPDATE and turn_id and event.turn_id == turn_id:
                     update = _update_of(event.payload)
                     if isinstance(update, dict):
                         updates.append(update)
+                elif turn_id and event.turn_id == turn_id:
+                    questions.see(event.kind, event.payload)
     except ServiceError as exc:
         log.warning("adopted_turn_unread", session_id=session.session_id, code=exc.code)
     finally:

@@ -2,7 +2,7 @@
 
 ``acpgate serve`` restarts an edge worker that dies (``kill -9``, a crash). Its
 sessions' adapters did not die with it: their leases were opened with
-``keep_on_loss`` (services.lifecycle.kept), so the lifecycle service keeps them and
+``keep_on_loss`` (services.lifecycle.api.keep_on_loss), so the lifecycle service keeps them and
 their pipes for a while, and the session rows still carry this worker's claim (its
 name, ``<instance>/w<k>``, is its successor's). At start, before its event log marks a
 dead predecessor's running turns interrupted, the new edge lists the live sessions
@@ -17,11 +17,13 @@ claimed under its name and re-adopts each (:func:`readopt`):
   from the clock, continue above what was logged) and leaves it *detached*, exactly as
   a dropped connection does: its owner re-attaches with ``session/attach``
   (``after_message``: the log replays what the ring of this process never held);
-- a turn running when the predecessor died (as the session service's report says, or
-  the note a predecessor that stepped down for a hot restart left:
-  :mod:`services.edge.sessions.running_note`) runs on (:mod:`services.edge.sessions.adopted_turn`):
-  the agent's answer to the lost ``session/prompt`` ends it — logged, stored, and told
-  to the clients as ``turn_complete``.
+- a turn running when the predecessor died — the store's turn marks say so, committed
+  with the turn's first events, where the session service's activity report may lag by
+  its tick and a predecessor that stepped down for a hot restart left a note
+  (:mod:`services.edge.sessions.running_note`) — runs on
+  (:mod:`services.edge.sessions.adopted_turn`): the agent's answer to the lost
+  ``session/prompt`` ends it — logged, stored, and told to the clients as
+  ``turn_complete``; a permission request of it still open is asked again.
 
 A session that cannot be re-adopted (its lease gone, the agent exited) has its running
 turns marked interrupted and its claim dropped: it is stored but not running.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.logs import get_logger
@@ -41,7 +43,7 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import AttachSpec
-from services.edge.backends.session_types import ACTIVITY_TURN, ACTIVITY_WAITING, LiveSession
+from services.edge.backends.session_types import LiveSession
 from services.edge.sessions import adopted_turn
 from services.edge.sessions.clients import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
@@ -60,10 +62,6 @@ def _first_id() -> int:
     return int(time.time() * 1000)
 
 
-#: What the session service reports of a session whose turn runs.
-_TURN_STATES: Final = frozenset({ACTIVITY_TURN, ACTIVITY_WAITING})
-
-
 async def readopt(rt: EdgeHub[EdgeSession]) -> tuple[list[str], list[str]]:
     """Re-adopt the live sessions claimed under this edge's name (module doc): the ids
     re-adopted, and those given up (their turns to mark interrupted)."""
@@ -80,19 +78,19 @@ async def readopt(rt: EdgeHub[EdgeSession]) -> tuple[list[str], list[str]]:
             if s.session.claim.instance_id == rt.gateway_instance_id]
     if not mine:
         return [], []
-    done = await asyncio.gather(*(_readopt_one(rt, s, s.session.session_id in noted)
-                                  for s in mine), return_exceptions=True)
+    done = await asyncio.gather(*(_readopt_one(rt, s) for s in mine), return_exceptions=True)
     adopted = [s.session.session_id for s, ok in zip(mine, done, strict=True) if ok is True]
     lost = [s.session.session_id for s, ok in zip(mine, done, strict=True) if ok is not True]
     for s, ok in zip(mine, done, strict=True):
         if isinstance(ok, BaseException):
             log.warning("session_not_readopted", session_id=s.session.session_id,
                         why=f"{type(ok).__name__}: {ok}")
-    log.info("sessions_readopted", adopted=len(adopted), given_up=len(lost))
+    log.info("sessions_readopted", adopted=len(adopted), given_up=len(lost),
+             noted_running=len(noted))
     return adopted, lost
 
 
-async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession, noted: bool) -> bool:
+async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession) -> bool:
     row = live.session
     sid = row.session_id
     if not row.lease_id or not row.adapter_session_id:
@@ -114,8 +112,7 @@ async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession, noted: bool)
     except BaseException:
         await rt.claims.release(sid)
         raise
-    if live.activity.state in _TURN_STATES or noted:
-        await adopted_turn.resume(session)
+    await adopted_turn.resume(session)  # the store says whether a turn runs
     rt.activate(session)
     detach(session, float(rt.cfg.gateway.detach_grace_secs))
     log.info("session_readopted", session_id=sid, lease_id=row.lease_id,

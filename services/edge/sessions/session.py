@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
-from services.common.jsonrpc import JsonRpcError, notification_lines
+from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
 from services.common.logs import get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
@@ -27,6 +27,7 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
+    M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     session_key_for,
 )
@@ -261,10 +262,20 @@ class EdgeSession:
         """The runtime's table of adapter methods."""
         return self.runtime.adapter_methods
 
-    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Re-issue an adapter request to the client; fall back to a denial on any failure."""
+    async def relay_to_client(self, method: str, params: dict[str, Any], *,
+                              request_id: JsonRpcId | None = None) -> Any:
+        """Re-issue an adapter request to the client; fall back to a denial on any failure.
+
+        ``request_id``: the adapter's id of the request (by default the one being served
+        in this task). A permission request is logged with it before it is relayed, and
+        its answer after, so an edge that re-adopts the session asks again what is open
+        (:mod:`services.edge.sessions.open_questions`)."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
+        rid = request_id if request_id is not None else serving_id()
+        if method == M_REQUEST_PERMISSION and rid is not None and request_id is None:
+            self.log.action(KIND_PERMISSION,
+                            {"method": method, "requestId": rid, "params": params})
         fallback: dict[str, Any] = (
             {"action": "cancel"} if method == M_ELICITATION_CREATE
             else cancelled_answer()
@@ -278,25 +289,37 @@ class EdgeSession:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
+                if request_id is None and rid is not None:  # the peer answers it an error
+                    self._log_answer(method, rid, None)
                 raise
-            return fallback  # the turn was cancelled while the question was open
+            answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
             log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
             if method == M_ELICITATION_CREATE:
-                return fallback
-            # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            reason = denial_reason(exc)
-            waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
-            return cancelled_answer(reason, timeout_secs=waited)
+                answer = fallback
+            else:
+                # Tell the adapter why, so it does not blame the user (docs/contracts.md).
+                reason = denial_reason(exc)
+                waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
+                answer = cancelled_answer(reason, timeout_secs=waited)
+        else:
+            # What the agent gets is what is logged: never the client's own bytes, which may
+            # say more than (or the opposite of) what was relayed.
+            answer = (result if isinstance(result, dict) else fallback) \
+                if method == M_ELICITATION_CREATE else relayed_answer(result)
         finally:
             self._relays.discard(waiter)
             self.touch()
-        # What the agent gets is what is logged: never the client's own bytes, which may
-        # say more than (or the opposite of) what was relayed.
-        answer = (result if isinstance(result, dict) else fallback) \
-            if method == M_ELICITATION_CREATE else relayed_answer(result)
-        self.log.action(KIND_PERMISSION, {"method": method, "answer": answer})
+        self._log_answer(method, rid, answer)
         return answer
+
+    def _log_answer(self, method: str, rid: JsonRpcId | None, answer: Any) -> None:
+        """The answer the agent got to its request ``rid`` (None: an error answer, the
+        request withdrawn or its link gone), logged."""
+        logged: dict[str, Any] = {"method": method, "answer": answer}
+        if rid is not None:
+            logged["requestId"] = rid
+        self.log.action(KIND_PERMISSION, logged)
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter's fs/terminal request (decided by the session service first)."""

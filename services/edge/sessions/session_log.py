@@ -3,10 +3,10 @@
 The relayed updates themselves go from :meth:`EdgeSession._relay` straight to
 :meth:`~services.edge.sessions.event_log.EventLog.updates`; a :class:`SessionLog` covers
 the rest. A prompt is logged as the ``user_message_chunk`` a replay sends for it, under
-an event id of its own (the turn's id); an action (a client's cancel, the permission
-answer the agent got, a mode, config or model change the agent accepted) as JSON under an
-event id of its own — what acpgate did, never what a client merely claimed. Ids come from the
-session's feed, so the log is one sequence with what the clients saw.
+an event id of its own (the turn's id); an action (a client's cancel, a permission request
+as relayed and the answer the agent got, a mode, config or model change the agent accepted)
+as JSON under an event id of its own — what acpgate did, never what a client merely claimed.
+Ids come from the session's feed, so the log is one sequence with what the clients saw.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ __all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "TURN_RUNNING", "Ses
 
 KIND_PROMPT: Final = "prompt"
 KIND_CANCEL: Final = "cancel"
+#: A permission request as relayed (``method``, the adapter's ``requestId``, the ``params``
+#: the client got), logged before the client is asked, and the answer the agent got
+#: (``method``, ``requestId``, ``answer``): an edge re-adopting the session asks again what
+#: has no answer (services.edge.sessions.open_questions).
 KIND_PERMISSION: Final = "permission"
 KIND_CONFIG: Final = "config"
 TURN_RUNNING: Final = "running"

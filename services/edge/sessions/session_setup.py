@@ -153,7 +153,7 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
             # A held adapter got the connection's calls already; a warm one none yet.
             return await _bring_up(conn, session, agent, policy, early.link, early.answer,
                                    replay=not getattr(early, "replayed", False))
-    attach = AttachSpec(  # kept for a restarted edge (services.lifecycle.kept)
+    attach = AttachSpec(  # kept for a restarted edge (services.lifecycle.api.keep_on_loss)
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir),
         keep_on_loss=True)
     return await _bring_up(conn, session, agent, policy,

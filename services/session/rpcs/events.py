@@ -2,7 +2,8 @@
 
 ``ReadEvents`` is what a replay reads: with ``with_history``, the stored history items
 of the turns written before the session's log began (a session older than its log, or a
-fork), then the logged events. A prompt event of a turn that ended cancelled,
+fork), then the logged events; with ``running_turn_only``, only the running turn's events
+(an edge re-adopting the session reads no more, however long its log). A prompt event of a turn that ended cancelled,
 interrupted or failed carries that stop reason in ``_meta.acpgate.stopReason``: the store knows
 how a turn ended, the event as relayed could not.
 """
@@ -22,6 +23,7 @@ from services.session.convert import entry_to_pb
 from services.session.history_pages import cut_pages
 from services.session.rpcs.base import Ctx, RpcBase
 from services.session.store import (
+    TURN_RUNNING,
     EventChunk,
     LoggedEvent,
     Quota,
@@ -103,7 +105,13 @@ class EventRpcs(RpcBase):
         try:
             start = await self._store.log_start(sid)
             states = await self._store.turn_states(sid)
-            if request.with_history:
+            after = request.after_event_id
+            if request.running_turn_only:
+                running = [turn for turn, state in states.items() if state == TURN_RUNNING]
+                if not running:
+                    return
+                after = max(after, max(running) - 1)  # the turn's id is its prompt's event id
+            elif request.with_history:
                 async for rows in self._store.iter_history_pages(sid):
                     older = [entry_to_pb(r) for r in rows if not start or r.turn < start]
                     for page in cut_pages(older):
@@ -111,7 +119,7 @@ class EventRpcs(RpcBase):
                     if len(older) < len(rows):
                         break
             async for events in self._store.iter_events(
-                    sid, after=request.after_event_id, before=request.before_event_id):
+                    sid, after=after, before=request.before_event_id):
                 yield pb.EventPage(events=_as_pb(events, states))
         except SessionNotFound as exc:
             await abort(context, grpc.StatusCode.NOT_FOUND, str(exc))

@@ -1,6 +1,6 @@
 """The store's vocabulary: records, refusals, and the rules every backend applies.
 
-A backend (``sqlite_store`` today) reads and writes these frozen dataclasses;
+A backend (:mod:`.sqlite.store`, :mod:`.postgres.store`) reads and writes these frozen dataclasses;
 the rules here — which roles, states and tool statuses exist, what a valid
 turn item is, how titles and SPEC §13 session keys are made — hold whatever
 database is underneath, so a new backend reuses them instead of restating them.

@@ -16,7 +16,8 @@ As a v2 agent: ``session/new`` answers a mode config option (``ask``/``code``);
 ``session/prompt`` echoes the user message and answers ``{messageId}``, then the turn as
 ``state_update`` s. Prompt words: ``fail`` (idle with an ``error``), ``slow`` (chunks until
 ``session/cancel``: idle ``cancelled``), ``ask`` (a v2 permission request first),
-``mode`` (a ``config_option_update`` to ``code``), ``later`` (after the turn, foreground
+``mode`` (a ``config_option_update`` to ``code``), ``stream <n>`` (a tool call, ``n``
+chunks 50 ms apart, the call completed), ``later`` (after the turn, foreground
 work of its own without a prompt); anything else: a notice, a tool call created by
 ``tool_call_update`` with streamed content, a plan, the text ``echo: <text>``.
 
@@ -238,7 +239,19 @@ class Agent:
                 break
             self.state(sid, "idle", stopReason="cancelled")
             return
-        if word == "ask":
+        if word == "stream":  # stream <n>: a tool call, n chunks apart in time, its end
+            count = int(text.split()[1]) if len(text.split()) > 1 else 20
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-s",
+                              "title": "Stream", "kind": "other", "status": "in_progress"},
+                        keep=True)
+            for n in range(count):
+                await asyncio.sleep(0.05)
+                self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
+                                  "content": {"type": "text", "text": f"chunk {n} "}},
+                            keep=True)
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-s",
+                              "status": "completed"}, keep=True)
+        elif word == "ask":
             self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-ask",
                               "title": "Write a file", "kind": "edit", "status": "pending"})
             self.state(sid, "requires_action")

@@ -370,6 +370,9 @@ META_NOTICE: Final = "notice"
 META_PLAN: Final = "plan"
 META_CONTENT_CHUNK: Final = "contentChunk"
 META_DIFF: Final = "diff"
+#: ``_meta.acpgate.permission``: a v2 agent's permission request's own title and description,
+#: kept through v1 for a v2 client (services.common.acp.v2.agent_forms).
+META_PERMISSION: Final = "permission"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
 #: The built-in agent behind the edge got a session/new (or restoring resume) without one.

@@ -337,7 +337,8 @@ class AgentSection:
     # (ruff cannot tell the alias is immutable: int | str)
     protocol: AgentProtocol = setting(  # noqa: RUF009
         1, "acp: the ACP version spoken to it: 1, 2, or \"auto\" (offer 2, take what it "
-        "answers; a refusal falls back to 1)", reload=True)
+        "answers; a refusal falls back to 1); 1 by default, as v2 costs v1 clients diffs, "
+        "terminal output and fs/* (docs/agents.md, ACP v2 agents)", reload=True)
 
     def __post_init__(self) -> None:
         if self.warm == WARM_BY_KIND:  # the kind's default, also for sections built in code

@@ -5,8 +5,9 @@ answer can no longer reach the client that asked (that connection is gone). The 
 itself goes on: :func:`resume` takes it up from the event log — its id (the prompt's
 event id), its prompt and what it streamed so far (so the stored turn is whole) — and
 waits for the adapter's answer to that request, which arrives on the new link as an
-answer to an id it never asked (``AdapterLink.on_unmatched``); a permission request of the
-turn still open is asked again (:mod:`services.edge.sessions.open_questions`). The answer ends the turn
+answer to an id it never asked (``AdapterLink.on_unmatched``) — a v2 agent's turn ends
+at its ``idle`` state instead, as a prompt's does there; a permission request of the turn
+still open is asked again (:mod:`services.edge.sessions.open_questions`). The answer ends the turn
 as a turn ends here: stored (fenced by the new claim), its end state logged, and every
 client told with a ``turn_complete`` update — a numbered, logged event that a client
 attaching later replays.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -31,6 +33,7 @@ from services.edge.sessions.open_questions import OpenQuestions
 from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
 if TYPE_CHECKING:
+    from services.common.acp.v2.agent_wire import TurnEnd
     from services.edge.sessions.session import EdgeSession
 
 __all__ = ["resume"]
@@ -43,13 +46,31 @@ _KIND_UPDATE: Final = "update"
 _ANSWER_WAIT_SECS: Final = 24 * 3600.0
 
 
-async def resume(session: EdgeSession) -> None:
-    """Take up the turn the log shows running for ``session`` (module doc); nothing when
-    the log shows none."""
+@dataclass
+class RunningTurn:
+    """The turn the store marks running for a session: read before the adapter's link
+    reads anything (:func:`read_running`), taken up once it is attached (:func:`resume`)."""
+
+    turn_id: int
+    #: The prompt's text.
+    text: str
+    #: What its clients were told so far.
+    updates: list[dict[str, Any]]
+    #: Its permission requests, and the answers the agent got.
+    questions: OpenQuestions
+
+
+async def read_running(session: EdgeSession) -> RunningTurn | None:
+    """The turn the store marks running for ``session``, or None when none runs."""
     questions = OpenQuestions()
     turn_id, text, updates = await _running_turn(session, questions)
-    if not turn_id:
-        return
+    return RunningTurn(turn_id, text, updates, questions) if turn_id else None
+
+
+async def resume(session: EdgeSession, running: RunningTurn) -> None:
+    """Take up ``running`` on ``session``, whose adapter link is attached (module doc)."""
+    turn_id, text, updates, questions = (running.turn_id, running.text, running.updates,
+                                         running.questions)
     turn = Turn(session.turn_context, turn_id=turn_id)
     turn.acc = TurnAccumulator(user_text=text)
     turn.acc.add_many(updates)
@@ -65,12 +86,23 @@ async def resume(session: EdgeSession) -> None:
             answer.set_result(message)
 
     assert session.adapter is not None
-    session.adapter.link.on_unmatched(answered)
+    link = session.adapter.link
+    if link.v2 is not None and link.speaks_v2:  # v2: the turn ends at the agent's idle
+        ended = link.v2.adopt_turn(session.adapter.adapter_session_id, updates)
+        ended.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
+                                answered(_v1_answer(f.result())))
+    else:
+        link.on_unmatched(answered)
     rt.spawn(_finish(session, turn, answer))
     asked = questions.open()
     open_questions.ask_again(session, asked)
     log.info("adopted_turn_running", session_id=session.session_id, turn_id=turn_id,
              logged_updates=len(updates), open_questions=len(asked))
+
+
+def _v1_answer(end: TurnEnd) -> dict[str, Any]:
+    """A v2 agent's turn end as the answer to the prompt a v1 agent would have sent."""
+    return {"error": end.error} if end.error is not None else {"result": end.result}
 
 
 async def _running_turn(session: EdgeSession, questions: OpenQuestions,

@@ -12,7 +12,9 @@ claimed under its name and re-adopts each (:func:`readopt`):
   flight is fenced off);
 - attaches again on the row's lease (``open{lease_id}``) and takes the adapter's pipes
   over the fd socket — a grant only the service credential redeems — or relays over
-  the stream; its request ids start above any its predecessor used;
+  the stream; its request ids start above any its predecessor used; a v2 agent's
+  translation is set up again, for the version the alias's recorded profile names (the
+  agent is not asked ``initialize`` again);
 - rebuilds the session from the store (row, agent; a new feed whose event ids, taken
   from the clock, continue above what was logged) and leaves it *detached*, exactly as
   a dropped connection does: its owner re-attaches with ``session/attach``
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 from services.common.acp.schema import ClientCapabilities
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import foreign
-from services.edge.adapter.caps import recorded_capabilities
+from services.edge.adapter.caps import recorded_capabilities, recorded_version
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
 from services.edge.backends.errors import ServiceError
@@ -99,20 +101,26 @@ async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession) -> bool:
     agent = await rt.session_service.resolve_restore_agent(sid)
     session = EdgeSession(rt, DetachedPort(ClientCapabilities()), row, rt.clock)
     session.confirmed = True
-    link = AdapterLink(rt.lifecycle, AttachSpec(
-        lease_id=row.lease_id, keep_on_loss=True), foreign=foreign(agent), first_id=_first_id())
+    link = AdapterLink(rt.lifecycle, AttachSpec(lease_id=row.lease_id, keep_on_loss=True),
+                       foreign=foreign(agent), protocol=agent.protocol, first_id=_first_id())
+    if link.v2 is not None:  # the version its initialize chose, as the alias recorded it
+        link.v2.adopt(recorded_version(agent.adapter_capabilities_json))
     client = AdapterClient(link, sid, session, agent)
     client.adapter_session_id = row.adapter_session_id
     client.agent_capabilities = recorded_capabilities(agent.adapter_capabilities_json)
     session.bind_adapter(client, ClientCapabilities())
     session.lease_id = row.lease_id
+    running = await adopted_turn.read_running(session)  # the store says whether a turn runs
+    if running is not None and link.speaks_v2 and link.v2 is not None:
+        link.v2.adopt_turn(row.adapter_session_id)  # its idle may wait in the pipe already
     link.begin()
     try:
         await link.attached(SETUP_TIMEOUT_SECS)
     except BaseException:
         await rt.claims.release(sid)
         raise
-    await adopted_turn.resume(session)  # the store says whether a turn runs
+    if running is not None:
+        await adopted_turn.resume(session, running)
     rt.activate(session)
     detach(session, float(rt.cfg.gateway.detach_grace_secs))
     log.info("session_readopted", session_id=sid, lease_id=row.lease_id,

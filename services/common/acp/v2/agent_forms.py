@@ -12,7 +12,9 @@ the agent's update as it came instead of a second translation:
 - a ``tool_call_content_chunk`` (v1: a ``tool_call_update`` with the whole content;
   ``_meta.acpgate.contentChunk``);
 - a v2 diff in tool call content (v1: text content with the patch;
-  ``_meta.acpgate.diff``: :func:`content_item`).
+  ``_meta.acpgate.diff``: :func:`content_item`);
+- a permission request's ``title`` and ``description`` (v1: the tool call's title alone;
+  ``_meta.acpgate.permission``: :func:`permission_words`).
 
 acpgate's other ``_meta`` (the event id) stays on what is given back. The caller passes
 every v1 update meant for a v2 client through :func:`agent_form` first.
@@ -33,10 +35,11 @@ from services.common.protocol import (
     META_CONTENT_CHUNK,
     META_DIFF,
     META_NOTICE,
+    META_PERMISSION,
     META_PLAN,
 )
 
-__all__ = ["agent_form", "content_item"]
+__all__ = ["agent_form", "content_item", "permission_words"]
 
 _KEPT = frozenset({META_NOTICE, META_PLAN, META_CONTENT_CHUNK, META_DIFF})
 _V1_THOUGHT = "agent_thought_chunk"
@@ -98,3 +101,20 @@ def content_item(item: dict[str, Any]) -> dict[str, Any] | None:
     ours = _ours(item)
     diff = ours.get(META_DIFF) if ours is not None else None
     return diff if isinstance(diff, dict) else None
+
+
+def permission_words(params: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """A v1 permission request's kept v2 ``title``/``description`` (``_meta.acpgate.permission``)
+    and its ``_meta`` without them (None: nothing left)."""
+    ours = _ours(params)
+    kept = ours.get(META_PERMISSION) if ours is not None else None
+    if not isinstance(kept, dict):
+        return {}, params.get("_meta") if isinstance(params.get("_meta"), dict) else None
+    words = {k: v for k, v in kept.items() if k in ("title", "description") and isinstance(v, str)}
+    meta = dict(params["_meta"])
+    rest = {k: v for k, v in meta[META_ACPGATE].items() if k != META_PERMISSION}
+    if rest:
+        meta[META_ACPGATE] = rest
+    else:
+        del meta[META_ACPGATE]
+    return words, meta or None

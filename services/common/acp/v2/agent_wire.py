@@ -35,11 +35,12 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   ``running`` carrying it passes, so the list reaches the session's clients and its event
   log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
-  ``toolCall``.
+  ``toolCall`` (its ``title`` and ``description`` kept in ``_meta.acpgate.permission``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,12 +78,17 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     META_ACPGATE,
     META_CONTENT_CHUNK,
+    META_PERMISSION,
     META_PLAN,
+    U_TOOL_CALL,
+    U_TOOL_CALL_UPDATE,
 )
 
 __all__ = ["AgentWire", "TurnEnd"]
 
 _SETUP = (M_SESSION_NEW, M_SESSION_LOAD, M_SESSION_RESUME)
+#: The v1 update kinds that create or change a tool call.
+_V1_CALLS = (U_TOOL_CALL, U_TOOL_CALL_UPDATE)
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,23 @@ class AgentWire:
         """A prompt of session ``sid`` went to the agent: its turn runs until ``idle``."""
         session = self._session(sid)
         session.turn = True
+
+    def adopt_turn(self, sid: str, logged: Sequence[Any]) -> None:
+        """Session ``sid``'s turn, started by a predecessor's prompt, runs until ``idle``;
+        ``logged`` is what its clients were told of it so far (v1 updates): the tool calls
+        they know stay known (a later update of one is not a second ``tool_call``), with
+        their content so far (later chunks append to it)."""
+        session = self._session(sid)
+        session.turn = True
+        for update in logged:
+            if not isinstance(update, dict) or update.get("sessionUpdate") not in _V1_CALLS:
+                continue
+            call_id = update.get("toolCallId")
+            if not isinstance(call_id, str):
+                continue
+            session.created.add(call_id)
+            if isinstance(update.get("content"), list):
+                session.calls[call_id] = list(update["content"])
 
     def prompt_failed(self, sid: str) -> None:
         """The agent refused the prompt (an error answer): no turn runs."""
@@ -434,7 +457,11 @@ class AgentWire:
             tool_call.setdefault("title", title)
         if "content" in tool_call:
             tool_call["content"] = _content_v1(tool_call["content"])
-        out = {k: v for k, v in params.items() if k != "subject"}
+        out = {k: v for k, v in params.items() if k not in ("subject", "description")}
         out["toolCall"] = tool_call
+        # The agent's own words, for a v2 client (v1 has the tool call's title alone).
+        asked = {k: params[k] for k in ("title", "description") if isinstance(params.get(k), str)}
+        if asked:
+            out["_meta"] = _with_ours(params.get("_meta"), META_PERMISSION, asked)
         return out
 

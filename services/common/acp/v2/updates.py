@@ -158,13 +158,14 @@ class SessionTranslator:
     def idle(self, stop_reason: str, result: Any = None,
              error: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The idle ``state_update`` that ends foreground work: the stop reason, the
-        usage the v1 prompt result reported, or the error a failed turn got."""
+        usage and ``_meta`` the v1 prompt result reported, or the error a failed turn got."""
         fields: dict[str, Any] = {"stopReason": STOP_ERROR if error else stop_reason}
         if error:
             fields["error"] = error
-        usage = result.get("usage") if isinstance(result, dict) else None
-        if isinstance(usage, dict):
-            fields["usage"] = usage
+        for key in ("usage", "_meta"):
+            value = result.get(key) if isinstance(result, dict) else None
+            if isinstance(value, dict) and value:
+                fields[key] = value
         return self.state(STATE_IDLE, **fields)
 
     def snapshot(self) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def _setup_result(conn: DialectConnection, sid: str, v1: dict[str, Any], *,
     translator.config_options = v1.get("configOptions")
     out: dict[str, Any] = {"sessionId": sid} if with_id else {}
     out["configOptions"] = translator.config_options_v2()
+    if isinstance(v1.get("availableCommands"), list):  # a v2 agent's, as it gave them
+        out["availableCommands"] = v1["availableCommands"]
     meta = v1.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
     if isinstance(v1.get("workspaceDir"), str):  # the built-in agent's, at the top in v1

@@ -25,6 +25,7 @@ import orjson
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import STOP_CANCELLED
+from services.edge.adapter.link import AdapterLink
 from services.edge.adapter.requests import read_prompt_result
 from services.edge.backends.errors import ServiceError
 from services.edge.sessions import open_questions
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from services.common.acp.v2.agent_wire import TurnEnd
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["resume"]
+__all__ = ["RunningTurn", "listen", "read_running", "resume"]
 
 log = get_logger("edge.adopted_turn")
 
@@ -58,17 +59,42 @@ class RunningTurn:
     updates: list[dict[str, Any]]
     #: Its permission requests, and the answers the agent got.
     questions: OpenQuestions
+    #: The adapter's answer to the predecessor's prompt (v1 shape), once it comes.
+    answer: asyncio.Future[dict[str, Any]]
 
 
 async def read_running(session: EdgeSession) -> RunningTurn | None:
     """The turn the store marks running for ``session``, or None when none runs."""
     questions = OpenQuestions()
     turn_id, text, updates = await _running_turn(session, questions)
-    return RunningTurn(turn_id, text, updates, questions) if turn_id else None
+    if not turn_id:
+        return None
+    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    return RunningTurn(turn_id, text, updates, questions, answer)
+
+
+def listen(running: RunningTurn, link: AdapterLink, adapter_session_id: str) -> None:
+    """Have ``running.answer`` set by what ends the predecessor's turn on ``link``: a v1
+    agent's answer to the prompt (an id this link never asked), a v2 agent's ``idle``.
+    Call before the link reads the adapter's lines: the end may already wait there."""
+    answer = running.answer
+
+    def answered(message: dict[str, Any]) -> None:
+        result = message.get("result")
+        if not answer.done() and (isinstance(result, dict) or "error" in message):
+            answer.set_result(message)
+
+    if link.v2 is not None and link.speaks_v2:  # v2: the turn ends at the agent's idle
+        ended = link.v2.adopt_turn(adapter_session_id)
+        ended.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
+                                answered(_v1_answer(f.result())))
+    else:
+        link.on_unmatched(answered)
 
 
 async def resume(session: EdgeSession, running: RunningTurn) -> None:
-    """Take up ``running`` on ``session``, whose adapter link is attached (module doc)."""
+    r"""Take up ``running`` on ``session``, whose adapter link is attached and was
+    :func:`listen`\ ed to before it read anything (module doc)."""
     turn_id, text, updates, questions = (running.turn_id, running.text, running.updates,
                                          running.questions)
     turn = Turn(session.turn_context, turn_id=turn_id)
@@ -78,22 +104,11 @@ async def resume(session: EdgeSession, running: RunningTurn) -> None:
     session.feed.turn_started()
     rt = session.runtime
     rt.event_log.running.setdefault(session.session_id, set()).add(turn_id)
-    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-
-    def answered(message: dict[str, Any]) -> None:
-        result = message.get("result")
-        if not answer.done() and (isinstance(result, dict) or "error" in message):
-            answer.set_result(message)
-
     assert session.adapter is not None
     link = session.adapter.link
-    if link.v2 is not None and link.speaks_v2:  # v2: the turn ends at the agent's idle
-        ended = link.v2.adopt_turn(session.adapter.adapter_session_id, updates)
-        ended.add_done_callback(lambda f: None if f.cancelled() or f.exception() else
-                                answered(_v1_answer(f.result())))
-    else:
-        link.on_unmatched(answered)
-    rt.spawn(_finish(session, turn, answer))
+    if link.v2 is not None and link.speaks_v2:  # what the clients know of it stays known
+        link.v2.adopt_turn(session.adapter.adapter_session_id, updates)
+    rt.spawn(_finish(session, turn, running.answer))
     asked = questions.open()
     open_questions.ask_again(session, asked)
     log.info("adopted_turn_running", session_id=session.session_id, turn_id=turn_id,

@@ -111,8 +111,8 @@ async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession) -> bool:
     session.bind_adapter(client, ClientCapabilities())
     session.lease_id = row.lease_id
     running = await adopted_turn.read_running(session)  # the store says whether a turn runs
-    if running is not None and link.speaks_v2 and link.v2 is not None:
-        link.v2.adopt_turn(row.adapter_session_id)  # its idle may wait in the pipe already
+    if running is not None:  # its end may wait in the pipe already
+        adopted_turn.listen(running, link, row.adapter_session_id)
     link.begin()
     try:
         await link.attached(SETUP_TIMEOUT_SECS)

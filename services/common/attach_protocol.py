@@ -1,6 +1,7 @@
 """Wire constants of live sessions shared by several clients (multi-client attach
-RFD, Message ID RFD): methods, update kinds, roles, history policies, ``_meta`` keys, error
-codes and messages. The rest of ACP's constants are in :mod:`services.common.protocol`.
+RFD, Message ID RFD): methods, update kinds, roles, history policies and messages. Their
+error codes and ``_meta`` keys are in :mod:`services.common.protocol`, with the rest of
+ACP's constants.
 """
 
 from __future__ import annotations
@@ -14,16 +15,6 @@ from services.common.acp.names import (
     U_AGENT_THOUGHT_CHUNK,
     U_USER_MESSAGE_CHUNK,
 )
-
-#: acpgate: an observer attachment named its session in a method an observer may not call
-#: (observers watch only; the edge's method table says which methods they may call).
-OBSERVER_READ_ONLY: Final = -32006
-#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
-#: says where to attach it (across hosts).
-SESSION_LIVE_ELSEWHERE: Final = -32007
-#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
-#: restarted): ``session/load`` or ``session/resume`` brings it back.
-SESSION_NOT_RUNNING: Final = -32008
 
 #: Multi-client attach RFD: join a live session as controller or observer, and
 #: leave it again without ending it.
@@ -53,10 +44,6 @@ HISTORY_NONE: Final = "none"
 HISTORY_AFTER_MESSAGE: Final = "after_message"
 HISTORY_POLICIES: Final = (HISTORY_FULL, HISTORY_PENDING_ONLY, HISTORY_NONE,
                            HISTORY_AFTER_MESSAGE)
-#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
-META_EVENT_ID: Final = "eventId"
-#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
-META_AFTER_EVENT_ID: Final = "afterEventId"
 #: Why acpgate closed an attachment (``_acpgate/attachment_closed``).
 DROP_SLOW_CLIENT: Final = "slow_client"
 DROP_SESSION_ENDED: Final = "session_ended"

@@ -3,12 +3,13 @@
 The constants that cross the wire live in ``services.common``, so the edge and the
 built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
 SPEC's ``<…>`` slots). This module holds ACP v1's constants and acpgate's own extension
-methods (the host view included); ACP's method names and update kinds are generated from
-the schemas (:mod:`services.common.acp.names`) and kept here under acpgate's short names.
-Each other family has one module of its own:
+methods (the host view included), and every JSON-RPC error code and every ``_meta`` key
+whatever its family; ACP's method names and update kinds are generated from the schemas
+(:mod:`services.common.acp.names`) and kept here under acpgate's short names. Each other
+family keeps its methods, names and messages in one module of its own:
 
 - :mod:`services.common.attach_protocol`: live sessions shared by several clients
-  (attach, detach, observers, ``-32006``..``-32008``);
+  (attach, detach, observers; their codes ``-32006``..``-32008`` are here);
 - :mod:`services.common.remote_transport`: Streamable HTTP headers, content types and
   the replay-gap notice;
 - :mod:`services.common.client_mcp`: the ``mcpServers`` a gateway client may pass, and
@@ -52,10 +53,22 @@ STORAGE_QUOTA_EXCEEDED: Final = -32004
 #: acpgate: another host took the session over (its claim expired here); the turn was not
 #: stored and the session ended on this host.
 SESSION_TAKEN_OVER: Final = -32005
+#: acpgate: an observer attachment named its session in a method an observer may not call
+#: (observers watch only; the edge's method table says which methods they may call).
+OBSERVER_READ_ONLY: Final = -32006
+#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
+#: says where to attach it (across hosts).
+SESSION_LIVE_ELSEWHERE: Final = -32007
+#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
+#: restarted): ``session/load`` or ``session/resume`` brings it back.
+SESSION_NOT_RUNNING: Final = -32008
+#: ACP v2: the client asked for a protocol version acpgate does not speak.
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
 MSG_INVALID_VERSION: Final = "Invalid JSON-RPC version"
+MSG_INVALID_REQUEST: Final = "Invalid Request"
 MSG_INVALID_ID: Final = "Invalid Request: id must be a string or a number"
 MSG_INVALID_METHOD: Final = "Invalid Request: method must be a string"
 #: A handler failed unexpectedly (the cause is logged, never sent: it may hold secrets).
@@ -67,6 +80,9 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+#: A turn whose events could not be kept (the store was unreachable past the edge's buffer).
+MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
+                       "no longer fit in the edge's buffer and were not stored")
 #: One token's share of max_sessions is used up (others may still start).
 MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
@@ -348,6 +364,25 @@ HISTORY_ROLES: Final = (
 # ------------------------------------------------------------------ _meta namespaces
 META_ZEROCLAW: Final = "zeroclaw"
 META_ACPGATE: Final = "acpgate"
+#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
+META_EVENT_ID: Final = "eventId"
+#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
+META_AFTER_EVENT_ID: Final = "afterEventId"
+#: ``data.acpgate.liveAt`` of a -32007: the host (or edge worker) where the session is live.
+META_LIVE_AT: Final = "liveAt"
+#: ``_meta.acpgate.subagent`` marks a v2 agent's child update carried on its parent's stream
+#: (services.common.acp.v2.subagents).
+META_SUBAGENT: Final = "subagent"
+#: ``_meta.acpgate`` keys keeping a v2 agent's own form of an update v1 cannot carry, given
+#: back to a v2 client (services.common.acp.v2.agent_forms): a notice, a plan with its id, a
+#: tool call content chunk, a v2 diff.
+META_NOTICE: Final = "notice"
+META_PLAN: Final = "plan"
+META_CONTENT_CHUNK: Final = "contentChunk"
+META_DIFF: Final = "diff"
+#: ``_meta.acpgate.permission``: a v2 agent's permission request's own title and description,
+#: kept through v1 for a v2 client (services.common.acp.v2.agent_forms).
+META_PERMISSION: Final = "permission"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
 #: The built-in agent behind the edge got a session/new (or restoring resume) without one.

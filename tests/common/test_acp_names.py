@@ -49,6 +49,8 @@ USERS = (
 NOT_ACP_NAMES = {
     ("services/common/protocol.py", "tool_call"): "a history role",
     ("services/common/acp/v2/names.py", "plan"): "the plan id of a v1 agent's plan",
+    ("services/common/protocol.py", "notice"): "a _meta.acpgate key keeping a v2 notice",
+    ("services/common/protocol.py", "plan"): "a _meta.acpgate key keeping a v2 plan",
 }
 
 

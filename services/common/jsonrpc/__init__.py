@@ -17,7 +17,6 @@ from services.common.jsonrpc.line_reader import (
     MAX_LINE_BYTES,
     READ_CHUNK_BYTES,
     ChunkReader,
-    LineCutter,
     read_lines,
 )
 from services.common.jsonrpc.outbound import (
@@ -66,7 +65,6 @@ __all__ = [
     "JsonRpcError",
     "JsonRpcId",
     "JsonRpcPeer",
-    "LineCutter",
     "Notes",
     "NotificationSink",
     "OversizeLine",

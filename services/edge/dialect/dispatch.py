@@ -23,7 +23,7 @@ from typing import Any
 from services.common.acp.schema import ClientCapabilities
 from services.common.acp.v2.client_wire import ClientWire
 from services.common.acp.v2.names import PROTOCOL_V1
-from services.common.attach_protocol import MSG_OBSERVER, OBSERVER_READ_ONLY
+from services.common.attach_protocol import MSG_OBSERVER
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     AUTH_REQUIRED,
@@ -33,6 +33,7 @@ from services.common.protocol import (
     MSG_METHOD_NOT_FOUND,
     MSG_SHUTTING_DOWN,
     MSG_TOKEN_REVOKED,
+    OBSERVER_READ_ONLY,
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.caller import Caller
@@ -304,7 +305,7 @@ class DialectConnection:
         ``session/attach`` goes on with its other clients; one it holds passes to another
         controller attached to it, else — a gateway connection (``detach_grace_secs`` > 0)
         whose client used it — detaches (its turn runs on, its permission requests wait
-        for the next controller; :mod:`services.edge.sessions.attachment`). A session whose
+        for the next controller; :mod:`services.edge.sessions.clients`). A session whose
         setup the client never saw answered is released as before.
         """
         self._input_ended = True

@@ -19,12 +19,13 @@ from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import Reader, SessionRow
 from services.edge.caller import Caller
 from services.edge.errors import not_found, service_error
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.hub import EdgeHub
+from services.edge.sessions.session import EdgeSession
 
 __all__ = ["reader_fields", "visible_row"]
 
 
-async def reader_fields(runtime: EdgeRuntime, caller: Caller) -> Reader:
+async def reader_fields(runtime: EdgeHub[EdgeSession], caller: Caller) -> Reader:
     """Who ``caller`` reads as (ListSessions): the operator, or its principal with its
     ``see-all`` grant looked up now."""
     if caller.operator:
@@ -33,7 +34,7 @@ async def reader_fields(runtime: EdgeRuntime, caller: Caller) -> Reader:
                   see_all_principals=await runtime.sees_all(caller.principal))
 
 
-async def visible_row(runtime: EdgeRuntime, caller: Caller, sid: str) -> SessionRow:
+async def visible_row(runtime: EdgeHub[EdgeSession], caller: Caller, sid: str) -> SessionRow:
     """The stored row of ``sid`` if ``caller`` may act on it (load, resume, delete, touch),
     else -32000 exactly as for a session that does not exist. No grant applies: a grant
     reads, it never drives another principal's session."""

@@ -13,9 +13,10 @@ client that joined it with ``session/attach`` (observers included).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from services.edge.backends.session_types import (
     ACTIVITY_IDLE,
@@ -25,10 +26,41 @@ from services.edge.backends.session_types import (
     SessionActivity,
 )
 
-if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession
+__all__ = ["Reported", "activity_of", "changed", "setting_up"]
 
-__all__ = ["activity_of", "changed", "setting_up"]
+
+class _Clients(Protocol):
+    def count(self) -> int:
+        """The clients attached now."""
+
+
+class Reported(Protocol):
+    """What a report reads of a live session (an ``EdgeSession``): its id and lease, its
+    running turn, whether and how many clients are attached, how long it has been idle (and
+    its questions to the client still open, kept as ``_relays``)."""
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+
+    @property
+    def lease_id(self) -> str:
+        """Its adapter's lease."""
+
+    @property
+    def turn(self) -> object | None:
+        """The running turn, if any."""
+
+    @property
+    def attached(self) -> asyncio.Event:
+        """Set while a client connection is attached."""
+
+    @property
+    def clients(self) -> _Clients:
+        """Its attached clients."""
+
+    def idle_for(self) -> float:
+        """Seconds since its last activity."""
 
 
 def setting_up(session_id: str) -> SessionActivity:
@@ -37,7 +69,7 @@ def setting_up(session_id: str) -> SessionActivity:
                            last_activity=int(time.time() * 1000))
 
 
-def activity_of(session: EdgeSession) -> SessionActivity:
+def activity_of(session: Reported) -> SessionActivity:
     """What ``session`` is doing right now."""
     # The questions to its client still open (EdgeSession keeps each relay's waiter).
     waiting = len(getattr(session, "_relays", ()))

@@ -29,14 +29,13 @@ from services.edge.adapter.link import AdapterLink
 from services.edge.adapter.requests import read_prompt_result
 from services.edge.backends.errors import ServiceError
 from services.edge.sessions import open_questions
-from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.clients import report_turn_end, turn_complete
 from services.edge.sessions.open_questions import OpenQuestions
-from services.edge.sessions.turn import TurnAccumulator
-from services.edge.sessions.turn_store import store_turn
+from services.edge.sessions.turn import TURN_COMPLETED, TURN_FAILED, Turn, TurnAccumulator
 
 if TYPE_CHECKING:
     from services.common.acp.v2.agent_wire import TurnEnd
-    from services.edge.sessions.session import EdgeSession, TurnState
+    from services.edge.sessions.session import EdgeSession
 
 __all__ = ["RunningTurn", "listen", "read_running", "resume"]
 
@@ -44,8 +43,6 @@ log = get_logger("edge.adopted_turn")
 
 _KIND_PROMPT: Final = "prompt"
 _KIND_UPDATE: Final = "update"
-_COMPLETED: Final = "completed"
-_FAILED: Final = "failed"
 #: How long the turn waits for the adapter's answer (a dead adapter ends the session first).
 _ANSWER_WAIT_SECS: Final = 24 * 3600.0
 
@@ -100,9 +97,7 @@ async def resume(session: EdgeSession, running: RunningTurn) -> None:
     :func:`listen`\ ed to before it read anything (module doc)."""
     turn_id, text, updates, questions = (running.turn_id, running.text, running.updates,
                                          running.questions)
-    from services.edge.sessions.session import TurnState  # the session module imports this
-
-    turn = TurnState(turn_id=turn_id)
+    turn = Turn(session.turn_context, turn_id=turn_id)
     turn.acc = TurnAccumulator(user_text=text)
     turn.acc.add_many(updates)
     session.turn = turn
@@ -169,7 +164,7 @@ def _text_of(update: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-async def _finish(session: EdgeSession, turn: TurnState,
+async def _finish(session: EdgeSession, turn: Turn,
                   answer: asyncio.Future[dict[str, Any]]) -> None:
     """End ``turn`` with the adapter's answer (module doc); a session released first
     (its adapter died, its grace ended) ends it failed."""
@@ -191,16 +186,14 @@ async def _finish(session: EdgeSession, turn: TurnState,
         if stop and (stop != STOP_CANCELLED or turn.keep):
             if stop == STOP_CANCELLED:
                 turn.acc.mark(STOP_CANCELLED)
-            async with session.storing:
-                await store_turn(session, turn.acc, read_prompt_result(raw), raw)
-                session.feed.turn_stored()
+            await turn.store(read_prompt_result(raw), raw)
         turn.end_state = (STOP_CANCELLED if stop == STOP_CANCELLED
-                          else _COMPLETED if stop else _FAILED)
+                          else TURN_COMPLETED if stop else TURN_FAILED)
         if stop:
             await report_turn_end(session, None, turn_complete(stop, raw))
     except JsonRpcError as exc:
         log.warning("adopted_turn_not_stored", session_id=session.session_id, why=exc.message)
-        turn.end_state = _FAILED
+        turn.end_state = TURN_FAILED
     finally:
         session.release_turn(turn)
         log.info("adopted_turn_ended", session_id=session.session_id, stop_reason=stop or None,

@@ -15,8 +15,9 @@ join them, and the batch is sent again until the store answers — an event alre
 stored is skipped there (a chunk is sent again with the same bounds), so nothing is
 written twice. The pending events are bounded
 (:data:`MAX_PENDING_BYTES`); a session whose events no longer fit loses its log
-here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
-claim generation its events were made under: a host that lost its claim meanwhile
+here and its running turn fails with :data:`~services.common.protocol.MSG_LOG_LOST`.
+Each part carries the claim generation its events were made under: a host that lost its
+claim meanwhile
 has its part refused (fenced), drops it and ends the session as taken over. A part
 past a storage quota is refused too (none of its events stored): the turns it had
 events of answer the quota's sentence (:meth:`EventLog.quota_refusal`).
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 
 from services.common.log_forms import FORM_LINES
 from services.common.logs import get_logger
-from services.common.protocol import REFUSED_QUOTA
+from services.common.protocol import MSG_LOG_LOST, REFUSED_QUOTA
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import EventBatch
 from services.edge.sessions.log_chunks import Chunk, pack_relayed
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from services.edge.backends.session import SessionBackend
     from services.edge.sessions.feed import Event
 
-__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "OFF_ENV",
+__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "OFF_ENV",
            "EventLog"]
 
 log = get_logger("edge.event_log")
@@ -62,9 +63,6 @@ MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
 CALL_SECS: Final = 10.0
 #: Pauses between tries while the store is unreachable.
 RETRY_SECS: Final = (0.1, 0.2, 0.5, 1.0)
-#: A turn whose events could not be kept: the client's error message.
-MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
-                       "no longer fit in the edge's buffer and were not stored")
 #: ``1``: the log is off (benchmarks' baseline only; module doc).
 OFF_ENV: Final = "ACPGATE_BENCH_EVENT_LOG_OFF"
 _REFUSED_FENCED: Final = "fenced"
@@ -202,7 +200,7 @@ class EventLog:
 
     def _lose(self, session_id: str) -> None:
         """``session_id``'s events no longer fit: its pending ones are dropped, its log
-        stops here (its running turn fails: :data:`MSG_LOG_LOST`)."""
+        stops here (its running turn fails: :data:`~services.common.protocol.MSG_LOG_LOST`)."""
         for key in [k for k in self._pending if k[0] == session_id]:
             self._size -= self._pending.pop(key).size
         self.lost[session_id] = MSG_LOG_LOST

@@ -47,12 +47,12 @@ from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import AttachSpec
 from services.edge.backends.session_types import LiveSession
 from services.edge.sessions import adopted_turn
-from services.edge.sessions.attachment import DetachedPort, detach
+from services.edge.sessions.clients import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
 from services.edge.sessions.session import EdgeSession
 
 if TYPE_CHECKING:
-    from services.edge.sessions.runtime import EdgeRuntime
+    from services.edge.sessions.hub import EdgeHub
 
 __all__ = ["readopt"]
 
@@ -64,7 +64,7 @@ def _first_id() -> int:
     return int(time.time() * 1000)
 
 
-async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
+async def readopt(rt: EdgeHub[EdgeSession]) -> tuple[list[str], list[str]]:
     """Re-adopt the live sessions claimed under this edge's name (module doc): the ids
     re-adopted, and those given up (their turns to mark interrupted)."""
     if not rt.gateway_instance_id:
@@ -92,7 +92,7 @@ async def readopt(rt: EdgeRuntime) -> tuple[list[str], list[str]]:
     return adopted, lost
 
 
-async def _readopt_one(rt: EdgeRuntime, live: LiveSession) -> bool:
+async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession) -> bool:
     row = live.session
     sid = row.session_id
     if not row.lease_id or not row.adapter_session_id:
@@ -128,7 +128,7 @@ async def _readopt_one(rt: EdgeRuntime, live: LiveSession) -> bool:
     return True
 
 
-async def give_up(rt: EdgeRuntime, session_ids: list[str]) -> None:
+async def give_up(rt: EdgeHub[EdgeSession], session_ids: list[str]) -> None:
     """Sessions not re-adopted: their running turns interrupted, their claims dropped."""
     for sid in session_ids:
         try:

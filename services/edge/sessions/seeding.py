@@ -37,7 +37,7 @@ from services.edge.backends.errors import ServiceError
 from services.edge.backends.session_types import HistoryItem, SessionRow
 from services.edge.errors import service_error
 from services.edge.sessions.history_wire import CarryOver, history_meta
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.session import EdgeSession
 
 __all__ = ["carry_over", "fork_external", "history_pages", "restore_external",
@@ -46,7 +46,7 @@ __all__ = ["carry_over", "fork_external", "history_pages", "restore_external",
 log = get_logger("edge.seeding")
 
 
-async def history_pages(rt: EdgeRuntime, sid: str
+async def history_pages(rt: EdgeHub[EdgeSession], sid: str
                         ) -> AsyncIterator[Sequence[HistoryItem]]:
     """The stored items of ``sid``, oldest first, one ``StreamHistory`` page at a time (the
     next is read only when the caller asks for it); a failure is the client's error."""
@@ -58,7 +58,7 @@ async def history_pages(rt: EdgeRuntime, sid: str
         raise service_error(exc, sid) from None
 
 
-async def resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: SessionRow,
+async def resume_builtin(rt: EdgeHub[EdgeSession], client: AdapterClient, row: SessionRow,
                          policy: SecurityPolicy, mcp: list[Any],
                          client_mcp: ClientMcpRules) -> str:
     """The built-in agent: ``session/resume`` under the row's agent session id (its own id
@@ -71,7 +71,7 @@ async def resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: SessionRow
     return adapter_sid
 
 
-async def carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
+async def carry_over(rt: EdgeHub[EdgeSession], session: EdgeSession, client: AdapterClient,
                      row: SessionRow, policy: SecurityPolicy,
                      mcp: list[Any], extra: dict[str, Any] | None = None) -> str:
     """A fresh adapter session (``extra``: the client's other params, for an external

@@ -36,13 +36,13 @@ from services.edge.backends.session_types import SESSION_ACTIVE, ResolvedAgent, 
 from services.edge.caller import Caller
 from services.edge.ports.client_port import ClientPort
 from services.edge.sessions.claims import refusal
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.session import EdgeSession
-from services.edge.sessions.slots import Slot, creating, reserved_slot
+from services.edge.sessions.slot_reservation import Slot, creating, reserved_slot
 
 log = get_logger("edge.dialect")
 
-#: The slots a setup holds live in services.edge.sessions.slots; named here too, where the
+#: The slots a setup holds live in services.edge.sessions.slot_reservation; named here too, where the
 #: dialect's handlers import the rest of a setup from.
 __all__ = ["Slot", "creating", "reserved_slot"]
 
@@ -78,9 +78,12 @@ class AgentState(Protocol):
 class SessionHome(ClientPort, Protocol):
     """What a session is set up for and lives in: a client connection
     (``DialectConnection``), or the stand-in of a session the edge runs for another
-    one (``services.edge.sessions.hosted.HostedPort``)."""
+    one (``services.edge.sessions.hosted_port.HostedPort``)."""
 
-    runtime: EdgeRuntime
+    @property
+    def runtime(self) -> EdgeHub[EdgeSession]:
+        """The edge's hub: its runtime as sessions see it."""
+
     #: Who the home acts as (services.edge.caller; see ``serve_connection``).
     caller: Caller
     #: Its active sessions, by id.
@@ -115,7 +118,7 @@ async def setting_up(conn: SessionHome, session: EdgeSession) -> AsyncIterator[E
             await conn.runtime.release(session, reason)
 
 
-async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
+async def session_policy(runtime: EdgeHub[EdgeSession], alias: str, workspace_dir: str,
                          additional_directories: Sequence[str] = (),
                          session_id: str = "", *, local_user: bool = False) -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
@@ -220,7 +223,7 @@ async def spawn_adapter(conn: SessionHome, session: EdgeSession,
         raise setup_error(agent.alias, exc, agent_secrets(agent), "initialize") from None
 
 
-async def _record_capabilities(rt: EdgeRuntime, agent: ResolvedAgent,
+async def _record_capabilities(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
                                client: AdapterClient) -> None:
     """Tell the session service what the alias's adapter advertised (its profile), when it
     changed."""
@@ -280,7 +283,7 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     session.touch()
 
 
-async def _write_active(rt: EdgeRuntime, request: RowUpdate) -> None:
+async def _write_active(rt: EdgeHub[EdgeSession], request: RowUpdate) -> None:
     """``UpdateSession`` of :func:`mark_active`: a conflict (another host's claim) raises, any
     other failure is logged (the session runs; only a later restore reads the row)."""
     try:
@@ -291,7 +294,7 @@ async def _write_active(rt: EdgeRuntime, request: RowUpdate) -> None:
         log.warning("mark_active_failed", session_id=request.session_id, code=exc.code)
 
 
-async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
+async def _write_active_later(rt: EdgeHub[EdgeSession], session: EdgeSession,
                               request: RowUpdate) -> None:
     """:func:`_write_active` after the answer; a claim lost after all ends the session as
     the heartbeat would (in a task of its own: its release waits for this write)."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
+from services.common.protocol import META_ACPGATE, META_LIVE_AT, MSG_SESSION_ON_SIBLING_WORKER
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.session_types import Claim
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 
 if TYPE_CHECKING:
     from services.edge.backends.session import SessionBackend
@@ -45,7 +45,7 @@ async def on_sibling(service: SessionBackend, instance_id: str, session_id: str,
     if holder_host != host or not worker or worker == me:
         return error
     return JsonRpcError(error.code, error.message + MSG_SESSION_ON_SIBLING_WORKER.format(
-        worker=worker), {META_ACPGATE: {"liveAt": sibling_where(row.claim, worker)}})
+        worker=worker), {META_ACPGATE: {META_LIVE_AT: sibling_where(row.claim, worker)}})
 
 
 def sibling_where(claim: Claim, worker: int) -> dict[str, object]:

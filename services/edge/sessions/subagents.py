@@ -24,8 +24,8 @@ caller must feed every relayed update object to :meth:`SessionWork.observe`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from services.common.acp.v2.names import (
     OWN_CHILD_UPDATE,
@@ -35,15 +35,15 @@ from services.common.acp.v2.names import (
 )
 from services.common.acp.v2.subagents import marker
 from services.common.logs import get_logger
-from services.common.protocol import session_key_for
+from services.common.protocol import META_PARENT_SESSION_ID, session_key_for
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import RowUpdate
 
 if TYPE_CHECKING:
     from services.edge.adapter.client import AdapterClient
-    from services.edge.sessions.session import EdgeSession
+    from services.edge.backends.session import SessionBackend
 
-__all__ = ["SessionWork", "bound_children", "store_child"]
+__all__ = ["Parent", "SessionWork", "bound_children", "store_child"]
 
 log = get_logger("edge.subagents")
 
@@ -100,7 +100,7 @@ class SessionWork:
                 continue
             if kind == U2_SUBAGENT_UPDATE:
                 if child not in self.children:
-                    parent = mark.get("parentSessionId")
+                    parent = mark.get(META_PARENT_SESSION_ID)
                     self.children[child] = parent if isinstance(parent, str) else ""
                     announced.append(update)
                 if "state" in update:
@@ -134,15 +134,47 @@ def bound_children(session_id: str, adapter: AdapterClient, limit: int) -> None:
     children.on_limit = refused
 
 
-async def store_child(session: EdgeSession, update: dict[str, Any]) -> None:
-    """Store the child a ``subagent_update`` announced as a session row of its own (module
-    doc); a failure is logged (the child's updates still reach the parent's clients). A
-    child stored already (its id is derived from its parent's and the agent's: announced
-    again after the parent was restored) keeps its row."""
+class Parent(Protocol):
+    """What storing a child reads of the live session it was announced on (an
+    ``EdgeSession``): its ids, agent, workspace, owner and work."""
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+
+    @property
+    def session_key(self) -> str:
+        """Its row's key."""
+
+    @property
+    def alias(self) -> str:
+        """Its agent's alias."""
+
+    @property
+    def workspace_dir(self) -> str:
+        """Its workspace."""
+
+    @property
+    def additional_directories(self) -> Sequence[str]:
+        """Its further directories."""
+
+    @property
+    def owner_key(self) -> str:
+        """Its row owner's key."""
+
+    @property
+    def work(self) -> SessionWork:
+        """Its children and background work."""
+
+
+async def store_child(service: SessionBackend, session: Parent, update: dict[str, Any]) -> None:
+    """Store the child a ``subagent_update`` announced on ``session`` as a session row of its
+    own (module doc); a failure is logged (the child's updates still reach the parent's
+    clients). A child stored already (its id is derived from its parent's and the agent's:
+    announced again after the parent was restored) keeps its row."""
     child = str(update.get("sessionId"))
     parent = session.work.children.get(child, "")
     parent_key = session_key_for(session.alias, parent) if parent else session.session_key
-    service = session.runtime.session_service
     try:
         await service.create_child_session(
             child, agent_alias=session.alias, workspace_dir=session.workspace_dir,

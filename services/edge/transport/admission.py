@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from services.common.config import GatewaySection
 from services.edge.backends.session_types import SLOT_CONNECTION
-from services.edge.sessions.workers import Held, WorkerLink
+from services.edge.sessions.worker_link import Held, WorkerLink
 
 __all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal", "token_share"]
 

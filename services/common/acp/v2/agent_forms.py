@@ -30,16 +30,17 @@ from services.common.acp.v2.names import (
     U2_TOOL_CALL_CONTENT_CHUNK,
     U2_TOOL_CALL_UPDATE,
 )
-from services.common.protocol import META_ACPGATE
+from services.common.protocol import (
+    META_ACPGATE,
+    META_CONTENT_CHUNK,
+    META_DIFF,
+    META_NOTICE,
+    META_PERMISSION,
+    META_PLAN,
+)
 
-__all__ = ["META_CONTENT_CHUNK", "META_DIFF", "META_NOTICE", "META_PERMISSION", "META_PLAN",
-           "agent_form", "content_item", "permission_words"]
+__all__ = ["agent_form", "content_item", "permission_words"]
 
-META_NOTICE = "notice"
-META_PLAN = "plan"
-META_CONTENT_CHUNK = "contentChunk"
-META_DIFF = "diff"
-META_PERMISSION = "permission"
 _KEPT = frozenset({META_NOTICE, META_PLAN, META_CONTENT_CHUNK, META_DIFF})
 _V1_THOUGHT = "agent_thought_chunk"
 _V1_PLAN = "plan"
@@ -103,7 +104,7 @@ def content_item(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def permission_words(params: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any] | None]:
-    """A v1 permission request's kept v2 ``title``/``description`` (:data:`META_PERMISSION`)
+    """A v1 permission request's kept v2 ``title``/``description`` (``_meta.acpgate.permission``)
     and its ``_meta`` without them (None: nothing left)."""
     ours = _ours(params)
     kept = ours.get(META_PERMISSION) if ours is not None else None

@@ -45,7 +45,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.acp.v2.agent_forms import META_CONTENT_CHUNK, META_PERMISSION, META_PLAN
 from services.common.acp.v2.child_cards import ChildCards
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
@@ -69,22 +68,29 @@ from services.common.acp.v2.names import (
     U2_USER_MESSAGE_CHUNK,
 )
 from services.common.acp.v2.subagents import Children
-from services.common.protocol import META_ACPGATE
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    M_AUTHENTICATE,
+    M_LOGOUT,
+    M_REQUEST_PERMISSION,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_RESUME,
+    M_SESSION_SET_CONFIG_OPTION,
+    M_SESSION_SET_MODE,
+    META_ACPGATE,
+    META_CONTENT_CHUNK,
+    META_PERMISSION,
+    META_PLAN,
+    U_TOOL_CALL,
+    U_TOOL_CALL_UPDATE,
+)
 
 __all__ = ["AgentWire", "TurnEnd"]
 
-_NEW = "session/new"
-_LOAD = "session/load"
-_RESUME = "session/resume"
-_SET_MODE = "session/set_mode"
-_SET_OPTION = "session/set_config_option"
-_AUTHENTICATE = "authenticate"
-_LOGOUT = "logout"
-_PERMISSION = "session/request_permission"
-_SETUP = (_NEW, _LOAD, _RESUME)
+_SETUP = (M_SESSION_NEW, M_SESSION_LOAD, M_SESSION_RESUME)
 #: The v1 update kinds that create or change a tool call.
-_V1_CALLS = ("tool_call", "tool_call_update")
-_INTERNAL_ERROR = -32603
+_V1_CALLS = (U_TOOL_CALL, U_TOOL_CALL_UPDATE)
 
 
 @dataclass(frozen=True)
@@ -202,22 +208,22 @@ class AgentWire:
             out = dict(params)
             if "mcpServers" in out:
                 out["mcpServers"] = _mcp_v2(out["mcpServers"])
-            if method == _LOAD:
+            if method == M_SESSION_LOAD:
                 out["replayFrom"] = {"type": REPLAY_START}
-                return _RESUME, out
+                return M_SESSION_RESUME, out
             return method, out
-        if method == _SET_MODE:
+        if method == M_SESSION_SET_MODE:
             session = self._session(params.get("sessionId"))
             out = {k: v for k, v in params.items() if k != "modeId"}
             out.update({"configId": session.mode_config, "type": "id",
                         "value": params.get("modeId")})
-            return _SET_OPTION, out
-        if method == _SET_OPTION and "type" not in params:
+            return M_SESSION_SET_CONFIG_OPTION, out
+        if method == M_SESSION_SET_CONFIG_OPTION and "type" not in params:
             value = params.get("value")
             return method, {**params, "type": "boolean" if isinstance(value, bool) else "id"}
-        if method == _AUTHENTICATE:
+        if method == M_AUTHENTICATE:
             return M_AUTH_LOGIN, params
-        if method == _LOGOUT:
+        if method == M_LOGOUT:
             return M_AUTH_LOGOUT, params
         return method, params
 
@@ -226,10 +232,10 @@ class AgentWire:
         it), as v1's."""
         if not isinstance(result, dict):
             return result
-        if method in _SETUP or method == _SET_OPTION:
+        if method in _SETUP or method == M_SESSION_SET_CONFIG_OPTION:
             sid = result.get("sessionId", params.get("sessionId"))
             return self._with_options(sid, result)
-        if method == _SET_MODE:
+        if method == M_SESSION_SET_MODE:
             session = self._session(params.get("sessionId"))
             if isinstance(params.get("modeId"), str):
                 session.mode = params["modeId"]
@@ -351,7 +357,7 @@ class AgentWire:
         if stop == STOP_ERROR:
             error = update.get("error")
             if not isinstance(error, dict) or not isinstance(error.get("code"), int):
-                error = {"code": _INTERNAL_ERROR, "message": "the agent's turn failed"}
+                error = {"code": INTERNAL_ERROR, "message": "the agent's turn failed"}
             return TurnEnd(sid, error=error)
         result: dict[str, Any] = {"stopReason": stop if isinstance(stop, str) else "end_turn"}
         for key in ("usage", "_meta"):
@@ -449,7 +455,7 @@ class AgentWire:
     def agent_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A v2 agent's request to the client as v1's (the permission request's
         ``toolCall``)."""
-        if method != _PERMISSION or "toolCall" in params:
+        if method != M_REQUEST_PERMISSION or "toolCall" in params:
             return params
         subject = params.get("subject")
         call = subject.get("toolCall") if isinstance(subject, dict) else None

@@ -36,8 +36,8 @@ from services.common.acp.v2.names import (
     U2_AGENT_THOUGHT_CHUNK,
     U2_SUBAGENT_UPDATE,
 )
-from services.common.acp.v2.subagents import META_SUBAGENT, marker
-from services.common.protocol import META_ACPGATE
+from services.common.acp.v2.subagents import marker
+from services.common.protocol import META_ACPGATE, META_SUBAGENT
 
 __all__ = ["ChildCards", "is_card"]
 

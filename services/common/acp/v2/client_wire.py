@@ -31,11 +31,14 @@ from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
 from services.common.acp.v2.requests import permission_request_v2
 from services.common.acp.v2.subagents import acpgate_made, unwrap
 from services.common.acp.v2.updates import SessionTranslator
-from services.common.protocol import INVALID_REQUEST, M_REQUEST_PERMISSION, M_SESSION_UPDATE
+from services.common.protocol import (
+    INVALID_REQUEST,
+    M_REQUEST_PERMISSION,
+    M_SESSION_UPDATE,
+    MSG_INVALID_REQUEST,
+)
 
 __all__ = ["ClientWire"]
-
-_MSG_INVALID_REQUEST = "Invalid Request"
 
 
 #: How acpgate writes a ``session/update`` line, and the starts of an update that is a
@@ -68,7 +71,7 @@ def _note(sid: str, update: dict[str, Any]) -> str:
 
 def _invalid(entry_id: Any = None) -> str:
     return _line({"jsonrpc": "2.0", "id": entry_id,
-                  "error": {"code": INVALID_REQUEST, "message": _MSG_INVALID_REQUEST}})
+                  "error": {"code": INVALID_REQUEST, "message": MSG_INVALID_REQUEST}})
 
 
 def _key(request_id: Any) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Set
 from typing import Any
 
 from services.common.acp.v2.names import SUPPORTED_VERSIONS
+from services.common.protocol import META_ACPGATE
 
 __all__ = ["NoVersionFits", "negotiate", "v2_auth_methods", "v2_client_info",
            "v2_initialize_result"]
@@ -107,7 +108,7 @@ def v2_initialize_result(v1: dict[str, Any], *, version: int, markers: Set[str],
     }
     extras = {k: v for k, v in sessions.items() if k in under_meta}
     if extras:
-        session["_meta"] = {"acpgate": extras}
+        session["_meta"] = {META_ACPGATE: extras}
     info = v1.get("agentInfo")
     out: dict[str, Any] = {
         "protocolVersion": version,

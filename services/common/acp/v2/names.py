@@ -1,4 +1,5 @@
-"""ACP v2 names acpgate uses (methods, update kinds, states, codes) — one place.
+"""ACP v2 names acpgate uses (methods, update kinds, states, messages); its error codes are in
+:mod:`services.common.protocol` with every other code.
 
 Normative source: the v2 schema of ``@agentclientprotocol/sdk`` 2.4.0
 (``schema/v2/schema.json``, vendored under ``protos/acp/v2/``). Its method names and update
@@ -41,9 +42,7 @@ MSG_NO_V1_CANCEL: Final = ("{method} is not available: the session's agent speak
 MSG_CHILD_SETUP: Final = ("Session {session_id} is a subagent session of {parent}: its "
                           "updates come with its parent's (resume {parent})")
 
-# Error codes v2 names.
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
-RESOURCE_NOT_FOUND: Final = -32002
+# Error messages v2 names (its codes are in services.common.protocol).
 MSG_UNSUPPORTED_VERSION: Final = "Unsupported protocol version {requested}"
 MSG_V2_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 
@@ -95,6 +94,7 @@ REPLAY_START: Final = "start"
 #: acpgate's own cursor: ``{"type": "_acpgate_event", "eventId": N}`` replays from event N
 #: (inclusive) of a live session's numbered updates (``_meta.acpgate.eventId``).
 REPLAY_ACPGATE_EVENT: Final = "_acpgate_event"
+MSG_BAD_REPLAY: Final = "Unsupported replayFrom: the types are start and " + REPLAY_ACPGATE_EVENT
 
 #: The mode config option acpgate makes of a v1 agent's ``modes``.
 MODE_CONFIG_ID: Final = "mode"

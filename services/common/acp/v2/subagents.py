@@ -56,14 +56,16 @@ from services.common.acp.v2.names import (
     U2_SUBAGENT_UPDATE,
     U2_USER_MESSAGE_CHUNK,
 )
-from services.common.protocol import DEFAULT_MAX_SUBAGENTS
+from services.common.protocol import (
+    DEFAULT_MAX_SUBAGENTS,
+    META_ACPGATE,
+    META_PARENT_SESSION_ID,
+    META_SUBAGENT,
+)
 
-__all__ = ["META_SUBAGENT", "Child", "Children", "acpgate_made", "child_id", "marker",
+__all__ = ["Child", "Children", "acpgate_made", "child_id", "marker",
            "unwrap"]
 
-_ACPGATE = "acpgate"
-#: The key under ``_meta.acpgate`` that marks a child's update carried by its parent.
-META_SUBAGENT = "subagent"
 #: A child's updates shown to v1 clients as the parent's thoughts.
 _TEXT_KINDS = frozenset({U2_AGENT_MESSAGE_CHUNK, U2_AGENT_THOUGHT_CHUNK, U2_USER_MESSAGE_CHUNK})
 _MESSAGE_KINDS = frozenset({U2_SESSION_MESSAGE, U2_SESSION_MESSAGE_CHUNK})
@@ -100,8 +102,8 @@ class Child:
 def _meta_with(update: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     meta = update.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
-    acpgate = meta.get(_ACPGATE)
-    meta[_ACPGATE] = {**(acpgate if isinstance(acpgate, dict) else {}), META_SUBAGENT: ours}
+    acpgate = meta.get(META_ACPGATE)
+    meta[META_ACPGATE] = {**(acpgate if isinstance(acpgate, dict) else {}), META_SUBAGENT: ours}
     return meta
 
 
@@ -212,7 +214,7 @@ class Children:
             return None  # a child never moves to another session's tree
         ours: dict[str, Any] = {"sessionId": child.session_id}
         if child.parent:
-            ours["parentSessionId"] = child.parent
+            ours[META_PARENT_SESSION_ID] = child.parent
         out = {**update, "sessionId": child.session_id, "_meta": _meta_with(update, ours)}
         if "state" in out:
             out["state"] = self._state(out["state"], root)
@@ -235,14 +237,14 @@ class Children:
                     "_meta": _meta_with(inner, ours), **body}
         return {"sessionUpdate": OWN_CHILD_UPDATE, "sessionId": child.session_id,
                 "update": inner,
-                "_meta": {_ACPGATE: {META_SUBAGENT: {"sessionId": child.session_id}}}}
+                "_meta": {META_ACPGATE: {META_SUBAGENT: {"sessionId": child.session_id}}}}
 
 
 def marker(update: dict[str, Any]) -> dict[str, Any] | None:
     """``_meta.acpgate.subagent`` of ``update``: present only on what acpgate carries for a
     child (an agent's ``_meta.acpgate`` never gets this far)."""
     meta = update.get("_meta")
-    ours = meta.get(_ACPGATE) if type(meta) is dict else None
+    ours = meta.get(META_ACPGATE) if type(meta) is dict else None
     found = ours.get(META_SUBAGENT) if type(ours) is dict else None
     return found if type(found) is dict else None
 
@@ -266,7 +268,7 @@ def unwrap(update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         return None
     kind = update.get("sessionUpdate")
     meta: dict[str, Any] = update["_meta"]
-    ours: dict[str, Any] = meta[_ACPGATE]
+    ours: dict[str, Any] = meta[META_ACPGATE]
     rest = {k: v for k, v in ours.items() if k != META_SUBAGENT}
     if kind == OWN_CHILD_UPDATE:
         sid, inner = update.get("sessionId"), update.get("update")
@@ -276,20 +278,20 @@ def unwrap(update: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         if rest:
             inner_meta = inner.get("_meta")
             inner_meta = dict(inner_meta) if isinstance(inner_meta, dict) else {}
-            theirs = inner_meta.get(_ACPGATE)
-            inner_meta[_ACPGATE] = {**(theirs if isinstance(theirs, dict) else {}), **rest}
+            theirs = inner_meta.get(META_ACPGATE)
+            inner_meta[META_ACPGATE] = {**(theirs if isinstance(theirs, dict) else {}), **rest}
             inner = {**inner, "_meta": inner_meta}
         return sid, inner
     if kind == U2_SUBAGENT_UPDATE:
-        parent = mark.get("parentSessionId")
+        parent = mark.get(META_PARENT_SESSION_ID)
         return (parent, update) if isinstance(parent, str) and parent else None
     original = mark.get("sessionUpdate")
     sid = mark.get("sessionId")
     if kind != U2_AGENT_THOUGHT_CHUNK or original not in _TEXT_KINDS or not isinstance(sid, str):
         return None
-    inner_meta = {k: v for k, v in meta.items() if k != _ACPGATE}
+    inner_meta = {k: v for k, v in meta.items() if k != META_ACPGATE}
     if rest:
-        inner_meta[_ACPGATE] = rest
+        inner_meta[META_ACPGATE] = rest
     inner = {k: v for k, v in update.items() if k not in ("sessionUpdate", "_meta")}
     out = {"sessionUpdate": original, **inner}
     if inner_meta:

@@ -8,7 +8,7 @@ and session/prompt take:
 - **spawn**: a slot against ``max_sessions`` and the requester's principal's
   share (a child belongs to its root's token), the row from SpawnSession, a lease
   and the child's adapter (``session/new`` with the decided policy), the child
-  entered active in the requester's :class:`~services.edge.sessions.hosted.HostedPort`,
+  entered active in the requester's :class:`~services.edge.sessions.hosted_port.HostedPort`,
   then its first turn;
 - **send**: the target as it runs now — on a client's connection, or hosted —
   or, when it runs nowhere, restored (``session/resume`` seeded with the stored
@@ -20,7 +20,7 @@ cancel of the requester cancels it. ``wait: false`` runs it in the background
 (a runtime task) and answers at once.
 
 Autonomy: a sent turn runs at most at the sender's level — the cap
-SendToSession answers, carried in ``TurnState.autonomy_cap`` to the built-in
+SendToSession answers, carried in ``Turn.autonomy_cap`` to the built-in
 agent; a spawned child's policy is capped by SpawnSession itself. Both calls
 pass the requester's own turn cap, when another session started the turn it
 runs, so that cap carries on down a chain of sends.
@@ -46,9 +46,9 @@ from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.backends.errors import ServiceError
 from services.edge.dialect.handlers.restore import restore
 from services.edge.errors import cause, service_error
-from services.edge.sessions.hosted import hosted_port
+from services.edge.sessions.hosted_port import hosted_port
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.session import EdgeSession, TurnState
+from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.session_setup import (
     creating,
     mark_active,
@@ -56,6 +56,7 @@ from services.edge.sessions.session_setup import (
     setting_up,
     spawn_adapter,
 )
+from services.edge.sessions.turn import Turn
 
 __all__ = ["SpawnArgs", "send", "spawn"]
 
@@ -156,14 +157,14 @@ async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bo
             "stopReason": stop, "reply": result.text}
 
 
-async def _run(target: EdgeSession, turn: TurnState, text: str) -> TurnOutcome:
+async def _run(target: EdgeSession, turn: Turn, text: str) -> TurnOutcome:
     try:  # a tool's message is plain text: one text block, stored as it is
         return await target.run_turn(turn, AdapterPrompt([{"type": "text", "text": text}], text))
     finally:
         target.release_turn(turn)
 
 
-async def _background(target: EdgeSession, turn: TurnState, text: str) -> None:
+async def _background(target: EdgeSession, turn: Turn, text: str) -> None:
     """A ``wait: false`` turn: its outcome is in the store (or the log), nobody awaits it."""
     try:
         result = await _run(target, turn, text)

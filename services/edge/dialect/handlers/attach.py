@@ -53,7 +53,7 @@ from services.edge.dialect.handlers.restore import replay_history
 from services.edge.errors import not_found
 from services.edge.params import session_id
 from services.edge.sessions.clients import Attachment, conn_of, leave
-from services.edge.sessions.hosted import HostedPort
+from services.edge.sessions.hosted_port import HostedPort
 from services.edge.sessions.joining import join, may_rejoin
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.session import EdgeSession

@@ -79,8 +79,8 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.prompt_result import fork_result
-from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import carry_over, fork_external, resume_builtin
 from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.session_setup import (
@@ -148,7 +148,7 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
                     session.clients.release_held)
 
 
-async def _fork_row(rt: EdgeRuntime, parent_id: str, call: Awaitable[Forked]) -> Forked:
+async def _fork_row(rt: EdgeHub[EdgeSession], parent_id: str, call: Awaitable[Forked]) -> Forked:
     """``ForkSession``; its claim's generation noted for this host's writes. Refusals are the
     client's errors: the parent gone meanwhile "not found", a bad ``cwd`` or extra root
     -32602, the token's storage quota -32004 with the quota's sentence."""
@@ -163,7 +163,7 @@ async def _fork_row(rt: EdgeRuntime, parent_id: str, call: Awaitable[Forked]) ->
     return forked
 
 
-def _served_elsewhere(rt: EdgeRuntime, parent: SessionRow) -> bool:
+def _served_elsewhere(rt: EdgeHub[EdgeSession], parent: SessionRow) -> bool:
     """Whether another host serves the parent now (a live claim not this host's): its agent
     there may know turns not stored yet, and this host's agent an older conversation."""
     claim = parent.claim
@@ -196,7 +196,7 @@ async def _seed(session: EdgeSession, client: AdapterClient,
     return adapter_sid
 
 
-async def _discard(rt: EdgeRuntime, session: EdgeSession) -> None:
+async def _discard(rt: EdgeHub[EdgeSession], session: EdgeSession) -> None:
     """Delete a fork whose setup failed, once its release (adapter, lease, claim) is done:
     nobody knows its id."""
     if session.releasing is not None:

@@ -24,11 +24,7 @@ from services.common.acp.v2.handshake import (
     v2_client_info,
     v2_initialize_result,
 )
-from services.common.acp.v2.names import (
-    MSG_UNSUPPORTED_VERSION,
-    PROTOCOL_V1,
-    UNSUPPORTED_PROTOCOL_VERSION,
-)
+from services.common.acp.v2.names import MSG_UNSUPPORTED_VERSION, PROTOCOL_V1
 from services.common.acp.wire import AcpDecodeError
 from services.common.attach_protocol import ATTACH_ROLES
 from services.common.jsonrpc import JsonRpcError
@@ -38,6 +34,7 @@ from services.common.protocol import (
     META_ACPGATE,
     META_ZEROCLAW,
     PROTOCOL_VERSION,
+    UNSUPPORTED_PROTOCOL_VERSION,
 )
 from services.edge.adapter.caps import profile_of, recorded_capabilities, recorded_profile
 from services.edge.backends.errors import ServiceError

@@ -2,7 +2,7 @@
 
 A request with bad params gets their -32602 whether or not a slot is free, as if
 they had been checked before the slot: each check here runs only when the slot was
-refused (``services.edge.sessions.slots.reserved_slot``'s ``validate``), so a granted
+refused (``services.edge.sessions.slot_reservation.reserved_slot``'s ``validate``), so a granted
 request makes no round trip more. The session service decides, as on the way that
 takes the slot: the agent, the cwd, the extra roots (``ResolveAgent``,
 ``ResolveWorkspace``); a fork's cwd must be its parent's workspace. Failures that are

@@ -47,12 +47,7 @@ from typing import Any
 
 import orjson
 
-from services.common.attach_protocol import (
-    HISTORY_AFTER_MESSAGE,
-    HISTORY_FULL,
-    META_AFTER_EVENT_ID,
-    ROLE_CONTROLLER,
-)
+from services.common.attach_protocol import HISTORY_AFTER_MESSAGE, HISTORY_FULL, ROLE_CONTROLLER
 from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
@@ -65,6 +60,7 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
     META_PARENT_SESSION_ID,
     MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
@@ -91,14 +87,13 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.sessions.attachment import DetachedPort
-from services.edge.sessions.clients import leave
+from services.edge.sessions.clients import DetachedPort, leave
 from services.edge.sessions.feed import event_id_of
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.joining import HISTORY_LIVE, join
 from services.edge.sessions.log_replay import replay_log
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
-from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import (
     carry_over,
     restore_external,
@@ -269,7 +264,7 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
         registry.restoring.discard(sid)
 
 
-async def _resolve_agent(rt: EdgeRuntime, row: SessionRow, extra: list[str] | None,
+async def _resolve_agent(rt: EdgeHub[EdgeSession], row: SessionRow, extra: list[str] | None,
                          *, local_user: bool,
                          ) -> tuple[ResolvedAgent, SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
@@ -291,7 +286,7 @@ async def _resolve_agent(rt: EdgeRuntime, row: SessionRow, extra: list[str] | No
     return agent, row
 
 
-async def _policy(rt: EdgeRuntime, agent: ResolvedAgent,
+async def _policy(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
                   row: SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent."""

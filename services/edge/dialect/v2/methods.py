@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from services.common.acp.v2.names import MSG_V2_SESSION_NOT_FOUND, RESOURCE_NOT_FOUND
+from services.common.acp.v2.names import MSG_V2_SESSION_NOT_FOUND
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
+    ACP_RESOURCE_NOT_FOUND,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
     MSG_SESSION_NOT_FOUND,
@@ -40,7 +41,7 @@ def v2_errors(handler: Handler) -> Handler:
             if exc.code != SESSION_NOT_FOUND or not exc.message.startswith(_NOT_FOUND_HEAD):
                 raise
             sid = exc.message[len(_NOT_FOUND_HEAD):]
-            raise JsonRpcError(RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
+            raise JsonRpcError(ACP_RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
                 session_id=sid), {"sessionId": sid}) from None
     return functools.update_wrapper(served, handler)
 

@@ -26,6 +26,7 @@ from typing import Any
 from services.common.acp.v2.config import is_mode_option
 from services.common.acp.v2.names import (
     MODE_CONFIG_ID,
+    MSG_BAD_REPLAY,
     REPLAY_ACPGATE_EVENT,
     REPLAY_START,
     STATE_IDLE,
@@ -33,13 +34,13 @@ from services.common.acp.v2.names import (
     U2_REPLAY_COMPLETE,
 )
 from services.common.acp.v2.requests import BadV2Params, setup_params_v1
-from services.common.attach_protocol import META_AFTER_EVENT_ID
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
     M_LOGOUT,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
     META_WORKSPACE_DIR,
 )
 from services.edge.dialect.dispatch import DialectConnection
@@ -50,8 +51,6 @@ from services.edge.sessions.feed import event_id_of
 
 __all__ = ["auth_login", "auth_logout", "session_new", "session_resume",
            "session_set_config_option"]
-
-_MSG_BAD_REPLAY = "Unsupported replayFrom: the types are start and " + REPLAY_ACPGATE_EVENT
 
 
 def _v1_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +102,7 @@ def _replay_kind(params: dict[str, Any]) -> tuple[str | None, int | None]:
         event = event_id_of(cursor.get("eventId"))
         if event is not None and event > 0:
             return kind, event
-    raise JsonRpcError(INVALID_PARAMS, _MSG_BAD_REPLAY)
+    raise JsonRpcError(INVALID_PARAMS, MSG_BAD_REPLAY)
 
 
 async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:

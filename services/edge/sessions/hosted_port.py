@@ -36,7 +36,6 @@ from services.edge.caller import Caller
 from services.edge.ports.backchannel import ClientGone
 
 if TYPE_CHECKING:
-    from services.edge.sessions.runtime import EdgeRuntime
     from services.edge.sessions.session import EdgeSession
 
 __all__ = ["HostedPort", "hosted_port", "labelled"]
@@ -87,7 +86,7 @@ class HostedPort:
 
     def __init__(self, host: EdgeSession) -> None:
         self.host = host
-        self.runtime: EdgeRuntime = host.runtime
+        self.runtime = host.runtime
         #: Acts for the host's principal, never as the operator: a restore for the host
         #: (sessions_send) reads the row as that principal.
         self.caller = Caller(host.principal)
@@ -129,6 +128,7 @@ class HostedPort:
 
 def hosted_port(host: EdgeSession) -> HostedPort:
     """The :class:`HostedPort` of ``host``, made on first use."""
-    if host.hosted is None:
-        host.hosted = HostedPort(host)
-    return host.hosted
+    port = host.hosted
+    if not isinstance(port, HostedPort):
+        port = host.hosted = HostedPort(host)
+    return port

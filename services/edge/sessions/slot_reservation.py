@@ -1,6 +1,6 @@
 """Session slots: ``[acp] max_sessions`` and each token's share, held while a session is
 set up (SPEC §9) — with several edge workers on one port, the host's
-(the session service counts every worker's, services.edge.sessions.workers).
+(the session service counts every worker's, services.edge.sessions.worker_link).
 
 A principal at its share or at the host's limit gets room from its own detached idle
 sessions first (:mod:`services.edge.sessions.shares`); the -32001 that remains says the
@@ -16,9 +16,10 @@ from contextlib import asynccontextmanager
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import token_id_of
 from services.edge.backends.session_types import SLOT_SESSION
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.limit_error import limit_error
 from services.edge.sessions.registry import SessionRegistry, SlotRefusal
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.shares import let_go_for_room
 
 __all__ = ["Slot", "creating", "reserved_slot"]
@@ -29,9 +30,9 @@ Validate = Callable[[], Awaitable[None]]
 
 class Slot:
     """One reserved slot, counted against a principal (services.edge.sessions.registry) —
-    with several edge workers, the host's slot too (services.edge.sessions.workers)."""
+    with several edge workers, the host's slot too (services.edge.sessions.worker_link)."""
 
-    def __init__(self, runtime: EdgeRuntime, principal: str, *, explain: bool = False) -> None:
+    def __init__(self, runtime: EdgeHub[EdgeSession], principal: str, *, explain: bool = False) -> None:
         self._runtime = runtime
         self._registry = runtime.registry
         self.principal = principal
@@ -77,7 +78,7 @@ class Slot:
 
 
 @asynccontextmanager
-async def reserved_slot(runtime: EdgeRuntime, principal: str, *, explain: bool = False,
+async def reserved_slot(runtime: EdgeHub[EdgeSession], principal: str, *, explain: bool = False,
                         validate: Validate | None = None) -> AsyncIterator[Slot]:
     """Hold one of the ``max_sessions`` slots for a session of ``principal`` while it is set
     up; -32001 when the edge (with several workers: the host) is full, or when that token's

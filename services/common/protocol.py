@@ -319,8 +319,6 @@ META_CHILD_SESSION_ID: Final = "childSessionId"
 META_AGENT: Final = "agent"
 META_PARENT_SESSION_ID: Final = "parentSessionId"
 META_SPAWNED_BY: Final = "spawnedBy"
-#: `_meta.acpgate.subagent: true` of a session/list row of a child session an agent runs.
-META_SUBAGENT_ROW: Final = "subagent"
 #: `_meta.acpgate.forkedFrom` of a session/fork result and of a fork's session/list row: the
 #: id of the session it was forked from.
 META_FORKED_FROM: Final = "forkedFrom"
@@ -371,7 +369,7 @@ META_AFTER_EVENT_ID: Final = "afterEventId"
 #: ``data.acpgate.liveAt`` of a -32007: the host (or edge worker) where the session is live.
 META_LIVE_AT: Final = "liveAt"
 #: ``_meta.acpgate.subagent`` marks a v2 agent's child update carried on its parent's stream
-#: (services.common.acp.v2.subagents).
+#: (services.common.acp.v2.subagents); ``true`` on a session/list row of such a child.
 META_SUBAGENT: Final = "subagent"
 #: ``_meta.acpgate`` keys keeping a v2 agent's own form of an update v1 cannot carry, given
 #: back to a v2 client (services.common.acp.v2.agent_forms): a notice, a plan with its id, a

@@ -17,7 +17,7 @@ from services.common.protocol import (
     META_FORKED_FROM,
     META_PARENT_SESSION_ID,
     META_SPAWNED_BY,
-    META_SUBAGENT_ROW,
+    META_SUBAGENT,
 )
 from services.edge.backends.session_types import SESSION_ACTIVE, HistoryItem, SessionRow
 from services.edge.sessions.history_wire import history_meta
@@ -54,7 +54,7 @@ def lineage(row: SessionRow) -> dict[str, Any]:
     if row.ownership.spawned_by:
         out[META_SPAWNED_BY] = row.ownership.spawned_by
     if row.subagent:
-        out[META_SUBAGENT_ROW] = True
+        out[META_SUBAGENT] = True
     return out
 
 

@@ -371,6 +371,9 @@ META_LIVE_AT: Final = "liveAt"
 #: ``_meta.acpgate.subagent`` marks a v2 agent's child update carried on its parent's stream
 #: (services.common.acp.v2.subagents); ``true`` on a session/list row of such a child.
 META_SUBAGENT: Final = "subagent"
+#: ``_meta.acpgate.subagent.card: true``: the update is a child's card for v1 clients
+#: (services.common.acp.v2.child_cards), never sent to a v2 client.
+META_CHILD_CARD: Final = "card"
 #: ``_meta.acpgate`` keys keeping a v2 agent's own form of an update v1 cannot carry, given
 #: back to a v2 client (services.common.acp.v2.agent_forms): a notice, a plan with its id, a
 #: tool call content chunk, a v2 diff.

@@ -37,11 +37,9 @@ from services.common.acp.v2.names import (
     U2_SUBAGENT_UPDATE,
 )
 from services.common.acp.v2.subagents import marker
-from services.common.protocol import META_ACPGATE, META_SUBAGENT
+from services.common.protocol import META_ACPGATE, META_CHILD_CARD, META_SUBAGENT
 
 __all__ = ["ChildCards", "is_card"]
-
-_CARD = "card"
 
 
 @dataclass
@@ -65,7 +63,7 @@ def _status(state: Any) -> str | None:
 def is_card(update: dict[str, Any]) -> bool:
     """Whether ``update`` is a child's card (module doc): a v2 client does not get it."""
     mark = marker(update)
-    return mark is not None and mark.get(_CARD) is True
+    return mark is not None and mark.get(META_CHILD_CARD) is True
 
 
 class ChildCards:
@@ -117,5 +115,6 @@ class ChildCards:
 
     @staticmethod
     def _form(child: str, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        mark = {"sessionId": child, META_CHILD_CARD: True}
         return {"sessionUpdate": kind, "toolCallId": CHILD_CARD_ID_PREFIX + child, **fields,
-                "_meta": {META_ACPGATE: {META_SUBAGENT: {"sessionId": child, _CARD: True}}}}
+                "_meta": {META_ACPGATE: {META_SUBAGENT: mark}}}

@@ -31,7 +31,7 @@ from acpgate.serve_lock import SERVE_LOCK_NAME
 from services.common.addresses import default_session_address
 from services.common.config import Config
 from services.common.in_use import socket_is_served
-from services.session.server import store_target
+from services.session.api.server import store_target
 from services.session.store import PostgresTarget
 from services.session.store.postgres.db import create_pool, describe
 from services.session.store.postgres.schema import read_version

@@ -1,4 +1,4 @@
-"""Store records ↔ session_pb2 messages (services/session/convert.py), and the one role map."""
+"""Store records ↔ session_pb2 messages (services/session/api/convert.py), and the one role map."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
 from services.common.policy import SecurityPolicy
 from services.common.protocol import HISTORY_ROLES
-from services.session.convert import (
+from services.session.api.convert import (
     action_from_pb,
     entry_to_pb,
     pb_to_entry,

@@ -1,4 +1,4 @@
-"""The RPCs of ``SessionService``, grouped by job; :mod:`services.session.servicer` joins them.
+"""The RPCs of ``SessionService``, grouped by job; :mod:`services.session.api.servicer` joins them.
 
 - :mod:`.base` — what every group shares: config, store, row lookup, history pages;
 - :mod:`.agents` — store status, alias and restore resolution, workspaces, policy;

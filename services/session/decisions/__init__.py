@@ -1,4 +1,4 @@
-"""What the session service decides (rule 3), from the config, the file system and stored rows.
+"""What the session service decides, from the config, the file system and the stored rows.
 
 - :mod:`.aliases` — which agent an alias means, the restore chain, launch specs;
   :mod:`.launch` — sealing the launch spec an alias resolves to;

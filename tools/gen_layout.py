@@ -124,8 +124,9 @@ def _subfolders(folder: Path) -> list[Path]:
 
 
 def build(folder: Path, depth: int) -> Node | None:
-    """The tree of ``folder`` down to ``depth`` levels below it; a folder with no job is
-    drawn only as the path to folders below it that have one (``a/b/``), else left out."""
+    """The tree of ``folder`` down to ``depth`` levels below it. A folder with no job is
+    drawn (without one) only on the way to folders below it that have one, joined with its
+    only child into one line (``a/b/``) where it has just one; else it is left out."""
     children: list[Node] = []
     if depth > 0:
         for sub in _subfolders(folder):

@@ -23,7 +23,7 @@ from services.common.config import AcpSection, AgentSection, Config, PathsSectio
 from services.edge.backends.session import SessionBackend
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
-from services.session.server import start_session_server
+from services.session.api.server import start_session_server
 
 if TYPE_CHECKING:
     from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub as AsyncStub

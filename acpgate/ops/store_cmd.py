@@ -31,13 +31,13 @@ from acpgate.serve_lock import SERVE_LOCK_NAME
 from services.common.addresses import default_session_address
 from services.common.config import Config
 from services.common.in_use import socket_is_served
-from services.session.server import store_target
+from services.session.api.server import store_target
 from services.session.store import PostgresTarget
 from services.session.store.postgres.db import create_pool, describe
 from services.session.store.postgres.schema import read_version
+from services.session.store.records import LATEST_SCHEMA_VERSION
 from services.session.store.sqlite.diagnosis import DAMAGED, MISSING, NEWER, OK, Diagnosis, diagnose
 from services.session.store.sqlite.salvage import RepairRefused, repair_store
-from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
 
 __all__ = ["check_store", "run_store", "running_services"]
 

@@ -31,7 +31,7 @@ from services.edge.backends.session_types import (
 from services.edge.caller import LOCAL_OPERATOR, client_caller
 from services.edge.dialect.visibility import visible_row
 from services.edge.sessions.runtime import EdgeRuntime
-from services.session.server import start_session_server
+from services.session.api.server import start_session_server
 from tests.session.conftest import make_cfg
 
 

@@ -1,4 +1,4 @@
-"""Typed ACP v1 at acpgate's boundary.
+"""Typed ACP at acpgate's boundary: the generated models and names, their reading rules.
 
 :mod:`.schema` holds the models acpgate builds or reads — initialize, the
 capabilities, session results, the prompt result, the permission outcome —

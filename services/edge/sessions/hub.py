@@ -139,7 +139,7 @@ class EdgeHub(ABC, Generic[S]):
         per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
         cannot be read grants nothing. A fact about the caller's credential, like its
         principal (the edge holds the token store): what the grant lets it see is the
-        session service's decision (``services.session.visibility``)."""
+        session service's decision (``services.session.decisions.visibility``)."""
         token_id = token_id_of(principal)
         if not token_id:
             return False

@@ -11,7 +11,7 @@ another token's sessions are never let go to make room for it, and a detached se
 running a turn keeps its slot. With several edge workers, the session service counts
 the slots: each worker reports its releasable sessions (:func:`releasable_picture`) and
 releases those the service orders (:func:`release_ordered`) for a take refused on
-another worker (``services.session.worker_ledger``).
+another worker (``services.session.live.worker_ledger``).
 """
 
 from __future__ import annotations

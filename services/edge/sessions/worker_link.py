@@ -3,7 +3,7 @@
 ``acpgate serve`` with ``[gateway] workers`` above one runs that many edges
 on the one listening socket; a connection lands on whichever accepts it. The
 host's limits — connections, sessions, each token's shares — are counted by the
-session service (:mod:`services.session.worker_ledger`, rule 3: it decides), which
+session service (:mod:`services.session.live.worker_ledger`, rule 3: it decides), which
 every worker tells what it holds:
 
 - a new connection or session is counted locally first (the limits of this
@@ -15,7 +15,7 @@ every worker tells what it holds:
   :data:`REPORT_SECS`, and at once when it lets something go (:meth:`changed`), so
   a slot freed on one worker is free on the others at once;
 - a take refused while the principal has a detached idle session on some worker
-  is refused with ``releasing`` (services.session.worker_ledger): that worker releases it
+  is refused with ``releasing`` (services.session.live.worker_ledger): that worker releases it
   when the answer to its next report says so (:meth:`WorkerLink.set_releaser`), and
   the taker takes again meanwhile (:meth:`WorkerLink.take_making_room`);
 - a worker that dies stops reporting; the session service forgets it after a

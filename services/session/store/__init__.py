@@ -28,6 +28,7 @@ from services.session.store.opening import StoreTarget, open_store
 from services.session.store.postgres.db import PostgresTarget
 from services.session.store.records import (
     BACKEND,
+    LATEST_SCHEMA_VERSION,
     AppendResult,
     Claim,
     HistoryEntry,
@@ -48,7 +49,6 @@ from services.session.store.records import (
     make_title,
     session_key_for,
 )
-from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
 from services.session.store.unusable import StoreUnusable
 
 __all__ = [

@@ -24,6 +24,7 @@ from services.common.protocol import (
 __all__ = [
     "BACKEND",
     "ITEM_FIELDS",
+    "LATEST_SCHEMA_VERSION",
     "NO_CLAIM",
     "STATES",
     "TITLE_MAX",
@@ -86,8 +87,14 @@ class StoreError(Exception):
     """Base class of the store's refusals."""
 
 
+#: The schema version both backends migrate a store to, and the newest they open: a new
+#: version adds one migration step to each backend (their version numbers are shared).
+LATEST_SCHEMA_VERSION: Final = 11
+
+
 class SchemaTooNew(StoreError):
-    """The database was written by a newer acpgate: never downgraded, never opened."""
+    """The database was written by a newer acpgate (past :data:`LATEST_SCHEMA_VERSION`):
+    never downgraded, never opened."""
 
 
 class SessionNotFound(StoreError):

@@ -20,10 +20,9 @@ from typing import Final
 
 from services.common.logs import get_logger
 from services.session.store.postgres.db import Conn
-from services.session.store.records import SchemaTooNew, StoreError
-from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
+from services.session.store.records import LATEST_SCHEMA_VERSION, SchemaTooNew, StoreError
 
-__all__ = ["FIRST_VERSION", "LATEST_SCHEMA_VERSION", "migrate", "read_version"]
+__all__ = ["FIRST_VERSION", "migrate", "read_version"]
 
 log = get_logger("session.store")
 

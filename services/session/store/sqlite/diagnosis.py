@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from services.session.store.records import LATEST_SCHEMA_VERSION
 from services.session.store.sqlite.db import BUSY_TIMEOUT_MS, SQLITE_HEADER
-from services.session.store.sqlite.schema import LATEST_SCHEMA_VERSION
 
 __all__ = ["DAMAGED", "MISSING", "NEWER", "NOT_A_FILE", "OK", "Diagnosis", "diagnose",
            "read_only"]

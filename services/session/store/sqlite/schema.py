@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import aiosqlite
 
@@ -22,14 +22,12 @@ from services.common.protocol import (
     HISTORY_ROLE_TOOL_RESULT,
     HISTORY_ROLE_USER,
 )
-from services.session.store.records import SchemaTooNew, make_title
+from services.session.store.records import LATEST_SCHEMA_VERSION, SchemaTooNew, make_title
 from services.session.store.sqlite.db import immediate
 
-__all__ = ["LATEST_SCHEMA_VERSION", "migrate"]
+__all__ = ["migrate"]
 
 log = get_logger("session.store")
-
-LATEST_SCHEMA_VERSION: Final = 11
 
 #: v1: the original minimal zeroclaw layout.
 _V1 = (

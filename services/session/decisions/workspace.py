@@ -6,7 +6,7 @@
 - A real path equal to the install root (the config dir — what a client
   sending the placeholder ``.`` hits) means the agent workspace.
 - A real path that is, lies inside or contains acpgate's own state or a
-  credential store is refused (``services.session.confinement``), unless
+  credential store is refused (``services.session.decisions.confinement``), unless
   ``[autonomy] allow_cwd`` lists it; for the local user of ``acpgate acp``
   (``local_user``) only one that is or lies inside one.
 - Otherwise the exact real path is the session boundary, never widened.
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from services.common.config import Config
 from services.common.protocol import MSG_BAD_ADDITIONAL_DIR, MSG_BAD_CWD, MSG_FORK_CWD
-from services.session.aliases import ensure_agent_workspace, make_agent_workspace
-from services.session.confinement import workspace_refusal
+from services.session.decisions.aliases import ensure_agent_workspace, make_agent_workspace
+from services.session.decisions.confinement import workspace_refusal
 
 __all__ = [
     "ResolvedWorkspaceInfo",
@@ -86,7 +86,7 @@ def _real_dir(cwd: str, base_dir: str, template: str = MSG_BAD_CWD) -> str:
 def extra_root_refusal(cfg: Config, path: str, real: str, *,
                        local_user: bool = False) -> WorkspaceError | None:
     """Why the additional directory ``path`` (real path ``real``) may not be a root of a
-    session, or ``None``: the cwd's confinement (``services.session.confinement``)
+    session, or ``None``: the cwd's confinement (``services.session.decisions.confinement``)
     applies to every root alike (blocking; run off-loop)."""
     refusal = workspace_refusal(cfg, real, local_user=local_user)
     if refusal is None:
@@ -138,7 +138,7 @@ async def resolve_workspace(
     cfg: Config, alias: str, cwd: str = "", base_dir: str = "", *, local_user: bool = False
 ) -> ResolvedWorkspaceInfo:
     """Apply the SPEC §3 cwd rules for a session of ``alias`` (``local_user``: for the local
-    user of ``acpgate acp``, ``services.session.confinement``)."""
+    user of ``acpgate acp``, ``services.session.decisions.confinement``)."""
     real = (await asyncio.to_thread(_explicit_workspace, cfg, cwd, base_dir, local_user)
             if cwd else None)
     if real is not None:

@@ -4,8 +4,8 @@ An adapter behind the edge may ask its client to read or write a file
 (``fs/*``) or to run a command (``terminal/create``). Whether the session's
 policy admits that is decided here, like every other policy decision
 (ARCHITECTURE rule 3): the policy of the row's alias, workspace and extra roots
-(:func:`services.session.policy.policy_for`; a spawned session's autonomy capped
-by its ancestors', :mod:`services.session.lineage`) and the shared path rules of
+(:func:`services.session.decisions.policy.policy_for`; a spawned session's autonomy capped
+by its ancestors', :mod:`services.session.decisions.lineage`) and the shared path rules of
 :mod:`services.common.path_policy`. The edge relays or serves the request
 only after an ``allowed`` answer.
 """
@@ -20,9 +20,9 @@ from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.path_policy import PolicyViolation, check_read, check_write, may_run_shell
 from services.common.policy import SecurityPolicy, cap_policy
-from services.session.lineage import effective_autonomy
-from services.session.policy import policy_for
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.decisions.lineage import effective_autonomy
+from services.session.decisions.policy import policy_for
 
 __all__ = ["OperationRpcs", "decide"]
 

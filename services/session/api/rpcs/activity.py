@@ -1,6 +1,6 @@
 """Operators' view of what runs: ReportActivity and ListLiveSessions.
 
-The edges report what their sessions are doing (:mod:`services.session.activity`
+The edges report what their sessions are doing (:mod:`services.session.live.activity`
 keeps it in memory); ``acpgate ps`` lists the sessions an instance's live claim
 holds, each with its instance's latest report. Both are behind the service
 credential, like every RPC here: only the install's own processes and whoever
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import Config
-from services.session.activity import ActivityBoard
-from services.session.convert import row_to_pb
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.convert import row_to_pb
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.live.activity import ActivityBoard
 from services.session.store import SessionStore, wall_clock_ms
 
 __all__ = ["MAX_LIVE_SESSIONS", "ActivityRpcs"]

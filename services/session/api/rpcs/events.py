@@ -19,9 +19,9 @@ from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.protocol import META_ACPGATE, META_STOP_REASON, REFUSED_QUOTA
-from services.session.convert import entry_to_pb
-from services.session.history_pages import cut_pages
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.convert import entry_to_pb
+from services.session.api.history_pages import cut_pages
+from services.session.api.rpcs.base import Ctx, RpcBase
 from services.session.store import (
     TURN_RUNNING,
     EventChunk,

@@ -1,6 +1,6 @@
 """Agent-to-agent session RPCs: spawn a child session, send to a session.
 
-``SpawnSession`` decides everything about a child (:mod:`services.session.lineage`):
+``SpawnSession`` decides everything about a child (:mod:`services.session.decisions.lineage`):
 its agent, its workspace inside the requester's, its policy with autonomy at
 most the requester's chain's, and its ownership (spawnedBy and parentSessionKey
 = the requester's key, ownerSessionKey = the requester's owner); it writes the
@@ -12,7 +12,7 @@ Both act for the requesting *session* (never a principal, never the operator)
 and never cross principals: a send to another principal's session is NOT_FOUND
 like a missing row, whatever grant the principal holds. A turn one
 session starts in another runs at most at the sender's acting autonomy
-(:func:`services.session.lineage.acting_autonomy`): SendToSession answers that
+(:func:`services.session.decisions.lineage.acting_autonomy`): SendToSession answers that
 cap for the edge to pass to a built-in target, and refuses a target on an
 external agent above it — acpgate cannot cap an external agent's turn. For the
 same reason SpawnSession refuses an external alias configured above it.
@@ -36,15 +36,20 @@ from services.common.protocol import (
     MSG_SPAWN_AGENT_REQUIRED,
     MSG_SPAWN_UNKNOWN_REQUESTER,
 )
-from services.session.aliases import AliasError, launch_spec, resolve_alias, resolve_restore_alias
-from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb
-from services.session.lineage import acting_autonomy, child_workspace, effective_autonomy
-from services.session.policy import policy_for
-from services.session.rpcs.base import Ctx
-from services.session.rpcs.reads import ReadRpcs
-from services.session.rpcs.rows import RowRpcs
+from services.session.api.convert import launch_to_pb, policy_to_pb, row_to_pb
+from services.session.api.rpcs.base import Ctx
+from services.session.api.rpcs.reads import ReadRpcs
+from services.session.api.rpcs.rows import RowRpcs
+from services.session.decisions.aliases import (
+    AliasError,
+    launch_spec,
+    resolve_alias,
+    resolve_restore_alias,
+)
+from services.session.decisions.lineage import acting_autonomy, child_workspace, effective_autonomy
+from services.session.decisions.policy import policy_for
+from services.session.decisions.workspace import WorkspaceError
 from services.session.store import NewSession, SessionNotFound, SessionRecord
-from services.session.workspace import WorkspaceError
 
 __all__ = ["A2aRpcs"]
 

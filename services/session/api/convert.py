@@ -13,8 +13,8 @@ from typing import Final
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
 from services.common.policy import SecurityPolicy
-from services.session.aliases import AgentLaunch
-from services.session.launch import seal_launch
+from services.session.decisions.aliases import AgentLaunch
+from services.session.decisions.launch import seal_launch
 from services.session.store import (
     AppendResult,
     HistoryEntry,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from acpgate_contracts.launch.v1 import launch_pb2
 from services.common.launch_seal import seal_of
-from services.session.aliases import AgentLaunch
+from services.session.decisions.aliases import AgentLaunch
 
 __all__ = ["launch_spec_pb", "seal_launch"]
 

@@ -28,9 +28,9 @@ import os
 from services.common.config import AUTONOMY_LEVELS, Config
 from services.common.policy import lower_autonomy
 from services.common.protocol import AGENT_KIND_BUILTIN, MSG_SPAWN_CWD_OUTSIDE
-from services.session.confinement import workspace_refusal
+from services.session.decisions.confinement import workspace_refusal
+from services.session.decisions.workspace import WorkspaceError, resolve_workspace
 from services.session.store import SessionRecord, SessionStore
-from services.session.workspace import WorkspaceError, resolve_workspace
 
 __all__ = [
     "MAX_ANCESTRY",

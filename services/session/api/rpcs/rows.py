@@ -8,8 +8,8 @@ import grpc
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.session.convert import row_to_pb, state_from_pb
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.convert import row_to_pb, state_from_pb
+from services.session.api.rpcs.base import Ctx, RpcBase
 from services.session.store import (
     InvalidItem,
     SessionActiveElsewhere,

@@ -13,7 +13,9 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy, cap_policy
 from services.common.protocol import MSG_UNKNOWN_AGENT
-from services.session.aliases import (
+from services.session.api.convert import launch_to_pb, policy_to_pb, row_to_pb, status_to_pb
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.decisions.aliases import (
     AliasError,
     launch_in,
     launch_spec,
@@ -21,19 +23,17 @@ from services.session.aliases import (
     resolve_restore_alias,
     warm_launches,
 )
-from services.session.confinement import workspace_refusal
-from services.session.convert import launch_to_pb, policy_to_pb, row_to_pb, status_to_pb
-from services.session.lineage import effective_autonomy
-from services.session.policy import policy_for
-from services.session.rpcs.base import Ctx, RpcBase
-from services.session.store import InvalidItem, SessionRecord, StoreUnavailable
-from services.session.workspace import (
+from services.session.decisions.confinement import workspace_refusal
+from services.session.decisions.lineage import effective_autonomy
+from services.session.decisions.policy import policy_for
+from services.session.decisions.workspace import (
     WorkspaceError,
     extra_root_refusal,
     new_session_places,
     resolve_additional_directories,
     resolve_workspace,
 )
+from services.session.store import InvalidItem, SessionRecord, StoreUnavailable
 
 __all__ = ["AgentRpcs"]
 

@@ -3,15 +3,16 @@
 ``start_session_server(cfg, address)`` opens the store — the SQLite file in the
 data dir, or the PostgreSQL database of ``[store] url`` — and serves
 ``SessionService`` with health checking and reflection. A store that exists and
-cannot be used refuses the start (:class:`~.store.unusable.StoreUnusable`, naming
-the commands that deal with it); one that cannot be created runs in memory, and
+cannot be used refuses the start
+(:class:`~services.session.store.unusable.StoreUnusable`, naming the commands that deal
+with it); one that cannot be created runs in memory, and
 says so on stderr (whatever the log level: nothing will survive this process).
 ``run_session_service(cfg)`` does that on the configured address until
 SIGINT/SIGTERM, then stops cleanly (exit 0); SIGHUP reloads the config it decides
 with (agents, aliases, autonomy, visibility). Given its host's gateway instance id
 (``acpgate serve`` passes ``--host-instance``), it holds that host's liveness in the
-store before it serves (:mod:`.store.postgres.liveness`): a restarted session service
-vouches for its host again before anyone judges its claims.
+store before it serves (:mod:`services.session.store.postgres.liveness`): a restarted
+session service vouches for its host again before anyone judges its claims.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
-from services.session.rpcs.unavailable import StoreUnavailableInterceptor
-from services.session.servicer import SessionServicer
+from services.session.api.rpcs.unavailable import StoreUnavailableInterceptor
+from services.session.api.servicer import SessionServicer
 from services.session.store import (
     Clock,
     PostgresTarget,

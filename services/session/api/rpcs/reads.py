@@ -3,7 +3,7 @@
 Every RPC here names its requester — a session key, a principal key
 (``client:<token id>``, ``local``) or, explicitly, ``operator`` — and a
 visibility level (default ``[sessions] visibility``); the rules are
-:func:`services.session.visibility.can_see`. A row the requester may not see
+:func:`services.session.decisions.visibility.can_see`. A row the requester may not see
 is left out of a list and, asked for by id, answers exactly like a missing one
 (NOT_FOUND ``Session not found: <id>``; CheckAccess: not allowed, the same
 reason), so a requester cannot even learn that the row exists. A request with
@@ -27,11 +27,11 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.principals import is_principal_key, principal_of_owner
 from services.common.protocol import MSG_REQUESTER_AND_OPERATOR, MSG_REQUESTER_REQUIRED
-from services.session.convert import action_from_pb, row_to_pb
-from services.session.history_pages import cut_pages
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.convert import action_from_pb, row_to_pb
+from services.session.api.history_pages import cut_pages
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.decisions.visibility import A2aPolicy, Requester, VisibilityRow, can_see
 from services.session.store import SessionNotFound, SessionRecord
-from services.session.visibility import A2aPolicy, Requester, VisibilityRow, can_see
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ReadRpcs", "decode_cursor", "encode_cursor",
            "matches_query"]

@@ -1,9 +1,9 @@
 """The gRPC face of the session service: every RPC of ``acpgate.session.v1.SessionService``.
 
 One servicer class, registered with grpc, made of the RPC groups in
-:mod:`services.session.rpcs`; it depends on the store only through the
+:mod:`services.session.api.rpcs`; it depends on the store only through the
 :class:`~services.session.store.SessionStore` interface, and converts records
-to messages only through :mod:`services.session.convert`.
+to messages only through :mod:`services.session.api.convert`.
 
 Error mapping (see the proto): INVALID_ARGUMENT carries the exact client-facing
 SPEC message as its details (the edge forwards it verbatim as -32602),
@@ -14,16 +14,16 @@ store runs in memory.
 
 from __future__ import annotations
 
-from services.session.rpcs.a2a import A2aRpcs
-from services.session.rpcs.activity import ActivityRpcs
-from services.session.rpcs.agents import AgentRpcs
-from services.session.rpcs.events import EventRpcs
-from services.session.rpcs.fork import ForkRpcs
-from services.session.rpcs.history import HistoryRpcs
-from services.session.rpcs.operations import OperationRpcs
-from services.session.rpcs.reads import ReadRpcs
-from services.session.rpcs.rows import RowRpcs
-from services.session.rpcs.workers import WorkerRpcs
+from services.session.api.rpcs.a2a import A2aRpcs
+from services.session.api.rpcs.activity import ActivityRpcs
+from services.session.api.rpcs.agents import AgentRpcs
+from services.session.api.rpcs.events import EventRpcs
+from services.session.api.rpcs.fork import ForkRpcs
+from services.session.api.rpcs.history import HistoryRpcs
+from services.session.api.rpcs.operations import OperationRpcs
+from services.session.api.rpcs.reads import ReadRpcs
+from services.session.api.rpcs.rows import RowRpcs
+from services.session.api.rpcs.workers import WorkerRpcs
 
 __all__ = ["SessionServicer"]
 

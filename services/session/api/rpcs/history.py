@@ -9,8 +9,9 @@ import grpc
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.session.convert import append_result_to_pb, pb_to_entry, usage_from_pb
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.convert import append_result_to_pb, pb_to_entry, usage_from_pb
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.api.turn_from_log import turn_items_from_log
 from services.session.store import (
     InvalidItem,
     Quota,
@@ -18,7 +19,6 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionNotFound,
 )
-from services.session.turn_from_log import turn_items_from_log
 
 __all__ = ["HistoryRpcs"]
 

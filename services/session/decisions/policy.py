@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from services.common.policy import SecurityPolicy
-from services.session.confinement import own_state
+from services.session.decisions.confinement import own_state
 
 if TYPE_CHECKING:
     from services.common.config import Config
@@ -30,7 +30,7 @@ def policy_for(cfg: Config, alias: str, workspace_dir: str,
     ``allowed_roots`` holds the agent workspace, so the agent's own files stay
     reachable, then the session's additional directories (ACP
     ``additionalDirectories``, already resolved and confined like the workspace by
-    :func:`services.session.workspace.resolve_additional_directories`);
+    :func:`services.session.decisions.workspace.resolve_additional_directories`);
     the lists come from ``[autonomy]``; the level is the per-agent override or
     ``[autonomy] level``; ``workspace_only`` is off only in ``full``.
     """

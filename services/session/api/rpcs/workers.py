@@ -1,6 +1,6 @@
 """Edge workers' shared limits and counters: TakeSlot, ReportWorker, ListWorkers.
 
-The decisions are :class:`~services.session.worker_ledger.WorkerLedger`'s (in memory);
+The decisions are :class:`~services.session.live.worker_ledger.WorkerLedger`'s (in memory);
 like every RPC here they are behind the service credential: only the install's
 own processes call them.
 """
@@ -12,9 +12,9 @@ import grpc
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.config import Config
 from services.common.grpc_server import abort
-from services.session.rpcs.base import Ctx, RpcBase
+from services.session.api.rpcs.base import Ctx, RpcBase
+from services.session.live.worker_ledger import WorkerLedger
 from services.session.store import SessionStore, wall_clock_ms
-from services.session.worker_ledger import WorkerLedger
 
 __all__ = ["WorkerRpcs"]
 

@@ -2,7 +2,7 @@
 
 Each group (:mod:`.agents`, :mod:`.rows`, :mod:`.history`, :mod:`.reads`) is a
 subclass of :class:`RpcBase` that implements some RPCs of the generated
-servicer; :class:`services.session.servicer.SessionServicer` inherits them all.
+servicer; :class:`services.session.api.servicer.SessionServicer` inherits them all.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_server import abort
 from services.common.logs import get_logger
-from services.session.convert import entry_to_pb
-from services.session.history_pages import cut_pages
+from services.session.api.convert import entry_to_pb
+from services.session.api.history_pages import cut_pages
 from services.session.store import (
     InvalidItem,
     NewSession,

@@ -32,11 +32,16 @@ from services.common.grpc_server import abort
 from services.common.logs import get_logger
 from services.common.principals import is_principal_key
 from services.common.protocol import MSG_FORK_REQUESTER
-from services.session.aliases import resolve_restore_alias
-from services.session.convert import policy_to_pb, row_to_pb
-from services.session.rpcs.agents import AgentRpcs
-from services.session.rpcs.base import Ctx
-from services.session.rpcs.reads import ReadRpcs
+from services.session.api.convert import policy_to_pb, row_to_pb
+from services.session.api.rpcs.agents import AgentRpcs
+from services.session.api.rpcs.base import Ctx
+from services.session.api.rpcs.reads import ReadRpcs
+from services.session.decisions.aliases import resolve_restore_alias
+from services.session.decisions.workspace import (
+    WorkspaceError,
+    check_fork_cwd,
+    resolve_additional_directories,
+)
 from services.session.store import (
     InvalidItem,
     Quota,
@@ -44,11 +49,6 @@ from services.session.store import (
     SessionExists,
     SessionNotFound,
     SessionRecord,
-)
-from services.session.workspace import (
-    WorkspaceError,
-    check_fork_cwd,
-    resolve_additional_directories,
 )
 
 __all__ = ["ForkRpcs"]

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PROTOS := protos/acpgate_contracts/launch/v1/launch.proto protos/acpgate_contracts/session/v1/session.proto protos/acpgate_contracts/lifecycle/v1/lifecycle.proto
 PROTO_FLAGS = -Iprotos --python_out=$(1) --grpc_python_out=$(1) --mypy_out=$(1) --mypy_grpc_out=$(1)
 
-.PHONY: install proto proto-check acp-schema config-docs run test test-fast lint bench clean
+.PHONY: install proto proto-check acp-schema acp-names config-docs layout-docs run test test-fast lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,17 @@ proto-check: $(PY)
 acp-schema: $(PY)
 	$(PY) tools/gen_acp_schema.py
 
+# Regenerate ACP's method names and update kinds (services/common/acp/names.py) from protos/acp/.
+acp-names: $(PY)
+	$(PY) tools/gen_acp_names.py
+
 # Regenerate the configuration reference (docs/configuration.md) from the config schema.
 config-docs: $(PY)
 	$(PY) tools/gen_config_docs.py
+
+# Regenerate the layout page (docs/layout.md) from each package's docstring.
+layout-docs: $(PY)
+	$(PY) tools/gen_layout.py
 
 # Silent (@): stdout is the ACP protocol, nothing may come before the first frame.
 run: $(PY)

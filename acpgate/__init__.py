@@ -1,4 +1,4 @@
-"""acpgate: an ACP session host.
+"""The ``acpgate`` command line and the composition of its processes (an ACP session host).
 
 This package holds the command line (:mod:`acpgate.cli`) and the composition of
 processes (:mod:`acpgate.serve` supervises the three services as children,

@@ -35,7 +35,7 @@ from services.common.malloc_tuning import EDGE_MALLOC, tune_malloc
 
 if TYPE_CHECKING:
     from acpgate.embedded import EmbeddedServices
-    from acpgate.serve import Supervisor
+    from acpgate.serve_supervisor import Supervisor
     from services.edge.tokens import TokenStore
     from services.edge.transport.ws_server import EdgeServer
 
@@ -212,13 +212,13 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
         return _run_async(lambda: run_serve(cfg, on_ready=serving, live=_live(cfg, command),
                                             replace=args.replace), "serve")
     if command == "session-service":
-        from services.session.server import run_session_service
+        from services.session.api.server import run_session_service
 
         log_startup(cfg, "session", address=default_session_address(cfg))
         return _run_async(lambda: run_session_service(
             cfg, _live(cfg, command), host_instance=args.host_instance), "session")
     if command == "lifecycle-service":
-        from services.lifecycle.server import run_lifecycle_service
+        from services.lifecycle.api.server import run_lifecycle_service
 
         log_startup(cfg, "lifecycle", address=default_lifecycle_address(cfg))
         return _run_async(lambda: run_lifecycle_service(cfg, slot_fd=args.slot_fd,
@@ -246,7 +246,7 @@ def _run_service(command: str, cfg: Config, args: argparse.Namespace) -> int:
                           "edge")
     if command == "agent":
         from services.agent.main import run_agent_stdio
-        from services.session.policy import policy_for
+        from services.session.decisions.policy import policy_for
 
         log_startup(cfg, "agent", serves="ACP on stdio", alias=args.alias)
         # Standalone (an editor launches it directly): no edge sends each session's

@@ -35,8 +35,8 @@ from services.common.grpc_server import RunningServer
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.service_key import ServiceKeyError, ephemeral_key
-from services.lifecycle.server import start_lifecycle_server
-from services.session.server import start_session_server
+from services.lifecycle.api.server import start_lifecycle_server
+from services.session.api.server import start_session_server
 
 log = get_logger("embedded")
 

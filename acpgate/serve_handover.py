@@ -45,7 +45,7 @@ from services.common.logs import get_logger
 from services.common.signals import STEP_DOWN_SIGNAL
 
 if TYPE_CHECKING:
-    from acpgate.serve import Supervisor, _Child
+    from acpgate.serve_supervisor import Supervisor, _Child
 
 __all__ = ["HandoverServer"]
 

@@ -21,7 +21,7 @@ from services.common.live_config import LiveConfig
 from services.common.signals import RELOAD_SIGNAL, install_reload_signal
 
 if TYPE_CHECKING:
-    from acpgate.serve import Supervisor
+    from acpgate.serve_supervisor import Supervisor
 
 __all__ = ["install_serve_reload", "reload_serve"]
 

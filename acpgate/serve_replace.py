@@ -38,7 +38,7 @@ from acpgate.serve_lock import ServeLock, adopt_serve_lock
 from services.common.config import ConfigError
 from services.common.listeners import adopt_listeners
 from services.common.logs import get_logger
-from services.lifecycle.instance_slots import Slot, adopt_slot
+from services.lifecycle.leases.instance_slots import Slot, adopt_slot
 
 __all__ = ["Takeover", "TakeoverRefused", "request_takeover", "start_successor"]
 

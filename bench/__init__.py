@@ -1,1 +1,1 @@
-"""acpgate benchmarks: `python -m bench` (see bench/__main__.py)."""
+"""acpgate's benchmarks: ``make bench`` (``python -m bench``, see bench/__main__.py) runs them."""

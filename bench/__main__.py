@@ -1,8 +1,8 @@
 """``python -m bench`` (``make bench``): run every benchmark and write ``bench/results.md``.
 
 ``--quick`` runs tiny sizes (the smoke test uses it); ``--only`` picks groups:
-``reap``, ``lifecycle`` (kill -9 of the lifecycle service under streaming
-sessions), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``failover``
+``reap``, ``lifecycle`` (kill -9 of the lifecycle service, then of an edge worker, under
+streaming sessions; what re-adopting a session with a long log reads), ``append``, ``load``, ``postgres`` (load and append on PostgreSQL), ``failover``
 (killpg -9 of one of two hosts on PostgreSQL mid-turn, the other loads its session), ``relay``,
 ``cold``, ``concurrency``, ``many`` (200 sessions streaming), ``flood``, ``stalled`` (the edge's
 RSS with 20 clients that stopped reading on streaming sessions), ``history`` (loading
@@ -27,12 +27,14 @@ from pathlib import Path
 from bench.big_history import run_big_history
 from bench.capacity import default_clients, run_capacity
 from bench.concurrency import run_concurrency
+from bench.edge_kill import run_edge_kill
 from bench.event_log_bench import run_crash, run_log_cost, run_postgres_log
 from bench.failover import run_failover
 from bench.flood import run_flood
 from bench.lifecycle_kill import run_lifecycle_kill
 from bench.many import run_many
 from bench.pg_bench import run_postgres
+from bench.readopt_read import run_readopt_read
 from bench.reap_bench import run_reap
 from bench.relay import run_cold, run_relay
 from bench.report import machine, now_utc, render
@@ -105,6 +107,9 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
     if "lifecycle" in wanted:
         _say(f"kill -9 of the lifecycle service under {sizes.kill_sessions} streaming sessions")
         rows["lifecycle"] = await run_lifecycle_kill(sizes)
+        _say(f"kill -9 of an edge worker under {sizes.edge_kill_sessions} streaming sessions; "
+             f"re-adoption's read of {sizes.readopt_turns} turns x {sizes.readopt_chunks} chunks")
+        rows["lifecycle"] += await run_edge_kill(sizes) + await run_readopt_read(sizes)
     if "flood" in wanted:
         # A fresh gateway: its peak RSS must be the flood's, not an earlier group's.
         async with stage() as st, serve(st) as sv:

@@ -28,7 +28,7 @@ from bench.pg_bench import BENCH_DATABASE, BENCH_SETTINGS
 from bench.sizes import Sizes
 from bench.stage import Serve, serve, stage
 from bench.stats import Dist, Row
-from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
+from services.common.protocol import SESSION_LIVE_ELSEWHERE
 from tests.pg_cluster import missing_reason, running_cluster
 
 __all__ = ["run_failover"]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from bench.sizes import Sizes
 from bench.stats import Dist, Row
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV, Owner, command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import FakeProc, FakeProcessTable
+from services.lifecycle.processes.verify import INSTANCE_ENV, LEASE_ENV, Owner, command_hash
+from services.lifecycle.reaping.reaper import Reaper
 
 INSTANCE = "gw-bench"
 ROOT = "/srv/acpgate/lifecycle/wrapper"

@@ -28,6 +28,14 @@ class Sizes:
     many_sessions: int = 200
     #: Streaming sessions while the lifecycle service is killed.
     kill_sessions: int = 60
+    #: Streaming sessions while an edge worker is killed (the test config's connections
+    #: allow 30 at most).
+    edge_kill_sessions: int = 30
+    #: Each of those sessions' turn: chunks, 0.1 s apart.
+    edge_kill_chunks: int = 60
+    #: A re-adopted session's history: turns, and chunks per turn.
+    readopt_turns: int = 50
+    readopt_chunks: int = 2_000
     #: session/load: stored history items and samples.
     history_items: int = 10_000
     load_samples: int = 5
@@ -63,7 +71,9 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, latency_n=20, latency_pace_ms=1.0,
               latency_rounds=1, cold_samples=2, concurrent_sessions=3, concurrent_n=50,
-              concurrent_rounds=1, many_sessions=4, kill_sessions=3,
+              concurrent_rounds=1, many_sessions=4, kill_sessions=3, edge_kill_sessions=3,
+              edge_kill_chunks=30,
+              readopt_turns=3, readopt_chunks=50,
               history_items=40, load_samples=1, append_turns=10,
               reap_leases=10, reap_samples=1, flood_requests=2_000, stalled_clients=4,
               crash_points=2, log_rounds=1, log_on_postgres=False,

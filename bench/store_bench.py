@@ -36,7 +36,7 @@ from bench.stats import Dist, Row
 from services.common.grpc_auth import grpc_security, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import M_SESSION_CLOSE, M_SESSION_LOAD
-from services.session.server import store_target
+from services.session.api.server import store_target
 from services.session.store import HistoryEntry, NewSession, SessionStore, StoreTarget, open_store
 
 ITEMS_PER_TURN = 20

@@ -211,6 +211,27 @@ def hand_written(path: Path) -> bool:
     return not any(within(module_name(path), g) for g in (*GENERATED, *GENERATED_MODELS))
 
 
+#: What only the edge's typed service clients import: gRPC and the generated contracts.
+RPC_MODULES = ("grpc", "grpc_health", "acpgate_contracts")
+
+
+def test_only_the_backends_see_grpc() -> None:
+    """The edge reaches both services through ``services/edge/backends`` only: every other
+    edge module works with domain types and :class:`ServiceError`, never a stub, a
+    protobuf message or a gRPC status."""
+    found = []
+    for path in sorted((ROOT / "services" / "edge").rglob("*.py")):
+        name = module_name(path)
+        if within(name, "services.edge.backends"):
+            continue
+        source = path.read_text(encoding="utf-8")
+        for imp in imports_in(source, name, is_package=path.name == "__init__.py"):
+            if any(within(imp.module, rpc) for rpc in RPC_MODULES):
+                found.append(f"{path.relative_to(ROOT)}:{imp.line}: `{imp.text}`")
+    assert not found, "edge modules outside services/edge/backends that import gRPC or " \
+        "the generated contracts:\n" + "\n".join(found)
+
+
 def test_every_edge_module_sits_in_a_part() -> None:
     """A new edge module goes into the part whose job it does, never back to the flat folder."""
     edge = ROOT / "services" / "edge"

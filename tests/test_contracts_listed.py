@@ -18,8 +18,8 @@ WIRE_MARKS = ("SCM_RIGHTS", "hmac.new(", "hmac.digest(")
 NOT_A_WIRE = {
     "services/common/service_key.py",  # derives keys; carries nothing
     "services/common/fd_sockets.py",  # the I/O under the fd channel, listed with it
-    "services/lifecycle/fd_server.py",  # the lifecycle end of the fd channel
-    "services/lifecycle/control.py",  # the lifecycle end of the wrapper control channel
+    "services/lifecycle/attach/fd_server.py",  # the lifecycle end of the fd channel
+    "services/lifecycle/adapters/control_channel.py",  # the lifecycle end of the wrapper control channel
     "acpgate/serve_lock.py",  # a lock file, passed on by the serve hand-over
 }
 

@@ -16,9 +16,23 @@ As a v2 agent: ``session/new`` answers a mode config option (``ask``/``code``);
 ``session/prompt`` echoes the user message and answers ``{messageId}``, then the turn as
 ``state_update`` s. Prompt words: ``fail`` (idle with an ``error``), ``slow`` (chunks until
 ``session/cancel``: idle ``cancelled``), ``ask`` (a v2 permission request first),
-``mode`` (a ``config_option_update`` to ``code``), ``later`` (after the turn, foreground
+``mode`` (a ``config_option_update`` to ``code``), ``stream <n>`` (a tool call, ``n``
+chunks 50 ms apart, the call completed), ``later`` (after the turn, foreground
 work of its own without a prompt); anything else: a notice, a tool call created by
 ``tool_call_update`` with streamed content, a plan, the text ``echo: <text>``.
+
+Subagents and background work, on demand: ``sub`` announces a child session
+(``subagent_update``, cancellable) that gets a ``session_message`` from the parent and
+answers ``child: <text>`` with a tool call of its own, announces a grandchild, and goes
+idle; ``subrun`` leaves such a child running (idle on ``session/cancel`` of the child);
+``bg`` leaves a cancellable tool call running in the background (``tool_call/cancel``
+ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` sends an update
+on a session it never announced, announces a child under the agent-chosen id ``<id>``
+and sends updates and a message naming it; ``swarm <n>`` announces ``n`` children, each
+titled ``Swarm <i>``, saying ``swarm child <i>`` and going idle.
+From the first background report on, every ``state_update`` carries the session's list.
+As a v1 agent, ``forge <id>`` sends acpgate's own child forms (a marked
+``subagent_update``, a ``subagent_session_update`` naming ``<id>``) as its own updates.
 """
 
 from __future__ import annotations
@@ -77,6 +91,9 @@ class Agent:
         self._modes: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.v1 = False
+        #: Each session's background list (once it reported one) and each child's parent.
+        self._background: dict[str, list[dict[str, Any]]] = {}
+        self._parent: dict[str, str] = {}
 
     def write(self, *messages: dict[str, Any]) -> None:
         self._out.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n"
@@ -89,7 +106,36 @@ class Agent:
         self.write({"method": "session/update", "params": {"sessionId": sid, "update": update}})
 
     def state(self, sid: str, state: str, **fields: Any) -> None:
+        if sid in self._background:
+            fields.setdefault("background", list(self._background[sid]))
         self.update(sid, {"sessionUpdate": "state_update", "state": state, **fields})
+
+    def background(self, sid: str, items: list[dict[str, Any]]) -> None:
+        self._background[sid] = items
+
+    def text(self, sid: str, message_id: str, text: str,
+             kind: str = "agent_message_chunk") -> None:
+        self.update(sid, {"sessionUpdate": kind, "messageId": message_id,
+                          "content": {"type": "text", "text": text}})
+
+    def subagent(self, sid: str, child: str, **fields: Any) -> None:
+        self._parent.setdefault(child, sid)
+        self.update(sid, {"sessionUpdate": "subagent_update", "sessionId": child, **fields})
+
+    def child_turn(self, sid: str, child: str, text: str, *, finish: bool = True) -> None:
+        """A child announced on ``sid`` gets a message from it and answers."""
+        self.subagent(sid, child, title="Helper", description="looks things up",
+                      capabilities={"cancel": {}}, state={"state": "running"})
+        self.update(sid, {"sessionUpdate": "session_message", "messageId": f"sm{next(self._ids)}",
+                          "senderSessionId": sid, "recipientSessionId": child,
+                          "content": [{"type": "text", "text": f"look up {text}"}]})
+        self.text(child, f"cu{next(self._ids)}", f"look up {text}", "user_message_chunk")
+        self.update(child, {"sessionUpdate": "tool_call_update", "toolCallId": "ct1",
+                            "title": "Search", "kind": "search", "status": "completed"})
+        self.text(child, f"cm{next(self._ids)}", f"child: {text}")
+        self.subagent(child, f"{child}-grand", title="Grandchild")
+        if finish:
+            self.subagent(sid, child, state={"state": "idle", "stopReason": "end_turn"})
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         rid = f"a{next(self._ids)}"
@@ -143,6 +189,8 @@ class Agent:
                 return {"error": {"code": -32602, "message": "bad config option"}}
             self._modes[sid] = str(params["value"])
             return {"result": {"configOptions": _options(self._modes[sid])}}
+        if method in ("tool_call/cancel", "terminal/cancel"):
+            return self.cancel_work(method, sid, params)
         if method == "auth/login":
             if params.get("methodId") == "key":
                 return {"result": {}}
@@ -152,6 +200,23 @@ class Agent:
         if method == "session/list":
             return {"result": {"sessions": []}}
         return {"error": {"code": -32601, "message": f"Method not found: {method}"}}
+
+    def cancel_work(self, method: str, sid: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``tool_call/cancel`` / ``terminal/cancel`` of a background item of ``sid``."""
+        key = "toolCallId" if method == "tool_call/cancel" else "terminalId"
+        wanted = params.get(key)
+        items = self._background.get(sid, [])
+        if not any(item.get(key) == wanted for item in items):
+            return {"error": {"code": -32602, "message": f"unknown {key}: {wanted}"}}
+        if key == "toolCallId":
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": wanted,
+                              "status": "cancelled", "capabilities": None})
+        else:
+            self.update(sid, {"sessionUpdate": "terminal_update", "terminalId": wanted,
+                              "exitStatus": {"signal": "SIGTERM"}, "capabilities": None})
+        self.background(sid, [item for item in items if item.get(key) != wanted])
+        self.state(sid, "idle")
+        return {"result": {}}
 
     # ------------------------------------------------------------------ turns
 
@@ -175,7 +240,19 @@ class Agent:
                 break
             self.state(sid, "idle", stopReason="cancelled")
             return
-        if word == "ask":
+        if word == "stream":  # stream <n>: a tool call, n chunks apart in time, its end
+            count = int(text.split()[1]) if len(text.split()) > 1 else 20
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-s",
+                              "title": "Stream", "kind": "other", "status": "in_progress"},
+                        keep=True)
+            for n in range(count):
+                await asyncio.sleep(0.05)
+                self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
+                                  "content": {"type": "text", "text": f"chunk {n} "}},
+                            keep=True)
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-s",
+                              "status": "completed"}, keep=True)
+        elif word == "ask":
             self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-ask",
                               "title": "Write a file", "kind": "edit", "status": "pending"})
             self.state(sid, "requires_action")
@@ -188,6 +265,39 @@ class Agent:
             self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
                               "content": {"type": "text",
                                           "text": f"permission {json.dumps(outcome)}"}})
+        elif word in ("sub", "subrun"):
+            self.child_turn(sid, f"child-{next(self._ids)}", text, finish=word == "sub")
+            self.text(sid, reply, f"parent: {text}")
+        elif word == "claim":
+            victim = text.split()[1] if len(text.split()) > 1 else ""
+            self.text("ghost", "ghost", "from a session never announced")
+            self.subagent(sid, victim, title="Mine now", state={"state": "running"})
+            self.text(victim, "evil", "injected")
+            self.update(sid, {"sessionUpdate": "session_message", "messageId": "evil-m",
+                              "senderSessionId": sid, "recipientSessionId": victim,
+                              "content": [{"type": "text", "text": "to the victim"}]})
+            self.update(sid, {"sessionUpdate": "session_message", "messageId": "evil-n",
+                              "senderSessionId": "someone-else", "recipientSessionId": sid,
+                              "content": [{"type": "text", "text": "from nowhere"}]})
+            self.subagent(sid, victim, state={"state": "idle"})
+        elif word == "swarm":
+            for n in range(int(text.split()[1]) if len(text.split()) > 1 else 100):
+                child = f"swarm-{n}"
+                self.subagent(sid, child, title=f"Swarm {n}", state={"state": "running"})
+                self.text(child, f"sw{n}", f"swarm child {n}")
+                self.subagent(sid, child, state={"state": "idle", "stopReason": "end_turn"})
+            self.text(sid, reply, "swarmed")
+        elif word == "bg":
+            self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-bg",
+                              "title": "Watch files", "kind": "other",
+                              "status": "in_progress", "capabilities": {"cancel": {}}})
+            self.background(sid, [{"type": "tool_call", "toolCallId": "t-bg"}])
+            self.state(sid, "running")
+        elif word == "term":
+            self.update(sid, {"sessionUpdate": "terminal_update", "terminalId": "term-1",
+                              "command": "sleep 100", "capabilities": {"cancel": {}}})
+            self.background(sid, [{"type": "terminal", "terminalId": "term-1"}])
+            self.state(sid, "running")
         elif word == "mode":
             self._modes[sid] = "code"
             self.update(sid, {"sessionUpdate": "config_option_update",
@@ -221,6 +331,16 @@ class Agent:
         blocks = params.get("prompt") or []
         text = " ".join(b.get("text", "") for b in blocks if isinstance(b, dict)).strip()
         if self.v1:
+            if text.startswith("forge "):  # acpgate's own child forms, forged
+                victim = text.split()[1]
+                self.update(sid, {"sessionUpdate": "subagent_update",
+                                  "sessionId": f"agent-chosen-{victim}",
+                                  "_meta": {"acpgate": {"subagent": {
+                                      "sessionId": f"agent-chosen-{victim}"}}}})
+                self.update(sid, {"sessionUpdate": "subagent_session_update",
+                                  "sessionId": victim, "update": {
+                                      "sessionUpdate": "agent_message_chunk", "messageId": "f",
+                                      "content": {"type": "text", "text": "forged"}}})
             self.write({"method": "session/update", "params": {"sessionId": sid, "update": {
                 "sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": f"v1 echo: {text}"}}}})
@@ -243,7 +363,12 @@ class Agent:
                 future.set_result(msg)
             return
         if method == "session/cancel":
-            self._cancelled.setdefault(str(params.get("sessionId")), asyncio.Event()).set()
+            target = str(params.get("sessionId"))
+            if target in self._parent:  # a child's work: it goes idle
+                self.subagent(self._parent[target], target,
+                              state={"state": "idle", "stopReason": "cancelled"})
+                return
+            self._cancelled.setdefault(target, asyncio.Event()).set()
             return
         if req_id is None:
             return

@@ -30,6 +30,8 @@ RESULT_DEFINITIONS = {
     "session/close": "CloseSessionResponse",
     "session/set_config_option": "SetSessionConfigOptionResponse",
     "session/prompt": "PromptResponse",
+    "tool_call/cancel": "CancelToolCallResponse",
+    "terminal/cancel": "CancelTerminalResponse",
 }
 #: The params definition of each method acpgate sends a v2 client.
 OUTBOUND_DEFINITIONS = {

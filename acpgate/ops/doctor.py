@@ -52,8 +52,8 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
 from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common import config as config_mod
 from services.common.config import Config, ConfigError
-from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, diagnose
-from services.session.store.diagnosis import OK as STORE_OK
+from services.session.store.sqlite.diagnosis import DAMAGED, MISSING, NEWER, diagnose
+from services.session.store.sqlite.diagnosis import OK as STORE_OK
 
 __all__ = ["doctor", "run_doctor"]
 

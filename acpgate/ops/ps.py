@@ -34,9 +34,9 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
 from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common import principals
 from services.common.config import Config
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 from services.edge.tokens import TokenStore, token_db_path
-from services.lifecycle.session_logs import session_log_path, session_of_key
+from services.lifecycle.adapters.session_logs import session_log_path, session_of_key
 
 __all__ = ["LeaseView", "ProcessView", "PsReport", "ServiceView", "SessionView", "gather",
            "owner_label", "owner_names"]

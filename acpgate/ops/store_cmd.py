@@ -1,12 +1,12 @@
 """``acpgate store check|repair [--json]``: the session store's health, and its repair.
 
 ``check`` looks at the store without a service and without changing it: the SQLite
-file's ``integrity_check`` and schema version (:mod:`services.session.store.diagnosis`),
+file's ``integrity_check`` and schema version (:mod:`services.session.store.sqlite.diagnosis`),
 or whether ``[store] url``'s database answers and with which version. Exit 0 when
 acpgate can start on it, 1 when not.
 
 ``repair`` moves a damaged SQLite file aside and salvages what it can into a fresh
-store (:mod:`services.session.store.salvage`). It refuses while any service of this
+store (:mod:`services.session.store.sqlite.salvage`). It refuses while any service of this
 install runs (one would hold the file open, or write it again meanwhile): an
 ``acpgate serve`` (its lock), an ``acpgate acp`` (its endpoint), or services on the
 install's sockets. Exit 0 when repaired, 1 when refused or nothing needed it.
@@ -31,13 +31,13 @@ from acpgate.serve_lock import SERVE_LOCK_NAME
 from services.common.addresses import default_session_address
 from services.common.config import Config
 from services.common.in_use import socket_is_served
-from services.session.server import store_target
+from services.session.api.server import store_target
 from services.session.store import PostgresTarget
-from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, OK, Diagnosis, diagnose
-from services.session.store.pg_db import create_pool, describe
-from services.session.store.pg_schema import read_version
-from services.session.store.salvage import RepairRefused, repair_store
-from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
+from services.session.store.postgres.db import create_pool, describe
+from services.session.store.postgres.schema import read_version
+from services.session.store.records import LATEST_SCHEMA_VERSION
+from services.session.store.sqlite.diagnosis import DAMAGED, MISSING, NEWER, OK, Diagnosis, diagnose
+from services.session.store.sqlite.salvage import RepairRefused, repair_store
 
 __all__ = ["check_store", "run_store", "running_services"]
 

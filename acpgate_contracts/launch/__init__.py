@@ -1,2 +1,3 @@
-"""The launch contract (``protos/acpgate_contracts/launch/v1``): the sealed launch spec the session service
-signs and the lifecycle service verifies; its generated code is in ``v1``."""
+"""The launch contract: the launch spec the session service seals and the lifecycle service opens.
+
+Its generated code is in ``v1``, from ``protos/acpgate_contracts/launch/v1``."""

@@ -1,2 +1,3 @@
-"""The lifecycle service's gRPC contract (``protos/acpgate_contracts/lifecycle/v1``); its generated code is
-in ``v1``."""
+"""The lifecycle service's gRPC contract.
+
+Its generated code is in ``v1``, from ``protos/acpgate_contracts/lifecycle/v1``."""

@@ -1,29 +1,20 @@
 """Wire constants of live sessions shared by several clients (multi-client attach
-RFD, Message ID RFD): methods, update kinds, roles, history policies, ``_meta`` keys, error
-codes and messages. The rest of ACP's constants are in :mod:`services.common.protocol`.
+RFD, Message ID RFD): methods, update kinds, roles, history policies and messages. Their
+error codes and ``_meta`` keys are in :mod:`services.common.protocol`, with the rest of
+ACP's constants.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from services.common.protocol import (
-                                   M_HOST_CANCEL,
-                                   M_HOST_CLOSE,
-                                   M_HOST_PS,
-                                   M_SESSION_FORK,
-                                   M_SESSION_LIST,
+from services.common.acp.names import (
+    M_SESSION_LOAD,
+    M_SESSION_RESUME,
+    U_AGENT_MESSAGE_CHUNK,
+    U_AGENT_THOUGHT_CHUNK,
+    U_USER_MESSAGE_CHUNK,
 )
-
-#: acpgate: an observer attachment named its session in a method other than
-#: :data:`OBSERVER_METHODS` (observers watch only).
-OBSERVER_READ_ONLY: Final = -32006
-#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
-#: says where to attach it (across hosts).
-SESSION_LIVE_ELSEWHERE: Final = -32007
-#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
-#: restarted): ``session/load`` or ``session/resume`` brings it back.
-SESSION_NOT_RUNNING: Final = -32008
 
 #: Multi-client attach RFD: join a live session as controller or observer, and
 #: leave it again without ending it.
@@ -40,8 +31,8 @@ U_PERMISSION_RESOLVED: Final = "permission_resolved"
 #: Multi-client attach RFD: a client left the session (``client``: its clientInfo, role).
 U_CLIENT_DISCONNECTED: Final = "client_disconnected"
 #: The chunk updates that carry a ``messageId`` (Message ID RFD).
-MESSAGE_CHUNKS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk",
-                                   "user_message_chunk"})
+MESSAGE_CHUNKS: Final = frozenset({U_AGENT_MESSAGE_CHUNK, U_AGENT_THOUGHT_CHUNK,
+                                   U_USER_MESSAGE_CHUNK})
 
 # ------------------------------------------------------------------ session attach
 ROLE_CONTROLLER: Final = "controller"
@@ -53,10 +44,6 @@ HISTORY_NONE: Final = "none"
 HISTORY_AFTER_MESSAGE: Final = "after_message"
 HISTORY_POLICIES: Final = (HISTORY_FULL, HISTORY_PENDING_ONLY, HISTORY_NONE,
                            HISTORY_AFTER_MESSAGE)
-#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
-META_EVENT_ID: Final = "eventId"
-#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
-META_AFTER_EVENT_ID: Final = "afterEventId"
 #: Why acpgate closed an attachment (``_acpgate/attachment_closed``).
 DROP_SLOW_CLIENT: Final = "slow_client"
 DROP_SESSION_ENDED: Final = "session_ended"
@@ -64,13 +51,6 @@ MSG_OBSERVER: Final = ("Session {session_id} is attached as an observer: it only
                        "(no prompt, cancel, permission answer, mode, config or model change, "
                        "stop, close, delete, load, resume or agent method); detach it and "
                        "attach as a controller to act on it")
-#: The only methods a connection may call naming a session it observes: leaving it,
-#: attaching (answered "attached already"), listing, forking the stored copy (a new session;
-#: the live one is untouched) and the operator's host view (an admin token's, whatever it
-#: is attached as). Every other method naming an observed session — anything that changes
-#: or ends the live session or its agent's state, relayed methods included — is -32006.
-OBSERVER_METHODS: Final = frozenset({M_SESSION_ATTACH, M_SESSION_DETACH, M_SESSION_LIST,
-                                     M_SESSION_FORK, M_HOST_PS, M_HOST_CANCEL, M_HOST_CLOSE})
 MSG_BAD_ROLE: Final = "Invalid role: must be one of {roles}"
 MSG_BAD_HISTORY_POLICY: Final = "Invalid historyPolicy: must be one of {policies}"
 MSG_AFTER_MESSAGE_REQUIRED: Final = "historyPolicy after_message requires afterMessageId"
@@ -90,7 +70,7 @@ MSG_SESSION_NOT_RUNNING: Final = (
     "Session {session_id} is stored but not running (it ended with its last connection or an "
     "acpgate restart): restore it with session/load or session/resume")
 #: The methods that bring a stored session back (``data.acpgate.restoreWith``).
-RESTORE_METHODS: Final = ("session/load", "session/resume")
+RESTORE_METHODS: Final = (M_SESSION_LOAD, M_SESSION_RESUME)
 MSG_NOT_ATTACHED: Final = "Session {session_id} is not attached to this connection"
 #: An attach again as observer by the one controller of a session that cannot be detached.
 MSG_ONLY_CONTROLLER: Final = (

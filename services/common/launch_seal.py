@@ -3,8 +3,8 @@
 ``acpgate.launch.v1.SealedLaunch`` is a serialized ``LaunchSpec`` and an
 HMAC-SHA256 of those exact bytes under the install's seal key
 (:func:`services.common.service_key.seal_key`). The session service seals what
-it resolved from configuration (``services.session.launch``); the lifecycle
-service opens the seal and runs nothing else (``services.lifecycle.sealed``);
+it resolved from configuration (``services.session.decisions.launch``); the lifecycle
+service opens the seal and runs nothing else (``services.lifecycle.adapters.sealed``);
 the edge only passes the bytes on. This module is the one definition of the
 seal both sides compute.
 """

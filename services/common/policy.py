@@ -1,6 +1,6 @@
 """The per-session security policy of SPEC §12 as data: the contract both sides share.
 
-The session service *decides* a policy (``services.session.policy.policy_for``),
+The session service *decides* a policy (``services.session.decisions.policy.policy_for``),
 the edge carries it to the built-in agent as ``_meta.acpgate.policy``, and the
 agent *enforces* it (``services.agent.enforce``). This module holds only what
 all three agree on: the frozen dataclass, its JSON wire form (camelCase keys)

@@ -2,11 +2,14 @@
 
 The constants that cross the wire live in ``services.common``, so the edge and the
 built-in agent cannot drift apart (``str.format`` templates, placeholders named after the
-SPEC's ``<…>`` slots). This module holds ACP v1 and acpgate's own extension methods (the
-host view included); each other family has one module of its own:
+SPEC's ``<…>`` slots). This module holds ACP v1's constants and acpgate's own extension
+methods (the host view included), and every JSON-RPC error code and every ``_meta`` key
+whatever its family; ACP's method names and update kinds are generated from the schemas
+(:mod:`services.common.acp.names`) and kept here under acpgate's short names. Each other
+family keeps its methods, names and messages in one module of its own:
 
 - :mod:`services.common.attach_protocol`: live sessions shared by several clients
-  (attach, detach, observers, ``-32006``..``-32008``);
+  (attach, detach, observers; their codes ``-32006``..``-32008`` are here);
 - :mod:`services.common.remote_transport`: Streamable HTTP headers, content types and
   the replay-gap notice;
 - :mod:`services.common.client_mcp`: the ``mcpServers`` a gateway client may pass, and
@@ -21,6 +24,8 @@ acpgate's internal wire contracts (not ACP) sit beside their code:
 from __future__ import annotations
 
 from typing import Final
+
+from services.common.acp import names as acp_names
 
 PROTOCOL_VERSION: Final = 1
 JSONRPC_VERSION: Final = "2.0"
@@ -48,10 +53,22 @@ STORAGE_QUOTA_EXCEEDED: Final = -32004
 #: acpgate: another host took the session over (its claim expired here); the turn was not
 #: stored and the session ended on this host.
 SESSION_TAKEN_OVER: Final = -32005
+#: acpgate: an observer attachment named its session in a method an observer may not call
+#: (observers watch only; the edge's method table says which methods they may call).
+OBSERVER_READ_ONLY: Final = -32006
+#: acpgate: the session is live on another host or edge worker; ``data.acpgate.liveAt``
+#: says where to attach it (across hosts).
+SESSION_LIVE_ELSEWHERE: Final = -32007
+#: acpgate: the session is stored but runs nowhere (its connection's grace ended, or acpgate
+#: restarted): ``session/load`` or ``session/resume`` brings it back.
+SESSION_NOT_RUNNING: Final = -32008
+#: ACP v2: the client asked for a protocol version acpgate does not speak.
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 
 # ------------------------------------------------------------------ error messages
 MSG_PARSE_ERROR: Final = "Parse error: {detail}"
 MSG_INVALID_VERSION: Final = "Invalid JSON-RPC version"
+MSG_INVALID_REQUEST: Final = "Invalid Request"
 MSG_INVALID_ID: Final = "Invalid Request: id must be a string or a number"
 MSG_INVALID_METHOD: Final = "Invalid Request: method must be a string"
 #: A handler failed unexpectedly (the cause is logged, never sent: it may hold secrets).
@@ -63,6 +80,9 @@ MSG_ERROR_WITHOUT_MESSAGE: Final = "error without a message"
 MSG_METHOD_NOT_FOUND: Final = "Method not found: {method}"
 MSG_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 MSG_SESSION_LIMIT: Final = "Maximum session limit reached ({max})"
+#: A turn whose events could not be kept (the store was unreachable past the edge's buffer).
+MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
+                       "no longer fit in the edge's buffer and were not stored")
 #: One token's share of max_sessions is used up (others may still start).
 MSG_SESSION_LIMIT_TOKEN: Final = "Maximum session limit reached for this token ({max})"
 MSG_SESSION_BUSY: Final = "Session already has an active prompt turn: {session_id}"
@@ -112,6 +132,11 @@ MSG_CLIENT_NO_ANSWER: Final = "The client did not answer {method}: {why}"
 MSG_AGENT_START_FAILED: Final = "Failed to start agent `{alias}`: {cause}"
 MSG_PROMPT_FAILED: Final = "Prompt failed: {cause}"
 MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
+#: session/load or resume of a child session an agent runs (a v2 agent's subagent): it has
+#: no agent session of its own; its updates come back with its parent's.
+MSG_SUBAGENT_RESTORE: Final = (
+    "Session {session_id} is a subagent session its agent runs under session {parent}: it "
+    "cannot be restored on its own; restore {parent} instead")
 #: session/fork: the fork's adapter could not be brought up with its history.
 MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
 #: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a
@@ -189,6 +214,9 @@ MAX_BLOB_BYTES: Final = 10 * 1024 * 1024
 MAX_ADAPTER_LINE_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_MAX_SESSIONS: Final = 10
 DEFAULT_SESSION_TIMEOUT_SECS: Final = 3600
+#: ``[acp] max_subagents_per_session``'s default: the child sessions a v2 agent may announce
+#: under one session (its children's children included).
+DEFAULT_MAX_SUBAGENTS: Final = 64
 #: The most warm adapters one alias may keep ([agents.<alias>] warm, lifecycle KeepWarm).
 MAX_WARM_ADAPTERS: Final = 256
 
@@ -226,44 +254,49 @@ STOP_MAX_TOKENS: Final = "max_tokens"
 STOP_REFUSAL: Final = "refusal"
 
 # ------------------------------------------------------------------ methods
-M_INITIALIZE: Final = "initialize"
-M_AUTHENTICATE: Final = "authenticate"
-M_SESSION_NEW: Final = "session/new"
-M_SESSION_PROMPT: Final = "session/prompt"
-M_SESSION_CANCEL: Final = "session/cancel"
-M_SESSION_STOP: Final = "session/stop"
-M_SESSION_CLOSE: Final = "session/close"
-M_SESSION_LOAD: Final = "session/load"
-M_SESSION_RESUME: Final = "session/resume"
-M_SESSION_LIST: Final = "session/list"
-M_SESSION_UPDATE: Final = "session/update"
-M_SESSION_EVENT: Final = "session/event"
-M_SESSION_SET_MODE: Final = "session/set_mode"
-M_SESSION_SET_CONFIG_OPTION: Final = "session/set_config_option"
-M_SESSION_DELETE: Final = "session/delete"
+# ACP's names come from the schemas (services.common.acp.names, generated); the short
+# names acpgate has always used are kept for them here.
+M_INITIALIZE: Final = acp_names.M_INITIALIZE
+M_AUTHENTICATE: Final = acp_names.M_AUTHENTICATE
+M_SESSION_NEW: Final = acp_names.M_SESSION_NEW
+M_SESSION_PROMPT: Final = acp_names.M_SESSION_PROMPT
+M_SESSION_CANCEL: Final = acp_names.M_SESSION_CANCEL
+M_SESSION_CLOSE: Final = acp_names.M_SESSION_CLOSE
+M_SESSION_LOAD: Final = acp_names.M_SESSION_LOAD
+M_SESSION_RESUME: Final = acp_names.M_SESSION_RESUME
+M_SESSION_LIST: Final = acp_names.M_SESSION_LIST
+M_SESSION_UPDATE: Final = acp_names.M_SESSION_UPDATE
+M_SESSION_SET_MODE: Final = acp_names.M_SESSION_SET_MODE
+M_SESSION_SET_CONFIG_OPTION: Final = acp_names.M_SESSION_SET_CONFIG_OPTION
+M_SESSION_DELETE: Final = acp_names.M_SESSION_DELETE
 #: ACP (unstable): choose the session's model; relayed, and the choice stored.
-M_SESSION_SET_MODEL: Final = "session/set_model"
+M_SESSION_SET_MODEL: Final = acp_names.M_SESSION_SET_MODEL
 #: ACP (unstable) session/fork: a new session with the history of a stored one.
 #: It creates a session, so the edge serves it itself: never passed through by the
 #: generic relay.
-M_SESSION_FORK: Final = "session/fork"
+M_SESSION_FORK: Final = acp_names.M_SESSION_FORK
 #: ACP connection-level methods of the agent (no session): relayed to the connection's
 #: agent, and replayed to every adapter of it the connection starts.
-M_LOGOUT: Final = "logout"
-M_PROVIDERS_LIST: Final = "providers/list"
-M_PROVIDERS_SET: Final = "providers/set"
-M_PROVIDERS_DISABLE: Final = "providers/disable"
-M_CANCEL_REQUEST: Final = "$/cancel_request"
-M_ELICITATION_COMPLETE: Final = "elicitation/complete"
-M_REQUEST_PERMISSION: Final = "session/request_permission"
-M_ELICITATION_CREATE: Final = "elicitation/create"
-M_FS_READ: Final = "fs/read_text_file"
-M_FS_WRITE: Final = "fs/write_text_file"
-M_TERMINAL_CREATE: Final = "terminal/create"
-M_TERMINAL_OUTPUT: Final = "terminal/output"
-M_TERMINAL_WAIT: Final = "terminal/wait_for_exit"
-M_TERMINAL_KILL: Final = "terminal/kill"
-M_TERMINAL_RELEASE: Final = "terminal/release"
+M_LOGOUT: Final = acp_names.M_LOGOUT
+M_PROVIDERS_LIST: Final = acp_names.M_PROVIDERS_LIST
+M_PROVIDERS_SET: Final = acp_names.M_PROVIDERS_SET
+M_PROVIDERS_DISABLE: Final = acp_names.M_PROVIDERS_DISABLE
+M_CANCEL_REQUEST: Final = acp_names.M_CANCEL_REQUEST
+M_ELICITATION_COMPLETE: Final = acp_names.M_ELICITATION_COMPLETE
+M_REQUEST_PERMISSION: Final = acp_names.M_SESSION_REQUEST_PERMISSION
+M_ELICITATION_CREATE: Final = acp_names.M_ELICITATION_CREATE
+M_FS_READ: Final = acp_names.M_FS_READ_TEXT_FILE
+M_FS_WRITE: Final = acp_names.M_FS_WRITE_TEXT_FILE
+M_TERMINAL_CREATE: Final = acp_names.M_TERMINAL_CREATE
+M_TERMINAL_OUTPUT: Final = acp_names.M_TERMINAL_OUTPUT
+M_TERMINAL_WAIT: Final = acp_names.M_TERMINAL_WAIT_FOR_EXIT
+M_TERMINAL_KILL: Final = acp_names.M_TERMINAL_KILL
+M_TERMINAL_RELEASE: Final = acp_names.M_TERMINAL_RELEASE
+#: acpgate's own (SPEC §7, no ACP method): leave the active set, let the turn finish, release.
+M_SESSION_STOP: Final = "session/stop"
+#: acpgate's own (SPEC §8): a client's event that touches its session, as an inbound
+#: session/update does.
+M_SESSION_EVENT: Final = "session/event"
 #: The terminal methods that name an existing terminal (all but create).
 M_TERMINAL_FOLLOWUPS: Final = (M_TERMINAL_OUTPUT, M_TERMINAL_WAIT, M_TERMINAL_KILL,
                                M_TERMINAL_RELEASE)
@@ -293,18 +326,19 @@ META_FORKED_FROM: Final = "forkedFrom"
 A2A_LABEL: Final = "[{agent} · session {session_id}] "
 
 # ------------------------------------------------------------------ session/update kinds (SPEC §5)
-U_AGENT_MESSAGE: Final = "agent_message_chunk"
-U_AGENT_THOUGHT: Final = "agent_thought_chunk"
-U_USER_MESSAGE: Final = "user_message_chunk"
-U_TOOL_CALL: Final = "tool_call"
-U_TOOL_CALL_UPDATE: Final = "tool_call_update"
-U_PLAN: Final = "plan"
-U_AVAILABLE_COMMANDS: Final = "available_commands_update"
-U_CURRENT_MODE: Final = "current_mode_update"
-U_CONFIG_OPTION: Final = "config_option_update"
-U_SESSION_INFO: Final = "session_info_update"
-U_USAGE: Final = "usage_update"
-U_TURN_COMPLETE: Final = "turn_complete"  # to a client that did not prompt
+U_AGENT_MESSAGE: Final = acp_names.U_AGENT_MESSAGE_CHUNK
+U_AGENT_THOUGHT: Final = acp_names.U_AGENT_THOUGHT_CHUNK
+U_USER_MESSAGE: Final = acp_names.U_USER_MESSAGE_CHUNK
+U_TOOL_CALL: Final = acp_names.U_TOOL_CALL
+U_TOOL_CALL_UPDATE: Final = acp_names.U_TOOL_CALL_UPDATE
+U_PLAN: Final = acp_names.U_PLAN
+U_AVAILABLE_COMMANDS: Final = acp_names.U_AVAILABLE_COMMANDS_UPDATE
+U_CURRENT_MODE: Final = acp_names.U_CURRENT_MODE_UPDATE
+U_CONFIG_OPTION: Final = acp_names.U_CONFIG_OPTION_UPDATE
+U_SESSION_INFO: Final = acp_names.U_SESSION_INFO_UPDATE
+U_USAGE: Final = acp_names.U_USAGE_UPDATE
+#: acpgate's own kind, to a client that did not prompt.
+U_TURN_COMPLETE: Final = "turn_complete"
 
 #: ACP ToolKind values.
 TOOL_KINDS: Final = (
@@ -328,6 +362,28 @@ HISTORY_ROLES: Final = (
 # ------------------------------------------------------------------ _meta namespaces
 META_ZEROCLAW: Final = "zeroclaw"
 META_ACPGATE: Final = "acpgate"
+#: ``_meta.acpgate.eventId`` on every relayed update: the session's event number.
+META_EVENT_ID: Final = "eventId"
+#: ``_meta.acpgate.afterEventId`` of a session/resume of a live session: replay after it.
+META_AFTER_EVENT_ID: Final = "afterEventId"
+#: ``data.acpgate.liveAt`` of a -32007: the host (or edge worker) where the session is live.
+META_LIVE_AT: Final = "liveAt"
+#: ``_meta.acpgate.subagent`` marks a v2 agent's child update carried on its parent's stream
+#: (services.common.acp.v2.subagents); ``true`` on a session/list row of such a child.
+META_SUBAGENT: Final = "subagent"
+#: ``_meta.acpgate.subagent.card: true``: the update is a child's card for v1 clients
+#: (services.common.acp.v2.child_cards), never sent to a v2 client.
+META_CHILD_CARD: Final = "card"
+#: ``_meta.acpgate`` keys keeping a v2 agent's own form of an update v1 cannot carry, given
+#: back to a v2 client (services.common.acp.v2.agent_forms): a notice, a plan with its id, a
+#: tool call content chunk, a v2 diff.
+META_NOTICE: Final = "notice"
+META_PLAN: Final = "plan"
+META_CONTENT_CHUNK: Final = "contentChunk"
+META_DIFF: Final = "diff"
+#: ``_meta.acpgate.permission``: a v2 agent's permission request's own title and description,
+#: kept through v1 for a v2 client (services.common.acp.v2.agent_forms).
+META_PERMISSION: Final = "permission"
 #: `_meta.acpgate.policy` in session/new toward the built-in agent (SPEC §12).
 META_POLICY: Final = "policy"
 #: The built-in agent behind the edge got a session/new (or restoring resume) without one.

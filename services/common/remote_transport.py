@@ -17,6 +17,7 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_SET_CONFIG_OPTION,
     M_SESSION_SET_MODE,
+    M_SESSION_SET_MODEL,
 )
 
 H_CONNECTION_ID: Final = "Acp-Connection-Id"
@@ -27,7 +28,7 @@ CONTENT_TYPE_SSE: Final = "text/event-stream"
 #: every official client sends it for (a client may send it for any method with a sessionId).
 SESSION_HEADER_METHODS: Final = frozenset({
     M_SESSION_PROMPT, M_SESSION_CANCEL, M_SESSION_CLOSE, M_SESSION_SET_MODE,
-    M_SESSION_SET_CONFIG_OPTION, "session/set_model"})
+    M_SESSION_SET_CONFIG_OPTION, M_SESSION_SET_MODEL})
 #: Methods whose answer goes on the connection stream: they bring a session to a connection
 #: that has no stream for it yet (new, load, resume, fork).
 CONNECTION_STREAM_METHODS: Final = frozenset({

@@ -6,6 +6,11 @@ session service's ``HistoryItem`` list for one ``AppendTurn``
 edge runs it as a turn streams, keeping at most ``keep_chars`` of the turn's text: past
 that it *spills* — drops what it kept and lets the session service build the turn's
 items from the event log at the turn's end, with this same class.
+
+A v2 agent's child session streams its text as the parent's thoughts marked
+``_meta.acpgate.subagent`` (:mod:`services.common.acp.v2.subagents`): those are not the
+parent's thinking and are not stored; the child's card (a tool call on the parent,
+:mod:`services.common.acp.v2.child_cards`) is, its result the child's answer.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import orjson
 
 from acpgate_contracts.session.v1 import session_pb2
+from services.common.acp.v2.subagents import marker
 from services.common.logs import get_logger
 from services.common.protocol import (
     META_ACPGATE,
@@ -258,6 +264,8 @@ class TurnAccumulator:
             if text:
                 self._append_text(ROLE_ASSISTANT, text)
         elif kind == U_AGENT_THOUGHT:
+            if marker(update) is not None:
+                return  # a v2 agent's child's text: its card (a tool call) holds its answer
             text = _text_of(update.get("content"))
             if text:
                 self._append_text(ROLE_THOUGHT, text)

@@ -10,7 +10,7 @@ guessed from an absence:
   only the sessions of that token (a ``see-all`` grant adds read-only sight of
   other principals' sessions, looked up per request: :mod:`services.edge.tokens`);
 - the stand-in connection of sessions the edge runs for another session
-  (:class:`services.edge.sessions.hosted.HostedPort`): that session's principal, never
+  (:class:`services.edge.sessions.hosted_port.HostedPort`): that session's principal, never
   the operator.
 """
 

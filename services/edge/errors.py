@@ -7,8 +7,6 @@ caller may not see is reported exactly like one that does not exist.
 
 from __future__ import annotations
 
-import grpc
-
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -26,21 +24,6 @@ log = get_logger("edge.dialect")
 def not_found(sid: str) -> JsonRpcError:
     """-32000 ``Session not found: <id>``."""
     return JsonRpcError(SESSION_NOT_FOUND, MSG_SESSION_NOT_FOUND.format(session_id=sid))
-
-
-def grpc_error(exc: grpc.aio.AioRpcError, sid: str = "") -> JsonRpcError:
-    """Map a session-service refusal onto the dialect (messages forwarded verbatim)."""
-    code = exc.code()
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return JsonRpcError(INVALID_PARAMS, exc.details() or "Invalid params")
-    if code == grpc.StatusCode.PERMISSION_DENIED:  # a rule refused it (autonomy)
-        return JsonRpcError(POLICY_REFUSED, exc.details() or "Refused")
-    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION) and sid:
-        return not_found(sid)
-    if code == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the agent workspace cannot be created
-        return JsonRpcError(INTERNAL_ERROR, exc.details() or "Internal error")
-    log.error("service_call_failed", code=code.name, detail=exc.details())
-    return JsonRpcError(INTERNAL_ERROR, f"Internal error: service call failed ({code.name})")
 
 
 def service_error(exc: ServiceError, sid: str = "") -> JsonRpcError:
@@ -67,7 +50,5 @@ def cause(exc: BaseException) -> str:
         return exc.message
     if isinstance(exc, ServiceError):
         return exc.detail or exc.code
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return exc.details() or exc.code().name
     text = str(exc)
     return text if text else type(exc).__name__

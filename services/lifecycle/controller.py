@@ -2,9 +2,9 @@
 
 The gRPC servicer is a thin translation layer over this class; tests and the embedded
 mode use it directly. One controller per lifecycle state dir. Each spawn (and each wrapper
-re-adopted, :mod:`services.lifecycle.adopt`) is watched: a wrapper that dies has its lease
+re-adopted, :mod:`services.lifecycle.startup.adopt`) is watched: a wrapper that dies has its lease
 closed at once, through the same verified reap as any close. The warm pools
-(:mod:`services.lifecycle.warm`) spawn through it and hand their leases to ``ensure_session``.
+(:mod:`services.lifecycle.adapters.warm`) spawn through it and hand their leases to ``ensure_session``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from services.common.logs import get_logger
-from services.lifecycle.adopt import WrapperLink
-from services.lifecycle.api import (
+from services.lifecycle.adapters.control_channel import AdoptPolicy, WrapperLink, forget_control
+from services.lifecycle.adapters.launch import Launch, LaunchContext, plan_launch
+from services.lifecycle.adapters.pool_spec import launch_reads
+from services.lifecycle.adapters.spawn import WrapperPaths, remove_stderr_logs
+from services.lifecycle.adapters.warm import WarmPools
+from services.lifecycle.attach.channel import AdapterChannel
+from services.lifecycle.leases.holds import StreamHolds
+from services.lifecycle.leases.instance_slots import Slot
+from services.lifecycle.leases.store import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import ProcessTable
+from services.lifecycle.processes.verify import Owner, Verification
+from services.lifecycle.reaping.reaper import CloseResult, Reaper, now_ms
+from services.lifecycle.requests import (
     EnsureRequest,
     InstanceInfo,
     InvalidRequest,
@@ -26,18 +37,6 @@ from services.lifecycle.api import (
     Unavailable,
     check_spec,
 )
-from services.lifecycle.attach import AdapterChannel
-from services.lifecycle.control import AdoptPolicy, forget_control
-from services.lifecycle.holds import StreamHolds
-from services.lifecycle.instance_slots import Slot
-from services.lifecycle.launch import Launch, plan_launch
-from services.lifecycle.leases import LIVE_STATES, LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.pool_spec import launch_reads
-from services.lifecycle.proctable import ProcessTable
-from services.lifecycle.reaper import CloseResult, Reaper, now_ms
-from services.lifecycle.spawn import WrapperPaths, remove_stderr_logs
-from services.lifecycle.verify import Owner, Verification
-from services.lifecycle.warm import WarmPools
 
 __all__ = ["EnsureRequest", "Ensured", "InstanceInfo", "InvalidRequest", "LeaseNotFound",
            "LifecycleController", "NoWarmAdapter", "Unavailable"]
@@ -76,7 +75,7 @@ class LifecycleController:
         self.table = table
         #: This slot's gateway instance id: its leases, its wrappers' marks, its claims.
         self.instance_id = instance_id
-        #: The install's instance id, which every slot's is derived from (services.lifecycle.instance_slots).
+        #: The install's instance id, which every slot's is derived from (services.lifecycle.leases.instance_slots).
         self.install_id = install_id or instance_id
         #: The slot this service holds for its life (None: a controller outside any slot, tests).
         self.slot = slot
@@ -114,7 +113,7 @@ class LifecycleController:
     async def ensure_session(self, req: EnsureRequest, *, hold: bool = False) -> Ensured:
         """The live open lease of ``req.session_key``, else a warm one of ``req.warm_pool``,
         else a new spawn; ``hold`` (an Attach stream's): held until the stream let it go. A
-        lease another stream holds is not handed out: its let-go is waited for (holds.py).
+        lease another stream holds is not handed out: its let-go is waited for (:mod:`.leases.holds`).
 
         What it reads goes out at once: the key's leases from the store, and in one
         thread hop the cwd check and the pool's file fingerprint (a warm take is on
@@ -155,7 +154,7 @@ class LifecycleController:
         return await self._spawn(req, LeaseState.WARM)
 
     async def _spawn(self, req: EnsureRequest, state: LeaseState = LeaseState.OPEN) -> LeaseRecord:
-        """A new lease and its tree for ``req`` (:class:`~services.lifecycle.launch.Launch`)."""
+        """A new lease and its tree for ``req`` (:class:`~services.lifecycle.adapters.launch.Launch`)."""
         plan = plan_launch(
             req,
             instance_id=self.instance_id,
@@ -165,7 +164,7 @@ class LifecycleController:
             state=state,
             adoption=self.adoption,
         )
-        lease, channel = await Launch(self, plan).run()
+        lease, channel = await Launch(self.launch_context(), plan).run()
         self.watch(channel)
         log.info(
             "lease_spawned",
@@ -176,6 +175,14 @@ class LifecycleController:
             adapter_pid=lease.adapter_pid,
         )
         return lease
+
+    def launch_context(self) -> LaunchContext:
+        """What a :class:`~services.lifecycle.adapters.launch.Launch` may use of this
+        controller (its collections shared, the rest as they are now)."""
+        return LaunchContext(
+            store=self.store, table=self.table, reaper=self.reaper,
+            term_grace_ms=self.term_grace_ms, spawning=self.spawning, channels=self.channels,
+            adoption=self.adoption, close_session=self.close_session)
 
     def control_for(self, lease_id: str, wrapper_pid: int) -> WrapperLink | None:
         """The control channel of a wrapper spawned with an adoption window (else None)."""

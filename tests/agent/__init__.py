@@ -1,0 +1,1 @@
+"""The built-in agent's tests: its turn loop, tools, approval gate and policy, over real stdio."""

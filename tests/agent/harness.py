@@ -30,7 +30,7 @@ from services.agent.rpc import agent_peer
 from services.agent.server import AgentServer
 from services.common.config import AcpSection, AgentSection, AutonomySection, Config
 from services.common.jsonrpc import JsonRpcPeer, read_lines
-from services.session.policy import policy_for
+from services.session.decisions.policy import policy_for
 
 Responder = Callable[[str, dict[str, Any]], Awaitable[Any]]
 

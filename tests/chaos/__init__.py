@@ -1,0 +1,1 @@
+"""Killing acpgate's own processes under streaming sessions: nothing a client was sent is lost."""

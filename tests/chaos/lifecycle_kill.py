@@ -21,8 +21,8 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.lifecycle.server import SERVICE_NAME
-from services.lifecycle.verify import LEASE_ENV
+from services.lifecycle.api.server import SERVICE_NAME
+from services.lifecycle.processes.verify import LEASE_ENV
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import WAIT, Gateway
 

@@ -20,13 +20,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from tests.chaos.edge_worker_kill import WAIT, Stream, agent_pids, read_until
 from tests.chaos.lifecycle_kill import alive
-from tests.chaos.test_edge_worker_death import WAIT, Stream, agent_pids, read_until
 from tests.gateway.stack import RawClient
 from tests.gateway.workers_serve import Served, dial, serve_workers, until
 from tests.gateway.wsfixtures import http_get
@@ -105,6 +106,17 @@ async def replace(served: Served, log: Path) -> asyncio.subprocess.Process:
             env=env)
 
 
+def log_events(log: Path) -> list[dict[str, Any]]:
+    """The JSON log lines of a serve's output."""
+    out = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            event = json.loads(line)
+            if isinstance(event, dict):
+                out.append(event)
+    return out
+
+
 async def test_serve_replace_keeps_every_turn_agent_and_connection(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -137,6 +149,12 @@ async def test_serve_replace_keeps_every_turn_agent_and_connection(tmp_path: Pat
                     return status == 200
                 return False
             await until(serving, "the new serve serving", tries=2400)
+            notes = list((served.cfg.data_dir / "run").glob("*.running.json"))
+            assert not notes, "the successor removed the hand-over note it read"
+            assert any(e.get("event") == "sessions_readopted"
+                       and e.get("noted_running") == SESSIONS
+                       for e in log_events(tmp_path / "serve2.log")), \
+                "the note named every running turn"
             streams = [s for _, s in started]
             clients = await asyncio.gather(*(reattach(served, s) for s in streams))
             probe.done.set()

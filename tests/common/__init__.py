@@ -1,0 +1,1 @@
+"""The shared code's tests: ACP models and names, config, JSON-RPC, gRPC plumbing, logging."""

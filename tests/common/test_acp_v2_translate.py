@@ -44,7 +44,8 @@ def test_initialize_result_v2_shape() -> None:
                                 "sessionCapabilities": {"resume": {}, "delete": {},
                                                         "fork": {}}},
           "authMethods": [{"id": "login", "name": "Log in"}], "_meta": {"zeroclaw": {}}}
-    out = v2_initialize_result(v1, version=2)
+    out = v2_initialize_result(v1, version=2, markers={"delete", "additionalDirectories"},
+                               under_meta={"fork", "attach"})
     validate_v2("InitializeResponse", out)
     session = out["capabilities"]["session"]
     assert session["prompt"] == {"image": {}, "embeddedContext": {}}

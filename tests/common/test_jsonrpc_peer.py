@@ -288,12 +288,13 @@ async def test_read_lines_turns_an_oversize_line_into_one_marker() -> None:
     assert (got[1].size, got[1].limit) == (300_000, 100_000)
 
 
-def test_line_cutter_counts_a_skipped_line_across_chunks_and_keeps_going() -> None:
+def test_line_splitter_one_by_one_counts_a_skipped_line_across_chunks_and_keeps_going() -> None:
     """The oversize marker carries the line's whole length, wherever the chunks cut it; a
     line of exactly the limit is a line; a line still being skipped at EOF is reported."""
-    from services.common.jsonrpc import LineCutter, OversizeLine
+    from services.common.jsonrpc import OversizeLine
+    from services.common.line_split import LineSplitter
 
-    cutter = LineCutter(max_line=10)
+    cutter = LineSplitter(10, blocks=False)
     out: list[str] = []
     for chunk in (b"0123456789\nabc", b"defghijklmnop", b"qrst\nok", b"\n", b"zzzzzzzzzzzz"):
         out += cutter.feed(chunk)
@@ -301,7 +302,7 @@ def test_line_cutter_counts_a_skipped_line_across_chunks_and_keeps_going() -> No
     assert out[0] == "0123456789" and out[2] == "ok"
     assert isinstance(out[1], OversizeLine) and (out[1].size, out[1].limit) == (20, 10)
     assert isinstance(last, OversizeLine) and last.size == 12
-    big = LineCutter(max_line=10).feed(b"x" * 50 + b"\ny\n")  # one chunk longer than the limit
+    big = LineSplitter(10, blocks=False).feed(b"x" * 50 + b"\ny\n")  # one chunk longer than the limit
     assert isinstance(big[0], OversizeLine) and big[0].size == 50 and big[1] == "y"
 
 

@@ -1,0 +1,1 @@
+"""End-to-end tests: acpgate acp with its services as real processes, ACP clients and agents."""

@@ -1,0 +1,1 @@
+"""The edge's tests: dialect, relay, transports, sessions and the adapter link."""

@@ -13,7 +13,7 @@ from services.edge.dialect.a2a.views import (
     session_id_of_key,
     state_of,
 )
-from services.edge.sessions.hosted import labelled
+from services.edge.sessions.hosted_port import labelled
 
 PERMISSION = {
     "sessionId": "child-edge-id",

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.edge.adapter.client import AdapterClient
+from services.edge.backends.session_types import ResolvedAgent
 
 
 class _Link:
-    """Just enough of an AdapterLink: it binds its peer."""
+    """Just enough of an AdapterLink: it binds its peer (a v1 agent's: no v2 state)."""
+
+    v2 = None
 
     def bind(self, peer: Any) -> None:
         self.peer = peer
@@ -44,7 +46,7 @@ def _update(session_id: str, text: str) -> tuple[str, dict[str, Any]]:
 
 def test_a_late_replay_of_an_abandoned_restore_reaches_nobody() -> None:
     host = _Host()
-    agent = session_pb2.ResolvedAgent(alias="gemini", kind="acp")
+    agent = ResolvedAgent(alias="gemini", kind="acp")
     client = AdapterClient(_Link(), "edge-1", host, agent)  # type: ignore[arg-type]
     client.abandoned_sessions.add("old")  # what restore_external does when it gives up
     client.adapter_session_id = "new"  # the carried-over session
@@ -56,7 +58,7 @@ def test_a_late_replay_of_an_abandoned_restore_reaches_nobody() -> None:
 
 def test_its_own_session_is_relayed_whatever_was_abandoned_before() -> None:
     host = _Host()
-    agent = session_pb2.ResolvedAgent(alias="gemini", kind="acp")
+    agent = ResolvedAgent(alias="gemini", kind="acp")
     client = AdapterClient(_Link(), "edge-1", host, agent)  # type: ignore[arg-type]
     client.abandoned_sessions.add("s1")
     client.adapter_session_id = "s1"

@@ -1,5 +1,5 @@
 """The edge holding an adapter's pipes itself: services/edge/adapter/pipes.py and
-the redemption in services/edge/adapter/fds.py.
+the redemption in services/edge/backends/fds.py.
 
 Real pipes stand in for the adapter's: what the lifecycle service had read comes first
 (whole lines, then the start of a line the pipe finishes), an over-long line is dropped
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from services.common.config import PathsSection, ServicesSection, load_config, with_overrides
 from services.common.grpc_auth import GrpcSecurity
 from services.edge.adapter import pipes as adapter_pipes
-from services.edge.adapter.fds import FdDialer, PipesLost, PipesNotTaken, TakenPipes
 from services.edge.adapter.pipes import AdapterPipes, PipesEnd
+from services.edge.backends.fds import FdDialer, FdGrant, PipesLost, PipesNotTaken, TakenPipes
 
 
 class Adapter:
@@ -159,7 +158,7 @@ def short_path(name: str) -> str:
     return os.path.join(tempfile.mkdtemp(prefix="fdt-", dir="/tmp"), name)
 
 
-GRANT = pb.FdGrant(grant_id="g" * 32, generation=1)
+GRANT = FdGrant(grant_id="g" * 32, generation=1)
 
 
 async def fake_fd_socket(path: str, answer: bytes | None) -> asyncio.AbstractServer:

@@ -24,7 +24,7 @@ from services.edge.adapter.caps import read_initialize_result
 from services.edge.adapter.requests import initialize_request, read_prompt_result
 from services.edge.dialect.handlers.initialize import read_client_capabilities
 from services.edge.ports.permission import cancelled_answer, relayed_answer
-from services.edge.sessions.runtime import EDGE_NAME, EDGE_TITLE
+from services.edge.sessions.hub import EDGE_NAME, EDGE_TITLE
 from tests.e2e.harness import AcpProcess, write_config
 from tests.golden import frame, payload
 

@@ -9,18 +9,22 @@ import copy
 from typing import Any
 
 from services.common.acp.capabilities import agent_capabilities
-from services.edge.dialect.advertised import merged_capabilities
+from services.common.acp.v2.names import PROTOCOL_V1
+from services.edge.dialect.advertised import merged_capabilities, session_keys
+from services.edge.dialect.method_table import DIALECTS
 from services.edge.dialect.passed_caps import PASSED, WITHHELD, passed_capabilities
 from tests.realagents.profiles import CODEX_PROFILE
 
 OURS = agent_capabilities(load_session=True, resume=True, close=True, list_sessions=True,
                           delete=True, additional_directories=True, fork=True).to_json()
+#: The ``sessionCapabilities`` the method table says acpgate decides.
+OWN = session_keys(DIALECTS[PROTOCOL_V1].capabilities)
 
 
 def test_codex_26_profile_is_advertised_without_subagents() -> None:
     agent = CODEX_PROFILE["agentCapabilities"]
     kept = copy.deepcopy(agent)
-    got = merged_capabilities(OURS, agent, mcp_allowed=True)
+    got = merged_capabilities(OURS, agent, mcp_allowed=True, own=OWN)
     assert agent == kept  # the recorded profile is not changed
     assert got == {
         "loadSession": True,
@@ -55,7 +59,7 @@ def test_capabilities_acpgate_cannot_serve_and_unknown_ones_are_withheld() -> No
         "mcpCapabilities": {"http": True},
         "_meta": {"claudeCode": {"promptQueueing": True}},
     }
-    got = merged_capabilities(OURS, agent, mcp_allowed=False)
+    got = merged_capabilities(OURS, agent, mcp_allowed=False, own=OWN)
     assert "futureTopLevel" not in got and "subagents" not in got["sessionCapabilities"]
     assert got["mcpCapabilities"] == {"http": False, "sse": False}
     # Junk where an object belongs advertises nothing there.

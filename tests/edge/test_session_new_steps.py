@@ -14,26 +14,27 @@ services and a real warm pool of the built-in agent throughout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS
+from services.edge.backends.lifecycle import EnsureSpec, Lease, LeaseState
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.new import session_new
 from services.edge.sessions.claims import HostClaims
-from services.edge.sessions.warm import EarlyTake
+from services.edge.sessions.warm import EarlyTake, sealed_launch
 from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime
 from tests.e2e.harness import workspace_beside_config
 
-WARM = lifecycle_pb2.LEASE_STATE_WARM
-OPEN = lifecycle_pb2.LEASE_STATE_OPEN
-CLOSED = lifecycle_pb2.LEASE_STATE_CLOSED
+WARM = LeaseState.WARM
+OPEN = LeaseState.OPEN
+CLOSED = LeaseState.CLOSED
 
 
 async def _ignore(line: str) -> None:
@@ -43,20 +44,19 @@ async def _ignore(line: str) -> None:
 async def _warm_lease_ids(rt: EdgeRuntime) -> set[str]:
     """The demo pool's ready adapters (waits until there is one)."""
     for _ in range(600):
-        reply = await rt.lifecycle_stub.ListLeases(lifecycle_pb2.ListLeasesRequest(state=WARM))
-        ready = {lease.lease_id for lease in reply.leases if lease.adapter_pid > 0}
+        ready = {lease.lease_id for lease in await rt.lifecycle.list_leases(WARM)
+                 if lease.adapter_pid > 0}
         if ready:
             return ready
         await asyncio.sleep(0.05)
     raise AssertionError("the demo pool never held a warm adapter")
 
 
-async def _lease(rt: EdgeRuntime, lease_id: str) -> lifecycle_pb2.Lease:
-    reply = await rt.lifecycle_stub.ListLeases(lifecycle_pb2.ListLeasesRequest())
-    return next(lease for lease in reply.leases if lease.lease_id == lease_id)
+async def _lease(rt: EdgeRuntime, lease_id: str) -> Lease:
+    return next(lease for lease in await rt.lifecycle.list_leases() if lease.lease_id == lease_id)
 
 
-async def _let_go(rt: EdgeRuntime, lease_id: str) -> int:
+async def _let_go(rt: EdgeRuntime, lease_id: str) -> LeaseState:
     """Wait until an early-taken adapter was let go: closed, or back in its pool when its
     stream never reached it (it heard nothing of the session); its state then."""
     for _ in range(400):
@@ -109,7 +109,7 @@ def test_a_warm_session_new_uses_the_adapter_taken_early(
         assert session.lease_id in warm
         lease = await _lease(runtime, session.lease_id)
         assert (lease.state, lease.session_key) == (OPEN, session.session_key)
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.claim.instance_id == runtime.gateway_instance_id
 
     loop.run_until_complete(scenario())
@@ -144,9 +144,7 @@ def test_an_early_adapter_initialized_for_another_policy_is_let_go(
         declared = runtime.warm._agents["demo"]
         # As if the edge had the pool declared while the config said readonly: the
         # initialize it sends ahead promises no writes, the session's policy allows them.
-        runtime.warm._agents["demo"] = session_pb2.ResolvedAgent()
-        runtime.warm._agents["demo"].CopyFrom(declared)
-        runtime.warm._agents["demo"].autonomy = "readonly"
+        runtime.warm._agents["demo"] = dataclasses.replace(declared, autonomy="readonly")
         taken: list[EarlyTake | None] = []
         _spy(runtime, taken)
         try:
@@ -172,8 +170,9 @@ def test_an_empty_pool_falls_back_to_a_spawn(
         warm = await _warm_lease_ids(runtime)
         agent = runtime.warm._agents["demo"]
         # Someone else takes the pool's only adapter first.
-        other = await runtime.lifecycle_stub.EnsureSession(lifecycle_pb2.EnsureSessionRequest(
-            session_key="agent:demo:acp:other", launch=agent.launch, warm_pool="agent:demo"))
+        other = await runtime.lifecycle.ensure(EnsureSpec(
+            session_key="agent:demo:acp:other", launch=sealed_launch(agent),
+            warm_pool="agent:demo"))
         assert other.warm
         sid = await _new(conn, work)
         lease = await _lease(runtime, conn.sessions[sid].lease_id)
@@ -214,7 +213,7 @@ def test_the_active_write_after_the_answer_lands_before_the_release(
         session = conn.sessions[sid]
         assert session.row_write is not None  # the claim was fresh: written after the answer
         await runtime.deactivate(session, "test")  # at once, the write perhaps still going
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.state == session_pb2.SESSION_STATE_INACTIVE and not row.claim.instance_id
         assert row.lease_id == session.lease_id and row.adapter_session_id  # and it did land
 
@@ -229,7 +228,7 @@ def test_a_claim_not_certainly_held_is_written_before_the_answer(
     async def scenario() -> None:
         sid = await _new(conn, work)
         assert conn.sessions[sid].row_write is None
-        row = await runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+        row = await runtime.session_service.get_session(sid)
         assert row.lease_id == conn.sessions[sid].lease_id and row.adapter_session_id
 
     loop.run_until_complete(scenario())

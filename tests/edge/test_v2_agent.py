@@ -217,3 +217,28 @@ def test_negotiation(tmp_path: Path, log: Path, mode: str, protocol: str,
     finally:
         proc.close()
         proc.kill()
+
+
+def test_v2_client_gets_a_v2_agents_own_forms(acp: AcpProcess, log: Path,
+                                              tmp_path: Path) -> None:
+    """Where both ends speak v2, what v1 cannot carry as it came reaches the client as the
+    agent sent it: the notice, the plan with its id, the content chunk."""
+    acp.check = check_sent
+    acp.result("initialize", {"protocolVersion": 2, "info": {"name": "c", "version": "1"}})
+    sid = acp.result("session/new", {"cwd": _work(tmp_path)})["sessionId"]
+    before, _ = acp.call("session/prompt", {"sessionId": sid, "prompt": [
+        {"type": "text", "text": "hello"}]})
+    after, _ = acp.read_until(
+        lambda m: m.get("method") == "session/update"
+        and m["params"]["update"].get("state") == "idle")
+    seen = updates([*before, *after], sid)
+    notice = next(u for u in seen if u["sessionUpdate"] == "notice")
+    assert (notice["severity"], notice["title"], notice["description"]) == (
+        "info", "Heads up", "a notice")
+    plan = next(u for u in seen if u["sessionUpdate"] == "plan_update")
+    assert plan["plan"]["planId"] == "p1"
+    chunk = next(u for u in seen if u["sessionUpdate"] == "tool_call_content_chunk")
+    assert chunk == {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t1",
+                     "content": {"type": "content",
+                                 "content": {"type": "text", "text": "line 1"}}}
+    assert "agent_thought_chunk" not in [u["sessionUpdate"] for u in seen]

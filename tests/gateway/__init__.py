@@ -1,0 +1,1 @@
+"""The gateway's tests: acpgate serve on a real port, its workers, hosts, tokens and transports."""

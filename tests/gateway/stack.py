@@ -20,8 +20,8 @@ from services.common.config import Config
 from services.edge.transport.connection import EdgeRuntime, open_runtime
 from services.edge.transport.probe import ServiceProbe
 from services.edge.transport.ws_server import EdgeServer
-from services.lifecycle.server import start_lifecycle_server
-from services.session.server import start_session_server
+from services.lifecycle.api.server import start_lifecycle_server
+from services.session.api.server import start_session_server
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.attach_protocol import SESSION_NOT_RUNNING
+from services.common.protocol import SESSION_NOT_RUNNING
 from tests.gateway.attach_client import cut
 from tests.gateway.stack import RawClient
 from tests.security.gateway_stack import running_gateway

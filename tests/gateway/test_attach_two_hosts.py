@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
 from services.common.config import Config
+from services.common.protocol import SESSION_LIVE_ELSEWHERE
 from tests.gateway.attach_client import (
     WAITS_THEN_STREAMS,
     cut,

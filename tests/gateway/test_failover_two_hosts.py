@@ -27,10 +27,13 @@ import asyncpg
 import psutil
 import pytest
 
-from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
-from services.common.protocol import MSG_SESSION_TAKEN_OVER, SESSION_TAKEN_OVER
+from services.common.protocol import (
+    MSG_SESSION_TAKEN_OVER,
+    SESSION_LIVE_ELSEWHERE,
+    SESSION_TAKEN_OVER,
+)
 from services.edge.tokens import TokenStore
-from services.session.store.pg_liveness import NAMESPACE, host_of
+from services.session.store.postgres.liveness import NAMESPACE, host_of
 from tests.pg_cluster import Cluster
 
 from .stack import RawClient

@@ -90,7 +90,7 @@ async def test_a_child_is_in_its_owners_list_with_its_lineage_and_hidden_from_ot
                 owner = f"client:{alice_id}"
                 by_vis = {}
                 for vis in ("tree", "all"):
-                    got = await stack.runtime.session_stub.ListSessions(
+                    got = await stack.runtime.session_service.stub.ListSessions(
                         session_pb2.ListSessionsRequest(requester_session_key=owner,
                                                         visibility=vis))
                     by_vis[vis] = {r.session_id for r in got.sessions}
@@ -148,7 +148,7 @@ async def test_cancel_of_an_idle_parent_cancels_a_background_child_turn_and_keep
                 assert stack.runtime.registry.active.get(child.session_id) is child
                 leases = await stack.leases(child.session_key)
                 assert [lease.state for lease in leases] == [lifecycle_pb2.LEASE_STATE_OPEN]
-                history = [item async for page in stack.runtime.session_stub.GetHistory(
+                history = [item async for page in stack.runtime.session_service.stub.GetHistory(
                     session_pb2.GetHistoryRequest(session_id=child.session_id, operator=True))
                     for item in page.items]
                 # The cancelled turn is stored with what it streamed, marked.

@@ -179,7 +179,7 @@ async def test_children_spawn_while_grpc_is_busy() -> None:
     failed with probability > 99 %."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from acpgate.serve import spawn_child
+    from acpgate.serve_spawn import spawn_child
 
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(
@@ -214,7 +214,7 @@ async def test_child_gets_sigterm_when_serve_dies() -> None:
     and its child (its own process group, armed by the exec trampoline) gets SIGTERM."""
     script = (
         "import asyncio, os, sys, time\n"
-        "from acpgate.serve import spawn_child\n"
+        "from acpgate.serve_spawn import spawn_child\n"
         "async def main():\n"
         "    p = await spawn_child(sys.executable, [sys.executable, '-c',"
         " 'import time; time.sleep(60)'], os.environ)\n"

@@ -27,8 +27,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
-from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE
+from services.common.protocol import MSG_SESSION_ALREADY_ACTIVE, SESSION_LIVE_ELSEWHERE
 from services.edge.tokens import TokenStore
 from tests.launches import dial
 from tests.pg_cluster import Cluster

@@ -18,11 +18,12 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from acpgate.ops.ps import gather
-from services.common.attach_protocol import MSG_ATTACH_ON_SIBLING_WORKER, SESSION_LIVE_ELSEWHERE
+from services.common.attach_protocol import MSG_ATTACH_ON_SIBLING_WORKER
 from services.common.protocol import (
     INVALID_PARAMS,
     MSG_SESSION_ALREADY_ACTIVE,
     MSG_SESSION_ON_SIBLING_WORKER,
+    SESSION_LIVE_ELSEWHERE,
 )
 from services.edge.tokens import TokenStore, token_db_path
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from services.edge.sessions.event_log import MSG_LOG_LOST
+from services.common.protocol import MSG_LOG_LOST
 from tests.conftest import TEST_DATABASE, fresh_url
 from tests.gateway.attach_client import event_ids, kind
 from tests.gateway.stack import RawClient

@@ -61,7 +61,7 @@ async def open_leases(stack: Stack, sid: str) -> list[lifecycle_pb2.Lease]:
 
 
 async def row(stack: Stack, sid: str) -> session_pb2.SessionRow:
-    return await stack.runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+    return await stack.runtime.session_service.get_session(sid)
 
 
 async def test_a_session_moves_between_hosts_and_one_host_serves_it(
@@ -116,7 +116,7 @@ async def test_a_session_moves_between_hosts_and_one_host_serves_it(
             fresh = (await on_b.result("session/new", {}))["sessionId"]
             await on_b.result("session/prompt", {"sessionId": fresh, "prompt": "and B"})
             assert seeded > (await row(b, fresh)).token_count
-            history = [item async for page in b.runtime.session_stub.StreamHistory(
+            history = [item async for page in b.runtime.session_service.stub.StreamHistory(
                 session_pb2.StreamHistoryRequest(session_id=sid)) for item in page.items]
             users = [i.text for i in history if i.role == session_pb2.HistoryItem.ROLE_USER]
             assert users == ["hello from host A", "and B"]

@@ -99,17 +99,19 @@ class Served:
 @contextlib.asynccontextmanager
 async def serve_workers(tmp: Path, *, workers: int = 2, gateway: str = "", extra: str = "",
                         env: dict[str, str] | None = None, detach_grace_secs: int = 0,
-                        settle: bool = True) -> AsyncIterator[Served]:
+                        settle: bool = True, acp: str = "") -> AsyncIterator[Served]:
     """``acpgate serve`` with ``workers`` edge workers (sessions released at the disconnect
     unless ``detach_grace_secs``;
-    ``gateway``: more ``[gateway]`` lines, ``extra``: more tables), a token minted; yielded
-    the moment ``/healthz`` answers 200, and — ``settle`` — every worker reporting."""
+    ``gateway``: more ``[gateway]`` lines, ``acp``: more ``[acp]`` lines, ``extra``: more
+    tables), a token minted; yielded the moment ``/healthz`` answers 200, and — ``settle``
+    — every worker reporting."""
     port = free_port()
     cfg = write_config(tmp / "cfg", port=port, detach_grace_secs=detach_grace_secs,
                        extra=extra)
     text = (cfg.config_dir / "config.toml").read_text()
     (cfg.config_dir / "config.toml").write_text(
-        text.replace("[gateway]\n", f"[gateway]\nworkers = {workers}\n{gateway}", 1))
+        text.replace("[gateway]\n", f"[gateway]\nworkers = {workers}\n{gateway}", 1)
+        .replace("[acp]\n", f"[acp]\n{acp}", 1))
     token_id, secret = mint(cfg)
     log = tmp / "serve.log"
     proc = await start_serve(cfg.config_dir, log, extra_env=env)

@@ -27,7 +27,7 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config, load_config
 from services.common.grpc_server import RunningServer
-from services.lifecycle.server import start_lifecycle_server
+from services.lifecycle.api.server import start_lifecycle_server
 from tests.launches import config_environ, install_test_key
 
 REPO = Path(__file__).resolve().parents[2]

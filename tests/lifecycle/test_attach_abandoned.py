@@ -22,7 +22,7 @@ from tests.e2e.harness import REPO, child_env
 ABANDONED = """
 import asyncio, os, sys
 from pathlib import Path
-from services.lifecycle.attach import AdapterChannel
+from services.lifecycle.attach.channel import AdapterChannel
 
 async def main() -> None:
     in_r, in_w = os.pipe()

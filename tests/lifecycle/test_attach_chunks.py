@@ -1,4 +1,4 @@
-"""AdapterChannel reads adapter stdout in chunks and splits lines (services/lifecycle/attach.py).
+"""AdapterChannel reads adapter stdout in chunks and splits lines (services/lifecycle/attach/channel.py).
 
 A real child process writes bytes to a real pipe, cut at awkward places (inside
 a UTF-8 character, between ``\\r`` and ``\\n``, across the 64 KiB read size);
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle import attach
-from services.lifecycle.attach import READ_CHUNK_BYTES, AdapterChannel
-from services.lifecycle.stdout_batches import Block, take_batch
+from services.lifecycle.attach import channel as attach
+from services.lifecycle.attach.channel import READ_CHUNK_BYTES, AdapterChannel
+from services.lifecycle.attach.stdout_batches import Block, take_batch
 
 #: Writes each argv file's bytes as a separate, flushed write, with a pause between them.
 WRITER = """

@@ -27,11 +27,11 @@ import pytest
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import RunningServer
-from services.lifecycle import warm
+from services.lifecycle.adapters import warm
+from services.lifecycle.api.server import open_controller
+from services.lifecycle.api.servicer import LifecycleServicer
 from services.lifecycle.controller import Ensured, EnsureRequest, LifecycleController
-from services.lifecycle.leases import LeaseState
-from services.lifecycle.server import open_controller
-from services.lifecycle.servicer import LifecycleServicer
+from services.lifecycle.leases.store import LeaseState
 from tests.launches import TEST_SECURITY, ensure_request
 from tests.lifecycle.conftest import (
     Attacher,

@@ -12,10 +12,10 @@ import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
+from services.lifecycle.adapters.spawn import WrapperPaths
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProcessTable
-from services.lifecycle.spawn import WrapperPaths
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import FakeProcessTable
 from tests.lifecycle.test_simulator import INSTANCE, ROOT, WRAPPER
 
 

@@ -25,8 +25,8 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import load_config
 from services.common.grpc_server import RunningServer
+from services.lifecycle.api.server import open_controller, start_lifecycle_server
 from services.lifecycle.controller import EnsureRequest
-from services.lifecycle.server import open_controller, start_lifecycle_server
 from tests.launches import ensure_request, install_test_key
 from tests.lifecycle.conftest import (
     Attacher,

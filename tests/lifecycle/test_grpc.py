@@ -19,9 +19,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_server import RunningServer
-from services.lifecycle.attach import DEFAULT_MAX_BUFFER_BYTES, EXIT_DRAIN_SECS
+from services.lifecycle.api.server import SERVICE_NAME, open_controller, start_lifecycle_server
+from services.lifecycle.attach.channel import DEFAULT_MAX_BUFFER_BYTES, EXIT_DRAIN_SECS
 from services.lifecycle.controller import EnsureRequest
-from services.lifecycle.server import SERVICE_NAME, open_controller, start_lifecycle_server
 from tests.launches import ensure_request
 from tests.lifecycle.conftest import (
     STREAM_EOF,

@@ -20,8 +20,8 @@ import pytest
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.inproc import InProcessChannel
-from services.lifecycle.server import open_controller
-from services.lifecycle.servicer import LifecycleServicer
+from services.lifecycle.api.server import open_controller
+from services.lifecycle.api.servicer import LifecycleServicer
 from tests.launches import TEST_SECURITY, ensure_request
 from tests.lifecycle.conftest import ProcessGuard, Scripts, make_config
 

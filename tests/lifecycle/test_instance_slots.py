@@ -1,4 +1,4 @@
-"""Instance slots (services/lifecycle/instance_slots.py): the lowest free one, held for life,
+"""Instance slots (services/lifecycle/leases/instance_slots.py): the lowest free one, held for life,
 exact about dead holders, handed from ``acpgate serve`` to its lifecycle child."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.instance_slots import (
+from services.lifecycle.leases.instance_slots import (
     MAX_SLOTS,
     SlotError,
     acquire_slot,
@@ -53,7 +53,7 @@ def test_a_dead_holders_slot_is_free_at_once(tmp_path: Path) -> None:
 
     code = ("import sys, time\n"
             "from pathlib import Path\n"
-            "from services.lifecycle.instance_slots import acquire_slot\n"
+            "from services.lifecycle.leases.instance_slots import acquire_slot\n"
             "slot = acquire_slot(Path(sys.argv[1]))\n"
             "print(slot.number, flush=True)\n"
             "time.sleep(600)\n")
@@ -81,7 +81,7 @@ async def test_serves_child_adopts_the_slot_serve_holds(tmp_path: Path) -> None:
     fd = held.fileno()
     code = ("import sys\n"
             "from pathlib import Path\n"
-            "from services.lifecycle.instance_slots import adopt_slot\n"
+            "from services.lifecycle.leases.instance_slots import adopt_slot\n"
             "slot = adopt_slot(Path(sys.argv[1]), int(sys.argv[2]))\n"
             "print(slot.number, flush=True)\n")
     try:

@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.api import EnsureRequest, Unavailable
+from services.lifecycle.adapters.launch import BIRTH_READ_ATTEMPTS, Launch, LaunchPlan, plan_launch
+from services.lifecycle.adapters.spawn import WrapperPaths
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.launch import BIRTH_READ_ATTEMPTS, Launch, LaunchPlan, plan_launch
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable, ProcessTableError, ProcInfo
-from services.lifecycle.spawn import WrapperPaths
-from services.lifecycle.verify import command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import (
+    FakeProc,
+    FakeProcessTable,
+    ProcessTableError,
+    ProcInfo,
+)
+from services.lifecycle.processes.verify import command_hash
+from services.lifecycle.requests import EnsureRequest, Unavailable
 from tests.lifecycle.test_simulator import INSTANCE, ROOT, WRAPPER
 
 REQ = EnsureRequest(session_key="agent:a:acp:s1", command="/bin/agent", args=("--acp",))
@@ -112,7 +117,7 @@ async def test_insert_pending_closes_the_report_pipe_when_the_lease_cannot_be_wr
         plan = plan_for(tmp_path)
         ids = pipe_ids(plan)
         with pytest.raises(RuntimeError, match="disk full"):
-            await Launch(controller, plan).run()
+            await Launch(controller.launch_context(), plan).run()
         assert not still_open(ids)
         assert controller.spawning == set()  # no longer in flight
         assert controller.channels == {}
@@ -128,7 +133,7 @@ async def test_a_wrapper_that_cannot_start_ends_its_lease_as_lost(
 ) -> None:
     controller = controller_for(store, FakeProcessTable(), tmp_path)
     plan = plan_for(tmp_path, EnsureRequest("k", "/bin/agent", cwd=str(tmp_path / "absent")))
-    launch = Launch(controller, plan)
+    launch = Launch(controller.launch_context(), plan)
     ids = pipe_ids(plan)
     await launch.insert_pending()
     with pytest.raises(Unavailable, match="cannot start the wrapper"):
@@ -165,7 +170,7 @@ async def test_read_birth_retries_until_the_identity_is_readable(
     tmp_path: Path, store: LeaseStore, how: str
 ) -> None:
     table = FlakyGetTable([FakeProc(4242, 1, 4242, 777)], bad=BIRTH_READ_ATTEMPTS - 1, how=how)
-    launch = Launch(controller_for(store, table, tmp_path), plan_for(tmp_path))
+    launch = Launch(controller_for(store, table, tmp_path).launch_context(), plan_for(tmp_path))
     try:
         assert await launch.read_birth(4242) == 777
         assert table.calls == BIRTH_READ_ATTEMPTS
@@ -181,7 +186,7 @@ async def test_read_birth_never_settles_for_an_unknown_identity(
     tmp_path: Path, store: LeaseStore, how: str, why: str
 ) -> None:
     table = FlakyGetTable([FakeProc(4242, 1, 4242, 777)], bad=BIRTH_READ_ATTEMPTS, how=how)
-    launch = Launch(controller_for(store, table, tmp_path), plan_for(tmp_path))
+    launch = Launch(controller_for(store, table, tmp_path).launch_context(), plan_for(tmp_path))
     try:
         with pytest.raises(ProcessTableError) as err:
             await launch.read_birth(4242)

@@ -1,7 +1,7 @@
 """Pre-lease record files: what is read, what is refused and why.
 
 The file format an operator migrating from a lease-less system drops into
-``<data dir>/lifecycle/legacy/`` (:mod:`services.lifecycle.legacy_file`): every line is
+``<data dir>/lifecycle/legacy/`` (:mod:`services.lifecycle.reaping.legacy_files`): every line is
 checked, one bad line refuses the whole file with its line number (never its content),
 and a file or directory someone else could have written is refused.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.legacy_file import (
+from services.lifecycle.reaping.legacy_files import (
     MAX_FILE_BYTES,
     MAX_RECORDS,
     ImportedRecord,

@@ -1,7 +1,7 @@
 """Legacy records from file to outcome, on the simulated process table.
 
 What the startup of slot 0 does with the pre-lease records waiting in
-``<state>/legacy/`` (:mod:`services.lifecycle.legacy_reap`): import once, reap through
+``<state>/legacy/`` (:mod:`services.lifecycle.startup.legacy_records`): import once, reap through
 the fail-safe path, store every outcome (closed / lost / left, with the reason), never
 process an ended record again — and what no other slot does. The guards beyond the
 seed's rules (a lease's process, the service's own tree, another install's wrapper root)
@@ -17,24 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from services.lifecycle.adapters.spawn import WrapperPaths
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.instance_slots import try_slot
-from services.lifecycle.leases import LeaseStore
-from services.lifecycle.legacy import (
-    REASON_FOREIGN_ROOT,
-    REASON_LEASED,
-    REASON_PROTECTED,
-    LegacyRecord,
-    LegacyState,
-)
-from services.lifecycle.legacy_file import LEGACY_DIR_NAME, parse_records
-from services.lifecycle.legacy_file import LegacyFile as ReadFile
-from services.lifecycle.legacy_reap import reap_legacy
-from services.lifecycle.legacy_store import LegacyStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable, ProcInfo
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.spawn import WrapperPaths
-from services.lifecycle.verify import (
+from services.lifecycle.leases.instance_slots import try_slot
+from services.lifecycle.leases.store import LeaseStore
+from services.lifecycle.processes.table import FakeProc, FakeProcessTable, ProcInfo
+from services.lifecycle.processes.verify import (
     LEASE_ENV,
     REASON_BIRTH,
     REASON_COMMAND,
@@ -43,6 +31,18 @@ from services.lifecycle.verify import (
     REASON_WRAPPER_ROOT,
     Owner,
 )
+from services.lifecycle.reaping.legacy import (
+    REASON_FOREIGN_ROOT,
+    REASON_LEASED,
+    REASON_PROTECTED,
+    LegacyRecord,
+    LegacyState,
+)
+from services.lifecycle.reaping.legacy_files import LEGACY_DIR_NAME, parse_records
+from services.lifecycle.reaping.legacy_files import LegacyFile as ReadFile
+from services.lifecycle.reaping.legacy_table import LegacyStore
+from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.startup.legacy_records import reap_legacy
 
 INSTANCE = "gw-aaaa"
 ROOT = "/srv/gw-a/lifecycle/wrapper"

@@ -26,13 +26,13 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.instance_slots import acquire_slot
-from services.lifecycle.leases import LeaseRecord, LeaseStore
-from services.lifecycle.proctable import PsutilProcessTable
-from services.lifecycle.server import start_lifecycle_server
-from services.lifecycle.spawn import install_wrapper
-from services.lifecycle.verify import command_hash
+from services.lifecycle.adapters.spawn import install_wrapper
+from services.lifecycle.api.server import start_lifecycle_server
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.instance_slots import acquire_slot
+from services.lifecycle.leases.store import LeaseRecord, LeaseStore
+from services.lifecycle.processes.table import PsutilProcessTable
+from services.lifecycle.processes.verify import command_hash
 from tests.launches import ensure_request, service_channel
 from tests.lifecycle.conftest import (
     ProcessGuard,

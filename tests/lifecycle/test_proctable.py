@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle import proctable
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import ProcInfo, PsutilProcessTable
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.verify import REASON_UNREADABLE, Owner, command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes import table as proctable
+from services.lifecycle.processes.table import ProcInfo, PsutilProcessTable
+from services.lifecycle.processes.verify import REASON_UNREADABLE, Owner, command_hash
+from services.lifecycle.reaping.reaper import Reaper
 from tests.lifecycle.conftest import ProcessGuard, Scripts, wait_until
 
 

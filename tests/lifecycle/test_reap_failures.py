@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from services.lifecycle.adapters.spawn import WrapperPaths, install_wrapper
+from services.lifecycle.api.server import LEASES_DB_NAME, start_lifecycle_server
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.server import LEASES_DB_NAME, start_lifecycle_server
-from services.lifecycle.spawn import WrapperPaths, install_wrapper
-from services.lifecycle.verify import Owner
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import FakeProc, FakeProcessTable
+from services.lifecycle.processes.verify import Owner
+from services.lifecycle.reaping.reaper import Reaper
 from tests.lifecycle.conftest import make_config
 from tests.lifecycle.test_simulator import (
     ADAPTER_PID,

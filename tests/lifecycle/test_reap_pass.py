@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProc, FakeProcessTable, ProcInfo
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.verify import REASON_COMMAND, Owner, command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import FakeProc, FakeProcessTable, ProcInfo
+from services.lifecycle.processes.verify import REASON_COMMAND, Owner, command_hash
+from services.lifecycle.reaping.reaper import Reaper
 from tests.lifecycle.test_simulator import (
     INSTANCE,
     PY,

@@ -1,7 +1,7 @@
 """The named steps of a batched reap pass and the outcome rules, one contract each (SPEC §13).
 
 test_reap_pass.py runs whole passes; here each step of ReapPass and each rule
-of services/lifecycle/results is held to its own promise.
+of services/lifecycle/reaping/results is held to its own promise.
 """
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.leases import LeaseState, LeaseStore
-from services.lifecycle.proctable import FakeProcessTable, ProcessTableError, ProcInfo
-from services.lifecycle.reap_pass import ReapPass
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.results import (
-    CHANGED_CONCURRENTLY,
-    refused,
-    still_ours,
-    tally,
-    unverified_outcome,
-)
-from services.lifecycle.snapshot import TreeProc
-from services.lifecycle.verify import (
+from services.lifecycle.leases.store import LeaseState, LeaseStore
+from services.lifecycle.processes.snapshot import TreeProc
+from services.lifecycle.processes.table import FakeProcessTable, ProcessTableError, ProcInfo
+from services.lifecycle.processes.verify import (
     REASON_BIRTH,
     REASON_COMMAND,
     REASON_ROOT_GONE,
     REASON_UNREADABLE,
     Owner,
     Verification,
+)
+from services.lifecycle.reaping.batch import ReapPass
+from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.reaping.results import (
+    CHANGED_CONCURRENTLY,
+    refused,
+    still_ours,
+    tally,
+    unverified_outcome,
 )
 from tests.lifecycle.test_reap_pass import _lease
 from tests.lifecycle.test_simulator import INSTANCE, ROOT, VirtualClock

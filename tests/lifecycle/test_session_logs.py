@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from services.lifecycle.session_logs import (
+from services.lifecycle.adapters.session_logs import (
     forget_session_log,
     link_session_log,
     session_log_path,
     session_of_key,
 )
-from services.lifecycle.spawn import remove_stderr_logs
+from services.lifecycle.adapters.spawn import remove_stderr_logs
 from tests.e2e.harness import AcpProcess, write_config
 
 

@@ -27,14 +27,12 @@ from unittest import mock
 
 import pytest
 
+from services.lifecycle.adapters.spawn import WrapperPaths
 from services.lifecycle.controller import LifecycleController
-from services.lifecycle.instance_slots import acquire_slot, slot_instance_id, try_slot
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import FAKE_SERVICE_UID, FakeProc, FakeProcessTable
-from services.lifecycle.reaper import Reaper
-from services.lifecycle.slot_reap import reap_at_start
-from services.lifecycle.spawn import WrapperPaths
-from services.lifecycle.verify import (
+from services.lifecycle.leases.instance_slots import acquire_slot, slot_instance_id, try_slot
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import FAKE_SERVICE_UID, FakeProc, FakeProcessTable
+from services.lifecycle.processes.verify import (
     INSTANCE_ENV,
     LEASE_ENV,
     REASON_AMBIGUOUS,
@@ -52,8 +50,9 @@ from services.lifecycle.verify import (
     Owner,
     command_hash,
 )
-from services.lifecycle.wrapper import Terminator
-from services.lifecycle.wrapper_control import (
+from services.lifecycle.reaping.reaper import Reaper
+from services.lifecycle.startup.reap import reap_at_start
+from services.lifecycle.wrapper.control import (
     CLEANUP,
     OP_ADOPT,
     ROLE_SERVICE,
@@ -65,6 +64,7 @@ from services.lifecycle.wrapper_control import (
     recv_line,
     send_line,
 )
+from services.lifecycle.wrapper.supervisor import Terminator
 
 INSTANCE = "gw-aaaa"
 OTHER_INSTANCE = "gw-bbbb"
@@ -910,7 +910,7 @@ def _forged_exchange(control: Control, uid_seen: int) -> dict[str, object]:
 
     thread = threading.Thread(target=attacker)
     thread.start()
-    with mock.patch("services.lifecycle.wrapper_control.peer_credentials",
+    with mock.patch("services.lifecycle.wrapper.control.peer_credentials",
                     return_value=(4242, uid_seen, uid_seen)):
         control._exchange(ours, lambda: {"adapter_pid": ADAPTER_PID, "pgid": ADAPTER_PID})
     thread.join(5)
@@ -1034,7 +1034,7 @@ def test_parent_death_adoption_window(tmp_path: Path, name: str, adopted_at: flo
     ],
 )
 async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs: list[FakeProc], signalled: list[int], store: LeaseStore) -> None:
-    from services.lifecycle.legacy import LegacyRecord
+    from services.lifecycle.reaping.legacy import LegacyRecord
 
     table = FakeProcessTable([replace(p) for p in procs])
     clock = VirtualClock()
@@ -1051,7 +1051,7 @@ async def test_legacy_records(name: str, record_kwargs: dict[str, object], procs
 
 
 async def test_legacy_listing_unavailable_signals_nothing(store: LeaseStore) -> None:
-    from services.lifecycle.legacy import LegacyRecord
+    from services.lifecycle.reaping.legacy import LegacyRecord
 
     table = FakeProcessTable([FakeProc(300, 1, 300, 5, ("agent",))])
     table.listing_available = False

@@ -18,17 +18,17 @@ from typing import Any
 import psutil
 import pytest
 
+from services.lifecycle.adapters.spawn import install_wrapper
 from services.lifecycle.controller import EnsureRequest, LifecycleController, Unavailable
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
-from services.lifecycle.proctable import (
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.processes.table import (
     ProcessTable,
     ProcessTableError,
     ProcInfo,
     PsutilProcessTable,
 )
-from services.lifecycle.spawn import install_wrapper
-from services.lifecycle.verify import LEASE_ENV
+from services.lifecycle.processes.verify import LEASE_ENV
 from tests.lifecycle.conftest import ProcessGuard, Scripts, gone, wait_until
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""LineSplitter: the adapter's stdout chunks cut into line blocks (services/lifecycle/stdout_batches.py).
+"""LineSplitter: the adapter's stdout chunks cut into line blocks (services/lifecycle/attach/stdout_batches.py).
 
 test_attach_chunks.py drives it through a real pipe; here its contract per
 chunk: what each feed returns, when an over-long line is reported, what the
@@ -7,7 +7,7 @@ end of the stream gives back.
 
 from __future__ import annotations
 
-from services.lifecycle.stdout_batches import LineSplitter
+from services.lifecycle.attach.stdout_batches import LineSplitter
 
 
 class Recorder:

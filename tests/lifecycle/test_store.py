@@ -6,8 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
 
 
 def lease(lease_id: str, **kw: object) -> LeaseRecord:
@@ -97,8 +97,8 @@ async def test_reopen_keeps_everything(tmp_path: Path) -> None:
 
 
 async def test_controller_expiry_drops_old_leases_and_their_logs(tmp_path: Path) -> None:
-    from services.lifecycle.server import open_controller
-    from services.lifecycle.spawn import stderr_log_path
+    from services.lifecycle.adapters.spawn import stderr_log_path
+    from services.lifecycle.api.server import open_controller
     from tests.lifecycle.conftest import make_config
 
     cfg = make_config(tmp_path / "gw")
@@ -121,7 +121,7 @@ async def test_controller_expiry_drops_old_leases_and_their_logs(tmp_path: Path)
 WRITER = r"""
 import asyncio, os, sys, time
 from pathlib import Path
-from services.lifecycle.leases import LeaseRecord, LeaseState, LeaseStore
+from services.lifecycle.leases.store import LeaseRecord, LeaseState, LeaseStore
 
 path, iid, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
-from services.lifecycle.usage import add_usage, measure
+from services.lifecycle.processes.usage import add_usage, measure
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 

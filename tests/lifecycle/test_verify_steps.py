@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from services.lifecycle.proctable import FakeProc, FakeProcessTable
-from services.lifecycle.snapshot import ProcSnapshot, descendants
-from services.lifecycle.verify import (
+from services.lifecycle.processes.snapshot import ProcSnapshot, descendants
+from services.lifecycle.processes.table import FakeProc, FakeProcessTable
+from services.lifecycle.processes.verify import (
     REASON_AMBIGUOUS,
     REASON_BIRTH,
     REASON_COMMAND,

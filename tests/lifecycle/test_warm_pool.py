@@ -23,9 +23,9 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
 from services.common.grpc_server import RunningServer
-from services.lifecycle import pool_spec, warm
-from services.lifecycle.leases import LeaseState
-from services.lifecycle.server import open_controller, start_lifecycle_server
+from services.lifecycle.adapters import pool_spec, warm
+from services.lifecycle.api.server import open_controller, start_lifecycle_server
+from services.lifecycle.leases.store import LeaseState
 from tests.launches import ensure_request, keep_request, service_channel
 from tests.lifecycle.conftest import (
     Attacher,

@@ -13,8 +13,9 @@ import pytest
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
-from services.lifecycle.server import start_lifecycle_server
-from services.lifecycle.wrapper import BoundedLog, parse_args
+from services.lifecycle.adapters.spawn import install_wrapper
+from services.lifecycle.api.server import start_lifecycle_server
+from services.lifecycle.wrapper.supervisor import BoundedLog, parse_args
 from tests.launches import ensure_request
 from tests.lifecycle.conftest import (
     ProcessGuard,
@@ -24,8 +25,6 @@ from tests.lifecycle.conftest import (
     read_pidfile,
     wait_until,
 )
-
-WRAPPER_FILE = Path(__file__).resolve().parents[2] / "services" / "lifecycle" / "wrapper.py"
 
 # argv: pidfile — spawns a TERM-ignoring grandchild, exits when stdin closes.
 EXIT_LEAVING_CHILD = r"""
@@ -145,7 +144,7 @@ def test_wrapper_argument_parsing() -> None:
 
 
 async def test_wrapper_refuses_to_start_when_its_parent_is_already_gone(tmp_path: Path) -> None:
-    wrapper = WRAPPER_FILE
+    wrapper = (await install_wrapper(tmp_path / "state")).path  # as the service runs it
     marker = tmp_path / "started"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-S", str(wrapper), "--lease-id", "L", "--instance-id", "I",

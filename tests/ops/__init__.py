@@ -1,0 +1,1 @@
+"""The operators' commands' tests: ps, sessions, doctor, agents add, the endpoints."""

@@ -1,0 +1,1 @@
+"""The real-adapter tier (marker realagents): real npm adapters behind acpgate acp."""

@@ -11,7 +11,9 @@ finds it wherever it would surface. The agent forges in:
   chunks of one message id it chooses, :data:`AGENT_MESSAGE_ID`, on both sides of a
   ``tool_call`` (as if to make a client resuming "after" that message skip the tool
   call), and, after another tool call, a last chunk without a message id;
-- ``session/set_model``: an error whose ``data.acpgate`` is forged.
+- ``session/set_model``: an error whose ``data.acpgate`` is forged;
+- updates of the kinds only acpgate sends (``turn_complete`` in the compact shape,
+  ``prompt_received`` in another), each carrying :data:`FORGED`.
 
 Its own other ``_meta`` keys (``vendor``) are there to be kept.
 """
@@ -81,6 +83,9 @@ class Agent:
         self.write({"method": "session/update", "params": {
             "sessionId": sid, "_meta": _meta(3), "update": {**tool, "toolCallId": "tc-3",
                                                            "_meta": _meta(4)}}})
+        self.compact(sid, {"sessionUpdate": "turn_complete", "stopReason": FORGED})
+        self.write({"method": "session/update", "params": {"sessionId": sid, "update": {
+            "sessionUpdate": "prompt_received", "prompt": [{"type": "text", "text": FORGED}]}}})
         self.compact(sid, self.chunk("a0 ", AGENT_MESSAGE_ID))
         self.compact(sid, self.chunk("a1 ", AGENT_MESSAGE_ID))
         self.compact(sid, {**tool, "toolCallId": "tc-between"})

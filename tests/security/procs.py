@@ -2,7 +2,7 @@
 
 Every helper here reads what the system itself recorded (the lease store, the
 kernel's ``/proc``) to find a process, and signals only through the
-identity-checked :class:`~services.lifecycle.proctable.PsutilProcessTable`, so a
+identity-checked :class:`~services.lifecycle.processes.table.PsutilProcessTable`, so a
 test can never hit a process it did not cause to exist.
 """
 
@@ -21,8 +21,8 @@ import pytest
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
-from services.lifecycle.proctable import PsutilProcessTable
-from services.lifecycle.verify import INSTANCE_ENV, LEASE_ENV
+from services.lifecycle.processes.table import PsutilProcessTable
+from services.lifecycle.processes.verify import INSTANCE_ENV, LEASE_ENV
 from tests.launches import KeySource, ensure_request
 from tests.lifecycle.conftest import ProcessGuard, read_pidfile
 

@@ -32,8 +32,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
-from services.common.attach_protocol import SESSION_LIVE_ELSEWHERE
 from services.common.grpc_auth import GrpcSecurity, open_service_channel
+from services.common.protocol import SESSION_LIVE_ELSEWHERE
 from tests.gateway.stack import RawClient, Stack, full_stack, select
 from tests.gateway.test_two_hosts import client, host_config
 from tests.gateway.wsfixtures import free_port, mint
@@ -63,7 +63,7 @@ async def spoofing_client(stack: Stack, secret: str) -> AsyncIterator[RawClient]
 
 
 async def stored_url(stack: Stack, sid: str) -> str:
-    row = await stack.runtime.session_stub.GetSession(session_pb2.GetSessionRequest(
+    row = await stack.runtime.session_service.stub.GetSession(session_pb2.GetSessionRequest(
         session_id=sid))
     return row.claim.public_url
 

@@ -25,7 +25,7 @@ import pytest
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.fd_channel import channel_key, encode_request, parse_header
-from tests.chaos.test_edge_worker_death import (
+from tests.chaos.edge_worker_kill import (
     CHUNKS,
     Stream,
     agent_pids,

@@ -1,6 +1,6 @@
 """The client's actions in the session's event log are what acpgate did, never what a client
 claimed: a mode change the agent accepted (with only the values relayed), never a refused
-one; the permission answer the agent got, never the client's own bytes — a malformed
+one; a permission request as relayed, then the answer the agent got, never the client's own bytes — a malformed
 "selected" answer reaches the agent as ``cancelled`` and is logged so; a cancel only when a
 turn was cancelled. Read from the real SQLite store after the process ended."""
 
@@ -68,9 +68,12 @@ def test_a_client_cannot_log_an_action_acpgate_did_not_take(tmp_path: Path) -> N
     ids = [eid for eid, _, _ in _logged(cfg, demo)]
     assert 7 not in ids and ids == sorted(set(ids))
     permission = [p for _, k, p in _logged(cfg, sid) if k == "permission"]
-    assert len(permission) == 1, permission
-    answer = permission[0]["answer"]  # type: ignore[index]
-    assert answer == {"outcome": {"outcome": "cancelled"}}, answer
+    assert len(permission) == 2, permission  # the request as relayed, then the answer
+    asked, answered = permission
+    assert isinstance(asked, dict) and isinstance(answered, dict)
+    assert "answer" not in asked and asked["requestId"] == answered["requestId"], permission
+    assert asked["params"]["toolCall"]["toolCallId"] == f"tc-{asked['requestId']}", asked
+    assert answered["answer"] == {"outcome": {"outcome": "cancelled"}}, answered
 
 
 def test_every_conversation_action_is_logged_in_order(tmp_path: Path) -> None:
@@ -103,6 +106,6 @@ def test_every_conversation_action_is_logged_in_order(tmp_path: Path) -> None:
         ("config", {"method": "session/set_config_option", "configId": "model",
                     "value": "demo"})]
     kinds = [k for _, k, _ in _logged(cfg, sid) if k != "update"]
-    assert kinds == ["prompt", "permission", "prompt", "cancel"], kinds
+    assert kinds == ["prompt", "permission", "permission", "prompt", "cancel"], kinds
     cancel = next(p for _, k, p in _logged(cfg, sid) if k == "cancel")
     assert cancel == {"method": "session/cancel"}

@@ -39,7 +39,7 @@ from bench.transports import ws_peer
 from services.common.config import load_config
 from services.common.fd_channel import channel_key, grant_proof
 from services.common.grpc_server import RunningServer
-from services.lifecycle.server import start_lifecycle_server
+from services.lifecycle.api.server import start_lifecycle_server
 from tests.gateway.wsfixtures import free_port, mint, start_serve, wait_healthy, write_config
 from tests.launches import DATA_PATH_ENV, TEST_SERVICE_KEY, ensure_request, install_test_key
 from tests.lifecycle.conftest import ECHO, Attacher, ProcessGuard

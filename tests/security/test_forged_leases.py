@@ -26,12 +26,12 @@ import pytest
 
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
-from services.lifecycle.instance import load_or_create_instance_id
-from services.lifecycle.leases import LeaseRecord, LeaseStore
-from services.lifecycle.proctable import PsutilProcessTable
-from services.lifecycle.server import start_lifecycle_server
-from services.lifecycle.spawn import WrapperPaths, install_wrapper
-from services.lifecycle.verify import (
+from services.lifecycle.adapters.spawn import WrapperPaths, install_wrapper
+from services.lifecycle.api.server import start_lifecycle_server
+from services.lifecycle.leases.instance import load_or_create_instance_id
+from services.lifecycle.leases.store import LeaseRecord, LeaseStore
+from services.lifecycle.processes.table import PsutilProcessTable
+from services.lifecycle.processes.verify import (
     INSTANCE_ENV,
     LEASE_ENV,
     REASON_EXECUTABLE,

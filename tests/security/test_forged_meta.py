@@ -66,6 +66,8 @@ async def test_an_agents_acpgate_meta_never_reaches_a_client(tmp_path: Path) -> 
         notes = [m for m in seen if m.get("method") == "_vendor/note"]
         assert notes and notes[0]["params"]["_meta"] == {"vendor": 5}, notes
         updates = [m for m in seen if m.get("method") == "session/update"]
+        # Nor do updates of the kinds only acpgate sends (a turn's end, a prompt's echo).
+        assert FORGED not in json.dumps(updates), [kind(m) for m in updates]
         tools = {_update(m).get("toolCallId"): _update(m) for m in updates
                  if kind(m) == "tool_call"}
         for call, vendor in (("tc-1", 1), ("tc-2", 2), ("tc-3", 4)):

@@ -208,7 +208,7 @@ async def client(stack: Stack, secret: str) -> AsyncIterator[RawClient]:
 
 
 async def row(stack: Stack, sid: str) -> session_pb2.SessionRow:
-    return await stack.runtime.session_stub.GetSession(
+    return await stack.runtime.session_service.stub.GetSession(
         session_pb2.GetSessionRequest(session_id=sid))
 
 

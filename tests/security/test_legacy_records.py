@@ -31,9 +31,13 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_channel import wait_healthy
-from services.lifecycle.legacy import REASON_FOREIGN_ROOT, REASON_LEASED, REASON_PROTECTED
-from services.lifecycle.spawn import install_wrapper
-from services.lifecycle.verify import REASON_COMMAND, REASON_ROOT_GONE, REASON_WRAPPER_ROOT
+from services.lifecycle.adapters.spawn import install_wrapper
+from services.lifecycle.processes.verify import (
+    REASON_COMMAND,
+    REASON_ROOT_GONE,
+    REASON_WRAPPER_ROOT,
+)
+from services.lifecycle.reaping.legacy import REASON_FOREIGN_ROOT, REASON_LEASED, REASON_PROTECTED
 from tests.launches import dial
 from tests.lifecycle.conftest import REPO, ProcessGuard, make_config, start_service_process
 from tests.security.procs import alive, ensure_detacher, eventually, guard

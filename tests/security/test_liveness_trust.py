@@ -16,8 +16,8 @@ import asyncpg
 import pytest
 
 from services.session.store import NewSession, SessionActiveElsewhere, SessionStore, open_store
-from services.session.store.pg_db import PostgresTarget
-from services.session.store.pg_liveness import NAMESPACE
+from services.session.store.postgres.db import PostgresTarget
+from services.session.store.postgres.liveness import NAMESPACE
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 

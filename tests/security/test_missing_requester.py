@@ -22,7 +22,7 @@ import pytest
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.protocol import MSG_REQUESTER_REQUIRED, MSG_SEND_REQUESTER
-from services.session.server import start_session_server
+from services.session.api.server import start_session_server
 from tests.session.conftest import make_cfg
 
 if TYPE_CHECKING:

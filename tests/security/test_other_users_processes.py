@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.lifecycle.legacy import REASON_OTHER_USER
-from services.lifecycle.proctable import PsutilProcessTable
+from services.lifecycle.processes.table import PsutilProcessTable
+from services.lifecycle.reaping.legacy import REASON_OTHER_USER
 from tests.lifecycle.conftest import ProcessGuard, make_config
 from tests.security.procs import alive, eventually, guard
 from tests.security.test_legacy_records import drop, rows, service

@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from services.common.jsonrpc import MAX_LINE_BYTES
-from services.lifecycle.attach import MAX_LINE_BYTES as ADAPTER_LINE_LIMIT
+from services.lifecycle.attach.channel import MAX_LINE_BYTES as ADAPTER_LINE_LIMIT
 from tests.e2e.harness import ACPGATE, child_env, write_config
 from tests.gateway.stack import full_stack
 from tests.gateway.wsfixtures import mint

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
+from services.edge.backends.lifecycle import Lease, LeaseState
 from services.edge.caller import LOCAL_OPERATOR
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.new import session_new
@@ -37,8 +37,8 @@ from tests.security.procs import install_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-OPEN = lifecycle_pb2.LEASE_STATE_OPEN
-WARM = lifecycle_pb2.LEASE_STATE_WARM
+OPEN = LeaseState.OPEN
+WARM = LeaseState.WARM
 #: Event-loop turns a sweep waits before cancelling: every await of a setup is passed.
 SWEEP = range(0, 48, 3)
 #: Setups cancelled at a random moment (seconds after they began) per kind.
@@ -68,9 +68,8 @@ async def _cancelled_after(setup: Setup, conn: DialectConnection, *, turns: int 
         await conn.runtime.deactivate(session, "test")
 
 
-async def _non_warm(rt: EdgeRuntime) -> list[lifecycle_pb2.Lease]:
-    reply = await rt.lifecycle_stub.ListLeases(lifecycle_pb2.ListLeasesRequest())
-    return [lease for lease in reply.leases if lease.state != WARM]
+async def _non_warm(rt: EdgeRuntime) -> list[Lease]:
+    return [lease for lease in await rt.lifecycle.list_leases() if lease.state != WARM]
 
 
 async def _settled(rt: EdgeRuntime) -> None:

@@ -66,11 +66,11 @@ class HeldAnswer:
 
 
 async def row(stack: Stack, sid: str) -> session_pb2.SessionRow:
-    return await stack.runtime.session_stub.GetSession(session_pb2.GetSessionRequest(session_id=sid))
+    return await stack.runtime.session_service.get_session(sid)
 
 
 async def user_texts(stack: Stack, sid: str) -> list[str]:
-    pages = stack.runtime.session_stub.StreamHistory(
+    pages = stack.runtime.session_service.stub.StreamHistory(
         session_pb2.StreamHistoryRequest(session_id=sid))
     return [i.text async for page in pages for i in page.items
             if i.role == session_pb2.HistoryItem.ROLE_USER]

@@ -26,9 +26,13 @@ from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.config import Config
 from services.common.grpc_channel import wait_healthy
 from services.common.service_key import service_key_path
-from services.lifecycle.leases import LeaseRecord, LeaseStore
-from services.lifecycle.proctable import PsutilProcessTable
-from services.lifecycle.verify import REASON_OTHER_INSTANCE, REASON_WRAPPER_ROOT, command_hash
+from services.lifecycle.leases.store import LeaseRecord, LeaseStore
+from services.lifecycle.processes.table import PsutilProcessTable
+from services.lifecycle.processes.verify import (
+    REASON_OTHER_INSTANCE,
+    REASON_WRAPPER_ROOT,
+    command_hash,
+)
 from tests.launches import dial
 from tests.lifecycle.conftest import ProcessGuard, make_config, start_service_process
 from tests.security.procs import alive, ensure_detacher, eventually, guard, kill_exact

@@ -11,6 +11,7 @@ from the credential) does adopt it: the check is real, not a closed door.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -24,8 +25,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.lifecycle.control import AdoptPolicy, ControlError, exchange
-from services.lifecycle.wrapper_control import (
+from services.lifecycle.adapters.control_channel import AdoptPolicy, ControlError, exchange
+from services.lifecycle.adapters.spawn import WRAPPER_FILE_NAME, install_wrapper
+from services.lifecycle.wrapper.control import (
     OP_ADOPT,
     OP_CLOSE_STDIN,
     ROLE_SERVICE,
@@ -36,7 +38,8 @@ from services.lifecycle.wrapper_control import (
 
 pytestmark = [pytest.mark.timeout(60)]
 
-WRAPPER = Path(__file__).resolve().parents[2] / "services" / "lifecycle" / "wrapper.py"
+#: The wrapper's installed file name: what its command line shows.
+WRAPPER_NAME = WRAPPER_FILE_NAME
 WINDOW_SECS = 3
 LEASE = "5b1f0c9e-7a44-4d1e-9c3b-2f6d8e0a1b2c"
 
@@ -60,8 +63,9 @@ sys.stdin.read()
 def _spawn(tmp: Path, policy: AdoptPolicy) -> tuple[subprocess.Popen[str], int, str]:
     path = policy.path(LEASE)
     assert path is not None
+    wrapper = asyncio.run(install_wrapper(tmp / "state")).path  # the file the service runs
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(WRAPPER), path, policy.key(LEASE).hex(), str(WINDOW_SECS)],
+        [sys.executable, "-c", PARENT, str(wrapper), path, policy.key(LEASE).hex(), str(WINDOW_SECS)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     wrapper_pid = int(parent.stdout.readline())
@@ -168,7 +172,7 @@ def with_suppress_kill(pid: int) -> None:
     its dead parent's init only once gone: checked by identity through psutil)."""
     try:
         proc = psutil.Process(pid)
-        if WRAPPER.name in " ".join(proc.cmdline()):
+        if WRAPPER_NAME in " ".join(proc.cmdline()):
             proc.send_signal(signal.SIGKILL)
     except psutil.Error:
         pass

@@ -28,7 +28,8 @@ import pytest
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as pb
 from acpgate_contracts.lifecycle.v1 import lifecycle_pb2_grpc
 from services.common.grpc_channel import wait_healthy
-from services.lifecycle.server import start_lifecycle_server
+from services.lifecycle.adapters.spawn import install_wrapper
+from services.lifecycle.api.server import start_lifecycle_server
 from tests.agent.fake_http import FakeProviderServer, Reply, sse
 from tests.e2e.harness import AcpProcess, write_config
 from tests.gateway.stack import RawClient
@@ -55,7 +56,6 @@ __all__ = ["guard"]  # the shared fixture: imported so that pytest finds it here
 
 pytestmark = pytest.mark.slow
 
-WRAPPER_FILE = Path(__file__).resolve().parents[2] / "services" / "lifecycle" / "wrapper.py"
 
 # argv: marker — an adapter that records the signal it gets, then exits.
 NOTICER = r"""
@@ -196,8 +196,9 @@ async def test_the_adapter_gets_sigterm_when_its_wrapper_is_killed(tmp_path: Pat
     """PDEATHSIG alone: the wrapper runs without any lifecycle service, nobody else signals."""
     marker = tmp_path / "signal.txt"
     noticer = script(tmp_path, "noticer", NOTICER)
+    installed = (await install_wrapper(tmp_path / "state")).path  # the file the service runs
     wrapper = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", str(WRAPPER_FILE), "--lease-id", "l-1", "--instance-id", "gw-t",
+        sys.executable, "-I", "-S", str(installed), "--lease-id", "l-1", "--instance-id", "gw-t",
         "--parent-pid", str(os.getpid()), "--", sys.executable, str(noticer), str(marker),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )

@@ -1,0 +1,1 @@
+"""The session service's tests: its store on SQLite and PostgreSQL, decisions and every RPC."""

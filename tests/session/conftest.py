@@ -26,10 +26,10 @@ from services.common.config import (
     StoreSection,
 )
 from services.common.grpc_server import RunningServer
-from services.session.server import start_session_server
+from services.session.api.server import start_session_server
 from services.session.store import Clock, SessionStore, open_store
 from services.session.store.opening import StoreTarget
-from services.session.store.pg_db import PostgresTarget
+from services.session.store.postgres.db import PostgresTarget
 from tests.conftest import fresh_url
 
 if TYPE_CHECKING:

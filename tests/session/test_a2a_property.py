@@ -28,7 +28,7 @@ from acpgate_contracts.session.v1 import session_pb2_grpc
 from services.common.config import A2aSection, AgentSection, Config
 from services.common.grpc_server import RunningServer
 from services.common.principals import principal_of_owner
-from services.session.server import start_session_server
+from services.session.api.server import start_session_server
 from tests.session.conftest import make_cfg
 
 POLICIES = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
-from services.session.activity import MAX_INSTANCES, ActivityBoard
+from services.session.live.activity import MAX_INSTANCES, ActivityBoard
 
 
 def act(sid: str, state: int = pb.ACTIVITY_STATE_IDLE) -> pb.SessionActivity:

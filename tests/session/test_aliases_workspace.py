@@ -11,13 +11,13 @@ import pytest
 
 from services.common.config import AcpSection, AgentSection, Config
 from services.common.protocol import MSG_AGENT_DISABLED, MSG_ALIAS_REQUIRED, MSG_UNKNOWN_AGENT
-from services.session.aliases import (
+from services.session.decisions.aliases import (
     AliasError,
     launch_spec,
     resolve_alias,
     resolve_restore_alias,
 )
-from services.session.workspace import WorkspaceError, resolve_workspace
+from services.session.decisions.workspace import WorkspaceError, resolve_workspace
 
 
 def _builtin(alias: str, **kw: object) -> AgentSection:

@@ -21,7 +21,7 @@ from services.common.config import (
     PathsSection,
 )
 from services.common.protocol import MSG_CWD_REFUSED, MSG_CWD_REFUSED_LOCAL
-from services.session.confinement import CREDENTIAL_STORE, OWN_STATE, workspace_refusal
+from services.session.decisions.confinement import CREDENTIAL_STORE, OWN_STATE, workspace_refusal
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Store records ↔ session_pb2 messages (services/session/convert.py), and the one role map."""
+"""Store records ↔ session_pb2 messages (services/session/api/convert.py), and the one role map."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.history_roles import PB_ROLE_BY_NAME, ROLE_NAME_BY_PB
 from services.common.policy import SecurityPolicy
 from services.common.protocol import HISTORY_ROLES
-from services.session.convert import (
+from services.session.api.convert import (
     action_from_pb,
     entry_to_pb,
     pb_to_entry,
@@ -96,10 +96,10 @@ def _imports(path: Path) -> set[str]:
 def test_servicer_sees_the_store_only_through_its_interface() -> None:
     """The RPC code imports the store package, its interface and records, never a backend
     (SQLite and PostgreSQL both sit behind the same SessionStore)."""
-    session = REPO / "services" / "session"
+    api = REPO / "services" / "session" / "api"
     allowed = {"services.session.store", "services.session.store.interface",
                "services.session.store.records"}
-    files = [session / "servicer.py", session / "convert.py", *sorted((session / "rpcs").glob("*.py"))]
+    files = [api / "servicer.py", api / "convert.py", *sorted((api / "rpcs").glob("*.py"))]
     assert len(files) > 3
     for path in files:
         for name in _imports(path):

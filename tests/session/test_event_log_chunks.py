@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
+from services.edge.backends.session import SessionBackend
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
 
@@ -24,7 +25,7 @@ async def test_relayed_lines_and_actions_are_read_back_as_relayed(
     sid = "chunked"
     await store_stub.CreateSession(pb.CreateSessionRequest(
         session_id=sid, agent_alias="alpha", workspace_dir=str(tmp_path)))
-    log = EventLog(store_stub, lambda _sid: ("", 0), lambda _sid: None)
+    log = EventLog(SessionBackend.of_stub(store_stub), lambda _sid: ("", 0), lambda _sid: None)
     await log.begin("edge-test", interrupt=False)
     try:
         feed = SessionFeed(sid, max_chars=1 << 20, start_id=1000)
@@ -56,3 +57,44 @@ async def test_relayed_lines_and_actions_are_read_back_as_relayed(
     middle = relayed[300].event_id
     assert [e.event_id for e in await _read(store_stub, sid, middle - 1, middle + 2)] == \
         [middle, middle + 1]
+
+
+async def test_running_turn_only_reads_from_the_running_turns_prompt(
+        store_stub: Stub, tmp_path: Path) -> None:
+    """What an edge re-adopting a session reads: the running turn's events alone, not the
+    turns before it; nothing once no turn runs."""
+    sid = "running"
+    await store_stub.CreateSession(pb.CreateSessionRequest(
+        session_id=sid, agent_alias="alpha", workspace_dir=str(tmp_path)))
+    log = EventLog(SessionBackend.of_stub(store_stub), lambda _sid: ("", 0), lambda _sid: None)
+    await log.begin("edge-test", interrupt=False)
+    feed = SessionFeed(sid, max_chars=1 << 20, start_id=1000)
+
+    def turn(state: str) -> tuple[int, list[int]]:
+        turn_id = feed.reserve_id()
+        log.turn(sid, turn_id, "running")
+        log.action(sid, turn_id, turn_id, "prompt", b'{"prompt":1}')
+        events = feed.stamp([f"chunk {i}" for i in range(30)], None)
+        log.updates(sid, turn_id, events)
+        if state != "running":
+            log.turn(sid, turn_id, state)
+        return turn_id, [e.event_id for e in events]
+
+    async def running_only() -> list[pb.LogEvent]:
+        return [e async for page in store_stub.ReadEvents(pb.ReadEventsRequest(
+            session_id=sid, running_turn_only=True)) for e in page.events]
+
+    try:
+        for _ in range(3):
+            turn("completed")
+        assert await log.flush()
+        assert await running_only() == []
+        running, updates = turn("running")
+        assert await log.flush()
+        got = await running_only()
+        assert [(e.event_id, e.kind) for e in got] == \
+            [(running, "prompt"), *[(u, "update") for u in updates]]
+        assert all(e.turn_id == running for e in got)
+        assert len(await _read(store_stub, sid)) == 4 * 31  # the whole log is still there
+    finally:
+        await log.close()

@@ -23,8 +23,8 @@ from services.common.grpc_auth import GrpcSecurity, open_service_channel
 from services.common.grpc_channel import wait_healthy
 from services.common.protocol import MSG_CWD_REFUSED
 from services.common.urls import redact_url
-from services.lifecycle.sealed import open_launch
-from services.session.server import SERVICE_NAME, store_target
+from services.lifecycle.adapters.sealed import open_launch
+from services.session.api.server import SERVICE_NAME, store_target
 from services.session.store import LATEST_SCHEMA_VERSION, HistoryEntry, NewSession, open_store
 from tests.launches import dial, seal_key_of
 from tests.session.conftest import make_cfg
@@ -549,7 +549,7 @@ async def test_run_session_service_process_sigterm(short_dir: Path) -> None:
 
 async def test_calls_without_the_credential_are_refused(short_dir: Path) -> None:
     """Every call must carry the service credential; health stays open."""
-    from services.session.server import start_session_server
+    from services.session.api.server import start_session_server
 
     cfg = make_cfg(short_dir)
     sec = GrpcSecurity(token="s3cret")

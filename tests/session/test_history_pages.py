@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
-from services.session.history_pages import cut_pages
+from services.session.api.history_pages import cut_pages
 
 
 def _item(seq: int, size: int) -> pb.HistoryItem:

@@ -9,7 +9,7 @@ from pathlib import Path
 # only place a policy takes effect.
 from services.agent.enforce import may_read
 from services.common.config import DEFAULT_AUTO_APPROVE, AgentSection, AutonomySection, Config
-from services.session.policy import policy_for
+from services.session.decisions.policy import policy_for
 
 
 def test_policy_for_builds_from_config(tmp_path: Path) -> None:

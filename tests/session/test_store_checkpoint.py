@@ -17,15 +17,15 @@ import pytest
 from services.session.store import NewSession, open_store
 from services.session.store.interface import wall_clock_ms
 from services.session.store.records import StoreStatusInfo
-from services.session.store.sqlite_checkpoint import (
+from services.session.store.sqlite.checkpoint import (
     PASSIVE,
     TRIGGER_BYTES,
     WRITER_PRAGMAS,
     Checkpointer,
 )
-from services.session.store.sqlite_db import connect, prepare_file
-from services.session.store.sqlite_schema import migrate
-from services.session.store.sqlite_store import SqliteSessionStore
+from services.session.store.sqlite.db import connect, prepare_file
+from services.session.store.sqlite.schema import migrate
+from services.session.store.sqlite.store import SqliteSessionStore
 
 #: A row of filler: the WAL grows by about this much per insert.
 ROW_BYTES = 64 << 10

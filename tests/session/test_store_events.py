@@ -8,6 +8,7 @@ import orjson
 from acpgate_contracts.session.v1 import session_pb2 as pb
 from services.common.log_forms import FORM_TEXT_CHUNKS, TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
 from services.common.turn_items import TurnAccumulator
+from services.session.api.turn_from_log import turn_items_from_log
 from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.event_log import (
     REFUSED_FENCED,
@@ -17,7 +18,6 @@ from services.session.store.event_log import (
     SessionBatch,
     TurnMark,
 )
-from services.session.turn_from_log import turn_items_from_log
 from tests.session.conftest import Backend
 
 TTL = 30_000

@@ -21,11 +21,11 @@ from services.session.store import (
     SessionActiveElsewhere,
     SessionStore,
     open_store,
-    pg_db,
-    pg_liveness,
 )
-from services.session.store.pg_db import PostgresTarget, create_pool
-from services.session.store.pg_liveness import NAMESPACE, host_of
+from services.session.store.postgres import db as pg_db
+from services.session.store.postgres import liveness as pg_liveness
+from services.session.store.postgres.db import PostgresTarget, create_pool
+from services.session.store.postgres.liveness import NAMESPACE, host_of
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from services.session.store import HistoryEntry, NewSession, SessionStore
 from services.session.store.interface import HISTORY_PAGE_BYTES
 from services.session.store.records import item_bytes
-from services.session.store.sql_history import page_end
+from services.session.store.sql.history import page_end
 
 MIB = 1024 * 1024
 

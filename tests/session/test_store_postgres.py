@@ -29,7 +29,7 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.pg_schema import _STEPS, _V4_TABLES
+from services.session.store.postgres.schema import _STEPS, _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 
@@ -115,9 +115,10 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 10
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
         rec = await store.get_session("old")
         assert rec.forked_from == ""  # v8: no stored row is a fork
+        assert not rec.subagent  # v11: nor a subagent
         assert rec.claim.public_url == ""  # v9: no address recorded
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 1)
         assert rec.stored_bytes == len("user") + len("hi")  # v7: counted from its history
@@ -159,7 +160,7 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 10
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
         rec = await store.get_session("old")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -172,10 +173,45 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
         assert (again.claim.generation, again.claim.public_url) == (4, "wss://a.example/acp")
     con = await asyncpg.connect(url)
     try:
-        assert await con.fetchval("SELECT version FROM schema_version") == 10
+        assert await con.fetchval("SELECT version FROM schema_version") == 11
     finally:
         await con.close()
 
+
+async def test_v10_database_gains_the_subagent_mark(pg_cluster: Cluster) -> None:
+    """v10 → v11: a database as v10 shipped it (v4 created, every step up to v10 run)
+    keeps its rows and history; no row is marked a subagent, and a new child row is."""
+    url = await fresh_url(pg_cluster)
+    con = await asyncpg.connect(url)
+    try:
+        for stmt in _V4_TABLES:
+            await con.execute(stmt)
+        for version in range(4, 10):
+            await _STEPS[version][1](con)
+        await con.execute("INSERT INTO schema_version VALUES (10)")
+        await con.execute(
+            "INSERT INTO sessions (id, agent_alias, workspace_dir, created_at, last_activity,"
+            " title, last_seq, last_turn, session_key) VALUES ('old', 'a', '/w', 0, 0, 't',"
+            " 1, 1, 'agent:a:acp:old')")
+        await con.execute("INSERT INTO history (session_id, seq, turn, role, text, created_at)"
+                          " VALUES ('old', 1, 1, 'user', 'hi', 1)")
+    finally:
+        await con.close()
+    async with _opened(PostgresTarget(url)) as store:
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        rec = await store.get_session("old")
+        assert not rec.subagent and (rec.title, rec.message_count) == ("t", 1)
+        assert [e.text async for e in store.iter_history("old")] == ["hi"]
+        key = rec.ownership.session_key
+        child = await store.create_session(NewSession(
+            "c1", "a", "/w", spawned_by=key, parent_session_key=key, owner_session_key=key,
+            state="inactive", subagent=True))
+        assert child.subagent and (await store.get_session("c1")).subagent
+    con = await asyncpg.connect(url)
+    try:
+        assert await con.fetchval("SELECT version FROM schema_version") == 11
+    finally:
+        await con.close()
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:
     """TCP asks for a password: the one given apart from the URL (``[store] password_env``)

@@ -20,11 +20,11 @@ import pytest
 from services.common.protocol import MSG_SESSION_QUOTA, MSG_TOKEN_QUOTA, REFUSED_QUOTA
 from services.session.store import HistoryEntry, NewSession, Quota, QuotaExceeded, SessionStore
 from services.session.store.event_log import LoggedEvent, SessionBatch, TurnMark
-from services.session.store.pg_db import PostgresTarget
-from services.session.store.pg_schema import _STEPS
+from services.session.store.postgres.db import PostgresTarget
+from services.session.store.postgres.schema import _STEPS
 from services.session.store.records import item_bytes
-from services.session.store.sqlite_db import connect
-from services.session.store.sqlite_schema import _MIGRATIONS
+from services.session.store.sqlite.db import connect
+from services.session.store.sqlite.schema import _MIGRATIONS
 from tests.session.conftest import Backend, FakeClock
 
 

@@ -12,8 +12,15 @@ import pytest
 
 from services.common.log_forms import FORM_TEXT_CHUNKS
 from services.session.store import EventChunk, HistoryEntry, NewSession, SessionBatch, open_store
-from services.session.store.diagnosis import DAMAGED, MISSING, NEWER, NOT_A_FILE, OK, diagnose
-from services.session.store.salvage import RepairRefused, repair_store, salvage_into
+from services.session.store.sqlite.diagnosis import (
+    DAMAGED,
+    MISSING,
+    NEWER,
+    NOT_A_FILE,
+    OK,
+    diagnose,
+)
+from services.session.store.sqlite.salvage import RepairRefused, repair_store, salvage_into
 
 
 async def _store(db: Path, sessions: int) -> None:

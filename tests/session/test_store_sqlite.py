@@ -26,8 +26,8 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.sqlite_db import connect
-from services.session.store.sqlite_schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
+from services.session.store.sqlite.db import connect
+from services.session.store.sqlite.schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
 
 
 async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:
@@ -274,15 +274,15 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
     (v3), starts unclaimed (v4), has no adapter capabilities recorded
     (v5) and no extra roots, mode, config or token totals, its old turns no usage
     (v6); its stored bytes are counted from its history (v7); it is no
-    fork (v8); its claim records no public URL (v9)."""
+    fork (v8); its claim records no public URL (v9); it is no subagent (v11)."""
     db = tmp_path / "sessions" / "acp-sessions.db"
     db.parent.mkdir()
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 10
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
         rec = await s.get_session("v2")
-        assert rec.forked_from == ""
+        assert rec.forked_from == "" and not rec.subagent
         assert rec.claim.public_url == ""
         assert (rec.state, rec.title, rec.message_count) == ("active", "hi", 1)
         assert (rec.stored_bytes, rec.claim.generation) == (len("user") + len("hi"), 0)
@@ -348,7 +348,7 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await con.commit()
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 10
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
         rec = await s.get_session("v2")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -361,6 +361,38 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await s.close()
     con = sqlite3.connect(db)
     try:
-        assert con.execute("SELECT version FROM schema_version").fetchall() == [(10,)]
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(11,)]
+    finally:
+        con.close()
+
+
+async def test_v10_file_gains_the_subagent_mark(tmp_path: Path) -> None:
+    """v10 → v11: a file as v10 shipped it (every step up to v10 run on a v2 file) keeps
+    its rows, history and event log; no row is marked a subagent, and a new child row is."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    async with aiosqlite.connect(db) as con:
+        for version in range(2, 10):
+            await _MIGRATIONS[version](con, 0)
+        await con.execute("UPDATE schema_version SET version = 10")
+        await con.commit()
+    s = await open_store(db)
+    try:
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        rec = await s.get_session("v2")
+        assert not rec.subagent and (rec.title, rec.message_count) == ("hi", 1)
+        assert [e.text for e in await _history(s, "v2")] == ["hi"]
+        key = rec.ownership.session_key
+        child = await s.create_session(NewSession(
+            "c1", "alpha", "/w", spawned_by=key, parent_session_key=key,
+            owner_session_key=key, state="inactive", subagent=True))
+        assert child.subagent and (await s.get_session("c1")).subagent
+        assert not (await s.get_session("v2")).subagent
+    finally:
+        await s.close()
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(11,)]
     finally:
         con.close()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.principals import LOCAL_PRINCIPAL, principal_of_owner
-from services.session.visibility import (
+from services.session.decisions.visibility import (
     ACTIONS,
     READ_ACTIONS,
     A2aPolicy,

@@ -4,7 +4,7 @@ worker's takes and its reports counts a slot twice for a moment, never zero time
 from __future__ import annotations
 
 from acpgate_contracts.session.v1 import session_pb2 as pb
-from services.session.worker_ledger import WorkerLedger
+from services.session.live.worker_ledger import WorkerLedger
 
 SESSION = pb.SLOT_KIND_SESSION
 

@@ -31,6 +31,7 @@ from services.common.config.setting import Setting, declared, setting
 from services.common.mcp_servers import McpServerSpec
 from services.common.protocol import (
     DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SUBAGENTS,
     DEFAULT_SESSION_TIMEOUT_SECS,
     MAX_WARM_ADAPTERS,
 )
@@ -66,6 +67,10 @@ class AcpSection:
     session_timeout_secs: int = setting(
         DEFAULT_SESSION_TIMEOUT_SECS, "permission timeout, and how long an idle session lives",
         min=1, reload=True)
+    max_subagents_per_session: int = setting(
+        DEFAULT_MAX_SUBAGENTS, "child sessions a v2 agent may announce under one session, "
+        "theirs included; past it, more are neither stored nor relayed (a warning is logged)",
+        min=1, max=10_000)
 
 
 @dataclass(frozen=True)
@@ -337,7 +342,8 @@ class AgentSection:
     # (ruff cannot tell the alias is immutable: int | str)
     protocol: AgentProtocol = setting(  # noqa: RUF009
         1, "acp: the ACP version spoken to it: 1, 2, or \"auto\" (offer 2, take what it "
-        "answers; a refusal falls back to 1)", reload=True)
+        "answers; a refusal falls back to 1); 1 by default, as v2 costs v1 clients diffs, "
+        "terminal output and fs/* (docs/agents.md, ACP v2 agents)", reload=True)
 
     def __post_init__(self) -> None:
         if self.warm == WARM_BY_KIND:  # the kind's default, also for sections built in code

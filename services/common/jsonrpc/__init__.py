@@ -17,7 +17,6 @@ from services.common.jsonrpc.line_reader import (
     MAX_LINE_BYTES,
     READ_CHUNK_BYTES,
     ChunkReader,
-    LineCutter,
     read_lines,
 )
 from services.common.jsonrpc.outbound import (
@@ -27,7 +26,14 @@ from services.common.jsonrpc.outbound import (
     integer_ids,
     prefixed_ids,
 )
-from services.common.jsonrpc.peer import Handler, JsonRpcPeer, Notes, NotificationSink, Send
+from services.common.jsonrpc.peer import (
+    Handler,
+    JsonRpcPeer,
+    Notes,
+    NotificationSink,
+    Send,
+    serving_id,
+)
 from services.common.jsonrpc.wire import (
     OVERSIZE_LINE,
     Answered,
@@ -59,7 +65,6 @@ __all__ = [
     "JsonRpcError",
     "JsonRpcId",
     "JsonRpcPeer",
-    "LineCutter",
     "Notes",
     "NotificationSink",
     "OversizeLine",
@@ -77,4 +82,5 @@ __all__ = [
     "read_lines",
     "request_line",
     "result_line",
+    "serving_id",
 ]

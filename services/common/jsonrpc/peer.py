@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -72,6 +73,15 @@ Send = Callable[[str], Awaitable[None]]
 #: Consecutive notifications ``(method, params)``, in stream order.
 Notes = list[tuple[str, dict[str, Any]]]
 NotificationSink = Callable[[Notes], Awaitable[None]]
+
+#: The id of the other side's request whose handler runs in this task (None elsewhere):
+#: what a handler that must remember the request (to answer it later) reads.
+_SERVING_ID: ContextVar[JsonRpcId | None] = ContextVar("jsonrpc_serving_id", default=None)
+
+
+def serving_id() -> JsonRpcId | None:
+    """The id of the other side's request being served by the calling task, if any."""
+    return _SERVING_ID.get()
 
 
 class Handler(Protocol):
@@ -242,6 +252,8 @@ class JsonRpcPeer:
 
     async def _serve(self, req_id: JsonRpcId, method: str, params: dict[str, Any],
                      notification: bool) -> None:
+        if not notification:
+            _SERVING_ID.set(req_id)  # this task's own context: the handler may read it
         try:
             result = await self._handler(method, params, notification)
         except JsonRpcError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from services.common.line_split import OVERSIZE_LINE, OversizeLine
 from services.common.protocol import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -34,24 +35,6 @@ from services.common.protocol import (
 
 #: A JSON-RPC id as it may appear on the wire (we never echo other types).
 JsonRpcId = str | int | float | None
-
-#: What a line reader yields in place of a line longer than its limit (not JSON).
-OVERSIZE_LINE = "\x00line too long"
-
-
-class OversizeLine(str):
-    """:data:`OVERSIZE_LINE` standing for one skipped line: its length and the reader's limit
-    (bytes), for the parse error that answers it."""
-
-    size: int
-    limit: int
-
-    def __new__(cls, size: int, limit: int) -> OversizeLine:
-        line = super().__new__(cls, OVERSIZE_LINE)
-        line.size = size
-        line.limit = limit
-        return line
-
 
 class FrameKind(Enum):
     """What one inbound line is."""

@@ -13,7 +13,8 @@ Both directions are the typed ACP models (:mod:`services.common.acp.schema`):
   agent's profile is the v1 reading of its answer, with ``protocolVersion: 2`` and its
   own answer under ``v2``) — so
   the edge's own ``initialize`` can advertise what the connection's default
-  agent advertised before any session runs;
+  agent advertised before any session runs, and an edge that re-adopts a session's
+  adapter knows which version it speaks (:func:`recorded_version`);
 - :func:`client_capabilities` is the ``clientCapabilities`` the edge sends the
   adapter, promising exactly what will be honoured under the session's policy —
   ``fs`` is served by the edge when the client does not serve it (so reads are
@@ -59,6 +60,7 @@ __all__ = [
     "recorded_capabilities",
     "recorded_json",
     "recorded_profile",
+    "recorded_version",
 ]
 
 #: ACP auth method type whose credentials the adapter reads from its environment.
@@ -147,6 +149,14 @@ def recorded_capabilities(text: str) -> AgentCapabilities:
         return AgentCapabilities.from_json(profile.get("agentCapabilities") or {})
     except AcpDecodeError:
         return AgentCapabilities()
+
+
+def recorded_version(text: str) -> int:
+    """The ACP version a recorded profile's adapter answered ``initialize`` with (2 for a
+    v2 agent's profile; 1 otherwise, nothing recorded included)."""
+    profile = recorded_profile(text)
+    return PROTOCOL_V2 if profile and profile.get("protocolVersion") == PROTOCOL_V2 \
+        else PROTOCOL_VERSION
 
 
 def client_capabilities(client: ClientCapabilities,

@@ -32,7 +32,6 @@ import contextlib
 from collections.abc import AsyncIterable, Sequence
 from typing import Any, Protocol
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
@@ -78,6 +77,7 @@ from services.edge.adapter.requests import (
     initialize_request,
     setup_params,
 )
+from services.edge.backends.session_types import ResolvedAgent
 from services.edge.errors import not_found
 
 log = get_logger("edge.adapter")
@@ -124,10 +124,10 @@ class AdapterClient:
         link: AdapterLink,
         edge_session_id: str,
         host: AdapterHost,
-        agent: session_pb2.ResolvedAgent,
+        agent: ResolvedAgent,
     ) -> None:
         self.edge_session_id = edge_session_id
-        self.adapter_session_id = ""
+        self._adapter_session_id = ""
         #: What the adapter advertised in its initialize result.
         self.agent_capabilities = AgentCapabilities()
         #: The ``authMethods`` it advertised (ACP ``AuthMethod`` objects, as sent).
@@ -158,6 +158,17 @@ class AdapterClient:
         self._update_lines = UpdateLines()
         self.link = link
         link.bind(self)
+
+    @property
+    def adapter_session_id(self) -> str:
+        """The adapter's own id of the session ("" until its setup answered)."""
+        return self._adapter_session_id
+
+    @adapter_session_id.setter
+    def adapter_session_id(self, value: str) -> None:
+        self._adapter_session_id = value
+        if self.link.v2 is not None:  # a v2 agent's child messages may name it
+            self.link.v2.wire.bind(value, self.edge_session_id)
 
     # ------------------------------------------------------------------ AdapterPeer
 

@@ -26,11 +26,8 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
@@ -51,7 +48,16 @@ from services.common.protocol import (
     POLICY_REFUSED,
 )
 from services.edge.adapter.exits import method_not_found
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import (
+    OPERATION_EXECUTE,
+    OPERATION_READ,
+    OPERATION_WRITE,
+)
 from services.edge.ports.backchannel import Asking, BackChannelError, ClientErrorAnswer
+
+if TYPE_CHECKING:
+    from services.edge.backends.session import SessionBackend
 
 log = get_logger("edge.client_methods")
 
@@ -59,9 +65,9 @@ log = get_logger("edge.client_methods")
 CLIENT_METHODS = frozenset({M_FS_READ, M_FS_WRITE, M_TERMINAL_CREATE, *M_TERMINAL_FOLLOWUPS})
 
 _OPERATION = {
-    M_FS_READ: session_pb2.OPERATION_READ,
-    M_FS_WRITE: session_pb2.OPERATION_WRITE,
-    M_TERMINAL_CREATE: session_pb2.OPERATION_EXECUTE,
+    M_FS_READ: OPERATION_READ,
+    M_FS_WRITE: OPERATION_WRITE,
+    M_TERMINAL_CREATE: OPERATION_EXECUTE,
 }
 
 
@@ -133,10 +139,10 @@ def _unlink_quietly(path: str) -> None:
 class ClientMethods:
     """The fs/terminal requests of one session's adapter."""
 
-    def __init__(self, session_stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
+    def __init__(self, session_service: SessionBackend, session_id: str,
                  backchannel: Asking, client_caps: ClientCapabilities,
                  wait_secs: float) -> None:
-        self._stub = session_stub
+        self._service = session_service
         self._session_id = session_id
         self._backchannel = backchannel
         self._client_caps = client_caps
@@ -158,13 +164,12 @@ class ClientMethods:
     async def _admit(self, method: str, path: str) -> str:
         """The real path the session service admitted for ``method``; -32003 when refused."""
         try:
-            answer = await self._stub.CheckOperation(session_pb2.CheckOperationRequest(
-                session_id=self._session_id, operation=_OPERATION[method], path=path))
-        except grpc.aio.AioRpcError as exc:
-            log.warning("check_operation_failed", session_id=self._session_id,
-                        code=exc.code().name)
+            answer = await self._service.check_operation(self._session_id, _OPERATION[method],
+                                                         path)
+        except ServiceError as exc:
+            log.warning("check_operation_failed", session_id=self._session_id, code=exc.code)
             raise JsonRpcError(INTERNAL_ERROR,
-                               f"Policy check failed: {exc.details() or exc.code().name}") from None
+                               f"Policy check failed: {exc.detail or exc.code}") from None
         if not answer.allowed:
             log.info("client_method_refused", session_id=self._session_id, method=method,
                      reason=answer.reason)

@@ -16,8 +16,8 @@ same round trip, and :attr:`AdapterLink.ensured` says what it did. A link may
 be opened before it knows whom it serves (:meth:`AdapterLink.bind`): the edge
 takes a warm adapter while the session service decides the session.
 
-Where the lifecycle service shares this host (its stub carries an fd dialer,
-:mod:`services.edge.adapter.fds`), the stream is opened with ``fd_pass`` and the
+Where the lifecycle service shares this host (its backend carries an fd dialer,
+:mod:`services.edge.backends.fds`), the stream is opened with ``fd_pass`` and the
 link takes the adapter's pipes and reads and writes them itself
 (:mod:`services.edge.adapter.pipes`): updates go adapter → edge, and the stream
 carries only the open, the ensure and the exit report. Everything else is the
@@ -31,21 +31,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
 from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
-from services.common.jsonrpc import JsonRpcPeer, integer_ids, notification_line
+from services.common.jsonrpc import (
+    JsonRpcId,
+    JsonRpcPeer,
+    integer_ids,
+    notification_line,
+    result_line,
+)
 from services.common.logs import get_logger
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
 from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
-from services.edge.adapter.fds import LifecycleStub, PipesLost, PipesNotTaken
 from services.edge.adapter.pipes import AdapterPipes
-from services.edge.adapter.reattach import STREAM_EOF, reattach
+from services.edge.adapter.reattach import reattach
 from services.edge.adapter.v2_agent import V2Agent
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.fds import PipesLost, PipesNotTaken
+from services.edge.backends.lifecycle import (
+    AdapterExited,
+    Attached,
+    AttachSpec,
+    AttachStream,
+    Control,
+    Ensured,
+    LifecycleBackend,
+    LinesDropped,
+    StdoutLines,
+)
 
 log = get_logger("edge.adapter")
 
@@ -81,12 +97,12 @@ class AdapterLink:
 
     def __init__(
         self,
-        stub: lifecycle_pb2_grpc.LifecycleServiceStub,
-        attach: lifecycle_pb2.AttachOpen,
+        lifecycle: LifecycleBackend,
+        attach: AttachSpec,
         *, foreign: bool = True, protocol: int = 1, first_id: int = 0,
     ) -> None:
         """``first_id``: its first request id (a re-adopted adapter's is above its last's)."""
-        self._stub = stub
+        self._lifecycle = lifecycle
         #: An external agent's: acpgate's ``_meta`` namespace is taken out of what it sends
         #: (:mod:`services.edge.adapter.agent_meta`); False for the built-in agent only.
         self.foreign = foreign
@@ -96,15 +112,15 @@ class AdapterLink:
         #: The lease attached to ("" until the lifecycle service ensured one).
         self.lease_id = attach.lease_id
         #: What the lifecycle service did for a link opened with ``ensure`` (once attached).
-        self.ensured: lifecycle_pb2.EnsureSessionResponse | None = None
-        self._label = attach.lease_id or attach.ensure.session_key
+        self.ensured: Ensured | None = None
+        self._label = attach.label
         self._peer: AdapterPeer | None = None
         self._bound = asyncio.Event()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(first_id),
                                 notifications=self._notifications,
                                 answer_unidentified=False, label=f"adapter:{self._label}")
-        self._call: Any = None
+        self._call: AttachStream | None = None
         self._reader: asyncio.Task[None] | None = None
         self.exit_info: AdapterExit | None = None
         #: True when the edge itself let the adapter go (:meth:`abort`) rather than the
@@ -112,8 +128,8 @@ class AdapterLink:
         self.let_go = False
         self._ended = asyncio.Event()
         self._attached: asyncio.Future[None] | None = None
-        #: The lifecycle service's fd socket, when this edge can take the pipes there.
-        self._fds = stub.fds if isinstance(stub, LifecycleStub) else None
+        #: This edge can take the pipes at the lifecycle service's fd socket.
+        self._takes_pipes = lifecycle.fds is not None
         #: How lines travel, once settled: True through the pipes, False over the stream.
         self._via: asyncio.Future[bool] | None = None
         #: The lifecycle service offered the pipes and they were not taken.
@@ -148,13 +164,11 @@ class AdapterLink:
         self._attached.add_done_callback(seen)
         self._via = loop.create_future()
         opening = self._open
-        if self._fds is not None:
-            opening = lifecycle_pb2.AttachOpen()
-            opening.CopyFrom(self._open)
-            opening.fd_pass = True
+        if self._takes_pipes:
+            opening = dataclasses.replace(self._open, fd_pass=True)
         else:
             self._via.set_result(False)
-        self._call = self._stub.Attach(self._requests(opening))  # type: ignore[arg-type]
+        self._call = self._lifecycle.attach(opening, self._requests())
         self._reader = asyncio.create_task(self._read_loop(), name=f"attach-{self._label}")
 
     async def attached(self, wait_secs: float = 30.0) -> None:
@@ -167,21 +181,20 @@ class AdapterLink:
             self.abort()
             raise
 
-    async def _requests(self, opening: lifecycle_pb2.AttachOpen,
-                        ) -> AsyncIterator[lifecycle_pb2.AttachRequest]:
-        yield lifecycle_pb2.AttachRequest(open=opening)
+    async def _requests(self) -> AsyncIterator[list[str] | Control]:
+        """What the stream sends after its open: stdin batches, then the close."""
         assert self._via is not None
         if await self._via:  # the lines go into the pipes: only the close comes here
             while await self._queue.get() is not _CLOSE:
                 pass
-            yield lifecycle_pb2.AttachRequest(close_stdin=True)
+            yield Control.CLOSE_STDIN
             return
         if self._declined:
-            yield lifecycle_pb2.AttachRequest(use_stream=True)
+            yield Control.USE_STREAM
         while True:
             first = await self._queue.get()
             if first is _CLOSE:
-                yield lifecycle_pb2.AttachRequest(close_stdin=True)
+                yield Control.CLOSE_STDIN
                 return
             batch = [first]
             closing = False
@@ -191,9 +204,9 @@ class AdapterLink:
                     closing = True
                     break
                 batch.append(nxt)
-            yield lifecycle_pb2.AttachRequest(stdin=lifecycle_pb2.Lines(lines=batch))
+            yield batch
             if closing:
-                yield lifecycle_pb2.AttachRequest(close_stdin=True)
+                yield Control.CLOSE_STDIN
                 return
 
     async def _read_loop(self) -> None:
@@ -203,19 +216,19 @@ class AdapterLink:
                 try:
                     exit_info = await self._read_call(exit_info)
                     break
-                except grpc.aio.AioRpcError as exc:
+                except ServiceError as exc:
                     attached = self._attached is not None and self._attached.done()
                     call = await reattach(self.lease_id, exc, self._reopen) if attached else None
                     if call is None:
                         raise
                     self._call = call
-        except grpc.aio.AioRpcError as exc:
+        except ServiceError as exc:
             if self._attached is not None and not self._attached.done():
                 # A refused ensure is EnsureSession's refusal, as the caller would have had it.
                 self._attached.set_exception(
-                    exc if self._open.HasField("ensure")
-                    else ConnectionError(f"attach failed: {exc.code().name}: {exc.details()}"))
-            log.info("attach_stream_ended", lease_id=self._label, code=exc.code().name)
+                    exc if self._open.ensure is not None
+                    else ConnectionError(f"attach failed: {exc.code}: {exc.detail}"))
+            log.info("attach_stream_ended", lease_id=self._label, code=exc.code)
         except PipesLost as exc:
             log.warning("adapter_pipes_lost", lease_id=self._label, why=str(exc))
         except asyncio.CancelledError:
@@ -225,47 +238,48 @@ class AdapterLink:
         finally:
             self._finish(exit_info)
 
-    def _reopen(self) -> Any:
-        """A new ``Attach`` call on the lease (after the lifecycle service restarted): only
+    def _reopen(self) -> AttachStream:
+        """A new ``Attach`` stream on the lease (after the lifecycle service restarted): only
         the exit when this link holds the pipes, else the relay as before."""
         assert self._via is not None and self._via.done()
-        opening = lifecycle_pb2.AttachOpen(lease_id=self.lease_id, resume_pipes=self._via.result())
-        return self._stub.Attach(self._requests(opening))  # type: ignore[arg-type]
+        opening = AttachSpec(lease_id=self.lease_id, resume_pipes=self._via.result())
+        return self._lifecycle.attach(opening, self._requests())
 
     async def _read_call(self, exit_info: AdapterExit) -> AdapterExit:
-        """Read the current call to its end: how the adapter went, ``exit_info`` if unsaid."""
-        while (resp := await self._call.read()) is not STREAM_EOF:
-            which = resp.WhichOneof("msg")
-            if which in ("attached", "ensured"):
-                if which == "ensured":
-                    self.ensured = resp.ensured
-                    self.lease_id = self._label = resp.ensured.lease.lease_id
-                await self._settle_via(resp)
-                if self._attached is not None and not self._attached.done():
-                    self._attached.set_result(None)
-            elif which == "stdout":
+        """Read the current stream to its end: how the adapter went, ``exit_info`` if unsaid."""
+        call = self._call
+        assert call is not None
+        while (event := await call.read()) is not None:
+            if isinstance(event, StdoutLines):
                 if self._peer is None:
                     await self._bound.wait()
                 assert self._peer is not None
-                await self._peer.on_adapter_lines(resp.stdout.lines, self._rpc.feed_batch)
-            elif which == "exit":
-                exit_info = AdapterExit(exit_code=resp.exit.exit_code, signal=resp.exit.signal,
-                                        stderr_tail=resp.exit.stderr_tail)
+                await self._peer.on_adapter_lines(event.lines, self._rpc.feed_batch)
+            elif isinstance(event, Attached):
+                if event.ensured is not None:
+                    self.ensured = event.ensured
+                    self.lease_id = self._label = event.lease.lease_id
+                await self._settle_via(event)
+                if self._attached is not None and not self._attached.done():
+                    self._attached.set_result(None)
+            elif isinstance(event, AdapterExited):
+                exit_info = AdapterExit(exit_code=event.exit_code, signal=event.signal,
+                                        stderr_tail=event.stderr_tail)
                 if self._pipes is not None and self._pipe_reader is not None:
                     self._pipes.exit_known()  # its last lines come before the exit
                     await self._pipe_reader
                 break
-            elif which == "too_long":
+            elif isinstance(event, LinesDropped):
                 # Framing is broken: what the dropped line meant (an answer?) is lost, so
                 # every pending request fails saying why, and the adapter is given up.
                 log.warning("adapter_line_too_long", lease_id=self._label,
-                            count=resp.too_long.count, limit=resp.too_long.limit)
-                exit_info = AdapterExit(line_limit=resp.too_long.limit)
-                self._call.cancel()
+                            count=event.count, limit=event.limit)
+                exit_info = AdapterExit(line_limit=event.limit)
+                call.cancel()
                 break
         return exit_info
 
-    async def _settle_via(self, first: lifecycle_pb2.AttachResponse) -> None:
+    async def _settle_via(self, first: Attached) -> None:
         """Take the pipes the first response grants (lines queued meanwhile go into them
         first, in order), or relay over the stream: when none were offered, or taking
         them did not happen (:class:`PipesNotTaken`). :class:`PipesLost` when the pipes
@@ -273,11 +287,11 @@ class AdapterLink:
         via = self._via
         if via is None or via.done():
             return
-        if self._fds is None or not first.HasField("fd_grant"):
+        if not self._takes_pipes or first.grant is None:
             via.set_result(False)
             return
         try:
-            taken = await self._fds.redeem(self.lease_id, first.fd_grant)
+            taken = await self._lifecycle.take_pipes(self.lease_id, first.grant)
         except PipesNotTaken as exc:
             log.info("adapter_pipes_not_taken", lease_id=self._label, why=str(exc))
             self._declined = True
@@ -319,12 +333,16 @@ class AdapterLink:
         except Exception:
             log.exception("adapter_pipe_reader_failed", lease_id=self._label)
             self._finish(AdapterExit(lost=True))
-            self._call.cancel()
+            self._cancel_call()
             return
         if end.too_long:
             # Framing is broken: as for the stream's too_long (see _read_loop).
             log.warning("adapter_line_too_long", lease_id=self._label, limit=end.too_long)
             self._finish(AdapterExit(line_limit=end.too_long))
+            self._cancel_call()
+
+    def _cancel_call(self) -> None:
+        if self._call is not None:
             self._call.cancel()
 
     def _finish(self, exit_info: AdapterExit, *, let_go: bool = False) -> None:
@@ -358,8 +376,7 @@ class AdapterLink:
 
     def abort(self) -> None:
         """Stop reading at once and fail whatever is pending."""
-        if self._call is not None:
-            self._call.cancel()
+        self._cancel_call()
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
         self._rpc.abort()
@@ -413,6 +430,12 @@ class AdapterLink:
             if self.v2 is not None:
                 method, params = self.v2.notification(method, params)
             self._write(notification_line(method, params))
+
+    def answer(self, request_id: JsonRpcId, result: Any) -> None:
+        """Answer the adapter's request ``request_id`` with ``result``: one a predecessor
+        link read and never answered (a re-adopted adapter's open question)."""
+        if self.exit_info is None:
+            self._write(result_line(request_id, result))
 
     async def _notifications(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         assert self._peer is not None  # lines reach the JSON-RPC peer only once bound

@@ -1,6 +1,6 @@
 """An adapter's stdin and stdout held by the edge itself.
 
-Once the lifecycle service handed the pipes over (:mod:`services.edge.adapter.fds`),
+Once the lifecycle service handed the pipes over (:mod:`services.edge.backends.fds`),
 :class:`AdapterPipes` is the link's data path: lines written go straight into the
 adapter's stdin (whatever one loop iteration wrote, in one write), and stdout is
 read and split here, each read's lines handed on as one batch — in order, one
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from services.common.line_split import LineSplitter, lines_of
 from services.common.protocol import MAX_ADAPTER_LINE_BYTES
-from services.edge.adapter.fds import TakenPipes
+from services.edge.backends.fds import TakenPipes
 
 __all__ = ["EXIT_DRAIN_SECS", "AdapterPipes", "PipesEnd", "hold_every_stdout"]
 

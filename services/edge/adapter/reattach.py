@@ -14,32 +14,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
-
-import grpc
 
 from services.common.logs import get_logger
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.lifecycle import Attached, AttachStream
 
-__all__ = ["REATTACH_SECS", "STREAM_EOF", "reattach"]
+__all__ = ["REATTACH_SECS", "reattach"]
 
 log = get_logger("edge.adapter")
 
-#: What ``read()`` of a stream call gives at its end.
-STREAM_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 #: How long a broken stream is re-opened: a restart, and the wrappers' adoption window.
 REATTACH_SECS = 20.0
 #: Between two tries.
 RETRY_SECS = 0.1
 #: What a dead or restarting lifecycle service answers.
-RETRIABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+RETRIABLE = frozenset({Failure.UNAVAILABLE})
 
 
-async def reattach(lease_id: str, exc: grpc.aio.AioRpcError, reopen: Callable[[], Any]) -> Any:
-    """A new ``Attach`` call on ``lease_id`` whose first response (``attached``) came, made
-    by ``reopen``; None when ``exc`` is not a service restart or the lease is not served."""
-    if exc.code() not in RETRIABLE or not lease_id:
+async def reattach(lease_id: str, exc: ServiceError,
+                   reopen: Callable[[], AttachStream]) -> AttachStream | None:
+    """A new ``Attach`` stream on ``lease_id`` whose first event (:class:`Attached`) came,
+    made by ``reopen``; None when ``exc`` is not a service restart or the lease is not
+    served."""
+    if exc.kind not in RETRIABLE or not lease_id:
         return None
-    log.warning("attach_stream_broken", lease_id=lease_id, code=exc.code().name)
+    log.warning("attach_stream_broken", lease_id=lease_id, code=exc.code)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + REATTACH_SECS
     while loop.time() < deadline:
@@ -47,14 +46,14 @@ async def reattach(lease_id: str, exc: grpc.aio.AioRpcError, reopen: Callable[[]
         call = reopen()
         try:
             first = await call.read()
-        except grpc.aio.AioRpcError as again:
+        except ServiceError as again:
             call.cancel()
-            if again.code() in RETRIABLE:
+            if again.kind in RETRIABLE:
                 continue
-            log.warning("reattach_refused", lease_id=lease_id, code=again.code().name,
-                        why=again.details())
+            log.warning("reattach_refused", lease_id=lease_id, code=again.code,
+                        why=again.detail)
             return None
-        if first is STREAM_EOF or first.WhichOneof("msg") != "attached":
+        if not isinstance(first, Attached) or first.ensured is not None:
             call.cancel()
             return None
         log.info("attach_stream_resumed", lease_id=lease_id)

@@ -77,8 +77,8 @@ class UpdateLines:
                     updates: UpdateSink, others: LineSink, *, screen: bool = False) -> None:
         """Hand ``lines`` on in stream order: runs of recognised updates to ``updates``
         (already rewritten), runs of other lines to ``others``. ``screen`` (an external
-        agent's lines): an update carrying ``_meta.acpgate`` goes to ``others``, whose path
-        takes acpgate's namespace out (:mod:`services.edge.adapter.agent_meta`)."""
+        agent's lines): an update carrying ``_meta.acpgate``, or of a kind only acpgate sends,
+        goes to ``others``, whose path screens it (:mod:`services.edge.adapter.agent_meta`)."""
         if not adapter_session_id:  # no session yet: nothing can be recognised
             await others(list(lines))
             return
@@ -106,8 +106,7 @@ class UpdateLines:
                     value = loads(line[start:-2])
                 except decode_error:
                     value = None
-                if type(value) is dict and not (
-                        screen and "_meta" in value and carries_ours(value)):
+                if type(value) is dict and not (screen and carries_ours(value)):
                     update = value
             if update is not None:
                 if rest:

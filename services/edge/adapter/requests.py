@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import (
     ClientCapabilities,
     Implementation,
@@ -30,6 +29,7 @@ from services.common.protocol import (
     STOP_END_TURN,
 )
 from services.edge.adapter.caps import client_capabilities
+from services.edge.backends.session_types import ResolvedAgent
 
 __all__ = ["agent_secrets", "client_mcp_meta", "expected_initialize", "initialize_request",
            "read_prompt_result", "setup_params"]
@@ -67,7 +67,7 @@ def expected_initialize(client: ClientCapabilities, client_info: Implementation,
                               SecurityPolicy(workspace_dir="", autonomy=autonomy)).to_json()
 
 
-def agent_secrets(agent: session_pb2.ResolvedAgent) -> tuple[str, ...]:
+def agent_secrets(agent: ResolvedAgent) -> tuple[str, ...]:
     """The configured environment values of ``agent`` (scrubbed from its stderr)."""
     return tuple(agent.env.values())
 

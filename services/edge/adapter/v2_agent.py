@@ -5,18 +5,20 @@ link. ``initialize`` is offered as the setting says (:mod:`services.common.acp.v
 once the agent answered v2, every request, update and agent request goes through the
 pure translation of :mod:`services.common.acp.v2.agent_wire`, and a ``session/prompt`` is
 answered when the agent reports the turn idle (v2's answer only acknowledges the
-prompt). An agent that answered v1 is spoken to as before, untouched.
+prompt). An agent that answered v1 is spoken to as before, untouched. A re-adopted
+adapter is not asked again: :meth:`V2Agent.adopt` takes the version its alias's profile
+recorded, and :meth:`V2Agent.adopt_turn` a turn its predecessor's prompt left running.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from services.common.acp.v2.agent_init import fallback, offer, read_answer
 from services.common.acp.v2.agent_wire import AgentWire, TurnEnd
-from services.common.acp.v2.names import PROTOCOL_V2
+from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import M_INITIALIZE, M_SESSION_PROMPT, M_SESSION_UPDATE
 
@@ -38,7 +40,36 @@ class V2Agent:
         self.active = False
         self.wire = AgentWire()
         self._turns: dict[str, asyncio.Future[TurnEnd]] = {}
+        #: Adopted turns taken up before their log was read (:meth:`adopt_turn`).
+        self._adopted: dict[str, asyncio.Future[TurnEnd]] = {}
         self._gone: BaseException | None = None
+
+    def adopt(self, recorded: int) -> None:
+        """A re-adopted adapter (no ``initialize`` on this link): it speaks v2 when the
+        setting says 2, or when ``auto`` negotiated 2 (``recorded``: the version the alias's
+        recorded profile names)."""
+        self.active = self.protocol == PROTOCOL_V2 or (
+            self.protocol == PROTOCOL_AUTO and recorded == PROTOCOL_V2)
+
+    def adopt_turn(self, sid: str,
+                   logged: Sequence[Any] | None = None) -> asyncio.Future[TurnEnd]:
+        """The turn a predecessor's prompt started on the agent's session ``sid``
+        (``logged``: the updates its clients got so far): it ends, as a prompt's turn
+        does, when the agent reports ``idle``. Called early without ``logged`` (before the
+        link reads the agent's lines, so an ``idle`` already waiting in its pipe ends it),
+        then with the log, which takes up the same turn."""
+        ended = self._adopted.pop(sid, None)
+        if ended is None:
+            ended = asyncio.get_running_loop().create_future()
+            if self._gone is not None:
+                ended.set_exception(self._gone)
+                return ended
+            self._turns[sid] = ended
+            if logged is None:  # the early call: the later one takes this turn up
+                self._adopted[sid] = ended
+        if not ended.done():
+            self.wire.adopt_turn(sid, logged or ())
+        return ended
 
     async def request(self, send: Send, method: str, params: dict[str, Any],
                       wait_secs: float | None) -> Any:

@@ -1,4 +1,5 @@
-"""What the ACP dialect decides: one JSON-RPC peer per client connection and a handler per
-method (SPEC §1–§8), the session tools' extension methods.
+"""What the ACP dialect decides: a JSON-RPC peer per client connection, a handler per method.
+
+The handlers follow SPEC §1–§8; the session tools' extension methods are here too.
 May import sessions, adapter, ports and the edge-wide modules; never a front door.
 """

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2 as spb
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import AgentSummary
 from services.edge.dialect.dispatch import DialectConnection
-from services.edge.errors import grpc_error
+from services.edge.errors import service_error
 
 __all__ = ["agents_list"]
 
 
-def agent_view(agent: spb.AgentSummary, default_alias: str) -> dict[str, Any]:
+def agent_view(agent: AgentSummary, default_alias: str) -> dict[str, Any]:
     """One listed agent as the client gets it (empty fields left out)."""
     view: dict[str, Any] = {"alias": agent.alias, "kind": agent.kind,
                             "default": agent.alias == default_alias}
@@ -37,10 +36,9 @@ def agent_view(agent: spb.AgentSummary, default_alias: str) -> dict[str, Any]:
 async def agents_list(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """``{agents: [{alias, kind, default, description?, model?}], defaultAgent?}``."""
     try:
-        resp = await conn.runtime.session_stub.ListAgents(
-            spb.ListAgentsRequest(connection_default=conn.default_agent))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
+        resp = await conn.runtime.session_service.list_agents(conn.default_agent)
+    except ServiceError as exc:
+        raise service_error(exc) from None
     out: dict[str, Any] = {"agents": [agent_view(a, resp.default_alias) for a in resp.agents]}
     if resp.default_alias:
         out["defaultAgent"] = resp.default_alias

@@ -37,8 +37,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -57,6 +55,8 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterExit, AdapterLink
 from services.edge.adapter.relay_lines import RelayedUpdate
 from services.edge.adapter.requests import initialize_request
+from services.edge.backends.lifecycle import AttachSpec
+from services.edge.backends.session_types import ResolvedAgent
 from services.edge.ports.permission import cancelled_answer
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class HeldAdapter:
 
     #: The id of the session that takes it (its lease is keyed by it).
     session_id: str
-    agent: session_pb2.ResolvedAgent
+    agent: ResolvedAgent
     client: AdapterClient
     #: The ``initialize`` params it was sent, and their answer (done once started).
     initialize: dict[str, Any]
@@ -98,11 +98,11 @@ class HeldAdapter:
         """The stream to the adapter."""
         return self.client.link
 
-    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+    def serves(self, resolved: ResolvedAgent, initialize: dict[str, Any]) -> bool:
         """True when a session of ``resolved`` calls for this very adapter and ``initialize``."""
         mine = self.agent
-        return (resolved.alias, resolved.kind, resolved.launch.spec, initialize) == \
-            (mine.alias, mine.kind, mine.launch.spec, self.initialize)
+        return (resolved.alias, resolved.kind, resolved.launch, initialize) == \
+            (mine.alias, mine.kind, mine.launch, self.initialize)
 
 
 class _HeldHost:
@@ -173,13 +173,13 @@ class ConnectionAgent:
 
     # ------------------------------------------------------------------ the held adapter
 
-    async def held_for(self, agent: session_pb2.ResolvedAgent) -> HeldAdapter:
+    async def held_for(self, agent: ResolvedAgent) -> HeldAdapter:
         """The held adapter of ``agent`` (started, initialized and given the recorded calls
         when there is none); a held adapter of another alias or launch is let go."""
         async with self._starting:
             held = self._held
             if held is not None and held.agent.alias == agent.alias \
-                    and held.agent.launch.spec == agent.launch.spec \
+                    and held.agent.launch == agent.launch \
                     and held.link.exit_info is None:
                 return held
             self._drop()
@@ -190,10 +190,10 @@ class ConnectionAgent:
             self._held = held
             return held
 
-    async def _start(self, agent: session_pb2.ResolvedAgent) -> HeldAdapter:
+    async def _start(self, agent: ResolvedAgent) -> HeldAdapter:
         rt = self.conn.runtime
         sid = str(uuid.uuid4())
-        link = AdapterLink(rt.lifecycle_stub, lifecycle_pb2.AttachOpen(ensure=rt.warm.ensure_request(
+        link = AdapterLink(rt.lifecycle, AttachSpec(ensure=rt.warm.ensure_request(
             agent, session_key_for(agent.alias, sid), agent.agent_workspace)), foreign=foreign(agent),
             protocol=agent.protocol)
         client = AdapterClient(link, sid, _HeldHost(self), agent)

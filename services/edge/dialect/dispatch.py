@@ -2,30 +2,28 @@
 
 :class:`DialectConnection` configures a :class:`~services.common.jsonrpc.JsonRpcPeer`
 for one client: ``zc-out-N`` ids for the back-channel (SPEC §6), every error
-answer counted in the metrics, and the dialect's method table as its handler.
+answer counted in the metrics, and the routing of the protocol version it speaks
+(a :class:`Dialect`, built from the method table :mod:`services.edge.dialect.methods`).
 The peer classifies lines, routes responses, runs every request and
 notification in its own task (a ``session/cancel`` is answered while a prompt
 streams) and answers each request exactly once — at most :data:`MAX_IN_FLIGHT`
 at a time: past that the peer reads no further line until one is answered, so a
 client cannot pile up requests faster than they are answered. What
-each method does lives in ``services.edge.dialect.handlers``; the connection is handed
-that method table.
+each method does lives in ``services.edge.dialect.handlers`` (and ``…dialect.v2``); the
+connection is handed one :class:`Dialect` per protocol version a client may pick.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.acp.v2.client_wire import ClientWire
 from services.common.acp.v2.names import PROTOCOL_V1
-from services.common.attach_protocol import (
-    MSG_OBSERVER,
-    OBSERVER_METHODS,
-    OBSERVER_READ_ONLY,
-)
+from services.common.attach_protocol import MSG_OBSERVER
 from services.common.jsonrpc import JsonRpcError, JsonRpcPeer, notification_line, prefixed_ids
 from services.common.protocol import (
     AUTH_REQUIRED,
@@ -35,9 +33,11 @@ from services.common.protocol import (
     MSG_METHOD_NOT_FOUND,
     MSG_SHUTTING_DOWN,
     MSG_TOKEN_REVOKED,
+    OBSERVER_READ_ONLY,
     OUTBOUND_ID_PREFIX,
 )
 from services.edge.caller import Caller
+from services.edge.dialect.advertised import Capability
 from services.edge.errors import not_found
 from services.edge.params import first_str
 from services.edge.ports.backchannel import BackChannel
@@ -51,6 +51,21 @@ Handler = Callable[["DialectConnection", dict[str, Any]], Awaitable[Any]]
 #: params and whether it is a notification → the result (the relay).
 Fallback = Callable[["DialectConnection", str, dict[str, Any], bool], Awaitable[Any]]
 
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One protocol version as a connection routes it (each field read from the method
+    table, :mod:`services.edge.dialect.methods`)."""
+
+    #: Wire name → handler, for every method the version serves (or refuses) itself.
+    handlers: Mapping[str, Handler]
+    #: The methods a connection may call naming a session it only observes.
+    observer_methods: frozenset[str] = frozenset()
+    #: What ``initialize`` advertises of the methods served (whether promised or not).
+    capabilities: tuple[Capability, ...] = field(default=())
+
+
 #: Requests (and notifications) of one connection that may run at once; reading waits
 #: past it. Far above what a client needs (max_sessions prompts and a few more).
 MAX_IN_FLIGHT = 1024
@@ -60,13 +75,14 @@ class DialectConnection:
     """One client connection speaking the dialect (stdio or one WebSocket)."""
 
     def __init__(self, runtime: EdgeRuntime, send: Callable[[str], Awaitable[None]],
-                 *, methods: Mapping[str, Handler], caller: Caller, default_agent: str = "",
+                 *, caller: Caller, methods: Mapping[str, Handler] | None = None,
+                 default_agent: str = "",
                  fallback: Fallback | None = None,
                  remote: bool = False,
                  send_many: Callable[[list[str]], Awaitable[None]] | None = None,
                  max_in_flight: int = MAX_IN_FLIGHT,
                  detach_grace_secs: float = 0.0,
-                 dialects: Mapping[int, Mapping[str, Handler]] | None = None) -> None:
+                 dialects: Mapping[int, Dialect] | None = None) -> None:
         self.runtime = runtime
         #: Who this connection acts as (services.edge.caller; see serve_connection).
         self.caller = caller
@@ -100,10 +116,13 @@ class DialectConnection:
         self.observing: dict[str, EdgeSession] = {}
         #: ``initialize``'s ``clientInfo`` (how other clients of a session are told who).
         self.client_info: dict[str, Any] | None = None
-        self._methods = methods
         self._fallback = fallback
-        #: The method table of each protocol version a client may pick in ``initialize``.
-        self._dialects: Mapping[int, Mapping[str, Handler]] = dialects or {PROTOCOL_V1: methods}
+        #: The routing of each protocol version a client may pick in ``initialize``
+        #: (``methods`` alone: a v1 table of those handlers, nothing else).
+        self._dialects: Mapping[int, Dialect] = dialects or {
+            PROTOCOL_V1: Dialect(methods or {})}
+        #: The routing of the version spoken (v1 until ``initialize`` picks another).
+        self.dialect = self._dialects[PROTOCOL_V1]
         #: The version ``initialize`` chose (1 until a client picks another).
         self.protocol_version = PROTOCOL_V1
         #: A v2 connection's translation of what it sends and reads (None for v1: the v1
@@ -182,7 +201,7 @@ class DialectConnection:
     def use_version(self, version: int) -> None:
         """Speak ``version`` from now on (``initialize`` chose it): its method table, and
         for a version above 1 the translation of what is sent and read."""
-        self._methods = self._dialects.get(version, self._methods)
+        self.dialect = self._dialects.get(version, self.dialect)
         self.protocol_version = version
         self.wire = ClientWire() if version != PROTOCOL_V1 else None
 
@@ -192,7 +211,7 @@ class DialectConnection:
 
     def handles(self, method: str) -> bool:
         """True when the method table has a handler for ``method``."""
-        return method in self._methods
+        return method in self.dialect.handlers
 
     async def _serve(self, method: str, params: dict[str, Any], notification: bool) -> Any:
         """The peer's handler: the method table's handler, else its fallback (the relay),
@@ -200,7 +219,7 @@ class DialectConnection:
         revoked (:meth:`revoke`)."""
         self.still_served()
         self.refuse_observer(method, params)
-        handler = self._methods.get(method)
+        handler = self.dialect.handlers.get(method)
         if handler is not None:
             return await handler(self, params)
         if self._fallback is not None:
@@ -220,9 +239,10 @@ class DialectConnection:
 
     def refuse_observer(self, method: str, params: dict[str, Any]) -> None:
         """-32006 when ``method`` names (``sessionId`` / ``session_id``) a session this
-        connection only observes and is not one of :data:`OBSERVER_METHODS`: the one check of
-        an observer's role, for every method — served here or relayed to the agent."""
-        if not self.observing or method in OBSERVER_METHODS:
+        connection only observes and is not one the method table lets an observer call
+        (:attr:`Dialect.observer_methods`): the one check of an observer's role, for every
+        method — served here or relayed to the agent."""
+        if not self.observing or method in self.dialect.observer_methods:
             return
         sid = first_str(params, "sessionId", "session_id")
         if sid and sid in self.observing and sid not in self.sessions:
@@ -285,7 +305,7 @@ class DialectConnection:
         ``session/attach`` goes on with its other clients; one it holds passes to another
         controller attached to it, else — a gateway connection (``detach_grace_secs`` > 0)
         whose client used it — detaches (its turn runs on, its permission requests wait
-        for the next controller; :mod:`services.edge.sessions.attachment`). A session whose
+        for the next controller; :mod:`services.edge.sessions.clients`). A session whose
         setup the client never saw answered is released as before.
         """
         self._input_ended = True

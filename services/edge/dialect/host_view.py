@@ -24,34 +24,35 @@ import asyncio
 import sqlite3
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2 as lpb
-from acpgate_contracts.session.v1 import session_pb2 as spb
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import owner_label
 from services.common.protocol import (
     AUTH_REQUIRED,
     M_HOST_CANCEL,
-    M_HOST_CLOSE,
-    M_HOST_PS,
     MSG_HOST_ELSEWHERE,
     MSG_HOST_REFUSED,
 )
-from services.edge.dialect.dispatch import DialectConnection, Handler
-from services.edge.errors import grpc_error, not_found
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import Lease, LeaseState
+from services.edge.backends.session_types import (
+    ACTIVITY_IDLE,
+    ACTIVITY_SETTING_UP,
+    ACTIVITY_TURN,
+    ACTIVITY_WAITING,
+    LiveSession,
+)
+from services.edge.dialect.dispatch import DialectConnection
+from services.edge.errors import not_found, service_error
 from services.edge.params import MAX_SESSION_ID_CHARS, session_id
 from services.edge.sessions.activity import activity_of
 from services.edge.sessions.session import EdgeSession
 from services.edge.tokens import GRANT_HOST, TokenStore
 
-__all__ = ["HOST_METHODS", "host_ps"]
+__all__ = ["host_cancel", "host_close", "host_ps"]
 
-_LIVE_LEASES = (lpb.LEASE_STATE_OPEN, lpb.LEASE_STATE_CLOSING, lpb.LEASE_STATE_WARM)
-_LEASE_STATE = {lpb.LEASE_STATE_OPEN: "open", lpb.LEASE_STATE_CLOSING: "closing",
-                lpb.LEASE_STATE_WARM: "warm"}
-_ACTIVITY = {spb.ACTIVITY_STATE_SETTING_UP: "setting-up", spb.ACTIVITY_STATE_IDLE: "idle",
-             spb.ACTIVITY_STATE_TURN: "turn", spb.ACTIVITY_STATE_WAITING: "waiting"}
+_LIVE_LEASES = (LeaseState.OPEN, LeaseState.CLOSING, LeaseState.WARM)
+_ACTIVITY = {ACTIVITY_SETTING_UP: "setting-up", ACTIVITY_IDLE: "idle",
+             ACTIVITY_TURN: "turn", ACTIVITY_WAITING: "waiting"}
 #: Seconds each service call of ``ps`` may take.
 _CALL_SECS = 5.0
 #: Leases verified at once (each one reads the process table).
@@ -77,15 +78,15 @@ async def _admitted(conn: DialectConnection) -> dict[str, str]:
     raise JsonRpcError(AUTH_REQUIRED, MSG_HOST_REFUSED)
 
 
-async def _processes(conn: DialectConnection, lease: lpb.Lease) -> dict[str, Any]:
+async def _processes(conn: DialectConnection, lease: Lease) -> dict[str, Any]:
     view: dict[str, Any] = {"leaseId": lease.lease_id,
-                            "state": _LEASE_STATE.get(lease.state, "?"), "processes": []}
+                            "state": lease.state.value if lease.state in _LIVE_LEASES else "?",
+                            "processes": []}
     try:
-        tree = await conn.runtime.lifecycle_stub.VerifyOwnedTree(
-            lpb.VerifyOwnedTreeRequest(lease_id=lease.lease_id, with_usage=True),
-            timeout=_CALL_SECS)
-    except grpc.aio.AioRpcError as exc:
-        view["why"] = exc.details() or exc.code().name
+        tree = await conn.runtime.lifecycle.verify_owned_tree(
+            lease.lease_id, with_usage=True, wait_secs=_CALL_SECS)
+    except ServiceError as exc:
+        view["why"] = exc.detail or exc.code
         return view
     view["verified"] = tree.verified
     for p in sorted(tree.processes, key=lambda p: (p.depth, p.pid)):
@@ -97,7 +98,7 @@ async def _processes(conn: DialectConnection, lease: lpb.Lease) -> dict[str, Any
     return view
 
 
-def _session_view(live: spb.LiveSession, names: dict[str, str],
+def _session_view(live: LiveSession, names: dict[str, str],
                   here: EdgeSession | None) -> dict[str, Any]:
     row = live.session
     # What this edge serves it knows now; of another process's, its last report.
@@ -121,25 +122,25 @@ async def host_ps(conn: DialectConnection, params: dict[str, Any]) -> dict[str, 
     rt = conn.runtime
     try:
         live, leases = await asyncio.gather(
-            rt.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(), timeout=_CALL_SECS),
-            rt.lifecycle_stub.ListLeases(lpb.ListLeasesRequest(), timeout=_CALL_SECS))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
+            rt.session_service.list_live_sessions(deadline_secs=_CALL_SECS),
+            rt.lifecycle.list_leases(wait_secs=_CALL_SECS))
+    except ServiceError as exc:
+        raise service_error(exc) from None
     gate = asyncio.Semaphore(_VERIFY_AT_ONCE)
 
-    async def verified(lease: lpb.Lease) -> dict[str, Any]:
+    async def verified(lease: Lease) -> dict[str, Any]:
         async with gate:
             return await _processes(conn, lease)
-    wanted = [x for x in leases.leases if x.state in _LIVE_LEASES]
+    wanted = [x for x in leases if x.state in _LIVE_LEASES]
     trees = {v["leaseId"]: v for v in await asyncio.gather(*map(verified, wanted))}
     sessions: dict[str, dict[str, Any]] = {}
-    for entry in sorted(live.sessions, key=lambda e: e.reported_at):  # freshest report wins
+    for entry in sorted(live, key=lambda e: e.reported_at):  # freshest report wins
         sid = entry.session.session_id
         sessions[sid] = _session_view(entry, names, rt.registry.active.get(sid))
     for view in sessions.values():
         view["lease"] = trees.get(view.pop("leaseId"))
     return {"sessions": sorted(sessions.values(), key=lambda v: v["createdAt"]),
-            "leases": [trees[x.lease_id] | {"warm": x.state == lpb.LEASE_STATE_WARM}
+            "leases": [trees[x.lease_id] | {"warm": x.state is LeaseState.WARM}
                        for x in wanted]}
 
 
@@ -152,11 +153,10 @@ async def _served_here(conn: DialectConnection, params: dict[str, Any]) -> EdgeS
     if session is not None and not session.released:
         return session
     try:
-        live = await conn.runtime.session_stub.ListLiveSessions(spb.ListLiveSessionsRequest(),
-                                                                timeout=_CALL_SECS)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
-    if any(e.session.session_id == sid for e in live.sessions):
+        live = await conn.runtime.session_service.list_live_sessions(deadline_secs=_CALL_SECS)
+    except ServiceError as exc:
+        raise service_error(exc) from None
+    if any(e.session.session_id == sid for e in live):
         raise JsonRpcError(AUTH_REQUIRED, MSG_HOST_ELSEWHERE.format(session_id=sid))
     raise not_found(sid)
 
@@ -178,7 +178,3 @@ async def host_close(conn: DialectConnection, params: dict[str, Any]) -> dict[st
     await rt.release(session, "host_close")
     return {}
 
-
-#: The host view's methods, for the dialect's method table.
-HOST_METHODS: dict[str, Handler] = {M_HOST_PS: host_ps, M_HOST_CANCEL: host_cancel,
-                                    M_HOST_CLOSE: host_close}

@@ -39,7 +39,8 @@ from services.common.protocol import (
 )
 
 if TYPE_CHECKING:
-    from services.edge.sessions.runtime import EdgeRuntime
+    from services.edge.sessions.hub import EdgeHub
+    from services.edge.sessions.session import EdgeSession
 
 __all__ = ["admitted_servers", "client_mcp_rules"]
 
@@ -52,8 +53,8 @@ class _Home(Protocol):
         """A gateway (remote) client, not the local stdio user."""
 
     @property
-    def runtime(self) -> EdgeRuntime:
-        """The edge runtime (its ``cfg``)."""
+    def runtime(self) -> EdgeHub[EdgeSession]:
+        """The edge's hub (its ``cfg``)."""
 
 
 def client_mcp_rules(home: _Home) -> ClientMcpRules:

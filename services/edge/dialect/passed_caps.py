@@ -47,9 +47,10 @@ PASSED: dict[str, frozenset[str] | None] = {
 #: of a host that acpgate does not do.
 WITHHELD: dict[str, str] = {
     "sessionCapabilities.subagents":
-        "native subagent sessions start only when the client opts in with "
-        "clientCapabilities.subagents, which acpgate does not forward; their child sessions "
-        "are no acpgate sessions (never routed, stored or listed)",
+        "a v1 agent's native subagent sessions start only when the client opts in with "
+        "clientCapabilities.subagents, which acpgate does not forward; its v1 relay routes "
+        "no child session (a v2 agent's children need no capability and are acpgate "
+        "sessions: routed, stored, listed)",
     "sessionCapabilities.archive":
         "it promises session/list's archived filter and SessionInfo.archived; acpgate answers "
         "session/list from its own store",

@@ -15,38 +15,35 @@ who asks, explicitly (an empty requester is never the operator):
 
 from __future__ import annotations
 
-from typing import Any
-
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import Reader, SessionRow
 from services.edge.caller import Caller
-from services.edge.errors import grpc_error, not_found
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.errors import not_found, service_error
+from services.edge.sessions.hub import EdgeHub
+from services.edge.sessions.session import EdgeSession
 
 __all__ = ["reader_fields", "visible_row"]
 
 
-async def reader_fields(runtime: EdgeRuntime, caller: Caller) -> dict[str, Any]:
-    """The requester fields of a read (ListSessions) for ``caller``: ``operator``, or its
-    principal with its ``see-all`` grant looked up now."""
+async def reader_fields(runtime: EdgeHub[EdgeSession], caller: Caller) -> Reader:
+    """Who ``caller`` reads as (ListSessions): the operator, or its principal with its
+    ``see-all`` grant looked up now."""
     if caller.operator:
-        return {"operator": True}
-    return {"requester_session_key": caller.principal,
-            "see_all_principals": await runtime.sees_all(caller.principal)}
+        return Reader(operator=True)
+    return Reader(requester_session_key=caller.principal,
+                  see_all_principals=await runtime.sees_all(caller.principal))
 
 
-async def visible_row(runtime: EdgeRuntime, caller: Caller, sid: str) -> session_pb2.SessionRow:
+async def visible_row(runtime: EdgeHub[EdgeSession], caller: Caller, sid: str) -> SessionRow:
     """The stored row of ``sid`` if ``caller`` may act on it (load, resume, delete, touch),
     else -32000 exactly as for a session that does not exist. No grant applies: a grant
     reads, it never drives another principal's session."""
-    who: dict[str, Any] = {"operator": True} if caller.operator \
-        else {"requester_session_key": caller.principal}
+    who = Reader(operator=True) if caller.operator \
+        else Reader(requester_session_key=caller.principal)
     try:
-        status = await runtime.session_stub.SessionStatus(
-            session_pb2.SessionStatusRequest(session_id=sid, **who))
+        status = await runtime.session_service.session_status(sid, who)
         return status.session
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.NOT_FOUND:
+    except ServiceError as exc:
+        if exc.kind is Failure.NOT_FOUND:
             raise not_found(sid) from None
-        raise grpc_error(exc, sid) from None
+        raise service_error(exc, sid) from None

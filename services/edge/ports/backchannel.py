@@ -45,7 +45,7 @@ class ClientErrorAnswer(BackChannelError):
 class Asking(Protocol):
     """What a relay needs of a back-channel: a request that is answered, or fails with a
     :class:`BackChannelError` (a client connection's :class:`BackChannel`, or the relay of
-    a session run for another one, ``services.edge.sessions.hosted``)."""
+    a session run for another one, ``services.edge.sessions.hosted_port``)."""
 
     async def request(self, method: str, params: dict[str, Any], wait_secs: float) -> Any:
         """Ask and wait for the answer."""

@@ -2,7 +2,7 @@
 
 A client connection (``services.edge.dialect.dispatch.DialectConnection``) is one; so is
 the stand-in of a session the edge runs for another one
-(``services.edge.sessions.hosted.HostedPort``), whose requests go up to its host's client.
+(``services.edge.sessions.hosted_port.HostedPort``), whose requests go up to its host's client.
 """
 
 from __future__ import annotations

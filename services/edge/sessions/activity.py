@@ -13,51 +13,88 @@ client that joined it with ``session/attach`` (observers included).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from acpgate_contracts.session.v1 import session_pb2
+from services.edge.backends.session_types import (
+    ACTIVITY_IDLE,
+    ACTIVITY_SETTING_UP,
+    ACTIVITY_TURN,
+    ACTIVITY_WAITING,
+    SessionActivity,
+)
 
-if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession
-
-__all__ = ["activity_of", "changed", "setting_up"]
+__all__ = ["Reported", "activity_of", "changed", "setting_up"]
 
 
-def setting_up(session_id: str) -> session_pb2.SessionActivity:
+class _Clients(Protocol):
+    def count(self) -> int:
+        """The clients attached now."""
+
+
+class Reported(Protocol):
+    """What a report reads of a live session (an ``EdgeSession``): its id and lease, its
+    running turn, whether and how many clients are attached, how long it has been idle (and
+    its questions to the client still open, kept as ``_relays``)."""
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+
+    @property
+    def lease_id(self) -> str:
+        """Its adapter's lease."""
+
+    @property
+    def turn(self) -> object | None:
+        """The running turn, if any."""
+
+    @property
+    def attached(self) -> asyncio.Event:
+        """Set while a client connection is attached."""
+
+    @property
+    def clients(self) -> _Clients:
+        """Its attached clients."""
+
+    def idle_for(self) -> float:
+        """Seconds since its last activity."""
+
+
+def setting_up(session_id: str) -> SessionActivity:
     """A session being created or restored here (no adapter bound yet)."""
-    return session_pb2.SessionActivity(session_id=session_id,
-                                       state=session_pb2.ACTIVITY_STATE_SETTING_UP,
-                                       last_activity=int(time.time() * 1000))
+    return SessionActivity(session_id=session_id, state=ACTIVITY_SETTING_UP,
+                           last_activity=int(time.time() * 1000))
 
 
-def activity_of(session: EdgeSession) -> session_pb2.SessionActivity:
+def activity_of(session: Reported) -> SessionActivity:
     """What ``session`` is doing right now."""
     # The questions to its client still open (EdgeSession keeps each relay's waiter).
     waiting = len(getattr(session, "_relays", ()))
     if session.turn is None:
-        state = session_pb2.ACTIVITY_STATE_IDLE
+        state = ACTIVITY_IDLE
     elif waiting:
-        state = session_pb2.ACTIVITY_STATE_WAITING
+        state = ACTIVITY_WAITING
     else:
-        state = session_pb2.ACTIVITY_STATE_TURN
+        state = ACTIVITY_TURN
     detached = not session.attached.is_set()
-    return session_pb2.SessionActivity(
+    return SessionActivity(
         session_id=session.session_id, state=state, waiting_requests=waiting,
         last_activity=int((time.time() - session.idle_for()) * 1000),
         lease_id=session.lease_id, detached=detached,
         attached_clients=0 if detached else session.clients.count())
 
 
-def _shape(activity: Iterable[session_pb2.SessionActivity]
+def _shape(activity: Iterable[SessionActivity]
            ) -> set[tuple[str, int, int, str, bool, int]]:
     return {(a.session_id, a.state, a.waiting_requests, a.lease_id, a.detached,
              a.attached_clients) for a in activity}
 
 
-def changed(before: Mapping[str, session_pb2.SessionActivity] | None,
-            now: Mapping[str, session_pb2.SessionActivity]) -> bool:
+def changed(before: Mapping[str, SessionActivity] | None,
+            now: Mapping[str, SessionActivity]) -> bool:
     """Whether anything an operator sees changed (not the last-activity time, which every
     streamed update moves)."""
     return before is None or _shape(before.values()) != _shape(now.values())

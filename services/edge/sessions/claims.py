@@ -35,9 +35,6 @@ import socket
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
@@ -46,12 +43,14 @@ from services.common.protocol import (
     MSG_SESSION_TAKEN_OVER,
     SESSION_TAKEN_OVER,
 )
-from services.edge.errors import grpc_error
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import SessionActivity, SessionRow
+from services.edge.errors import service_error
 from services.edge.sessions.activity import changed
 from services.edge.sessions.sibling import on_sibling
 
 if TYPE_CHECKING:
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from services.edge.backends.session import SessionBackend
 
 __all__ = ["DEFAULT_CLAIM_TTL_MS", "HostClaims", "refusal", "taken_over"]
 
@@ -65,14 +64,14 @@ _MIN_INTERVAL_SECS: Final = 0.05
 ACTIVITY_TICK_SECS: Final = 0.5
 
 #: What the heartbeat is handed: each session served, with what it is doing.
-Serving = Mapping[str, session_pb2.SessionActivity]
+Serving = Mapping[str, SessionActivity]
 
 
 class HostClaims:
     """The claims of one gateway instance, through the session service."""
 
-    def __init__(self, stub: SessionServiceAsyncStub, public_url: str = "") -> None:
-        self._stub = stub
+    def __init__(self, service: SessionBackend, public_url: str = "") -> None:
+        self._service = service
         #: Where clients reach this host (``[gateway] public_url``; "" = none configured),
         #: recorded in every claim it takes: another host's -32007 names it.
         self.public_url = public_url
@@ -106,23 +105,22 @@ class HostClaims:
         the write stays fenced by the claim generation)."""
         return now - taken_at < self.interval_secs
 
-    async def claim(self, session_id: str) -> session_pb2.SessionRow:
+    async def claim(self, session_id: str) -> SessionRow:
         """Take the session for this host (and remember the claim's generation); -32602
         "Session already active" when another live host holds it, the usual mapping of the
         service's other refusals."""
         try:
-            row = await self._stub.ClaimSession(session_pb2.ClaimSessionRequest(
-                session_id=session_id, gateway_instance_id=self.instance_id, host=self.host,
-                public_url=self.public_url))
-        except grpc.aio.AioRpcError as exc:
+            row = await self._service.claim_session(session_id, self.instance_id, self.host,
+                                                    self.public_url)
+        except ServiceError as exc:
             error = refusal(exc, session_id)
-            if exc.code() == grpc.StatusCode.ABORTED:  # a sibling worker's? name it
-                error = await on_sibling(self._stub, self.instance_id, session_id, error)
+            if exc.kind is Failure.CONFLICT:  # a sibling worker's? name it
+                error = await on_sibling(self._service, self.instance_id, session_id, error)
             raise error from None
         self.held(row)
         return row
 
-    def held(self, row: session_pb2.SessionRow) -> None:
+    def held(self, row: SessionRow) -> None:
         """Remember the generation of ``row``'s claim when it is this host's (a row written
         claimed: ``CreateSession``, ``ResolveNewSession``, ``SpawnSession``, ``ClaimSession``)."""
         if self.instance_id and row.claim.instance_id == self.instance_id:
@@ -146,19 +144,15 @@ class HostClaims:
         if not generation or generation == held:
             generation = self._generations.pop(session_id, 0)
         try:
-            await self._stub.ReleaseSession(session_pb2.ReleaseSessionRequest(
-                session_id=session_id, gateway_instance_id=self.instance_id,
-                claim_generation=generation))
-        except grpc.aio.AioRpcError as exc:
-            log.warning("release_failed", session_id=session_id, code=exc.code().name)
+            await self._service.release_session(session_id, self.instance_id, generation)
+        except ServiceError as exc:
+            log.warning("release_failed", session_id=session_id, code=exc.code)
 
     async def renew(self, session_ids: Collection[str]) -> list[str]:
         """One heartbeat for ``session_ids``; the ids whose claims this host lost."""
         if not session_ids:
             return []
-        resp = await self._stub.RenewClaims(session_pb2.RenewClaimsRequest(
-            gateway_instance_id=self.instance_id, session_ids=sorted(session_ids)))
-        return list(resp.lost)
+        return await self._service.renew_claims(self.instance_id, sorted(session_ids))
 
     async def report(self, serving: Serving) -> None:
         """Tell the session service what every session served here is doing (failures are
@@ -166,13 +160,12 @@ class HostClaims:
         if not self._reports or not self.instance_id:
             return
         try:
-            await self._stub.ReportActivity(session_pb2.ReportActivityRequest(
-                gateway_instance_id=self.instance_id, host=self.host,
-                sessions=[serving[sid] for sid in sorted(serving)]))
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older session service
+            await self._service.report_activity(self.instance_id, self.host,
+                                                [serving[sid] for sid in sorted(serving)])
+        except ServiceError as exc:
+            if exc.kind is Failure.UNIMPLEMENTED:  # an older session service
                 self._reports = False
-            log.info("activity_report_failed", code=exc.code().name)
+            log.info("activity_report_failed", code=exc.code)
             return
         self._reported = serving
 
@@ -195,8 +188,8 @@ class HostClaims:
             await self.report(current)
             try:
                 lost = await self.renew(current)
-            except grpc.aio.AioRpcError as exc:
-                log.warning("claims_renewal_failed", code=exc.code().name, detail=exc.details())
+            except ServiceError as exc:
+                log.warning("claims_renewal_failed", code=exc.code, detail=exc.detail)
                 continue
             for session_id in lost:
                 # The generation stays until the release: the session's last writes (a
@@ -211,9 +204,9 @@ def taken_over(session_id: str) -> JsonRpcError:
     return JsonRpcError(SESSION_TAKEN_OVER, MSG_SESSION_TAKEN_OVER.format(session_id=session_id))
 
 
-def refusal(exc: grpc.aio.AioRpcError, session_id: str) -> JsonRpcError:
-    """A claim refused by the session service, as the dialect answers it: ABORTED (another
+def refusal(exc: ServiceError, session_id: str) -> JsonRpcError:
+    """A claim refused by the session service, as the dialect answers it: a conflict (another
     host's live claim) is SPEC §8's -32602 "Session already active"."""
-    if exc.code() == grpc.StatusCode.ABORTED:
+    if exc.kind is Failure.CONFLICT:
         return JsonRpcError(INVALID_PARAMS, MSG_SESSION_ALREADY_ACTIVE.format(session_id=session_id))
-    return grpc_error(exc, session_id)
+    return service_error(exc, session_id)

@@ -1,5 +1,5 @@
 """The sessions an edge holds for no client: detached, waiting for their owner's next
-connection (:mod:`services.edge.sessions.attachment`).
+connection (:mod:`services.edge.sessions.clients`).
 
 Nothing watches them through a connection, so what ends a connection's sessions must
 reach these too: a revoked token (:func:`of_tokens`) and a stopping edge

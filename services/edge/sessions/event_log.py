@@ -15,8 +15,9 @@ join them, and the batch is sent again until the store answers — an event alre
 stored is skipped there (a chunk is sent again with the same bounds), so nothing is
 written twice. The pending events are bounded
 (:data:`MAX_PENDING_BYTES`); a session whose events no longer fit loses its log
-here and its running turn fails with :data:`MSG_LOG_LOST`. Each part carries the
-claim generation its events were made under: a host that lost its claim meanwhile
+here and its running turn fails with :data:`~services.common.protocol.MSG_LOG_LOST`.
+Each part carries the claim generation its events were made under: a host that lost its
+claim meanwhile
 has its part refused (fenced), drops it and ends the session as taken over. A part
 past a storage quota is refused too (none of its events stored): the turns it had
 events of answer the quota's sentence (:meth:`EventLog.quota_refusal`).
@@ -36,19 +37,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.log_forms import FORM_LINES
 from services.common.logs import get_logger
-from services.common.protocol import REFUSED_QUOTA
+from services.common.protocol import MSG_LOG_LOST, REFUSED_QUOTA
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import EventBatch
 from services.edge.sessions.log_chunks import Chunk, pack_relayed
 
 if TYPE_CHECKING:
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from services.edge.backends.session import SessionBackend
     from services.edge.sessions.feed import Event
 
-__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "MSG_LOG_LOST", "OFF_ENV",
+__all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "OFF_ENV",
            "EventLog"]
 
 log = get_logger("edge.event_log")
@@ -63,13 +63,14 @@ MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
 CALL_SECS: Final = 10.0
 #: Pauses between tries while the store is unreachable.
 RETRY_SECS: Final = (0.1, 0.2, 0.5, 1.0)
-#: A turn whose events could not be kept: the client's error message.
-MSG_LOG_LOST: Final = ("The session store was unreachable for too long: this turn's events "
-                       "no longer fit in the edge's buffer and were not stored")
 #: ``1``: the log is off (benchmarks' baseline only; module doc).
 OFF_ENV: Final = "ACPGATE_BENCH_EVENT_LOG_OFF"
 _REFUSED_FENCED: Final = "fenced"
 _TURN_RUNNING: Final = "running"
+#: How a batch that may not have arrived fails (it is sent again): no answer in time, the
+#: service unreachable, or a stream broken mid-call (gRPC's ``UNKNOWN``).
+_NOT_ANSWERED: Final = frozenset({Failure.UNAVAILABLE, Failure.DEADLINE, Failure.CANCELLED})
+_UNKNOWN: Final = "UNKNOWN"
 
 
 def now_ms() -> int:
@@ -94,23 +95,14 @@ class _Part:
     packed: list[Chunk] = field(default_factory=list)
     size: int = 0
 
-    def write(self, session_id: str, out: session_pb2.SessionEvents) -> None:
-        """The part into ``out`` (one copy of its bytes, into the request itself); what was
-        handed in is packed from now on."""
+    def batch(self, session_id: str) -> EventBatch:
+        """The part as one session's share of a send (its bytes are copied once, into the
+        request itself); what was handed in is packed from now on."""
         packed = self.packed
         packed.extend((e, e, t, k, b"", p, at, FORM_LINES) for e, t, k, p, at in self.events)
         packed.extend(pack_relayed(self.relayed))
         self.events, self.relayed = [], []
-        out.session_id = session_id
-        out.holder_instance_id = self.holder
-        out.claim_generation = self.generation
-        add_chunk = out.chunks.add
-        for first, last, turn_id, kind, prefix, payload, at, form in packed:
-            add_chunk(first_event_id=first, last_event_id=last, turn_id=turn_id, kind=kind,
-                      prefix=prefix, payload=payload, at_ms=at, form=form)
-        add_turn = out.turns.add
-        for turn_id, state, at in self.turns:
-            add_turn(turn_id=turn_id, state=state, at_ms=at)
+        return EventBatch(session_id, self.holder, self.generation, packed, self.turns)
 
     def join(self, newer: _Part) -> None:
         """``newer`` (handed in after this part was taken) goes after it."""
@@ -124,10 +116,10 @@ class _Part:
 class EventLog:
     """Group commit of the edge's sessions' events (module doc)."""
 
-    def __init__(self, stub: SessionServiceAsyncStub, fence: Callable[[str], tuple[str, int]],
+    def __init__(self, service: SessionBackend, fence: Callable[[str], tuple[str, int]],
                  on_fenced: Callable[[str], None], *, max_pending: int = MAX_PENDING_BYTES
                  ) -> None:
-        self._stub = stub
+        self._service = service
         self._fence = fence
         self._on_fenced = on_fenced
         self._max_pending = max_pending
@@ -208,7 +200,7 @@ class EventLog:
 
     def _lose(self, session_id: str) -> None:
         """``session_id``'s events no longer fit: its pending ones are dropped, its log
-        stops here (its running turn fails: :data:`MSG_LOG_LOST`)."""
+        stops here (its running turn fails: :data:`~services.common.protocol.MSG_LOG_LOST`)."""
         for key in [k for k in self._pending if k[0] == session_id]:
             self._size -= self._pending.pop(key).size
         self.lost[session_id] = MSG_LOG_LOST
@@ -244,11 +236,10 @@ class EventLog:
         unless ``interrupt`` is False: its sessions were re-adopted, their turns run on."""
         try:
             if interrupt:
-                await self._stub.InterruptTurns(
-                    session_pb2.InterruptTurnsRequest(instance_id=instance_id),
-                    timeout=CALL_SECS)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("interrupt_turns_failed", code=exc.code().name)
+                await self._service.interrupt_turns(instance_id=instance_id,
+                                                    deadline_secs=CALL_SECS)
+        except ServiceError as exc:
+            log.warning("interrupt_turns_failed", code=exc.code)
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="edge-event-log")
 
@@ -295,27 +286,23 @@ class EventLog:
         (the parts stay pending, and are sent again)."""
         taken, handed = self._pending, self._handed
         self._pending = {}
-        request = session_pb2.AppendEventsRequest()
-        add_part = request.sessions.add
-        for (sid, _), part in taken.items():
-            part.write(sid, add_part())
         try:
-            response = await self._stub.AppendEvents(request, timeout=CALL_SECS)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                              grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+            refused = await self._service.append_events(
+                [part.batch(sid) for (sid, _), part in taken.items()], deadline_secs=CALL_SECS)
+        except ServiceError as exc:
+            if exc.kind in _NOT_ANSWERED or exc.code == _UNKNOWN:
                 self._requeue(taken)
                 if not self.unreachable:
-                    log.warning("event_log_unreachable", code=exc.code().name,
+                    log.warning("event_log_unreachable", code=exc.code,
                                 pending_bytes=self._size)
                 self.unreachable = True
                 return False
-            log.error("event_log_refused", code=exc.code().name, detail=exc.details())
-            response = session_pb2.AppendEventsResponse(refused=["error"] * len(taken))
+            log.error("event_log_refused", code=exc.code, detail=exc.detail)
+            refused = ["error"] * len(taken)
         if self.unreachable:
             log.info("event_log_reachable", pending_bytes=self._size)
         self.unreachable = False
-        for ((sid, _), part), why in zip(taken.items(), response.refused, strict=False):
+        for ((sid, _), part), why in zip(taken.items(), refused, strict=False):
             self._size -= part.size
             if why == _REFUSED_FENCED:
                 log.warning("event_log_fenced", session_id=sid, generation=part.generation)

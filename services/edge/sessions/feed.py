@@ -37,15 +37,9 @@ from typing import Any
 
 import orjson
 
-from services.common.attach_protocol import (
-    MESSAGE_CHUNKS,
-    META_EVENT_ID,
-)
+from services.common.attach_protocol import MESSAGE_CHUNKS
 from services.common.log_forms import TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
-from services.common.protocol import (
-    META_ACPGATE,
-    U_AGENT_MESSAGE,
-)
+from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_AGENT_MESSAGE
 from services.edge.adapter.relay_lines import RelayedUpdate, update_prefix
 from services.edge.sessions.ring_budget import EVENT_OVERHEAD, RingBudget
 

@@ -21,7 +21,6 @@ from typing import Any, Final
 
 import orjson
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.history_roles import ROLE_NAME_BY_PB
 from services.common.protocol import (
     CANCEL_MARKER,
@@ -35,11 +34,12 @@ from services.common.protocol import (
     U_TOOL_CALL_UPDATE,
     U_USER_MESSAGE,
 )
+from services.edge.backends.session_types import HistoryItem
 
 __all__ = ["CARRY_OVER_MAX_CHARS", "CarryOver", "Replay", "history_meta", "replay_updates",
            "transcript"]
 
-_Role = session_pb2.HistoryItem.Role
+_Role = HistoryItem.Role
 ROLE_USER = _Role.ROLE_USER
 ROLE_ASSISTANT = _Role.ROLE_ASSISTANT
 ROLE_THOUGHT = _Role.ROLE_THOUGHT
@@ -105,7 +105,7 @@ class Replay:
             return [cancel_marker_update(self._marker_for)]
         return []
 
-    def updates(self, items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
+    def updates(self, items: Sequence[HistoryItem]) -> list[dict[str, Any]]:
         """The ``update`` objects of ``items`` (the next page), in order."""
         out: list[dict[str, Any]] = []
         calls = self._calls
@@ -153,14 +153,14 @@ class Replay:
         return out
 
 
-def replay_updates(items: Sequence[session_pb2.HistoryItem],
+def replay_updates(items: Sequence[HistoryItem],
                    marker_for: str = "") -> list[dict[str, Any]]:
     """The replay updates of a whole (short) conversation: :class:`Replay` on one page."""
     replay = Replay(marker_for)
     return replay.updates(items) + replay.finish()
 
 
-def history_meta(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any]]:
+def history_meta(items: Sequence[HistoryItem]) -> list[dict[str, Any]]:
     """The built-in agent's history items of ``items`` (docs/contracts.md)."""
     out: list[dict[str, Any]] = []
     for item in items:
@@ -190,7 +190,7 @@ def history_meta(items: Sequence[session_pb2.HistoryItem]) -> list[dict[str, Any
     return out
 
 
-def _line(item: session_pb2.HistoryItem) -> str | None:
+def _line(item: HistoryItem) -> str | None:
     """One item of the plain transcript (None: not part of it)."""
     role = item.role
     if role == ROLE_USER:
@@ -217,7 +217,7 @@ class CarryOver:
         self._size = 0
         self._dropped = 0
 
-    def add(self, items: Sequence[session_pb2.HistoryItem]) -> None:
+    def add(self, items: Sequence[HistoryItem]) -> None:
         """Take the next page's items."""
         for item in items:
             line = _line(item)
@@ -244,7 +244,7 @@ class CarryOver:
         return note + _SEPARATOR + body
 
 
-def transcript(items: Sequence[session_pb2.HistoryItem],
+def transcript(items: Sequence[HistoryItem],
                max_chars: int = CARRY_OVER_MAX_CHARS) -> str:
     """The transcript of a whole conversation ("" for none): :class:`CarryOver` on one page."""
     carry = CarryOver(max_chars)

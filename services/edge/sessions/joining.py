@@ -41,8 +41,16 @@ from services.common.attach_protocol import (
     ROLE_CONTROLLER,
 )
 from services.common.logs import get_logger
-from services.edge.sessions.attachment import DetachedPort, attach, changed, detach, promote
-from services.edge.sessions.clients import AttachedConnection, Attachment, conn_of
+from services.edge.sessions.clients import (
+    AttachedConnection,
+    Attachment,
+    DetachedPort,
+    attach,
+    changed,
+    conn_of,
+    detach,
+    promote,
+)
 from services.edge.sessions.feed import Event, event_id_of
 from services.edge.sessions.log_replay import replay_log
 

@@ -19,11 +19,12 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     M_SESSION_CLOSE,
     M_SESSION_RESUME,
+    META_ACPGATE,
     MSG_SESSION_LIMIT,
     MSG_SESSION_LIMIT_TOKEN,
     SESSION_LIMIT,
 )
-from services.edge.sessions.attachment import DetachedPort
+from services.edge.sessions.clients import DetachedPort
 from services.edge.sessions.registry import SessionRegistry, SlotRefusal
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def limit_error(refused: SlotRefusal, registry: SessionRegistry | None = None,
     parts.append(f"To allow more, raise [{key.replace('.', '] ', 1)}"
                  + (" (0: [acp] max_sessions divided among the active tokens)."
                     if refused.per_token else "."))
-    data = {"acpgate": {
+    data = {META_ACPGATE: {
         "limit": refused.limit, "scope": "token" if refused.per_token else "host",
         "configKey": key, "held": len(held), "sessions": named,
         "free": [M_SESSION_CLOSE, M_SESSION_RESUME, M_SESSION_ATTACH]}}

@@ -1,6 +1,6 @@
 """Packing relayed events into the event log's chunks: one record per run, not per update.
 
-A chunk (``session_pb2.EventChunk``, kept as :data:`Chunk` until it is sent) holds
+A chunk (the contract's ``EventChunk``, kept as :data:`Chunk` until it is sent) holds
 events of consecutive ids, of one turn, their parts joined by a newline and encoded once
 for the lot — no message per update. How a part makes a line is the chunk's form
 (:mod:`services.common.log_forms`):
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_CHARS", "Chunk", "pack_relayed"]
 
-#: A packed chunk, the fields of ``session_pb2.EventChunk``: first and last event id, turn
+#: A packed chunk, the fields of the contract's ``EventChunk``: first and last event id, turn
 #: id, kind, prefix, payload, when (ms), form. Plain values: a part sent again is written
 #: into its new request as it is, its bytes copied once.
 Chunk = tuple[int, int, int, str, bytes, bytes, int, int]

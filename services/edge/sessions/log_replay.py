@@ -15,15 +15,14 @@ left them so).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import notification_lines
 from services.common.logs import get_logger
 from services.common.protocol import M_SESSION_UPDATE
-from services.edge.errors import grpc_error
+from services.edge.backends.errors import ServiceError
+from services.edge.errors import service_error
 from services.edge.sessions.history_wire import Replay
 
 if TYPE_CHECKING:
@@ -53,17 +52,15 @@ async def replay_log(send: Send, session: EdgeSession, *, after: int = 0, before
         log.warning("replay_unflushed", session_id=sid)
     try:
         if not rt.event_log.running.get(sid):  # no turn of it ends here: a dead host's
-            await rt.session_stub.InterruptTurns(
-                session_pb2.InterruptTurnsRequest(session_id=sid))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
+            await rt.session_service.interrupt_turns(session_id=sid)
+    except ServiceError as exc:
+        raise service_error(exc, sid) from None
     builtin = session.adapter is not None and session.adapter.builtin
     replay = Replay(sid if builtin else "")
-    stream = rt.session_stub.ReadEvents(session_pb2.ReadEventsRequest(
-        session_id=sid, after_event_id=after, before_event_id=before,
-        with_history=with_history))
+    pages = rt.session_service.read_events(sid, after_event_id=after, before_event_id=before,
+                                           with_history=with_history)
     try:
-        async for page in stream:
+        async for page in pages:
             lines: list[str] = []
             if page.items:
                 lines = _update_lines(sid, replay.updates(page.items))
@@ -75,10 +72,10 @@ async def replay_log(send: Send, session: EdgeSession, *, after: int = 0, before
                 await send(lines[start:start + _CHUNK])
         if tail := _update_lines(sid, replay.finish()):
             await send(tail)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
+    except ServiceError as exc:
+        raise service_error(exc, sid) from None
     finally:
-        stream.cancel()
+        await pages.aclose()
 
 
 def _update_lines(sid: str, updates: list[dict[str, object]]) -> list[str]:
@@ -92,13 +89,10 @@ async def read_log_lines(rt: Any, sid: str, after: int, before: int
     once the edge's pending events are stored (a Streamable HTTP stream's gap)."""
     if not await rt.event_log.flush(_FLUSH_SECS):
         log.warning("replay_unflushed", session_id=sid)
-    stream = rt.session_stub.ReadEvents(session_pb2.ReadEventsRequest(
-        session_id=sid, after_event_id=after, before_event_id=before, with_history=False))
-    try:
-        async for page in stream:
+    async with aclosing(rt.session_service.read_events(
+            sid, after_event_id=after, before_event_id=before)) as pages:
+        async for page in pages:
             lines = [e.payload.decode(errors="replace") for e in page.events
                      if e.kind in REPLAYED_KINDS]
             if lines:
                 yield lines
-    finally:
-        stream.cancel()

@@ -9,24 +9,43 @@ the active sessions whose row it owns (hosted ones too: sessions the edge runs f
 another session run adapters like any) plus the slots reserved for it while a
 session is set up (new, load/resume, spawn). The local principal (stdio, a gateway without
 auth) has no share of its own: ``max_sessions`` bounds it.
+
+An install with one token — one person's bridge, console and scripts — lets it use
+every slot; with several tokens each is sure of its part, whatever the others hold (the
+parts add up to at most ``max_sessions``). :class:`TokenShares` reads the count from the
+token store (``TokenWatch``: one cheap ``PRAGMA data_version`` when nothing changed), so
+``acpgate token create`` / ``revoke`` change the share from the next session on; a
+token already above a smaller share keeps its sessions and opens no more.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
-from services.edge.sessions.activity import activity_of, setting_up
+from services.edge.backends.session_types import SLOT_SESSION, SessionActivity
+from services.edge.sessions.activity import Reported, activity_of, setting_up
+from services.edge.tokens import TokenWatch
 
-if TYPE_CHECKING:
-    from services.edge.sessions.session import EdgeSession
+__all__ = ["Registered", "SessionRegistry", "SlotRefusal", "TokenShares", "token_session_share"]
 
-__all__ = ["SessionRegistry", "SlotRefusal", "token_session_share"]
+
+class Registered(Reported, Protocol):
+    """What the registry reads of an active session (an ``EdgeSession``): what its
+    heartbeat reports, and the principal its slot counts against."""
+
+    @property
+    def principal(self) -> str:
+        """The principal the session belongs to."""
+
+
+R = TypeVar("R", bound=Registered)
 
 
 def token_session_share(acp: AcpSection, active_tokens: int = 1) -> int:
@@ -38,6 +57,34 @@ def token_session_share(acp: AcpSection, active_tokens: int = 1) -> int:
     return max(1, acp.max_sessions // max(1, active_tokens))
 
 
+class TokenShares:
+    """The current share, from the number of active tokens in the token store."""
+
+    def __init__(self, acp: AcpSection, token_db: Path) -> None:
+        self._acp = acp
+        self._watch = TokenWatch(token_db)
+        self._lock = asyncio.Lock()
+        self._active = 1
+
+    async def current(self) -> int:
+        """The share now (the store read again only when it changed)."""
+        if self._acp.max_sessions_per_token > 0:
+            return self._acp.max_sessions_per_token
+        async with self._lock:
+            ids = await asyncio.to_thread(self._watch.active_ids_if_changed)
+        if ids is not None:
+            self._active = max(1, len(ids))
+        return token_session_share(self._acp, self._active)
+
+    def use(self, acp: AcpSection) -> None:
+        """A reloaded ``[acp]``: its share rule holds from the next session on."""
+        self._acp = acp
+
+    def close(self) -> None:
+        """Close the store's read connection."""
+        self._watch.close()
+
+
 @dataclass(frozen=True)
 class SlotRefusal:
     """Why no slot was taken: the limit reached, and whether it was the token's share."""
@@ -47,14 +94,14 @@ class SlotRefusal:
 
 
 @dataclass
-class SessionRegistry:
+class SessionRegistry(Generic[R]):
     """Active sessions of this edge plus reserved slots (new/restoring), SPEC §9."""
 
     max_sessions: int
     #: The share of one token's principal (``token_session_share``; kept current by
-    #: ``services.edge.sessions.shares.TokenShares`` before each reservation).
+    #: ``TokenShares`` before each reservation).
     per_token: int = 0
-    active: dict[str, EdgeSession] = field(default_factory=dict)
+    active: dict[str, R] = field(default_factory=dict)
     reserved: int = 0
     #: Reserved slots by the principal they count against.
     reserved_by: Counter[str] = field(default_factory=Counter)
@@ -71,14 +118,14 @@ class SessionRegistry:
         ``(SLOT_KIND_SESSION, principal)`` (an edge worker's report)."""
         held = Counter(s.principal for s in self.active.values())
         held.update(self.reserved_by)
-        return Counter({(session_pb2.SLOT_KIND_SESSION, p): n for p, n in held.items() if n})
+        return Counter({(SLOT_SESSION, p): n for p, n in held.items() if n})
 
     def changed(self) -> None:
         """A slot was let go, or a session started."""
         if self.on_change is not None:
             self.on_change()
 
-    def serving(self) -> dict[str, session_pb2.SessionActivity]:
+    def serving(self) -> dict[str, SessionActivity]:
         """Every session this edge serves or is setting up — the claims it must renew —
         with what each is doing (what the heartbeat reports, services.edge.sessions.activity)."""
         out = {sid: activity_of(session) for sid, session in self.active.items()}

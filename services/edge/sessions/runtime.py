@@ -1,10 +1,11 @@
 """The edge runtime shared by every client connection of one process.
 
-It holds the gRPC stubs of the session and lifecycle services, who this edge is (name and
-version, for both ACP handshakes), the registry of active sessions with the ``max_sessions``
-slots and each token's share of them (SPEC §9), the replay rings' one budget, the sessions'
-event log (:mod:`.event_log`), the idle reaper, this host's claims on the sessions it serves
-and their heartbeat, and the one way a session is released: its dependents first (the
+It is the process's hub (:class:`~services.edge.sessions.hub.EdgeHub`: the clients of the
+session and lifecycle services, who this edge is, the registry of active sessions with the
+``max_sessions`` slots and each token's share of them (SPEC §9), the replay rings' one
+budget, the sessions' event log, this host's claims) and runs the live sessions on it:
+their start into the active set, the idle reaper, the claims' heartbeat, the re-adoption of
+a dead predecessor's sessions, and the one way a session is released: its dependents first (the
 sessions it spawned and those the edge runs for it), then adapter detached, lease closed
 through lifecycle ``CloseSession``, row inactive, claim dropped (never deleted), ring let
 go. The session tools are handed in by whoever composes the runtime.
@@ -18,37 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
-from services.common.acp.schema import Implementation
 from services.common.attach_protocol import DROP_SESSION_ENDED
 from services.common.config import Config
 from services.common.config.reload import reloaded
-from services.common.grpc_auth import GrpcSecurity, load_security, open_service_channel
-from services.common.grpc_channel import wait_healthy
+from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.logs import get_logger
-from services.common.principals import token_id_of
-from services.edge.adapter.fds import FdDialer, LifecycleStub
+from services.edge.backends.channels import Channel, dial, wait_serving
+from services.edge.backends.fds import FdDialer
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
-from services.edge.sessions.attachment import DetachedPort
-from services.edge.sessions.claims import HostClaims
-from services.edge.sessions.event_log import EventLog
-from services.edge.sessions.hosted import HostedPort
-from services.edge.sessions.registry import SessionRegistry, token_session_share
-from services.edge.sessions.ring_budget import RingBudget
+from services.edge.sessions.clients import DetachedPort
+from services.edge.sessions.hosted_port import HostedPort
+from services.edge.sessions.hub import EdgeHub
+from services.edge.sessions.registry import token_session_share
 from services.edge.sessions.session import AdapterMethod, EdgeSession
-from services.edge.sessions.shares import TokenShares, releasable_picture, release_ordered
-from services.edge.sessions.warm import WarmPools
-from services.edge.sessions.workers import WorkerLink
-from services.edge.tokens import GRANT_SEE_ALL, TokenStore
+from services.edge.sessions.shares import releasable_picture, release_ordered
 
 log = get_logger("edge.runtime")
 
@@ -56,9 +45,6 @@ log = get_logger("edge.runtime")
 REAPER_MAX_INTERVAL_SECS = 30.0
 #: How long a shutdown waits for detached sessions' cancelled turns to end before release.
 DETACHED_STOP_WAIT_SECS = 5.0
-#: How the edge names itself in ACP ``Implementation`` objects (agentInfo, clientInfo).
-EDGE_NAME = "acpgate"
-EDGE_TITLE = "acpgate ACP Gateway"
 
 
 class ServiceHost(Protocol):
@@ -73,7 +59,7 @@ class ServiceHost(Protocol):
     #: The service credential (and TLS) to dial both addresses with.
     security: GrpcSecurity
 
-    def local_channel(self, address: str) -> grpc.aio.Channel | None:
+    def local_channel(self, address: str) -> Channel | None:
         """A channel straight into the service this host runs at ``address`` (no socket
         between the edge and it), or None to dial the address."""
 
@@ -85,14 +71,15 @@ class ServiceHost(Protocol):
 StartServices = Callable[[Config], Awaitable[ServiceHost]]
 
 
-class EdgeRuntime:
-    """Everything one edge process shares across connections (see docs/contracts.md)."""
+class EdgeRuntime(EdgeHub[EdgeSession]):
+    """Everything one edge process shares across connections (see docs/contracts.md): the
+    hub its sessions hold, and the live sessions' start, release, reaper and shutdown."""
 
     def __init__(
         self,
         cfg: Config,
-        session_channel: grpc.aio.Channel,
-        lifecycle_channel: grpc.aio.Channel,
+        session_channel: Channel,
+        lifecycle_channel: Channel,
         *,
         version: str,
         metrics: Metrics | None = None,
@@ -100,54 +87,22 @@ class EdgeRuntime:
         adapter_methods: Mapping[str, AdapterMethod] | None = None,
         worker: int = 0,
     ) -> None:
-        self.cfg = cfg
-        #: Adapter→client requests the edge serves itself (method → handler).
-        self.adapter_methods: Mapping[str, AdapterMethod] = adapter_methods or {}
-        #: acpgate's version, as both handshakes report it.
-        self.version = version
-        self.metrics = metrics or Metrics()
-        self.clock = clock
-        self.session_stub = session_pb2_grpc.SessionServiceStub(session_channel)
-        self.lifecycle_stub = LifecycleStub(lifecycle_channel)  # its fds: see open_runtime
-        self._channels = [session_channel, lifecycle_channel]
-        self.ring_budget = RingBudget.of_edge(cfg.gateway, worker, self.metrics)
-        self.registry = SessionRegistry(cfg.acp.max_sessions, token_session_share(cfg.acp))
-        #: Each token's share, from the number of active tokens (services.edge.sessions.shares).
-        self.shares = TokenShares(cfg.acp, cfg.token_db_path)
-        #: With several edge workers on one port (``--worker``): this one's link to the
-        #: others, through the session service (services.edge.sessions.workers); None: the only edge.
-        self.workers = WorkerLink(self.session_stub, worker) if worker else None
-        #: The warm adapter pools this edge declared (services.edge.sessions.warm).
-        self.warm = WarmPools(self.session_stub, self.lifecycle_stub)
-        self.persistent = True
-        #: Why the session service keeps sessions in memory ("" when it stores them).
-        self.store_reason = ""
-        self.gateway_instance_id = ""
-        #: This host's claims on the sessions it serves (several hosts, one store).
-        self.claims = HostClaims(self.session_stub, cfg.gateway.public_url)
-        self.event_log = EventLog(self.session_stub, self.claims.fence, self._claim_lost,
-                                  max_pending=cfg.store.outage_buffer_bytes)
-        #: The gateway tokens, for their operator grants.
-        self._tokens = TokenStore(cfg.token_db_path)
+        super().__init__(cfg, session_channel, lifecycle_channel, version=version,
+                         metrics=metrics, clock=clock, adapter_methods=adapter_methods,
+                         worker=worker)
         self._hosted: ServiceHost | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._reports: asyncio.Task[None] | None = None
         self._closed = False
 
-    @property
-    def implementation(self) -> Implementation:
-        """This edge as an ACP ``Implementation``: agentInfo to clients, clientInfo to adapters."""
-        return Implementation(name=EDGE_NAME, title=EDGE_TITLE, version=self.version)
-
     async def _start(self) -> None:
-        status = await self.session_stub.GetStoreStatus(session_pb2.GetStoreStatusRequest())
+        status = await self.session_service.store_status()
         self.persistent = status.persistent
         self.store_reason = "" if status.persistent else status.fallback_reason
         if not status.persistent:
             log.warning("store_in_memory", reason=status.fallback_reason)
-        instance = await self.lifecycle_stub.GetInstance(lifecycle_pb2.GetInstanceRequest())
+        instance = await self.lifecycle.get_instance()
         self.gateway_instance_id = instance.gateway_instance_id
         if self.workers is not None:  # its sessions are claimed by this worker, not its host
             self.gateway_instance_id = self.workers.configure(instance.gateway_instance_id)
@@ -178,34 +133,6 @@ class EdgeRuntime:
         self.shares.use(self.cfg.acp)
         if self._reaper is not None:  # started: the services answer
             self.spawn(self.warm.redeclare())
-
-    def _claim_lost(self, session_id: str) -> None:
-        """Another host took this session over: stop serving it here at once (a running
-        turn answers that it was not stored)."""
-        session = self.registry.active.get(session_id)
-        if session is not None:
-            session.lose()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run a background task owned by the runtime (kept referenced, awaited on close)."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def sees_all(self, principal: str) -> bool:
-        """Whether ``principal``'s token (active) holds the operator grant ``see-all``. Read
-        per call, so ``acpgate token grant`` / ``revoke-grant`` count at once; a store that
-        cannot be read grants nothing."""
-        token_id = token_id_of(principal)
-        if not token_id:
-            return False
-        try:
-            grants = await asyncio.to_thread(self._tokens.grants_of, token_id)
-        except sqlite3.Error as exc:
-            log.warning("token_grants_unreadable", why=str(exc))
-            return False
-        return GRANT_SEE_ALL in grants
 
     # ------------------------------------------------------------------ sessions
 
@@ -286,28 +213,13 @@ class EdgeRuntime:
                     (session.store_key and other.parent_key == session.store_key)
                     or (isinstance(other.port, HostedPort) and other.port.host is session))]
 
-    async def close_lease(self, lease_id: str, session_key: str, reason: str) -> None:
-        """lifecycle ``CloseSession`` (verify, then reap); failures are logged, not raised."""
-        if not lease_id and not session_key:
-            return
-        try:
-            resp = await self.lifecycle_stub.CloseSession(lifecycle_pb2.CloseSessionRequest(
-                lease_id=lease_id, session_key=session_key if not lease_id else "",
-                reason=reason))
-            if resp.unverified_reason:
-                log.warning("close_unverified", lease_id=lease_id, why=resp.unverified_reason)
-        except grpc.aio.AioRpcError as exc:
-            if not lease_id and exc.code() == grpc.StatusCode.NOT_FOUND:
-                return  # the session never got a lease (its ensure was refused)
-            log.warning("close_session_failed", lease_id=lease_id, code=exc.code().name,
-                        detail=exc.details())
-
     async def _reap_idle(self) -> None:
         while True:  # the timeout read per sweep: a reload may change it
             timeout = float(self.cfg.acp.session_timeout_secs)
             await asyncio.sleep(max(0.05, min(timeout / 4, REAPER_MAX_INTERVAL_SECS)))
             for session in list(self.registry.active.values()):
-                if session.turn is None and session.idle_for() >= timeout:
+                if session.turn is None and session.idle_for() >= timeout \
+                        and not session.work.alive:  # background work keeps it alive
                     log.info("session_idle", session_id=session.session_id)
                     self.spawn(self.deactivate(session, "idle"))
 
@@ -360,13 +272,13 @@ async def open_runtime(
     session tools'). A dialled service is called with ``security``'s credential (default:
     the started services', else the install's, :func:`~services.common.grpc_auth.
     load_security`); an in-process channel needs none. ``worker``: this edge's number
-    among several on one port (0: the only one; services.edge.sessions.workers).
+    among several on one port (0: the only one; services.edge.sessions.worker_link).
     """
     hosted: ServiceHost | None = None
     session_addr = cfg.services.session_addr
     lifecycle_addr = cfg.services.lifecycle_addr
-    session_channel: grpc.aio.Channel | None = None
-    lifecycle_channel: grpc.aio.Channel | None = None
+    session_channel: Channel | None = None
+    lifecycle_channel: Channel | None = None
     try:
         if not session_addr or not lifecycle_addr:
             if start_services is None:
@@ -378,11 +290,11 @@ async def open_runtime(
                  for a in (session_addr, lifecycle_addr)]
         if None in local and security is None:  # dialled: the credential is needed
             security = hosted.security if hosted is not None else await load_security(cfg)
-        session_channel = local[0] or _dial(security, session_addr)
-        lifecycle_channel = local[1] or _dial(security, lifecycle_addr)
+        session_channel = local[0] or dial(security, session_addr)
+        lifecycle_channel = local[1] or dial(security, lifecycle_addr)
         for dialled, in_process in ((session_channel, local[0]), (lifecycle_channel, local[1])):
             if in_process is None:  # an in-process channel reaches a service already started
-                await wait_healthy(dialled, within=health_timeout)
+                await wait_serving(dialled, within=health_timeout)
     except BaseException:
         for opened in (session_channel, lifecycle_channel):
             if opened is not None:
@@ -395,7 +307,7 @@ async def open_runtime(
     runtime = EdgeRuntime(cfg, session_channel, lifecycle_channel, version=version,
                           adapter_methods=adapter_methods, worker=worker)
     runtime._hosted = hosted
-    runtime.lifecycle_stub.fds = FdDialer.of(  # where the adapters' pipes can come here
+    runtime.lifecycle.fds = FdDialer.of(  # where the adapters' pipes can come here
         cfg, lifecycle_addr, hosted.security if hosted else security)
     try:
         await runtime._start()
@@ -404,9 +316,3 @@ async def open_runtime(
         raise
     return runtime
 
-
-def _dial(security: GrpcSecurity | None, address: str) -> grpc.aio.Channel:
-    """A channel to a service at ``address``, every call carrying ``security``'s credential."""
-    if security is None:
-        raise ValueError(f"no service credential to dial {address}")
-    return open_service_channel(security, address)

@@ -23,11 +23,9 @@ request as they came.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.mcp_policy import ClientMcpRules
@@ -35,9 +33,11 @@ from services.common.policy import SecurityPolicy
 from services.common.protocol import M_SESSION_FORK, M_SESSION_LOAD, M_SESSION_RESUME
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.requests import setup_params
-from services.edge.errors import grpc_error
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import HistoryItem, SessionRow
+from services.edge.errors import service_error
 from services.edge.sessions.history_wire import CarryOver, history_meta
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.session import EdgeSession
 
 __all__ = ["carry_over", "fork_external", "history_pages", "restore_external",
@@ -46,21 +46,19 @@ __all__ = ["carry_over", "fork_external", "history_pages", "restore_external",
 log = get_logger("edge.seeding")
 
 
-async def history_pages(rt: EdgeRuntime, sid: str
-                        ) -> AsyncIterator[Sequence[session_pb2.HistoryItem]]:
+async def history_pages(rt: EdgeHub[EdgeSession], sid: str
+                        ) -> AsyncIterator[Sequence[HistoryItem]]:
     """The stored items of ``sid``, oldest first, one ``StreamHistory`` page at a time (the
     next is read only when the caller asks for it); a failure is the client's error."""
-    stream = rt.session_stub.StreamHistory(session_pb2.StreamHistoryRequest(session_id=sid))
     try:
-        async for page in stream:
-            yield page.items
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
-    finally:
-        stream.cancel()
+        async with aclosing(rt.session_service.stream_history(sid)) as pages:
+            async for items in pages:
+                yield items
+    except ServiceError as exc:
+        raise service_error(exc, sid) from None
 
 
-async def resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: session_pb2.SessionRow,
+async def resume_builtin(rt: EdgeHub[EdgeSession], client: AdapterClient, row: SessionRow,
                          policy: SecurityPolicy, mcp: list[Any],
                          client_mcp: ClientMcpRules) -> str:
     """The built-in agent: ``session/resume`` under the row's agent session id (its own id
@@ -73,8 +71,8 @@ async def resume_builtin(rt: EdgeRuntime, client: AdapterClient, row: session_pb
     return adapter_sid
 
 
-async def carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClient,
-                     row: session_pb2.SessionRow, policy: SecurityPolicy,
+async def carry_over(rt: EdgeHub[EdgeSession], session: EdgeSession, client: AdapterClient,
+                     row: SessionRow, policy: SecurityPolicy,
                      mcp: list[Any], extra: dict[str, Any] | None = None) -> str:
     """A fresh adapter session (``extra``: the client's other params, for an external
     agent); the newest part of the row's transcript goes along with the first prompt
@@ -88,7 +86,7 @@ async def carry_over(rt: EdgeRuntime, session: EdgeSession, client: AdapterClien
     return adapter_sid
 
 
-async def restore_external(client: AdapterClient, row: session_pb2.SessionRow,
+async def restore_external(client: AdapterClient, row: SessionRow,
                            mcp: list[Any], extra: dict[str, Any]) -> bool:
     """An external agent's own restore of the row's agent session, when it advertises how:
     ``session/resume`` (no replay), else ``session/load`` (its replay dropped).
@@ -127,7 +125,7 @@ async def restore_external(client: AdapterClient, row: session_pb2.SessionRow,
 
 
 async def fork_external(client: AdapterClient, parent_session_id: str,
-                        row: session_pb2.SessionRow, mcp: list[Any],
+                        row: SessionRow, mcp: list[Any],
                         extra: dict[str, Any]) -> bool:
     """ACP ``session/fork`` of the parent's own session (``parent_session_id``, the agent's
     id) for the fork ``row``, asked of ``client`` — a fresh process of the fork's own lease,

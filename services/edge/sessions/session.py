@@ -1,9 +1,9 @@
 """One active edge session: its adapter, its running turn, its relays (SPEC §4–§7).
 
 The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
-it: streams the adapter's updates to the owning client in order, accumulates
-the turn, relays permission requests with ``zc-out-N`` ids, applies cancel,
-and writes each completed turn in one ``AppendTurn``.
+it: streams the adapter's updates to its clients in order, accumulates them into
+the running :class:`~services.edge.sessions.turn.Turn` (which runs, stores and logs
+itself), relays permission requests with ``zc-out-N`` ids and applies cancel.
 
 Agent-to-agent sessions: a session knows its stored key and its
 parent's; the adapter's extension requests (the session tools) go to the
@@ -14,13 +14,11 @@ running turns of its children and the turns it asked other sessions for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.schema import ClientCapabilities
-from services.common.jsonrpc import JsonRpcError, notification_lines
+from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
 from services.common.logs import get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
@@ -29,29 +27,28 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
+    M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     session_key_for,
 )
-from services.common.turn_items import TurnAccumulator
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.client_methods import ClientMethods, ask_client
 from services.edge.adapter.exits import method_not_found
 from services.edge.adapter.link import AdapterExit
 from services.edge.adapter.prompt_blocks import AdapterPrompt
 from services.edge.adapter.relay_lines import RelayedUpdate
+from services.edge.backends.session_types import SessionRow
 from services.edge.ports.backchannel import BackChannelError
 from services.edge.ports.client_port import ClientPort
 from services.edge.ports.permission import cancelled_answer, denial_reason, relayed_answer
-from services.edge.sessions import session_log, turn_run
-from services.edge.sessions.attachment import FollowingBackChannel
-from services.edge.sessions.clients import SessionClients
+from services.edge.sessions.clients import FollowingBackChannel, SessionClients
 from services.edge.sessions.feed import SessionFeed
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.prompt_result import TurnOutcome
+from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
-
-if TYPE_CHECKING:
-    from services.edge.sessions.hosted import HostedPort
-    from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.subagents import SessionWork, bound_children, store_child
+from services.edge.sessions.turn import Turn, TurnContext
 
 log = get_logger("edge.session")
 
@@ -62,41 +59,19 @@ log = get_logger("edge.session")
 AdapterMethod = Callable[["EdgeSession", dict[str, Any]], Awaitable[Any]]
 
 
-@dataclass
-class TurnState:
-    """The reserved turn slot of a session and, once started, its accumulation."""
-
-    acc: TurnAccumulator | None = None
-    cancelled: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The session whose session tool started this turn (sessions_spawn/sessions_send):
-    #: cancelling that session cancels this turn too.
-    requested_by: EdgeSession | None = None
-    #: The autonomy this turn runs at most at ("" = the session's own): a turn another
-    #: session started runs at most at the sender's level.
-    autonomy_cap: str = ""
-    #: A cancelled turn is stored (with what it streamed) unless acpgate cancelled it
-    #: itself: a revoked token, a release, a delete.
-    keep: bool = True
-    #: The turn's id in the event log (its prompt's event id; 0 until it starts).
-    turn_id: int = 0
-    #: How the turn ended, as its log records it.
-    end_state: str = "failed"
-
-
 class EdgeSession:
     """An active session bound to one client connection and one adapter lease."""
 
     def __init__(
         self,
-        runtime: EdgeRuntime,
+        runtime: EdgeHub[EdgeSession],
         port: ClientPort,
-        row: session_pb2.SessionRow,
+        row: SessionRow,
         clock: Callable[[], float],
     ) -> None:
         self.runtime = runtime
         #: The client connection serving the session now (a ``DetachedPort`` while none
-        #: does: services.edge.sessions.attachment).
+        #: does: services.edge.sessions.clients).
         self.port = port
         #: Set while a client connection is attached (cleared while detached).
         self.attached = asyncio.Event()
@@ -115,6 +90,9 @@ class EdgeSession:
         #: Held while a turn is stored, and while a full replay reads the store: what the
         #: replay reads and the live turn's events it sends then never overlap.
         self.storing = asyncio.Lock()
+        #: What the session hands its event log besides the relayed updates.
+        self.log = SessionLog(runtime.event_log, row.session_id, self.feed,
+                              lambda: self.turn.turn_id if self.turn is not None else 0)
         #: The client has used the session after its setup answer (a later request named
         #: it): only such a session is detached when its connection goes, so a client cannot
         #: park agents by disconnecting mid-setup.
@@ -131,17 +109,19 @@ class EdgeSession:
         #: The session that spawned this one ("" for a top-level session).
         self.parent_key = row.ownership.parent_session_key
         #: The principal the session belongs to: its row owner's.
-        self.principal = principal_of_owner(row.ownership.owner_session_key)
-        #: Where the sessions the edge runs for this one live (made on first use).
-        self.hosted: HostedPort | None = None
+        self.principal: str = principal_of_owner(row.ownership.owner_session_key)
+        self.owner_key = row.ownership.owner_session_key
+        #: A v2 agent's child sessions and background work (:mod:`.subagents`).
+        self.work = SessionWork()
+        #: Where the sessions the edge runs for this one live (made on first use:
+        #: services.edge.sessions.hosted_port).
+        self.hosted: ClientPort | None = None
         self.lease_id = ""
         self.adapter: AdapterClient | None = None
         self._client_methods: ClientMethods | None = None
-        self.turn: TurnState | None = None
+        self.turn: Turn | None = None
         self._clock = clock
         self.last_activity = clock()
-        #: Prior conversation for an external adapter that could not restore itself.
-        self.pending_history: str | None = None
         self.released = False
         #: The release that ``released`` announced, running in a runtime task
         #: (``EdgeRuntime.release``: never stopped half-way by a cancelled caller).
@@ -160,14 +140,43 @@ class EdgeSession:
         self._relays: set[asyncio.Future[Any]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         claims, sid = runtime.claims, row.session_id
-        self.state = AdapterSessionState(runtime.session_stub, sid, runtime.spawn,
+        self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
                                          fence=lambda: claims.fence(sid))
+        #: What every turn of this session runs with (services.edge.sessions.turn).
+        self.turn_context = TurnContext(
+            sid, self.feed, self.log, runtime.event_log, self.state, claims,
+            runtime.session_service, runtime.metrics, self.storing,
+            publish=self.publish_own, taken_over=lambda: self.taken_over, lose=self.lose)
+
+    @property
+    def pending_history(self) -> str | None:
+        """Prior conversation for an external adapter that could not restore itself: the
+        next prompt carries it."""
+        return self.turn_context.pending_history
+
+    @pending_history.setter
+    def pending_history(self, text: str | None) -> None:
+        self.turn_context.pending_history = text
 
     # ------------------------------------------------------------------ activity
 
     def touch(self) -> None:
         """Mark activity now (idle reaper)."""
         self.last_activity = self._clock()
+
+    def now(self) -> float:
+        """The runtime's clock."""
+        return self._clock()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a background task of the runtime (kept referenced, awaited on
+        close)."""
+        return self.runtime.spawn(coro)
+
+    async def deactivate(self, reason: str) -> None:
+        """Remove this session from the runtime and release its adapter (the stored record
+        stays)."""
+        await self.runtime.deactivate(self, reason)
 
     def idle_for(self) -> float:
         """Seconds since the last activity."""
@@ -176,8 +185,9 @@ class EdgeSession:
     def bind_adapter(self, adapter: AdapterClient, client_caps: ClientCapabilities) -> None:
         """Serve ``adapter``, whose fs/terminal requests go by ``client_caps`` (the client's)."""
         self.adapter = adapter
+        bound_children(self.session_id, adapter, self.runtime.cfg.acp.max_subagents_per_session)
         self._client_methods = ClientMethods(
-            self.runtime.session_stub, self.session_id, self.asking, client_caps,
+            self.runtime.session_service, self.session_id, self.asking, client_caps,
             float(self.runtime.cfg.acp.session_timeout_secs))
 
     # ------------------------------------------------------------------ AdapterHost
@@ -195,6 +205,8 @@ class EdgeSession:
         objects = [update for params in updates
                    if type(update := params.get("update")) is dict]
         odd = [params for params in updates if type(params.get("update")) is not dict]
+        for announced in self.work.observe(objects):
+            self.runtime.spawn(store_child(self.runtime.session_service, self, announced))
         await self._relay(objects, None, notification_lines(M_SESSION_UPDATE, odd))
 
     async def on_adapter_update_lines(self, updates: Sequence[RelayedUpdate],
@@ -251,10 +263,20 @@ class EdgeSession:
         """The runtime's table of adapter methods."""
         return self.runtime.adapter_methods
 
-    async def relay_to_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Re-issue an adapter request to the client; fall back to a denial on any failure."""
+    async def relay_to_client(self, method: str, params: dict[str, Any], *,
+                              request_id: JsonRpcId | None = None) -> Any:
+        """Re-issue an adapter request to the client; fall back to a denial on any failure.
+
+        ``request_id``: the adapter's id of the request (by default the one being served
+        in this task). A permission request is logged with it before it is relayed, and
+        its answer after, so an edge that re-adopts the session asks again what is open
+        (:mod:`services.edge.sessions.open_questions`)."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
+        rid = request_id if request_id is not None else serving_id()
+        if method == M_REQUEST_PERMISSION and rid is not None and request_id is None:
+            self.log.action(KIND_PERMISSION,
+                            {"method": method, "requestId": rid, "params": params})
         fallback: dict[str, Any] = (
             {"action": "cancel"} if method == M_ELICITATION_CREATE
             else cancelled_answer()
@@ -268,25 +290,37 @@ class EdgeSession:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
+                if request_id is None and rid is not None:  # the peer answers it an error
+                    self._log_answer(method, rid, None)
                 raise
-            return fallback  # the turn was cancelled while the question was open
+            answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
             log.info("relay_denied", session_id=self.session_id, method=method, why=str(exc))
             if method == M_ELICITATION_CREATE:
-                return fallback
-            # Tell the adapter why, so it does not blame the user (docs/contracts.md).
-            reason = denial_reason(exc)
-            waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
-            return cancelled_answer(reason, timeout_secs=waited)
+                answer = fallback
+            else:
+                # Tell the adapter why, so it does not blame the user (docs/contracts.md).
+                reason = denial_reason(exc)
+                waited = timeout_secs if reason == CANCEL_REASON_TIMEOUT else None
+                answer = cancelled_answer(reason, timeout_secs=waited)
+        else:
+            # What the agent gets is what is logged: never the client's own bytes, which may
+            # say more than (or the opposite of) what was relayed.
+            answer = (result if isinstance(result, dict) else fallback) \
+                if method == M_ELICITATION_CREATE else relayed_answer(result)
         finally:
             self._relays.discard(waiter)
             self.touch()
-        # What the agent gets is what is logged: never the client's own bytes, which may
-        # say more than (or the opposite of) what was relayed.
-        answer = (result if isinstance(result, dict) else fallback) \
-            if method == M_ELICITATION_CREATE else relayed_answer(result)
-        session_log.action(self, session_log.KIND_PERMISSION, {"method": method, "answer": answer})
+        self._log_answer(method, rid, answer)
         return answer
+
+    def _log_answer(self, method: str, rid: JsonRpcId | None, answer: Any) -> None:
+        """The answer the agent got to its request ``rid`` (None: an error answer, the
+        request withdrawn or its link gone), logged."""
+        logged: dict[str, Any] = {"method": method, "answer": answer}
+        if rid is not None:
+            logged["requestId"] = rid
+        self.log.action(KIND_PERMISSION, logged)
 
     async def client_method(self, method: str, params: dict[str, Any]) -> Any:
         """An adapter's fs/terminal request (decided by the session service first)."""
@@ -317,31 +351,34 @@ class EdgeSession:
 
     # ------------------------------------------------------------------ turns
 
-    def reserve_turn(self) -> TurnState | None:
+    def reserve_turn(self) -> Turn | None:
         """Take the turn slot; None when a turn already runs (SPEC §4 -32002)."""
         if self.turn is not None:
             return None
-        self.turn = TurnState()
-        session_log.turn_started(self, self.turn)
+        self.turn = Turn(self.turn_context)
+        self.turn.start()
         self.feed.turn_started()
         self.touch()
         return self.turn
 
-    def release_turn(self, turn: TurnState) -> None:
+    def release_turn(self, turn: Turn) -> None:
         """Free the turn slot."""
         if self.turn is turn:
-            session_log.turn_ended(self, turn)
+            turn.end()
             self.turn = None
             self.feed.turn_stored()  # stored, or never to be: not replayed as live any more
         turn.done.set()
         self.touch()
 
-    async def run_turn(self, turn: TurnState, prompt: AdapterPrompt,
+    async def run_turn(self, turn: Turn, prompt: AdapterPrompt,
                        extra: dict[str, Any] | None = None) -> TurnOutcome:
         """Send the prompt (with ``extra``: the client's other params, for an external
-        agent), stream, store the turn; return how it ended
-        (:func:`services.edge.sessions.turn_run.run_turn`)."""
-        return await turn_run.run_turn(self, turn, prompt, extra)
+        agent) to this session's adapter, stream, store the turn; return how it ended
+        (:meth:`services.edge.sessions.turn.Turn.run`)."""
+        adapter = self.adapter
+        if adapter is None:
+            raise JsonRpcError(INTERNAL_ERROR, "Agent is not running")
+        return await turn.run(adapter, prompt, extra)
 
     def lose(self) -> None:
         """Another host took this session over: end it here (its adapter closed, its lease
@@ -363,7 +400,7 @@ class EdgeSession:
         the client's action when a turn of this session was cancelled ("": acpgate's own)."""
         mine = self._cancel_tree({self}, keep)
         if mine and asked_by:
-            session_log.action(self, session_log.KIND_CANCEL, {"method": asked_by})
+            self.log.action(KIND_CANCEL, {"method": asked_by})
         return mine
 
     def _cancel_tree(self, seen: set[EdgeSession], keep: bool) -> bool:

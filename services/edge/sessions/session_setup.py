@@ -20,10 +20,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
@@ -34,16 +30,19 @@ from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
 from services.edge.adapter.link import AdapterLink
 from services.edge.adapter.requests import agent_secrets, initialize_request
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.lifecycle import AttachSpec
+from services.edge.backends.session_types import SESSION_ACTIVE, ResolvedAgent, RowUpdate
 from services.edge.caller import Caller
 from services.edge.ports.client_port import ClientPort
 from services.edge.sessions.claims import refusal
-from services.edge.sessions.runtime import EdgeRuntime
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.session import EdgeSession
-from services.edge.sessions.slots import Slot, creating, reserved_slot
+from services.edge.sessions.slot_reservation import Slot, creating, reserved_slot
 
 log = get_logger("edge.dialect")
 
-#: The slots a setup holds live in services.edge.sessions.slots; named here too, where the
+#: The slots a setup holds live in services.edge.sessions.slot_reservation; named here too, where the
 #: dialect's handlers import the rest of a setup from.
 __all__ = ["Slot", "creating", "reserved_slot"]
 
@@ -54,7 +53,7 @@ class TakenAdapter(Protocol):
     adapter (``services.edge.dialect.conn_agent.HeldAdapter``)."""
 
     @property
-    def agent(self) -> session_pb2.ResolvedAgent:
+    def agent(self) -> ResolvedAgent:
         """The agent it is an adapter of."""
 
     @property
@@ -65,7 +64,7 @@ class TakenAdapter(Protocol):
     def answer(self) -> asyncio.Future[Any]:
         """Its ``initialize`` answer (to come)."""
 
-    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+    def serves(self, resolved: ResolvedAgent, initialize: dict[str, Any]) -> bool:
         """Whether a session of ``resolved`` whose policy calls for ``initialize`` may use it."""
 
 
@@ -79,9 +78,12 @@ class AgentState(Protocol):
 class SessionHome(ClientPort, Protocol):
     """What a session is set up for and lives in: a client connection
     (``DialectConnection``), or the stand-in of a session the edge runs for another
-    one (``services.edge.sessions.hosted.HostedPort``)."""
+    one (``services.edge.sessions.hosted_port.HostedPort``)."""
 
-    runtime: EdgeRuntime
+    @property
+    def runtime(self) -> EdgeHub[EdgeSession]:
+        """The edge's hub: its runtime as sessions see it."""
+
     #: Who the home acts as (services.edge.caller; see ``serve_connection``).
     caller: Caller
     #: Its active sessions, by id.
@@ -116,22 +118,19 @@ async def setting_up(conn: SessionHome, session: EdgeSession) -> AsyncIterator[E
             await conn.runtime.release(session, reason)
 
 
-async def session_policy(runtime: EdgeRuntime, alias: str, workspace_dir: str,
+async def session_policy(runtime: EdgeHub[EdgeSession], alias: str, workspace_dir: str,
                          additional_directories: Sequence[str] = (),
                          session_id: str = "", *, local_user: bool = False) -> SecurityPolicy:
     """The policy the session service decides for ``alias`` in ``workspace_dir`` with its
     extra roots (for the stored session ``session_id``: capped by its ancestors' autonomy),
     for the local user of ``acpgate acp`` or else a remote principal
     (the workspace rules differ)."""
-    p = await runtime.session_stub.GetPolicy(session_pb2.GetPolicyRequest(
-        alias=alias, workspace_dir=workspace_dir,
-        additional_directories=list(additional_directories), session_id=session_id,
-        local_user=local_user))
-    return SecurityPolicy.from_proto(p)
+    return await runtime.session_service.get_policy(
+        alias, workspace_dir, additional_directories, session_id, local_user=local_user)
 
 
 async def start_adapter(conn: SessionHome, session: EdgeSession,
-                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        agent: ResolvedAgent, policy: SecurityPolicy,
                         early: TakenAdapter | None = None) -> AdapterClient:
     """Bring the session's adapter up: its lease ensured and attached in one ``Attach``
     stream (``AttachOpen.ensure``), ``initialize`` queued right behind the open, and
@@ -140,7 +139,7 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
     serves the session when it is what the session calls for and the pool had one, else
     it is let go (:func:`drop_early`) and the lease is ensured as usual.
 
-    Raises what failed (a refused ensure as the lifecycle service's gRPC error), with
+    Raises what failed (a refused ensure as the lifecycle service's ServiceError), with
     ``session.lease_id`` set when a lease was ensured; the session's
     :func:`setting_up` releases it.
     """
@@ -154,11 +153,11 @@ async def start_adapter(conn: SessionHome, session: EdgeSession,
             # A held adapter got the connection's calls already; a warm one none yet.
             return await _bring_up(conn, session, agent, policy, early.link, early.answer,
                                    replay=not getattr(early, "replayed", False))
-    attach = lifecycle_pb2.AttachOpen(  # kept for a restarted edge (services.lifecycle.kept)
+    attach = AttachSpec(  # kept for a restarted edge (services.lifecycle.api.keep_on_loss)
         ensure=rt.warm.ensure_request(agent, session.session_key, session.workspace_dir),
         keep_on_loss=True)
     return await _bring_up(conn, session, agent, policy,
-                           AdapterLink(rt.lifecycle_stub, attach, foreign=foreign(agent),
+                           AdapterLink(rt.lifecycle, attach, foreign=foreign(agent),
                                        protocol=agent.protocol))
 
 
@@ -170,7 +169,7 @@ async def _took(early: TakenAdapter) -> bool:
     try:
         await early.link.attached(SETUP_TIMEOUT_SECS)
     except Exception as exc:
-        why = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        why = exc.detail if isinstance(exc, ServiceError) else str(exc)
         log.info("warm_take_failed", alias=early.agent.alias, why=why)
         return False
     return True
@@ -184,7 +183,7 @@ def drop_early(early: TakenAdapter) -> None:
     early.link.abort()
 
 
-async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.ResolvedAgent,
+async def _bring_up(conn: SessionHome, session: EdgeSession, agent: ResolvedAgent,
                     policy: SecurityPolicy, link: AdapterLink,
                     initialized: asyncio.Future[Any] | None = None, *,
                     replay: bool = True) -> AdapterClient:
@@ -213,7 +212,7 @@ async def _bring_up(conn: SessionHome, session: EdgeSession, agent: session_pb2.
 
 
 async def spawn_adapter(conn: SessionHome, session: EdgeSession,
-                        agent: session_pb2.ResolvedAgent, policy: SecurityPolicy,
+                        agent: ResolvedAgent, policy: SecurityPolicy,
                         early: TakenAdapter | None = None) -> AdapterClient:
     """:func:`start_adapter` for a session whose row exists (inside :func:`setting_up`,
     which releases it when this fails); the adapter's error reaches the client whole
@@ -224,7 +223,7 @@ async def spawn_adapter(conn: SessionHome, session: EdgeSession,
         raise setup_error(agent.alias, exc, agent_secrets(agent), "initialize") from None
 
 
-async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
+async def _record_capabilities(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
                                client: AdapterClient) -> None:
     """Tell the session service what the alias's adapter advertised (its profile), when it
     changed."""
@@ -232,10 +231,9 @@ async def _record_capabilities(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent
     if text == agent.adapter_capabilities_json:
         return
     try:
-        await rt.session_stub.RecordAgentCapabilities(session_pb2.RecordAgentCapabilitiesRequest(
-            alias=agent.alias, capabilities_json=text))
-    except grpc.aio.AioRpcError as exc:  # only initialize's advertising depends on it
-        log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code().name)
+        await rt.session_service.record_agent_capabilities(agent.alias, text)
+    except ServiceError as exc:  # only initialize's advertising depends on it
+        log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code)
 
 
 async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
@@ -257,17 +255,11 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     """
     rt = conn.runtime
     holder, generation = rt.claims.fence(session.session_id)
-    request = session_pb2.UpdateSessionRequest(
-        session_id=session.session_id, state=session_pb2.SESSION_STATE_ACTIVE,
-        lease_id=session.lease_id, adapter_session_id=adapter_sid,
-        holder_instance_id=holder, claim_generation=generation)
-    if alias is not None:
-        request.agent_alias = alias
-    if mcp_servers_json is not None:
-        request.mcp_servers_json = mcp_servers_json
-    if additional_directories is not None:
-        request.additional_directories.SetInParent()  # an empty list is a change too
-        request.additional_directories.values.extend(additional_directories)
+    request = RowUpdate(
+        session.session_id, holder_instance_id=holder, claim_generation=generation,
+        state=SESSION_ACTIVE, lease_id=session.lease_id, adapter_session_id=adapter_sid,
+        agent_alias=alias, mcp_servers_json=mcp_servers_json,
+        additional_directories=additional_directories)
     only_adapter = alias is None and mcp_servers_json is None and additional_directories is None
     if only_adapter and session.claimed_at is not None \
             and rt.claims.certainly_held(session.claimed_at, rt.clock()):
@@ -275,7 +267,7 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     else:
         try:
             await _write_active(rt, request)
-        except grpc.aio.AioRpcError as exc:  # ABORTED: the claim is another host's
+        except ServiceError as exc:  # a conflict: the claim is another host's
             raise refusal(exc, session.session_id) from None
     if session.released:  # the adapter died during setup
         adapter = session.adapter
@@ -291,23 +283,23 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     session.touch()
 
 
-async def _write_active(rt: EdgeRuntime, request: session_pb2.UpdateSessionRequest) -> None:
-    """``UpdateSession`` of :func:`mark_active`: ABORTED (another host's claim) raises, any
+async def _write_active(rt: EdgeHub[EdgeSession], request: RowUpdate) -> None:
+    """``UpdateSession`` of :func:`mark_active`: a conflict (another host's claim) raises, any
     other failure is logged (the session runs; only a later restore reads the row)."""
     try:
-        await rt.session_stub.UpdateSession(request)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.ABORTED:
+        await rt.session_service.update_session(request)
+    except ServiceError as exc:
+        if exc.kind is Failure.CONFLICT:
             raise
-        log.warning("mark_active_failed", session_id=request.session_id, code=exc.code().name)
+        log.warning("mark_active_failed", session_id=request.session_id, code=exc.code)
 
 
-async def _write_active_later(rt: EdgeRuntime, session: EdgeSession,
-                              request: session_pb2.UpdateSessionRequest) -> None:
+async def _write_active_later(rt: EdgeHub[EdgeSession], session: EdgeSession,
+                              request: RowUpdate) -> None:
     """:func:`_write_active` after the answer; a claim lost after all ends the session as
     the heartbeat would (in a task of its own: its release waits for this write)."""
     try:
         await _write_active(rt, request)
-    except grpc.aio.AioRpcError:
+    except ServiceError:
         log.warning("session_claim_lost", session_id=session.session_id)
         session.lose()

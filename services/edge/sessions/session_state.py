@@ -24,10 +24,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-import grpc
 import orjson
 
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.logs import get_logger
 from services.common.protocol import (
     CONFIG_MODEL_KEY,
@@ -35,6 +33,9 @@ from services.common.protocol import (
     U_CURRENT_MODE,
     U_SESSION_INFO,
 )
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session import SessionBackend
+from services.edge.backends.session_types import RowUpdate, SessionRow
 
 log = get_logger("edge.session")
 
@@ -71,10 +72,10 @@ def config_values(options: Any) -> dict[str, Any]:
 class AdapterSessionState:
     """Modes, config options and title of one session, as its adapter last reported them."""
 
-    def __init__(self, stub: session_pb2_grpc.SessionServiceAsyncStub, session_id: str,
+    def __init__(self, service: SessionBackend, session_id: str,
                  spawn: Callable[[Coroutine[Any, Any, None]], object], *,
                  fence: Callable[[], tuple[str, int]] = lambda: ("", 0)) -> None:
-        self._stub = stub
+        self._service = service
         self._session_id = session_id
         self._spawn = spawn
         #: This host's instance id and claim generation, read at each write
@@ -189,24 +190,21 @@ class AdapterSessionState:
             while self._dirty:
                 self._dirty = False
                 holder, generation = self._fence()
-                request = session_pb2.UpdateSessionRequest(
-                    session_id=self._session_id, holder_instance_id=holder,
-                    claim_generation=generation, mode_id=self.mode_id,
-                    config_json=self._config_json())
-                if self._title is not None:
-                    request.title = self._title
+                update = RowUpdate(
+                    self._session_id, holder_instance_id=holder, claim_generation=generation,
+                    mode_id=self.mode_id, config_json=self._config_json(), title=self._title)
                 try:
-                    await self._stub.UpdateSession(request)
-                except grpc.aio.AioRpcError as exc:
+                    await self._service.update_session(update)
+                except ServiceError as exc:
                     log.warning("state_store_failed", session_id=self._session_id,
-                                code=exc.code().name)
+                                code=exc.code)
         finally:
             if not done.done():
                 done.set_result(None)
 
 
 async def reapply(state: AdapterSessionState, adapter: ConfigSetter,
-                  row: session_pb2.SessionRow) -> None:
+                  row: SessionRow) -> None:
     """Set the row's stored mode and config values again where the fresh adapter session
     differs. A value the adapter no longer offers, or refuses, is left at its default."""
     stored_mode = row.mode_id

@@ -1,16 +1,8 @@
-"""Each token's share of the session slots, and room made by letting detached sessions go.
+"""Room for a token's next session, made by letting its detached idle sessions go.
 
-**The share.** ``[acp] max_sessions_per_token`` when set; else (0, the default)
-``max_sessions`` divided among the active (not revoked) gateway tokens, at least one
-each. An install with one token — one person's bridge, console and scripts — lets it
-use every slot; with several tokens each is sure of its part, whatever the others
-hold (the parts add up to at most ``max_sessions``). The count is read from the token
-store (``TokenWatch``: one cheap ``PRAGMA data_version`` when nothing changed), so
-``acpgate token create`` / ``revoke`` change the share from the next session on; a
-token already above a smaller share keeps its sessions and opens no more.
-
-**Room.** A session whose client connection went waits detached for
-``[gateway] detach_grace_secs`` (:mod:`services.edge.sessions.attachment`) and keeps
+Each token's share of the session slots is counted in :mod:`services.edge.sessions.registry`
+(:class:`~services.edge.sessions.registry.TokenShares`). A session whose client connection went waits detached for
+``[gateway] detach_grace_secs`` (:mod:`services.edge.sessions.clients`) and keeps
 its slot. When its principal's next session would pass the share or the host's
 limit, the principal's detached *idle* sessions (no turn running, so no permission
 request pending either) go first, the longest detached first, released exactly as the
@@ -19,60 +11,28 @@ another token's sessions are never let go to make room for it, and a detached se
 running a turn keeps its slot. With several edge workers, the session service counts
 the slots: each worker reports its releasable sessions (:func:`releasable_picture`) and
 releases those the service orders (:func:`release_ordered`) for a take refused on
-another worker (``services.session.worker_ledger``).
+another worker (``services.session.live.worker_ledger``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acpgate_contracts.session.v1 import session_pb2
-from services.common.config import AcpSection
 from services.common.logs import get_logger
-from services.edge.sessions.attachment import DetachedPort
-from services.edge.sessions.registry import token_session_share
-from services.edge.tokens import TokenWatch
+from services.edge.backends.session_types import SLOT_SESSION_RELEASABLE
+from services.edge.sessions.clients import DetachedPort
 
 if TYPE_CHECKING:
+    from services.edge.sessions.hub import EdgeHub
     from services.edge.sessions.registry import SessionRegistry
-    from services.edge.sessions.runtime import EdgeRuntime
     from services.edge.sessions.session import EdgeSession
 
-__all__ = ["TokenShares", "detached_idle", "let_go_for_room", "releasable_picture",
+__all__ = ["detached_idle", "let_go_for_room", "releasable_picture",
            "release_ordered"]
 
 log = get_logger("edge.shares")
-
-
-class TokenShares:
-    """The current share, from the number of active tokens in the token store."""
-
-    def __init__(self, acp: AcpSection, token_db: Path) -> None:
-        self._acp = acp
-        self._watch = TokenWatch(token_db)
-        self._lock = asyncio.Lock()
-        self._active = 1
-
-    async def current(self) -> int:
-        """The share now (the store read again only when it changed)."""
-        if self._acp.max_sessions_per_token > 0:
-            return self._acp.max_sessions_per_token
-        async with self._lock:
-            ids = await asyncio.to_thread(self._watch.active_ids_if_changed)
-        if ids is not None:
-            self._active = max(1, len(ids))
-        return token_session_share(self._acp, self._active)
-
-    def use(self, acp: AcpSection) -> None:
-        """A reloaded ``[acp]``: its share rule holds from the next session on."""
-        self._acp = acp
-
-    def close(self) -> None:
-        """Close the store's read connection."""
-        self._watch.close()
 
 
 def detached_idle(session: EdgeSession) -> bool:
@@ -82,7 +42,7 @@ def detached_idle(session: EdgeSession) -> bool:
         and not session.released and session.adapter is not None
 
 
-def releasable(registry: SessionRegistry, principal: str) -> list[EdgeSession]:
+def releasable(registry: SessionRegistry[EdgeSession], principal: str) -> list[EdgeSession]:
     """``principal``'s detached idle sessions, the longest detached first."""
     found = [s for s in registry.active.values()
              if s.principal == principal and detached_idle(s)]
@@ -90,7 +50,7 @@ def releasable(registry: SessionRegistry, principal: str) -> list[EdgeSession]:
     return found
 
 
-def let_go_for_room(runtime: EdgeRuntime, principal: str) -> asyncio.Task[None] | None:
+def let_go_for_room(runtime: EdgeHub[EdgeSession], principal: str) -> asyncio.Task[None] | None:
     """Release ``principal``'s longest-detached idle session to make room for its next one
     (module doc); its slot is free when this returns, the release (adapter, lease, row)
     goes on in the task returned. None: it has no such session here."""
@@ -106,16 +66,16 @@ def let_go_for_room(runtime: EdgeRuntime, principal: str) -> asyncio.Task[None] 
     return runtime.spawn(runtime.release(session, "disconnect"))
 
 
-def releasable_picture(registry: SessionRegistry) -> Counter[tuple[int, str]]:
+def releasable_picture(registry: SessionRegistry[EdgeSession]) -> Counter[tuple[int, str]]:
     """The detached idle sessions here, by principal, as an edge worker reports them."""
     held: Counter[tuple[int, str]] = Counter()
     for session in registry.active.values():
         if detached_idle(session):
-            held[(session_pb2.SLOT_KIND_SESSION_RELEASABLE, session.principal)] += 1
+            held[(SLOT_SESSION_RELEASABLE, session.principal)] += 1
     return held
 
 
-def release_ordered(runtime: EdgeRuntime, principal: str, count: int) -> None:
+def release_ordered(runtime: EdgeHub[EdgeSession], principal: str, count: int) -> None:
     """Release up to ``count`` of ``principal``'s detached idle sessions here, for a take
     of that principal's on another worker (the session service ordered it)."""
     for _ in range(count):

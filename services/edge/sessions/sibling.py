@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
-from services.common.protocol import META_ACPGATE, MSG_SESSION_ON_SIBLING_WORKER
-from services.edge.sessions.workers import split_worker_name
+from services.common.protocol import META_ACPGATE, META_LIVE_AT, MSG_SESSION_ON_SIBLING_WORKER
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import Claim
+from services.edge.sessions.worker_link import split_worker_name
 
 if TYPE_CHECKING:
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    from services.edge.backends.session import SessionBackend
 
 __all__ = ["on_sibling", "sibling_where"]
 
@@ -31,7 +30,7 @@ __all__ = ["on_sibling", "sibling_where"]
 _LOOKUP_SECS: Final = 5.0
 
 
-async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id: str,
+async def on_sibling(service: SessionBackend, instance_id: str, session_id: str,
                      error: JsonRpcError) -> JsonRpcError:
     """``error`` (a claim refused), naming the sibling worker of this host that holds the
     session when one does (``data.worker``); else ``error`` itself."""
@@ -39,18 +38,17 @@ async def on_sibling(stub: SessionServiceAsyncStub, instance_id: str, session_id
     if not me:
         return error
     try:
-        row = await stub.GetSession(session_pb2.GetSessionRequest(session_id=session_id),
-                                    timeout=_LOOKUP_SECS)
-    except grpc.aio.AioRpcError:
+        row = await service.get_session(session_id, deadline_secs=_LOOKUP_SECS)
+    except ServiceError:
         return error
     holder_host, worker = split_worker_name(row.claim.instance_id)
     if holder_host != host or not worker or worker == me:
         return error
     return JsonRpcError(error.code, error.message + MSG_SESSION_ON_SIBLING_WORKER.format(
-        worker=worker), {META_ACPGATE: {"liveAt": sibling_where(row.claim, worker)}})
+        worker=worker), {META_ACPGATE: {META_LIVE_AT: sibling_where(row.claim, worker)}})
 
 
-def sibling_where(claim: session_pb2.Claim, worker: int) -> dict[str, object]:
+def sibling_where(claim: Claim, worker: int) -> dict[str, object]:
     """``data.acpgate.liveAt`` of a session a sibling worker of this host serves: as for
     another host, plus the worker and the query that reaches it."""
     where: dict[str, object] = {"host": claim.host, "instanceId": claim.instance_id,

@@ -27,24 +27,26 @@ the stream never reached it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.logs import get_logger
 from services.common.protocol import M_INITIALIZE, session_key_for
 from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.link import AdapterLink, seen
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import AttachSpec, EnsureSpec, LifecycleBackend
 
 if TYPE_CHECKING:
-    from acpgate_contracts.lifecycle.v1.lifecycle_pb2_grpc import LifecycleServiceAsyncStub
-    from acpgate_contracts.session.v1.session_pb2_grpc import SessionServiceAsyncStub
+    pass
+from services.edge.backends.session_types import ResolvedAgent
+
+if TYPE_CHECKING:
+    from services.edge.backends.session import SessionBackend
 
 log = get_logger("edge.warm")
 
@@ -57,37 +59,35 @@ def pool_name(alias: str) -> str:
     return f"agent:{alias}"
 
 
-def keep_request(agent: session_pb2.ResolvedAgent) -> lifecycle_pb2.KeepWarmRequest:
-    """``KeepWarm`` for a resolved agent: its sealed launch spec, in its agent workspace."""
-    return lifecycle_pb2.KeepWarmRequest(
-        pool=pool_name(agent.alias), launch=agent.launch, cwd=agent.agent_workspace,
-        watch_paths=list(agent.watch_paths), count=agent.warm)
+def sealed_launch(agent: ResolvedAgent) -> bytes:
+    """The agent's sealed launch spec as the lifecycle service takes it (opaque here)."""
+    return agent.launch
 
 
 class WarmPools:
     """Declares the pools of one edge runtime and keeps them declared."""
 
-    def __init__(self, session_stub: SessionServiceAsyncStub,
-                 lifecycle_stub: LifecycleServiceAsyncStub,
+    def __init__(self, session_service: SessionBackend,
+                 lifecycle: LifecycleBackend,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._session = session_stub
-        self._lifecycle = lifecycle_stub
+        self._session = session_service
+        self._lifecycle = lifecycle
         self._clock = clock
         self._declared: dict[str, float] = {}
         #: The launch spec each declared pool was given, by alias.
-        self._agents: dict[str, session_pb2.ResolvedAgent] = {}
+        self._agents: dict[str, ResolvedAgent] = {}
 
     async def declare_all(self) -> set[str] | None:
         """Ask the session service which agents keep warm adapters; declare each pool.
         Their aliases, or None when the session service could not say (logged)."""
         try:
-            resp = await self._session.ListWarmAgents(session_pb2.ListWarmAgentsRequest())
-        except grpc.aio.AioRpcError as exc:
-            log.warning("warm_agents_unavailable", code=exc.code().name, detail=exc.details())
+            agents = await self._session.list_warm_agents()
+        except ServiceError as exc:
+            log.warning("warm_agents_unavailable", code=exc.code, detail=exc.detail)
             return None
-        for agent in resp.agents:
+        for agent in agents:
             await self.declare(agent)
-        return {agent.alias for agent in resp.agents}
+        return {agent.alias for agent in agents}
 
     async def redeclare(self) -> None:
         """After a config reload: declare every pool again (a changed launch spec replaces
@@ -98,35 +98,33 @@ class WarmPools:
             return  # the pools stay as they are
         for alias, agent in before.items():
             if alias not in kept:
-                gone = session_pb2.ResolvedAgent()
-                gone.CopyFrom(agent)
-                gone.warm = 0
-                await self.declare(gone)
+                await self.declare(dataclasses.replace(agent, warm=0))
                 del self._agents[alias]
 
-    async def declare(self, agent: session_pb2.ResolvedAgent) -> None:
+    async def declare(self, agent: ResolvedAgent) -> None:
         """``KeepWarm`` for one agent; failures are logged (sessions then start cold)."""
         self._declared[agent.alias] = self._clock()
         self._agents[agent.alias] = agent
         try:
-            await self._lifecycle.KeepWarm(keep_request(agent))
-        except grpc.aio.AioRpcError as exc:
-            log.warning("keep_warm_failed", alias=agent.alias, code=exc.code().name,
-                        detail=exc.details())
+            await self._lifecycle.keep_warm(
+                pool_name(agent.alias), sealed_launch(agent), agent.agent_workspace,
+                agent.watch_paths, agent.warm)
+        except ServiceError as exc:
+            log.warning("keep_warm_failed", alias=agent.alias, code=exc.code,
+                        detail=exc.detail)
 
-    def ensure_request(self, agent: session_pb2.ResolvedAgent, session_key: str, cwd: str = "",
-                       *, warm_only: bool = False) -> lifecycle_pb2.EnsureSessionRequest:
+    def ensure_request(self, agent: ResolvedAgent, session_key: str, cwd: str = "",
+                       *, warm_only: bool = False) -> EnsureSpec:
         """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter of ``agent``'s pool
         when it keeps one, else a fresh spawn in ``cwd`` (``warm_only``: never a spawn)."""
-        return lifecycle_pb2.EnsureSessionRequest(
-            session_key=session_key, launch=agent.launch, cwd=cwd,
-            warm_pool=self.pool_for(agent), warm_only=warm_only)
+        return EnsureSpec(session_key=session_key, launch=sealed_launch(agent), cwd=cwd,
+                          warm_pool=self.pool_for(agent), warm_only=warm_only)
 
-    def pool_for(self, agent: session_pb2.ResolvedAgent) -> str:
+    def pool_for(self, agent: ResolvedAgent) -> str:
         """The pool an ``EnsureSession`` for ``agent`` names ("" when it keeps none warm)."""
         return pool_name(agent.alias) if agent.warm > 0 else ""
 
-    def took_cold(self, agent: session_pb2.ResolvedAgent) -> bool:
+    def took_cold(self, agent: ResolvedAgent) -> bool:
         """A take of ``agent``'s pool came back cold: True when the pool is due to be
         declared again (then the caller runs :meth:`declare` in the background)."""
         if agent.warm <= 0:
@@ -142,7 +140,7 @@ class WarmPools:
         agent = self._agents.get(alias)
         if agent is None or agent.warm <= 0:
             return None
-        link = AdapterLink(self._lifecycle, lifecycle_pb2.AttachOpen(ensure=self.ensure_request(
+        link = AdapterLink(self._lifecycle, AttachSpec(ensure=self.ensure_request(
             agent, session_key_for(alias, session_id), warm_only=True)), foreign=foreign(agent),
             protocol=agent.protocol)
         link.begin()
@@ -158,16 +156,16 @@ class EarlyTake:
     still deciding."""
 
     #: The pool's agent as declared (what the session is expected to resolve to).
-    agent: session_pb2.ResolvedAgent
+    agent: ResolvedAgent
     #: The stream taking it (begun, not yet bound to a client).
     link: AdapterLink
     #: The ``initialize`` params it was sent, and their answer to come.
     initialize: dict[str, Any]
     answer: asyncio.Future[Any]
 
-    def serves(self, resolved: session_pb2.ResolvedAgent, initialize: dict[str, Any]) -> bool:
+    def serves(self, resolved: ResolvedAgent, initialize: dict[str, Any]) -> bool:
         """True when the session service chose this very alias and launch spec, and the
         session calls for the ``initialize`` that was sent."""
         mine = self.agent
-        return (resolved.alias, resolved.kind, resolved.launch.spec, resolved.warm > 0,
-                initialize) == (mine.alias, mine.kind, mine.launch.spec, True, self.initialize)
+        return (resolved.alias, resolved.kind, resolved.launch, resolved.warm > 0,
+                initialize) == (mine.alias, mine.kind, mine.launch, True, self.initialize)

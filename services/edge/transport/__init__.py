@@ -1,6 +1,7 @@
-"""What a client connects to: the stdio and gateway front doors, their auth, bounds and
-plain-HTTP endpoints, and ``acpgate bridge``. May import every edge part below it (dialect,
-sessions, adapter, ports, the edge-wide modules).
+"""What a client connects to: the stdio and gateway front doors, and ``acpgate bridge``.
+
+Their auth, bounds and plain-HTTP endpoints live here too. May import every edge part
+below it (dialect, sessions, adapter, ports, the edge-wide modules).
 
 The gateway's front door on its one port speaks HTTP/1.1, HTTP/2 and WebSocket (the ACP
 remote transport):

@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.config import GatewaySection
-from services.edge.sessions.workers import Held, WorkerLink
+from services.edge.backends.session_types import SLOT_CONNECTION
+from services.edge.sessions.worker_link import Held, WorkerLink
 
 __all__ = ["TOO_MANY", "TOO_MANY_FOR_TOKEN", "LiveConnections", "Refusal", "token_share"]
 
@@ -89,7 +89,7 @@ class LiveConnections(Generic[C]):
         if self.shared is None:
             return None
         refused = await self.shared.take(
-            session_pb2.SLOT_KIND_CONNECTION, token_id, self.shared.counted(),
+            SLOT_CONNECTION, token_id, self.shared.counted(),
             limit=self.max_connections, share=self.per_token if token_id else 0)
         if refused is None:
             return None
@@ -101,11 +101,11 @@ class LiveConnections(Generic[C]):
 
     def picture(self) -> Held:
         """The connections held, by token ("" = without one), for the worker's report."""
-        held: Held = Counter({(session_pb2.SLOT_KIND_CONNECTION, t): n
+        held: Held = Counter({(SLOT_CONNECTION, t): n
                               for t, n in self._per_token.items()})
         untokened = len(self._token_of) - sum(self._per_token.values())
         if untokened:
-            held[(session_pb2.SLOT_KIND_CONNECTION, "")] = untokened
+            held[(SLOT_CONNECTION, "")] = untokened
         return held
 
     def add(self, conn: C, token_id: str) -> None:

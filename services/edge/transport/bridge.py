@@ -35,11 +35,11 @@ from websockets.typing import Subprotocol
 from services.common.config import CONFIG_FILE_NAME, Config, ConfigError, load_config
 from services.common.jsonrpc import (
     READ_CHUNK_BYTES,
-    LineCutter,
     OversizeLine,
     classify,
     error_line,
 )
+from services.common.line_split import LineSplitter
 from services.common.logs import get_logger
 from services.common.protocol import INTERNAL_ERROR, WS_SUBPROTOCOL
 
@@ -166,7 +166,7 @@ def _start_stdin_reader(
     read = getattr(stream, "read1", stream.read)  # what is there, not a full chunk
 
     def run() -> None:
-        cutter = LineCutter(max_line)
+        cutter = LineSplitter(max_line, blocks=False)
         try:
             while chunk := read(READ_CHUNK_BYTES):
                 for line in cutter.feed(chunk):

@@ -20,8 +20,7 @@ from services.common.logs import get_logger
 from services.edge.caller import LOCAL_OPERATOR, Caller
 from services.edge.dialect.a2a.methods import A2A_ADAPTER_METHODS
 from services.edge.dialect.dispatch import DialectConnection
-from services.edge.dialect.handlers import METHODS, fallback
-from services.edge.dialect.v2.methods import DIALECTS
+from services.edge.dialect.method_table import DIALECTS, fallback
 from services.edge.metrics import Metrics
 from services.edge.sessions import runtime as _runtime
 from services.edge.sessions.runtime import EdgeRuntime, StartServices
@@ -93,7 +92,7 @@ async def serve_connection(
     ``drain_secs`` to be answered, and then this returns without waiting for ``incoming``
     to end — the transport then delivers what was sent and closes the connection.
     """
-    conn = DialectConnection(runtime, send, methods=METHODS, dialects=DIALECTS,
+    conn = DialectConnection(runtime, send, dialects=DIALECTS,
                              fallback=fallback,
                              default_agent=default_agent,
                              caller=caller, remote=remote, send_many=send_many,

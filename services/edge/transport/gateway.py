@@ -70,7 +70,7 @@ async def run_edge(cfg: Config, *, version: str,
     accepting, close every connection (releasing its sessions), close the runtime.
     ``worker``: this edge's number among several ``acpgate serve`` runs on the one port
     (0: the only one): its limits, counters and claims are then shared
-    (services.edge.sessions.workers). SIGHUP reloads ``live``: the runtime and the server
+    (services.edge.sessions.worker_link). SIGHUP reloads ``live``: the runtime and the server
     take its limits (:meth:`EdgeRuntime.use_config`, :meth:`EdgeServer.use_config`).
     ``board_fd``: the workers' board serve made (with ``worker``): this worker says there
     that it serves once it does, and takes only its share of the connections.

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from services.edge.metrics import Metrics
-from services.edge.sessions.workers import WorkerLink
+from services.edge.sessions.worker_link import WorkerLink
 from services.edge.transport.admission import LiveConnections
 from services.edge.transport.balance import Balancer
 from services.edge.transport.http import GatewayGauges, HealthReport, render_metrics

@@ -80,6 +80,12 @@ class OutgoingQueue:
     together and in order), and the getter hands room to the oldest waiter
     directly. At most ``max_waiting`` sends (``max_waiting_chars`` characters
     behind the oldest) wait; one more is refused with ``OVERFLOW``.
+
+    The Streamable HTTP transport applies the same bounds with
+    :class:`~services.edge.transport.streamable.streams.Budget`, which is a ledger, not a
+    queue: its messages sit on several replayable streams, not here, so it charges a
+    send whole and frees it when a stream's reader wrote it. This queue holds the
+    messages of one socket itself, and lets a waiting send in message by message.
     """
 
     def __init__(self, max_chars: int = DEFAULT_QUEUE_CHARS,

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2, lifecycle_pb2_grpc
-from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import LIFECYCLE_SERVICE, SESSION_SERVICE
-from services.common.grpc_auth import GrpcSecurity, open_service_channel
+from services.common.grpc_auth import GrpcSecurity
 from services.common.logs import get_logger
+from services.edge.backends.channels import Channel, dial, serving_status
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.lifecycle import LifecycleBackend
+from services.edge.backends.session import SessionBackend
 
 log = get_logger("edge.ws")
 
@@ -27,18 +26,13 @@ class ServiceProbe:
 
     def __init__(self, sec: GrpcSecurity, session_addr: str, lifecycle_addr: str) -> None:
         self._channels = {
-            "session": (open_service_channel(sec, session_addr), SESSION_SERVICE),
-            "lifecycle": (open_service_channel(sec, lifecycle_addr), LIFECYCLE_SERVICE),
+            "session": (dial(sec, session_addr), SESSION_SERVICE),
+            "lifecycle": (dial(sec, lifecycle_addr), LIFECYCLE_SERVICE),
         }
+        self._lifecycle = LifecycleBackend(self._channels["lifecycle"][0])
 
-    async def _check(self, channel: grpc.aio.Channel, service: str) -> str:
-        try:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=2.0
-            )
-        except grpc.aio.AioRpcError:
-            return "UNREACHABLE"
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    async def _check(self, channel: Channel, service: str) -> str:
+        return await serving_status(channel, service, wait_secs=2.0)
 
     async def health(self) -> dict[str, str]:
         """service name → serving status."""
@@ -51,9 +45,8 @@ class ServiceProbe:
         memory; None when it stores them (or does not answer: its health says so)."""
         channel = self._channels["session"][0]
         try:
-            status = await session_pb2_grpc.SessionServiceStub(channel).GetStoreStatus(
-                session_pb2.GetStoreStatusRequest(), timeout=2.0)
-        except grpc.aio.AioRpcError:
+            status = await SessionBackend(channel).store_status(deadline_secs=2.0)
+        except ServiceError:
             return None
         if status.persistent:
             return None
@@ -61,17 +54,13 @@ class ServiceProbe:
 
     async def leases_by_state(self) -> dict[str, int] | None:
         """Lease counts by lowercase state name, or ``None`` when the service is unreachable."""
-        channel = self._channels["lifecycle"][0]
         try:
-            reply = await lifecycle_pb2_grpc.LifecycleServiceStub(channel).ListLeases(
-                lifecycle_pb2.ListLeasesRequest(), timeout=3.0
-            )
-        except grpc.aio.AioRpcError:
+            leases = await self._lifecycle.list_leases(wait_secs=3.0)
+        except ServiceError:
             return None
         out: dict[str, int] = {}
-        for lease in reply.leases:
-            name = lifecycle_pb2.LeaseState.Name(lease.state).removeprefix("LEASE_STATE_").lower()
-            out[name] = out.get(name, 0) + 1
+        for lease in leases:
+            out[lease.state.value] = out.get(lease.state.value, 0) + 1
         return out
 
     async def close(self) -> None:

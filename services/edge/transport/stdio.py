@@ -18,13 +18,12 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import grpc
-
 from services.common.config import Config
 from services.common.jsonrpc import read_lines
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
 from services.common.signals import install_reload_signal, install_stop_signals
+from services.edge.backends.errors import ServiceError
 from services.edge.sessions.runtime import StartServices
 from services.edge.transport.connection import (
     LOCAL_OPERATOR,
@@ -61,8 +60,8 @@ def _tune_gc() -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return exc.details() or ""
+    if isinstance(exc, ServiceError):
+        return exc.detail
     return str(exc)
 
 
@@ -79,7 +78,7 @@ async def _open_runtime_for_stdio(cfg: Config, version: str,
     try:
         return await open_runtime(cfg, version=version, start_services=start_services,
                                   health_timeout=CONFIGURED_SERVICES_WAIT_SECS)
-    except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+    except (TimeoutError, OSError, ServiceError) as exc:
         log.warning("configured_services_unreachable_running_embedded", detail=_describe(exc),
                     session_addr=cfg.services.session_addr,
                     lifecycle_addr=cfg.services.lifecycle_addr)
@@ -100,7 +99,7 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices,
     """
     try:
         runtime = await _open_runtime_for_stdio(cfg, version, start_services)
-    except (TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+    except (TimeoutError, OSError, ServiceError) as exc:
         log.error("services_unavailable", detail=_describe(exc))
         print(f"acpgate: cannot start the session/lifecycle services: {_describe(exc)}",
               file=sys.stderr)

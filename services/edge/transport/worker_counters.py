@@ -3,7 +3,7 @@ and every worker's tables summed back into what :func:`~services.edge.transport.
 render_metrics` renders.
 
 Each worker sends :func:`counters_of` with its reports to the session service
-(:class:`~services.edge.sessions.workers.WorkerLink`); the worker that answers ``/metrics``
+(:class:`~services.edge.sessions.worker_link.WorkerLink`); the worker that answers ``/metrics``
 adds the other live workers' last tables to its own current one (:func:`summed`).
 Counters and gauges sum alike (sessions active, connections open: the host's are
 every worker's together). What is the host's already — leases by state, the

@@ -2,32 +2,33 @@
 
 - :mod:`.interface` — :class:`SessionStore`, the operations the servicer uses;
 - :mod:`.records` — the records, refusals and validation every backend shares;
-- :mod:`.opening` — :func:`open_store`: the SQLite file, or memory with a reason;
+  :mod:`.checks` — the rules every backend applies to what it is asked to write;
+- :mod:`.event_log` — the session's event log: its records, the fence of a batch;
+  :mod:`.log_quota` — its storage quotas;
+- :mod:`.opening` — :func:`open_store`: SQLite, PostgreSQL, or memory with a reason;
   :mod:`.unusable` — the refusal of a store that exists and cannot be used;
-  :mod:`.diagnosis` and :mod:`.salvage` — ``acpgate store check`` and ``repair``;
-- :mod:`.sqlite_store` (rows), :mod:`.sqlite_history` (turns, history) and
-  :mod:`.sqlite_fork` (a session forked with its history),
-  :mod:`.sqlite_schema`, :mod:`.sqlite_db` — the SQLite backend: queries, schema and
-  migrations (down to the zeroclaw v1 file), plumbing;
-- :mod:`.pg_store` (rows), :mod:`.pg_history` (turns, history), :mod:`.pg_fork`, :mod:`.pg_schema`,
-  :mod:`.pg_db` — the PostgreSQL backend, the shared store of several hosts: queries,
-  schema and migrations, pool and URL;
-- :mod:`.sql_rows` — the statements and row decoding both SQL backends share;
-  :mod:`.sql_claims` — their claim statements and the fence of a holder's write;
-  :mod:`.sql_history` — their history pages, bounded by count and by bytes;
-  :mod:`.sql_fork` — what a fork writes;
-- :mod:`.event_log` — the session's event log: its records, the fence of a batch, and
-  :mod:`.sqlite_events` / :mod:`.pg_events` behind the same interface.
+- :mod:`.sqlite` — the backend on one SQLite file (schema and migrations down to the
+  zeroclaw v1 file), and ``acpgate store check`` / ``repair`` of that file;
+- :mod:`.postgres` — the backend on PostgreSQL, the shared store of several hosts, and
+  the hosts' liveness;
+- :mod:`.sql` — the statements and row decoding both SQL backends share.
 
 Import from here; the names below are the store's public surface.
 """
 
-from services.session.store.event_log import EventChunk, LoggedEvent, SessionBatch, TurnMark
+from services.session.store.event_log import (
+    TURN_RUNNING,
+    EventChunk,
+    LoggedEvent,
+    SessionBatch,
+    TurnMark,
+)
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
 from services.session.store.opening import StoreTarget, open_store
-from services.session.store.pg_db import PostgresTarget
+from services.session.store.postgres.db import PostgresTarget
 from services.session.store.records import (
     BACKEND,
+    LATEST_SCHEMA_VERSION,
     AppendResult,
     Claim,
     HistoryEntry,
@@ -48,12 +49,12 @@ from services.session.store.records import (
     make_title,
     session_key_for,
 )
-from services.session.store.sqlite_schema import LATEST_SCHEMA_VERSION
 from services.session.store.unusable import StoreUnusable
 
 __all__ = [
     "BACKEND",
     "LATEST_SCHEMA_VERSION",
+    "TURN_RUNNING",
     "AppendResult",
     "Claim",
     "Clock",

@@ -1,9 +1,9 @@
 """What a session store is: the operations the session service needs from a backend.
 
 :class:`SessionStore` is the one seam between the gRPC servicer and the
-database. The SQLite store (:mod:`.sqlite_store`) implements it, both on the
+database. The SQLite store (:mod:`.sqlite.store`) implements it, both on the
 file and on the in-memory database used when the file cannot be opened; the
-PostgreSQL store (:mod:`.pg_store`) implements the same methods with the same
+PostgreSQL store (:mod:`.postgres.store`) implements the same methods with the same
 semantics — the same records, the same refusals, one transaction per turn.
 
 Several gateway hosts may share one (PostgreSQL) store. The instance whose
@@ -12,7 +12,7 @@ conditional update, so of two instances racing for one session exactly one
 wins. The holder renews its claims while the sessions are active
 (:meth:`SessionStore.renew_claims`); a claim that was not renewed in time has
 expired — its host is dead or cut off — and any instance may take it over. A
-backend that can tell a dead host at once (PostgreSQL: :mod:`.pg_liveness`) also
+backend that can tell a dead host at once (PostgreSQL: :mod:`.postgres.liveness`) also
 ends the claims of a host whose liveness is gone, without waiting for the lease
 (:meth:`SessionStore.hold_liveness`).
 
@@ -52,7 +52,7 @@ Clock = Callable[[], int]
 #: How many history items a backend reads per query unless told otherwise.
 DEFAULT_HISTORY_PAGE = 500
 #: How many item bytes a backend reads per query of a big history (a larger item alone):
-#: a session storing more than this is read in byte-bounded pages (``sql_history``).
+#: a session storing more than this is read in byte-bounded pages (:mod:`.sql.history`).
 HISTORY_PAGE_BYTES = 4 * 1024 * 1024
 
 

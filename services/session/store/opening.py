@@ -1,18 +1,19 @@
 """Opening the session store: SQLite or PostgreSQL; memory only when neither can be made.
 
 - No ``[store] url``: ``<data dir>/sessions/acp-sessions.db`` is the store
-  (SPEC §8), its WAL checkpointed in the background (:mod:`.sqlite_checkpoint`). A file that exists but cannot be used — damaged, not a database,
+  (SPEC §8), its WAL checkpointed in the background (:mod:`.sqlite.checkpoint`). A
+  file that exists but cannot be used — damaged, not a database,
   of a newer schema, unreadable — is refused (:class:`~.unusable.StoreUnusable`,
   the file left as it was): the service does not start on it. Only when the file
   does not exist and cannot be created (a read-only dir, ``sessions`` is a
   file) does the store run in memory (SPEC §2).
-- A ``postgresql://`` URL (a :class:`~.pg_db.PostgresTarget`): a pool on that
+- A ``postgresql://`` URL (a :class:`~.postgres.db.PostgresTarget`): a pool on that
   database, migrated as needed. A database that answers with a schema this
   acpgate cannot use (a newer one, someone else's tables) is refused the same
   way; one that does not answer within the target's connect timeout, or refuses
   the login, leaves the store in memory.
 
-In memory, the :class:`~.sqlite_store.SqliteSessionStore` runs on an in-memory
+In memory, the :class:`~.sqlite.store.SqliteSessionStore` runs on an in-memory
 SQLite database, and its :attr:`~.interface.SessionStore.status` says why — in
 words that never include a password.
 """
@@ -30,15 +31,15 @@ import asyncpg
 
 from services.common.logs import get_logger
 from services.session.store.interface import Clock, SessionStore, wall_clock_ms
-from services.session.store.pg_db import PostgresTarget, create_pool, describe
-from services.session.store.pg_liveness import HostLiveness, connector
-from services.session.store.pg_schema import migrate as migrate_pg
-from services.session.store.pg_store import PostgresSessionStore
+from services.session.store.postgres.db import PostgresTarget, create_pool, describe
+from services.session.store.postgres.liveness import HostLiveness, connector
+from services.session.store.postgres.schema import migrate as migrate_pg
+from services.session.store.postgres.store import PostgresSessionStore
 from services.session.store.records import SchemaTooNew, StoreError, StoreStatusInfo
-from services.session.store.sqlite_checkpoint import take_over
-from services.session.store.sqlite_db import MEMORY, connect, prepare_file
-from services.session.store.sqlite_schema import migrate
-from services.session.store.sqlite_store import SqliteSessionStore
+from services.session.store.sqlite.checkpoint import take_over
+from services.session.store.sqlite.db import MEMORY, connect, prepare_file
+from services.session.store.sqlite.schema import migrate
+from services.session.store.sqlite.store import SqliteSessionStore
 from services.session.store.unusable import StoreUnusable
 
 __all__ = ["StoreTarget", "open_store"]

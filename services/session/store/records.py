@@ -1,6 +1,6 @@
 """The store's vocabulary: records, refusals, and the rules every backend applies.
 
-A backend (``sqlite_store`` today) reads and writes these frozen dataclasses;
+A backend (:mod:`.sqlite.store`, :mod:`.postgres.store`) reads and writes these frozen dataclasses;
 the rules here — which roles, states and tool statuses exist, what a valid
 turn item is, how titles and SPEC §13 session keys are made — hold whatever
 database is underneath, so a new backend reuses them instead of restating them.
@@ -24,6 +24,7 @@ from services.common.protocol import (
 __all__ = [
     "BACKEND",
     "ITEM_FIELDS",
+    "LATEST_SCHEMA_VERSION",
     "NO_CLAIM",
     "STATES",
     "TITLE_MAX",
@@ -86,8 +87,14 @@ class StoreError(Exception):
     """Base class of the store's refusals."""
 
 
+#: The schema version both backends migrate a store to, and the newest they open: a new
+#: version adds one migration step to each backend (their version numbers are shared).
+LATEST_SCHEMA_VERSION: Final = 11
+
+
 class SchemaTooNew(StoreError):
-    """The database was written by a newer acpgate: never downgraded, never opened."""
+    """The database was written by a newer acpgate (past :data:`LATEST_SCHEMA_VERSION`):
+    never downgraded, never opened."""
 
 
 class SessionNotFound(StoreError):
@@ -160,6 +167,9 @@ class NewSession:
     host: str = ""
     claim_ttl_ms: int | None = None
     public_url: str = ""
+    #: A child session an agent runs under its parent (a v2 agent's subagent): no agent
+    #: session of its own to restore.
+    subagent: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +251,8 @@ class SessionRecord:
     stored_bytes: int = 0
     #: The session this one was forked from (ACP ``session/fork``; "" = not a fork).
     forked_from: str = ""
+    #: A child session an agent runs under its parent (:attr:`NewSession.subagent`).
+    subagent: bool = False
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ __all__ = [
 #: ``authMethods``, ``info``): its profile records it beside the v1 reading.
 V2_KEY = "v2"
 _V1_ONLY = ("clientCapabilities", "clientInfo")
+#: v2 session capabilities with no v1 ``sessionCapabilities`` twin (v1 has them elsewhere).
+_SESSION_V2_ONLY = frozenset({"prompt", "mcp"})
 #: v2 auth method type that v1 leaves unsaid (v1's default: the agent handles it).
 _AGENT_AUTH = "agent"
 
@@ -106,7 +108,11 @@ def v1_initialize_result(v2: dict[str, Any]) -> dict[str, Any]:
 
     v2's baseline session methods (list, resume, close) are v1 session capabilities;
     ``loadSession`` is on, as acpgate restores with ``session/resume`` and
-    ``replayFrom: start`` (v2 has no ``session/load``).
+    ``replayFrom: start`` (v2 has no ``session/load``). Every other session capability
+    (``delete``, ``additionalDirectories``, ``fork``, ``systemPrompt``, ``title``…) has
+    v1's name and shape and is kept as it came, as are ``providers`` and ``auth``'s
+    extensions; v2's ``auth/logout``, promised by a non-empty ``authMethods``, is v1's
+    ``auth.logout``.
     """
     caps = v2.get("capabilities")
     caps = caps if isinstance(caps, dict) else {}
@@ -118,16 +124,24 @@ def v1_initialize_result(v2: dict[str, Any]) -> dict[str, Any]:
         agent_caps["mcpCapabilities"] = {"http": _markers(session.get("mcp"), ("http",))["http"],
                                          "sse": False}
         sessions: dict[str, Any] = {"list": {}, "resume": {}, "close": {}}
-        for name in ("delete", "additionalDirectories", "fork"):
-            if isinstance(session.get(name), dict):
-                sessions[name] = session[name]
+        for name, value in session.items():
+            if name not in _SESSION_V2_ONLY and isinstance(value, dict):
+                sessions[name] = value
         agent_caps["sessionCapabilities"] = sessions
+    if isinstance(caps.get("providers"), dict):
+        agent_caps["providers"] = caps["providers"]
+    auth = dict(caps["auth"]) if isinstance(caps.get("auth"), dict) else {}
+    methods = v1_auth_methods(v2.get("authMethods"))
+    if methods:
+        auth["logout"] = {}
+    if auth:
+        agent_caps["auth"] = auth
     if isinstance(caps.get("_meta"), dict):
         agent_caps["_meta"] = caps["_meta"]
     out: dict[str, Any] = {
         "protocolVersion": PROTOCOL_V2,
         "agentCapabilities": agent_caps,
-        "authMethods": v1_auth_methods(v2.get("authMethods")),
+        "authMethods": methods,
     }
     if isinstance(v2.get("info"), dict):
         out["agentInfo"] = v2["info"]

@@ -15,56 +15,82 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   (``stopReason``, ``usage``, ``_meta``) or the error of a failed turn.
 - **updates**: the first ``tool_call_update`` of an id is v1's ``tool_call`` (with a
   ``title``), ``tool_call_content_chunk`` s are folded into a ``tool_call_update`` with
-  the whole content so far, v2 diffs (changes and a patch, no texts) become text content
-  with the patch, ``plan_update`` is ``plan``, ``config_option_update`` is v1's (and a
+  the whole content so far (the chunk itself kept in ``_meta.acpgate.contentChunk``), v2
+  diffs (changes and a patch, no texts) become text content with the patch (the diff kept
+  in ``_meta.acpgate.diff``), ``plan_update`` is ``plan`` (the v2 plan kept in
+  ``_meta.acpgate.plan``), ``config_option_update`` is v1's (and a
   ``current_mode_update`` when the mode option changed), ``replay_complete`` is dropped;
   a ``notice`` becomes an ``agent_thought_chunk`` (text: its title and description)
   marked ``_meta.acpgate.notice`` — secondary text every v1 client shows, and not part of
   the answer; a ``state_update`` outside a prompt (agent-initiated work) passes when it
   changes the state (a resume's repeated snapshot does not). Every other kind
-  (``terminal_update``, ``terminal_output_chunk``, ``subagent_update``, ``agent_message``,
-  ``usage_update``, ``compaction_*``…) passes as it came: v1 clients ignore kinds they do
-  not know, as ACP asks.
+  (``terminal_update``, ``terminal_output_chunk``, ``agent_message``, ``usage_update``,
+  ``compaction_*``…) passes as it came: v1 clients ignore kinds they do not know, as ACP
+  asks.
+- **child sessions** (subagents): what the agent sends on a child it announced is carried
+  on the parent's stream under acpgate's ids (:mod:`.subagents`), each child with a
+  tool-call card for v1 clients (:mod:`.child_cards`); once acpgate's session
+  is bound (:meth:`AgentWire.bind`), an update on any other session id is dropped.
+- **background work**: a ``state_update``'s ``background`` list is kept per session; when
+  it changes while a prompt runs (whose own states are dropped), a ``state_update``
+  ``running`` carrying it passes, so the list reaches the session's clients and its event
+  log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
-  ``toolCall``.
+  ``toolCall`` (its ``title`` and ``description`` kept in ``_meta.acpgate.permission``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.acp.v2.child_cards import ChildCards
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
     M_AUTH_LOGOUT,
     MODE_CONFIG_ID,
+    OWN_CHILD_UPDATE,
     REPLAY_START,
     STATE_IDLE,
+    STATE_RUNNING,
     STOP_ERROR,
     U2_CONFIG_OPTION,
     U2_NOTICE,
     U2_PLAN_UPDATE,
     U2_REPLAY_COMPLETE,
     U2_STATE,
+    U2_SUBAGENT_UPDATE,
     U2_TOOL_CALL_CONTENT_CHUNK,
     U2_TOOL_CALL_UPDATE,
     U2_USER_MESSAGE,
     U2_USER_MESSAGE_CHUNK,
 )
+from services.common.acp.v2.subagents import Children
+from services.common.protocol import (
+    INTERNAL_ERROR,
+    M_AUTHENTICATE,
+    M_LOGOUT,
+    M_REQUEST_PERMISSION,
+    M_SESSION_LOAD,
+    M_SESSION_NEW,
+    M_SESSION_RESUME,
+    M_SESSION_SET_CONFIG_OPTION,
+    M_SESSION_SET_MODE,
+    META_ACPGATE,
+    META_CONTENT_CHUNK,
+    META_PERMISSION,
+    META_PLAN,
+    U_TOOL_CALL,
+    U_TOOL_CALL_UPDATE,
+)
 
 __all__ = ["AgentWire", "TurnEnd"]
 
-_NEW = "session/new"
-_LOAD = "session/load"
-_RESUME = "session/resume"
-_SET_MODE = "session/set_mode"
-_SET_OPTION = "session/set_config_option"
-_AUTHENTICATE = "authenticate"
-_LOGOUT = "logout"
-_PERMISSION = "session/request_permission"
-_SETUP = (_NEW, _LOAD, _RESUME)
-_INTERNAL_ERROR = -32603
+_SETUP = (M_SESSION_NEW, M_SESSION_LOAD, M_SESSION_RESUME)
+#: The v1 update kinds that create or change a tool call.
+_V1_CALLS = (U_TOOL_CALL, U_TOOL_CALL_UPDATE)
 
 
 @dataclass(frozen=True)
@@ -87,6 +113,16 @@ class _Session:
     #: Each tool call's content so far (chunks append to it), and the ids v1 knows.
     calls: dict[str, list[Any]] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
+    #: The last ``background`` list reported (None: never reported).
+    background: Any = None
+
+
+def _with_ours(meta: Any, key: str, value: Any) -> dict[str, Any]:
+    """``meta`` (the agent's ``_meta``, screened) with ``acpgate.<key>`` set."""
+    out = dict(meta) if isinstance(meta, dict) else {}
+    ours = out.get(META_ACPGATE)
+    out[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}), key: value}
+    return out
 
 
 def _mcp_v2(servers: Any) -> Any:
@@ -146,6 +182,16 @@ class AgentWire:
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
+        #: The child sessions the agent announced (:mod:`.subagents`).
+        self.children = Children()
+        #: Their cards for v1 clients (:mod:`.child_cards`).
+        self.cards = ChildCards()
+
+    def bind(self, agent_sid: str, edge_sid: str) -> None:
+        """The agent's session ``agent_sid`` is acpgate's ``edge_sid`` (the ids a child's
+        messages may name)."""
+        if agent_sid:
+            self.children.edge_ids[agent_sid] = edge_sid
 
     def _session(self, sid: Any) -> _Session:
         key = sid if isinstance(sid, str) else ""
@@ -162,22 +208,22 @@ class AgentWire:
             out = dict(params)
             if "mcpServers" in out:
                 out["mcpServers"] = _mcp_v2(out["mcpServers"])
-            if method == _LOAD:
+            if method == M_SESSION_LOAD:
                 out["replayFrom"] = {"type": REPLAY_START}
-                return _RESUME, out
+                return M_SESSION_RESUME, out
             return method, out
-        if method == _SET_MODE:
+        if method == M_SESSION_SET_MODE:
             session = self._session(params.get("sessionId"))
             out = {k: v for k, v in params.items() if k != "modeId"}
             out.update({"configId": session.mode_config, "type": "id",
                         "value": params.get("modeId")})
-            return _SET_OPTION, out
-        if method == _SET_OPTION and "type" not in params:
+            return M_SESSION_SET_CONFIG_OPTION, out
+        if method == M_SESSION_SET_CONFIG_OPTION and "type" not in params:
             value = params.get("value")
             return method, {**params, "type": "boolean" if isinstance(value, bool) else "id"}
-        if method == _AUTHENTICATE:
+        if method == M_AUTHENTICATE:
             return M_AUTH_LOGIN, params
-        if method == _LOGOUT:
+        if method == M_LOGOUT:
             return M_AUTH_LOGOUT, params
         return method, params
 
@@ -186,10 +232,10 @@ class AgentWire:
         it), as v1's."""
         if not isinstance(result, dict):
             return result
-        if method in _SETUP or method == _SET_OPTION:
+        if method in _SETUP or method == M_SESSION_SET_CONFIG_OPTION:
             sid = result.get("sessionId", params.get("sessionId"))
             return self._with_options(sid, result)
-        if method == _SET_MODE:
+        if method == M_SESSION_SET_MODE:
             session = self._session(params.get("sessionId"))
             if isinstance(params.get("modeId"), str):
                 session.mode = params["modeId"]
@@ -220,6 +266,23 @@ class AgentWire:
         session = self._session(sid)
         session.turn = True
 
+    def adopt_turn(self, sid: str, logged: Sequence[Any]) -> None:
+        """Session ``sid``'s turn, started by a predecessor's prompt, runs until ``idle``;
+        ``logged`` is what its clients were told of it so far (v1 updates): the tool calls
+        they know stay known (a later update of one is not a second ``tool_call``), with
+        their content so far (later chunks append to it)."""
+        session = self._session(sid)
+        session.turn = True
+        for update in logged:
+            if not isinstance(update, dict) or update.get("sessionUpdate") not in _V1_CALLS:
+                continue
+            call_id = update.get("toolCallId")
+            if not isinstance(call_id, str):
+                continue
+            session.created.add(call_id)
+            if isinstance(update.get("content"), list):
+                session.calls[call_id] = list(update["content"])
+
     def prompt_failed(self, sid: str) -> None:
         """The agent refused the prompt (an error answer): no turn runs."""
         self._session(sid).turn = False
@@ -230,6 +293,13 @@ class AgentWire:
 
     # ------------------------------------------------------------------ updates
 
+    def _with_cards(self, params: dict[str, Any],
+                    carried: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """A child's update carried on ``params``' session, then its card's (:mod:`.child_cards`)."""
+        if carried is None:
+            return []
+        return [{**params, "update": u} for u in (carried, *self.cards.of(carried))]
+
     def update(self, params: dict[str, Any]) -> tuple[list[dict[str, Any]], TurnEnd | None]:
         """A v2 ``session/update``'s params as v1's (none, one or more), and the end of
         the prompt's turn when this update ended it."""
@@ -237,8 +307,22 @@ class AgentWire:
         sid = params.get("sessionId")
         if not isinstance(update, dict) or not isinstance(sid, str):
             return [params], None
-        session = self._session(sid)
         kind = update.get("sessionUpdate")
+        if kind == OWN_CHILD_UPDATE:
+            return [], None  # acpgate's own kind: never the agent's to send
+        child = self.children.of_raw(sid)
+        if child is not None:  # a child's: carried on its top session's stream
+            carried = self.children.announce(sid, update) if kind == U2_SUBAGENT_UPDATE \
+                else self.children.carried(child, update)
+            return self._with_cards({**params, "sessionId": child.root}, carried), None
+        if self.children.edge_ids and sid not in self.children.edge_ids:
+            return [], None  # a session of the agent's acpgate does not know: dropped
+        if kind == U2_SUBAGENT_UPDATE:
+            return self._with_cards(params, self.children.announce(sid, update)), None
+        mapped = self.children.mapped(update, sid)
+        if mapped is not update:
+            update, params = mapped, {**params, "update": mapped}
+        session = self._session(sid)
         if kind == U2_STATE:
             return self._state(sid, session, params, update)
         if kind in (U2_USER_MESSAGE_CHUNK, U2_USER_MESSAGE) and session.turn:
@@ -253,12 +337,19 @@ class AgentWire:
         state = update.get("state")
         changed = state != session.state
         session.state = state if isinstance(state, str) else session.state
+        background = update.get("background")
+        moved = background is not None and background != session.background
+        if background is not None:
+            session.background = background
         if session.turn:
+            # The prompt's own states are acpgate's to report; a new background list passes.
+            out = [{**params, "update": {"sessionUpdate": U2_STATE, "state": STATE_RUNNING,
+                                         "background": background}}] if moved else []
             if state != STATE_IDLE:
-                return [], None
+                return out, None
             session.turn = False
-            return [], self._turn_end(sid, update)
-        return ([params] if changed else []), None
+            return out, self._turn_end(sid, update)
+        return ([params] if changed or moved else []), None
 
     @staticmethod
     def _turn_end(sid: str, update: dict[str, Any]) -> TurnEnd:
@@ -266,7 +357,7 @@ class AgentWire:
         if stop == STOP_ERROR:
             error = update.get("error")
             if not isinstance(error, dict) or not isinstance(error.get("code"), int):
-                error = {"code": _INTERNAL_ERROR, "message": "the agent's turn failed"}
+                error = {"code": INTERNAL_ERROR, "message": "the agent's turn failed"}
             return TurnEnd(sid, error=error)
         result: dict[str, Any] = {"stopReason": stop if isinstance(stop, str) else "end_turn"}
         for key in ("usage", "_meta"):
@@ -284,8 +375,8 @@ class AgentWire:
             plan = update.get("plan")
             if isinstance(plan, dict) and plan.get("type") == "items":
                 out = {"sessionUpdate": "plan", "entries": plan.get("entries") or []}
-                if isinstance(update.get("_meta"), dict):
-                    out["_meta"] = update["_meta"]
+                # The agent's plan whole, for a v2 client (planId and all).
+                out["_meta"] = _with_ours(update.get("_meta"), META_PLAN, plan)
                 return [out]
             return [update]
         if kind == U2_CONFIG_OPTION:
@@ -324,7 +415,10 @@ class AgentWire:
         if key not in session.created:
             session.created.add(key)
             return [{"sessionUpdate": "tool_call", **out, "title": key}]
-        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out}]
+        # The chunk as it came, for a v2 client (v1 gets the whole content so far).
+        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out,
+                 "_meta": _with_ours(update.get("_meta"), META_CONTENT_CHUNK,
+                                     update.get("content"))}]
 
     def _options_update(self, session: _Session,
                         update: dict[str, Any]) -> list[dict[str, Any]]:
@@ -361,7 +455,7 @@ class AgentWire:
     def agent_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A v2 agent's request to the client as v1's (the permission request's
         ``toolCall``)."""
-        if method != _PERMISSION or "toolCall" in params:
+        if method != M_REQUEST_PERMISSION or "toolCall" in params:
             return params
         subject = params.get("subject")
         call = subject.get("toolCall") if isinstance(subject, dict) else None
@@ -372,7 +466,11 @@ class AgentWire:
             tool_call.setdefault("title", title)
         if "content" in tool_call:
             tool_call["content"] = _content_v1(tool_call["content"])
-        out = {k: v for k, v in params.items() if k != "subject"}
+        out = {k: v for k, v in params.items() if k not in ("subject", "description")}
         out["toolCall"] = tool_call
+        # The agent's own words, for a v2 client (v1 has the tool call's title alone).
+        asked = {k: params[k] for k in ("title", "description") if isinstance(params.get(k), str)}
+        if asked:
+            out["_meta"] = _with_ours(params.get("_meta"), META_PERMISSION, asked)
         return out
 

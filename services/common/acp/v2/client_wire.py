@@ -6,6 +6,10 @@ what it sends through :meth:`ClientWire.outbound` and what it reads through
 
 - ``session/update`` notifications are translated per session
   (:class:`~.updates.SessionTranslator`);
+- an update of a v2 agent's child session, carried on its parent's stream, is sent as
+  the child's own ``session/update`` (:func:`~.subagents.unwrap`); a subagent form
+  acpgate did not make (a v1 agent's, its ids its own), or a child's card made for v1
+  clients (:mod:`.child_cards`), is not sent;
 - ``session/request_permission`` requests get v2's ``title``/``subject``, preceded by a
   ``requires_action`` state; the client's answer to one is followed by ``running``;
 - JSON-RPC batches (an array of requests and notifications) are split for the peer, and
@@ -22,14 +26,19 @@ from typing import Any
 
 import orjson
 
+from services.common.acp.v2.child_cards import is_card
 from services.common.acp.v2.names import STATE_REQUIRES_ACTION, STATE_RUNNING
 from services.common.acp.v2.requests import permission_request_v2
+from services.common.acp.v2.subagents import acpgate_made, unwrap
 from services.common.acp.v2.updates import SessionTranslator
-from services.common.protocol import INVALID_REQUEST, M_REQUEST_PERMISSION, M_SESSION_UPDATE
+from services.common.protocol import (
+    INVALID_REQUEST,
+    M_REQUEST_PERMISSION,
+    M_SESSION_UPDATE,
+    MSG_INVALID_REQUEST,
+)
 
 __all__ = ["ClientWire"]
-
-_MSG_INVALID_REQUEST = "Invalid Request"
 
 
 #: How acpgate writes a ``session/update`` line, and the starts of an update that is a
@@ -62,7 +71,7 @@ def _note(sid: str, update: dict[str, Any]) -> str:
 
 def _invalid(entry_id: Any = None) -> str:
     return _line({"jsonrpc": "2.0", "id": entry_id,
-                  "error": {"code": INVALID_REQUEST, "message": _MSG_INVALID_REQUEST}})
+                  "error": {"code": INVALID_REQUEST, "message": MSG_INVALID_REQUEST}})
 
 
 def _key(request_id: Any) -> str:
@@ -134,6 +143,13 @@ class ClientWire:
         update = params.get("update")
         if not isinstance(sid, str) or not isinstance(update, dict):
             return [line]
+        if is_card(update):
+            return []  # a v1 client's view of a child: this client gets the child's session
+        child = unwrap(update)
+        if child is not None:
+            return self.updates(child[0], [child[1]])
+        if not acpgate_made(update):
+            return []  # an agent's own subagent form: its ids are no sessions of acpgate's
         translated = self.session(sid).translate(update)
         if len(translated) == 1 and translated[0] is update:
             return [line]

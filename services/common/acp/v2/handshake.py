@@ -8,18 +8,25 @@ A ``protocolVersion`` that is not an integer reads as 1, as acpgate always read 
 :func:`v2_initialize_result` reshapes the v1 answer acpgate builds (capabilities of the
 connection's default agent and of acpgate's store) into v2's: ``info`` and
 ``capabilities`` with ``session{…}`` object markers, ``authMethods`` with ``methodId`` and
-a ``type``. What v2 has no place for (fork, attach) goes under ``_meta.acpgate``.
+a ``type``. Which of acpgate's ``sessionCapabilities`` v2 marks, and which it has no place
+for (those go under ``_meta.acpgate``), the caller names (the edge reads its method table);
+what the agent advertises and v1 clients get as it is (``providers``, ``auth._meta``,
+``sessionCapabilities.systemPrompt``/``title``) has the same name in v2 and passes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 from services.common.acp.v2.names import SUPPORTED_VERSIONS
+from services.common.protocol import META_ACPGATE
 
 __all__ = ["NoVersionFits", "negotiate", "v2_auth_methods", "v2_client_info",
            "v2_initialize_result"]
 
+#: ``sessionCapabilities`` an agent advertises that v2 names alike (same key, same shape).
+_AGENT_SESSION_KEYS = frozenset({"systemPrompt", "title"})
 #: A v1 auth method's ``type`` when it names none (v1's default: the agent handles it).
 _DEFAULT_AUTH_TYPE = "agent"
 
@@ -75,8 +82,12 @@ def v2_auth_methods(methods: Any) -> list[dict[str, Any]]:
     return out
 
 
-def v2_initialize_result(v1: dict[str, Any], *, version: int) -> dict[str, Any]:
-    """The v2 ``initialize`` result for the v1 one acpgate built (module doc)."""
+def v2_initialize_result(v1: dict[str, Any], *, version: int, markers: Set[str],
+                         under_meta: Set[str]) -> dict[str, Any]:
+    """The v2 ``initialize`` result for the v1 one acpgate built (module doc): the v1
+    ``sessionCapabilities`` named in ``markers`` as ``capabilities.session.<key>: {}``,
+    those in ``under_meta`` under ``capabilities.session._meta.acpgate``, the rest dropped (v2's
+    baseline)."""
     caps = v1.get("agentCapabilities")
     caps = caps if isinstance(caps, dict) else {}
     prompt = caps.get("promptCapabilities")
@@ -91,21 +102,26 @@ def v2_initialize_result(v1: dict[str, Any], *, version: int) -> dict[str, Any]:
                    "embeddedContext": {}},
         # stdio MCP servers are v1's baseline; HTTP as the v1 answer says.
         "mcp": {"stdio": {}, **_markers({"http": mcp.get("http")})},
-        **_markers({"delete": "delete" in sessions,
-                    "additionalDirectories": "additionalDirectories" in sessions}),
+        **{k: {} for k in sessions if k in markers},
+        # An agent's own, passed to v1 clients as they are: the same in v2.
+        **{k: v for k, v in sessions.items() if k in _AGENT_SESSION_KEYS and isinstance(v, dict)},
     }
-    extras = {k: v for k, v in sessions.items() if k in ("fork", "attach")}
+    extras = {k: v for k, v in sessions.items() if k in under_meta}
     if extras:
-        session["_meta"] = {"acpgate": extras}
+        session["_meta"] = {META_ACPGATE: extras}
     info = v1.get("agentInfo")
     out: dict[str, Any] = {
         "protocolVersion": version,
         "info": info if isinstance(info, dict) else {"name": "acpgate", "version": "0"},
         "capabilities": {"session": session},
     }
+    if isinstance(caps.get("providers"), dict):
+        out["capabilities"]["providers"] = caps["providers"]
     methods = v2_auth_methods(v1.get("authMethods"))
-    if methods:
-        out["capabilities"]["auth"] = {}
+    auth = caps.get("auth")
+    auth_meta = auth.get("_meta") if isinstance(auth, dict) else None
+    if methods or isinstance(auth_meta, dict):
+        out["capabilities"]["auth"] = {"_meta": auth_meta} if isinstance(auth_meta, dict) else {}
     out["authMethods"] = methods
     meta = v1.get("_meta")
     if isinstance(meta, dict) and meta:

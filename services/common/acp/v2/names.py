@@ -1,12 +1,17 @@
-"""ACP v2 names acpgate uses (methods, update kinds, states, codes) — one place.
+"""ACP v2 names acpgate uses (methods, update kinds, states, messages); its error codes are in
+:mod:`services.common.protocol` with every other code.
 
 Normative source: the v2 schema of ``@agentclientprotocol/sdk`` 2.4.0
-(``schema/v2/schema.json``, vendored under ``protos/acp/v2/``).
+(``schema/v2/schema.json``, vendored under ``protos/acp/v2/``). Its method names and update
+kinds are generated from it (:mod:`services.common.acp.names`) and kept here under the names
+acpgate uses.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from services.common.acp import names as acp_names
 
 PROTOCOL_V1: Final = 1
 PROTOCOL_V2: Final = 2
@@ -23,33 +28,60 @@ def protocol_number(value: int | str) -> int:
     return PROTOCOL_AUTO if value == "auto" else PROTOCOL_V1
 
 # Methods new or renamed in v2.
-M_AUTH_LOGIN: Final = "auth/login"
-M_AUTH_LOGOUT: Final = "auth/logout"
-M_TOOL_CALL_CANCEL: Final = "tool_call/cancel"
-M_TERMINAL_CANCEL: Final = "terminal/cancel"
+M_AUTH_LOGIN: Final = acp_names.M2_AUTH_LOGIN
+M_AUTH_LOGOUT: Final = acp_names.M2_AUTH_LOGOUT
+M_TOOL_CALL_CANCEL: Final = acp_names.M2_TOOL_CALL_CANCEL
+M_TERMINAL_CANCEL: Final = acp_names.M2_TERMINAL_CANCEL
 
-# Error codes v2 names.
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
-RESOURCE_NOT_FOUND: Final = -32002
+#: What a v2 client's ``tool_call/cancel`` / ``terminal/cancel`` gets on a v1 agent.
+MSG_NO_V1_CANCEL: Final = ("{method} is not available: the session's agent speaks ACP v1, "
+                           "which cannot cancel one tool call or terminal (session/cancel "
+                           "cancels the turn)")
+
+#: A v2 client's ``session/resume`` of a child session.
+MSG_CHILD_SETUP: Final = ("Session {session_id} is a subagent session of {parent}: its "
+                          "updates come with its parent's (resume {parent})")
+
+# Error messages v2 names (its codes are in services.common.protocol).
 MSG_UNSUPPORTED_VERSION: Final = "Unsupported protocol version {requested}"
 MSG_V2_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
 
 # session/update kinds v2 adds or keeps.
-U2_USER_MESSAGE_CHUNK: Final = "user_message_chunk"
-U2_AGENT_MESSAGE_CHUNK: Final = "agent_message_chunk"
-U2_AGENT_THOUGHT_CHUNK: Final = "agent_thought_chunk"
-U2_USER_MESSAGE: Final = "user_message"
-U2_STATE: Final = "state_update"
-U2_TOOL_CALL_UPDATE: Final = "tool_call_update"
-U2_TOOL_CALL_CONTENT_CHUNK: Final = "tool_call_content_chunk"
-U2_PLAN_UPDATE: Final = "plan_update"
-U2_CONFIG_OPTION: Final = "config_option_update"
-U2_AVAILABLE_COMMANDS: Final = "available_commands_update"
-U2_NOTICE: Final = "notice"
+U2_USER_MESSAGE_CHUNK: Final = acp_names.U2_USER_MESSAGE_CHUNK
+U2_AGENT_MESSAGE_CHUNK: Final = acp_names.U2_AGENT_MESSAGE_CHUNK
+U2_AGENT_THOUGHT_CHUNK: Final = acp_names.U2_AGENT_THOUGHT_CHUNK
+U2_USER_MESSAGE: Final = acp_names.U2_USER_MESSAGE
+U2_STATE: Final = acp_names.U2_STATE_UPDATE
+U2_TOOL_CALL_UPDATE: Final = acp_names.U2_TOOL_CALL_UPDATE
+U2_TOOL_CALL_CONTENT_CHUNK: Final = acp_names.U2_TOOL_CALL_CONTENT_CHUNK
+U2_PLAN_UPDATE: Final = acp_names.U2_PLAN_UPDATE
+U2_CONFIG_OPTION: Final = acp_names.U2_CONFIG_OPTION_UPDATE
+U2_AVAILABLE_COMMANDS: Final = acp_names.U2_AVAILABLE_COMMANDS_UPDATE
+U2_NOTICE: Final = acp_names.U2_NOTICE
+#: From RFDs newer than the vendored v2 schema (not generated): session replay, and the
+#: Subagent Sessions RFD (completed with v2's Preview).
 U2_REPLAY_COMPLETE: Final = "replay_complete"
+U2_SUBAGENT_UPDATE: Final = "subagent_update"
+U2_SESSION_MESSAGE: Final = "session_message"
+U2_SESSION_MESSAGE_CHUNK: Final = "session_message_chunk"
+#: acpgate's own kind (v1 side) carrying an update of a v2 agent's child session on its
+#: parent's stream: ``{sessionId: <acpgate's child id>, update: <the child's v2 update>}``.
+OWN_CHILD_UPDATE: Final = "subagent_session_update"
 #: acpgate's own update kinds, as a v2 client gets them: v2 reserves names without a
 #: leading ``_`` for the protocol, so each one is prefixed.
 OWN_KIND_PREFIX: Final = "_acpgate_"
+
+#: A v1 client's card of a child session (:mod:`.child_cards`): a tool call acpgate makes
+#: on the parent, its id acpgate's prefix and the child's id; its title when the child has
+#: none; the most characters of the child's answer it shows (the last ones).
+CHILD_CARD_KIND: Final = "think"
+CHILD_CARD_ID_PREFIX: Final = "acpgate-subagent-"
+CHILD_CARD_TITLE: Final = "Subagent"
+CHILD_CARD_TEXT_CHARS: Final = 16_000
+#: v1 tool call statuses a card takes.
+TOOL_IN_PROGRESS: Final = "in_progress"
+TOOL_COMPLETED: Final = "completed"
+TOOL_FAILED: Final = "failed"
 
 # state_update states.
 STATE_RUNNING: Final = "running"
@@ -62,6 +94,7 @@ REPLAY_START: Final = "start"
 #: acpgate's own cursor: ``{"type": "_acpgate_event", "eventId": N}`` replays from event N
 #: (inclusive) of a live session's numbered updates (``_meta.acpgate.eventId``).
 REPLAY_ACPGATE_EVENT: Final = "_acpgate_event"
+MSG_BAD_REPLAY: Final = "Unsupported replayFrom: the types are start and " + REPLAY_ACPGATE_EVENT
 
 #: The mode config option acpgate makes of a v1 agent's ``modes``.
 MODE_CONFIG_ID: Final = "mode"

@@ -5,13 +5,15 @@
   ``type`` is refused (:class:`BadV2Params`).
 - ``session/new`` / ``session/resume``: ``mcpServers`` is optional in v2 (omitted = ``[]``).
 - ``session/request_permission``: v1's bare ``toolCall`` becomes v2's required ``title``
-  and a ``tool_call`` ``subject``.
+  and a ``tool_call`` ``subject`` (a v2 agent's own ``title``/``description``, kept
+  through v1, where it gave them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from services.common.acp.v2.agent_forms import permission_words
 from services.common.acp.v2.names import DEFAULT_PERMISSION_TITLE
 from services.common.acp.v2.updates import tool_call_v2
 
@@ -51,9 +53,14 @@ def setup_params_v1(params: dict[str, Any]) -> dict[str, Any]:
 def permission_request_v2(params: dict[str, Any]) -> dict[str, Any]:
     """A v1 ``session/request_permission``'s params as v2's."""
     call = params.get("toolCall")
-    out = {k: v for k, v in params.items() if k != "toolCall"}
-    title = call.get("title") if isinstance(call, dict) else None
+    words, meta = permission_words(params)  # a v2 agent's own title and description
+    out = {k: v for k, v in params.items() if k not in ("toolCall", "_meta")}
+    if meta is not None:
+        out["_meta"] = meta
+    title = words.get("title") or (call.get("title") if isinstance(call, dict) else None)
     out["title"] = title if isinstance(title, str) and title else DEFAULT_PERMISSION_TITLE
+    if "description" in words:
+        out["description"] = words["description"]
     if isinstance(call, dict) and isinstance(call.get("toolCallId"), str):
         out["subject"] = {"type": "tool_call", "toolCall": tool_call_v2(call)}
     return out

@@ -4,6 +4,8 @@
 
 - message chunks carry a ``messageId`` (kept when the v1 agent or acpgate gave one;
   consecutive chunks of one kind are one message otherwise);
+- a v2 agent's update that v1 could not carry as it came (a notice, a plan with its id,
+  a content chunk, a v2 diff) is given back as the agent sent it (:mod:`.agent_forms`);
 - ``tool_call`` becomes ``tool_call_update`` (v2's first update of an id creates it), its
   content's v1 diffs (``path``/``oldText``/``newText``) v2's ``changes`` and a patch;
 - ``plan`` becomes ``plan_update`` (one plan per session: :data:`~.names.V1_PLAN_ID`);
@@ -15,7 +17,9 @@
   ``_acpgate_`` prefix v2 keeps for implementations.
 
 The foreground state is tracked here too (:meth:`state`), so a repeated state is not
-sent twice.
+sent twice, and so is the agent's ``background`` list: a v2 agent's ``state_update`` passes
+(its list kept), and every ``state_update`` sent after one carried a list carries it too
+(v2: an agent that reports background work includes it on every state update).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import difflib
 import uuid
 from typing import Any
 
+from services.common.acp.v2.agent_forms import agent_form, content_item
 from services.common.acp.v2.config import config_options_v2
 from services.common.acp.v2.names import (
     OWN_KIND_PREFIX,
@@ -81,11 +86,19 @@ def _diff_v2(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _item_v2(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "diff":
+        return _diff_v2(item)
+    kept = content_item(item) if "_meta" in item else None  # a v2 agent's own diff
+    return kept if kept is not None else item
+
+
 def _content_v2(content: Any) -> Any:
     if not isinstance(content, list):
         return content
-    return [_diff_v2(c) if isinstance(c, dict) and c.get("type") == "diff" else c
-            for c in content]
+    return [_item_v2(c) for c in content]
 
 
 def tool_call_v2(call: dict[str, Any]) -> dict[str, Any]:
@@ -114,33 +127,53 @@ class SessionTranslator:
         self.modes: Any = modes
         self.config_options: Any = config_options
         self.foreground = STATE_IDLE
+        #: The agent's last ``background`` list (None: none reported).
+        self.background: Any = None
         self._message: tuple[str, str] = ("", "")
 
     # ------------------------------------------------------------------ state
 
     def state(self, state: str, **fields: Any) -> list[dict[str, Any]]:
         """A ``state_update`` to ``state`` (none when it is the state already and nothing
-        more is said)."""
+        more is said), with the background list when one was reported."""
         if state == self.foreground and not fields:
             return []
         self.foreground = state
+        if self.background is not None:
+            fields.setdefault("background", self.background)
         return [{"sessionUpdate": U2_STATE, "state": state, **fields}]
+
+    def _agent_state(self, update: dict[str, Any]) -> list[dict[str, Any]]:
+        """A v2 agent's own ``state_update`` (work without a prompt, a new background
+        list): passed, the state and list kept."""
+        if isinstance(update.get("background"), list):
+            self.background = update["background"]
+        state = update.get("state")
+        if isinstance(state, str):
+            self.foreground = state
+        if self.background is not None and "background" not in update:
+            return [{**update, "background": self.background}]
+        return [update]
 
     def idle(self, stop_reason: str, result: Any = None,
              error: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The idle ``state_update`` that ends foreground work: the stop reason, the
-        usage the v1 prompt result reported, or the error a failed turn got."""
+        usage and ``_meta`` the v1 prompt result reported, or the error a failed turn got."""
         fields: dict[str, Any] = {"stopReason": STOP_ERROR if error else stop_reason}
         if error:
             fields["error"] = error
-        usage = result.get("usage") if isinstance(result, dict) else None
-        if isinstance(usage, dict):
-            fields["usage"] = usage
+        for key in ("usage", "_meta"):
+            value = result.get(key) if isinstance(result, dict) else None
+            if isinstance(value, dict) and value:
+                fields[key] = value
         return self.state(STATE_IDLE, **fields)
 
     def snapshot(self) -> dict[str, Any]:
         """The current ``state_update`` (what a resume ends with)."""
-        return {"sessionUpdate": U2_STATE, "state": self.foreground}
+        out: dict[str, Any] = {"sessionUpdate": U2_STATE, "state": self.foreground}
+        if self.background is not None:
+            out["background"] = self.background
+        return out
 
     def user_message(self, prompt: Any, message_id: str) -> list[dict[str, Any]]:
         """The user message of a prompt: one ``user_message_chunk`` per block."""
@@ -167,6 +200,9 @@ class SessionTranslator:
     def translate(self, update: dict[str, Any]) -> list[dict[str, Any]]:
         """``update`` (a v1 payload, or acpgate's own) as the v2 updates it means."""
         kind = update.get("sessionUpdate")
+        if "_meta" in update and (kept := agent_form(update)) is not None:
+            self._message = ("", "")
+            return [kept]  # a v2 agent's update as it sent it
         if kind in _CHUNKS:
             return [self._chunk(str(kind), update)]
         self._message = ("", "")
@@ -196,6 +232,8 @@ class SessionTranslator:
         if kind == _OWN_TURN_COMPLETE:
             stop = update.get("stopReason")
             return self.idle(stop if isinstance(stop, str) else "end_turn", update)
+        if kind == U2_STATE:
+            return self._agent_state(update)
         if kind in _OWN_KINDS:
             return [{**update, "sessionUpdate": f"{OWN_KIND_PREFIX}{kind}"}]
         return [update]

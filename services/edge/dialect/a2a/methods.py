@@ -19,10 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.lifecycle.v1 import lifecycle_pb2
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
     INVALID_PARAMS,
@@ -32,9 +28,11 @@ from services.common.protocol import (
     M_A2A_SPAWN,
     M_A2A_STATUS,
 )
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import Reader, SessionRow
 from services.edge.dialect.a2a import runner
 from services.edge.dialect.a2a.views import history_view, iso, row_view, session_id_of_key, state_of
-from services.edge.errors import grpc_error, not_found
+from services.edge.errors import not_found, service_error
 from services.edge.params import MAX_SESSION_ID_CHARS, first_str
 from services.edge.sessions.session import AdapterMethod, EdgeSession
 
@@ -82,6 +80,13 @@ async def sessions_spawn(requester: EdgeSession, params: dict[str, Any]) -> dict
         wait=_bool(params, "wait", True)))
 
 
+async def _reader(requester: EdgeSession) -> Reader:
+    """Who a session tool reads as: the requesting session, with its principal's
+    ``see-all`` grant looked up now."""
+    return Reader(requester_session_key=requester.store_key,
+                  see_all_principals=await requester.runtime.sees_all(requester.principal))
+
+
 async def sessions_send(requester: EdgeSession, params: dict[str, Any]) -> dict[str, Any]:
     """``message`` as a turn of the target (unless ``wait`` is false, its reply)."""
     return await runner.send(requester, _target(params), _text(params, "message", required=True),
@@ -92,29 +97,26 @@ async def sessions_list(requester: EdgeSession, params: dict[str, Any]) -> dict[
     """The sessions the requester may list, newest activity first."""
     rt = requester.runtime
     try:
-        resp = await rt.session_stub.ListSessions(session_pb2.ListSessionsRequest(
-            requester_session_key=requester.store_key, query=_text(params, "filter"),
-            limit=_int(params, "limit", 20, MAX_LIST_ROWS),
-            see_all_principals=await rt.sees_all(requester.principal)))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
+        page = await rt.session_service.list_sessions(
+            await _reader(requester), query=_text(params, "filter"),
+            limit=_int(params, "limit", 20, MAX_LIST_ROWS))
+    except ServiceError as exc:
+        raise service_error(exc) from None
     rows = [row_view(r, rt.registry.active.get(r.session_id), requester.store_key)
-            for r in resp.sessions]
-    return {"sessions": rows, "more": bool(resp.next_cursor)}
+            for r in page.rows]
+    return {"sessions": rows, "more": bool(page.next_cursor)}
 
 
 async def sessions_history(requester: EdgeSession, params: dict[str, Any]) -> dict[str, Any]:
     """The newest stored items of a session the requester may read."""
     sid = _target(params)
     rt = requester.runtime
-    stream = rt.session_stub.GetHistory(session_pb2.GetHistoryRequest(
-        requester_session_key=requester.store_key, session_id=sid,
-        limit=_int(params, "limit", 20, MAX_HISTORY_ITEMS),
-        see_all_principals=await rt.sees_all(requester.principal)))
+    pages = rt.session_service.get_history(sid, await _reader(requester),
+                                           _int(params, "limit", 20, MAX_HISTORY_ITEMS))
     try:
-        items = [item async for page in stream for item in page.items]
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
+        items = [item async for page in pages for item in page]
+    except ServiceError as exc:
+        raise service_error(exc, sid) from None
     return {"sessionId": sid, "items": history_view(items)}
 
 
@@ -123,11 +125,9 @@ async def session_status(requester: EdgeSession, params: dict[str, Any]) -> dict
     rt = requester.runtime
     sid = _target(params)
     try:
-        got = await rt.session_stub.SessionStatus(session_pb2.SessionStatusRequest(
-            requester_session_key=requester.store_key, session_id=sid,
-            see_all_principals=await rt.sees_all(requester.principal)))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, sid) from None
+        got = await rt.session_service.session_status(sid, await _reader(requester))
+    except ServiceError as exc:
+        raise service_error(exc, sid) from None
     row = got.session
     live = rt.registry.active.get(sid)
     status: dict[str, Any] = {
@@ -147,21 +147,19 @@ async def session_status(requester: EdgeSession, params: dict[str, Any]) -> dict
     return status
 
 
-async def _lease_state(requester: EdgeSession, row: session_pb2.SessionRow,
+async def _lease_state(requester: EdgeSession, row: SessionRow,
                        live: EdgeSession | None) -> str:
     """The state of the session's newest lease on this host (open, closing, closed, lost;
     "none" when it has none here)."""
     key = live.session_key if live is not None else row.ownership.session_key
     try:
-        resp = await requester.runtime.lifecycle_stub.ListLeases(
-            lifecycle_pb2.ListLeasesRequest(session_key=key))
-    except grpc.aio.AioRpcError:
+        found = await requester.runtime.lifecycle.list_leases(session_key=key)
+    except ServiceError:
         return "unknown"
-    leases = sorted(resp.leases, key=lambda lease: (lease.lease_id == row.lease_id,
-                                                    lease.started_at))
+    leases = sorted(found, key=lambda lease: (lease.lease_id == row.lease_id, lease.started_at))
     if not leases:
         return "none"
-    return lifecycle_pb2.LeaseState.Name(leases[-1].state).removeprefix("LEASE_STATE_").lower()
+    return leases[-1].state.value
 
 
 #: The adapter requests the edge serves for the session tools.

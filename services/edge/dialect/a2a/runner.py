@@ -8,7 +8,7 @@ and session/prompt take:
 - **spawn**: a slot against ``max_sessions`` and the requester's principal's
   share (a child belongs to its root's token), the row from SpawnSession, a lease
   and the child's adapter (``session/new`` with the decided policy), the child
-  entered active in the requester's :class:`~services.edge.sessions.hosted.HostedPort`,
+  entered active in the requester's :class:`~services.edge.sessions.hosted_port.HostedPort`,
   then its first turn;
 - **send**: the target as it runs now — on a client's connection, or hosted —
   or, when it runs nowhere, restored (``session/resume`` seeded with the stored
@@ -20,7 +20,7 @@ cancel of the requester cancels it. ``wait: false`` runs it in the background
 (a runtime task) and answers at once.
 
 Autonomy: a sent turn runs at most at the sender's level — the cap
-SendToSession answers, carried in ``TurnState.autonomy_cap`` to the built-in
+SendToSession answers, carried in ``Turn.autonomy_cap`` to the built-in
 agent; a spawned child's policy is capped by SpawnSession itself. Both calls
 pass the requester's own turn cap, when another session started the turn it
 runs, so that cap carries on down a chain of sends.
@@ -32,12 +32,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
-from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     INTERNAL_ERROR,
     MSG_REQUESTER_CANCELLED,
@@ -47,11 +43,12 @@ from services.common.protocol import (
 )
 from services.edge.adapter.failures import setup_error
 from services.edge.adapter.prompt_blocks import AdapterPrompt
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.handlers.restore import restore
-from services.edge.errors import cause, grpc_error
-from services.edge.sessions.hosted import hosted_port
+from services.edge.errors import cause, service_error
+from services.edge.sessions.hosted_port import hosted_port
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.session import EdgeSession, TurnState
+from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.session_setup import (
     creating,
     mark_active,
@@ -59,6 +56,7 @@ from services.edge.sessions.session_setup import (
     setting_up,
     spawn_adapter,
 )
+from services.edge.sessions.turn import Turn
 
 __all__ = ["SpawnArgs", "send", "spawn"]
 
@@ -83,22 +81,21 @@ async def spawn(requester: EdgeSession, args: SpawnArgs) -> dict[str, Any]:
     sid = str(uuid.uuid4())
     async with reserved_slot(rt, requester.principal), creating(rt.registry, sid):
         try:
-            got = await rt.session_stub.SpawnSession(session_pb2.SpawnSessionRequest(
-                requester_session_key=requester.store_key, session_id=sid,
-                agent_alias=args.agent, cwd=args.cwd, label=args.label,
-                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-                public_url=rt.claims.public_url,
+            got = await rt.session_service.spawn_session(
+                requester.store_key, sid, agent_alias=args.agent, cwd=args.cwd,
+                label=args.label, gateway_instance_id=rt.gateway_instance_id,
+                host=rt.claims.host, public_url=rt.claims.public_url,
                 requester_turn_cap=_turn_cap(requester),
                 # The child works where the requester does, for the requester's user.
-                local_user=not home.remote))
-        except grpc.aio.AioRpcError as exc:
-            raise grpc_error(exc) from None
+                local_user=not home.remote)
+        except ServiceError as exc:
+            raise service_error(exc) from None
         except BaseException:  # given up half-way: the row may exist (it stays, inactive)
             rt.spawn(rt.claims.release(sid))
             raise
         rt.claims.held(got.session)  # the generation its writes are fenced by
         child = EdgeSession(rt, home, got.session, rt.clock)
-        policy = SecurityPolicy.from_proto(got.policy)
+        policy = got.policy
         async with setting_up(home, child):
             client = await spawn_adapter(home, child, got.agent, policy)
             try:
@@ -117,11 +114,10 @@ async def send(requester: EdgeSession, target_id: str, message: str,
     """``message`` as a turn of session ``target_id``, if ``requester`` may send to it."""
     rt = requester.runtime
     try:
-        sent = await rt.session_stub.SendToSession(session_pb2.SendToSessionRequest(
-            requester_session_key=requester.store_key, session_id=target_id,
-            requester_turn_cap=_turn_cap(requester)))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, target_id) from None  # hidden or missing: "Session not found"
+        sent = await rt.session_service.send_to_session(
+            requester.store_key, target_id, requester_turn_cap=_turn_cap(requester))
+    except ServiceError as exc:
+        raise service_error(exc, target_id) from None  # hidden or missing: "Session not found"
     target = rt.registry.active.get(target_id)
     if target is None:  # it runs nowhere: bring it up for the requester
         await restore(hosted_port(requester), {"sessionId": target_id}, replay=False)
@@ -161,14 +157,14 @@ async def _turn(requester: EdgeSession, target: EdgeSession, text: str, wait: bo
             "stopReason": stop, "reply": result.text}
 
 
-async def _run(target: EdgeSession, turn: TurnState, text: str) -> TurnOutcome:
+async def _run(target: EdgeSession, turn: Turn, text: str) -> TurnOutcome:
     try:  # a tool's message is plain text: one text block, stored as it is
         return await target.run_turn(turn, AdapterPrompt([{"type": "text", "text": text}], text))
     finally:
         target.release_turn(turn)
 
 
-async def _background(target: EdgeSession, turn: TurnState, text: str) -> None:
+async def _background(target: EdgeSession, turn: Turn, text: str) -> None:
     """A ``wait: false`` turn: its outcome is in the store (or the log), nobody awaits it."""
     try:
         result = await _run(target, turn, text)

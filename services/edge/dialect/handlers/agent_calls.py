@@ -21,38 +21,30 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INTERNAL_ERROR,
     M_AUTHENTICATE,
+    M_INITIALIZE,
     M_LOGOUT,
-    M_PROVIDERS_DISABLE,
-    M_PROVIDERS_LIST,
-    M_PROVIDERS_SET,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
 )
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS
 from services.edge.adapter.failures import agent_error, exit_data, setup_error
 from services.edge.adapter.link import AdapterGone
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import ResolvedAgent
 from services.edge.dialect.conn_agent import REPLAYED, ConnectionAgent, HeldAdapter
 from services.edge.dialect.dispatch import DialectConnection
-from services.edge.errors import grpc_error
+from services.edge.errors import service_error
 from services.edge.params import without_acpgate_meta
 
 log = get_logger("edge.agent_calls")
 
 __all__ = ["authenticate", "connection_agent", "connection_call", "default_agent"]
-
-#: Connection-level methods of ACP (besides ``_`` extension methods) passed to the agent.
-CONNECTION_METHODS = frozenset({M_AUTHENTICATE, M_LOGOUT, M_PROVIDERS_LIST, M_PROVIDERS_SET,
-                                M_PROVIDERS_DISABLE})
-
 
 def connection_agent(conn: DialectConnection) -> ConnectionAgent:
     """The connection's :class:`ConnectionAgent` (made on first use)."""
@@ -62,22 +54,22 @@ def connection_agent(conn: DialectConnection) -> ConnectionAgent:
     return state
 
 
-async def default_agent(conn: DialectConnection) -> session_pb2.ResolvedAgent:
+async def default_agent(conn: DialectConnection) -> ResolvedAgent:
     """The connection's default agent, as the session service resolves it for a
     ``session/new`` without an alias; its refusal is the client's error."""
     try:
-        return await conn.runtime.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
-            connection_default=conn.default_agent))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
+        return await conn.runtime.session_service.resolve_agent(
+            connection_default=conn.default_agent)
+    except ServiceError as exc:
+        raise service_error(exc) from None
 
 
-async def held_adapter(conn: DialectConnection, agent: session_pb2.ResolvedAgent) -> HeldAdapter:
+async def held_adapter(conn: DialectConnection, agent: ResolvedAgent) -> HeldAdapter:
     """The connection's held adapter of ``agent``; a failed start is the client's error."""
     try:
         return await connection_agent(conn).held_for(agent)
-    except (JsonRpcError, AdapterGone, ConnectionError, grpc.aio.AioRpcError) as exc:
-        raise setup_error(agent.alias, exc, tuple(agent.env.values()), "initialize") from None
+    except (JsonRpcError, AdapterGone, ConnectionError, ServiceError) as exc:
+        raise setup_error(agent.alias, exc, tuple(agent.env.values()), M_INITIALIZE) from None
 
 
 async def _call(held: HeldAdapter, method: str, params: dict[str, Any]) -> Any:
@@ -114,7 +106,7 @@ async def authenticate(conn: DialectConnection, params: dict[str, Any]) -> Any:
     return await _agent_call(conn, agent, M_AUTHENTICATE, without_acpgate_meta(params))
 
 
-async def _agent_call(conn: DialectConnection, agent: session_pb2.ResolvedAgent, method: str,
+async def _agent_call(conn: DialectConnection, agent: ResolvedAgent, method: str,
                       params: dict[str, Any]) -> Any:
     """A connection-level request on the held adapter; what succeeds is kept and fanned out."""
     held = await held_adapter(conn, agent)
@@ -132,13 +124,9 @@ async def _agent_call(conn: DialectConnection, agent: session_pb2.ResolvedAgent,
 
 async def connection_call(conn: DialectConnection, method: str, params: dict[str, Any],
                           notification: bool) -> Any:
-    """A session-less method the method table does not serve (the relay's fallback for
-    them): ``logout``, ``providers/*`` and ``_`` extension methods go to the connection's
-    default agent; anything else is -32601."""
-    if method not in CONNECTION_METHODS and not method.startswith("_"):
-        if notification:
-            return None
-        raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
+    """A session-less method the relay passes to the connection's default agent (the method
+    table decides which: its relayed rows, ``logout`` and ``providers/*``, and ``_``
+    extension methods)."""
     agent = await default_agent(conn)
     if agent.kind == AGENT_KIND_BUILTIN:
         if notification:

@@ -9,7 +9,7 @@ Attaching takes no slot of the token's share: the session has its slot already.
 
 ``role``: ``controller`` (default; prompts, cancels, answers permission requests — the
 first answer among the controllers wins) or ``observer`` (watches only: every method
-naming the session but those of ``OBSERVER_METHODS`` is refused -32006 —
+naming the session but those the method table lets an observer call is refused -32006 —
 :meth:`DialectConnection.refuse_observer` — and it is never asked a permission request).
 ``historyPolicy``: ``full`` (default), ``pending_only``, ``none`` or ``after_message``
 with ``afterMessageId`` (a message id, or the ``_meta.acpgate.eventId`` of the last
@@ -53,7 +53,7 @@ from services.edge.dialect.handlers.restore import replay_history
 from services.edge.errors import not_found
 from services.edge.params import session_id
 from services.edge.sessions.clients import Attachment, conn_of, leave
-from services.edge.sessions.hosted import HostedPort
+from services.edge.sessions.hosted_port import HostedPort
 from services.edge.sessions.joining import join, may_rejoin
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.session import EdgeSession

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_SESSION_BEING_SET_UP
+from services.edge.backends.errors import ServiceError
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
 from services.edge.errors import not_found
@@ -42,10 +40,9 @@ async def session_delete(conn: DialectConnection, params: dict[str, Any]) -> dic
         await session.wait_turn()
         await rt.release(session, "delete")
     try:
-        resp = await rt.session_stub.DeleteSession(session_pb2.DeleteSessionRequest(
-            session_id=sid, holder_instance_id=rt.claims.instance_id))
-    except grpc.aio.AioRpcError as exc:
+        deleted = await rt.session_service.delete_session(sid, rt.claims.instance_id)
+    except ServiceError as exc:
         raise refusal(exc, sid) from None
-    if not resp.deleted:
+    if not deleted:
         raise not_found(sid)
     return {}

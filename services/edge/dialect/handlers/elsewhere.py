@@ -16,7 +16,7 @@ with the same ``data.acpgate.liveAt`` added (:func:`with_live_at`).
 
 A session of the caller's own that nobody serves — stored, its last connection's grace
 over or acpgate restarted since — answers ``session/attach`` with
-:data:`~services.common.attach_protocol.SESSION_NOT_RUNNING` (-32008) saying how to bring
+:data:`~services.common.protocol.SESSION_NOT_RUNNING` (-32008) saying how to bring
 it back (:func:`stored_not_running`). Anyone else's session answers as an unknown one.
 """
 
@@ -31,16 +31,20 @@ from services.common.attach_protocol import (
     MSG_SESSION_LIVE_ELSEWHERE,
     MSG_SESSION_NOT_RUNNING,
     RESTORE_METHODS,
-    SESSION_LIVE_ELSEWHERE,
-    SESSION_NOT_RUNNING,
 )
 from services.common.jsonrpc import JsonRpcError
 from services.common.principals import principal_of_owner
-from services.common.protocol import INVALID_PARAMS, META_ACPGATE
+from services.common.protocol import (
+    INVALID_PARAMS,
+    META_ACPGATE,
+    META_LIVE_AT,
+    SESSION_LIVE_ELSEWHERE,
+    SESSION_NOT_RUNNING,
+)
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
 from services.edge.sessions.sibling import sibling_where
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 
 __all__ = ["live_elsewhere", "stored_not_running", "with_live_at"]
 
@@ -51,7 +55,7 @@ async def live_elsewhere(conn: DialectConnection, sid: str) -> None:
     found = await _where(conn, sid)
     if found is not None:
         where, message = found
-        raise JsonRpcError(SESSION_LIVE_ELSEWHERE, message, {META_ACPGATE: {"liveAt": where}})
+        raise JsonRpcError(SESSION_LIVE_ELSEWHERE, message, {META_ACPGATE: {META_LIVE_AT: where}})
 
 
 async def stored_not_running(conn: DialectConnection, sid: str) -> None:
@@ -81,7 +85,7 @@ async def with_live_at(conn: object, sid: str, refused: JsonRpcError) -> JsonRpc
     found = await _where(conn, sid)
     if found is None:
         return refused
-    return JsonRpcError(refused.code, refused.message, {META_ACPGATE: {"liveAt": found[0]}})
+    return JsonRpcError(refused.code, refused.message, {META_ACPGATE: {META_LIVE_AT: found[0]}})
 
 
 async def _where(conn: DialectConnection, sid: str) -> tuple[dict[str, object], str] | None:

@@ -51,15 +51,12 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.logs import get_logger
 from services.common.mcp_policy import ClientMcpRules
-from services.common.policy import SecurityPolicy
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
@@ -67,11 +64,13 @@ from services.common.protocol import (
 )
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import fork_error
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import Forked, Reader, SessionRow
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.param_checks import check_fork
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
-from services.edge.errors import grpc_error, not_found
+from services.edge.errors import not_found, service_error
 from services.edge.params import (
     additional_directories,
     client_cwd,
@@ -80,8 +79,8 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.prompt_result import fork_result
-from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import carry_over, fork_external, resume_builtin
 from services.edge.sessions.session import EdgeSession
 from services.edge.sessions.session_setup import (
@@ -117,27 +116,21 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
         mcp = await admitted_servers(client_mcp, mcp, stored=not passed)
         sid = str(uuid.uuid4())
         with creating(rt.registry, sid):
-            request = session_pb2.ForkSessionRequest(
-                parent_session_id=parent_id, session_id=sid,
-                gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-                public_url=rt.claims.public_url,
-                cwd=cwd, base_dir=os.getcwd(),
-                local_user=not conn.remote,
-                **({"operator": True} if conn.caller.operator
-                   else {"requester_session_key": conn.caller.principal}))
-            if extra is not None:
-                request.additional_directories.values.extend(extra)
-            if passed:
-                request.mcp_servers_json = encode_mcp_servers(mcp)
+            reader = Reader(operator=True) if conn.caller.operator \
+                else Reader(requester_session_key=conn.caller.principal)
             taken_at = rt.clock()
-            forked = await _fork_row(rt, request)
+            forked = await _fork_row(rt, parent_id, rt.session_service.fork_session(
+                parent_id, sid, reader=reader, gateway_instance_id=rt.gateway_instance_id,
+                host=rt.claims.host, public_url=rt.claims.public_url, cwd=cwd,
+                base_dir=os.getcwd(), local_user=not conn.remote,
+                additional_directories=extra,
+                mcp_servers_json=encode_mcp_servers(mcp) if passed else None))
             session = EdgeSession(rt, conn, forked.session, rt.clock)
             session.claimed_at = taken_at  # the claim is at least as fresh as the request
             try:
                 async with setting_up(conn, session):
                     session.clients.hold()  # its updates follow the answer that names it
-                    client = await spawn_adapter(conn, session, forked.agent,
-                                                 SecurityPolicy.from_proto(forked.policy))
+                    client = await spawn_adapter(conn, session, forked.agent, forked.policy)
                     adapter_sid = await _seed(session, client, forked, mcp, client_mcp,
                                               passed_params(params, _OWN_FORK_KEYS))
                     session.state.on_setup(client.setup_result)
@@ -155,23 +148,22 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
                     session.clients.release_held)
 
 
-async def _fork_row(rt: EdgeRuntime, request: session_pb2.ForkSessionRequest
-                    ) -> session_pb2.ForkSessionResponse:
+async def _fork_row(rt: EdgeHub[EdgeSession], parent_id: str, call: Awaitable[Forked]) -> Forked:
     """``ForkSession``; its claim's generation noted for this host's writes. Refusals are the
     client's errors: the parent gone meanwhile "not found", a bad ``cwd`` or extra root
     -32602, the token's storage quota -32004 with the quota's sentence."""
     try:
-        forked = await rt.session_stub.ForkSession(request)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.details() or "Quota exceeded") \
+        forked = await call
+    except ServiceError as exc:
+        if exc.kind is Failure.EXHAUSTED:
+            raise JsonRpcError(STORAGE_QUOTA_EXCEEDED, exc.detail or "Quota exceeded") \
                 from None
-        raise grpc_error(exc, request.parent_session_id) from None
+        raise service_error(exc, parent_id) from None
     rt.claims.held(forked.session)
     return forked
 
 
-def _served_elsewhere(rt: EdgeRuntime, parent: session_pb2.SessionRow) -> bool:
+def _served_elsewhere(rt: EdgeHub[EdgeSession], parent: SessionRow) -> bool:
     """Whether another host serves the parent now (a live claim not this host's): its agent
     there may know turns not stored yet, and this host's agent an older conversation."""
     claim = parent.claim
@@ -180,13 +172,13 @@ def _served_elsewhere(rt: EdgeRuntime, parent: session_pb2.SessionRow) -> bool:
 
 
 async def _seed(session: EdgeSession, client: AdapterClient,
-                forked: session_pb2.ForkSessionResponse, mcp: list[Any],
+                forked: Forked, mcp: list[Any],
                 client_mcp: ClientMcpRules, extra: dict[str, Any]) -> str:
     """Give the fork's adapter its conversation (module doc; an external one: with
     ``extra``, the client's other params); the adapter's session id. An adapter's error is
     passed on exactly; another failure answers "Failed to fork session: <cause>"."""
     rt, row, parent = session.runtime, forked.session, forked.parent
-    policy = SecurityPolicy.from_proto(forked.policy)
+    policy = forked.policy
     try:
         if forked.agent.kind == AGENT_KIND_BUILTIN:
             how, adapter_sid = "history", await resume_builtin(rt, client, row, policy, mcp,
@@ -204,15 +196,13 @@ async def _seed(session: EdgeSession, client: AdapterClient,
     return adapter_sid
 
 
-async def _discard(rt: EdgeRuntime, session: EdgeSession) -> None:
+async def _discard(rt: EdgeHub[EdgeSession], session: EdgeSession) -> None:
     """Delete a fork whose setup failed, once its release (adapter, lease, claim) is done:
     nobody knows its id."""
     if session.releasing is not None:
         with contextlib.suppress(Exception):
             await asyncio.shield(session.releasing)
     try:
-        await rt.session_stub.DeleteSession(session_pb2.DeleteSessionRequest(
-            session_id=session.session_id, holder_instance_id=rt.claims.instance_id))
-    except grpc.aio.AioRpcError as exc:
-        log.warning("fork_discard_failed", session_id=session.session_id,
-                    code=exc.code().name)
+        await rt.session_service.delete_session(session.session_id, rt.claims.instance_id)
+    except ServiceError as exc:
+        log.warning("fork_discard_failed", session_id=session.session_id, code=exc.code)

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.capabilities import agent_capabilities
 from services.common.acp.schema import AgentCapabilities, ClientCapabilities, InitializeResponse
 from services.common.acp.v2.handshake import (
@@ -27,27 +24,28 @@ from services.common.acp.v2.handshake import (
     v2_client_info,
     v2_initialize_result,
 )
-from services.common.acp.v2.names import (
-    MSG_UNSUPPORTED_VERSION,
-    PROTOCOL_V1,
-    UNSUPPORTED_PROTOCOL_VERSION,
-)
+from services.common.acp.v2.names import MSG_UNSUPPORTED_VERSION, PROTOCOL_V1
 from services.common.acp.wire import AcpDecodeError
-from services.common.attach_protocol import (
-    ATTACH_ROLES,
-    M_SESSION_ATTACH,
-)
+from services.common.attach_protocol import ATTACH_ROLES
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
-    M_SESSION_FORK,
     META_ACPGATE,
     META_ZEROCLAW,
     PROTOCOL_VERSION,
+    UNSUPPORTED_PROTOCOL_VERSION,
 )
 from services.edge.adapter.caps import profile_of, recorded_capabilities, recorded_profile
-from services.edge.dialect.advertised import merged_capabilities
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import ResolvedAgent
+from services.edge.dialect.advertised import (
+    V2Place,
+    merged_capabilities,
+    own_capabilities,
+    own_session_capabilities,
+    session_keys,
+)
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.agent_calls import held_adapter
 from services.edge.dialect.mcp_admission import client_mcp_rules
@@ -63,7 +61,7 @@ def read_client_capabilities(params: dict[str, Any]) -> ClientCapabilities:
         return ClientCapabilities()
 
 
-def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabilities:
+def default_agent_takes(agent: ResolvedAgent | None) -> AgentCapabilities:
     """What the connection's default agent takes in prompts and MCP servers.
 
     The built-in agent speaks MCP over HTTP and SSE and keeps SPEC §4,
@@ -81,7 +79,7 @@ def default_agent_takes(agent: session_pb2.ResolvedAgent | None) -> AgentCapabil
 
 
 async def _external_profile(conn: DialectConnection,
-                            agent: session_pb2.ResolvedAgent) -> dict[str, Any] | None:
+                            agent: ResolvedAgent) -> dict[str, Any] | None:
     """The external default agent's profile: recorded, else learnt from the connection's
     held adapter (None when it cannot be started: acpgate's own answer then)."""
     profile = recorded_profile(agent.adapter_capabilities_json)
@@ -109,25 +107,28 @@ async def initialize(conn: DialectConnection, params: dict[str, Any]) -> dict[st
         return await initialize_v1(conn, params)
     out = await initialize_v1(conn, {"clientInfo": v2_client_info(params)})
     conn.use_version(version)
-    return v2_initialize_result(out, version=version)
+    caps = conn.dialect.capabilities
+    return v2_initialize_result(
+        out, version=version,
+        markers=session_keys(caps, V2Place.MARKER), under_meta=session_keys(caps, V2Place.META))
 
 
 async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
     """SPEC §2: always protocol 1; remembers the client's capabilities; the rest as the
     module doc says (MCP transports only as far as ``[gateway] client_mcp_servers`` lets a
-    remote client pass them)."""
+    remote client pass them). acpgate's own capabilities are those the method table gives
+    the methods the connection's dialect serves."""
     conn.client_capabilities = read_client_capabilities(params)
     info = params.get("clientInfo")
     conn.client_info = info if isinstance(info, dict) else None
     rt = conn.runtime
     zeroclaw: dict[str, Any] = {}
-    agent: session_pb2.ResolvedAgent | None = None
+    agent: ResolvedAgent | None = None
     try:
-        agent = await rt.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
-            connection_default=conn.default_agent))
+        agent = await rt.session_service.resolve_agent(connection_default=conn.default_agent)
         if agent.default_model:
             zeroclaw["defaultModel"] = agent.default_model
-    except grpc.aio.AioRpcError:
+    except ServiceError:
         pass  # no resolvable default agent: defaultModel omitted
     profile = await _external_profile(conn, agent) \
         if agent is not None and agent.kind != AGENT_KIND_BUILTIN else None
@@ -137,32 +138,29 @@ async def initialize_v1(conn: DialectConnection, params: dict[str, Any]) -> dict
     zeroclaw["maxSessions"] = rt.cfg.acp.max_sessions
     zeroclaw["sessionTimeoutSecs"] = rt.cfg.acp.session_timeout_secs
     persistent = rt.persistent
+    caps = conn.dialect.capabilities
+    own = own_capabilities(caps, persistent=persistent, remote=conn.remote)
     own_meta: dict[str, Any] = {META_ZEROCLAW: zeroclaw}
     if not persistent:  # said where a client looks, not only in a log nobody reads
         own_meta[META_ACPGATE] = {"store": {"persistent": False, "reason": rt.store_reason}}
     out = InitializeResponse(
         protocol_version=PROTOCOL_VERSION,
         agent_capabilities=agent_capabilities(
-            load_session=persistent, resume=persistent, close=persistent,
-            list_sessions=persistent, delete=persistent, additional_directories=persistent,
-            # acpgate forks any agent's sessions itself, while its method table
-            # serves session/fork (the table decides what acpgate serves).
-            fork=persistent and conn.handles(M_SESSION_FORK),
-            image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
+            load_session="loadSession" in own, image=takes.prompt_capabilities.image, audio=takes.prompt_capabilities.audio,
             mcp_http=takes.mcp_capabilities.http and mcp_http,
             mcp_sse=takes.mcp_capabilities.sse and mcp_http),
         agent_info=rt.implementation,
         auth_methods=[],
         meta=own_meta,
     ).to_json()
-    if conn.remote and conn.handles(M_SESSION_ATTACH):  # several clients, one live session
-        out["agentCapabilities"].setdefault("sessionCapabilities", {})["attach"] = {
-            "roles": list(ATTACH_ROLES)}
+    session = out["agentCapabilities"]["sessionCapabilities"] = own_session_capabilities(own)
+    if "attach" in session:  # several clients, one live session: the roles they may take
+        session["attach"] = {"roles": list(ATTACH_ROLES)}
     if profile is None:
         return out
     out["agentCapabilities"] = merged_capabilities(
         out["agentCapabilities"], profile.get("agentCapabilities") or {},
-        mcp_allowed=mcp_http)
+        mcp_allowed=mcp_http, own=session_keys(caps))
     methods = profile.get("authMethods")
     out["authMethods"] = methods if isinstance(methods, list) else []
     meta = profile.get("_meta")

@@ -25,7 +25,6 @@ from services.common.protocol import (
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.relay import forward
 from services.edge.params import first_str, session_id
-from services.edge.sessions import session_log
 
 
 def _missing(name: str) -> JsonRpcError:
@@ -46,7 +45,7 @@ async def session_set_mode(conn: DialectConnection, params: dict[str, Any]) -> A
         raise _missing("modeId")
     result = await forward(session, M_SESSION_SET_MODE, _sent(params, session.session_id))
     session.state.mode_accepted(mode_id)
-    session_log.config(session, M_SESSION_SET_MODE, modeId=mode_id)
+    session.log.config(M_SESSION_SET_MODE, modeId=mode_id)
     await session.state.flush()
     return result
 
@@ -65,7 +64,7 @@ async def session_set_config_option(conn: DialectConnection, params: dict[str, A
         sent.setdefault("type", "boolean")
     result = await forward(session, M_SESSION_SET_CONFIG_OPTION, sent)
     session.state.config_accepted(result)
-    session_log.config(session, M_SESSION_SET_CONFIG_OPTION, configId=config_id, value=value)
+    session.log.config(M_SESSION_SET_CONFIG_OPTION, configId=config_id, value=value)
     await session.state.flush()
     return result
 
@@ -78,6 +77,6 @@ async def session_set_model(conn: DialectConnection, params: dict[str, Any]) -> 
         raise _missing("modelId")
     result = await forward(session, M_SESSION_SET_MODEL, _sent(params, session.session_id))
     session.state.model_accepted(model_id)
-    session_log.config(session, M_SESSION_SET_MODEL, modelId=model_id)
+    session.log.config(M_SESSION_SET_MODEL, modelId=model_id)
     await session.state.flush()
     return result

@@ -31,18 +31,17 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.policy import SecurityPolicy
 from services.edge.adapter.failures import setup_error
 from services.edge.adapter.requests import expected_initialize
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import NewSession, ResolvedAgent
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.agent_calls import connection_agent
 from services.edge.dialect.handlers.param_checks import check_new
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
-from services.edge.errors import grpc_error
+from services.edge.errors import service_error
 from services.edge.params import (
     additional_directories,
     client_cwd,
@@ -76,40 +75,47 @@ def _explicit_alias(params: dict[str, Any]) -> str:
     return ""
 
 
-def decision_request(conn: DialectConnection, sid: str, alias: str, cwd: str,
-                     extra: list[str], servers: list[Any]
-                     ) -> session_pb2.ResolveNewSessionRequest:
+def decision(conn: DialectConnection, sid: str, alias: str, cwd: str, extra: list[str],
+             servers: list[Any]) -> asyncio.Future[NewSession]:
     """The session service's decision for new session ``sid`` — agent, workspace, policy —
-    and its row, created claimed by this host: one ``ResolveNewSession``."""
+    and its row, created claimed by this host: one ``ResolveNewSession``, sent now (cancel
+    the future to give it up)."""
     rt = conn.runtime
-    return session_pb2.ResolveNewSessionRequest(
-        agent=session_pb2.ResolveAgentRequest(explicit_alias=alias,
-                                              connection_default=conn.default_agent),
+    call = asyncio.ensure_future(rt.session_service.resolve_new_session(
+        sid, explicit_alias=alias, connection_default=conn.default_agent,
         cwd=cwd, base_dir=os.getcwd(), additional_directories=extra,
         # The local user of acpgate acp may work in a directory holding acpgate's state;
         # a gateway client, with or without auth, is not the OS user.
         local_user=not conn.remote,
+        gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
+        public_url=rt.claims.public_url, owner_session_key=conn.caller.owner_key,
         # The MCP list is stored: a later load/resume without one starts the same servers.
-        create=session_pb2.CreateSessionRequest(
-            session_id=sid, gateway_instance_id=rt.gateway_instance_id, host=rt.claims.host,
-            public_url=rt.claims.public_url,
-            owner_session_key=conn.caller.owner_key, mcp_servers_json=encode_mcp_servers(servers)))
+        mcp_servers_json=encode_mcp_servers(servers)))
+    call.add_done_callback(_retrieved)
+    return call
+
+
+def _retrieved(call: asyncio.Future[NewSession]) -> None:
+    """A decision given up after it failed is not an unretrieved error (its caller's
+    failure is what is reported)."""
+    if not call.cancelled():
+        call.exception()
 
 
 async def decided(conn: DialectConnection,
-                  call: Awaitable[session_pb2.ResolvedNewSession], taken_at: float,
-                  ) -> tuple[EdgeSession, session_pb2.ResolvedAgent, SecurityPolicy]:
-    """The session as the edge holds it once ``call`` (:func:`decision_request`, sent at
+                  call: Awaitable[NewSession], taken_at: float,
+                  ) -> tuple[EdgeSession, ResolvedAgent, SecurityPolicy]:
+    """The session as the edge holds it once ``call`` (:func:`decision`, sent at
     ``taken_at`` on the runtime's clock) answered; refusals are the client's errors."""
     rt = conn.runtime
     try:
         resolved = await call
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
+    except ServiceError as exc:
+        raise service_error(exc) from None
     rt.claims.held(resolved.row)  # the generation its writes are fenced by
     session = EdgeSession(rt, conn, resolved.row, rt.clock)
     session.claimed_at = taken_at  # the claim is at least as fresh as the request
-    return session, resolved.agent, SecurityPolicy.from_proto(resolved.policy)
+    return session, resolved.agent, resolved.policy
 
 
 async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answered:
@@ -130,8 +136,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answer
         # The decision is the longer of the two: its call goes out first (the loop turn
         # lets it leave before the take is even built).
         taken_at = rt.clock()
-        call = rt.session_stub.ResolveNewSession(
-            decision_request(conn, sid, alias, cwd, extra, servers))
+        call = decision(conn, sid, alias, cwd, extra, servers)
         early: TakenAdapter | None = held
         try:
             await asyncio.sleep(0)
@@ -142,6 +147,7 @@ async def session_new(conn: DialectConnection, params: dict[str, Any]) -> Answer
                                                          rt.implementation, autonomy))
             session, agent, policy = await decided(conn, call, taken_at)
         except BaseException as exc:
+            call.cancel()  # still going only when given up before its answer
             if early is not None:
                 drop_early(early)
             if not isinstance(exc, JsonRpcError):  # given up half-way: the row may exist

@@ -2,7 +2,7 @@
 
 A request with bad params gets their -32602 whether or not a slot is free, as if
 they had been checked before the slot: each check here runs only when the slot was
-refused (``services.edge.sessions.slots.reserved_slot``'s ``validate``), so a granted
+refused (``services.edge.sessions.slot_reservation.reserved_slot``'s ``validate``), so a granted
 request makes no round trip more. The session service decides, as on the way that
 takes the slot: the agent, the cwd, the extra roots (``ResolveAgent``,
 ``ResolveWorkspace``); a fork's cwd must be its parent's workspace. Failures that are
@@ -15,32 +15,29 @@ from __future__ import annotations
 
 import os
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import INVALID_PARAMS, MSG_FORK_CWD, SESSION_NOT_FOUND
+from services.edge.backends.errors import Failure, ServiceError
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import visible_row
-from services.edge.errors import grpc_error
+from services.edge.errors import service_error
 
 __all__ = ["check_fork", "check_new", "check_restore"]
 
 #: The service's verdicts on the params (the others are no verdict: module doc).
-_VERDICTS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED)
+_VERDICTS = (Failure.INVALID, Failure.REFUSED)
 
 
 async def _workspace(conn: DialectConnection, alias: str, cwd: str,
                      extra: list[str] | None) -> str | None:
     """The real workspace ``cwd`` names for ``alias`` (None: no verdict); its refusal raised."""
     try:
-        ws = await conn.runtime.session_stub.ResolveWorkspace(
-            session_pb2.ResolveWorkspaceRequest(
-                alias=alias, cwd=cwd, base_dir=os.getcwd(),
-                additional_directories=extra or [], local_user=not conn.remote))
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() in _VERDICTS:
-            raise grpc_error(exc) from None
+        ws = await conn.runtime.session_service.resolve_workspace(
+            alias, cwd, base_dir=os.getcwd(), additional_directories=extra or [],
+            local_user=not conn.remote)
+    except ServiceError as exc:
+        if exc.kind in _VERDICTS:
+            raise service_error(exc) from None
         return None
     return ws.workspace_dir
 
@@ -49,11 +46,11 @@ async def check_new(conn: DialectConnection, alias: str, cwd: str,
                     extra: list[str] | None) -> None:
     """session/new's agent, cwd and extra roots (module doc)."""
     try:
-        agent = await conn.runtime.session_stub.ResolveAgent(session_pb2.ResolveAgentRequest(
-            explicit_alias=alias, connection_default=conn.default_agent))
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() in _VERDICTS:
-            raise grpc_error(exc) from None
+        agent = await conn.runtime.session_service.resolve_agent(
+            explicit_alias=alias, connection_default=conn.default_agent)
+    except ServiceError as exc:
+        if exc.kind in _VERDICTS:
+            raise service_error(exc) from None
         return
     await _workspace(conn, agent.alias, cwd, extra)
 

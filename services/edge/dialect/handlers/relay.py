@@ -14,9 +14,9 @@ adapter. A method without a session id is the connection's agent's
 (:mod:`services.edge.dialect.handlers.connection_agent`: ``logout``, ``providers/*``,
 ``_``-prefixed methods), anything else -32601.
 
-Never relayed: methods acpgate must understand because they create sessions
-(``session/fork``: :data:`UNRELAYED`, answered -32601 until the method table
-serves it), acpgate's own ``_acpgate/*`` namespace, and ``_meta.acpgate`` in
+Never relayed: methods acpgate must understand because they create or join sessions
+(the method table's ``UNRELAYED``: ``session/fork``, ``attach``, ``detach``; -32601 when
+no handler serves them), acpgate's own ``_acpgate/*`` namespace, and ``_meta.acpgate`` in
 any params (acpgate's namespace toward its agents is the edge's to write).
 """
 

@@ -1,8 +1,9 @@
 """SPEC §8: ``session/load`` and ``session/resume`` — a stored session on a fresh adapter.
 
 :func:`restore` runs the steps in order: reserve a slot → read the row, if this
-connection may see it (a session it may not see is "not found", active or not),
-and count the slot against the principal it belongs to → check the MCP servers
+connection may see it (a session it may not see is "not found", active or not;
+a child session an agent runs is refused naming its parent, which is what
+restores it), and count the slot against the principal it belongs to → check the MCP servers
 it would start (the list the request passes, else the stored one;
 :mod:`services.edge.dialect.mcp_admission`) → mark the id as being restored here (no
 second restore of it may race this one) → resolve the agent, the session's
@@ -40,19 +41,13 @@ newest part of the transcript is carried over into its first prompt.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import orjson
 
-from acpgate_contracts.session.v1 import session_pb2
-from services.common.attach_protocol import (
-    HISTORY_AFTER_MESSAGE,
-    HISTORY_FULL,
-    META_AFTER_EVENT_ID,
-    ROLE_CONTROLLER,
-)
+from services.common.attach_protocol import HISTORY_AFTER_MESSAGE, HISTORY_FULL, ROLE_CONTROLLER
 from services.common.jsonrpc import JsonRpcError, notification_line
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
@@ -65,19 +60,25 @@ from services.common.protocol import (
     M_SESSION_RESUME,
     M_SESSION_UPDATE,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
+    META_PARENT_SESSION_ID,
     MSG_INTERNAL_ERROR,
     MSG_SESSION_ALREADY_ACTIVE,
+    MSG_SUBAGENT_RESTORE,
     U_PLAN,
     session_key_for,
 )
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.failures import restore_error
+from services.edge.backends.errors import Failure, ServiceError
+from services.edge.backends.session_types import ResolvedAgent, SessionRow
+from services.edge.dialect.a2a.views import session_id_of_key
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.elsewhere import with_live_at
 from services.edge.dialect.handlers.param_checks import check_restore
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
-from services.edge.errors import grpc_error, not_found
+from services.edge.errors import not_found, service_error
 from services.edge.params import (
     additional_directories,
     client_cwd,
@@ -86,14 +87,13 @@ from services.edge.params import (
     restore_mcp_servers,
     session_id,
 )
-from services.edge.sessions.attachment import DetachedPort
-from services.edge.sessions.clients import leave
+from services.edge.sessions.clients import DetachedPort, leave
 from services.edge.sessions.feed import event_id_of
+from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.joining import HISTORY_LIVE, join
 from services.edge.sessions.log_replay import replay_log
 from services.edge.sessions.prompt_result import setup_result
 from services.edge.sessions.registry import SessionRegistry
-from services.edge.sessions.runtime import EdgeRuntime
 from services.edge.sessions.seeding import (
     carry_over,
     restore_external,
@@ -151,6 +151,8 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
                              validate=checks) as slot:
         row = await visible_row(rt, conn.caller, sid)
+        if row.subagent:
+            raise _subagent_refused(row)
         # The operator may restore any principal's session: it counts against that one.
         await slot.charge(principal_of_owner(row.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
@@ -225,6 +227,14 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
                         restored_id=sid if adapter.restored_itself else "")
 
 
+def _subagent_refused(row: SessionRow) -> JsonRpcError:
+    """The answer to a restore of a child session an agent runs: it has no agent session of
+    its own (a fresh adapter would give an empty session), so its parent is named."""
+    parent = session_id_of_key(row.ownership.parent_session_key)
+    return JsonRpcError(INVALID_PARAMS, MSG_SUBAGENT_RESTORE.format(
+        session_id=row.session_id, parent=parent), {META_PARENT_SESSION_ID: parent})
+
+
 def _after_event(params: dict[str, Any], delivered: int) -> int:
     """The event id a resume replays after: the client's ``_meta.acpgate.afterEventId``, else
     the newest one handed to the connection that left."""
@@ -254,52 +264,42 @@ def _restoring(registry: SessionRegistry, sid: str) -> Iterator[None]:
         registry.restoring.discard(sid)
 
 
-async def _resolve_agent(rt: EdgeRuntime, row: session_pb2.SessionRow, extra: list[str] | None,
+async def _resolve_agent(rt: EdgeHub[EdgeSession], row: SessionRow, extra: list[str] | None,
                          *, local_user: bool,
-                         ) -> tuple[session_pb2.ResolvedAgent, session_pb2.SessionRow]:
+                         ) -> tuple[ResolvedAgent, SessionRow]:
     """The agent the session is restored onto (its own, or the fallback), and the row as the
     restore uses it: with the request's additional directories, if it gave any (resolved
     here, under the local user's rule when ``local_user``; stored only once the session is
     active on this host)."""
     sid = row.session_id
     try:
-        agent = await rt.session_stub.ResolveRestoreAgent(
-            session_pb2.ResolveRestoreAgentRequest(session_id=sid))
+        agent = await rt.session_service.resolve_restore_agent(sid)
         if extra is not None:
-            ws = await rt.session_stub.ResolveWorkspace(session_pb2.ResolveWorkspaceRequest(
-                alias=agent.alias, cwd=row.workspace_dir, additional_directories=extra,
-                local_user=local_user))
-            row = _with_roots(row, ws.additional_directories)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            raise grpc_error(exc) from None  # an unusable directory: say which
-        raise grpc_error(exc, sid) from None
+            ws = await rt.session_service.resolve_workspace(
+                agent.alias, row.workspace_dir, additional_directories=extra,
+                local_user=local_user)
+            row = dataclasses.replace(row, additional_directories=ws.additional_directories)
+    except ServiceError as exc:
+        if exc.kind is Failure.INVALID:
+            raise service_error(exc) from None  # an unusable directory: say which
+        raise service_error(exc, sid) from None
     return agent, row
 
 
-def _with_roots(row: session_pb2.SessionRow, roots: Sequence[str]) -> session_pb2.SessionRow:
-    """A copy of ``row`` whose additional directories are ``roots``."""
-    out = session_pb2.SessionRow()
-    out.CopyFrom(row)
-    del out.additional_directories[:]
-    out.additional_directories.extend(roots)
-    return out
-
-
-async def _policy(rt: EdgeRuntime, agent: session_pb2.ResolvedAgent,
-                  row: session_pb2.SessionRow, *, local_user: bool) -> SecurityPolicy:
+async def _policy(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
+                  row: SessionRow, *, local_user: bool) -> SecurityPolicy:
     """The restored session's policy: its workspace and its extra roots; with its id, so a
     spawned session comes back no freer than its parent."""
     try:
         return await session_policy(rt, agent.alias, row.workspace_dir,
                                     row.additional_directories, row.session_id,
                                     local_user=local_user)
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc, row.session_id) from None
+    except ServiceError as exc:
+        raise service_error(exc, row.session_id) from None
 
 
-def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
-                      agent: session_pb2.ResolvedAgent) -> EdgeSession:
+def _restored_session(conn: SessionHome, row: SessionRow,
+                      agent: ResolvedAgent) -> EdgeSession:
     """The edge session for ``row``; restored onto another agent, it gets a new key."""
     session = EdgeSession(conn.runtime, conn, row, conn.runtime.clock)
     session.alias = agent.alias
@@ -309,7 +309,7 @@ def _restored_session(conn: SessionHome, row: session_pb2.SessionRow,
 
 
 async def _seed(session: EdgeSession, client: AdapterClient,
-                row: session_pb2.SessionRow, agent: session_pb2.ResolvedAgent,
+                row: SessionRow, agent: ResolvedAgent,
                 policy: SecurityPolicy, mcp: list[Any], client_mcp: ClientMcpRules,
                 extra: dict[str, Any], method: str) -> str:
     """Give the adapter the conversation (an external one: with ``extra``, the client's
@@ -344,7 +344,7 @@ async def replay_history(conn: SessionHome, session: EdgeSession, *,
         return  # the client left: setup notices (mark_active) and releases the session
 
 
-async def _replay_plan(conn: SessionHome, sid: str, row: session_pb2.SessionRow) -> None:
+async def _replay_plan(conn: SessionHome, sid: str, row: SessionRow) -> None:
     """session/resume: only the stored plan, if there is a readable one."""
     if not row.plan_json:
         return

@@ -14,14 +14,13 @@ import asyncio
 import os
 from typing import Any
 
-import grpc
-
-from acpgate_contracts.session.v1 import session_pb2
 from services.common.protocol import META_ACPGATE
+from services.edge.backends.errors import ServiceError
+from services.edge.backends.session_types import SessionRow
 from services.edge.dialect.a2a.views import iso, lineage, state_of
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.visibility import reader_fields, visible_row
-from services.edge.errors import grpc_error
+from services.edge.errors import service_error
 from services.edge.params import first_str, session_id
 
 
@@ -37,22 +36,22 @@ async def session_list(conn: DialectConnection, params: dict[str, Any]) -> dict[
             return {"sessions": []}
     cursor = first_str(params, "cursor") or ""
     try:
-        resp = await conn.runtime.session_stub.ListSessions(session_pb2.ListSessionsRequest(
-            cwd=cwd, cursor=cursor, **await reader_fields(conn.runtime, conn.caller)))
-    except grpc.aio.AioRpcError as exc:
-        raise grpc_error(exc) from None
-    sessions = [session_info(row) for row in resp.sessions]
-    for info, row in zip(sessions, resp.sessions, strict=True):
+        page = await conn.runtime.session_service.list_sessions(
+            await reader_fields(conn.runtime, conn.caller), cwd=cwd, cursor=cursor)
+    except ServiceError as exc:
+        raise service_error(exc) from None
+    sessions = [session_info(row) for row in page.rows]
+    for info, row in zip(sessions, page.rows, strict=True):
         # Running here or elsewhere (the console's state column).
         live = conn.runtime.registry.active.get(row.session_id)
         info["_meta"][META_ACPGATE]["state"] = state_of(row, live)
     out: dict[str, Any] = {"sessions": sessions}
-    if resp.next_cursor:
-        out["nextCursor"] = resp.next_cursor
+    if page.next_cursor:
+        out["nextCursor"] = page.next_cursor
     return out
 
 
-def session_info(row: session_pb2.SessionRow) -> dict[str, Any]:
+def session_info(row: SessionRow) -> dict[str, Any]:
     """One stored row as an ACP ``SessionInfo``; its ``_meta.acpgate`` names its agent,
     for a spawned session ``parentSessionId`` and ``spawnedBy``, for a fork ``forkedFrom``,
     and the token ``usage``."""
@@ -85,9 +84,8 @@ async def session_event(conn: DialectConnection, params: dict[str, Any]) -> dict
     else:
         await visible_row(conn.runtime, conn.caller, sid)  # another principal's: "not found"
     try:
-        await conn.runtime.session_stub.TouchSession(
-            session_pb2.TouchSessionRequest(session_id=sid))
-    except grpc.aio.AioRpcError as exc:
-        if session is None:  # grpc_error maps NOT_FOUND/FAILED_PRECONDITION to -32000
-            raise grpc_error(exc, sid) from None
+        await conn.runtime.session_service.touch_session(sid)
+    except ServiceError as exc:
+        if session is None:  # service_error maps NOT_FOUND/PRECONDITION to -32000
+            raise service_error(exc, sid) from None
     return {"sessionId": sid, "type": event_type, "status": "processed"}

@@ -29,9 +29,10 @@ from services.edge.adapter.prompt_blocks import adapter_prompt, spec4_prompt
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.errors import not_found
 from services.edge.params import passed_params, session_id
-from services.edge.sessions.attachment import report_turn_end, turn_complete
+from services.edge.sessions.clients import report_turn_end, turn_complete
 from services.edge.sessions.prompt_result import TurnOutcome, client_result
-from services.edge.sessions.session import EdgeSession, TurnState
+from services.edge.sessions.session import EdgeSession
+from services.edge.sessions.turn import Turn
 
 
 def queues_prompts(session: EdgeSession) -> bool:
@@ -92,7 +93,7 @@ def _seen(task: asyncio.Task[TurnOutcome]) -> None:
         task.exception()
 
 
-async def _turn(conn: DialectConnection, session: EdgeSession, turn: TurnState,
+async def _turn(conn: DialectConnection, session: EdgeSession, turn: Turn,
                 params: dict[str, Any]) -> TurnOutcome:
     """Read the prompt and run the turn (:func:`session_prompt`); the slot is freed after,
     and a client attached since (not ``conn``) is told the turn ended."""
@@ -101,7 +102,7 @@ async def _turn(conn: DialectConnection, session: EdgeSession, turn: TurnState,
     return outcome
 
 
-async def _run(session: EdgeSession, turn: TurnState, params: dict[str, Any]) -> TurnOutcome:
+async def _run(session: EdgeSession, turn: Turn, params: dict[str, Any]) -> TurnOutcome:
     try:
         adapter = session.adapter
         raw = params.get("prompt")

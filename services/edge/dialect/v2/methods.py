@@ -1,52 +1,33 @@
-"""The v2 method table, beside v1's: which handler serves each method for a v2 client.
+"""How v2 answers what v1's handlers answer: the wrapping the method table
+(:mod:`services.edge.dialect.method_table`) applies to v2's routes.
 
 v2's baseline (``session/new``, ``list``, ``resume``, ``close``, ``prompt``, ``cancel``,
 ``set_config_option``, ``delete``, ``auth/login``, ``auth/logout``) is served by the v2
-handlers of this package or by v1's where the shapes agree. v1's methods that v2
-removed (``authenticate``, ``logout``, ``session/load``, ``session/set_mode``) are -32601
-for a v2 client, never relayed to the agent. acpgate's own methods (``session/fork``,
-``session/attach``/``detach``, ``session/stop``, ``_acpgate/*``) stay as they are.
-
-Every v2 handler answers "session not found" as v2 says: -32002 with ``data.sessionId``.
+handlers of this package or by v1's where the shapes agree; acpgate's own methods
+(``session/fork``, ``session/attach``/``detach``, ``session/stop``, ``_acpgate/*``) stay
+as they are. A v1 handler serving a v2 client answers "session not found" as v2 says:
+-32002 with ``data.sessionId`` (:func:`v2_errors`); a v1 method v2 removed is -32601,
+never relayed to the agent (:func:`refused`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 from typing import Any
 
-from services.common.acp.v2.names import (
-    M_AUTH_LOGIN,
-    M_AUTH_LOGOUT,
-    MSG_V2_SESSION_NOT_FOUND,
-    PROTOCOL_V1,
-    PROTOCOL_V2,
-    RESOURCE_NOT_FOUND,
-)
+from services.common.acp.v2.names import MSG_V2_SESSION_NOT_FOUND
 from services.common.jsonrpc import JsonRpcError
 from services.common.protocol import (
-    M_AUTHENTICATE,
-    M_LOGOUT,
-    M_SESSION_LOAD,
-    M_SESSION_NEW,
-    M_SESSION_PROMPT,
-    M_SESSION_RESUME,
-    M_SESSION_SET_CONFIG_OPTION,
-    M_SESSION_SET_MODE,
+    ACP_RESOURCE_NOT_FOUND,
     METHOD_NOT_FOUND,
     MSG_METHOD_NOT_FOUND,
     MSG_SESSION_NOT_FOUND,
     SESSION_NOT_FOUND,
 )
 from services.edge.dialect.dispatch import DialectConnection, Handler
-from services.edge.dialect.handlers import METHODS
-from services.edge.dialect.v2 import prompt, setup
 
-__all__ = ["DIALECTS", "METHODS_V2", "v2_errors"]
+__all__ = ["refused", "v2_errors"]
 
-#: v1 methods v2 removed: -32601 for a v2 client (not relayed to the agent).
-REMOVED_IN_V2: frozenset[str] = frozenset({M_AUTHENTICATE, M_LOGOUT, M_SESSION_LOAD,
-                                           M_SESSION_SET_MODE})
 _NOT_FOUND_HEAD = MSG_SESSION_NOT_FOUND.split("{", 1)[0]
 
 
@@ -60,33 +41,13 @@ def v2_errors(handler: Handler) -> Handler:
             if exc.code != SESSION_NOT_FOUND or not exc.message.startswith(_NOT_FOUND_HEAD):
                 raise
             sid = exc.message[len(_NOT_FOUND_HEAD):]
-            raise JsonRpcError(RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
+            raise JsonRpcError(ACP_RESOURCE_NOT_FOUND, MSG_V2_SESSION_NOT_FOUND.format(
                 session_id=sid), {"sessionId": sid}) from None
-    served.__name__ = getattr(handler, "__name__", "served")
-    return served
+    return functools.update_wrapper(served, handler)
 
 
-def _removed(method: str) -> Handler:
+def refused(method: str) -> Handler:
+    """The handler of a method the version lacks: -32601, whatever the params."""
     async def refuse(conn: DialectConnection, params: dict[str, Any]) -> Any:
         raise JsonRpcError(METHOD_NOT_FOUND, MSG_METHOD_NOT_FOUND.format(method=method))
     return refuse
-
-
-def _table() -> dict[str, Handler]:
-    table: dict[str, Handler] = {m: v2_errors(h) for m, h in METHODS.items()}
-    table.update({m: _removed(m) for m in REMOVED_IN_V2})
-    table.update({
-        M_SESSION_NEW: v2_errors(setup.session_new),
-        M_SESSION_RESUME: v2_errors(setup.session_resume),
-        M_SESSION_PROMPT: v2_errors(prompt.session_prompt),
-        M_SESSION_SET_CONFIG_OPTION: v2_errors(setup.session_set_config_option),
-        M_AUTH_LOGIN: setup.auth_login,
-        M_AUTH_LOGOUT: setup.auth_logout,
-    })
-    return table
-
-
-#: Method name → handler for a v2 client.
-METHODS_V2: Mapping[str, Handler] = _table()
-#: The method table of each version a client may pick (``initialize`` chooses).
-DIALECTS: Mapping[int, Mapping[str, Handler]] = {PROTOCOL_V1: METHODS, PROTOCOL_V2: METHODS_V2}

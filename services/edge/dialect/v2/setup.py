@@ -12,8 +12,10 @@
   the ring no longer reaches; of a session no longer live (on any host sharing the store)
   from its log (``_meta.acpgate.replay``: ``events``).
 
-A replay ends with ``replay_complete``; every resume then sends the current
-``state_update`` before its answer. Results carry ``configOptions`` (with the agent's
+A v2 agent's child session is no session to resume (refused while its parent is live:
+:func:`~.background.refuse_child`). A replay ends with ``replay_complete``; every resume then sends the current
+``state_update`` before its answer (with the agent's background list, when it reported
+one). Results carry ``configOptions`` (with the agent's
 modes as a ``category: "mode"`` option), never ``modes``.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 from services.common.acp.v2.config import is_mode_option
 from services.common.acp.v2.names import (
     MODE_CONFIG_ID,
+    MSG_BAD_REPLAY,
     REPLAY_ACPGATE_EVENT,
     REPLAY_START,
     STATE_IDLE,
@@ -31,24 +34,23 @@ from services.common.acp.v2.names import (
     U2_REPLAY_COMPLETE,
 )
 from services.common.acp.v2.requests import BadV2Params, setup_params_v1
-from services.common.attach_protocol import META_AFTER_EVENT_ID
 from services.common.jsonrpc import Answered, JsonRpcError
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     INVALID_PARAMS,
     M_LOGOUT,
     META_ACPGATE,
+    META_AFTER_EVENT_ID,
     META_WORKSPACE_DIR,
 )
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers import agent_calls, modes, new, restore
+from services.edge.dialect.v2 import background
 from services.edge.params import session_id
 from services.edge.sessions.feed import event_id_of
 
 __all__ = ["auth_login", "auth_logout", "session_new", "session_resume",
            "session_set_config_option"]
-
-_MSG_BAD_REPLAY = "Unsupported replayFrom: the types are start and " + REPLAY_ACPGATE_EVENT
 
 
 def _v1_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +69,8 @@ def _setup_result(conn: DialectConnection, sid: str, v1: dict[str, Any], *,
     translator.config_options = v1.get("configOptions")
     out: dict[str, Any] = {"sessionId": sid} if with_id else {}
     out["configOptions"] = translator.config_options_v2()
+    if isinstance(v1.get("availableCommands"), list):  # a v2 agent's, as it gave them
+        out["availableCommands"] = v1["availableCommands"]
     meta = v1.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
     if isinstance(v1.get("workspaceDir"), str):  # the built-in agent's, at the top in v1
@@ -98,7 +102,7 @@ def _replay_kind(params: dict[str, Any]) -> tuple[str | None, int | None]:
         event = event_id_of(cursor.get("eventId"))
         if event is not None and event > 0:
             return kind, event
-    raise JsonRpcError(INVALID_PARAMS, _MSG_BAD_REPLAY)
+    raise JsonRpcError(INVALID_PARAMS, MSG_BAD_REPLAY)
 
 
 async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +110,7 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     wire = conn.wire
     assert wire is not None
     sid = session_id(params)
+    background.refuse_child(conn, sid)
     kind, event = _replay_kind(params)
     v1 = _v1_params(params)
     replayed = ""
@@ -128,6 +133,8 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     translator = wire.session(sid)
     translator.foreground = STATE_RUNNING if session is not None and session.turn is not None \
         else STATE_IDLE
+    if session is not None and session.work.background is not None:
+        translator.background = session.work.background  # the agent's list, now
     tail = [{"sessionUpdate": U2_REPLAY_COMPLETE}] if replayed else []
     await conn.send_many(wire.updates(sid, [*tail, translator.snapshot()]))
     if replayed:

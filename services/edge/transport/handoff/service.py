@@ -22,7 +22,7 @@ from services.common.config import Config
 from services.common.config.schema import worker_count
 from services.common.grpc_auth import load_security
 from services.common.logs import get_logger
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 from services.edge.transport.balance import Balancer
 from services.edge.transport.exchange import HttpRequest
 from services.edge.transport.handoff.adopt import adopt_connection

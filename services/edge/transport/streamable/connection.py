@@ -24,9 +24,8 @@ from typing import Any, Final
 
 import orjson
 
-from services.common.attach_protocol import META_EVENT_ID
 from services.common.logs import get_logger
-from services.common.protocol import M_SESSION_UPDATE, META_ACPGATE
+from services.common.protocol import M_SESSION_UPDATE, META_ACPGATE, META_EVENT_ID
 from services.edge.caller import Caller
 from services.edge.transport.outqueue import DEFAULT_SLOW_CLIENT_TIMEOUT, PutResult
 from services.edge.transport.streamable.routing import (

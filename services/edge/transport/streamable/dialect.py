@@ -23,7 +23,7 @@ from services.common.jsonrpc import JsonRpcError
 from services.common.remote_transport import AFFINITY_COOKIE
 from services.edge.caller import Caller
 from services.edge.sessions.log_replay import read_log_lines
-from services.edge.sessions.workers import split_worker_name
+from services.edge.sessions.worker_link import split_worker_name
 from services.edge.transport.handoff.owner import cookie_value
 from services.edge.transport.streamable.connection import StreamableConnection
 

@@ -213,6 +213,13 @@ class Budget:
     ``admit`` charges a send and runs its ``commit`` (which puts the messages on
     their streams) when it fits — at once, or, in arrival order, once earlier
     sends were written (``release``); so every stream keeps the order of sends.
+
+    The bounds and their rules are a WebSocket connection's
+    (:class:`~services.edge.transport.outqueue.OutgoingQueue`); the difference is where
+    the messages are: that queue holds one socket's messages itself and hands them to its
+    pump, while here they sit on the connection's streams (kept for replay after they
+    were written), so this only counts them: a send is charged whole, all its messages
+    at once, and released by whoever wrote them.
     """
 
     def __init__(self, max_chars: int = DEFAULT_QUEUE_CHARS,

@@ -137,6 +137,10 @@ MSG_RESTORE_FAILED: Final = "Failed to restore session: {cause}"
 MSG_SUBAGENT_RESTORE: Final = (
     "Session {session_id} is a subagent session its agent runs under session {parent}: it "
     "cannot be restored on its own; restore {parent} instead")
+#: session/fork of such a session.
+MSG_SUBAGENT_FORK: Final = (
+    "Session {session_id} is a subagent session its agent runs under session {parent}: it "
+    "cannot be forked on its own; fork {parent} instead")
 #: session/fork: the fork's adapter could not be brought up with its history.
 MSG_FORK_FAILED: Final = "Failed to fork session: {cause}"
 #: session/fork: a fork keeps its session's workspace (the ACP RFD lets an agent refuse a

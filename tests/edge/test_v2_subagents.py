@@ -196,6 +196,11 @@ def test_v1_client_gets_child_text_as_marked_thoughts(acp: AcpProcess, log: Path
     refused = acp.error("session/load", {"sessionId": child, "cwd": _work(tmp_path),
                                          "mcpServers": []})
     assert refused["data"] == {"parentSessionId": sid}, refused
+    # Nor is it a session to fork (the fork would be just as empty).
+    refused = acp.error("session/fork", {"sessionId": child, "cwd": _work(tmp_path),
+                                         "mcpServers": []})
+    assert refused["code"] == -32602 and "fork " + sid in refused["message"], refused
+    assert refused["data"] == {"parentSessionId": sid}, refused
 
 
 def test_v2_background_work_and_its_cancels(acp: AcpProcess, log: Path,

@@ -60,6 +60,7 @@ from services.common.mcp_policy import ClientMcpRules
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
+    MSG_SUBAGENT_FORK,
     STORAGE_QUOTA_EXCEEDED,
 )
 from services.edge.adapter.client import AdapterClient
@@ -68,6 +69,7 @@ from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import Forked, Reader, SessionRow
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.param_checks import check_fork
+from services.edge.dialect.handlers.restore import subagent_refused
 from services.edge.dialect.mcp_admission import admitted_servers, client_mcp_rules
 from services.edge.dialect.visibility import visible_row
 from services.edge.errors import not_found, service_error
@@ -109,6 +111,8 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
     async with reserved_slot(rt, conn.caller.principal, explain=conn.remote,
                              validate=lambda: check_fork(conn, parent_id, cwd, extra)) as slot:
         parent = await visible_row(rt, conn.caller, parent_id)
+        if parent.subagent:
+            raise subagent_refused(parent, MSG_SUBAGENT_FORK)
         # The fork is the parent's principal's (the operator may fork any token's session).
         await slot.charge(principal_of_owner(parent.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)

@@ -152,7 +152,7 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                              validate=checks) as slot:
         row = await visible_row(rt, conn.caller, sid)
         if row.subagent:
-            raise _subagent_refused(row)
+            raise subagent_refused(row)
         # The operator may restore any principal's session: it counts against that one.
         await slot.charge(principal_of_owner(row.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)
@@ -227,11 +227,12 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
                         restored_id=sid if adapter.restored_itself else "")
 
 
-def _subagent_refused(row: SessionRow) -> JsonRpcError:
-    """The answer to a restore of a child session an agent runs: it has no agent session of
-    its own (a fresh adapter would give an empty session), so its parent is named."""
+def subagent_refused(row: SessionRow, message: str = MSG_SUBAGENT_RESTORE) -> JsonRpcError:
+    """The answer to a restore (or, with ``message``, a fork) of a child session an agent
+    runs: it has no agent session of its own (a fresh adapter would give an empty session),
+    so its parent is named."""
     parent = session_id_of_key(row.ownership.parent_session_key)
-    return JsonRpcError(INVALID_PARAMS, MSG_SUBAGENT_RESTORE.format(
+    return JsonRpcError(INVALID_PARAMS, message.format(
         session_id=row.session_id, parent=parent), {META_PARENT_SESSION_ID: parent})
 
 

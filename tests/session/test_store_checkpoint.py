@@ -198,8 +198,7 @@ async def test_close_stops_the_checkpointer_cleanly(db_path: Path) -> None:
     await _fill(store, 5)
     await store.close()
     assert not cp._thread.is_alive()
-    with pytest.raises(sqlite3.ProgrammingError):  # its connection is closed
-        cp._con.execute("SELECT 1")
+    assert cp._con is None  # its connection is closed
     await store.close()
     await cp.stop()
     # Last connection closed: SQLite checkpointed the rest and removed the WAL.
@@ -239,3 +238,32 @@ async def test_a_store_closed_mid_checkpoint_waits_for_it_and_is_intact(db_path:
     reopened = await open_store(db_path)
     await reopened.create_session(NewSession("s1", "a", "/w"))
     await reopened.close()
+
+
+class _FailsOnce(Checkpointer):
+    """A checkpointer whose first checkpoint fails unexpectedly (a bug, a broken handle)."""
+
+    failed_once = False
+
+    def _checkpoint(self, mode: str, wait_ms: int = 0) -> bool:
+        if not self.failed_once:
+            self.failed_once = True
+            raise RuntimeError("unexpected")
+        return super()._checkpoint(mode, wait_ms)
+
+
+async def test_a_failure_in_the_thread_does_not_end_the_checkpoints(db_path: Path) -> None:
+    """The writer never checkpoints itself, so the thread goes on after an unexpected
+    failure (logged) with a fresh connection: the WAL is still copied back."""
+    store = await _store(db_path, _FailsOnce, trigger_bytes=ROW_BYTES * 4, interval=0.05,
+                         idle=3600)
+    cp = store.checkpointer
+    assert isinstance(cp, _FailsOnce)
+    await _fill(store, 8)
+    await _until(lambda: cp.failures == 1)
+    await _fill(store, 8)
+    await _until(cp.caught_up)
+    assert cp.counts.passive >= 1 and cp._thread.is_alive()
+    await store.close()
+    assert not cp._thread.is_alive()
+    assert await asyncio.to_thread(_rows, db_path) == ("ok", 16)

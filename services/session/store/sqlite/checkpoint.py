@@ -61,6 +61,9 @@ CAP_BYTES: Final = 16 << 20
 RESTART_WAIT_MS: Final = 100
 #: How often the thread looks at the WAL file (a stat; no lock, no SQL).
 POLL_SECS: Final = 0.05
+#: After an unexpected failure: how long the thread waits before it opens its connection
+#: again and goes on (the writer never checkpoints itself, so the thread must not end).
+RETRY_SECS: Final = 1.0
 #: The writing connection: no checkpoint in its commits; a WAL the writer starts over
 #: is cut back to this size on its next commit, so a burst does not keep its file.
 WRITER_PRAGMAS: Final = ("PRAGMA wal_autocheckpoint = 0",
@@ -95,9 +98,12 @@ class Checkpointer:
         self.idle = idle
         self.cap_bytes = cap_bytes
         self.counts = CheckpointCounts()
+        self._db_path = db_path
         self._wal = Path(f"{db_path}-wal")
-        self._con = con
-        self._at_checkpoint = (0, 0)  # the WAL file (size, mtime) the last checkpoint saw
+        self._con: sqlite3.Connection | None = con
+        #: Unexpected failures the thread went on after (each logged).
+        self.failures = 0
+        self._at_checkpoint = (-1, -1)  # the WAL file (size, mtime) the last checkpoint saw
         self._done = False  # whether it copied all of it back
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="acpgate-wal-checkpoint",
@@ -126,12 +132,34 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
-            self._watch()
-        except Exception as exc:  # the thread's end; the writer goes on without it
-            log.error("wal_checkpointer_failed", error=type(exc).__name__, detail=str(exc))
+            while True:
+                try:
+                    self._watch()
+                    return  # stopped
+                except Exception as exc:  # the writer relies on this thread: go on
+                    self.failures += 1
+                    log.error("wal_checkpointer_failed", error=type(exc).__name__,
+                              detail=str(exc), retry_secs=RETRY_SECS)
+                if self._stopping.wait(RETRY_SECS):
+                    return
+                self._reopen()
         finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._con is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._con.close()
+            self._con = None
+
+    def _reopen(self) -> None:
+        """A fresh connection after a failure (a failing one is left closed; the next
+        checkpoint then fails again and is retried after :data:`RETRY_SECS`)."""
+        self._close()
+        try:
+            self._con = _open(self._db_path)
+        except sqlite3.Error as exc:
+            log.error("wal_checkpointer_reopen_failed", error=str(exc))
 
     def caught_up(self) -> bool:
         """Whether the last checkpoint copied the whole WAL back and nothing was written
@@ -139,7 +167,9 @@ class Checkpointer:
         return self._done and self._look() == self._at_checkpoint
 
     def _watch(self) -> None:
-        seen = self._at_checkpoint = self._look()
+        seen = self._look()
+        if not self.failures:  # after a failure, what is there may never have been copied
+            self._at_checkpoint = seen
         last_change = last_checkpoint = time.monotonic()
         truncated = seen == (0, 0)
         pinned_warned = False
@@ -187,9 +217,12 @@ class Checkpointer:
 
     def _checkpoint(self, mode: str, wait_ms: int = 0) -> bool:
         """One checkpoint in ``mode``; whether it copied the whole WAL (and, past PASSIVE,
-        got the locks it needs)."""
-        self._con.execute(f"PRAGMA busy_timeout = {wait_ms}")
-        row = self._con.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        got the locks it needs); sqlite3.Error without a connection."""
+        con = self._con
+        if con is None:
+            raise sqlite3.OperationalError("no checkpoint connection")
+        con.execute(f"PRAGMA busy_timeout = {wait_ms}")
+        row = con.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
         busy, frames, copied = (int(x) for x in row)
         done = not busy and frames == copied
         if mode == PASSIVE:

@@ -4,8 +4,11 @@ Each update the edge relays (its line as the clients got it, with its event id) 
 each client action that changes the conversation is handed to :class:`EventLog`,
 which keeps it in a per-session pending part — a list append on the relay's path,
 nothing encoded or parsed — and sends every session's part in one ``AppendEvents``
-at least every :data:`COMMIT_SECS` (sooner once :data:`COMMIT_BYTES` are pending):
-one transaction for many sessions. A part goes as a few chunks, not a message per
+(sooner once :data:`COMMIT_BYTES` are pending): one transaction for many sessions. An
+event is durable within about :data:`COMMIT_SECS` of being relayed, whatever the store's
+commit takes: the wait between two batches is :data:`COMMIT_SECS` less the time recent
+batches took to commit (at least :data:`MIN_WAIT_SECS`), so a crash loses at most what
+the clients got in that last window. A part goes as a few chunks, not a message per
 event: the relayed lines of consecutive ids joined as they are
 (:mod:`~services.edge.sessions.log_chunks`), stored as one row each. A batch
 acknowledged is durable; a crash loses at most the batch not yet sent.
@@ -53,8 +56,13 @@ __all__ = ["COMMIT_BYTES", "COMMIT_SECS", "MAX_PENDING_BYTES", "OFF_ENV",
 
 log = get_logger("edge.event_log")
 
-#: The longest an event waits before its batch is sent.
+#: The longest an event waits before its batch is durable (the wait, then the commit).
 COMMIT_SECS: Final = 0.05
+#: The shortest wait between two batches (a store slower than :data:`COMMIT_SECS` to
+#: commit gets a batch as often as this, never one after the other with no pause).
+MIN_WAIT_SECS: Final = 0.005
+#: How much of a batch's commit time the running estimate takes in (the rest: earlier ones).
+_COMMIT_WEIGHT: Final = 0.25
 #: Pending bytes that send a batch at once.
 COMMIT_BYTES: Final = 4 * 1024 * 1024
 #: The most bytes kept pending for all sessions (an outage's buffer).
@@ -131,6 +139,8 @@ class EventLog:
         #: Turns some of whose events a storage quota refused, by session: the sentence.
         self._over_quota: dict[str, dict[int, str]] = {}
         self._wake = asyncio.Event()
+        #: How long recent batches took to commit (a running average, seconds).
+        self.commit_secs = 0.0
         #: Count of events handed in, and of those acknowledged by the store.
         self._handed = 0
         self._durable = 0
@@ -266,16 +276,25 @@ class EventLog:
             return False
         return True
 
+    def wait_secs(self) -> float:
+        """How long the next batch waits for more events: :data:`COMMIT_SECS` less what a
+        commit takes now (module doc)."""
+        return max(MIN_WAIT_SECS, COMMIT_SECS - self.commit_secs)
+
     async def _run(self) -> None:
         tries = 0
+        loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(COMMIT_SECS):
+                async with asyncio.timeout(self.wait_secs()):
                     await self._wake.wait()
             self._wake.clear()
             if not self._pending:
                 continue
+            began = loop.time()
             if await self._send():
+                took = loop.time() - began
+                self.commit_secs += _COMMIT_WEIGHT * (took - self.commit_secs)
                 tries = 0
             else:
                 await asyncio.sleep(RETRY_SECS[min(tries, len(RETRY_SECS) - 1)])

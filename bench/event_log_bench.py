@@ -197,7 +197,7 @@ async def run_postgres_log(sizes: Sizes, skipped: list[str]) -> list[Row]:
     cluster (none, with the reason in ``skipped``, without the server binaries)."""
     reason = missing_reason()
     if reason:
-        skipped.append(f"event log rows on PostgreSQL (issue 36): {reason}")
+        skipped.append(f"event log rows on PostgreSQL: {reason}")
         return []
     with running_cluster(PG_SETTINGS) as cluster:
         names = ("acpgate_log_on", "acpgate_log_off", "acpgate_log_crash")

@@ -28,7 +28,7 @@ from services.edge.backends.lifecycle import EnsureSpec, Lease, LeaseState
 from services.edge.dialect.dispatch import DialectConnection
 from services.edge.dialect.handlers.new import session_new
 from services.edge.sessions.claims import HostClaims
-from services.edge.sessions.warm import EarlyTake, sealed_launch
+from services.edge.sessions.warm import EarlyTake
 from services.edge.transport.connection import LOCAL_OPERATOR, EdgeRuntime
 from tests.e2e.harness import workspace_beside_config
 
@@ -171,7 +171,7 @@ def test_an_empty_pool_falls_back_to_a_spawn(
         agent = runtime.warm._agents["demo"]
         # Someone else takes the pool's only adapter first.
         other = await runtime.lifecycle.ensure(EnsureSpec(
-            session_key="agent:demo:acp:other", launch=sealed_launch(agent),
+            session_key="agent:demo:acp:other", launch=agent.launch,
             warm_pool="agent:demo"))
         assert other.warm
         sid = await _new(conn, work)

@@ -59,11 +59,6 @@ def pool_name(alias: str) -> str:
     return f"agent:{alias}"
 
 
-def sealed_launch(agent: ResolvedAgent) -> bytes:
-    """The agent's sealed launch spec as the lifecycle service takes it (opaque here)."""
-    return agent.launch
-
-
 class WarmPools:
     """Declares the pools of one edge runtime and keeps them declared."""
 
@@ -107,7 +102,7 @@ class WarmPools:
         self._agents[agent.alias] = agent
         try:
             await self._lifecycle.keep_warm(
-                pool_name(agent.alias), sealed_launch(agent), agent.agent_workspace,
+                pool_name(agent.alias), agent.launch, agent.agent_workspace,
                 agent.watch_paths, agent.warm)
         except ServiceError as exc:
             log.warning("keep_warm_failed", alias=agent.alias, code=exc.code,
@@ -117,7 +112,7 @@ class WarmPools:
                        *, warm_only: bool = False) -> EnsureSpec:
         """lifecycle's ``EnsureSession`` for ``session_key``: a warm adapter of ``agent``'s pool
         when it keeps one, else a fresh spawn in ``cwd`` (``warm_only``: never a spawn)."""
-        return EnsureSpec(session_key=session_key, launch=sealed_launch(agent), cwd=cwd,
+        return EnsureSpec(session_key=session_key, launch=agent.launch, cwd=cwd,
                           warm_pool=self.pool_for(agent), warm_only=warm_only)
 
     def pool_for(self, agent: ResolvedAgent) -> str:

@@ -141,6 +141,8 @@ class EdgeSession:
         #: turn answers so and is not stored; the session ends here.
         self.taken_over = False
         self._relays: set[asyncio.Future[Any]] = set()
+        #: What finished between turns, being stored (:mod:`.late_results`).
+        self._late: set[asyncio.Task[None]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         claims, sid = runtime.claims, row.session_id
         self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
@@ -229,7 +231,9 @@ class EdgeSession:
         else:  # no turn accumulates: what finishes now is stored on its own
             others = [update for update in updates if type(update) is dict]
             if late := late_items(others):
-                self.runtime.spawn(store_late(self.turn_context, late))
+                task = self.runtime.spawn(store_late(self.turn_context, late))
+                self._late.add(task)
+                task.add_done_callback(self._late.discard)
         for update in others:
             try:
                 if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
@@ -430,6 +434,13 @@ class EdgeSession:
                 seen.add(other)
                 other._cancel_tree(seen, keep)
         return mine
+
+    async def history_settled(self) -> None:
+        """Return once what finished between turns and was relayed so far is stored (a
+        reader of the stored history — a fork, the session tools — sees what the clients
+        saw)."""
+        if self._late:
+            await asyncio.wait(set(self._late))
 
     async def wait_turn(self) -> None:
         """Wait until no turn runs."""

@@ -25,6 +25,9 @@ Subagents and background work, on demand: ``sub`` announces a child session
 (``subagent_update``, cancellable) that gets a ``session_message`` from the parent and
 answers ``child: <text>`` with a tool call of its own, announces a grandchild, and goes
 idle; ``subrun`` leaves such a child running (idle on ``session/cancel`` of the child);
+``sublate`` too, and the child ends after the turn, when the parent's next
+``session/set_config_option`` comes (it says ``done: <text>``, then goes idle, before the
+answer);
 ``bg`` leaves a cancellable tool call running in the background (``tool_call/cancel``
 ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` sends an update
 on a session it never announced, announces a child under the agent-chosen id ``<id>``
@@ -94,6 +97,8 @@ class Agent:
         #: Each session's background list (once it reported one) and each child's parent.
         self._background: dict[str, list[dict[str, Any]]] = {}
         self._parent: dict[str, str] = {}
+        #: Children to end at their parent's next set_config_option: parent → (child, text).
+        self._late: dict[str, list[tuple[str, str]]] = {}
 
     def write(self, *messages: dict[str, Any]) -> None:
         self._out.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n"
@@ -187,6 +192,9 @@ class Agent:
             if params.get("configId") != "mode" or params.get("type") != "id" \
                     or params.get("value") not in ("ask", "code"):
                 return {"error": {"code": -32602, "message": "bad config option"}}
+            for child, text in self._late.pop(sid, []):  # a child ending after its turn
+                self.text(child, f"cl{next(self._ids)}", f"done: {text}")
+                self.subagent(sid, child, state={"state": "idle", "stopReason": "end_turn"})
             self._modes[sid] = str(params["value"])
             return {"result": {"configOptions": _options(self._modes[sid])}}
         if method in ("tool_call/cancel", "terminal/cancel"):
@@ -265,8 +273,11 @@ class Agent:
             self.update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": reply,
                               "content": {"type": "text",
                                           "text": f"permission {json.dumps(outcome)}"}})
-        elif word in ("sub", "subrun"):
-            self.child_turn(sid, f"child-{next(self._ids)}", text, finish=word == "sub")
+        elif word in ("sub", "subrun", "sublate"):
+            child = f"child-{next(self._ids)}"
+            self.child_turn(sid, child, text, finish=word == "sub")
+            if word == "sublate":
+                self._late.setdefault(sid, []).append((child, text))
             self.text(sid, reply, f"parent: {text}")
         elif word == "claim":
             victim = text.split()[1] if len(text.split()) > 1 else ""

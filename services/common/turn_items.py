@@ -10,7 +10,9 @@ items from the event log at the turn's end, with this same class.
 A v2 agent's child session streams its text as the parent's thoughts marked
 ``_meta.acpgate.subagent`` (:mod:`services.common.acp.v2.subagents`): those are not the
 parent's thinking and are not stored; the child's card (a tool call on the parent,
-:mod:`services.common.acp.v2.child_cards`) is, its result the child's answer.
+:mod:`services.common.acp.v2.child_cards`) is, its result the child's answer. A card (or
+any tool call) that finishes after its turn was stored is stored on its own
+(:func:`finished_calls`).
 """
 
 from __future__ import annotations
@@ -135,6 +137,9 @@ class TurnAccumulator:
     keep_chars: int = 0
     #: Past ``keep_chars``: nothing more is kept, the turn's items come from the log.
     spilled: bool = False
+    #: The turn's items were taken to be stored (:meth:`close`): what is relayed after is
+    #: no longer this turn's (:func:`finished_calls`).
+    closed: bool = False
     _kept: int = 0
     _prefix: str = ""
     _entries: list[_TextRun | session_pb2.HistoryItem] = field(default_factory=list)
@@ -150,6 +155,11 @@ class TurnAccumulator:
         first = self._entries[0]
         if isinstance(first, session_pb2.HistoryItem):
             first.status = stop_reason
+
+    def close(self) -> None:
+        """The turn's items are being taken to be stored: the caller records nothing more
+        here."""
+        self.closed = True
 
     @property
     def text(self) -> str:
@@ -325,6 +335,26 @@ class TurnAccumulator:
             status=str(status),
             content_json=_content_json(update.get("content")),
         ))
+
+
+def finished_calls(updates: Sequence[dict[str, Any]]) -> list[session_pb2.HistoryItem]:
+    """The history items of what ``updates`` — relayed while no turn was accumulating —
+    finished: a tool call (a v2 agent's child card, background work) that reached its final
+    status after its turn was stored, as the turn would have stored it (its result, and the
+    call itself when it was created finished). Anything else between turns is left to the
+    event log."""
+    done = [update for update in updates
+            if update.get("sessionUpdate") in (U_TOOL_CALL, U_TOOL_CALL_UPDATE)
+            and update.get("status") in _FINAL_STATUSES]
+    if not done:
+        return []
+    acc = TurnAccumulator(user_text="")
+    for update in done:
+        try:
+            acc.add(update)
+        except Exception:  # an odd update never loses the relay
+            log.exception("accumulate_failed")
+    return acc.items[1:]
 
 
 def _others(updates: Sequence[RelayedUpdate]) -> list[dict[str, Any]]:

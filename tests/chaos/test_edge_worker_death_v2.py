@@ -10,6 +10,10 @@ the v2 client resumes by acpgate's event cursor: each sees every chunk exactly o
 tool call created once (a later update of it is no second ``tool_call``), the turn's end
 in its own version's terms (v1 ``turn_complete``; v2 ``state_update`` idle), and none of
 the agent's raw v2 forms reach the v1 client.
+
+The version is the session's own, recorded on its row when its agent was started: an
+``"auto"`` alias whose recorded profile says v1 by the time of the kill (its adapter
+upgraded meanwhile) still has its live v2 session translated as v2.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -198,4 +203,74 @@ async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path,
                    for e in served.events())
         await again.ws.close()
         await back.close()
+        await v1.ws.close()
+
+
+def record_v1_profile(served: Any, alias: str) -> None:
+    """The alias's recorded profile says its adapter answered ``initialize`` with v1 (as
+    after an upgrade); the session rows keep what they recorded."""
+    db = sqlite3.connect(served.cfg.data_dir / "sessions" / "acp-sessions.db", timeout=30)
+    try:
+        (text,), = db.execute("SELECT capabilities_json FROM agent_capabilities WHERE alias = ?",
+                              (alias,)).fetchall()
+        profile = json.loads(text)
+        assert profile.get("protocolVersion") == 2, profile
+        profile["protocolVersion"] = 1
+        with db:
+            db.execute("UPDATE agent_capabilities SET capabilities_json = ? WHERE alias = ?",
+                       (json.dumps(profile), alias))
+    finally:
+        db.close()
+
+
+def recorded_protocol(served: Any, session_id: str) -> int:
+    """The protocol version the session's row recorded."""
+    db = sqlite3.connect(served.cfg.data_dir / "sessions" / "acp-sessions.db", timeout=30)
+    try:
+        (version,), = db.execute("SELECT protocol_version FROM sessions WHERE id = ?",
+                                 (session_id,)).fetchall()
+    finally:
+        db.close()
+    return int(version)
+
+
+async def test_readopted_session_keeps_its_own_protocol_when_the_profile_changed(
+        tmp_path: Path) -> None:
+    """A session started on v2 under ``protocol = "auto"``; the alias's recorded profile then
+    says v1; worker 2 is killed mid-turn: the re-adopted session is still translated as v2
+    (its v1 client gets every chunk once, the call created once, ``turn_complete``)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    agent = agent_section("two", str(tmp_path / "agent.log"), "v2", '"auto"')
+    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
+                             extra=agent) as served:
+        v1 = await client_on(served, 2)
+        assert v1 is not None
+        sid = (await v1.result("session/new", {"cwd": str(work), "agentAlias": "two"})
+               )["sessionId"]
+        seen = Seen(sid)
+        await v1.send("session/prompt", {"sessionId": sid, "prompt": f"stream {CHUNKS}"})
+        await read_until(v1.ws, seen, False, 5)
+        assert recorded_protocol(served, sid) == 2
+        record_v1_profile(served, "two")
+        old = kill_worker(served, 2)
+        await drain(v1.ws, seen, False)
+        assert len(seen.chunks) < CHUNKS, "mid-turn"
+
+        async def restarted() -> bool:
+            with contextlib.suppress(KeyError):
+                return worker_pid(served, 2) != old and (await served.health_status())[0] == 200
+            return False
+        await until(restarted, "worker 2 serving again", tries=1200)
+        again = RawClient(await dial(served, query="worker=2"))
+        await again.result("initialize", {"protocolVersion": 1})
+        await call(again.ws, seen, False, 900, "session/attach", {
+            "sessionId": sid, "role": "controller", "historyPolicy": "after_message",
+            "afterMessageId": seen.last_event})
+        while seen.end is None:
+            seen.see(await read(again.ws, False), False)
+        check_turn(seen, False)
+        assert any(e.get("event") == "sessions_readopted" and e.get("adopted") == 1
+                   for e in served.events())
+        await again.ws.close()
         await v1.ws.close()

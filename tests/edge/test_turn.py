@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from acpgate_contracts.session.v1 import session_pb2
+from services.common.turn_items import finished_calls
 from services.edge.sessions.history_wire import history_meta, replay_updates, transcript
 from services.edge.sessions.turn import TEXT_BLOCK_CHUNKS, TurnAccumulator
 
@@ -192,3 +193,23 @@ def test_without_keep_chars_nothing_spills() -> None:
     acc.add_many(["x" * 100] * (TEXT_BLOCK_CHUNKS * 4))
     assert not acc.spilled
     assert len(acc.items[1].text) == 100 * TEXT_BLOCK_CHUNKS * 4
+
+
+def test_what_finishes_between_turns_is_its_result_alone() -> None:
+    """Between turns only finished tool calls make history items: a card's completion is its
+    result (the child's answer), a call created finished is its call and result, and text,
+    a call still running or any other update makes nothing."""
+    card = {"sessionUpdate": "tool_call_update", "toolCallId": "acpgate-subagent-c",
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "answer"}}]}
+    quick = {"sessionUpdate": "tool_call", "toolCallId": "t9", "title": "Quick",
+             "kind": "read", "status": "failed", "rawOutput": "gone"}
+    idle = [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "in_progress"},
+            {"sessionUpdate": "current_mode_update", "currentModeId": "code"}]
+    assert finished_calls(idle) == []
+    items = finished_calls([*idle, card, quick])
+    assert [(i.role, i.tool_call_id, i.status, i.output) for i in items] == [
+        (session_pb2.HistoryItem.ROLE_TOOL_RESULT, "acpgate-subagent-c", "completed", "answer"),
+        (session_pb2.HistoryItem.ROLE_TOOL_CALL, "t9", "", ""),
+        (session_pb2.HistoryItem.ROLE_TOOL_RESULT, "t9", "failed", "gone")]

@@ -12,6 +12,7 @@ Every message to the v2 client and to the agent is validated against the v2 sche
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import AcpProcess, updates, write_config
+from tests.conftest import fresh_url
+from tests.e2e.harness import AcpProcess, child_env, updates, write_config
 from tests.v2_agent import agent_section, received
 from tests.v2schema import check_sent, check_to_agent
 
@@ -29,10 +31,11 @@ pytestmark = pytest.mark.slow
 _V2_INIT = {"protocolVersion": 2, "info": {"name": "c", "version": "1"}}
 
 
-def _acp(tmp_path: Path, log: Path, mode: str = "v2") -> AcpProcess:
+def _acp(tmp_path: Path, log: Path, mode: str = "v2",
+         env: dict[str, str] | None = None) -> AcpProcess:
     cfg = write_config(tmp_path / "cfg", default_agent="two", max_sessions=10,
                        extra=agent_section("two", str(log), mode, '"auto"'))
-    return AcpProcess(cfg)
+    return AcpProcess(cfg, env=None if env is None else {**child_env(), **env})
 
 
 @pytest.fixture
@@ -264,3 +267,67 @@ def test_cancels_on_a_v1_agent_are_refused(tmp_path: Path, log: Path) -> None:
     finally:
         proc.close()
         proc.kill()
+
+
+def _card_updates(seen: list[dict[str, Any]], sid: str, card: str) -> list[dict[str, Any]]:
+    return [u for u in updates(seen, sid) if u.get("toolCallId") == card]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def either_store(request: pytest.FixtureRequest, tmp_path: Path,
+                 log: Path) -> Iterator[AcpProcess]:
+    """``acpgate acp`` on the v2 test agent, its sessions in SQLite or in PostgreSQL."""
+    env = None
+    if request.param == "postgres":
+        cluster = request.getfixturevalue("pg_cluster")
+        env = {"ACPGATE_store__url": asyncio.run(fresh_url(cluster))}
+    proc = _acp(tmp_path, log, env=env)
+    yield proc
+    proc.close()
+    proc.kill()
+
+
+def test_a_child_ending_after_its_turn_is_in_the_stored_history(either_store: AcpProcess,
+                                                                tmp_path: Path) -> None:
+    """The agent answers the prompt while its child runs on; the child ends later (before the
+    answer to a mode change, no turn running): its card's end and last text reach the v1
+    client, and the parent's stored history has them — a fork of the parent (which copies
+    the history, not the log) replays the card completed with the child's answer — while a
+    load of the parent itself replays it once. On both stores."""
+    acp = either_store
+    work = _work(tmp_path)
+    acp.result("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    sid = acp.result("session/new", {"cwd": work})["sessionId"]
+    before, resp = acp.call("session/prompt", {"sessionId": sid, "prompt": [
+        {"type": "text", "text": "sublate task"}]})
+    assert resp["result"]["stopReason"] == "end_turn"
+    child = next(u["sessionId"] for u in updates(before, sid)
+                 if u["sessionUpdate"] == "subagent_update")
+    card = f"acpgate-subagent-{child}"
+    assert [u.get("status") for u in _card_updates(before, sid, card)] == ["in_progress"]
+    # The child ends now, between turns.
+    late, _ = acp.call("session/set_mode", {"sessionId": sid, "modeId": "code"})
+    ended = _card_updates(late, sid, card)
+    assert [u.get("status") for u in ended] == ["completed"], late
+    answer = "child: sublate taskdone: sublate task"
+    assert ended[0]["content"] == [{"type": "content", "content": {
+        "type": "text", "text": answer}}]
+    # The fork replays the parent's stored history: the card, then its end with the answer.
+    fork = acp.result("session/fork", {"sessionId": sid, "cwd": work,
+                                       "mcpServers": []})["sessionId"]
+    acp.result("session/close", {"sessionId": fork})
+    replayed, resp = acp.call("session/load", {"sessionId": fork, "cwd": work,
+                                               "mcpServers": []})
+    assert "result" in resp, resp
+    cards = _card_updates(replayed, fork, card)
+    assert [(u["sessionUpdate"], u.get("title")) for u in cards] == [
+        ("tool_call", "Helper"), ("tool_call_update", "Helper")], cards
+    assert cards[1]["status"] == "completed" and cards[1]["rawOutput"] == answer
+    # The parent's own load replays its log: the card's end once, not again from the store.
+    acp.result("session/close", {"sessionId": fork})
+    acp.result("session/close", {"sessionId": sid})
+    replayed, resp = acp.call("session/load", {"sessionId": sid, "cwd": work,
+                                               "mcpServers": []})
+    assert "result" in resp, resp
+    assert [u.get("status") for u in _card_updates(replayed, sid, card)] == [
+        "in_progress", "completed"]

@@ -119,6 +119,23 @@ async def test_delete_session_and_usage_over_grpc(store_stub: Stub) -> None:
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def test_protocol_version_over_grpc(store_stub: Stub) -> None:
+    """The ACP version a session's agent speaks: none recorded on a new row, set by
+    UpdateSession and kept by an update that does not name it; a number that is no ACP
+    version is INVALID_ARGUMENT."""
+    stub = store_stub
+    row = await stub.CreateSession(pb.CreateSessionRequest(
+        session_id="p1", agent_alias="alpha", workspace_dir="/w"))
+    assert row.protocol_version == 0
+    row = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="p1", protocol_version=2))
+    assert row.protocol_version == 2
+    row = await stub.UpdateSession(pb.UpdateSessionRequest(session_id="p1", lease_id="L"))
+    assert (row.protocol_version, row.lease_id) == (2, "L")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.UpdateSession(pb.UpdateSessionRequest(session_id="p1", protocol_version=-1))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_delete_session_refuses_another_hosts_session(store_stub: Stub) -> None:
     """Several hosts: DeleteSession on behalf of one instance is ABORTED ("Session already
     active", nothing removed) while another instance's claim is live; its own goes."""

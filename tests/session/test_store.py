@@ -99,6 +99,22 @@ async def test_spec8_append_turn_round_trip(store: SessionStore) -> None:
     assert paged == items
 
 
+async def test_a_result_after_its_turn_is_an_entry_of_its_own(store: SessionStore) -> None:
+    """A tool call that finished after its turn was stored (a v2 agent's child ending late)
+    is appended alone, without a user item: it follows its turn, leaves the title and the
+    token count alone, and reads back after the call it finishes."""
+    await store.create_session(NewSession("s1", "a", "/w"))
+    await store.append_turn("s1", _turn("first question")[:3], token_delta=4)
+    late = await store.append_turn("s1", [HistoryEntry(
+        role="tool_result", tool_call_id="tc-1", output="late answer", status="completed")])
+    assert (late.turn, late.first_seq, late.last_seq) == (2, 4, 4)
+    items = await _history(store, "s1")
+    assert [(i.role, i.tool_call_id, i.output) for i in items[2:]] == [
+        ("tool_call", "tc-1", ""), ("tool_result", "tc-1", "late answer")]
+    rec = await store.get_session("s1")
+    assert (rec.title, rec.token_count, rec.message_count) == ("first question", 4, 4)
+
+
 async def test_spec8_turn_is_all_or_nothing(store: SessionStore) -> None:
     """SPEC §8: a bad item after good ones rolls the whole turn back; so does an unknown id."""
     await store.create_session(NewSession("s1", "a", "/w"))

@@ -32,6 +32,7 @@ from services.session.store import (
 from services.session.store.postgres.schema import _STEPS, _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
+from tests.session.old_rows import CHILD, OLD_ROWS, RAN, SPAWNED
 
 
 def _free_port() -> int:
@@ -115,7 +116,7 @@ async def test_v4_database_keeps_its_claims_and_gains_the_issue_17_tables(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await store.get_session("old")
         assert rec.forked_from == ""  # v8: no stored row is a fork
         assert not rec.subagent  # v11: nor a subagent
@@ -160,7 +161,7 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await store.get_session("old")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -173,7 +174,7 @@ async def test_v8_database_keeps_its_live_claim_and_gains_the_claim_url(
         assert (again.claim.generation, again.claim.public_url) == (4, "wss://a.example/acp")
     con = await asyncpg.connect(url)
     try:
-        assert await con.fetchval("SELECT version FROM schema_version") == 11
+        assert await con.fetchval("SELECT version FROM schema_version") == 12
     finally:
         await con.close()
 
@@ -198,7 +199,7 @@ async def test_v10_database_gains_the_subagent_mark(pg_cluster: Cluster) -> None
     finally:
         await con.close()
     async with _opened(PostgresTarget(url)) as store:
-        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert store.persistent and store.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await store.get_session("old")
         assert not rec.subagent and (rec.title, rec.message_count) == ("t", 1)
         assert [e.text async for e in store.iter_history("old")] == ["hi"]
@@ -209,9 +210,35 @@ async def test_v10_database_gains_the_subagent_mark(pg_cluster: Cluster) -> None
         assert child.subagent and (await store.get_session("c1")).subagent
     con = await asyncpg.connect(url)
     try:
-        assert await con.fetchval("SELECT version FROM schema_version") == 11
+        assert await con.fetchval("SELECT version FROM schema_version") == 12
     finally:
         await con.close()
+
+
+async def test_v11_database_marks_its_old_children_and_records_no_protocol(
+        pg_cluster: Cluster) -> None:
+    """v11 → v12: as SQLite's — only the child row stored before the subagent mark is
+    marked (by the id acpgate gives a child); no row has a protocol version recorded, one
+    written after is read back."""
+    url = await fresh_url(pg_cluster)
+    con = await asyncpg.connect(url)
+    try:
+        for stmt in _V4_TABLES:
+            await con.execute(stmt)
+        for version in range(4, 11):
+            await _STEPS[version][1](con)
+        await con.execute("INSERT INTO schema_version VALUES (11)")
+        await con.execute(OLD_ROWS)
+    finally:
+        await con.close()
+    async with _opened(PostgresTarget(url)) as store:
+        assert store.status.schema_version == LATEST_SCHEMA_VERSION == 12
+        marked = {sid: (await store.get_session(sid)).subagent
+                  for sid in ("top", CHILD, SPAWNED, RAN)}
+        assert marked == {"top": False, CHILD: True, SPAWNED: False, RAN: False}
+        assert {(await store.get_session(sid)).protocol_version for sid in marked} == {0}
+        rec = await store.update_session("top", protocol_version=2)
+        assert rec.protocol_version == 2 == (await store.get_session("top")).protocol_version
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:
     """TCP asks for a password: the one given apart from the URL (``[store] password_env``)

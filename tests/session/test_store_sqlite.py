@@ -19,6 +19,7 @@ import pytest
 from services.session.store import (
     LATEST_SCHEMA_VERSION,
     HistoryEntry,
+    InvalidItem,
     NewSession,
     SessionActiveElsewhere,
     SessionStore,
@@ -28,6 +29,7 @@ from services.session.store import (
 )
 from services.session.store.sqlite.db import connect
 from services.session.store.sqlite.schema import _MIGRATIONS, _V2_TABLES, _V4_CLAIM
+from tests.session.old_rows import CHILD, OLD_ROWS, RAN, SPAWNED
 
 
 async def _history(store: SessionStore, sid: str) -> list[HistoryEntry]:
@@ -280,7 +282,7 @@ async def test_v2_file_migrates_to_the_latest_version(tmp_path: Path) -> None:
     _write_v2(db)
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await s.get_session("v2")
         assert rec.forked_from == "" and not rec.subagent
         assert rec.claim.public_url == ""
@@ -348,7 +350,7 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await con.commit()
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await s.get_session("v2")
         assert (rec.claim.instance_id, rec.claim.host, rec.claim.generation) == ("gw-a", "a", 3)
         assert rec.claim.public_url == ""
@@ -361,7 +363,7 @@ async def test_v8_file_keeps_its_live_claim_and_gains_the_claim_url(tmp_path: Pa
         await s.close()
     con = sqlite3.connect(db)
     try:
-        assert con.execute("SELECT version FROM schema_version").fetchall() == [(11,)]
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(12,)]
     finally:
         con.close()
 
@@ -379,7 +381,7 @@ async def test_v10_file_gains_the_subagent_mark(tmp_path: Path) -> None:
         await con.commit()
     s = await open_store(db)
     try:
-        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 11
+        assert s.persistent and s.status.schema_version == LATEST_SCHEMA_VERSION == 12
         rec = await s.get_session("v2")
         assert not rec.subagent and (rec.title, rec.message_count) == ("hi", 1)
         assert [e.text for e in await _history(s, "v2")] == ["hi"]
@@ -393,6 +395,37 @@ async def test_v10_file_gains_the_subagent_mark(tmp_path: Path) -> None:
         await s.close()
     con = sqlite3.connect(db)
     try:
-        assert con.execute("SELECT version FROM schema_version").fetchall() == [(11,)]
+        assert con.execute("SELECT version FROM schema_version").fetchall() == [(12,)]
     finally:
         con.close()
+
+
+
+async def test_v11_file_marks_its_old_children_and_records_no_protocol(tmp_path: Path) -> None:
+    """v11 → v12: a v2 agent's child row stored before the subagent mark is recognised by
+    the id acpgate gives a child and marked; a spawned session, a version-5 id that ran
+    turns and a top session are not. No row has a protocol version recorded; one written
+    after is stored and read back, and a number that is no ACP version is refused."""
+    db = tmp_path / "sessions" / "acp-sessions.db"
+    db.parent.mkdir()
+    _write_v2(db)
+    async with aiosqlite.connect(db) as con:
+        for version in range(2, 11):
+            await _MIGRATIONS[version](con, 0)
+        await con.execute(OLD_ROWS)
+        await con.execute("UPDATE schema_version SET version = 11")
+        await con.commit()
+    s = await open_store(db)
+    try:
+        assert s.status.schema_version == LATEST_SCHEMA_VERSION == 12
+        marked = {sid: (await s.get_session(sid)).subagent
+                  for sid in ("v2", "top", CHILD, SPAWNED, RAN)}
+        assert marked == {"v2": False, "top": False, CHILD: True, SPAWNED: False,
+                          RAN: False}
+        assert {(await s.get_session(sid)).protocol_version for sid in marked} == {0}
+        rec = await s.update_session("top", protocol_version=2)
+        assert rec.protocol_version == 2 == (await s.get_session("top")).protocol_version
+        with pytest.raises(InvalidItem):
+            await s.update_session("top", protocol_version=70000)
+    finally:
+        await s.close()

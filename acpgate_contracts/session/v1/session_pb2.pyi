@@ -993,6 +993,7 @@ class SessionRow(_message.Message):
     STORED_BYTES_FIELD_NUMBER: _builtins.int
     FORKED_FROM_FIELD_NUMBER: _builtins.int
     SUBAGENT_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     agent_alias: _builtins.str
     workspace_dir: _builtins.str
@@ -1035,6 +1036,10 @@ class SessionRow(_message.Message):
     under parent_session_key): it has no agent session of its own, so it is never
     restored itself (its parent is).
     """
+    protocol_version: _builtins.int
+    """The ACP version the session's agent speaks, as its initialize chose it (0 = not
+    recorded): what an edge re-adopting the session translates by.
+    """
     @_builtins.property
     def ownership(self) -> Global___Ownership: ...
     @_builtins.property
@@ -1070,10 +1075,11 @@ class SessionRow(_message.Message):
         stored_bytes: _builtins.int = ...,
         forked_from: _builtins.str = ...,
         subagent: _builtins.bool = ...,
+        protocol_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "ownership", b"ownership"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "forked_from", b"forked_from", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "stored_bytes", b"stored_bytes", "subagent", b"subagent", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim", b"claim", "config_json", b"config_json", "created_at", b"created_at", "forked_from", b"forked_from", "input_tokens", b"input_tokens", "last_activity", b"last_activity", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "output_tokens", b"output_tokens", "ownership", b"ownership", "plan_json", b"plan_json", "protocol_version", b"protocol_version", "session_id", b"session_id", "state", b"state", "stored_bytes", b"stored_bytes", "subagent", b"subagent", "title", b"title", "token_count", b"token_count", "workspace_dir", b"workspace_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1205,6 +1211,7 @@ class UpdateSessionRequest(_message.Message):
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
     ADDITIONAL_DIRECTORIES_FIELD_NUMBER: _builtins.int
     CLAIM_GENERATION_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___SessionState.ValueType
     lease_id: _builtins.str
@@ -1224,6 +1231,8 @@ class UpdateSessionRequest(_message.Message):
     """With holder_instance_id: only while that instance holds the claim at this
     generation (ABORTED otherwise, nothing changed); 0 = not fenced.
     """
+    protocol_version: _builtins.int
+    """The ACP version the session's agent speaks (SessionRow.protocol_version; 0..65535)."""
     @_builtins.property
     def additional_directories(self) -> Global___StringList: ...
     def __init__(
@@ -1242,10 +1251,11 @@ class UpdateSessionRequest(_message.Message):
         config_json: _builtins.str | None = ...,
         additional_directories: Global___StringList | None = ...,
         claim_generation: _builtins.int = ...,
+        protocol_version: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "state", b"state", "title", b"title"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_protocol_version", b"_protocol_version", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "config_json", b"config_json", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "protocol_version", b"protocol_version", "state", b"state", "title", b"title"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim_generation", b"claim_generation", "config_json", b"config_json", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id", "_agent_alias", b"_agent_alias", "_config_json", b"_config_json", "_lease_id", b"_lease_id", "_mcp_servers_json", b"_mcp_servers_json", "_mode_id", b"_mode_id", "_plan_json", b"_plan_json", "_protocol_version", b"_protocol_version", "_state", b"_state", "_title", b"_title", "adapter_session_id", b"adapter_session_id", "additional_directories", b"additional_directories", "agent_alias", b"agent_alias", "claim_generation", b"claim_generation", "config_json", b"config_json", "holder_instance_id", b"holder_instance_id", "lease_id", b"lease_id", "mcp_servers_json", b"mcp_servers_json", "mode_id", b"mode_id", "plan_json", b"plan_json", "protocol_version", b"protocol_version", "session_id", b"session_id", "state", b"state", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__adapter_session_id: _TypeAlias = _typing.Literal["adapter_session_id"]  # noqa: Y015
     _WhichOneofArgType__adapter_session_id: _TypeAlias = _typing.Literal["_adapter_session_id", b"_adapter_session_id"]  # noqa: Y015
@@ -1261,6 +1271,8 @@ class UpdateSessionRequest(_message.Message):
     _WhichOneofArgType__mode_id: _TypeAlias = _typing.Literal["_mode_id", b"_mode_id"]  # noqa: Y015
     _WhichOneofReturnType__plan_json: _TypeAlias = _typing.Literal["plan_json"]  # noqa: Y015
     _WhichOneofArgType__plan_json: _TypeAlias = _typing.Literal["_plan_json", b"_plan_json"]  # noqa: Y015
+    _WhichOneofReturnType__protocol_version: _TypeAlias = _typing.Literal["protocol_version"]  # noqa: Y015
+    _WhichOneofArgType__protocol_version: _TypeAlias = _typing.Literal["_protocol_version", b"_protocol_version"]  # noqa: Y015
     _WhichOneofReturnType__state: _TypeAlias = _typing.Literal["state"]  # noqa: Y015
     _WhichOneofArgType__state: _TypeAlias = _typing.Literal["_state", b"_state"]  # noqa: Y015
     _WhichOneofReturnType__title: _TypeAlias = _typing.Literal["title"]  # noqa: Y015
@@ -1279,6 +1291,8 @@ class UpdateSessionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__mode_id) -> _WhichOneofReturnType__mode_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__plan_json) -> _WhichOneofReturnType__plan_json | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__protocol_version) -> _WhichOneofReturnType__protocol_version | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__state) -> _WhichOneofReturnType__state | None: ...
     @_typing.overload

@@ -211,7 +211,7 @@ class SessionBackend:
         if update.state is not None:
             request.state = update.state  # type: ignore[assignment]
         for name in ("lease_id", "adapter_session_id", "agent_alias", "title",
-                     "mcp_servers_json", "mode_id", "config_json"):
+                     "mcp_servers_json", "mode_id", "config_json", "protocol_version"):
             value = getattr(update, name)
             if value is not None:
                 setattr(request, name, value)

@@ -158,6 +158,8 @@ class SessionRow:
     forked_from: str = ""
     #: A child session an agent runs under its parent: never restored itself.
     subagent: bool = False
+    #: The ACP version its agent speaks, as its ``initialize`` chose it (0: not recorded).
+    protocol_version: int = 0
 
     @classmethod
     def of(cls, r: session_pb2.SessionRow) -> SessionRow:
@@ -170,7 +172,8 @@ class SessionRow:
             claim=Claim.of(r.claim), additional_directories=tuple(r.additional_directories),
             mode_id=r.mode_id, config_json=r.config_json, input_tokens=r.input_tokens,
             output_tokens=r.output_tokens, stored_bytes=r.stored_bytes,
-            forked_from=r.forked_from, subagent=r.subagent)
+            forked_from=r.forked_from, subagent=r.subagent,
+            protocol_version=r.protocol_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,8 @@ class RowUpdate:
     config_json: str | None = None
     #: An empty sequence is a change too (no extra roots any more).
     additional_directories: Sequence[str] | None = None
+    #: The ACP version the session's agent speaks (:attr:`SessionRow.protocol_version`).
+    protocol_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

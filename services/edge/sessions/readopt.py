@@ -13,8 +13,11 @@ claimed under its name and re-adopts each (:func:`readopt`):
 - attaches again on the row's lease (``open{lease_id}``) and takes the adapter's pipes
   over the fd socket — a grant only the service credential redeems — or relays over
   the stream; its request ids start above any its predecessor used; a v2 agent's
-  translation is set up again, for the version the alias's recorded profile names (the
-  agent is not asked ``initialize`` again);
+  translation is set up again, for the version the session's row recorded when its agent
+  was started (:func:`adopted_protocol`: an adapter upgraded, or an ``auto`` alias whose
+  profile changed meanwhile, does not change what this agent process speaks; a row
+  written before versions were recorded falls back to the alias's profile) — the agent
+  is not asked ``initialize`` again;
 - rebuilds the session from the store (row, agent; a new feed whose event ids, taken
   from the clock, continue above what was logged) and leaves it *detached*, exactly as
   a dropped connection does: its owner re-attaches with ``session/attach``
@@ -38,14 +41,16 @@ import time
 from typing import TYPE_CHECKING
 
 from services.common.acp.schema import ClientCapabilities
+from services.common.acp.v2.names import PROTOCOL_V2
 from services.common.logs import get_logger
+from services.common.protocol import PROTOCOL_VERSION
 from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.caps import recorded_capabilities, recorded_version
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
 from services.edge.adapter.link import AdapterLink
 from services.edge.backends.errors import ServiceError
 from services.edge.backends.lifecycle import AttachSpec
-from services.edge.backends.session_types import LiveSession
+from services.edge.backends.session_types import LiveSession, ResolvedAgent, SessionRow
 from services.edge.sessions import adopted_turn
 from services.edge.sessions.clients import DetachedPort, detach
 from services.edge.sessions.running_note import note_path, take_note
@@ -54,7 +59,7 @@ from services.edge.sessions.session import EdgeSession
 if TYPE_CHECKING:
     from services.edge.sessions.hub import EdgeHub
 
-__all__ = ["readopt"]
+__all__ = ["adopted_protocol", "readopt"]
 
 log = get_logger("edge.readopt")
 
@@ -62,6 +67,15 @@ log = get_logger("edge.readopt")
 #: from 0 per adapter; this is the clock in ms, ~1.7e12).
 def _first_id() -> int:
     return int(time.time() * 1000)
+
+
+def adopted_protocol(row: SessionRow, agent: ResolvedAgent) -> tuple[int, int]:
+    """The ``protocol`` setting a re-adopted link runs with, and the version its agent's
+    ``initialize`` chose: the row's recorded version (exactly that one), else the alias's
+    setting and the version its recorded profile names (module doc)."""
+    if row.protocol_version in (PROTOCOL_VERSION, PROTOCOL_V2):
+        return row.protocol_version, row.protocol_version
+    return agent.protocol, recorded_version(agent.adapter_capabilities_json)
 
 
 async def readopt(rt: EdgeHub[EdgeSession]) -> tuple[list[str], list[str]]:
@@ -101,10 +115,11 @@ async def _readopt_one(rt: EdgeHub[EdgeSession], live: LiveSession) -> bool:
     agent = await rt.session_service.resolve_restore_agent(sid)
     session = EdgeSession(rt, DetachedPort(ClientCapabilities()), row, rt.clock)
     session.confirmed = True
+    protocol, version = adopted_protocol(row, agent)
     link = AdapterLink(rt.lifecycle, AttachSpec(lease_id=row.lease_id, keep_on_loss=True),
-                       foreign=foreign(agent), protocol=agent.protocol, first_id=_first_id())
-    if link.v2 is not None:  # the version its initialize chose, as the alias recorded it
-        link.v2.adopt(recorded_version(agent.adapter_capabilities_json))
+                       foreign=foreign(agent), protocol=protocol, first_id=_first_id())
+    if link.v2 is not None:  # the version its initialize chose
+        link.v2.adopt(version)
     client = AdapterClient(link, sid, session, agent)
     client.adapter_session_id = row.adapter_session_id
     client.agent_capabilities = recorded_capabilities(agent.adapter_capabilities_json)

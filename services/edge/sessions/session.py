@@ -3,7 +3,9 @@
 The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
 it: streams the adapter's updates to its clients in order, accumulates them into
 the running :class:`~services.edge.sessions.turn.Turn` (which runs, stores and logs
-itself), relays permission requests with ``zc-out-N`` ids and applies cancel.
+itself) — what finishes while no turn accumulates is stored on its own
+(:mod:`.late_results`) — relays permission requests with ``zc-out-N`` ids and applies
+cancel.
 
 Agent-to-agent sessions: a session knows its stored key and its
 parent's; the adapter's extension requests (the session tools) go to the
@@ -44,6 +46,7 @@ from services.edge.ports.permission import cancelled_answer, denial_reason, rela
 from services.edge.sessions.clients import FollowingBackChannel, SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.hub import EdgeHub
+from services.edge.sessions.late_results import late_items, store_late
 from services.edge.sessions.prompt_result import TurnOutcome
 from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
@@ -138,6 +141,8 @@ class EdgeSession:
         #: turn answers so and is not stored; the session ends here.
         self.taken_over = False
         self._relays: set[asyncio.Future[Any]] = set()
+        #: What finished between turns, being stored (:mod:`.late_results`).
+        self._late: set[asyncio.Task[None]] = set()
         #: Modes, config options and title as the adapter reported them (relayed, stored).
         claims, sid = runtime.claims, row.session_id
         self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
@@ -221,8 +226,14 @@ class EdgeSession:
         self.touch()
         turn = self.turn
         acc = turn.acc if turn is not None else None
-        others = acc.add_many(updates) if acc is not None else \
-            [update for update in updates if type(update) is dict]
+        if acc is not None and not (acc.closed and not acc.spilled):
+            others = acc.add_many(updates)
+        else:  # no turn accumulates: what finishes now is stored on its own
+            others = [update for update in updates if type(update) is dict]
+            if late := late_items(others):
+                task = self.runtime.spawn(store_late(self.turn_context, late))
+                self._late.add(task)
+                task.add_done_callback(self._late.discard)
         for update in others:
             try:
                 if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
@@ -423,6 +434,13 @@ class EdgeSession:
                 seen.add(other)
                 other._cancel_tree(seen, keep)
         return mine
+
+    async def history_settled(self) -> None:
+        """Return once what finished between turns and was relayed so far is stored (a
+        reader of the stored history — a fork, the session tools — sees what the clients
+        saw)."""
+        if self._late:
+            await asyncio.wait(set(self._late))
 
     async def wait_turn(self) -> None:
         """Wait until no turn runs."""

@@ -20,10 +20,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+from services.common.acp.v2.names import PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcError
 from services.common.logs import get_logger
 from services.common.policy import SecurityPolicy
-from services.common.protocol import INTERNAL_ERROR
+from services.common.protocol import INTERNAL_ERROR, PROTOCOL_VERSION
 from services.edge.adapter.agent_meta import foreign
 from services.edge.adapter.caps import profile_of, recorded_json
 from services.edge.adapter.client import SETUP_TIMEOUT_SECS, AdapterClient
@@ -236,6 +237,14 @@ async def _record_capabilities(rt: EdgeHub[EdgeSession], agent: ResolvedAgent,
         log.warning("record_capabilities_failed", alias=agent.alias, code=exc.code)
 
 
+def _spoken_version(session: EdgeSession) -> int:
+    """The ACP version the session's agent speaks, as its ``initialize`` chose it: recorded
+    on the row, so an edge re-adopting the session translates by it whatever the alias says
+    by then (:mod:`services.edge.sessions.readopt`)."""
+    adapter = session.adapter
+    return PROTOCOL_V2 if adapter is not None and adapter.link.speaks_v2 else PROTOCOL_VERSION
+
+
 async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
                       alias: str | None = None, *, mcp_servers_json: str | None = None,
                       additional_directories: Sequence[str] | None = None) -> None:
@@ -258,7 +267,7 @@ async def mark_active(conn: SessionHome, session: EdgeSession, adapter_sid: str,
     request = RowUpdate(
         session.session_id, holder_instance_id=holder, claim_generation=generation,
         state=SESSION_ACTIVE, lease_id=session.lease_id, adapter_session_id=adapter_sid,
-        agent_alias=alias, mcp_servers_json=mcp_servers_json,
+        protocol_version=_spoken_version(session), agent_alias=alias, mcp_servers_json=mcp_servers_json,
         additional_directories=additional_directories)
     only_adapter = alias is None and mcp_servers_json is None and additional_directories is None
     if only_adapter and session.claimed_at is not None \

@@ -273,6 +273,7 @@ class Turn:
         turn_id = self.turn_id
         usage = turn_usage(result, raw)
         holder, generation = ctx.claims.fence(sid)
+        acc.close()  # relayed from now on: no longer this turn's (late_results)
         items, plan_json = acc.items, acc.plan_json
         if usage is not None:
             ctx.metrics.count_tokens(usage.input_tokens, usage.output_tokens)

@@ -98,6 +98,7 @@ def row_to_pb(rec: SessionRecord) -> pb.SessionRow:
         stored_bytes=rec.stored_bytes,
         forked_from=rec.forked_from,
         subagent=rec.subagent,
+        protocol_version=rec.protocol_version,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Final
 
 from services.common.protocol import (
     HISTORY_ROLE_TOOL_CALL,
@@ -45,6 +46,9 @@ __all__ = [
     "check_update",
     "validate_item",
 ]
+
+#: The largest ACP protocol version number (the schema's ``ProtocolVersion`` is a uint16).
+MAX_PROTOCOL_VERSION: Final = 0xFFFF
 
 
 def _check_json_field(value: str | None, kind: type, name: str, kind_name: str) -> None:
@@ -129,16 +133,19 @@ def check_update(
     state: str | None, agent_alias: str | None, plan_json: str | None,
     mcp_servers_json: str | None = None, lease_id: str | None = None, *,
     mode_id: str | None = None, config_json: str | None = None,
-    additional_directories: Sequence[str] | None = None,
+    additional_directories: Sequence[str] | None = None, protocol_version: int | None = None,
 ) -> None:
     """Refuse an update to an unknown state, an empty alias, a plan that is not JSON, an MCP
-    server list that is not a JSON array, config values that are not a JSON object, or an
-    alias, lease id, mode id or directory with a NUL in it."""
+    server list that is not a JSON array, config values that are not a JSON object, an
+    alias, lease id, mode id or directory with a NUL in it, or a protocol version that is no
+    ACP version number (a uint16)."""
     if state is not None and state not in STATES:
         raise InvalidItem(f"unknown state {state!r}")
     if agent_alias is not None and not agent_alias:
         raise InvalidItem("agent_alias must not be empty")
     _check_no_nul((agent_alias, lease_id, mode_id, *(additional_directories or ())))
+    if protocol_version is not None and not 0 <= protocol_version <= MAX_PROTOCOL_VERSION:
+        raise InvalidItem(f"protocol_version out of range: {protocol_version}")
     check_plan(plan_json)
     check_mcp_servers(mcp_servers_json)
     check_config(config_json)

@@ -117,6 +117,7 @@ class SessionStore(EventLogStore, ABC):
         mode_id: str | None = None,
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
+        protocol_version: int | None = None,
         holder: str | None = None,
         generation: int = 0,
     ) -> SessionRecord:

@@ -89,7 +89,7 @@ class StoreError(Exception):
 
 #: The schema version both backends migrate a store to, and the newest they open: a new
 #: version adds one migration step to each backend (their version numbers are shared).
-LATEST_SCHEMA_VERSION: Final = 11
+LATEST_SCHEMA_VERSION: Final = 12
 
 
 class SchemaTooNew(StoreError):
@@ -253,6 +253,8 @@ class SessionRecord:
     forked_from: str = ""
     #: A child session an agent runs under its parent (:attr:`NewSession.subagent`).
     subagent: bool = False
+    #: The ACP version its agent speaks, as its ``initialize`` chose it (0: not recorded).
+    protocol_version: int = 0
 
 
 @dataclass(frozen=True)

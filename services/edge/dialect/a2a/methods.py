@@ -111,6 +111,8 @@ async def sessions_history(requester: EdgeSession, params: dict[str, Any]) -> di
     """The newest stored items of a session the requester may read."""
     sid = _target(params)
     rt = requester.runtime
+    if (live := rt.registry.active.get(sid)) is not None:
+        await live.history_settled()
     pages = rt.session_service.get_history(sid, await _reader(requester),
                                            _int(params, "limit", 20, MAX_HISTORY_ITEMS))
     try:

@@ -113,6 +113,8 @@ async def session_fork(conn: DialectConnection, params: dict[str, Any]) -> Answe
         parent = await visible_row(rt, conn.caller, parent_id)
         if parent.subagent:
             raise subagent_refused(parent, MSG_SUBAGENT_FORK)
+        if (live := rt.registry.active.get(parent_id)) is not None:
+            await live.history_settled()  # the copy holds what its clients saw end
         # The fork is the parent's principal's (the operator may fork any token's session).
         await slot.charge(principal_of_owner(parent.ownership.owner_session_key))
         client_mcp = client_mcp_rules(conn)

@@ -67,6 +67,8 @@ class RowRpcs(RpcBase):
                 config_json=opt("config_json"),
                 additional_directories=(tuple(request.additional_directories.values)
                                         if request.HasField("additional_directories") else None),
+                protocol_version=(request.protocol_version
+                                  if request.HasField("protocol_version") else None),
                 holder=request.holder_instance_id or None,
                 generation=request.claim_generation,
             )

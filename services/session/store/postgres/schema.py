@@ -170,6 +170,16 @@ _V10_EVENT_LOG = (
 #: v11 (subagents): as SQLite's — the mark of a child session an agent runs.
 _V11_SUBAGENT = "ALTER TABLE sessions ADD COLUMN subagent INTEGER NOT NULL DEFAULT 0"
 
+#: v12: as SQLite's — the recorded protocol version, and the old child rows marked.
+_V12_PROTOCOL_AND_OLD_CHILDREN = (
+    "ALTER TABLE sessions ADD COLUMN protocol_version INTEGER NOT NULL DEFAULT 0",
+    "UPDATE sessions SET subagent = 1 WHERE subagent = 0 AND parent_session_key <> ''"
+    " AND spawned_by = parent_session_key AND adapter_session_id = '' AND last_turn = 0"
+    " AND length(id) = 36 AND substr(id, 9, 1) = '-' AND substr(id, 14, 1) = '-'"
+    " AND substr(id, 15, 1) = '5' AND substr(id, 19, 1) = '-'"
+    " AND substr(id, 20, 1) IN ('8', '9', 'a', 'b') AND substr(id, 24, 1) = '-'",
+)
+
 
 async def read_version(con: Conn) -> int:
     """0 for a database without the store's tables, else the stored version."""
@@ -227,6 +237,13 @@ async def _add_v11_subagent(con: Conn) -> None:
     await con.execute(_V11_SUBAGENT)
 
 
+async def _add_v12_protocol_and_old_children(con: Conn) -> None:
+    """v11 → v12: the recorded protocol version (none for the rows before), and the child
+    rows stored before the subagent mark marked."""
+    for stmt in _V12_PROTOCOL_AND_OLD_CHILDREN:
+        await con.execute(stmt)
+
+
 #: from-version → (to-version, step).
 _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     0: (FIRST_VERSION, _create_v4),
@@ -237,6 +254,7 @@ _STEPS: dict[int, tuple[int, Callable[[Conn], Awaitable[None]]]] = {
     8: (9, _add_v9_claim_url),
     9: (10, _add_v10_event_log),
     10: (11, _add_v11_subagent),
+    11: (12, _add_v12_protocol_and_old_children),
 }
 
 

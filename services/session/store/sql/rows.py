@@ -72,7 +72,7 @@ SESSION_COLUMNS: Final = (
     " owner_session_key, agent_id, backend, gateway_instance_id, owner_created_at, last_seq,"
     " mcp_servers_json, active_instance_id, active_host, active_until, additional_dirs_json,"
     " mode_id, config_json, input_tokens, output_tokens, claim_generation, stored_bytes,"
-    " forked_from, active_url, subagent"
+    " forked_from, active_url, subagent, protocol_version"
 )
 #: Every HistoryEntry field in declaration order: a history row is ``HistoryEntry(*row)``.
 HISTORY_COLUMNS: Final = ", ".join(f.name for f in fields(HistoryEntry))
@@ -202,6 +202,7 @@ def record_from_row(r: Row, text: Callable[[str], str] = str) -> SessionRecord:
         stored_bytes=int(r[30]),
         forked_from=r[31],
         subagent=bool(r[33]),
+        protocol_version=int(r[34]),
     )
 
 
@@ -261,6 +262,7 @@ def update_assignments(
     mode_id: str | None = None,
     config_json: str | None = None,
     additional_directories: Sequence[str] | None = None,
+    protocol_version: int | None = None,
     text: Callable[[str], str] = str,
 ) -> tuple[list[str], list[Any]]:
     """The ``SET`` assignments and their parameters of an update (None = unchanged).
@@ -283,6 +285,7 @@ def update_assignments(
         ("config_json", config_json),
         ("additional_dirs_json",
          None if additional_directories is None else dirs_json(additional_directories)),
+        ("protocol_version", protocol_version),
     ):
         if value is not None:
             sets.append(f"{column} = ?")

@@ -202,6 +202,21 @@ _V10_EVENT_LOG = (
 #: stored before is one (a child stored by v10 cannot be told apart; it stays 0).
 _V11_SUBAGENT = "ALTER TABLE sessions ADD COLUMN subagent INTEGER NOT NULL DEFAULT 0"
 
+#: v12: the ACP version a session's agent speaks, as its ``initialize`` chose it
+#: (0 = not recorded: a row written before, or no agent started yet), and the subagent
+#: mark on the child rows stored before v11 — recognisable by the id acpgate gives a child
+#: (a name-based UUID, version 5, where every other session id acpgate makes is random,
+#: version 4) under a parent that spawned it, never restored itself (no agent session,
+#: no turn of its own).
+_V12_PROTOCOL_AND_OLD_CHILDREN = (
+    "ALTER TABLE sessions ADD COLUMN protocol_version INTEGER NOT NULL DEFAULT 0",
+    "UPDATE sessions SET subagent = 1 WHERE subagent = 0 AND parent_session_key <> ''"
+    " AND spawned_by = parent_session_key AND adapter_session_id = '' AND last_turn = 0"
+    " AND length(id) = 36 AND substr(id, 9, 1) = '-' AND substr(id, 14, 1) = '-'"
+    " AND substr(id, 15, 1) = '5' AND substr(id, 19, 1) = '-'"
+    " AND substr(id, 20, 1) IN ('8', '9', 'a', 'b') AND substr(id, 24, 1) = '-'",
+)
+
 #: A v1 message role → its v2 history role (others are kept only in legacy_messages_v1).
 _LEGACY_ROLE_MAP = {
     "user": HISTORY_ROLE_USER,
@@ -356,6 +371,13 @@ async def _migrate_10_to_11(db: aiosqlite.Connection, now: int) -> None:
     await db.execute(_V11_SUBAGENT)
 
 
+async def _migrate_11_to_12(db: aiosqlite.Connection, now: int) -> None:
+    """v11 → v12: the recorded protocol version (none for the rows before), and the child
+    rows stored before the subagent mark marked."""
+    for stmt in _V12_PROTOCOL_AND_OLD_CHILDREN:
+        await db.execute(stmt)
+
+
 _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -368,6 +390,7 @@ _MIGRATIONS: dict[int, Callable[[aiosqlite.Connection, int], Any]] = {
     8: _migrate_8_to_9,
     9: _migrate_9_to_10,
     10: _migrate_10_to_11,
+    11: _migrate_11_to_12,
 }
 
 

@@ -170,6 +170,7 @@ class SqliteSessionStore(SqliteEvents, SqliteFork):
         mode_id: str | None = None,
         config_json: str | None = None,
         additional_directories: Sequence[str] | None = None,
+        protocol_version: int | None = None,
         holder: str | None = None,
         generation: int = 0,
     ) -> SessionRecord:
@@ -177,12 +178,14 @@ class SqliteSessionStore(SqliteEvents, SqliteFork):
         the first alias they are bound to; ``holder`` (and ``generation``) guard against
         another's claim."""
         check_update(state, agent_alias, plan_json, mcp_servers_json, lease_id, mode_id=mode_id,
-                     config_json=config_json, additional_directories=additional_directories)
+                     config_json=config_json, additional_directories=additional_directories,
+                     protocol_version=protocol_version)
         sets, params = update_assignments(
             session_id, state=state, lease_id=lease_id, adapter_session_id=adapter_session_id,
             plan_json=plan_json, agent_alias=agent_alias, title=title,
             mcp_servers_json=mcp_servers_json, mode_id=mode_id, config_json=config_json,
             additional_directories=additional_directories,
+            protocol_version=protocol_version,
         )
         where, args = row_filter(session_id, holder, generation)
         async with self._lock:

@@ -105,3 +105,16 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
         assert median not in ("n/a", "0", "0.000"), r
     assert "(expected 20)" in text and "MISMATCH" not in text
     assert "10/10 leases closed" in text
+
+
+@pytest.mark.slow
+def test_v2_pair_prints_both_sizes(tmp_path: Path) -> None:
+    """``python -m bench.v2_pair`` (the v1/v2 relay pair alone) runs and prints its table."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "bench.v2_pair", "--rounds", "2",
+                           "--counts", "20,50"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == ["20", "50"], proc.stdout

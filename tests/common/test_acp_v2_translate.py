@@ -156,3 +156,35 @@ def test_wire_batches_and_permission_states() -> None:
                                                              "session/request_permission"]
     _, after = wire.inbound('{"jsonrpc":"2.0","id":"zc-out-1","result":{}}')
     assert json.loads(after[0])["params"]["update"]["state"] == "running"
+
+
+def _chunk_line(sid: str, message_id: str, text: str, kind: str = "agent_message_chunk") -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": sid, "update": {"sessionUpdate": kind, "messageId": message_id,
+                                     "content": {"type": "text", "text": text}}}},
+                      separators=(",", ":"))
+
+
+def test_a_run_of_message_chunks_passes_as_it_is() -> None:
+    """The relay's common batch, one message's chunks, is handed on as the same list."""
+    run = [_chunk_line("s", "msg_1", f"{i} ") for i in range(50)]
+    assert ClientWire().outbound(run) is run
+
+
+def test_a_mixed_batch_is_translated_as_line_by_line() -> None:
+    """Lines that share the first line's start only in part, other sessions and messages,
+    and updates to translate come out as each line alone would."""
+    call = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "t1",
+                                     "title": "Read", "status": "pending"}}},
+                      separators=(",", ":"))
+    batch = [_chunk_line("s", "msg_1", "a"), _chunk_line("s", "msg_1", '"update":{ b'),
+             _chunk_line("s2", "msg_1", "c"), _chunk_line("s", "msg_2", "d"),
+             _chunk_line("s", "msg_3", "e", "agent_thought_chunk"), call,
+             _chunk_line("s", "msg_1", "f"), "not json", '{"jsonrpc":"2.0","id":3,"result":{}}']
+    one_by_one = ClientWire()
+    expected = [out for line in batch for out in one_by_one.outbound([line])]
+    got = ClientWire().outbound(batch)
+    assert got == expected
+    assert json.loads(got[5])["params"]["update"]["sessionUpdate"] == "tool_call_update"
+    assert got[:5] == batch[:5] and got[6:] == batch[6:]

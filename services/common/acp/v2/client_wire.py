@@ -22,6 +22,7 @@ Every other line passes unchanged. Only v2 connections pay for any of this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -49,15 +50,30 @@ _CHUNKS_WITH_ID = tuple(f'"sessionUpdate":"{kind}","messageId":' for kind in (
     "agent_message_chunk", "agent_thought_chunk"))
 
 
-def _chunk_with_id(line: str) -> bool:
-    """True for a ``session/update`` line whose update is an agent message or thought chunk
-    that names its message first: nothing to translate, so it is not parsed. (A string value
-    cannot hold these unescaped quotes, so the first ``"update":{`` after the session id is
-    the update's.)"""
+def _chunk_head(line: str) -> str | None:
+    """For a ``session/update`` line whose update is an agent message or thought chunk that
+    names its message first (nothing to translate, so it is not parsed): the line up to its
+    ``"messageId":``; else None. (A string value cannot hold these unescaped quotes, so the
+    first ``"update":{`` after the session id is the update's.)
+
+    Every line that starts with the head so found is such a line too: its first
+    ``"update":{`` is the same one, inside the head. So a run of chunks is recognised by one
+    parse of this kind and a ``startswith`` per line (:meth:`ClientWire.outbound`)."""
     if not line.startswith(_UPDATE_HEAD):
-        return False
+        return None
     at = line.find(_UPDATE_KEY, len(_UPDATE_HEAD))
-    return at > 0 and line.startswith(_CHUNKS_WITH_ID, at + len(_UPDATE_KEY))
+    if at <= 0:
+        return None
+    start = at + len(_UPDATE_KEY)
+    for marker in _CHUNKS_WITH_ID:
+        if line.startswith(marker, start):
+            return line[:start + len(marker)]
+    return None
+
+
+def _chunk_with_id(line: str) -> bool:
+    """True for a line :func:`_chunk_head` recognises."""
+    return _chunk_head(line) is not None
 
 
 def _line(message: dict[str, Any]) -> str:
@@ -109,11 +125,16 @@ class ClientWire:
 
     def outbound(self, lines: list[str]) -> list[str]:
         """What acpgate sends (v1 lines), as the v2 client is to get it."""
-        if all(map(_chunk_with_id, lines)):  # a run of streamed text: the common case
+        if not lines:
+            return lines
+        # A run of streamed text, the common case: the lines of one message share their
+        # head, so one C-level startswith per line recognises them (no Python call each).
+        head = _chunk_head(lines[0])
+        if head is not None and all(map(str.startswith, lines, repeat(head))):
             return lines
         out: list[str] = []
         for line in lines:
-            if _chunk_with_id(line):
+            if (head is not None and line.startswith(head)) or _chunk_with_id(line):
                 out.append(line)
                 continue
             try:

@@ -51,6 +51,8 @@ _CHUNK_MID = TEXT_CHUNK_MID
 _CHUNK_TAIL = TEXT_CHUNK_TAIL
 #: The most events a ring holds, whatever their size (``replay_chars`` bounds it first).
 MAX_EVENTS = 100_000
+#: The highest event id there can be: the store keeps them as signed 64-bit integers.
+MAX_EVENT_ID = 2**63 - 1
 #: JSON's exact integers end at 2**53; ids start from the clock in microseconds (below it).
 _CLOCK_SCALE = 1_000_000
 
@@ -76,13 +78,14 @@ class Event:
 
 
 def event_id_of(value: Any) -> int | None:
-    """An event id a client passed (a number, or its decimal string), else None."""
+    """An event id a client passed (a number, or its decimal string), else None; one
+    beyond :data:`MAX_EVENT_ID` is none (the store could not even be asked about it)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if value <= MAX_EVENT_ID else None
     if isinstance(value, str) and value.isdigit() and len(value) < 20:
-        return int(value)
+        return int(value) if int(value) <= MAX_EVENT_ID else None
     return None
 
 

@@ -5,7 +5,8 @@ window, spawned by a stand-in parent that then dies: the wrapper is orphaned and
 listens for a restarted lifecycle service. An attacker of the same uid (an agent, a
 tool it ran) can reach the socket; without the service credential it cannot adopt the
 wrapper — nor replay a proof seen before, nor make it let stdin go — and the wrapper
-stops its adapter when the window ends. A peer of another uid that reaches the socket
+stops its adapter when the window ends. A line nested deeper than the JSON parser goes
+is a malformed line, not the wrapper's death (with its adapter's). A peer of another uid that reaches the socket
 (were its mode ever broader) is closed before the wrapper says a word, and peers that
 connect and stall cannot hold the window open. The service's own exchange (the key
 derived from the credential) does adopt it: the check is real, not a closed door.
@@ -231,5 +232,33 @@ def test_another_uid_or_a_stalling_peer_neither_talks_to_nor_keeps_the_wrapper(
     finally:
         for sock in stalling:
             sock.close()
+        parent.kill()
+        with_suppress_kill(wrapper_pid)
+
+
+def test_a_deeply_nested_line_neither_crashes_nor_stalls_the_wrapper(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    policy = AdoptPolicy(WINDOW_SECS, "the-service-credential", run)
+    parent, wrapper_pid, path = _spawn(tmp_path, policy)
+    try:
+        adapter = _adapter(wrapper_pid)
+        for line in ("[" * 4000, "{\"op\": " * 800, "[" * 4000 + "]" * 40):
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(5)
+                sock.connect(path)
+                recv_line(sock)  # the hello
+                sock.sendall(line.encode()[:4000] + b"\n")
+                answer = b"reset"
+                with contextlib.suppress(OSError):
+                    answer = sock.recv(4096)
+                assert not _gone(wrapper_pid, 0.5), "the wrapper died of it"
+                assert answer == b"", "closed unanswered"
+        assert not _gone(adapter.pid, 0.5), "the adapter was stopped"
+        # The wrapper still serves its service.
+        _orphan(parent)
+        got = exchange(path, policy.key(LEASE), LEASE, wrapper_pid, OP_ADOPT)
+        got.close()
+    finally:
         parent.kill()
         with_suppress_kill(wrapper_pid)

@@ -1,5 +1,6 @@
-"""acpgate's replay cursors from the attacker's side: ``session/resume`` with a v2
-``replayFrom: {"type": "_acpgate_event"}`` (and v1's ``_meta.acpgate.afterEventId``).
+"""acpgate's cursors from the attacker's side: ``session/resume`` with a v2
+``replayFrom: {"type": "_acpgate_event"}`` (and v1's ``_meta.acpgate.afterEventId``), and
+``session/list``'s page cursor.
 
 A real ``acpgate serve`` with real tokens and the built-in agent:
 
@@ -8,12 +9,15 @@ A real ``acpgate serve`` with real tokens and the built-in agent:
   not exist, and nothing of the session streams to it;
 - a forged cursor — beyond any event id the store can hold, negative, not a number — is
   a clear error or no replay at all, never an internal error; the session stays the
-  owner's to resume from a real cursor.
+  owner's to resume from a real cursor;
+- a forged page cursor (acpgate's is base64 of a JSON array) — one nested deeper than
+  the JSON parser goes among them — is -32602 ``invalid cursor``, never an internal error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -131,3 +135,15 @@ async def test_a_forged_cursor_is_refused_never_an_internal_error(tmp_path: Path
         assert resumed["_meta"]["acpgate"]["replay"] == "events"
         await owner.ws.close()
         assert not [e for e in gw.events() if e.get("event") == "handler_failed"]
+
+
+async def test_a_forged_list_cursor_is_refused_never_an_internal_error(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        client = RawClient(await gw.connect(await gw.token("owner")))
+        await client.result("initialize", {"protocolVersion": 1})
+        for raw in (b"[" * 5000, b"[" * 900 + b"]" * 900, b"{}", b"[1]", b"\xff"):
+            cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+            _, answer = await client.call("session/list", {"cursor": cursor})
+            assert answer.get("error", {}).get("code") == -32602, (raw[:8], answer)
+        await client.ws.close()
+        assert not [e for e in gw.events() if e.get("event") == "service_call_failed"]

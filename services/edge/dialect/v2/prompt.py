@@ -93,8 +93,11 @@ async def session_prompt(conn: DialectConnection, params: dict[str, Any]) -> dic
         await conn.send_many(wire.updates(sid, [*translator.state(STATE_RUNNING),
                                                 *translator.user_message(params["prompt"],
                                                                          message_id)]))
-    except BaseException:
+    except BaseException:  # not accepted after all: a retry with its key is a new prompt
         _ended(session)
+        keys = _KEYS.get(session)
+        if key is not None and keys is not None and keys.get(key) == message_id:
+            del keys[key]
         raise
     v1 = {k: v for k, v in params.items() if k != "idempotencyKey"}
     # Accepted: the turn runs (after the running one) in a task of its own.

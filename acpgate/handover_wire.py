@@ -112,7 +112,7 @@ class Channel:
         fds, self._fds = self._fds, []
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser goes
             message = None
         if not isinstance(message, dict):
             close_fds(fds)

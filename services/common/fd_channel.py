@@ -117,7 +117,7 @@ def _object(raw: bytes) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes: no message
         return None
     return value if isinstance(value, dict) else None
 

@@ -12,6 +12,8 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
   ``end_turn`` once it is answered;
 - ``forge <n>``: like ``stream``, each chunk carrying a forged ``_meta.acpgate.eventId``
   (and a ``_meta.vendor`` of its own) — an agent trying to confuse acpgate's replay;
+- ``nest <depth>``: a tool call whose ``rawInput`` holds lists nested ``depth`` deep and,
+  in the same write, the message ``nested <depth>``; then ``end_turn``;
 - ``flood <n> <chars>``: ``n`` message chunks of ``chars`` characters each, written 100
   at a time without pause, then ``end_turn``;
 - anything else: ``echo: <text>``.
@@ -93,6 +95,17 @@ class Agent:
                 "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
             got = await answer
             self.write(self.update(sid, f"answer {json.dumps(got.get('result'))}"))
+            return {"stopReason": "end_turn"}
+        if word == "nest":  # written as text: json.dumps itself gives up near 1000
+            depth = int(args[0])
+            nested = '{"deep": ' + "[" * depth + '"core"' + "]" * depth + "}"
+            call = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+                "sessionId": sid, "update": {
+                    "sessionUpdate": "tool_call", "toolCallId": "nested", "title": "nested",
+                    "kind": "other", "status": "completed", "rawInput": "IN"}}})
+            after = json.dumps({"jsonrpc": "2.0", **self.update(sid, f"nested {depth}")})
+            self._out.write((call.replace('"IN"', nested) + "\n" + after + "\n").encode())
+            self._out.flush()
             return {"stopReason": "end_turn"}
         if word == "flood":
             count, size = int(args[0]), int(args[1])

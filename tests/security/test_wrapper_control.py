@@ -5,13 +5,17 @@ window, spawned by a stand-in parent that then dies: the wrapper is orphaned and
 listens for a restarted lifecycle service. An attacker of the same uid (an agent, a
 tool it ran) can reach the socket; without the service credential it cannot adopt the
 wrapper — nor replay a proof seen before, nor make it let stdin go — and the wrapper
-stops its adapter when the window ends. The service's own exchange (the key derived
-from the credential) does adopt it: the check is real, not a closed door.
+stops its adapter when the window ends. A line nested deeper than the JSON parser goes
+is a malformed line, not the wrapper's death (with its adapter's). A peer of another uid that reaches the socket
+(were its mode ever broader) is closed before the wrapper says a word, and peers that
+connect and stall cannot hold the window open. The service's own exchange (the key
+derived from the credential) does adopt it: the check is real, not a closed door.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -178,3 +182,83 @@ def with_suppress_kill(pid: int) -> None:
         pass
 
 
+
+
+def _as_nobody_connect(path: str) -> bytes:
+    """Connect to ``path`` from a child running as another uid (``nobody``); what the
+    wrapper sent it before closing ("" when nothing)."""
+    script = (  # everything imported and the directory entered before the uid changes
+        "import os, socket, sys\n"
+        "os.chdir(os.path.dirname(sys.argv[1]))\n"
+        "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(5)\n"
+        "s.connect(os.path.basename(sys.argv[1]))\n"
+        "data = b''\n"
+        "while chunk := s.recv(4096):\n"
+        "    data += chunk\n"
+        "sys.stdout.write(data.decode())\n")
+    done = subprocess.run([sys.executable, "-I", "-c", script, path], capture_output=True,
+                          text=True, timeout=20, check=True)
+    return done.stdout.encode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a peer as another uid")
+def test_another_uid_or_a_stalling_peer_neither_talks_to_nor_keeps_the_wrapper(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    policy = AdoptPolicy(WINDOW_SECS, "the-service-credential", run)
+    parent, wrapper_pid, path = _spawn(tmp_path, policy)
+    stalling: list[socket.socket] = []
+    try:
+        adapter = _adapter(wrapper_pid)
+        # Reachable by everyone (a socket left open by a mistake): the peer's uid still
+        # closes the connection before the wrapper says anything, its lease id included.
+        for part in (run, Path(path)):
+            os.chmod(part, 0o777)
+        assert _as_nobody_connect(path) == b""
+        _orphan(parent)
+        # Peers that connect and say nothing, again and again, through the whole window.
+        deadline = time.monotonic() + WINDOW_SECS + 2
+        while time.monotonic() < deadline and psutil.pid_exists(adapter.pid):
+            with contextlib.suppress(OSError):
+                sock = socket.socket(socket.AF_UNIX)
+                sock.setblocking(False)
+                stalling.append(sock)
+                sock.connect(path)
+            time.sleep(0.2)
+        assert _gone(adapter.pid, WINDOW_SECS + 10), "stalling peers kept the adapter alive"
+        assert _gone(wrapper_pid, 10)
+    finally:
+        for sock in stalling:
+            sock.close()
+        parent.kill()
+        with_suppress_kill(wrapper_pid)
+
+
+def test_a_deeply_nested_line_neither_crashes_nor_stalls_the_wrapper(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    policy = AdoptPolicy(WINDOW_SECS, "the-service-credential", run)
+    parent, wrapper_pid, path = _spawn(tmp_path, policy)
+    try:
+        adapter = _adapter(wrapper_pid)
+        for line in ("[" * 4000, "{\"op\": " * 800, "[" * 4000 + "]" * 40):
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(5)
+                sock.connect(path)
+                recv_line(sock)  # the hello
+                sock.sendall(line.encode()[:4000] + b"\n")
+                answer = b"reset"
+                with contextlib.suppress(OSError):
+                    answer = sock.recv(4096)
+                assert not _gone(wrapper_pid, 0.5), "the wrapper died of it"
+                assert answer == b"", "closed unanswered"
+        assert not _gone(adapter.pid, 0.5), "the adapter was stopped"
+        # The wrapper still serves its service.
+        _orphan(parent)
+        got = exchange(path, policy.key(LEASE), LEASE, wrapper_pid, OP_ADOPT)
+        got.close()
+    finally:
+        parent.kill()
+        with_suppress_kill(wrapper_pid)

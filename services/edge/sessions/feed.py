@@ -39,11 +39,14 @@ import orjson
 
 from services.common.attach_protocol import MESSAGE_CHUNKS
 from services.common.log_forms import TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
+from services.common.logs import get_logger
 from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_AGENT_MESSAGE
 from services.edge.adapter.relay_lines import RelayedUpdate, update_prefix
 from services.edge.sessions.ring_budget import EVENT_OVERHEAD, RingBudget
 
 __all__ = ["Event", "SessionFeed", "event_id_of"]
+
+log = get_logger("edge.feed")
 
 #: A text chunk line after its event id, and after its text (the event log rebuilds such
 #: lines from their text: ``services.common.log_forms.text_chunk_line``).
@@ -51,6 +54,8 @@ _CHUNK_MID = TEXT_CHUNK_MID
 _CHUNK_TAIL = TEXT_CHUNK_TAIL
 #: The most events a ring holds, whatever their size (``replay_chars`` bounds it first).
 MAX_EVENTS = 100_000
+#: The highest event id there can be: the store keeps them as signed 64-bit integers.
+MAX_EVENT_ID = 2**63 - 1
 #: JSON's exact integers end at 2**53; ids start from the clock in microseconds (below it).
 _CLOCK_SCALE = 1_000_000
 
@@ -76,13 +81,14 @@ class Event:
 
 
 def event_id_of(value: Any) -> int | None:
-    """An event id a client passed (a number, or its decimal string), else None."""
+    """An event id a client passed (a number, or its decimal string), else None; one
+    beyond :data:`MAX_EVENT_ID` is none (the store could not even be asked about it)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if value <= MAX_EVENT_ID else None
     if isinstance(value, str) and value.isdigit() and len(value) < 20:
-        return int(value)
+        return int(value) if int(value) <= MAX_EVENT_ID else None
     return None
 
 
@@ -143,8 +149,14 @@ class SessionFeed:
         """Number ``updates`` (update objects, or an assistant text chunk's text) and keep
         them; ``lines`` are the same updates as the relay wrote them (the agent's bytes, when
         known, so an update is not encoded again), or None."""
-        events = [self._event(update, lines[i] if lines is not None else None, not_for)
-                  for i, update in enumerate(updates)]
+        events: list[Event] = []
+        for i, update in enumerate(updates):
+            try:
+                events.append(self._event(update, lines[i] if lines is not None else None,
+                                          not_for))
+            except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (255)
+                self._next -= 1  # its id was never given
+                log.warning("update_dropped", session_id=self._sid, why=str(exc))
         self._keep(events)
         return events
 

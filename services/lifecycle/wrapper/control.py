@@ -79,7 +79,10 @@ def recv_line(sock: socket.socket, want_fds: int = 0) -> tuple[dict[str, object]
         if not chunk:
             raise ValueError("connection closed")
         data += chunk
-    message = json.loads(data)
+    try:
+        message = json.loads(data)
+    except RecursionError:  # nested deeper than the parser goes: no message of ours
+        raise ValueError("nested too deeply") from None
     if not isinstance(message, dict):
         raise ValueError("not an object")
     return message, fds

@@ -45,6 +45,12 @@ MSG_CHILD_SETUP: Final = ("Session {session_id} is a subagent session of {parent
 # Error messages v2 names (its codes are in services.common.protocol).
 MSG_UNSUPPORTED_VERSION: Final = "Unsupported protocol version {requested}"
 MSG_V2_SESSION_NOT_FOUND: Final = "Session not found: {session_id}"
+#: A ``session/prompt`` whose ``idempotencyKey`` is longer than the edge remembers.
+MSG_LONG_IDEMPOTENCY_KEY: Final = "idempotencyKey must be at most {max} characters"
+#: A ``session/prompt`` past the prompts that may wait for one session's turn (-32002).
+MSG_PROMPTS_WAITING: Final = ("Session {session_id} has {max} prompts waiting for its turn "
+                              "already: send more once they ran (session/cancel ends the "
+                              "running one)")
 
 # session/update kinds v2 adds or keeps.
 U2_USER_MESSAGE_CHUNK: Final = acp_names.U2_USER_MESSAGE_CHUNK

@@ -150,6 +150,7 @@ async def session_set_config_option(conn: DialectConnection,
     wire = conn.wire
     assert wire is not None
     sid = session_id(params)
+    conn.active_session(sid)  # before its translator is made: a client names any id
     translator = wire.session(sid)
     value = params.get("value")
     ours = isinstance(translator.modes, dict) and not any(

@@ -96,7 +96,7 @@ def parse_header(raw: bytes, key: bytes, worker: int) -> HandoffHeader | None:
         return None
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes: no header
         return None
     if not isinstance(body, dict) or body.get("v") != HANDOFF_PROTOCOL:
         return None

@@ -74,7 +74,7 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         value = json.loads(raw)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # RecursionError: nested too deep
         raise ValueError("invalid cursor") from None
     if (
         not isinstance(value, list)

@@ -3,7 +3,7 @@
 The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
 it: streams the adapter's updates to its clients in order, accumulates them into
 the running :class:`~services.edge.sessions.turn.Turn` (which runs, stores and logs
-itself), relays permission requests with ``zc-out-N`` ids and applies cancel.
+itself), relays permission requests and elicitations with ``zc-out-N`` ids and applies cancel.
 
 Agent-to-agent sessions: a session knows its stored key and its
 parent's; the adapter's extension requests (the session tools) go to the
@@ -27,7 +27,6 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
-    M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     session_key_for,
 )
@@ -45,7 +44,12 @@ from services.edge.sessions.clients import FollowingBackChannel, SessionClients
 from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
+from services.edge.sessions.session_log import (
+    KIND_CANCEL,
+    KIND_PERMISSION,
+    LOGGED_QUESTIONS,
+    SessionLog,
+)
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.sessions.subagents import SessionWork, bound_children, store_child
 from services.edge.sessions.turn import Turn, TurnContext
@@ -268,13 +272,13 @@ class EdgeSession:
         """Re-issue an adapter request to the client; fall back to a denial on any failure.
 
         ``request_id``: the adapter's id of the request (by default the one being served
-        in this task). A permission request is logged with it before it is relayed, and
-        its answer after, so an edge that re-adopts the session asks again what is open
-        (:mod:`services.edge.sessions.open_questions`)."""
+        in this task). A permission request or an elicitation is logged with it before it
+        is relayed, and its answer after, so an edge that re-adopts the session asks again
+        what is open (:mod:`services.edge.sessions.open_questions`)."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
         rid = request_id if request_id is not None else serving_id()
-        if method == M_REQUEST_PERMISSION and rid is not None and request_id is None:
+        if method in LOGGED_QUESTIONS and rid is not None and request_id is None:
             self.log.action(KIND_PERMISSION,
                             {"method": method, "requestId": rid, "params": params})
         fallback: dict[str, Any] = (

@@ -276,6 +276,15 @@ class EventLog:
             return False
         return True
 
+    async def settled(self, session_id: str, wait_secs: float) -> bool:
+        """Wait until every event handed in so far is stored (True), or ``wait_secs``
+        passed (False). True at once when nothing would ever store them: the log off or
+        not sending, ``session_id``'s log lost."""
+        if not self.enabled or self._task is None or self._task.done() \
+                or session_id in self.lost:
+            return True
+        return await self.flush(wait_secs)
+
     def wait_secs(self) -> float:
         """How long the next batch waits for more events: :data:`COMMIT_SECS` less what a
         commit takes now (module doc)."""

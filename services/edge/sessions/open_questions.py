@@ -3,8 +3,10 @@
 An agent's ``session/request_permission`` or ``elicitation/create`` is logged as relayed
 (a ``permission`` event: the method, the agent's JSON-RPC id and the params the client got)
 before the client is asked, and the answer the agent got after (a ``permission`` event
-with the same id and the ``answer``). When the edge relaying it dies, the agent still
-waits for an answer to that id. The edge that re-adopts the session
+with the same id and the ``answer``) — stored before the agent gets it
+(:meth:`~services.edge.sessions.session.EdgeSession.relay_to_client`), so a request the
+agent has its answer to is never asked again, and the agent never gets two answers to
+one id. When the edge relaying it dies, the agent still waits for an answer to that id. The edge that re-adopts the session
 reads the running turn's events (:mod:`services.edge.sessions.adopted_turn`), feeding each
 to :class:`OpenQuestions`; every request logged without an answer is asked again
 (:func:`ask_again`) exactly as a live one is — of every controller attached, or of the
@@ -13,7 +15,9 @@ and the answer goes to the agent under its original id.
 
 A request the dead edge had read but whose event was not yet stored
 (the event log's group commit, at most ``COMMIT_SECS`` plus one ``AppendEvents``) is
-lost: the agent waits until the turn is cancelled.
+lost: the agent waits until the turn is cancelled. So is an answer stored whose write
+to the agent's pipe the dead edge had not made yet (the loop iteration after the store
+acknowledged it).
 """
 
 from __future__ import annotations

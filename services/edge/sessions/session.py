@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
@@ -55,6 +55,9 @@ from services.edge.sessions.subagents import SessionWork, bound_children, store_
 from services.edge.sessions.turn import Turn, TurnContext
 
 log = get_logger("edge.session")
+
+#: How long an answer waits for the event log before the wait is logged (and goes on).
+_ANSWER_STORED_SECS: Final = 5.0
 
 
 
@@ -274,7 +277,9 @@ class EdgeSession:
         ``request_id``: the adapter's id of the request (by default the one being served
         in this task). A permission request or an elicitation is logged with it before it
         is relayed, and its answer after, so an edge that re-adopts the session asks again
-        what is open (:mod:`services.edge.sessions.open_questions`)."""
+        what is open (:mod:`services.edge.sessions.open_questions`). The answer is stored
+        before it is returned (:meth:`_answer_stored`): the agent never gets an answer the
+        log lacks, so a request it has its answer to is never asked again."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
         rid = request_id if request_id is not None else serving_id()
@@ -296,6 +301,8 @@ class EdgeSession:
             if task is not None and task.cancelling():
                 if request_id is None and rid is not None:  # the peer answers it an error
                     self._log_answer(method, rid, None)
+                    if method in LOGGED_QUESTIONS:
+                        await self._answer_stored()
                 raise
             answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
@@ -316,7 +323,21 @@ class EdgeSession:
             self._relays.discard(waiter)
             self.touch()
         self._log_answer(method, rid, answer)
+        if method in LOGGED_QUESTIONS:
+            await self._answer_stored()
         return answer
+
+    async def _answer_stored(self) -> None:
+        """Wait until the answer just logged is stored, before the agent gets it: were this
+        process to die with the answer written to the agent but not stored, the edge that
+        re-adopts the session would ask again and the agent get a second answer to the id.
+        A store that does not answer holds the answer back (it is retried), unless the
+        session ends meanwhile. An answer is rare: the commit it waits for (sent at once)
+        costs no relay anything."""
+        while not await self.log.settled(_ANSWER_STORED_SECS):
+            if self.released:
+                return
+            log.warning("answer_waits_for_log", session_id=self.session_id)
 
     def _log_answer(self, method: str, rid: JsonRpcId | None, answer: Any) -> None:
         """The answer the agent got to its request ``rid`` (None: an error answer, the

@@ -88,6 +88,12 @@ class SessionLog:
             body = orjson.dumps({"unencodable": True})
         self._log.action(self._sid, self._feed.reserve_id(), self._running_turn(), kind, body)
 
+    async def settled(self, wait_secs: float) -> bool:
+        """Wait until what was handed in so far is stored (True), or ``wait_secs`` passed
+        (False: the store is unreachable); True at once when it never will be (the log off,
+        this session's log lost)."""
+        return await self._log.settled(self._sid, wait_secs)
+
     def config(self, method: str, **accepted: str | bool) -> None:
         """A mode, config option or model change the agent accepted (``method``: the client's
         request): the values acpgate relayed and the agent took, never the client's other

@@ -4,7 +4,8 @@ agent has no answer, and the agent never gets two answers to one request.
 A real ``acpgate serve`` with two edge workers and the scripted agent, its client on worker 2:
 
 - an ``elicitation/create`` open at the kill is asked again of the client that
-  re-attaches (the same form, a new id); its answer reaches the agent once, under the
+  re-attaches (the same form, a new id) — a v1 client attaching after a message, a v2
+  client resuming by acpgate's event cursor; its answer reaches the agent once, under the
   agent's own id, and the turn completes;
 - a permission request whose answer the agent already got when the worker died is not
   asked again: the agent kills worker 2 itself the moment the answer arrives (``ask kill
@@ -29,12 +30,14 @@ from websockets.exceptions import ConnectionClosed
 from tests.chaos.edge_worker_kill import WAIT, Stream, agent_pids
 from tests.chaos.lifecycle_kill import alive
 from tests.chaos.test_edge_worker_death import logged_permission_requests
+from tests.chaos.test_edge_worker_death_v2 import INIT_V2, Seen, call, read, v2_client
 from tests.gateway.stack import RawClient
 from tests.gateway.workers_serve import (
     Served,
     client_on,
     dial,
     kill_worker,
+    on_worker,
     serve_workers,
     until,
     worker_pid,
@@ -202,3 +205,64 @@ async def test_an_answer_the_agent_got_before_the_kill_is_not_asked_again(
         await again.ws.close()
         pids = list(before.values())
     await eventually(lambda: not alive(pids), WAIT, "every agent to be gone")
+
+
+async def test_a_v2_client_is_asked_the_elicitation_again(tmp_path: Path) -> None:
+    """The same for a v2 client, which resumes by acpgate's event cursor: the form it is
+    asked again is the one it was asked (v2 relays it unchanged, its frames valid v2), and
+    its answer ends the turn at ``idle``."""
+    work = tmp_path / "work"
+    work.mkdir()
+    agent_log = tmp_path / "agent.log"
+    async with serve_workers(tmp_path, workers=2, detach_grace_secs=600,
+                             extra=agent_section("scripted", str(agent_log))) as served:
+        ws = await v2_client(served)
+        sid = (await call(ws, None, True, 1, "session/new", {
+            "cwd": str(work), "agentAlias": "scripted"}))["sessionId"]
+        seen = Seen(sid)
+        await call(ws, seen, True, 2, "session/prompt", {
+            "sessionId": sid, "prompt": [{"type": "text", "text": "elicit"}]})
+        first = await read(ws, True)
+        while first.get("method") != "elicitation/create":
+            seen.see(first, True)
+            first = await read(ws, True)
+        await until(lambda: asyncio.to_thread(logged_permission_requests, served),
+                    "the request to be logged")
+        old = kill_worker(served, KILLED)
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            while True:
+                seen.see(await read(ws, True), True)
+
+        async def restarted() -> bool:
+            with contextlib.suppress(KeyError):
+                return (worker_pid(served, KILLED) != old
+                        and (await served.health_status())[0] == 200)
+            return False
+        await until(restarted, f"worker {KILLED} serving again", tries=1200)
+        with on_worker(served, KILLED):
+            back = await dial(served, query=f"worker={KILLED}")
+            await back.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                        "params": INIT_V2}))
+            await read(back, True)
+        await back.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/resume",
+                                    "params": {"sessionId": sid, "cwd": str(work), "replayFrom": {
+                                        "type": "_acpgate_event",
+                                        "eventId": seen.last_event + 1}}}))
+        asked: dict[str, Any] | None = None
+        while seen.end is None:  # the form may come before the resume's answer
+            msg = await read(back, True)
+            if msg.get("id") == 1 and "method" not in msg:
+                assert "result" in msg, msg
+                continue
+            if msg.get("method") == "elicitation/create":
+                assert asked is None, "asked once"
+                asked = msg
+                await back.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                    "action": "accept", "content": {"name": "Ada"}}}))
+                continue
+            seen.see(msg, True)
+        assert asked is not None and asked["params"] == first["params"]
+        assert seen.end.get("stopReason") == "end_turn", seen.end
+        assert '"Ada"' in "".join(seen.chunks)
+        assert len(answers_seen(agent_log)) == 1, "the agent got one answer"
+        await back.close()

@@ -3,7 +3,7 @@
 The dialect decides *whether* a request may run; an :class:`EdgeSession` runs
 it: streams the adapter's updates to its clients in order, accumulates them into
 the running :class:`~services.edge.sessions.turn.Turn` (which runs, stores and logs
-itself), relays permission requests and elicitations with ``zc-out-N`` ids and applies cancel.
+itself), relays permission requests with ``zc-out-N`` ids and applies cancel.
 
 Agent-to-agent sessions: a session knows its stored key and its
 parent's; the adapter's extension requests (the session tools) go to the

@@ -1,6 +1,6 @@
-"""Which logged permission requests an edge re-adopting a session asks again: those the
-log shows without an answer — not one answered, denied or withdrawn (its answer logged
-with ``answer: null``), not another method, not an unreadable event."""
+"""Which logged questions (permission requests, elicitations) an edge re-adopting a session
+asks again: those the log shows without an answer — not one answered, denied or withdrawn
+(its answer logged with ``answer: null``), not another method, not an unreadable event."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import orjson
 from services.edge.sessions.open_questions import OpenQuestions
 
 PERMISSION = "session/request_permission"
+ELICITATION = "elicitation/create"
 
 
 def _asked(rid: object, title: str) -> bytes:
@@ -29,7 +30,7 @@ def test_only_requests_without_an_answer_are_open() -> None:
     questions.see("permission", _answered("p1", {"outcome": {"outcome": "cancelled"}}))
     questions.see("permission", _answered("p3", None))
     questions.see("permission", b"{not json")
-    questions.see("permission", orjson.dumps({"method": "elicitation/create",
+    questions.see("permission", orjson.dumps({"method": "session/prompt",
                                               "requestId": "e1", "params": {}}))
     questions.see("permission", orjson.dumps({"method": PERMISSION, "params": {}}))
     open_ = questions.open()
@@ -48,3 +49,16 @@ def test_a_new_turn_forgets_the_previous_ones_questions() -> None:
     questions.see("permission", _asked("p1", "an earlier turn's"))
     questions.clear()
     assert questions.open() == []
+
+
+def test_an_elicitation_without_an_answer_is_open_with_its_method() -> None:
+    questions = OpenQuestions()
+    form = {"message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}
+    questions.see("permission", orjson.dumps({"method": ELICITATION, "requestId": "e1",
+                                              "params": form}))
+    questions.see("permission", orjson.dumps({"method": ELICITATION, "requestId": "e2",
+                                              "params": form}))
+    questions.see("permission", orjson.dumps({"method": ELICITATION, "requestId": "e2",
+                                              "answer": {"action": "cancel"}}))
+    assert [(q.request_id, q.method, q.params) for q in questions.open()] == [
+        ("e1", ELICITATION, form)]

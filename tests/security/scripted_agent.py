@@ -9,7 +9,11 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
   then, ``secs`` later, every one of them withdrawn with ``$/cancel_request`` in one
   write; the turn ends (``end_turn``, "burst withdrawn") once each has its answer;
 - ``ask``: one ``session/request_permission``, then ``answer <outcome as JSON>`` and
-  ``end_turn`` once it is answered;
+  ``end_turn`` once it is answered; ``ask kill <pid>``: the same, but the moment the
+  answer arrives process ``pid`` is sent SIGKILL first (the edge worker that wrote it);
+- ``elicit``: one ``elicitation/create`` (a form asking for a ``name``), then
+  ``answer <result as JSON>`` and ``end_turn`` once it is answered; ``elicit kill <pid>``
+  as for ``ask``;
 - ``forge <n>``: like ``stream``, each chunk carrying a forged ``_meta.acpgate.eventId``
   (and a ``_meta.vendor`` of its own) — an agent trying to confuse acpgate's replay;
 - ``nest <depth>``: a tool call whose ``rawInput`` holds lists nested ``depth`` deep and,
@@ -19,7 +23,8 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
 - anything else: ``echo: <text>``.
 
 Every ``session/cancel`` it receives is appended as a line (``cancel <sessionId>``) to
-the file ``$SCRIPTED_AGENT_LOG`` names, if set.
+the file ``$SCRIPTED_AGENT_LOG`` names, if set; so is every answer to one of its own
+requests (``answer <request id>``), an id it already had an answer to included.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncio
 import itertools
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -86,14 +92,22 @@ class Agent:
                 except TimeoutError:
                     pass
             return {"stopReason": "cancelled" if cancelled.is_set() else "end_turn"}
-        if word == "ask":
-            rid = f"p{next(self._ids)}"
+        if word in ("ask", "elicit"):
+            rid = f"{'p' if word == 'ask' else 'e'}{next(self._ids)}"
             answer = self._answers.setdefault(rid, asyncio.get_running_loop().create_future())
-            self.write({"id": rid, "method": "session/request_permission", "params": {
-                "sessionId": sid,
-                "toolCall": {"toolCallId": f"tc-{rid}", "title": "step", "kind": "execute"},
-                "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
+            if word == "ask":
+                self.write({"id": rid, "method": "session/request_permission", "params": {
+                    "sessionId": sid,
+                    "toolCall": {"toolCallId": f"tc-{rid}", "title": "step", "kind": "execute"},
+                    "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})
+            else:
+                self.write({"id": rid, "method": "elicitation/create", "params": {
+                    "sessionId": sid, "mode": "form", "message": f"Your name ({rid})?",
+                    "requestedSchema": {"type": "object", "required": ["name"],
+                                        "properties": {"name": {"type": "string"}}}}})
             got = await answer
+            if args[:1] == ["kill"]:
+                os.kill(int(args[1]), signal.SIGKILL)
             self.write(self.update(sid, f"answer {json.dumps(got.get('result'))}"))
             return {"stopReason": "end_turn"}
         if word == "nest":  # written as text: json.dumps itself gives up near 1000
@@ -136,6 +150,7 @@ class Agent:
     async def handle(self, msg: dict[str, Any]) -> None:
         method, params, req_id = msg.get("method"), msg.get("params") or {}, msg.get("id")
         if method is None:  # an answer to one of our requests
+            _record(f"answer {req_id}")
             future = self._answers.pop(str(req_id), None)
             if future is not None and not future.done():
                 future.set_result(msg)

@@ -6,11 +6,12 @@ itself goes on: :func:`resume` takes it up from the event log — its id (the pr
 event id), its prompt and what it streamed so far (so the stored turn is whole) — and
 waits for the adapter's answer to that request, which arrives on the new link as an
 answer to an id it never asked (``AdapterLink.on_unmatched``) — a v2 agent's turn ends
-at its ``idle`` state instead, as a prompt's does there; a permission request of the turn
-still open is asked again (:mod:`services.edge.sessions.open_questions`). The answer ends the turn
-as a turn ends here: stored (fenced by the new claim), its end state logged, and every
-client told with a ``turn_complete`` update — a numbered, logged event that a client
-attaching later replays.
+at its ``idle`` state instead, as a prompt's does there; a permission request or an
+elicitation of the turn still open is asked again
+(:mod:`services.edge.sessions.open_questions`). The answer ends the turn as a turn ends
+here: stored (fenced by the new claim), its end state logged, and every client told with
+a ``turn_complete`` update — a numbered, logged event that a client attaching later
+replays.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class RunningTurn:
     text: str
     #: What its clients were told so far.
     updates: list[dict[str, Any]]
-    #: Its permission requests, and the answers the agent got.
+    #: Its permission requests and elicitations, and the answers the agent got.
     questions: OpenQuestions
     #: The adapter's answer to the predecessor's prompt (v1 shape), once it comes.
     answer: asyncio.Future[dict[str, Any]]
@@ -123,7 +124,7 @@ def _v1_answer(end: TurnEnd) -> dict[str, Any]:
 async def _running_turn(session: EdgeSession, questions: OpenQuestions,
                         ) -> tuple[int, str, list[dict[str, Any]]]:
     """The turn the store marks running: its id, its prompt's text and its updates (0:
-    none runs); its permission requests and answers go to ``questions``. Only that turn's
+    none runs); its questions and their answers go to ``questions``. Only that turn's
     events are read, however long the session's log."""
     pages = session.runtime.session_service.read_events(session.session_id,
                                                         running_turn_only=True)

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -145,6 +146,8 @@ class EventLog:
         self._handed = 0
         self._durable = 0
         self._progress = asyncio.Condition()
+        #: :meth:`settled` waiters: (the count of events they wait to be stored, set then).
+        self._settling: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._task: asyncio.Task[None] | None = None
         #: Whether the last batch failed for want of a store (a retry is pending).
         self.unreachable = False
@@ -276,6 +279,35 @@ class EventLog:
             return False
         return True
 
+    async def settled(self, session_id: str, wait_secs: float) -> bool:
+        """Wait until every event handed in so far is stored (True), or ``wait_secs``
+        passed (False). True at once when nothing would ever store them: the log off or
+        not sending, ``session_id``'s log lost. Many waiters cost one future each, woken
+        in order by the batch that stores their events (no lock handed round)."""
+        target = self._handed
+        if not self.enabled or self._task is None or self._task.done() \
+                or session_id in self.lost or self._durable >= target:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settling.append((target, waiter))
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), wait_secs)
+        except TimeoutError:
+            return False
+        finally:
+            waiter.cancel()  # skipped when its turn comes (a no-op once it is set)
+        return True
+
+    def _wake_settled(self) -> None:
+        """Set the :meth:`settled` waiters whose events are stored now (they were handed
+        in in order, so they wait in order)."""
+        settling = self._settling
+        while settling and settling[0][0] <= self._durable:
+            _, waiter = settling.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
     def wait_secs(self) -> float:
         """How long the next batch waits for more events: :data:`COMMIT_SECS` less what a
         commit takes now (module doc)."""
@@ -334,6 +366,7 @@ class EventLog:
         async with self._progress:
             self._durable = max(self._durable, handed)
             self._progress.notify_all()
+        self._wake_settled()
         return True
 
     def _requeue(self, taken: dict[tuple[str, int], _Part]) -> None:

@@ -1,9 +1,12 @@
-"""Permission requests a dead edge left open, asked again by the edge that re-adopted them.
+"""Questions a dead edge left open, asked again by the edge that re-adopted them.
 
-An agent's ``session/request_permission`` is logged as relayed (a ``permission`` event: the
-agent's JSON-RPC id and the params the client got) before the client is asked, and the
-answer the agent got after (a ``permission`` event with the same id and the ``answer``). When the edge relaying it
-dies, the agent still waits for an answer to that id. The edge that re-adopts the session
+An agent's ``session/request_permission`` or ``elicitation/create`` is logged as relayed
+(a ``permission`` event: the method, the agent's JSON-RPC id and the params the client got)
+before the client is asked, and the answer the agent got after (a ``permission`` event
+with the same id and the ``answer``) — stored before the agent gets it
+(:meth:`~services.edge.sessions.session.EdgeSession.relay_to_client`), so a request the
+agent has its answer to is never asked again, and the agent never gets two answers to
+one id. When the edge relaying it dies, the agent still waits for an answer to that id. The edge that re-adopts the session
 reads the running turn's events (:mod:`services.edge.sessions.adopted_turn`), feeding each
 to :class:`OpenQuestions`; every request logged without an answer is asked again
 (:func:`ask_again`) exactly as a live one is — of every controller attached, or of the
@@ -12,7 +15,9 @@ and the answer goes to the agent under its original id.
 
 A request the dead edge had read but whose event was not yet stored
 (the event log's group commit, at most ``COMMIT_SECS`` plus one ``AppendEvents``) is
-lost: the agent waits until the turn is cancelled.
+lost: the agent waits until the turn is cancelled. So is an answer stored whose write
+to the agent's pipe the dead edge had not made yet (the loop iteration after the store
+acknowledged it).
 """
 
 from __future__ import annotations
@@ -25,8 +30,7 @@ import orjson
 
 from services.common.jsonrpc import JsonRpcId
 from services.common.logs import get_logger
-from services.common.protocol import M_REQUEST_PERMISSION
-from services.edge.sessions.session_log import KIND_PERMISSION
+from services.edge.sessions.session_log import KIND_PERMISSION, LOGGED_QUESTIONS
 
 if TYPE_CHECKING:
     from services.edge.sessions.session import EdgeSession
@@ -53,7 +57,7 @@ def _key(request_id: Any) -> str | None:
 
 
 class OpenQuestions:
-    """The permission requests of a stretch of the log still waiting for their answer."""
+    """The questions of a stretch of the log still waiting for their answer."""
 
     def __init__(self) -> None:
         self._open: dict[str, OpenQuestion] = {}
@@ -70,9 +74,9 @@ class OpenQuestions:
         if "answer" in body:
             self._open.pop(key, None)
             return
-        params = body.get("params")
-        if body.get("method") == M_REQUEST_PERMISSION and isinstance(params, dict):
-            self._open[key] = OpenQuestion(body["requestId"], M_REQUEST_PERMISSION, params)
+        params, method = body.get("params"), body.get("method")
+        if method in LOGGED_QUESTIONS and isinstance(params, dict):
+            self._open[key] = OpenQuestion(body["requestId"], method, params)
 
     def clear(self) -> None:
         """A new turn began: what was asked before is not this turn's."""
@@ -90,7 +94,7 @@ def ask_again(session: EdgeSession, questions: list[OpenQuestion]) -> None:
 
 
 async def _ask(session: EdgeSession, question: OpenQuestion) -> None:
-    log.info("permission_asked_again", session_id=session.session_id)
+    log.info("question_asked_again", session_id=session.session_id, method=question.method)
     answer = await session.relay_to_client(question.method, dict(question.params),
                                            request_id=question.request_id)
     adapter = session.adapter

@@ -28,7 +28,8 @@ claimed under its name and re-adopts each (:func:`readopt`):
   (:mod:`services.edge.sessions.running_note`) — runs on
   (:mod:`services.edge.sessions.adopted_turn`): the agent's answer to the lost
   ``session/prompt`` ends it — logged, stored, and told to the clients as
-  ``turn_complete``; a permission request of it still open is asked again.
+  ``turn_complete``; a permission request or an elicitation of it still open is asked
+  again.
 
 A session that cannot be re-adopted (its lease gone, the agent exited) has its running
 turns marked interrupted and its claim dropped: it is stored but not running.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
@@ -29,7 +29,6 @@ from services.common.protocol import (
     INTERNAL_ERROR,
     M_ELICITATION_COMPLETE,
     M_ELICITATION_CREATE,
-    M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     session_key_for,
 )
@@ -48,12 +47,20 @@ from services.edge.sessions.feed import SessionFeed
 from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.late_results import late_items, store_late
 from services.edge.sessions.prompt_result import TurnOutcome
-from services.edge.sessions.session_log import KIND_CANCEL, KIND_PERMISSION, SessionLog
+from services.edge.sessions.session_log import (
+    KIND_CANCEL,
+    KIND_PERMISSION,
+    LOGGED_QUESTIONS,
+    SessionLog,
+)
 from services.edge.sessions.session_state import STATE_UPDATES, AdapterSessionState
 from services.edge.sessions.subagents import SessionWork, bound_children, store_child
 from services.edge.sessions.turn import Turn, TurnContext
 
 log = get_logger("edge.session")
+
+#: How long an answer waits for the event log before the wait is logged (and goes on).
+_ANSWER_STORED_SECS: Final = 5.0
 
 
 
@@ -279,13 +286,15 @@ class EdgeSession:
         """Re-issue an adapter request to the client; fall back to a denial on any failure.
 
         ``request_id``: the adapter's id of the request (by default the one being served
-        in this task). A permission request is logged with it before it is relayed, and
-        its answer after, so an edge that re-adopts the session asks again what is open
-        (:mod:`services.edge.sessions.open_questions`)."""
+        in this task). A permission request or an elicitation is logged with it before it
+        is relayed, and its answer after, so an edge that re-adopts the session asks again
+        what is open (:mod:`services.edge.sessions.open_questions`). The answer is stored
+        before it is returned (:meth:`_answer_stored`): the agent never gets an answer the
+        log lacks, so a request it has its answer to is never asked again."""
         self.touch()
         self.runtime.metrics.permission_requests_total += 1
         rid = request_id if request_id is not None else serving_id()
-        if method == M_REQUEST_PERMISSION and rid is not None and request_id is None:
+        if method in LOGGED_QUESTIONS and rid is not None and request_id is None:
             self.log.action(KIND_PERMISSION,
                             {"method": method, "requestId": rid, "params": params})
         fallback: dict[str, Any] = (
@@ -303,6 +312,8 @@ class EdgeSession:
             if task is not None and task.cancelling():
                 if request_id is None and rid is not None:  # the peer answers it an error
                     self._log_answer(method, rid, None)
+                    if method in LOGGED_QUESTIONS:
+                        await self._answer_stored()
                 raise
             answer = fallback  # the turn was cancelled while the question was open
         except BackChannelError as exc:
@@ -323,7 +334,21 @@ class EdgeSession:
             self._relays.discard(waiter)
             self.touch()
         self._log_answer(method, rid, answer)
+        if method in LOGGED_QUESTIONS:
+            await self._answer_stored()
         return answer
+
+    async def _answer_stored(self) -> None:
+        """Wait until the answer just logged is stored, before the agent gets it: were this
+        process to die with the answer written to the agent but not stored, the edge that
+        re-adopts the session would ask again and the agent get a second answer to the id.
+        A store that does not answer holds the answer back (it is retried), unless the
+        session ends meanwhile. An answer is rare: the commit it waits for (sent at once)
+        costs no relay anything."""
+        while not await self.log.settled(_ANSWER_STORED_SECS):
+            if self.released:
+                return
+            log.warning("answer_waits_for_log", session_id=self.session_id)
 
     def _log_answer(self, method: str, rid: JsonRpcId | None, answer: Any) -> None:
         """The answer the agent got to its request ``rid`` (None: an error answer, the

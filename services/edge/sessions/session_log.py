@@ -4,8 +4,9 @@ The relayed updates themselves go from :meth:`EdgeSession._relay` straight to
 :meth:`~services.edge.sessions.event_log.EventLog.updates`; a :class:`SessionLog` covers
 the rest. A prompt is logged as the ``user_message_chunk`` a replay sends for it, under
 an event id of its own (the turn's id); an action (a client's cancel, a permission request
-as relayed and the answer the agent got, a mode, config or model change the agent accepted)
-as JSON under an event id of its own — what acpgate did, never what a client merely claimed.
+or an elicitation as relayed and the answer the agent got, a mode, config or model change
+the agent accepted) as JSON under an event id of its own — what acpgate did, never what a
+client merely claimed.
 Ids come from the session's feed, so the log is one sequence with what the clients saw.
 """
 
@@ -16,20 +17,31 @@ from typing import Any, Final
 
 import orjson
 
-from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_USER_MESSAGE
+from services.common.protocol import (
+    M_ELICITATION_CREATE,
+    M_REQUEST_PERMISSION,
+    META_ACPGATE,
+    META_EVENT_ID,
+    U_USER_MESSAGE,
+)
 from services.edge.adapter.relay_lines import update_prefix
 from services.edge.sessions.event_log import EventLog
 from services.edge.sessions.feed import SessionFeed
 
-__all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "TURN_RUNNING", "SessionLog"]
+__all__ = ["KIND_CANCEL", "KIND_CONFIG", "KIND_PERMISSION", "LOGGED_QUESTIONS", "TURN_RUNNING",
+           "SessionLog"]
 
 KIND_PROMPT: Final = "prompt"
 KIND_CANCEL: Final = "cancel"
-#: A permission request as relayed (``method``, the adapter's ``requestId``, the ``params``
-#: the client got), logged before the client is asked, and the answer the agent got
-#: (``method``, ``requestId``, ``answer``): an edge re-adopting the session asks again what
-#: has no answer (services.edge.sessions.open_questions).
+#: A question to the human (one of :data:`LOGGED_QUESTIONS`) as relayed (``method``, the
+#: adapter's ``requestId``, the ``params`` the client got), logged before the client is
+#: asked, and the answer the agent got (``method``, ``requestId``, ``answer``): an edge
+#: re-adopting the session asks again what has no answer
+#: (services.edge.sessions.open_questions). One kind for both methods: the store knows it.
 KIND_PERMISSION: Final = "permission"
+#: The adapter requests logged as :data:`KIND_PERMISSION` events: a permission request and
+#: an elicitation (a form the agent asks the human to fill in).
+LOGGED_QUESTIONS: Final = frozenset({M_REQUEST_PERMISSION, M_ELICITATION_CREATE})
 KIND_CONFIG: Final = "config"
 TURN_RUNNING: Final = "running"
 
@@ -75,6 +87,12 @@ class SessionLog:
         except TypeError:
             body = orjson.dumps({"unencodable": True})
         self._log.action(self._sid, self._feed.reserve_id(), self._running_turn(), kind, body)
+
+    async def settled(self, wait_secs: float) -> bool:
+        """Wait until what was handed in so far is stored (True), or ``wait_secs`` passed
+        (False: the store is unreachable); True at once when it never will be (the log off,
+        this session's log lost)."""
+        return await self._log.settled(self._sid, wait_secs)
 
     def config(self, method: str, **accepted: str | bool) -> None:
         """A mode, config option or model change the agent accepted (``method``: the client's

@@ -104,9 +104,12 @@ async def run_relay(st: Stage, token: str, sizes: Sizes) -> list[Row]:
             await throughput_round(ep.peer, sids[k], min(sizes.throughput_n, 1000))
         counts = (sizes.throughput_small_n, sizes.throughput_n)
         rates: dict[tuple[str, int], list[float]] = {(k, n): [] for k in endpoints for n in counts}
-        for _ in range(sizes.throughput_rounds):
+        order = list(endpoints.items())
+        for r in range(sizes.throughput_rounds):
+            # Alternate the paths' order each round: on 2 cores whichever runs first after
+            # another path's burst pays for its leftovers (GC, page cache, scheduler).
             for n in counts:
-                for k, ep in endpoints.items():
+                for k, ep in (order if r % 2 == 0 else order[::-1]):
                     rates[k, n].append(await throughput_round(ep.peer, sids[k], n))
         lat: dict[str, list[float]] = {k: [] for k in endpoints}
         for _ in range(sizes.latency_rounds):

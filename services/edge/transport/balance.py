@@ -16,10 +16,16 @@ hundred connections) and lets other processes bind the port; ``EPOLLEXCLUSIVE``
 wakes the most recent waiter first (uneven too, and not reachable from asyncio);
 handing excess connections to siblings moves each one twice. Pausing is cheap
 and safe: the least loaded live worker never pauses, so some worker always
-accepts; a sibling that dies, stops or hangs stops refreshing its heartbeat and
-is left out of the comparison after :data:`PEER_FRESH_SECS` (serve also clears
-a dead worker's slot at once), so nobody waits on it. Connections not yet
-accepted wait in the socket's queue, as before.
+accepts. A sibling whose heartbeat is late is still compared with while its
+process runs, up to :data:`PEER_FRESH_SECS`: on a busy host a worker's loop can
+be held off the CPU for a second or more mid-burst, and leaving it out then
+hands its whole share to the others for good (the burst is over when it comes
+back), while waiting for it only holds the next connections in the queue for as
+long as it is late. A sibling that hangs is left out once its heartbeat is older
+than that, and one whose process is gone (dead, a zombie) as soon as its
+heartbeat is late (serve also clears a dead worker's slot at once), so nobody
+waits on it for long. Connections not yet accepted wait in the socket's queue,
+as before.
 """
 
 from __future__ import annotations
@@ -34,16 +40,19 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from services.common.logs import get_logger
-from services.common.worker_board import WorkerBoard
+from services.common.worker_board import BoardSlot, WorkerBoard, process_alive
 
-__all__ = ["PEER_FRESH_SECS", "SLACK_MIN", "TICK_SECS", "BalancedDoor", "Balancer", "over_share"]
+__all__ = ["PEER_FRESH_SECS", "PEER_LATE_SECS", "SLACK_MIN", "TICK_SECS", "BalancedDoor",
+           "Balancer", "compared", "over_share"]
 
 log = get_logger("edge.balance")
 
 #: How often a worker writes its heartbeat and count, and a closed door looks again.
 TICK_SECS: Final = 0.05
-#: A sibling whose heartbeat is older than this is not compared with (stopped, dead).
-PEER_FRESH_SECS: Final = 1.0
+#: A sibling whose heartbeat is older than this is not compared with (hung, stopped).
+PEER_FRESH_SECS: Final = 3.0
+#: A sibling whose heartbeat is older than this is compared with only while its process runs.
+PEER_LATE_SECS: Final = 0.25
 #: A worker closes its door at this many connections above the least loaded sibling…
 SLACK_MIN: Final = 2
 #: … or at this fraction of what it holds, when that is more.
@@ -61,6 +70,14 @@ def over_share(own: int, siblings: list[int]) -> bool:
     if not siblings:
         return False
     return own >= min(siblings) + max(SLACK_MIN, int(own * SLACK_FRACTION))
+
+
+def compared(slot: BoardSlot, now_ns: int) -> bool:
+    """Whether a sibling's ``slot`` counts in the comparison at ``now_ns``: it serves, and
+    its heartbeat is recent — or only late (its loop held up) while its process runs."""
+    if not (slot.serving and slot.sane() and slot.fresh(now_ns, int(PEER_FRESH_SECS * 1e9))):
+        return False
+    return slot.fresh(now_ns, int(PEER_LATE_SECS * 1e9)) or process_alive(slot.pid)
 
 
 class Balancer:
@@ -88,10 +105,10 @@ class Balancer:
 
     def over_share(self) -> bool:
         """Whether a live sibling holds clearly fewer connections than this worker."""
-        limit = time.monotonic_ns()
-        fresh = int(PEER_FRESH_SECS * 1e9)
-        siblings = [s.connections for s in self.board.slots()
-                    if s.worker != self.worker and s.serving and s.sane() and s.fresh(limit, fresh)]
+        slots = self.board.slots()
+        now = time.monotonic_ns()  # after reading: no heartbeat read is newer than it
+        siblings = [s.connections for s in slots
+                    if s.worker != self.worker and compared(s, now)]
         return over_share(self.connections(), siblings)
 
     def serving(self, pid: int) -> None:

@@ -248,6 +248,7 @@ class BalancedDoor:
 
     async def _serve(self, conn: socket.socket) -> None:
         balancer = self._balancer
+        transport: asyncio.BaseTransport | None = None
         try:
             conn.setblocking(False)
             with contextlib.suppress(OSError):
@@ -256,9 +257,10 @@ class BalancedDoor:
             if self._tls is not None:
                 extra = {"ssl": self._tls, "ssl_handshake_timeout": self._handshake_secs}
             transport, _ = await self._loop.connect_accepted_socket(self._factory, conn, **extra)
-            balancer.track(transport)
         except Exception as exc:  # a failed TLS handshake, a reset: this connection only
             log.debug("edge_accept_failed", why=type(exc).__name__)
             conn.close()
         finally:
             balancer.setting_up -= 1
+        if transport is not None:  # counted once: no longer as one being set up
+            balancer.track(transport)

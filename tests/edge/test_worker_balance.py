@@ -254,3 +254,34 @@ async def test_a_burst_does_not_wait_for_a_late_sibling_whose_process_is_gone() 
         door.close()
         await one.close()
         board.release()
+
+
+async def test_a_burst_after_a_wave_of_closes_is_weighed_on_what_each_worker_holds_now() -> None:
+    board = WorkerBoard.create(2)
+    sock = await _listening()
+    lost: list[object] = []
+
+    class Tracked(asyncio.Protocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            lost.append(self)
+
+    one = Balancer(board, 1)  # no heartbeat task: nothing recounts but the door itself
+    door = one.door(sock, Tracked, None, 5.0)
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        writers = await _connections(sock, 10)  # worker 1 alone: it takes them all
+        await _until(lambda: board.slot(1).connections == 10)
+        for w in writers:
+            w.close()
+        await _until(lambda: len(lost) == 10)
+        assert board.slot(1).connections == 10  # closed, not recounted yet
+        # Worker 2 serves, holding nothing; clients reconnect at once.
+        board.write(2, pid=os.getpid(), serving=1, connections=0, heartbeat=time.monotonic_ns())
+        writers = await _connections(sock, 1)
+        await _until(lambda: one.accepted == 11 or one.paused)
+        assert not one.paused and board.slot(1).connections == 1
+    finally:
+        for w in writers:
+            w.close()
+        door.close()
+        board.release()

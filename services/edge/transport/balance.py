@@ -9,7 +9,10 @@ one connection at a time, and before each it reads the board
 :data:`SLACK_MIN` (or a tenth) more connections than the least loaded live
 sibling, it closes its door (stops watching the socket) and leaves the connection
 to the siblings; it opens again as soon as that is no longer so (checked every
-:data:`TICK_SECS`, when it also writes its heartbeat and count).
+:data:`TICK_SECS`, when it also writes its heartbeat and count). Each wake-up of
+the door first drops the connections closed since (:data:`RECOUNT_SECS`), so
+clients that reconnect right after a wave of closes are not weighed against
+connections that are gone.
 
 Why this and not another: ``SO_REUSEPORT`` spreads by a hash (uneven over a few
 hundred connections) and lets other processes bind the port; ``EPOLLEXCLUSIVE``
@@ -42,8 +45,8 @@ from typing import Any, Final
 from services.common.logs import get_logger
 from services.common.worker_board import BoardSlot, WorkerBoard, process_alive
 
-__all__ = ["PEER_FRESH_SECS", "PEER_LATE_SECS", "SLACK_MIN", "TICK_SECS", "BalancedDoor",
-           "Balancer", "compared", "over_share"]
+__all__ = ["PEER_FRESH_SECS", "PEER_LATE_SECS", "RECOUNT_SECS", "SLACK_MIN", "TICK_SECS",
+           "BalancedDoor", "Balancer", "compared", "over_share"]
 
 log = get_logger("edge.balance")
 
@@ -57,6 +60,11 @@ PEER_LATE_SECS: Final = 0.25
 SLACK_MIN: Final = 2
 #: … or at this fraction of what it holds, when that is more.
 SLACK_FRACTION: Final = 0.1
+#: A wake-up of the door first drops the connections closed since the last recount, and
+#: publishes the count, unless that recount is younger than this (it costs a pass over
+#: the connections held): a burst that follows a wave of closes (clients reconnecting)
+#: is weighed on what each worker holds now, not at its last tick.
+RECOUNT_SECS: Final = 0.005
 #: Connections accepted per wake-up at most (then the loop serves the others).
 ACCEPT_BATCH: Final = 8
 #: After running out of descriptors (EMFILE…), how long the door stays closed.
@@ -93,9 +101,10 @@ class Balancer:
         self._ticker: asyncio.Task[None] | None = None
         self.paused = False
         self.accepted = 0
+        self._recounted_at = 0.0
 
     def connections(self) -> int:
-        """The TCP connections this worker holds (a closed one counts until the next tick)."""
+        """The TCP connections this worker holds (a closed one counts until the next recount)."""
         return len(self._transports) + self.setting_up
 
     def track(self, transport: asyncio.BaseTransport) -> None:
@@ -125,8 +134,16 @@ class Balancer:
         self._doors.append(door)
         return door
 
+    def recount(self) -> None:
+        """Drop the connections closed meanwhile from the count and publish it, unless
+        that was done less than :data:`RECOUNT_SECS` ago."""
+        if time.monotonic() - self._recounted_at >= RECOUNT_SECS:
+            self._sweep()
+            self.board.write(self.worker, connections=self.connections())
+
     def _sweep(self) -> None:
         self._transports = {t for t in self._transports if not t.is_closing()}
+        self._recounted_at = time.monotonic()
 
     async def _tick(self) -> None:
         while True:
@@ -217,6 +234,14 @@ class BalancedDoor:
 
     def _readable(self) -> None:
         balancer = self._balancer
+        balancer.recount()
+        try:
+            self._accept_some()
+        finally:
+            balancer.board.write(balancer.worker, accepted=balancer.accepted)
+
+    def _accept_some(self) -> None:
+        balancer = self._balancer
         for _ in range(ACCEPT_BATCH):
             if balancer.over_share():
                 balancer.pause()
@@ -234,7 +259,6 @@ class BalancedDoor:
                 continue  # the client gave up before accept (ECONNABORTED…)
             balancer.accepted += 1
             self._connect(conn)
-        balancer.board.write(balancer.worker, accepted=balancer.accepted)
 
     def _after_backoff(self) -> None:
         self.watch(not self._balancer.paused)

@@ -8,8 +8,9 @@ at once and held, counted per worker by ``/metrics``
 deviation of a worker's count from the even share, in percent, per round; target
 ±20 %. The first round starts right after ``/healthz`` said 200, the others on a
 warmed-up gateway. Then as many rounds again with one worker stopped
-(``SIGSTOP``) for :data:`HELD_UP_SECS` just after the burst starts — a loop a busy
-host holds off the CPU — in a row of their own: the spread must hold then too.
+(``SIGSTOP``) for ``hold_secs`` (``Sizes.spread_hold_secs``) just after
+the burst starts — a loop a busy host holds off the CPU — in a row of their own:
+the spread must hold then too.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ __all__ = ["run_spread"]
 
 #: Target: every worker within this many percent of the even share.
 TARGET_PCT = 20.0
-#: How long one worker is stopped in the held-up rounds, and how soon after the burst starts.
-HELD_UP_SECS = 1.5
+#: How soon after a held-up round's burst starts its worker is stopped.
 _HOLD_AFTER_SECS = 0.05
 _GAUGE = re.compile(r'^acpgate_worker_connections\{worker="(\d+)"\} (\d+)', re.MULTILINE)
 
@@ -99,8 +99,8 @@ def _worker_of(argv: list[str]) -> int:
 
 
 async def _held_up_round(sv: Serve, port: int, url: str, token: str, size: int,
-                         workers: int) -> dict[int, int]:
-    """A round during which edge worker ``workers`` is stopped for :data:`HELD_UP_SECS`."""
+                         workers: int, hold_secs: float) -> dict[int, int]:
+    """A round during which edge worker ``workers`` is stopped for ``hold_secs``."""
     edge = next(proc for kind, proc in sv.all_children()
                 if kind == "edge" and _worker_of(proc.cmdline()) == workers)
 
@@ -108,7 +108,7 @@ async def _held_up_round(sv: Serve, port: int, url: str, token: str, size: int,
         await asyncio.sleep(_HOLD_AFTER_SECS)
         edge.suspend()
         try:
-            await asyncio.sleep(HELD_UP_SECS)
+            await asyncio.sleep(hold_secs)
         finally:
             edge.resume()
 
@@ -130,7 +130,8 @@ def _row(workers: int, size: int, samples: list[dict[int, int]], what: str,
         note=f"per worker, each round: {shown} (even share {size / workers:g}){note}")
 
 
-async def spread_rows(workers: int, size: int, rounds: int) -> list[Row]:
+async def spread_rows(workers: int, size: int, rounds: int,
+                      hold_secs: float) -> list[Row]:
     """The rows of one gateway with ``workers`` edge workers."""
     async with stage(max_sessions=size + 8, warm=0) as st:
         st.env["ACPGATE_gateway__workers"] = str(workers)
@@ -144,21 +145,23 @@ async def spread_rows(workers: int, size: int, rounds: int) -> list[Row]:
                 early_status = exc.response.status_code
             samples = [await _round(st.port, st.ws_url, token, size, workers)
                        for _ in range(rounds)]
-            held = [await _held_up_round(sv, st.port, st.ws_url, token, size, workers)
+            held = [await _held_up_round(sv, st.port, st.ws_url, token, size, workers, hold_secs)
                     for _ in range(rounds)]
     return [
         _row(workers, size, samples, "",
              f"; the first round starts the moment /healthz answers 200, when "
              f"`?worker={workers}` got {early_status}"),
-        _row(workers, size, held, f", worker {workers} stopped {HELD_UP_SECS:g} s mid-burst",
+        _row(workers, size, held, f", worker {workers} stopped {hold_secs:g} s mid-burst",
              f"; worker {workers} stopped (SIGSTOP) {_HOLD_AFTER_SECS * 1000:g} ms after "
-             f"the burst starts, for {HELD_UP_SECS:g} s: a loop a busy host holds off the CPU"),
+             f"the burst starts, for {hold_secs:g} s: a loop a busy host holds off the CPU"),
     ]
 
 
-async def run_spread(size: int, rounds: int, worker_counts: Sequence[int] = (2, 4)) -> list[Row]:
-    """The spread rows for each of ``worker_counts``."""
+async def run_spread(size: int, rounds: int, hold_secs: float,
+                     worker_counts: Sequence[int] = (2, 4)) -> list[Row]:
+    """The spread rows for each of ``worker_counts`` (one worker stopped ``hold_secs`` in
+    the held-up rounds)."""
     rows: list[Row] = []
     for workers in worker_counts:
-        rows += await spread_rows(workers, size, rounds)
+        rows += await spread_rows(workers, size, rounds, hold_secs)
     return rows

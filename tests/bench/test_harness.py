@@ -99,6 +99,8 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     for r in rows:
         if "CPU per logged event" in r:  # a quick run's few events may take under a tick
             continue
+        if "connection spread" in r:  # a few connections often split exactly evenly: 0 %
+            continue
         cells = [c.strip() for c in r.split("|")]
         if cells[-3:-1] == ["0", "**met**"]:  # a count whose target is 0, met: 0 measured
             continue

@@ -136,7 +136,8 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
             workers)
     if "spread" in wanted:
         _say(f"{sizes.spread_connections} connections at once over 2 and 4 edge workers")
-        rows["spread"] = await run_spread(sizes.spread_connections, sizes.spread_rounds)
+        rows["spread"] = await run_spread(sizes.spread_connections, sizes.spread_rounds,
+                                         sizes.spread_hold_secs)
     if "eventlog" in wanted:
         _say("event log: relay throughput on / off, its cost per event, kill -9 at "
              f"{sizes.crash_points} random points")

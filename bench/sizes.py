@@ -63,9 +63,11 @@ class Sizes:
     capacity_sessions: tuple[int, ...] = (50, 200)
     capacity_updates: int = 250
     capacity_pace_ms: float = 20.0
-    #: Spread over edge workers: connections opened at once, and rounds.
+    #: Spread over edge workers: connections opened at once, and rounds; how long one
+    #: worker is stopped in the held-up rounds (past the 1 s a sibling was once waited).
     spread_connections: int = 200
     spread_rounds: int = 3
+    spread_hold_secs: float = 1.5
 
 
 FULL = Sizes()
@@ -79,4 +81,5 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               crash_points=2, log_rounds=1, log_on_postgres=False,
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
-              spread_connections=12, spread_rounds=1)
+              spread_connections=12, spread_rounds=1,
+              spread_hold_secs=0.2)

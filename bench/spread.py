@@ -7,26 +7,32 @@ at once and held, counted per worker by ``/metrics``
 (``acpgate_worker_connections{worker="k"}``), then closed. The row: the largest
 deviation of a worker's count from the even share, in percent, per round; target
 ±20 %. The first round starts right after ``/healthz`` said 200, the others on a
-warmed-up gateway.
+warmed-up gateway. Then as many rounds again with one worker stopped
+(``SIGSTOP``) for ``hold_secs`` (``Sizes.spread_hold_secs``) just after
+the burst starts — a loop a busy host holds off the CPU — in a row of their own:
+the spread must hold then too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
 from collections.abc import Sequence
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from bench.stage import serve, stage
+from bench.stage import Serve, serve, stage
 from bench.stats import Dist, Row
 
 __all__ = ["run_spread"]
 
 #: Target: every worker within this many percent of the even share.
 TARGET_PCT = 20.0
+#: How soon after a held-up round's burst starts its worker is stopped.
+_HOLD_AFTER_SECS = 0.05
 _GAUGE = re.compile(r'^acpgate_worker_connections\{worker="(\d+)"\} (\d+)', re.MULTILINE)
 
 
@@ -84,12 +90,53 @@ async def _round(port: int, url: str, token: str, size: int, workers: int) -> di
         await _counted(port, 0, workers)
 
 
-async def spread_rows(workers: int, size: int, rounds: int) -> list[Row]:
+def _worker_of(argv: list[str]) -> int:
+    """The ``--worker N`` of an edge's command line (0: none)."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--worker" and value.isdigit():
+            return int(value)
+    return 0
+
+
+async def _held_up_round(sv: Serve, port: int, url: str, token: str, size: int,
+                         workers: int, hold_secs: float) -> dict[int, int]:
+    """A round during which edge worker ``workers`` is stopped for ``hold_secs``."""
+    edge = next(proc for kind, proc in sv.all_children()
+                if kind == "edge" and _worker_of(proc.cmdline()) == workers)
+
+    async def hold() -> None:
+        await asyncio.sleep(_HOLD_AFTER_SECS)
+        edge.suspend()
+        try:
+            await asyncio.sleep(hold_secs)
+        finally:
+            edge.resume()
+
+    holding = asyncio.create_task(hold())
+    try:
+        return await _round(port, url, token, size, workers)
+    finally:
+        await holding
+
+
+def _row(workers: int, size: int, samples: list[dict[int, int]], what: str,
+         note: str) -> Row:
+    devs = [deviation_pct(c, workers) for c in samples]
+    shown = "; ".join("/".join(str(c.get(n, 0)) for n in range(1, workers + 1)) for c in samples)
+    return Row(
+        "8", f"connection spread, {size} WebSocket connections at once over `workers = {workers}`"
+             f"{what} (largest deviation from the even share)", "%", Dist.of(devs), "—", None,
+        target=f"≤ {TARGET_PCT:.0f} %", met=max(devs) <= TARGET_PCT,
+        note=f"per worker, each round: {shown} (even share {size / workers:g}){note}")
+
+
+async def spread_rows(workers: int, size: int, rounds: int,
+                      hold_secs: float) -> list[Row]:
     """The rows of one gateway with ``workers`` edge workers."""
     async with stage(max_sessions=size + 8, warm=0) as st:
         st.env["ACPGATE_gateway__workers"] = str(workers)
         token = st.mint_token()
-        async with serve(st):  # returns the moment /healthz answers 200
+        async with serve(st) as sv:  # returns the moment /healthz answers 200
             try:
                 early = await _dial(f"{st.ws_url}?worker={workers}", token)
                 await early.close()
@@ -98,21 +145,23 @@ async def spread_rows(workers: int, size: int, rounds: int) -> list[Row]:
                 early_status = exc.response.status_code
             samples = [await _round(st.port, st.ws_url, token, size, workers)
                        for _ in range(rounds)]
-    devs = [deviation_pct(c, workers) for c in samples]
-    shown = "; ".join("/".join(str(c.get(n, 0)) for n in range(1, workers + 1)) for c in samples)
-    share = size / workers
-    return [Row(
-        "8", f"connection spread, {size} WebSocket connections at once over `workers = {workers}`"
-             " (largest deviation from the even share)", "%", Dist.of(devs), "—", None,
-        target=f"≤ {TARGET_PCT:.0f} %", met=max(devs) <= TARGET_PCT,
-        note=f"per worker, each round: {shown} (even share {share:g}); the first round "
-             f"starts the moment /healthz answers 200, when `?worker={workers}` got "
-             f"{early_status}")]
+            held = [await _held_up_round(sv, st.port, st.ws_url, token, size, workers, hold_secs)
+                    for _ in range(rounds)]
+    return [
+        _row(workers, size, samples, "",
+             f"; the first round starts the moment /healthz answers 200, when "
+             f"`?worker={workers}` got {early_status}"),
+        _row(workers, size, held, f", worker {workers} stopped {hold_secs:g} s mid-burst",
+             f"; worker {workers} stopped (SIGSTOP) {_HOLD_AFTER_SECS * 1000:g} ms after "
+             f"the burst starts, for {hold_secs:g} s: a loop a busy host holds off the CPU"),
+    ]
 
 
-async def run_spread(size: int, rounds: int, worker_counts: Sequence[int] = (2, 4)) -> list[Row]:
-    """The spread rows for each of ``worker_counts``."""
+async def run_spread(size: int, rounds: int, hold_secs: float,
+                     worker_counts: Sequence[int] = (2, 4)) -> list[Row]:
+    """The spread rows for each of ``worker_counts`` (one worker stopped ``hold_secs`` in
+    the held-up rounds)."""
     rows: list[Row] = []
     for workers in worker_counts:
-        rows += await spread_rows(workers, size, rounds)
+        rows += await spread_rows(workers, size, rounds, hold_secs)
     return rows

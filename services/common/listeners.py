@@ -23,8 +23,11 @@ from services.common.in_use import port_in_use
 
 __all__ = ["LISTEN_BACKLOG", "adopt_listeners", "bind_listeners"]
 
-#: asyncio's default backlog for ``create_server``.
-LISTEN_BACKLOG = 100
+#: Connections the kernel holds for the edge until one is accepted: the system's most
+#: (``net.core.somaxconn`` caps it), so a burst waits in the queue while every worker is
+#: at its share (``services.edge.transport.balance``) instead of having its SYNs dropped
+#: and retried a second or more later.
+LISTEN_BACKLOG = socket.SOMAXCONN
 
 
 def _addresses(host: str, port: int) -> list[tuple[int, int, int, tuple[object, ...]]]:

@@ -89,7 +89,8 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert "0 events replayed twice" in text
     assert items.count("23.7") == 4  # loading a session of big prompts
     assert items.count("28") == 2  # capacity at one N: delivered updates/s, latency
-    assert items.count("8") == 2  # the spread of a burst over 2 and 4 edge workers
+    # The spread of a burst over 2 and 4 edge workers, then with one of them held up.
+    assert items.count("8") == 4
     assert "`?worker=4` got 101" in text
     assert "Capacity: N sessions" in text and "| 4 | " in text
     assert "2 of 2 turns replayed" in text
@@ -97,6 +98,8 @@ def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     assert ("Not run:" in text) is not bool(pg_rows)
     for r in rows:
         if "CPU per logged event" in r:  # a quick run's few events may take under a tick
+            continue
+        if "connection spread" in r:  # a few connections often split exactly evenly: 0 %
             continue
         cells = [c.strip() for c in r.split("|")]
         if cells[-3:-1] == ["0", "**met**"]:  # a count whose target is 0, met: 0 measured

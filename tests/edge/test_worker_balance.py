@@ -15,8 +15,15 @@ from collections.abc import Callable
 
 import pytest
 
-from services.common.worker_board import WorkerBoard, process_alive
-from services.edge.transport.balance import SLACK_MIN, Balancer, over_share
+from services.common.worker_board import BoardSlot, WorkerBoard, process_alive
+from services.edge.transport.balance import (
+    PEER_FRESH_SECS,
+    PEER_LATE_SECS,
+    SLACK_MIN,
+    Balancer,
+    compared,
+    over_share,
+)
 from services.edge.transport.gateway import _board
 
 
@@ -153,4 +160,128 @@ async def test_a_stale_sibling_is_not_waited_for() -> None:
             w.close()
         door.close()
         await one.close()
+        board.release()
+
+
+#: How long a busy host held one worker's loop off the CPU mid-burst (measured: over 1 s).
+HELD_UP_SECS = 1.5
+
+
+def _gone_pid() -> int:
+    """The pid of a process that ran and was reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_late_sibling_counts_while_its_process_runs_and_until_the_window_ends() -> None:
+    now = time.monotonic_ns()
+    me = os.getpid()
+
+    def slot(pid: int = me, late_secs: float = 0.0, serving: bool = True) -> BoardSlot:
+        return BoardSlot(2, pid, serving, 3, now - int(late_secs * 1e9), 3)
+
+    assert compared(slot(), now)
+    # Its loop held off the CPU for a while (a busy host): still compared with.
+    assert compared(slot(late_secs=HELD_UP_SECS), now)
+    # Late and its process gone: not waited for, though the window is not over.
+    assert not compared(slot(pid=_gone_pid(), late_secs=PEER_LATE_SECS * 2), now)
+    # Hung past the window: left out even though its process runs.
+    assert not compared(slot(late_secs=PEER_FRESH_SECS * 2), now)
+    assert not compared(slot(serving=False), now)
+    assert not compared(slot(late_secs=-1.0), now)  # a heartbeat from the future
+
+
+async def _keep_late(board: WorkerBoard, worker: int, pid: int, late_secs: float) -> None:
+    """Worker ``worker``'s slot as a loop that is ``late_secs`` behind keeps showing it:
+    it serves, holds nothing, and its last heartbeat is always that old."""
+    board.write(worker, pid=pid, serving=1, connections=0)
+    while True:
+        board.write(worker, heartbeat=time.monotonic_ns() - int(late_secs * 1e9))
+        await asyncio.sleep(0.01)
+
+
+async def test_a_burst_waits_for_a_late_sibling_then_is_shared_with_it() -> None:
+    board = WorkerBoard.create(2)
+    sock = await _listening()
+    other = sock.dup()
+    other.setblocking(False)
+    one, two = Balancer(board, 1), Balancer(board, 2)
+    # Worker 2 runs but its loop is held up: its heartbeat is HELD_UP_SECS old.
+    late = asyncio.create_task(_keep_late(board, 2, os.getpid(), HELD_UP_SECS))
+    doors = [one.door(sock, _Held, None, 5.0)]
+    one.serving(os.getpid())
+    burst = 12
+    writers = []
+    try:
+        writers = await _connections(sock, burst)
+        await _until(lambda: one.paused or one.connections() == burst)
+        # Worker 1 took only its slack over the late sibling; the rest wait in the queue.
+        assert one.paused and one.connections() == SLACK_MIN
+        # Worker 2's loop runs again: it takes the waiting connections, up to its share.
+        late.cancel()
+        doors.append(two.door(other, _Held, None, 5.0))
+        two.serving(os.getpid())
+        await _until(lambda: one.connections() + two.connections() == burst)
+        assert abs(one.connections() - two.connections()) <= SLACK_MIN
+    finally:
+        late.cancel()
+        for w in writers:
+            w.close()
+        for door in doors:
+            door.close()
+        await one.close()
+        await two.close()
+        board.release()
+
+
+async def test_a_burst_does_not_wait_for_a_late_sibling_whose_process_is_gone() -> None:
+    board = WorkerBoard.create(2)
+    sock = await _listening()
+    one = Balancer(board, 1)
+    late = asyncio.create_task(_keep_late(board, 2, _gone_pid(), PEER_LATE_SECS * 2))
+    door = one.door(sock, _Held, None, 5.0)
+    one.serving(os.getpid())
+    writers = []
+    try:
+        writers = await _connections(sock, 10)
+        await _until(lambda: one.connections() == 10)
+        assert not one.paused
+    finally:
+        late.cancel()
+        for w in writers:
+            w.close()
+        door.close()
+        await one.close()
+        board.release()
+
+
+async def test_a_burst_after_a_wave_of_closes_is_weighed_on_what_each_worker_holds_now() -> None:
+    board = WorkerBoard.create(2)
+    sock = await _listening()
+    lost: list[object] = []
+
+    class Tracked(asyncio.Protocol):
+        def connection_lost(self, exc: Exception | None) -> None:
+            lost.append(self)
+
+    one = Balancer(board, 1)  # no heartbeat task: nothing recounts but the door itself
+    door = one.door(sock, Tracked, None, 5.0)
+    writers: list[asyncio.StreamWriter] = []
+    try:
+        writers = await _connections(sock, 10)  # worker 1 alone: it takes them all
+        await _until(lambda: board.slot(1).connections == 10)
+        for w in writers:
+            w.close()
+        await _until(lambda: len(lost) == 10)
+        assert board.slot(1).connections == 10  # closed, not recounted yet
+        # Worker 2 serves, holding nothing; clients reconnect at once.
+        board.write(2, pid=os.getpid(), serving=1, connections=0, heartbeat=time.monotonic_ns())
+        writers = await _connections(sock, 1)
+        await _until(lambda: one.accepted == 11 or one.paused)
+        assert not one.paused and board.slot(1).connections == 1
+    finally:
+        for w in writers:
+            w.close()
+        door.close()
         board.release()

@@ -9,17 +9,26 @@ one connection at a time, and before each it reads the board
 :data:`SLACK_MIN` (or a tenth) more connections than the least loaded live
 sibling, it closes its door (stops watching the socket) and leaves the connection
 to the siblings; it opens again as soon as that is no longer so (checked every
-:data:`TICK_SECS`, when it also writes its heartbeat and count).
+:data:`TICK_SECS`, when it also writes its heartbeat and count). Each wake-up of
+the door first drops the connections closed since (:data:`RECOUNT_SECS`), so
+clients that reconnect right after a wave of closes are not weighed against
+connections that are gone.
 
 Why this and not another: ``SO_REUSEPORT`` spreads by a hash (uneven over a few
 hundred connections) and lets other processes bind the port; ``EPOLLEXCLUSIVE``
 wakes the most recent waiter first (uneven too, and not reachable from asyncio);
 handing excess connections to siblings moves each one twice. Pausing is cheap
 and safe: the least loaded live worker never pauses, so some worker always
-accepts; a sibling that dies, stops or hangs stops refreshing its heartbeat and
-is left out of the comparison after :data:`PEER_FRESH_SECS` (serve also clears
-a dead worker's slot at once), so nobody waits on it. Connections not yet
-accepted wait in the socket's queue, as before.
+accepts. A sibling whose heartbeat is late is still compared with while its
+process runs, up to :data:`PEER_FRESH_SECS`: on a busy host a worker's loop can
+be held off the CPU for a second or more mid-burst, and leaving it out then
+hands its whole share to the others for good (the burst is over when it comes
+back), while waiting for it only holds the next connections in the queue for as
+long as it is late. A sibling that hangs is left out once its heartbeat is older
+than that, and one whose process is gone (dead, a zombie) as soon as its
+heartbeat is late (serve also clears a dead worker's slot at once), so nobody
+waits on it for long. Connections not yet accepted wait in the socket's queue,
+as before.
 """
 
 from __future__ import annotations
@@ -34,20 +43,28 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from services.common.logs import get_logger
-from services.common.worker_board import WorkerBoard
+from services.common.worker_board import BoardSlot, WorkerBoard, process_alive
 
-__all__ = ["PEER_FRESH_SECS", "SLACK_MIN", "TICK_SECS", "BalancedDoor", "Balancer", "over_share"]
+__all__ = ["PEER_FRESH_SECS", "PEER_LATE_SECS", "RECOUNT_SECS", "SLACK_MIN", "TICK_SECS",
+           "BalancedDoor", "Balancer", "compared", "over_share"]
 
 log = get_logger("edge.balance")
 
 #: How often a worker writes its heartbeat and count, and a closed door looks again.
 TICK_SECS: Final = 0.05
-#: A sibling whose heartbeat is older than this is not compared with (stopped, dead).
-PEER_FRESH_SECS: Final = 1.0
+#: A sibling whose heartbeat is older than this is not compared with (hung, stopped).
+PEER_FRESH_SECS: Final = 3.0
+#: A sibling whose heartbeat is older than this is compared with only while its process runs.
+PEER_LATE_SECS: Final = 0.25
 #: A worker closes its door at this many connections above the least loaded sibling…
 SLACK_MIN: Final = 2
 #: … or at this fraction of what it holds, when that is more.
 SLACK_FRACTION: Final = 0.1
+#: A wake-up of the door first drops the connections closed since the last recount, and
+#: publishes the count, unless that recount is younger than this (it costs a pass over
+#: the connections held): a burst that follows a wave of closes (clients reconnecting)
+#: is weighed on what each worker holds now, not at its last tick.
+RECOUNT_SECS: Final = 0.005
 #: Connections accepted per wake-up at most (then the loop serves the others).
 ACCEPT_BATCH: Final = 8
 #: After running out of descriptors (EMFILE…), how long the door stays closed.
@@ -63,6 +80,14 @@ def over_share(own: int, siblings: list[int]) -> bool:
     return own >= min(siblings) + max(SLACK_MIN, int(own * SLACK_FRACTION))
 
 
+def compared(slot: BoardSlot, now_ns: int) -> bool:
+    """Whether a sibling's ``slot`` counts in the comparison at ``now_ns``: it serves, and
+    its heartbeat is recent — or only late (its loop held up) while its process runs."""
+    if not (slot.serving and slot.sane() and slot.fresh(now_ns, int(PEER_FRESH_SECS * 1e9))):
+        return False
+    return slot.fresh(now_ns, int(PEER_LATE_SECS * 1e9)) or process_alive(slot.pid)
+
+
 class Balancer:
     """Worker ``worker``'s side of the board: its count, heartbeat and door state."""
 
@@ -76,9 +101,10 @@ class Balancer:
         self._ticker: asyncio.Task[None] | None = None
         self.paused = False
         self.accepted = 0
+        self._recounted_at = 0.0
 
     def connections(self) -> int:
-        """The TCP connections this worker holds (a closed one counts until the next tick)."""
+        """The TCP connections this worker holds (a closed one counts until the next recount)."""
         return len(self._transports) + self.setting_up
 
     def track(self, transport: asyncio.BaseTransport) -> None:
@@ -88,10 +114,10 @@ class Balancer:
 
     def over_share(self) -> bool:
         """Whether a live sibling holds clearly fewer connections than this worker."""
-        limit = time.monotonic_ns()
-        fresh = int(PEER_FRESH_SECS * 1e9)
-        siblings = [s.connections for s in self.board.slots()
-                    if s.worker != self.worker and s.serving and s.sane() and s.fresh(limit, fresh)]
+        slots = self.board.slots()
+        now = time.monotonic_ns()  # after reading: no heartbeat read is newer than it
+        siblings = [s.connections for s in slots
+                    if s.worker != self.worker and compared(s, now)]
         return over_share(self.connections(), siblings)
 
     def serving(self, pid: int) -> None:
@@ -108,8 +134,16 @@ class Balancer:
         self._doors.append(door)
         return door
 
+    def recount(self) -> None:
+        """Drop the connections closed meanwhile from the count and publish it, unless
+        that was done less than :data:`RECOUNT_SECS` ago."""
+        if time.monotonic() - self._recounted_at >= RECOUNT_SECS:
+            self._sweep()
+            self.board.write(self.worker, connections=self.connections())
+
     def _sweep(self) -> None:
         self._transports = {t for t in self._transports if not t.is_closing()}
+        self._recounted_at = time.monotonic()
 
     async def _tick(self) -> None:
         while True:
@@ -200,6 +234,14 @@ class BalancedDoor:
 
     def _readable(self) -> None:
         balancer = self._balancer
+        balancer.recount()
+        try:
+            self._accept_some()
+        finally:
+            balancer.board.write(balancer.worker, accepted=balancer.accepted)
+
+    def _accept_some(self) -> None:
+        balancer = self._balancer
         for _ in range(ACCEPT_BATCH):
             if balancer.over_share():
                 balancer.pause()
@@ -217,7 +259,6 @@ class BalancedDoor:
                 continue  # the client gave up before accept (ECONNABORTED…)
             balancer.accepted += 1
             self._connect(conn)
-        balancer.board.write(balancer.worker, accepted=balancer.accepted)
 
     def _after_backoff(self) -> None:
         self.watch(not self._balancer.paused)
@@ -231,6 +272,7 @@ class BalancedDoor:
 
     async def _serve(self, conn: socket.socket) -> None:
         balancer = self._balancer
+        transport: asyncio.BaseTransport | None = None
         try:
             conn.setblocking(False)
             with contextlib.suppress(OSError):
@@ -239,9 +281,10 @@ class BalancedDoor:
             if self._tls is not None:
                 extra = {"ssl": self._tls, "ssl_handshake_timeout": self._handshake_secs}
             transport, _ = await self._loop.connect_accepted_socket(self._factory, conn, **extra)
-            balancer.track(transport)
         except Exception as exc:  # a failed TLS handshake, a reset: this connection only
             log.debug("edge_accept_failed", why=type(exc).__name__)
             conn.close()
         finally:
             balancer.setting_up -= 1
+        if transport is not None:  # counted once: no longer as one being set up
+            balancer.track(transport)

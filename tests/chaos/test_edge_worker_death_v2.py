@@ -76,8 +76,10 @@ class Seen:
             self.chunks.append(update["content"]["text"])
         elif what in ("tool_call", "tool_call_update"):
             self.tool_calls.append(update)
-        elif what == ("state_update" if v2 else "turn_complete") and (
+        elif self.end is None and what == ("state_update" if v2 else "turn_complete") and (
                 not v2 or update.get("state") == "idle"):
+            # The first idle is the turn's end; a v2 resume's closing current state (idle
+            # without a stop reason once the turn is over) comes after it, never instead.
             self.end = update
 
 
@@ -138,9 +140,19 @@ def check_turn(seen: Seen, v2: bool) -> None:
     assert seen.tool_calls[-1].get("status") == "completed", seen.tool_calls
 
 
-@pytest.mark.parametrize("protocol", ['"auto"', "2"])
-async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path,
-                                                              protocol: str) -> None:
+async def turn_ended(served: Any, session_id: str) -> bool:
+    """The re-adopting worker ended ``session_id``'s turn (its end is logged and stored)."""
+    return any(e.get("event") == "adopted_turn_ended" and e.get("session_id") == session_id
+               for e in await asyncio.to_thread(served.events))
+
+
+@pytest.mark.parametrize(("protocol", "resume_after_end"),
+                         [('"auto"', False), ("2", False), ("2", True)])
+async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(
+        tmp_path: Path, protocol: str, resume_after_end: bool) -> None:
+    """``resume_after_end``: the v2 client resumes only once the re-adopted turn ended, so
+    the replay holds the turn's end, then ``replay_complete`` and the idle current state;
+    otherwise whenever it comes (mid-turn, or during the replay, in practice)."""
     work = tmp_path / "work"
     work.mkdir()
     agent = agent_section("two", str(tmp_path / "agent.log"), "v2", protocol)
@@ -183,6 +195,8 @@ async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path,
         check_turn(v1_seen, False)
 
         # The v2 client resumes by acpgate's cursor, just after the last event it saw.
+        if resume_after_end:
+            await until(lambda: turn_ended(served, v2_sid), "the v2 turn ended", tries=1200)
         with on_worker(served, 2):
             back = await dial(served, query="worker=2")
             await back.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -194,6 +208,8 @@ async def test_kill9_mid_turn_on_a_v2_agent_keeps_translating(tmp_path: Path,
         while v2_seen.end is None:
             v2_seen.see(await read(back, True), True)
         check_turn(v2_seen, True)
+        if resume_after_end:  # all of it in the replay, before the resume's answer
+            assert v2_seen.kinds[-2:] == ["replay_complete", "state_update"], v2_seen.kinds
 
         assert agent_pids(served) == before, "no agent died or was replaced"
         asked = [m for m in received(str(tmp_path / "agent.log"))

@@ -233,21 +233,31 @@ class Attachment:
             self._writer = self._clients.session.spawn(self._pump())
             self._wake.set()
 
+    async def flush(self) -> None:
+        """Write what is queued, in the caller's task, until nothing is (before :meth:`start`:
+        what the session streamed during a replay goes out before what the caller sends
+        next); a gone client raises ConnectionError."""
+        while self._queue and not self.closed and self._writer is None:
+            await self._write_queued()
+
     async def _pump(self) -> None:
         while not self.closed:
             await self._wake.wait()
             self._wake.clear()
-            batch = list(self._queue)
-            self._queue.clear()
-            self._chars = 0
-            if not batch:
-                continue
             try:
-                await self.conn.send_many([line for _, line in batch])
+                await self._write_queued()
             except (ConnectionError, OSError):
                 self._clients.remove(self)  # the connection's close says the rest
                 return
-            self.delivered = max(self.delivered, max(eid for eid, _ in batch))
+
+    async def _write_queued(self) -> None:
+        batch = list(self._queue)
+        self._queue.clear()
+        self._chars = 0
+        if not batch:
+            return
+        await self.conn.send_many([line for _, line in batch])
+        self.delivered = max(self.delivered, max(eid for eid, _ in batch))
 
     def close(self) -> None:
         """Stop writing; what is queued is dropped."""

@@ -20,7 +20,10 @@
 
 The connection's attachment is entered into the session before the replay is read and
 holds back what the session streams meanwhile in its queue; its writer starts once the
-replay went out: no gap, no duplicate, in order.
+replay went out: no gap, no duplicate, in order. A caller that ends the replay with lines
+of its own (a v2 resume's ``replay_complete`` and current state) passes them as ``then``:
+they are made and sent once what was held back went out too, so what they say of the
+session is true of everything sent before them.
 
 A connection attached to the session already (as its holder, or with an earlier
 ``session/attach``) joins again the same way: its new attachment takes the old one's
@@ -69,9 +72,11 @@ _FLUSH_SECS = 5.0
 
 async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, policy: str,
                after: Any = None, fallback: str = HISTORY_FULL,
-               send_history: Callable[[], Awaitable[None]] | None = None) -> str:
+               send_history: Callable[[], Awaitable[None]] | None = None,
+               then: Callable[[], list[str]] | None = None) -> str:
     """Attach ``conn`` to ``session`` as ``role`` and replay by ``policy`` (module doc);
-    ``send_history`` sends the stored history (``full``). Returns the policy applied."""
+    ``send_history`` sends the stored history (``full``); ``then`` makes the lines that end
+    the replay, after what the session streamed during it. Returns the policy applied."""
     att = Attachment(session.clients, conn, role,
                      session.runtime.cfg.gateway.attach_queue_chars)
     feed = session.feed
@@ -111,6 +116,10 @@ async def join(session: EdgeSession, conn: AttachedConnection, *, role: str, pol
     if lines:
         await conn.send_many(lines)
     att.delivered = max(att.delivered, snapshot)
+    if then is not None:
+        await att.flush()
+        if tail := then():  # made now: nothing is queued behind the replay
+            await conn.send_many(tail)
     att.start()
     changed(session)  # a pending permission request is asked of a new controller now
     return applied

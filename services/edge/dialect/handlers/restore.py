@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -110,25 +110,32 @@ from services.edge.sessions.session_setup import (
 )
 from services.edge.sessions.session_state import reapply
 
+#: What makes the lines that end a restore's replay (:func:`restore`).
+Then = Callable[[], list[str]]
+
 #: The params of session/load and resume acpgate reads itself (the rest passes to an
 #: external agent that restores its own session, or opens a fresh one).
 _OWN_RESTORE_KEYS = frozenset({"sessionId", "session_id", "cwd", "workspaceDir",
                                "workspace_dir", "mcpServers", "additionalDirectories"})
 
 
-async def session_load(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """SPEC §8: restore and replay the stored history."""
-    return await restore(conn, params, replay=True)
+async def session_load(conn: DialectConnection, params: dict[str, Any], *,
+                       then: Then | None = None) -> dict[str, Any]:
+    """SPEC §8: restore and replay the stored history (``then``: :func:`restore`)."""
+    return await restore(conn, params, replay=True, then=then)
 
 
-async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dict[str, Any]:
-    """SPEC §8: restore; replay only the stored plan."""
-    return await restore(conn, params, replay=False)
+async def session_resume(conn: DialectConnection, params: dict[str, Any], *,
+                         then: Then | None = None) -> dict[str, Any]:
+    """SPEC §8: restore; replay only the stored plan (``then``: :func:`restore`)."""
+    return await restore(conn, params, replay=False, then=then)
 
 
 async def restore(conn: SessionHome, params: dict[str, Any], *,
-                  replay: bool) -> dict[str, Any]:
-    """Bring stored session ``params.sessionId`` back on this connection (steps: module doc)."""
+                  replay: bool, then: Then | None = None) -> dict[str, Any]:
+    """Bring stored session ``params.sessionId`` back on this connection (steps: module doc).
+    ``then`` makes lines sent before the answer, after the replay and whatever the session
+    streamed before them (made at that point, so they may say the session's state)."""
     rt = conn.runtime
     sid = session_id(params)
     client_cwd(params, remote=conn.remote)  # not used (SPEC §8), but checked like any
@@ -138,13 +145,14 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
     if not replay and mine is not None and not mine.released \
             and rt.registry.active.get(sid) is mine and mine.adapter is not None:
         mine.touch()
+        await _send_then(conn, then)
         return setup_result(mine.adapter.setup_result, mine.state.result_fields(),
                             builtin=mine.adapter.builtin,
                             restored_id=sid if mine.adapter.restored_itself else "")
     live = rt.registry.active.get(sid)
     if live is not None and isinstance(conn, DialectConnection) \
             and isinstance(live.port, DetachedPort) and live.principal == conn.caller.principal:
-        return await _reattach(conn, live, params, replay=replay)
+        return await _reattach(conn, live, params, replay=replay, then=then)
     extra = additional_directories(params)
     checks = (lambda: check_restore(conn, sid, extra)) if isinstance(conn, DialectConnection) \
         else None
@@ -192,12 +200,13 @@ async def restore(conn: SessionHome, params: dict[str, Any], *,
                     mcp_servers_json=encode_mcp_servers(mcp) if passed else None,
                     additional_directories=row.additional_directories if extra is not None
                     else None)
+    await _send_then(conn, then)
     return setup_result(client.setup_result, session.state.result_fields(),
                         builtin=client.builtin, restored_id=sid if client.restored_itself else "")
 
 
 async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[str, Any], *,
-                    replay: bool) -> dict[str, Any]:
+                    replay: bool, then: Then | None) -> dict[str, Any]:
     """Attach a detached session of the caller's own principal to ``conn`` as its controller:
     ``session/load`` replays the stored history and the live turn's updates;
     ``session/resume`` what the connection that left was not handed (after
@@ -212,10 +221,11 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
     try:
         if replay:
             await join(session, conn, role=ROLE_CONTROLLER, policy=HISTORY_FULL,
-                       send_history=lambda: replay_history(conn, session))
+                       send_history=lambda: replay_history(conn, session), then=then)
         else:
             await join(session, conn, role=ROLE_CONTROLLER, policy=HISTORY_AFTER_MESSAGE,
-                       after=_after_event(params, detached.delivered), fallback=HISTORY_LIVE)
+                       after=_after_event(params, detached.delivered), fallback=HISTORY_LIVE,
+                       then=then)
     except BaseException:
         conn.forget_session(sid)
         leave(session, conn, grace_secs=conn.detach_grace_secs)
@@ -225,6 +235,13 @@ async def _reattach(conn: DialectConnection, session: EdgeSession, params: dict[
     return setup_result(adapter.setup_result, session.state.result_fields(),
                         builtin=adapter.builtin,
                         restored_id=sid if adapter.restored_itself else "")
+
+
+async def _send_then(conn: SessionHome, then: Then | None) -> None:
+    """Send what ``then`` makes now (the session's own updates go to this connection
+    directly, in order)."""
+    if then is not None and (lines := then()):
+        await conn.send_many(lines)
 
 
 def subagent_refused(row: SessionRow, message: str = MSG_SUBAGENT_RESTORE) -> JsonRpcError:

@@ -15,7 +15,8 @@
 A v2 agent's child session is no session to resume (refused while its parent is live:
 :func:`~.background.refuse_child`). A replay ends with ``replay_complete``; every resume then sends the current
 ``state_update`` before its answer (with the agent's background list, when it reported
-one). Results carry ``configOptions`` (with the agent's
+one) — both made once the replay and what the session streamed during it went out, so
+the state is the one they end in (a turn's end is never behind it). Results carry ``configOptions`` (with the agent's
 modes as a ``category: "mode"`` option), never ``modes``.
 """
 
@@ -114,6 +115,19 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
     kind, event = _replay_kind(params)
     v1 = _v1_params(params)
     replayed = ""
+
+    def tail() -> list[str]:
+        """``replay_complete`` (after a replay) and the current state, made once the replay
+        and what the session streamed during it went out: the state is the one they end in."""
+        session = conn.sessions.get(sid)
+        translator = wire.session(sid)
+        translator.foreground = STATE_RUNNING if session is not None \
+            and session.turn is not None else STATE_IDLE
+        if session is not None and session.work.background is not None:
+            translator.background = session.work.background  # the agent's list, now
+        done = [{"sessionUpdate": U2_REPLAY_COMPLETE}] if replayed else []
+        return wire.updates(sid, [*done, translator.snapshot()])
+
     if kind == REPLAY_ACPGATE_EVENT and event is not None:
         meta = v1.get("_meta")
         meta = dict(meta) if isinstance(meta, dict) else {}
@@ -121,22 +135,14 @@ async def session_resume(conn: DialectConnection, params: dict[str, Any]) -> dic
         meta[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}),
                               META_AFTER_EVENT_ID: event - 1}  # the cursor is inclusive
         v1["_meta"] = meta
-        out = await restore.session_resume(conn, v1)
         replayed = "events"
+        out = await restore.session_resume(conn, v1, then=tail)
     elif kind is not None:
-        out = await restore.session_load(conn, v1)
         replayed = "full"
+        out = await restore.session_load(conn, v1, then=tail)
     else:
-        out = await restore.session_resume(conn, v1)
+        out = await restore.session_resume(conn, v1, then=tail)
     result = _setup_result(conn, sid, out, with_id=False)
-    session = conn.sessions.get(sid)
-    translator = wire.session(sid)
-    translator.foreground = STATE_RUNNING if session is not None and session.turn is not None \
-        else STATE_IDLE
-    if session is not None and session.work.background is not None:
-        translator.background = session.work.background  # the agent's list, now
-    tail = [{"sessionUpdate": U2_REPLAY_COMPLETE}] if replayed else []
-    await conn.send_many(wire.updates(sid, [*tail, translator.snapshot()]))
     if replayed:
         meta = result.setdefault("_meta", {})
         meta[META_ACPGATE] = {**meta.get(META_ACPGATE, {}), "replay": replayed}

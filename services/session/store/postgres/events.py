@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
+from services.common.protocol import REFUSED_QUOTA
 from services.session.store.event_log import (
     CHUNK_PAGE,
     END_TURN,
@@ -40,18 +41,14 @@ from services.session.store.event_log import (
 )
 from services.session.store.interface import Clock
 from services.session.store.log_quota import (
-    ADD_SESSION_BYTES,
     END_STARTED_TURN,
-    SELECT_LOGGED_IDS,
     SELECT_OWNER_BYTES,
-    id_range,
     quota_refusal,
-    stored_bytes,
     unlogged,
 )
 from services.session.store.postgres.db import Conn
 from services.session.store.records import Quota, SessionNotFound
-from services.session.store.sql.rows import ADD_OWNER_BYTES, numbered
+from services.session.store.sql.rows import numbered
 
 __all__ = ["PgEvents"]
 
@@ -68,39 +65,72 @@ _SELECT_TURN_STATES = numbered(SELECT_TURN_STATES)
 _INTERRUPT_SESSION = numbered(INTERRUPT_SESSION)
 _INTERRUPT_ORPHANS = numbered(INTERRUPT_ORPHANS)
 
-_SELECT_LOGGED_IDS = numbered(SELECT_LOGGED_IDS)
 #: The owner's total, locked as ``ADD_OWNER_BYTES`` would lock it (after the session row,
 #: as a turn does), so two hosts' batches of one owner cannot both pass its quota.
 _SELECT_OWNER_BYTES = numbered(SELECT_OWNER_BYTES) + " FOR UPDATE"
-_ADD_SESSION_BYTES = numbered(ADD_SESSION_BYTES)
-_ADD_OWNER_BYTES = numbered(ADD_OWNER_BYTES)
+#: A session's part written in one round trip (the session row locked and fenced first):
+#: of its chunks (parameters 2–9: their columns as arrays) those not logged yet, if their
+#: bytes fit the session quota (10: 0 = none; 11: the session's stored bytes) and the
+#: owner's (12: 0 = none applies; 13: the owner's locked total), are inserted and added to
+#: the session's and the owner's (14) totals. Answers the bytes of those not logged and
+#: whether they were written — none is new, or all fit (the checks of ``log_quota``).
+_WRITE_CHUNKS: Final = """
+WITH new AS (
+    SELECT c.* FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+                           $6::bytea[], $7::bytea[], $8::bigint[], $9::integer[])
+        AS c (first_event_id, last_event_id, turn_id, kind, prefix, payload, at, form)
+    WHERE NOT EXISTS (SELECT 1 FROM event_chunks e WHERE e.session_id = $1
+                      AND e.first_event_id = c.first_event_id)),
+verdict AS (
+    SELECT b, n = 0 OR (($10::bigint = 0 OR $11::bigint + b <= $10::bigint)
+                        AND ($12::bigint = 0 OR $13::bigint + b <= $12::bigint)) AS ok
+    FROM (SELECT count(*) AS n,
+                 coalesce(sum(length(payload) + length(prefix)), 0)::bigint AS b
+          FROM new) AS adding),
+written AS (
+    INSERT INTO event_chunks (session_id, first_event_id, last_event_id, turn_id, kind,
+                              prefix, payload, at, form)
+    SELECT $1, new.* FROM new, verdict WHERE verdict.ok
+    ON CONFLICT (session_id, first_event_id) DO NOTHING
+    RETURNING length(payload) + length(prefix) AS b),
+session_total AS (
+    UPDATE sessions SET stored_bytes = stored_bytes + (SELECT sum(b) FROM written)
+    WHERE id = $1 AND EXISTS (SELECT 1 FROM written)),
+owner_total AS (
+    INSERT INTO owner_usage (owner_session_key, stored_bytes)
+    SELECT $14, sum(b) FROM written HAVING count(*) > 0
+    ON CONFLICT (owner_session_key) DO UPDATE
+    SET stored_bytes = owner_usage.stored_bytes + excluded.stored_bytes)
+SELECT b, ok FROM verdict"""
 _END_STARTED_TURN = numbered(END_STARTED_TURN)
+
+
+def _owner_limit(owner: str, quota: Quota | None) -> int:
+    """The owner quota a part of ``owner``'s is checked against (0: none applies, as
+    ``check_owner_quota`` rules)."""
+    return quota.owner_bytes if quota is not None and owner else 0
 
 
 async def _charge(con: Conn, batch: SessionBatch, stored: int, owner: str,
                   quota: Quota | None) -> str:
     """Write ``batch``'s chunks not yet logged and add their bytes to the session's and its
-    owner's totals — or nothing, and why, when they would pass ``quota``."""
-    chunks = batch.rows()
+    owner's totals — or nothing, and why, when they would pass ``quota``: one statement
+    (:data:`_WRITE_CHUNKS`), and the owner's total read first only when its quota applies."""
+    chunks = unlogged(batch.rows(), ())  # each first event id once
     if not chunks:
         return ""
-    sid = batch.session_id
-    low, high = id_range(chunks)
-    logged = await con.fetch(_SELECT_LOGGED_IDS, sid, low, high)
-    chunks = unlogged(chunks, (int(r[0]) for r in logged))
-    if not chunks:
+    owner_limit = _owner_limit(owner, quota)
+    total = int(await con.fetchval(_SELECT_OWNER_BYTES, owner) or 0) if owner_limit else 0
+    row = await con.fetchrow(
+        _WRITE_CHUNKS, batch.session_id, [c.first for c in chunks], [c.last for c in chunks],
+        [c.turn_id for c in chunks], [c.kind for c in chunks], [c.prefix for c in chunks],
+        [c.payload for c in chunks], [c.at for c in chunks], [c.form for c in chunks],
+        quota.session_bytes if quota is not None else 0, stored, owner_limit, total, owner)
+    assert row is not None  # an aggregate: always one row
+    if row[1]:
         return ""
-    adding = stored_bytes(chunks)
-    total = await con.fetchval(_SELECT_OWNER_BYTES, owner)
-    why = quota_refusal(stored, adding, owner, int(total or 0), quota)
-    if why:
-        return why
-    await con.executemany(_INSERT_CHUNK, [
-        (sid, c.first, c.last, c.turn_id, c.kind, c.prefix, c.payload, c.at, c.form)
-        for c in chunks])
-    await con.execute(_ADD_SESSION_BYTES, adding, sid)
-    await con.fetchval(_ADD_OWNER_BYTES, owner, adding)
-    return ""
+    # The statement's checks are log_quota's: the same numbers give its sentence.
+    return quota_refusal(stored, int(row[0]), owner, total, quota) or REFUSED_QUOTA
 
 
 class PgEvents(EventLogStore):

@@ -29,6 +29,7 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
+from services.session.store.event_log import EventChunk, SessionBatch
 from services.session.store.postgres.schema import _STEPS, _V4_TABLES
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
@@ -239,6 +240,40 @@ async def test_v11_database_marks_its_old_children_and_records_no_protocol(
         assert {(await store.get_session(sid)).protocol_version for sid in marked} == {0}
         rec = await store.update_session("top", protocol_version=2)
         assert rec.protocol_version == 2 == (await store.get_session("top")).protocol_version
+
+
+async def test_the_event_log_is_compressed_with_lz4_where_the_server_can(
+        pg_url: str) -> None:
+    """The log's payloads compress with lz4 (cheaper on the server's CPU than pglz), set at
+    open; a database made with pglz gets it at its next open and reads its rows back."""
+    big = EventChunk(1, 2, 0, "update", b"x" * 5000 + b"\n" + b"y" * 5000, 1)
+    con = await asyncpg.connect(pg_url)
+    try:
+        try:
+            await con.execute("SET default_toast_compression = lz4")
+        except asyncpg.InvalidParameterValueError:
+            pytest.skip("this PostgreSQL was built without lz4")
+        async with _opened(PostgresTarget(pg_url)) as store:
+            await store.create_session(NewSession("s", "a", "/w"))
+            assert await store.append_events([SessionBatch("s", chunks=[big])]) == [""]
+        assert await con.fetchval("SELECT pg_column_compression(payload) FROM event_chunks"
+                                  " WHERE first_event_id = 1") == "lz4"
+        await con.execute("ALTER TABLE event_chunks ALTER COLUMN payload"
+                          " SET COMPRESSION pglz")
+        await con.execute("UPDATE event_chunks SET payload = payload || ''::bytea")
+        assert await con.fetchval("SELECT pg_column_compression(payload) FROM event_chunks"
+                                  ) == "pglz"
+        async with _opened(PostgresTarget(pg_url)) as store:
+            assert await store.append_events([SessionBatch("s", chunks=[
+                EventChunk(3, 3, 0, "update", b"z" * 9000, 1)])]) == [""]
+            assert [len(e.payload) async for page in store.iter_events("s") for e in page
+                    ] == [5000, 5000, 9000]
+        assert [r[0] for r in await con.fetch(
+            "SELECT pg_column_compression(payload) FROM event_chunks ORDER BY first_event_id"
+        )] == ["pglz", "lz4"]
+    finally:
+        await con.close()
+
 
 async def test_password_from_the_target_not_the_url(pg_cluster: Cluster) -> None:
     """TCP asks for a password: the one given apart from the URL (``[store] password_env``)

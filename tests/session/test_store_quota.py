@@ -203,3 +203,22 @@ async def _events(store: SessionStore, sid: str) -> AsyncIterator[LoggedEvent]:
     async for page in store.iter_events(sid):
         for event in page:
             yield event
+
+
+async def test_a_part_with_nothing_new_passes_a_quota_already_full(
+        store: SessionStore, backend: Backend) -> None:
+    """Events already stored, sent again once the session is past its quota (the quota
+    lowered since), are no refusal: they add nothing; their turn marks are written, and a
+    part with a new event is still refused."""
+    await store.create_session(NewSession("s1", "a", "/w", owner_session_key="client:t1"))
+    batch = SessionBatch("s1", [logged(1, 400, 1)], [TurnMark(1, "running", 1)])
+    assert await store.append_events([batch], quota=Quota(session_bytes=1000)) == [""]
+    full = Quota(session_bytes=100, owner_bytes=100)
+    again = SessionBatch("s1", [logged(1, 400, 1)], [TurnMark(1, "completed", 2)])
+    assert await store.append_events([again], quota=full) == [""]
+    assert await store.turn_states("s1") == {1: "completed"}
+    (refused,) = await store.append_events([SessionBatch("s1", [logged(2, 1, 1)])],
+                                           quota=full)
+    assert refused == REFUSED_QUOTA + MSG_SESSION_QUOTA.format(used=401, limit=100)
+    assert (await store.get_session("s1")).stored_bytes == 400
+    assert await owner_total(backend, "client:t1") == 400

@@ -25,7 +25,7 @@ import orjson
 
 from acpgate_contracts.session.v1 import session_pb2
 from services.common.acp.v2.subagents import marker
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.protocol import (
     META_ACPGATE,
     META_MODEL_OUTPUT,
@@ -37,6 +37,9 @@ from services.common.protocol import (
 )
 
 log = get_logger("turn_items")
+
+#: The warning of an update that failed to record (:attr:`TurnAccumulator.odd`).
+ACCUMULATE_FAILED = "accumulate_failed"
 
 #: An update as the edge's relay recognised it: the ``update`` object, or a text chunk's text.
 RelayedUpdate = dict[str, Any] | str
@@ -140,6 +143,9 @@ class TurnAccumulator:
     #: The turn's items were taken to be stored (:meth:`close`): what is relayed after is
     #: no longer this turn's (:func:`finished_calls`).
     closed: bool = False
+    #: Told of each update that failed to record (an agent's malformed one): the
+    #: session's, counted across its turns; else this accumulator's own.
+    odd: CountedWarning | None = None
     _kept: int = 0
     _prefix: str = ""
     _entries: list[_TextRun | session_pb2.HistoryItem] = field(default_factory=list)
@@ -148,6 +154,14 @@ class TurnAccumulator:
 
     def __post_init__(self) -> None:
         self._entries.append(session_pb2.HistoryItem(role=ROLE_USER, text=self.user_text))
+        if self.odd is None:
+            self.odd = CountedWarning(log, ACCUMULATE_FAILED)
+
+    def failed(self, exc: Exception, kind: object) -> None:
+        """``add`` raised on an update: it is skipped, and said (counted, no traceback —
+        a hostile agent repeats it at will)."""
+        assert self.odd is not None
+        self.odd(error=type(exc).__name__, kind=str(kind)[:64])
 
     def mark(self, stop_reason: str) -> None:
         """Mark the turn as ended by ``stop_reason`` other than ``end_turn`` (a cancelled
@@ -209,7 +223,7 @@ class TurnAccumulator:
 
         The common update, an assistant text chunk, is taken inline: a burst of
         thousands costs one loop, not a method call each. An update that fails
-        to record is logged and skipped, never fatal.
+        to record is skipped and told to :attr:`odd`, never fatal.
         """
         if self.spilled:
             return _others(updates)
@@ -234,8 +248,8 @@ class TurnAccumulator:
                     if type(kind) is str and kind in _TURN_KINDS:
                         try:
                             self.add(update)
-                        except Exception:  # an odd update never loses the relay or the turn
-                            log.exception("accumulate_failed")
+                        except Exception as exc:  # never loses the relay or the turn
+                            self.failed(exc, kind)
                             continue
                         last = entries[-1]
                         run = last if type(last) is _TextRun \
@@ -337,7 +351,8 @@ class TurnAccumulator:
         ))
 
 
-def finished_calls(updates: Sequence[dict[str, Any]]) -> list[session_pb2.HistoryItem]:
+def finished_calls(updates: Sequence[dict[str, Any]],
+                   odd: CountedWarning | None = None) -> list[session_pb2.HistoryItem]:
     """The history items of what ``updates`` — relayed while no turn was accumulating —
     finished: a tool call (a v2 agent's child card, background work) that reached its final
     status after its turn was stored, as the turn would have stored it (its result, and the
@@ -348,12 +363,12 @@ def finished_calls(updates: Sequence[dict[str, Any]]) -> list[session_pb2.Histor
             and update.get("status") in _FINAL_STATUSES]
     if not done:
         return []
-    acc = TurnAccumulator(user_text="")
+    acc = TurnAccumulator(user_text="", odd=odd)
     for update in done:
         try:
             acc.add(update)
-        except Exception:  # an odd update never loses the relay
-            log.exception("accumulate_failed")
+        except Exception as exc:  # an odd update never loses the relay
+            acc.failed(exc, update.get("sessionUpdate"))
     return acc.items[1:]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.common.acp.v2.client_wire import ClientWire
+from services.common.acp.v2.client_wire import SWEEP_FLOOR, ClientWire
 from services.common.acp.v2.config import config_options_v2, mode_option
 from services.common.acp.v2.handshake import (
     NoVersionFits,
@@ -188,3 +188,60 @@ def test_a_mixed_batch_is_translated_as_line_by_line() -> None:
     assert got == expected
     assert json.loads(got[5])["params"]["update"]["sessionUpdate"] == "tool_call_update"
     assert got[:5] == batch[:5] and got[6:] == batch[6:]
+
+
+def _asked(request_id: str, sid: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "session/request_permission",
+                       "params": {"sessionId": sid, "options": [],
+                                  "toolCall": {"toolCallId": "t"}}})
+
+
+def _withdrawal(request_id: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": "$/cancel_request",
+                       "params": {"requestId": request_id}})
+
+
+def _states(lines: list[str]) -> list[str]:
+    return [json.loads(x)["params"]["update"]["state"] for x in lines
+            if json.loads(x).get("method") == "session/update"]
+
+
+def test_a_withdrawn_permission_request_is_forgotten() -> None:
+    """acpgate withdrew it (no answer in time, another client answered): this client's
+    answer would come to nothing, so nothing is kept for it; the session runs again once
+    it waits on no other request."""
+    wire = ClientWire()
+    assert _states(wire.outbound([_asked("zc-out-1", "s"), _asked("zc-out-2", "s")])) == [
+        "requires_action"]
+    first = wire.outbound([_withdrawal("zc-out-1")])
+    assert first == [_withdrawal("zc-out-1")]  # the other one still waits
+    assert _states(wire.outbound([_withdrawal("zc-out-2")])) == ["running"]
+    assert wire.held() == 1  # the translator of the live session, no request
+    assert wire.inbound('{"jsonrpc":"2.0","id":"zc-out-2","result":{}}')[1] == []
+
+
+def test_a_forgotten_session_keeps_nothing() -> None:
+    wire = ClientWire()
+    wire.outbound([_asked("zc-out-1", "s"), _chunk_line("s2", "msg_1", "x"),
+                   _asked("zc-out-2", "s2")])
+    wire.forget("s")
+    assert set(wire.sessions) == {"s2"} and wire.held() == 2
+    assert wire.inbound('{"jsonrpc":"2.0","id":"zc-out-1","result":{}}')[1] == []
+
+
+def test_translators_of_sessions_no_longer_served_are_swept() -> None:
+    """Two thousand sessions seen, one served at a time: the translators held stay within
+    a small multiple of the live ones, whatever was not forgotten."""
+    live = {"keeper"}
+    wire = ClientWire(live.__contains__)
+    wire.session("keeper").modes = MODES
+    for i in range(2000):
+        sid = f"s{i}"
+        live.add(sid)
+        wire.outbound([_chunk_line(sid, "msg_1", "x"),
+                       json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+                           "sessionId": sid, "update": {"sessionUpdate": "plan",
+                                                        "entries": []}}})])
+        live.discard(sid)
+    assert len(wire.sessions) <= SWEEP_FLOOR
+    assert wire.session("keeper").modes == MODES  # a live session's state is kept

@@ -18,7 +18,7 @@ from services.common.config import ConfigError, load_config
 from services.common.log_file import SharedRotatingFile, rotated_paths
 from services.common.log_format import FIELDS_ATTR, JsonFormatter, TextFormatter
 from services.common.log_output import LogPlan, plan_logging, start_logging, stop_logging
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
@@ -202,3 +202,20 @@ def test_text_on_stderr_keeps_json_in_the_file(tmp_path: Path,
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     assert [r["event"] for r in lines] == ["both_ways", "with_traceback"]
     assert lines[0]["api_key"] == "<redacted>" and "ValueError: boom" in lines[1]["exc"]
+
+
+def test_a_counted_warning_is_logged_at_powers_of_two(caplog: pytest.LogCaptureFixture) -> None:
+    """A warning a peer repeats at will: a thousand of them are ten lines, each with
+    the count so far and the subject's fields, none with a traceback."""
+    told = CountedWarning(get_logger("test"), "odd_thing", session_id="s1")
+    with caplog.at_level(logging.WARNING, logger="acpgate.test"):
+        for _ in range(1000):
+            try:
+                raise ValueError("bad")
+            except ValueError:
+                told(error="ValueError")
+    lines = [r for r in caplog.records if r.name == "acpgate.test"]
+    assert [getattr(r, FIELDS_ATTR)["count"] for r in lines] == [2 ** i for i in range(10)]
+    assert all(getattr(r, FIELDS_ATTR)["session_id"] == "s1" and not r.exc_info
+               and r.levelno == logging.WARNING for r in lines)
+    assert told.count == 1000

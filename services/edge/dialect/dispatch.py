@@ -203,7 +203,7 @@ class DialectConnection:
         for a version above 1 the translation of what is sent and read."""
         self.dialect = self._dialects.get(version, self.dialect)
         self.protocol_version = version
-        self.wire = ClientWire() if version != PROTOCOL_V1 else None
+        self.wire = ClientWire(self.serves) if version != PROTOCOL_V1 else None
 
     def speaks(self, version: int) -> bool:
         """True when a method table for ``version`` was given to this connection."""
@@ -255,16 +255,31 @@ class DialectConnection:
             raise JsonRpcError(OBSERVER_READ_ONLY, MSG_OBSERVER.format(session_id=sid))
         if session is None or session.released or \
                 self.runtime.registry.active.get(sid) is not session:
-            self.sessions.pop(sid, None)
+            if session is not None:
+                self.forget_session(sid, session)
             raise not_found(sid)
         session.confirmed = True  # the client knows it: its setup answer reached it
         return session
 
-    def forget_session(self, session_id: str) -> None:
-        """Its attachment to ``session_id`` was closed (dropped as slow, or the session
-        ended): the session is no longer this connection's to drive or watch."""
-        self.sessions.pop(session_id, None)
-        self.observing.pop(session_id, None)
+    def forget_session(self, session_id: str, session: object | None = None) -> None:
+        """Its attachment to ``session_id`` was closed (dropped as slow, closed, detached,
+        or the session ended): the session is no longer this connection's to drive or
+        watch, and what the connection kept of it goes (a v2 connection's translation
+        state). With ``session``: only when that is the session this connection has under
+        the id (a later session of the same id, set up here again, stays)."""
+        for held in (self.sessions, self.observing):
+            if session is None or held.get(session_id) is session:
+                held.pop(session_id, None)
+        if self.wire is not None and session_id not in self.sessions \
+                and session_id not in self.observing:
+            self.wire.forget(session_id)
+
+    def serves(self, session_id: str) -> bool:
+        """True while ``session_id`` is this connection's to drive or watch, or being set
+        up (on this edge: its updates may reach this connection before its setup answer)."""
+        registry = self.runtime.registry
+        return session_id in self.sessions or session_id in self.observing \
+            or session_id in registry.restoring or session_id in registry.creating
 
     # ------------------------------------------------------------------ end
 

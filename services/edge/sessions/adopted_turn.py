@@ -99,7 +99,7 @@ async def resume(session: EdgeSession, running: RunningTurn) -> None:
     turn_id, text, updates, questions = (running.turn_id, running.text, running.updates,
                                          running.questions)
     turn = Turn(session.turn_context, turn_id=turn_id)
-    turn.acc = TurnAccumulator(user_text=text)
+    turn.acc = TurnAccumulator(user_text=text, odd=session.turn_context.odd)
     turn.acc.add_many(updates)
     session.turn = turn
     session.feed.turn_started()

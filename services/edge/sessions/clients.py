@@ -73,7 +73,8 @@ if TYPE_CHECKING:
     from services.edge.sessions.subagents import SessionWork
 
 __all__ = ["Attachment", "DetachedPort", "FollowingBackChannel", "Served", "SessionClients", "attach",
-           "changed", "conn_of", "detach", "leave", "promote", "report_turn_end", "turn_complete"]
+           "changed", "conn_of", "detach", "leave", "let_go", "promote", "report_turn_end",
+           "turn_complete"]
 
 log = get_logger("edge.clients")
 
@@ -112,8 +113,9 @@ class AttachedConnection(Protocol):
     async def send_many(self, lines: list[str]) -> None:
         """Write lines to the client in order."""
 
-    def forget_session(self, session_id: str) -> None:
-        """The connection no longer serves ``session_id`` (its attachment was closed)."""
+    def forget_session(self, session_id: str, session: object | None = None) -> None:
+        """The connection no longer serves ``session_id`` (its attachment was closed, or
+        the session ended); with ``session``, only when it is that session it has."""
 
 
 class Served(Protocol):
@@ -354,7 +356,7 @@ class SessionClients:
         session); a primary one leaves as a connection does (:func:`leave`)."""
         session = self.session
         attachment.close()
-        attachment.conn.forget_session(session.session_id)
+        attachment.conn.forget_session(session.session_id, session)
         if attachment in self.extra:
             self.extra.remove(attachment)
             _left(session)
@@ -376,6 +378,21 @@ class SessionClients:
         """The session ends: every attachment is closed and told ``reason``."""
         for attachment in list(self.extra):
             self.drop(attachment, reason)
+
+
+def let_go(session: Served) -> None:
+    """The session ended (its release is over): the connection it was served to as its
+    primary port forgets it, as its attachments did when they were closed
+    (:meth:`SessionClients.close_all`) — a connection that lives on holds no session that
+    ended; a primary port that is an attachment stops writing. A detached or hosted
+    session's port is no connection: nothing to forget."""
+    port = session.port
+    if isinstance(port, Attachment):
+        port.close()
+    # A client connection (``DialectConnection``, a layer above) is the only port with it.
+    forget: Callable[[str, object], None] | None = getattr(conn_of(port), "forget_session", None)
+    if forget is not None:
+        forget(session.session_id, session)
 
 
 def _left(session: Served) -> None:

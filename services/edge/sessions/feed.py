@@ -39,7 +39,7 @@ import orjson
 
 from services.common.attach_protocol import MESSAGE_CHUNKS
 from services.common.log_forms import TEXT_CHUNK_MID, TEXT_CHUNK_TAIL
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.protocol import META_ACPGATE, META_EVENT_ID, U_AGENT_MESSAGE
 from services.edge.adapter.relay_lines import RelayedUpdate, update_prefix
 from services.edge.sessions.ring_budget import EVENT_OVERHEAD, RingBudget
@@ -120,6 +120,9 @@ class SessionFeed:
         self._head: tuple[str, str] = ("", "")
         #: Events that fell out of the ring (what a late replay can no longer give).
         self.evicted = 0
+        #: Updates dropped as unwritable (an agent's, nested too deep): counted, since a
+        #: hostile agent sends them at will.
+        self._dropped = CountedWarning(log, "update_dropped", session_id=session_id)
 
     # ------------------------------------------------------------------ numbering
 
@@ -156,7 +159,7 @@ class SessionFeed:
                                           not_for))
             except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (255)
                 self._next -= 1  # its id was never given
-                log.warning("update_dropped", session_id=self._sid, why=str(exc))
+                self._dropped(why=str(exc)[:200])
         self._keep(events)
         return events
 

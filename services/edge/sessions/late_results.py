@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.turn_items import finished_calls
 from services.edge.backends.errors import ServiceError
 
@@ -33,10 +33,11 @@ __all__ = ["late_items", "store_late"]
 log = get_logger("edge.late_results")
 
 
-def late_items(updates: Sequence[dict[str, Any]]) -> list[HistoryItem]:
+def late_items(updates: Sequence[dict[str, Any]],
+               odd: CountedWarning | None = None) -> list[HistoryItem]:
     """The history items of what ``updates`` (relayed while no turn accumulates) finished;
-    none for most."""
-    return finished_calls(updates)
+    none for most (``odd``: told of an update that failed to record)."""
+    return finished_calls(updates, odd)
 
 
 async def store_late(ctx: TurnContext, items: list[HistoryItem]) -> None:

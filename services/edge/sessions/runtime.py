@@ -32,7 +32,7 @@ from services.edge.backends.channels import Channel, dial, wait_serving
 from services.edge.backends.fds import FdDialer
 from services.edge.metrics import Metrics
 from services.edge.sessions import detached, readopt
-from services.edge.sessions.clients import DetachedPort
+from services.edge.sessions.clients import DetachedPort, let_go
 from services.edge.sessions.hosted_port import HostedPort
 from services.edge.sessions.hub import EdgeHub
 from services.edge.sessions.registry import token_session_share
@@ -203,6 +203,7 @@ class EdgeRuntime(EdgeHub[EdgeSession]):
             await asyncio.wait((session.row_write,))
         await self.claims.release(session.session_id, session.claim_generation)
         session.feed.close()  # its ring no longer counts in the edge's budget
+        let_go(session)  # a client connection that lives on keeps nothing of it
         log.info("session_released", session_id=session.session_id, reason=reason)
 
     def dependents(self, session: EdgeSession) -> list[EdgeSession]:

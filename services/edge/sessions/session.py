@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from services.common.acp.schema import ClientCapabilities
 from services.common.jsonrpc import JsonRpcError, JsonRpcId, notification_lines, serving_id
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.principals import principal_of_owner
 from services.common.protocol import (
     ACPGATE_METHOD_PREFIX,
@@ -32,6 +32,7 @@ from services.common.protocol import (
     M_SESSION_UPDATE,
     session_key_for,
 )
+from services.common.turn_items import ACCUMULATE_FAILED
 from services.edge.adapter.client import AdapterClient
 from services.edge.adapter.client_methods import ClientMethods, ask_client
 from services.edge.adapter.exits import method_not_found
@@ -154,11 +155,15 @@ class EdgeSession:
         claims, sid = runtime.claims, row.session_id
         self.state = AdapterSessionState(runtime.session_service, sid, runtime.spawn,
                                          fence=lambda: claims.fence(sid))
+        #: The agent's updates that failed to record (an odd shape, nested too deep): a
+        #: hostile agent sends them at will, so they are counted, not each logged.
+        self.odd_updates = CountedWarning(log, ACCUMULATE_FAILED, session_id=sid)
         #: What every turn of this session runs with (services.edge.sessions.turn).
         self.turn_context = TurnContext(
             sid, self.feed, self.log, runtime.event_log, self.state, claims,
             runtime.session_service, runtime.metrics, self.storing,
-            publish=self.publish_own, taken_over=lambda: self.taken_over, lose=self.lose)
+            publish=self.publish_own, taken_over=lambda: self.taken_over, lose=self.lose,
+            odd=self.odd_updates)
 
     @property
     def pending_history(self) -> str | None:
@@ -237,7 +242,7 @@ class EdgeSession:
             others = acc.add_many(updates)
         else:  # no turn accumulates: what finishes now is stored on its own
             others = [update for update in updates if type(update) is dict]
-            if late := late_items(others):
+            if late := late_items(others, self.odd_updates):
                 task = self.runtime.spawn(store_late(self.turn_context, late))
                 self._late.add(task)
                 task.add_done_callback(self._late.discard)
@@ -245,8 +250,8 @@ class EdgeSession:
             try:
                 if update.get("sessionUpdate") in STATE_UPDATES:  # mode, config, title
                     self.state.on_update(update)
-            except Exception:  # never lose the relay over an odd update
-                log.exception("accumulate_failed", session_id=self.session_id)
+            except Exception as exc:  # never lose the relay over an odd update
+                self.odd_updates(error=type(exc).__name__, kind="state")
         events = self.feed.stamp(updates, lines)
         self.runtime.event_log.updates(self.session_id, turn.turn_id if turn else 0, events)
         self.runtime.metrics.relayed_updates_total += len(events) + len(odd)

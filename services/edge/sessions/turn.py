@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from services.common.acp.schema import PromptResponse
 from services.common.jsonrpc import JsonRpcError
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.protocol import INTERNAL_ERROR, STOP_CANCELLED, STORAGE_QUOTA_EXCEEDED
 from services.common.turn_items import TEXT_BLOCK_CHUNKS, TurnAccumulator
 from services.edge.adapter.failures import prompt_error
@@ -143,6 +143,8 @@ class TurnContext:
     #: Prior conversation for an external adapter that could not restore itself: carried
     #: in the next prompt, dropped once the adapter answered one.
     pending_history: str | None = None
+    #: Told of each update a turn failed to record (counted per session, across turns).
+    odd: CountedWarning | None = None
 
 
 class Turn:
@@ -183,7 +185,7 @@ class Turn:
         sid = ctx.session_id
         # With the event log on, a long turn's text is not all kept here (it spills to the log).
         keep = TURN_KEEP_CHARS if ctx.event_log.enabled else 0
-        acc = self.acc = TurnAccumulator(user_text=prompt.text, keep_chars=keep)
+        acc = self.acc = TurnAccumulator(user_text=prompt.text, keep_chars=keep, odd=ctx.odd)
         ctx.log.prompt(self.turn_id, prompt.text)
         blocks = carried_blocks(sid, ctx.pending_history, adapter.builtin or
                                 adapter.agent_capabilities.prompt_capabilities.embedded_context)

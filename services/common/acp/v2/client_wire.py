@@ -17,10 +17,19 @@ what it sends through :meth:`ClientWire.outbound` and what it reads through
   batch is one ``Invalid Request`` with id null, an invalid entry its own.
 
 Every other line passes unchanged. Only v2 connections pay for any of this.
+
+What is kept per session (its translator, its unanswered permission requests) is the
+connection's to let go: :meth:`ClientWire.forget` when a session ends for it; a
+permission request acpgate withdraws (``$/cancel_request``) is forgotten by itself (and
+the client told ``running`` when it was the last one its session waited on). The
+translators of sessions the connection no longer serves (the ``live`` predicate) are
+swept whenever their number doubled since the last sweep, so a long-lived connection
+holds what its live sessions need, whatever it missed to forget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -34,12 +43,17 @@ from services.common.acp.v2.subagents import acpgate_made, unwrap
 from services.common.acp.v2.updates import SessionTranslator
 from services.common.protocol import (
     INVALID_REQUEST,
+    M_CANCEL_REQUEST,
     M_REQUEST_PERMISSION,
     M_SESSION_UPDATE,
     MSG_INVALID_REQUEST,
 )
 
-__all__ = ["ClientWire"]
+__all__ = ["SWEEP_FLOOR", "ClientWire"]
+
+#: Translators a connection holds before the first sweep of those it no longer serves
+#: (then twice what the previous sweep kept, never less than this).
+SWEEP_FLOOR = 64
 
 
 #: How acpgate writes a ``session/update`` line, and the starts of an update that is a
@@ -103,19 +117,45 @@ class _Batch:
 class ClientWire:
     """The v2 translation of one client connection (module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, live: Callable[[str], bool] | None = None) -> None:
         self.sessions: dict[str, SessionTranslator] = {}
         #: Our permission requests not answered yet: request id key → session id.
         self._asking: dict[str, str] = {}
         #: Open batches, and which one each awaited request id belongs to.
         self._batch_of: dict[str, _Batch] = {}
+        #: Whether the connection still serves a session (None: every session kept).
+        self._live = live
+        self._sweep_at = SWEEP_FLOOR
 
     def session(self, sid: str) -> SessionTranslator:
         """The translator of session ``sid`` (made on first use)."""
         found = self.sessions.get(sid)
         if found is None:
+            if len(self.sessions) >= self._sweep_at:
+                self._sweep()
             found = self.sessions[sid] = SessionTranslator()
         return found
+
+    def forget(self, sid: str) -> None:
+        """Session ``sid`` ended for this connection: its translator and its unanswered
+        permission requests go (a later line of it starts afresh)."""
+        self.sessions.pop(sid, None)
+        if self._asking:
+            for key in [k for k, asked in self._asking.items() if asked == sid]:
+                del self._asking[key]
+
+    def held(self) -> int:
+        """How many entries the connection's per-session state holds (translators and
+        unanswered permission requests)."""
+        return len(self.sessions) + len(self._asking)
+
+    def _sweep(self) -> None:
+        """Forget the sessions the connection no longer serves."""
+        live = self._live
+        if live is not None:
+            for sid in [sid for sid in self.sessions if not live(sid)]:
+                self.forget(sid)
+        self._sweep_at = max(SWEEP_FLOOR, 2 * len(self.sessions))
 
     def updates(self, sid: str, updates: list[dict[str, Any]]) -> list[str]:
         """v2 updates of session ``sid`` as ``session/update`` lines."""
@@ -150,6 +190,8 @@ class ClientWire:
                 out.extend(self._update(message, line))
             elif method == M_REQUEST_PERMISSION and "id" in message:
                 out.extend(self._permission(message))
+            elif method == M_CANCEL_REQUEST and self._asking:
+                out.extend(self._withdrawn(message, line))
             elif method is None and self._batch_of:
                 out.extend(self._answer(message, line))
             else:
@@ -186,6 +228,19 @@ class ClientWire:
             out = self.updates(sid, self.session(sid).state(STATE_REQUIRES_ACTION))
         out.append(_line({**message, "params": permission_request_v2(params)}))
         return out
+
+    def _withdrawn(self, message: dict[str, Any], line: str) -> list[str]:
+        """acpgate withdrew a request: a permission request's session no longer waits on
+        this client for it (``running`` again when it waited on nothing else)."""
+        params = message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        sid = self._asking.pop(_key(request_id), None)
+        translator = self.sessions.get(sid) if sid is not None else None
+        if translator is None or translator.foreground != STATE_REQUIRES_ACTION \
+                or sid in self._asking.values():
+            return [line]
+        assert sid is not None
+        return [line, *self.updates(sid, translator.state(STATE_RUNNING))]
 
     def _answer(self, message: dict[str, Any], line: str) -> list[str]:
         key = _key(message.get("id"))

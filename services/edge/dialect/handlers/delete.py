@@ -35,7 +35,7 @@ async def session_delete(conn: DialectConnection, params: dict[str, Any]) -> dic
     session = rt.registry.active.get(sid)
     if session is not None:
         rt.remove(session)
-        conn.sessions.pop(sid, None)  # another connection forgets it on its next use
+        conn.forget_session(sid, session)  # another one as the release ends
         session.cancel(keep=False)  # deleted next: storing the turn is pointless
         await session.wait_turn()
         await rt.release(session, "delete")

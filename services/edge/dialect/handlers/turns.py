@@ -145,7 +145,7 @@ async def session_stop(conn: DialectConnection, params: dict[str, Any]) -> dict[
     sid = session_id(params)
     session = conn.active_session(sid)
     conn.runtime.remove(session)
-    conn.sessions.pop(sid, None)
+    conn.forget_session(sid, session)
     await session.wait_turn()
     await conn.runtime.release(session, "stop")
     return {"sessionId": sid, "stopped": True}
@@ -165,7 +165,7 @@ async def session_close(conn: DialectConnection, params: dict[str, Any]) -> dict
         raise not_found(sid)
     session = conn.active_session(sid)
     conn.runtime.remove(session)
-    conn.sessions.pop(sid, None)
+    conn.forget_session(sid, session)
     session.cancel(asked_by=M_SESSION_CLOSE)
     await session.wait_turn()
     await conn.runtime.release(session, "close")

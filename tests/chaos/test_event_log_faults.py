@@ -60,13 +60,16 @@ def _extra() -> str:
     return agent_section(ALIAS)
 
 
-async def _stream(gw: Gateway, token: Token, count: int, chunks: int = STREAM
-                  ) -> list[Streaming]:
+async def _stream(gw: Gateway, token: Token, count: int, chunks: int = STREAM,
+                  workers: int = 0) -> list[Streaming]:
     """``count`` clients, each with a session streaming ``chunks``; returns once each got
-    :data:`SEEN`."""
+    :data:`SEEN`. With ``workers``, client ``i`` is served by edge worker ``i % workers + 1``
+    (``?worker=k``)."""
     out = []
-    for _ in range(count):
-        client = RawClient(await gw.connect(token))
+    for i in range(count):
+        ws = (await _dial(f"{gw.url}?worker={i % workers + 1}", token) if workers
+              else await gw.connect(token))
+        client = RawClient(ws)
         sid = (await client.result("session/new", {"agentAlias": ALIAS}))["sessionId"]
         await client.result("session/prompt", {"sessionId": sid, "prompt": "a completed turn"})
         req = await client.send("session/prompt", {"sessionId": sid, "prompt": f"stream {chunks}"})
@@ -77,12 +80,16 @@ async def _stream(gw: Gateway, token: Token, count: int, chunks: int = STREAM
 
 async def _read(s: Streaming, count: int) -> None:
     while len(s.had) < count:
-        msg = json.loads(await asyncio.wait_for(s.client.ws.recv(), WAIT))
-        if msg.get("method") == "session/update" and msg["params"]["sessionId"] == s.session_id:
-            update = msg["params"]["update"]
-            if update.get("sessionUpdate") == "agent_message_chunk":
-                s.had.append(int(update["_meta"]["acpgate"]["eventId"]))
-                s.chunks.append(update["content"]["text"])
+        _note(s, json.loads(await asyncio.wait_for(s.client.ws.recv(), WAIT)))
+
+
+def _note(s: Streaming, msg: dict[str, Any]) -> None:
+    """Keep ``msg`` in what ``s``'s client had, when it is one of its session's chunks."""
+    if msg.get("method") == "session/update" and msg["params"]["sessionId"] == s.session_id:
+        update = msg["params"]["update"]
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            s.had.append(int(update["_meta"]["acpgate"]["eventId"]))
+            s.chunks.append(update["content"]["text"])
 
 
 def _found(value: Any, key: str) -> Any:
@@ -214,25 +221,28 @@ async def test_kill9_of_the_lifecycle_service_then_load(tmp_path: Path) -> None:
             _check(s, await _load(gw, token, s.session_id), {None}, 0, LIFECYCLE_STREAM)
 
 
-def _edge_workers(gw: Gateway) -> list[int]:
-    out = []
+def _edge_workers(gw: Gateway) -> dict[int, int]:
+    """Each edge worker's number → its PID."""
+    out = {}
     for child in psutil.Process(gw.proc.pid).children():
         with contextlib.suppress(psutil.Error):
-            if "edge" in child.cmdline():
-                out.append(child.pid)
+            line = child.cmdline()
+            if "edge" in line and "--worker" in line:
+                out[int(line[line.index("--worker") + 1])] = child.pid
     return out
 
 
 async def test_kill9_of_one_edge_worker_with_sessions_streaming(tmp_path: Path) -> None:
     async with running_gateway(tmp_path, extra=_extra(), gateway="workers = 2\n") as gw:
         token = await gw.token("chaos")
-        streams = await _stream(gw, token, 6)
+        streams = await _stream(gw, token, 6, workers=2)
         workers = _edge_workers(gw)
-        assert len(workers) == 2
-        os.kill(workers[0], signal.SIGKILL)
+        assert sorted(workers) == [1, 2]
+        os.kill(workers[1], signal.SIGKILL)
         cut = [s for s, gone in zip(streams, await asyncio.gather(
             *(_cut_or_alive(s) for s in streams)), strict=True) if gone]
-        assert cut, "some sessions were on the killed worker"
+        # Exactly worker 1's clients (the even ones) went with it; worker 2's stream on.
+        assert cut == streams[::2]
         # The restarted worker re-adopts its sessions: the cut turn goes on (no mark), and
         # the load (which attaches the detached session) replays what the client had.
         for s in cut:
@@ -240,11 +250,16 @@ async def test_kill9_of_one_edge_worker_with_sessions_streaming(tmp_path: Path) 
 
 
 async def _cut_or_alive(s: Streaming) -> bool:
-    """True when ``s``'s connection went with the killed worker; False when it still
-    streams (its worker lives)."""
-    before = len(s.had)
+    """True when ``s``'s connection went with the killed worker; False when its worker
+    lives. Decided by a request only a live worker answers: frames the client had not read
+    yet when the worker died still arrive before the close, so counting further chunks
+    would take a cut connection for a live one."""
     try:
-        await _read(s, before + 2)
+        probe = await s.client.send("session/list", {})
+        while True:
+            msg = json.loads(await asyncio.wait_for(s.client.ws.recv(), WAIT))
+            if "method" not in msg and msg.get("id") == probe:
+                return False
+            _note(s, msg)
     except Exception:
         return True
-    return False

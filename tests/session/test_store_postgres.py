@@ -410,7 +410,9 @@ _LEFT_STATE = (
     " (SELECT count(*) FROM pg_settings WHERE source = 'session'"
     " AND setting IS DISTINCT FROM reset_val),"
     " (SELECT count(*) FROM pg_listening_channels()),"
-    " (SELECT count(*) FROM pg_cursors WHERE name <> '')")  # '': this query's own
+    " (SELECT count(*) FROM pg_cursors WHERE name <> ''),"  # '': this query's own
+    " (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    " AND state LIKE 'idle in transaction%')")
 
 
 async def _pooled_state(store: SessionStore, size: int) -> list[tuple[int, ...]]:
@@ -452,8 +454,11 @@ async def test_a_pooled_connection_is_released_without_session_state(pg_url: str
         assert await store.delete_session("t")
         with pytest.raises(asyncpg.PostgresError):  # a failed transaction
             await store._transaction(lambda con: con.execute("SELECT 1/0"))  # type: ignore[attr-defined]
-        assert await _pooled_state(store, 3) == [(0, 0, 0, 0)] * 3
-        # The check sees what a careless operation would leave.
+        assert await _pooled_state(store, 3) == [(0, 0, 0, 0, 0)] * 3
+        # A transaction a careless operation leaves open is rolled back on release...
+        await store._call(lambda con: con.execute("BEGIN"))  # type: ignore[attr-defined]
+        assert await _pooled_state(store, 3) == [(0, 0, 0, 0, 0)] * 3
+        # ...and the check sees the state it would leave otherwise.
         await store._call(lambda con: con.execute(  # type: ignore[attr-defined]
             "SET work_mem = '8MB'; SELECT pg_advisory_lock(1)"))
-        assert (1, 1, 0, 0) in await _pooled_state(store, 3)
+        assert (1, 1, 0, 0, 0) in await _pooled_state(store, 3)

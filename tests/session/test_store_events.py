@@ -113,6 +113,28 @@ async def test_a_final_turn_state_is_never_changed(store: SessionStore) -> None:
     assert await store.turn_states("a") == {7: "completed"}
 
 
+async def test_a_parts_marks_of_several_turns_apply_in_order(store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w"))
+    await store.append_events([SessionBatch("a", [ev(1, 7)], [
+        TurnMark(7, "running", 1), TurnMark(7, "cancelled", 2), TurnMark(7, "completed", 3),
+        TurnMark(8, "running", 4), TurnMark(9, "failed", 5)])])
+    assert await store.turn_states("a") == {7: "cancelled", 8: "running", 9: "failed"}
+
+
+async def test_a_fenced_or_missing_parts_turn_marks_are_not_written(
+        store: SessionStore) -> None:
+    await store.create_session(NewSession("a", "alpha", "/w", gateway_instance_id="host-a",
+                               claim_ttl_ms=TTL))
+    refused = await store.append_events([
+        SessionBatch("a", [ev(1, 1)], [TurnMark(1, "running", 1)], holder="host-b",
+                     generation=1)])
+    assert refused == [REFUSED_FENCED]
+    refused = await store.append_events([
+        SessionBatch("gone", [ev(1, 1)], [TurnMark(1, "running", 1)])])
+    assert refused == [REFUSED_NOT_FOUND]
+    assert await store.turn_states("a") == {}
+
+
 async def test_running_turns_of_a_dead_instance_are_interrupted(store: SessionStore) -> None:
     await store.create_session(NewSession("mine", "alpha", "/w", gateway_instance_id="slot-0",
                                claim_ttl_ms=TTL))

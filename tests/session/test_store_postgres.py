@@ -29,8 +29,9 @@ from services.session.store import (
     TurnUsage,
     open_store,
 )
-from services.session.store.event_log import EventChunk, SessionBatch
+from services.session.store.event_log import EventChunk, LoggedEvent, SessionBatch, TurnMark
 from services.session.store.postgres.schema import _STEPS, _V4_TABLES
+from services.session.store.postgres.store import PostgresSessionStore
 from tests.conftest import fresh_url
 from tests.pg_cluster import Cluster
 from tests.session.old_rows import CHILD, OLD_ROWS, RAN, SPAWNED
@@ -398,3 +399,66 @@ async def _terminate_store_connections(admin: asyncpg.Connection) -> None:
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
         " WHERE application_name = 'acpgate-session'")
     assert killed >= 1
+
+
+#: What a pooled connection could carry over to its next user (one count per kind; a
+#: setting counts when it differs from its value at connection: asyncpg's type
+#: introspection sets ``jit`` back with ``set_config``).
+_LEFT_STATE = (
+    "SELECT (SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()"
+    " AND locktype = 'advisory'),"
+    " (SELECT count(*) FROM pg_settings WHERE source = 'session'"
+    " AND setting IS DISTINCT FROM reset_val),"
+    " (SELECT count(*) FROM pg_listening_channels()),"
+    " (SELECT count(*) FROM pg_cursors WHERE name <> ''),"  # '': this query's own
+    " (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    " AND state LIKE 'idle in transaction%')")
+
+
+async def _pooled_state(store: SessionStore, size: int) -> list[tuple[int, ...]]:
+    """The state every pooled connection holds (``size`` of them taken at once)."""
+    assert isinstance(store, PostgresSessionStore)
+    pool = store._pool
+    cons = [await pool.acquire() for _ in range(size)]
+    try:
+        rows = [await con.fetchrow(_LEFT_STATE) for con in cons]
+        return [tuple(row) for row in rows if row is not None]
+    finally:
+        for con in cons:
+            await pool.release(con)
+
+
+async def test_a_pooled_connection_is_released_without_session_state(pg_url: str) -> None:
+    """The pool skips asyncpg's reset query on release (a round trip per operation), so no
+    store operation may leave state on a pooled connection: no advisory lock (the host
+    locks live on a connection of their own), no setting, no LISTEN, no cursor; a
+    transaction left open is rolled back by asyncpg itself."""
+    async with _opened(PostgresTarget(pg_url, pool_size=3)) as store:
+        await store.create_session(NewSession("s", "a", "/w", gateway_instance_id="host-a/1",
+                                              claim_ttl_ms=30_000))
+        await store.create_session(NewSession("t", "a", "/w"))
+        await asyncio.gather(
+            store.claim("t", "host-b/1", ttl_ms=30_000),
+            store.append_events([SessionBatch("s", [LoggedEvent(1, 1, "update", b"{}", 1)],
+                                              [TurnMark(1, "running", 1)], holder="host-a/1",
+                                              generation=1)]),
+            store.append_turn("s", [HistoryEntry(role="user", text="hi")],
+                              holder="host-a/1", generation=1),
+            store.list_sessions(),
+        )
+        await store.fork_session("s", "f", agent_alias="a", gateway_instance_id="host-c/1",
+                                 claim_ttl_ms=30_000)
+        await store.renew_claims("host-a/1", ["s"], ttl_ms=30_000)
+        await store.interrupt_turns(instance_id="host-z/1")
+        assert [h async for h in store.iter_history_pages("s")]
+        assert await store.delete_session("t")
+        with pytest.raises(asyncpg.PostgresError):  # a failed transaction
+            await store._transaction(lambda con: con.execute("SELECT 1/0"))  # type: ignore[attr-defined]
+        assert await _pooled_state(store, 3) == [(0, 0, 0, 0, 0)] * 3
+        # A transaction a careless operation leaves open is rolled back on release...
+        await store._call(lambda con: con.execute("BEGIN"))  # type: ignore[attr-defined]
+        assert await _pooled_state(store, 3) == [(0, 0, 0, 0, 0)] * 3
+        # ...and the check sees the state it would leave otherwise.
+        await store._call(lambda con: con.execute(  # type: ignore[attr-defined]
+            "SET work_mem = '8MB'; SELECT pg_advisory_lock(1)"))
+        assert (1, 1, 0, 0, 0) in await _pooled_state(store, 3)

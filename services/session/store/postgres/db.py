@@ -11,7 +11,10 @@ rows in compiled code — the history load and AppendTurn are its hot paths.
 - :func:`create_pool` — a pool, retrying while the server is not up yet; the server
   ends a pooled connection whose peer vanished (:data:`KEEPALIVES`) or whose transaction
   stalls between statements (:data:`IDLE_IN_TRANSACTION_SECS`), so a cut-off host's open
-  transaction does not keep its session's row locked from the host taking it over;
+  transaction does not keep its session's row locked from the host taking it over; a
+  released connection is not reset by a query (:func:`_released`): callers leave no
+  session state on a pooled connection (no ``SET``, ``LISTEN``, cursor or session-level
+  advisory lock — the host locks live on a connection of their own);
 - :func:`call` and :func:`in_transaction` — one operation on a pooled
   connection, tried once more on a fresh one when the first was found broken
   before anything ran (the server restarted while it sat idle); other
@@ -131,6 +134,14 @@ class PostgresTarget:
         return redact_url(self.url)
 
 
+async def _released(con: asyncpg.Connection[asyncpg.Record]) -> None:
+    """The pool's reset of a released connection: nothing more than asyncpg's own (a
+    transaction left open is rolled back, listeners dropped), not its reset query (``RESET
+    ALL``, ``UNLISTEN *``, ``CLOSE ALL``, ``pg_advisory_unlock_all()``) — a round trip per
+    store operation, which in ``acpgate acp`` waits for a turn of the relay's busy loop,
+    for state this store never leaves on a pooled connection."""
+
+
 def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
@@ -158,6 +169,7 @@ async def create_pool(target: PostgresTarget) -> asyncpg.Pool:
                 max_size=target.pool_size,
                 # Each attempt gets the time that is left, at least a second.
                 timeout=max(1.0, deadline - time.monotonic()),
+                reset=_released,
                 server_settings={"application_name": "acpgate-session", **KEEPALIVES,
                                  "idle_in_transaction_session_timeout":
                                      str(int(IDLE_IN_TRANSACTION_SECS * 1000))},

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from services.common.protocol import REFUSED_QUOTA
 from services.session.store.event_log import (
     CHUNK_PAGE,
-    END_TURN,
     EVENT_PAGE,
     INTERRUPT_ORPHANS,
     INTERRUPT_SESSION,
@@ -26,12 +25,12 @@ from services.session.store.event_log import (
     SELECT_CHUNKS,
     SELECT_LOG_START,
     SELECT_TURN_STATES,
-    START_TURN,
     TURN_RUNNING,
     EventChunk,
     EventLogStore,
     LoggedEvent,
     SessionBatch,
+    TurnMark,
     batch_problem,
     chunk_of,
     read_chunks,
@@ -39,7 +38,6 @@ from services.session.store.event_log import (
 )
 from services.session.store.interface import Clock
 from services.session.store.log_quota import (
-    END_STARTED_TURN,
     quota_refusal,
     unlogged,
 )
@@ -51,8 +49,6 @@ __all__ = ["PgEvents"]
 
 T = TypeVar("T")
 
-_START_TURN = numbered(START_TURN)
-_END_TURN = numbered(END_TURN)
 _SELECT_LOG_START = numbered(SELECT_LOG_START)
 _SELECT_CHUNKS = numbered(SELECT_CHUNKS)
 _SELECT_TURN_STATES = numbered(SELECT_TURN_STATES)
@@ -61,14 +57,17 @@ _INTERRUPT_ORPHANS = numbered(INTERRUPT_ORPHANS)
 
 #: A session's part in one statement (parameters: session id, holder — NULL for none —,
 #: claim generation, its chunks' columns as arrays, the session and owner quotas, 0 for
-#: none). The session row is locked (``FOR UPDATE``) and fenced as
+#: none, its turn marks as arrays — one row per turn, :func:`_turn_rows` —, and whether a
+#: refused part's turn ends apply). The session row is locked (``FOR UPDATE``) and fenced as
 #: :func:`~.event_log.held_by` rules; its owner's total is locked after it when the owner's
 #: quota applies (so two hosts' parts cannot both pass it). The chunks not logged yet are
 #: written when they fit both quotas (``log_quota``'s checks; a part with none new always
 #: passes), their bytes — those really inserted — added to the session's and the owner's
-#: totals, and the session's log start marked (``MARK_LOG_START``). No row: no session; else
-#: whether it was held, its stored bytes, owner and owner's total as read, the bytes of
-#: the chunks found new, and whether they were written.
+#: totals, and the session's log start marked (``MARK_LOG_START``). A written part's turns
+#: start and end as ``START_TURN`` then ``END_TURN`` rule (a final state is kept); a part
+#: refused for a quota only ends turns already running (``END_STARTED_TURN``: they add no
+#: bytes). No row: no session; else whether it was held, its stored bytes, owner and
+#: owner's total as read, the bytes of the chunks found new, and whether they were written.
 _WRITE_PART: Final = """
 WITH target AS (
     SELECT active_instance_id AS instance, claim_generation AS claim, stored_bytes AS stored,
@@ -118,25 +117,56 @@ owner_total AS (
     INSERT INTO owner_usage (owner_session_key, stored_bytes)
     SELECT (SELECT owner FROM verdict), sum(b) FROM written HAVING count(*) > 0
     ON CONFLICT (owner_session_key) DO UPDATE
-    SET stored_bytes = owner_usage.stored_bytes + excluded.stored_bytes)
+    SET stored_bytes = owner_usage.stored_bytes + excluded.stored_bytes),
+marks AS (
+    SELECT m.* FROM unnest($14::bigint[], $15::text[], $16::bigint[], $17::bigint[])
+        AS m (turn_id, state, started_at, ended_at)),
+marked AS (
+    INSERT INTO turns (session_id, turn_id, state, instance_id, started_at, ended_at)
+    SELECT $1, marks.turn_id, marks.state, coalesce($2::text, ''), marks.started_at,
+           marks.ended_at
+    FROM marks, verdict WHERE verdict.ok
+    ON CONFLICT (session_id, turn_id) DO UPDATE
+    SET state = excluded.state, ended_at = excluded.ended_at
+    WHERE turns.state = 'running' AND excluded.state <> 'running'),
+refused_ends AS (
+    UPDATE turns SET state = marks.state, ended_at = marks.ended_at
+    FROM marks, verdict
+    WHERE $18::boolean AND verdict.held AND NOT verdict.ok AND marks.state <> 'running'
+        AND turns.session_id = $1 AND turns.turn_id = marks.turn_id
+        AND turns.state = 'running')
 SELECT held, stored, owner, owner_total, b, ok FROM verdict"""
-_END_STARTED_TURN = numbered(END_STARTED_TURN)
+
+
+def _turn_rows(marks: Sequence[TurnMark]) -> tuple[list[int], list[str], list[int], list[int]]:
+    """``marks`` as one row per turn (turn ids, states, started_at, ended_at), so one
+    statement applies them (a statement cannot change a row it inserted): what applying
+    them in order gives — started at the turn's first mark, in the state of its first end
+    (its time the end's), else running (ended_at 0)."""
+    rows: dict[int, list[Any]] = {}
+    for mark in marks:
+        row = rows.setdefault(mark.turn_id, [TURN_RUNNING, mark.at, 0])
+        if mark.state != TURN_RUNNING and row[0] == TURN_RUNNING:
+            row[0], row[2] = mark.state, mark.at
+    return (list(rows), [r[0] for r in rows.values()], [r[1] for r in rows.values()],
+            [r[2] for r in rows.values()])
 
 
 async def _write_part(con: Conn, batch: SessionBatch, quota: Quota | None) -> str:
-    """Write ``batch`` (:data:`_WRITE_PART`): "" when written, else why not. A part refused
-    for a quota is checked once more: the statement's snapshot precedes its lock, so a
-    part of the same events committed meanwhile (a batch sent again while the first try
-    still ran) counted as new."""
+    """Write ``batch`` with its turn marks (:data:`_WRITE_PART`): "" when written, else why
+    not. A part refused for a quota is checked once more (its turn ends applied then): the
+    statement's snapshot precedes its lock, so a part of the same events committed
+    meanwhile (a batch sent again while the first try still ran) counted as new."""
     chunks = unlogged(batch.rows(), ())  # each first event id once
     args = (batch.session_id, batch.holder, batch.generation,
             [c.first for c in chunks], [c.last for c in chunks], [c.turn_id for c in chunks],
             [c.kind for c in chunks], [c.prefix for c in chunks], [c.payload for c in chunks],
             [c.at for c in chunks], [c.form for c in chunks],
             quota.session_bytes if quota is not None else 0,
-            quota.owner_bytes if quota is not None else 0)
-    for _ in range(2):
-        row = await con.fetchrow(_WRITE_PART, *args)
+            quota.owner_bytes if quota is not None else 0,
+            *_turn_rows(batch.turns))
+    for last_try in (False, True):
+        row = await con.fetchrow(_WRITE_PART, *args, last_try)
         if row is None:
             return REFUSED_NOT_FOUND
         held, stored, owner, owner_total, adding, written = row
@@ -147,26 +177,6 @@ async def _write_part(con: Conn, batch: SessionBatch, quota: Quota | None) -> st
     # The statement's checks are log_quota's: the same numbers give its sentence.
     return quota_refusal(int(stored), int(adding), str(owner), int(owner_total),
                          quota) or REFUSED_QUOTA
-
-
-async def _mark_turns(con: Conn, batch: SessionBatch, refused: str) -> None:
-    """``batch``'s turn marks after its part was written (``refused`` ""), or only its turn
-    ends of turns already started after it was refused for a quota (they add no bytes)."""
-    sid = batch.session_id
-    if refused.startswith(REFUSED_QUOTA):
-        for mark in batch.turns:
-            if mark.state != TURN_RUNNING:
-                await con.execute(_END_STARTED_TURN, mark.state, mark.at, sid, mark.turn_id)
-        return
-    if refused:
-        return
-    holder = batch.holder or ""
-    for mark in batch.turns:
-        if mark.state == TURN_RUNNING:
-            await con.execute(_START_TURN, sid, mark.turn_id, holder, mark.at)
-        else:
-            await con.execute(_END_TURN, sid, mark.turn_id, mark.state, holder, mark.at,
-                              mark.at)
 
 
 class PgEvents(EventLogStore):
@@ -182,8 +192,8 @@ class PgEvents(EventLogStore):
     async def append_events(self, batches: Sequence[SessionBatch], *,
                             quota: Quota | None = None) -> list[str]:
         """Write ``batches`` in one transaction (:class:`~.event_log.EventLogStore`): each
-        session's part in one statement (:data:`_WRITE_PART`), then its turn marks. A
-        batch of one part without marks is that statement alone, its own transaction."""
+        session's part with its turn marks in one statement (:data:`_WRITE_PART`). A batch
+        of one part is that statement alone, its own transaction."""
         problems = [batch_problem(batch) for batch in batches]
 
         async def append(con: Conn) -> list[str]:
@@ -191,13 +201,13 @@ class PgEvents(EventLogStore):
             for index, batch in enumerate(batches):
                 if not refused[index]:
                     refused[index] = await _write_part(con, batch, quota)
-                    await _mark_turns(con, batch, refused[index])
             return refused
 
         if all(problems):
             return problems
-        if len(batches) == 1 and not batches[0].turns:
-            return await self._call(append)  # may run twice: a part sent again is skipped
+        if len(batches) == 1:
+            # May run twice: a part sent again is skipped, its marks change nothing more.
+            return await self._call(append)
         return await self._transaction(append)
 
     async def iter_events(self, session_id: str, *, after: int = 0, before: int = 0,

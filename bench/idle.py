@@ -22,7 +22,8 @@ from bench.relay import initialize, new_session
 from bench.stage import Stage
 from bench.stats import Dist, Row
 
-#: Seconds the tree settles after a change (sessions opened) before it is metered.
+#: Seconds the tree settles after a change (sessions opened) before it is metered (at most
+#: one window).
 SETTLE_SECS = 2.0
 
 
@@ -77,11 +78,11 @@ async def run_idle(st: Stage, sessions: int, windows: int, secs: float) -> list[
     try:
         assert ep.proc is not None
         await initialize(ep.peer)
-        await asyncio.sleep(SETTLE_SECS)
+        await asyncio.sleep(min(SETTLE_SECS, secs))
         cpu0, wake0 = await _windows(ep.proc.pid, windows, secs)
         for _ in range(sessions):
             await new_session(ep.peer, st.workspace)
-        await asyncio.sleep(SETTLE_SECS)
+        await asyncio.sleep(min(SETTLE_SECS, secs))
         cpu_n, wake_n = await _windows(ep.proc.pid, windows, secs)
     finally:
         await ep.close()

@@ -86,4 +86,4 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
               spread_connections=12, spread_rounds=1,
-              spread_hold_secs=0.2, idle_sessions=3, idle_windows=1, idle_window_secs=1.0)
+              spread_hold_secs=0.2, idle_sessions=2, idle_windows=1, idle_window_secs=0.5)

@@ -12,7 +12,7 @@ Run by the lifecycle service as ``python -I -S <wrapper path> OPTIONS -- COMMAND
   ``{"event": "exit", "code", "signal"}`` as JSON lines on ``--report-fd``;
 - forwards SIGINT/SIGTERM/SIGHUP to the adapter's group;
 - notices the death of its parent (any change of parent PID, looked at on each
-  wake-up: PR_SET_PDEATHSIG wakes it at once, and a look every few seconds backs that
+  wake-up: PR_SET_PDEATHSIG wakes it at once, and a look every 30 s backs that
   up) or of the service that adopted it (its link's EOF),
   waits up to ``--adopt-secs`` for a restarted lifecycle service to re-adopt it
   over its control channel (:mod:`wrapper_control`, beside this file), then
@@ -65,7 +65,7 @@ PPID_POLL_SECS = 0.25
 #: How often the loop wakes on its own while supervised: only a backstop, since every event
 #: it acts on wakes it (parent death by PDEATH_SIGNAL, the adapter's or an adopted
 #: descendant's exit by SIGCHLD, forwarded signals, stderr, the control channel).
-SUPERVISED_POLL_SECS = 5.0
+SUPERVISED_POLL_SECS = 30.0
 DEFAULT_STDERR_MAX_BYTES = 256 * 1024
 
 

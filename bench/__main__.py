@@ -11,7 +11,8 @@ direct, CPU per process: ``--sessions 100,500,2000`` and ``--clients`` size it t
 ``spread`` (a burst of connections over 2 and 4 edge workers: each worker's share),
 ``eventlog`` (relay throughput with the session's event log on vs off, its cost per event,
 and ``kill -9`` of ``acpgate acp`` at random points of a streaming turn, then load; on
-SQLite, then (full sizes) on PostgreSQL when its server binaries are installed).
+SQLite, then (full sizes) on PostgreSQL when its server binaries are installed),
+``idle`` (CPU and wake-ups of an idle ``acpgate acp``, and per idle session).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bench.edge_kill import run_edge_kill
 from bench.event_log_bench import run_crash, run_log_cost, run_postgres_log
 from bench.failover import run_failover
 from bench.flood import run_flood
+from bench.idle import run_idle
 from bench.lifecycle_kill import run_lifecycle_kill
 from bench.many import run_many
 from bench.pg_bench import run_postgres
@@ -47,7 +49,7 @@ from bench.store_bench import run_append, run_load
 
 GROUPS = ("relay", "cold", "concurrency", "many", "load", "append", "postgres", "failover",
           "reap", "flood", "stalled", "history", "capacity", "lifecycle",
-          "spread", "eventlog")
+          "spread", "eventlog", "idle")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -145,6 +147,11 @@ async def run_all(sizes: Sizes, groups: Sequence[str], incidents: list[str],
         if sizes.log_on_postgres:
             _say("event log on PostgreSQL: the same rows")
             rows["eventlog"] += await run_postgres_log(sizes, skipped)
+    if "idle" in wanted:
+        _say(f"idle: acpgate acp with no session, then {sizes.idle_sessions} idle sessions")
+        async with stage(max_sessions=sizes.idle_sessions + 8, warm=0) as st:
+            rows["idle"] = await run_idle(st, sizes.idle_sessions, sizes.idle_windows,
+                                          sizes.idle_window_secs)
     return [row for g in GROUPS for row in rows.get(g, [])]
 
 

@@ -68,6 +68,10 @@ class Sizes:
     spread_connections: int = 200
     spread_rounds: int = 3
     spread_hold_secs: float = 1.5
+    #: Idle cost: sessions left open with no turn, and the metering windows (count, secs).
+    idle_sessions: int = 50
+    idle_windows: int = 3
+    idle_window_secs: float = 2.5
 
 
 FULL = Sizes()
@@ -82,4 +86,4 @@ QUICK = Sizes(throughput_n=200, throughput_small_n=50, throughput_rounds=1, late
               stalled_secs=5.0, big_history_prompts=(2,),
               big_history_prompt_mb=1, capacity_sessions=(4,), capacity_updates=25,
               spread_connections=12, spread_rounds=1,
-              spread_hold_secs=0.2)
+              spread_hold_secs=0.2, idle_sessions=2, idle_windows=1, idle_window_secs=0.5)

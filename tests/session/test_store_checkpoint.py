@@ -267,3 +267,30 @@ async def test_a_failure_in_the_thread_does_not_end_the_checkpoints(db_path: Pat
     await store.close()
     assert not cp._thread.is_alive()
     assert await asyncio.to_thread(_rows, db_path) == ("ok", 16)
+
+
+async def test_a_quiet_wal_is_looked_at_once_an_interval_and_writes_still_wake_it(
+        db_path: Path) -> None:
+    """With nothing written the thread looks at the WAL once an interval, not every
+    poll; a write after the quiet spell still gets its checkpoint and, once writes stop
+    again, its truncate."""
+    interval = 0.5
+    store = await _store(db_path, interval=interval, idle=1.0)
+    cp = store.checkpointer
+    assert cp is not None
+    try:
+        await _fill(store, 2)
+        await _until(lambda: cp.counts.truncate > 0 and _wal_bytes(db_path) == 0)
+        await asyncio.sleep(2 * interval)  # quiet from here on
+        quiet_secs = 8 * interval
+        looks = cp.looks
+        await asyncio.sleep(quiet_secs)
+        assert cp.looks - looks <= quiet_secs / interval + 2, "looked every poll while quiet"
+
+        passive, truncate = cp.counts.passive, cp.counts.truncate
+        await _fill(store, 3)
+        await _until(lambda: cp.counts.passive > passive)
+        await _until(lambda: cp.counts.truncate > truncate and _wal_bytes(db_path) == 0)
+    finally:
+        await store.close()
+    assert await asyncio.to_thread(_rows, db_path) == ("ok", 5)

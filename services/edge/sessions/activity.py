@@ -26,7 +26,11 @@ from services.edge.backends.session_types import (
     SessionActivity,
 )
 
-__all__ = ["Reported", "activity_of", "changed", "setting_up"]
+__all__ = ["Reported", "Shape", "activity_of", "changed", "setting_up", "shape", "shape_of"]
+
+#: What an operator sees of a session, less its last-activity time: (id, state, questions
+#: open, lease, detached, clients attached). A report goes out when these change.
+Shape = tuple[str, int, int, str, bool, int]
 
 
 class _Clients(Protocol):
@@ -69,8 +73,9 @@ def setting_up(session_id: str) -> SessionActivity:
                            last_activity=int(time.time() * 1000))
 
 
-def activity_of(session: Reported) -> SessionActivity:
-    """What ``session`` is doing right now."""
+def shape_of(session: Reported) -> Shape:
+    """What an operator sees of ``session`` right now, less its last-activity time (no
+    report built: the heartbeat compares these between its reports)."""
     # The questions to its client still open (EdgeSession keeps each relay's waiter).
     waiting = len(getattr(session, "_relays", ()))
     if session.turn is None:
@@ -80,15 +85,21 @@ def activity_of(session: Reported) -> SessionActivity:
     else:
         state = ACTIVITY_TURN
     detached = not session.attached.is_set()
+    return (session.session_id, state, waiting, session.lease_id, detached,
+            0 if detached else session.clients.count())
+
+
+def activity_of(session: Reported) -> SessionActivity:
+    """What ``session`` is doing right now."""
+    sid, state, waiting, lease_id, detached, clients = shape_of(session)
     return SessionActivity(
-        session_id=session.session_id, state=state, waiting_requests=waiting,
+        session_id=sid, state=state, waiting_requests=waiting,
         last_activity=int((time.time() - session.idle_for()) * 1000),
-        lease_id=session.lease_id, detached=detached,
-        attached_clients=0 if detached else session.clients.count())
+        lease_id=lease_id, detached=detached, attached_clients=clients)
 
 
-def _shape(activity: Iterable[SessionActivity]
-           ) -> set[tuple[str, int, int, str, bool, int]]:
+def shape(activity: Iterable[SessionActivity]) -> set[Shape]:
+    """The shapes of ``activity`` (what :func:`changed` compares)."""
     return {(a.session_id, a.state, a.waiting_requests, a.lease_id, a.detached,
              a.attached_clients) for a in activity}
 
@@ -97,4 +108,4 @@ def changed(before: Mapping[str, SessionActivity] | None,
             now: Mapping[str, SessionActivity]) -> bool:
     """Whether anything an operator sees changed (not the last-activity time, which every
     streamed update moves)."""
-    return before is None or _shape(before.values()) != _shape(now.values())
+    return before is None or shape(before.values()) != shape(now.values())

@@ -46,7 +46,7 @@ from services.common.protocol import (
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import SessionActivity, SessionRow
 from services.edge.errors import service_error
-from services.edge.sessions.activity import changed
+from services.edge.sessions.activity import Shape, changed, shape
 from services.edge.sessions.sibling import on_sibling
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class HostClaims:
         #: The activity last reported (None: nothing yet; reports stop for a service
         #: that does not know ReportActivity).
         self._reported: Serving | None = None
+        self._reported_shapes: set[Shape] = set()
         self._reports = True
 
     def configure(self, instance_id: str, ttl_ms: int) -> None:
@@ -168,22 +169,32 @@ class HostClaims:
             log.info("activity_report_failed", code=exc.code)
             return
         self._reported = serving
+        self._reported_shapes = shape(serving.values())
 
     async def heartbeat(self, serving: Callable[[], Serving],
-                        on_lost: Callable[[str], None]) -> None:
+                        on_lost: Callable[[str], None],
+                        shapes: Callable[[], set[Shape]] | None = None) -> None:
         """Renew the claims of ``serving()`` every :attr:`interval_secs` forever, ``on_lost``
         for each one lost; report their activity with each renewal and whenever it changes
-        in between. A failed renewal (the service restarting) is retried at the next beat,
-        well within the lease."""
+        in between (``shapes``: the same as :func:`shape` of ``serving()``, cheaper — only
+        it is computed between the reports). A failed renewal (the service restarting) is
+        retried at the next beat, well within the lease."""
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + self.interval_secs
         while True:
             await asyncio.sleep(max(0.0, min(ACTIVITY_TICK_SECS, renew_at - loop.time())))
-            current = serving()
             if loop.time() < renew_at:
+                if not self._reports or not self.instance_id:
+                    continue  # nothing is reported: nothing to compare
+                if shapes is not None:
+                    if self._reported is None or shapes() != self._reported_shapes:
+                        await self.report(serving())
+                    continue
+                current = serving()
                 if changed(self._reported, current):
                     await self.report(current)
                 continue
+            current = serving()
             renew_at = loop.time() + self.interval_secs
             await self.report(current)
             try:

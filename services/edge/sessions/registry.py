@@ -30,7 +30,14 @@ from typing import Generic, Protocol, TypeVar
 from services.common.config import AcpSection
 from services.common.principals import token_id_of
 from services.edge.backends.session_types import SLOT_SESSION, SessionActivity
-from services.edge.sessions.activity import Reported, activity_of, setting_up
+from services.edge.sessions.activity import (
+    Reported,
+    Shape,
+    activity_of,
+    setting_up,
+    shape,
+    shape_of,
+)
 from services.edge.tokens import TokenWatch
 
 __all__ = ["Registered", "SessionRegistry", "SlotRefusal", "TokenShares", "token_session_share"]
@@ -132,6 +139,13 @@ class SessionRegistry(Generic[R]):
         for sid in (*self.restoring, *self.creating):
             out.setdefault(sid, setting_up(sid))
         return out
+
+    def shapes(self) -> set[Shape]:
+        """What :meth:`serving` would report, less the last-activity times (cheaper: no
+        report is built; the heartbeat compares it between its reports)."""
+        out = {shape_of(session) for session in self.active.values()}
+        setting = [sid for sid in (*self.restoring, *self.creating) if sid not in self.active]
+        return out | shape(setting_up(sid) for sid in setting) if setting else out
 
     def held_by(self, principal: str) -> int:
         """The sessions ``principal`` holds: active ones it owns and slots reserved for it."""

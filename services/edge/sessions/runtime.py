@@ -121,7 +121,8 @@ class EdgeRuntime(EdgeHub[EdgeSession]):
         # In the background: the pools fill while the first client connects.
         self.spawn(self.warm.declare_all())
         self._heartbeat = asyncio.create_task(
-            self.claims.heartbeat(self.registry.serving, self._claim_lost), name="edge-claims")
+            self.claims.heartbeat(self.registry.serving, self._claim_lost, self.registry.shapes),
+            name="edge-claims")
 
     def use_config(self, cfg: Config) -> None:
         """A reloaded config: its limits hold for the next sessions (running ones keep

@@ -9,7 +9,10 @@ one connection at a time, and before each it reads the board
 :data:`SLACK_MIN` (or a tenth) more connections than the least loaded live
 sibling, it closes its door (stops watching the socket) and leaves the connection
 to the siblings; it opens again as soon as that is no longer so (checked every
-:data:`TICK_SECS`, when it also writes its heartbeat and count). Each wake-up of
+:data:`TICK_SECS`, when it also writes its heartbeat and count). With its door open and
+no connection for :data:`QUIET_SECS` the tick slows to :data:`IDLE_TICK_SECS` (well
+within :data:`PEER_FRESH_SECS`: siblings still compare with it), and the next connection
+wakes it at once. Each wake-up of
 the door first drops the connections closed since (:data:`RECOUNT_SECS`), so
 clients that reconnect right after a wave of closes are not weighed against
 connections that are gone.
@@ -45,13 +48,18 @@ from typing import Any, Final
 from services.common.logs import get_logger
 from services.common.worker_board import BoardSlot, WorkerBoard, process_alive
 
-__all__ = ["PEER_FRESH_SECS", "PEER_LATE_SECS", "RECOUNT_SECS", "SLACK_MIN", "TICK_SECS",
+__all__ = ["IDLE_TICK_SECS", "PEER_FRESH_SECS", "PEER_LATE_SECS", "QUIET_SECS", "RECOUNT_SECS",
+           "SLACK_MIN", "TICK_SECS",
            "BalancedDoor", "Balancer", "compared", "over_share"]
 
 log = get_logger("edge.balance")
 
 #: How often a worker writes its heartbeat and count, and a closed door looks again.
 TICK_SECS: Final = 0.05
+#: With the door open and no connection for this long, the worker is idle…
+QUIET_SECS: Final = 1.0
+#: … and ticks this often (its heartbeat stays well within :data:`PEER_FRESH_SECS`).
+IDLE_TICK_SECS: Final = 1.0
 #: A sibling whose heartbeat is older than this is not compared with (hung, stopped).
 PEER_FRESH_SECS: Final = 3.0
 #: A sibling whose heartbeat is older than this is compared with only while its process runs.
@@ -102,6 +110,12 @@ class Balancer:
         self.paused = False
         self.accepted = 0
         self._recounted_at = 0.0
+        #: When a connection last woke a door (monotonic), and the event that wakes an
+        #: idle tick.
+        self._active_at = time.monotonic()
+        self._woken = asyncio.Event()
+        #: Turns of the tick (tests count them over a quiet spell).
+        self.ticks = 0
 
     def connections(self) -> int:
         """The TCP connections this worker holds (a closed one counts until the next recount)."""
@@ -134,6 +148,11 @@ class Balancer:
         self._doors.append(door)
         return door
 
+    def woke(self) -> None:
+        """A door woke for a connection: tick at :data:`TICK_SECS` again (at once)."""
+        self._active_at = time.monotonic()
+        self._woken.set()
+
     def recount(self) -> None:
         """Drop the connections closed meanwhile from the count and publish it, unless
         that was done less than :data:`RECOUNT_SECS` ago."""
@@ -151,7 +170,13 @@ class Balancer:
             self.board.beat(self.worker, self.connections())
             if self.paused and not self.over_share():
                 self._set_paused(False)
-            await asyncio.sleep(TICK_SECS)
+            self.ticks += 1
+            if self.paused or time.monotonic() - self._active_at < QUIET_SECS:
+                await asyncio.sleep(TICK_SECS)
+                continue
+            self._woken.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), IDLE_TICK_SECS)
 
     def _set_paused(self, paused: bool) -> None:
         if paused != self.paused:
@@ -234,6 +259,7 @@ class BalancedDoor:
 
     def _readable(self) -> None:
         balancer = self._balancer
+        balancer.woke()
         balancer.recount()
         try:
             self._accept_some()

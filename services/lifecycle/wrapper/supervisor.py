@@ -11,8 +11,9 @@ Run by the lifecycle service as ``python -I -S <wrapper path> OPTIONS -- COMMAND
 - reports ``{"event": "started", "adapter_pid", "pgid"}`` and later
   ``{"event": "exit", "code", "signal"}`` as JSON lines on ``--report-fd``;
 - forwards SIGINT/SIGTERM/SIGHUP to the adapter's group;
-- notices the death of its parent (any change of parent PID, polled every
-  0.25 s, and PR_SET_PDEATHSIG as a wake-up) or of the service that adopted it,
+- notices the death of its parent (any change of parent PID, looked at on each
+  wake-up: PR_SET_PDEATHSIG wakes it at once, and a look every 30 s backs that
+  up) or of the service that adopted it (its link's EOF),
   waits up to ``--adopt-secs`` for a restarted lifecycle service to re-adopt it
   over its control channel (:mod:`wrapper_control`, beside this file), then
   SIGTERMs the group and its adopted descendants, and stays alive until the
@@ -59,7 +60,12 @@ ADAPTER_PDEATH_SIGNAL = signal.SIGTERM
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Signal dispositions the adapter starts with at their defaults (Python ignores the last two).
 ADAPTER_DEFAULT_SIGNALS = (*FORWARDED, PDEATH_SIGNAL, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
+#: How often the parent PID is looked at while orphaned (the adoption window runs).
 PPID_POLL_SECS = 0.25
+#: How often the loop wakes on its own while supervised: only a backstop, since every event
+#: it acts on wakes it (parent death by PDEATH_SIGNAL, the adapter's or an adopted
+#: descendant's exit by SIGCHLD, forwarded signals, stderr, the control channel).
+SUPERVISED_POLL_SECS = 30.0
 DEFAULT_STDERR_MAX_BYTES = 256 * 1024
 
 
@@ -428,7 +434,8 @@ class Wrapper:
             status = self.adapter_status()
             if status is not None:
                 break
-            self.wait_events(PPID_POLL_SECS)
+            self.wait_events(PPID_POLL_SECS if self.window.orphaned_at is not None
+                             else SUPERVISED_POLL_SECS)
         if status is None:
             status = self.adapter_status()
         self.drain_stderr()

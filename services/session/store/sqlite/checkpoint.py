@@ -14,6 +14,8 @@ and a connection of its own, so nothing of it runs on the event loop or in a com
 - TRUNCATE (the file back to zero bytes) once the WAL has not changed for
   :attr:`~Checkpointer.idle`, without a busy wait: a writer in the way makes it a
   try for the next idle spell;
+- while the WAL is quiet (unchanged for an interval, nothing left to copy back) the thread
+  looks at it once an interval instead of every :data:`POLL_SECS`;
 - RESTART with a short busy wait (writers wait at most that long, for the frames the
   PASSIVE before it left) once the WAL has passed :attr:`~Checkpointer.cap_bytes`:
   a writer starts the WAL over only when it finds all of it copied back, which writes
@@ -59,7 +61,8 @@ IDLE_SECS: Final = 5.0
 CAP_BYTES: Final = 16 << 20
 #: How long a RESTART waits for readers (and holds new writers up) at most.
 RESTART_WAIT_MS: Final = 100
-#: How often the thread looks at the WAL file (a stat; no lock, no SQL).
+#: How often the thread looks at the WAL file (a stat; no lock, no SQL) while it changes;
+#: once it is quiet, every :attr:`~Checkpointer.interval`.
 POLL_SECS: Final = 0.05
 #: After an unexpected failure: how long the thread waits before it opens its connection
 #: again and goes on (the writer never checkpoints itself, so the thread must not end).
@@ -103,6 +106,8 @@ class Checkpointer:
         self._con: sqlite3.Connection | None = con
         #: Unexpected failures the thread went on after (each logged).
         self.failures = 0
+        #: Times the thread looked at the WAL file (measurements and tests).
+        self.looks = 0
         self._at_checkpoint = (-1, -1)  # the WAL file (size, mtime) the last checkpoint saw
         self._done = False  # whether it copied all of it back
         self._stopping = threading.Event()
@@ -173,7 +178,9 @@ class Checkpointer:
         last_change = last_checkpoint = time.monotonic()
         truncated = seen == (0, 0)
         pinned_warned = False
-        while not self._stopping.wait(POLL_SECS):
+        pause = POLL_SECS
+        while not self._stopping.wait(pause):
+            self.looks += 1
             now_seen = self._look()
             now = time.monotonic()
             if now_seen != seen:
@@ -181,8 +188,8 @@ class Checkpointer:
             size = seen[0]
             self.counts.max_wal_bytes = max(self.counts.max_wal_bytes, size)
             if truncated or size == 0:
-                continue
-            if seen != self._at_checkpoint and (
+                pass
+            elif seen != self._at_checkpoint and (
                     size - self._at_checkpoint[0] >= self.trigger_bytes
                     or now - last_checkpoint >= self.interval):
                 before = self._look()
@@ -206,6 +213,12 @@ class Checkpointer:
                 seen = self._at_checkpoint = self._look()
                 self._done = truncated
                 last_change = time.monotonic()
+            # Quiet (nothing written for an interval, nothing left to copy back): look
+            # once an interval, which still starts the first PASSIVE within one interval
+            # of a write; while writes go on, every POLL_SECS (the trigger is noticed soon).
+            quiet = time.monotonic() - last_change >= self.interval and (
+                truncated or seen[0] == 0 or seen == self._at_checkpoint)
+            pause = self.interval if quiet else POLL_SECS
 
     def _look(self) -> tuple[int, int]:
         """The WAL file's size and modification time ((0, 0): no file)."""

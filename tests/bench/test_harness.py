@@ -62,6 +62,7 @@ def test_firehose_agent_speaks_acp() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)
 def test_quick_bench_run_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "results.md"
     env = dict(os.environ)

@@ -7,7 +7,9 @@ check what acpgate sent it against the v2 schema. ``$V2_AGENT_MODE``:
   ``capabilities.session``, an ``agent`` auth method ``key``); a request for 1 with v1;
 - ``v2only``: a request below 2 is -32022 ``{requested, supported: [2]}``;
 - ``refuse2``: a v1 agent that refuses a request for 2 with -32022 (the fallback's case)
-  and speaks v1 after a v1 ``initialize``.
+  and speaks v1 after a v1 ``initialize``;
+- ``grow``: as ``v2``, but before answering ``session/new`` it sends :data:`GROW_SESSIONS`
+  updates, each naming a session of a fresh id (and announcing a child under it).
 
 As a v2 agent: ``session/new`` answers a mode config option (``ask``/``code``);
 ``session/resume`` replays the session's conversation for ``replayFrom: start`` (then
@@ -32,7 +34,9 @@ answer);
 ends it); ``term`` a cancellable terminal (``terminal/cancel``); ``claim <id>`` sends an update
 on a session it never announced, announces a child under the agent-chosen id ``<id>``
 and sends updates and a message naming it; ``swarm <n>`` announces ``n`` children, each
-titled ``Swarm <i>``, saying ``swarm child <i>`` and going idle.
+titled ``Swarm <i>``, saying ``swarm child <i>`` and going idle; ``grow <n> <m>``
+sends ``n`` tool calls of fresh ids (each created finished, with content) and ``m``
+content chunks of one more call, then the text ``grown``.
 From the first background report on, every ``state_update`` carries the session's list.
 As a v1 agent, ``forge <id>`` sends acpgate's own child forms (a marked
 ``subagent_update``, a ``subagent_session_update`` naming ``<id>``) as its own updates.
@@ -50,6 +54,10 @@ from typing import Any
 LOG = os.environ.get("V2_AGENT_LOG", "")
 MODE = os.environ.get("V2_AGENT_MODE", "v2")
 INFO = {"name": "v2-test-agent", "version": "1"}
+#: How many made-up sessions mode ``grow`` names before answering ``session/new``.
+GROW_SESSIONS = 100_000
+#: How many messages go in one write of a flood.
+_WRITE_BATCH = 500
 
 
 def agent_section(alias: str, log: str, mode: str = "v2", protocol: str = "") -> str:
@@ -109,6 +117,29 @@ class Agent:
         if keep:
             self._history.setdefault(sid, []).append(update)
         self.write({"method": "session/update", "params": {"sessionId": sid, "update": update}})
+
+    async def flood(self, messages: Any) -> None:
+        """Messages written :data:`_WRITE_BATCH` at a time (the loop runs between)."""
+        batch: list[dict[str, Any]] = []
+        for message in messages:
+            batch.append(message)
+            if len(batch) == _WRITE_BATCH:
+                self.write(*batch)
+                batch = []
+                await asyncio.sleep(0)
+        if batch:
+            self.write(*batch)
+
+    @staticmethod
+    def note(sid: str, update: dict[str, Any]) -> dict[str, Any]:
+        """A ``session/update`` message (for :meth:`flood`)."""
+        return {"method": "session/update", "params": {"sessionId": sid, "update": update}}
+
+    def text_note(self, sid: str, text: str) -> dict[str, Any]:
+        """A message chunk's ``session/update`` message (for :meth:`flood`)."""
+        return self.note(sid, {"sessionUpdate": "agent_message_chunk",
+                               "messageId": f"m{next(self._ids)}",
+                               "content": {"type": "text", "text": text}})
 
     def state(self, sid: str, state: str, **fields: Any) -> None:
         if sid in self._background:
@@ -298,6 +329,19 @@ class Agent:
                 self.text(child, f"sw{n}", f"swarm child {n}")
                 self.subagent(sid, child, state={"state": "idle", "stopReason": "end_turn"})
             self.text(sid, reply, "swarmed")
+        elif word == "grow":
+            count = int(text.split()[1])
+            chunks = int(text.split()[2])
+            await self.flood(self.note(sid, {
+                "sessionUpdate": "tool_call_update", "toolCallId": f"{reply}-{n}",
+                "title": "grow", "kind": "other", "status": "completed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "out"}}]})
+                for n in range(count))
+            await self.flood(self.note(sid, {
+                "sessionUpdate": "tool_call_content_chunk", "toolCallId": f"{reply}-chunked",
+                "content": {"type": "content", "content": {"type": "text", "text": f"c{n}"}}})
+                for n in range(chunks))
+            self.text(sid, reply, "grown")
         elif word == "bg":
             self.update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t-bg",
                               "title": "Watch files", "kind": "other",
@@ -386,6 +430,11 @@ class Agent:
         if method == "session/prompt":
             await self.prompt(req_id, params)
             return
+        if method == "session/new" and MODE == "grow":  # sessions acpgate never set up
+            await self.flood(message for n in range(GROW_SESSIONS) for message in (
+                self.text_note(f"ghost-{n}", "boo"),
+                self.note(f"ghost-{n}", {"sessionUpdate": "subagent_update",
+                                         "sessionId": f"ghost-{n}-child"})))
         self.write({"id": req_id, **self.answer(method, params)})
 
     async def run(self) -> None:

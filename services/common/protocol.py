@@ -419,6 +419,11 @@ META_REASON: Final = "reason"
 CANCEL_REASON_TIMEOUT: Final = "timeout"
 CANCEL_REASON_CLIENT_ERROR: Final = "client_error"
 CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
+#: An agent's question past :data:`MAX_OPEN_QUESTIONS` open at once: answered at once,
+#: never relayed.
+CANCEL_REASON_TOO_MANY: Final = "too_many_open"
+#: The most questions (permission requests, elicitations) one adapter may have open at once.
+MAX_OPEN_QUESTIONS: Final = 4096
 #: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
 #: agent runs with its own config, which need not carry the edge's `--session-timeout`.
 META_TIMEOUT_SECS: Final = "timeoutSecs"

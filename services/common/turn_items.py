@@ -104,6 +104,9 @@ def _as_text(value: Any) -> str:
 #: Chunks a text run keeps as separate strings before joining them into one block (a
 #: 20-character chunk costs ~72 B as a str: bench/PROFILE.md).
 TEXT_BLOCK_CHUNKS = 128
+#: What one tool call item costs against ``keep_chars`` besides its text (an agent's
+#: calls without text still fill the turn: each is an item kept, and an id).
+TOOL_ITEM_CHARS = 64
 
 
 @dataclass
@@ -135,8 +138,9 @@ class TurnAccumulator:
     user_text: str
     #: The last ``plan`` entries seen in this turn (JSON), or None.
     plan_json: str | None = None
-    #: The most text (assistant, thought and tool output characters) kept before the
-    #: accumulator spills (0: no bound).
+    #: The most text (assistant, thought and tool output characters, tool calls' input and
+    #: content, :data:`TOOL_ITEM_CHARS` per tool item) kept before the accumulator spills
+    #: (0: no bound).
     keep_chars: int = 0
     #: Past ``keep_chars``: nothing more is kept, the turn's items come from the log.
     spilled: bool = False
@@ -316,6 +320,10 @@ class TurnAccumulator:
             arguments_json=_args_json(update.get("rawInput")),
             content_json=_content_json(update.get("content")),
         )
+        self._kept_more(TOOL_ITEM_CHARS + len(call_id) + len(item.title) + len(item.tool_name)
+                        + len(item.arguments_json) + len(item.content_json))
+        if self.spilled:
+            return
         self._entries.append(item)
         self._calls[call_id] = item
         if update.get("status") in _FINAL_STATUSES:
@@ -329,13 +337,17 @@ class TurnAccumulator:
                 call.title = update["title"]
             if update.get("rawInput") is not None and not call.arguments_json:
                 call.arguments_json = _args_json(update["rawInput"])
+                self._kept_more(len(call.arguments_json))
+                if self.spilled:
+                    return
         status = update.get("status")
         if status not in _FINAL_STATUSES or call_id in self._results or not call_id:
             return
         self._results.add(call_id)
         output = update.get("rawOutput")
         text = _as_text(output) if output is not None else _text_of(update.get("content"))
-        self._kept_more(len(text))
+        content_json = _content_json(update.get("content"))
+        self._kept_more(TOOL_ITEM_CHARS + len(call_id) + len(text) + len(content_json))
         if self.spilled:
             return
         self._entries.append(session_pb2.HistoryItem(
@@ -347,7 +359,7 @@ class TurnAccumulator:
             text=_model_output(update),
             output=text,
             status=str(status),
-            content_json=_content_json(update.get("content")),
+            content_json=content_json,
         ))
 
 

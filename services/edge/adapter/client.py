@@ -14,7 +14,8 @@ variables are set, then asked again.
 
 Adapter-originated requests go to an :class:`AdapterHost` (the edge session):
 ``session/request_permission`` and ``elicitation/create`` are relayed to the
-client; ``fs/*`` and ``terminal/*`` are decided by the session service and
+client (at most ``MAX_OPEN_QUESTIONS`` open at once: past it one is answered at once as
+cancelled, reason ``too_many_open``, with a counted warning); ``fs/*`` and ``terminal/*`` are decided by the session service and
 relayed or served (:mod:`services.edge.adapter.client_methods`); any other method is
 the host's to serve (the session tools' extension methods) or to
 pass on to the client. The handshake advertises the session tools'
@@ -38,12 +39,13 @@ from services.common.acp.schema import (
     Implementation,
 )
 from services.common.jsonrpc import JsonRpcError
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.mcp_policy import ClientMcpRules
 from services.common.policy import SecurityPolicy
 from services.common.protocol import (
     AGENT_KIND_BUILTIN,
     AUTH_REQUIRED,
+    CANCEL_REASON_TOO_MANY,
     M_AUTHENTICATE,
     M_CANCEL_REQUEST,
     M_ELICITATION_CREATE,
@@ -58,6 +60,7 @@ from services.common.protocol import (
     M_SESSION_SET_MODE,
     M_SESSION_SET_MODEL,
     M_SESSION_UPDATE,
+    MAX_OPEN_QUESTIONS,
     META_ACPGATE,
     META_AUTONOMY_CAP,
     META_HISTORY_FOLLOWS,
@@ -79,6 +82,7 @@ from services.edge.adapter.requests import (
 )
 from services.edge.backends.session_types import ResolvedAgent
 from services.edge.errors import not_found
+from services.edge.ports.permission import cancelled_answer
 
 log = get_logger("edge.adapter")
 #: Replayed updates that show an agent's load brought back its side of the conversation.
@@ -156,6 +160,10 @@ class AdapterClient:
         #: replay of theirs arriving after the answer is no client's, so it is dropped.
         self.abandoned_sessions: set[str] = set()
         self._update_lines = UpdateLines()
+        #: The agent's questions relayed and not answered yet (bounded).
+        self._open_questions = 0
+        self._too_many = CountedWarning(log, "agent_questions_over_limit",
+                                        session_id=edge_session_id, limit=MAX_OPEN_QUESTIONS)
         self.link = link
         link.bind(self)
 
@@ -231,7 +239,15 @@ class AdapterClient:
         if method in (M_REQUEST_PERMISSION, M_ELICITATION_CREATE):
             if "sessionId" in params:
                 params["sessionId"] = self.edge_session_id
-            return await self._host.relay_to_client(method, params)
+            if self._open_questions >= MAX_OPEN_QUESTIONS:
+                self._too_many(method=method)
+                return ({"action": "cancel"} if method == M_ELICITATION_CREATE
+                        else cancelled_answer(CANCEL_REASON_TOO_MANY))
+            self._open_questions += 1
+            try:
+                return await self._host.relay_to_client(method, params)
+            finally:
+                self._open_questions -= 1
         if "sessionId" in params:
             if params["sessionId"] != self.adapter_session_id:  # not its own session
                 raise not_found(str(params["sessionId"]))

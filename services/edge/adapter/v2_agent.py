@@ -20,9 +20,12 @@ from services.common.acp.v2.agent_init import fallback, offer, read_answer
 from services.common.acp.v2.agent_wire import AgentWire, TurnEnd
 from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import JsonRpcError
+from services.common.logs import CountedWarning, get_logger
 from services.common.protocol import M_INITIALIZE, M_SESSION_PROMPT, M_SESSION_UPDATE
 
 __all__ = ["V2Agent"]
+
+log = get_logger("edge.adapter")
 
 #: How the link sends one request (screened as the agent calls for).
 Send = Callable[[str, dict[str, Any], float | None], Awaitable[Any]]
@@ -39,6 +42,8 @@ class V2Agent:
         #: True once the agent answered ``initialize`` with v2.
         self.active = False
         self.wire = AgentWire()
+        #: Until the edge session names itself (it counts its own): the adapter's.
+        self.wire.on_drop = CountedWarning(log, "agent_state_dropped")
         self._turns: dict[str, asyncio.Future[TurnEnd]] = {}
         #: Adopted turns taken up before their log was read (:meth:`adopt_turn`).
         self._adopted: dict[str, asyncio.Future[TurnEnd]] = {}

@@ -14,7 +14,8 @@ already carried a child's traffic on its parent's stream under acpgate's ids:
 
 A session's children are bounded (``[acp] max_subagents_per_session``, set on its adapter's
 translation by :func:`bound_children`): one announced past the bound is neither stored nor
-relayed, and a warning is logged once.
+relayed, and a warning is logged once. The translation's other bounds (the agent's tool
+calls, their content, its sessions) are counted per session as ``agent_state_dropped``.
 
 A session with background work counts as alive: the idle reaper passes it by and a
 detached session's grace waits for the work to end (:meth:`SessionWork.quiet`). The
@@ -34,7 +35,7 @@ from services.common.acp.v2.names import (
     U2_SUBAGENT_UPDATE,
 )
 from services.common.acp.v2.subagents import marker
-from services.common.logs import get_logger
+from services.common.logs import CountedWarning, get_logger
 from services.common.protocol import META_PARENT_SESSION_ID, session_key_for
 from services.edge.backends.errors import Failure, ServiceError
 from services.edge.backends.session_types import RowUpdate
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["Parent", "SessionWork", "bound_children", "store_child"]
 
 log = get_logger("edge.subagents")
+#: What the translation dropped or forgot past one of its bounds (counted per session).
+AGENT_STATE_DROPPED = "agent_state_dropped"
 
 _WATCHED = frozenset({U2_STATE, U2_SUBAGENT_UPDATE, OWN_CHILD_UPDATE})
 
@@ -132,6 +135,8 @@ def bound_children(session_id: str, adapter: AdapterClient, limit: int) -> None:
         log.warning("subagents_over_limit", session_id=session_id, limit=limit)
 
     children.on_limit = refused
+    # The translation's other bounds (its tool calls, their content): counted per session.
+    v2.wire.on_drop = CountedWarning(log, AGENT_STATE_DROPPED, session_id=session_id)
 
 
 class Parent(Protocol):

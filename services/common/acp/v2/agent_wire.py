@@ -37,19 +37,32 @@ acpgate thinks in v1 toward its adapters. :class:`AgentWire` translates each way
   log like any update.
 - **agent requests**: a permission request's v2 ``title``/``subject`` become v1's
   ``toolCall`` (its ``title`` and ``description`` kept in ``_meta.acpgate.permission``).
+- **bounds**: what the agent's ids make the translation keep is bounded (``names``:
+  ``MAX_AGENT_SESSIONS``, ``MAX_TOOL_CALLS_KEPT``, ``MAX_CALL_CONTENT_*``). An update naming
+  a session past the bound is dropped (before acpgate's session is bound, when any id
+  passes; once bound, the other sessions' state is released); past a session's bound of
+  tool calls the oldest is forgotten (a later update of it is a ``tool_call`` again); past
+  a tool call's bound of content a chunk passes without ``content`` (v1 keeps what it
+  had; a v2 client still gets the chunk). Each is told to :attr:`AgentWire.on_drop`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from services.common.acp.v2.child_cards import ChildCards
 from services.common.acp.v2.names import (
     CATEGORY_MODE,
     M_AUTH_LOGIN,
     M_AUTH_LOGOUT,
+    MAX_AGENT_SESSIONS,
+    MAX_CALL_CONTENT_CHARS,
+    MAX_CALL_CONTENT_CHUNKS,
+    MAX_TOOL_CALLS_KEPT,
     MODE_CONFIG_ID,
     OWN_CHILD_UPDATE,
     REPLAY_START,
@@ -110,9 +123,11 @@ class _Session:
     state: str = STATE_IDLE
     mode_config: str = MODE_CONFIG_ID
     mode: str | None = None
-    #: Each tool call's content so far (chunks append to it), and the ids v1 knows.
+    #: Each tool call's content so far (chunks append to it) and its size as JSON, and
+    #: the ids v1 knows, oldest first (bounded: ``MAX_TOOL_CALLS_KEPT``).
     calls: dict[str, list[Any]] = field(default_factory=dict)
-    created: set[str] = field(default_factory=set)
+    chars: dict[str, int] = field(default_factory=dict)
+    created: dict[str, None] = field(default_factory=dict)
     #: The last ``background`` list reported (None: never reported).
     background: Any = None
 
@@ -123,6 +138,14 @@ def _with_ours(meta: Any, key: str, value: Any) -> dict[str, Any]:
     ours = out.get(META_ACPGATE)
     out[META_ACPGATE] = {**(ours if isinstance(ours, dict) else {}), key: value}
     return out
+
+
+def _size(value: Any) -> int:
+    """``value``'s size as JSON (past every bound when it cannot be written)."""
+    try:
+        return len(orjson.dumps(value))
+    except (orjson.JSONEncodeError, TypeError):
+        return MAX_CALL_CONTENT_CHARS + 1
 
 
 def _mcp_v2(servers: Any) -> Any:
@@ -186,12 +209,23 @@ class AgentWire:
         self.children = Children()
         #: Their cards for v1 clients (:mod:`.child_cards`).
         self.cards = ChildCards()
+        #: Told of each thing the agent sent past a bound (module doc), with ``what``:
+        #: ``session``, ``tool_call`` (one forgotten) or ``tool_call_content``.
+        self.on_drop: Callable[..., None] | None = None
 
     def bind(self, agent_sid: str, edge_sid: str) -> None:
         """The agent's session ``agent_sid`` is acpgate's ``edge_sid`` (the ids a child's
         messages may name)."""
         if agent_sid:
             self.children.edge_ids[agent_sid] = edge_sid
+        # The agent's other sessions are past: only a bound one's updates pass from now on.
+        for sid in [sid for sid, session in self._sessions.items()
+                    if sid not in self.children.edge_ids and not session.turn]:
+            del self._sessions[sid]
+
+    def _dropped(self, what: str) -> None:
+        if self.on_drop is not None:
+            self.on_drop(what=what)
 
     def _session(self, sid: Any) -> _Session:
         key = sid if isinstance(sid, str) else ""
@@ -279,9 +313,10 @@ class AgentWire:
             call_id = update.get("toolCallId")
             if not isinstance(call_id, str):
                 continue
-            session.created.add(call_id)
+            if call_id not in session.created:
+                self._create(session, call_id)
             if isinstance(update.get("content"), list):
-                session.calls[call_id] = list(update["content"])
+                self._set_content(session, call_id, list(update["content"]))
 
     def prompt_failed(self, sid: str) -> None:
         """The agent refused the prompt (an error answer): no turn runs."""
@@ -317,12 +352,15 @@ class AgentWire:
             return self._with_cards({**params, "sessionId": child.root}, carried), None
         if self.children.edge_ids and sid not in self.children.edge_ids:
             return [], None  # a session of the agent's acpgate does not know: dropped
+        if sid not in self._sessions and len(self._sessions) >= MAX_AGENT_SESSIONS:
+            self._dropped("session")  # fresh ids before acpgate's session is bound
+            return [], None
+        session = self._session(sid)
         if kind == U2_SUBAGENT_UPDATE:
             return self._with_cards(params, self.children.announce(sid, update)), None
         mapped = self.children.mapped(update, sid)
         if mapped is not update:
             update, params = mapped, {**params, "update": mapped}
-        session = self._session(sid)
         if kind == U2_STATE:
             return self._state(sid, session, params, update)
         if kind in (U2_USER_MESSAGE_CHUNK, U2_USER_MESSAGE) and session.turn:
@@ -389,15 +427,17 @@ class AgentWire:
         call_id = update.get("toolCallId")
         key = call_id if isinstance(call_id, str) else ""
         out = dict(update)
+        known = key in session.created
+        if not known:
+            self._create(session, key)
         if "content" in out:
             out["content"] = _content_v1(out["content"]) if out["content"] is not None else []
-            session.calls[key] = list(out["content"])
+            self._set_content(session, key, list(out["content"]))
         if "locations" in out and out["locations"] is None:
             out["locations"] = []
-        if key in session.created:  # v1 cannot unset a field: a null is left out
+        if known:  # v1 cannot unset a field: a null is left out
             return {k: v for k, v in out.items() if v is not None}
         # The first update of an id creates the call: v1's tool_call, which needs a title.
-        session.created.add(key)
         created = {k: v for k, v in out.items() if v is not None}
         created["sessionUpdate"] = "tool_call"
         if not isinstance(created.get("title"), str):
@@ -409,16 +449,40 @@ class AgentWire:
         call_id = update.get("toolCallId")
         key = call_id if isinstance(call_id, str) else ""
         item = _content_v1([update.get("content")])[0]
-        content = [*session.calls.get(key, []), item]
-        session.calls[key] = content
+        # The chunk as it came, for a v2 client (v1 gets the whole content so far).
+        meta = _with_ours(update.get("_meta"), META_CONTENT_CHUNK, update.get("content"))
+        kept = session.calls.get(key, [])
+        size = session.chars.get(key, 0) + _size(item)
+        if key in session.created and (len(kept) >= MAX_CALL_CONTENT_CHUNKS
+                                       or size > MAX_CALL_CONTENT_CHARS):
+            self._dropped("tool_call_content")  # v1's content stays as it was
+            return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, "toolCallId": call_id,
+                     "_meta": meta}]
+        content = [*kept, item]
         out: dict[str, Any] = {"toolCallId": call_id, "content": content}
         if key not in session.created:
-            session.created.add(key)
+            self._create(session, key)
+            self._set_content(session, key, content)
             return [{"sessionUpdate": "tool_call", **out, "title": key}]
-        # The chunk as it came, for a v2 client (v1 gets the whole content so far).
-        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out,
-                 "_meta": _with_ours(update.get("_meta"), META_CONTENT_CHUNK,
-                                     update.get("content"))}]
+        session.calls[key] = content
+        session.chars[key] = size
+        return [{"sessionUpdate": U2_TOOL_CALL_UPDATE, **out, "_meta": meta}]
+
+    def _create(self, session: _Session, key: str) -> None:
+        """v1 knows tool call ``key`` from now on; past the bound the oldest is forgotten."""
+        created = session.created
+        if len(created) >= MAX_TOOL_CALLS_KEPT:
+            oldest = next(iter(created))
+            del created[oldest]
+            session.calls.pop(oldest, None)
+            session.chars.pop(oldest, None)
+            self._dropped("tool_call")
+        created[key] = None
+
+    @staticmethod
+    def _set_content(session: _Session, key: str, content: list[Any]) -> None:
+        session.calls[key] = content
+        session.chars[key] = _size(content)
 
     def _options_update(self, session: _Session,
                         update: dict[str, Any]) -> list[dict[str, Any]]:

@@ -84,6 +84,16 @@ CHILD_CARD_KIND: Final = "think"
 CHILD_CARD_ID_PREFIX: Final = "acpgate-subagent-"
 CHILD_CARD_TITLE: Final = "Subagent"
 CHILD_CARD_TEXT_CHARS: Final = 16_000
+#: What the translation keeps of an agent's choosing, per adapter (:mod:`.agent_wire`):
+#: the agent's sessions it tracks (acpgate's own setup requests always get one; an update
+#: naming another session past the bound is dropped), each session's tool calls (past the
+#: bound the oldest is forgotten: a later update of it starts it anew), and each tool
+#: call's accumulated content (chunks, and characters as JSON): past either bound a
+#: chunk still reaches v2 clients, v1's content stays as it was.
+MAX_AGENT_SESSIONS: Final = 16
+MAX_TOOL_CALLS_KEPT: Final = 1024
+MAX_CALL_CONTENT_CHUNKS: Final = 256
+MAX_CALL_CONTENT_CHARS: Final = 256 * 1024
 #: v1 tool call statuses a card takes.
 TOOL_IN_PROGRESS: Final = "in_progress"
 TOOL_COMPLETED: Final = "completed"

@@ -36,6 +36,7 @@ from services.common.worker_board import WorkerBoard
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.balance import Balancer
 from services.edge.transport.connection import open_runtime
+from services.edge.transport.gc_tuning import tune_gc
 from services.edge.transport.probe import ServiceProbe, wait_for_services
 from services.edge.transport.step_down import step_down
 from services.edge.transport.ws_server import EdgeServer
@@ -98,6 +99,7 @@ async def run_edge(cfg: Config, *, version: str,
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
         runtime = await open_runtime(cfg, version=version, security=security, worker=worker)
+        tune_gc()  # startup's objects out of the collector's sight, fewer collections
         try:
             balancer = Balancer(board, worker) if board is not None else None
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store, balancer=balancer)

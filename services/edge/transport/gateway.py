@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from services.common.addresses import with_service_addresses
 from services.common.config import Config
+from services.common.gc_tuning import tune_gc
 from services.common.grpc_auth import load_security
 from services.common.in_use import AddressInUse
 from services.common.listeners import adopt_listeners, bind_listeners
@@ -36,7 +37,6 @@ from services.common.worker_board import WorkerBoard
 from services.edge.tokens import TokenStore, token_db_path
 from services.edge.transport.balance import Balancer
 from services.edge.transport.connection import open_runtime
-from services.edge.transport.gc_tuning import tune_gc
 from services.edge.transport.probe import ServiceProbe, wait_for_services
 from services.edge.transport.step_down import step_down
 from services.edge.transport.ws_server import EdgeServer

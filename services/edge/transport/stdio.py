@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from services.common.config import Config
+from services.common.gc_tuning import tune_gc
 from services.common.jsonrpc import read_lines
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
@@ -30,7 +31,6 @@ from services.edge.transport.connection import (
     open_runtime,
     serve_connection,
 )
-from services.edge.transport.gc_tuning import tune_gc
 from services.edge.transport.stdio_pipes import stdin_reader, stdout_writer
 
 log = get_logger("edge.stdio")

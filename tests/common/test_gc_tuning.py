@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
-from services.edge.transport.gc_tuning import GC_GEN0_THRESHOLD, GC_OLDER_THRESHOLD
+from services.common.gc_tuning import GC_GEN0_THRESHOLD, GC_OLDER_THRESHOLD
 
 _PROBE = """
 import gc, json
-from services.edge.transport.gc_tuning import tune_gc
+from services.common.gc_tuning import tune_gc
 before = gc.get_freeze_count()
 tune_gc()
 print(json.dumps({"threshold": gc.get_threshold(), "before": before,

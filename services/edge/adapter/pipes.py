@@ -64,10 +64,13 @@ class _Stdout(asyncio.Protocol):
         #: Reading stopped for good (:meth:`hold`): :meth:`take` never resumes it.
         self.held = False
         self._waiter: asyncio.Future[None] | None = None
+        #: The loop the pipe is read on (asked once: each ask is a ``getpid`` call).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """The pipe's transport."""
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         """A chunk: kept; past the bound the pipe is left unread until taken."""
@@ -98,7 +101,7 @@ class _Stdout(asyncio.Protocol):
         """Until a chunk or the end is there (or :meth:`wake`)."""
         if self.chunks or self.eof:
             return
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = (self._loop or asyncio.get_running_loop()).create_future()
         try:
             await self._waiter
         finally:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from services.common.addresses import with_service_addresses
 from services.common.config import Config
+from services.common.gc_tuning import tune_gc
 from services.common.grpc_auth import load_security
 from services.common.in_use import AddressInUse
 from services.common.listeners import adopt_listeners, bind_listeners
@@ -98,6 +99,7 @@ async def run_edge(cfg: Config, *, version: str,
                 log.warning("edge_no_tokens", hint="every connection will get 401 until "
                             "`acpgate token create` mints one")
         runtime = await open_runtime(cfg, version=version, security=security, worker=worker)
+        tune_gc()  # startup's objects out of the collector's sight, fewer collections
         try:
             balancer = Balancer(board, worker) if board is not None else None
             server = EdgeServer(cfg, runtime, probe=probe, token_store=store, balancer=balancer)

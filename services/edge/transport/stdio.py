@@ -12,13 +12,13 @@ session service's agents, the limits, the logs) and never ends the process.
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from services.common.config import Config
+from services.common.gc_tuning import tune_gc
 from services.common.jsonrpc import read_lines
 from services.common.live_config import LiveConfig
 from services.common.logs import get_logger
@@ -35,28 +35,8 @@ from services.edge.transport.stdio_pipes import stdin_reader, stdout_writer
 
 log = get_logger("edge.stdio")
 
-#: Allocations between young-generation collections in `acpgate acp` (CPython default 700).
-GC_GEN0_THRESHOLD = 20_000
-#: Young collections per older-generation collection (CPython default 10).
-GC_OLDER_THRESHOLD = 20
-
 #: How long `acpgate acp` waits for configured services before running them itself.
 CONFIGURED_SERVICES_WAIT_SECS = 3.0
-
-
-def _tune_gc() -> None:
-    """Collect less often while relaying: this process is `acpgate acp` and nothing else.
-
-    Each relayed update allocates a handful of dicts (parse, rewrite, encode), so the
-    default gen-0 threshold (700) ran a collection every ~100 updates, each also paying
-    for every object the runtime holds. The objects alive after startup (modules, gRPC,
-    the runtime) are moved out of the collector's sight with ``gc.freeze``, and young
-    collections run every :data:`GC_GEN0_THRESHOLD` allocations. Cycles are still
-    collected; memory stays bounded (a few MB of young objects at most).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD)
 
 
 def _describe(exc: BaseException) -> str:
@@ -104,7 +84,7 @@ async def run_stdio(cfg: Config, *, version: str, start_services: StartServices,
         print(f"acpgate: cannot start the session/lifecycle services: {_describe(exc)}",
               file=sys.stderr)
         return 1
-    _tune_gc()
+    tune_gc()
     stop = asyncio.Event()
     remove_signals = install_stop_signals(stop, (signal.SIGTERM, signal.SIGINT))
     if live is not None:

@@ -27,6 +27,7 @@ import grpc
 from acpgate_contracts.session.v1 import session_pb2, session_pb2_grpc
 from services.common.addresses import default_session_address
 from services.common.config import Config, resolve_config_dir
+from services.common.gc_tuning import tune_gc
 from services.common.grpc_auth import GrpcSecurity, load_security
 from services.common.grpc_server import RunningServer, run_until_signalled, start_service
 from services.common.live_config import LiveConfig
@@ -135,8 +136,15 @@ async def run_session_service(cfg: Config, live: LiveConfig | None = None,
                               host_instance: str = "") -> int:
     """Serve until SIGINT or SIGTERM (SIGHUP reloads ``live``); 0 on a clean stop."""
     address = default_session_address(cfg)
+
+    async def starting() -> RunningServer:
+        running = await start_session_server(cfg, address, live=live,
+                                             host_instance=host_instance)
+        tune_gc()  # this process is the service alone (never an embedding's)
+        return running
+
     return await run_until_signalled(
-        start_session_server(cfg, address, live=live, host_instance=host_instance),
+        starting(),
         address=address,
         log=log,
         stopped_event="session_service_stopped",

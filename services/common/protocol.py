@@ -424,6 +424,17 @@ CANCEL_REASON_CLIENT_GONE: Final = "client_gone"
 CANCEL_REASON_TOO_MANY: Final = "too_many_open"
 #: The most questions (permission requests, elicitations) one adapter may have open at once.
 MAX_OPEN_QUESTIONS: Final = 4096
+#: The most requests of one adapter the edge serves at once: past it the edge reads no
+#: further line from that adapter until one is answered (backpressure on its stdout).
+#: Above MAX_OPEN_QUESTIONS, so a question past that bound still gets its own answer.
+MAX_RUNNING_AGENT_REQUESTS: Final = 2 * MAX_OPEN_QUESTIONS
+#: The session tools that run a turn and wait for its end, which may come over any agent's
+#: pipe (this very agent's, for a send to its own session): run beside the bound above,
+#: so that a stopped reader never holds back the end they wait for; capped on their own.
+TURN_RUNNING_METHODS: Final = frozenset({M_A2A_SPAWN, M_A2A_SEND})
+#: The most of those one adapter may have running at once; past it one is refused at once.
+MAX_RUNNING_TURN_CALLS: Final = 256
+MSG_TOO_MANY_TURN_CALLS: Final = "Too many session tool calls running ({max})"
 #: `_meta.acpgate.timeoutSecs` next to reason "timeout": the seconds the edge waited. The
 #: agent runs with its own config, which need not carry the edge's `--session-timeout`.
 META_TIMEOUT_SECS: Final = "timeoutSecs"

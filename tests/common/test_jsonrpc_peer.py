@@ -3,7 +3,7 @@
 What every side shares is pinned by ``test_jsonrpc_table.py``; this module pins
 the peer's knobs and its edges: the adapter-side setting that never answers an
 error without an id, ``data`` on error answers, answers matched by the id's
-string form, cancellation, ``$/cancel_request`` in both directions (our requests
+string form, ``max_running`` on batches, cancellation, ``$/cancel_request`` in both directions (our requests
 withdrawn, the other side's looked up and withdrawn), write failures, and lines
 from a byte stream.
 """
@@ -34,7 +34,8 @@ class Wire:
     """A peer under test: what it sends, what its handler and sink saw."""
 
     def __init__(self, *, sink: bool = False, answer_unidentified: bool = True,
-                 next_id: Any = None, withdraw_method: str | None = None) -> None:
+                 next_id: Any = None, withdraw_method: str | None = None,
+                 max_running: int | None = None, uncounted: frozenset[str] = frozenset()) -> None:
         self.out: list[dict[str, Any]] = []
         self.seen: list[tuple[str, dict[str, Any], bool]] = []
         self.runs: list[Notes] = []
@@ -50,7 +51,7 @@ class Wire:
                 raise JsonRpcError(-32000, "refused", {"why": "because"})
             if method == "crash":
                 raise RuntimeError("secret detail")
-            if method == "hang":
+            if method in ("hang", "wait"):
                 await self.release.wait()
             return {"ok": method}
 
@@ -61,7 +62,8 @@ class Wire:
                                 notifications=notes if sink else None,
                                 answer_unidentified=answer_unidentified,
                                 withdraw_method=withdraw_method,
-                                on_error=self.errors.append)
+                                on_error=self.errors.append,
+                                max_running=max_running, uncounted=uncounted)
 
     def feed(self, *messages: Any) -> None:
         for message in messages:
@@ -154,6 +156,27 @@ async def test_batches_keep_stream_order() -> None:
     assert order == ["run2", "run1", "run1", "result"]
     assert w.seen == [("ask", {}, False)]
     assert w.out[-1] == {"jsonrpc": "2.0", "id": 7, "result": {"ok": "ask"}}
+
+
+async def test_a_batch_is_read_no_further_than_max_running_uncounted_methods_aside() -> None:
+    """With ``max_running`` handlers running, the rest of a batch waits until one finishes;
+    an ``uncounted`` method runs beside the bound."""
+    w = Wire(sink=True, max_running=2, uncounted=frozenset({"wait"}))
+
+    def req(i: int, method: str) -> str:
+        return orjson.dumps({"jsonrpc": "2.0", "id": i, "method": method}).decode()
+
+    feeding = asyncio.create_task(w.peer.feed_batch(
+        [req(1, "hang"), req(2, "wait"), req(3, "hang"), req(4, "ask")]))
+    for _ in range(10):  # whatever is ready runs: the batch stays held at the bound
+        await asyncio.sleep(0)
+    assert [method for method, _, _ in w.seen] == ["hang", "wait", "hang"]
+    assert not feeding.done()
+    w.release.set()
+    await feeding
+    await w.settle()
+    assert [method for method, _, _ in w.seen] == ["hang", "wait", "hang", "ask"]
+    assert sorted(m["id"] for m in w.out) == [1, 2, 3, 4]
 
 
 async def test_cancelled_requests_are_answered_and_notifications_are_not() -> None:

@@ -20,6 +20,9 @@ Configured as a ``kind = "acp"`` agent in the security tests. It answers
   in the same write, the message ``nested <depth>``; then ``end_turn``;
 - ``flood <n> <chars>``: ``n`` message chunks of ``chars`` characters each, written 100
   at a time without pause, then ``end_turn``;
+- ``hold <n>``: ``n`` requests of an extension method (``_scripted/hold``) in one write,
+  which the edge passes on to the client; then ``held <n>`` and ``end_turn`` once each
+  has its answer;
 - anything else: ``echo: <text>``.
 
 Every ``session/cancel`` it receives is appended as a line (``cancel <sessionId>``) to
@@ -127,6 +130,15 @@ class Agent:
                 self.write(*(self.update(sid, f"{i:08d}".ljust(size, "x"))
                              for i in range(start, min(count, start + 100))))
                 await asyncio.sleep(0)
+            return {"stopReason": "end_turn"}
+        if word == "hold":
+            ids = [f"h{next(self._ids)}" for _ in range(int(args[0]))]
+            loop = asyncio.get_running_loop()
+            waiting = [self._answers.setdefault(i, loop.create_future()) for i in ids]
+            self.write(*({"id": i, "method": "_scripted/hold", "params": {"sessionId": sid}}
+                         for i in ids))
+            await asyncio.gather(*waiting)
+            self.write(self.update(sid, f"held {len(ids)}"))
             return {"stopReason": "end_turn"}
         if word == "burst":
             count, secs = int(args[0]), float(args[1])

@@ -24,8 +24,10 @@ handler's to decide.
 Every line goes through :func:`~services.common.jsonrpc.wire.classify`, so bad input is
 treated alike everywhere. Each request and notification runs in its own task (a
 ``session/cancel`` is served while a prompt streams) — with ``max_running``, at most that
-many at once: :meth:`serve` reads no further line until one finishes, so the other side
-cannot pile up calls — and every request is answered exactly once: its result (an
+many at once: :meth:`serve` and :meth:`feed_batch` read no further line until one
+finishes, so the other side cannot pile up calls (a request whose method is ``uncounted``
+runs beside the bound: one whose handler may wait for a later line of this very
+connection, which a stopped reader would never deliver) — and every request is answered exactly once: its result (an
 :class:`~services.common.jsonrpc.wire.Answered` one runs its ``then`` after the answer
 is written), its :class:`JsonRpcError`, -32603 ``Internal error`` (the cause is logged,
 never sent), -32603 ``Request cancelled`` when the connection closes first, or -32800
@@ -117,7 +119,8 @@ class JsonRpcPeer:
                  answer_unidentified: bool = True,
                  withdraw_method: str | None = None,
                  on_error: Callable[[int], None] | None = None,
-                 label: str = "peer", max_running: int | None = None) -> None:
+                 label: str = "peer", max_running: int | None = None,
+                 uncounted: frozenset[str] = frozenset()) -> None:
         self._send = send
         self._handler = handler
         self._notifications = notifications
@@ -128,6 +131,9 @@ class JsonRpcPeer:
         self.pending = PendingRequests(next_id)
         self._tasks: set[asyncio.Task[None]] = set()
         self._max_running = max_running
+        self._uncounted = uncounted
+        #: The running tasks that count toward ``max_running``.
+        self._counted: set[asyncio.Task[None]] = set()
         #: Set while fewer than ``max_running`` handlers run (what :meth:`serve` waits on).
         self._room = asyncio.Event()
         self._room.set()
@@ -173,6 +179,8 @@ class JsonRpcPeer:
         if sink is None:
             for line in lines:
                 self.feed(line)
+                if not self._room.is_set():
+                    await self._room.wait()
             return
         notes: Notes = []
         append = notes.append
@@ -201,13 +209,16 @@ class JsonRpcPeer:
                 notes = []
                 append = notes.append
             self._route(frame)
+            if not self._room.is_set():  # max_running reached: read on once one finished
+                await self._room.wait()
         if notes:
             await self._deliver(notes)
 
     def _route(self, frame: Frame) -> None:
         kind = frame.kind
         if kind is FrameKind.REQUEST:
-            task = self._start(self._serve(frame.id, frame.method, frame.params, False))
+            task = self._start(self._serve(frame.id, frame.method, frame.params, False),
+                               counted=frame.method not in self._uncounted)
             key = _served_key(frame.id)
             if key is not None:
                 self._served[key] = _Served(frame.method, frame.params, task)
@@ -229,17 +240,20 @@ class JsonRpcPeer:
             self._start(self._answer(error_line(frame.id, frame.error_code, frame.error_message),
                                      frame.error_code))
 
-    def _start(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+    def _start(self, coro: Awaitable[None], *, counted: bool = True) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
-        if self._max_running is not None and len(self._tasks) >= self._max_running:
-            self._room.clear()
+        if counted:
+            self._counted.add(task)
+            if self._max_running is not None and len(self._counted) >= self._max_running:
+                self._room.clear()
         return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if self._max_running is None or len(self._tasks) < self._max_running:
+        self._counted.discard(task)
+        if self._max_running is None or len(self._counted) < self._max_running:
             self._room.set()
 
     async def _deliver(self, notes: Notes) -> None:

@@ -6,7 +6,10 @@ requests with integer ids, runs of notifications handed to the adapter's
 owner in arrival order (so per-session update order is preserved, and a burst
 is relayed as one batch), adapter-originated requests handled concurrently (a
 permission request waiting for the user never blocks the update stream), and
-bad lines from the adapter logged, never answered. Outgoing lines are batched:
+bad lines from the adapter logged, never answered. At most ``MAX_RUNNING_AGENT_REQUESTS``
+of its requests are served at once: past it no further line is read from the adapter
+until one is answered (the session tools that run a turn, whose end may come over this
+very pipe, run beside that bound, at most ``MAX_RUNNING_TURN_CALLS`` of them). Outgoing lines are batched:
 each ``Lines`` message carries whatever is queued at that moment.
 
 A link opens the stream either on a lease it already has, or with the
@@ -37,6 +40,7 @@ from typing import Any, Protocol
 
 from services.common.acp.v2.names import PROTOCOL_AUTO, PROTOCOL_V2
 from services.common.jsonrpc import (
+    JsonRpcError,
     JsonRpcId,
     JsonRpcPeer,
     integer_ids,
@@ -44,6 +48,13 @@ from services.common.jsonrpc import (
     result_line,
 )
 from services.common.logs import get_logger
+from services.common.protocol import (
+    MAX_RUNNING_AGENT_REQUESTS,
+    MAX_RUNNING_TURN_CALLS,
+    MSG_TOO_MANY_TURN_CALLS,
+    SESSION_BUSY,
+    TURN_RUNNING_METHODS,
+)
 from services.edge.adapter.agent_meta import screen_batch, screen_params, screened_request
 from services.edge.adapter.exits import AdapterExit, AdapterGone, seen
 from services.edge.adapter.pipes import AdapterPipes
@@ -119,7 +130,11 @@ class AdapterLink:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._rpc = JsonRpcPeer(self._send, self._serve, next_id=integer_ids(first_id),
                                 notifications=self._notifications,
-                                answer_unidentified=False, label=f"adapter:{self._label}")
+                                answer_unidentified=False, label=f"adapter:{self._label}",
+                                max_running=MAX_RUNNING_AGENT_REQUESTS,
+                                uncounted=TURN_RUNNING_METHODS)
+        #: Requests of :data:`TURN_RUNNING_METHODS` being served (capped on their own).
+        self._turn_calls = 0
         self._call: AttachStream | None = None
         self._reader: asyncio.Task[None] | None = None
         self.exit_info: AdapterExit | None = None
@@ -451,7 +466,16 @@ class AdapterLink:
         params = screen_params(params) if self.foreign else params
         if self.v2 is not None:
             params = self.v2.agent_request(method, params)
-        return await self._peer.on_adapter_request(method, params)
+        if method not in TURN_RUNNING_METHODS:
+            return await self._peer.on_adapter_request(method, params)
+        if self._turn_calls >= MAX_RUNNING_TURN_CALLS:
+            raise JsonRpcError(SESSION_BUSY, MSG_TOO_MANY_TURN_CALLS.format(
+                max=MAX_RUNNING_TURN_CALLS))
+        self._turn_calls += 1
+        try:
+            return await self._peer.on_adapter_request(method, params)
+        finally:
+            self._turn_calls -= 1
 
     def cancel_inbound(self, request_id: Any) -> None:
         """The adapter withdrew its request ``request_id`` (``$/cancel_request``): stop

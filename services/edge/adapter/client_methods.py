@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,25 +91,55 @@ def _positive(params: Mapping[str, Any], key: str) -> int | None:
 
 
 def read_text(path: str, line: int | None, limit: int | None) -> str:
-    """The text of ``path`` from 1-based ``line``, at most ``limit`` lines (blocking)."""
-    real = Path(path)
+    """The text of ``path`` from 1-based ``line``, at most ``limit`` lines (blocking).
+
+    Only a regular file is read, and never more than the limit: the agent may have put a
+    FIFO there (an open or read would block this thread for good) or may grow the file
+    between the size check and the read. The descriptor is opened non-blocking and
+    without following a final link, then checked with ``fstat``."""
     try:
-        size = real.stat().st_size
-        if size > MAX_BLOB_BYTES:
-            raise JsonRpcError(INVALID_PARAMS, f"File exceeds 10 MB limit ({size} bytes): {path}")
-        text = real.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         raise JsonRpcError(ACP_RESOURCE_NOT_FOUND, MSG_RESOURCE_NOT_FOUND.format(path=path)) from None
     except IsADirectoryError:
         raise JsonRpcError(INVALID_PARAMS, f"Not a file: {path}") from None
     except OSError as exc:
         raise JsonRpcError(INTERNAL_ERROR, f"Cannot read {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise JsonRpcError(INVALID_PARAMS, f"Not a file: {path}")
+        if st.st_size > MAX_BLOB_BYTES:
+            raise JsonRpcError(INVALID_PARAMS,
+                               f"File exceeds 10 MB limit ({st.st_size} bytes): {path}")
+        data = _read_at_most(fd, MAX_BLOB_BYTES + 1)
+    except OSError as exc:
+        raise JsonRpcError(INTERNAL_ERROR, f"Cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BLOB_BYTES:
+        raise JsonRpcError(INVALID_PARAMS, f"File exceeds 10 MB limit (grew while read): {path}")
+    # Universal newlines, as a text-mode read gives.
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
     if line is None and limit is None:
         return text
     lines = text.splitlines(keepends=True)
     start = (line or 1) - 1
     end = start + limit if limit is not None else len(lines)
     return "".join(lines[start:end])
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``fd`` from where it stands (blocking)."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        part = os.read(fd, min(left, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def write_text(path: str, content: str) -> None:

@@ -30,6 +30,7 @@ import hmac
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
@@ -265,13 +266,19 @@ class TokenWatch:
     which moves whenever another connection — any process, e.g. ``acpgate token
     revoke`` — committed to the file. Only then is the table read again. Like
     the store it is synchronous: call it through ``asyncio.to_thread``, from one
-    caller at a time.
+    caller at a time. :meth:`close` may come from another thread while a read runs
+    (a caller cancelled at shutdown leaves its thread reading): the read then closes
+    the connection when it is done — closing it under a running statement crashes
+    the process.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._version: int | None = None
+        #: Held while the connection is in use; :meth:`close` never waits for it.
+        self._busy = threading.Lock()
+        self._close_pending = False
 
     def _open(self) -> sqlite3.Connection | None:
         if self._conn is None and self.path.exists():
@@ -285,6 +292,14 @@ class TokenWatch:
     def active_ids_if_changed(self) -> set[str] | None:
         """The ids of the active tokens when the table changed since the last call (the
         first call counts as a change), else ``None``. No store yet: no active token."""
+        with self._busy:
+            try:
+                return self._read()
+            finally:
+                if self._close_pending:
+                    self._drop()
+
+    def _read(self) -> set[str] | None:
         conn = self._open()
         if conn is None:
             first, self._version = self._version is None, -1
@@ -302,7 +317,17 @@ class TokenWatch:
         return {row[0] for row in rows}
 
     def close(self) -> None:
-        """Close the connection (a later call opens a new one)."""
+        """Close the connection (a later call opens a new one); never waits: a read in
+        progress on another thread closes it when it ends."""
+        self._close_pending = True
+        if self._busy.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._busy.release()
+
+    def _drop(self) -> None:
+        self._close_pending = False
         if self._conn is not None:
             self._conn.close()
             self._conn = None

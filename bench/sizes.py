@@ -13,7 +13,8 @@ class Sizes:
     throughput_n: int = 20_000
     #: A shorter stream too: throughput that falls with the stream length is a red flag.
     throughput_small_n: int = 2_000
-    throughput_rounds: int = 5
+    #: 15: a row of 5 prompts swung ±10 % between runs on 2 cores (the v2/v1 pair 0.89–1.07×).
+    throughput_rounds: int = 15
     #: Relay latency: paced updates per prompt, their spacing and rounds per path.
     latency_n: int = 400
     latency_pace_ms: float = 2.0

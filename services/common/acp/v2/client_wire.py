@@ -85,11 +85,6 @@ def _chunk_head(line: str) -> str | None:
     return None
 
 
-def _chunk_with_id(line: str) -> bool:
-    """True for a line :func:`_chunk_head` recognises."""
-    return _chunk_head(line) is not None
-
-
 def _line(message: dict[str, Any]) -> str:
     return orjson.dumps(message).decode()
 
@@ -174,7 +169,7 @@ class ClientWire:
             return lines
         out: list[str] = []
         for line in lines:
-            if (head is not None and line.startswith(head)) or _chunk_with_id(line):
+            if (head is not None and line.startswith(head)) or _chunk_head(line) is not None:
                 out.append(line)
                 continue
             try:
